@@ -35,10 +35,14 @@ class FakeClock : public Clock {
   absl::Time Now() override ABSL_LOCKS_EXCLUDED(mu_);
   void SleepFor(absl::Duration d) override ABSL_LOCKS_EXCLUDED(mu_);
   void Advance(absl::Duration d) ABSL_LOCKS_EXCLUDED(mu_);
+  // Blocks until at least `n` threads are inside SleepFor, so a test can advance time knowing
+  // who is waiting for it.
+  void AwaitSleepers(int n) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   absl::Mutex mu_;
   absl::Time now_ ABSL_GUARDED_BY(mu_);
+  int sleepers_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace sluice

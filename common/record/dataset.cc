@@ -10,7 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "common/base/status_macros.h"
 #include "common/record/checksum.h"
-#include "nlohmann/json.hpp"
+#include "common/record/json.h"
 
 namespace sluice::record {
 namespace fs = std::filesystem;
@@ -72,10 +72,12 @@ absl::StatusOr<Manifest> Manifest::FromJson(std::string_view json, const std::st
   auto bad = [&](const std::string& what) {
     return absl::DataLossError(absl::StrCat("manifest '", source, "': ", what));
   };
-  const auto parsed = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
+  const auto parsed = ParseJson(json);
   if (parsed.is_discarded()) return bad("not valid JSON");
   if (!parsed.is_object()) return bad("not a JSON object");
-  if (parsed.value("format", "") != "unirecord") return bad("'format' is not \"unirecord\"");
+  if (!parsed.contains("format") || parsed["format"] != "unirecord") {
+    return bad("'format' is not \"unirecord\"");
+  }
   if (!parsed.contains("checksum")) return bad("no 'checksum'");
   auto stored_checksum = ParseHex(parsed["checksum"]);
   if (!stored_checksum.ok()) return bad("'checksum' is not 16 hex digits");

@@ -28,6 +28,26 @@ bool ShapeMatches(const std::vector<int64_t>& spec, const std::vector<int64_t>& 
   return true;
 }
 
+// Empty if a value of `shape` holding `nbytes` bytes fits column `spec`; otherwise why it does not.
+std::string Misfit(const ColumnSpec& spec, const std::vector<int64_t>& shape, uint64_t nbytes) {
+  if (!IsNumeric(spec.dtype)) {
+    if (shape.empty()) return "";
+    return absl::StrCat("column '", spec.name, "' is ", DTypeName(spec.dtype), " and takes no shape");
+  }
+  if (!ShapeMatches(spec.shape, shape)) {
+    return absl::StrCat("column '", spec.name, "': shape [", absl::StrJoin(shape, ","),
+                        "] does not match the schema's [", absl::StrJoin(spec.shape, ","), "]");
+  }
+  const int64_t n = NumElements(shape);
+  const uint64_t size = DTypeSize(spec.dtype);
+  if (n < 0 || static_cast<uint64_t>(n) > UINT64_MAX / size ||
+      static_cast<uint64_t>(n) * size != nbytes) {
+    return absl::StrCat("column '", spec.name, "': ", nbytes, " bytes for shape [",
+                        absl::StrJoin(shape, ","), "] of ", DTypeName(spec.dtype));
+  }
+  return "";
+}
+
 template <typename T>
 void Append(std::string& out, T v) {
   out.append(reinterpret_cast<const char*>(&v), sizeof v);
@@ -46,23 +66,9 @@ absl::StatusOr<std::string> EncodeRecord(const Schema& schema, const std::vector
   std::string out;
   out.reserve(total);
   for (size_t i = 0; i < values.size(); ++i) {
-    const ColumnSpec& spec = schema.columns[i];
     const Tensor& v = values[i];
-    if (IsNumeric(spec.dtype)) {
-      if (!ShapeMatches(spec.shape, v.shape)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "column '", spec.name, "': shape [", absl::StrJoin(v.shape, ","),
-            "] does not match the schema's [", absl::StrJoin(spec.shape, ","), "]"));
-      }
-      const int64_t n = NumElements(v.shape);
-      if (n < 0 || static_cast<uint64_t>(n) * DTypeSize(spec.dtype) != v.data.size()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("column '", spec.name, "': ", v.data.size(), " bytes for shape [",
-                         absl::StrJoin(v.shape, ","), "] of ", DTypeName(spec.dtype)));
-      }
-    } else if (!v.shape.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("column '", spec.name, "' is ", DTypeName(spec.dtype), " and takes no shape"));
+    if (std::string why = Misfit(schema.columns[i], v.shape, v.data.size()); !why.empty()) {
+      return absl::InvalidArgumentError(why);
     }
     out.push_back(static_cast<char>(v.shape.size()));
     for (int64_t d : v.shape) Append<int64_t>(out, d);
@@ -98,7 +104,7 @@ absl::StatusOr<std::vector<TensorView>> DecodeRecord(const Schema& schema,
     if (p == nullptr) {
       return absl::DataLossError(absl::StrCat("record ends inside column '", spec.name, "'"));
     }
-    std::memcpy(view.shape.data(), p, 8 * ndim);
+    if (ndim > 0) std::memcpy(view.shape.data(), p, 8 * ndim);
     uint64_t nbytes;
     std::memcpy(&nbytes, p + 8 * ndim, 8);
     const char* data = take(nbytes);
@@ -106,13 +112,8 @@ absl::StatusOr<std::vector<TensorView>> DecodeRecord(const Schema& schema,
       return absl::DataLossError(absl::StrCat("column '", spec.name, "' claims ", nbytes,
                                               " bytes; the record has fewer"));
     }
-    if (IsNumeric(spec.dtype)) {
-      const int64_t n = NumElements(view.shape);
-      if (n < 0 || static_cast<uint64_t>(n) * DTypeSize(spec.dtype) != nbytes) {
-        return absl::DataLossError(absl::StrCat("column '", spec.name, "': ", nbytes,
-                                                " bytes do not fit shape [",
-                                                absl::StrJoin(view.shape, ","), "]"));
-      }
+    if (std::string why = Misfit(spec, view.shape, nbytes); !why.empty()) {
+      return absl::DataLossError(why);
     }
     view.data = std::string_view(data, nbytes);
     views.push_back(std::move(view));

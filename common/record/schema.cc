@@ -3,7 +3,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "nlohmann/json.hpp"
+#include "common/record/json.h"
 
 namespace sluice::record {
 namespace {
@@ -95,7 +95,7 @@ std::string Schema::ToJson() const {
 }
 
 absl::StatusOr<Schema> Schema::FromJson(std::string_view json) {
-  const auto parsed = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
+  const auto parsed = ParseJson(json);
   if (parsed.is_discarded() || !parsed.is_object() || !parsed.contains("columns") ||
       !parsed["columns"].is_array()) {
     return absl::InvalidArgumentError("schema is not a JSON object with a 'columns' array");

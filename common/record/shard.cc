@@ -1,6 +1,7 @@
 #include "common/record/shard.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,13 +13,14 @@
 #include "absl/time/time.h"
 #include "common/base/status_macros.h"
 #include "common/record/checksum.h"
-#include "nlohmann/json.hpp"
+#include "common/record/json.h"
 
 namespace sluice::record {
 namespace {
 
 constexpr size_t kHeaderPrefixSize = 16;  // magic, version, payload length
 constexpr size_t kIndexEntryFixedSize = 24;
+static_assert(sizeof(IndexEntry) == kIndexEntryFixedSize, "IndexEntry is copied from the file as is");
 constexpr uint32_t kMaxHeaderPayload = 16 << 20;
 
 template <typename T>
@@ -39,19 +41,6 @@ absl::Status ErrnoError(const std::string& what, const std::string& path) {
   if (err == ENOENT) return absl::NotFoundError(message);
   if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(message);
   return absl::InternalError(message);
-}
-
-// Reads exactly `n` bytes at `offset`; false on a short read.
-bool PreadFully(int fd, char* buf, size_t n, uint64_t offset) {
-  while (n > 0) {
-    const ssize_t got = pread(fd, buf, n, static_cast<off_t>(offset));
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) return false;
-    buf += got;
-    n -= static_cast<size_t>(got);
-    offset += static_cast<uint64_t>(got);
-  }
-  return true;
 }
 
 }  // namespace
@@ -183,7 +172,10 @@ absl::StatusOr<std::unique_ptr<ShardReader>> ShardReader::Open(const std::string
   return reader;
 }
 
-ShardReader::~ShardReader() { close(fd_); }
+ShardReader::~ShardReader() {
+  if (map_ != nullptr) munmap(const_cast<char*>(map_), file_size_);
+  close(fd_);
+}
 
 absl::Status ShardReader::Corrupt(const std::string& what) const {
   return absl::DataLossError(absl::StrCat("shard '", path_, "': ", what));
@@ -194,22 +186,23 @@ absl::Status ShardReader::Load() {
   if (fstat(fd_, &st) != 0) return ErrnoError("cannot stat shard", path_);
   if (!S_ISREG(st.st_mode)) return absl::InvalidArgumentError("'" + path_ + "' is not a file");
   file_size_ = static_cast<uint64_t>(st.st_size);
-
-  // Header.
-  char prefix[kHeaderPrefixSize];
-  if (file_size_ < sizeof kShardMagic ||
-      !PreadFully(fd_, prefix, std::min<uint64_t>(file_size_, kHeaderPrefixSize), 0)) {
+  if (file_size_ < sizeof kShardMagic) {
     return Corrupt(absl::StrCat("file is truncated inside the header (", file_size_, " bytes)"));
   }
-  if (std::memcmp(prefix, kShardMagic, sizeof kShardMagic) != 0) {
+  void* map = mmap(nullptr, file_size_, PROT_READ, MAP_SHARED, fd_, 0);
+  if (map == MAP_FAILED) return ErrnoError("cannot map shard", path_);
+  map_ = static_cast<const char*>(map);
+
+  // Header.
+  if (std::memcmp(map_, kShardMagic, sizeof kShardMagic) != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("'", path_, "' is not a Unirecord shard (wrong magic)"));
   }
   if (file_size_ < kHeaderPrefixSize) {
     return Corrupt(absl::StrCat("file is truncated inside the header (", file_size_, " bytes)"));
   }
-  const uint32_t version = Get<uint32_t>(prefix + 8);
-  const uint32_t payload_size = Get<uint32_t>(prefix + 12);
+  const uint32_t version = Get<uint32_t>(map_ + 8);
+  const uint32_t payload_size = Get<uint32_t>(map_ + 12);
   if (payload_size > kMaxHeaderPayload) {
     return Corrupt(absl::StrCat("header claims a ", payload_size, "-byte schema"));
   }
@@ -218,10 +211,7 @@ absl::Status ShardReader::Load() {
     return Corrupt(absl::StrCat("file is truncated inside the header (", file_size_,
                                 " bytes, header needs ", data_offset_, ")"));
   }
-  std::string header(data_offset_, '\0');
-  if (!PreadFully(fd_, header.data(), header.size(), 0)) return Corrupt("cannot read header");
-  const uint64_t header_checksum = Get<uint64_t>(header.data() + data_offset_ - 8);
-  if (Checksum(std::string_view(header.data(), data_offset_ - 8)) != header_checksum) {
+  if (Checksum(std::string_view(map_, data_offset_ - 8)) != Get<uint64_t>(map_ + data_offset_ - 8)) {
     return Corrupt("header checksum mismatch");
   }
   if (version != kShardFormatVersion) {
@@ -229,8 +219,7 @@ absl::Status ShardReader::Load() {
                                                       version, "; this build reads version ",
                                                       kShardFormatVersion));
   }
-  const auto payload = nlohmann::json::parse(header.begin() + kHeaderPrefixSize,
-                                             header.end() - 8, nullptr, /*allow_exceptions=*/false);
+  const auto payload = ParseJson(std::string_view(map_ + kHeaderPrefixSize, payload_size));
   if (payload.is_discarded() || !payload.is_object() || !payload.contains("schema")) {
     return Corrupt("header holds no schema");
   }
@@ -243,10 +232,7 @@ absl::Status ShardReader::Load() {
   if (file_size_ < data_offset_ + kFooterSize) {
     return Corrupt(absl::StrCat("file is truncated: no room for the footer (", file_size_, " bytes)"));
   }
-  char footer[kFooterSize];
-  if (!PreadFully(fd_, footer, kFooterSize, file_size_ - kFooterSize)) {
-    return Corrupt("cannot read footer");
-  }
+  const char* footer = map_ + file_size_ - kFooterSize;
   if (std::memcmp(footer + kFooterSize - 8, kShardMagic, 8) != 0) {
     return Corrupt("footer magic missing: the file is truncated or was not finished");
   }
@@ -258,26 +244,24 @@ absl::Status ShardReader::Load() {
   const uint64_t count = Get<uint64_t>(footer + 16);
   index_checksum_ = Get<uint64_t>(footer + 24);
   const uint64_t entry_size = kIndexEntryFixedSize + 8 * indexed_columns_.size();
-  if (index_offset < data_offset_ || index_size != count * entry_size ||
-      index_offset + index_size + kFooterSize != file_size_ || count > file_size_) {
+  if (index_offset < data_offset_ || count > file_size_ / entry_size ||
+      index_size != count * entry_size || index_offset + index_size + kFooterSize != file_size_) {
     return Corrupt(absl::StrCat("footer is inconsistent (index at ", index_offset, ", ", index_size,
                                 " bytes, ", count, " records, file ", file_size_, " bytes)"));
   }
 
   // Index.
-  std::string index(index_size, '\0');
-  if (!PreadFully(fd_, index.data(), index_size, index_offset)) return Corrupt("cannot read index");
-  if (Checksum(index) != index_checksum_) return Corrupt("index checksum mismatch");
+  const char* p = map_ + index_offset;
+  if (Checksum(std::string_view(p, index_size)) != index_checksum_) {
+    return Corrupt("index checksum mismatch");
+  }
   const size_t k = indexed_columns_.size();
   index_.resize(count);
   keys_.resize(count * k);
   uint64_t expected_offset = data_offset_;
-  const char* p = index.data();
   for (uint64_t i = 0; i < count; ++i, p += entry_size) {
     IndexEntry& e = index_[i];
-    e.offset = Get<uint64_t>(p);
-    e.size = Get<uint64_t>(p + 8);
-    e.checksum = Get<uint64_t>(p + 16);
+    std::memcpy(&e, p, kIndexEntryFixedSize);
     if (k > 0) std::memcpy(&keys_[i * k], p + kIndexEntryFixedSize, 8 * k);
     if (e.offset != expected_offset || e.size == 0 || e.size > index_offset - e.offset) {
       return Corrupt(absl::StrCat("index entry of record ", i, " is out of place (offset ", e.offset,
@@ -292,18 +276,20 @@ absl::Status ShardReader::Load() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> ShardReader::ReadEncoded(uint64_t i) const {
+absl::StatusOr<std::string_view> ShardReader::ReadView(uint64_t i) const {
   if (i >= index_.size()) {
     return absl::OutOfRangeError(absl::StrCat("record ", i, " is past the end of shard '", path_,
                                               "' (", index_.size(), " records)"));
   }
   const IndexEntry& e = index_[i];
-  std::string buffer(e.size, '\0');
-  if (!PreadFully(fd_, buffer.data(), e.size, e.offset)) {
-    return Corrupt(absl::StrCat("record ", i, " cannot be read (file shrank?)"));
-  }
-  if (Checksum(buffer) != e.checksum) return Corrupt(absl::StrCat("record ", i, " checksum mismatch"));
-  return buffer;
+  const std::string_view view(map_ + e.offset, e.size);
+  if (Checksum(view) != e.checksum) return Corrupt(absl::StrCat("record ", i, " checksum mismatch"));
+  return view;
+}
+
+absl::StatusOr<std::string> ShardReader::ReadEncoded(uint64_t i) const {
+  ASSIGN_OR_RETURN(std::string_view view, ReadView(i));
+  return std::string(view);
 }
 
 absl::StatusOr<Record> ShardReader::Read(uint64_t i) const {

@@ -8,8 +8,10 @@
 //   footer  u64 index_offset | u64 index_size | u64 record_count | u64 index_checksum
 //           | u64 footer_checksum | "SLUICEUR"
 //
-// Random access: read the footer, load and verify the index, then one pread per record, whose
-// checksum is verified on every read. Corruption is DataLoss naming the file and the record index.
+// Random access: read the footer, load and verify the index; records are then read from a
+// read-only memory map of the file, and each record's checksum is verified on every read.
+// Corruption is DataLoss naming the file and the record index. Shards are immutable once written:
+// a file truncated by someone else while a reader has it open is outside the contract.
 #ifndef SLUICE_COMMON_RECORD_SHARD_H_
 #define SLUICE_COMMON_RECORD_SHARD_H_
 
@@ -29,7 +31,7 @@ inline constexpr char kShardMagic[8] = {'S', 'L', 'U', 'I', 'C', 'E', 'U', 'R'};
 inline constexpr uint32_t kShardFormatVersion = 1;
 inline constexpr size_t kFooterSize = 48;
 
-// Where one record lies in its shard, and its checksum.
+// Where one record lies in its shard, and its checksum. Laid out as in the file.
 struct IndexEntry {
   uint64_t offset = 0;
   uint64_t size = 0;
@@ -90,8 +92,12 @@ class ShardReader {
   uint64_t file_size() const { return file_size_; }
   const std::string& path() const { return path_; }
 
-  // The encoded bytes of record `i`, checksum verified. OutOfRange if i >= record_count().
+  // The encoded bytes of record `i`, checksum verified, without a copy: the view points into the
+  // file's memory map and is valid while this reader lives. OutOfRange if i >= record_count().
+  absl::StatusOr<std::string_view> ReadView(uint64_t i) const;
+  // As ReadView, copied.
   absl::StatusOr<std::string> ReadEncoded(uint64_t i) const;
+  // Record `i` decoded into columns, copied.
   absl::StatusOr<Record> Read(uint64_t i) const;
 
  private:
@@ -101,6 +107,7 @@ class ShardReader {
 
   const std::string path_;
   const int fd_;
+  const char* map_ = nullptr;
   uint64_t file_size_ = 0;
   uint64_t data_offset_ = 0;
   uint64_t index_checksum_ = 0;

@@ -21,6 +21,7 @@ TEST(FakeClock, SleepForWakesOnceTimeIsAdvancedFarEnough) {
     clock.SleepFor(absl::Seconds(10));
     woke = true;
   });
+  clock.AwaitSleepers(1);
   clock.Advance(absl::Seconds(4));
   absl::SleepFor(absl::Milliseconds(20));
   EXPECT_FALSE(woke);

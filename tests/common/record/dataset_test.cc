@@ -112,6 +112,21 @@ TEST(Dataset, FlippedByteInManifestIsDataLoss) {
   EXPECT_THAT(s.message(), HasSubstr("not valid JSON"));
 }
 
+// Found by the manifest fuzzer: wrong JSON types and hostile nesting are DataLoss, not a crash.
+TEST(Dataset, MalformedManifestJsonIsDataLoss) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"format":1})", "'format' is not"},
+      {R"({"format":"unirecord","checksum":7})", "'checksum' is not 16 hex digits"},
+      {"{\"schema\":" + std::string(200000, '[') + std::string(200000, ']') + "}", "not valid JSON"},
+  };
+  for (const auto& [json, message] : cases) {
+    auto m = Manifest::FromJson(json, "m.json");
+    EXPECT_EQ(m.status().code(), absl::StatusCode::kDataLoss) << json.substr(0, 40);
+    EXPECT_THAT(m.status().message(), HasSubstr(message)) << json.substr(0, 40);
+    EXPECT_THAT(m.status().message(), HasSubstr("m.json"));
+  }
+}
+
 TEST(Dataset, ShardNotMatchingManifestIsDataLoss) {
   TempDir tmp;
   const std::string dir = WriteDataset(tmp);

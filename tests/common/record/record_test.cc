@@ -87,6 +87,27 @@ TEST(Record, TruncatedBufferIsDataLoss) {
   EXPECT_THAT(trailing.status().message(), HasSubstr("1 trailing bytes"));
 }
 
+// Found by the shard fuzzer: a value whose shape contradicts the schema, or whose byte count
+// overflows, must not decode (AsInt64 on it would read out of bounds).
+TEST(Record, DecodeChecksShapesAgainstTheSchema) {
+  const Schema int_schema{{{.name = "label", .dtype = DType::kInt64}}};
+  std::string scalar_as_vector("\x01", 1);
+  scalar_as_vector += std::string("\x00\x00\x00\x00\x00\x00\x00\x00", 8);  // dim 0
+  scalar_as_vector += std::string(8, '\0');                                    // 0 bytes
+  auto views = DecodeRecord(int_schema, scalar_as_vector);
+  EXPECT_EQ(views.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(views.status().message(), HasSubstr("does not match the schema's []"));
+
+  const Schema vec_schema{{{.name = "v", .dtype = DType::kFloat32, .shape = {-1}}}};
+  std::string overflowing("\x01", 1);
+  const int64_t huge = int64_t{1} << 62;
+  overflowing.append(reinterpret_cast<const char*>(&huge), 8);
+  overflowing += std::string(8, '\0');
+  views = DecodeRecord(vec_schema, overflowing);
+  EXPECT_EQ(views.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(views.status().message(), HasSubstr("0 bytes for shape [4611686018427387904]"));
+}
+
 TEST(Schema, JsonRoundTrip) {
   const Schema schema = AllDTypes();
   auto parsed = Schema::FromJson(schema.ToJson());

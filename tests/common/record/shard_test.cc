@@ -76,6 +76,9 @@ TEST(Shard, RandomAccessToEveryRecord) {
     EXPECT_EQ((*reader)->key(i, 0), i % 5);
   }
   EXPECT_EQ((*reader)->Read(50).status().code(), absl::StatusCode::kOutOfRange);
+  auto view = (*reader)->ReadView(9);
+  ASSERT_TRUE(view.ok());
+  EXPECT_EQ(*view, *(*reader)->ReadEncoded(9));
 }
 
 TEST(Shard, EmptyRecordValuesRoundTrip) {

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Unirecord random-read and index-load benchmark; figures go to docs/BENCHMARKS.md
+# ("Record reads (bench/record_read)").
+#
+#   bench/record_read.sh [record_read_bench flags]     e.g. --mib 512 --reps 7 --csv out.csv
+#
+# Builds nothing: expects build/bin/record_read_bench (the README's bootstrap builds it; or
+# `cmake --build build --target record_read_bench`). Set SLUICE_BUILD_DIR to use another build
+# folder. Writes ~256 MiB x 3 datasets plus two 1M-record shards to $TMPDIR (default /tmp) and
+# removes them; takes well under 2 minutes on 2 cores.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+bin="${SLUICE_BUILD_DIR:-$root/build}/bin/record_read_bench"
+if [[ ! -x "$bin" ]]; then
+  echo "record_read.sh: $bin not found; build it first:" >&2
+  echo "  cmake --build ${SLUICE_BUILD_DIR:-build} --target record_read_bench" >&2
+  exit 1
+fi
+echo "# $(date -u +%FT%TZ)  nproc=$(nproc)  $(lscpu | sed -n 's/^Model name: *//p')" \
+     " mem=$(free -g | awk '/^Mem:/{print $2}')GiB  load: $(cut -d' ' -f1-3 /proc/loadavg)"
+exec "$bin" "$@"

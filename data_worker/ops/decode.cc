@@ -1,0 +1,401 @@
+#include "data_worker/ops/decode.h"
+
+#include <csetjmp>
+#include <cstdio>
+#include <utility>
+#include <vector>
+
+// jpeglib.h needs size_t/FILE declared first.
+#include <jerror.h>
+#include <jpeglib.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+#include "opencv2/core.hpp"
+#include "opencv2/imgcodecs.hpp"
+#include "opencv2/imgproc.hpp"
+
+namespace sluice::data_worker {
+namespace {
+
+absl::Status DecodeError(std::string_view reason) {
+  return absl::DataLossError(absl::StrCat("cannot decode image: ", Sv(reason)));
+}
+
+// libjpeg reports errors through error_exit, which must not return: we longjmp
+// back to the Guard() that started the libjpeg call. No C++ object with a
+// destructor lives in the frames that longjmp skips (Guard's callers keep all
+// such state outside the guarded lambdas).
+struct JpegErrorManager {
+  jpeg_error_mgr pub;
+  std::jmp_buf jump;
+  char message[JMSG_LENGTH_MAX];
+};
+
+void OnJpegError(j_common_ptr cinfo) {
+  auto* err = reinterpret_cast<JpegErrorManager*>(cinfo->err);
+  (*cinfo->err->format_message)(cinfo, err->message);
+  std::longjmp(err->jump, 1);
+}
+
+// Warnings (level -1) about recoverable corruption are ignored like OpenCV
+// does, except a premature end of file: libjpeg would pad the image with gray,
+// a silently wrong result.
+void OnJpegMessage(j_common_ptr cinfo, int msg_level) {
+  if (msg_level < 0 && cinfo->err->msg_code == JWRN_JPEG_EOF)
+    OnJpegError(cinfo);
+}
+
+struct JpegDecoder {
+  jpeg_decompress_struct cinfo;
+  JpegErrorManager err;
+  bool created = false;
+
+  JpegDecoder() {
+    cinfo.err = jpeg_std_error(&err.pub);
+    err.pub.error_exit = OnJpegError;
+    err.pub.emit_message = OnJpegMessage;
+    err.message[0] = '\0';
+  }
+  ~JpegDecoder() {
+    if (created) jpeg_destroy_decompress(&cinfo);
+  }
+};
+
+// Runs `fn` (libjpeg calls only); false if libjpeg raised an error (message in
+// dec.err.message).
+template <typename F>
+bool Guard(JpegDecoder& dec, F&& fn) {
+  if (setjmp(dec.err.jump)) return false;
+  fn();
+  return true;
+}
+
+bool IsJpeg(std::string_view data) {
+  return data.size() >= 3 && static_cast<uint8_t>(data[0]) == 0xFF &&
+         static_cast<uint8_t>(data[1]) == 0xD8 &&
+         static_cast<uint8_t>(data[2]) == 0xFF;
+}
+
+// Full decode through OpenCV for non-JPEG formats: 8-bit RGB.
+absl::StatusOr<Tensor> DecodeWithOpenCv(std::string_view encoded,
+                                        std::string_view jpeg_reason) {
+  cv::Mat bgr;
+  try {
+    const cv::Mat buf(1, static_cast<int>(encoded.size()), CV_8UC1,
+                      const_cast<char*>(encoded.data()));
+    bgr = cv::imdecode(buf, cv::IMREAD_COLOR | cv::IMREAD_IGNORE_ORIENTATION);
+  } catch (const cv::Exception& e) {
+    return DecodeError(e.what());
+  }
+  if (bgr.empty() || bgr.type() != CV_8UC3) {
+    return DecodeError(
+        jpeg_reason.empty()
+            ? std::string_view("unrecognized format or corrupt data")
+            : jpeg_reason);
+  }
+  Tensor out = Tensor::Allocate(DType::kUint8, {bgr.rows, bgr.cols, 3});
+  cv::Mat rgb = out.AsMat();
+  cv::cvtColor(bgr, rgb, cv::COLOR_BGR2RGB);
+  return out;
+}
+
+// Adobe (inverted) CMYK → RGB, the formula OpenCV's JPEG reader uses.
+void CmykToRgb(const uint8_t* cmyk, uint8_t* rgb, size_t pixels) {
+  for (size_t i = 0; i < pixels; ++i, cmyk += 4, rgb += 3) {
+    const int k = cmyk[3];
+    rgb[0] = static_cast<uint8_t>(k - (((255 - cmyk[0]) * k) >> 8));
+    rgb[1] = static_cast<uint8_t>(k - (((255 - cmyk[1]) * k) >> 8));
+    rgb[2] = static_cast<uint8_t>(k - (((255 - cmyk[2]) * k) >> 8));
+  }
+}
+
+// [lo, hi) = box edges scaled by n/8, rounded, clamped into [0, limit),
+// non-empty.
+void ScaleSpan(int start, int length, int n, int limit, int* lo, int* hi) {
+  *lo = std::clamp(static_cast<int>((int64_t{start} * n * 2 + 8) / 16), 0,
+                   limit - 1);
+  *hi = std::clamp(static_cast<int>((int64_t{start + length} * n * 2 + 8) / 16),
+                   *lo + 1, limit);
+}
+
+absl::StatusOr<Tensor> DecodeJpegRegion(std::string_view encoded,
+                                        const PlanFn& plan, bool* fall_back,
+                                        std::string* header_error) {
+  JpegDecoder dec;
+  *fall_back = false;
+  if (!Guard(dec, [&] {
+        jpeg_create_decompress(&dec.cinfo);
+        dec.created = true;
+        jpeg_mem_src(&dec.cinfo,
+                     reinterpret_cast<const uint8_t*>(encoded.data()),
+                     encoded.size());
+        jpeg_read_header(&dec.cinfo, TRUE);
+      })) {
+    *fall_back = true;
+    *header_error = dec.err.message;
+    return absl::UnknownError("unused");
+  }
+  jpeg_decompress_struct& cinfo = dec.cinfo;
+  const int full_h = static_cast<int>(cinfo.image_height);
+  const int full_w = static_cast<int>(cinfo.image_width);
+  ASSIGN_OR_RETURN(const DecodePlan p, plan(full_h, full_w));
+
+  // Smallest DCT scale n/8 keeping the box at least as large as the output.
+  int n = 8;
+  if (p.allow_dct_scaling) {
+    for (n = 1; n < 8; ++n) {
+      if (int64_t{p.box.width} * n >= int64_t{p.out_width} * 8 &&
+          int64_t{p.box.height} * n >= int64_t{p.out_height} * 8) {
+        break;
+      }
+    }
+  }
+  const bool cmyk =
+      cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
+  if (!Guard(dec, [&] {
+        cinfo.scale_num = n;
+        cinfo.scale_denom = 8;
+        cinfo.dct_method = JDCT_ISLOW;
+        cinfo.do_fancy_upsampling = TRUE;
+        cinfo.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
+        jpeg_start_decompress(&cinfo);
+      })) {
+    return DecodeError(dec.err.message);
+  }
+  const int comps = cinfo.output_components;
+  if (comps != (cmyk ? 4 : 3)) {
+    return DecodeError(
+        absl::StrCat("unsupported JPEG with ", comps, " components"));
+  }
+  int sx0, sx1, sy0, sy1;
+  ScaleSpan(p.box.left, p.box.width, n, static_cast<int>(cinfo.output_width),
+            &sx0, &sx1);
+  ScaleSpan(p.box.top, p.box.height, n, static_cast<int>(cinfo.output_height),
+            &sy0, &sy1);
+  // Fancy upsampling treats the edges of a cropped scanline like image edges,
+  // so widen the crop by one iMCU column on each side (jpeg_crop_scanline also
+  // aligns it to iMCU boundaries).
+  const int imcu_cols = cinfo.max_h_samp_factor * cinfo.min_DCT_scaled_size;
+  const int want_x0 = std::max(0, sx0 - imcu_cols);
+  const int want_x1 =
+      std::min(static_cast<int>(cinfo.output_width), sx1 + imcu_cols);
+  JDIMENSION xoff = want_x0, crop_w = want_x1 - want_x0;
+  const int rows = sy1 - sy0;
+  // The crop may widen to iMCU boundaries, so the buffer is sized after
+  // jpeg_crop_scanline.
+  if (!Guard(dec, [&] {
+        if (crop_w < cinfo.output_width) {
+          jpeg_crop_scanline(&cinfo, &xoff, &crop_w);
+        } else {
+          xoff = 0;
+        }
+      })) {
+    return DecodeError(dec.err.message);
+  }
+  const int buf_w = static_cast<int>(cinfo.output_width);
+  Tensor rgb_buf = Tensor::Allocate(DType::kUint8, {rows, buf_w, 3});
+  std::vector<uint8_t> cmyk_buf;
+  uint8_t* base = rgb_buf.data();
+  if (cmyk) {
+    cmyk_buf.resize(size_t{4} * rows * buf_w);
+    base = cmyk_buf.data();
+  }
+  std::vector<JSAMPROW> row_ptrs(rows);
+  for (int r = 0; r < rows; ++r) {
+    row_ptrs[r] = base + static_cast<size_t>(comps) * buf_w * r;
+  }
+  if (!Guard(dec, [&] {
+        // Skipping whole iMCU rows loses the context rows fancy upsampling
+        // reads, so skip only to one iMCU row above the region and decode (and
+        // drop) the rows in between.
+        const int imcu_rows =
+            cinfo.max_v_samp_factor * cinfo.min_DCT_scaled_size;
+        int skip = std::max(0, (sy0 / imcu_rows - 1) * imcu_rows);
+        if (skip > 0)
+          skip = static_cast<int>(jpeg_skip_scanlines(&cinfo, skip));
+        for (int r = skip; r < sy0; ++r) {
+          JSAMPROW scratch = row_ptrs[0];
+          jpeg_read_scanlines(&cinfo, &scratch, 1);
+        }
+        JDIMENSION done = 0;
+        while (done < static_cast<JDIMENSION>(rows)) {
+          const JDIMENSION got =
+              jpeg_read_scanlines(&cinfo, row_ptrs.data() + done, rows - done);
+          if (got == 0) ERREXIT(&cinfo, JERR_INPUT_EOF);
+          done += got;
+        }
+      })) {
+    return DecodeError(dec.err.message);
+  }
+  if (cmyk)
+    CmykToRgb(cmyk_buf.data(), rgb_buf.data(),
+              static_cast<size_t>(rows) * buf_w);
+
+  const CropBox region{0, sx0 - static_cast<int>(xoff), rows, sx1 - sx0};
+  if (region.left == 0 && region.width == buf_w && rows == p.out_height &&
+      region.width == p.out_width) {
+    return rgb_buf;  // already exactly the output: no copy
+  }
+  int interp = p.interpolation;
+  if (p.allow_dct_scaling && interp == cv::INTER_LINEAR &&
+      (region.width >= 2 * p.out_width || region.height >= 2 * p.out_height)) {
+    interp = cv::INTER_AREA;  // only reached at scale 1/8
+  }
+  try {
+    return CropAndResize(rgb_buf, region, p.out_height, p.out_width, interp);
+  } catch (const cv::Exception& e) {
+    return absl::InternalError(absl::StrCat("resize after decode: ", e.what()));
+  }
+}
+
+absl::StatusOr<Tensor> DecodeImageRegionImpl(std::string_view encoded,
+                                             const PlanFn& plan) {
+  if (encoded.empty()) return DecodeError("empty input");
+  std::string jpeg_reason;
+  if (IsJpeg(encoded)) {
+    bool fall_back = false;
+    absl::StatusOr<Tensor> out =
+        DecodeJpegRegion(encoded, plan, &fall_back, &jpeg_reason);
+    if (!fall_back) return out;
+  }
+  ASSIGN_OR_RETURN(Tensor full, DecodeWithOpenCv(encoded, jpeg_reason));
+  ASSIGN_OR_RETURN(const DecodePlan p, plan(static_cast<int>(full.dim(0)),
+                                            static_cast<int>(full.dim(1))));
+  if (p.box.top == 0 && p.box.left == 0 && p.box.height == full.dim(0) &&
+      p.box.width == full.dim(1) && p.out_height == p.box.height &&
+      p.out_width == p.box.width) {
+    return full;
+  }
+  try {
+    return CropAndResize(full, p.box, p.out_height, p.out_width,
+                         p.interpolation);
+  } catch (const cv::Exception& e) {
+    return absl::InternalError(absl::StrCat("resize after decode: ", e.what()));
+  }
+}
+
+absl::Status CheckEncoded(const OpLabel& label, const Tensor& input) {
+  if (input.dtype() == DType::kBytes || input.dtype() == DType::kString ||
+      (input.dtype() == DType::kUint8 && input.rank() == 1)) {
+    return absl::OkStatus();
+  }
+  return label.InputError("encoded image bytes (bytes, string or uint8[n])",
+                          input);
+}
+
+class DecodeOpImpl final : public Op {
+ public:
+  explicit DecodeOpImpl(OpLabel label) : label_(std::move(label)) {}
+  std::string_view name() const override { return label_.name; }
+  absl::StatusOr<Tensor> Apply(Tensor input,
+                               const ElementContext&) const override {
+    RETURN_IF_ERROR(CheckEncoded(label_, input));
+    return DecodeImage(input.bytes());
+  }
+
+ private:
+  OpLabel label_;
+};
+
+// Decode followed by an op that becomes a DecodePlan; name "Decode+<second>".
+class FusedDecodeOp final : public Op {
+ public:
+  using MakePlan = std::function<absl::StatusOr<DecodePlan>(
+      int height, int width, const ElementContext& ctx)>;
+  FusedDecodeOp(OpLabel decode, OpLabel second, MakePlan make_plan)
+      : decode_(std::move(decode)),
+        second_(std::move(second)),
+        name_(absl::StrCat(decode_.name, "+", second_.name)),
+        make_plan_(std::move(make_plan)) {}
+  std::string_view name() const override { return name_; }
+  absl::StatusOr<Tensor> Apply(Tensor input,
+                               const ElementContext& ctx) const override {
+    RETURN_IF_ERROR(CheckEncoded(decode_, input));
+    return DecodeImageRegion(
+        input.bytes(), [&](int h, int w) { return make_plan_(h, w, ctx); });
+  }
+
+ private:
+  OpLabel decode_;
+  OpLabel second_;
+  std::string name_;
+  MakePlan make_plan_;
+};
+
+bool DctScalingAllowed(int interpolation) {
+  return interpolation == cv::INTER_LINEAR || interpolation == cv::INTER_AREA;
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> DecodeImage(std::string_view encoded) {
+  return DecodeImageRegion(encoded,
+                           [](int h, int w) -> absl::StatusOr<DecodePlan> {
+                             DecodePlan p;
+                             p.box = CropBox{0, 0, h, w};
+                             p.out_height = h;
+                             p.out_width = w;
+                             return p;
+                           });
+}
+
+absl::StatusOr<Tensor> DecodeImageRegion(std::string_view encoded,
+                                         const PlanFn& plan) {
+  return DecodeImageRegionImpl(encoded, plan);
+}
+
+absl::StatusOr<std::unique_ptr<Op>> MakeDecode(const proto::DecodeOp&,
+                                               OpLabel label) {
+  return std::make_unique<DecodeOpImpl>(std::move(label));
+}
+
+std::unique_ptr<Op> MakeDecodeResize(OpLabel decode, OpLabel resize,
+                                     ResizeSpec spec) {
+  return std::make_unique<FusedDecodeOp>(
+      std::move(decode), std::move(resize),
+      [spec](int h, int w,
+             const ElementContext&) -> absl::StatusOr<DecodePlan> {
+        DecodePlan p;
+        p.box = CropBox{0, 0, h, w};
+        ResizeOutputSize(spec, h, w, &p.out_height, &p.out_width);
+        p.interpolation = spec.interpolation;
+        p.allow_dct_scaling = DctScalingAllowed(spec.interpolation);
+        return p;
+      });
+}
+
+std::unique_ptr<Op> MakeDecodeCenterCrop(OpLabel decode, OpLabel crop,
+                                         CenterCropSpec spec) {
+  return std::make_unique<FusedDecodeOp>(
+      std::move(decode), crop,
+      [spec, crop](int h, int w,
+                   const ElementContext&) -> absl::StatusOr<DecodePlan> {
+        DecodePlan p;
+        ASSIGN_OR_RETURN(p.box, CenterCropBox(spec, h, w, crop));
+        p.out_height = p.box.height;
+        p.out_width = p.box.width;
+        return p;
+      });
+}
+
+std::unique_ptr<Op> MakeDecodeRandomResizedCrop(OpLabel decode, OpLabel crop,
+                                                RandomResizedCropSpec spec) {
+  const int position = crop.position;
+  return std::make_unique<FusedDecodeOp>(
+      std::move(decode), std::move(crop),
+      [spec, position](int h, int w, const ElementContext& ctx)
+          -> absl::StatusOr<DecodePlan> {
+        Rng rng = ctx.RngFor(position);
+        DecodePlan p;
+        p.box = RandomResizedCropBox(spec, h, w, rng);
+        p.out_height = spec.height;
+        p.out_width = spec.width;
+        p.interpolation = spec.interpolation;
+        p.allow_dct_scaling = DctScalingAllowed(spec.interpolation);
+        return p;
+      });
+}
+
+}  // namespace sluice::data_worker

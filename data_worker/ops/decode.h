@@ -1,0 +1,67 @@
+// Image decoding: the Decode op and the fused Decode+Resize / Decode+CenterCrop
+// / Decode+RandomResizedCrop ops.
+//
+// JPEGs go through libjpeg-turbo directly (straight to RGB, JDCT_ISLOW, fancy
+// upsampling). The fused ops read the header, compute the crop box on the full
+// W×H exactly as the unfused op would (same random draws), pick the smallest
+// DCT scale M/8 that keeps the box at least as large as the output, and decode
+// only the box's rows (jpeg_skip_scanlines) and columns (jpeg_crop_scanline,
+// widened to iMCU boundaries), then cv::resize the box to the output size
+// (INTER_LINEAR, or INTER_AREA when still shrinking by 2× or more). Against
+// crop-then-resize of a full decode the result differs only by the DCT-domain
+// downscale (a box filter instead of bilinear sampling) and a sub-pixel
+// rounding of the box at scales below 1; at scale 1 the output is the same
+// crop/resize of the same decoded pixels.
+//
+// Anything that is not a JPEG, or whose header libjpeg rejects, goes through
+// cv::imdecode (BGR → RGB, alpha dropped, 16-bit → 8-bit, EXIF orientation
+// ignored), followed by the unfused crop/resize. Corrupt or truncated data →
+// DataLoss "cannot decode image: <reason>".
+#ifndef SLUICE_DATA_WORKER_OPS_DECODE_H_
+#define SLUICE_DATA_WORKER_OPS_DECODE_H_
+
+#include <functional>
+#include <memory>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "data_worker/ops/geometry.h"
+#include "data_worker/ops/op.h"
+#include "data_worker/ops/op_util.h"
+#include "data_worker/ops/tensor.h"
+
+namespace sluice::data_worker {
+
+// What to produce from an image once its full size is known.
+struct DecodePlan {
+  CropBox box;         // in full-image pixels
+  int out_height = 0;  // box is resized to out_height × out_width
+  int out_width = 0;
+  int interpolation = 1;  // cv::INTER_*
+  // Whether the box may be downscaled in the DCT domain (only for bilinear/area
+  // resizes).
+  bool allow_dct_scaling = false;
+};
+// Computes the plan from the full image height and width; an error aborts the
+// decode.
+using PlanFn = std::function<absl::StatusOr<DecodePlan>(int height, int width)>;
+
+// Decodes `encoded` to uint8 H×W×3 RGB.
+absl::StatusOr<Tensor> DecodeImage(std::string_view encoded);
+// Decodes the region `plan` selects and resizes it, as described above.
+absl::StatusOr<Tensor> DecodeImageRegion(std::string_view encoded,
+                                         const PlanFn& plan);
+
+absl::StatusOr<std::unique_ptr<Op>> MakeDecode(const proto::DecodeOp& spec,
+                                               OpLabel label);
+// Fused ops; `decode` and the second op keep their own labels/positions.
+std::unique_ptr<Op> MakeDecodeResize(OpLabel decode, OpLabel resize,
+                                     ResizeSpec spec);
+std::unique_ptr<Op> MakeDecodeCenterCrop(OpLabel decode, OpLabel crop,
+                                         CenterCropSpec spec);
+std::unique_ptr<Op> MakeDecodeRandomResizedCrop(OpLabel decode, OpLabel crop,
+                                                RandomResizedCropSpec spec);
+
+}  // namespace sluice::data_worker
+
+#endif  // SLUICE_DATA_WORKER_OPS_DECODE_H_

@@ -1,0 +1,79 @@
+// Op: one preprocessing step of a map stage (decode, crop, flip, normalize,
+// ...), and BuildOps, which validates a stage's proto::OpSpec list and builds
+// its ops (optionally fused).
+//
+// Ops are immutable after construction and thread-safe: the pipeline calls
+// Apply concurrently from its stage threads. Randomness never comes from the
+// scheduling: a random op at pipeline position p draws from ctx.RngFor(p), so
+// an element gets the same augmentation on any worker, at any parallelism,
+// fused or not.
+//
+//   ASSIGN_OR_RETURN(auto ops, BuildOps(stage.ops(), /*first_position=*/0,
+//   /*fuse=*/true)); for (const auto& op : ops) ASSIGN_OR_RETURN(t,
+//   op->Apply(std::move(t), ctx));
+//
+// Threads: the library calls cv::setNumThreads(0) once when the first op is
+// built, so OpenCV runs on the caller's thread; the pipeline owns all
+// parallelism.
+#ifndef SLUICE_DATA_WORKER_OPS_OP_H_
+#define SLUICE_DATA_WORKER_OPS_OP_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/base/random.h"
+#include "data_worker/ops/tensor.h"
+#include "proto/ops.pb.h"
+
+namespace sluice::data_worker {
+
+// Identity of the element being processed; every random op derives its
+// generator from it.
+struct ElementContext {
+  uint64_t seed = 0;
+  uint64_t epoch = 0;
+  uint64_t global_index = 0;
+
+  Rng RngFor(int op_position) const {
+    return Rng(MixSeed({seed, epoch, global_index, uint64_t(op_position)}));
+  }
+};
+
+class Op {
+ public:
+  virtual ~Op() = default;
+  // The op type as written in error messages, e.g. "RandomResizedCrop" or, for
+  // a fused op, "Decode+RandomResizedCrop".
+  virtual std::string_view name() const = 0;
+  // Transforms one element. Errors: InvalidArgument for a wrong dtype/rank or a
+  // crop larger than the image (the message names the op); DataLoss "cannot
+  // decode image: <reason>" for corrupt encoded images.
+  virtual absl::StatusOr<Tensor> Apply(Tensor input,
+                                       const ElementContext& ctx) const = 0;
+  // Vectorization: ops that can run on a whole batch (leading dim N) in one
+  // pass, with output identical to applying Apply to each element, return true
+  // and implement ApplyBatch.
+  virtual bool has_batched_kernel() const { return false; }
+  // Default: Unimplemented.
+  virtual absl::StatusOr<Tensor> ApplyBatch(Tensor batch) const;
+};
+
+// Validates and builds the ops of one map stage. `first_position` is the
+// pipeline-wide position of specs[0] (positions seed the randomness, so they
+// are assigned before any fusion). With fuse=true, adjacent ops are replaced by
+// fused kernels: Decode+RandomResizedCrop, Decode+Resize, Decode+CenterCrop
+// (JPEG region-of-interest + DCT-scaled decode through libjpeg-turbo), and
+// Normalize+HWC2CHW[+Cast to float32/float16] (one pass). A fused op uses the
+// same op positions (same random draws) as the unfused chain. InvalidArgument
+// names the op (position and type) and the field, e.g. "op 2
+// (RandomResizedCrop): size must be > 0".
+absl::StatusOr<std::vector<std::unique_ptr<Op>>> BuildOps(
+    const std::vector<proto::OpSpec>& specs, int first_position, bool fuse);
+
+}  // namespace sluice::data_worker
+
+#endif  // SLUICE_DATA_WORKER_OPS_OP_H_

@@ -1,0 +1,93 @@
+// Helpers shared by the op families (not part of the ops' public surface):
+// error messages that name the op, input checks, OpenCV exception capture.
+#ifndef SLUICE_DATA_WORKER_OPS_OP_UTIL_H_
+#define SLUICE_DATA_WORKER_OPS_OP_UTIL_H_
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "data_worker/ops/tensor.h"
+#include "opencv2/core.hpp"
+#include "opencv2/imgproc.hpp"
+#include "proto/ops.pb.h"
+
+namespace sluice::data_worker {
+
+// Our Abseil predates std::string_view interop: StrCat needs absl::string_view.
+inline absl::string_view Sv(std::string_view s) {
+  return absl::string_view(s.data(), s.size());
+}
+
+// Where an op sits in the pipeline and what it is called in messages: "op 3
+// (Resize)".
+struct OpLabel {
+  int position = 0;
+  std::string name;
+
+  std::string ToString() const {
+    return absl::StrCat("op ", position, " (", name, ")");
+  }
+  absl::Status SpecError(std::string_view message) const {
+    return absl::InvalidArgumentError(
+        absl::StrCat(ToString(), ": ", Sv(message)));
+  }
+  absl::Status InputError(std::string_view expected, const Tensor& got) const {
+    return absl::InvalidArgumentError(absl::StrCat(
+        ToString(), ": expected ", Sv(expected), ", got ",
+        Sv(DTypeToString(got.dtype())), ShapeToString(got.shape())));
+  }
+};
+
+// An image an OpenCV function can take: rank 2 (H×W) or rank 3 (H×W×C, 1 <= C
+// <= 4) of uint8/int32/float16/float32, non-empty.
+inline bool IsCvImage(const Tensor& t) {
+  if (Tensor::CvDepth(t.dtype()) < 0) return false;
+  if (t.rank() == 2) return t.dim(0) > 0 && t.dim(1) > 0;
+  return t.rank() == 3 && t.dim(0) > 0 && t.dim(1) > 0 && t.dim(2) >= 1 &&
+         t.dim(2) <= 4;
+}
+inline constexpr std::string_view kCvImageExpectation =
+    "an image H×W×C (C <= 4) or H×W of uint8/int32/float16/float32";
+
+// Shape of an image tensor like `like` with a new height and width.
+inline std::vector<int64_t> ImageShape(const Tensor& like, int height,
+                                       int width) {
+  std::vector<int64_t> shape = like.shape();
+  shape[0] = height;
+  shape[1] = width;
+  return shape;
+}
+
+// cv::INTER_* for `interp`, or `default_flag` for INTERPOLATION_DEFAULT.
+inline int CvInterpolation(proto::Interpolation interp, int default_flag) {
+  switch (interp) {
+    case proto::INTERPOLATION_NEAREST:
+      return cv::INTER_NEAREST;
+    case proto::INTERPOLATION_BILINEAR:
+      return cv::INTER_LINEAR;
+    case proto::INTERPOLATION_BICUBIC:
+      return cv::INTER_CUBIC;
+    case proto::INTERPOLATION_AREA:
+      return cv::INTER_AREA;
+    default:
+      return default_flag;
+  }
+}
+
+// Runs `fn` (returning absl::StatusOr<Tensor>), turning a cv::Exception into
+// Internal naming the op.
+template <typename F>
+absl::StatusOr<Tensor> CatchCv(const OpLabel& label, F&& fn) {
+  try {
+    return fn();
+  } catch (const cv::Exception& e) {
+    return absl::InternalError(
+        absl::StrCat(label.ToString(), ": OpenCV error: ", e.what()));
+  }
+}
+
+}  // namespace sluice::data_worker
+
+#endif  // SLUICE_DATA_WORKER_OPS_OP_UTIL_H_

@@ -1,0 +1,373 @@
+#include "data_worker/ops/decode.h"
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "data_worker/ops/geometry.h"
+#include "data_worker/ops/op.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/data_worker/ops/test_images.h"
+
+namespace sluice::data_worker {
+namespace {
+
+using ::sluice::data_worker::testing::Bytes;
+using ::sluice::data_worker::testing::Compare;
+using ::sluice::data_worker::testing::Diff;
+using ::sluice::data_worker::testing::EncodeCmykJpeg;
+using ::sluice::data_worker::testing::EncodeJpegRgb;
+using ::sluice::data_worker::testing::MakeRgb;
+using ::sluice::data_worker::testing::ReferenceDecode;
+using ::testing::HasSubstr;
+
+struct Variant {
+  std::string name;
+  std::string bytes;
+};
+
+std::vector<Variant> JpegVariants() {
+  const cv::Mat rgb = MakeRgb(375, 500);
+  std::vector<Variant> v;
+  v.push_back({"420", testing::EncodeJpegSampling(rgb, 2, 2)});
+  v.push_back({"422", testing::EncodeJpegSampling(rgb, 2, 1)});
+  v.push_back({"444", testing::EncodeJpegSampling(rgb, 1, 1)});
+  v.push_back({"440", testing::EncodeJpegSampling(rgb, 1, 2)});
+  v.push_back({"420_progressive_odd",
+               testing::EncodeJpegSampling(MakeRgb(251, 333, 9), 2, 2, true)});
+  v.push_back(
+      {"progressive", EncodeJpegRgb(rgb, {cv::IMWRITE_JPEG_PROGRESSIVE, 1})});
+  v.push_back(
+      {"restart", EncodeJpegRgb(rgb, {cv::IMWRITE_JPEG_RST_INTERVAL, 3})});
+  v.push_back({"exif", testing::WithExif(EncodeJpegRgb(rgb))});
+  cv::Mat gray;
+  cv::cvtColor(rgb, gray, cv::COLOR_RGB2GRAY);
+  v.push_back({"gray", testing::Encode(gray, ".jpg")});
+  v.push_back(
+      {"gray_progressive",
+       testing::Encode(gray, ".jpg", {cv::IMWRITE_JPEG_PROGRESSIVE, 1})});
+  v.push_back({"cmyk", EncodeCmykJpeg(251, 333)});
+  v.push_back({"odd_size", EncodeJpegRgb(MakeRgb(251, 333, 3))});
+  v.push_back({"tiny_1x1", EncodeJpegRgb(MakeRgb(1, 1, 4))});
+  v.push_back({"tiny_7x5", EncodeJpegRgb(MakeRgb(5, 7, 5))});
+  v.push_back(
+      {"tiny_7x5_progressive",
+       EncodeJpegRgb(MakeRgb(5, 7, 5), {cv::IMWRITE_JPEG_PROGRESSIVE, 1})});
+  return v;
+}
+
+proto::OpSpec DecodeSpec() {
+  proto::OpSpec s;
+  s.mutable_decode();
+  return s;
+}
+
+std::unique_ptr<Op> Build(const std::vector<proto::OpSpec>& specs, bool fuse) {
+  auto ops = BuildOps(specs, /*first_position=*/0, fuse);
+  EXPECT_TRUE(ops.ok()) << ops.status();
+  EXPECT_EQ(ops->size(), 1u);
+  return std::move((*ops)[0]);
+}
+
+cv::Mat MatOf(const Tensor& t) { return t.AsMat(); }
+
+TEST(Decode, JpegVariantsMatchOpenCvDecode) {
+  auto op = Build({DecodeSpec()}, /*fuse=*/false);
+  for (const Variant& v : JpegVariants()) {
+    SCOPED_TRACE(v.name);
+    absl::StatusOr<Tensor> out = op->Apply(Bytes(v.bytes), ElementContext{});
+    ASSERT_TRUE(out.ok()) << out.status();
+    ASSERT_EQ(out->dtype(), DType::kUint8);
+    ASSERT_EQ(out->rank(), 3);
+    EXPECT_EQ(out->dim(2), 3);
+    const cv::Mat ref = ReferenceDecode(v.bytes);
+    ASSERT_EQ(out->dim(0), ref.rows);
+    ASSERT_EQ(out->dim(1), ref.cols);
+    const Diff d = Compare(MatOf(*out), ref);
+    // Same libjpeg-turbo, same IDCT and upsampling: identical up to rounding in
+    // colour conversion.
+    EXPECT_LE(d.max, 1) << "mean " << d.mean;
+  }
+}
+
+TEST(Decode, PngVariantsMatchOpenCvDecode) {
+  auto op = Build({DecodeSpec()}, /*fuse=*/false);
+  const cv::Mat rgb = MakeRgb(40, 30);
+  cv::Mat bgr, bgra, gray, bgr16;
+  cv::cvtColor(rgb, bgr, cv::COLOR_RGB2BGR);
+  cv::cvtColor(bgr, bgra, cv::COLOR_BGR2BGRA);
+  bgra.forEach<cv::Vec4b>([](cv::Vec4b& px, const int*) { px[3] = 17; });
+  cv::cvtColor(bgr, gray, cv::COLOR_BGR2GRAY);
+  bgr.convertTo(bgr16, CV_16U, 257.0);
+  for (const auto& [name, mat] : std::vector<std::pair<std::string, cv::Mat>>{
+           {"rgb", bgr}, {"rgba", bgra}, {"gray", gray}, {"16bit", bgr16}}) {
+    SCOPED_TRACE(name);
+    const std::string png = testing::Encode(mat, ".png");
+    absl::StatusOr<Tensor> out = op->Apply(Bytes(png), ElementContext{});
+    ASSERT_TRUE(out.ok()) << out.status();
+    ASSERT_EQ(out->rank(), 3);
+    ASSERT_EQ(out->dim(2), 3);
+    EXPECT_EQ(Compare(MatOf(*out), ReferenceDecode(png)).max, 0);
+    if (name != "gray") {
+      EXPECT_EQ(Compare(MatOf(*out), rgb).max, 0);
+    }
+  }
+}
+
+TEST(Decode, CorruptInputIsDataLossNotACrash) {
+  auto op = Build({DecodeSpec()}, /*fuse=*/false);
+  const cv::Mat rgb = MakeRgb(200, 300);
+  const std::string jpeg = EncodeJpegRgb(rgb);
+  const std::string progressive =
+      EncodeJpegRgb(rgb, {cv::IMWRITE_JPEG_PROGRESSIVE, 1});
+  std::string garbage(5000, '\0');
+  for (size_t i = 0; i < garbage.size(); ++i)
+    garbage[i] = static_cast<char>(i * 7919 % 251);
+  std::string bad_header = jpeg.substr(0, 2) + garbage;
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"truncated", jpeg.substr(0, jpeg.size() / 2)},
+      {"truncated_progressive",
+       progressive.substr(0, progressive.size() * 2 / 3)},
+      {"header_only", jpeg.substr(0, 300)},
+      {"soi_only", jpeg.substr(0, 3)},
+      {"garbage", garbage},
+      {"jpeg_signature_then_garbage", bad_header},
+      {"empty", ""},
+  };
+  for (const auto& [name, bytes] : cases) {
+    SCOPED_TRACE(name);
+    absl::StatusOr<Tensor> out = op->Apply(Bytes(bytes), ElementContext{});
+    ASSERT_FALSE(out.ok());
+    EXPECT_EQ(out.status().code(), absl::StatusCode::kDataLoss) << out.status();
+    EXPECT_THAT(out.status().message(), HasSubstr("cannot decode image"));
+  }
+  // The fused ops take the same path.
+  proto::OpSpec resize;
+  resize.mutable_resize()->set_size(50);
+  auto fused = Build({DecodeSpec(), resize}, /*fuse=*/true);
+  for (const auto& [name, bytes] : cases) {
+    SCOPED_TRACE(name);
+    EXPECT_EQ(fused->Apply(Bytes(bytes), ElementContext{}).status().code(),
+              absl::StatusCode::kDataLoss);
+  }
+}
+
+TEST(Decode, RejectsNonBytesInput) {
+  auto op = Build({DecodeSpec()}, /*fuse=*/false);
+  absl::StatusOr<Tensor> out =
+      op->Apply(Tensor::Allocate(DType::kFloat32, {2, 2}), ElementContext{});
+  ASSERT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(out.status().message(), HasSubstr("op 0 (Decode)"));
+  EXPECT_THAT(out.status().message(), HasSubstr("bytes"));
+}
+
+// Fused Decode+X vs the plain OpenCV reference (full imdecode, then
+// crop/resize). Tolerance: the DCT-domain downscale is a box filter where the
+// reference samples bilinearly, and the box is rounded to the scaled pixel
+// grid: mean abs diff < 4 levels, max < 48 (at sharp edges).
+constexpr double kFusedMeanTolerance = 4.0;
+constexpr double kFusedMaxTolerance = 48.0;
+
+TEST(FusedDecode, RandomResizedCropMatchesOpenCvReference) {
+  proto::OpSpec rrc;
+  rrc.mutable_random_resized_crop()->set_size(224);
+  auto fused = Build({DecodeSpec(), rrc}, /*fuse=*/true);
+  EXPECT_EQ(fused->name(), "Decode+RandomResizedCrop");
+  auto unfused = BuildOps({DecodeSpec(), rrc}, 0, /*fuse=*/false);
+  ASSERT_TRUE(unfused.ok());
+  RandomResizedCropSpec spec;
+  spec.height = spec.width = 224;
+  double worst_mean = 0;
+  for (const Variant& v : JpegVariants()) {
+    SCOPED_TRACE(v.name);
+    const cv::Mat ref_full = ReferenceDecode(v.bytes);
+    for (uint64_t index = 0; index < 12; ++index) {
+      SCOPED_TRACE(index);
+      const ElementContext ctx{/*seed=*/42, /*epoch=*/1,
+                               /*global_index=*/index};
+      absl::StatusOr<Tensor> out = fused->Apply(Bytes(v.bytes), ctx);
+      ASSERT_TRUE(out.ok()) << out.status();
+      ASSERT_EQ(out->shape(), (std::vector<int64_t>{224, 224, 3}));
+      Rng rng = ctx.RngFor(1);
+      const CropBox box =
+          RandomResizedCropBox(spec, ref_full.rows, ref_full.cols, rng);
+      cv::Mat ref;
+      cv::resize(ref_full(cv::Rect(box.left, box.top, box.width, box.height)),
+                 ref, cv::Size(224, 224), 0, 0, cv::INTER_LINEAR);
+      const Diff d = Compare(MatOf(*out), ref);
+      worst_mean = std::max(worst_mean, d.mean);
+      EXPECT_LT(d.mean, kFusedMeanTolerance);
+      EXPECT_LT(d.max, kFusedMaxTolerance);
+      // The unfused chain decodes with the same library: same tolerance.
+      absl::StatusOr<Tensor> decoded =
+          (*unfused)[0]->Apply(Bytes(v.bytes), ctx);
+      ASSERT_TRUE(decoded.ok());
+      absl::StatusOr<Tensor> cropped =
+          (*unfused)[1]->Apply(std::move(*decoded), ctx);
+      ASSERT_TRUE(cropped.ok());
+      const Diff du = Compare(MatOf(*out), MatOf(*cropped));
+      EXPECT_LT(du.mean, kFusedMeanTolerance);
+      EXPECT_LT(du.max, kFusedMaxTolerance);
+    }
+  }
+  RecordProperty("worst_mean_abs_diff", std::to_string(worst_mean));
+}
+
+// Resize: the reference is cv::resize of the full decode, INTER_LINEAR when
+// shrinking by less than 2x and INTER_AREA (antialiased, like torchvision's
+// antialias=True) beyond, since bilinear sampling of a 4x shrink aliases and is
+// no meaningful reference.
+TEST(FusedDecode, ResizeMatchesOpenCvReference) {
+  for (int size : {100, 200, 256, 600}) {
+    SCOPED_TRACE(size);
+    proto::OpSpec resize;
+    resize.mutable_resize()->set_size(size);
+    auto fused = Build({DecodeSpec(), resize}, /*fuse=*/true);
+    for (const Variant& v : JpegVariants()) {
+      SCOPED_TRACE(v.name);
+      absl::StatusOr<Tensor> out =
+          fused->Apply(Bytes(v.bytes), ElementContext{});
+      ASSERT_TRUE(out.ok()) << out.status();
+      const cv::Mat full = ReferenceDecode(v.bytes);
+      const cv::Size target(out->dim(1), out->dim(0));
+      const bool big_shrink =
+          full.cols >= 2 * target.width || full.rows >= 2 * target.height;
+      cv::Mat ref;
+      cv::resize(full, ref, target, 0, 0,
+                 big_shrink ? cv::INTER_AREA : cv::INTER_LINEAR);
+      const Diff d = Compare(MatOf(*out), ref);
+      EXPECT_LT(d.mean, kFusedMeanTolerance);
+      EXPECT_LT(d.max, kFusedMaxTolerance);
+    }
+  }
+}
+
+TEST(FusedDecode, CenterCropEqualsCropOfFullDecode) {
+  proto::OpSpec crop;
+  crop.mutable_center_crop()->set_height(5);
+  crop.mutable_center_crop()->set_width(3);
+  proto::OpSpec big = crop;
+  big.mutable_center_crop()->set_height(224);
+  big.mutable_center_crop()->set_width(224);
+  for (const Variant& v : JpegVariants()) {
+    SCOPED_TRACE(v.name);
+    const cv::Mat full = ReferenceDecode(v.bytes);
+    for (const proto::OpSpec& spec : {crop, big}) {
+      auto fused = Build({DecodeSpec(), spec}, /*fuse=*/true);
+      const int h = spec.center_crop().height(), w = spec.center_crop().width();
+      absl::StatusOr<Tensor> out =
+          fused->Apply(Bytes(v.bytes), ElementContext{});
+      if (h > full.rows || w > full.cols) {
+        ASSERT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+        EXPECT_THAT(out.status().message(), HasSubstr("op 1 (CenterCrop)"));
+        EXPECT_THAT(out.status().message(),
+                    HasSubstr(absl::StrCat(full.rows, "x", full.cols)));
+        continue;
+      }
+      ASSERT_TRUE(out.ok()) << out.status();
+      const int top = static_cast<int>(std::nearbyint((full.rows - h) / 2.0));
+      const int left = static_cast<int>(std::nearbyint((full.cols - w) / 2.0));
+      const Diff d = Compare(MatOf(*out), full(cv::Rect(left, top, w, h)));
+      // Region decode at scale 1: the same pixels up to chroma upsampling at
+      // region edges.
+      EXPECT_LE(d.max, 2) << "mean " << d.mean;
+    }
+  }
+}
+
+TEST(FusedDecode, PngFallsBackToOpenCvWithIdenticalResult) {
+  const cv::Mat rgb = MakeRgb(120, 90);
+  cv::Mat bgr;
+  cv::cvtColor(rgb, bgr, cv::COLOR_RGB2BGR);
+  const std::string png = testing::Encode(bgr, ".png");
+  proto::OpSpec rrc;
+  rrc.mutable_random_resized_crop()->set_size(32);
+  auto fused = Build({DecodeSpec(), rrc}, /*fuse=*/true);
+  auto unfused = BuildOps({DecodeSpec(), rrc}, 0, false);
+  ASSERT_TRUE(unfused.ok());
+  const ElementContext ctx{1, 2, 3};
+  absl::StatusOr<Tensor> a = fused->Apply(Bytes(png), ctx);
+  absl::StatusOr<Tensor> b = (*unfused)[0]->Apply(Bytes(png), ctx);
+  ASSERT_TRUE(a.ok() && b.ok());
+  b = (*unfused)[1]->Apply(std::move(*b), ctx);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(a->bytes(), b->bytes());
+}
+
+TEST(FusedDecode, SameElementSameBytesDifferentIndexDifferentCrop) {
+  proto::OpSpec rrc;
+  rrc.mutable_random_resized_crop()->set_size(48);
+  auto fused = Build({DecodeSpec(), rrc}, /*fuse=*/true);
+  const std::string jpeg = JpegVariants()[0].bytes;
+  const ElementContext ctx{7, 0, 5};
+  absl::StatusOr<Tensor> a = fused->Apply(Bytes(jpeg), ctx);
+  absl::StatusOr<Tensor> b = fused->Apply(Bytes(jpeg), ctx);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->bytes(), b->bytes());
+  int different = 0;
+  for (uint64_t i = 6; i < 16; ++i) {
+    absl::StatusOr<Tensor> c =
+        fused->Apply(Bytes(jpeg), ElementContext{7, 0, i});
+    ASSERT_TRUE(c.ok());
+    different += c->bytes() != a->bytes();
+  }
+  EXPECT_EQ(different, 10);
+  absl::StatusOr<Tensor> other_epoch =
+      fused->Apply(Bytes(jpeg), ElementContext{7, 1, 5});
+  ASSERT_TRUE(other_epoch.ok());
+  EXPECT_NE(other_epoch->bytes(), a->bytes());
+}
+
+TEST(FusedDecode, ImagenetTrainChainMatchesUnfusedChain) {
+  std::vector<proto::OpSpec> specs(5);
+  specs[0].mutable_decode();
+  specs[1].mutable_random_resized_crop()->set_size(224);
+  specs[2].mutable_random_horizontal_flip();
+  for (float m : {0.485f, 0.456f, 0.406f})
+    specs[3].mutable_normalize()->add_mean(m);
+  for (float s : {0.229f, 0.224f, 0.225f})
+    specs[3].mutable_normalize()->add_std(s);
+  specs[4].mutable_hwc2chw();
+  auto fused = BuildOps(specs, /*first_position=*/3, /*fuse=*/true);
+  auto unfused = BuildOps(specs, /*first_position=*/3, /*fuse=*/false);
+  ASSERT_TRUE(fused.ok() && unfused.ok());
+  ASSERT_EQ(fused->size(), 3u);
+  EXPECT_EQ((*fused)[0]->name(), "Decode+RandomResizedCrop");
+  EXPECT_EQ((*fused)[1]->name(), "RandomHorizontalFlip");
+  EXPECT_EQ((*fused)[2]->name(), "Normalize+HWC2CHW");
+  for (const Variant& v : JpegVariants()) {
+    SCOPED_TRACE(v.name);
+    for (uint64_t index = 0; index < 4; ++index) {
+      const ElementContext ctx{99, 0, index};
+      auto run = [&](const std::vector<std::unique_ptr<Op>>& ops) {
+        Tensor t = Bytes(v.bytes);
+        for (const auto& op : ops) {
+          absl::StatusOr<Tensor> next = op->Apply(std::move(t), ctx);
+          EXPECT_TRUE(next.ok()) << next.status();
+          t = std::move(*next);
+        }
+        return t;
+      };
+      const Tensor a = run(*fused), b = run(*unfused);
+      ASSERT_EQ(a.shape(), (std::vector<int64_t>{3, 224, 224}));
+      ASSERT_EQ(a.shape(), b.shape());
+      // Back to levels: |diff| * std * 255.
+      const float* pa = a.data_as<float>();
+      const float* pb = b.data_as<float>();
+      const int64_t plane = 224 * 224;
+      double sum = 0, worst = 0;
+      for (int64_t i = 0; i < a.num_elements(); ++i) {
+        const double d =
+            std::abs(pa[i] - pb[i]) * specs[3].normalize().std(i / plane) * 255;
+        sum += d;
+        worst = std::max(worst, d);
+      }
+      EXPECT_LT(sum / a.num_elements(), kFusedMeanTolerance);
+      EXPECT_LT(worst, kFusedMaxTolerance);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sluice::data_worker

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang in a separate build folder and runs each of them.
+#
+#   tests/fuzz/run.sh [SECONDS]          default 30 seconds per fuzzer
+#
+# Env: SLUICE_FUZZ_BUILD_DIR (default build-fuzz), JOBS (build parallelism, default 2),
+# FUZZ_ARGS (extra libFuzzer flags; e.g. FUZZ_ARGS="-fork=1 -ignore_crashes=1" keeps fuzzing past
+# a crash, to survey every distinct crash in one run; the script still exits non-zero).
+# The corpora grow in $SLUICE_FUZZ_BUILD_DIR/fuzz/corpus/<fuzzer>/ (seeded by fuzz_corpus_gen on
+# every run); a crashing input is saved as $SLUICE_FUZZ_BUILD_DIR/fuzz/artifacts/<fuzzer>/crash-*
+# and the script exits non-zero. Reproduce one with: <build>/bin/<fuzzer> <crash file>.
+set -euo pipefail
+seconds="${1:-30}"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+build="${SLUICE_FUZZ_BUILD_DIR:-$root/build-fuzz}"
+fuzzers=(shard_reader_fuzzer manifest_fuzzer)
+
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DSLUICE_FUZZ=ON >/dev/null
+cmake --build "$build" --target "${fuzzers[@]}" fuzz_corpus_gen -j "${JOBS:-2}"
+
+work="$build/fuzz"
+mkdir -p "$work/corpus/shard_reader_fuzzer" "$work/corpus/manifest_fuzzer"
+"$build/bin/fuzz_corpus_gen" "$work/corpus/shard_reader_fuzzer" "$work/corpus/manifest_fuzzer"
+
+failed=()
+for f in "${fuzzers[@]}"; do
+  mkdir -p "$work/artifacts/$f"
+  touch "$work/$f.started"
+  echo "=== $f: ${seconds}s"
+  count() { find "$work/artifacts/$f" -type f | wc -l; }
+  before=$(count)
+  # shellcheck disable=SC2086  # FUZZ_ARGS is a list of flags
+  if ! "$build/bin/$f" -max_total_time="$seconds" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
+      -print_final_stats=1 -artifact_prefix="$work/artifacts/$f/" ${FUZZ_ARGS:-} "$work/corpus/$f" \
+      2>"$work/$f.log" || (($(count) > before)); then
+    failed+=("$f")
+    grep -E '^(==[0-9]+==ERROR|SUMMARY|shard_reader_fuzzer:|terminate|    #[0-9]+ )' "$work/$f.log" \
+      | cut -c1-200 | head -40 || true
+    find "$work/artifacts/$f" -type f -newer "$work/$f.started" | sed "s|^|crash input: |"
+  fi
+  grep -E '^(stat::number_of_executed_units|stat::new_units_added|#[0-9]+ *DONE)' "$work/$f.log" || true
+done
+if ((${#failed[@]})); then
+  echo "FAILED: ${failed[*]} (logs in $work/)" >&2
+  exit 1
+fi
+echo "OK: ${fuzzers[*]} ran ${seconds}s each without a crash"

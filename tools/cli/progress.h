@@ -1,0 +1,42 @@
+// A one-line progress bar on stderr for long CLI work:
+//   convert [##########..........]  1000/2000  50%  812.3/s  ETA 1s
+// Redraws at most 10 times a second on a terminal; when stderr is not a terminal (CI logs) it prints
+// nothing until Done(), which prints one summary line. Thread-safe.
+#ifndef SLUICE_TOOLS_CLI_PROGRESS_H_
+#define SLUICE_TOOLS_CLI_PROGRESS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace sluice::cli {
+
+class ProgressBar {
+ public:
+  // `total` may be 0 when unknown; Update() may then pass it later.
+  ProgressBar(std::string label, uint64_t total);
+  ~ProgressBar();
+
+  void Update(uint64_t done, uint64_t total = 0) ABSL_LOCKS_EXCLUDED(mu_);
+  // Prints the final line: label, count, elapsed time and rate.
+  void Done() ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  void Draw(bool final) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::string label_;
+  const bool tty_;
+  const absl::Time start_;
+  absl::Mutex mu_;
+  uint64_t done_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t total_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_draw_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace sluice::cli
+
+#endif  // SLUICE_TOOLS_CLI_PROGRESS_H_
