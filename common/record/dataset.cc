@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/base/process.h"
 #include "common/base/status_macros.h"
 #include "common/record/checksum.h"
 #include "common/record/json.h"
@@ -40,20 +41,6 @@ absl::StatusOr<uint64_t> ParseHex(const nlohmann::json& v) {
     return absl::InvalidArgumentError("not 16 hex digits");
   }
   return out;
-}
-
-absl::Status WriteFileAtomically(const std::string& path, const std::string& content) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << content;
-    out.flush();
-    if (!out) return absl::InternalError("cannot write '" + tmp + "'");
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return absl::InternalError("cannot rename '" + tmp + "': " + ec.message());
-  return absl::OkStatus();
 }
 
 }  // namespace
