@@ -224,22 +224,28 @@ std::pair<size_t, uint64_t> Dataset::Locate(uint64_t global) const {
   return {shard, global - starts_[shard]};
 }
 
-absl::StatusOr<Record> Dataset::Read(uint64_t global) const {
-  if (global >= size()) {
-    return absl::OutOfRangeError(
-        absl::StrCat("record ", global, " is past the end of '", dir_, "' (", size(), " records)"));
-  }
+absl::Status Dataset::CheckIndex(uint64_t global) const {
+  if (global < size()) return absl::OkStatus();
+  return absl::OutOfRangeError(
+      absl::StrCat("record ", global, " is past the end of '", dir_, "' (", size(), " records)"));
+}
+
+absl::StatusOr<std::string_view> Dataset::ReadView(uint64_t global) const {
+  RETURN_IF_ERROR(CheckIndex(global));
   const auto [shard, local] = Locate(global);
-  return shards_[shard]->Read(local);
+  return shards_[shard]->ReadView(local);
 }
 
 absl::StatusOr<std::string> Dataset::ReadEncoded(uint64_t global) const {
-  if (global >= size()) {
-    return absl::OutOfRangeError(
-        absl::StrCat("record ", global, " is past the end of '", dir_, "' (", size(), " records)"));
-  }
+  RETURN_IF_ERROR(CheckIndex(global));
   const auto [shard, local] = Locate(global);
   return shards_[shard]->ReadEncoded(local);
+}
+
+absl::StatusOr<Record> Dataset::Read(uint64_t global) const {
+  RETURN_IF_ERROR(CheckIndex(global));
+  const auto [shard, local] = Locate(global);
+  return shards_[shard]->Read(local);
 }
 
 std::vector<std::string> VerifyDataset(const std::string& dir) {

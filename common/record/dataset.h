@@ -96,11 +96,15 @@ class Dataset {
   // (shard, index within shard) of a global index. REQUIRES: global < size().
   std::pair<size_t, uint64_t> Locate(uint64_t global) const;
 
-  absl::StatusOr<Record> Read(uint64_t global) const;
+  // As ShardReader's: a verified zero-copy view (valid while this Dataset lives), a copy of it,
+  // and a decoded copy. OutOfRange past the end.
+  absl::StatusOr<std::string_view> ReadView(uint64_t global) const;
   absl::StatusOr<std::string> ReadEncoded(uint64_t global) const;
+  absl::StatusOr<Record> Read(uint64_t global) const;
 
  private:
   Dataset(std::string dir, Manifest manifest) : dir_(std::move(dir)), manifest_(std::move(manifest)) {}
+  absl::Status CheckIndex(uint64_t global) const;
 
   const std::string dir_;
   const Manifest manifest_;

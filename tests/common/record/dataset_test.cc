@@ -51,6 +51,8 @@ TEST(Dataset, ShardSizeLimitSplitsIntoShardsAndGlobalIndicesSpanThem) {
     EXPECT_EQ(r->columns[2].data, "img" + std::to_string(i));
   }
   EXPECT_EQ((*ds)->Read(30).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ((*ds)->ReadView(30).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(*(*ds)->ReadView(17), *(*ds)->ReadEncoded(17));
   EXPECT_TRUE(VerifyDataset(dir).empty());
 }
 
