@@ -1,0 +1,56 @@
+#!/usr/bin/python3
+"""PyTorch DataLoader + torchvision ImageFolder on the ImageNet training transforms: the peer of
+`sluice pipeline run --spec bench/pipelines/imagenet_train.yaml` in bench/compare_pytorch.sh.
+
+    /usr/bin/python3 bench/pytorch_loader.py --data IMAGE_FOLDER [--workers N] [--epochs E]
+
+RandomResizedCrop(224) → RandomHorizontalFlip → ToTensor → Normalize(ImageNet), batch 64, shuffled,
+num_workers = nproc by default. One warm-up epoch (worker start-up, page cache), then E timed
+epochs; prints `pytorch: <N> images/s` over the timed epochs.
+"""
+import argparse
+import os
+import time
+
+import torch
+import torchvision
+from torchvision import transforms
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", required=True, help="ImageFolder root (class folders of JPEGs)")
+    ap.add_argument("--workers", type=int, default=os.cpu_count())
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=64)
+    args = ap.parse_args()
+
+    torch.manual_seed(0)
+    tf = transforms.Compose([
+        transforms.RandomResizedCrop(224),
+        transforms.RandomHorizontalFlip(),
+        transforms.ToTensor(),
+        transforms.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
+    ])
+    ds = torchvision.datasets.ImageFolder(args.data, transform=tf)
+    loader = torch.utils.data.DataLoader(ds, batch_size=args.batch, shuffle=True,
+                                         num_workers=args.workers,
+                                         persistent_workers=args.workers > 0)
+
+    def epoch():
+        n = 0
+        for images, labels in loader:
+            assert images.shape[1:] == (3, 224, 224) and images.dtype == torch.float32
+            n += images.shape[0]
+        return n
+
+    epoch()  # warm-up
+    start = time.perf_counter()
+    total = sum(epoch() for _ in range(args.epochs))
+    secs = time.perf_counter() - start
+    print(f"pytorch: {len(ds)} images, {args.workers} workers, batch {args.batch}")
+    print(f"pytorch: {total / secs:.1f} images/s")
+
+
+if __name__ == "__main__":
+    main()

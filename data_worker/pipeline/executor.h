@@ -1,0 +1,170 @@
+// Executor: runs a validated, optimized pipeline (plan.h) for one epoch at a
+// time.
+//
+// Each stage of the plan has its own worker threads; stages are connected by
+// bounded OrderedQueues, so elements leave in the order of the input sequence
+// whatever the parallelism, and a consumer that stops reading stops the
+// pipeline with bounded memory. The input sequence of an epoch is the dataset's
+// records in record::Permutation(n, shuffle seed, epoch) order if the pipeline
+// shuffles, else in natural order, or an explicit list of global indices (a
+// split given by the distributed service). Every random op draws from
+// ElementContext{job seed, epoch, global index}.RngFor(op position), so an
+// element gets the same augmentation at any parallelism, in any mode, with or
+// without the optimizer's rewrites.
+//
+//   ASSIGN_OR_RETURN(auto ex, Executor::Create(spec, options));
+//   RETURN_IF_ERROR(ex->Start(/*epoch=*/0));
+//   while (true) {
+//     ASSIGN_OR_RETURN(std::optional<Element> e, ex->GetNext());
+//     if (!e) break;  // end of epoch
+//     // e->columns[0]: the [64,3,224,224] float32 images; e->global_indices:
+//     // their record ids.
+//   }
+//
+// Bad records: with on_error=fail the element's error (DataLoss naming the
+// shard or image file, the record's global index, the node and op) is returned
+// by GetNext in its place in the sequence, and the epoch ends; with skip the
+// element is dropped and counted.
+//
+// Threads: Start() starts the stage workers and the autotuner; Stop() (or the
+// next Start, or the destructor) cancels and joins them. GetNext/Start/Stop
+// must be called from one thread at a time.
+#ifndef SLUICE_DATA_WORKER_PIPELINE_EXECUTOR_H_
+#define SLUICE_DATA_WORKER_PIPELINE_EXECUTOR_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/base/clock.h"
+#include "data_worker/pipeline/plan.h"
+#include "data_worker/pipeline/spec.h"
+#include "prometheus/registry.h"
+
+namespace sluice::data_worker::pipeline {
+
+// One output of the pipeline: an element, or a batch (columns stacked, leading
+// dimension N).
+struct Element {
+  std::vector<Tensor> columns;
+  std::vector<uint64_t>
+      global_indices;  // one per element of the batch (one if unbatched)
+  uint64_t epoch = 0;
+};
+
+struct ExecutorOptions {
+  OptimizerOptions optimizer;
+  // Threads of all stages together; 0 = std::thread::hardware_concurrency().
+  int cpu_budget = 0;
+  // Bytes of elements waiting in queues, all queues together.
+  int64_t memory_budget_bytes = int64_t{1} << 30;
+  // Grow AUTOTUNE stages from 1 thread while the budget allows. Off: AUTOTUNE
+  // stages share the budget evenly from the start.
+  bool autotune = true;
+  absl::Duration autotune_interval = absl::Milliseconds(50);
+  prometheus::Registry* registry = nullptr;  // null: no metrics
+  Clock* clock = nullptr;                    // null: RealClock
+};
+
+struct StageStats {
+  std::string name;
+  int threads = 0;
+  uint64_t elements =
+      0;  // elements (or for a batch stage: input elements) processed
+  uint64_t dropped = 0;  // filtered out or skipped
+  double busy_seconds = 0;
+  int64_t queue_capacity = 0;
+  int64_t peak_queue_items = 0;
+  int64_t peak_queue_bytes = 0;
+};
+
+struct PipelineStats {
+  std::vector<StageStats> stages;
+  uint64_t elements_out = 0;  // elements delivered (inside batches)
+  uint64_t batches_out = 0;
+  uint64_t skipped = 0;  // bad records dropped with on_error=skip
+  uint64_t filtered = 0;
+  int peak_threads = 0;
+  // Sum over queues of each queue's peak bytes: an upper bound of the peak
+  // total.
+  int64_t peak_queued_bytes = 0;
+  double wall_seconds = 0;
+  std::string plan;
+  std::vector<std::string> rewrites;
+};
+
+class Executor {
+ public:
+  // Validates and optimizes `spec`. Errors as Validate() (spec.h).
+  static absl::StatusOr<std::unique_ptr<Executor>> Create(
+      const proto::Pipeline& spec, ExecutorOptions options);
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // Starts epoch `epoch` over the whole source (shuffled if the pipeline
+  // shuffles).
+  absl::Status Start(uint64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
+  // Starts an epoch over `global_indices` in this order. InvalidArgument for an
+  // index >= size().
+  absl::Status Start(std::vector<uint64_t> global_indices, uint64_t epoch)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The next element or batch; nullopt at the end of the epoch.
+  // FailedPrecondition before Start.
+  absl::StatusOr<std::optional<Element>> GetNext() ABSL_LOCKS_EXCLUDED(mu_);
+  // Runs an epoch over `global_indices`, handing each output to `sink` until it
+  // returns false.
+  absl::Status Run(std::vector<uint64_t> global_indices, uint64_t epoch,
+                   const std::function<bool(Element)>& sink);
+  // Cancels the running epoch and joins its threads. Idempotent.
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
+
+  PipelineStats stats() const ABSL_LOCKS_EXCLUDED(mu_);
+  const PhysicalPlan& plan() const { return plan_; }
+  const LogicalPipeline& logical() const { return logical_; }
+  uint64_t source_size() const { return logical_.source->size(); }
+  // Live element bytes anywhere in the pipeline (queues and workers): for
+  // back-pressure tests.
+  int64_t live_bytes() const { return live_bytes_.load(); }
+  int64_t peak_live_bytes() const { return peak_live_bytes_.load(); }
+
+  struct EpochRun;  // one epoch's threads and queues (executor.cc)
+
+ private:
+  Executor(LogicalPipeline logical, PhysicalPlan plan, ExecutorOptions options);
+
+  const LogicalPipeline logical_;
+  const PhysicalPlan plan_;
+  const ExecutorOptions options_;
+  std::vector<bool>
+      index_mask_;  // pushed-down filters: true = keep (empty = keep all)
+
+  mutable absl::Mutex mu_;
+  std::unique_ptr<EpochRun> run_ ABSL_GUARDED_BY(mu_);
+  PipelineStats last_stats_ ABSL_GUARDED_BY(mu_);
+  // Thread counts autotune reached in the previous epoch; the next epoch starts
+  // from them.
+  std::vector<int> tuned_threads_ ABSL_GUARDED_BY(mu_);
+
+  std::atomic<int64_t> live_bytes_{0};
+  std::atomic<int64_t> peak_live_bytes_{0};
+  struct Metrics;
+  std::unique_ptr<Metrics> metrics_;  // null without a registry
+  Clock* clock_ = nullptr;
+  int cpu_budget_ = 1;
+
+  PipelineStats CollectStats(const EpochRun& run) const;
+};
+
+}  // namespace sluice::data_worker::pipeline
+
+#endif  // SLUICE_DATA_WORKER_PIPELINE_EXECUTOR_H_

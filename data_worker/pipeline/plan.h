@@ -1,0 +1,103 @@
+// The physical plan: stages of the executor, produced from a LogicalPipeline by
+// the optimizer.
+//
+// A stage is a list of steps run on each element by the stage's worker threads
+// (Read fetches the record, Map runs ops on columns, Filter drops elements),
+// optionally followed by batching and by vectorized ops on the batch. Operator
+// parallelism starts from one stage per node:
+//
+//   source[Read] → map[0][Map] → map[1][Map] → filter[0][Filter] → batch
+//
+// The rewrites (each keeps the output byte-identical; see
+// tests/data_worker/pipeline/executor_test.cc):
+//   - map fusion: adjacent maps on the same columns become one Map step (so
+//     BuildOps can fuse e.g. Decode in map[0] with RandomResizedCrop in
+//     map[1]);
+//   - filter fusion: adjacent filters become one Filter step (a conjunction);
+//   - filter pushdown: filters on indexed dataset columns run on the shard
+//     index, before any record is read;
+//   - source fusion: the Read step runs in the first stage's threads (no
+//     source stage);
+//   - map+batch fusion: the last map runs in the batch stage's threads, each
+//     writing its result straight into its slot of the batch buffer;
+//   - vectorization: trailing ops of the last map that have batched kernels
+//     (Normalize, HWC2CHW, Cast, OneHot and their fusions) run once per batch
+//     (ApplyBatch).
+// Pipeline parallelism is the plan with everything in one stage.
+#ifndef SLUICE_DATA_WORKER_PIPELINE_PLAN_H_
+#define SLUICE_DATA_WORKER_PIPELINE_PLAN_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "data_worker/ops/op.h"
+#include "data_worker/pipeline/spec.h"
+
+namespace sluice::data_worker::pipeline {
+
+struct OptimizerOptions {
+  bool map_fusion = true;
+  bool filter_fusion = true;
+  bool filter_pushdown = true;
+  bool source_fusion = true;
+  bool map_batch_fusion = true;
+  bool vectorization = true;
+  // BuildOps kernel fusion (Decode+crop ROI decode, Normalize+HWC2CHW).
+  bool op_fusion = true;
+  // Everything in one stage (N threads run the whole chain on disjoint
+  // elements).
+  bool pipeline_parallel = false;
+
+  static OptimizerOptions None() {
+    return OptimizerOptions{false, false, false, false,
+                            false, false, false, false};
+  }
+};
+
+struct MapStep {
+  std::string name;  // "map[0]" or "map[0]+map[1]"
+  std::vector<int> slots;
+  std::vector<std::shared_ptr<const Op>> ops;
+};
+
+struct FilterStep {
+  std::string name;
+  std::vector<std::pair<int, record::Filter>>
+      predicates;  // (slot, filter), all must match
+};
+
+struct Step {
+  enum Kind { kRead, kMap, kFilter } kind = kRead;
+  MapStep map;
+  FilterStep filter;
+};
+
+struct StagePlan {
+  std::string name;
+  std::vector<Step> steps;
+  int parallelism = kAutotune;
+  bool batch = false;
+  int batch_size = 0;
+  bool drop_remainder = false;
+  // Ops run on the stacked column `slot` after batching.
+  std::vector<std::pair<int, std::vector<std::shared_ptr<const Op>>>>
+      vectorized;
+};
+
+struct PhysicalPlan {
+  std::vector<StagePlan> stages;
+  std::vector<record::Filter>
+      source_filters;                 // pushed-down predicates (dataset index)
+  std::vector<std::string> rewrites;  // applied rewrites, for logs and the CLI
+  int prefetch = kAutotune;
+  std::string Describe() const;  // "source[Read] -> map[0][Map x3] -> batch"
+};
+
+absl::StatusOr<PhysicalPlan> Optimize(const LogicalPipeline& lp,
+                                      const OptimizerOptions& options);
+
+}  // namespace sluice::data_worker::pipeline
+
+#endif  // SLUICE_DATA_WORKER_PIPELINE_PLAN_H_

@@ -1,0 +1,282 @@
+#include "data_worker/pipeline/source.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/random.h"
+#include "common/base/status_macros.h"
+#include "opencv2/core.hpp"
+#include "opencv2/imgcodecs.hpp"
+
+namespace sluice::data_worker::pipeline {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Builds the tensors of the image-classification columns.
+std::vector<Tensor> ImageRecord(std::string image, int64_t label,
+                                std::string key,
+                                const std::vector<int>& columns) {
+  std::vector<Tensor> out;
+  out.reserve(columns.size());
+  for (int c : columns) {
+    if (c == 0) {
+      out.push_back(Tensor::FromBytes(std::move(image)));
+    } else if (c == 1) {
+      out.push_back(Tensor::Scalar<int64_t>(label));
+    } else {
+      out.push_back(Tensor::FromBytes(std::move(key)));
+    }
+  }
+  return out;
+}
+
+class DatasetSourceImpl final : public Source {
+ public:
+  explicit DatasetSourceImpl(std::unique_ptr<record::Dataset> ds)
+      : ds_(std::move(ds)) {}
+  uint64_t size() const override { return ds_->size(); }
+  const record::Schema& schema() const override { return ds_->schema(); }
+  const record::Dataset* dataset() const override { return ds_.get(); }
+  std::string Describe(uint64_t global) const override {
+    if (global >= ds_->size()) return ds_->dir();
+    auto [shard, local] = ds_->Locate(global);
+    return (fs::path(ds_->dir()) / ds_->manifest().shards[shard].file).string();
+  }
+  absl::StatusOr<std::vector<Tensor>> Read(
+      uint64_t global, const std::vector<int>& columns) const override {
+    // The verified record in the shard's memory map: each column is copied once, into its Tensor.
+    ASSIGN_OR_RETURN(std::string_view encoded, ds_->ReadView(global));
+    auto views = record::DecodeRecord(ds_->schema(), encoded);
+    if (!views.ok()) {
+      return absl::DataLossError(absl::StrCat(Describe(global), ": record ", global, ": ",
+                                              views.status().message()));
+    }
+    std::vector<Tensor> out;
+    out.reserve(columns.size());
+    for (int c : columns) {
+      const record::ColumnSpec& spec = ds_->schema().columns[c];
+      const record::TensorView& v = (*views)[c];
+      if (!record::IsNumeric(spec.dtype)) {
+        out.push_back(Tensor::FromBytes(std::string(v.data)));
+        continue;
+      }
+      Tensor t = Tensor::Allocate(spec.dtype, v.shape);
+      if (t.num_bytes() != v.data.size()) {
+        return absl::DataLossError(
+            absl::StrCat(Describe(global), ": record ", global, ": column '",
+                         spec.name, "' has ", v.data.size(),
+                         " bytes for shape ", ShapeToString(v.shape)));
+      }
+      std::memcpy(t.data(), v.data.data(), v.data.size());
+      out.push_back(std::move(t));
+    }
+    return out;
+  }
+
+ private:
+  std::unique_ptr<record::Dataset> ds_;
+};
+
+bool IsImageName(const fs::path& p) {
+  std::string ext = p.extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
+  return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
+}
+
+bool Hidden(const fs::path& p) {
+  const std::string name = p.filename().string();
+  return !name.empty() && name[0] == '.';
+}
+
+class ImageFolderSourceImpl final : public Source {
+ public:
+  struct Entry {
+    std::string relative;
+    int64_t label;
+  };
+  ImageFolderSourceImpl(std::string root, std::vector<Entry> entries)
+      : root_(std::move(root)),
+        entries_(std::move(entries)),
+        schema_(record::ImageClassificationSchema()) {}
+  uint64_t size() const override { return entries_.size(); }
+  const record::Schema& schema() const override { return schema_; }
+  std::string Describe(uint64_t global) const override {
+    if (global >= entries_.size()) return root_;
+    return (fs::path(root_) / entries_[global].relative).string();
+  }
+  absl::StatusOr<std::vector<Tensor>> Read(
+      uint64_t global, const std::vector<int>& columns) const override {
+    const Entry& e = entries_[global];
+    const std::string path = Describe(global);
+    std::ifstream in(path, std::ios::binary);
+    if (!in)
+      return absl::NotFoundError(absl::StrCat("cannot open image file ", path));
+    std::string bytes((std::istreambuf_iterator<char>(in)),
+                      std::istreambuf_iterator<char>());
+    if (in.bad())
+      return absl::DataLossError(absl::StrCat("cannot read image file ", path));
+    return ImageRecord(std::move(bytes), e.label, e.relative, columns);
+  }
+
+ private:
+  const std::string root_;
+  const std::vector<Entry> entries_;
+  const record::Schema schema_;
+};
+
+class SyntheticSourceImpl final : public Source {
+ public:
+  static constexpr int kDistinct = 8;
+  SyntheticSourceImpl(uint64_t n, int h, int w, int classes,
+                      std::vector<std::string> images)
+      : n_(n),
+        h_(h),
+        w_(w),
+        classes_(classes),
+        images_(std::move(images)),
+        schema_(record::ImageClassificationSchema()) {}
+  uint64_t size() const override { return n_; }
+  const record::Schema& schema() const override { return schema_; }
+  std::vector<int64_t> image_shape() const override { return {h_, w_, 3}; }
+  std::string Describe(uint64_t global) const override {
+    return absl::StrCat("synthetic:", global);
+  }
+  absl::StatusOr<std::vector<Tensor>> Read(
+      uint64_t global, const std::vector<int>& columns) const override {
+    return ImageRecord(images_[global % images_.size()],
+                       static_cast<int64_t>(global % classes_),
+                       absl::StrCat("synthetic/", global), columns);
+  }
+
+ private:
+  const uint64_t n_;
+  const int h_, w_, classes_;
+  const std::vector<std::string> images_;
+  const record::Schema schema_;
+};
+
+absl::StatusOr<std::vector<std::string>> MakeSyntheticImages(int h, int w) {
+  std::vector<std::string> out;
+  for (int i = 0; i < SyntheticSourceImpl::kDistinct; ++i) {
+    cv::Mat img(h, w, CV_8UC3);
+    Rng rng(MixSeed({0x5eed, uint64_t(i)}));
+    for (int y = 0; y < h; ++y) {
+      auto* row = img.ptr<uint8_t>(y);
+      for (int x = 0; x < w; ++x) {
+        const int noise = static_cast<int>(rng.UniformInt(32));
+        row[3 * x] = static_cast<uint8_t>(
+            (x * 255 / std::max(1, w - 1) + noise + 30 * i) & 255);
+        row[3 * x + 1] =
+            static_cast<uint8_t>((y * 255 / std::max(1, h - 1) + noise) & 255);
+        row[3 * x + 2] =
+            static_cast<uint8_t>(((x + y) * 2 + noise + 17 * i) & 255);
+      }
+    }
+    std::vector<uint8_t> buf;
+    try {
+      if (!cv::imencode(".jpg", img, buf, {cv::IMWRITE_JPEG_QUALITY, 90})) {
+        return absl::InternalError("synthetic source: cv::imencode failed");
+      }
+    } catch (const cv::Exception& e) {
+      return absl::InternalError(absl::StrCat("synthetic source: ", e.what()));
+    }
+    out.emplace_back(buf.begin(), buf.end());
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Source>> OpenSource(
+    const proto::SourceNode& node) {
+  switch (node.kind_case()) {
+    case proto::SourceNode::kDataset: {
+      const std::string& path = node.dataset().path();
+      if (path.empty())
+        return absl::InvalidArgumentError("source.dataset: path must be set");
+      std::error_code ec;
+      if (!fs::exists(path, ec)) {
+        return absl::NotFoundError(
+            absl::StrCat("source: path '", path, "' does not exist"));
+      }
+      auto ds = record::Dataset::Open(path);
+      if (!ds.ok()) {
+        return absl::Status(ds.status().code(),
+                            absl::StrCat("source: dataset '", path,
+                                         "': ", ds.status().message()));
+      }
+      return std::make_unique<DatasetSourceImpl>(std::move(*ds));
+    }
+    case proto::SourceNode::kImageFolder: {
+      const std::string& root = node.image_folder().path();
+      if (root.empty())
+        return absl::InvalidArgumentError(
+            "source.image_folder: path must be set");
+      std::error_code ec;
+      if (!fs::is_directory(root, ec)) {
+        return absl::NotFoundError(
+            absl::StrCat("source: path '", root, "' does not exist"));
+      }
+      std::vector<std::string> classes;
+      for (const auto& d : fs::directory_iterator(root, ec)) {
+        if (d.is_directory() && !Hidden(d.path()))
+          classes.push_back(d.path().filename().string());
+      }
+      std::sort(classes.begin(), classes.end());
+      std::vector<ImageFolderSourceImpl::Entry> entries;
+      for (size_t label = 0; label < classes.size(); ++label) {
+        std::vector<std::string> files;
+        const fs::path dir = fs::path(root) / classes[label];
+        for (auto it = fs::recursive_directory_iterator(dir, ec);
+             it != fs::recursive_directory_iterator(); it.increment(ec)) {
+          if (ec) break;
+          if (Hidden(it->path())) {
+            if (it->is_directory()) it.disable_recursion_pending();
+            continue;
+          }
+          if (it->is_regular_file() && IsImageName(it->path())) {
+            files.push_back(fs::relative(it->path(), root).string());
+          }
+        }
+        std::sort(files.begin(), files.end());
+        for (auto& f : files)
+          entries.push_back({std::move(f), static_cast<int64_t>(label)});
+      }
+      if (entries.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "source: image folder '", root, "' has no .jpg/.jpeg/.png files"));
+      }
+      return std::make_unique<ImageFolderSourceImpl>(root, std::move(entries));
+    }
+    case proto::SourceNode::kSynthetic: {
+      const auto& s = node.synthetic();
+      if (s.num_records() <= 0) {
+        return absl::InvalidArgumentError(
+            "source.synthetic: num_records must be > 0");
+      }
+      const int h = s.height() > 0 ? s.height() : 256;
+      const int w = s.width() > 0 ? s.width() : 256;
+      const int classes = s.num_classes() > 0 ? s.num_classes() : 10;
+      if (s.height() < 0 || s.width() < 0 || s.num_classes() < 0) {
+        return absl::InvalidArgumentError(
+            "source.synthetic: height, width and num_classes must be >= 0");
+      }
+      ASSIGN_OR_RETURN(auto images, MakeSyntheticImages(h, w));
+      return std::make_unique<SyntheticSourceImpl>(s.num_records(), h, w,
+                                                   classes, std::move(images));
+    }
+    case proto::SourceNode::KIND_NOT_SET:
+      break;
+  }
+  return absl::InvalidArgumentError(
+      "source: set one of dataset, image_folder, synthetic");
+}
+
+}  // namespace sluice::data_worker::pipeline

@@ -1,0 +1,87 @@
+// Reading and validating a pipeline spec (proto/pipeline.proto).
+//
+// ParsePipeline accepts YAML or JSON (YAML is a superset of JSON), one message
+// per node so that errors name the node: `map[1].ops[2]: unknown op 'blur'`.
+// The scalar AUTOTUNE (any case) stands for -1 wherever a number is expected.
+// Validate() then checks order rules, columns, dtypes and shapes statically (as
+// far as they are known) and returns the LogicalPipeline the optimizer
+// rewrites. Nodes are named by kind and index among nodes of that kind: map[0],
+// filter[1], batch.
+#ifndef SLUICE_DATA_WORKER_PIPELINE_SPEC_H_
+#define SLUICE_DATA_WORKER_PIPELINE_SPEC_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/record/filter.h"
+#include "data_worker/pipeline/source.h"
+#include "proto/pipeline.pb.h"
+
+namespace sluice::data_worker::pipeline {
+
+inline constexpr int kAutotune = -1;
+
+// YAML or JSON text → Pipeline. InvalidArgument names the node and field.
+absl::StatusOr<proto::Pipeline> ParsePipeline(std::string_view text);
+// Reads a .yaml/.yml/.json file. NotFound if it does not exist.
+absl::StatusOr<proto::Pipeline> LoadPipelineFile(const std::string& path);
+
+struct LogicalMap {
+  std::string name;        // "map[0]"
+  std::vector<int> slots;  // columns the ops run on (positions in the element)
+  std::vector<proto::OpSpec> ops;
+  int first_position =
+      0;  // pipeline-wide position of ops[0] (seeds randomness)
+  int parallelism = kAutotune;
+};
+
+struct LogicalFilter {
+  std::string name;  // "filter[0]"
+  std::string predicate;
+  int slot = 0;
+  record::Filter filter;
+  // True if the column is an indexed column of a dataset source, untouched by
+  // earlier maps: the filter can run on the shard index (pushdown).
+  bool pushable = false;
+};
+
+struct LogicalNode {
+  std::optional<LogicalMap> map;
+  std::optional<LogicalFilter> filter;
+};
+
+struct LogicalBatch {
+  int size = 0;
+  bool drop_remainder = false;
+  int parallelism = kAutotune;
+};
+
+// A validated pipeline, bound to its opened source.
+struct LogicalPipeline {
+  proto::Pipeline spec;
+  std::shared_ptr<const Source> source;
+  std::vector<int> source_columns;        // schema column of each element slot
+  std::vector<std::string> column_names;  // final name of each slot
+  bool shuffle = false;
+  uint64_t shuffle_seed = 0;
+  uint64_t seed = 0;
+  bool skip_errors = false;
+  int source_parallelism = kAutotune;
+  std::vector<LogicalNode> nodes;  // maps and filters, in order
+  std::optional<LogicalBatch> batch;
+  int prefetch = kAutotune;
+};
+
+// Opens the source and checks the pipeline. InvalidArgument (naming node and
+// field) for a bad pipeline; NotFound for a missing source path; DataLoss for a
+// corrupt dataset manifest.
+absl::StatusOr<LogicalPipeline> Validate(const proto::Pipeline& spec);
+
+}  // namespace sluice::data_worker::pipeline
+
+#endif  // SLUICE_DATA_WORKER_PIPELINE_SPEC_H_
