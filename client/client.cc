@@ -1,0 +1,232 @@
+#include "sluice/client.h"
+
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "client/internal/batch_iterator_impl.h"
+#include "common/base/logging.h"
+#include "common/base/status_macros.h"
+#include "common/record/dataset.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/dispatcher.grpc.pb.h"
+
+namespace sluice {
+namespace {
+
+using client::DispatcherError;
+using client::kProtocolVersion;
+
+// Deterministic bytes of `pipeline`: the dataset's identity (the dispatcher
+// fingerprints them).
+std::string SerializeDeterministic(const proto::Pipeline& pipeline) {
+  std::string out;
+  {
+    google::protobuf::io::StringOutputStream stream(&out);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    pipeline.SerializeToCodedStream(&coded);
+  }
+  return out;
+}
+
+// Records per shard of the pipeline's source, as the dispatcher cuts splits
+// from them.
+absl::StatusOr<std::vector<uint64_t>> ShardRecordCounts(
+    const proto::Pipeline& pipeline) {
+  const proto::SourceNode& source = pipeline.source();
+  switch (source.kind_case()) {
+    case proto::SourceNode::kDataset: {
+      const std::string& dir = source.dataset().path();
+      if (dir.empty()) {
+        return absl::InvalidArgumentError(
+            "pipeline source.dataset.path is empty");
+      }
+      const std::string manifest_path =
+          (std::filesystem::path(dir) / record::kManifestName).string();
+      absl::StatusOr<record::Manifest> manifest =
+          record::Manifest::ReadFile(manifest_path);
+      if (!manifest.ok()) {
+        return absl::Status(
+            manifest.status().code(),
+            absl::StrCat("pipeline source '", dir,
+                         "' is not a readable Unirecord dataset folder "
+                         "(convert it first with "
+                         "`sluice record convert`): ",
+                         manifest.status().message()));
+      }
+      std::vector<uint64_t> counts;
+      for (const record::ShardInfo& shard : manifest->shards)
+        counts.push_back(shard.records);
+      return counts;
+    }
+    case proto::SourceNode::kImageFolder:
+      return absl::InvalidArgumentError(
+          absl::StrCat("pipeline source '", source.image_folder().path(),
+                       "' is an image folder; the data service reads Unirecord "
+                       "datasets: convert it first "
+                       "with `sluice record convert`"));
+    case proto::SourceNode::kSynthetic:
+      if (source.synthetic().num_records() <= 0) {
+        return absl::InvalidArgumentError(
+            "pipeline source.synthetic.num_records must be > 0");
+      }
+      return std::vector<uint64_t>{
+          static_cast<uint64_t>(source.synthetic().num_records())};
+    default:
+      return absl::InvalidArgumentError("the pipeline has no source");
+  }
+}
+
+absl::StatusOr<uint64_t> BatchSize(const proto::Pipeline& pipeline) {
+  uint64_t size = 1;  // no batch node: one element per batch
+  for (const proto::PipelineNode& node : pipeline.nodes()) {
+    if (!node.has_batch()) continue;
+    if (node.batch().size() <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pipeline batch.size must be > 0, got ", node.batch().size()));
+    }
+    size = static_cast<uint64_t>(node.batch().size());
+  }
+  return size;
+}
+
+class DataServiceClientImpl final : public DataServiceClient {
+ public:
+  DataServiceClientImpl(
+      ClientOptions options,
+      std::shared_ptr<proto::DispatcherService::StubInterface> stub)
+      : options_(std::move(options)), stub_(std::move(stub)) {}
+
+  absl::StatusOr<std::unique_ptr<BatchIterator>> Open(
+      const JobOptions& job) override {
+    if (job.num_consumers == 0 || job.consumer_index >= job.num_consumers) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("JobOptions.consumer_index ", job.consumer_index,
+                       " must be < num_consumers ", job.num_consumers));
+    }
+    ASSIGN_OR_RETURN(std::vector<uint64_t> counts,
+                     ShardRecordCounts(job.pipeline));
+    ASSIGN_OR_RETURN(uint64_t batch_size, BatchSize(job.pipeline));
+
+    proto::RegisterDatasetRequest reg;
+    reg.set_protocol_version(kProtocolVersion);
+    reg.set_pipeline(SerializeDeterministic(job.pipeline));
+    for (uint64_t c : counts) reg.add_shard_record_counts(c);
+    reg.set_batch_size(batch_size);
+    proto::RegisterDatasetResponse dataset;
+    {
+      grpc::ClientContext context;
+      context.set_deadline(
+          absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+      RETURN_IF_ERROR(
+          DispatcherError(stub_->RegisterDataset(&context, reg, &dataset),
+                          options_.dispatcher_address, "RegisterDataset"));
+    }
+
+    proto::GetOrCreateJobRequest get_job;
+    get_job.set_protocol_version(kProtocolVersion);
+    get_job.set_job_name(job.job_name);
+    get_job.set_dataset_id(dataset.dataset_id());
+    proto::JobConfig* config = get_job.mutable_config();
+    config->set_mode(job.parallel_epochs
+                         ? proto::PROCESSING_MODE_PARALLEL_EPOCHS
+                         : proto::PROCESSING_MODE_DISTRIBUTED_EPOCH);
+    config->set_seed(job.seed);
+    config->set_num_epochs(job.num_epochs);
+    config->set_num_consumers(job.num_consumers);
+    config->set_deterministic(job.deterministic);
+    config->set_remainder(job.drop_remainder ? proto::REMAINDER_MODE_DROP
+                                             : proto::REMAINDER_MODE_PAD);
+    config->set_split_size(job.split_size);
+    proto::GetOrCreateJobResponse created;
+    {
+      grpc::ClientContext context;
+      context.set_deadline(
+          absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+      RETURN_IF_ERROR(
+          DispatcherError(stub_->GetOrCreateJob(&context, get_job, &created),
+                          options_.dispatcher_address, "GetOrCreateJob"));
+    }
+    options_.logger->info(
+        "sluice client: job {} ('{}', dataset {}), consumer {} of {}",
+        created.job_id(), job.job_name, dataset.dataset_id(),
+        job.consumer_index, job.num_consumers);
+
+    client::IteratorParams params;
+    params.options = options_;
+    params.dispatcher = stub_;
+    params.job_id = created.job_id();
+    params.consumer_index = job.consumer_index;
+    params.deterministic = job.deterministic;
+    params.parallel_epochs = job.parallel_epochs;
+    ASSIGN_OR_RETURN(std::unique_ptr<client::BatchIteratorImpl> it,
+                     client::BatchIteratorImpl::Create(std::move(params)));
+    return std::unique_ptr<BatchIterator>(std::move(it));
+  }
+
+ private:
+  ClientOptions options_;
+  std::shared_ptr<proto::DispatcherService::StubInterface> stub_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DataServiceClient>> DataServiceClient::Create(
+    ClientOptions options) {
+  if (options.dispatcher_address.empty()) {
+    return absl::InvalidArgumentError(
+        "ClientOptions.dispatcher_address is empty");
+  }
+  if (options.prefetch_batches < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ClientOptions.prefetch_batches must be >= 1, got ",
+                     options.prefetch_batches));
+  }
+  if (options.logger == nullptr) options.logger = NullLogger();
+  if (options.clock == nullptr) options.clock = RealClock::Get();
+  const std::string& address = options.dispatcher_address;
+  const absl::Time deadline = absl::Now() + options.connect_timeout;
+
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  if (!channel->WaitForConnected(absl::ToChronoTime(deadline))) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot reach the sluice dispatcher at ", address,
+                     ": no gRPC connection within ",
+                     absl::FormatDuration(options.connect_timeout),
+                     " (is sluice-dispatcher running there, and is the address "
+                     "host:port right?)"));
+  }
+  std::shared_ptr<proto::DispatcherService::StubInterface> stub =
+      proto::DispatcherService::NewStub(channel);
+
+  // Does a dispatcher of our protocol answer? An unknown job is the expected
+  // answer.
+  proto::GetJobStateRequest ping;
+  ping.set_protocol_version(kProtocolVersion);
+  ping.set_job_id(0);
+  proto::GetJobStateResponse ignored;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(
+      std::min(deadline, absl::Now() + options.rpc_timeout)));
+  const grpc::Status status = stub->GetJobState(&context, ping, &ignored);
+  switch (status.error_code()) {
+    case grpc::StatusCode::OK:
+    case grpc::StatusCode::NOT_FOUND:
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      break;
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the gRPC server at ", address,
+          " is not a sluice dispatcher (DispatcherService is unimplemented)"));
+    default:
+      return DispatcherError(status, address, "GetJobState");
+  }
+  return std::unique_ptr<DataServiceClient>(
+      new DataServiceClientImpl(std::move(options), std::move(stub)));
+}
+
+}  // namespace sluice

@@ -1,0 +1,167 @@
+// The sluice client library: what a training process links to read its share of
+// a job's batches from the data workers (ARCHITECTURE.md §5, §7).
+//
+//   ClientOptions options;
+//   options.dispatcher_address = "dispatcher:7000";
+//   ASSIGN_OR_RETURN(std::unique_ptr<DataServiceClient> client,
+//   DataServiceClient::Create(options)); JobOptions job; job.job_name =
+//   "resnet50-run3"; job.pipeline =
+//   PipelineBuilder().Dataset("/data/imagenet-train")...Batch(64).Build();
+//   job.num_epochs = 90;
+//   job.num_consumers = world_size;
+//   job.consumer_index = rank;
+//   ASSIGN_OR_RETURN(std::unique_ptr<BatchIterator> it, client->Open(job));
+//   while (true) {
+//     ASSIGN_OR_RETURN(std::optional<Batch> batch, it->GetNext());
+//     if (!batch) break;  // all epochs done
+//     Train(*batch);
+//   }
+//
+// Delivery: every batch of this consumer's share is returned exactly once per
+// epoch, also when workers die or are replaced (duplicates a replacement worker
+// re-sends are dropped). By default batches are returned in arrival order;
+// JobOptions::deterministic returns them in the split sequence's order,
+// identical for a given seed whatever the number of workers.
+#ifndef SLUICE_CLIENT_INCLUDE_SLUICE_CLIENT_H_
+#define SLUICE_CLIENT_INCLUDE_SLUICE_CLIENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/base/clock.h"
+#include "common/record/schema.h"
+#include "prometheus/registry.h"
+#include "proto/pipeline.pb.h"
+#include "spdlog/spdlog.h"
+
+namespace sluice {
+
+struct ClientOptions {
+  // host:port of the sluice dispatcher.
+  std::string dispatcher_address;
+  // Deadline of every unary call to the dispatcher.
+  absl::Duration rpc_timeout = absl::Seconds(10);
+  // How long Create() waits for the dispatcher's channel to connect.
+  absl::Duration connect_timeout = absl::Seconds(10);
+  // Period of the ClientHeartbeat that reports progress and learns epochs and
+  // workers.
+  absl::Duration heartbeat_interval = absl::Milliseconds(200);
+  // Bound of the prefetch buffer, in batches. Readers stop reading their worker
+  // streams (and so stop the workers, through flow control) when it is full.
+  int prefetch_batches = 16;
+  // GetNext() fails with Unavailable when no heartbeat succeeded for this long.
+  absl::Duration dispatcher_lost_timeout = absl::Minutes(2);
+  std::shared_ptr<spdlog::logger> logger;    // null: no logging
+  prometheus::Registry* registry = nullptr;  // null: no metrics
+  Clock* clock = nullptr;  // null: RealClock::Get(); measures wait time
+};
+
+struct JobOptions {
+  // Consumers of one training run share a job by name; empty: a new anonymous
+  // job.
+  std::string job_name;
+  // Its source must be a Unirecord dataset folder (or a synthetic source); its
+  // batch node gives the batch size (no batch node: 1).
+  proto::Pipeline pipeline;
+  uint64_t seed = 0;
+  uint64_t num_epochs = 1;  // 0: repeat until the iterator is destroyed
+  uint32_t num_consumers = 1;
+  uint32_t consumer_index = 0;
+  // Release batches in split-sequence order (reproducible), instead of arrival
+  // order (faster).
+  bool deterministic = false;
+  // Equal shares per consumer by whole splits: false pads (a few splits read
+  // twice), true drops the tail of the epoch's permuted split list.
+  bool drop_remainder = false;
+  uint64_t split_size = 0;  // records per split; 0: the dispatcher's default
+  bool parallel_epochs = false;
+};
+
+// One column of a batch. `data` holds product(shape) elements, little-endian,
+// row-major (for kBytes/kString: the worker's encoding); it was moved out of
+// the wire message, not copied.
+struct Column {
+  std::string name;
+  record::DType dtype = record::DType::kBytes;
+  std::vector<int64_t> shape;  // shape[0] = batch size
+  std::string data;
+};
+
+struct Batch {
+  uint64_t epoch = 0;
+  std::vector<Column> columns;
+  std::vector<uint64_t>
+      global_indices;  // one per element: the record's global index
+  // Origin: position of the split in this consumer's sequence of `epoch`, its
+  // split id, and the batch's index within the split.
+  uint64_t position = 0;
+  uint64_t split_id = 0;
+  uint64_t batch_index = 0;
+};
+
+// Iterates over one consumer's share of a job. Made by DataServiceClient::Open.
+//
+// Threads: GetNext() runs on the caller's thread; a heartbeat thread and one
+// reader thread per worker stream, owned by the iterator, fill a bounded
+// prefetch buffer. The destructor cancels the streams and joins every thread.
+// Thread-safe, but batches are meant for one trainer thread.
+class BatchIterator {
+ public:
+  virtual ~BatchIterator() = default;
+
+  // The next batch of this consumer's share; nullopt once all epochs are done
+  // (and on every call after that). Blocks only while no batch is buffered and
+  // none can be released yet. Errors (final: every later call returns the same
+  // error):
+  //   a worker stream's INVALID_ARGUMENT / PERMISSION_DENIED / DATA_LOSS /
+  //   FAILED_PRECONDITION, prefixed with the worker address; NotFound when the
+  //   dispatcher no longer knows the job; FailedPrecondition for a protocol
+  //   version mismatch; Unavailable when the dispatcher was unreachable for
+  //   ClientOptions::dispatcher_lost_timeout.
+  virtual absl::StatusOr<std::optional<Batch>> GetNext() = 0;
+
+  // The epoch of the last batch GetNext() returned (the first epoch before
+  // that).
+  virtual uint64_t epoch() const = 0;
+  // Cumulative time GetNext() waited for a batch, in seconds.
+  virtual double wait_seconds() const = 0;
+  // Batches received and not yet returned by GetNext().
+  virtual int buffered_batches() const = 0;
+  // Batches dropped because this consumer already held them (re-sent after a
+  // reassignment).
+  virtual uint64_t duplicate_batches() const = 0;
+  virtual uint64_t job_id() const = 0;
+};
+
+// A connection to the dispatcher. Thread-safe; may open several iterators.
+class DataServiceClient {
+ public:
+  // Connects to options.dispatcher_address within connect_timeout and checks
+  // that a sluice dispatcher speaking this client's protocol answers.
+  // Unavailable "cannot reach the sluice dispatcher at ADDR: ..." when nothing
+  // (or something that is not a gRPC server) listens there; FailedPrecondition
+  // with the dispatcher's message on a protocol version mismatch;
+  // InvalidArgument for bad options.
+  static absl::StatusOr<std::unique_ptr<DataServiceClient>> Create(
+      ClientOptions options);
+
+  virtual ~DataServiceClient() = default;
+
+  // Registers the pipeline's dataset (shard record counts come from the
+  // source's Unirecord manifest), gets or creates the job named job.job_name,
+  // and starts iterating. InvalidArgument/NotFound naming the path when the
+  // source is not a Unirecord dataset folder; FailedPrecondition when a job of
+  // that name exists with another config; the dispatcher's error (code kept)
+  // otherwise.
+  virtual absl::StatusOr<std::unique_ptr<BatchIterator>> Open(
+      const JobOptions& job) = 0;
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_CLIENT_INCLUDE_SLUICE_CLIENT_H_

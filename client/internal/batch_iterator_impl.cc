@@ -1,0 +1,462 @@
+#include "client/internal/batch_iterator_impl.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/metrics/metrics.h"
+
+namespace sluice::client {
+namespace {
+
+constexpr absl::Duration kInitialBackoff = absl::Milliseconds(50);
+constexpr absl::Duration kMaxBackoff = absl::Seconds(2);
+
+record::DType ToDType(proto::TensorDType dtype) {
+  if (dtype <= proto::TENSOR_DTYPE_UNSPECIFIED ||
+      dtype > proto::TENSOR_DTYPE_FLOAT32) {
+    return record::DType::kBytes;
+  }
+  return static_cast<record::DType>(static_cast<int>(dtype) - 1);
+}
+
+// Moves the payload out of `wire` (no copy of the column bytes).
+Batch FromWire(proto::Batch& wire) {
+  Batch batch;
+  batch.epoch = wire.key().epoch();
+  batch.position = wire.key().position();
+  batch.split_id = wire.split_id();
+  batch.batch_index = wire.batch_index();
+  batch.columns.reserve(wire.columns_size());
+  for (proto::Column& c : *wire.mutable_columns()) {
+    Column column;
+    column.name = std::move(*c.mutable_name());
+    column.dtype = ToDType(c.dtype());
+    column.shape.assign(c.shape().begin(), c.shape().end());
+    column.data = std::move(*c.mutable_data());
+    batch.columns.push_back(std::move(column));
+  }
+  batch.global_indices.assign(wire.global_indices().begin(),
+                              wire.global_indices().end());
+  return batch;
+}
+
+// Stream errors that no retry fixes: the iterator fails with them.
+bool IsFatalStreamCode(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::PERMISSION_DENIED:
+    case grpc::StatusCode::DATA_LOSS:
+    case grpc::StatusCode::FAILED_PRECONDITION:
+    case grpc::StatusCode::UNIMPLEMENTED:
+    case grpc::StatusCode::UNAUTHENTICATED:
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Heartbeat errors that no retry fixes.
+bool IsFatalDispatcherCode(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kPermissionDenied:
+    case absl::StatusCode::kUnimplemented:
+    case absl::StatusCode::kUnauthenticated:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+absl::Status FromGrpc(const grpc::Status& status, const std::string& what) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      absl::StrCat(what, ": ", status.error_message()));
+}
+
+absl::Status DispatcherError(const grpc::Status& status,
+                             const std::string& address, const char* rpc) {
+  if (status.ok()) return absl::OkStatus();
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+      status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot reach the sluice dispatcher at ", address, ": ",
+                     rpc, ": ", status.error_message()));
+  }
+  return FromGrpc(status,
+                  absl::StrCat("sluice dispatcher at ", address, ": ", rpc));
+}
+
+BatchIteratorImpl::BatchIteratorImpl(IteratorParams params)
+    : params_(std::move(params)),
+      clock_(params_.options.clock),
+      logger_(params_.options.logger),
+      state_(params_.deterministic, /*track_splits=*/!params_.parallel_epochs,
+             params_.options.prefetch_batches) {
+  if (params_.options.registry != nullptr) {
+    prometheus::Registry& registry = *params_.options.registry;
+    wait_counter_ =
+        &AddCounter(registry, "sluice_client_wait_seconds_total",
+                    "Time the trainer waited in GetNext() for a batch.");
+    batches_counter_ = &AddCounter(registry, "sluice_client_batches_total",
+                                   "Batches returned by GetNext().");
+    duplicates_counter_ =
+        &AddCounter(registry, "sluice_client_duplicate_batches_total",
+                    "Batches dropped because the consumer already held them.");
+    fill_gauge_ =
+        &AddGauge(registry, "sluice_client_buffer_fill",
+                  "Fraction (0..1) of the client's prefetch buffer in use.");
+  }
+}
+
+absl::StatusOr<std::unique_ptr<BatchIteratorImpl>> BatchIteratorImpl::Create(
+    IteratorParams params) {
+  auto it = std::unique_ptr<BatchIteratorImpl>(
+      new BatchIteratorImpl(std::move(params)));
+  {
+    absl::MutexLock lock(&it->mu_);
+    it->last_heartbeat_ok_ = absl::Now();
+  }
+  absl::Status first = it->Heartbeat();
+  if (!first.ok()) return first;
+  it->heartbeat_thread_ =
+      std::thread(&BatchIteratorImpl::HeartbeatLoop, it.get());
+  return it;
+}
+
+BatchIteratorImpl::~BatchIteratorImpl() {
+  {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+    for (auto& [address, reader] : readers_) {
+      if (reader->context != nullptr) reader->context->TryCancel();
+    }
+    if (heartbeat_context_ != nullptr) heartbeat_context_->TryCancel();
+    cv_.SignalAll();
+  }
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  std::map<std::string, std::unique_ptr<Reader>> readers;
+  std::vector<std::unique_ptr<Reader>> finished;
+  {
+    absl::MutexLock lock(&mu_);
+    readers.swap(readers_);
+    finished.swap(finished_readers_);
+  }
+  for (auto& [address, reader] : readers) reader->thread.join();
+  for (auto& reader : finished) reader->thread.join();
+}
+
+void BatchIteratorImpl::Fail(absl::Status status) {
+  if (!error_.ok()) return;
+  logger_->error("sluice client (job {}): {}", params_.job_id,
+                 status.ToString());
+  error_ = std::move(status);
+  for (auto& [address, reader] : readers_) {
+    if (reader->context != nullptr) reader->context->TryCancel();
+  }
+  cv_.SignalAll();
+}
+
+void BatchIteratorImpl::UpdateFillGauge() {
+  if (fill_gauge_ == nullptr) return;
+  fill_gauge_->Set(
+      std::min(1.0, static_cast<double>(state_.buffered()) /
+                        std::max(1, params_.options.prefetch_batches)));
+}
+
+absl::StatusOr<std::optional<Batch>> BatchIteratorImpl::GetNext() {
+  const absl::Time start = clock_->Now();
+  bool waited = false;
+  absl::MutexLock lock(&mu_);
+  auto account_wait = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!waited) return;
+    const double seconds =
+        std::max(0.0, absl::ToDoubleSeconds(clock_->Now() - start));
+    wait_seconds_ += seconds;
+    if (wait_counter_ != nullptr) wait_counter_->Increment(seconds);
+  };
+  while (true) {
+    if (!error_.ok()) return error_;
+    std::optional<Batch> batch = state_.Pop();
+    if (batch.has_value()) {
+      epoch_ = batch->epoch;
+      if (batches_counter_ != nullptr) batches_counter_->Increment();
+      UpdateFillGauge();
+      cv_.SignalAll();  // room in the buffer
+      account_wait();
+      return batch;
+    }
+    if (state_.Done()) {
+      account_wait();
+      return std::optional<Batch>();
+    }
+    if (cancelled_)
+      return absl::CancelledError("the iterator is being destroyed");
+    waited = true;
+    cv_.Wait(&mu_);
+  }
+}
+
+uint64_t BatchIteratorImpl::epoch() const {
+  absl::MutexLock lock(&mu_);
+  return epoch_;
+}
+
+double BatchIteratorImpl::wait_seconds() const {
+  absl::MutexLock lock(&mu_);
+  return wait_seconds_;
+}
+
+int BatchIteratorImpl::buffered_batches() const {
+  absl::MutexLock lock(&mu_);
+  return state_.buffered();
+}
+
+uint64_t BatchIteratorImpl::duplicate_batches() const {
+  absl::MutexLock lock(&mu_);
+  return duplicates_;
+}
+
+absl::Status BatchIteratorImpl::Heartbeat() {
+  proto::ClientHeartbeatRequest request;
+  grpc::ClientContext context;
+  context.set_deadline(
+      absl::ToChronoTime(absl::Now() + params_.options.rpc_timeout));
+  {
+    absl::MutexLock lock(&mu_);
+    if (cancelled_)
+      return absl::CancelledError("the iterator is being destroyed");
+    request.set_protocol_version(kProtocolVersion);
+    request.set_job_id(params_.job_id);
+    request.set_consumer_index(params_.consumer_index);
+    request.set_buffer_fill(
+        std::min(1.0, static_cast<double>(state_.buffered()) /
+                          std::max(1, params_.options.prefetch_batches)));
+    request.set_wait_seconds_total(wait_seconds_);
+    for (const SlotProgress& p : state_.Progress()) {
+      proto::ClientSplitProgress* out = request.add_progress();
+      out->set_epoch(p.epoch);
+      out->set_position(p.position);
+      out->set_delivered_batches(p.received);
+      out->set_complete(p.complete);
+    }
+    heartbeat_context_ = &context;
+  }
+  proto::ClientHeartbeatResponse response;
+  const grpc::Status status =
+      params_.dispatcher->ClientHeartbeat(&context, request, &response);
+  std::vector<std::unique_ptr<Reader>> to_join;
+  {
+    absl::MutexLock lock(&mu_);
+    heartbeat_context_ = nullptr;
+    if (!status.ok()) {
+      return DispatcherError(status, params_.options.dispatcher_address,
+                             "ClientHeartbeat");
+    }
+    std::vector<uint64_t> done(response.done_positions().begin(),
+                               response.done_positions().end());
+    const bool was_started = state_.started();
+    state_.ApplyHeartbeat(response.epoch(), response.splits_size(), done,
+                          response.finished());
+    if (!was_started) epoch_ = response.epoch();
+    std::set<std::string> addresses;
+    for (const proto::Task& task : response.tasks())
+      addresses.insert(task.address());
+    if (!cancelled_ && error_.ok()) SyncReaders(addresses);
+    ++heartbeats_;
+    last_heartbeat_ok_ = absl::Now();
+    cv_.SignalAll();
+    to_join.swap(finished_readers_);
+  }
+  for (auto& reader : to_join) reader->thread.join();
+  return absl::OkStatus();
+}
+
+void BatchIteratorImpl::SyncReaders(const std::set<std::string>& addresses) {
+  listed_ = addresses;
+  for (auto it = readers_.begin(); it != readers_.end();) {
+    if (it->second->exited) {
+      finished_readers_.push_back(std::move(it->second));
+      it = readers_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (const std::string& address : addresses) {
+    if (readers_.contains(address)) continue;
+    auto reader = std::make_unique<Reader>();
+    reader->address = address;
+    Reader* raw = reader.get();
+    readers_.emplace(address, std::move(reader));
+    raw->thread = std::thread(&BatchIteratorImpl::ReaderLoop, this, raw);
+    logger_->debug("sluice client (job {}): streaming from worker {}",
+                   params_.job_id, address);
+  }
+}
+
+void BatchIteratorImpl::HeartbeatLoop() {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      const absl::Time deadline =
+          absl::Now() + params_.options.heartbeat_interval;
+      while (!cancelled_ && !heartbeat_due_ && error_.ok()) {
+        if (cv_.WaitWithDeadline(&mu_, deadline)) break;
+      }
+      if (cancelled_ || !error_.ok()) return;
+      heartbeat_due_ = false;
+    }
+    const absl::Status status = Heartbeat();
+    absl::MutexLock lock(&mu_);
+    if (cancelled_) return;
+    if (!status.ok()) {
+      if (IsFatalDispatcherCode(status.code())) {
+        Fail(status);
+        return;
+      }
+      if (absl::Now() - last_heartbeat_ok_ >
+          params_.options.dispatcher_lost_timeout) {
+        Fail(absl::UnavailableError(absl::StrCat(
+            "no answer from the sluice dispatcher at ",
+            params_.options.dispatcher_address, " for ",
+            absl::FormatDuration(params_.options.dispatcher_lost_timeout), ": ",
+            status.message())));
+        return;
+      }
+      logger_->warn("sluice client (job {}): heartbeat failed, retrying: {}",
+                    params_.job_id, status.ToString());
+    } else if (state_.Done()) {
+      return;  // all epochs done and returned; nothing more to report
+    }
+  }
+}
+
+bool BatchIteratorImpl::Deliver(proto::Batch& wire,
+                                const std::string& address) {
+  const bool last_in_split = wire.last_in_split();
+  const bool ours = params_.parallel_epochs ||
+                    (wire.key().job_id() == params_.job_id &&
+                     wire.key().consumer_index() == params_.consumer_index);
+  Batch batch = FromWire(wire);
+  absl::MutexLock lock(&mu_);
+  if (!ours) {
+    logger_->error(
+        "sluice client (job {}, consumer {}): worker {} sent a batch of job {} "
+        "consumer {}; dropped",
+        params_.job_id, params_.consumer_index, address, wire.key().job_id(),
+        wire.key().consumer_index());
+    return true;
+  }
+  while (true) {
+    if (cancelled_ || !error_.ok()) return false;
+    switch (state_.Check(batch.epoch, batch.position, batch.batch_index)) {
+      case IteratorState::Admit::kDuplicate:
+        ++duplicates_;
+        if (duplicates_counter_ != nullptr) duplicates_counter_->Increment();
+        logger_->debug(
+            "sluice client (job {}): duplicate batch (epoch {}, position {}, "
+            "index {}) "
+            "from {} dropped",
+            params_.job_id, batch.epoch, batch.position, batch.batch_index,
+            address);
+        return true;
+      case IteratorState::Admit::kAhead:
+        logger_->error(
+            "sluice client (job {}): batch (epoch {}, position {}, index {}) "
+            "from {} "
+            "skips batches this consumer does not hold; dropped (protocol "
+            "violation)",
+            params_.job_id, batch.epoch, batch.position, batch.batch_index,
+            address);
+        return true;
+      case IteratorState::Admit::kAccept: {
+        if (state_.Accept(std::move(batch), last_in_split))
+          heartbeat_due_ = true;
+        UpdateFillGauge();
+        cv_.SignalAll();
+        return true;
+      }
+      case IteratorState::Admit::kWait:
+        cv_.Wait(&mu_);
+        break;
+    }
+  }
+}
+
+void BatchIteratorImpl::ReaderLoop(Reader* reader) {
+  const std::string address = reader->address;
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);  // one batch can be tens of MB
+  auto stub = proto::WorkerService::NewStub(grpc::CreateCustomChannel(
+      address, grpc::InsecureChannelCredentials(), args));
+  proto::GetBatchesRequest request;
+  request.set_protocol_version(kProtocolVersion);
+  request.set_job_id(params_.job_id);
+  request.set_consumer_index(params_.consumer_index);
+  int failures = 0;
+  while (true) {
+    grpc::ClientContext* context;
+    {
+      absl::MutexLock lock(&mu_);
+      if (cancelled_ || !error_.ok() || !listed_.contains(address)) {
+        reader->exited = true;
+        return;
+      }
+      reader->context = std::make_unique<grpc::ClientContext>();
+      context = reader->context.get();
+    }
+    std::unique_ptr<grpc::ClientReader<proto::Batch>> stream =
+        stub->GetBatches(context, request);
+    proto::Batch wire;
+    bool received_any = false;
+    while (stream->Read(&wire)) {
+      received_any = true;
+      if (!Deliver(wire, address)) {
+        context->TryCancel();
+        break;
+      }
+      wire.Clear();
+    }
+    const grpc::Status status = stream->Finish();
+    stream.reset();
+    absl::MutexLock lock(&mu_);
+    reader->context.reset();
+    if (cancelled_ || !error_.ok()) {
+      reader->exited = true;
+      return;
+    }
+    if (received_any) failures = 0;
+    if (status.ok()) {
+      // The worker has nothing more for us now: reopen after the next heartbeat
+      // if still listed.
+      const uint64_t seen = heartbeats_;
+      while (!cancelled_ && error_.ok() && heartbeats_ == seen) cv_.Wait(&mu_);
+      continue;
+    }
+    if (IsFatalStreamCode(status.error_code())) {
+      Fail(FromGrpc(status, absl::StrCat("sluice worker at ", address)));
+      reader->exited = true;
+      return;
+    }
+    ++failures;
+    const absl::Duration backoff = std::min(
+        kMaxBackoff, kInitialBackoff * (1 << std::min(failures - 1, 10)));
+    logger_->debug(
+        "sluice client (job {}): stream from {} ended ({}: {}); retrying in {}",
+        params_.job_id, address, static_cast<int>(status.error_code()),
+        status.error_message(), absl::FormatDuration(backoff));
+    const absl::Time deadline = absl::Now() + backoff;
+    while (!cancelled_ && error_.ok()) {
+      if (cv_.WaitWithDeadline(&mu_, deadline)) break;
+    }
+  }
+}
+
+}  // namespace sluice::client

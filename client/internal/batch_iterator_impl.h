@@ -1,0 +1,141 @@
+// BatchIteratorImpl: the BatchIterator behind DataServiceClient::Open.
+//
+// Threads (all owned here, joined by the destructor):
+//   - the caller's: GetNext() takes released batches out of the IteratorState;
+//   - the heartbeat thread: ClientHeartbeat every heartbeat_interval (sooner
+//   when the consumer
+//     completed its epoch) with the cumulative progress; applies the answer
+//     (epoch, split sequence, done positions, finished) and starts a reader for
+//     every listed worker address that has none;
+//   - one reader thread per worker address: a GetBatches stream (no deadline;
+//   cancelled with
+//     ClientContext::TryCancel on destruction) whose batches it hands to the
+//     IteratorState, waiting while the buffer is full (so gRPC flow control
+//     stops the worker). When the stream ends it reopens it while the address
+//     is still listed: after the next heartbeat when it ended OK, after a
+//     backoff for UNAVAILABLE / NOT_FOUND (and other transient codes). A stream
+//     error INVALID_ARGUMENT, PERMISSION_DENIED, DATA_LOSS, FAILED_PRECONDITION
+//     or UNIMPLEMENTED becomes the iterator's error, prefixed with the worker
+//     address.
+// One mutex guards everything; one CondVar is signalled on every change.
+#ifndef SLUICE_CLIENT_INTERNAL_BATCH_ITERATOR_IMPL_H_
+#define SLUICE_CLIENT_INTERNAL_BATCH_ITERATOR_IMPL_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "client/internal/iterator_state.h"
+#include "grpcpp/grpcpp.h"
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "proto/dispatcher.grpc.pb.h"
+#include "proto/worker_service.grpc.pb.h"
+#include "sluice/client.h"
+
+namespace sluice::client {
+
+// The wire protocol version all components share (proto/worker.proto).
+inline constexpr uint32_t kProtocolVersion = proto::PROTOCOL_VERSION_CURRENT;
+
+// grpc::Status -> absl::Status with the same code and the message prefixed by
+// `what`.
+absl::Status FromGrpc(const grpc::Status& status, const std::string& what);
+// An error of dispatcher RPC `rpc`: UNAVAILABLE and DEADLINE_EXCEEDED become
+// Unavailable "cannot reach the sluice dispatcher at ADDRESS: ..."; other codes
+// are kept, the message prefixed.
+absl::Status DispatcherError(const grpc::Status& status,
+                             const std::string& address, const char* rpc);
+
+struct IteratorParams {
+  ClientOptions options;  // logger and clock already defaulted
+  std::shared_ptr<proto::DispatcherService::StubInterface> dispatcher;
+  uint64_t job_id = 0;
+  uint32_t consumer_index = 0;
+  bool deterministic = false;
+  bool parallel_epochs = false;
+};
+
+class BatchIteratorImpl final : public BatchIterator {
+ public:
+  // Sends the first heartbeat (its error, e.g. NotFound for an unknown job, is
+  // returned) and starts the threads.
+  static absl::StatusOr<std::unique_ptr<BatchIteratorImpl>> Create(
+      IteratorParams params);
+  ~BatchIteratorImpl() override;
+
+  absl::StatusOr<std::optional<Batch>> GetNext() override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  uint64_t epoch() const override ABSL_LOCKS_EXCLUDED(mu_);
+  double wait_seconds() const override ABSL_LOCKS_EXCLUDED(mu_);
+  int buffered_batches() const override ABSL_LOCKS_EXCLUDED(mu_);
+  uint64_t duplicate_batches() const override ABSL_LOCKS_EXCLUDED(mu_);
+  uint64_t job_id() const override { return params_.job_id; }
+
+ private:
+  struct Reader {
+    std::string address;
+    std::thread thread;
+    std::unique_ptr<grpc::ClientContext>
+        context;  // of the open stream, for TryCancel
+    bool exited = false;
+  };
+
+  explicit BatchIteratorImpl(IteratorParams params);
+
+  // One ClientHeartbeat round trip and its application. Returns the RPC's
+  // error.
+  absl::Status Heartbeat() ABSL_LOCKS_EXCLUDED(mu_);
+  void HeartbeatLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  void ReaderLoop(Reader* reader) ABSL_LOCKS_EXCLUDED(mu_);
+  // Hands one batch to the state; waits while the buffer is full. False when
+  // the reader must stop.
+  bool Deliver(proto::Batch& wire, const std::string& address)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Starts readers for `addresses` that have none; collects exited ones that
+  // are not listed.
+  void SyncReaders(const std::set<std::string>& addresses)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Fail(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UpdateFillGauge() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const IteratorParams params_;
+  Clock* const clock_;
+  const std::shared_ptr<spdlog::logger> logger_;
+  prometheus::Counter* wait_counter_ = nullptr;
+  prometheus::Counter* batches_counter_ = nullptr;
+  prometheus::Counter* duplicates_counter_ = nullptr;
+  prometheus::Gauge* fill_gauge_ = nullptr;
+
+  mutable absl::Mutex mu_;
+  absl::CondVar cv_;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  bool heartbeat_due_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  IteratorState state_ ABSL_GUARDED_BY(mu_);
+  uint64_t heartbeats_ ABSL_GUARDED_BY(mu_) = 0;  // successful ones
+  absl::Time last_heartbeat_ok_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> listed_
+      ABSL_GUARDED_BY(mu_);  // worker addresses of the last heartbeat
+  std::map<std::string, std::unique_ptr<Reader>> readers_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Reader>> finished_readers_
+      ABSL_GUARDED_BY(mu_);  // to join
+  grpc::ClientContext* heartbeat_context_ ABSL_GUARDED_BY(mu_) = nullptr;
+  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  double wait_seconds_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t duplicates_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread heartbeat_thread_;
+};
+
+}  // namespace sluice::client
+
+#endif  // SLUICE_CLIENT_INTERNAL_BATCH_ITERATOR_IMPL_H_

@@ -1,0 +1,33 @@
+// GrpcWorkerService: the gRPC face of WorkerImpl's data plane
+// (worker_service.proto), callback API.
+//
+// Each GetBatches call gets a BatchWriter reactor (grpc_worker_service.cc) that
+// keeps at most one write in flight: it polls WorkerImpl::PollStream when a
+// write completes or when the producer notifies it that a batch was queued; it
+// never blocks inside a reaction. A batch whose write fails is handed back to
+// the queue (ReturnBatch), so a broken stream loses nothing. Does not own the
+// impl, which must outlive the server (shut the server down first).
+#ifndef SLUICE_DATA_WORKER_WORKER_GRPC_WORKER_SERVICE_H_
+#define SLUICE_DATA_WORKER_WORKER_GRPC_WORKER_SERVICE_H_
+
+#include "data_worker/worker/worker_impl.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/worker_service.grpc.pb.h"
+
+namespace sluice::data_worker {
+
+class GrpcWorkerService final : public proto::WorkerService::CallbackService {
+ public:
+  explicit GrpcWorkerService(WorkerImpl* impl) : impl_(impl) {}
+
+  grpc::ServerWriteReactor<proto::Batch>* GetBatches(
+      grpc::CallbackServerContext* context,
+      const proto::GetBatchesRequest* request) override;
+
+ private:
+  WorkerImpl* const impl_;
+};
+
+}  // namespace sluice::data_worker
+
+#endif  // SLUICE_DATA_WORKER_WORKER_GRPC_WORKER_SERVICE_H_

@@ -1,0 +1,720 @@
+#include "dispatcher/dispatcher_impl.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/base/logging.h"
+#include "common/base/status_macros.h"
+#include "common/metrics/metrics.h"
+#include "common/record/checksum.h"
+
+namespace sluice::dispatcher {
+namespace {
+
+absl::Status CheckVersion(uint32_t version) {
+  if (version == kProtocolVersion) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("client protocol version ", version, ", dispatcher ",
+                   kProtocolVersion, ": upgrade the ",
+                   version < kProtocolVersion ? "client/worker" : "dispatcher",
+                   " so both speak the same version"));
+}
+
+std::string ConfigString(const proto::JobConfig& c) {
+  return absl::StrCat("{mode ", proto::ProcessingMode_Name(c.mode()), ", seed ",
+                      c.seed(), ", epochs ", c.num_epochs(), ", consumers ",
+                      c.num_consumers(), ", deterministic ",
+                      c.deterministic() ? "true" : "false", ", remainder ",
+                      proto::RemainderMode_Name(c.remainder()), ", split_size ",
+                      c.split_size(), "}");
+}
+
+// Each consumer's share of `num_splits` splits per epoch (0 in PARALLEL_EPOCHS
+// mode).
+uint64_t SplitsPerConsumer(const proto::JobConfig& c, uint64_t num_splits) {
+  if (c.mode() != proto::PROCESSING_MODE_DISTRIBUTED_EPOCH) return 0;
+  return c.remainder() == proto::REMAINDER_MODE_DROP
+             ? num_splits / c.num_consumers()
+             : (num_splits + c.num_consumers() - 1) / c.num_consumers();
+}
+
+bool SameConfig(const proto::JobConfig& a, const proto::JobConfig& b) {
+  return a.SerializeAsString() == b.SerializeAsString();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DispatcherImpl>> DispatcherImpl::Create(
+    DispatcherOptions options) {
+  std::unique_ptr<DispatcherImpl> impl(new DispatcherImpl(std::move(options)));
+  ASSIGN_OR_RETURN(std::vector<proto::Update> updates,
+                   impl->journal_->ReadAll());
+  absl::MutexLock lock(&impl->mu_);
+  for (size_t i = 0; i < updates.size(); ++i) {
+    if (absl::Status s = impl->state_.Apply(updates[i]); !s.ok()) {
+      return absl::InternalError(
+          absl::StrCat("journal record ", i, " does not apply: ", s.message()));
+    }
+  }
+  // Workers known from the journal get a full timeout to reconnect.
+  const absl::Time now = impl->clock_->Now();
+  for (const auto& [id, worker] : impl->state_.workers()) {
+    impl->worker_signals_[id].last_seen = now;
+  }
+  impl->UpdateGauges();
+  return impl;
+}
+
+DispatcherImpl::DispatcherImpl(DispatcherOptions options)
+    : options_(std::move(options)),
+      clock_(options_.clock != nullptr ? options_.clock : RealClock::Get()),
+      logger_(options_.logger != nullptr ? options_.logger : NullLogger()),
+      journal_(options_.journal != nullptr ? options_.journal
+                                           : std::make_shared<NullJournal>()),
+      own_registry_(options_.registry == nullptr
+                        ? std::make_unique<prometheus::Registry>()
+                        : nullptr),
+      splits_assigned_(
+          AddCounter(options_.registry ? *options_.registry : *own_registry_,
+                     "sluice_dispatcher_splits_assigned_total",
+                     "Splits handed to a worker (first assignments).")),
+      splits_reassigned_(
+          AddCounter(options_.registry ? *options_.registry : *own_registry_,
+                     "sluice_dispatcher_splits_reassigned_total",
+                     "Splits handed to another worker after a loss or drain.")),
+      splits_done_(
+          AddCounter(options_.registry ? *options_.registry : *own_registry_,
+                     "sluice_dispatcher_splits_done_total",
+                     "Splits whose consumer received every batch.")),
+      workers_lost_(
+          AddCounter(options_.registry ? *options_.registry : *own_registry_,
+                     "sluice_dispatcher_workers_lost_total",
+                     "Workers removed after a timeout or unregistering.")),
+      consumer_wait_(AddCounter(
+          options_.registry ? *options_.registry : *own_registry_,
+          "sluice_dispatcher_consumer_wait_seconds_total",
+          "Time trainers waited for a batch, as reported by clients.")),
+      workers_alive_(
+          AddGauge(options_.registry ? *options_.registry : *own_registry_,
+                   "sluice_dispatcher_workers", "Registered, live workers.")),
+      jobs_active_(AddGauge(
+          options_.registry ? *options_.registry : *own_registry_,
+          "sluice_dispatcher_jobs", "Jobs with an unfinished consumer.")),
+      desired_workers_gauge_(
+          AddGauge(options_.registry ? *options_.registry : *own_registry_,
+                   "sluice_desired_workers",
+                   "Workers the autoscaling policy asks for.")) {}
+
+DispatcherImpl::~DispatcherImpl() { Stop(); }
+
+absl::Status DispatcherImpl::Start() {
+  absl::MutexLock lock(&mu_);
+  if (maintenance_.joinable()) return absl::OkStatus();
+  cancelled_ = false;
+  maintenance_ = std::thread([this] { MaintenanceLoop(); });
+  return absl::OkStatus();
+}
+
+void DispatcherImpl::Stop() {
+  std::thread thread;
+  {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+    thread = std::move(maintenance_);
+  }
+  if (thread.joinable()) thread.join();
+}
+
+void DispatcherImpl::MaintenanceLoop() {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(&cancelled_),
+                           options_.heartbeat_interval);
+      if (cancelled_) return;
+    }
+    if (absl::Status s = Tick(); !s.ok())
+      logger_->error("dispatcher tick: {}", s.ToString());
+  }
+}
+
+absl::Status DispatcherImpl::Commit(const proto::Update& update) {
+  RETURN_IF_ERROR(journal_->Append(update));
+  if (absl::Status s = state_.Apply(update); !s.ok()) {
+    return absl::InternalError(
+        absl::StrCat("dispatcher state rejected its own update (",
+                     update.ShortDebugString(), "): ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherImpl::RegisterDataset(
+    const proto::RegisterDatasetRequest& request,
+    proto::RegisterDatasetResponse* response) {
+  RETURN_IF_ERROR(CheckVersion(request.protocol_version()));
+  if (request.pipeline().empty()) {
+    return absl::InvalidArgumentError("RegisterDataset: pipeline is empty");
+  }
+  if (request.batch_size() == 0) {
+    return absl::InvalidArgumentError(
+        "RegisterDataset: batch_size must be > 0");
+  }
+  uint64_t records = 0;
+  for (uint64_t n : request.shard_record_counts()) records += n;
+  if (records == 0) {
+    return absl::InvalidArgumentError(
+        "RegisterDataset: shard_record_counts add up to 0 records (empty "
+        "dataset?)");
+  }
+  const uint64_t fingerprint = record::Checksum(request.pipeline());
+  const std::vector<uint64_t> counts(request.shard_record_counts().begin(),
+                                     request.shard_record_counts().end());
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, d] : state_.datasets()) {
+    if (d.fingerprint == fingerprint && d.pipeline == request.pipeline() &&
+        d.shard_record_counts == counts &&
+        d.batch_size == request.batch_size()) {
+      response->set_dataset_id(id);
+      response->set_fingerprint(fingerprint);
+      return absl::OkStatus();
+    }
+  }
+  proto::Update update;
+  proto::UpdateRegisterDataset* u = update.mutable_register_dataset();
+  u->set_dataset_id(state_.NextDatasetId());
+  u->set_fingerprint(fingerprint);
+  u->set_pipeline(request.pipeline());
+  *u->mutable_shard_record_counts() = request.shard_record_counts();
+  u->set_batch_size(request.batch_size());
+  RETURN_IF_ERROR(Commit(update));
+  logger_->info(
+      "registered dataset {} ({} shards, {} records, batch {}, fingerprint {})",
+      u->dataset_id(), counts.size(), records, request.batch_size(),
+      record::ChecksumHex(fingerprint));
+  response->set_dataset_id(u->dataset_id());
+  response->set_fingerprint(fingerprint);
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherImpl::GetOrCreateJob(
+    const proto::GetOrCreateJobRequest& request,
+    proto::GetOrCreateJobResponse* response) {
+  RETURN_IF_ERROR(CheckVersion(request.protocol_version()));
+  absl::MutexLock lock(&mu_);
+  const DispatcherState::Dataset* dataset =
+      state_.FindDataset(request.dataset_id());
+  if (dataset == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("dataset ", request.dataset_id(),
+                     " is not registered: call RegisterDataset first"));
+  }
+  proto::JobConfig config = request.config();
+  if (config.mode() == proto::PROCESSING_MODE_UNSPECIFIED) {
+    config.set_mode(proto::PROCESSING_MODE_DISTRIBUTED_EPOCH);
+  }
+  if (config.remainder() == proto::REMAINDER_MODE_UNSPECIFIED) {
+    config.set_remainder(proto::REMAINDER_MODE_PAD);
+  }
+  if (config.num_consumers() == 0) config.set_num_consumers(1);
+  if (config.num_consumers() > options_.max_consumers) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("num_consumers ", config.num_consumers(),
+                     " is above the limit ", options_.max_consumers));
+  }
+  const uint64_t batch = dataset->batch_size;
+  const uint64_t requested = config.split_size() == 0
+                                 ? options_.default_split_size
+                                 : config.split_size();
+  config.set_split_size(std::max<uint64_t>(1, (requested + batch / 2) / batch) *
+                        batch);
+
+  if (const DispatcherState::Job* job =
+          state_.FindJobByName(request.job_name());
+      job != nullptr) {
+    if (job->dataset_id != request.dataset_id() ||
+        !SameConfig(job->config, config)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job '", request.job_name(), "' exists with dataset ",
+          job->dataset_id, " and config ", ConfigString(job->config),
+          "; this request has dataset ", request.dataset_id(), " and config ",
+          ConfigString(config), ": use another job name or the same settings"));
+    }
+    response->set_job_id(job->id);
+    response->set_created(false);
+    *response->mutable_config() = job->config;
+    response->set_splits_per_epoch(job->splits.size());
+    response->set_splits_per_consumer(
+        SplitsPerConsumer(job->config, job->splits.size()));
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(std::vector<record::Split> splits,
+                   record::EnumerateSplits(dataset->shard_record_counts,
+                                           config.split_size()));
+  const uint64_t per_consumer = SplitsPerConsumer(config, splits.size());
+  if (config.mode() == proto::PROCESSING_MODE_DISTRIBUTED_EPOCH) {
+    if (per_consumer == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the dataset has ", splits.size(), " splits of ", config.split_size(),
+          " records, fewer than the ", config.num_consumers(),
+          " consumers: with remainder DROP some consumer gets nothing; lower "
+          "the split size or use remainder PAD"));
+    }
+  }
+  proto::Update update;
+  proto::UpdateCreateJob* u = update.mutable_create_job();
+  u->set_job_id(state_.NextJobId());
+  u->set_job_name(request.job_name());
+  u->set_dataset_id(request.dataset_id());
+  *u->mutable_config() = config;
+  RETURN_IF_ERROR(Commit(update));
+  logger_->info(
+      "created job {} '{}' on dataset {}: {} ({} splits, {} per consumer)",
+      u->job_id(), request.job_name(), request.dataset_id(),
+      ConfigString(config), splits.size(), per_consumer);
+  response->set_job_id(u->job_id());
+  response->set_created(true);
+  *response->mutable_config() = config;
+  response->set_splits_per_epoch(splits.size());
+  response->set_splits_per_consumer(per_consumer);
+  UpdateGauges();
+  return absl::OkStatus();
+}
+
+proto::SplitAssignment DispatcherImpl::MakeAssignment(
+    const DispatcherState::Job& job, const SlotKey& key) const {
+  proto::SplitAssignment a;
+  *a.mutable_key() = key.ToProto();
+  const DispatcherState::Slot* slot = state_.FindSlot(key);
+  if (slot == nullptr) return a;
+  const record::Split& split = job.splits[slot->split_id];
+  a.set_split_id(split.id);
+  a.set_shard(split.shard);
+  a.set_begin(split.begin);
+  a.set_end(split.end);
+  a.set_first_global(split.first_global);
+  return a;
+}
+
+absl::Status DispatcherImpl::ClientHeartbeat(
+    const proto::ClientHeartbeatRequest& request,
+    proto::ClientHeartbeatResponse* response) {
+  RETURN_IF_ERROR(CheckVersion(request.protocol_version()));
+  absl::MutexLock lock(&mu_);
+  const DispatcherState::Job* job = state_.FindJob(request.job_id());
+  if (job == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("job ", request.job_id(),
+                     " not found (dispatcher restarted without its "
+                     "journal?): call GetOrCreateJob again"));
+  }
+  if (request.consumer_index() >= job->consumers.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("consumer_index ", request.consumer_index(),
+                     " must be < num_consumers ", job->consumers.size(),
+                     " of job ", job->id));
+  }
+  // Signals for the autoscaler.
+  const absl::Time now = clock_->Now();
+  ConsumerSignal& signal =
+      consumer_signals_[{job->id, request.consumer_index()}];
+  double wait_delta = request.wait_seconds_total() - signal.wait_seconds_total;
+  if (wait_delta < 0)
+    wait_delta = request.wait_seconds_total();  // the client restarted
+  if (wait_delta > 0) consumer_wait_.Increment(wait_delta);
+  if (signal.last_report != absl::InfinitePast() && now > signal.last_report) {
+    signal.wait_fraction = std::clamp(
+        wait_delta / absl::ToDoubleSeconds(now - signal.last_report), 0.0, 1.0);
+  }
+  signal.wait_seconds_total = request.wait_seconds_total();
+  signal.buffer_fill = request.buffer_fill();
+  signal.last_report = now;
+
+  const DispatcherState::Consumer& consumer =
+      job->consumers[request.consumer_index()];
+  if (!consumer.slots.empty()) {
+    int newly_done = 0;
+    for (const proto::ClientSplitProgress& p : request.progress()) {
+      const DispatcherState::Slot* slot =
+          state_.FindSlot({job->id, consumer.index, p.epoch(), p.position()});
+      if (p.complete() && slot != nullptr &&
+          slot->status != proto::SPLIT_STATUS_DONE)
+        ++newly_done;
+    }
+    proto::Update update;
+    proto::UpdateClientProgress* u = update.mutable_client_progress();
+    u->set_job_id(job->id);
+    u->set_consumer_index(consumer.index);
+    *u->mutable_progress() = request.progress();
+    RETURN_IF_ERROR(Commit(update));
+    if (newly_done > 0) splits_done_.Increment(newly_done);
+  }
+  // `job`/`consumer` stay valid: Apply never erases jobs.
+  response->set_epoch(consumer.epoch);
+  response->set_finished(consumer.finished);
+  for (uint64_t pos = 0; pos < consumer.slots.size(); ++pos) {
+    *response->add_splits() =
+        MakeAssignment(*job, {job->id, consumer.index, consumer.epoch, pos});
+    if (consumer.slots[pos].status == proto::SPLIT_STATUS_DONE)
+      response->add_done_positions(pos);
+  }
+  for (const auto& [id, worker] : state_.workers()) {
+    proto::Task* task = response->add_tasks();
+    task->set_worker_id(id);
+    task->set_address(worker.address);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherImpl::WorkerRegister(
+    const proto::WorkerRegisterRequest& request,
+    proto::WorkerRegisterResponse* response) {
+  RETURN_IF_ERROR(CheckVersion(request.protocol_version()));
+  if (request.address().empty()) {
+    return absl::InvalidArgumentError(
+        "WorkerRegister: address (host:port) is empty");
+  }
+  absl::MutexLock lock(&mu_);
+  std::vector<uint64_t> replaced;
+  for (const auto& [id, worker] : state_.workers()) {
+    if (worker.address == request.address()) replaced.push_back(id);
+  }
+  for (uint64_t id : replaced)
+    RETURN_IF_ERROR(LoseWorker(id, "re-registered (restarted)"));
+  proto::Update update;
+  proto::UpdateRegisterWorker* u = update.mutable_register_worker();
+  u->set_worker_id(state_.NextWorkerId());
+  u->set_address(request.address());
+  u->set_capacity(std::max<uint32_t>(1, request.capacity()));
+  RETURN_IF_ERROR(Commit(update));
+  worker_signals_[u->worker_id()] = {.last_seen = clock_->Now()};
+  logger_->info("worker {} registered at {} (capacity {})", u->worker_id(),
+                u->address(), u->capacity());
+  response->set_worker_id(u->worker_id());
+  response->set_heartbeat_interval_seconds(
+      absl::ToDoubleSeconds(options_.heartbeat_interval));
+  UpdateGauges();
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherImpl::AssignSplits(uint64_t worker_id, int free,
+                                          proto::WorkerHeartbeatResponse* out) {
+  struct Candidate {
+    int in_production = 0;
+    const DispatcherState::Job* job = nullptr;
+    uint32_t consumer = 0;
+    std::vector<uint64_t> pending;  // positions, ascending
+    size_t next = 0;
+  };
+  std::vector<Candidate> candidates;
+  for (const auto& [job_id, job] : state_.jobs()) {
+    if (job.config.mode() != proto::PROCESSING_MODE_DISTRIBUTED_EPOCH) continue;
+    for (const DispatcherState::Consumer& consumer : job.consumers) {
+      Candidate c{.job = &job, .consumer = consumer.index};
+      for (uint64_t pos = 0; pos < consumer.slots.size(); ++pos) {
+        const DispatcherState::Slot& slot = consumer.slots[pos];
+        if (slot.status == proto::SPLIT_STATUS_PENDING)
+          c.pending.push_back(pos);
+        if (slot.status == proto::SPLIT_STATUS_ASSIGNED &&
+            !slot.finished_producing) {
+          ++c.in_production;
+        }
+      }
+      if (!c.pending.empty()) candidates.push_back(std::move(c));
+    }
+  }
+  while (free > 0) {
+    Candidate* best = nullptr;
+    for (Candidate& c : candidates) {
+      if (c.next < c.pending.size() &&
+          (best == nullptr || c.in_production < best->in_production)) {
+        best = &c;
+      }
+    }
+    if (best == nullptr) break;
+    const DispatcherState::Job& job = *best->job;
+    const SlotKey key{job.id, best->consumer,
+                      job.consumers[best->consumer].epoch,
+                      best->pending[best->next++]};
+    const DispatcherState::Slot* slot = state_.FindSlot(key);
+    const bool reassigned = slot->assignments > 0;
+    proto::Update update;
+    proto::UpdateAssignSplit* u = update.mutable_assign_split();
+    *u->mutable_key() = key.ToProto();
+    u->set_worker_id(worker_id);
+    u->set_skip_batches(slot->skip_batches);
+    RETURN_IF_ERROR(Commit(update));
+    proto::SplitAssignment* a = out->add_start();
+    *a = MakeAssignment(job, key);
+    a->set_skip_batches(u->skip_batches());
+    (reassigned ? splits_reassigned_ : splits_assigned_).Increment();
+    ++best->in_production;
+    --free;
+  }
+  return absl::OkStatus();
+}
+
+void DispatcherImpl::FillJobInfo(const DispatcherState::Job& job,
+                                 proto::JobInfo* info) const {
+  info->set_job_id(job.id);
+  info->set_job_name(job.name);
+  info->set_dataset_id(job.dataset_id);
+  const DispatcherState::Dataset* dataset = state_.FindDataset(job.dataset_id);
+  if (dataset != nullptr) {
+    info->set_pipeline(dataset->pipeline);
+    info->set_batch_size(dataset->batch_size);
+  }
+  *info->mutable_config() = job.config;
+}
+
+absl::Status DispatcherImpl::WorkerHeartbeat(
+    const proto::WorkerHeartbeatRequest& request,
+    proto::WorkerHeartbeatResponse* response) {
+  RETURN_IF_ERROR(CheckVersion(request.protocol_version()));
+  absl::MutexLock lock(&mu_);
+  if (state_.FindWorker(request.worker_id()) == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("worker ", request.worker_id(),
+                     " is not registered (timed out?): drop all splits "
+                     "and call WorkerRegister again"));
+  }
+  worker_signals_[request.worker_id()] = {
+      .last_seen = clock_->Now(),
+      .elements_per_second = request.elements_per_second()};
+  if (!request.splits().empty()) {
+    proto::Update update;
+    proto::UpdateWorkerProgress* u = update.mutable_worker_progress();
+    u->set_worker_id(request.worker_id());
+    *u->mutable_splits() = request.splits();
+    RETURN_IF_ERROR(Commit(update));
+  }
+  const DispatcherState::Worker& worker =
+      *state_.FindWorker(request.worker_id());
+  // Whatever it reports but no longer holds: done, handed back, or its job is
+  // gone.
+  std::set<SlotKey> reported;
+  for (const proto::WorkerSplitProgress& p : request.splits()) {
+    reported.insert(SlotKey::FromProto(p.key()));
+    if (!worker.slots.contains(SlotKey::FromProto(p.key())))
+      *response->add_drop() = p.key();
+  }
+  // Whatever it holds but did not report (the response that assigned it was
+  // lost, or the worker restarted its pipeline): handed back like a lost
+  // worker's splits.
+  proto::Update release;
+  for (const SlotKey& key : worker.slots) {
+    if (!reported.contains(key))
+      *release.mutable_release_splits()->add_keys() = key.ToProto();
+  }
+  if (release.has_release_splits()) {
+    release.mutable_release_splits()->set_worker_id(worker.id);
+    logger_->warn(
+        "worker {} no longer reports {} of its splits: they are handed back",
+        worker.id, release.release_splits().keys_size());
+    RETURN_IF_ERROR(Commit(release));
+  }
+  std::set<uint64_t> referenced_jobs;
+  if (!worker.draining) {
+    int in_production = 0;
+    for (const SlotKey& key : worker.slots) {
+      const DispatcherState::Slot* slot = state_.FindSlot(key);
+      if (slot != nullptr && !slot->finished_producing) ++in_production;
+    }
+    RETURN_IF_ERROR(AssignSplits(
+        worker.id, static_cast<int>(worker.capacity) - in_production,
+        response));
+    for (const proto::SplitAssignment& a : response->start())
+      referenced_jobs.insert(a.key().job_id());
+    // PARALLEL_EPOCHS: one task per (job, consumer) that the worker is not
+    // running yet.
+    std::set<std::pair<uint64_t, uint32_t>> running;
+    for (const proto::ParallelTask& t : request.parallel_tasks()) {
+      running.insert({t.job_id(), t.consumer_index()});
+    }
+    for (const auto& [job_id, job] : state_.jobs()) {
+      if (job.config.mode() != proto::PROCESSING_MODE_PARALLEL_EPOCHS) continue;
+      for (uint32_t c = 0; c < job.consumers.size(); ++c) {
+        if (running.contains({job_id, c})) continue;
+        proto::ParallelTask* t = response->add_start_parallel();
+        t->set_job_id(job_id);
+        t->set_consumer_index(c);
+        referenced_jobs.insert(job_id);
+      }
+    }
+  }
+  const std::set<uint64_t> known(request.known_job_ids().begin(),
+                                 request.known_job_ids().end());
+  for (uint64_t job_id : referenced_jobs) {
+    if (known.contains(job_id)) continue;
+    FillJobInfo(*state_.FindJob(job_id), response->add_jobs());
+  }
+  response->set_draining(worker.draining);
+  response->set_may_exit(worker.draining && worker.slots.empty());
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherImpl::LoseWorker(uint64_t worker_id, const char* why) {
+  const DispatcherState::Worker* worker = state_.FindWorker(worker_id);
+  if (worker == nullptr) return absl::OkStatus();
+  logger_->warn(
+      "worker {} at {} {}: {} splits wait for their consumers' progress",
+      worker_id, worker->address, why, worker->slots.size());
+  proto::Update update;
+  update.mutable_worker_lost()->set_worker_id(worker_id);
+  RETURN_IF_ERROR(Commit(update));
+  worker_signals_.erase(worker_id);
+  workers_lost_.Increment();
+  UpdateGauges();
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherImpl::WorkerUnregister(
+    const proto::WorkerUnregisterRequest& request,
+    proto::WorkerUnregisterResponse* /*response*/) {
+  RETURN_IF_ERROR(CheckVersion(request.protocol_version()));
+  absl::MutexLock lock(&mu_);
+  if (state_.FindWorker(request.worker_id()) == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("worker ", request.worker_id(), " is not registered"));
+  }
+  return LoseWorker(request.worker_id(), "unregistered");
+}
+
+absl::Status DispatcherImpl::DrainWorker(
+    const proto::DrainWorkerRequest& request,
+    proto::DrainWorkerResponse* response) {
+  RETURN_IF_ERROR(CheckVersion(request.protocol_version()));
+  absl::MutexLock lock(&mu_);
+  const DispatcherState::Worker* worker =
+      state_.FindWorker(request.worker_id());
+  if (worker == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("worker ", request.worker_id(), " is not registered"));
+  }
+  uint32_t handed_back = 0;
+  for (const SlotKey& key : worker->slots) {
+    const DispatcherState::Slot* slot = state_.FindSlot(key);
+    if (slot != nullptr && !slot->finished_producing) ++handed_back;
+  }
+  proto::Update update;
+  update.mutable_drain_worker()->set_worker_id(request.worker_id());
+  RETURN_IF_ERROR(Commit(update));
+  logger_->info("worker {} drains: {} splits handed back", request.worker_id(),
+                handed_back);
+  response->set_handed_back(handed_back);
+  UpdateGauges();
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherImpl::GetJobState(
+    const proto::GetJobStateRequest& request,
+    proto::GetJobStateResponse* response) {
+  RETURN_IF_ERROR(CheckVersion(request.protocol_version()));
+  absl::MutexLock lock(&mu_);
+  const DispatcherState::Job* job = state_.FindJob(request.job_id());
+  if (job == nullptr)
+    return absl::NotFoundError(
+        absl::StrCat("job ", request.job_id(), " not found"));
+  FillJobInfo(*job, response->mutable_job());
+  for (const DispatcherState::Consumer& consumer : job->consumers) {
+    proto::ConsumerState* c = response->add_consumers();
+    c->set_consumer_index(consumer.index);
+    c->set_epoch(consumer.epoch);
+    c->set_finished(consumer.finished);
+    for (uint64_t pos = 0; pos < consumer.slots.size(); ++pos) {
+      const DispatcherState::Slot& slot = consumer.slots[pos];
+      proto::SplitState* s = c->add_splits();
+      s->set_position(pos);
+      s->set_split_id(slot.split_id);
+      s->set_status(slot.status);
+      s->set_worker_id(slot.worker_id);
+      s->set_delivered_batches(slot.delivered_batches);
+      s->set_produced_batches(slot.produced_batches);
+      s->set_skip_batches(slot.skip_batches);
+      s->set_assignments(slot.assignments);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherImpl::Tick() {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_->Now();
+  std::vector<uint64_t> expired;
+  for (const auto& [id, worker] : state_.workers()) {
+    auto it = worker_signals_.find(id);
+    if (it == worker_signals_.end() ||
+        now - it->second.last_seen >= options_.worker_timeout) {
+      expired.push_back(id);
+    }
+  }
+  for (uint64_t id : expired) {
+    RETURN_IF_ERROR(LoseWorker(
+        id, absl::StrCat("sent no heartbeat for ",
+                         absl::FormatDuration(options_.worker_timeout))
+                .c_str()));
+  }
+  UpdateGauges();
+  return absl::OkStatus();
+}
+
+void DispatcherImpl::UpdateGauges() {
+  int alive = 0;
+  double rate = 0;
+  for (const auto& [id, worker] : state_.workers()) {
+    if (worker.draining) continue;
+    ++alive;
+    auto it = worker_signals_.find(id);
+    if (it != worker_signals_.end()) rate += it->second.elements_per_second;
+  }
+  int active_jobs = 0;
+  std::set<uint64_t> active_ids;
+  for (const auto& [id, job] : state_.jobs()) {
+    if (!job.finished()) {
+      ++active_jobs;
+      active_ids.insert(id);
+    }
+  }
+  double wait_fraction = 0, fill = 0;
+  int consumers = 0;
+  for (const auto& [key, signal] : consumer_signals_) {
+    if (!active_ids.contains(key.first)) continue;
+    wait_fraction += signal.wait_fraction;
+    fill += signal.buffer_fill;
+    ++consumers;
+  }
+  if (consumers > 0) {
+    wait_fraction /= consumers;
+    fill /= consumers;
+  }
+  int desired = alive;
+  if (active_jobs == 0) {
+    desired = static_cast<int>(options_.min_workers);
+  } else if (alive > 0 && rate > 0) {
+    if (consumers > 0 && fill > 0.9 && wait_fraction < 0.01) {
+      desired = alive - 1;
+    } else {
+      const double demand = rate / std::max(0.05, 1.0 - wait_fraction);
+      desired = static_cast<int>(
+          std::ceil(demand * options_.headroom / (rate / alive)));
+    }
+  }
+  desired = std::clamp(
+      desired, static_cast<int>(options_.min_workers),
+      static_cast<int>(std::max(options_.min_workers, options_.max_workers)));
+  desired_workers_ = desired;
+  desired_workers_gauge_.Set(desired);
+  workers_alive_.Set(static_cast<double>(state_.workers().size()));
+  jobs_active_.Set(active_jobs);
+}
+
+int DispatcherImpl::desired_workers() const {
+  absl::MutexLock lock(&mu_);
+  return desired_workers_;
+}
+
+}  // namespace sluice::dispatcher

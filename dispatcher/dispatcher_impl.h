@@ -1,0 +1,266 @@
+// DispatcherImpl: the dispatcher's logic, transport-free (proto in, proto out,
+// absl::Status). The gRPC adapter (grpc_dispatcher_service.h) forwards each RPC
+// here; tests call it directly with a FakeClock.
+//
+// Thread-safety: all public methods are thread-safe (one mutex around
+// DispatcherState). Start() runs one maintenance thread, owned and joined by
+// this object, that calls Tick() every heartbeat_interval; tests call Tick()
+// themselves instead.
+//
+// -----------------------------------------------------------------------------
+// Protocol (ARCHITECTURE.md §5, §6)
+//
+// Datasets. RegisterDataset(pipeline bytes, shard record counts, batch size) is
+// idempotent: the same three values give the same dataset_id. `fingerprint` =
+// XXH3-64 of the pipeline bytes. The dispatcher never opens the data.
+//
+// Jobs. GetOrCreateJob(name, dataset, config) creates the job or returns the
+// existing one with that name when the normalized config and dataset are equal;
+// otherwise FAILED_PRECONDITION. Normalizing: mode/remainder default to
+// DISTRIBUTED_EPOCH/PAD, num_consumers 0 -> 1, split_size 0 -> 1024, then
+// split_size is rounded to the nearest multiple of the batch size (at least one
+// batch), so a batch never spans two splits and a consumer's progress inside a
+// split is a count of whole batches.
+//
+// Splits and shares. The epoch's split list is EnumerateSplits(shard record
+// counts, split_size) (the last split of a shard may be shorter); N splits.
+// Consumer k of C gets, in epoch e, the split ids P[k], P[k + C], P[k + 2C],
+// ... of P = Permutation(N, seed, e) (record::Partition over splits):
+//   PAD   ceil(N / C) splits each: P wraps around, a few splits are read twice.
+//   DROP  floor(N / C) splits each: the last N mod C splits of P are not read
+//         this epoch (another set next epoch, as P changes with the epoch).
+// Padding and dropping are by WHOLE splits, never partial ones. Every consumer
+// gets the same number of splits, and the same number of batches when all
+// splits are full, i.e. when split_size divides every shard's record count.
+// Otherwise shares differ by the short shard-tail splits a consumer drew (at
+// most one per shard): pick a split size that divides the shard sizes when
+// step counts must be equal.
+//
+// Worked example: shards of 1000 and 600 records, batch 64, split size 250
+// requested -> 256. N = 7 splits:
+//   0 = shard 0 [0, 256)     4 = shard 1 [0, 256)
+//   1 = shard 0 [256, 512)   5 = shard 1 [256, 512)
+//   2 = shard 0 [512, 768)   6 = shard 1 [512, 600)  88 records, 2 batches
+//   3 = shard 0 [768, 1000)  232 records, 4 batches
+// Seed 7, epoch 0: P = Permutation(7, 7, 0) = [3, 1, 5, 2, 6, 0, 4].
+//   C = 3, PAD: 3 splits each; P wraps, so splits 3 and 1 are read twice.
+//     consumer 0: 3, 2, 4   232 + 256 + 256 records = 12 batches
+//     consumer 1: 1, 6, 3   256 +  88 + 232 records = 10 batches
+//     consumer 2: 5, 0, 1   256 + 256 + 256 records = 12 batches
+//   C = 3, DROP: 2 splits each; split 4 (shard 1 records 0..255) is not read.
+//     consumer 0: 3, 2      consumer 1: 1, 6      consumer 2: 5, 0
+//   With shards of 1024 and 512 records all splits are full: equal shares.
+// A split's index in its consumer's list is its "position"; (job, consumer,
+// epoch, position) = SplitKey names the unit of work (with PAD a split id can
+// occur twice).
+//
+// Dynamic assignment. A worker's WorkerHeartbeat returns new SplitAssignments
+// while it has capacity (capacity minus its splits not yet finished producing).
+// Each pick takes the lowest pending position of the consumer with the fewest
+// splits in production, ties to the lowest (job id, consumer), so every
+// consumer's splits are produced roughly in release order.
+//
+// Done and epochs. A split is DONE only when its consumer reports
+// (ClientHeartbeat) that it holds the split's last batch (`complete`); the
+// worker is then told to drop it. When all slots of a consumer's epoch are
+// DONE, that consumer alone moves to epoch e + 1 (consumers do not wait for
+// each other); after num_epochs epochs it is finished.
+//
+// Exactly-once under worker loss. A worker with no heartbeat for worker_timeout
+// (Tick(), on the injected clock) is removed, and so is one that calls
+// WorkerUnregister. Its unfinished splits go to AWAITING_PROGRESS: they are not
+// handed out again until the consumer's next ClientHeartbeat, whose report (a
+// cumulative snapshot: delivered prefix per split) sets skip_batches; the split
+// is then PENDING and the next worker produces batches skip_batches,
+// skip_batches + 1, ... A batch of the old worker still in flight may arrive
+// after that report; clients keep exactly-once by accepting batch i of a split
+// only when they hold exactly i of its batches (origins carry the index).
+//   Example: split at position 2 of consumer 0, 4 batches. Worker 1 produced 3,
+//   the consumer holds 2, worker 1 dies. Tick() after worker_timeout: position
+//   2 AWAITING_PROGRESS. ClientHeartbeat {position 2, delivered 2}: PENDING,
+//   skip 2. Worker 2's heartbeat: start position 2, skip 2.
+//
+// A worker's heartbeat lists every split it holds. A split the dispatcher
+// counts as the worker's but that the heartbeat does not list (the response
+// assigning it was lost) is handed back the same way; one it lists but no
+// longer owns comes back in `drop`.
+//
+// Draining (scale-down, SIGTERM): DrainWorker marks the worker draining: it
+// gets no new splits, and the splits it has not finished producing are handed
+// back exactly like a lost worker's (await the consumer's report, then reassign
+// with the delivered prefix skipped). Splits it finished producing stay with it
+// until their consumer completes them; then WorkerHeartbeat answers may_exit.
+//
+// PARALLEL_EPOCHS. No splits: every worker gets one ParallelTask per (job,
+// consumer) and walks the whole dataset num_epochs times for it, without
+// coordination.
+//
+// Autoscaling signal. Tick() sets sluice_desired_workers: with W workers
+// producing R elements/s in total and consumers waiting a fraction f of the
+// time, demand = R / (1 - f) and desired = ceil(demand * headroom / (R / W));
+// when every consumer's buffer is > 90% full and nobody waits, W - 1; with no
+// unfinished job, min_workers; always within [min_workers, max_workers].
+// -----------------------------------------------------------------------------
+#ifndef SLUICE_DISPATCHER_DISPATCHER_IMPL_H_
+#define SLUICE_DISPATCHER_DISPATCHER_IMPL_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <thread>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/base/clock.h"
+#include "dispatcher/dispatcher_state.h"
+#include "dispatcher/journal.h"
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "prometheus/registry.h"
+#include "proto/dispatcher.pb.h"
+#include "spdlog/spdlog.h"
+
+namespace sluice::dispatcher {
+
+// The wire protocol version all components share (proto/worker.proto).
+inline constexpr uint32_t kProtocolVersion = proto::PROTOCOL_VERSION_CURRENT;
+
+struct DispatcherOptions {
+  Clock* clock = nullptr;  // null: RealClock::Get()
+  prometheus::Registry* registry =
+      nullptr;  // null: a private registry (metrics not exported)
+  std::shared_ptr<spdlog::logger> logger;  // null: NullLogger()
+  std::shared_ptr<Journal>
+      journal;  // null: NullJournal (state lost on restart)
+  absl::Duration worker_timeout = absl::Seconds(10);
+  absl::Duration heartbeat_interval =
+      absl::Seconds(1);  // told to workers; Tick() period
+  uint64_t default_split_size = 1024;
+  uint32_t max_consumers = 4096;  // per job
+  uint32_t min_workers = 1;
+  uint32_t max_workers = 64;
+  double headroom = 1.2;
+};
+
+class DispatcherImpl {
+ public:
+  // Replays options.journal. Errors: the journal's, or Internal if an update
+  // does not apply.
+  static absl::StatusOr<std::unique_ptr<DispatcherImpl>> Create(
+      DispatcherOptions options);
+  ~DispatcherImpl();  // Stop()s
+
+  DispatcherImpl(const DispatcherImpl&) = delete;
+  DispatcherImpl& operator=(const DispatcherImpl&) = delete;
+
+  // Starts the maintenance thread (Tick() every heartbeat_interval of real
+  // time). Idempotent.
+  absl::Status Start() ABSL_LOCKS_EXCLUDED(mu_);
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Every RPC: FAILED_PRECONDITION if request.protocol_version !=
+  // kProtocolVersion. InvalidArgument: empty pipeline, batch_size 0, no
+  // records.
+  absl::Status RegisterDataset(const proto::RegisterDatasetRequest& request,
+                               proto::RegisterDatasetResponse* response)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // NotFound: unknown dataset. FailedPrecondition: name taken by another
+  // config. InvalidArgument: DROP leaves a consumer no split.
+  // ResourceExhausted: num_consumers > max_consumers.
+  absl::Status GetOrCreateJob(const proto::GetOrCreateJobRequest& request,
+                              proto::GetOrCreateJobResponse* response)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // NotFound: unknown job. InvalidArgument: consumer_index >= num_consumers.
+  absl::Status ClientHeartbeat(const proto::ClientHeartbeatRequest& request,
+                               proto::ClientHeartbeatResponse* response)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // InvalidArgument: empty address. A live worker with the same address is
+  // replaced (lost).
+  absl::Status WorkerRegister(const proto::WorkerRegisterRequest& request,
+                              proto::WorkerRegisterResponse* response)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // NotFound: unknown or timed-out worker (register again).
+  absl::Status WorkerHeartbeat(const proto::WorkerHeartbeatRequest& request,
+                               proto::WorkerHeartbeatResponse* response)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status WorkerUnregister(const proto::WorkerUnregisterRequest& request,
+                                proto::WorkerUnregisterResponse* response)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status DrainWorker(const proto::DrainWorkerRequest& request,
+                           proto::DrainWorkerResponse* response)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status GetJobState(const proto::GetJobStateRequest& request,
+                           proto::GetJobStateResponse* response)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Declares workers without a heartbeat for worker_timeout lost and refreshes
+  // the gauges.
+  absl::Status Tick() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The last value of sluice_desired_workers.
+  int desired_workers() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct ConsumerSignal {
+    double buffer_fill = 0;
+    double wait_seconds_total = 0;
+    double wait_fraction = 0;
+    absl::Time last_report = absl::InfinitePast();
+  };
+  struct WorkerSignal {
+    absl::Time last_seen;
+    double elements_per_second = 0;
+  };
+
+  explicit DispatcherImpl(DispatcherOptions options);
+
+  // Journals `update`, then applies it. Internal if it does not apply (a bug in
+  // this class).
+  absl::Status Commit(const proto::Update& update)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FillJobInfo(const DispatcherState::Job& job, proto::JobInfo* info) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  proto::SplitAssignment MakeAssignment(const DispatcherState::Job& job,
+                                        const SlotKey& key) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Hands up to `free` pending splits to `worker_id`, appending them to `out`.
+  absl::Status AssignSplits(uint64_t worker_id, int free,
+                            proto::WorkerHeartbeatResponse* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status LoseWorker(uint64_t worker_id, const char* why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MaintenanceLoop() ABSL_LOCKS_EXCLUDED(mu_);
+
+  const DispatcherOptions options_;
+  Clock* const clock_;
+  std::shared_ptr<spdlog::logger> logger_;
+  std::shared_ptr<Journal> journal_;
+  std::unique_ptr<prometheus::Registry> own_registry_;
+
+  prometheus::Counter& splits_assigned_;
+  prometheus::Counter& splits_reassigned_;
+  prometheus::Counter& splits_done_;
+  prometheus::Counter& workers_lost_;
+  prometheus::Counter& consumer_wait_;
+  prometheus::Gauge& workers_alive_;
+  prometheus::Gauge& jobs_active_;
+  prometheus::Gauge& desired_workers_gauge_;
+
+  mutable absl::Mutex mu_;
+  DispatcherState state_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, WorkerSignal> worker_signals_ ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<uint64_t, uint32_t>, ConsumerSignal> consumer_signals_
+      ABSL_GUARDED_BY(mu_);
+  int desired_workers_ ABSL_GUARDED_BY(mu_) = 0;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread maintenance_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace sluice::dispatcher
+
+#endif  // SLUICE_DISPATCHER_DISPATCHER_IMPL_H_

@@ -1,0 +1,356 @@
+#include "dispatcher/dispatcher_state.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+
+namespace sluice::dispatcher {
+
+SlotKey SlotKey::FromProto(const proto::SplitKey& key) {
+  return {key.job_id(), key.consumer_index(), key.epoch(), key.position()};
+}
+
+proto::SplitKey SlotKey::ToProto() const {
+  proto::SplitKey key;
+  key.set_job_id(job_id);
+  key.set_consumer_index(consumer);
+  key.set_epoch(epoch);
+  key.set_position(position);
+  return key;
+}
+
+bool DispatcherState::Job::finished() const {
+  return std::all_of(consumers.begin(), consumers.end(),
+                     [](const Consumer& c) { return c.finished; });
+}
+
+absl::StatusOr<std::vector<uint64_t>> DispatcherState::ConsumerSplitIds(
+    const proto::JobConfig& config, uint64_t num_splits, uint32_t consumer,
+    uint64_t epoch) {
+  const record::RemainderPolicy policy =
+      config.remainder() == proto::REMAINDER_MODE_DROP
+          ? record::RemainderPolicy::kDrop
+          : record::RemainderPolicy::kPad;
+  return record::Partition(num_splits, config.num_consumers(), consumer,
+                           config.seed(), epoch, policy);
+}
+
+absl::Status DispatcherState::Apply(const proto::Update& update) {
+  switch (update.kind_case()) {
+    case proto::Update::kRegisterDataset:
+      return ApplyRegisterDataset(update.register_dataset());
+    case proto::Update::kCreateJob:
+      return ApplyCreateJob(update.create_job());
+    case proto::Update::kRegisterWorker:
+      return ApplyRegisterWorker(update.register_worker());
+    case proto::Update::kAssignSplit:
+      return ApplyAssignSplit(update.assign_split());
+    case proto::Update::kClientProgress:
+      return ApplyClientProgress(update.client_progress());
+    case proto::Update::kWorkerProgress:
+      return ApplyWorkerProgress(update.worker_progress());
+    case proto::Update::kWorkerLost:
+      return ApplyWorkerLost(update.worker_lost());
+    case proto::Update::kDrainWorker:
+      return ApplyDrainWorker(update.drain_worker());
+    case proto::Update::kReleaseSplits:
+      return ApplyReleaseSplits(update.release_splits());
+    case proto::Update::KIND_NOT_SET:
+      break;
+  }
+  return absl::InvalidArgumentError(
+      "update has no kind set (journal written by a newer dispatcher?)");
+}
+
+const DispatcherState::Dataset* DispatcherState::FindDataset(
+    uint64_t id) const {
+  auto it = datasets_.find(id);
+  return it == datasets_.end() ? nullptr : &it->second;
+}
+
+const DispatcherState::Job* DispatcherState::FindJob(uint64_t id) const {
+  auto it = jobs_.find(id);
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+const DispatcherState::Job* DispatcherState::FindJobByName(
+    const std::string& name) const {
+  if (name.empty()) return nullptr;
+  for (const auto& [id, job] : jobs_) {
+    if (job.name == name) return &job;
+  }
+  return nullptr;
+}
+
+const DispatcherState::Worker* DispatcherState::FindWorker(uint64_t id) const {
+  auto it = workers_.find(id);
+  return it == workers_.end() ? nullptr : &it->second;
+}
+
+const DispatcherState::Slot* DispatcherState::FindSlot(
+    const SlotKey& key) const {
+  return const_cast<DispatcherState*>(this)->MutableSlot(key);
+}
+
+DispatcherState::Slot* DispatcherState::MutableSlot(const SlotKey& key) {
+  auto it = jobs_.find(key.job_id);
+  if (it == jobs_.end() || key.consumer >= it->second.consumers.size())
+    return nullptr;
+  Consumer& consumer = it->second.consumers[key.consumer];
+  if (consumer.finished || consumer.epoch != key.epoch ||
+      key.position >= consumer.slots.size()) {
+    return nullptr;
+  }
+  return &consumer.slots[key.position];
+}
+
+absl::Status DispatcherState::ApplyRegisterDataset(
+    const proto::UpdateRegisterDataset& u) {
+  if (u.dataset_id() == 0 || datasets_.contains(u.dataset_id())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "dataset id ", u.dataset_id(), " is zero or already registered"));
+  }
+  Dataset& d = datasets_[u.dataset_id()];
+  d.id = u.dataset_id();
+  d.fingerprint = u.fingerprint();
+  d.pipeline = u.pipeline();
+  d.shard_record_counts.assign(u.shard_record_counts().begin(),
+                               u.shard_record_counts().end());
+  d.batch_size = u.batch_size();
+  next_dataset_id_ = std::max(next_dataset_id_, u.dataset_id() + 1);
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherState::StartEpoch(Job& job, Consumer& consumer) {
+  consumer.slots.clear();
+  consumer.done = 0;
+  if (job.config.num_epochs() != 0 &&
+      consumer.epoch >= job.config.num_epochs()) {
+    consumer.finished = true;
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(std::vector<uint64_t> ids,
+                   ConsumerSplitIds(job.config, job.splits.size(),
+                                    consumer.index, consumer.epoch));
+  if (ids.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "job ", job.id, ": consumer ", consumer.index, " gets no splits"));
+  }
+  consumer.slots.resize(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) consumer.slots[i].split_id = ids[i];
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherState::ApplyCreateJob(const proto::UpdateCreateJob& u) {
+  if (u.job_id() == 0 || jobs_.contains(u.job_id())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job id ", u.job_id(), " is zero or already exists"));
+  }
+  if (FindJobByName(u.job_name()) != nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job name '", u.job_name(), "' is taken"));
+  }
+  const Dataset* dataset = FindDataset(u.dataset_id());
+  if (dataset == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("dataset ", u.dataset_id(), " is not registered"));
+  }
+  if (u.config().num_consumers() == 0) {
+    return absl::InvalidArgumentError("num_consumers must be > 0");
+  }
+  Job job;
+  job.id = u.job_id();
+  job.name = u.job_name();
+  job.dataset_id = u.dataset_id();
+  job.config = u.config();
+  ASSIGN_OR_RETURN(job.splits,
+                   record::EnumerateSplits(dataset->shard_record_counts,
+                                           u.config().split_size()));
+  job.consumers.resize(u.config().num_consumers());
+  for (uint32_t i = 0; i < job.consumers.size(); ++i) {
+    job.consumers[i].index = i;
+    if (job.config.mode() != proto::PROCESSING_MODE_PARALLEL_EPOCHS) {
+      RETURN_IF_ERROR(StartEpoch(job, job.consumers[i]));
+    }
+  }
+  next_job_id_ = std::max(next_job_id_, u.job_id() + 1);
+  jobs_.emplace(job.id, std::move(job));
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherState::ApplyRegisterWorker(
+    const proto::UpdateRegisterWorker& u) {
+  if (u.worker_id() == 0 || workers_.contains(u.worker_id())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker id ", u.worker_id(), " is zero or already registered"));
+  }
+  Worker& w = workers_[u.worker_id()];
+  w.id = u.worker_id();
+  w.address = u.address();
+  w.capacity = std::max<uint32_t>(1, u.capacity());
+  next_worker_id_ = std::max(next_worker_id_, u.worker_id() + 1);
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherState::ApplyAssignSplit(
+    const proto::UpdateAssignSplit& u) {
+  const SlotKey key = SlotKey::FromProto(u.key());
+  auto wit = workers_.find(u.worker_id());
+  if (wit == workers_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("worker ", u.worker_id(), " is not registered"));
+  }
+  if (wit->second.draining) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", u.worker_id(), " is draining"));
+  }
+  Slot* slot = MutableSlot(key);
+  if (slot == nullptr) {
+    return absl::NotFoundError(absl::StrCat(
+        "job ", key.job_id, " consumer ", key.consumer,
+        " has no split at epoch ", key.epoch, " position ", key.position));
+  }
+  if (slot->status != proto::SPLIT_STATUS_PENDING) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("split at position ", key.position, " is ",
+                     proto::SplitStatus_Name(slot->status), ", not pending"));
+  }
+  slot->status = proto::SPLIT_STATUS_ASSIGNED;
+  slot->worker_id = u.worker_id();
+  slot->skip_batches = u.skip_batches();
+  slot->produced_batches = u.skip_batches();
+  slot->finished_producing = false;
+  ++slot->assignments;
+  wit->second.slots.insert(key);
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherState::ApplyClientProgress(
+    const proto::UpdateClientProgress& u) {
+  auto jit = jobs_.find(u.job_id());
+  if (jit == jobs_.end())
+    return absl::NotFoundError(absl::StrCat("job ", u.job_id(), " not found"));
+  Job& job = jit->second;
+  if (u.consumer_index() >= job.consumers.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("consumer ", u.consumer_index(),
+                     " >= ", job.consumers.size(), " consumers"));
+  }
+  Consumer& consumer = job.consumers[u.consumer_index()];
+  if (consumer.finished || consumer.slots.empty()) return absl::OkStatus();
+  for (const proto::ClientSplitProgress& p : u.progress()) {
+    // Reports about an earlier epoch are stale (that epoch is done); later ones
+    // cannot happen.
+    if (p.epoch() != consumer.epoch || p.position() >= consumer.slots.size())
+      continue;
+    Slot& slot = consumer.slots[p.position()];
+    if (slot.status == proto::SPLIT_STATUS_DONE) continue;
+    slot.delivered_batches =
+        std::max(slot.delivered_batches, p.delivered_batches());
+    if (p.complete()) {
+      if (slot.status == proto::SPLIT_STATUS_ASSIGNED) {
+        auto wit = workers_.find(slot.worker_id);
+        if (wit != workers_.end()) {
+          wit->second.slots.erase(
+              {job.id, consumer.index, consumer.epoch, p.position()});
+        }
+      }
+      slot.status = proto::SPLIT_STATUS_DONE;
+      slot.worker_id = 0;
+      ++consumer.done;
+    }
+  }
+  // The consumer has now said how far it got: released splits may go to another
+  // worker.
+  for (Slot& slot : consumer.slots) {
+    if (slot.status == proto::SPLIT_STATUS_AWAITING_PROGRESS) {
+      slot.status = proto::SPLIT_STATUS_PENDING;
+      slot.skip_batches = slot.delivered_batches;
+    }
+  }
+  if (consumer.done == consumer.slots.size()) {
+    ++consumer.epoch;
+    RETURN_IF_ERROR(StartEpoch(job, consumer));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherState::ApplyWorkerProgress(
+    const proto::UpdateWorkerProgress& u) {
+  if (!workers_.contains(u.worker_id())) {
+    return absl::NotFoundError(
+        absl::StrCat("worker ", u.worker_id(), " is not registered"));
+  }
+  for (const proto::WorkerSplitProgress& p : u.splits()) {
+    Slot* slot = MutableSlot(SlotKey::FromProto(p.key()));
+    // Splits it no longer holds (done, handed back) are dropped by the
+    // heartbeat response.
+    if (slot == nullptr || slot->status != proto::SPLIT_STATUS_ASSIGNED ||
+        slot->worker_id != u.worker_id()) {
+      continue;
+    }
+    slot->produced_batches =
+        std::max(slot->produced_batches, p.produced_batches());
+    slot->finished_producing =
+        slot->finished_producing || p.finished_producing();
+  }
+  return absl::OkStatus();
+}
+
+void DispatcherState::Release(Worker& worker, const SlotKey& key) {
+  worker.slots.erase(key);
+  Slot* slot = MutableSlot(key);
+  if (slot == nullptr || slot->status != proto::SPLIT_STATUS_ASSIGNED) return;
+  slot->status = proto::SPLIT_STATUS_AWAITING_PROGRESS;
+  slot->worker_id = 0;
+  slot->finished_producing = false;
+}
+
+absl::Status DispatcherState::ApplyWorkerLost(
+    const proto::UpdateWorkerLost& u) {
+  auto wit = workers_.find(u.worker_id());
+  if (wit == workers_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("worker ", u.worker_id(), " is not registered"));
+  }
+  const std::set<SlotKey> held = wit->second.slots;
+  for (const SlotKey& key : held) Release(wit->second, key);
+  workers_.erase(wit);
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherState::ApplyDrainWorker(
+    const proto::UpdateDrainWorker& u) {
+  auto wit = workers_.find(u.worker_id());
+  if (wit == workers_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("worker ", u.worker_id(), " is not registered"));
+  }
+  Worker& worker = wit->second;
+  worker.draining = true;
+  const std::set<SlotKey> held = worker.slots;
+  for (const SlotKey& key : held) {
+    const Slot* slot = FindSlot(key);
+    if (slot != nullptr && !slot->finished_producing) Release(worker, key);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherState::ApplyReleaseSplits(
+    const proto::UpdateReleaseSplits& u) {
+  auto wit = workers_.find(u.worker_id());
+  if (wit == workers_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("worker ", u.worker_id(), " is not registered"));
+  }
+  for (const proto::SplitKey& key : u.keys()) {
+    if (wit->second.slots.contains(SlotKey::FromProto(key))) {
+      Release(wit->second, SlotKey::FromProto(key));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace sluice::dispatcher

@@ -1,0 +1,151 @@
+// DispatcherState: everything the dispatcher must remember across a restart
+// (datasets, jobs, each consumer's split sequence and progress, workers and
+// what they hold), changed only through Apply(const proto::Update&). No I/O, no
+// clock: replaying the same Updates in order rebuilds the same state, which is
+// what a durable journal (dispatcher/journal.h) needs.
+//
+// Not thread-safe; DispatcherImpl owns one and guards it with its mutex. The
+// decisions (which split goes to which worker, when a worker is lost) are
+// DispatcherImpl's; Apply only records them and checks they are consistent. See
+// dispatcher_impl.h for the protocol.
+#ifndef SLUICE_DISPATCHER_DISPATCHER_STATE_H_
+#define SLUICE_DISPATCHER_DISPATCHER_STATE_H_
+
+#include <compare>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/record/sharding.h"
+#include "proto/dispatcher.pb.h"
+#include "proto/worker.pb.h"
+
+namespace sluice::dispatcher {
+
+// (job, consumer, epoch, position): one slot of a consumer's split sequence.
+struct SlotKey {
+  uint64_t job_id = 0;
+  uint32_t consumer = 0;
+  uint64_t epoch = 0;
+  uint64_t position = 0;
+
+  auto operator<=>(const SlotKey&) const = default;
+  static SlotKey FromProto(const proto::SplitKey& key);
+  proto::SplitKey ToProto() const;
+};
+
+class DispatcherState {
+ public:
+  struct Dataset {
+    uint64_t id = 0;
+    uint64_t fingerprint = 0;
+    std::string pipeline;
+    std::vector<uint64_t> shard_record_counts;
+    uint64_t batch_size = 0;
+  };
+
+  struct Slot {
+    uint64_t split_id = 0;
+    proto::SplitStatus status = proto::SPLIT_STATUS_PENDING;
+    uint64_t worker_id = 0;  // when ASSIGNED
+    uint64_t delivered_batches = 0;
+    uint64_t produced_batches = 0;
+    bool finished_producing = false;
+    uint64_t skip_batches = 0;  // of the current/last assignment
+    uint32_t assignments = 0;
+  };
+
+  struct Consumer {
+    uint32_t index = 0;
+    uint64_t epoch = 0;
+    bool finished = false;
+    uint64_t done = 0;  // slots of `epoch` that are DONE
+    std::vector<Slot>
+        slots;  // of `epoch`; position = index (empty in PARALLEL_EPOCHS mode)
+  };
+
+  struct Job {
+    uint64_t id = 0;
+    std::string name;
+    uint64_t dataset_id = 0;
+    proto::JobConfig config;  // normalized
+    std::vector<record::Split> splits;
+    std::vector<Consumer> consumers;
+
+    bool finished() const;
+  };
+
+  struct Worker {
+    uint64_t id = 0;
+    std::string address;
+    uint32_t capacity = 1;
+    bool draining = false;
+    std::set<SlotKey> slots;  // ASSIGNED to it
+  };
+
+  DispatcherState() = default;
+  DispatcherState(const DispatcherState&) = delete;
+  DispatcherState& operator=(const DispatcherState&) = delete;
+
+  // Records one change. FailedPrecondition/NotFound/InvalidArgument when the
+  // update does not fit the current state (a corrupt or reordered journal); the
+  // state is then unchanged.
+  absl::Status Apply(const proto::Update& update);
+
+  // The split ids of `consumer`'s share in `epoch`, in position order:
+  // EnumerateSplits' list permuted by (seed, epoch) and strided over consumers,
+  // padded (wrap around) or with the tail dropped per config.remainder. Pure;
+  // also used by tests.
+  static absl::StatusOr<std::vector<uint64_t>> ConsumerSplitIds(
+      const proto::JobConfig& config, uint64_t num_splits, uint32_t consumer,
+      uint64_t epoch);
+
+  const Dataset* FindDataset(uint64_t id) const;
+  const Job* FindJob(uint64_t id) const;
+  const Job* FindJobByName(const std::string& name) const;  // nullptr for ""
+  const Worker* FindWorker(uint64_t id) const;
+  // nullptr if `key` is not a slot of its consumer's current epoch.
+  const Slot* FindSlot(const SlotKey& key) const;
+
+  const std::map<uint64_t, Dataset>& datasets() const { return datasets_; }
+  const std::map<uint64_t, Job>& jobs() const { return jobs_; }
+  const std::map<uint64_t, Worker>& workers() const { return workers_; }
+
+  // Ids for the next RegisterDataset/CreateJob/RegisterWorker update.
+  uint64_t NextDatasetId() const { return next_dataset_id_; }
+  uint64_t NextJobId() const { return next_job_id_; }
+  uint64_t NextWorkerId() const { return next_worker_id_; }
+
+ private:
+  absl::Status ApplyRegisterDataset(const proto::UpdateRegisterDataset& u);
+  absl::Status ApplyCreateJob(const proto::UpdateCreateJob& u);
+  absl::Status ApplyRegisterWorker(const proto::UpdateRegisterWorker& u);
+  absl::Status ApplyAssignSplit(const proto::UpdateAssignSplit& u);
+  absl::Status ApplyClientProgress(const proto::UpdateClientProgress& u);
+  absl::Status ApplyWorkerProgress(const proto::UpdateWorkerProgress& u);
+  absl::Status ApplyWorkerLost(const proto::UpdateWorkerLost& u);
+  absl::Status ApplyDrainWorker(const proto::UpdateDrainWorker& u);
+  absl::Status ApplyReleaseSplits(const proto::UpdateReleaseSplits& u);
+
+  // Fills consumer.slots for consumer.epoch (or marks it finished).
+  absl::Status StartEpoch(Job& job, Consumer& consumer);
+  Slot* MutableSlot(const SlotKey& key);
+  // The slot goes back to AWAITING_PROGRESS: reassigned after its consumer's
+  // next report.
+  void Release(Worker& worker, const SlotKey& key);
+
+  std::map<uint64_t, Dataset> datasets_;
+  std::map<uint64_t, Job> jobs_;
+  std::map<uint64_t, Worker> workers_;
+  uint64_t next_dataset_id_ = 1;
+  uint64_t next_job_id_ = 1;
+  uint64_t next_worker_id_ = 1;
+};
+
+}  // namespace sluice::dispatcher
+
+#endif  // SLUICE_DISPATCHER_DISPATCHER_STATE_H_

@@ -1,0 +1,440 @@
+#include "sluice/client.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "prometheus/registry.h"
+#include "tests/client/fakes.h"
+
+namespace sluice::client::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+using Origin =
+    std::tuple<uint64_t, uint64_t, uint64_t>;  // (epoch, position, batch index)
+
+proto::Pipeline SyntheticPipeline(int64_t records, int batch_size) {
+  proto::Pipeline pipeline;
+  pipeline.mutable_source()->mutable_synthetic()->set_num_records(records);
+  pipeline.add_nodes()->mutable_batch()->set_size(batch_size);
+  return pipeline;
+}
+
+ClientOptions Options(const std::string& address) {
+  ClientOptions options;
+  options.dispatcher_address = address;
+  options.connect_timeout = absl::Seconds(5);
+  options.rpc_timeout = absl::Seconds(5);
+  options.heartbeat_interval = absl::Milliseconds(20);
+  return options;
+}
+
+JobOptions Job(bool deterministic = false) {
+  JobOptions job;
+  job.job_name = "test";
+  job.pipeline = SyntheticPipeline(/*records=*/100, /*batch_size=*/4);
+  job.deterministic = deterministic;
+  return job;
+}
+
+uint64_t IdOf(const Batch& batch) {
+  uint64_t id = 0;
+  EXPECT_EQ(batch.columns.at(0).name, "id");
+  EXPECT_EQ(batch.columns.at(0).data.size(), sizeof(id));
+  std::memcpy(&id, batch.columns.at(0).data.data(), sizeof(id));
+  return id;
+}
+
+// Reads until the end, checking each batch's payload against its origin.
+std::vector<Origin> ReadAll(BatchIterator& it) {
+  std::vector<Origin> out;
+  while (true) {
+    absl::StatusOr<std::optional<Batch>> batch = it.GetNext();
+    EXPECT_TRUE(batch.ok()) << batch.status();
+    if (!batch.ok() || !batch->has_value()) return out;
+    const Batch& b = **batch;
+    EXPECT_EQ(IdOf(b), BatchId(b.epoch, b.position, b.batch_index));
+    EXPECT_THAT(b.global_indices, ::testing::ElementsAre(IdOf(b)));
+    EXPECT_EQ(b.columns[0].dtype, record::DType::kInt64);
+    out.emplace_back(b.epoch, b.position, b.batch_index);
+  }
+}
+
+std::vector<Origin> AllOrigins(uint64_t epochs, uint64_t positions,
+                               uint64_t batches) {
+  std::vector<Origin> out;
+  for (uint64_t e = 0; e < epochs; ++e) {
+    for (uint64_t p = 0; p < positions; ++p) {
+      for (uint64_t i = 0; i < batches; ++i) out.emplace_back(e, p, i);
+    }
+  }
+  return out;
+}
+
+TEST(DataServiceClient, DeliversEveryBatchOnceFromOneWorker) {
+  FakeWorker worker;
+  for (uint64_t p = 0; p < 3; ++p) worker.AddSplit(/*epoch=*/0, p, /*count=*/2);
+  TestServer worker_server(&worker);
+  FakeDispatcher dispatcher(/*num_epochs=*/1, /*positions=*/3);
+  dispatcher.SetTasks({worker_server.address()});
+  TestServer dispatcher_server(&dispatcher);
+
+  auto client = DataServiceClient::Create(Options(dispatcher_server.address()));
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto it = (*client)->Open(Job());
+  ASSERT_TRUE(it.ok()) << it.status();
+
+  std::vector<Origin> got = ReadAll(**it);
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, AllOrigins(1, 3, 2));
+  // The end stays the end.
+  absl::StatusOr<std::optional<Batch>> again = (*it)->GetNext();
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(again->has_value());
+
+  const proto::RegisterDatasetRequest registered = dispatcher.registered();
+  EXPECT_THAT(registered.shard_record_counts(), ::testing::ElementsAre(100));
+  EXPECT_EQ(registered.batch_size(), 4u);
+  EXPECT_EQ(dispatcher.job_request().job_name(), "test");
+}
+
+TEST(DataServiceClient, DeliversEveryBatchOnceFromTwoWorkersOverTwoEpochs) {
+  FakeWorker a, b;
+  for (uint64_t e = 0; e < 2; ++e) {
+    for (uint64_t p = 0; p < 4; ++p)
+      (p % 2 == 0 ? a : b).AddSplit(e, p, /*count=*/3);
+  }
+  TestServer a_server(&a), b_server(&b);
+  FakeDispatcher dispatcher(/*num_epochs=*/2, /*positions=*/4);
+  dispatcher.SetTasks({a_server.address(), b_server.address()});
+  TestServer dispatcher_server(&dispatcher);
+
+  auto client = DataServiceClient::Create(Options(dispatcher_server.address()));
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto it = (*client)->Open(Job());
+  ASSERT_TRUE(it.ok()) << it.status();
+
+  std::vector<Origin> got = ReadAll(**it);
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, AllOrigins(2, 4, 3));
+  EXPECT_EQ((*it)->duplicate_batches(), 0u);
+  EXPECT_EQ((*it)->epoch(), 1u);
+}
+
+TEST(DataServiceClient, DropsBatchesResentAfterReassignment) {
+  // Worker A streams batches 0 and 1 of position 0, then dies. The dispatcher
+  // hands the split to worker B with the consumer's prefix; B re-sends 0 and 1
+  // (as an in-flight or restarted producer could) before 2 and 3.
+  FakeWorker a, b;
+  a.Add({0, 0, 0, false});
+  a.Add({0, 0, 1, false});
+  a.SetFinalStatus(grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker died"));
+  absl::Notification b_may_start;
+  b.SetGate(&b_may_start);
+  b.Add({0, 0, 1, false});
+  b.Add({0, 0, 0, false});
+  b.Add({0, 0, 2, false});
+  b.Add({0, 0, 3, true});
+  TestServer a_server(&a), b_server(&b);
+  FakeDispatcher dispatcher(/*num_epochs=*/1, /*positions=*/1);
+  dispatcher.SetTasks({a_server.address()});
+  TestServer dispatcher_server(&dispatcher);
+
+  prometheus::Registry registry;
+  ClientOptions options = Options(dispatcher_server.address());
+  options.registry = &registry;
+  auto client = DataServiceClient::Create(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto it = (*client)->Open(Job());
+  ASSERT_TRUE(it.ok()) << it.status();
+
+  std::vector<Origin> got;
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<std::optional<Batch>> batch = (*it)->GetNext();
+    ASSERT_TRUE(batch.ok() && batch->has_value()) << batch.status();
+    got.emplace_back((*batch)->epoch, (*batch)->position,
+                     (*batch)->batch_index);
+  }
+  // The dispatcher learns the prefix (2 batches) before it reassigns.
+  while (true) {
+    std::vector<proto::ClientSplitProgress> progress =
+        dispatcher.last_progress();
+    if (progress.size() == 1 && progress[0].delivered_batches() == 2) break;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  dispatcher.SetTasks({b_server.address()});
+  b_may_start.Notify();
+
+  std::vector<Origin> rest = ReadAll(**it);
+  got.insert(got.end(), rest.begin(), rest.end());
+  EXPECT_EQ(got, AllOrigins(1, 1, 4));
+  EXPECT_EQ((*it)->duplicate_batches(), 2u);
+
+  std::map<std::string, double> metrics;
+  for (const prometheus::MetricFamily& family : registry.Collect()) {
+    if (family.metric.empty()) continue;
+    const prometheus::ClientMetric& m = family.metric[0];
+    metrics[family.name] = family.type == prometheus::MetricType::Counter
+                               ? m.counter.value
+                               : m.gauge.value;
+  }
+  EXPECT_EQ(metrics["sluice_client_batches_total"], 4);
+  EXPECT_EQ(metrics["sluice_client_duplicate_batches_total"], 2);
+  EXPECT_EQ(metrics["sluice_client_buffer_fill"], 0);
+  EXPECT_TRUE(metrics.contains("sluice_client_wait_seconds_total"));
+}
+
+TEST(DataServiceClient, DeterministicModeReleasesInSequenceOrder) {
+  // Worker A holds positions 1 and 3 and streams at once; worker B holds 0 and
+  // 2 and starts only after A wrote everything, interleaving its two splits.
+  // With a prefetch of 2 the client must buffer A's 6 batches anyway (the
+  // sequence's head is behind them) and still release in order.
+  FakeWorker a, b;
+  a.AddSplit(0, 1, 3);
+  a.AddSplit(0, 3, 3);
+  absl::Notification b_may_start;
+  b.SetGate(&b_may_start);
+  for (uint64_t i = 0; i < 3; ++i) {
+    b.Add({0, 2, i, i == 2});
+    b.Add({0, 0, i, i == 2});
+  }
+  TestServer a_server(&a), b_server(&b);
+  FakeDispatcher dispatcher(/*num_epochs=*/1, /*positions=*/4);
+  dispatcher.SetTasks({a_server.address(), b_server.address()});
+  TestServer dispatcher_server(&dispatcher);
+
+  ClientOptions options = Options(dispatcher_server.address());
+  options.prefetch_batches = 2;
+  auto client = DataServiceClient::Create(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto it = (*client)->Open(Job(/*deterministic=*/true));
+  ASSERT_TRUE(it.ok()) << it.status();
+  while (!a.drained()) absl::SleepFor(absl::Milliseconds(5));
+  b_may_start.Notify();
+
+  EXPECT_EQ(ReadAll(**it), AllOrigins(1, 4, 3));
+}
+
+TEST(DataServiceClient, FullBufferStallsTheWorkersStream) {
+  constexpr int kBatches = 100;
+  FakeWorker worker;
+  worker.SetPayloadBytes(1 << 20);
+  worker.AddSplit(0, 0, kBatches);
+  TestServer worker_server(&worker);
+  FakeDispatcher dispatcher(/*num_epochs=*/1, /*positions=*/1);
+  dispatcher.SetTasks({worker_server.address()});
+  TestServer dispatcher_server(&dispatcher);
+
+  ClientOptions options = Options(dispatcher_server.address());
+  options.prefetch_batches = 4;
+  auto client = DataServiceClient::Create(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto it = (*client)->Open(Job());
+  ASSERT_TRUE(it.ok()) << it.status();
+
+  while ((*it)->buffered_batches() < 4) absl::SleepFor(absl::Milliseconds(5));
+  absl::SleepFor(absl::Milliseconds(
+      300));  // time for a stream that does not stall to finish
+  EXPECT_EQ((*it)->buffered_batches(), 4);
+  EXPECT_LT(worker.writes(), kBatches / 2) << "the worker was not stalled";
+
+  std::vector<Origin> got = ReadAll(**it);
+  EXPECT_EQ(got, AllOrigins(1, 1, kBatches));
+}
+
+TEST(DataServiceClient, SurfacesAWorkersInvalidArgumentWithItsAddress) {
+  FakeWorker worker;
+  worker.SetFinalStatus(
+      grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                   "map[0].ops[1] (Resize): size must be > 0"));
+  TestServer worker_server(&worker);
+  FakeDispatcher dispatcher(/*num_epochs=*/1, /*positions=*/1);
+  dispatcher.SetTasks({worker_server.address()});
+  TestServer dispatcher_server(&dispatcher);
+
+  auto client = DataServiceClient::Create(Options(dispatcher_server.address()));
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto it = (*client)->Open(Job());
+  ASSERT_TRUE(it.ok()) << it.status();
+  absl::StatusOr<std::optional<Batch>> batch = (*it)->GetNext();
+  EXPECT_EQ(batch.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(batch.status().message(), HasSubstr(worker_server.address()));
+  EXPECT_THAT(batch.status().message(), HasSubstr("size must be > 0"));
+  // Final: the same error again.
+  EXPECT_EQ((*it)->GetNext().status(), batch.status());
+}
+
+TEST(DataServiceClient, RetriesAWorkerThatDoesNotKnowTheJobYet) {
+  FakeWorker worker;
+  worker.SetFinalStatus(
+      grpc::Status(grpc::StatusCode::NOT_FOUND, "job 7 unknown"));
+  TestServer worker_server(&worker);
+  FakeDispatcher dispatcher(/*num_epochs=*/1, /*positions=*/1);
+  dispatcher.SetTasks({worker_server.address()});
+  TestServer dispatcher_server(&dispatcher);
+
+  auto client = DataServiceClient::Create(Options(dispatcher_server.address()));
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto it = (*client)->Open(Job());
+  ASSERT_TRUE(it.ok()) << it.status();
+  absl::SleepFor(absl::Milliseconds(100));  // a few NOT_FOUND streams
+  worker.SetFinalStatus(grpc::Status::OK);
+  worker.AddSplit(0, 0, 2);
+  EXPECT_EQ(ReadAll(**it), AllOrigins(1, 1, 2));
+}
+
+int UnusedPort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+TEST(DataServiceClient, CreateFailsClearlyWhenNobodyListens) {
+  const std::string address = "127.0.0.1:" + std::to_string(UnusedPort());
+  ClientOptions options = Options(address);
+  options.connect_timeout = absl::Seconds(1);
+  absl::StatusOr<std::unique_ptr<DataServiceClient>> client =
+      DataServiceClient::Create(options);
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(client.status().message(),
+              HasSubstr("cannot reach the sluice dispatcher at " + address));
+}
+
+// A TCP listener that answers every connection with an HTTP/1.1 error and
+// closes it.
+class NonGrpcListener {
+ public:
+  NonGrpcListener() {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    socklen_t len = sizeof(addr);
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    listen(fd_, 16);
+    thread_ = std::thread([this] {
+      while (true) {
+        int conn = accept(fd_, nullptr, nullptr);
+        if (conn < 0) return;
+        const char kReply[] =
+            "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
+        (void)!write(conn, kReply, sizeof(kReply) - 1);
+        close(conn);
+      }
+    });
+  }
+  ~NonGrpcListener() {
+    shutdown(fd_, SHUT_RDWR);
+    close(fd_);
+    thread_.join();
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+TEST(DataServiceClient, CreateFailsClearlyOnANonGrpcServer) {
+  NonGrpcListener listener;
+  ClientOptions options = Options(listener.address());
+  options.connect_timeout = absl::Seconds(1);
+  absl::StatusOr<std::unique_ptr<DataServiceClient>> client =
+      DataServiceClient::Create(options);
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(
+      client.status().message(),
+      HasSubstr("cannot reach the sluice dispatcher at " + listener.address()));
+}
+
+TEST(DataServiceClient, CreateReportsAProtocolVersionMismatch) {
+  FakeDispatcher dispatcher(/*num_epochs=*/1, /*positions=*/1);
+  dispatcher.SetVersion(2);
+  TestServer dispatcher_server(&dispatcher);
+  absl::StatusOr<std::unique_ptr<DataServiceClient>> client =
+      DataServiceClient::Create(Options(dispatcher_server.address()));
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(client.status().message(), HasSubstr("upgrade the client"));
+}
+
+TEST(DataServiceClient, OpenReportsAJobTheDispatcherDoesNotKnow) {
+  FakeDispatcher dispatcher(/*num_epochs=*/1, /*positions=*/1);
+  dispatcher.SetHeartbeatError(
+      grpc::Status(grpc::StatusCode::NOT_FOUND, "job 7 not found"));
+  TestServer dispatcher_server(&dispatcher);
+  auto client = DataServiceClient::Create(Options(dispatcher_server.address()));
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto it = (*client)->Open(Job());
+  EXPECT_EQ(it.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(it.status().message(), HasSubstr("job 7 not found"));
+}
+
+TEST(DataServiceClient, GetNextReportsAJobLostLater) {
+  FakeDispatcher dispatcher(/*num_epochs=*/1, /*positions=*/1);
+  TestServer dispatcher_server(&dispatcher);
+  auto client = DataServiceClient::Create(Options(dispatcher_server.address()));
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto it = (*client)->Open(Job());
+  ASSERT_TRUE(it.ok()) << it.status();
+  dispatcher.SetHeartbeatError(
+      grpc::Status(grpc::StatusCode::NOT_FOUND, "job 7 not found"));
+  EXPECT_EQ((*it)->GetNext().status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(DataServiceClient, OpenRejectsASourceThatIsNotAUnirecordDataset) {
+  FakeDispatcher dispatcher(/*num_epochs=*/1, /*positions=*/1);
+  TestServer dispatcher_server(&dispatcher);
+  auto client = DataServiceClient::Create(Options(dispatcher_server.address()));
+  ASSERT_TRUE(client.ok()) << client.status();
+
+  const std::string dir = ::testing::TempDir() + "/not_a_dataset";
+  std::filesystem::create_directories(dir);
+  JobOptions job = Job();
+  job.pipeline.mutable_source()->mutable_dataset()->set_path(dir);
+  absl::StatusOr<std::unique_ptr<BatchIterator>> it = (*client)->Open(job);
+  EXPECT_EQ(it.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(it.status().message(), HasSubstr(dir));
+  EXPECT_THAT(it.status().message(), HasSubstr("sluice record convert"));
+
+  job.pipeline.mutable_source()->mutable_image_folder()->set_path(dir);
+  it = (*client)->Open(job);
+  EXPECT_EQ(it.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(it.status().message(), HasSubstr("sluice record convert"));
+}
+
+TEST(DataServiceClient, OpenRejectsAConsumerIndexOutOfRange) {
+  FakeDispatcher dispatcher(/*num_epochs=*/1, /*positions=*/1);
+  TestServer dispatcher_server(&dispatcher);
+  auto client = DataServiceClient::Create(Options(dispatcher_server.address()));
+  ASSERT_TRUE(client.ok()) << client.status();
+  JobOptions job = Job();
+  job.num_consumers = 2;
+  job.consumer_index = 2;
+  EXPECT_EQ((*client)->Open(job).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace sluice::client::testing

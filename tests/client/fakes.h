@@ -1,0 +1,290 @@
+// Test doubles for the client tests: a fake dispatcher and fake workers served
+// over real gRPC on 127.0.0.1:0, whose behaviour the test scripts.
+#ifndef SLUICE_TESTS_CLIENT_FAKES_H_
+#define SLUICE_TESTS_CLIENT_FAKES_H_
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/dispatcher.grpc.pb.h"
+#include "proto/worker_service.grpc.pb.h"
+
+namespace sluice::client::testing {
+
+inline constexpr uint64_t kJobId = 7;
+
+// The id a fake worker writes into a batch's "id" column (and global_indices).
+inline uint64_t BatchId(uint64_t epoch, uint64_t position, uint64_t index) {
+  return epoch * 1000000 + position * 1000 + index;
+}
+
+// A gRPC server on 127.0.0.1:<free port> serving one service.
+class TestServer {
+ public:
+  explicit TestServer(grpc::Service* service) {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                             &port_);
+    builder.RegisterService(service);
+    server_ = builder.BuildAndStart();
+  }
+  ~TestServer() { server_->Shutdown(std::chrono::system_clock::now()); }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+// A dispatcher with one job (kJobId) whose consumer has `positions` splits per
+// epoch. A position is done when a heartbeat reports it complete; when all are,
+// the epoch advances; after `num_epochs` the consumer is finished.
+class FakeDispatcher final : public proto::DispatcherService::Service {
+ public:
+  FakeDispatcher(uint64_t num_epochs, uint64_t positions)
+      : num_epochs_(num_epochs), positions_(positions) {}
+
+  void SetTasks(std::vector<std::string> addresses) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    tasks_ = std::move(addresses);
+  }
+  void SetVersion(uint32_t version) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    version_ = version;
+  }
+  void SetHeartbeatError(grpc::Status status) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    heartbeat_error_ = std::move(status);
+  }
+  proto::RegisterDatasetRequest registered() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return registered_;
+  }
+  proto::GetOrCreateJobRequest job_request() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return job_request_;
+  }
+  // The progress of the last heartbeat.
+  std::vector<proto::ClientSplitProgress> last_progress() const
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return last_progress_;
+  }
+  int heartbeats() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return heartbeats_;
+  }
+
+  grpc::Status RegisterDataset(
+      grpc::ServerContext*, const proto::RegisterDatasetRequest* request,
+      proto::RegisterDatasetResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    if (grpc::Status s = CheckVersion(request->protocol_version()); !s.ok())
+      return s;
+    registered_ = *request;
+    response->set_dataset_id(1);
+    return grpc::Status::OK;
+  }
+  grpc::Status GetOrCreateJob(
+      grpc::ServerContext*, const proto::GetOrCreateJobRequest* request,
+      proto::GetOrCreateJobResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    if (grpc::Status s = CheckVersion(request->protocol_version()); !s.ok())
+      return s;
+    job_request_ = *request;
+    response->set_job_id(kJobId);
+    response->set_created(true);
+    *response->mutable_config() = request->config();
+    return grpc::Status::OK;
+  }
+  grpc::Status GetJobState(grpc::ServerContext*,
+                           const proto::GetJobStateRequest* request,
+                           proto::GetJobStateResponse*) override {
+    absl::MutexLock lock(&mu_);
+    if (grpc::Status s = CheckVersion(request->protocol_version()); !s.ok())
+      return s;
+    if (request->job_id() == kJobId) return grpc::Status::OK;
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, "job not found");
+  }
+  grpc::Status ClientHeartbeat(
+      grpc::ServerContext*, const proto::ClientHeartbeatRequest* request,
+      proto::ClientHeartbeatResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    if (grpc::Status s = CheckVersion(request->protocol_version()); !s.ok())
+      return s;
+    if (!heartbeat_error_.ok()) return heartbeat_error_;
+    if (request->job_id() != kJobId) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "job not found");
+    }
+    ++heartbeats_;
+    last_progress_.assign(request->progress().begin(),
+                          request->progress().end());
+    for (const proto::ClientSplitProgress& p : request->progress()) {
+      if (p.epoch() == epoch_ && p.complete()) done_.insert(p.position());
+    }
+    if (!finished_ && done_.size() == positions_) {
+      ++epoch_;
+      done_.clear();
+      finished_ = epoch_ == num_epochs_;
+    }
+    response->set_epoch(epoch_);
+    response->set_finished(finished_);
+    for (uint64_t p = 0; p < positions_; ++p) {
+      proto::SplitAssignment* split = response->add_splits();
+      split->mutable_key()->set_job_id(kJobId);
+      split->mutable_key()->set_epoch(epoch_);
+      split->mutable_key()->set_position(p);
+      split->set_split_id(p);
+    }
+    for (uint64_t p : done_) response->add_done_positions(p);
+    uint64_t id = 1;
+    for (const std::string& address : tasks_) {
+      proto::Task* task = response->add_tasks();
+      task->set_worker_id(id++);
+      task->set_address(address);
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  grpc::Status CheckVersion(uint32_t version) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (version == version_) return grpc::Status::OK;
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "client protocol version " + std::to_string(version) +
+                            ", dispatcher " + std::to_string(version_) +
+                            ": upgrade the client");
+  }
+
+  const uint64_t num_epochs_;
+  const uint64_t positions_;
+  mutable absl::Mutex mu_;
+  uint32_t version_ ABSL_GUARDED_BY(mu_) = 1;
+  grpc::Status heartbeat_error_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> tasks_ ABSL_GUARDED_BY(mu_);
+  proto::RegisterDatasetRequest registered_ ABSL_GUARDED_BY(mu_);
+  proto::GetOrCreateJobRequest job_request_ ABSL_GUARDED_BY(mu_);
+  std::vector<proto::ClientSplitProgress> last_progress_ ABSL_GUARDED_BY(mu_);
+  int heartbeats_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  std::set<uint64_t> done_ ABSL_GUARDED_BY(mu_);
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// A worker that streams a scripted list of batches (each at most once over all
+// its streams), then ends the stream with `final_status`.
+class FakeWorker final : public proto::WorkerService::Service {
+ public:
+  struct Item {
+    uint64_t epoch;
+    uint64_t position;
+    uint64_t index;
+    bool last;
+  };
+
+  // Appends batches 0..count-1 of slot (epoch, position) to the script.
+  void AddSplit(uint64_t epoch, uint64_t position, uint64_t count)
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    for (uint64_t i = 0; i < count; ++i)
+      Add({epoch, position, i, i + 1 == count});
+  }
+  void Add(Item item) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    script_.push_back(item);
+  }
+  void SetFinalStatus(grpc::Status status) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    final_status_ = std::move(status);
+  }
+  // Bytes of an extra "payload" column per batch.
+  void SetPayloadBytes(size_t bytes) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    payload_bytes_ = bytes;
+  }
+  // Streams wait for `gate` before their first write.
+  void SetGate(absl::Notification* gate) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    gate_ = gate;
+  }
+  // Completed Write() calls.
+  int writes() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return writes_;
+  }
+  // All scripted batches were written.
+  bool drained() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return next_ == script_.size();
+  }
+
+  grpc::Status GetBatches(grpc::ServerContext* context,
+                          const proto::GetBatchesRequest* request,
+                          grpc::ServerWriter<proto::Batch>* writer) override {
+    absl::Notification* gate;
+    {
+      absl::MutexLock lock(&mu_);
+      gate = gate_;
+    }
+    if (gate != nullptr) {
+      while (!gate->WaitForNotificationWithTimeout(absl::Milliseconds(10))) {
+        if (context->IsCancelled()) return grpc::Status::CANCELLED;
+      }
+    }
+    while (true) {
+      proto::Batch batch;
+      {
+        absl::MutexLock lock(&mu_);
+        if (next_ == script_.size()) return final_status_;
+        const Item item = script_[next_++];
+        batch.mutable_key()->set_job_id(request->job_id());
+        batch.mutable_key()->set_consumer_index(request->consumer_index());
+        batch.mutable_key()->set_epoch(item.epoch);
+        batch.mutable_key()->set_position(item.position);
+        batch.set_split_id(item.position);
+        batch.set_batch_index(item.index);
+        batch.set_last_in_split(item.last);
+        const uint64_t id = BatchId(item.epoch, item.position, item.index);
+        proto::Column* column = batch.add_columns();
+        column->set_name("id");
+        column->set_dtype(proto::TENSOR_DTYPE_INT64);
+        column->add_shape(1);
+        column->set_data(
+            std::string(reinterpret_cast<const char*>(&id), sizeof(id)));
+        if (payload_bytes_ > 0) {
+          proto::Column* payload = batch.add_columns();
+          payload->set_name("payload");
+          payload->set_dtype(proto::TENSOR_DTYPE_UINT8);
+          payload->add_shape(1);
+          payload->add_shape(static_cast<int64_t>(payload_bytes_));
+          payload->set_data(std::string(payload_bytes_, 'x'));
+        }
+        batch.add_global_indices(id);
+      }
+      if (!writer->Write(batch)) return grpc::Status::CANCELLED;
+      absl::MutexLock lock(&mu_);
+      ++writes_;
+    }
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::vector<Item> script_ ABSL_GUARDED_BY(mu_);
+  size_t next_ ABSL_GUARDED_BY(mu_) = 0;
+  int writes_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t payload_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Notification* gate_ ABSL_GUARDED_BY(mu_) = nullptr;
+  grpc::Status final_status_ ABSL_GUARDED_BY(mu_) = grpc::Status::OK;
+};
+
+}  // namespace sluice::client::testing
+
+#endif  // SLUICE_TESTS_CLIENT_FAKES_H_

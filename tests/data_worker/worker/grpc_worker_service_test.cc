@@ -1,0 +1,202 @@
+#include "data_worker/worker/grpc_worker_service.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "common/base/clock.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "proto/worker_service.grpc.pb.h"
+#include "tests/data_worker/pipeline/test_data.h"
+#include "tests/data_worker/worker/worker_test_util.h"
+#include "tests/testing/temp_dir.h"
+
+namespace sluice::data_worker {
+namespace {
+
+using ::testing::ElementsAre;
+using testing::Eventually;
+using testing::FakeDispatcher;
+using testing::MakeJob;
+using testing::MakeSplit;
+
+class GrpcWorkerServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    pipeline::testing::MakeDataset(dir_.Join("ds"), 48, /*classes=*/1000, {},
+                                   /*fixed=*/48);
+  }
+
+  void StartWorker(size_t queue_batches) {
+    WorkerOptions options;
+    options.data_roots = {dir_.path()};
+    options.threads = 2;
+    options.capacity = 1;
+    options.queue_batches = queue_batches;
+    options.heartbeat_thread = false;
+    options.clock = &clock_;
+    auto w =
+        WorkerImpl::Create(options, std::make_unique<FakeDispatcher>(&fake_));
+    ASSERT_TRUE(w.ok()) << w.status();
+    worker_ = std::move(*w);
+    service_ = std::make_unique<GrpcWorkerService>(worker_.get());
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                             &port);
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    ASSERT_GT(port, 0);
+    ASSERT_TRUE(worker_->Start(absl::StrCat("127.0.0.1:", port)).ok());
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(-1);
+    stub_ = proto::WorkerService::NewStub(
+        grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port),
+                                  grpc::InsecureChannelCredentials(), args));
+  }
+
+  void TearDown() override {
+    if (worker_ != nullptr) worker_->Stop();
+    if (server_ != nullptr) {
+      server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+      server_->Wait();
+    }
+  }
+
+  void Assign(const std::string& yaml, const proto::SplitAssignment& split) {
+    proto::WorkerHeartbeatResponse r;
+    *r.add_jobs() =
+        MakeJob(1, absl::StrReplaceAll(yaml, {{"DIR", dir_.Join("ds")}}), 4);
+    *r.add_start() = split;
+    {
+      absl::MutexLock lock(&fake_.mu);
+      fake_.script.push_back(r);
+    }
+    ASSERT_TRUE(worker_->Heartbeat().ok());
+  }
+
+  std::unique_ptr<grpc::ClientReader<proto::Batch>> Open(
+      grpc::ClientContext* context, uint32_t version = kProtocolVersion) {
+    proto::GetBatchesRequest request;
+    request.set_protocol_version(version);
+    request.set_job_id(1);
+    request.set_consumer_index(0);
+    context->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    return stub_->GetBatches(context, request);
+  }
+
+  sluice::testing::TempDir dir_;
+  FakeClock clock_;
+  FakeDispatcher::Shared fake_;
+  std::unique_ptr<WorkerImpl> worker_;
+  std::unique_ptr<GrpcWorkerService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<proto::WorkerService::Stub> stub_;
+};
+
+TEST_F(GrpcWorkerServiceTest, ClientReadsTheExactBatchesOfASplitThenOkOnStop) {
+  StartWorker(/*queue_batches=*/8);
+  Assign(R"(
+source: {dataset: {path: DIR}, columns: [label]}
+nodes:
+  - batch: {size: 4}
+)",
+         MakeSplit(1, 0, 0, /*split_id=*/1, 12, 24, 12, /*skip=*/1));
+  grpc::ClientContext context;
+  auto reader = Open(&context);
+  proto::Batch b;
+  ASSERT_TRUE(reader->Read(&b));
+  EXPECT_EQ(b.batch_index(), 1u);
+  EXPECT_THAT(b.global_indices(), ElementsAre(16, 17, 18, 19));
+  EXPECT_FALSE(b.last_in_split());
+  ASSERT_TRUE(reader->Read(&b));
+  EXPECT_EQ(b.batch_index(), 2u);
+  EXPECT_THAT(b.global_indices(), ElementsAre(20, 21, 22, 23));
+  EXPECT_TRUE(b.last_in_split());
+  EXPECT_EQ(b.columns(0).data().size(), 32u);
+
+  worker_->Stop();  // the worker exits: the stream ends OK, nothing is queued
+  EXPECT_FALSE(reader->Read(&b));
+  grpc::Status status = reader->Finish();
+  EXPECT_TRUE(status.ok()) << status.error_message();
+}
+
+TEST_F(GrpcWorkerServiceTest, ErrorsReachTheClientWithTheirCodes) {
+  StartWorker(/*queue_batches=*/8);
+  {
+    grpc::ClientContext context;
+    auto reader = Open(&context);
+    proto::Batch b;
+    EXPECT_FALSE(reader->Read(&b));
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  Assign(R"(
+source: {dataset: {path: /etc}, columns: [label]}
+nodes:
+  - batch: {size: 4}
+)",
+         MakeSplit(1, 0, 0, 0, 0, 8, 0, 0));
+  {
+    grpc::ClientContext context;
+    auto reader = Open(&context);
+    proto::Batch b;
+    EXPECT_FALSE(reader->Read(&b));
+    grpc::Status status = reader->Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_THAT(status.error_message(),
+                ::testing::HasSubstr("outside the worker's --data-root"));
+  }
+  {
+    grpc::ClientContext context;
+    auto reader = Open(&context, kProtocolVersion + 1);
+    proto::Batch b;
+    EXPECT_FALSE(reader->Read(&b));
+    EXPECT_EQ(reader->Finish().error_code(),
+              grpc::StatusCode::FAILED_PRECONDITION);
+  }
+}
+
+TEST_F(GrpcWorkerServiceTest, SlowReaderKeepsWorkerMemoryBounded) {
+  StartWorker(/*queue_batches=*/2);
+  // 4 x 3 x 224 x 224 float32 = 2.4 MB per batch, 12 batches in the split.
+  Assign(R"(
+source: {dataset: {path: DIR}, columns: [image]}
+nodes:
+  - map: {input_columns: [image], ops: [{decode: {}}, {resize: {height: 224, width: 224}}, {cast: {dtype: float32}}]}
+  - batch: {size: 4}
+)",
+         MakeSplit(1, 0, 0, 0, 0, 48, 0, 0));
+  const int64_t batch_bytes = 4 * 224 * 224 * 3 * 4;
+  grpc::ClientContext context;
+  auto reader = Open(&context);
+  proto::Batch b;
+  ASSERT_TRUE(reader->Read(&b));
+  ASSERT_EQ(b.columns(0).data().size(), static_cast<size_t>(batch_bytes));
+  // The reader pauses: the producer stops on the full queue before the split is
+  // done.
+  ASSERT_TRUE(Eventually([&] { return worker_->blocked_producers() == 1; }));
+  EXPECT_EQ(worker_->queued_batches(), 2u);
+  ASSERT_TRUE(worker_->Heartbeat().ok());
+  EXPECT_LT(worker_->last_heartbeat().splits(0).produced_batches(), 12u);
+  // Queue (2) + the write in flight + look-ahead + the executor's bounded
+  // queues.
+  EXPECT_LE(worker_->peak_bytes(), 8 * batch_bytes);
+
+  uint64_t next = 1;
+  while (reader->Read(&b)) {
+    EXPECT_EQ(b.batch_index(), next);
+    EXPECT_EQ(b.global_indices(0), 4 * next);
+    if (b.last_in_split()) break;
+    ++next;
+  }
+  EXPECT_EQ(next, 11u);
+  context.TryCancel();
+}
+
+}  // namespace
+}  // namespace sluice::data_worker

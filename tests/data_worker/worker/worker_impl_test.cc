@@ -1,0 +1,400 @@
+#include "data_worker/worker/worker_impl.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/synchronization/mutex.h"
+#include "common/base/clock.h"
+#include "common/base/random.h"
+#include "common/record/sharding.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/data_worker/pipeline/test_data.h"
+#include "tests/data_worker/worker/worker_test_util.h"
+#include "tests/testing/temp_dir.h"
+
+namespace sluice::data_worker {
+namespace {
+
+using ::testing::ElementsAre;
+using testing::Eventually;
+using testing::FakeDispatcher;
+using ::testing::HasSubstr;
+using testing::MakeJob;
+using testing::MakeSplit;
+
+constexpr char kLabels[] = R"(
+source: {dataset: {path: DIR}, columns: [label]}
+nodes:
+  - batch: {size: 4}
+)";
+constexpr char kShuffledLabels[] = R"(
+source: {dataset: {path: DIR}, columns: [label]}
+nodes:
+  - shuffle: {seed: 3}
+  - batch: {size: 4}
+)";
+constexpr char kImages[] = R"(
+on_error: fail
+source: {dataset: {path: DIR}, columns: [image, label]}
+nodes:
+  - map: {input_columns: [image], ops: [{decode: {}}, {resize: {height: 32, width: 32}}]}
+  - batch: {size: 4}
+)";
+
+class WorkerImplTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    pipeline::testing::MakeDataset(dir_.Join("ds"), 40, /*classes=*/1000, {},
+                                   /*fixed=*/40);
+    pipeline::testing::MakeDataset(dir_.Join("bad"), 12, /*classes=*/4,
+                                   /*corrupt=*/{6},
+                                   /*fixed=*/40);
+  }
+
+  std::string Yaml(const char* yaml, const std::string& ds = "ds") const {
+    return absl::StrReplaceAll(yaml, {{"DIR", dir_.Join(ds)}});
+  }
+
+  std::unique_ptr<WorkerImpl> MakeWorker(size_t queue_batches = 8,
+                                         std::vector<std::string> roots = {}) {
+    WorkerOptions options;
+    options.address = "127.0.0.1:1";
+    options.data_roots =
+        roots.empty() ? std::vector<std::string>{dir_.path()} : roots;
+    options.threads = 2;
+    options.capacity = 2;
+    options.queue_batches = queue_batches;
+    options.heartbeat_thread = false;
+    options.clock = &clock_;
+    auto w =
+        WorkerImpl::Create(options, std::make_unique<FakeDispatcher>(&fake_));
+    EXPECT_TRUE(w.ok()) << w.status();
+    EXPECT_TRUE((*w)->Start().ok());
+    return std::move(*w);
+  }
+
+  void Script(proto::WorkerHeartbeatResponse response) {
+    absl::MutexLock lock(&fake_.mu);
+    fake_.script.push_back(std::move(response));
+  }
+
+  // Scripts `response`, heartbeats once.
+  void Deliver(WorkerImpl& w, proto::WorkerHeartbeatResponse response) {
+    Script(std::move(response));
+    ASSERT_TRUE(w.Heartbeat().ok());
+  }
+
+  // A reader of one consumer's stream: waits (on the notify callback) for each
+  // event.
+  struct Reader {
+    absl::Mutex mu;
+    int wakeups ABSL_GUARDED_BY(mu) = 0;
+    uint64_t id = 0;
+    WorkerImpl* w = nullptr;
+    ~Reader() {
+      if (w != nullptr && id != 0)
+        w->CloseStream(id);  // no notify() after this
+    }
+
+    StreamEvent Next() {
+      const absl::Time deadline = absl::Now() + absl::Seconds(20);
+      while (true) {
+        int seen;
+        {
+          absl::MutexLock lock(&mu);
+          seen = wakeups;
+        }
+        StreamEvent e = w->PollStream(id);
+        if (e.kind != StreamEvent::kPending) return e;
+        absl::MutexLock lock(&mu);
+        auto changed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+          return wakeups != seen;
+        };
+        if (!mu.AwaitWithDeadline(absl::Condition(&changed), deadline))
+          return e;
+      }
+    }
+  };
+
+  std::unique_ptr<Reader> Open(WorkerImpl& w, uint64_t job, uint32_t consumer,
+                               absl::Status* status = nullptr) {
+    auto r = std::make_unique<Reader>();
+    r->w = &w;
+    proto::GetBatchesRequest request;
+    request.set_protocol_version(kProtocolVersion);
+    request.set_job_id(job);
+    request.set_consumer_index(consumer);
+    Reader* raw = r.get();
+    auto id = w.OpenStream(request, [raw] {
+      absl::MutexLock lock(&raw->mu);
+      ++raw->wakeups;
+    });
+    if (status != nullptr) *status = id.status();
+    if (!id.ok()) return nullptr;
+    r->id = *id;
+    return r;
+  }
+
+  static std::vector<uint64_t> Ids(const proto::Batch& b) {
+    return {b.global_indices().begin(), b.global_indices().end()};
+  }
+
+  sluice::testing::TempDir dir_;
+  FakeClock clock_;
+  FakeDispatcher::Shared fake_;
+};
+
+TEST_F(WorkerImplTest, SplitYieldsItsGlobalIndicesInOrderAfterSkippedBatches) {
+  auto w = MakeWorker();
+  proto::WorkerHeartbeatResponse r;
+  *r.add_jobs() = MakeJob(1, Yaml(kLabels), 4);
+  // Split 3: records [10, 20) of shard 0; the consumer already holds batch 0.
+  *r.add_start() =
+      MakeSplit(1, 0, /*position=*/5, /*split_id=*/3, 10, 20, 10, /*skip=*/1);
+  Deliver(*w, r);
+  auto reader = Open(*w, 1, 0);
+  ASSERT_NE(reader, nullptr);
+
+  StreamEvent b1 = reader->Next();
+  ASSERT_EQ(b1.kind, StreamEvent::kBatch) << b1.status;
+  EXPECT_EQ(b1.batch.batch_index(), 1u);
+  EXPECT_FALSE(b1.batch.last_in_split());
+  EXPECT_EQ(b1.batch.split_id(), 3u);
+  EXPECT_EQ(b1.batch.key().position(), 5u);
+  EXPECT_THAT(Ids(b1.batch), ElementsAre(14, 15, 16, 17));
+  ASSERT_EQ(b1.batch.columns_size(), 1);
+  EXPECT_EQ(b1.batch.columns(0).name(), "label");
+  EXPECT_EQ(b1.batch.columns(0).dtype(), proto::TENSOR_DTYPE_INT64);
+  EXPECT_THAT(b1.batch.columns(0).shape(), ElementsAre(4));
+  std::vector<int64_t> labels(4);
+  std::memcpy(labels.data(), b1.batch.columns(0).data().data(), 32);
+  EXPECT_THAT(labels, ElementsAre(14, 15, 16, 17));  // label = index % 1000
+
+  StreamEvent b2 = reader->Next();
+  ASSERT_EQ(b2.kind, StreamEvent::kBatch) << b2.status;
+  EXPECT_EQ(b2.batch.batch_index(), 2u);
+  EXPECT_TRUE(b2.batch.last_in_split());
+  EXPECT_THAT(Ids(b2.batch), ElementsAre(18, 19));
+
+  // The next heartbeat reports the split finished, counted from batch 0, and
+  // the rate.
+  clock_.Advance(absl::Seconds(2));
+  ASSERT_TRUE(w->Heartbeat().ok());
+  const proto::WorkerHeartbeatRequest hb = w->last_heartbeat();
+  ASSERT_EQ(hb.splits_size(), 1);
+  EXPECT_EQ(hb.splits(0).produced_batches(), 3u);
+  EXPECT_TRUE(hb.splits(0).finished_producing());
+  EXPECT_THAT(hb.known_job_ids(), ElementsAre(1));
+  EXPECT_DOUBLE_EQ(hb.elements_per_second(), 3.0);  // 6 elements in 2 s
+  EXPECT_EQ(hb.worker_id(), 101u);
+}
+
+TEST_F(WorkerImplTest, ShuffledSplitFollowsTheSeededPermutationOfItsRange) {
+  auto w = MakeWorker();
+  proto::WorkerHeartbeatResponse r;
+  *r.add_jobs() = MakeJob(1, Yaml(kShuffledLabels), 4, /*seed=*/11);
+  *r.add_start() =
+      MakeSplit(1, 0, 0, /*split_id=*/2, 16, 28, 16, /*skip=*/1, /*epoch=*/3);
+  Deliver(*w, r);
+  const std::vector<uint64_t> perm =
+      record::Permutation(12, MixSeed({11, 2}), 3);
+  std::vector<uint64_t> want;
+  for (size_t i = 4; i < 12; ++i) want.push_back(16 + perm[i]);
+  auto reader = Open(*w, 1, 0);
+  std::vector<uint64_t> got;
+  for (int i = 0; i < 2; ++i) {
+    StreamEvent e = reader->Next();
+    ASSERT_EQ(e.kind, StreamEvent::kBatch) << e.status;
+    EXPECT_EQ(e.batch.batch_index(), static_cast<uint64_t>(i + 1));
+    EXPECT_EQ(e.batch.key().epoch(), 3u);
+    for (uint64_t id : Ids(e.batch)) got.push_back(id);
+  }
+  EXPECT_EQ(got, want);
+  EXPECT_NE(got[0], 20u);  // really shuffled (this seed)
+}
+
+TEST_F(WorkerImplTest, FullQueueBlocksTheProducerWithBoundedMemoryUntilRead) {
+  auto w = MakeWorker(/*queue_batches=*/2);
+  proto::WorkerHeartbeatResponse r;
+  *r.add_jobs() = MakeJob(1, Yaml(kImages), 4);
+  *r.add_start() = MakeSplit(1, 0, 0, 0, 0, 40, 0, 0);  // 10 batches
+  Deliver(*w, r);
+  ASSERT_TRUE(Eventually([&] { return w->blocked_producers() == 1; }));
+  EXPECT_EQ(w->queued_batches(), 2u);
+  const int64_t batch_bytes = 4 * 32 * 32 * 3 + 4 * 8;
+  EXPECT_EQ(w->queued_bytes(), 2 * batch_bytes);
+  ASSERT_TRUE(w->Heartbeat().ok());
+  EXPECT_EQ(w->last_heartbeat().splits(0).produced_batches(), 2u);
+  EXPECT_FALSE(w->last_heartbeat().splits(0).finished_producing());
+  EXPECT_EQ(w->last_heartbeat().queue_depth(), 2u);
+  EXPECT_EQ(w->last_heartbeat().queue_capacity(), 2u);
+  // Queue + look-ahead + the executor's bounded queues: far below the split's
+  // 10 batches.
+  EXPECT_LT(w->peak_bytes(), 8 * batch_bytes);
+
+  auto reader = Open(*w, 1, 0);
+  for (uint64_t i = 0; i < 10; ++i) {
+    StreamEvent e = reader->Next();
+    ASSERT_EQ(e.kind, StreamEvent::kBatch) << e.status;
+    EXPECT_EQ(e.batch.batch_index(), i);
+    EXPECT_EQ(e.batch.last_in_split(), i == 9);
+    EXPECT_EQ(e.batch.global_indices(0), 4 * i);
+  }
+}
+
+TEST_F(WorkerImplTest, DropStopsProductionAndDiscardsQueuedBatches) {
+  auto w = MakeWorker(/*queue_batches=*/2);
+  proto::WorkerHeartbeatResponse r;
+  *r.add_jobs() = MakeJob(1, Yaml(kImages), 4);
+  const proto::SplitAssignment split = MakeSplit(1, 0, 0, 0, 0, 40, 0, 0);
+  *r.add_start() = split;
+  Deliver(*w, r);
+  ASSERT_TRUE(Eventually([&] { return w->blocked_producers() == 1; }));
+  proto::WorkerHeartbeatResponse drop;
+  *drop.add_drop() = split.key();
+  Deliver(*w, drop);
+  EXPECT_EQ(w->queued_batches(), 0u);
+  EXPECT_EQ(w->queued_bytes(), 0);
+  ASSERT_TRUE(Eventually([&] { return w->blocked_producers() == 0; }));
+  ASSERT_TRUE(w->Heartbeat().ok());
+  EXPECT_EQ(w->last_heartbeat().splits_size(), 0);
+  EXPECT_EQ(w->queued_batches(), 0u);  // nothing produced after the drop
+}
+
+TEST_F(WorkerImplTest, JobOutsideTheDataRootsIsRefusedNamingTheRoots) {
+  sluice::testing::TempDir other;
+  auto w = MakeWorker(8, {other.Join("a"), other.Join("b")});
+  proto::WorkerHeartbeatResponse r;
+  *r.add_jobs() = MakeJob(1, Yaml(kLabels), 4);
+  *r.add_start() = MakeSplit(1, 0, 0, 0, 0, 8, 0, 0);
+  Deliver(*w, r);
+  absl::Status status;
+  EXPECT_EQ(Open(*w, 1, 0, &status), nullptr);
+  EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(status.message(),
+            absl::StrCat("pipeline source '", dir_.Join("ds"),
+                         "' is outside the worker's --data-root (",
+                         other.Join("a"), ", ", other.Join("b"), ")"));
+  EXPECT_EQ(w->queued_batches(), 0u);
+}
+
+TEST_F(WorkerImplTest, InvalidPipelineIsRefusedWithTheValidatorsMessage) {
+  auto w = MakeWorker();
+  const std::string yaml = absl::StrReplaceAll(R"(
+source: {dataset: {path: DIR}, columns: [image]}
+nodes:
+  - map: {input_columns: [image], ops: [{resize: {height: 0, width: 8}}]}
+  - batch: {size: 4}
+)",
+                                               {{"DIR", dir_.Join("ds")}});
+  auto spec = pipeline::ParsePipeline(yaml);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto expected = pipeline::Validate(*spec);
+  ASSERT_FALSE(expected.ok());
+  ASSERT_EQ(expected.status().code(), absl::StatusCode::kInvalidArgument);
+
+  proto::WorkerHeartbeatResponse r;
+  *r.add_jobs() = MakeJob(1, yaml, 4);
+  Deliver(*w, r);
+  absl::Status status;
+  EXPECT_EQ(Open(*w, 1, 0, &status), nullptr);
+  EXPECT_EQ(status, expected.status());
+}
+
+TEST_F(WorkerImplTest,
+       CorruptRecordEndsTheStreamWithDataLossAfterEarlierBatches) {
+  auto w = MakeWorker();
+  proto::WorkerHeartbeatResponse r;
+  *r.add_jobs() = MakeJob(1, Yaml(kImages, "bad"), 4);
+  *r.add_start() = MakeSplit(1, 0, 0, 0, 0, 12, 0, 0);
+  Deliver(*w, r);
+  auto reader = Open(*w, 1, 0);
+  StreamEvent first = reader->Next();
+  ASSERT_EQ(first.kind, StreamEvent::kBatch) << first.status;
+  StreamEvent end = reader->Next();
+  ASSERT_EQ(end.kind, StreamEvent::kEnd);
+  EXPECT_EQ(end.status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(end.status.message(), HasSubstr("record 6"));
+}
+
+TEST_F(WorkerImplTest, UnknownJobAndWrongVersionAndConsumerAreRejected) {
+  auto w = MakeWorker();
+  absl::Status status;
+  EXPECT_EQ(Open(*w, 9, 0, &status), nullptr);
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+
+  proto::WorkerHeartbeatResponse r;
+  *r.add_jobs() = MakeJob(1, Yaml(kLabels), 4);
+  Deliver(*w, r);
+  EXPECT_EQ(Open(*w, 1, 1, &status), nullptr);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+
+  proto::GetBatchesRequest request;
+  request.set_protocol_version(kProtocolVersion + 1);
+  request.set_job_id(1);
+  EXPECT_EQ(w->OpenStream(request, [] {}).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(WorkerImplTest, LostWorkerDropsEverythingAndRegistersAgain) {
+  auto w = MakeWorker(/*queue_batches=*/2);
+  proto::WorkerHeartbeatResponse r;
+  *r.add_jobs() = MakeJob(1, Yaml(kImages), 4);
+  *r.add_start() = MakeSplit(1, 0, 0, 0, 0, 40, 0, 0);
+  Deliver(*w, r);
+  ASSERT_TRUE(Eventually([&] { return w->blocked_producers() == 1; }));
+  {
+    absl::MutexLock lock(&fake_.mu);
+    fake_.script.push_back(absl::NotFoundError("worker 101 is not registered"));
+  }
+  ASSERT_TRUE(w->Heartbeat().ok());
+  EXPECT_EQ(w->worker_id(), 102u);
+  EXPECT_EQ(w->queued_batches(), 0u);
+  ASSERT_TRUE(w->Heartbeat().ok());
+  EXPECT_EQ(w->last_heartbeat().worker_id(), 102u);
+  EXPECT_EQ(w->last_heartbeat().splits_size(), 0);
+}
+
+TEST_F(WorkerImplTest, DrainingEndsAStreamOkOnceItsSplitsAreSent) {
+  auto w = MakeWorker();
+  proto::WorkerHeartbeatResponse r;
+  *r.add_jobs() = MakeJob(1, Yaml(kLabels), 4);
+  *r.add_start() = MakeSplit(1, 0, 0, 0, 0, 8, 0, 0);
+  Deliver(*w, r);
+  auto reader = Open(*w, 1, 0);
+  ASSERT_EQ(reader->Next().kind, StreamEvent::kBatch);
+  ASSERT_EQ(reader->Next().kind, StreamEvent::kBatch);
+  ASSERT_TRUE(w->Drain().ok());
+  StreamEvent end = reader->Next();
+  EXPECT_EQ(end.kind, StreamEvent::kEnd);
+  EXPECT_TRUE(end.status.ok()) << end.status;
+  {
+    absl::MutexLock lock(&fake_.mu);
+    EXPECT_EQ(fake_.drains, 1);
+  }
+  proto::WorkerHeartbeatResponse exit;
+  exit.set_draining(true);
+  exit.set_may_exit(true);
+  Deliver(*w, exit);
+  EXPECT_TRUE(w->may_exit());
+}
+
+TEST_F(WorkerImplTest, NewerStreamSupersedesTheOlderOne) {
+  auto w = MakeWorker();
+  proto::WorkerHeartbeatResponse r;
+  *r.add_jobs() = MakeJob(1, Yaml(kLabels), 4);
+  Deliver(*w, r);
+  auto old_reader = Open(*w, 1, 0);
+  auto new_reader = Open(*w, 1, 0);
+  StreamEvent e = old_reader->Next();
+  EXPECT_EQ(e.kind, StreamEvent::kEnd);
+  EXPECT_EQ(e.status.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(w->PollStream(new_reader->id).kind, StreamEvent::kPending);
+}
+
+}  // namespace
+}  // namespace sluice::data_worker

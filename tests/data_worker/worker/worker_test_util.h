@@ -1,0 +1,117 @@
+// Shared by the worker tests: a scripted fake dispatcher and helpers to build
+// jobs and splits.
+#ifndef SLUICE_TESTS_DATA_WORKER_WORKER_WORKER_TEST_UTIL_H_
+#define SLUICE_TESTS_DATA_WORKER_WORKER_WORKER_TEST_UTIL_H_
+
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_replace.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "data_worker/pipeline/spec.h"
+#include "data_worker/worker/worker_impl.h"
+#include "gtest/gtest.h"
+
+namespace sluice::data_worker::testing {
+
+// Records every request; WorkerHeartbeat answers with the next scripted
+// response (or an empty one). Thread-safe.
+class FakeDispatcher : public DispatcherClient {
+ public:
+  struct Shared {
+    absl::Mutex mu;
+    int registers ABSL_GUARDED_BY(mu) = 0;
+    int drains ABSL_GUARDED_BY(mu) = 0;
+    std::vector<proto::WorkerHeartbeatRequest> heartbeats ABSL_GUARDED_BY(mu);
+    std::deque<absl::StatusOr<proto::WorkerHeartbeatResponse>> script
+        ABSL_GUARDED_BY(mu);
+  };
+  explicit FakeDispatcher(Shared* shared) : s_(shared) {}
+
+  absl::Status WorkerRegister(
+      const proto::WorkerRegisterRequest& request,
+      proto::WorkerRegisterResponse* response) override {
+    absl::MutexLock lock(&s_->mu);
+    EXPECT_EQ(request.protocol_version(), kProtocolVersion);
+    response->set_worker_id(++s_->registers + 100);
+    return absl::OkStatus();
+  }
+  absl::Status WorkerHeartbeat(
+      const proto::WorkerHeartbeatRequest& request,
+      proto::WorkerHeartbeatResponse* response) override {
+    absl::MutexLock lock(&s_->mu);
+    s_->heartbeats.push_back(request);
+    if (s_->script.empty()) return absl::OkStatus();
+    auto next = std::move(s_->script.front());
+    s_->script.pop_front();
+    if (!next.ok()) return next.status();
+    *response = *next;
+    return absl::OkStatus();
+  }
+  absl::Status DrainWorker(const proto::DrainWorkerRequest&,
+                           proto::DrainWorkerResponse*) override {
+    absl::MutexLock lock(&s_->mu);
+    ++s_->drains;
+    return absl::OkStatus();
+  }
+  absl::Status WorkerUnregister(const proto::WorkerUnregisterRequest&,
+                                proto::WorkerUnregisterResponse*) override {
+    return absl::OkStatus();
+  }
+
+ private:
+  Shared* s_;
+};
+
+inline proto::JobInfo MakeJob(uint64_t job_id, const std::string& yaml,
+                              uint64_t batch_size, uint64_t seed = 7,
+                              uint32_t consumers = 1) {
+  auto spec = pipeline::ParsePipeline(yaml);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  proto::JobInfo info;
+  info.set_job_id(job_id);
+  info.set_job_name("test");
+  info.set_pipeline(spec.ok() ? spec->SerializeAsString() : "");
+  info.set_batch_size(batch_size);
+  info.mutable_config()->set_seed(seed);
+  info.mutable_config()->set_num_consumers(consumers);
+  return info;
+}
+
+inline proto::SplitAssignment MakeSplit(uint64_t job_id, uint32_t consumer,
+                                        uint64_t position, uint64_t split_id,
+                                        uint64_t begin, uint64_t end,
+                                        uint64_t first_global,
+                                        uint64_t skip_batches,
+                                        uint64_t epoch = 0) {
+  proto::SplitAssignment a;
+  a.mutable_key()->set_job_id(job_id);
+  a.mutable_key()->set_consumer_index(consumer);
+  a.mutable_key()->set_epoch(epoch);
+  a.mutable_key()->set_position(position);
+  a.set_split_id(split_id);
+  a.set_begin(begin);
+  a.set_end(end);
+  a.set_first_global(first_global);
+  a.set_skip_batches(skip_batches);
+  return a;
+}
+
+// Polls `cond` until it holds or 20 s pass (synchronization with the worker's
+// threads, not timing).
+template <typename F>
+bool Eventually(F cond) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (absl::Now() < deadline) {
+    if (cond()) return true;
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  return cond();
+}
+
+}  // namespace sluice::data_worker::testing
+
+#endif  // SLUICE_TESTS_DATA_WORKER_WORKER_WORKER_TEST_UTIL_H_

@@ -1,0 +1,108 @@
+// Starts the real sluice-dispatcher binary (from $SLUICE_BIN_DIR), talks to it,
+// stops it.
+#include <signal.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_split.h"
+#include "dispatcher/dispatcher_impl.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "proto/dispatcher.grpc.pb.h"
+#include "tests/testing/temp_dir.h"
+
+namespace sluice::dispatcher {
+namespace {
+
+std::string BinDir() {
+  const char* dir = std::getenv("SLUICE_BIN_DIR");
+  return dir != nullptr ? dir : "build/bin";
+}
+
+pid_t Spawn(const std::vector<std::string>& args) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    std::vector<char*> argv;
+    for (const std::string& a : args)
+      argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// Waits up to `limit` for the child; returns its wait status, or -1 if it is
+// still running.
+int WaitFor(pid_t pid, std::chrono::seconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) return status;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return -1;
+}
+
+TEST(DispatcherMain, ServesOnAnyPortAndExitsCleanlyOnSigterm) {
+  testing::TempDir dir;
+  const std::string address_file = dir.Join("dispatcher.addr");
+  const std::string binary = BinDir() + "/sluice-dispatcher";
+  ASSERT_TRUE(std::filesystem::exists(binary)) << binary;
+  const pid_t pid = Spawn({binary, "--port", "0", "--address-file",
+                           address_file, "--work-dir", dir.Join("work"),
+                           "--metrics-port", "0", "--log-level", "warn"});
+  ASSERT_GT(pid, 0);
+
+  std::string address;
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (address.empty() && std::chrono::steady_clock::now() < deadline) {
+    if (std::filesystem::exists(address_file)) {
+      address = std::string(
+          absl::StripAsciiWhitespace(testing::ReadFile(address_file)));
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  ASSERT_FALSE(address.empty()) << "no address file";
+  std::vector<std::string> parts = absl::StrSplit(address, ':');
+  ASSERT_EQ(parts.size(), 2u) << address;
+  EXPECT_NE(parts[1], "0");
+
+  auto stub = proto::DispatcherService::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  proto::WorkerRegisterRequest request;
+  request.set_protocol_version(kProtocolVersion);
+  request.set_address("127.0.0.1:1");
+  proto::WorkerRegisterResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(10));
+  grpc::Status s = stub->WorkerRegister(&context, request, &response);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(response.worker_id(), 1u);
+
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  int status = WaitFor(pid, std::chrono::seconds(8));
+  if (status == -1) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    FAIL() << "sluice-dispatcher did not exit within 8 s of SIGTERM";
+  }
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+}  // namespace
+}  // namespace sluice::dispatcher

@@ -1,0 +1,214 @@
+#include "dispatcher/dispatcher_state.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace sluice::dispatcher {
+namespace {
+
+using ::testing::ElementsAre;
+
+proto::Update RegisterDataset(uint64_t id, std::vector<uint64_t> counts,
+                              uint64_t batch) {
+  proto::Update u;
+  auto* d = u.mutable_register_dataset();
+  d->set_dataset_id(id);
+  d->set_pipeline("p");
+  for (uint64_t c : counts) d->add_shard_record_counts(c);
+  d->set_batch_size(batch);
+  return u;
+}
+
+proto::Update CreateJob(
+    uint64_t id, uint64_t dataset, uint32_t consumers, uint64_t split_size,
+    uint64_t epochs,
+    proto::RemainderMode remainder = proto::REMAINDER_MODE_PAD) {
+  proto::Update u;
+  auto* j = u.mutable_create_job();
+  j->set_job_id(id);
+  j->set_job_name(absl::StrCat("job", id));
+  j->set_dataset_id(dataset);
+  auto* c = j->mutable_config();
+  c->set_mode(proto::PROCESSING_MODE_DISTRIBUTED_EPOCH);
+  c->set_seed(7);
+  c->set_num_epochs(epochs);
+  c->set_num_consumers(consumers);
+  c->set_remainder(remainder);
+  c->set_split_size(split_size);
+  return u;
+}
+
+proto::Update RegisterWorker(uint64_t id) {
+  proto::Update u;
+  u.mutable_register_worker()->set_worker_id(id);
+  u.mutable_register_worker()->set_address(absl::StrCat("w", id));
+  u.mutable_register_worker()->set_capacity(2);
+  return u;
+}
+
+proto::Update Assign(SlotKey key, uint64_t worker, uint64_t skip = 0) {
+  proto::Update u;
+  *u.mutable_assign_split()->mutable_key() = key.ToProto();
+  u.mutable_assign_split()->set_worker_id(worker);
+  u.mutable_assign_split()->set_skip_batches(skip);
+  return u;
+}
+
+proto::Update Progress(uint64_t job, uint32_t consumer, uint64_t epoch,
+                       uint64_t position, uint64_t delivered, bool complete) {
+  proto::Update u;
+  auto* p = u.mutable_client_progress();
+  p->set_job_id(job);
+  p->set_consumer_index(consumer);
+  auto* s = p->add_progress();
+  s->set_epoch(epoch);
+  s->set_position(position);
+  s->set_delivered_batches(delivered);
+  s->set_complete(complete);
+  return u;
+}
+
+proto::Update Lost(uint64_t worker) {
+  proto::Update u;
+  u.mutable_worker_lost()->set_worker_id(worker);
+  return u;
+}
+
+TEST(DispatcherState, CreateJobBuildsEachConsumersSplitSequence) {
+  DispatcherState state;
+  ASSERT_TRUE(state.Apply(RegisterDataset(1, {1000, 600}, 64)).ok());
+  ASSERT_TRUE(state.Apply(CreateJob(1, 1, 3, 256, 2)).ok());
+  const DispatcherState::Job* job = state.FindJob(1);
+  ASSERT_NE(job, nullptr);
+  EXPECT_EQ(job->splits.size(), 7u);
+  ASSERT_EQ(job->consumers.size(), 3u);
+  for (const auto& c : job->consumers) {
+    EXPECT_EQ(c.slots.size(), 3u);  // ceil(7 / 3), padded
+    EXPECT_EQ(c.epoch, 0u);
+  }
+  EXPECT_EQ(state.FindJobByName("job1"), job);
+  EXPECT_EQ(state.NextJobId(), 2u);
+}
+
+TEST(DispatcherState, RejectsUpdatesThatDoNotFit) {
+  DispatcherState state;
+  EXPECT_EQ(state.Apply(CreateJob(1, 9, 1, 256, 1)).code(),
+            absl::StatusCode::kNotFound);
+  ASSERT_TRUE(state.Apply(RegisterDataset(1, {100}, 10)).ok());
+  EXPECT_EQ(state.Apply(RegisterDataset(1, {100}, 10)).code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(state.Apply(CreateJob(1, 1, 1, 50, 1)).ok());
+  EXPECT_EQ(state.Apply(Assign({1, 0, 0, 0}, 5)).code(),
+            absl::StatusCode::kNotFound);
+  ASSERT_TRUE(state.Apply(RegisterWorker(5)).ok());
+  EXPECT_EQ(state.Apply(Assign({1, 0, 0, 9}, 5)).code(),
+            absl::StatusCode::kNotFound);
+  ASSERT_TRUE(state.Apply(Assign({1, 0, 0, 0}, 5)).ok());
+  EXPECT_EQ(state.Apply(Assign({1, 0, 0, 0}, 5)).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(state.Apply(proto::Update()).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(DispatcherState, CompletingEverySplitAdvancesTheEpochThenFinishes) {
+  DispatcherState state;
+  ASSERT_TRUE(state.Apply(RegisterDataset(1, {100}, 10)).ok());
+  ASSERT_TRUE(state.Apply(CreateJob(1, 1, 1, 50, 2)).ok());
+  ASSERT_TRUE(state.Apply(RegisterWorker(1)).ok());
+  for (uint64_t epoch = 0; epoch < 2; ++epoch) {
+    for (uint64_t pos = 0; pos < 2; ++pos) {
+      ASSERT_TRUE(state.Apply(Assign({1, 0, epoch, pos}, 1)).ok());
+      EXPECT_EQ(state.FindSlot({1, 0, epoch, pos})->status,
+                proto::SPLIT_STATUS_ASSIGNED);
+      ASSERT_TRUE(
+          state.Apply(Progress(1, 0, epoch, pos, 5, /*complete=*/true)).ok());
+    }
+    EXPECT_TRUE(state.FindWorker(1)->slots.empty());
+  }
+  EXPECT_TRUE(state.FindJob(1)->consumers[0].finished);
+  EXPECT_TRUE(state.FindJob(1)->finished());
+  EXPECT_EQ(state.FindJob(1)->consumers[0].epoch, 2u);
+}
+
+TEST(DispatcherState,
+     LostWorkersSplitsWaitForTheConsumersReportThenSkipItsPrefix) {
+  DispatcherState state;
+  ASSERT_TRUE(state.Apply(RegisterDataset(1, {100}, 10)).ok());
+  ASSERT_TRUE(state.Apply(CreateJob(1, 1, 1, 50, 1)).ok());
+  ASSERT_TRUE(state.Apply(RegisterWorker(1)).ok());
+  ASSERT_TRUE(state.Apply(Assign({1, 0, 0, 0}, 1)).ok());
+  ASSERT_TRUE(state.Apply(Progress(1, 0, 0, 0, 2, false)).ok());
+  ASSERT_TRUE(state.Apply(Lost(1)).ok());
+  EXPECT_EQ(state.FindWorker(1), nullptr);
+  const DispatcherState::Slot* slot = state.FindSlot({1, 0, 0, 0});
+  EXPECT_EQ(slot->status, proto::SPLIT_STATUS_AWAITING_PROGRESS);
+  ASSERT_TRUE(state.Apply(Progress(1, 0, 0, 0, 3, false)).ok());
+  EXPECT_EQ(slot->status, proto::SPLIT_STATUS_PENDING);
+  EXPECT_EQ(slot->skip_batches, 3u);
+}
+
+TEST(DispatcherState, DrainHandsBackOnlySplitsStillBeingProduced) {
+  DispatcherState state;
+  ASSERT_TRUE(state.Apply(RegisterDataset(1, {100}, 10)).ok());
+  ASSERT_TRUE(state.Apply(CreateJob(1, 1, 1, 50, 1)).ok());
+  ASSERT_TRUE(state.Apply(RegisterWorker(1)).ok());
+  ASSERT_TRUE(state.Apply(Assign({1, 0, 0, 0}, 1)).ok());
+  ASSERT_TRUE(state.Apply(Assign({1, 0, 0, 1}, 1)).ok());
+  proto::Update produced;
+  produced.mutable_worker_progress()->set_worker_id(1);
+  auto* p = produced.mutable_worker_progress()->add_splits();
+  *p->mutable_key() = SlotKey{1, 0, 0, 0}.ToProto();
+  p->set_produced_batches(5);
+  p->set_finished_producing(true);
+  ASSERT_TRUE(state.Apply(produced).ok());
+  proto::Update drain;
+  drain.mutable_drain_worker()->set_worker_id(1);
+  ASSERT_TRUE(state.Apply(drain).ok());
+  EXPECT_TRUE(state.FindWorker(1)->draining);
+  EXPECT_THAT(state.FindWorker(1)->slots, ElementsAre(SlotKey{1, 0, 0, 0}));
+  EXPECT_EQ(state.FindSlot({1, 0, 0, 1})->status,
+            proto::SPLIT_STATUS_AWAITING_PROGRESS);
+  EXPECT_EQ(state.Apply(Assign({1, 0, 0, 1}, 1)).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(DispatcherState, ReleasedSplitsLeaveTheWorker) {
+  DispatcherState state;
+  ASSERT_TRUE(state.Apply(RegisterDataset(1, {100}, 10)).ok());
+  ASSERT_TRUE(state.Apply(CreateJob(1, 1, 1, 50, 1)).ok());
+  ASSERT_TRUE(state.Apply(RegisterWorker(1)).ok());
+  ASSERT_TRUE(state.Apply(Assign({1, 0, 0, 1}, 1)).ok());
+  proto::Update release;
+  release.mutable_release_splits()->set_worker_id(1);
+  *release.mutable_release_splits()->add_keys() = SlotKey{1, 0, 0, 1}.ToProto();
+  ASSERT_TRUE(state.Apply(release).ok());
+  EXPECT_TRUE(state.FindWorker(1)->slots.empty());
+  EXPECT_EQ(state.FindSlot({1, 0, 0, 1})->status,
+            proto::SPLIT_STATUS_AWAITING_PROGRESS);
+}
+
+TEST(DispatcherState, ReplayingTheSameUpdatesGivesTheSameState) {
+  std::vector<proto::Update> log = {RegisterDataset(1, {100, 30}, 10),
+                                    CreateJob(1, 1, 2, 20, 3),
+                                    RegisterWorker(1), Assign({1, 1, 0, 0}, 1),
+                                    Progress(1, 1, 0, 0, 2, true)};
+  DispatcherState a, b;
+  for (const auto& u : log) ASSERT_TRUE(a.Apply(u).ok());
+  for (const auto& u : log) ASSERT_TRUE(b.Apply(u).ok());
+  const auto& ca = a.FindJob(1)->consumers;
+  const auto& cb = b.FindJob(1)->consumers;
+  ASSERT_EQ(ca.size(), cb.size());
+  for (size_t i = 0; i < ca.size(); ++i) {
+    ASSERT_EQ(ca[i].slots.size(), cb[i].slots.size());
+    for (size_t s = 0; s < ca[i].slots.size(); ++s) {
+      EXPECT_EQ(ca[i].slots[s].split_id, cb[i].slots[s].split_id);
+      EXPECT_EQ(ca[i].slots[s].status, cb[i].slots[s].status);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sluice::dispatcher
