@@ -20,6 +20,8 @@ void AddDatagenCommand(CLI::App& app);
 void AddRecordCommands(CLI::App& app);
 void AddDemoCommand(CLI::App& app);
 void AddPipelineCommands(CLI::App& app);
+void AddLocalCommand(CLI::App& app);
+void AddConsumeCommand(CLI::App& app);
 
 }  // namespace sluice::cli
 

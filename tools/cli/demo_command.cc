@@ -1,9 +1,12 @@
 // sluice demo — the whole path from nothing, on this machine: synthetic JPEGs → Unirecord →
-// verify → read every record, then a summary. Cleans up after itself unless --keep.
+// verify → a local cluster (dispatcher + workers as processes) → two epochs of ImageNet training
+// preprocessing consumed through the client library → a summary. Cleans up after itself unless
+// --keep.
 #include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <thread>
 
 #include "absl/strings/str_format.h"
@@ -11,10 +14,12 @@
 #include "common/base/status_macros.h"
 #include "common/record/convert/convert.h"
 #include "common/record/dataset.h"
-#include "common/record/sharding.h"
 #include "tools/cli/command.h"
 #include "tools/cli/progress.h"
+#include "sluice/client.h"
+#include "sluice/pipeline_builder.h"
 #include "tools/datagen/datagen.h"
+#include "tools/local_cluster/local_cluster.h"
 
 namespace sluice::cli {
 namespace {
@@ -24,6 +29,8 @@ namespace fs = std::filesystem;
 struct DemoFlags {
   int images = 2000;
   int classes = 10;
+  int workers = 2;
+  int epochs = 2;
   std::string work_dir;
   bool keep = false;
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -79,51 +86,93 @@ absl::Status RunDemo(const DemoFlags& flags) {
     ASSIGN_OR_RETURN(manifest, record::Convert(options));
   }
   // 3. Verify every checksum.
-  const absl::Time verify_start = absl::Now();
   const std::vector<std::string> problems = record::VerifyDataset(dataset);
   if (!problems.empty()) return absl::DataLossError("verify: " + problems.front());
-  const double verify_seconds = absl::ToDoubleSeconds(absl::Now() - verify_start);
-  // 4. Read every record by random access, in a shuffled order, on all threads.
-  ASSIGN_OR_RETURN(std::unique_ptr<record::Dataset> ds, record::Dataset::Open(dataset));
-  const std::vector<uint64_t> order = record::Permutation(ds->size(), /*seed=*/1, /*epoch=*/0);
-  std::atomic<uint64_t> next{0}, done{0}, bytes{0};
-  std::atomic<bool> failed{false};
-  absl::Status read_error;
-  absl::Mutex error_mu;
-  ProgressBar bar("read", ds->size());
-  const absl::Time read_start = absl::Now();
-  {
-    std::vector<std::jthread> readers;
-    for (int t = 0; t < flags.threads; ++t) {
-      readers.emplace_back([&] {
-        for (uint64_t i; !failed && (i = next.fetch_add(1)) < order.size();) {
-          auto encoded = ds->ReadEncoded(order[i]);
-          if (!encoded.ok()) {
-            absl::MutexLock lock(&error_mu);
-            read_error = encoded.status();
-            failed = true;
-            return;
-          }
-          bytes += encoded->size();
-          bar.Update(++done);
-        }
-      });
-    }
-  }
-  RETURN_IF_ERROR(read_error);
-  bar.Done();
-  const double read_seconds = absl::ToDoubleSeconds(absl::Now() - read_start);
-
   uint64_t dataset_bytes = 0;
   for (const auto& s : manifest.shards) dataset_bytes += s.bytes;
-  std::printf("\nsummary\n");
-  std::printf("  dataset      %llu records, %zu shard(s), %.1f MB (%s)\n",
+  std::printf("verified   %llu records, %zu shard(s), %.1f MB\n",
               static_cast<unsigned long long>(manifest.total_records), manifest.shards.size(),
-              dataset_bytes / 1e6, flags.keep ? dataset.c_str() : "removed after the demo");
-  std::printf("  verify       %.0f records/s, %.1f MB/s (every checksum)\n",
-              ds->size() / verify_seconds, dataset_bytes / 1e6 / verify_seconds);
-  std::printf("  random read  %.0f records/s, %.1f MB/s on %d thread(s), checksums verified\n",
-              ds->size() / read_seconds, bytes.load() / 1e6 / read_seconds, flags.threads);
+              dataset_bytes / 1e6);
+
+  // 4. A local cluster: the dispatcher and the workers as processes on loopback.
+  ASSIGN_OR_RETURN(std::unique_ptr<tools::LocalCluster> cluster,
+                   tools::LocalCluster::Start({.bin_dir = tools::BinDir(),
+                                               .workers = flags.workers,
+                                               .data_roots = {root},
+                                               .work_dir = (fs::path(root) / "cluster").string()}));
+  std::printf("cluster    dispatcher %s, %d workers\n", cluster->dispatcher_address().c_str(),
+              cluster->num_workers());
+  std::fflush(stdout);
+
+  // 5. Two epochs of ImageNet training preprocessing, consumed as a trainer would.
+  ASSIGN_OR_RETURN(std::unique_ptr<DataServiceClient> client,
+                   DataServiceClient::Create({.dispatcher_address = cluster->dispatcher_address()}));
+  JobOptions job{.job_name = "demo",
+                 .pipeline = PipelineBuilder()
+                                 .Dataset(dataset)
+                                 .Columns({"image", "label"})
+                                 .Shuffle(/*seed=*/0)
+                                 .Map({"image"}, {Decode(), RandomResizedCrop(224),
+                                                  RandomHorizontalFlip(),
+                                                  Normalize(kImageNetMean, kImageNetStd), HWC2CHW()})
+                                 .Batch(64)
+                                 .Prefetch(kAutotune)
+                                 .Build(),
+                 .num_epochs = static_cast<uint64_t>(flags.epochs)};
+  const absl::Time start = absl::Now();
+  ASSIGN_OR_RETURN(std::unique_ptr<BatchIterator> batches, client->Open(job));
+  ProgressBar bar("consume", manifest.total_records * flags.epochs);
+  uint64_t delivered = 0, num_batches = 0, bytes = 0;
+  double first_batch_seconds = 0;
+  while (true) {
+    ASSIGN_OR_RETURN(std::optional<Batch> batch, batches->GetNext());
+    if (!batch.has_value()) break;
+    if (num_batches++ == 0) first_batch_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    delivered += batch->global_indices.size();
+    for (const Column& c : batch->columns) bytes += c.data.size();
+    bar.Update(delivered);
+  }
+  bar.Done();
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+
+  // Per-stage figures, scraped from the workers' /metrics like Prometheus would.
+  std::map<std::string, double> busy, elements;
+  for (int i = 0; i < cluster->num_workers(); ++i) {
+    auto text = tools::ScrapeMetrics(cluster->worker(i).metrics_port);
+    if (!text.ok()) continue;
+    for (const auto& [stage, v] :
+         tools::SumByLabel(*text, "sluice_pipeline_stage_busy_seconds_total", "stage")) {
+      busy[stage] += v;
+    }
+    for (const auto& [stage, v] :
+         tools::SumByLabel(*text, "sluice_pipeline_stage_elements_total", "stage")) {
+      elements[stage] += v;
+    }
+  }
+
+  std::printf("\nsummary\n");
+  std::printf("  throughput   %.1f images/s (%.1f MB/s of float32 batches) over %d epochs\n",
+              delivered / seconds, bytes / 1e6 / seconds, flags.epochs);
+  std::printf("  delivered    %llu images in %llu batches of 64; first batch after %.2fs\n",
+              static_cast<unsigned long long>(delivered), static_cast<unsigned long long>(num_batches),
+              first_batch_seconds);
+  std::printf("  workers      %d (each with %u cores' worth of pipeline threads), trainer waited "
+              "%.2fs\n",
+              cluster->num_workers(), std::thread::hardware_concurrency(), batches->wait_seconds());
+  std::printf("  stages       busy CPU-seconds and elements, all workers:\n");
+  for (const auto& [stage, seconds_busy] : busy) {
+    std::printf("    %-26s %8.2fs  %8.0f elements  %7.2f ms/element\n", stage.c_str(),
+                seconds_busy, elements[stage],
+                elements[stage] > 0 ? 1e3 * seconds_busy / elements[stage] : 0.0);
+  }
+  std::printf("  metrics      dispatcher http://127.0.0.1:%d/metrics, workers",
+              cluster->dispatcher_metrics_port());
+  for (int i = 0; i < cluster->num_workers(); ++i) {
+    std::printf(" :%d", cluster->worker(i).metrics_port);
+  }
+  std::printf(" (while a cluster runs: `sluice local`)\n");
+  std::printf("  dataset      %s\n", flags.keep ? dataset.c_str() : "removed after the demo");
+  cluster->Stop();
   return absl::OkStatus();
 }
 
@@ -135,6 +184,8 @@ void AddDemoCommand(CLI::App& app) {
       "demo", "Run the whole path on this machine from nothing and print a summary");
   cmd->add_option("--images", flags->images, "Synthetic images to generate")->capture_default_str();
   cmd->add_option("--classes", flags->classes, "Classes")->capture_default_str();
+  cmd->add_option("--workers", flags->workers, "Worker processes")->capture_default_str();
+  cmd->add_option("--epochs", flags->epochs, "Epochs to consume")->capture_default_str();
   cmd->add_option("--work-dir", flags->work_dir, "Folder to work in (default: a new temp folder)");
   cmd->add_flag("--keep", flags->keep, "Keep the work folder");
   cmd->add_option("--threads", flags->threads, "Threads")->capture_default_str();

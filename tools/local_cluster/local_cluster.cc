@@ -140,6 +140,7 @@ absl::StatusOr<int> LocalCluster::AddWorker() {
   if (options_.worker_threads > 0) {
     argv.insert(argv.end(), {"--threads", std::to_string(options_.worker_threads)});
   }
+  argv.insert(argv.end(), options_.extra_worker_flags.begin(), options_.extra_worker_flags.end());
   ASSIGN_OR_RETURN(ServerProcess worker,
                    Launch(absl::StrCat("worker-", next_worker_id_++), std::move(argv)));
   workers_.push_back(std::move(worker));

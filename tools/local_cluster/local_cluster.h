@@ -33,6 +33,7 @@ struct LocalClusterOptions {
   absl::Duration heartbeat_interval = absl::Milliseconds(200);
   absl::Duration worker_timeout = absl::Seconds(2);
   absl::Duration start_timeout = absl::Seconds(20);
+  std::vector<std::string> extra_worker_flags;  // e.g. {"--memory-mb", "64"}
 };
 
 struct ServerProcess {
