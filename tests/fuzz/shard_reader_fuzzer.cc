@@ -144,6 +144,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   close(fd);
 
   auto reader = sluice::record::ShardReader::Open(path);
+  unlink(path.c_str());  // the reader keeps its descriptor and map; nothing is
+                         // left behind
   if (!reader.ok()) return 0;
   const auto& r = **reader;
   for (uint64_t i = 0; i < r.record_count(); ++i) {
