@@ -172,8 +172,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   sluice::AddDurationOption(app, "--worker-timeout", &flags.worker_timeout,
                             "A worker without a heartbeat this long is lost");
-  sluice::AddDurationOption(app, "--heartbeat-interval", &flags.heartbeat_interval,
-                            "Heartbeat period asked of workers and of timeout checks");
+  sluice::AddDurationOption(
+      app, "--heartbeat-interval", &flags.heartbeat_interval,
+      "Heartbeat period asked of workers and of timeout checks");
   CLI11_PARSE(app, argc, argv);
   return sluice::dispatcher::Run(flags);
 }

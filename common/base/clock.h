@@ -1,7 +1,8 @@
-// Clock: the one way sluice code reads time or sleeps, so tests can drive time by hand.
+// Clock: the one way sluice code reads time or sleeps, so tests can drive time
+// by hand.
 //
-// Production code takes a `Clock*` (usually `RealClock::Get()`); tests pass a `FakeClock` and call
-// `Advance()`. Both are thread-safe.
+// Production code takes a `Clock*` (usually `RealClock::Get()`); tests pass a
+// `FakeClock` and call `Advance()`. Both are thread-safe.
 #ifndef SLUICE_COMMON_BASE_CLOCK_H_
 #define SLUICE_COMMON_BASE_CLOCK_H_
 
@@ -27,16 +28,17 @@ class RealClock : public Clock {
   void SleepFor(absl::Duration d) override;
 };
 
-// Time that moves only when a test calls Advance(). SleepFor() blocks until enough time was advanced
-// by another thread, so a test can check what a sleeping component does at each step.
+// Time that moves only when a test calls Advance(). SleepFor() blocks until
+// enough time was advanced by another thread, so a test can check what a
+// sleeping component does at each step.
 class FakeClock : public Clock {
  public:
   explicit FakeClock(absl::Time start = absl::UnixEpoch()) : now_(start) {}
   absl::Time Now() override ABSL_LOCKS_EXCLUDED(mu_);
   void SleepFor(absl::Duration d) override ABSL_LOCKS_EXCLUDED(mu_);
   void Advance(absl::Duration d) ABSL_LOCKS_EXCLUDED(mu_);
-  // Blocks until at least `n` threads are inside SleepFor, so a test can advance time knowing
-  // who is waiting for it.
+  // Blocks until at least `n` threads are inside SleepFor, so a test can
+  // advance time knowing who is waiting for it.
   void AwaitSleepers(int n) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:

@@ -1,8 +1,9 @@
-// Command-line durations, written as Abseil parses them: "250ms", "10s", "1m30s". Every sluice
-// binary takes its timeouts and intervals this way.
+// Command-line durations, written as Abseil parses them: "250ms", "10s",
+// "1m30s". Every sluice binary takes its timeouts and intervals this way.
 //
 //   absl::Duration timeout = absl::Seconds(10);
-//   AddDurationOption(app, "--connect-timeout", &timeout, "How long to retry the dispatcher");
+//   AddDurationOption(app, "--connect-timeout", &timeout, "How long to retry
+//   the dispatcher");
 #ifndef SLUICE_COMMON_BASE_DURATION_FLAG_H_
 #define SLUICE_COMMON_BASE_DURATION_FLAG_H_
 
@@ -14,17 +15,21 @@
 namespace sluice {
 
 inline CLI::Option* AddDurationOption(CLI::App& app, const std::string& name,
-                                      absl::Duration* value, const std::string& help) {
+                                      absl::Duration* value,
+                                      const std::string& help) {
   return app.add_option_function<std::string>(
       name,
       [name, value](const std::string& text) {
-        if (!absl::ParseDuration(text, value) || *value < absl::ZeroDuration()) {
-          // CLI11 reports its own exception type as a usage error naming the flag.
-          throw CLI::ValidationError(name, "'" + text +
-                                               "' is not a duration like 250ms, 10s or 1m");
+        if (!absl::ParseDuration(text, value) ||
+            *value < absl::ZeroDuration()) {
+          // CLI11 reports its own exception type as a usage error naming the
+          // flag.
+          throw CLI::ValidationError(
+              name, "'" + text + "' is not a duration like 250ms, 10s or 1m");
         }
       },
-      help + " (e.g. 250ms, 10s; default " + absl::FormatDuration(*value) + ")");
+      help + " (e.g. 250ms, 10s; default " + absl::FormatDuration(*value) +
+          ")");
 }
 
 }  // namespace sluice

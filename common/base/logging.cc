@@ -6,18 +6,20 @@
 
 namespace sluice {
 
-absl::StatusOr<spdlog::level::level_enum> ParseLogLevel(const std::string& name) {
+absl::StatusOr<spdlog::level::level_enum> ParseLogLevel(
+    const std::string& name) {
   for (int i = spdlog::level::trace; i <= spdlog::level::off; ++i) {
     const auto level = static_cast<spdlog::level::level_enum>(i);
     if (spdlog::level::to_string_view(level) == name) return level;
   }
   if (name == "warn") return spdlog::level::warn;  // spdlog spells it "warning"
   return absl::InvalidArgumentError(
-      "--log-level: '" + name + "' is not one of trace, debug, info, warn, error, critical, off");
+      "--log-level: '" + name +
+      "' is not one of trace, debug, info, warn, error, critical, off");
 }
 
-std::shared_ptr<spdlog::logger> MakeStderrLogger(const std::string& name,
-                                                 spdlog::level::level_enum level) {
+std::shared_ptr<spdlog::logger> MakeStderrLogger(
+    const std::string& name, spdlog::level::level_enum level) {
   auto logger = std::make_shared<spdlog::logger>(
       name, std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
   logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%L%$ %n: %v");

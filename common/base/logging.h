@@ -1,5 +1,6 @@
-// Logging set-up over spdlog. Only main() calls MakeLogger with sinks; libraries receive the
-// resulting `std::shared_ptr<spdlog::logger>` through their Options.
+// Logging set-up over spdlog. Only main() calls MakeLogger with sinks;
+// libraries receive the resulting `std::shared_ptr<spdlog::logger>` through
+// their Options.
 #ifndef SLUICE_COMMON_BASE_LOGGING_H_
 #define SLUICE_COMMON_BASE_LOGGING_H_
 
@@ -11,12 +12,14 @@
 
 namespace sluice {
 
-// Parses "trace|debug|info|warn|error|critical|off". InvalidArgument names the bad value.
-absl::StatusOr<spdlog::level::level_enum> ParseLogLevel(const std::string& name);
+// Parses "trace|debug|info|warn|error|critical|off". InvalidArgument names the
+// bad value.
+absl::StatusOr<spdlog::level::level_enum> ParseLogLevel(
+    const std::string& name);
 
 // A logger named `name` writing to stderr, with sluice's line format.
-std::shared_ptr<spdlog::logger> MakeStderrLogger(const std::string& name,
-                                                 spdlog::level::level_enum level);
+std::shared_ptr<spdlog::logger> MakeStderrLogger(
+    const std::string& name, spdlog::level::level_enum level);
 
 // A logger that drops everything: the default for library Options.
 std::shared_ptr<spdlog::logger> NullLogger();

@@ -1,14 +1,21 @@
-// Child processes: start, signal, wait, and learn the address a server child listens on.
+// Child processes: start, signal, wait, and learn the address a server child
+// listens on.
 //
-// sluice's servers take `--port 0 --address-file F`: they bind any free port and write
-// "host:port" to F once listening. WaitForAddressFile() is the other half:
+// sluice's servers take `--port 0 --address-file F`: they bind any free port
+// and write "host:port" to F once listening. WaitForAddressFile() is the other
+// half:
 //
-//   ASSIGN_OR_RETURN(auto dispatcher, Subprocess::Start({bin + "/sluice-dispatcher", "--port", "0",
-//                                                        "--address-file", file}, {.log_file = log}));
-//   ASSIGN_OR_RETURN(std::string address, WaitForAddressFile(file, *dispatcher, absl::Seconds(10)));
+//   ASSIGN_OR_RETURN(auto dispatcher, Subprocess::Start({bin +
+//   "/sluice-dispatcher", "--port", "0",
+//                                                        "--address-file",
+//                                                        file}, {.log_file =
+//                                                        log}));
+//   ASSIGN_OR_RETURN(std::string address, WaitForAddressFile(file, *dispatcher,
+//   absl::Seconds(10)));
 //
-// A Subprocess that is destroyed while its child runs kills it (SIGKILL) and reaps it, so no child
-// outlives its owner by accident. Not thread-safe: one owner thread.
+// A Subprocess that is destroyed while its child runs kills it (SIGKILL) and
+// reaps it, so no child outlives its owner by accident. Not thread-safe: one
+// owner thread.
 #ifndef SLUICE_COMMON_BASE_PROCESS_H_
 #define SLUICE_COMMON_BASE_PROCESS_H_
 
@@ -31,9 +38,10 @@ class Subprocess {
     std::string log_file;
   };
 
-  // argv[0] is the program path. InvalidArgument for an empty argv, NotFound if it cannot run.
-  static absl::StatusOr<std::unique_ptr<Subprocess>> Start(const std::vector<std::string>& argv,
-                                                           const Options& options);
+  // argv[0] is the program path. InvalidArgument for an empty argv, NotFound if
+  // it cannot run.
+  static absl::StatusOr<std::unique_ptr<Subprocess>> Start(
+      const std::vector<std::string>& argv, const Options& options);
   ~Subprocess();
   Subprocess(const Subprocess&) = delete;
   Subprocess& operator=(const Subprocess&) = delete;
@@ -44,10 +52,11 @@ class Subprocess {
 
   // Sends `signal` if the child still runs.
   void Signal(int signal);
-  // The exit code (128 + signal number if a signal ended it) once the child has exited; nullopt if
-  // it still runs. Reaps it.
+  // The exit code (128 + signal number if a signal ended it) once the child has
+  // exited; nullopt if it still runs. Reaps it.
   std::optional<int> Poll();
-  // Waits up to `timeout` for the child to exit; DeadlineExceeded if it still runs.
+  // Waits up to `timeout` for the child to exit; DeadlineExceeded if it still
+  // runs.
   absl::StatusOr<int> Wait(absl::Duration timeout);
   // SIGTERM, then SIGKILL after `grace`; returns the exit code.
   int Stop(absl::Duration grace);
@@ -62,14 +71,17 @@ class Subprocess {
   std::optional<int> exit_code_;
 };
 
-// Waits until `path` holds a line "host:port" written by `process`, and returns it.
-// FailedPrecondition (with the tail of the child's log) if the child exits first;
-// DeadlineExceeded after `timeout`.
-absl::StatusOr<std::string> WaitForAddressFile(const std::string& path, Subprocess& process,
+// Waits until `path` holds a line "host:port" written by `process`, and returns
+// it. FailedPrecondition (with the tail of the child's log) if the child exits
+// first; DeadlineExceeded after `timeout`.
+absl::StatusOr<std::string> WaitForAddressFile(const std::string& path,
+                                               Subprocess& process,
                                                absl::Duration timeout);
 
-// Writes `content` to `path` atomically (temp file + rename), for --address-file.
-absl::Status WriteFileAtomically(const std::string& path, const std::string& content);
+// Writes `content` to `path` atomically (temp file + rename), for
+// --address-file.
+absl::Status WriteFileAtomically(const std::string& path,
+                                 const std::string& content);
 
 // The last `max_bytes` of a file, for error messages about a child that died.
 std::string TailOfFile(const std::string& path, size_t max_bytes = 2000);

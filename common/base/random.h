@@ -1,5 +1,6 @@
-// Deterministic random numbers defined by sluice's own code (not by a standard library's
-// distributions), so every node, worker and thread computes the same values from the same seed.
+// Deterministic random numbers defined by sluice's own code (not by a standard
+// library's distributions), so every node, worker and thread computes the same
+// values from the same seed.
 //
 // Seeds are derived with MixSeed, e.g. the augmentation of one element:
 //   Rng rng(MixSeed({job_seed, epoch, global_index, op_position}));
@@ -26,7 +27,8 @@ constexpr uint64_t MixSeed(std::initializer_list<uint64_t> parts) {
   return h;
 }
 
-// xoshiro256** seeded through SplitMix64. Not thread-safe; cheap to create per element.
+// xoshiro256** seeded through SplitMix64. Not thread-safe; cheap to create per
+// element.
 class Rng {
  public:
   explicit Rng(uint64_t seed) {
@@ -61,11 +63,15 @@ class Rng {
 
   // Uniform in [0, 1) with 53 random bits.
   double UniformDouble() { return (NextU64() >> 11) * 0x1.0p-53; }
-  double Uniform(double lo, double hi) { return lo + (hi - lo) * UniformDouble(); }
+  double Uniform(double lo, double hi) {
+    return lo + (hi - lo) * UniformDouble();
+  }
   bool Bernoulli(double p) { return UniformDouble() < p; }
 
  private:
-  static constexpr uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+  static constexpr uint64_t Rotl(uint64_t x, int k) {
+    return (x << k) | (x >> (64 - k));
+  }
   uint64_t s_[4];
 };
 

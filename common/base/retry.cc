@@ -19,9 +19,11 @@ absl::Status RetryWithBackoff(const std::function<absl::Status()>& fn,
   for (int attempt = 1;; ++attempt) {
     absl::Status status = fn();
     if (status.ok()) return status;
-    const bool retryable = std::find(options.retry_on.begin(), options.retry_on.end(),
-                                     status.code()) != options.retry_on.end();
-    const absl::Duration wait = BackoffFor(attempt, options) * jitter(jitter_rng);
+    const bool retryable =
+        std::find(options.retry_on.begin(), options.retry_on.end(),
+                  status.code()) != options.retry_on.end();
+    const absl::Duration wait =
+        BackoffFor(attempt, options) * jitter(jitter_rng);
     if (!retryable || clock->Now() + wait > give_up) return status;
     clock->SleepFor(wait);
   }

@@ -1,11 +1,12 @@
-// Retry with exponential backoff and jitter, for calls that may fail with `Unavailable` while a peer
-// (re)starts.
+// Retry with exponential backoff and jitter, for calls that may fail with
+// `Unavailable` while a peer (re)starts.
 //
 //   RetryOptions options;  // 100 ms, doubling, capped at 5 s, 30 s overall
-//   absl::Status s = RetryWithBackoff([&] { return Connect(); }, options, RealClock::Get());
+//   absl::Status s = RetryWithBackoff([&] { return Connect(); }, options,
+//   RealClock::Get());
 //
-// Only the codes in `options.retry_on` are retried; any other error, or the last error once the
-// deadline passes, is returned as is.
+// Only the codes in `options.retry_on` are retried; any other error, or the
+// last error once the deadline passes, is returned as is.
 #ifndef SLUICE_COMMON_BASE_RETRY_H_
 #define SLUICE_COMMON_BASE_RETRY_H_
 
@@ -29,7 +30,8 @@ struct RetryOptions {
   std::vector<absl::StatusCode> retry_on = {absl::StatusCode::kUnavailable};
 };
 
-// The backoff before attempt `attempt` (1-based: attempt 1 is the first retry), without jitter.
+// The backoff before attempt `attempt` (1-based: attempt 1 is the first retry),
+// without jitter.
 absl::Duration BackoffFor(int attempt, const RetryOptions& options);
 
 absl::Status RetryWithBackoff(const std::function<absl::Status()>& fn,

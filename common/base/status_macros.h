@@ -1,7 +1,9 @@
-// RETURN_IF_ERROR and ASSIGN_OR_RETURN: the one pair of status-propagation macros in sluice.
+// RETURN_IF_ERROR and ASSIGN_OR_RETURN: the one pair of status-propagation
+// macros in sluice.
 //
 //   RETURN_IF_ERROR(file.Sync());
-//   ASSIGN_OR_RETURN(std::unique_ptr<ShardReader> reader, ShardReader::Open(path));
+//   ASSIGN_OR_RETURN(std::unique_ptr<ShardReader> reader,
+//   ShardReader::Open(path));
 #ifndef SLUICE_COMMON_BASE_STATUS_MACROS_H_
 #define SLUICE_COMMON_BASE_STATUS_MACROS_H_
 
@@ -11,10 +13,10 @@
 #define SLUICE_STATUS_CONCAT_INNER_(a, b) a##b
 #define SLUICE_STATUS_CONCAT_(a, b) SLUICE_STATUS_CONCAT_INNER_(a, b)
 
-#define RETURN_IF_ERROR(expr)                                  \
-  do {                                                         \
+#define RETURN_IF_ERROR(expr)                                       \
+  do {                                                              \
     if (absl::Status sluice_status_ = (expr); !sluice_status_.ok()) \
-      return sluice_status_;                                   \
+      return sluice_status_;                                        \
   } while (false)
 
 #define SLUICE_ASSIGN_OR_RETURN_IMPL_(statusor, lhs, expr) \

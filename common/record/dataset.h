@@ -5,9 +5,10 @@
 //    "shards":[{"file":"shard-00000.urec","records":3000,"bytes":134217728,
 //               "index_checksum":"9a3f0c4e5d1b2a77"}],
 //    "checksum":"0c1d2e3f4a5b6c7d"}
-// `checksum` is XXH3-64 of the manifest without its checksum field, serialized compactly with
-// sorted keys; a reader recomputes it. Records are numbered globally across shards in manifest
-// order: that number is the record's *global index*.
+// `checksum` is XXH3-64 of the manifest without its checksum field, serialized
+// compactly with sorted keys; a reader recomputes it. Records are numbered
+// globally across shards in manifest order: that number is the record's *global
+// index*.
 #ifndef SLUICE_COMMON_RECORD_DATASET_H_
 #define SLUICE_COMMON_RECORD_DATASET_H_
 
@@ -41,25 +42,27 @@ struct Manifest {
   uint64_t total_records = 0;
 
   std::string ToJson() const;
-  // DataLoss for invalid JSON, missing fields or a checksum mismatch; the message names `source`.
-  static absl::StatusOr<Manifest> FromJson(std::string_view json, const std::string& source);
+  // DataLoss for invalid JSON, missing fields or a checksum mismatch; the
+  // message names `source`.
+  static absl::StatusOr<Manifest> FromJson(std::string_view json,
+                                           const std::string& source);
   static absl::StatusOr<Manifest> ReadFile(const std::string& path);
 };
 
-// Writes a dataset folder, starting a new shard when the next record would push the current one
-// past `shard_size_bytes` (a record larger than the limit gets a shard of its own). Not
-// thread-safe.
+// Writes a dataset folder, starting a new shard when the next record would push
+// the current one past `shard_size_bytes` (a record larger than the limit gets
+// a shard of its own). Not thread-safe.
 class DatasetWriter {
  public:
   struct Options {
     uint64_t shard_size_bytes = kDefaultShardSizeBytes;
   };
   // Creates `dir` if needed. FailedPrecondition if it already holds a manifest.
-  static absl::StatusOr<std::unique_ptr<DatasetWriter>> Create(const std::string& dir,
-                                                               const Schema& schema,
-                                                               Options options);
+  static absl::StatusOr<std::unique_ptr<DatasetWriter>> Create(
+      const std::string& dir, const Schema& schema, Options options);
   absl::Status Add(const std::vector<Tensor>& values);
-  // Closes the last shard and writes manifest.json. InvalidArgument if no record was added.
+  // Closes the last shard and writes manifest.json. InvalidArgument if no
+  // record was added.
   absl::StatusOr<Manifest> Finish();
 
   uint64_t record_count() const { return total_records_; }
@@ -77,12 +80,13 @@ class DatasetWriter {
   uint64_t total_records_ = 0;
 };
 
-// Reads a dataset folder with random access by global index. Open() verifies the manifest and
-// that every shard exists and agrees with it (record count, index checksum). Thread-safe.
+// Reads a dataset folder with random access by global index. Open() verifies
+// the manifest and that every shard exists and agrees with it (record count,
+// index checksum). Thread-safe.
 class Dataset {
  public:
-  // NotFound for a missing folder, manifest or shard; DataLoss for corruption; InvalidArgument for
-  // a dataset without records.
+  // NotFound for a missing folder, manifest or shard; DataLoss for corruption;
+  // InvalidArgument for a dataset without records.
   static absl::StatusOr<std::unique_ptr<Dataset>> Open(const std::string& dir);
 
   const std::string& dir() const { return dir_; }
@@ -96,14 +100,15 @@ class Dataset {
   // (shard, index within shard) of a global index. REQUIRES: global < size().
   std::pair<size_t, uint64_t> Locate(uint64_t global) const;
 
-  // As ShardReader's: a verified zero-copy view (valid while this Dataset lives), a copy of it,
-  // and a decoded copy. OutOfRange past the end.
+  // As ShardReader's: a verified zero-copy view (valid while this Dataset
+  // lives), a copy of it, and a decoded copy. OutOfRange past the end.
   absl::StatusOr<std::string_view> ReadView(uint64_t global) const;
   absl::StatusOr<std::string> ReadEncoded(uint64_t global) const;
   absl::StatusOr<Record> Read(uint64_t global) const;
 
  private:
-  Dataset(std::string dir, Manifest manifest) : dir_(std::move(dir)), manifest_(std::move(manifest)) {}
+  Dataset(std::string dir, Manifest manifest)
+      : dir_(std::move(dir)), manifest_(std::move(manifest)) {}
   absl::Status CheckIndex(uint64_t global) const;
 
   const std::string dir_;
@@ -112,8 +117,9 @@ class Dataset {
   std::vector<uint64_t> starts_;
 };
 
-// Reads every record of every shard and checks every checksum. Returns one line per problem, each
-// naming the shard file and, where it applies, the record index; empty when the dataset is sound.
+// Reads every record of every shard and checks every checksum. Returns one line
+// per problem, each naming the shard file and, where it applies, the record
+// index; empty when the dataset is sound.
 std::vector<std::string> VerifyDataset(const std::string& dir);
 
 }  // namespace sluice::record

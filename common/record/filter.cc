@@ -11,14 +11,17 @@
 
 namespace sluice::record {
 
-absl::StatusOr<Filter> Filter::Parse(const std::string& expression, const Schema& schema) {
+absl::StatusOr<Filter> Filter::Parse(const std::string& expression,
+                                     const Schema& schema) {
   auto bad = [&](const std::string& why) {
-    return absl::InvalidArgumentError(absl::StrCat("filter '", expression, "': ", why));
+    return absl::InvalidArgumentError(
+        absl::StrCat("filter '", expression, "': ", why));
   };
   absl::string_view rest = absl::StripAsciiWhitespace(expression);
   size_t name_end = 0;
   while (name_end < rest.size() &&
-         (absl::ascii_isalnum(rest[name_end]) || rest[name_end] == '_' || rest[name_end] == '/')) {
+         (absl::ascii_isalnum(rest[name_end]) || rest[name_end] == '_' ||
+          rest[name_end] == '/')) {
     ++name_end;
   }
   Filter f;
@@ -27,7 +30,8 @@ absl::StatusOr<Filter> Filter::Parse(const std::string& expression, const Schema
   const int column = schema.ColumnIndex(f.column_);
   if (column < 0) return bad("no column '" + f.column_ + "'");
   if (!schema.columns[column].indexed) {
-    return bad("column '" + f.column_ + "' is not indexed; filters read only indexed columns");
+    return bad("column '" + f.column_ +
+               "' is not indexed; filters read only indexed columns");
   }
   f.is_float_ = schema.columns[column].dtype == DType::kFloat32;
   rest = absl::StripLeadingAsciiWhitespace(rest.substr(name_end));
@@ -49,14 +53,16 @@ absl::StatusOr<Filter> Filter::Parse(const std::string& expression, const Schema
   auto parse_number = [&](absl::string_view text) -> absl::StatusOr<double> {
     text = absl::StripAsciiWhitespace(text);
     double v;
-    if (!absl::SimpleAtod(text, &v)) return bad(absl::StrCat("'", text, "' is not a number"));
+    if (!absl::SimpleAtod(text, &v))
+      return bad(absl::StrCat("'", text, "' is not a number"));
     return v;
   };
   if (f.op_ == Op::kIn) {
     if (!absl::ConsumePrefix(&rest, "[") || !absl::ConsumeSuffix(&rest, "]")) {
       return bad("'in' takes a list: [1, 4]");
     }
-    if (absl::StripAsciiWhitespace(rest).empty()) return bad("the 'in' list is empty");
+    if (absl::StripAsciiWhitespace(rest).empty())
+      return bad("the 'in' list is empty");
     for (absl::string_view item : absl::StrSplit(rest, ',')) {
       auto v = parse_number(item);
       if (!v.ok()) return v.status();
@@ -73,13 +79,21 @@ absl::StatusOr<Filter> Filter::Parse(const std::string& expression, const Schema
 bool Filter::Test(double value) const {
   const double x = operands_[0];
   switch (op_) {
-    case Op::kEq: return value == x;
-    case Op::kNe: return value != x;
-    case Op::kLt: return value < x;
-    case Op::kLe: return value <= x;
-    case Op::kGt: return value > x;
-    case Op::kGe: return value >= x;
-    case Op::kIn: return std::find(operands_.begin(), operands_.end(), value) != operands_.end();
+    case Op::kEq:
+      return value == x;
+    case Op::kNe:
+      return value != x;
+    case Op::kLt:
+      return value < x;
+    case Op::kLe:
+      return value <= x;
+    case Op::kGt:
+      return value > x;
+    case Op::kGe:
+      return value >= x;
+    case Op::kIn:
+      return std::find(operands_.begin(), operands_.end(), value) !=
+             operands_.end();
   }
   return false;
 }
@@ -98,9 +112,11 @@ std::vector<uint64_t> Filter::Select(const Dataset& dataset) const {
   for (size_t s = 0; s < dataset.num_shards(); ++s) {
     const ShardReader& shard = dataset.shard(s);
     const auto& names = shard.indexed_columns();
-    const size_t k = std::find(names.begin(), names.end(), column_) - names.begin();
+    const size_t k =
+        std::find(names.begin(), names.end(), column_) - names.begin();
     for (uint64_t i = 0; i < shard.record_count(); ++i) {
-      if (Matches(shard.key(i, k))) out.push_back(dataset.shard_starts()[s] + i);
+      if (Matches(shard.key(i, k)))
+        out.push_back(dataset.shard_starts()[s] + i);
     }
   }
   return out;

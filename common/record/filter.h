@@ -1,5 +1,5 @@
-// Filters over indexed scalar columns, evaluated on the shard index alone (no data reads), like
-// MindRecord's retrieval. Grammar, one predicate:
+// Filters over indexed scalar columns, evaluated on the shard index alone (no
+// data reads), like MindRecord's retrieval. Grammar, one predicate:
 //   <column> (== | != | < | <= | > | >=) <number>
 //   <column> in [<number>, <number>, ...]       set membership, as in Python
 // Example: `label == 3`, `label in [1, 4]` (labels 1 and 4).
@@ -16,8 +16,10 @@ namespace sluice::record {
 
 class Filter {
  public:
-  // InvalidArgument for a syntax error or a column that is not indexed in `schema`.
-  static absl::StatusOr<Filter> Parse(const std::string& expression, const Schema& schema);
+  // InvalidArgument for a syntax error or a column that is not indexed in
+  // `schema`.
+  static absl::StatusOr<Filter> Parse(const std::string& expression,
+                                      const Schema& schema);
 
   // True if a record whose indexed column has raw index value `key` passes.
   bool Matches(int64_t key) const;

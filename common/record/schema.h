@@ -1,12 +1,14 @@
 // The typed schema of a Unirecord dataset: an ordered list of named columns.
 //
-// Every column value is a tensor: a dtype, a shape and its bytes. `bytes` and `string` columns hold
-// one opaque byte string (shape is empty). Numeric columns hold product(shape) elements,
-// little-endian. A ColumnSpec's `shape` fixes the shape every record must have; -1 leaves one
-// dimension free, and an empty shape on a numeric column means a scalar.
+// Every column value is a tensor: a dtype, a shape and its bytes. `bytes` and
+// `string` columns hold one opaque byte string (shape is empty). Numeric
+// columns hold product(shape) elements, little-endian. A ColumnSpec's `shape`
+// fixes the shape every record must have; -1 leaves one dimension free, and an
+// empty shape on a numeric column means a scalar.
 //
-// A numeric scalar column may be `indexed`: its value is then copied into the shard index, so
-// filters (`label == 3`) and label histograms need no data reads.
+// A numeric scalar column may be `indexed`: its value is then copied into the
+// shard index, so filters (`label == 3`) and label histograms need no data
+// reads.
 #ifndef SLUICE_COMMON_RECORD_SCHEMA_H_
 #define SLUICE_COMMON_RECORD_SCHEMA_H_
 
@@ -35,8 +37,8 @@ enum class DType : uint8_t {
 size_t DTypeSize(DType dtype);
 bool IsNumeric(DType dtype);
 absl::string_view DTypeName(DType dtype);
-// Accepts the names DTypeName returns ("bytes", "string", "uint8", "int32", "int64", "float16",
-// "float32"). InvalidArgument names the bad value.
+// Accepts the names DTypeName returns ("bytes", "string", "uint8", "int32",
+// "int64", "float16", "float32"). InvalidArgument names the bad value.
 absl::StatusOr<DType> ParseDType(absl::string_view name);
 
 struct ColumnSpec {
@@ -55,17 +57,19 @@ struct Schema {
   int ColumnIndex(std::string_view name) const;
   // Names of the indexed columns, in column order.
   std::vector<std::string> IndexedColumns() const;
-  // Column names unique and non-empty, shapes >= -1, indexed columns numeric scalars.
+  // Column names unique and non-empty, shapes >= -1, indexed columns numeric
+  // scalars.
   absl::Status Validate() const;
-  // JSON text, e.g. {"columns":[{"name":"label","dtype":"int64","shape":[],"indexed":true}]}.
+  // JSON text, e.g.
+  // {"columns":[{"name":"label","dtype":"int64","shape":[],"indexed":true}]}.
   std::string ToJson() const;
   static absl::StatusOr<Schema> FromJson(std::string_view json);
 
   bool operator==(const Schema&) const = default;
 };
 
-// The schema every image converter writes: image (bytes, encoded JPEG/PNG), label (int64,
-// indexed), key (string: the source file or member name).
+// The schema every image converter writes: image (bytes, encoded JPEG/PNG),
+// label (int64, indexed), key (string: the source file or member name).
 Schema ImageClassificationSchema();
 
 }  // namespace sluice::record

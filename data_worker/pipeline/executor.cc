@@ -482,10 +482,12 @@ struct Executor::EpochRun {
   void BatchWorker(int si) {
     Stage& s = *stages[si];
     std::vector<Action> actions;
-    // Elements popped but not yet in a committed batch: two batches' worth plus slack for the
-    // threads, so the stage's memory scales with the batch, not with a fixed count.
-    const uint64_t window = 2 * static_cast<uint64_t>(std::max(1, s.plan->batch_size)) +
-                            4 * static_cast<uint64_t>(ex->cpu_budget_);
+    // Elements popped but not yet in a committed batch: two batches' worth plus
+    // slack for the threads, so the stage's memory scales with the batch, not
+    // with a fixed count.
+    const uint64_t window =
+        2 * static_cast<uint64_t>(std::max(1, s.plan->batch_size)) +
+        4 * static_cast<uint64_t>(ex->cpu_budget_);
     while (true) {
       {
         absl::MutexLock lock(&s.bmu);

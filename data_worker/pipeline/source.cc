@@ -50,11 +50,13 @@ class DatasetSourceImpl final : public Source {
   }
   absl::StatusOr<std::vector<Tensor>> Read(
       uint64_t global, const std::vector<int>& columns) const override {
-    // The verified record in the shard's memory map: each column is copied once, into its Tensor.
+    // The verified record in the shard's memory map: each column is copied
+    // once, into its Tensor.
     ASSIGN_OR_RETURN(std::string_view encoded, ds_->ReadView(global));
     auto views = record::DecodeRecord(ds_->schema(), encoded);
     if (!views.ok()) {
-      return absl::DataLossError(absl::StrCat(Describe(global), ": record ", global, ": ",
+      return absl::DataLossError(absl::StrCat(Describe(global), ": record ",
+                                              global, ": ",
                                               views.status().message()));
     }
     std::vector<Tensor> out;

@@ -36,8 +36,8 @@
 
 namespace {
 
-using sluice::data_worker::GrpcDispatcherClient;
 using sluice::AddDurationOption;
+using sluice::data_worker::GrpcDispatcherClient;
 using sluice::data_worker::GrpcDispatcherClientOptions;
 using sluice::data_worker::GrpcWorkerService;
 using sluice::data_worker::WorkerImpl;
@@ -87,8 +87,9 @@ int Run(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--capacity", capacity, "splits produced concurrently")
       ->capture_default_str();
-  app.add_option("--memory-mb", memory_mb,
-                 "MB the pipelines may hold in their queues (all splits together)")
+  app.add_option(
+         "--memory-mb", memory_mb,
+         "MB the pipelines may hold in their queues (all splits together)")
       ->capture_default_str();
   app.add_option("--queue-batches", queue_batches,
                  "bounded queue per consumer, in batches")
@@ -99,11 +100,13 @@ int Run(int argc, char** argv) {
   app.add_option("--log-level", log_level,
                  "trace|debug|info|warn|error|critical|off")
       ->capture_default_str();
-  AddDurationOption(app, "--heartbeat-interval", &heartbeat_interval,
-                    "Time between heartbeats until the dispatcher says otherwise");
+  AddDurationOption(
+      app, "--heartbeat-interval", &heartbeat_interval,
+      "Time between heartbeats until the dispatcher says otherwise");
   AddDurationOption(app, "--connect-timeout", &connect_timeout,
                     "How long to keep retrying an unreachable dispatcher");
-  AddDurationOption(app, "--drain-timeout", &drain_timeout, "How long a drain may take");
+  AddDurationOption(app, "--drain-timeout", &drain_timeout,
+                    "How long a drain may take");
   CLI11_PARSE(app, argc, argv);
 
   absl::StatusOr<spdlog::level::level_enum> level =
@@ -179,7 +182,8 @@ int Run(int argc, char** argv) {
   }
   const std::string address = absl::StrCat(host, ":", bound_port);
   logger->info("data plane listening on {}", address);
-  if (!address_file.empty() && !sluice::WriteFileAtomically(address_file, address + "\n").ok()) {
+  if (!address_file.empty() &&
+      !sluice::WriteFileAtomically(address_file, address + "\n").ok()) {
     logger->error("--address-file {}: cannot write it", address_file);
     server->Shutdown();
     return 1;
@@ -196,9 +200,8 @@ int Run(int argc, char** argv) {
 
   while (!WaitForSignal(&signals, absl::Seconds(1))) {
   }
-  logger->info(
-      "signal received: draining (up to {}; signal again to stop now)",
-      absl::FormatDuration(drain_timeout));
+  logger->info("signal received: draining (up to {}; signal again to stop now)",
+               absl::FormatDuration(drain_timeout));
   absl::Status drained = (*impl)->Drain();
   if (!drained.ok()) logger->warn("DrainWorker failed: {}", drained.ToString());
   const absl::Time deadline = absl::Now() + drain_timeout;

@@ -120,8 +120,9 @@ struct WorkerOptions {
   int threads = 0;           // each Executor's cpu_budget; 0 = all cores
   uint32_t capacity = 2;     // splits produced concurrently (producer threads)
   size_t queue_batches = 8;  // per consumer
-  // Bytes the pipelines may hold in their stage queues, all producers together (each Executor
-  // gets memory_budget_bytes / capacity). Output queues (queue_batches) come on top.
+  // Bytes the pipelines may hold in their stage queues, all producers together
+  // (each Executor gets memory_budget_bytes / capacity). Output queues
+  // (queue_batches) come on top.
   int64_t memory_budget_bytes = int64_t{256} << 20;
   // Until the dispatcher's WorkerRegisterResponse says otherwise.
   absl::Duration heartbeat_interval = absl::Seconds(1);

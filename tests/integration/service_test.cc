@@ -1,8 +1,9 @@
-// The service end to end: a dispatcher and workers as real processes (LocalCluster), consumers
-// through the client library, exact record ids checked per epoch.
+// The service end to end: a dispatcher and workers as real processes
+// (LocalCluster), consumers through the client library, exact record ids
+// checked per epoch.
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <netinet/in.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -32,7 +33,8 @@ namespace {
 using ::sluice::testing::TempDir;
 using ::testing::HasSubstr;
 
-constexpr int kRecords = 480;  // 3 shards; 12 splits of 40 records; batches of 8
+constexpr int kRecords =
+    480;  // 3 shards; 12 splits of 40 records; batches of 8
 constexpr int kBatch = 8;
 constexpr int kSplit = 40;
 
@@ -41,22 +43,25 @@ std::string BinDir() {
   return dir != nullptr ? dir : tools::BinDir();
 }
 
-// Small JPEGs; label = index % 10. The key column pads every record to the same 2035 encoded
-// bytes, so the shard limit cuts exactly 160 records per shard: 3 shards of 4 whole splits.
+// Small JPEGs; label = index % 10. The key column pads every record to the same
+// 2035 encoded bytes, so the shard limit cuts exactly 160 records per shard: 3
+// shards of 4 whole splits.
 void WriteDataset(const std::string& dir) {
-  auto writer = record::DatasetWriter::Create(dir, record::ImageClassificationSchema(),
-                                              {.shard_size_bytes = 332000});
+  auto writer = record::DatasetWriter::Create(
+      dir, record::ImageClassificationSchema(), {.shard_size_bytes = 332000});
   ASSERT_TRUE(writer.ok()) << writer.status();
   for (int i = 0; i < kRecords; ++i) {
-    cv::Mat image(24, 32, CV_8UC3, cv::Scalar(i % 256, (i * 7) % 256, (i * 13) % 256));
+    cv::Mat image(24, 32, CV_8UC3,
+                  cv::Scalar(i % 256, (i * 7) % 256, (i * 13) % 256));
     cv::circle(image, {i % 32, i % 24}, 5, cv::Scalar(255, 255, 255), -1);
     std::vector<uchar> jpeg;
     cv::imencode(".jpg", image, jpeg);
-    ASSERT_TRUE((*writer)
-                    ->Add({record::Tensor::Bytes(std::string(jpeg.begin(), jpeg.end())),
-                           record::Tensor::Int64(i % 10),
-                           record::Tensor::Bytes(std::string(2000 - jpeg.size(), 'k'))})
-                    .ok());
+    ASSERT_TRUE(
+        (*writer)
+            ->Add({record::Tensor::Bytes(std::string(jpeg.begin(), jpeg.end())),
+                   record::Tensor::Int64(i % 10),
+                   record::Tensor::Bytes(std::string(2000 - jpeg.size(), 'k'))})
+            .ok());
   }
   auto manifest = (*writer)->Finish();
   ASSERT_TRUE(manifest.ok()) << manifest.status();
@@ -67,10 +72,12 @@ void WriteDataset(const std::string& dir) {
 // Decode → Resize 16 → (optional sleep per element) → HWC2CHW, batches of 8.
 proto::Pipeline MakePipeline(const std::string& dataset, int sleep_micros = 0,
                              const std::string& extra_op = "") {
-  std::string yaml = absl::StrCat(R"(
+  std::string yaml = absl::StrCat(
+      R"(
 seed: 3
 source:
-  dataset: {path: )", dataset, R"(}
+  dataset: {path: )",
+      dataset, R"(}
   columns: [image, label]
 nodes:
   - shuffle: {seed: 3}
@@ -79,9 +86,13 @@ nodes:
       ops:
         - decode: {}
         - resize: {height: 16, width: 16}
-)", sleep_micros > 0 ? absl::StrCat("        - sleep: {micros: ", sleep_micros, "}\n") : "",
-                                  extra_op, R"(        - hwc2chw: {}
-  - batch: {size: )", kBatch, R"(, drop_remainder: false}
+)",
+      sleep_micros > 0
+          ? absl::StrCat("        - sleep: {micros: ", sleep_micros, "}\n")
+          : "",
+      extra_op, R"(        - hwc2chw: {}
+  - batch: {size: )",
+      kBatch, R"(, drop_remainder: false}
 )");
   auto pipeline = data_worker::pipeline::ParsePipeline(yaml);
   EXPECT_TRUE(pipeline.ok()) << pipeline.status() << "\n" << yaml;
@@ -96,26 +107,29 @@ class ServiceTest : public ::testing::Test {
   }
   static void TearDownTestSuite() { delete data_; }
 
-  std::unique_ptr<tools::LocalCluster> StartCluster(int workers,
-                                                    std::vector<std::string> worker_flags = {}) {
-    auto cluster = tools::LocalCluster::Start({.bin_dir = BinDir(), .workers = workers,
-                                               .data_roots = {data_->path()},
-                                               .work_dir = tmp_.Join(absl::StrCat("c", ++n_)),
-                                               .worker_threads = 1,
-                                               .log_level = "info",
-                                               .heartbeat_interval = absl::Milliseconds(100),
-                                               .worker_timeout = absl::Seconds(1),
-                                               .extra_worker_flags = worker_flags});
+  std::unique_ptr<tools::LocalCluster> StartCluster(
+      int workers, std::vector<std::string> worker_flags = {}) {
+    auto cluster = tools::LocalCluster::Start(
+        {.bin_dir = BinDir(),
+         .workers = workers,
+         .data_roots = {data_->path()},
+         .work_dir = tmp_.Join(absl::StrCat("c", ++n_)),
+         .worker_threads = 1,
+         .log_level = "info",
+         .heartbeat_interval = absl::Milliseconds(100),
+         .worker_timeout = absl::Seconds(1),
+         .extra_worker_flags = worker_flags});
     EXPECT_TRUE(cluster.ok()) << cluster.status();
     return cluster.ok() ? *std::move(cluster) : nullptr;
   }
 
   static std::unique_ptr<DataServiceClient> Connect(const std::string& address,
                                                     int prefetch_batches = 16) {
-    auto client = DataServiceClient::Create({.dispatcher_address = address,
-                                             .connect_timeout = absl::Seconds(5),
-                                             .heartbeat_interval = absl::Milliseconds(100),
-                                             .prefetch_batches = prefetch_batches});
+    auto client = DataServiceClient::Create(
+        {.dispatcher_address = address,
+         .connect_timeout = absl::Seconds(5),
+         .heartbeat_interval = absl::Milliseconds(100),
+         .prefetch_batches = prefetch_batches});
     EXPECT_TRUE(client.ok()) << client.status();
     return client.ok() ? *std::move(client) : nullptr;
   }
@@ -126,8 +140,9 @@ class ServiceTest : public ::testing::Test {
     absl::Status status;
   };
 
-  static Received Consume(const std::string& address, JobOptions job,
-                          const std::function<void(int batches)>& after_batch = nullptr) {
+  static Received Consume(
+      const std::string& address, JobOptions job,
+      const std::function<void(int batches)>& after_batch = nullptr) {
     Received out;
     auto client = Connect(address);
     if (client == nullptr) return {{}, absl::UnavailableError("no client")};
@@ -138,23 +153,31 @@ class ServiceTest : public ::testing::Test {
       if (!batch.ok()) return {out.ids, batch.status()};
       if (!batch->has_value()) break;
       auto& ids = out.ids[(*batch)->epoch];
-      ids.insert(ids.end(), (*batch)->global_indices.begin(), (*batch)->global_indices.end());
+      ids.insert(ids.end(), (*batch)->global_indices.begin(),
+                 (*batch)->global_indices.end());
       if (after_batch) after_batch(++batches);
     }
     return out;
   }
 
-  static JobOptions Job(const std::string& name, const proto::Pipeline& pipeline,
-                        uint32_t consumers = 1, uint32_t index = 0) {
-    return {.job_name = name, .pipeline = pipeline, .seed = 11, .num_epochs = 2,
-            .num_consumers = consumers, .consumer_index = index, .split_size = kSplit};
+  static JobOptions Job(const std::string& name,
+                        const proto::Pipeline& pipeline, uint32_t consumers = 1,
+                        uint32_t index = 0) {
+    return {.job_name = name,
+            .pipeline = pipeline,
+            .seed = 11,
+            .num_epochs = 2,
+            .num_consumers = consumers,
+            .consumer_index = index,
+            .split_size = kSplit};
   }
 
   static void ExpectEveryRecordOnce(const std::vector<uint64_t>& ids) {
     std::vector<uint64_t> sorted = ids;
     std::sort(sorted.begin(), sorted.end());
     ASSERT_EQ(sorted.size(), static_cast<size_t>(kRecords));
-    for (int i = 0; i < kRecords; ++i) ASSERT_EQ(sorted[i], static_cast<uint64_t>(i));
+    for (int i = 0; i < kRecords; ++i)
+      ASSERT_EQ(sorted[i], static_cast<uint64_t>(i));
   }
 
   static TempDir* data_;
@@ -164,7 +187,8 @@ class ServiceTest : public ::testing::Test {
 
 TempDir* ServiceTest::data_ = nullptr;
 
-proto::GetJobStateResponse JobState(const std::string& dispatcher, uint64_t job_id) {
+proto::GetJobStateResponse JobState(const std::string& dispatcher,
+                                    uint64_t job_id) {
   auto stub = proto::DispatcherService::NewStub(
       grpc::CreateChannel(dispatcher, grpc::InsecureChannelCredentials()));
   proto::GetJobStateRequest request;
@@ -172,7 +196,8 @@ proto::GetJobStateResponse JobState(const std::string& dispatcher, uint64_t job_
   request.set_job_id(job_id);
   proto::GetJobStateResponse state;
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(5));
   const grpc::Status status = stub->GetJobState(&context, request, &state);
   EXPECT_TRUE(status.ok()) << status.error_message();
   return state;
@@ -182,16 +207,18 @@ TEST_F(ServiceTest, EveryRecordExactlyOncePerEpochAcrossConsumersAndWorkers) {
   const proto::Pipeline pipeline = MakePipeline(data_->Join("ds"));
   for (int workers : {1, 3}) {
     for (uint32_t consumers : {1u, 2u}) {
-      SCOPED_TRACE(absl::StrCat(workers, " worker(s), ", consumers, " consumer(s)"));
+      SCOPED_TRACE(
+          absl::StrCat(workers, " worker(s), ", consumers, " consumer(s)"));
       auto cluster = StartCluster(workers);
       ASSERT_NE(cluster, nullptr);
       std::vector<Received> received(consumers);
       std::vector<std::thread> threads;
       for (uint32_t c = 0; c < consumers; ++c) {
         threads.emplace_back([&, c] {
-          received[c] = Consume(cluster->dispatcher_address(),
-                                Job(absl::StrCat("exact-", workers, "-", consumers), pipeline,
-                                    consumers, c));
+          received[c] =
+              Consume(cluster->dispatcher_address(),
+                      Job(absl::StrCat("exact-", workers, "-", consumers),
+                          pipeline, consumers, c));
         });
       }
       for (auto& t : threads) t.join();
@@ -201,17 +228,20 @@ TEST_F(ServiceTest, EveryRecordExactlyOncePerEpochAcrossConsumersAndWorkers) {
           ASSERT_TRUE(received[c].status.ok()) << received[c].status;
           const auto& ids = received[c].ids[epoch];
           // Equal shares (12 splits divide evenly), disjoint across consumers.
-          EXPECT_EQ(ids.size(), static_cast<size_t>(kRecords / consumers)) << "consumer " << c;
+          EXPECT_EQ(ids.size(), static_cast<size_t>(kRecords / consumers))
+              << "consumer " << c;
           all.insert(all.end(), ids.begin(), ids.end());
         }
         ExpectEveryRecordOnce(all);
       }
-      EXPECT_NE(received[0].ids[0], received[0].ids[1]) << "epochs must be shuffled differently";
+      EXPECT_NE(received[0].ids[0], received[0].ids[1])
+          << "epochs must be shuffled differently";
     }
   }
 }
 
-TEST_F(ServiceTest, DeterministicModeGivesTheSameSequenceWithOneAndThreeWorkers) {
+TEST_F(ServiceTest,
+       DeterministicModeGivesTheSameSequenceWithOneAndThreeWorkers) {
   const proto::Pipeline pipeline = MakePipeline(data_->Join("ds"));
   std::vector<std::vector<uint64_t>> sequences;
   for (int workers : {1, 3}) {
@@ -223,23 +253,27 @@ TEST_F(ServiceTest, DeterministicModeGivesTheSameSequenceWithOneAndThreeWorkers)
     ASSERT_TRUE(r.status.ok()) << r.status;
     ExpectEveryRecordOnce(r.ids[0]);
     sequences.push_back(r.ids[0]);
-    sequences.back().insert(sequences.back().end(), r.ids[1].begin(), r.ids[1].end());
+    sequences.back().insert(sequences.back().end(), r.ids[1].begin(),
+                            r.ids[1].end());
   }
   EXPECT_EQ(sequences[0], sequences[1]);
 }
 
 TEST_F(ServiceTest, KilledWorkerMidEpochStillDeliversEveryRecordOnce) {
-  // 2 ms per element: an epoch takes ~1 s over 3 workers, so the kill lands mid-epoch.
-  const proto::Pipeline pipeline = MakePipeline(data_->Join("ds"), /*sleep_micros=*/2000);
+  // 2 ms per element: an epoch takes ~1 s over 3 workers, so the kill lands
+  // mid-epoch.
+  const proto::Pipeline pipeline =
+      MakePipeline(data_->Join("ds"), /*sleep_micros=*/2000);
   auto cluster = StartCluster(3);
   ASSERT_NE(cluster, nullptr);
   bool killed = false;
-  Received r = Consume(cluster->dispatcher_address(), Job("kill", pipeline), [&](int batches) {
-    if (batches == 12 && !killed) {
-      cluster->SignalWorker(1, SIGKILL);
-      killed = true;
-    }
-  });
+  Received r = Consume(cluster->dispatcher_address(), Job("kill", pipeline),
+                       [&](int batches) {
+                         if (batches == 12 && !killed) {
+                           cluster->SignalWorker(1, SIGKILL);
+                           killed = true;
+                         }
+                       });
   ASSERT_TRUE(killed);
   ASSERT_TRUE(r.status.ok()) << r.status;
   EXPECT_EQ(cluster->worker(1).process->Poll(), 128 + SIGKILL);
@@ -248,7 +282,8 @@ TEST_F(ServiceTest, KilledWorkerMidEpochStillDeliversEveryRecordOnce) {
 }
 
 TEST_F(ServiceTest, WorkerAddedMidEpochReceivesSplits) {
-  const proto::Pipeline pipeline = MakePipeline(data_->Join("ds"), /*sleep_micros=*/3000);
+  const proto::Pipeline pipeline =
+      MakePipeline(data_->Join("ds"), /*sleep_micros=*/3000);
   auto cluster = StartCluster(1);
   ASSERT_NE(cluster, nullptr);
   std::set<uint64_t> workers_seen;
@@ -265,11 +300,13 @@ TEST_F(ServiceTest, WorkerAddedMidEpochReceivesSplits) {
     auto batch = (*it)->GetNext();
     ASSERT_TRUE(batch.ok()) << batch.status();
     if (!batch->has_value()) break;
-    ids.insert(ids.end(), (*batch)->global_indices.begin(), (*batch)->global_indices.end());
+    ids.insert(ids.end(), (*batch)->global_indices.begin(),
+               (*batch)->global_indices.end());
     if (batches == 4) {
       ASSERT_TRUE(cluster->AddWorker().ok());
     }
-    const proto::GetJobStateResponse state = JobState(cluster->dispatcher_address(), job_id);
+    const proto::GetJobStateResponse state =
+        JobState(cluster->dispatcher_address(), job_id);
     for (const auto& consumer : state.consumers()) {
       for (const auto& split : consumer.splits()) {
         if (split.worker_id() != 0) workers_seen.insert(split.worker_id());
@@ -277,7 +314,8 @@ TEST_F(ServiceTest, WorkerAddedMidEpochReceivesSplits) {
     }
   }
   ExpectEveryRecordOnce(ids);
-  EXPECT_EQ(workers_seen.size(), 2u) << "the added worker was never given a split";
+  EXPECT_EQ(workers_seen.size(), 2u)
+      << "the added worker was never given a split";
 }
 
 // Resident memory of a process, from /proc.
@@ -291,9 +329,12 @@ int64_t RssBytes(pid_t pid) {
 }
 
 TEST_F(ServiceTest, ClientThatStopsReadingKeepsWorkerMemoryBounded) {
-  // 8 x 3 x 512 x 512 float32 = 25 MB per batch; the epoch is 60 batches = 1.5 GB if unbounded.
-  const proto::Pipeline pipeline = MakePipeline(
-      data_->Join("ds"), 0, "        - resize: {height: 512, width: 512}\n        - cast: {dtype: float32}\n");
+  // 8 x 3 x 512 x 512 float32 = 25 MB per batch; the epoch is 60 batches = 1.5
+  // GB if unbounded.
+  const proto::Pipeline pipeline =
+      MakePipeline(data_->Join("ds"), 0,
+                   "        - resize: {height: 512, width: 512}\n        - "
+                   "cast: {dtype: float32}\n");
   auto cluster = StartCluster(1, {"--memory-mb", "64", "--queue-batches", "4"});
   ASSERT_NE(cluster, nullptr);
   auto client = Connect(cluster->dispatcher_address(), /*prefetch_batches=*/2);
@@ -307,19 +348,23 @@ TEST_F(ServiceTest, ClientThatStopsReadingKeepsWorkerMemoryBounded) {
   const int64_t rss_stalled = RssBytes(worker);
   auto produced = [&] {
     uint64_t batches = 0;
-    const proto::GetJobStateResponse state = JobState(cluster->dispatcher_address(), (*it)->job_id());
+    const proto::GetJobStateResponse state =
+        JobState(cluster->dispatcher_address(), (*it)->job_id());
     for (const auto& consumer : state.consumers()) {
-      for (const auto& split : consumer.splits()) batches += split.produced_batches();
+      for (const auto& split : consumer.splits())
+        batches += split.produced_batches();
     }
     return batches;
   };
   const uint64_t produced_stalled = produced();
   absl::SleepFor(absl::Seconds(2));
   const int64_t rss_later = RssBytes(worker);
-  // Back-pressure: production stopped far short of the 60-batch epoch, and stays stopped.
+  // Back-pressure: production stopped far short of the 60-batch epoch, and
+  // stays stopped.
   EXPECT_LT(produced_stalled, 30u);
   EXPECT_EQ(produced(), produced_stalled);
-  EXPECT_LT(rss_later - rss_stalled, 30LL << 20) << "worker memory still growing while stalled";
+  EXPECT_LT(rss_later - rss_stalled, 30LL << 20)
+      << "worker memory still growing while stalled";
   // Unbounded, the worker would hold the 1.5 GB epoch.
   EXPECT_LT(rss_later, 1200LL << 20) << "worker RSS " << rss_later;
   // Reading resumes and completes the epoch.
@@ -335,7 +380,11 @@ TEST_F(ServiceTest, ClientThatStopsReadingKeepsWorkerMemoryBounded) {
 
 TEST_F(ServiceTest, PipelineFailingValidationIsInvalidArgumentNamingTheOp) {
   proto::Pipeline pipeline = MakePipeline(data_->Join("ds"));
-  pipeline.mutable_nodes(1)->mutable_map()->mutable_ops(1)->mutable_resize()->set_height(-4);
+  pipeline.mutable_nodes(1)
+      ->mutable_map()
+      ->mutable_ops(1)
+      ->mutable_resize()
+      ->set_height(-4);
   auto cluster = StartCluster(1);
   ASSERT_NE(cluster, nullptr);
   Received r = Consume(cluster->dispatcher_address(), Job("invalid", pipeline));
@@ -348,7 +397,8 @@ TEST_F(ServiceTest, PipelineOutsideDataRootIsPermissionDenied) {
   WriteDataset(elsewhere.Join("ds"));
   auto cluster = StartCluster(1);
   ASSERT_NE(cluster, nullptr);
-  Received r = Consume(cluster->dispatcher_address(), Job("outside", MakePipeline(elsewhere.Join("ds"))));
+  Received r = Consume(cluster->dispatcher_address(),
+                       Job("outside", MakePipeline(elsewhere.Join("ds"))));
   EXPECT_EQ(r.status.code(), absl::StatusCode::kPermissionDenied) << r.status;
   EXPECT_THAT(r.status.message(), HasSubstr("--data-root"));
 }
@@ -356,14 +406,15 @@ TEST_F(ServiceTest, PipelineOutsideDataRootIsPermissionDenied) {
 TEST_F(ServiceTest, UnknownJobIsNotFound) {
   auto cluster = StartCluster(0);
   ASSERT_NE(cluster, nullptr);
-  auto stub = proto::DispatcherService::NewStub(
-      grpc::CreateChannel(cluster->dispatcher_address(), grpc::InsecureChannelCredentials()));
+  auto stub = proto::DispatcherService::NewStub(grpc::CreateChannel(
+      cluster->dispatcher_address(), grpc::InsecureChannelCredentials()));
   proto::ClientHeartbeatRequest request;
   request.set_protocol_version(proto::PROTOCOL_VERSION_CURRENT);
   request.set_job_id(987654);
   proto::ClientHeartbeatResponse response;
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(5));
   const grpc::Status s = stub->ClientHeartbeat(&context, request, &response);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_THAT(s.error_message(), HasSubstr("987654"));
@@ -373,10 +424,12 @@ TEST_F(ServiceTest, WrongDispatcherAddressFailsFastWithUnavailable) {
   auto port = tools::PickFreePort();
   ASSERT_TRUE(port.ok());
   const absl::Time start = absl::Now();
-  auto client = DataServiceClient::Create({.dispatcher_address = absl::StrCat("127.0.0.1:", *port),
-                                           .connect_timeout = absl::Seconds(2)});
+  auto client = DataServiceClient::Create(
+      {.dispatcher_address = absl::StrCat("127.0.0.1:", *port),
+       .connect_timeout = absl::Seconds(2)});
   EXPECT_EQ(client.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(client.status().message(), HasSubstr("cannot reach the sluice dispatcher"));
+  EXPECT_THAT(client.status().message(),
+              HasSubstr("cannot reach the sluice dispatcher"));
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
 }
 
@@ -392,8 +445,9 @@ TEST_F(ServiceTest, WorkerPointedAtSomethingElseExitsWithAClearError) {
   ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
   const std::string log = tmp_.Join("worker.log");
   auto worker = Subprocess::Start(
-      {BinDir() + "/sluice-worker", "--dispatcher", absl::StrCat("127.0.0.1:", ntohs(addr.sin_port)),
-       "--port", "0", "--data-root", data_->path(), "--connect-timeout", "3s"},
+      {BinDir() + "/sluice-worker", "--dispatcher",
+       absl::StrCat("127.0.0.1:", ntohs(addr.sin_port)), "--port", "0",
+       "--data-root", data_->path(), "--connect-timeout", "3s"},
       {.log_file = log});
   ASSERT_TRUE(worker.ok()) << worker.status();
   auto code = (*worker)->Wait(absl::Seconds(30));

@@ -13,7 +13,9 @@ namespace sluice::testing {
 class TempDir {
  public:
   TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "sluice-test-XXXXXX").string();
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "sluice-test-XXXXXX")
+            .string();
     path_ = mkdtemp(pattern.data());
   }
   ~TempDir() {
@@ -24,7 +26,9 @@ class TempDir {
   TempDir& operator=(const TempDir&) = delete;
 
   const std::string& path() const { return path_; }
-  std::string Join(const std::string& name) const { return (std::filesystem::path(path_) / name).string(); }
+  std::string Join(const std::string& name) const {
+    return (std::filesystem::path(path_) / name).string();
+  }
 
  private:
   std::string path_;

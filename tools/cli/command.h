@@ -1,5 +1,6 @@
-// Shared plumbing of the `sluice` subcommands: each lives in its own file, adds itself to the CLI11
-// app with an Add*Command function, and reports its result through Finish().
+// Shared plumbing of the `sluice` subcommands: each lives in its own file, adds
+// itself to the CLI11 app with an Add*Command function, and reports its result
+// through Finish().
 #ifndef SLUICE_TOOLS_CLI_COMMAND_H_
 #define SLUICE_TOOLS_CLI_COMMAND_H_
 
@@ -10,8 +11,9 @@
 
 namespace sluice::cli {
 
-// Records the running command's result: OK → exit 0; otherwise prints "sluice: error: <message>"
-// to stderr and the process exits 1 (or `exit_code` if given).
+// Records the running command's result: OK → exit 0; otherwise prints "sluice:
+// error: <message>" to stderr and the process exits 1 (or `exit_code` if
+// given).
 void Finish(const absl::Status& status, int exit_code = 1);
 int ExitCode();
 

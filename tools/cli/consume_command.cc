@@ -1,6 +1,8 @@
-// sluice consume --dispatcher ADDR --spec FILE.yaml [--data DIR] --job NAME [--epochs E]
+// sluice consume --dispatcher ADDR --spec FILE.yaml [--data DIR] --job NAME
+// [--epochs E]
 //   [--consumer-index I --num-consumers N] [--deterministic] [--ids-out FILE]
-// A trainer without the training: reads this consumer's share of every epoch through the service.
+// A trainer without the training: reads this consumer's share of every epoch
+// through the service.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -30,36 +32,47 @@ struct ConsumeFlags {
 };
 
 absl::Status RunConsume(const ConsumeFlags& flags) {
-  ASSIGN_OR_RETURN(proto::Pipeline pipeline, data_worker::pipeline::LoadPipelineFile(flags.spec));
+  ASSIGN_OR_RETURN(proto::Pipeline pipeline,
+                   data_worker::pipeline::LoadPipelineFile(flags.spec));
   if (!flags.data.empty()) {
     if (!fs::exists(fs::path(flags.data) / record::kManifestName)) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "--data '%s' is not a Unirecord dataset (no %s); the service reads Unirecord: convert "
+          "--data '%s' is not a Unirecord dataset (no %s); the service reads "
+          "Unirecord: convert "
           "it first with `sluice record convert --input %s --output DIR`",
           flags.data, record::kManifestName, flags.data));
     }
-    pipeline.mutable_source()->mutable_dataset()->set_path(fs::absolute(flags.data).string());
+    pipeline.mutable_source()->mutable_dataset()->set_path(
+        fs::absolute(flags.data).string());
   }
-  // Validate here too, so a bad spec fails before a job exists, naming the node and field.
+  // Validate here too, so a bad spec fails before a job exists, naming the node
+  // and field.
   RETURN_IF_ERROR(data_worker::pipeline::Validate(pipeline).status());
   if (flags.consumer_index >= flags.num_consumers) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "--consumer-index %d must be < --num-consumers %d", flags.consumer_index,
-        flags.num_consumers));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--consumer-index %d must be < --num-consumers %d",
+                        flags.consumer_index, flags.num_consumers));
   }
 
-  ASSIGN_OR_RETURN(std::unique_ptr<DataServiceClient> client,
-                   DataServiceClient::Create({.dispatcher_address = flags.dispatcher}));
-  JobOptions job{.job_name = flags.job, .pipeline = pipeline, .seed = flags.seed,
-                 .num_epochs = flags.epochs, .num_consumers = flags.num_consumers,
-                 .consumer_index = flags.consumer_index, .deterministic = flags.deterministic,
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<DataServiceClient> client,
+      DataServiceClient::Create({.dispatcher_address = flags.dispatcher}));
+  JobOptions job{.job_name = flags.job,
+                 .pipeline = pipeline,
+                 .seed = flags.seed,
+                 .num_epochs = flags.epochs,
+                 .num_consumers = flags.num_consumers,
+                 .consumer_index = flags.consumer_index,
+                 .deterministic = flags.deterministic,
                  .drop_remainder = flags.drop_remainder};
   const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(std::unique_ptr<BatchIterator> batches, client->Open(job));
   std::ofstream ids;
   if (!flags.ids_out.empty()) {
     ids.open(flags.ids_out, std::ios::trunc);
-    if (!ids) return absl::InvalidArgumentError("--ids-out: cannot write '" + flags.ids_out + "'");
+    if (!ids)
+      return absl::InvalidArgumentError("--ids-out: cannot write '" +
+                                        flags.ids_out + "'");
   }
   ProgressBar bar("consume", 0);
   uint64_t images = 0, num_batches = 0;
@@ -67,7 +80,8 @@ absl::Status RunConsume(const ConsumeFlags& flags) {
   while (true) {
     ASSIGN_OR_RETURN(std::optional<Batch> batch, batches->GetNext());
     if (!batch.has_value()) break;
-    if (!first_batch_seconds) first_batch_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    if (!first_batch_seconds)
+      first_batch_seconds = absl::ToDoubleSeconds(absl::Now() - start);
     ++num_batches;
     images += batch->global_indices.size();
     if (ids.is_open()) {
@@ -77,10 +91,15 @@ absl::Status RunConsume(const ConsumeFlags& flags) {
   }
   bar.Done();
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  std::printf("consumed %llu images in %llu batches over %llu epoch(s) in %.2fs; first batch after %.3fs\n",
-              static_cast<unsigned long long>(images), static_cast<unsigned long long>(num_batches),
-              static_cast<unsigned long long>(flags.epochs), seconds, first_batch_seconds.value_or(0));
-  std::printf("throughput: %.1f images/s\n", seconds > 0 ? images / seconds : 0.0);
+  std::printf(
+      "consumed %llu images in %llu batches over %llu epoch(s) in %.2fs; first "
+      "batch after %.3fs\n",
+      static_cast<unsigned long long>(images),
+      static_cast<unsigned long long>(num_batches),
+      static_cast<unsigned long long>(flags.epochs), seconds,
+      first_batch_seconds.value_or(0));
+  std::printf("throughput: %.1f images/s\n",
+              seconds > 0 ? images / seconds : 0.0);
   return absl::OkStatus();
 }
 
@@ -88,23 +107,33 @@ absl::Status RunConsume(const ConsumeFlags& flags) {
 
 void AddConsumeCommand(CLI::App& app) {
   auto flags = std::make_shared<ConsumeFlags>();
-  CLI::App* cmd = app.add_subcommand(
-      "consume", "Read this consumer's share of every epoch through the service (a trainer "
-                 "without the training)");
-  cmd->add_option("--dispatcher", flags->dispatcher, "Dispatcher host:port")->required();
+  CLI::App* cmd = app.add_subcommand("consume",
+                                     "Read this consumer's share of every "
+                                     "epoch through the service (a trainer "
+                                     "without the training)");
+  cmd->add_option("--dispatcher", flags->dispatcher, "Dispatcher host:port")
+      ->required();
   cmd->add_option("--spec", flags->spec, "Pipeline YAML or JSON")->required();
-  cmd->add_option("--data", flags->data, "Unirecord dataset replacing the spec's source path");
-  cmd->add_option("--job", flags->job, "Job name; consumers of one job share it")->required();
+  cmd->add_option("--data", flags->data,
+                  "Unirecord dataset replacing the spec's source path");
+  cmd->add_option("--job", flags->job,
+                  "Job name; consumers of one job share it")
+      ->required();
   cmd->add_option("--epochs", flags->epochs, "Epochs")->capture_default_str();
-  cmd->add_option("--seed", flags->seed, "Job seed (order and augmentation)")->capture_default_str();
-  cmd->add_option("--consumer-index", flags->consumer_index, "This consumer")->capture_default_str();
-  cmd->add_option("--num-consumers", flags->num_consumers, "Consumers (trainer processes)")
+  cmd->add_option("--seed", flags->seed, "Job seed (order and augmentation)")
+      ->capture_default_str();
+  cmd->add_option("--consumer-index", flags->consumer_index, "This consumer")
+      ->capture_default_str();
+  cmd->add_option("--num-consumers", flags->num_consumers,
+                  "Consumers (trainer processes)")
       ->capture_default_str();
   cmd->add_flag("--deterministic", flags->deterministic,
-                "Release batches in split order: the same sequence whatever the worker count");
+                "Release batches in split order: the same sequence whatever "
+                "the worker count");
   cmd->add_flag("--drop-remainder", flags->drop_remainder,
                 "Unequal shares: drop the tail instead of padding");
-  cmd->add_option("--ids-out", flags->ids_out, "Write each element's global record index here");
+  cmd->add_option("--ids-out", flags->ids_out,
+                  "Write each element's global record index here");
   cmd->callback([flags] { Finish(RunConsume(*flags)); });
 }
 

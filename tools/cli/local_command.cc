@@ -1,5 +1,6 @@
-// sluice local --workers N [--port P] [--data-root DIR]... [--address-file FILE]
-// A dispatcher and N worker processes on loopback, until Ctrl-C or SIGTERM.
+// sluice local --workers N [--port P] [--data-root DIR]... [--address-file
+// FILE] A dispatcher and N worker processes on loopback, until Ctrl-C or
+// SIGTERM.
 #include <signal.h>
 #include <unistd.h>
 
@@ -29,38 +30,48 @@ struct LocalFlags {
 };
 
 absl::Status RunLocal(const LocalFlags& flags) {
-  // Block the stop signals before any child starts; they are taken with sigtimedwait below.
+  // Block the stop signals before any child starts; they are taken with
+  // sigtimedwait below.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  tools::LocalClusterOptions options{.bin_dir = tools::BinDir(), .workers = flags.workers,
+  tools::LocalClusterOptions options{.bin_dir = tools::BinDir(),
+                                     .workers = flags.workers,
                                      .dispatcher_port = flags.port,
                                      .data_roots = flags.data_roots,
                                      .work_dir = flags.work_dir,
                                      .worker_threads = flags.threads_per_worker,
                                      .log_level = flags.log_level};
-  if (options.data_roots.empty()) options.data_roots.push_back(fs::current_path().string());
+  if (options.data_roots.empty())
+    options.data_roots.push_back(fs::current_path().string());
   if (options.work_dir.empty()) {
-    std::string pattern = (fs::temp_directory_path() / "sluice-local-XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) return absl::InternalError("cannot create a temp folder");
+    std::string pattern =
+        (fs::temp_directory_path() / "sluice-local-XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr)
+      return absl::InternalError("cannot create a temp folder");
     options.work_dir = pattern;
   }
   ASSIGN_OR_RETURN(std::unique_ptr<tools::LocalCluster> cluster,
                    tools::LocalCluster::Start(options));
   if (!flags.address_file.empty()) {
-    RETURN_IF_ERROR(WriteFileAtomically(flags.address_file, cluster->dispatcher_address() + "\n"));
+    RETURN_IF_ERROR(WriteFileAtomically(flags.address_file,
+                                        cluster->dispatcher_address() + "\n"));
   }
-  std::printf("sluice local: dispatcher %s   metrics http://127.0.0.1:%d/metrics\n",
-              cluster->dispatcher_address().c_str(), cluster->dispatcher_metrics_port());
+  std::printf(
+      "sluice local: dispatcher %s   metrics http://127.0.0.1:%d/metrics\n",
+      cluster->dispatcher_address().c_str(),
+      cluster->dispatcher_metrics_port());
   for (int i = 0; i < cluster->num_workers(); ++i) {
     std::printf("  worker %d    %s   metrics http://127.0.0.1:%d/metrics\n", i,
-                cluster->worker(i).address.c_str(), cluster->worker(i).metrics_port);
+                cluster->worker(i).address.c_str(),
+                cluster->worker(i).metrics_port);
   }
   std::printf("  data roots  %s\n  logs        %s\nCtrl-C stops the cluster.\n",
-              absl::StrJoin(options.data_roots, ", ").c_str(), options.work_dir.c_str());
+              absl::StrJoin(options.data_roots, ", ").c_str(),
+              options.work_dir.c_str());
   std::fflush(stdout);
 
   const timespec poll = {0, 200 * 1000 * 1000};
@@ -73,7 +84,8 @@ absl::Status RunLocal(const LocalFlags& flags) {
     }
     if (std::string exited = cluster->FindExitedChild(); !exited.empty()) {
       cluster->Stop();
-      return absl::AbortedError("sluice local: " + exited + "; stopped the cluster");
+      return absl::AbortedError("sluice local: " + exited +
+                                "; stopped the cluster");
     }
   }
 }
@@ -83,15 +95,23 @@ absl::Status RunLocal(const LocalFlags& flags) {
 void AddLocalCommand(CLI::App& app) {
   auto flags = std::make_shared<LocalFlags>();
   CLI::App* cmd = app.add_subcommand(
-      "local", "Run a dispatcher and N workers on loopback until Ctrl-C or SIGTERM");
-  cmd->add_option("--workers", flags->workers, "Worker processes")->capture_default_str();
-  cmd->add_option("--port", flags->port, "Dispatcher port (0: any free port)")->capture_default_str();
-  cmd->add_option("--data-root", flags->data_roots,
-                  "Folder workers may read (repeatable; default: the current folder)");
-  cmd->add_option("--address-file", flags->address_file, "Write the dispatcher's host:port here");
-  cmd->add_option("--work-dir", flags->work_dir, "Logs and state (default: a new temp folder)");
-  cmd->add_option("--threads-per-worker", flags->threads_per_worker, "Pipeline threads per worker");
-  cmd->add_option("--log-level", flags->log_level, "trace|debug|info|warn|error")
+      "local",
+      "Run a dispatcher and N workers on loopback until Ctrl-C or SIGTERM");
+  cmd->add_option("--workers", flags->workers, "Worker processes")
+      ->capture_default_str();
+  cmd->add_option("--port", flags->port, "Dispatcher port (0: any free port)")
+      ->capture_default_str();
+  cmd->add_option(
+      "--data-root", flags->data_roots,
+      "Folder workers may read (repeatable; default: the current folder)");
+  cmd->add_option("--address-file", flags->address_file,
+                  "Write the dispatcher's host:port here");
+  cmd->add_option("--work-dir", flags->work_dir,
+                  "Logs and state (default: a new temp folder)");
+  cmd->add_option("--threads-per-worker", flags->threads_per_worker,
+                  "Pipeline threads per worker");
+  cmd->add_option("--log-level", flags->log_level,
+                  "trace|debug|info|warn|error")
       ->capture_default_str();
   cmd->callback([flags] { Finish(RunLocal(*flags)); });
 }

@@ -10,7 +10,10 @@
 namespace sluice::cli {
 
 ProgressBar::ProgressBar(std::string label, uint64_t total)
-    : label_(std::move(label)), tty_(isatty(STDERR_FILENO)), start_(absl::Now()), total_(total) {}
+    : label_(std::move(label)),
+      tty_(isatty(STDERR_FILENO)),
+      start_(absl::Now()),
+      total_(total) {}
 
 ProgressBar::~ProgressBar() { Done(); }
 
@@ -18,7 +21,8 @@ void ProgressBar::Update(uint64_t done, uint64_t total) {
   absl::MutexLock lock(&mu_);
   done_ = done;
   if (total > 0) total_ = total;
-  if (tty_ && absl::Now() - last_draw_ >= absl::Milliseconds(100)) Draw(/*final=*/false);
+  if (tty_ && absl::Now() - last_draw_ >= absl::Milliseconds(100))
+    Draw(/*final=*/false);
 }
 
 void ProgressBar::Done() {
@@ -38,14 +42,17 @@ void ProgressBar::Draw(bool final) {
     const double fraction = std::min(1.0, static_cast<double>(done_) / total_);
     const int filled = static_cast<int>(fraction * kWidth);
     const double eta = rate > 0 ? (total_ - std::min(total_, done_)) / rate : 0;
-    line = absl::StrFormat("%-10s [%s%s] %6d/%-6d %3.0f%%  %.1f/s", label_, std::string(filled, '#'),
-                           std::string(kWidth - filled, '.'), done_, total_, fraction * 100, rate);
+    line = absl::StrFormat("%-10s [%s%s] %6d/%-6d %3.0f%%  %.1f/s", label_,
+                           std::string(filled, '#'),
+                           std::string(kWidth - filled, '.'), done_, total_,
+                           fraction * 100, rate);
     if (!final) line += absl::StrFormat("  ETA %.0fs", eta);
   } else {
     line = absl::StrFormat("%-10s %d  %.1f/s", label_, done_, rate);
   }
   if (final) line += absl::StrFormat("  (%.2fs)", seconds);
-  std::fprintf(stderr, "%s%s%s", tty_ ? "\r" : "", line.c_str(), final ? "\n" : "");
+  std::fprintf(stderr, "%s%s%s", tty_ ? "\r" : "", line.c_str(),
+               final ? "\n" : "");
   std::fflush(stderr);
 }
 

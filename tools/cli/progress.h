@@ -1,7 +1,8 @@
 // A one-line progress bar on stderr for long CLI work:
 //   convert [##########..........]  1000/2000  50%  812.3/s  ETA 1s
-// Redraws at most 10 times a second on a terminal; when stderr is not a terminal (CI logs) it prints
-// nothing until Done(), which prints one summary line. Thread-safe.
+// Redraws at most 10 times a second on a terminal; when stderr is not a
+// terminal (CI logs) it prints nothing until Done(), which prints one summary
+// line. Thread-safe.
 #ifndef SLUICE_TOOLS_CLI_PROGRESS_H_
 #define SLUICE_TOOLS_CLI_PROGRESS_H_
 

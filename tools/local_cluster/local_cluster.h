@@ -1,9 +1,12 @@
-// LocalCluster: a sluice-dispatcher and N sluice-worker processes on 127.0.0.1, each on a free
-// port it reports through --address-file, with their logs in `work_dir`. Used by `sluice local`,
-// `sluice demo` and the integration tests (which kill workers for real with KillWorker).
+// LocalCluster: a sluice-dispatcher and N sluice-worker processes on 127.0.0.1,
+// each on a free port it reports through --address-file, with their logs in
+// `work_dir`. Used by `sluice local`, `sluice demo` and the integration tests
+// (which kill workers for real with KillWorker).
 //
-//   ASSIGN_OR_RETURN(auto cluster, LocalCluster::Start({.bin_dir = BinDir(), .workers = 2,
-//                                                       .data_roots = {dataset_dir}}));
+//   ASSIGN_OR_RETURN(auto cluster, LocalCluster::Start({.bin_dir = BinDir(),
+//   .workers = 2,
+//                                                       .data_roots =
+//                                                       {dataset_dir}}));
 //   ... clients connect to cluster->dispatcher_address() ...
 //   cluster->Stop();  // workers drain on SIGTERM, then the dispatcher stops
 //
@@ -27,7 +30,7 @@ struct LocalClusterOptions {
   int workers = 2;
   int dispatcher_port = 0;  // 0: any free port
   std::vector<std::string> data_roots;
-  std::string work_dir;  // logs, address files, dispatcher state; required
+  std::string work_dir;    // logs, address files, dispatcher state; required
   int worker_threads = 0;  // 0: the worker's default
   std::string log_level = "info";
   absl::Duration heartbeat_interval = absl::Milliseconds(200);
@@ -44,9 +47,10 @@ struct ServerProcess {
 
 class LocalCluster {
  public:
-  // Starts the dispatcher, then the workers, and waits until all listen. A child that fails to
-  // start is reported with the tail of its log.
-  static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(LocalClusterOptions options);
+  // Starts the dispatcher, then the workers, and waits until all listen. A
+  // child that fails to start is reported with the tail of its log.
+  static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(
+      LocalClusterOptions options);
   ~LocalCluster();
 
   const std::string& dispatcher_address() const { return dispatcher_.address; }
@@ -57,16 +61,21 @@ class LocalCluster {
 
   // Starts one more worker; returns its index.
   absl::StatusOr<int> AddWorker();
-  // Sends `signal` to worker i (SIGKILL to kill it for real, SIGTERM to drain it).
+  // Sends `signal` to worker i (SIGKILL to kill it for real, SIGTERM to drain
+  // it).
   void SignalWorker(int i, int signal);
-  // The first child found to have exited, as "name (pid) exited with code N", or empty.
+  // The first child found to have exited, as "name (pid) exited with code N",
+  // or empty.
   std::string FindExitedChild();
-  // SIGTERM to every worker (they drain), then to the dispatcher; SIGKILL after `grace`.
+  // SIGTERM to every worker (they drain), then to the dispatcher; SIGKILL after
+  // `grace`.
   void Stop(absl::Duration grace = absl::Seconds(10));
 
  private:
-  explicit LocalCluster(LocalClusterOptions options) : options_(std::move(options)) {}
-  absl::StatusOr<ServerProcess> Launch(const std::string& name, std::vector<std::string> argv);
+  explicit LocalCluster(LocalClusterOptions options)
+      : options_(std::move(options)) {}
+  absl::StatusOr<ServerProcess> Launch(const std::string& name,
+                                       std::vector<std::string> argv);
 
   const LocalClusterOptions options_;
   ServerProcess dispatcher_;
@@ -80,12 +89,15 @@ std::string BinDir();
 // A TCP port on 127.0.0.1 that was free a moment ago (bound and released).
 absl::StatusOr<int> PickFreePort();
 
-// The body of http://127.0.0.1:port/metrics (Prometheus text format), with a 5 s timeout.
+// The body of http://127.0.0.1:port/metrics (Prometheus text format), with a 5
+// s timeout.
 absl::StatusOr<std::string> ScrapeMetrics(int port);
 
-// Sums the samples of `metric` in Prometheus text `exposition` by the value of `label`:
-// SumByLabel(text, "sluice_pipeline_stage_busy_seconds_total", "stage") → {"map[0]": 12.5, ...}.
-std::map<std::string, double> SumByLabel(const std::string& exposition, const std::string& metric,
+// Sums the samples of `metric` in Prometheus text `exposition` by the value of
+// `label`: SumByLabel(text, "sluice_pipeline_stage_busy_seconds_total",
+// "stage") → {"map[0]": 12.5, ...}.
+std::map<std::string, double> SumByLabel(const std::string& exposition,
+                                         const std::string& metric,
                                          const std::string& label);
 
 }  // namespace sluice::tools

@@ -17,7 +17,8 @@ TEST(Rng, SameSeedSameSequence) {
 }
 
 TEST(Rng, KnownValuesPinTheAlgorithm) {
-  // Changing these values changes every shuffle and augmentation: a format break.
+  // Changing these values changes every shuffle and augmentation: a format
+  // break.
   Rng rng(0);
   EXPECT_EQ(rng.NextU64(), 1905207664160064169ULL);
   EXPECT_EQ(MixSeed({1, 2, 3}), MixSeed({1, 2, 3}));

@@ -14,12 +14,16 @@ using ::sluice::testing::TempDir;
 using ::sluice::testing::WriteFile;
 using ::testing::HasSubstr;
 
-std::string Payload(int i) { return std::string(1000 + i, static_cast<char>(i)); }
+std::string Payload(int i) {
+  return std::string(1000 + i, static_cast<char>(i));
+}
 
 // 30 records of ~1 KB with a 4 KiB shard limit: several shards.
-std::string WriteDataset(const TempDir& tmp, int n = 30, uint64_t shard_size = 4096) {
+std::string WriteDataset(const TempDir& tmp, int n = 30,
+                         uint64_t shard_size = 4096) {
   const std::string dir = tmp.Join("ds");
-  auto writer = DatasetWriter::Create(dir, ImageClassificationSchema(), {.shard_size_bytes = shard_size});
+  auto writer = DatasetWriter::Create(dir, ImageClassificationSchema(),
+                                      {.shard_size_bytes = shard_size});
   EXPECT_TRUE(writer.ok()) << writer.status();
   for (int i = 0; i < n; ++i) {
     EXPECT_TRUE((*writer)
@@ -81,7 +85,9 @@ TEST(Dataset, MissingShardIsNotFoundNamingIt) {
   std::filesystem::remove(dir + "/shard-00002.urec");
   const absl::Status s = Dataset::Open(dir).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(s.message(), HasSubstr("shard 'shard-00002.urec' named in the manifest is missing"));
+  EXPECT_THAT(
+      s.message(),
+      HasSubstr("shard 'shard-00002.urec' named in the manifest is missing"));
   const auto problems = VerifyDataset(dir);
   ASSERT_EQ(problems.size(), 1u);
   EXPECT_THAT(problems[0], HasSubstr("shard-00002.urec"));
@@ -89,8 +95,10 @@ TEST(Dataset, MissingShardIsNotFoundNamingIt) {
 
 TEST(Dataset, MissingFolderOrManifestIsNotFound) {
   TempDir tmp;
-  EXPECT_EQ(Dataset::Open(tmp.Join("nothing")).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(Dataset::Open(tmp.path()).status().message(), HasSubstr("no manifest"));
+  EXPECT_EQ(Dataset::Open(tmp.Join("nothing")).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_THAT(Dataset::Open(tmp.path()).status().message(),
+              HasSubstr("no manifest"));
 }
 
 TEST(Dataset, FlippedByteInManifestIsDataLoss) {
@@ -114,16 +122,21 @@ TEST(Dataset, FlippedByteInManifestIsDataLoss) {
   EXPECT_THAT(s.message(), HasSubstr("not valid JSON"));
 }
 
-// Found by the manifest fuzzer: wrong JSON types and hostile nesting are DataLoss, not a crash.
+// Found by the manifest fuzzer: wrong JSON types and hostile nesting are
+// DataLoss, not a crash.
 TEST(Dataset, MalformedManifestJsonIsDataLoss) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {R"({"format":1})", "'format' is not"},
-      {R"({"format":"unirecord","checksum":7})", "'checksum' is not 16 hex digits"},
-      {"{\"schema\":" + std::string(200000, '[') + std::string(200000, ']') + "}", "not valid JSON"},
+      {R"({"format":"unirecord","checksum":7})",
+       "'checksum' is not 16 hex digits"},
+      {"{\"schema\":" + std::string(200000, '[') + std::string(200000, ']') +
+           "}",
+       "not valid JSON"},
   };
   for (const auto& [json, message] : cases) {
     auto m = Manifest::FromJson(json, "m.json");
-    EXPECT_EQ(m.status().code(), absl::StatusCode::kDataLoss) << json.substr(0, 40);
+    EXPECT_EQ(m.status().code(), absl::StatusCode::kDataLoss)
+        << json.substr(0, 40);
     EXPECT_THAT(m.status().message(), HasSubstr(message)) << json.substr(0, 40);
     EXPECT_THAT(m.status().message(), HasSubstr("m.json"));
   }
@@ -132,7 +145,8 @@ TEST(Dataset, MalformedManifestJsonIsDataLoss) {
 TEST(Dataset, ShardNotMatchingManifestIsDataLoss) {
   TempDir tmp;
   const std::string dir = WriteDataset(tmp);
-  // Swap two shards' contents: each is a valid shard, but not the one the manifest describes.
+  // Swap two shards' contents: each is a valid shard, but not the one the
+  // manifest describes.
   const std::string a = ReadFile(dir + "/shard-00000.urec");
   const std::string b = ReadFile(dir + "/shard-00001.urec");
   WriteFile(dir + "/shard-00000.urec", b);
@@ -142,7 +156,8 @@ TEST(Dataset, ShardNotMatchingManifestIsDataLoss) {
 
 TEST(Dataset, EmptyDatasetIsRefused) {
   TempDir tmp;
-  auto writer = DatasetWriter::Create(tmp.Join("empty"), ImageClassificationSchema(), {});
+  auto writer =
+      DatasetWriter::Create(tmp.Join("empty"), ImageClassificationSchema(), {});
   ASSERT_TRUE(writer.ok());
   const absl::Status s = (*writer)->Finish().status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
@@ -158,7 +173,9 @@ TEST(Dataset, EmptyDatasetIsRefused) {
 TEST(Dataset, WriterRefusesToOverwriteADataset) {
   TempDir tmp;
   const std::string dir = WriteDataset(tmp, 2);
-  EXPECT_EQ(DatasetWriter::Create(dir, ImageClassificationSchema(), {}).status().code(),
+  EXPECT_EQ(DatasetWriter::Create(dir, ImageClassificationSchema(), {})
+                .status()
+                .code(),
             absl::StatusCode::kFailedPrecondition);
 }
 

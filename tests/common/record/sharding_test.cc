@@ -21,8 +21,10 @@ TEST(Permutation, IsAPermutationFixedBySeedAndEpoch) {
 
 TEST(Permutation, KnownValuesPinTheAlgorithm) {
   // A change here reorders every existing job's epochs; it must be deliberate.
-  EXPECT_EQ(Permutation(10, 0, 0), (std::vector<uint64_t>{9, 3, 4, 2, 8, 5, 0, 1, 6, 7}));
-  EXPECT_EQ(Permutation(10, 0, 1), (std::vector<uint64_t>{0, 9, 5, 8, 7, 6, 4, 1, 2, 3}));
+  EXPECT_EQ(Permutation(10, 0, 0),
+            (std::vector<uint64_t>{9, 3, 4, 2, 8, 5, 0, 1, 6, 7}));
+  EXPECT_EQ(Permutation(10, 0, 1),
+            (std::vector<uint64_t>{0, 9, 5, 8, 7, 6, 4, 1, 2, 3}));
   EXPECT_TRUE(Permutation(0, 1, 2).empty());
   EXPECT_EQ(Permutation(1, 1, 2), std::vector<uint64_t>{0});
 }
@@ -33,7 +35,8 @@ TEST(Partition, DisjointAndCoveringWhenEven) {
     auto part = Partition(100, 4, k, 3, 1, RemainderPolicy::kDrop);
     ASSERT_TRUE(part.ok());
     EXPECT_EQ(part->size(), 25u);
-    for (uint64_t r : *part) EXPECT_TRUE(seen.insert(r).second) << "record " << r << " twice";
+    for (uint64_t r : *part)
+      EXPECT_TRUE(seen.insert(r).second) << "record " << r << " twice";
   }
   EXPECT_EQ(seen.size(), 100u);
 }
@@ -94,10 +97,14 @@ TEST(Partition, BadArgumentsAreInvalidArgument) {
 TEST(Splits, ContiguousRangesWithinShards) {
   auto splits = EnumerateSplits({10, 0, 5}, 4);
   ASSERT_TRUE(splits.ok());
-  const std::vector<Split> expected = {
-      {0, 0, 0, 4, 0}, {1, 0, 4, 8, 4}, {2, 0, 8, 10, 8}, {3, 2, 0, 4, 10}, {4, 2, 4, 5, 14}};
+  const std::vector<Split> expected = {{0, 0, 0, 4, 0},
+                                       {1, 0, 4, 8, 4},
+                                       {2, 0, 8, 10, 8},
+                                       {3, 2, 0, 4, 10},
+                                       {4, 2, 4, 5, 14}};
   EXPECT_EQ(*splits, expected);
-  EXPECT_EQ(EnumerateSplits({10}, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(EnumerateSplits({10}, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

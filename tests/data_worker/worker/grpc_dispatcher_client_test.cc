@@ -8,7 +8,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-TEST(GrpcDispatcherClient, UnreachableDispatcherFailsUnavailableNamingTheAddress) {
+TEST(GrpcDispatcherClient,
+     UnreachableDispatcherFailsUnavailableNamingTheAddress) {
   GrpcDispatcherClientOptions options;
   options.address = "127.0.0.1:1";  // nothing listens on port 1
   options.connect_timeout = absl::Milliseconds(500);
