@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/base/random.h"
+#include "common/record/convert/convert.h"
 #include "common/record/dataset.h"
 #include "gtest/gtest.h"
 
@@ -82,6 +83,19 @@ inline void PrintTo(const Item& item, std::ostream* os) {
 }
 
 // Every record of the dataset at `dir`, in global order.
+// Converts `input` in `format` into a new dataset at `output`.
+inline absl::StatusOr<Manifest> ConvertAs(
+    InputFormat format, const std::string& input, const std::string& output,
+    int threads = 1, uint64_t shard_size = kDefaultShardSizeBytes) {
+  ConvertOptions options;
+  options.input = input;
+  options.output = output;
+  options.format = format;
+  options.threads = threads;
+  options.shard_size_bytes = shard_size;
+  return Convert(options);
+}
+
 inline absl::StatusOr<std::vector<Item>> ReadDataset(const std::string& dir) {
   absl::StatusOr<std::unique_ptr<Dataset>> dataset = Dataset::Open(dir);
   if (!dataset.ok()) return dataset.status();

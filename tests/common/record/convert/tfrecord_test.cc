@@ -15,6 +15,7 @@
 namespace sluice::record {
 namespace {
 
+using convert_test::ConvertAs;
 using convert_test::FakeImage;
 using convert_test::Item;
 using convert_test::ReadDataset;
@@ -56,13 +57,7 @@ std::vector<Item> SomeItems(const std::string& file_name, int n,
 absl::StatusOr<Manifest> ConvertTfRecord(
     const std::string& input, const std::string& output, int threads = 1,
     uint64_t shard_size = kDefaultShardSizeBytes) {
-  ConvertOptions options;
-  options.input = input;
-  options.output = output;
-  options.format = InputFormat::kTfRecord;
-  options.threads = threads;
-  options.shard_size_bytes = shard_size;
-  return Convert(options);
+  return ConvertAs(InputFormat::kTfRecord, input, output, threads, shard_size);
 }
 
 TEST(TfRecordReader, ReadsBackEncodedRecords) {

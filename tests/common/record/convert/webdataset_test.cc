@@ -17,6 +17,7 @@
 namespace sluice::record {
 namespace {
 
+using convert_test::ConvertAs;
 using convert_test::FakeImage;
 using convert_test::Item;
 using convert_test::ReadDataset;
@@ -84,13 +85,8 @@ std::vector<Item> SomeItems(const std::string& prefix, int n, uint64_t seed) {
 absl::StatusOr<Manifest> ConvertWds(
     const std::string& input, const std::string& output, int threads = 1,
     uint64_t shard_size = kDefaultShardSizeBytes) {
-  ConvertOptions options;
-  options.input = input;
-  options.output = output;
-  options.format = InputFormat::kWebDataset;
-  options.threads = threads;
-  options.shard_size_bytes = shard_size;
-  return Convert(options);
+  return ConvertAs(InputFormat::kWebDataset, input, output, threads,
+                   shard_size);
 }
 
 void ExpectDataset(const std::string& dir, const std::vector<Item>& expected) {
