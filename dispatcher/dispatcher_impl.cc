@@ -52,8 +52,9 @@ bool SameConfig(const proto::JobConfig& a, const proto::JobConfig& b) {
 absl::StatusOr<std::unique_ptr<DispatcherImpl>> DispatcherImpl::Create(
     DispatcherOptions options) {
   std::unique_ptr<DispatcherImpl> impl(new DispatcherImpl(std::move(options)));
-  ASSIGN_OR_RETURN(std::vector<proto::Update> updates,
-                   impl->journal_->ReadAll());
+  // TODO(lead): restore contents.snapshot; only the updates are replayed.
+  ASSIGN_OR_RETURN(Journal::Contents contents, impl->journal_->Read());
+  const std::vector<proto::Update>& updates = contents.updates;
   absl::MutexLock lock(&impl->mu_);
   for (size_t i = 0; i < updates.size(); ++i) {
     if (absl::Status s = impl->state_.Apply(updates[i]); !s.ok()) {
