@@ -11,6 +11,8 @@
 #   WORKERS=2000 DURATION=30s bench/dispatcher_scale.sh
 #   PERF_WORKERS=2000 bench/dispatcher_scale.sh  also `perf record -g` the dispatcher in that step
 #   JOURNAL=0 ...                                no --work-dir (in-memory journal)
+#   NICE=-10 ...                                 run bench + dispatcher at that niceness (needs root):
+#                                                on a shared machine, keeps others' jobs from starving it
 # The bench client runs on the same machine: its own CPU is printed too.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -45,7 +47,10 @@ args=(--dispatcher "$build/bin/sluice-dispatcher" --workers "$workers" --consume
       --duration "$duration" --warmup "$warmup" --log-dir "$out")
 [[ "$journal" == 1 ]] && args+=(--work-root "$out/work")
 [[ -n "${PERF_WORKERS:-}" ]] && args+=(--perf-workers "$PERF_WORKERS" --perf-out "$out/perf.data")
-"$build/bin/dispatcher_scale" "${args[@]}"
+nice_cmd=()
+[[ -n "${NICE:-}" ]] && nice_cmd=(nice -n "$NICE")
+echo "== niceness: ${NICE:-0}"
+"${nice_cmd[@]}" "$build/bin/dispatcher_scale" "${args[@]}"
 if [[ -n "${PERF_WORKERS:-}" && -s "$out/perf.data" ]]; then
   echo "== perf report (dispatcher, $PERF_WORKERS workers): top symbols"
   perf report -i "$out/perf.data" --no-children --sort symbol --stdio 2>/dev/null |

@@ -46,12 +46,33 @@ class Journal {
   // What a restarted dispatcher replays.
   virtual absl::StatusOr<Contents> Read() = 0;
   // Atomically replaces the snapshot with `snapshot` and deletes every update
-  // appended before this call. REQUIRES: no Append() in flight (the snapshot
-  // reflects exactly the updates whose Append() returned).
+  // appended (or enqueued, below) before this call. REQUIRES: `snapshot`
+  // reflects exactly those updates (no Append() in flight).
   virtual absl::Status WriteSnapshot(const std::string& snapshot) = 0;
   // Updates appended since the last snapshot (for the caller's compaction
   // policy).
   virtual uint64_t updates_since_snapshot() const = 0;
+
+  // Append() in two halves, for a caller that fixes the order of updates
+  // under its own lock but waits for durability outside it, so that
+  // concurrent callers share one commit (group commit; see
+  // sqlite_journal.h for figures):
+  //
+  //   mu.Lock();   ASSIGN_OR_RETURN(ticket, journal->Enqueue(u));  Apply(u);
+  //   mu.Unlock(); RETURN_IF_ERROR(journal->WaitDurable(ticket));  // ack now
+  //
+  // Updates are journaled in Enqueue() order; WaitDurable(t) returns once
+  // update t and every update enqueued before it would survive a crash, or
+  // the error that prevents it. A WriteSnapshot() covers every update
+  // enqueued before it, written or not (take the snapshot under the same
+  // lock). The defaults append at once.
+  virtual absl::StatusOr<uint64_t> Enqueue(const proto::Update& update) {
+    if (absl::Status s = Append(update); !s.ok()) return s;
+    return 0;
+  }
+  virtual absl::Status WaitDurable(uint64_t /*ticket*/) {
+    return absl::OkStatus();
+  }
 };
 
 // Keeps nothing: a dispatcher restart starts empty. The default.

@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <system_error>
 #include <utility>
@@ -349,44 +350,61 @@ absl::Status SqliteJournal::WriteBatch(const std::deque<Pending>& batch) {
   return absl::OkStatus();
 }
 
+absl::Status SqliteJournal::BrokenError() const {
+  return absl::FailedPreconditionError(
+      absl::StrCat("journal ", path_,
+                   " unusable after an earlier write error (restart the "
+                   "dispatcher): ",
+                   broken_.message()));
+}
+
 absl::Status SqliteJournal::Append(const proto::Update& update) {
+  ASSIGN_OR_RETURN(const uint64_t ticket, Enqueue(update));
+  return WaitDurable(ticket);
+}
+
+absl::StatusOr<uint64_t> SqliteJournal::Enqueue(const proto::Update& update) {
   Pending pending;
   if (!update.SerializeToString(&pending.bytes)) {
     return absl::InvalidArgumentError(
-        "SqliteJournal::Append: the update does not serialize");
+        "SqliteJournal: the update does not serialize");
   }
-  mu_.Lock();
-  if (!broken_.ok()) {
-    absl::Status status = broken_;
-    mu_.Unlock();
-    return absl::FailedPreconditionError(absl::StrCat(
-        "journal unusable after an earlier write error (restart the "
-        "dispatcher): ",
-        status.message()));
-  }
-  const uint64_t ticket = next_ticket_++;
+  absl::MutexLock lock(&mu_);
+  if (!broken_.ok()) return BrokenError();
   queue_.push_back(std::move(pending));
-  while (done_ <= ticket) {
+  return next_ticket_++;
+}
+
+absl::Status SqliteJournal::WaitDurable(uint64_t ticket) {
+  mu_.Lock();
+  while (done_ <= ticket && ticket < next_ticket_) {
     if (writing_) {
-      // Another Append is committing; ours goes into the next transaction.
+      // Another caller is committing; ours goes into the next transaction.
       mu_.Await(absl::Condition(this, &SqliteJournal::LeaderIdle));
       continue;
     }
-    // Become the leader: commit everything queued so far in one transaction.
+    // Become the leader: commit everything queued by the time we hold the
+    // database in one transaction (a WriteSnapshot() in between may take
+    // the queue first).
     writing_ = true;
+    mu_.Unlock();
+    db_mu_.Lock();
+    mu_.Lock();
     std::deque<Pending> batch;
     batch.swap(queue_);
     const uint64_t end = next_ticket_;
     const bool broken = !broken_.ok();
     mu_.Unlock();
-    absl::Status status =
-        broken ? absl::FailedPreconditionError("earlier write error") : [&]() {
-          absl::MutexLock db_lock(&db_mu_);
-          return WriteBatch(batch);
-        }();
+    absl::Status status = absl::OkStatus();
+    if (broken) {
+      status = absl::FailedPreconditionError("earlier write error");
+    } else if (!batch.empty()) {
+      status = WriteBatch(batch);
+    }
     mu_.Lock();
+    db_mu_.Unlock();
     writing_ = false;
-    done_ = end;
+    done_ = std::max(done_, end);
     if (status.ok()) {
       updates_since_snapshot_ += batch.size();
     } else if (broken_.ok()) {
@@ -395,7 +413,13 @@ absl::Status SqliteJournal::Append(const proto::Update& update) {
     }
   }
   absl::Status result = absl::OkStatus();
-  if (!broken_.ok() && ticket >= first_failed_ticket_) result = broken_;
+  if (ticket >= next_ticket_) {
+    result = absl::InvalidArgumentError(
+        absl::StrCat("SqliteJournal::WaitDurable: ticket ", ticket,
+                     " was never returned by Enqueue"));
+  } else if (!broken_.ok() && ticket >= first_failed_ticket_) {
+    result = BrokenError();
+  }
   mu_.Unlock();
   return result;
 }
@@ -407,21 +431,28 @@ absl::StatusOr<Journal::Contents> SqliteJournal::Read() {
 
 absl::Status SqliteJournal::WriteSnapshot(const std::string& snapshot) {
   absl::MutexLock db_lock(&db_mu_);
+  uint64_t covered_end = 0;
+  uint64_t covered = 0;
   {
+    // Updates enqueued but not yet written are covered by the snapshot: they
+    // are never written, and their WaitDurable() returns with the snapshot.
     absl::MutexLock lock(&mu_);
-    if (!broken_.ok()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "journal unusable after an earlier write error (restart the "
-          "dispatcher): ",
-          broken_.message()));
-    }
+    if (!broken_.ok()) return BrokenError();
+    covered = queue_.size();
+    queue_.clear();
+    covered_end = next_ticket_;
   }
   absl::Status status = WriteSnapshotLocked(snapshot);
+  if (!status.ok() && !sqlite3_get_autocommit(db_)) {
+    Exec("ROLLBACK").IgnoreError();
+  }
   absl::MutexLock lock(&mu_);
+  done_ = std::max(done_, covered_end);
   if (!status.ok()) {
-    if (!sqlite3_get_autocommit(db_)) Exec("ROLLBACK").IgnoreError();
-    broken_ = status;
-    first_failed_ticket_ = next_ticket_;
+    if (broken_.ok()) {
+      broken_ = status;
+      first_failed_ticket_ = covered_end - covered;
+    }
     return status;
   }
   updates_since_snapshot_ = 0;

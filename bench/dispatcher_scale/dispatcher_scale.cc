@@ -418,6 +418,7 @@ void Drive(const std::vector<PeerSlot>& slots, size_t first, size_t stride,
 struct ProcSample {
   double cpu_seconds = 0;  // utime + stime
   double rss_mb = 0;
+  int threads = 0;
   SteadyClock::time_point at;
 };
 
@@ -435,6 +436,7 @@ ProcSample ReadProc(pid_t pid) {
   const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
   s.cpu_seconds = (std::stod(fields[11]) + std::stod(fields[12])) / tick;
   s.rss_mb = std::stod(fields[21]) * sysconf(_SC_PAGESIZE) / 1e6;
+  s.threads = std::stoi(fields[17]);  // field 20
   return s;
 }
 
@@ -458,6 +460,7 @@ struct StepResult {
   Stats::Summary worker_hb, consumer_hb;
   double worker_rate = 0, consumer_rate = 0;
   double dispatcher_cores = 0, dispatcher_rss_mb = 0, bench_cores = 0;
+  int dispatcher_threads = 0;
   uint64_t min_epoch = 0, max_epoch = 0;
   std::string load_before, load_after;
 };
@@ -629,7 +632,7 @@ absl::StatusOr<StepResult> RunStep(const Flags& flags, int num_workers) {
   std::unique_ptr<Subprocess> perf;
   if (flags.perf_workers == num_workers) {
     auto p = Subprocess::Start(
-        {"/usr/bin/perf", "record", "-F", "499", "-g", "-p",
+        {"/usr/bin/perf", "record", "-e", "cpu-clock", "-F", "499", "-g", "-p",
          std::to_string(pid), "-o", flags.perf_out},
         {.log_file = absl::StrCat(flags.log_dir, "/perf.log")});
     if (p.ok()) perf = std::move(*p);
@@ -657,6 +660,7 @@ absl::StatusOr<StepResult> RunStep(const Flags& flags, int num_workers) {
   result.consumer_rate = result.consumer_hb.count / window_seconds;
   result.dispatcher_cores = CoresBetween(d0, d1);
   result.dispatcher_rss_mb = d1.rss_mb;
+  result.dispatcher_threads = d1.threads;
   result.bench_cores = CoresBetween(b0, b1);
   result.min_epoch = UINT64_MAX;
   for (const auto& c : consumers) {
@@ -751,14 +755,15 @@ int main(int argc, char** argv) {
     }
     std::printf(
         "workers %5d | setup %5.1f s | %s | %s | dispatcher %.2f cores "
-        "RSS %.0f MB | bench %.2f cores | epochs %llu..%llu | load %s -> %s\n",
+        "RSS %.0f MB %d threads | bench %.2f cores | epochs %llu..%llu | load "
+        "%s -> %s\n",
         n, r->setup_seconds,
         sluice::bench::Summary("worker hb", r->worker_hb, r->worker_rate)
             .c_str(),
         sluice::bench::Summary("consumer hb", r->consumer_hb, r->consumer_rate)
             .c_str(),
-        r->dispatcher_cores, r->dispatcher_rss_mb, r->bench_cores,
-        static_cast<unsigned long long>(r->min_epoch),
+        r->dispatcher_cores, r->dispatcher_rss_mb, r->dispatcher_threads,
+        r->bench_cores, static_cast<unsigned long long>(r->min_epoch),
         static_cast<unsigned long long>(r->max_epoch), r->load_before.c_str(),
         r->load_after.c_str());
     if (!r->worker_hb.error_text.empty() ||

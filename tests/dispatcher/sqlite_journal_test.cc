@@ -353,6 +353,70 @@ TEST(SqliteJournal, ConcurrentAppendsAreAllKeptInEachThreadsOrder) {
   }
 }
 
+TEST(SqliteJournal, EnqueuedUpdatesAreWrittenInEnqueueOrder) {
+  const std::string dir = MakeTempDir();
+  {
+    auto journal = SqliteJournal::Open(dir);
+    ASSERT_TRUE(journal.ok()) << journal.status();
+    std::vector<uint64_t> tickets;
+    for (uint64_t id = 1; id <= 3; ++id) {
+      auto ticket = (*journal)->Enqueue(WorkerUpdate(id));
+      ASSERT_TRUE(ticket.ok()) << ticket.status();
+      tickets.push_back(*ticket);
+    }
+    EXPECT_EQ(tickets, (std::vector<uint64_t>{0, 1, 2}));
+    // Waiting for the last one writes all three.
+    ASSERT_TRUE((*journal)->WaitDurable(2).ok());
+    ASSERT_TRUE((*journal)->WaitDurable(0).ok());
+    EXPECT_EQ((*journal)->updates_since_snapshot(), 3u);
+    EXPECT_EQ((*journal)->WaitDurable(7).code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  auto journal = SqliteJournal::Open(dir);
+  ASSERT_TRUE(journal.ok()) << journal.status();
+  auto contents = (*journal)->Read();
+  ASSERT_TRUE(contents.ok()) << contents.status();
+  EXPECT_EQ(WorkerIds(contents->updates), Range(1, 3));
+}
+
+TEST(SqliteJournal, SnapshotCoversUpdatesEnqueuedBeforeIt) {
+  const std::string dir = MakeTempDir();
+  {
+    auto journal = SqliteJournal::Open(dir);
+    ASSERT_TRUE(journal.ok()) << journal.status();
+    ASSERT_TRUE((*journal)->Append(WorkerUpdate(1)).ok());
+    auto t2 = (*journal)->Enqueue(WorkerUpdate(2));
+    auto t3 = (*journal)->Enqueue(WorkerUpdate(3));
+    ASSERT_TRUE(t2.ok() && t3.ok());
+    ASSERT_TRUE((*journal)->WriteSnapshot("state through 3").ok());
+    auto t4 = (*journal)->Enqueue(WorkerUpdate(4));
+    ASSERT_TRUE(t4.ok());
+    EXPECT_TRUE((*journal)->WaitDurable(*t2).ok());
+    EXPECT_TRUE((*journal)->WaitDurable(*t3).ok());
+    EXPECT_TRUE((*journal)->WaitDurable(*t4).ok());
+  }
+  auto journal = SqliteJournal::Open(dir);
+  ASSERT_TRUE(journal.ok()) << journal.status();
+  auto contents = (*journal)->Read();
+  ASSERT_TRUE(contents.ok()) << contents.status();
+  EXPECT_EQ(contents->snapshot, "state through 3");
+  EXPECT_EQ(WorkerIds(contents->updates), Range(4, 4));
+}
+
+TEST(InMemoryJournal, SnapshotReplacesEarlierUpdates) {
+  InMemoryJournal journal;
+  ASSERT_TRUE(journal.Append(WorkerUpdate(1)).ok());
+  ASSERT_TRUE(journal.WriteSnapshot("S").ok());
+  auto ticket = journal.Enqueue(WorkerUpdate(2));
+  ASSERT_TRUE(ticket.ok());
+  ASSERT_TRUE(journal.WaitDurable(*ticket).ok());
+  EXPECT_EQ(journal.updates_since_snapshot(), 1u);
+  auto contents = journal.Read();
+  ASSERT_TRUE(contents.ok());
+  EXPECT_EQ(contents->snapshot, "S");
+  EXPECT_EQ(WorkerIds(contents->updates), Range(2, 2));
+}
+
 // The child appends workers 1, 2, ... and snapshots every 64 appends (the
 // snapshot names how many it covers); it writes each id to `ack_fd` once its
 // Append returned. Never returns.
