@@ -46,6 +46,7 @@
 #include "absl/time/time.h"
 #include "common/base/duration_flag.h"
 #include "common/base/process.h"
+#include "common/service/protocol.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/dispatcher.grpc.pb.h"
 
@@ -55,7 +56,7 @@ namespace {
 using SteadyClock = std::chrono::steady_clock;
 using proto::DispatcherService;
 
-constexpr uint32_t kVersion = proto::PROTOCOL_VERSION_CURRENT;
+constexpr uint32_t kVersion = service::kProtocolVersion;
 
 struct Flags {
   std::string dispatcher_bin = "build/bin/sluice-dispatcher";
@@ -501,7 +502,9 @@ absl::StatusOr<StepResult> RunStep(const Flags& flags, int num_workers) {
   std::vector<std::unique_ptr<DispatcherService::Stub>> stubs;
   for (int i = 0; i < flags.channels; ++i) {
     grpc::ChannelArguments args;
-    // Its own TCP connection per channel, as separate processes would have.
+    // Its own TCP connection per channel, as separate processes would have
+    // (service::CreateChannel() shares one connection between channels to
+    // the same address).
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     args.SetInt("sluice.bench.channel", i);
     channels.push_back(grpc::CreateCustomChannel(
