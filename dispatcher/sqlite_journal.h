@@ -11,6 +11,9 @@
 // crash, but the last ones before an OS crash or power loss can be lost. In
 // both modes the journal after any crash is a clean prefix of what was
 // appended: no torn or reordered record (SQLite's WAL commit is atomic).
+// FULL is the default because an acknowledged split completion or job must
+// not come back after a power cut; NORMAL is for deployments whose work dir
+// is not on a disk that outlives the machine anyway (e.g. an emptyDir).
 //
 // Schema (format version 1, in table `meta`):
 //
@@ -46,7 +49,9 @@
 // backup, or start with an empty --work-dir).
 //
 // The journal holds an exclusive lock on the database while it is open: a
-// second dispatcher on the same --work-dir fails in Open (FailedPrecondition).
+// second dispatcher on the same --work-dir fails in Open (FailedPrecondition),
+// and so does the sqlite3 shell (inspect a copy, or the file once the
+// dispatcher has stopped). A snapshot is at most 1 GB (SQLite's blob limit).
 //
 // Thread-safe. After a failed write the journal refuses every later Append
 // and WriteSnapshot (the caller must restart and replay what did reach the
