@@ -11,6 +11,8 @@
 // crash, but the last ones before an OS crash or power loss can be lost. In
 // both modes the journal after any crash is a clean prefix of what was
 // appended: no torn or reordered record (SQLite's WAL commit is atomic).
+// Open() fsyncs the work dir and its parent, so a new journal's directory
+// entries survive a power loss too.
 // FULL is the default because an acknowledged split completion or job must
 // not come back after a power cut; NORMAL is for deployments whose work dir
 // is not on a disk that outlives the machine anyway (e.g. an emptyDir).
