@@ -282,6 +282,9 @@ absl::Status SqliteJournal::Initialize(const Options& options) {
   }
   ASSIGN_OR_RETURN(Contents contents, ReadLocked());
   num_updates = contents.updates.size();
+  // The dispatcher's first Read() (its replay) comes next: keep what was just
+  // checked instead of reading and parsing every row twice.
+  opened_contents_ = std::move(contents);
   next_seq_ = last_seq + num_updates + 1;
   absl::MutexLock lock(&mu_);
   updates_since_snapshot_ = num_updates;
@@ -348,6 +351,7 @@ absl::StatusOr<Journal::Contents> SqliteJournal::ReadLocked() {
 }
 
 absl::Status SqliteJournal::WriteBatch(const std::deque<Pending>& batch) {
+  opened_contents_.reset();
   auto step = [this](sqlite3_stmt* stmt, const char* what) -> absl::Status {
     const int rc = sqlite3_step(stmt);
     sqlite3_reset(stmt);
@@ -455,6 +459,11 @@ absl::Status SqliteJournal::WaitDurable(uint64_t ticket) {
 
 absl::StatusOr<Journal::Contents> SqliteJournal::Read() {
   absl::MutexLock lock(&db_mu_);
+  if (opened_contents_.has_value()) {
+    Contents contents = std::move(*opened_contents_);
+    opened_contents_.reset();
+    return contents;
+  }
   return ReadLocked();
 }
 
@@ -489,6 +498,7 @@ absl::Status SqliteJournal::WriteSnapshot(const std::string& snapshot) {
 }
 
 absl::Status SqliteJournal::WriteSnapshotLocked(const std::string& snapshot) {
+  opened_contents_.reset();
   Statement replace;
   RETURN_IF_ERROR(Exec("BEGIN"));
   RETURN_IF_ERROR(

@@ -64,6 +64,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -161,6 +162,9 @@ class SqliteJournal : public Journal {
   sqlite3_stmt* commit_ ABSL_GUARDED_BY(db_mu_) = nullptr;
   sqlite3_stmt* rollback_ ABSL_GUARDED_BY(db_mu_) = nullptr;
   uint64_t next_seq_ ABSL_GUARDED_BY(db_mu_) = 1;
+  // What Open() read and checked, handed to the first Read() if nothing was
+  // written in between.
+  std::optional<Contents> opened_contents_ ABSL_GUARDED_BY(db_mu_);
 
   mutable absl::Mutex mu_;
   // Group commit: each Append takes a ticket and queues its bytes; the first
