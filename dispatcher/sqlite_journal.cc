@@ -1,8 +1,12 @@
 #include "dispatcher/sqlite_journal.h"
 
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <system_error>
 #include <utility>
@@ -39,6 +43,24 @@ int64_t ChecksumAsInt(std::string_view bytes) {
   return static_cast<int64_t>(record::Checksum(bytes));
 }
 
+// fsync()s a directory, so that the entries created in it (the work dir in
+// its parent, the database and WAL in the work dir) survive a power loss.
+absl::Status SyncDirectory(const std::filesystem::path& dir) {
+  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot open directory ", dir.string(), ": ", std::strerror(errno)));
+  }
+  const int rc = fsync(fd);
+  const int error = errno;
+  close(fd);
+  if (rc != 0) {
+    return absl::InternalError(absl::StrCat("fsync of directory ", dir.string(),
+                                            ": ", std::strerror(error)));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SqliteJournal>> SqliteJournal::Open(
@@ -71,8 +93,15 @@ absl::StatusOr<std::unique_ptr<SqliteJournal>> SqliteJournal::Open(
         absl::StrCat("cannot open journal ", path, ": ", message));
   }
   std::unique_ptr<SqliteJournal> journal(new SqliteJournal(path, db));
-  absl::MutexLock lock(&journal->db_mu_);
-  RETURN_IF_ERROR(journal->Initialize(options));
+  {
+    absl::MutexLock lock(&journal->db_mu_);
+    RETURN_IF_ERROR(journal->Initialize(options));
+  }
+  std::filesystem::path dir =
+      std::filesystem::absolute(work_dir).lexically_normal();
+  if (!dir.has_filename()) dir = dir.parent_path();  // "a/b/"
+  RETURN_IF_ERROR(SyncDirectory(dir));
+  RETURN_IF_ERROR(SyncDirectory(dir.parent_path()));
   return journal;
 }
 
@@ -253,6 +282,9 @@ absl::Status SqliteJournal::Initialize(const Options& options) {
   }
   ASSIGN_OR_RETURN(Contents contents, ReadLocked());
   num_updates = contents.updates.size();
+  // The dispatcher's first Read() (its replay) comes next: keep what was just
+  // checked instead of reading and parsing every row twice.
+  opened_contents_ = std::move(contents);
   next_seq_ = last_seq + num_updates + 1;
   absl::MutexLock lock(&mu_);
   updates_since_snapshot_ = num_updates;
@@ -319,6 +351,7 @@ absl::StatusOr<Journal::Contents> SqliteJournal::ReadLocked() {
 }
 
 absl::Status SqliteJournal::WriteBatch(const std::deque<Pending>& batch) {
+  opened_contents_.reset();
   auto step = [this](sqlite3_stmt* stmt, const char* what) -> absl::Status {
     const int rc = sqlite3_step(stmt);
     sqlite3_reset(stmt);
@@ -426,6 +459,11 @@ absl::Status SqliteJournal::WaitDurable(uint64_t ticket) {
 
 absl::StatusOr<Journal::Contents> SqliteJournal::Read() {
   absl::MutexLock lock(&db_mu_);
+  if (opened_contents_.has_value()) {
+    Contents contents = std::move(*opened_contents_);
+    opened_contents_.reset();
+    return contents;
+  }
   return ReadLocked();
 }
 
@@ -460,6 +498,7 @@ absl::Status SqliteJournal::WriteSnapshot(const std::string& snapshot) {
 }
 
 absl::Status SqliteJournal::WriteSnapshotLocked(const std::string& snapshot) {
+  opened_contents_.reset();
   Statement replace;
   RETURN_IF_ERROR(Exec("BEGIN"));
   RETURN_IF_ERROR(

@@ -11,6 +11,11 @@
 // crash, but the last ones before an OS crash or power loss can be lost. In
 // both modes the journal after any crash is a clean prefix of what was
 // appended: no torn or reordered record (SQLite's WAL commit is atomic).
+// Open() fsyncs the work dir and its parent, so a new journal's directory
+// entries survive a power loss too.
+// FULL is the default because an acknowledged split completion or job must
+// not come back after a power cut; NORMAL is for deployments whose work dir
+// is not on a disk that outlives the machine anyway (e.g. an emptyDir).
 //
 // Schema (format version 1, in table `meta`):
 //
@@ -46,7 +51,9 @@
 // backup, or start with an empty --work-dir).
 //
 // The journal holds an exclusive lock on the database while it is open: a
-// second dispatcher on the same --work-dir fails in Open (FailedPrecondition).
+// second dispatcher on the same --work-dir fails in Open (FailedPrecondition),
+// and so does the sqlite3 shell (inspect a copy, or the file once the
+// dispatcher has stopped). A snapshot is at most 1 GB (SQLite's blob limit).
 //
 // Thread-safe. After a failed write the journal refuses every later Append
 // and WriteSnapshot (the caller must restart and replay what did reach the
@@ -57,6 +64,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -154,6 +162,9 @@ class SqliteJournal : public Journal {
   sqlite3_stmt* commit_ ABSL_GUARDED_BY(db_mu_) = nullptr;
   sqlite3_stmt* rollback_ ABSL_GUARDED_BY(db_mu_) = nullptr;
   uint64_t next_seq_ ABSL_GUARDED_BY(db_mu_) = 1;
+  // What Open() read and checked, handed to the first Read() if nothing was
+  // written in between.
+  std::optional<Contents> opened_contents_ ABSL_GUARDED_BY(db_mu_);
 
   mutable absl::Mutex mu_;
   // Group commit: each Append takes a ticket and queues its bytes; the first
