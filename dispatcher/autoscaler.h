@@ -23,10 +23,10 @@
 //              at most one step per period; demand that left (a job with no
 //              consumer) leaves the window at once
 //
-// Worked example (headroom 1.1): one job, batch 64, 2 consumers each returning
+// Worked example (headroom 1.05): one job, batch 64, 2 consumers each returning
 // 4 batches/s and waiting 50% of the time → demand 2 × 4 / 0.5 × 64 = 1024
 // elements/s. Three warm workers each produce 128 elements per busy second →
-// need = 8.0, target = ceil(8.8) = 9: up from 3 to 9 in one call (×3 < ×4).
+// need = 8.0, target = ceil(8.4) = 9: up from 3 to 9 in one call (×3 < ×4).
 // A 4th worker that registered 1 s ago is warming up and ignored; a 5th that
 // produces 20 elements per busy second is an outlier, counted as 128 and
 // listed in `replace`.
@@ -48,12 +48,14 @@ namespace sluice::dispatcher {
 struct AutoscalerOptions {
   int min_workers = 1;
   int max_workers = 64;
-  // Provision need × headroom workers: at most 1/1.1 = 91% busy, so noise in
-  // the measurements and in the pipeline's speed does not make trainers wait.
-  double headroom = 1.1;
+  // Provision need × headroom workers: at most 1/1.05 = 95% busy, so noise
+  // in the measurements and in the pipeline's speed (a few %) does not make
+  // trainers wait, and rounding up to whole workers adds the rest.
+  double headroom = 1.05;
   // Scale up only when the measured need passes this fraction of the current
-  // workers (between target and this, noise cannot add a worker).
-  double scale_up_utilization = 0.95;
+  // workers: between 1/headroom and this (95-100% busy) noise cannot add a
+  // worker, and above it the trainers are short of data.
+  double scale_up_utilization = 1.0;
   // At most current × this per call: a wrong estimate (a trainer that waits
   // for another reason) costs at most one ×4 step before the next measurement.
   double max_scale_up_factor = 4.0;
@@ -154,7 +156,7 @@ struct AutoscalerDecision {
   int current_workers = 0;  // non-draining registered + starting
   // One line for `sluice status` and the log, e.g.
   //   "up 3 -> 9: need 8.00 workers (job 1: 1024 el/s / 128 el/s per worker)
-  //    x 1.10 headroom"
+  //    x 1.05 headroom"
   std::string reason;
   // When desired < current: the registered workers to drain, least useful
   // first (stalled, then slowest outliers, then fewest held splits, fewest

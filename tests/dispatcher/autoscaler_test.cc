@@ -21,7 +21,7 @@ constexpr absl::Duration kPeriod = absl::Seconds(2);
 
 // One job (id 1, batch 64) whose consumer wants 512 elements/s (8 batches/s),
 // served by workers that each produce 100 elements per busy second: need 5.12
-// workers, 6 with 10% headroom. Each test changes one thing.
+// workers, 6 with 5% headroom. Each test changes one thing.
 class AutoscalerTest : public ::testing::Test {
  protected:
   AutoscalerTest() : clock_(absl::FromUnixSeconds(1000)) {}
@@ -88,7 +88,7 @@ TEST_F(AutoscalerTest, SteadyStateHolds) {
   EXPECT_DOUBLE_EQ(d.need, 5.12);
   EXPECT_EQ(d.reason,
             "hold 6: need 5.12 workers (job 1: 512 el/s / 100 el/s per "
-            "worker) x 1.10 headroom = 6");
+            "worker) x 1.05 headroom = 6");
   EXPECT_THAT(d.drain, IsEmpty());
   ASSERT_EQ(d.jobs.size(), 1u);
   EXPECT_EQ(d.jobs[0].consumers, 1);
@@ -104,7 +104,7 @@ TEST_F(AutoscalerTest, WorkedExampleFromTheHeader) {
   in.workers.push_back(warming);
   in.workers.push_back(Worker(5, 20));
   AutoscalerDecision d = Next(in);
-  // 5 current; 1024 el/s over 128 el/s = 8 workers, x 1.1 = 9.
+  // 5 current; 1024 el/s over 128 el/s = 8 workers, x 1.05 = 9.
   EXPECT_EQ(d.desired_workers, 9);
   EXPECT_DOUBLE_EQ(d.need, 8.0);
   EXPECT_THAT(d.reason, StartsWith("up 5 -> 9: need 8.00 workers (job 1: 1024 "
@@ -120,12 +120,12 @@ TEST_F(AutoscalerTest, DemandDoublesScalesUpInOneStep) {
   // The trainer now wants 16 batches/s; 6 workers serve 600 el/s = 9.375.
   AutoscalerDecision d = Next(Input(6, 100, 16, 9.375));
   EXPECT_DOUBLE_EQ(d.jobs[0].demand, 1024);
-  EXPECT_EQ(d.desired_workers, 12);  // ceil(10.24 x 1.1)
-  EXPECT_THAT(d.reason, StartsWith("up 6 -> 12:"));
+  EXPECT_EQ(d.desired_workers, 11);  // ceil(10.24 x 1.05)
+  EXPECT_THAT(d.reason, StartsWith("up 6 -> 11:"));
   // Once the new workers run, the count stays.
-  d = Next(Input(12, 100, 16, 16));
-  EXPECT_EQ(d.desired_workers, 12);
-  EXPECT_THAT(d.reason, StartsWith("hold 12:"));
+  d = Next(Input(11, 100, 16, 16));
+  EXPECT_EQ(d.desired_workers, 11);
+  EXPECT_THAT(d.reason, StartsWith("hold 11:"));
 }
 
 TEST_F(AutoscalerTest, PipelineCostTriplesScalesUpInOneStep) {
@@ -134,7 +134,7 @@ TEST_F(AutoscalerTest, PipelineCostTriplesScalesUpInOneStep) {
   // 6 workers now serve 200 el/s = 3.125 batches/s.
   AutoscalerDecision d = Next(Input(6, capacity, 8, 6 * capacity / 64));
   EXPECT_NEAR(d.need, 15.36, 1e-9);
-  EXPECT_EQ(d.desired_workers, 17);  // ceil(16.9)
+  EXPECT_EQ(d.desired_workers, 17);  // ceil(16.128)
   d = Next(Input(17, capacity, 8, 8));
   EXPECT_EQ(d.desired_workers, 17);
 }
@@ -158,7 +158,7 @@ TEST_F(AutoscalerTest, SecondJobAddsItsNeed) {
   in.consumers.push_back(Consumer(2, 0, 20, 10));
   AutoscalerDecision d = Next(in);
   EXPECT_DOUBLE_EQ(d.need, 5.12 + 6.4);
-  EXPECT_EQ(d.desired_workers, 13);  // ceil(11.52 x 1.1)
+  EXPECT_EQ(d.desired_workers, 13);  // ceil(11.52 x 1.05)
   // Next period the workers measured job 2: 50 elements per busy second.
   in.workers.clear();
   for (uint64_t id = 1; id <= 13; ++id) {
@@ -169,7 +169,7 @@ TEST_F(AutoscalerTest, SecondJobAddsItsNeed) {
   in.consumers[1] = Consumer(2, 0, 20, 20);
   d = Next(in);
   EXPECT_DOUBLE_EQ(d.need, 5.12 + 12.8);
-  EXPECT_EQ(d.desired_workers, 20);  // ceil(19.712)
+  EXPECT_EQ(d.desired_workers, 19);  // ceil(18.816)
   ASSERT_EQ(d.jobs.size(), 2u);
   EXPECT_DOUBLE_EQ(d.jobs[1].capacity, 50);
 }
@@ -205,7 +205,7 @@ TEST_F(AutoscalerTest, MeasuredDemandDropScalesDownAfterTheWindowOneStep) {
   EXPECT_EQ(periods, 15);
   EXPECT_EQ(d.desired_workers, 2);
   EXPECT_THAT(d.reason, StartsWith("down 6 -> 2: largest need over the last "
-                                   "30s 1.28 workers"));
+                                   "30s 1.28 workers x 1.05"));
   EXPECT_THAT(d.drain.size(), 4u);
 }
 
@@ -232,11 +232,11 @@ TEST_F(AutoscalerTest, ScaleUpIsCappedAtFourTimesPerCall) {
   // One worker; the trainer wants 20x what it gets.
   AutoscalerDecision d = Next(Input(1, 100, 32, 100.0 / 64));
   EXPECT_EQ(d.desired_workers, 4);
-  EXPECT_THAT(d.reason, HasSubstr("= 23, capped at x4"));
+  EXPECT_THAT(d.reason, HasSubstr("= 22, capped at x4"));
   d = Next(Input(4, 100, 32, 400.0 / 64));
   EXPECT_EQ(d.desired_workers, 16);
   d = Next(Input(16, 100, 32, 1600.0 / 64));
-  EXPECT_EQ(d.desired_workers, 23);
+  EXPECT_EQ(d.desired_workers, 22);
 }
 
 TEST_F(AutoscalerTest, MinAndMaxWorkers) {
@@ -347,7 +347,7 @@ TEST_F(AutoscalerTest, FullQueuesAndNoWaitVetoAScaleUp) {
                                   "queue is full"));
   // One worker with room in its queue: believed.
   in.workers[0].queue_depth = 2;
-  EXPECT_EQ(Next(in).desired_workers, 12);
+  EXPECT_EQ(Next(in).desired_workers, 11);
 }
 
 TEST_F(AutoscalerTest, NoThrashOnNoise) {
