@@ -5,6 +5,8 @@
 // for bench/autoscale_sim/plot.py.
 //
 //   autoscale_sim [--csv out.csv] [--series series.csv] [--seed 1]
+//                 [--seeds 20] [--headroom 1.05] [--reasons]
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -45,7 +47,7 @@ using Kind = LoadStep::Kind;
 
 std::vector<Scenario> StepScenarios() {
   auto one = [](std::string name, LoadStep step) {
-    step.at = 30;
+    step.at = 31;  // mid-period: the first window after it is mixed
     return Scenario{.name = std::move(name),
                     .jobs = {BaseJob()},
                     .steps = {step},
@@ -66,11 +68,11 @@ Scenario Combined() {
   return Scenario{
       .name = "combined",
       .jobs = {BaseJob()},
-      .steps = {{.at = 40, .kind = Kind::kDemandTimes, .factor = 2},
-                {.at = 80, .kind = Kind::kAddJob, .job_spec = SecondJob()},
-                {.at = 120, .kind = Kind::kCostTimes, .factor = 3},
-                {.at = 160, .kind = Kind::kLoseWorker},
-                {.at = 200, .kind = Kind::kAllStop}},
+      .steps = {{.at = 41, .kind = Kind::kDemandTimes, .factor = 2},
+                {.at = 81, .kind = Kind::kAddJob, .job_spec = SecondJob()},
+                {.at = 121, .kind = Kind::kCostTimes, .factor = 3},
+                {.at = 161, .kind = Kind::kLoseWorker},
+                {.at = 201, .kind = Kind::kAllStop}},
       .duration = 260,
       .measure_from = 0};
 }
@@ -168,7 +170,13 @@ int Main(int argc, char** argv) {
   app.add_option("--series", series_path,
                  "write the combined trace (per period, per policy) here");
   app.add_option("--seed", o.seed, "noise seed");
+  int seeds = 20;
+  app.add_option("--seeds", seeds,
+                 "also run seeds 1..N and print min-max over them (0: skip)");
   app.add_option("--headroom", headroom, "sluice's headroom");
+  bool reasons = false;
+  app.add_flag("--reasons", reasons,
+               "print sluice's reason at each change in the combined trace");
   CLI11_PARSE(app, argc, argv);
 
   dispatcher::AutoscalerOptions sluice_options;
@@ -180,6 +188,11 @@ int Main(int argc, char** argv) {
       {"sluice", [&] { return MakeSluicePolicy(sluice_options); }},
       {"cachew",
        [&] { return MakeCachewPolicy(o.min_workers, o.max_workers); }},
+      {"cachew-up",
+       [&] {
+         return MakeCachewPolicy(o.min_workers, o.max_workers,
+                                 /*probe_down=*/false);
+       }},
       {"tf.data",
        [&] { return MakeTfDataPolicy(o.min_workers, o.max_workers); }},
       {"hpa-cpu", [&] { return MakeHpaPolicy(o.min_workers, o.max_workers); }},
@@ -220,12 +233,51 @@ int Main(int argc, char** argv) {
     std::ofstream(csv_path) << csv;
   }
 
+  // The same over seeds 1..N: is the result a property of the policy or of
+  // one noise sequence?
+  if (seeds > 0) {
+    absl::PrintF(
+        "\nover seeds 1..%d:\n\n| step | policy | periods to converge | "
+        "never converged | trainer wait, whole run (mean) | worker-s / oracle "
+        "| direction changes (max) |\n|---|---|---|---|---|---|---|\n",
+        seeds);
+    for (const Scenario& s : StepScenarios()) {
+      for (const PolicyFactory& f : policies) {
+        int conv_min = 1 << 30, conv_max = -1, never = 0, changes = 0;
+        double wait = 0, ratio_min = 1e9, ratio_max = 0;
+        for (int seed = 1; seed <= seeds; ++seed) {
+          WorldOptions so = o;
+          so.seed = static_cast<uint64_t>(seed);
+          std::unique_ptr<Policy> policy = f.make();
+          const Metrics m = Measure(s, Run(s, *policy, so), so);
+          if (m.converge < 0) {
+            ++never;
+          } else {
+            conv_min = std::min(conv_min, m.converge);
+            conv_max = std::max(conv_max, m.converge);
+          }
+          wait += m.wait_all / seeds;
+          ratio_min = std::min(ratio_min, m.cost_ratio);
+          ratio_max = std::max(ratio_max, m.cost_ratio);
+          changes = std::max(changes, m.direction_changes);
+        }
+        const std::string conv = conv_max < 0 ? "-"
+                                 : conv_min == conv_max
+                                     ? absl::StrCat(conv_min)
+                                     : absl::StrCat(conv_min, "-", conv_max);
+        absl::PrintF("| %s | %s | %s | %d | %.1f%% | %.2f-%.2f | %d |\n",
+                     s.name, f.name, conv, never, 100 * wait, ratio_min,
+                     ratio_max, changes);
+      }
+    }
+  }
+
   // The combined trace, for the plot.
   const Scenario combined = Combined();
   std::string series = "policy,time,desired,provisioned,ready,oracle,wait\n";
   std::printf("\ncombined trace (%s): worker-s / oracle, mean trainer wait\n",
-              "demand x2 @40 s, second job @80 s, cost x3 @120 s, worker lost "
-              "@160 s, all stop @200 s");
+              "demand x2 @41 s, second job @81 s, cost x3 @121 s, worker lost "
+              "@161 s, all stop @201 s");
   for (const PolicyFactory& f : policies) {
     std::unique_ptr<Policy> policy = f.make();
     const RunResult r = Run(combined, *policy, o);
@@ -235,12 +287,21 @@ int Main(int argc, char** argv) {
       absl::StrAppendFormat(&series, "%s,%.1f,%d,%d,%d,%.0f,%.4f\n", f.name,
                             p.time, p.desired, p.provisioned, p.ready, p.oracle,
                             p.wait);
-      if (p.time <= 200) {
+      if (p.time <= 202) {
         wait += p.wait;
         ++n;
       }
     }
-    std::printf("  %-8s %.2f  %.1f%%\n", f.name.c_str(),
+    if (reasons) {
+      int last = -1;
+      for (const PeriodRecord& p : r.periods) {
+        if (!p.reason.empty() && p.desired != last) {
+          absl::PrintF("    t=%5.1f  %s\n", p.time, p.reason);
+        }
+        last = p.desired;
+      }
+    }
+    std::printf("  %-9s %.2f  %.1f%%\n", f.name.c_str(),
                 r.worker_seconds / r.oracle_worker_seconds,
                 n > 0 ? 100 * wait / n : 0);
   }

@@ -26,6 +26,7 @@ class SluicePolicy : public Policy {
     last_reason_ = d.reason;
     return {d.desired_workers, d.drain};
   }
+  std::string last_reason() const override { return last_reason_; }
 
  private:
   dispatcher::Autoscaler scaler_;
@@ -34,22 +35,30 @@ class SluicePolicy : public Policy {
 
 // Cachew (Graur et al., USENIX ATC '22): scale by probing the trainers' batch
 // time. +1 worker per probe while the batch time improves by more than 7%;
-// -1 per probe while removing one costs less than 3%; a probe is measured a
-// full period after the workers it added are ready. From a stable state it
-// probes again every 5 measurements (up first), so load changes are found.
+// -1 per probe while removing one costs less than 3%; a probe is measured
+// over the period that ends 3 periods after the worker it added registered.
+// From a stable state it probes again every 5 measurements (up first), so
+// load changes are found. A
+// failed up-probe takes its worker back and starts probing down; with
+// `probe_down` false it takes the worker back and stays (scale-up only).
 class CachewPolicy : public Policy {
  public:
-  CachewPolicy(int min_workers, int max_workers)
-      : min_(min_workers), max_(max_workers) {}
-  std::string name() const override { return "cachew"; }
+  CachewPolicy(int min_workers, int max_workers, bool probe_down)
+      : min_(min_workers), max_(max_workers), probe_down_(probe_down) {}
+  std::string name() const override {
+    return probe_down_ ? "cachew" : "cachew-up";
+  }
 
   PolicyDecision Decide(const Observation& obs) override {
     if (target_ < 0) target_ = obs.provisioned;
     absl::Time newest = absl::InfinitePast();
     for (const auto& w : obs.input.workers)
       newest = std::max(newest, w.registered);
-    const absl::Duration period = absl::Seconds(period_);
-    if (obs.starting > 0 || obs.input.now - newest < period ||
+    // Measure a full period once the newest worker is past its warm-up
+    // (generous: Cachew does not know the warm-up, a shorter settle makes
+    // every probe fail on a cold worker).
+    const absl::Duration settle = absl::Seconds(3 * period_);
+    if (obs.starting > 0 || obs.input.now - newest < settle ||
         obs.now - last_change_ < period_ - 1e-9) {
       return {target_, {}};
     }
@@ -75,8 +84,8 @@ class CachewPolicy : public Policy {
           prev_ = bt;
           Change(+1, obs.now);
         } else {
-          // The last worker did not help: take it back and try going down.
-          mode_ = Mode::kDown;
+          // The last worker did not help: take it back (and try going down).
+          mode_ = probe_down_ ? Mode::kDown : Mode::kStable;
           prev_ = bt;
           Change(-1, obs.now);
         }
@@ -110,6 +119,7 @@ class CachewPolicy : public Policy {
   }
 
   const int min_, max_;
+  const bool probe_down_;
   const double period_ = 2;
   Mode mode_ = Mode::kStable;
   int stable_ = 0;
@@ -199,8 +209,9 @@ class HpaPolicy : public Policy {
 std::unique_ptr<Policy> MakeSluicePolicy(dispatcher::AutoscalerOptions o) {
   return std::make_unique<SluicePolicy>(std::move(o));
 }
-std::unique_ptr<Policy> MakeCachewPolicy(int min_workers, int max_workers) {
-  return std::make_unique<CachewPolicy>(min_workers, max_workers);
+std::unique_ptr<Policy> MakeCachewPolicy(int min_workers, int max_workers,
+                                         bool probe_down) {
+  return std::make_unique<CachewPolicy>(min_workers, max_workers, probe_down);
 }
 std::unique_ptr<Policy> MakeTfDataPolicy(int min_workers, int max_workers) {
   return std::make_unique<TfDataPolicy>(min_workers, max_workers);

@@ -292,6 +292,7 @@ class World {
     PeriodRecord r;
     r.time = t;
     r.desired = desired;
+    r.reason = policy_.last_reason();
     r.provisioned = static_cast<int>(workers_.size());
     r.ready = obs.ready;
     r.need = Need();

@@ -79,7 +79,7 @@ struct WorldOptions {
   double speed_jitter = 0.05;  // speed × U(1 - j, 1 + j) per worker and period
   double measure_noise = 0.03;  // each reported rate × U(1 - n, 1 + n)
   int min_workers = 1;
-  int max_workers = 64;
+  int max_workers = 128;
   uint64_t seed = 1;
 };
 
@@ -110,16 +110,21 @@ class Policy {
   virtual ~Policy() = default;
   virtual std::string name() const = 0;
   virtual PolicyDecision Decide(const Observation& obs) = 0;
+  // Why the last decision was taken, if the policy says.
+  virtual std::string last_reason() const { return ""; }
 };
 
 std::unique_ptr<Policy> MakeSluicePolicy(dispatcher::AutoscalerOptions o);
-std::unique_ptr<Policy> MakeCachewPolicy(int min_workers, int max_workers);
+// probe_down false: Cachew's scale-up probing only ("cachew-up").
+std::unique_ptr<Policy> MakeCachewPolicy(int min_workers, int max_workers,
+                                         bool probe_down = true);
 std::unique_ptr<Policy> MakeTfDataPolicy(int min_workers, int max_workers);
 std::unique_ptr<Policy> MakeHpaPolicy(int min_workers, int max_workers);
 
 // One sample per control period.
 struct PeriodRecord {
   double time = 0;
+  std::string reason;   // the policy's last_reason()
   int desired = 0;      // the policy's decision at this tick
   int provisioned = 0;  // after actuation
   int ready = 0;
