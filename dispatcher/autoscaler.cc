@@ -241,7 +241,8 @@ AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
       }
     }
   } else {
-    const int stable_target = CeilWorkers(stable_need * o.headroom);
+    const int stable_target = std::clamp(CeilWorkers(stable_need * o.headroom),
+                                         min_workers, max_workers);
     // Until a whole window was seen (a restarted dispatcher), only demand
     // that left can scale down.
     const bool window_seen = now - first_call_ >= o.scale_down_window;
@@ -253,12 +254,15 @@ AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
     } else if (stable_target < current) {
       if (now - last_scale_down_ >= o.period) {
         desired = stable_target;
-        verdict = absl::StrFormat(
-            "down %d -> %d: largest need over the last %s %.2f workers x %.2f "
-            "headroom; now %s",
-            current, std::max(desired, min_workers),
-            absl::FormatDuration(o.scale_down_window), stable_need, o.headroom,
-            estimate);
+        verdict = jobs.empty()
+                      ? absl::StrFormat("down %d -> %d: no live consumer",
+                                        current, desired)
+                      : absl::StrFormat(
+                            "down %d -> %d: largest need over the last %s "
+                            "%.2f workers x %.2f headroom; now %s",
+                            current, desired,
+                            absl::FormatDuration(o.scale_down_window),
+                            stable_need, o.headroom, estimate);
       } else {
         verdict =
             absl::StrCat("hold ", current,
