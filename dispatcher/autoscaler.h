@@ -156,11 +156,12 @@ struct AutoscalerDecision {
   int current_workers = 0;  // non-draining registered + starting
   // One line for `sluice status` and the log, e.g.
   //   "up 3 -> 9: need 8.00 workers (job 1: 1024 el/s / 128 el/s per worker)
-  //    x 1.05 headroom"
+  //    x 1.05 headroom = 9"
   std::string reason;
   // When desired < current: the registered workers to drain, least useful
   // first (stalled, then slowest outliers, then fewest held splits, fewest
-  // undelivered batches, newest). Size ≤ current - desired.
+  // undelivered batches, newest). Size ≤ registered - desired: starting
+  // workers are cancelled first.
   std::vector<uint64_t> drain;
   // Stalled (stale heartbeat) or outlier-slow workers, whatever the decision:
   // the actuator may replace them.
