@@ -50,7 +50,7 @@ absl::StatusOr<std::unique_ptr<DispatcherImpl>> DispatcherImpl::Create(
   ASSIGN_OR_RETURN(Journal::Contents contents, impl->journal_->Read());
   absl::MutexLock lock(&impl->mu_);
   const absl::Time now = impl->clock_->Now();
-  impl->incarnation_ = static_cast<uint64_t>(absl::ToUnixMicros(now));
+  const uint64_t start_micros = static_cast<uint64_t>(absl::ToUnixMicros(now));
   if (!contents.snapshot.empty()) {
     proto::DispatcherSnapshot snapshot;
     if (!snapshot.ParseFromString(contents.snapshot)) {
@@ -73,14 +73,17 @@ absl::StatusOr<std::unique_ptr<DispatcherImpl>> DispatcherImpl::Create(
                        " after the snapshot does not apply: ", s.message()));
     }
   }
-  if (contents.snapshot.empty() && contents.updates.empty()) {
-    // A fresh state: ids start past any an earlier (forgotten) incarnation may have handed out,
-    // so a job id never names two jobs.
+  if (impl->state_.incarnation() == 0) {
+    // A fresh state (no journal, or an empty one): a new incarnation, and ids that start past
+    // any an earlier, forgotten incarnation may have handed out, so a job id never names two
+    // jobs.
     proto::Update floor;
-    floor.mutable_id_floor()->set_next_job_id(impl->incarnation_);
-    floor.mutable_id_floor()->set_next_dataset_id(impl->incarnation_);
+    floor.mutable_id_floor()->set_next_job_id(start_micros);
+    floor.mutable_id_floor()->set_next_dataset_id(start_micros);
+    floor.mutable_id_floor()->set_incarnation(start_micros);
     RETURN_IF_ERROR(impl->Commit(floor));
   }
+  impl->incarnation_ = impl->state_.incarnation();
   // Workers and consumers known from the journal get a full timeout to reconnect.
   for (const auto& [id, worker] : impl->state_.workers()) {
     impl->worker_signals_[id].last_seen = now;

@@ -277,7 +277,8 @@ class DispatcherImpl {
   std::map<std::pair<uint64_t, uint32_t>, ConsumerSignal> consumer_signals_
       ABSL_GUARDED_BY(mu_);
   int desired_workers_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t incarnation_ = 0;  // this start's id; set once in Create
+  uint64_t incarnation_ =
+      0;  // the state's incarnation (UpdateIdFloor); set once in Create
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   std::thread maintenance_ ABSL_GUARDED_BY(mu_);
 };

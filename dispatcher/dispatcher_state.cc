@@ -504,6 +504,7 @@ absl::Status DispatcherState::ApplyIdFloor(const proto::UpdateIdFloor& u) {
   next_dataset_id_ = std::max(next_dataset_id_, u.next_dataset_id());
   next_job_id_ = std::max(next_job_id_, u.next_job_id());
   next_worker_id_ = std::max(next_worker_id_, u.next_worker_id());
+  if (incarnation_ == 0) incarnation_ = u.incarnation();
   return absl::OkStatus();
 }
 
@@ -514,6 +515,7 @@ proto::DispatcherSnapshot DispatcherState::Snapshot() const {
   floor->set_next_dataset_id(next_dataset_id_);
   floor->set_next_job_id(next_job_id_);
   floor->set_next_worker_id(next_worker_id_);
+  floor->set_incarnation(incarnation_);
   for (const auto& [id, d] : datasets_) {
     proto::UpdateRegisterDataset* u = add()->mutable_register_dataset();
     u->set_dataset_id(id);

@@ -126,6 +126,8 @@ class DispatcherState {
   uint64_t NextDatasetId() const { return next_dataset_id_; }
   uint64_t NextJobId() const { return next_job_id_; }
   uint64_t NextWorkerId() const { return next_worker_id_; }
+  // See UpdateIdFloor.incarnation; 0 until set.
+  uint64_t incarnation() const { return incarnation_; }
 
  private:
   absl::Status ApplyRegisterDataset(const proto::UpdateRegisterDataset& u);
@@ -154,6 +156,7 @@ class DispatcherState {
   uint64_t next_dataset_id_ = 1;
   uint64_t next_job_id_ = 1;
   uint64_t next_worker_id_ = 1;
+  uint64_t incarnation_ = 0;
 };
 
 }  // namespace sluice::dispatcher

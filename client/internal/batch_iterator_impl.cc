@@ -209,7 +209,7 @@ absl::StatusOr<std::optional<Batch>> BatchIteratorImpl::GetNext() {
       account_wait();
       return batch;
     }
-    if (state_.Done()) {
+    if (state_.Done() || ParallelDone()) {
       account_wait();
       return std::optional<Batch>();
     }
@@ -218,6 +218,15 @@ absl::StatusOr<std::optional<Batch>> BatchIteratorImpl::GetNext() {
     waited = true;
     cv_.Wait(&mu_);
   }
+}
+
+bool BatchIteratorImpl::ParallelDone() const {
+  if (!params_.parallel_epochs || listed_.empty() || state_.buffered() > 0)
+    return false;
+  for (const std::string& address : listed_) {
+    if (!parallel_done_.contains(address)) return false;
+  }
+  return true;
 }
 
 uint64_t BatchIteratorImpl::epoch() const {
@@ -409,6 +418,12 @@ BatchIteratorImpl::DeliverResult BatchIteratorImpl::Deliver(
     return DeliverResult::kStop;
   }
   const bool marker = wire->end_of_split();
+  if (params_.parallel_epochs && marker) {
+    // This worker walked the dataset for every epoch.
+    parallel_done_.insert(address);
+    cv_.SignalAll();
+    return DeliverResult::kContinue;
+  }
   const uint64_t epoch = wire->key().epoch();
   const uint64_t position = wire->key().position();
   const uint64_t index = wire->batch_index();

@@ -115,6 +115,8 @@ class BatchIteratorImpl final : public BatchIterator {
   void SyncReaders(const std::set<std::string>& addresses)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Fail(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // PARALLEL_EPOCHS: every listed worker sent its end marker and everything was returned.
+  bool ParallelDone() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateFillGauge() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const IteratorParams params_;
@@ -137,6 +139,8 @@ class BatchIteratorImpl final : public BatchIterator {
   absl::Time last_heartbeat_ok_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> listed_
       ABSL_GUARDED_BY(mu_);  // worker addresses of the last heartbeat
+  std::set<std::string> parallel_done_
+      ABSL_GUARDED_BY(mu_);  // workers whose walk ended
   std::map<std::string, std::unique_ptr<Reader>> readers_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<Reader>> finished_readers_
       ABSL_GUARDED_BY(mu_);  // to join

@@ -162,10 +162,17 @@ bool TaskRunner::RunEpoch(const Work& work, const Job& job,
   while (ok) {
     absl::StatusOr<std::optional<pipeline::Element>> next = ex.GetNext();
     if (!next.ok()) {
-      // Batches before the error have gone out; the stream then ends with the error.
-      logger_->error("job {} consumer {}: {}", a.key().job_id(),
-                     a.key().consumer_index(), next.status().ToString());
-      queues_->Fail(work.task_id, next.status());
+      // Batches before the error have gone out; the stream then ends with the error, naming
+      // the split (the cause names the record).
+      const absl::Status failed(
+          next.status().code(),
+          absl::StrCat("job ", a.key().job_id(), " split ", a.split_id(),
+                       " (epoch ", epoch, ", records ", a.first_global(), "..",
+                       a.first_global() + (a.end() - a.begin()),
+                       "): ", next.status().message()));
+      logger_->error("consumer {}: {}", a.key().consumer_index(),
+                     failed.ToString());
+      queues_->Fail(work.task_id, failed);
       ok = false;
       break;
     }

@@ -1,14 +1,18 @@
-// sluice consume --dispatcher ADDR --spec FILE.yaml [--data DIR] --job NAME
-// [--epochs E]
+// sluice consume --dispatcher ADDR --spec FILE.yaml [--data DIR] --job NAME [--epochs E]
 //   [--consumer-index I --num-consumers N] [--deterministic] [--ids-out FILE]
-// A trainer without the training: reads this consumer's share of every epoch
-// through the service.
+//   [--stop-after-batches N --save-state FILE] [--restore-state FILE]
+// A trainer without the training: reads this consumer's share of every epoch through the
+// service. --stop-after-batches N --save-state FILE returns N batches, saves the iterator's
+// state and exits 0 (a training run checkpointing and stopping); --restore-state FILE
+// continues from such a state, in a new process.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/base/process.h"
 #include "common/base/status_macros.h"
 #include "common/record/dataset.h"
 #include "data_worker/pipeline/spec.h"
@@ -22,7 +26,8 @@ namespace {
 namespace fs = std::filesystem;
 
 struct ConsumeFlags {
-  std::string dispatcher, spec, data, job, ids_out;
+  std::string dispatcher, spec, data, job, ids_out, save_state, restore_state;
+  uint64_t stop_after_batches = 0;  // 0: read to the end
   uint64_t epochs = 1;
   uint64_t seed = 0;
   uint32_t consumer_index = 0;
@@ -65,11 +70,25 @@ absl::Status RunConsume(const ConsumeFlags& flags) {
                  .consumer_index = flags.consumer_index,
                  .deterministic = flags.deterministic,
                  .drop_remainder = flags.drop_remainder};
+  if (!flags.restore_state.empty()) {
+    std::ifstream in(flags.restore_state, std::ios::binary);
+    if (!in)
+      return absl::NotFoundError("--restore-state: cannot read '" +
+                                 flags.restore_state + "'");
+    std::stringstream bytes;
+    bytes << in.rdbuf();
+    job.restore_state = bytes.str();
+  }
+  if (flags.stop_after_batches > 0 && flags.save_state.empty()) {
+    return absl::InvalidArgumentError(
+        "--stop-after-batches needs --save-state FILE");
+  }
   const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(std::unique_ptr<BatchIterator> batches, client->Open(job));
   std::ofstream ids;
   if (!flags.ids_out.empty()) {
-    ids.open(flags.ids_out, std::ios::trunc);
+    ids.open(flags.ids_out,
+             flags.restore_state.empty() ? std::ios::trunc : std::ios::app);
     if (!ids)
       return absl::InvalidArgumentError("--ids-out: cannot write '" +
                                         flags.ids_out + "'");
@@ -77,7 +96,8 @@ absl::Status RunConsume(const ConsumeFlags& flags) {
   ProgressBar bar("consume", 0);
   uint64_t images = 0, num_batches = 0;
   std::optional<double> first_batch_seconds;
-  while (true) {
+  while (flags.stop_after_batches == 0 ||
+         num_batches < flags.stop_after_batches) {
     ASSIGN_OR_RETURN(std::optional<Batch> batch, batches->GetNext());
     if (!batch.has_value()) break;
     if (!first_batch_seconds)
@@ -90,6 +110,14 @@ absl::Status RunConsume(const ConsumeFlags& flags) {
     bar.Update(images);
   }
   bar.Done();
+  if (!flags.save_state.empty()) {
+    ASSIGN_OR_RETURN(std::string state, batches->SaveState());
+    if (ids.is_open()) ids.flush();
+    RETURN_IF_ERROR(WriteFileAtomically(flags.save_state, state));
+    std::printf("saved the iterator state after %llu batches to %s\n",
+                static_cast<unsigned long long>(num_batches),
+                flags.save_state.c_str());
+  }
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   std::printf(
       "consumed %llu images in %llu batches over %llu epoch(s) in %.2fs; first "
@@ -133,7 +161,18 @@ void AddConsumeCommand(CLI::App& app) {
   cmd->add_flag("--drop-remainder", flags->drop_remainder,
                 "Unequal shares: drop the tail instead of padding");
   cmd->add_option("--ids-out", flags->ids_out,
-                  "Write each element's global record index here");
+                  "Write each element's global record index here (appended "
+                  "with --restore-state)");
+  cmd->add_option(
+      "--stop-after-batches", flags->stop_after_batches,
+      "Exit 0 after returning this many batches (with --save-state)");
+  cmd->add_option(
+      "--save-state", flags->save_state,
+      "Write the iterator's state here when stopping (see --restore-state)");
+  cmd->add_option("--restore-state", flags->restore_state,
+                  "Continue from a state --save-state wrote: the rest of the "
+                  "epoch, each record "
+                  "once");
   cmd->callback([flags] { Finish(RunConsume(*flags)); });
 }
 

@@ -117,21 +117,53 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   auto cluster =
       std::unique_ptr<LocalCluster>(new LocalCluster(std::move(options)));
   const LocalClusterOptions& o = cluster->options_;
-  const std::string state_dir =
-      (fs::path(o.work_dir) / "dispatcher-state").string();
-  fs::create_directories(state_dir, ec);
-  ASSIGN_OR_RETURN(
-      cluster->dispatcher_,
-      cluster->Launch(
-          "dispatcher",
-          {(fs::path(o.bin_dir) / "sluice-dispatcher").string(), "--port",
-           std::to_string(o.dispatcher_port), "--work-dir", state_dir,
-           "--log-level", o.log_level, "--heartbeat-interval",
-           absl::FormatDuration(o.heartbeat_interval), "--worker-timeout",
-           absl::FormatDuration(o.worker_timeout)}));
+  ASSIGN_OR_RETURN(cluster->dispatcher_,
+                   cluster->LaunchDispatcher(o.dispatcher_port));
   for (int i = 0; i < o.workers; ++i)
     RETURN_IF_ERROR(cluster->AddWorker().status());
   return cluster;
+}
+
+absl::StatusOr<ServerProcess> LocalCluster::LaunchDispatcher(int port) {
+  const LocalClusterOptions& o = options_;
+  const std::string state_dir =
+      (fs::path(o.work_dir) / "dispatcher-state").string();
+  std::error_code ec;
+  fs::create_directories(state_dir, ec);
+  std::vector<std::string> argv = {
+      (fs::path(o.bin_dir) / "sluice-dispatcher").string(),
+      "--port",
+      std::to_string(port),
+      "--work-dir",
+      state_dir,
+      "--log-level",
+      o.log_level,
+      "--heartbeat-interval",
+      absl::FormatDuration(o.heartbeat_interval),
+      "--worker-timeout",
+      absl::FormatDuration(o.worker_timeout)};
+  argv.insert(argv.end(), o.extra_dispatcher_flags.begin(),
+              o.extra_dispatcher_flags.end());
+  return Launch("dispatcher", std::move(argv));
+}
+
+absl::Status LocalCluster::RestartDispatcher() {
+  const std::string address = dispatcher_.address;
+  const size_t colon = address.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos ||
+      !absl::SimpleAtoi(address.substr(colon + 1), &port)) {
+    return absl::InternalError("cannot parse the dispatcher's address '" +
+                               address + "'");
+  }
+  dispatcher_.process->Signal(SIGKILL);
+  (void)dispatcher_.process->Wait(absl::Seconds(10));
+  ASSIGN_OR_RETURN(dispatcher_, LaunchDispatcher(port));
+  if (dispatcher_.address != address) {
+    return absl::InternalError("the restarted dispatcher listens on " +
+                               dispatcher_.address + ", not " + address);
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<ServerProcess> LocalCluster::Launch(

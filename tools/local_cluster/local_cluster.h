@@ -37,6 +37,8 @@ struct LocalClusterOptions {
   absl::Duration worker_timeout = absl::Seconds(2);
   absl::Duration start_timeout = absl::Seconds(20);
   std::vector<std::string> extra_worker_flags;  // e.g. {"--memory-mb", "64"}
+  std::vector<std::string>
+      extra_dispatcher_flags;  // e.g. {"--consumer-timeout", "2s"}
 };
 
 struct ServerProcess {
@@ -59,6 +61,9 @@ class LocalCluster {
   ServerProcess& worker(int i) { return workers_[i]; }
   const LocalClusterOptions& options() const { return options_; }
 
+  // SIGKILLs the dispatcher and starts it again on the same port with the same --work-dir, so
+  // it recovers from its journal.
+  absl::Status RestartDispatcher();
   // Starts one more worker; returns its index.
   absl::StatusOr<int> AddWorker();
   // Sends `signal` to worker i (SIGKILL to kill it for real, SIGTERM to drain
@@ -76,6 +81,7 @@ class LocalCluster {
       : options_(std::move(options)) {}
   absl::StatusOr<ServerProcess> Launch(const std::string& name,
                                        std::vector<std::string> argv);
+  absl::StatusOr<ServerProcess> LaunchDispatcher(int port);
 
   const LocalClusterOptions options_;
   ServerProcess dispatcher_;

@@ -1,0 +1,507 @@
+// The control plane's promises under failure, with real processes: every split ends (also the
+// ones that yield no batch), every record exactly once through worker kills with filters, reset
+// connections, killed consumers, dispatcher restarts, stopped workers; errors that no retry
+// fixes reach GetNext; a consumer saved, killed and restored continues exactly once.
+#include <signal.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/base/process.h"
+#include "common/record/dataset.h"
+#include "data_worker/pipeline/spec.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "opencv2/imgcodecs.hpp"
+#include "opencv2/imgproc.hpp"
+#include "sluice/client.h"
+#include "tests/testing/temp_dir.h"
+#include "tools/local_cluster/local_cluster.h"
+
+namespace sluice {
+namespace {
+
+using ::sluice::testing::TempDir;
+using ::testing::HasSubstr;
+
+constexpr int kRecords = 480;  // "ds": 3 shards of 160; label = index % 10
+
+std::string BinDir() {
+  const char* dir = std::getenv("SLUICE_BIN_DIR");
+  return dir != nullptr ? dir : tools::BinDir();
+}
+
+std::string Jpeg(int i) {
+  cv::Mat image(24, 32, CV_8UC3,
+                cv::Scalar(i % 256, (i * 7) % 256, (i * 13) % 256));
+  std::vector<uchar> jpeg;
+  cv::imencode(".jpg", image, jpeg);
+  return std::string(jpeg.begin(), jpeg.end());
+}
+
+// `records` records of 2035 bytes (3 shards of 160 for 480); records in [bad_begin, bad_end)
+// are not images.
+void WriteDataset(const std::string& dir, int records, int bad_begin = 0,
+                  int bad_end = 0) {
+  auto writer = record::DatasetWriter::Create(
+      dir, record::ImageClassificationSchema(), {.shard_size_bytes = 332000});
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  for (int i = 0; i < records; ++i) {
+    std::string image =
+        i >= bad_begin && i < bad_end ? std::string(600, 'x') : Jpeg(i);
+    const std::string pad(2000 - image.size(), 'k');
+    ASSERT_TRUE(
+        (*writer)
+            ->Add({record::Tensor::Bytes(std::move(image)),
+                   record::Tensor::Int64(i % 10), record::Tensor::Bytes(pad)})
+            .ok());
+  }
+  ASSERT_TRUE((*writer)->Finish().ok());
+}
+
+struct PipelineOptions {
+  int batch = 8;
+  bool drop_remainder = false;
+  int sleep_micros = 0;
+  int size = 16;
+  std::string filter;
+  std::string on_error = "fail";
+};
+
+proto::Pipeline MakePipeline(const std::string& dataset,
+                             const PipelineOptions& o) {
+  std::string yaml = absl::StrCat("seed: 3\non_error: ", o.on_error,
+                                  "\nsource:\n  dataset: {path: ", dataset,
+                                  "}\n  columns: [image, label]\nnodes:\n",
+                                  "  - shuffle: {seed: 3}\n");
+  if (!o.filter.empty())
+    absl::StrAppend(&yaml, "  - filter: {predicate: \"", o.filter, "\"}\n");
+  absl::StrAppend(&yaml, "  - map:\n      input_columns: [image]\n      ops:\n",
+                  "        - decode: {}\n        - resize: {height: ", o.size,
+                  ", width: ", o.size, "}\n");
+  if (o.sleep_micros > 0)
+    absl::StrAppend(&yaml, "        - sleep: {micros: ", o.sleep_micros, "}\n");
+  absl::StrAppend(&yaml, "  - batch: {size: ", o.batch,
+                  ", drop_remainder: ", o.drop_remainder ? "true" : "false",
+                  "}\n");
+  auto pipeline = data_worker::pipeline::ParsePipeline(yaml);
+  EXPECT_TRUE(pipeline.ok()) << pipeline.status() << "\n" << yaml;
+  return pipeline.value_or(proto::Pipeline());
+}
+
+class ControlPlaneTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    data_ = new TempDir();
+    WriteDataset(data_->Join("ds"), kRecords);
+    WriteDataset(data_->Join("bad"), 80, /*bad_begin=*/0, /*bad_end=*/40);
+  }
+  static void TearDownTestSuite() { delete data_; }
+
+  std::unique_ptr<tools::LocalCluster> StartCluster(
+      int workers, std::vector<std::string> dispatcher_flags = {},
+      std::vector<std::string> worker_flags = {}) {
+    auto cluster = tools::LocalCluster::Start(
+        {.bin_dir = BinDir(),
+         .workers = workers,
+         .data_roots = {data_->path()},
+         .work_dir = tmp_.Join(absl::StrCat("c", ++n_)),
+         .worker_threads = 1,
+         .log_level = "info",
+         .heartbeat_interval = absl::Milliseconds(100),
+         .worker_timeout = absl::Seconds(1),
+         .extra_worker_flags = worker_flags,
+         .extra_dispatcher_flags = dispatcher_flags});
+    EXPECT_TRUE(cluster.ok()) << cluster.status();
+    return cluster.ok() ? *std::move(cluster) : nullptr;
+  }
+
+  static JobOptions Job(const std::string& name,
+                        const proto::Pipeline& pipeline, uint64_t epochs = 1) {
+    return {.job_name = name,
+            .pipeline = pipeline,
+            .seed = 11,
+            .num_epochs = epochs,
+            .split_size = 40};
+  }
+
+  struct Received {
+    std::map<uint64_t, std::vector<uint64_t>>
+        ids;                                   // per epoch, in delivery order
+    std::vector<std::vector<int64_t>> shapes;  // of the image column
+    absl::Status status;
+    int max_buffered = 0;
+  };
+
+  static Received Consume(
+      const std::string& address, const JobOptions& job,
+      const std::function<void(int)>& after_batch = nullptr) {
+    Received out;
+    auto client = DataServiceClient::Create(
+        {.dispatcher_address = address,
+         .connect_timeout = absl::Seconds(5),
+         .heartbeat_interval = absl::Milliseconds(100),
+         .prefetch_batches = 4,
+         .dispatcher_lost_timeout = absl::Seconds(60)});
+    if (!client.ok()) return {{}, {}, client.status()};
+    auto it = (*client)->Open(job);
+    if (!it.ok()) return {{}, {}, it.status()};
+    for (int batches = 0;;) {
+      auto batch = (*it)->GetNext();
+      out.max_buffered = std::max(out.max_buffered, (*it)->buffered_batches());
+      if (!batch.ok()) {
+        out.status = batch.status();
+        return out;
+      }
+      if (!batch->has_value()) break;
+      auto& ids = out.ids[(*batch)->epoch];
+      ids.insert(ids.end(), (*batch)->global_indices.begin(),
+                 (*batch)->global_indices.end());
+      out.shapes.push_back((*batch)->columns.at(0).shape);
+      if (after_batch) after_batch(++batches);
+    }
+    return out;
+  }
+
+  // Exactly `want`, each once.
+  static void ExpectExactly(std::vector<uint64_t> got,
+                            const std::vector<uint64_t>& want) {
+    std::sort(got.begin(), got.end());
+    ASSERT_EQ(got, want);
+  }
+  static std::vector<uint64_t> Range(uint64_t n) {
+    std::vector<uint64_t> out(n);
+    for (uint64_t i = 0; i < n; ++i) out[i] = i;
+    return out;
+  }
+
+  static TempDir* data_;
+  TempDir tmp_;
+  int n_ = 0;
+};
+
+TempDir* ControlPlaneTest::data_ = nullptr;
+
+TEST_F(ControlPlaneTest, SplitsShorterThanABatchEndWithDropRemainder) {
+  // Splits of 48 over shards of 160: every shard ends with a 16-record split that yields no
+  // batch of 48 under drop_remainder. The epoch must still end.
+  auto cluster = StartCluster(2);
+  ASSERT_NE(cluster, nullptr);
+  JobOptions job = Job(
+      "short-tail",
+      MakePipeline(data_->Join("ds"), {.batch = 48, .drop_remainder = true}));
+  job.split_size = 48;
+  Received r = Consume(cluster->dispatcher_address(), job);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  ASSERT_EQ(r.ids[0].size(), 9u * 48);  // 3 full splits per shard
+  std::set<uint64_t> unique(r.ids[0].begin(), r.ids[0].end());
+  EXPECT_EQ(unique.size(), r.ids[0].size());
+  for (uint64_t id : unique)
+    EXPECT_LT(id % 160, 144u) << id;  // no shard tail record
+}
+
+TEST_F(ControlPlaneTest, SplitsWhoseRecordsAreAllFilteredOutEnd) {
+  auto cluster = StartCluster(2);
+  ASSERT_NE(cluster, nullptr);
+  Received r =
+      Consume(cluster->dispatcher_address(),
+              Job("all-filtered",
+                  MakePipeline(data_->Join("ds"), {.filter = "label == 99"}),
+                  /*epochs=*/2));
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_TRUE(r.ids.empty());
+}
+
+TEST_F(ControlPlaneTest, ASplitOfOnlyBadRecordsEndsUnderSkip) {
+  auto cluster = StartCluster(2);
+  ASSERT_NE(cluster, nullptr);
+  Received r = Consume(
+      cluster->dispatcher_address(),
+      Job("skip-bad", MakePipeline(data_->Join("bad"), {.on_error = "skip"})));
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  std::vector<uint64_t> want;
+  for (uint64_t i = 40; i < 80; ++i) want.push_back(i);
+  ExpectExactly(r.ids[0], want);
+}
+
+TEST_F(ControlPlaneTest,
+       ABadRecordUnderFailReachesGetNextWithSplitRecordAndCause) {
+  auto cluster = StartCluster(1);
+  ASSERT_NE(cluster, nullptr);
+  Received r = Consume(cluster->dispatcher_address(),
+                       Job("fail-bad", MakePipeline(data_->Join("bad"), {})));
+  ASSERT_FALSE(r.status.ok());
+  EXPECT_NE(r.status.code(), absl::StatusCode::kUnavailable) << r.status;
+  EXPECT_THAT(r.status.message(), HasSubstr("sluice worker at"));
+  EXPECT_THAT(r.status.message(), HasSubstr("split"));
+  EXPECT_THAT(r.status.message(), HasSubstr("record"));
+}
+
+TEST_F(ControlPlaneTest, FilterAndAWorkerKillStillDeliverEveryKeptRecordOnce) {
+  auto cluster = StartCluster(3);
+  ASSERT_NE(cluster, nullptr);
+  bool killed = false;
+  Received r = Consume(
+      cluster->dispatcher_address(),
+      Job("filter-kill",
+          MakePipeline(data_->Join("ds"), {.sleep_micros = 4000,
+                                           .filter = "label in [1, 3, 4, 8]"})),
+      [&](int batches) {
+        if (batches == 4 && !killed) {
+          cluster->SignalWorker(1, SIGKILL);
+          killed = true;
+        }
+      });
+  ASSERT_TRUE(killed);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  std::vector<uint64_t> want;
+  for (uint64_t i = 0; i < kRecords; ++i) {
+    if (i % 10 == 1 || i % 10 == 3 || i % 10 == 4 || i % 10 == 8)
+      want.push_back(i);
+  }
+  ExpectExactly(r.ids[0], want);
+}
+
+TEST_F(ControlPlaneTest, AResetConnectionToALiveWorkerLosesNothing) {
+  auto port = tools::PickFreePort();
+  ASSERT_TRUE(port.ok());
+  const std::string relay_address = absl::StrCat("127.0.0.1:", *port);
+  // The worker tells the dispatcher (and so the client) the relay's address.
+  auto cluster = StartCluster(1, {}, {"--advertise-address", relay_address});
+  ASSERT_NE(cluster, nullptr);
+  auto start_relay = [&] {
+    auto relay = Subprocess::Start(
+        {BinDir() + "/tcp_relay", "--listen", std::to_string(*port), "--to",
+         cluster->worker(0).address},
+        {.log_file = tmp_.Join("relay.log")});
+    EXPECT_TRUE(relay.ok()) << relay.status();
+    return relay.ok() ? *std::move(relay) : nullptr;
+  };
+  std::unique_ptr<Subprocess> relay = start_relay();
+  ASSERT_NE(relay, nullptr);
+  int resets = 0;
+  Received r = Consume(
+      cluster->dispatcher_address(),
+      Job("reset",
+          MakePipeline(data_->Join("ds"), {.sleep_micros = 1500, .size = 32})),
+      [&](int batches) {
+        if (batches % 15 == 0 && resets < 3) {
+          relay->Signal(
+              SIGKILL);  // every connection through it is cut, bytes in flight lost
+          (void)relay->Wait(absl::Seconds(5));
+          absl::SleepFor(absl::Milliseconds(200));
+          relay = start_relay();
+          ++resets;
+        }
+      });
+  EXPECT_EQ(resets, 3);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  ExpectExactly(r.ids[0], Range(kRecords));
+  relay->Stop(absl::Seconds(1));
+}
+
+TEST_F(ControlPlaneTest, AKilledConsumerFreesTheWorkersForTheNextJob) {
+  auto cluster =
+      StartCluster(1, {"--consumer-timeout", "2s"}, {"--capacity", "1"});
+  ASSERT_NE(cluster, nullptr);
+  const std::string spec = tmp_.Join("spec.yaml");
+  {
+    std::ofstream out(spec);
+    out << "seed: 1\nsource:\n  dataset: {path: " << data_->Join("ds")
+        << "}\n  columns: [image, label]\nnodes:\n  - map:\n      "
+           "input_columns: [image]\n"
+           "      ops:\n        - decode: {}\n        - sleep: {micros: "
+           "20000}\n"
+           "  - batch: {size: 8}\n";
+  }
+  const std::string ids = tmp_.Join("dead.ids");
+  auto consumer =
+      Subprocess::Start({BinDir() + "/sluice", "consume", "--dispatcher",
+                         cluster->dispatcher_address(), "--spec", spec, "--job",
+                         "dies", "--ids-out", ids},
+                        {.log_file = tmp_.Join("dead.log")});
+  ASSERT_TRUE(consumer.ok()) << consumer.status();
+  // Let it start, then kill it mid-epoch: its split stays held on the only worker.
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  std::error_code ec;
+  while ((std::filesystem::file_size(ids, ec) == 0 || ec) &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  (*consumer)->Signal(SIGKILL);
+  (void)(*consumer)->Wait(absl::Seconds(5));
+  // A new job on the same worker gets its capacity once the dead consumer's lease expires.
+  Received r = Consume(cluster->dispatcher_address(),
+                       Job("after", MakePipeline(data_->Join("ds"), {})));
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  ExpectExactly(r.ids[0], Range(kRecords));
+}
+
+TEST_F(ControlPlaneTest,
+       ADispatcherKilledMidEpochContinuesEveryJobAndServesNewPipelines) {
+  auto cluster = StartCluster(2);
+  ASSERT_NE(cluster, nullptr);
+  absl::Status restarted = absl::UnknownError("not restarted");
+  Received r = Consume(
+      cluster->dispatcher_address(),
+      Job("survives", MakePipeline(data_->Join("ds"), {.sleep_micros = 3000}),
+          /*epochs=*/2),
+      [&](int batches) {
+        if (batches == 20) restarted = cluster->RestartDispatcher();
+      });
+  ASSERT_TRUE(restarted.ok()) << restarted;
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  ExpectExactly(r.ids[0], Range(kRecords));
+  ExpectExactly(r.ids[1], Range(kRecords));
+  // A new job with another pipeline gets that pipeline, not a cached one of an old job id.
+  Received other =
+      Consume(cluster->dispatcher_address(),
+              Job("other", MakePipeline(data_->Join("ds"), {.size = 8})));
+  ASSERT_TRUE(other.status.ok()) << other.status;
+  ASSERT_FALSE(other.shapes.empty());
+  for (const auto& shape : other.shapes)
+    EXPECT_THAT(shape, ::testing::ElementsAre(8, 8, 8, 3));
+}
+
+TEST_F(ControlPlaneTest,
+       ANewDispatcherWithoutItsStateNeverServesAnOldJobsPipeline) {
+  auto cluster = StartCluster(1);
+  ASSERT_NE(cluster, nullptr);
+  Received first =
+      Consume(cluster->dispatcher_address(),
+              Job("first", MakePipeline(data_->Join("ds"), {.size = 16})));
+  ASSERT_TRUE(first.status.ok()) << first.status;
+  // The dispatcher loses its journal (a new machine): the worker keeps its caches.
+  std::filesystem::remove_all(
+      tmp_.Join(absl::StrCat("c", n_, "/dispatcher-state")));
+  ASSERT_TRUE(cluster->RestartDispatcher().ok());
+  Received second =
+      Consume(cluster->dispatcher_address(),
+              Job("second", MakePipeline(data_->Join("ds"), {.size = 8})));
+  ASSERT_TRUE(second.status.ok()) << second.status;
+  ASSERT_FALSE(second.shapes.empty());
+  for (const auto& shape : second.shapes)
+    EXPECT_THAT(shape, ::testing::ElementsAre(8, 8, 8, 3));
+  ExpectExactly(second.ids[0], Range(kRecords));
+}
+
+TEST_F(ControlPlaneTest,
+       DeterministicModeWithAStoppedWorkerIsBoundedAndUnchanged) {
+  const proto::Pipeline pipeline =
+      MakePipeline(data_->Join("ds"), {.sleep_micros = 2000});
+  std::vector<uint64_t> reference;
+  {
+    auto cluster = StartCluster(1);
+    ASSERT_NE(cluster, nullptr);
+    JobOptions job = Job("det", pipeline);
+    job.deterministic = true;
+    Received r = Consume(cluster->dispatcher_address(), job);
+    ASSERT_TRUE(r.status.ok()) << r.status;
+    reference = r.ids[0];
+  }
+  auto cluster = StartCluster(3);
+  ASSERT_NE(cluster, nullptr);
+  JobOptions job = Job("det", pipeline);
+  job.deterministic = true;
+  bool stopped = false;
+  Received r = Consume(cluster->dispatcher_address(), job, [&](int batches) {
+    if (batches == 6 && !stopped) {
+      cluster->SignalWorker(0,
+                            SIGSTOP);  // past --worker-timeout: declared lost
+      stopped = true;
+    }
+  });
+  cluster->SignalWorker(0, SIGCONT);
+  ASSERT_TRUE(stopped);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_EQ(r.ids[0], reference);
+  EXPECT_LE(r.max_buffered, 4 * 4 + 4);  // the deterministic bound (prefetch 4)
+}
+
+TEST_F(ControlPlaneTest, ParallelEpochsEnd) {
+  auto cluster = StartCluster(2);
+  ASSERT_NE(cluster, nullptr);
+  JobOptions job =
+      Job("parallel", MakePipeline(data_->Join("ds"), {}), /*epochs=*/2);
+  job.parallel_epochs = true;
+  Received r = Consume(cluster->dispatcher_address(), job);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  // Each of the 2 workers walks the dataset twice.
+  size_t total = 0;
+  for (const auto& [epoch, ids] : r.ids) total += ids.size();
+  EXPECT_EQ(total, 2u * 2 * kRecords);
+}
+
+TEST_F(ControlPlaneTest,
+       SaveKillRestoreContinuesExactlyOnceAndDeterministically) {
+  const std::string spec = tmp_.Join("spec.yaml");
+  {
+    std::ofstream out(spec);
+    out << "seed: 1\nsource:\n  dataset: {path: " << data_->Join("ds")
+        << "}\n  columns: [image, label]\nnodes:\n  - shuffle: {seed: 1}\n  - "
+           "map:\n"
+           "      input_columns: [image]\n      ops:\n        - decode: {}\n"
+           "        - resize: {height: 8, width: 8}\n  - batch: {size: 8}\n";
+  }
+  auto run = [&](const std::string& address, std::vector<std::string> extra) {
+    std::vector<std::string> argv = {BinDir() + "/sluice",
+                                     "consume",
+                                     "--dispatcher",
+                                     address,
+                                     "--spec",
+                                     spec,
+                                     "--job",
+                                     "resume",
+                                     "--epochs",
+                                     "2",
+                                     "--deterministic"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto p = Subprocess::Start(argv, {.log_file = tmp_.Join("consume.log")});
+    EXPECT_TRUE(p.ok()) << p.status();
+    if (!p.ok()) return -1;
+    auto code = (*p)->Wait(absl::Seconds(120));
+    return code.ok() ? *code : -1;
+  };
+  auto read_ids = [](const std::string& path) {
+    std::vector<uint64_t> ids;
+    std::ifstream in(path);
+    for (uint64_t id; in >> id;) ids.push_back(id);
+    return ids;
+  };
+  std::vector<uint64_t> uninterrupted;
+  {
+    auto cluster = StartCluster(1);
+    ASSERT_NE(cluster, nullptr);
+    ASSERT_EQ(
+        run(cluster->dispatcher_address(), {"--ids-out", tmp_.Join("all.ids")}),
+        0);
+    uninterrupted = read_ids(tmp_.Join("all.ids"));
+    ASSERT_EQ(uninterrupted.size(), 2u * kRecords);
+  }
+  auto cluster = StartCluster(1);
+  ASSERT_NE(cluster, nullptr);
+  // Stop after 37 of 60 batches of epoch 0 with a checkpoint; continue in a new process with
+  // three workers.
+  ASSERT_EQ(run(cluster->dispatcher_address(),
+                {"--ids-out", tmp_.Join("resumed.ids"), "--stop-after-batches",
+                 "37", "--save-state", tmp_.Join("state")}),
+            0);
+  EXPECT_EQ(read_ids(tmp_.Join("resumed.ids")).size(), 37u * 8);
+  ASSERT_TRUE(cluster->AddWorker().ok());
+  ASSERT_TRUE(cluster->AddWorker().ok());
+  ASSERT_EQ(run(cluster->dispatcher_address(),
+                {"--ids-out", tmp_.Join("resumed.ids"), "--restore-state",
+                 tmp_.Join("state")}),
+            0);
+  const std::vector<uint64_t> resumed = read_ids(tmp_.Join("resumed.ids"));
+  EXPECT_EQ(resumed,
+            uninterrupted);  // the exact tail, so every record once per epoch
+}
+
+}  // namespace
+}  // namespace sluice
