@@ -1,7 +1,9 @@
 // sluice pipeline run --spec FILE.yaml [--data DIR] [--epochs E] [--threads N]
-// [--ids-out FILE] Runs a pipeline in this process (no service) and reports
-// per-stage statistics, the autotuned parallelism and, last, `throughput: <N>
-// images/s`.
+//                     [--ids-out FILE]
+// Runs a pipeline in this process (no service), checks every output's dtype
+// and shape against what validation inferred from the spec, and reports
+// per-stage statistics, the autotuned parallelism and, last,
+// `throughput: <N> images/s`.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -150,6 +152,9 @@ absl::Status RunPipeline(const PipelineFlags& flags) {
       ASSIGN_OR_RETURN(std::optional<data_worker::pipeline::Element> out,
                        executor->GetNext());
       if (!out.has_value()) break;
+      RETURN_IF_ERROR(data_worker::pipeline::CheckOutputType(
+          executor->logical(), out->columns,
+          /*batched=*/executor->logical().batch.has_value()));
       epoch_elements += out->global_indices.size();
       if (!warmup && ids.is_open()) {
         for (uint64_t id : out->global_indices) ids << id << '\n';

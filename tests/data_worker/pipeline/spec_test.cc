@@ -218,6 +218,36 @@ nodes: [{teleport: {}}]
               HasSubstr("on_error"));
 }
 
+TEST_F(SpecTest, OutputsAreCheckedAgainstTheInferredTypes) {
+  auto p = ParsePipeline(R"(
+source: {synthetic: {num_records: 4, height: 64, width: 80}, columns: [image, label]}
+nodes:
+  - map: {input_columns: [image], ops: [decode, {resize: {size: 32}}, hwc2chw]}
+  - batch: {size: 2}
+)");
+  ASSERT_TRUE(p.ok()) << p.status();
+  auto lp = Validate(*p);
+  ASSERT_TRUE(lp.ok()) << lp.status();
+  ASSERT_EQ(lp->column_types.size(), 2u);
+  EXPECT_EQ(lp->column_types[0].ToString(), "uint8[3,32,40]");
+  std::vector<Tensor> batch;
+  batch.push_back(Tensor::Allocate(DType::kUint8, {2, 3, 32, 40}));
+  batch.push_back(Tensor::Allocate(DType::kInt64, {2}));
+  EXPECT_TRUE(CheckOutputType(*lp, batch, /*batched=*/true).ok());
+  batch[0] = Tensor::Allocate(DType::kUint8, {2, 3, 32, 41});
+  const absl::Status s = CheckOutputType(*lp, batch, /*batched=*/true);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(s.message(),
+            "output column 'image' is uint8[2,3,32,41], the spec says "
+            "uint8[N,3,32,40] (-1: any size)");
+  batch[0] = Tensor::Allocate(DType::kFloat32, {2, 3, 32, 40});
+  EXPECT_EQ(CheckOutputType(*lp, batch, true).code(),
+            absl::StatusCode::kInternal);
+  batch.pop_back();
+  EXPECT_EQ(CheckOutputType(*lp, batch, true).code(),
+            absl::StatusCode::kInternal);
+}
+
 TEST(SpecFileTest, ShippedBenchSpecsParse) {
   for (const char* name : {"imagenet_train.yaml", "imagenet_eval.yaml"}) {
     auto p = LoadPipelineFile(
