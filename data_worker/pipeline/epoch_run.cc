@@ -187,6 +187,7 @@ void EpochRun::ElementWorker(int si) {
   Stage& stage = *stages_[si];
   ItemQueue& out = *queues_[si];
   while (true) {
+    if (LeaveIfAboveTarget(si)) return;
     Item item;
     uint64_t seq = 0;
     const auto r = PopInput(si, &item, &seq);
@@ -212,6 +213,7 @@ void EpochRun::BatchWorker(int si) {
   Stage& s = *stages_[si];
   BatchAssembler& assembler = *s.assembler;
   while (true) {
+    if (LeaveIfAboveTarget(si)) return;
     if (!assembler.Reserve()) return;
     Item item;
     uint64_t seq = 0;
@@ -265,9 +267,22 @@ void EpochRun::EmitBatch(int si, uint64_t k, absl::StatusOr<Element> batch) {
   queues_[si]->Push(k, std::move(out), bytes);
 }
 
+bool EpochRun::LeaveIfAboveTarget(int si) {
+  Stage& s = *stages_[si];
+  int now = s.threads.load();
+  while (now > s.target.load()) {
+    if (s.threads.compare_exchange_weak(now, now - 1)) return true;
+  }
+  return false;
+}
+
 void EpochRun::AddWorker(int si) {
   if (cancelled_ || stages_[si]->finished) return;
-  stages_[si]->threads.fetch_add(1);
+  Stage& s = *stages_[si];
+  if (s.threads.load() > s.target.fetch_add(1)) {
+    return;  // a worker that was about to leave stays instead
+  }
+  s.threads.fetch_add(1);
   if (stages_[si]->plan->batch) {
     workers_.emplace_back([this, si] { BatchWorker(si); });
   } else {
@@ -296,7 +311,9 @@ void EpochRun::Autotune() {
       }
     }
     AutotuneInput in;
-    in.cpu_budget = ctx_.cpu_budget;
+    in.cpu_budget = ctx_.live_cpu_budget != nullptr
+                        ? ctx_.live_cpu_budget->load()
+                        : ctx_.cpu_budget;
     in.memory_budget_bytes = ctx_.memory_budget_bytes;
     in.prefetch = ctx_.plan->prefetch;
     for (int i = 0; i < n; ++i) {
@@ -305,7 +322,7 @@ void EpochRun::Autotune() {
       if (ExecutorMetrics* m = ctx_.metrics)
         m->stages[i].depth->Set(snap.items);
       StageSample sample;
-      sample.threads = s.threads.load();
+      sample.threads = s.target.load();
       sample.tunable = s.plan->parallelism == kAutotune && ctx_.autotune;
       sample.finished = s.finished.load();
       const uint64_t el = s.elements.load();
@@ -319,6 +336,7 @@ void EpochRun::Autotune() {
       if (i == n - 1) {
         const absl::Time now = ctx_.clock->Now();
         const double interval = absl::ToDoubleSeconds(now - last);
+        in.interval_seconds = interval;
         in.consumer_wait_fraction =
             interval > 0
                 ? absl::ToDoubleSeconds(snap.empty_wait - last_wait) / interval
@@ -332,8 +350,19 @@ void EpochRun::Autotune() {
     if (!ctx_.autotune) continue;  // metrics only
     const AutotuneDecision d = DecideAutotune(in);
     for (int i = 0; i < n; ++i) {
-      while (stages_[i]->threads.load() < d.threads[i] &&
-             !stages_[i]->finished) {
+      Stage& s = *stages_[i];
+      if (d.threads[i] < s.target.load()) s.target = std::max(1, d.threads[i]);
+    }
+    // A released thread leaves at its next element boundary: until then it
+    // still counts, so a new thread starts only while the running ones fit.
+    int running = 0;
+    for (const auto& s : stages_) running += s->threads.load();
+    for (int i = 0; i < n; ++i) {
+      Stage& s = *stages_[i];
+      while (s.target.load() < d.threads[i] && !s.finished && !cancelled_) {
+        const bool spawns = s.threads.load() <= s.target.load();
+        if (spawns && running >= in.cpu_budget) break;
+        if (spawns) ++running;
         AddWorker(i);
       }
       queues_[i]->SetLimits(d.queue_capacity[i], d.queue_bytes[i]);

@@ -65,6 +65,9 @@ struct EpochContext {
   Clock* clock = nullptr;
   LiveBytes* live = nullptr;
   int cpu_budget = 1;
+  // The budget now, if it may change during the epoch (Executor::
+  // SetCpuBudget); null: cpu_budget.
+  const std::atomic<int>* live_cpu_budget = nullptr;
   int64_t memory_budget_bytes = 0;
   bool autotune = true;
   absl::Duration autotune_interval;
@@ -76,7 +79,10 @@ class EpochRun {
   struct Stage {
     const StagePlan* plan = nullptr;
     int index = 0;
-    std::atomic<int> threads{0};
+    std::atomic<int> threads{0};  // running workers
+    // Workers the stage should have; a worker above it leaves at its next
+    // element boundary (autotune gave the thread back).
+    std::atomic<int> target{0};
     std::atomic<uint64_t> elements{0};
     std::atomic<uint64_t> dropped{0};
     std::atomic<uint64_t> skipped{0};
@@ -132,7 +138,10 @@ class EpochRun {
   void BatchWorker(int si);
   // A finished batch of stage `si`: vectorized ops, then the output queue.
   void EmitBatch(int si, uint64_t k, absl::StatusOr<Element> batch);
+  // One more worker for stage si (or one fewer leaving, if one is about to).
   void AddWorker(int si) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // True if this worker of stage si should leave now (and it is counted out).
+  bool LeaveIfAboveTarget(int si);
   void Autotune() ABSL_LOCKS_EXCLUDED(mu_);
 
   const EpochContext ctx_;

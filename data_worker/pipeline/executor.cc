@@ -101,7 +101,8 @@ absl::Status Executor::Start(std::vector<uint64_t> global_indices,
   ctx.metrics = metrics_.get();
   ctx.clock = clock_;
   ctx.live = &live_;
-  ctx.cpu_budget = cpu_budget_;
+  ctx.cpu_budget = cpu_budget_.load();
+  ctx.live_cpu_budget = &cpu_budget_;
   ctx.memory_budget_bytes = options_.memory_budget_bytes;
   ctx.autotune = options_.autotune;
   ctx.autotune_interval = options_.autotune_interval;
@@ -118,7 +119,7 @@ absl::Status Executor::Start(std::vector<uint64_t> global_indices,
     }
   }
   const int even =
-      tunable > 0 ? std::max(1, (cpu_budget_ - fixed) / tunable) : 1;
+      tunable > 0 ? std::max(1, (cpu_budget_.load() - fixed) / tunable) : 1;
   std::vector<int> tuned;
   {
     absl::MutexLock lock(&mu_);

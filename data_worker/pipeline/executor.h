@@ -127,6 +127,11 @@ class Executor {
   // Cancels the running epoch and joins its threads. Idempotent.
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Changes the thread budget of all stages together, also for the running
+  // epoch: autotune gives threads back (at element boundaries) until the total
+  // fits, or may add up to the new budget. REQUIRES: threads > 0.
+  void SetCpuBudget(int threads) { cpu_budget_.store(threads); }
+
   PipelineStats stats() const ABSL_LOCKS_EXCLUDED(mu_);
   const PhysicalPlan& plan() const { return plan_; }
   const LogicalPipeline& logical() const { return logical_; }
@@ -157,7 +162,7 @@ class Executor {
   std::vector<int> tuned_threads_ ABSL_GUARDED_BY(mu_);
 
   Clock* clock_ = nullptr;
-  int cpu_budget_ = 1;
+  std::atomic<int> cpu_budget_{1};
 
   PipelineStats CollectStats(const EpochRun& run) const;
 };
