@@ -60,6 +60,9 @@ echo "# $(date -u +%FT%TZ)  nproc=$(nproc)  $(lscpu | sed -n 's/^Model name: *//
 echo "# data: $images JPEGs, $(du -sm "$work/images" | cut -f1) MB"
 
 rate() { sed -n "s/^$1: \([0-9.]*\) \(images\|elements\)\/s.*$/\1/p" | tail -1; }
+# CPU microseconds per image: "cpu: N us/image" (sluice) or "<chain>: ..., N us CPU/image".
+cpu() { sed -n -e "s/^$1: \([0-9.]*\) us\/image$/\1/p" \
+               -e "s/^$1: .*, \([0-9.]*\) us CPU\/image.*$/\1/p" | tail -1; }
 
 rows=()
 for workload in train eval; do
@@ -73,17 +76,21 @@ for workload in train eval; do
              --epochs "$epochs" $eval_flag)"
     a="$(echo "$out_a" | rate pytorch)"
     out_b="$("$build/bin/sluice" pipeline run --spec "$spec" --data "$work/ds" --threads "$t" \
-             --warmup-epochs 1 --epochs "$epochs")"
+             --warmup-epochs 1 --epochs "$epochs" 2>/dev/null)"
     b="$(echo "$out_b" | rate throughput)"
+    bc="$(echo "$out_b" | cpu cpu)"
     echo "$out_b" | grep -E '^(plan|rewrites|autotuned)' | sed 's/^/   /'
     out_c="$("$build/bin/kernel_ceiling_bench" --spec "$spec" --data "$work/ds" --threads "$t" \
              --epochs "$epochs")"
     p="$(echo "$out_c" | rate plan)"
     f="$(echo "$out_c" | rate fast)"
+    pc="$(echo "$out_c" | cpu plan)"
+    fc="$(echo "$out_c" | cpu fast)"
     l1="$(load)"
     printf '   pytorch %s, sluice %s, plan ceiling %s, fast ceiling %s images/s (load %s -> %s)\n' \
       "$a" "$b" "$p" "$f" "$l0" "$l1"
-    rows+=("$workload $t $a $b $p $f $l0 $l1")
+    printf '   CPU per image: sluice %s us, plan %s us, fast %s us\n' "$bc" "$pc" "$fc"
+    rows+=("$workload $t $a $b $p $f $l0 $l1 $bc $pc $fc")
   done
 done
 
@@ -91,20 +98,25 @@ echo "== small records, 1 thread"
 "$build/bin/small_records_bench" --make "$work/small" --records "$small" >/dev/null
 l0="$(load)"
 out_s="$("$build/bin/sluice" pipeline run --spec "$root/bench/pipelines/small_records.yaml" \
-         --data "$work/small" --threads 1 --warmup-epochs 1 --epochs "$epochs")"
+         --data "$work/small" --threads 1 --warmup-epochs 1 --epochs "$epochs" 2>/dev/null)"
 s="$(echo "$out_s" | rate throughput)"
 out_l="$("$build/bin/small_records_bench" --loop "$work/small" --epochs "$epochs")"
 lp="$(echo "$out_l" | rate loop)"
 l1="$(load)"
 
 echo
-echo "workload threads  pytorch   sluice  plan-ceil fast-ceil  sluice/ceiling  sluice/pytorch  load"
+echo "images/s; sluice/ceiling = sluice / max(plan, fast); cpu-eff = min CPU us/image of the"
+echo "ceilings / sluice's CPU us/image (robust to the other jobs on the machine)"
+echo "workload threads  pytorch   sluice  plan-ceil fast-ceil  sluice/ceiling  cpu-eff  sluice/pytorch  load"
 for r in "${rows[@]}"; do
   # shellcheck disable=SC2086
   set -- $r
-  awk -v w="$1" -v t="$2" -v a="$3" -v b="$4" -v p="$5" -v f="$6" -v l0="$7" -v l1="$8" 'BEGIN {
+  awk -v w="$1" -v t="$2" -v a="$3" -v b="$4" -v p="$5" -v f="$6" -v l0="$7" -v l1="$8" \
+      -v bc="$9" -v pc="${10}" -v fc="${11}" 'BEGIN {
     c = p > f ? p : f
-    printf "%-8s %7s %8.0f %8.0f %10.0f %9.0f %15.2f %15.2f  %s-%s\n", w, t, a, b, p, f, b / c, b / a, l0, l1 }'
+    m = pc < fc ? pc : fc
+    printf "%-8s %7s %8.0f %8.0f %10.0f %9.0f %15.2f %8.2f %15.2f  %s-%s\n", w, t, a, b, p, f, \
+           b / c, m / bc, b / a, l0, l1 }'
 done
 awk -v s="$s" -v l="$lp" -v l0="$l0" -v l1="$l1" 'BEGIN {
   printf "small records, 1 thread: sluice %.0f elements/s, plain loop %.0f elements/s, " \
@@ -113,18 +125,19 @@ echo "targets (train, largest thread count): sluice/ceiling >= 0.85, sluice/pyto
 
 if [[ -n "$csv" ]]; then
   {
-    echo "workload,threads,pytorch,sluice,plan_ceiling,fast_ceiling,load_before,load_after"
+    echo "workload,threads,pytorch,sluice,plan_ceiling,fast_ceiling,load_before,load_after,sluice_cpu_us,plan_cpu_us,fast_cpu_us"
     for r in "${rows[@]}"; do echo "${r// /,}"; done
     echo "small,1,,$s,$lp,,$l0,$l1"
   } > "$csv"
 fi
 if [[ -n "$plot" ]]; then
-  printf '%s\n' "${rows[@]}" | /usr/bin/python3 - "$plot" <<'PY'
+  printf '%s\n' "${rows[@]}" > "$work/rows.txt"
+  /usr/bin/python3 - "$plot" "$work/rows.txt" <<'PY'
 import sys
 import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-rows = [line.split() for line in sys.stdin if line.strip()]
+rows = [line.split() for line in open(sys.argv[2]) if line.strip()]
 fig, ax = plt.subplots(figsize=(7.5, 3.8))
 width = 0.2
 labels = [f"{r[0]}\n{r[1]} thread(s)" for r in rows]
