@@ -115,8 +115,10 @@ absl::StatusOr<LogicalPipeline> Validate(const proto::Pipeline& spec) {
       case proto::PipelineNode::kShuffle:
         if (i != 0) {
           // "nodes[2] (shuffle): ...": the node is named by its list index.
-          return absl::InvalidArgumentError(absl::StrCat(
+          absl::Status s = absl::InvalidArgumentError(absl::StrCat(
               "nodes[", i, "] (shuffle): shuffle must be the first node"));
+          pipeline_spec::SetSpecLocation(Node("nodes", i), &s);
+          return s;
         }
         lp.shuffle = true;
         lp.shuffle_seed = node.shuffle().seed();

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/pipeline_spec/location.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/data_worker/pipeline/test_data.h"
@@ -153,6 +154,37 @@ source: {dataset: {path: DIR}, columns: [label]}
 nodes: [{batch: {size: 0}}]
 )");
   EXPECT_THAT(batch.message(), HasSubstr("batch.size: must be > 0"));
+}
+
+TEST_F(SpecTest, ValidationErrorsCarryAStructuredLocation) {
+  const absl::Status op = ValidateYaml(R"(
+source: {dataset: {path: DIR}}
+nodes:
+  - map: {input_columns: [image], ops: [{decode: {}}]}
+  - map: {input_columns: [image], ops: [{resize: {size: 8}}, {hwc2chw: {}}, {random_resized_crop: {size: 0}}]}
+)");
+  auto loc = pipeline_spec::GetSpecLocation(op);
+  ASSERT_TRUE(loc.has_value()) << op;
+  EXPECT_EQ(*loc, (pipeline_spec::SpecLocation{"map", 1, 2, "RandomResizedCrop",
+                                               "size"}));
+  EXPECT_EQ(op.message(),
+            "map[1].ops[2] (RandomResizedCrop): size must be > 0");
+  const absl::Status batch = ValidateYaml(R"(
+source: {dataset: {path: DIR}, columns: [label]}
+nodes: [{batch: {size: 0}}]
+)");
+  loc = pipeline_spec::GetSpecLocation(batch);
+  ASSERT_TRUE(loc.has_value()) << batch;
+  EXPECT_EQ(*loc, (pipeline_spec::SpecLocation{"batch", -1, -1, "", "size"}));
+  const absl::Status column = ValidateYaml(R"(
+source: {dataset: {path: DIR}}
+nodes:
+  - map: {input_columns: [picture], ops: [{decode: {}}]}
+)");
+  loc = pipeline_spec::GetSpecLocation(column);
+  ASSERT_TRUE(loc.has_value()) << column;
+  EXPECT_EQ(*loc,
+            (pipeline_spec::SpecLocation{"map", 0, -1, "", "input_columns"}));
 }
 
 TEST_F(SpecTest, CropLargerThanTheImageIsRejected) {
