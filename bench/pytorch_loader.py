@@ -1,10 +1,11 @@
 #!/usr/bin/python3
-"""PyTorch DataLoader + torchvision ImageFolder on the ImageNet training transforms: the peer of
-`sluice pipeline run --spec bench/pipelines/imagenet_train.yaml` in bench/compare_pytorch.sh.
+"""PyTorch DataLoader + torchvision ImageFolder on the ImageNet transforms: the peer of
+`sluice pipeline run --spec bench/pipelines/imagenet_{train,eval}.yaml` in bench/compare_pytorch.sh.
 
-    /usr/bin/python3 bench/pytorch_loader.py --data IMAGE_FOLDER [--workers N] [--epochs E]
+    /usr/bin/python3 bench/pytorch_loader.py --data IMAGE_FOLDER [--workers N] [--epochs E] [--eval]
 
-RandomResizedCrop(224) → RandomHorizontalFlip → ToTensor → Normalize(ImageNet), batch 64, shuffled,
+Train: RandomResizedCrop(224) → RandomHorizontalFlip → ToTensor → Normalize(ImageNet), shuffled.
+Eval (--eval): Resize(256) → CenterCrop(224) → ToTensor → Normalize, in order. Batch 64,
 num_workers = nproc by default. One warm-up epoch (worker start-up, page cache), then E timed
 epochs; prints `pytorch: <N> images/s` over the timed epochs.
 """
@@ -23,17 +24,20 @@ def main():
     ap.add_argument("--workers", type=int, default=os.cpu_count())
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--eval", action="store_true", help="the evaluation transforms")
     args = ap.parse_args()
 
     torch.manual_seed(0)
-    tf = transforms.Compose([
-        transforms.RandomResizedCrop(224),
-        transforms.RandomHorizontalFlip(),
-        transforms.ToTensor(),
-        transforms.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
-    ])
+    normalize = transforms.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])
+    if args.eval:
+        tf = transforms.Compose([transforms.Resize(256), transforms.CenterCrop(224),
+                                 transforms.ToTensor(), normalize])
+    else:
+        tf = transforms.Compose([transforms.RandomResizedCrop(224),
+                                 transforms.RandomHorizontalFlip(), transforms.ToTensor(),
+                                 normalize])
     ds = torchvision.datasets.ImageFolder(args.data, transform=tf)
-    loader = torch.utils.data.DataLoader(ds, batch_size=args.batch, shuffle=True,
+    loader = torch.utils.data.DataLoader(ds, batch_size=args.batch, shuffle=not args.eval,
                                          num_workers=args.workers,
                                          persistent_workers=args.workers > 0)
 

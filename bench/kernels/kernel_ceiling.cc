@@ -1,114 +1,413 @@
-// kernel_ceiling_bench: the ceiling for `sluice pipeline run` — the same op
-// chain and batching on N threads with no queues, no reads and no scheduling.
+// kernel_ceiling_bench: the ceilings `sluice pipeline run` is measured against
+// (bench/compare_pytorch.sh), on images already in memory, with no reads, no
+// queues, no ordering and no scheduling:
 //
 //   kernel_ceiling_bench --spec bench/pipelines/imagenet_train.yaml --data DS
-//       [--threads N] [--epochs E]
+//       [--threads N] [--epochs E] [--chain plan|fast|both]
+//       [--dct-rule pow2|eighth] [--dump FILE --dump-count K]
 //
-// Loads every encoded image of the dataset into memory, builds the spec's map
-// ops (kernel fusion on, as the pipeline does), and has thread t process images
-// t, t+N, t+2N, ... writing each result into a thread-local batch buffer of the
-// spec's batch size. Prints `kernels: <N> images/s` over the timed epochs (one
-// warm-up epoch first).
+// Two definitions, both on N threads, thread t taking images t, t+N, ...:
+//
+//   plan  The physical plan the optimizer makes of the spec, without its
+//         Read step: per element the batch stage's map ops (e.g.
+//         Decode+RandomResizedCrop, RandomHorizontalFlip), a copy into the
+//         element's slot of a uint8 batch buffer, then per batch the
+//         vectorized ops (Normalize+HWC2CHW). What the engine would reach if
+//         reading, queueing, ordering and thread hand-offs were free.
+//   fast  The fastest chain written by hand for the same transforms at the
+//         same fidelity: the same region decode (libjpeg-turbo ROI + DCT
+//         scaling + one resize), then flip, center crop (eval),
+//         normalize and HWC→CHW fused into one AVX2 pass written straight
+//         into the element's slot of the float32 batch buffer. Supports the
+//         two specs of bench/pipelines (train: decode, random_resized_crop,
+//         random_horizontal_flip, normalize, hwc2chw; eval: decode,
+//         resize, center_crop, normalize, hwc2chw).
+//
+// Each chain takes one untimed epoch, then E timed epochs, and prints
+// `<chain>: <N> images/s`; `ceiling:` is the faster of the two. Labels are
+// batched too (int64), as the engine does. --dump writes the first K outputs of
+// the plan chain in dataset order, float32 [K,3,H,W] raw, for
+// bench/fidelity.py.
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/base/random.h"
 #include "common/record/dataset.h"
+#include "data_worker/ops/decode.h"
+#include "data_worker/ops/geometry.h"
+#include "data_worker/ops/normalize_kernel.h"
 #include "data_worker/ops/op.h"
+#include "data_worker/ops/op_util.h"
 #include "data_worker/pipeline/allocator.h"
+#include "data_worker/pipeline/plan.h"
 #include "data_worker/pipeline/spec.h"
 
 namespace dw = sluice::data_worker;
+namespace pl = sluice::data_worker::pipeline;
+
+namespace {
+
+struct Record {
+  std::string jpeg;
+  int64_t label = 0;
+};
+
+// One output: (global index, image tensor) → written into batch slot `slot`.
+using ElementFn = std::function<bool(uint64_t global, uint64_t epoch,
+                                     int64_t slot, dw::Tensor* batch)>;
+using BatchFn = std::function<bool(dw::Tensor* batch)>;
+
+// Runs one epoch of a chain on `threads` threads, each filling its own
+// batches of `batch_size` (a new buffer per batch, as a pipeline hands each
+// batch on).
+bool RunEpoch(const std::vector<Record>& records, int threads, int batch_size,
+              uint64_t epoch, dw::DType dtype, std::vector<int64_t> elem_shape,
+              const ElementFn& element, const BatchFn& finish) {
+  std::atomic<bool> failed{false};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      std::vector<int64_t> shape = {batch_size};
+      shape.insert(shape.end(), elem_shape.begin(), elem_shape.end());
+      dw::Tensor batch;
+      dw::Tensor labels;
+      int64_t filled = 0;
+      for (size_t i = t; i < records.size() && !failed; i += threads) {
+        if (filled == 0) {
+          batch = dw::Tensor::Allocate(dtype, shape);
+          labels = dw::Tensor::Allocate(dw::DType::kInt64, {batch_size});
+        }
+        if (!element(i, epoch, filled, &batch)) {
+          failed = true;
+          return;
+        }
+        labels.data_as<int64_t>()[filled] = records[i].label;
+        if (++filled == batch_size) {
+          if (!finish(&batch)) failed = true;
+          filled = 0;
+        }
+      }
+      if (filled > 0 && !finish(&batch)) failed = true;
+    });
+  }
+  for (auto& th : pool) th.join();
+  return !failed;
+}
+
+double CpuSeconds() {
+  rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec +
+         1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+// Images/s over `epochs` timed epochs after one warm-up; *cpu_us gets the
+// process CPU time per image (robust to other jobs sharing the machine).
+double Time(const std::function<bool(uint64_t)>& epoch_fn, int epochs,
+            size_t images, double* cpu_us) {
+  if (epochs <= 0) return 0;
+  if (!epoch_fn(0)) return -1;  // warm-up
+  const absl::Time start = absl::Now();
+  const double cpu0 = CpuSeconds();
+  for (int e = 1; e <= epochs; ++e) {
+    if (!epoch_fn(e)) return -1;
+  }
+  *cpu_us = 1e6 * (CpuSeconds() - cpu0) / (double(images) * epochs);
+  return images * epochs / absl::ToDoubleSeconds(absl::Now() - start);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{
-      "Bare op-chain throughput on N threads (the pipeline's ceiling)"};
-  std::string spec_path, data;
+  CLI::App app{"Kernel ceilings of a pipeline spec on N threads"};
+  std::string spec_path, data, chain = "both", dct_rule = "pow2", dump;
   int threads = static_cast<int>(std::thread::hardware_concurrency());
-  int epochs = 2;
-  app.add_option("--spec", spec_path,
-                 "Pipeline spec (its map ops and batch size are used)")
-      ->required();
+  int epochs = 2, dump_count = 64;
+  app.add_option("--spec", spec_path, "Pipeline spec")->required();
   app.add_option("--data", data, "Unirecord dataset folder")->required();
   app.add_option("--threads", threads, "Threads")->capture_default_str();
   app.add_option("--epochs", epochs, "Timed epochs")->capture_default_str();
+  app.add_option("--chain", chain, "plan | fast | both")->capture_default_str();
+  app.add_option("--dct-rule", dct_rule,
+                 "DCT scales of the fast chain: pow2 | eighth")
+      ->capture_default_str();
+  app.add_option("--dump", dump, "Write the plan chain's first outputs here");
+  app.add_option("--dump-count", dump_count, "Outputs to --dump")
+      ->capture_default_str();
+  bool micro = false;
+  app.add_flag("--micro", micro,
+               "Also time the normalize pass alone: the old per-channel "
+               "tables vs the AVX2 kernel, on one 64x224x224x3 batch");
   CLI11_PARSE(app, argc, argv);
-  dw::pipeline::ConfigureAllocatorForPipelines();  // the same allocator
-                                                   // settings as the CLI
+  pl::ConfigureAllocatorForPipelines();  // as the CLI does
 
-  auto spec = dw::pipeline::LoadPipelineFile(spec_path);
+  auto spec = pl::LoadPipelineFile(spec_path);
   if (!spec.ok()) {
     std::fprintf(stderr, "%s\n", std::string(spec.status().message()).c_str());
     return 1;
   }
-  std::vector<sluice::proto::OpSpec> specs;
-  int batch = 1;
-  for (const auto& node : spec->nodes()) {
-    if (node.has_map())
-      specs.insert(specs.end(), node.map().ops().begin(),
-                   node.map().ops().end());
-    if (node.has_batch()) batch = node.batch().size();
-  }
-  auto ops = dw::BuildOps(specs, /*first_position=*/0, /*fuse=*/true);
-  auto ds = sluice::record::Dataset::Open(data);
-  if (!ops.ok() || !ds.ok()) {
-    std::fprintf(
-        stderr, "%s\n",
-        std::string((ops.ok() ? ds.status() : ops.status()).message()).c_str());
+  spec->mutable_source()->mutable_dataset()->set_path(data);
+  auto lp = pl::Validate(*spec);
+  if (!lp.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(lp.status().message()).c_str());
     return 1;
   }
-  const int image_col = (*ds)->schema().ColumnIndex("image");
-  std::vector<std::string> images;
-  for (uint64_t i = 0; i < (*ds)->size(); ++i) {
-    auto rec = (*ds)->Read(i);
+  auto plan = pl::Optimize(*lp, pl::OptimizerOptions());
+  if (!plan.ok() || !lp->batch) {
+    std::fprintf(stderr, "the spec must validate and have a batch node\n");
+    return 1;
+  }
+  const int batch_size = lp->batch->size;
+  const sluice::record::Dataset& ds = *lp->source->dataset();
+  const int image_col = ds.schema().ColumnIndex("image");
+  const int label_col = ds.schema().ColumnIndex("label");
+  std::vector<Record> records;
+  for (uint64_t i = 0; i < ds.size(); ++i) {
+    auto rec = ds.Read(i);
     if (!rec.ok()) return 1;
-    images.emplace_back(rec->columns[image_col].data);
+    Record r;
+    r.jpeg = rec->columns[image_col].data;
+    std::memcpy(&r.label, rec->columns[label_col].data.data(), sizeof r.label);
+    records.push_back(std::move(r));
   }
-  std::printf("kernels: %zu images in memory, chain:", images.size());
-  for (const auto& op : *ops)
-    std::printf(" %s", std::string(op->name()).c_str());
-  std::printf(", %d threads, batch %d\n", threads, batch);
 
-  auto run_epoch = [&](uint64_t epoch) {
-    std::atomic<bool> failed{false};
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t) {
-      pool.emplace_back([&, t] {
-        std::vector<uint8_t> buffer;
-        int filled = 0;
-        for (size_t i = t; i < images.size(); i += threads) {
-          dw::Tensor x = dw::Tensor::FromBytes(images[i]);
-          const dw::ElementContext ctx{spec->seed(), epoch, i};
-          for (const auto& op : *ops) {
-            auto r = op->Apply(std::move(x), ctx);
-            if (!r.ok()) {
-              failed = true;
-              return;
-            }
-            x = std::move(*r);
-          }
-          if (buffer.size() < x.num_bytes() * batch)
-            buffer.resize(x.num_bytes() * batch);
-          std::memcpy(buffer.data() + filled * x.num_bytes(), x.data(),
-                      x.num_bytes());
-          filled = (filled + 1) % batch;
-        }
-      });
+  // --- plan: the optimizer's map steps per element, vectorized per batch.
+  std::vector<std::shared_ptr<const dw::Op>> element_ops;
+  int image_slot = 0;
+  for (const auto& stage : plan->stages) {
+    for (const auto& step : stage.steps) {
+      if (step.kind != pl::Step::kMap) continue;
+      element_ops.insert(element_ops.end(), step.map.ops.begin(),
+                         step.map.ops.end());
+      image_slot = step.map.slots[0];
     }
-    for (auto& th : pool) th.join();
-    return !failed;
-  };
-  if (!run_epoch(0)) return 1;  // warm-up
-  const absl::Time start = absl::Now();
-  for (int e = 1; e <= epochs; ++e) {
-    if (!run_epoch(e)) return 1;
   }
-  const double secs = absl::ToDoubleSeconds(absl::Now() - start);
-  std::printf("kernels: %.1f images/s\n", images.size() * epochs / secs);
-  return 0;
+  std::vector<std::shared_ptr<const dw::Op>> batch_ops;
+  for (const auto& [slot, ops] : plan->stages.back().vectorized) {
+    if (slot == image_slot) batch_ops = ops;
+  }
+  // The element type entering the batch: from the first record.
+  dw::Tensor probe = dw::Tensor::FromBytes(records[0].jpeg);
+  for (const auto& op : element_ops) {
+    auto r = op->Apply(std::move(probe), dw::ElementContext{lp->seed, 0, 0});
+    if (!r.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(r.status().message()).c_str());
+      return 1;
+    }
+    probe = std::move(*r);
+  }
+  std::printf("plan: %s\n", plan->Describe().c_str());
+  std::printf("records: %zu in memory, %d threads, batch %d, avx2 %d\n",
+              records.size(), threads, batch_size,
+              dw::NormalizeKernelUsesAvx2() ? 1 : 0);
+
+  std::vector<char> dumped;
+  std::atomic<int64_t> dump_elements{0};
+  const ElementFn plan_element = [&](uint64_t g, uint64_t epoch, int64_t slot,
+                                     dw::Tensor* batch) {
+    dw::Tensor x = dw::Tensor::FromBytes(records[g].jpeg);
+    const dw::ElementContext ctx{lp->seed, epoch, g};
+    for (const auto& op : element_ops) {
+      auto r = op->Apply(std::move(x), ctx);
+      if (!r.ok()) return false;
+      x = std::move(*r);
+    }
+    if (x.num_bytes() * batch->dim(0) != batch->num_bytes()) return false;
+    std::memcpy(batch->data() + slot * x.num_bytes(), x.data(), x.num_bytes());
+    return true;
+  };
+  const BatchFn plan_finish = [&](dw::Tensor* batch) {
+    for (const auto& op : batch_ops) {
+      auto r = op->ApplyBatch(std::move(*batch));
+      if (!r.ok()) return false;
+      *batch = std::move(*r);
+    }
+    return true;
+  };
+  if (!dump.empty()) {
+    // Dataset order, one thread: element i of batch 0, 1, ... in order.
+    std::vector<Record> first(
+        records.begin(),
+        records.begin() + std::min<size_t>(dump_count, records.size()));
+    std::ofstream out(dump, std::ios::binary);
+    const BatchFn write = [&](dw::Tensor* batch) {
+      if (!plan_finish(batch)) return false;
+      out.write(reinterpret_cast<const char*>(batch->data()),
+                batch->num_bytes());
+      return true;
+    };
+    if (!RunEpoch(first, 1, 1, 0, probe.dtype(), probe.shape(), plan_element,
+                  write)) {
+      return 1;
+    }
+    std::printf("dumped %zu outputs to %s\n", first.size(), dump.c_str());
+  }
+
+  if (micro) {
+    const int64_t n = 64, plane = 224 * 224;
+    std::vector<uint8_t> in(n * plane * 3);
+    for (size_t i = 0; i < in.size(); ++i) in[i] = (i * 131 + 7) & 255;
+    std::vector<float> out(n * plane * 3);
+    const float scale[3] = {1 / (255 * 0.229f), 1 / (255 * 0.224f),
+                            1 / (255 * 0.225f)};
+    const float bias[3] = {-0.485f / 0.229f, -0.456f / 0.224f,
+                           -0.406f / 0.225f};
+    std::vector<float> lut(3 * 256);
+    for (int c = 0; c < 3; ++c) {
+      for (int v = 0; v < 256; ++v) {
+        lut[c * 256 + v] = static_cast<float>(v) * scale[c] + bias[c];
+      }
+    }
+    auto time_ms = [&](const std::function<void()>& fn) {
+      fn();
+      const absl::Time t0 = absl::Now();
+      for (int r = 0; r < 10; ++r) fn();
+      return absl::ToDoubleMilliseconds(absl::Now() - t0) / 10;
+    };
+    const double lut_ms = time_ms([&] {
+      for (int64_t i = 0; i < n; ++i) {  // the previous kernel, verbatim
+        const uint8_t* src = in.data() + i * plane * 3;
+        float* d0 = out.data() + i * plane * 3;
+        float *d1 = d0 + plane, *d2 = d0 + 2 * plane;
+        for (int64_t p = 0; p < plane; ++p, src += 3) {
+          d0[p] = lut[src[0]];
+          d1[p] = lut[256 + src[1]];
+          d2[p] = lut[512 + src[2]];
+        }
+      }
+    });
+    const double kernel_ms = time_ms([&] {
+      for (int64_t i = 0; i < n; ++i) {
+        dw::NormalizeHwc3ToChw(in.data() + i * plane * 3, 1, plane, plane * 3,
+                               false, scale, bias, out.data() + i * plane * 3);
+      }
+    });
+    std::printf("normalize: tables %.2f ms/batch, kernel %.2f ms/batch\n",
+                lut_ms, kernel_ms);
+  }
+
+  double plan_rate = 0, fast_rate = 0, plan_cpu = 0, fast_cpu = 0;
+  if (chain == "plan" || chain == "both") {
+    plan_rate = Time(
+        [&](uint64_t e) {
+          return RunEpoch(records, threads, batch_size, e, probe.dtype(),
+                          probe.shape(), plan_element, plan_finish);
+        },
+        epochs, records.size(), &plan_cpu);
+    std::printf("plan: %.1f images/s, %.0f us CPU/image\n", plan_rate,
+                plan_cpu);
+  }
+
+  if (chain == "fast" || chain == "both") {
+    // Recognize the two shipped specs from their ops.
+    std::vector<sluice::proto::OpSpec> ops;
+    for (const auto& n : spec->nodes()) {
+      if (n.has_map())
+        ops.insert(ops.end(), n.map().ops().begin(), n.map().ops().end());
+    }
+    const bool train = ops.size() == 5 && ops[1].has_random_resized_crop() &&
+                       ops[2].has_random_horizontal_flip();
+    const bool eval =
+        ops.size() == 5 && ops[1].has_resize() && ops[2].has_center_crop();
+    if (!(train || eval) || !ops[0].has_decode() || !ops[3].has_normalize() ||
+        !ops[4].has_hwc2chw()) {
+      std::fprintf(stderr, "fast chain: unsupported spec\n");
+      return 1;
+    }
+    const dw::DctScaleRule rule = dct_rule == "eighth"
+                                      ? dw::DctScaleRule::kSmallestEighth
+                                      : dw::DctScaleRule::kPowerOfTwo;
+    float scale[3], bias[3];
+    const auto& norm = ops[3].normalize();
+    for (int c = 0; c < 3; ++c) {
+      const double mean = norm.mean(norm.mean_size() == 1 ? 0 : c);
+      const double std = norm.std(norm.std_size() == 1 ? 0 : c);
+      scale[c] = static_cast<float>(1.0 / (255.0 * std));
+      bias[c] = static_cast<float>(-mean / std);
+    }
+    dw::RandomResizedCropSpec rrc;
+    dw::ResizeSpec resize;
+    dw::CenterCropSpec crop;
+    int out_h = 0, out_w = 0;
+    const dw::OpLabel label;
+    if (train) {
+      rrc = *dw::ParseRandomResizedCrop(ops[1].random_resized_crop(), label);
+      out_h = rrc.height;
+      out_w = rrc.width;
+    } else {
+      resize = *dw::ParseResize(ops[1].resize(), label);
+      crop = *dw::ParseCenterCrop(ops[2].center_crop(), label);
+      out_h = crop.height;
+      out_w = crop.width;
+    }
+    const float flip_p = ops.size() > 2 &&
+                                 ops[2].has_random_horizontal_flip() &&
+                                 ops[2].random_horizontal_flip().has_p()
+                             ? ops[2].random_horizontal_flip().p()
+                             : 0.5f;
+    const ElementFn fast_element = [&](uint64_t g, uint64_t epoch, int64_t slot,
+                                       dw::Tensor* batch) {
+      const dw::ElementContext ctx{lp->seed, epoch, g};
+      const dw::PlanFn plan_fn = [&](int h,
+                                     int w) -> absl::StatusOr<dw::DecodePlan> {
+        dw::DecodePlan p;
+        if (train) {
+          sluice::Rng rng = ctx.RngFor(1);
+          p.box = dw::RandomResizedCropBox(rrc, h, w, rng);
+          p.out_height = out_h;
+          p.out_width = out_w;
+        } else {
+          p.box = dw::CropBox{0, 0, h, w};
+          dw::ResizeOutputSize(resize, h, w, &p.out_height, &p.out_width);
+        }
+        p.interpolation = train ? rrc.interpolation : resize.interpolation;
+        p.allow_dct_scaling = true;
+        p.dct_rule = rule;
+        return p;
+      };
+      auto img = dw::DecodeImageRegion(records[g].jpeg, plan_fn);
+      if (!img.ok()) return false;
+      const int64_t h = img->dim(0), w = img->dim(1);
+      int64_t top = 0, left = 0;
+      bool flip = false;
+      if (train) {
+        sluice::Rng rng = ctx.RngFor(2);
+        flip = rng.Bernoulli(flip_p);
+      } else {
+        auto box = dw::CenterCropBox(crop, static_cast<int>(h),
+                                     static_cast<int>(w), dw::OpLabel{});
+        if (!box.ok()) return false;
+        top = box->top;
+        left = box->left;
+      }
+      const int64_t plane = int64_t{out_h} * out_w;
+      dw::NormalizeHwc3ToChw(img->data() + (top * w + left) * 3, out_h, out_w,
+                             w * 3, flip, scale, bias,
+                             batch->data_as<float>() + slot * 3 * plane);
+      return true;
+    };
+    const BatchFn fast_finish = [](dw::Tensor*) { return true; };
+    fast_rate = Time(
+        [&](uint64_t e) {
+          return RunEpoch(records, threads, batch_size, e, dw::DType::kFloat32,
+                          {3, out_h, out_w}, fast_element, fast_finish);
+        },
+        epochs, records.size(), &fast_cpu);
+    std::printf("fast: %.1f images/s, %.0f us CPU/image (dct rule %s)\n",
+                fast_rate, fast_cpu, dct_rule.c_str());
+  }
+  std::printf("ceiling: %.1f images/s\n", std::max(plan_rate, fast_rate));
+  return plan_rate < 0 || fast_rate < 0 ? 1 : 0;
 }

@@ -119,12 +119,12 @@ absl::StatusOr<std::unique_ptr<Op>> MakeColorJitter(
       {"hue", spec.hue()}};
   for (const auto& [field, v] : fields) {
     if (!(v >= 0) || !std::isfinite(v)) {
-      return label.SpecError(absl::StrCat(field, " must be >= 0, got ", v));
+      return label.FieldError(field, absl::StrCat("must be >= 0, got ", v));
     }
   }
   if (spec.hue() > 0.5) {
-    return label.SpecError(
-        absl::StrCat("hue must be in [0, 0.5], got ", spec.hue()));
+    return label.FieldError(
+        "hue", absl::StrCat("must be in [0, 0.5], got ", spec.hue()));
   }
   return std::make_unique<ColorJitterOpImpl>(std::move(label), spec);
 }

@@ -142,10 +142,12 @@ absl::StatusOr<Tensor> DecodeJpegRegion(std::string_view encoded,
   const int full_w = static_cast<int>(cinfo.image_width);
   ASSIGN_OR_RETURN(const DecodePlan p, plan(full_h, full_w));
 
-  // Smallest DCT scale n/8 keeping the box at least as large as the output.
+  // Smallest allowed DCT scale n/8 keeping the box at least as large as the
+  // output.
   int n = 8;
   if (p.allow_dct_scaling) {
-    for (n = 1; n < 8; ++n) {
+    const int step_pow2 = p.dct_rule == DctScaleRule::kPowerOfTwo;
+    for (n = 1; n < 8; n = step_pow2 ? n * 2 : n + 1) {
       if (int64_t{p.box.width} * n >= int64_t{p.out_width} * 8 &&
           int64_t{p.box.height} * n >= int64_t{p.out_height} * 8) {
         break;

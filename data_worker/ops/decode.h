@@ -32,6 +32,15 @@
 
 namespace sluice::data_worker {
 
+// How the DCT scale of a region decode is chosen: the smallest scale keeping
+// the decoded box at least as large as the output, among
+//   kPowerOfTwo:      1/8, 1/4, 1/2, 1 (libjpeg-turbo's fast IDCT paths; the
+//                     rest of the reduction is left to the resize)
+//   kSmallestEighth:  any n/8 (fewest decoded pixels, slow odd-size IDCTs)
+// docs/BENCHMARKS.md ("The engine at the hardware limit") has the measured
+// rates and errors of both.
+enum class DctScaleRule { kPowerOfTwo, kSmallestEighth };
+
 // What to produce from an image once its full size is known.
 struct DecodePlan {
   CropBox box;         // in full-image pixels
@@ -41,6 +50,8 @@ struct DecodePlan {
   // Whether the box may be downscaled in the DCT domain (only for bilinear/area
   // resizes).
   bool allow_dct_scaling = false;
+  // Which DCT scales to pick from (see DctScaleRule).
+  DctScaleRule dct_rule = DctScaleRule::kPowerOfTwo;
 };
 // Computes the plan from the full image height and width; an error aborts the
 // decode.

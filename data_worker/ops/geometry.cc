@@ -18,14 +18,14 @@ absl::Status ParseSize(int size, int height, int width, const OpLabel& label,
   if (size != 0 && (height != 0 || width != 0)) {
     return label.SpecError("set either size or height and width, not both");
   }
-  if (size < 0) return label.SpecError("size must be > 0");
+  if (size < 0) return label.FieldError("size", "must be > 0");
   if (size > 0) {
     *h = *w = size;
     return absl::OkStatus();
   }
-  if (height == 0 && width == 0) return label.SpecError("size must be > 0");
-  if (height <= 0) return label.SpecError("height must be > 0");
-  if (width <= 0) return label.SpecError("width must be > 0");
+  if (height == 0 && width == 0) return label.FieldError("size", "must be > 0");
+  if (height <= 0) return label.FieldError("height", "must be > 0");
+  if (width <= 0) return label.FieldError("width", "must be > 0");
   *h = height;
   *w = width;
   return absl::OkStatus();
@@ -220,7 +220,7 @@ absl::StatusOr<ResizeSpec> ParseResize(const proto::ResizeOp& spec,
     if (spec.height() != 0 || spec.width() != 0) {
       return label.SpecError("set either size or height and width, not both");
     }
-    if (spec.size() < 0) return label.SpecError("size must be > 0");
+    if (spec.size() < 0) return label.FieldError("size", "must be > 0");
     out.size = spec.size();
   } else {
     RETURN_IF_ERROR(ParseSize(0, spec.height(), spec.width(), label,
@@ -249,15 +249,16 @@ absl::StatusOr<RandomResizedCropSpec> ParseRandomResizedCrop(
   if (spec.has_ratio_max()) out.ratio_max = spec.ratio_max();
   if (!(out.scale_min > 0) || !(out.scale_max <= 1.0) ||
       !(out.scale_min <= out.scale_max)) {
-    return label.SpecError(absl::StrCat(
-        "scale must satisfy 0 < scale_min <= scale_max <= 1, got (",
-        out.scale_min, ", ", out.scale_max, ")"));
+    return label.FieldError(
+        "scale",
+        absl::StrCat("must satisfy 0 < scale_min <= scale_max <= 1, got (",
+                     out.scale_min, ", ", out.scale_max, ")"));
   }
   if (!(out.ratio_min > 0) || !(out.ratio_min <= out.ratio_max) ||
       !std::isfinite(out.ratio_max)) {
-    return label.SpecError(
-        absl::StrCat("ratio must satisfy 0 < ratio_min <= ratio_max, got (",
-                     out.ratio_min, ", ", out.ratio_max, ")"));
+    return label.FieldError(
+        "ratio", absl::StrCat("must satisfy 0 < ratio_min <= ratio_max, got (",
+                              out.ratio_min, ", ", out.ratio_max, ")"));
   }
   out.interpolation = CvInterpolation(spec.interpolation(), cv::INTER_LINEAR);
   return out;
@@ -362,7 +363,7 @@ absl::StatusOr<std::unique_ptr<Op>> MakeRandomCrop(
   int h = 0, w = 0;
   RETURN_IF_ERROR(
       ParseSize(spec.size(), spec.height(), spec.width(), label, &h, &w));
-  if (spec.padding() < 0) return label.SpecError("padding must be >= 0");
+  if (spec.padding() < 0) return label.FieldError("padding", "must be >= 0");
   return std::make_unique<RandomCropOpImpl>(
       std::move(label), h, w, spec.padding(), spec.pad_if_needed());
 }
@@ -371,7 +372,7 @@ absl::StatusOr<std::unique_ptr<Op>> MakeRandomHorizontalFlip(
     const proto::RandomHorizontalFlipOp& spec, OpLabel label) {
   const double p = spec.has_p() ? spec.p() : 0.5;
   if (!(p >= 0 && p <= 1)) {
-    return label.SpecError(absl::StrCat("p must be in [0, 1], got ", p));
+    return label.FieldError("p", absl::StrCat("must be in [0, 1], got ", p));
   }
   return std::make_unique<RandomHorizontalFlipOpImpl>(std::move(label), p);
 }
@@ -379,8 +380,8 @@ absl::StatusOr<std::unique_ptr<Op>> MakeRandomHorizontalFlip(
 absl::StatusOr<std::unique_ptr<Op>> MakeRandomRotation(
     const proto::RandomRotationOp& spec, OpLabel label) {
   if (!(spec.degrees() >= 0) || !std::isfinite(spec.degrees())) {
-    return label.SpecError(
-        absl::StrCat("degrees must be >= 0, got ", spec.degrees()));
+    return label.FieldError("degrees",
+                            absl::StrCat("must be >= 0, got ", spec.degrees()));
   }
   return std::make_unique<RandomRotationOpImpl>(
       std::move(label), spec.degrees(),

@@ -68,9 +68,8 @@ CropBox RandomResizedCropBox(const RandomResizedCropSpec& spec, int height,
                              int width, Rng& rng);
 
 // Crops `box` out of image `src` and resizes it to out_height × out_width with
-// cv::resize
-// (`cv_interpolation`); a plain copy when the sizes match. REQUIRES:
-// IsCvImage(src), box inside.
+// cv::resize (`cv_interpolation`); a plain copy when the sizes match.
+// REQUIRES: IsCvImage(src), box inside.
 Tensor CropAndResize(const Tensor& src, const CropBox& box, int out_height,
                      int out_width, int cv_interpolation);
 

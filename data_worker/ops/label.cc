@@ -60,8 +60,8 @@ class OneHotOpImpl final : public Op {
 absl::StatusOr<std::unique_ptr<Op>> MakeOneHot(const proto::OneHotOp& spec,
                                                OpLabel label) {
   if (spec.num_classes() <= 0) {
-    return label.SpecError(
-        absl::StrCat("num_classes must be > 0, got ", spec.num_classes()));
+    return label.FieldError(
+        "num_classes", absl::StrCat("must be > 0, got ", spec.num_classes()));
   }
   return std::make_unique<OneHotOpImpl>(std::move(label), spec.num_classes());
 }

@@ -8,9 +8,14 @@
 // an element gets the same augmentation on any worker, at any parallelism,
 // fused or not.
 //
-//   ASSIGN_OR_RETURN(auto ops, BuildOps(stage.ops(), /*first_position=*/0,
-//   /*fuse=*/true)); for (const auto& op : ops) ASSIGN_OR_RETURN(t,
-//   op->Apply(std::move(t), ctx));
+//   ASSIGN_OR_RETURN(auto ops,
+//                    BuildOps(stage.ops(), /*first_position=*/0, /*fuse=*/true));
+//   for (const auto& op : ops) {
+//     ASSIGN_OR_RETURN(t, op->Apply(std::move(t), ctx));
+//   }
+//
+// Each op is registered once (registry.h): proto case, factory, type
+// inference, batched kernel, fusion rule.
 //
 // Threads: the library calls cv::setNumThreads(0) once when the first op is
 // built, so OpenCV runs on the caller's thread; the pipeline owns all
@@ -30,6 +35,8 @@
 #include "proto/ops.pb.h"
 
 namespace sluice::data_worker {
+
+struct OpLabel;  // op_util.h
 
 // Identity of the element being processed; every random op derives its
 // generator from it.
@@ -64,15 +71,23 @@ class Op {
 
 // Validates and builds the ops of one map stage. `first_position` is the
 // pipeline-wide position of specs[0] (positions seed the randomness, so they
-// are assigned before any fusion). With fuse=true, adjacent ops are replaced by
-// fused kernels: Decode+RandomResizedCrop, Decode+Resize, Decode+CenterCrop
-// (JPEG region-of-interest + DCT-scaled decode through libjpeg-turbo), and
-// Normalize+HWC2CHW[+Cast to float32/float16] (one pass). A fused op uses the
-// same op positions (same random draws) as the unfused chain. InvalidArgument
-// names the op (position and type) and the field, e.g. "op 2
-// (RandomResizedCrop): size must be > 0".
+// are assigned before any fusion). With fuse=true, adjacent ops are replaced
+// by fused kernels (the fusion rules of registry.cc):
+//   Decode+RandomResizedCrop, Decode+Resize, Decode+CenterCrop
+//       JPEG region-of-interest + DCT-scaled decode through libjpeg-turbo
+//   Normalize+HWC2CHW[+Cast to float32/float16]
+//       one pass
+// A fused op uses the same op positions (same random draws) as the unfused
+// chain. InvalidArgument names the op (position and type) and the field, e.g.
+//   op 2 (RandomResizedCrop): size must be > 0
+// with a pipeline_spec::SpecLocation payload.
 absl::StatusOr<std::vector<std::unique_ptr<Op>>> BuildOps(
     const std::vector<proto::OpSpec>& specs, int first_position, bool fuse);
+// The same with explicit labels (one per spec; validation passes labels that
+// name the spec location, "map[1].ops[2] (Resize)").
+absl::StatusOr<std::vector<std::unique_ptr<Op>>> BuildOps(
+    const std::vector<proto::OpSpec>& specs, const std::vector<OpLabel>& labels,
+    bool fuse);
 
 }  // namespace sluice::data_worker
 

@@ -3,11 +3,13 @@
 #ifndef SLUICE_DATA_WORKER_OPS_OP_UTIL_H_
 #define SLUICE_DATA_WORKER_OPS_OP_UTIL_H_
 
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/pipeline_spec/location.h"
 #include "data_worker/ops/tensor.h"
 #include "opencv2/core.hpp"
 #include "opencv2/imgproc.hpp"
@@ -20,18 +22,37 @@ inline absl::string_view Sv(std::string_view s) {
   return absl::string_view(s.data(), s.size());
 }
 
-// Where an op sits in the pipeline and what it is called in messages: "op 3
-// (Resize)".
+// Where an op sits and what it is called in messages. Built by BuildOps with
+// only the pipeline-wide position ("op 3 (Resize)"); validation
+// (data_worker/pipeline/spec.h) sets `at` to the op's place in the spec
+// ("map[1].ops[2] (Resize)"). Errors carry the location as a payload
+// (common/pipeline_spec/location.h).
 struct OpLabel {
   int position = 0;
   std::string name;
+  std::optional<pipeline_spec::SpecLocation> at;
 
-  std::string ToString() const {
-    return absl::StrCat("op ", position, " (", name, ")");
+  pipeline_spec::SpecLocation Location(std::string_view field = {}) const {
+    pipeline_spec::SpecLocation loc;
+    if (at) {
+      loc = *at;
+    } else {
+      loc.op_index = position;
+    }
+    loc.op_type = name;
+    loc.field = std::string(field);
+    return loc;
   }
+  std::string ToString() const { return Location().ToString(); }
+  // A bad spec, not about one field: "op 2 (Cast): ...".
   absl::Status SpecError(std::string_view message) const {
-    return absl::InvalidArgumentError(
-        absl::StrCat(ToString(), ": ", Sv(message)));
+    return pipeline_spec::SpecError(Location(), message);
+  }
+  // A bad field: "op 2 (RandomResizedCrop): size must be > 0".
+  absl::Status FieldError(std::string_view field,
+                          std::string_view message) const {
+    return pipeline_spec::SpecError(Location(field),
+                                    absl::StrCat(Sv(field), " ", Sv(message)));
   }
   absl::Status InputError(std::string_view expected, const Tensor& got) const {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -63,9 +63,9 @@ constexpr int64_t kMaxMicros = 60'000'000;
 absl::StatusOr<std::unique_ptr<Op>> MakeSpin(const proto::SpinOp& spec,
                                              OpLabel label) {
   if (spec.cpu_micros() < 0 || spec.cpu_micros() > kMaxMicros) {
-    return label.SpecError(absl::StrCat("cpu_micros must be in [0, ",
-                                        kMaxMicros, "], got ",
-                                        spec.cpu_micros()));
+    return label.FieldError(
+        "cpu_micros", absl::StrCat("must be in [0, ", kMaxMicros, "], got ",
+                                   spec.cpu_micros()));
   }
   return std::make_unique<SpinOpImpl>(std::move(label), spec.cpu_micros());
 }
@@ -73,8 +73,9 @@ absl::StatusOr<std::unique_ptr<Op>> MakeSpin(const proto::SpinOp& spec,
 absl::StatusOr<std::unique_ptr<Op>> MakeSleep(const proto::SleepOp& spec,
                                               OpLabel label) {
   if (spec.micros() < 0 || spec.micros() > kMaxMicros) {
-    return label.SpecError(absl::StrCat("micros must be in [0, ", kMaxMicros,
-                                        "], got ", spec.micros()));
+    return label.FieldError(
+        "micros",
+        absl::StrCat("must be in [0, ", kMaxMicros, "], got ", spec.micros()));
   }
   return std::make_unique<SleepOpImpl>(std::move(label), spec.micros());
 }

@@ -6,8 +6,8 @@
 // opaque byte string and have shape {}.
 //
 //   Tensor img = Tensor::Allocate(DType::kUint8, {224, 224, 3});
-//   cv::resize(src, img.AsMat(), cv::Size(224, 224));  // writes in place, no
-//   extra copy
+//   // Writes in place, no extra copy:
+//   cv::resize(src, img.AsMat(), cv::Size(224, 224));
 //
 // Not thread-safe; a Tensor is owned by the one op or stage working on it.
 #ifndef SLUICE_DATA_WORKER_OPS_TENSOR_H_

@@ -19,8 +19,8 @@ struct StageSample {
   bool finished = false;    // the stage has seen the end of its input
   uint64_t elements = 0;    // elements finished during the interval
   double busy_seconds = 0;  // thread-seconds spent on them
-  int64_t max_element_bytes =
-      0;  // largest element seen in the stage's output queue
+  // Largest element seen in the stage's output queue.
+  int64_t max_element_bytes = 0;
 };
 
 struct AutotuneInput {
@@ -31,13 +31,19 @@ struct AutotuneInput {
   int cpu_budget = 1;               // threads, all stages together
   int64_t memory_budget_bytes = 0;  // bytes queued, all queues together
   int prefetch = -1;                // final queue size, -1 = AUTOTUNE
+  // Length of the interval the samples cover; 0 = unknown (then no thread is
+  // given back for being idle).
+  double interval_seconds = 0;
 };
 
 struct AutotuneDecision {
-  std::vector<int> threads;             // per stage, never lower than before
+  // Per stage. Lower than before only for a stage that gave a thread back
+  // (idle, or the budget shrank); never below 1.
+  std::vector<int> threads;
   std::vector<int64_t> queue_capacity;  // per stage output queue, items
   std::vector<int64_t> queue_bytes;     // per stage output queue, byte limit
   int bottleneck = -1;                  // stage that got a thread, or -1
+  int released = -1;  // a stage that gave a thread back, or -1
 };
 
 AutotuneDecision DecideAutotune(const AutotuneInput& in);

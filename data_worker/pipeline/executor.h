@@ -1,6 +1,10 @@
 // Executor: runs a validated, optimized pipeline (plan.h) for one epoch at a
 // time.
 //
+// Where the pieces live: validation spec.h, optimizer plan.h, one epoch's
+// threads and queues epoch_run.h, batching batch_assembler.h, the queues
+// ordered_queue.h, thread counts autotune.h; docs/engine.md tells the story.
+//
 // Each stage of the plan has its own worker threads; stages are connected by
 // bounded OrderedQueues, so elements leave in the order of the input sequence
 // whatever the parallelism, and a consumer that stops reading stops the
@@ -26,9 +30,9 @@
 // by GetNext in its place in the sequence, and the epoch ends; with skip the
 // element is dropped and counted.
 //
-// Threads: Start() starts the stage workers and the autotuner; Stop() (or the
-// next Start, or the destructor) cancels and joins them. GetNext/Start/Stop
-// must be called from one thread at a time.
+// Threads: Start() starts the stage workers and the autotuner (an EpochRun
+// owns them); Stop() (or the next Start, or the destructor) cancels and joins
+// them. GetNext/Start/Stop must be called from one thread at a time.
 #ifndef SLUICE_DATA_WORKER_PIPELINE_EXECUTOR_H_
 #define SLUICE_DATA_WORKER_PIPELINE_EXECUTOR_H_
 
@@ -46,20 +50,15 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/base/clock.h"
+#include "data_worker/pipeline/element.h"
 #include "data_worker/pipeline/plan.h"
 #include "data_worker/pipeline/spec.h"
 #include "prometheus/registry.h"
 
 namespace sluice::data_worker::pipeline {
 
-// One output of the pipeline: an element, or a batch (columns stacked, leading
-// dimension N).
-struct Element {
-  std::vector<Tensor> columns;
-  std::vector<uint64_t>
-      global_indices;  // one per element of the batch (one if unbatched)
-  uint64_t epoch = 0;
-};
+class EpochRun;  // epoch_run.h
+struct ExecutorMetrics;
 
 struct ExecutorOptions {
   OptimizerOptions optimizer;
@@ -78,8 +77,8 @@ struct ExecutorOptions {
 struct StageStats {
   std::string name;
   int threads = 0;
-  uint64_t elements =
-      0;  // elements (or for a batch stage: input elements) processed
+  // Elements (for a batch stage: input elements) processed.
+  uint64_t elements = 0;
   uint64_t dropped = 0;  // filtered out or skipped
   double busy_seconds = 0;
   int64_t queue_capacity = 0;
@@ -128,16 +127,19 @@ class Executor {
   // Cancels the running epoch and joins its threads. Idempotent.
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Changes the thread budget of all stages together, also for the running
+  // epoch: autotune gives threads back (at element boundaries) until the total
+  // fits, or may add up to the new budget. REQUIRES: threads > 0.
+  void SetCpuBudget(int threads) { cpu_budget_.store(threads); }
+
   PipelineStats stats() const ABSL_LOCKS_EXCLUDED(mu_);
   const PhysicalPlan& plan() const { return plan_; }
   const LogicalPipeline& logical() const { return logical_; }
   uint64_t source_size() const { return logical_.source->size(); }
   // Live element bytes anywhere in the pipeline (queues and workers): for
   // back-pressure tests.
-  int64_t live_bytes() const { return live_bytes_.load(); }
-  int64_t peak_live_bytes() const { return peak_live_bytes_.load(); }
-
-  struct EpochRun;  // one epoch's threads and queues (executor.cc)
+  int64_t live_bytes() const { return live_.live(); }
+  int64_t peak_live_bytes() const { return live_.peak(); }
 
  private:
   Executor(LogicalPipeline logical, PhysicalPlan plan, ExecutorOptions options);
@@ -145,8 +147,12 @@ class Executor {
   const LogicalPipeline logical_;
   const PhysicalPlan plan_;
   const ExecutorOptions options_;
-  std::vector<bool>
-      index_mask_;  // pushed-down filters: true = keep (empty = keep all)
+  // Pushed-down filters: true = keep (empty = keep all).
+  std::vector<bool> index_mask_;
+
+  // Declared before run_: the run's items count into live_ until destroyed.
+  LiveBytes live_;
+  std::unique_ptr<ExecutorMetrics> metrics_;  // null without a registry
 
   mutable absl::Mutex mu_;
   std::unique_ptr<EpochRun> run_ ABSL_GUARDED_BY(mu_);
@@ -155,12 +161,8 @@ class Executor {
   // from them.
   std::vector<int> tuned_threads_ ABSL_GUARDED_BY(mu_);
 
-  std::atomic<int64_t> live_bytes_{0};
-  std::atomic<int64_t> peak_live_bytes_{0};
-  struct Metrics;
-  std::unique_ptr<Metrics> metrics_;  // null without a registry
   Clock* clock_ = nullptr;
-  int cpu_budget_ = 1;
+  std::atomic<int> cpu_budget_{1};
 
   PipelineStats CollectStats(const EpochRun& run) const;
 };

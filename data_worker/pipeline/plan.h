@@ -18,8 +18,10 @@
 //     index, before any record is read;
 //   - source fusion: the Read step runs in the first stage's threads (no
 //     source stage);
-//   - map+batch fusion: the last map runs in the batch stage's threads, each
-//     writing its result straight into its slot of the batch buffer;
+//   - map+batch fusion: the last map runs in the batch stage's threads; each
+//     thread then copies its element into the element's slot of the batch
+//     buffer (one memcpy per column, batch_assembler.h), without a queue
+//     hand-off in between;
 //   - vectorization: trailing ops of the last map that have batched kernels
 //     (Normalize, HWC2CHW, Cast, OneHot and their fusions) run once per batch
 //     (ApplyBatch).
@@ -64,8 +66,8 @@ struct MapStep {
 
 struct FilterStep {
   std::string name;
-  std::vector<std::pair<int, record::Filter>>
-      predicates;  // (slot, filter), all must match
+  // (slot, filter), all must match.
+  std::vector<std::pair<int, record::Filter>> predicates;
 };
 
 struct Step {
@@ -88,9 +90,10 @@ struct StagePlan {
 
 struct PhysicalPlan {
   std::vector<StagePlan> stages;
-  std::vector<record::Filter>
-      source_filters;                 // pushed-down predicates (dataset index)
-  std::vector<std::string> rewrites;  // applied rewrites, for logs and the CLI
+  // Pushed-down predicates (run on the dataset index).
+  std::vector<record::Filter> source_filters;
+  // Applied rewrites, for logs and the CLI.
+  std::vector<std::string> rewrites;
   int prefetch = kAutotune;
   std::string Describe() const;  // "source[Read] -> map[0][Map x3] -> batch"
 };

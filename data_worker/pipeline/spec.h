@@ -1,12 +1,15 @@
-// Reading and validating a pipeline spec (proto/pipeline.proto).
+// Validating a pipeline spec (proto/pipeline.proto).
 //
-// ParsePipeline accepts YAML or JSON (YAML is a superset of JSON), one message
-// per node so that errors name the node: `map[1].ops[2]: unknown op 'blur'`.
-// The scalar AUTOTUNE (any case) stands for -1 wherever a number is expected.
-// Validate() then checks order rules, columns, dtypes and shapes statically (as
-// far as they are known) and returns the LogicalPipeline the optimizer
-// rewrites. Nodes are named by kind and index among nodes of that kind: map[0],
-// filter[1], batch.
+// Parsing (YAML/JSON text → proto::Pipeline) lives in
+// common/pipeline_spec/parse.h; ParsePipeline and LoadPipelineFile below
+// forward to it for existing callers. Validate() checks order rules, columns,
+// dtypes and shapes statically (as far as they are known; each op's type
+// inference is its registration in data_worker/ops/registry.h) and returns the
+// LogicalPipeline the optimizer rewrites. Nodes are named by kind and index
+// among nodes of that kind: map[0], filter[1], batch. Errors carry a
+// pipeline_spec::SpecLocation payload (common/pipeline_spec/location.h):
+//
+//   map[1].ops[2] (RandomResizedCrop): size must be > 0
 #ifndef SLUICE_DATA_WORKER_PIPELINE_SPEC_H_
 #define SLUICE_DATA_WORKER_PIPELINE_SPEC_H_
 
@@ -19,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/record/filter.h"
+#include "data_worker/ops/registry.h"
 #include "data_worker/pipeline/source.h"
 #include "proto/pipeline.pb.h"
 
@@ -26,17 +30,16 @@ namespace sluice::data_worker::pipeline {
 
 inline constexpr int kAutotune = -1;
 
-// YAML or JSON text → Pipeline. InvalidArgument names the node and field.
+// Forward to pipeline_spec::ParsePipelineSpec / LoadPipelineSpecFile.
 absl::StatusOr<proto::Pipeline> ParsePipeline(std::string_view text);
-// Reads a .yaml/.yml/.json file. NotFound if it does not exist.
 absl::StatusOr<proto::Pipeline> LoadPipelineFile(const std::string& path);
 
 struct LogicalMap {
   std::string name;        // "map[0]"
   std::vector<int> slots;  // columns the ops run on (positions in the element)
   std::vector<proto::OpSpec> ops;
-  int first_position =
-      0;  // pipeline-wide position of ops[0] (seeds randomness)
+  // Pipeline-wide position of ops[0] (seeds randomness).
+  int first_position = 0;
   int parallelism = kAutotune;
 };
 
@@ -67,6 +70,9 @@ struct LogicalPipeline {
   std::shared_ptr<const Source> source;
   std::vector<int> source_columns;        // schema column of each element slot
   std::vector<std::string> column_names;  // final name of each slot
+  // Type of each slot after the last map, as inferred (-1: any size); a
+  // batch adds a leading dimension.
+  std::vector<ColumnType> column_types;
   bool shuffle = false;
   uint64_t shuffle_seed = 0;
   uint64_t seed = 0;
@@ -81,6 +87,13 @@ struct LogicalPipeline {
 // field) for a bad pipeline; NotFound for a missing source path; DataLoss for a
 // corrupt dataset manifest.
 absl::StatusOr<LogicalPipeline> Validate(const proto::Pipeline& spec);
+
+// Checks one output of the pipeline (an element, or a batch with a leading
+// dimension) against the inferred column types: Internal "output column
+// 'image' is float32[64,3,200,200], the spec says float32[N,3,224,224]" if an
+// op produced something its type inference did not promise.
+absl::Status CheckOutputType(const LogicalPipeline& lp,
+                             const std::vector<Tensor>& columns, bool batched);
 
 }  // namespace sluice::data_worker::pipeline
 

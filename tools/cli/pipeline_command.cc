@@ -1,7 +1,11 @@
 // sluice pipeline run --spec FILE.yaml [--data DIR] [--epochs E] [--threads N]
-// [--ids-out FILE] Runs a pipeline in this process (no service) and reports
-// per-stage statistics, the autotuned parallelism and, last, `throughput: <N>
-// images/s`.
+//                     [--ids-out FILE]
+// Runs a pipeline in this process (no service), checks every output's dtype
+// and shape against what validation inferred from the spec, and reports
+// per-stage statistics, the autotuned parallelism and, last,
+// `throughput: <N> images/s`.
+#include <sys/resource.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -112,6 +116,14 @@ void PrintStats(const PipelineStats& stats) {
       static_cast<unsigned long long>(stats.filtered));
 }
 
+// Process CPU time (user + system), seconds.
+double CpuSeconds() {
+  rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec +
+         1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
 absl::Status RunPipeline(const PipelineFlags& flags) {
   ASSIGN_OR_RETURN(proto::Pipeline pipeline,
                    data_worker::pipeline::LoadPipelineFile(flags.spec));
@@ -135,7 +147,7 @@ absl::Status RunPipeline(const PipelineFlags& flags) {
                                         flags.ids_out + "'");
   }
   uint64_t elements = 0;
-  double timed_seconds = 0;
+  double timed_seconds = 0, timed_cpu = 0;
   const uint64_t total_epochs = flags.warmup_epochs + flags.epochs;
   for (uint64_t epoch = 0; epoch < total_epochs; ++epoch) {
     const bool warmup = epoch < flags.warmup_epochs;
@@ -144,12 +156,16 @@ absl::Status RunPipeline(const PipelineFlags& flags) {
                : absl::StrFormat("epoch %d", epoch - flags.warmup_epochs),
         executor->source_size());
     const absl::Time start = absl::Now();
+    const double cpu_start = CpuSeconds();
     RETURN_IF_ERROR(executor->Start(epoch));
     uint64_t epoch_elements = 0;
     while (true) {
       ASSIGN_OR_RETURN(std::optional<data_worker::pipeline::Element> out,
                        executor->GetNext());
       if (!out.has_value()) break;
+      RETURN_IF_ERROR(data_worker::pipeline::CheckOutputType(
+          executor->logical(), out->columns,
+          /*batched=*/executor->logical().batch.has_value()));
       epoch_elements += out->global_indices.size();
       if (!warmup && ids.is_open()) {
         for (uint64_t id : out->global_indices) ids << id << '\n';
@@ -159,6 +175,7 @@ absl::Status RunPipeline(const PipelineFlags& flags) {
     bar.Done();
     if (!warmup) {
       timed_seconds += absl::ToDoubleSeconds(absl::Now() - start);
+      timed_cpu += CpuSeconds() - cpu_start;
       elements += epoch_elements;
     }
   }
@@ -167,6 +184,10 @@ absl::Status RunPipeline(const PipelineFlags& flags) {
               static_cast<unsigned long long>(elements),
               static_cast<unsigned long long>(flags.epochs), timed_seconds,
               std::thread::hardware_concurrency());
+  // CPU per image: robust to other jobs sharing the machine (wall-clock
+  // throughput is not).
+  std::printf("cpu: %.0f us/image\n",
+              elements > 0 ? 1e6 * timed_cpu / elements : 0.0);
   std::printf("throughput: %.1f images/s\n",
               timed_seconds > 0 ? elements / timed_seconds : 0.0);
   return absl::OkStatus();

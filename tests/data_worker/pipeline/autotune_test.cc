@@ -70,5 +70,41 @@ TEST(Autotune, QueuesFitTheMemoryBudget) {
   }
 }
 
+TEST(Autotune, GivesBackAThreadThatSatIdle) {
+  AutotuneInput in = ThreeStages();
+  in.interval_seconds = 0.05;
+  in.consumer_wait_fraction = 0;
+  // Stage 0 has 4 threads but was busy 0.1 thread-seconds of a 0.05 s
+  // interval: 2 threads idle.
+  in.stages[0].threads = 4;
+  const AutotuneDecision d = DecideAutotune(in);
+  EXPECT_EQ(d.released, 0);
+  EXPECT_EQ(d.threads, (std::vector<int>{3, 1, 1}));
+  // 1.2 threads idle: kept (hysteresis).
+  in.stages[0].threads = 3;
+  in.stages[0].busy_seconds = 0.09;
+  EXPECT_EQ(DecideAutotune(in).released, -1);
+}
+
+TEST(Autotune, AShrunkBudgetTakesFromTheStageWithMostCapacity) {
+  AutotuneInput in = ThreeStages();
+  in.stages[0].threads = 3;  // 3000 elements/s
+  in.stages[1].threads = 4;  // 500 elements/s
+  in.stages[2].threads = 2;  // 1000 elements/s
+  in.cpu_budget = 6;
+  const AutotuneDecision d = DecideAutotune(in);
+  // 9 → 6: stage 0 (3000/s → 2000 → 1000/s), then stage 2 or 0 at 1000/s...
+  int total = 0;
+  for (int t : d.threads) total += t;
+  EXPECT_EQ(total, 6);
+  EXPECT_EQ(d.threads[1], 4);  // the bottleneck keeps its threads
+  EXPECT_EQ(d.bottleneck, -1);
+  // Fixed stages are never shrunk.
+  in.stages[0].tunable = in.stages[2].tunable = false;
+  in.stages[1].threads = 2;
+  in.cpu_budget = 1;
+  EXPECT_EQ(DecideAutotune(in).threads, (std::vector<int>{3, 1, 2}));
+}
+
 }  // namespace
 }  // namespace sluice::data_worker::pipeline

@@ -1,3 +1,6 @@
+#include <set>
+
+#include "data_worker/ops/registry.h"
 #include "data_worker/pipeline/spec.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
@@ -40,6 +43,33 @@ TEST(PipelineBuilder, BuiltPipelinesAreValidated) {
   EXPECT_NE(s.message().find("map[0].ops[1] (CenterCrop)"),
             absl::string_view::npos)
       << s;
+}
+
+// Adding an op means a builder function too: this list calls one per op, and
+// must cover every registration (data_worker/ops/registry.h).
+TEST(PipelineBuilder, HasAFunctionForEveryRegisteredOp) {
+  const std::vector<proto::OpSpec> ops = {
+      Decode(),
+      Resize(8),
+      CenterCrop(8),
+      RandomResizedCrop(8),
+      RandomCrop(8),
+      RandomHorizontalFlip(),
+      RandomRotation(10),
+      ColorJitter(0.1f, 0.1f, 0.1f, 0.1f),
+      Normalize(kImageNetMean, kImageNetStd),
+      HWC2CHW(),
+      Cast("float16"),
+      OneHot(10),
+      Spin(1),
+      Sleep(1)};
+  std::set<int> built;
+  for (const auto& op : ops) built.insert(op.op_case());
+  for (const auto& r : data_worker::RegisteredOps()) {
+    EXPECT_EQ(built.count(r.op_case), 1u)
+        << r.type << " has no function in pipeline_builder.h";
+  }
+  EXPECT_EQ(built.size(), data_worker::RegisteredOps().size());
 }
 
 }  // namespace

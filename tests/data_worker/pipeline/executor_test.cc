@@ -56,6 +56,12 @@ absl::StatusOr<Output> RunAll(Executor& ex, uint64_t epoch) {
     auto e = ex.GetNext();
     if (!e.ok()) return e.status();
     if (!e->has_value()) break;
+    // Every output has the dtype and shape validation inferred.
+    if (absl::Status s = CheckOutputType(ex.logical(), (*e)->columns,
+                                         ex.logical().batch.has_value());
+        !s.ok()) {
+      return s;
+    }
     ++out.outputs;
     for (uint64_t g : (*e)->global_indices) out.ids.push_back(g);
     for (const Tensor& t : (*e)->columns) {

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/pipeline_spec/location.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/data_worker/pipeline/test_data.h"
@@ -155,6 +156,37 @@ nodes: [{batch: {size: 0}}]
   EXPECT_THAT(batch.message(), HasSubstr("batch.size: must be > 0"));
 }
 
+TEST_F(SpecTest, ValidationErrorsCarryAStructuredLocation) {
+  const absl::Status op = ValidateYaml(R"(
+source: {dataset: {path: DIR}}
+nodes:
+  - map: {input_columns: [image], ops: [{decode: {}}]}
+  - map: {input_columns: [image], ops: [{resize: {size: 8}}, {hwc2chw: {}}, {random_resized_crop: {size: 0}}]}
+)");
+  auto loc = pipeline_spec::GetSpecLocation(op);
+  ASSERT_TRUE(loc.has_value()) << op;
+  EXPECT_EQ(*loc, (pipeline_spec::SpecLocation{"map", 1, 2, "RandomResizedCrop",
+                                               "size"}));
+  EXPECT_EQ(op.message(),
+            "map[1].ops[2] (RandomResizedCrop): size must be > 0");
+  const absl::Status batch = ValidateYaml(R"(
+source: {dataset: {path: DIR}, columns: [label]}
+nodes: [{batch: {size: 0}}]
+)");
+  loc = pipeline_spec::GetSpecLocation(batch);
+  ASSERT_TRUE(loc.has_value()) << batch;
+  EXPECT_EQ(*loc, (pipeline_spec::SpecLocation{"batch", -1, -1, "", "size"}));
+  const absl::Status column = ValidateYaml(R"(
+source: {dataset: {path: DIR}}
+nodes:
+  - map: {input_columns: [picture], ops: [{decode: {}}]}
+)");
+  loc = pipeline_spec::GetSpecLocation(column);
+  ASSERT_TRUE(loc.has_value()) << column;
+  EXPECT_EQ(*loc,
+            (pipeline_spec::SpecLocation{"map", 0, -1, "", "input_columns"}));
+}
+
 TEST_F(SpecTest, CropLargerThanTheImageIsRejected) {
   const absl::Status s = ValidateYaml(R"(
 source: {dataset: {path: DIR}}
@@ -216,6 +248,36 @@ nodes: [{teleport: {}}]
   EXPECT_THAT(ValidateYaml("source: {dataset: {path: DIR}}\non_error: ignore\n")
                   .message(),
               HasSubstr("on_error"));
+}
+
+TEST_F(SpecTest, OutputsAreCheckedAgainstTheInferredTypes) {
+  auto p = ParsePipeline(R"(
+source: {synthetic: {num_records: 4, height: 64, width: 80}, columns: [image, label]}
+nodes:
+  - map: {input_columns: [image], ops: [decode, {resize: {size: 32}}, hwc2chw]}
+  - batch: {size: 2}
+)");
+  ASSERT_TRUE(p.ok()) << p.status();
+  auto lp = Validate(*p);
+  ASSERT_TRUE(lp.ok()) << lp.status();
+  ASSERT_EQ(lp->column_types.size(), 2u);
+  EXPECT_EQ(lp->column_types[0].ToString(), "uint8[3,32,40]");
+  std::vector<Tensor> batch;
+  batch.push_back(Tensor::Allocate(DType::kUint8, {2, 3, 32, 40}));
+  batch.push_back(Tensor::Allocate(DType::kInt64, {2}));
+  EXPECT_TRUE(CheckOutputType(*lp, batch, /*batched=*/true).ok());
+  batch[0] = Tensor::Allocate(DType::kUint8, {2, 3, 32, 41});
+  const absl::Status s = CheckOutputType(*lp, batch, /*batched=*/true);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(s.message(),
+            "output column 'image' is uint8[2,3,32,41], the spec says "
+            "uint8[N,3,32,40] (-1: any size)");
+  batch[0] = Tensor::Allocate(DType::kFloat32, {2, 3, 32, 40});
+  EXPECT_EQ(CheckOutputType(*lp, batch, true).code(),
+            absl::StatusCode::kInternal);
+  batch.pop_back();
+  EXPECT_EQ(CheckOutputType(*lp, batch, true).code(),
+            absl::StatusCode::kInternal);
 }
 
 TEST(SpecFileTest, ShippedBenchSpecsParse) {

@@ -1,0 +1,236 @@
+#include "data_worker/pipeline/batch_assembler.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace sluice::data_worker::pipeline {
+namespace {
+
+absl::string_view Sv(std::string_view s) {
+  return absl::string_view(s.data(), s.size());
+}
+
+}  // namespace
+
+BatchAssembler::BatchAssembler(Options options, EmitFn emit, EndFn set_end,
+                               WrapFn wrap)
+    : options_(std::move(options)),
+      emit_(std::move(emit)),
+      set_end_(std::move(set_end)),
+      wrap_(std::move(wrap)) {}
+
+bool BatchAssembler::Reserve() {
+  absl::MutexLock lock(&mu_);
+  auto room = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return cancelled_ || reserved_ < next_commit_ + options_.window;
+  };
+  mu_.Await(absl::Condition(&room));
+  if (cancelled_) return false;
+  ++reserved_;
+  return true;
+}
+
+void BatchAssembler::Unreserve() {
+  absl::MutexLock lock(&mu_);
+  --reserved_;
+}
+
+void BatchAssembler::Add(uint64_t seq, Item item) {
+  std::vector<Action> actions;
+  {
+    absl::MutexLock lock(&mu_);
+    pending_.emplace(seq, std::move(item));
+    Commit(&actions);
+  }
+  Run(&actions);
+}
+
+void BatchAssembler::SetInputEnd(uint64_t end) {
+  std::vector<Action> actions;
+  {
+    absl::MutexLock lock(&mu_);
+    input_end_ = end;
+    Commit(&actions);
+  }
+  Run(&actions);
+}
+
+void BatchAssembler::Cancel() {
+  absl::MutexLock lock(&mu_);
+  cancelled_ = true;
+}
+
+void BatchAssembler::Clear() {
+  std::map<uint64_t, Item> pending;
+  std::map<uint64_t, Batch> batches;
+  {
+    absl::MutexLock lock(&mu_);
+    pending.swap(pending_);
+    batches.swap(batches_);
+  }
+  for (auto& [k, b] : batches) AddLive(-b.counted);
+}
+
+void BatchAssembler::Commit(std::vector<Action>* actions) {
+  const int64_t B = options_.batch_size;
+  while (!pending_.empty() && pending_.begin()->first == next_commit_) {
+    Item item = std::move(pending_.begin()->second);
+    pending_.erase(pending_.begin());
+    ++next_commit_;
+    if (stopped_ || item.is_hole()) continue;
+    if (!item.status().ok()) {
+      // The error takes the place of the rest of its batch and ends the
+      // output after it.
+      const uint64_t k = count_ / B;
+      Batch& b = batches_[k];
+      b.error = item.status();
+      b.expected = b.assigned;
+      stopped_ = true;
+      set_end_(k + 1);
+      if (b.filled == b.expected) {
+        actions->push_back(Action{Action::kFinish, k, 0, Item()});
+      }
+      continue;
+    }
+    const uint64_t pos = count_++;
+    const uint64_t k = pos / B;
+    Batch& b = batches_[k];
+    if (b.expected == 0) b.expected = B;
+    ++b.assigned;
+    actions->push_back(Action{Action::kWrite, k, static_cast<int64_t>(pos % B),
+                              std::move(item)});
+  }
+  if (!stopped_ && input_end_ && next_commit_ >= *input_end_) {
+    stopped_ = true;
+    const uint64_t full = count_ / B;
+    const uint64_t rem = count_ % B;
+    const bool partial = rem != 0 && !options_.drop_remainder;
+    set_end_(full + (partial ? 1 : 0));
+    if (rem != 0) {
+      Batch& b = batches_[full];
+      if (partial) {
+        b.expected = rem;
+        if (b.filled == b.expected) {
+          actions->push_back(Action{Action::kFinish, full, 0, Item()});
+        }
+      } else {
+        b.discard = true;
+        if (b.filled == b.assigned) {
+          AddLive(-b.counted);
+          batches_.erase(full);
+        }
+      }
+    }
+  }
+}
+
+void BatchAssembler::Run(std::vector<Action>* actions) {
+  for (Action& a : *actions) {
+    if (a.kind == Action::kFinish) {
+      Finish(a.batch);
+    } else {
+      Write(a);
+    }
+  }
+  actions->clear();
+}
+
+void BatchAssembler::Write(Action& a) {
+  const Element& e = *a.item.element();
+  const int64_t B = options_.batch_size;
+  Batch* b;
+  {
+    absl::MutexLock lock(&mu_);
+    b = &batches_[a.batch];
+    if (!b->allocated) {
+      // The first element committed to the batch fixes its column types.
+      b->allocated = true;
+      b->buffer.ids.assign(B, 0);
+      int64_t bytes = 0;
+      for (const Tensor& t : e.columns) {
+        std::vector<int64_t> shape = {B};
+        shape.insert(shape.end(), t.shape().begin(), t.shape().end());
+        b->buffer.columns.push_back(Tensor::Allocate(t.dtype(), shape));
+        bytes += b->buffer.columns.back().num_bytes();
+      }
+      b->counted = bytes;
+      AddLive(bytes);
+    }
+  }
+  // Slots are disjoint: threads write one batch concurrently without the
+  // lock.
+  absl::Status shape_error;
+  for (size_t c = 0; c < e.columns.size(); ++c) {
+    const Tensor& t = e.columns[c];
+    Tensor& dst = b->buffer.columns[c];
+    const bool same =
+        t.dtype() == dst.dtype() && t.rank() + 1 == dst.rank() &&
+        std::equal(t.shape().begin(), t.shape().end(), dst.shape().begin() + 1);
+    if (!same) {
+      std::vector<int64_t> want(dst.shape().begin() + 1, dst.shape().end());
+      const std::string name =
+          c < options_.column_names.size() ? options_.column_names[c] : "";
+      shape_error =
+          wrap_(absl::InvalidArgumentError(absl::StrCat(
+                    "column '", name, "' is ", Sv(DTypeToString(t.dtype())),
+                    ShapeToString(t.shape()), " but the batch holds ",
+                    Sv(DTypeToString(dst.dtype())), ShapeToString(want),
+                    "; resize or crop to a fixed size first")),
+                e.global_indices[0]);
+      break;
+    }
+    std::memcpy(dst.data() + a.slot * t.num_bytes(), t.data(), t.num_bytes());
+  }
+  b->buffer.ids[a.slot] = e.global_indices[0];
+  a.item = Item();
+  bool finish = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!shape_error.ok() && b->error.ok()) b->error = shape_error;
+    ++b->filled;
+    if (b->discard && b->filled == b->assigned) {
+      AddLive(-b->counted);
+      batches_.erase(a.batch);
+    } else if (b->filled == b->expected && b->assigned == b->expected) {
+      finish = true;
+    }
+  }
+  if (finish) Finish(a.batch);
+}
+
+void BatchAssembler::Finish(uint64_t k) {
+  Batch b;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = batches_.find(k);
+    b = std::move(it->second);
+    batches_.erase(it);
+  }
+  AddLive(-b.counted);
+  if (!b.error.ok()) {
+    emit_(k, b.error);
+    return;
+  }
+  Element e;
+  const int64_t n = b.expected;
+  b.buffer.ids.resize(n);
+  e.global_indices = std::move(b.buffer.ids);
+  for (Tensor& t : b.buffer.columns) {
+    if (t.dim(0) != n) {
+      // The short last batch: its first n rows.
+      std::vector<int64_t> shape = t.shape();
+      const size_t per = t.num_bytes() / shape[0];
+      shape[0] = n;
+      Tensor small = Tensor::Allocate(t.dtype(), shape);
+      std::memcpy(small.data(), t.data(), per * n);
+      t = std::move(small);
+    }
+    e.columns.push_back(std::move(t));
+  }
+  emit_(k, std::move(e));
+}
+
+}  // namespace sluice::data_worker::pipeline

@@ -1,0 +1,125 @@
+// What flows through the executor: Element (one output of the pipeline: an
+// element or a batch), LiveBytes (the executor-wide count of element bytes in
+// flight) and Item (an Element, a hole or an error on its way between stages,
+// counted in LiveBytes while it exists).
+//
+// Item accounting: an Item counts its element's bytes when it is made and
+// after Recount() (ops changed the element), and gives them back when it is
+// dropped, failed, taken (Take) or destroyed. So LiveBytes is what the queues
+// and the workers hold; the back-pressure tests read its peak.
+#ifndef SLUICE_DATA_WORKER_PIPELINE_ELEMENT_H_
+#define SLUICE_DATA_WORKER_PIPELINE_ELEMENT_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "data_worker/ops/tensor.h"
+
+namespace sluice::data_worker::pipeline {
+
+// One output of the pipeline: an element, or a batch (columns stacked,
+// leading dimension N).
+struct Element {
+  std::vector<Tensor> columns;
+  // One per element of the batch (one if unbatched).
+  std::vector<uint64_t> global_indices;
+  uint64_t epoch = 0;
+};
+
+inline int64_t BytesOf(const Element& e) {
+  int64_t n = 0;
+  for (const Tensor& t : e.columns) n += t.num_bytes();
+  return n;
+}
+
+// Bytes of elements alive in an executor, and their peak. Thread-safe.
+class LiveBytes {
+ public:
+  void Add(int64_t delta) {
+    const int64_t now = live_.fetch_add(delta) + delta;
+    int64_t p = peak_.load();
+    while (now > p && !peak_.compare_exchange_weak(p, now)) {
+    }
+  }
+  int64_t live() const { return live_.load(); }
+  int64_t peak() const { return peak_.load(); }
+
+ private:
+  std::atomic<int64_t> live_{0};
+  std::atomic<int64_t> peak_{0};
+};
+
+// An element (counted in `live`), a hole (a dropped element: no element,
+// status OK) or the error that ends the epoch at this place in the sequence.
+// Move-only.
+class Item {
+ public:
+  Item() = default;
+  // `live` may be null (nothing counted); not owned.
+  Item(std::unique_ptr<Element> e, LiveBytes* live)
+      : e_(std::move(e)), live_(live) {
+    Recount();
+  }
+  static Item Error(absl::Status s) {
+    Item i;
+    i.status_ = std::move(s);
+    return i;
+  }
+  Item(Item&& o) noexcept { *this = std::move(o); }
+  Item& operator=(Item&& o) noexcept {
+    Release();
+    e_ = std::move(o.e_);
+    status_ = std::move(o.status_);
+    live_ = o.live_;
+    counted_ = o.counted_;
+    o.counted_ = 0;
+    return *this;
+  }
+  ~Item() { Release(); }
+
+  Element* element() { return e_.get(); }
+  // The element, no longer counted.
+  std::unique_ptr<Element> Take() {
+    Release();
+    return std::move(e_);
+  }
+  const absl::Status& status() const { return status_; }
+  bool is_hole() const { return e_ == nullptr && status_.ok(); }
+  // Bytes counted for this item.
+  int64_t bytes() const { return counted_; }
+  // Becomes a hole.
+  void Drop() {
+    Release();
+    e_.reset();
+  }
+  // Becomes the error `s`.
+  void Fail(absl::Status s) {
+    Drop();
+    status_ = std::move(s);
+  }
+  // Counts the element's current size.
+  void Recount() {
+    if (live_ == nullptr) return;
+    const int64_t n = e_ ? BytesOf(*e_) : 0;
+    live_->Add(n - counted_);
+    counted_ = n;
+  }
+
+ private:
+  void Release() {
+    if (live_ != nullptr && counted_ != 0) live_->Add(-counted_);
+    counted_ = 0;
+  }
+  std::unique_ptr<Element> e_;
+  absl::Status status_;
+  LiveBytes* live_ = nullptr;
+  int64_t counted_ = 0;
+};
+
+}  // namespace sluice::data_worker::pipeline
+
+#endif  // SLUICE_DATA_WORKER_PIPELINE_ELEMENT_H_

@@ -1,0 +1,412 @@
+#include "data_worker/pipeline/epoch_run.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "data_worker/pipeline/autotune.h"
+
+namespace sluice::data_worker::pipeline {
+namespace {
+
+absl::string_view Sv(std::string_view s) {
+  return absl::string_view(s.data(), s.size());
+}
+
+}  // namespace
+
+EpochRun::EpochRun(const EpochContext& ctx, uint64_t epoch,
+                   std::vector<uint64_t> indices)
+    : ctx_(ctx),
+      epoch_(epoch),
+      indices_(std::move(indices)),
+      start_(ctx.clock->Now()) {
+  const PhysicalPlan& plan = *ctx_.plan;
+  const int ns = static_cast<int>(plan.stages.size());
+  const int64_t share = ctx_.memory_budget_bytes / std::max(1, ns);
+  for (int i = 0; i < ns; ++i) {
+    auto s = std::make_unique<Stage>();
+    s->plan = &plan.stages[i];
+    s->index = i;
+    if (s->plan->batch) {
+      BatchAssembler::Options o;
+      o.batch_size = std::max(1, s->plan->batch_size);
+      o.drop_remainder = s->plan->drop_remainder;
+      // Elements popped but not yet in a committed batch: two batches' worth
+      // plus slack for the threads, so the stage's memory scales with the
+      // batch, not with a fixed count.
+      o.window = 2 * static_cast<uint64_t>(o.batch_size) +
+                 4 * static_cast<uint64_t>(ctx_.cpu_budget);
+      o.column_names = ctx_.logical->column_names;
+      o.live = ctx_.live;
+      s->assembler = std::make_unique<BatchAssembler>(
+          std::move(o),
+          [this, i](uint64_t k, absl::StatusOr<Element> batch) {
+            EmitBatch(i, k, std::move(batch));
+          },
+          [this, i](uint64_t n) { queues_[i]->SetEnd(n); },
+          [this](absl::Status st, uint64_t global) {
+            return Wrap(st, global, "batch", "");
+          });
+    }
+    stages_.push_back(std::move(s));
+    const int64_t cap = i + 1 == ns && plan.prefetch > 0 ? plan.prefetch : 2;
+    queues_.push_back(std::make_unique<ItemQueue>(cap, share, ctx_.clock));
+  }
+}
+
+EpochRun::~EpochRun() {
+  Cancel();
+  Join();
+  Clear();
+}
+
+void EpochRun::Start(const std::vector<int>& threads, bool autotuner) {
+  {
+    absl::MutexLock lock(&mu_);
+    for (size_t i = 0; i < stages_.size(); ++i) {
+      for (int t = 0; t < threads[i]; ++t) AddWorker(static_cast<int>(i));
+    }
+  }
+  if (autotuner) autotuner_ = std::thread([this] { Autotune(); });
+}
+
+int EpochRun::peak_threads() const {
+  absl::MutexLock lock(&mu_);
+  return peak_threads_;
+}
+
+ItemQueue::PopResult EpochRun::PopInput(int stage, Item* item, uint64_t* seq) {
+  if (stage > 0) return queues_[stage - 1]->Pop(item, seq);
+  absl::MutexLock lock(&feed_mu_);
+  if (feed_cancelled_) return ItemQueue::PopResult::kCancelled;
+  if (next_feed_ >= indices_.size()) {
+    *seq = indices_.size();
+    return ItemQueue::PopResult::kEnd;
+  }
+  *seq = next_feed_;
+  auto e = std::make_unique<Element>();
+  e->global_indices.push_back(indices_[next_feed_]);
+  e->epoch = epoch_;
+  ++next_feed_;
+  *item = Item(std::move(e), ctx_.live);
+  return ItemQueue::PopResult::kItem;
+}
+
+absl::Status EpochRun::Wrap(const absl::Status& s, uint64_t global,
+                            std::string_view node, std::string_view op) const {
+  std::string where =
+      absl::StrCat(ctx_.logical->source->Describe(global), ": record ", global);
+  if (!node.empty()) absl::StrAppend(&where, ": ", Sv(node));
+  if (!op.empty()) absl::StrAppend(&where, " (", Sv(op), ")");
+  return absl::Status(s.code(), absl::StrCat(where, ": ", s.message()));
+}
+
+void EpochRun::Process(Stage& stage, Item* item) {
+  Element& e = *item->element();
+  const LogicalPipeline& lp = *ctx_.logical;
+  const uint64_t global = e.global_indices[0];
+  const ElementContext ctx{lp.seed, epoch_, global};
+  ExecutorMetrics* m = ctx_.metrics;
+  auto fail = [&](const absl::Status& s) {
+    if (lp.skip_errors && s.code() == absl::StatusCode::kDataLoss) {
+      item->Drop();
+      stage.skipped.fetch_add(1);
+      stage.dropped.fetch_add(1);
+      if (m) m->skipped->Increment();
+    } else {
+      item->Fail(s);
+    }
+  };
+  for (const Step& step : stage.plan->steps) {
+    switch (step.kind) {
+      case Step::kRead: {
+        auto cols = lp.source->Read(global, lp.source_columns);
+        if (!cols.ok()) {
+          absl::Status s = cols.status();
+          if (s.code() == absl::StatusCode::kNotFound) {
+            s = absl::DataLossError(s.message());
+          }
+          return fail(Wrap(s, global, "source", ""));
+        }
+        e.columns = std::move(*cols);
+        break;
+      }
+      case Step::kMap:
+        for (int slot : step.map.slots) {
+          Tensor t = std::move(e.columns[slot]);
+          for (const auto& op : step.map.ops) {
+            const absl::Time t0 = m ? ctx_.clock->Now() : absl::InfinitePast();
+            auto r = op->Apply(std::move(t), ctx);
+            if (m) {
+              auto it = m->ops.find(op->name());
+              if (it != m->ops.end()) {
+                it->second->Observe(
+                    absl::ToDoubleSeconds(ctx_.clock->Now() - t0));
+              }
+            }
+            if (!r.ok()) {
+              return fail(Wrap(r.status(), global, step.map.name, op->name()));
+            }
+            t = std::move(*r);
+          }
+          e.columns[slot] = std::move(t);
+        }
+        break;
+      case Step::kFilter:
+        for (const auto& [slot, filter] : step.filter.predicates) {
+          const Tensor& t = e.columns[slot];
+          const int64_t v = t.dtype() == DType::kInt32
+                                ? int64_t{*t.data_as<int32_t>()}
+                                : *t.data_as<int64_t>();
+          if (!filter.Matches(v)) {
+            item->Drop();
+            stage.dropped.fetch_add(1);
+            return;
+          }
+        }
+        break;
+    }
+  }
+  item->Recount();
+}
+
+void EpochRun::TimedProcess(int si, Item* item) {
+  Stage& stage = *stages_[si];
+  const absl::Time t0 = ctx_.clock->Now();
+  Process(stage, item);
+  const absl::Duration busy = ctx_.clock->Now() - t0;
+  stage.busy_ns.fetch_add(absl::ToInt64Nanoseconds(busy));
+  if (ExecutorMetrics* m = ctx_.metrics) {
+    m->stages[si].busy->Increment(absl::ToDoubleSeconds(busy));
+    m->stages[si].latency->Observe(absl::ToDoubleSeconds(busy));
+  }
+}
+
+void EpochRun::ElementWorker(int si) {
+  Stage& stage = *stages_[si];
+  ItemQueue& out = *queues_[si];
+  while (true) {
+    if (LeaveIfAboveTarget(si)) return;
+    Item item;
+    uint64_t seq = 0;
+    const auto r = PopInput(si, &item, &seq);
+    if (r == ItemQueue::PopResult::kCancelled) return;
+    if (r == ItemQueue::PopResult::kEnd) {
+      out.SetEnd(seq);
+      stage.finished = true;
+      return;
+    }
+    if (item.element() != nullptr) {
+      TimedProcess(si, &item);
+      stage.elements.fetch_add(1);
+      if (ExecutorMetrics* m = ctx_.metrics) {
+        m->stages[si].elements->Increment();
+      }
+    }
+    const int64_t bytes = item.bytes();
+    if (!out.Push(seq, std::move(item), bytes)) return;
+  }
+}
+
+void EpochRun::BatchWorker(int si) {
+  Stage& s = *stages_[si];
+  BatchAssembler& assembler = *s.assembler;
+  while (true) {
+    if (LeaveIfAboveTarget(si)) return;
+    if (!assembler.Reserve()) return;
+    Item item;
+    uint64_t seq = 0;
+    const auto r = PopInput(si, &item, &seq);
+    if (r == ItemQueue::PopResult::kCancelled) return;
+    if (r == ItemQueue::PopResult::kEnd) {
+      assembler.Unreserve();
+      assembler.SetInputEnd(seq);
+      s.finished = true;
+      return;
+    }
+    // The steps and writing into the batch (and finishing it) are the
+    // stage's work: two clock reads per element (three with metrics, which
+    // time the steps alone).
+    const absl::Time t0 = ctx_.clock->Now();
+    ExecutorMetrics* m = ctx_.metrics;
+    if (item.element() != nullptr && !s.plan->steps.empty()) {
+      Process(s, &item);
+      if (m != nullptr) {
+        const double steps = absl::ToDoubleSeconds(ctx_.clock->Now() - t0);
+        m->stages[si].busy->Increment(steps);
+        m->stages[si].latency->Observe(steps);
+      }
+    }
+    if (item.element() != nullptr || !item.status().ok()) {
+      s.elements.fetch_add(1);
+      if (m != nullptr) m->stages[si].elements->Increment();
+    }
+    assembler.Add(seq, std::move(item));
+    s.busy_ns.fetch_add(absl::ToInt64Nanoseconds(ctx_.clock->Now() - t0));
+  }
+}
+
+void EpochRun::EmitBatch(int si, uint64_t k, absl::StatusOr<Element> batch) {
+  Item out;
+  if (!batch.ok()) {
+    out = Item::Error(batch.status());
+  } else {
+    auto e = std::make_unique<Element>(std::move(*batch));
+    e->epoch = epoch_;
+    absl::Status status;
+    for (const auto& [slot, ops] : stages_[si]->plan->vectorized) {
+      for (const auto& op : ops) {
+        auto r = op->ApplyBatch(std::move(e->columns[slot]));
+        if (!r.ok()) {
+          status = absl::Status(r.status().code(),
+                                absl::StrCat("batch ", k, " (", Sv(op->name()),
+                                             "): ", r.status().message()));
+          break;
+        }
+        e->columns[slot] = std::move(*r);
+      }
+      if (!status.ok()) break;
+    }
+    out = status.ok() ? Item(std::move(e), ctx_.live) : Item::Error(status);
+  }
+  const int64_t bytes = out.bytes();
+  queues_[si]->Push(k, std::move(out), bytes);
+}
+
+bool EpochRun::LeaveIfAboveTarget(int si) {
+  Stage& s = *stages_[si];
+  int now = s.threads.load();
+  while (now > s.target.load()) {
+    if (s.threads.compare_exchange_weak(now, now - 1)) return true;
+  }
+  return false;
+}
+
+void EpochRun::AddWorker(int si) {
+  if (cancelled_ || stages_[si]->finished) return;
+  Stage& s = *stages_[si];
+  if (s.threads.load() > s.target.fetch_add(1)) {
+    return;  // a worker that was about to leave stays instead
+  }
+  s.threads.fetch_add(1);
+  if (stages_[si]->plan->batch) {
+    workers_.emplace_back([this, si] { BatchWorker(si); });
+  } else {
+    workers_.emplace_back([this, si] { ElementWorker(si); });
+  }
+  int total = 0;
+  for (const auto& s : stages_) total += s->threads.load();
+  peak_threads_ = std::max(peak_threads_, total);
+}
+
+// Every autotune_interval: samples the stages' counters and queues, sets the
+// queue-depth gauges and, with autotune on, applies DecideAutotune (more
+// threads, queue limits).
+void EpochRun::Autotune() {
+  const int n = static_cast<int>(stages_.size());
+  std::vector<uint64_t> last_elements(n, 0);
+  std::vector<int64_t> last_busy(n, 0);
+  absl::Duration last_wait;
+  absl::Time last = ctx_.clock->Now();
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (mu_.AwaitWithTimeout(absl::Condition(&cancelled_),
+                               ctx_.autotune_interval)) {
+        return;
+      }
+    }
+    AutotuneInput in;
+    in.cpu_budget = ctx_.live_cpu_budget != nullptr
+                        ? ctx_.live_cpu_budget->load()
+                        : ctx_.cpu_budget;
+    in.memory_budget_bytes = ctx_.memory_budget_bytes;
+    in.prefetch = ctx_.plan->prefetch;
+    for (int i = 0; i < n; ++i) {
+      const Stage& s = *stages_[i];
+      const auto snap = queues_[i]->snapshot();
+      if (ExecutorMetrics* m = ctx_.metrics)
+        m->stages[i].depth->Set(snap.items);
+      StageSample sample;
+      sample.threads = s.target.load();
+      sample.tunable = s.plan->parallelism == kAutotune && ctx_.autotune;
+      sample.finished = s.finished.load();
+      const uint64_t el = s.elements.load();
+      const int64_t busy = s.busy_ns.load();
+      sample.elements = el - last_elements[i];
+      sample.busy_seconds = (busy - last_busy[i]) * 1e-9;
+      last_elements[i] = el;
+      last_busy[i] = busy;
+      sample.max_element_bytes = snap.max_item_bytes;
+      in.stages.push_back(sample);
+      if (i == n - 1) {
+        const absl::Time now = ctx_.clock->Now();
+        const double interval = absl::ToDoubleSeconds(now - last);
+        in.interval_seconds = interval;
+        in.consumer_wait_fraction =
+            interval > 0
+                ? absl::ToDoubleSeconds(snap.empty_wait - last_wait) / interval
+                : 1;
+        last_wait = snap.empty_wait;
+        last = now;
+      }
+    }
+    absl::MutexLock lock(&mu_);
+    if (cancelled_) return;
+    if (!ctx_.autotune) continue;  // metrics only
+    const AutotuneDecision d = DecideAutotune(in);
+    for (int i = 0; i < n; ++i) {
+      Stage& s = *stages_[i];
+      if (d.threads[i] < s.target.load()) s.target = std::max(1, d.threads[i]);
+    }
+    // A released thread leaves at its next element boundary: until then it
+    // still counts, so a new thread starts only while the running ones fit.
+    int running = 0;
+    for (const auto& s : stages_) running += s->threads.load();
+    for (int i = 0; i < n; ++i) {
+      Stage& s = *stages_[i];
+      while (s.target.load() < d.threads[i] && !s.finished && !cancelled_) {
+        const bool spawns = s.threads.load() <= s.target.load();
+        if (spawns && running >= in.cpu_budget) break;
+        if (spawns) ++running;
+        AddWorker(i);
+      }
+      queues_[i]->SetLimits(d.queue_capacity[i], d.queue_bytes[i]);
+    }
+  }
+}
+
+void EpochRun::Cancel() {
+  {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+  }
+  {
+    absl::MutexLock lock(&feed_mu_);
+    feed_cancelled_ = true;
+  }
+  for (auto& q : queues_) q->Cancel();
+  for (auto& s : stages_) {
+    if (s->assembler) s->assembler->Cancel();
+  }
+}
+
+void EpochRun::Join() {
+  if (autotuner_.joinable()) autotuner_.join();
+  std::vector<std::thread> ws;
+  {
+    absl::MutexLock lock(&mu_);
+    ws = std::move(workers_);
+  }
+  for (auto& t : ws) t.join();
+}
+
+void EpochRun::Clear() {
+  for (auto& q : queues_) q->Clear();
+  for (auto& s : stages_) {
+    if (s->assembler) s->assembler->Clear();
+  }
+}
+
+}  // namespace sluice::data_worker::pipeline

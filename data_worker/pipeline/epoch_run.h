@@ -1,0 +1,168 @@
+// EpochRun: one epoch of an Executor (executor.h): the stage workers, the
+// queues between them, the batch assembler and the autotune thread.
+// Internal to the executor; exposed in a header for the executor and tests.
+//
+// Stage i's workers pop from queue i-1 (stage 0: from the feed, the epoch's
+// list of global indices), run the stage's steps (Process) and push to queue
+// i at the same sequence number; a batch stage hands its items to its
+// BatchAssembler, which pushes batch k at sequence k:
+//
+//   feed ─▶ [stage 0: Read, Map…] ─▶ queue 0 ─▶ … ─▶ [batch stage] ─▶ queue n-1 ─▶ GetNext
+//            N threads each                         BatchAssembler
+//
+// Threads: workers are started by AddWorker (Start, then the autotune thread
+// when it decides a stage needs one more); Cancel wakes everything, Join joins
+// them, Clear frees what is left. All owned by the EpochRun.
+#ifndef SLUICE_DATA_WORKER_PIPELINE_EPOCH_RUN_H_
+#define SLUICE_DATA_WORKER_PIPELINE_EPOCH_RUN_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/base/clock.h"
+#include "data_worker/pipeline/batch_assembler.h"
+#include "data_worker/pipeline/element.h"
+#include "data_worker/pipeline/ordered_queue.h"
+#include "data_worker/pipeline/plan.h"
+#include "data_worker/pipeline/spec.h"
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+
+namespace sluice::data_worker::pipeline {
+
+using ItemQueue = OrderedQueue<Item>;
+
+// Metric references, built once per executor.
+struct ExecutorMetrics {
+  struct Stage {
+    prometheus::Counter* elements;
+    prometheus::Counter* busy;
+    prometheus::Gauge* depth;
+    prometheus::Histogram* latency;
+  };
+  std::vector<Stage> stages;
+  std::map<std::string, prometheus::Histogram*, std::less<>> ops;
+  prometheus::Counter* skipped;
+};
+
+// What an epoch needs from its executor. Pointers are not owned and outlive
+// the run.
+struct EpochContext {
+  const LogicalPipeline* logical = nullptr;
+  const PhysicalPlan* plan = nullptr;
+  ExecutorMetrics* metrics = nullptr;  // null: no metrics
+  Clock* clock = nullptr;
+  LiveBytes* live = nullptr;
+  int cpu_budget = 1;
+  // The budget now, if it may change during the epoch (Executor::
+  // SetCpuBudget); null: cpu_budget.
+  const std::atomic<int>* live_cpu_budget = nullptr;
+  int64_t memory_budget_bytes = 0;
+  bool autotune = true;
+  absl::Duration autotune_interval;
+};
+
+class EpochRun {
+ public:
+  // Counters of one stage; read by the autotuner and the executor's stats.
+  struct Stage {
+    const StagePlan* plan = nullptr;
+    int index = 0;
+    std::atomic<int> threads{0};  // running workers
+    // Workers the stage should have; a worker above it leaves at its next
+    // element boundary (autotune gave the thread back).
+    std::atomic<int> target{0};
+    std::atomic<uint64_t> elements{0};
+    std::atomic<uint64_t> dropped{0};
+    std::atomic<uint64_t> skipped{0};
+    std::atomic<int64_t> busy_ns{0};
+    std::atomic<bool> finished{false};
+    std::unique_ptr<BatchAssembler> assembler;  // batch stages only
+  };
+
+  // Builds the queues; starts nothing.
+  EpochRun(const EpochContext& ctx, uint64_t epoch,
+           std::vector<uint64_t> indices);
+  ~EpochRun();
+  EpochRun(const EpochRun&) = delete;
+  EpochRun& operator=(const EpochRun&) = delete;
+
+  // Starts threads[i] workers for stage i, and the autotune thread if
+  // `autotuner`.
+  void Start(const std::vector<int>& threads, bool autotuner)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The queue GetNext pops.
+  ItemQueue& output() { return *queues_.back(); }
+  void Cancel() ABSL_LOCKS_EXCLUDED(mu_);
+  void Join() ABSL_LOCKS_EXCLUDED(mu_);
+  // Frees queued items and partial batches. REQUIRES: Join() returned.
+  void Clear();
+
+  uint64_t epoch() const { return epoch_; }
+  absl::Time start_time() const { return start_; }
+  const std::vector<std::unique_ptr<Stage>>& stages() const { return stages_; }
+  const std::vector<std::unique_ptr<ItemQueue>>& queues() const {
+    return queues_;
+  }
+  int peak_threads() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Consumer-side state, used by the executor's consumer thread only.
+  bool stopped = false;  // guarded by the executor's mutex
+  bool done = false;     // GetNext saw the end or an error
+  std::atomic<uint64_t> elements_out{0};
+  std::atomic<uint64_t> batches_out{0};
+
+ private:
+  ItemQueue::PopResult PopInput(int stage, Item* item, uint64_t* seq)
+      ABSL_LOCKS_EXCLUDED(feed_mu_);
+  // "<shard or file>: record <global>: <node> (<op>): <message>".
+  absl::Status Wrap(const absl::Status& s, uint64_t global,
+                    std::string_view node, std::string_view op) const;
+  // Runs the per-element steps of `stage` on `item` (turning it into a hole
+  // or an error).
+  void Process(Stage& stage, Item* item);
+  // Process with timing and counters.
+  void TimedProcess(int si, Item* item);
+  void ElementWorker(int si);
+  void BatchWorker(int si);
+  // A finished batch of stage `si`: vectorized ops, then the output queue.
+  void EmitBatch(int si, uint64_t k, absl::StatusOr<Element> batch);
+  // One more worker for stage si (or one fewer leaving, if one is about to).
+  void AddWorker(int si) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // True if this worker of stage si should leave now (and it is counted out).
+  bool LeaveIfAboveTarget(int si);
+  void Autotune() ABSL_LOCKS_EXCLUDED(mu_);
+
+  const EpochContext ctx_;
+  const uint64_t epoch_;
+  const std::vector<uint64_t> indices_;
+  const absl::Time start_;
+
+  absl::Mutex feed_mu_;
+  uint64_t next_feed_ ABSL_GUARDED_BY(feed_mu_) = 0;
+  bool feed_cancelled_ ABSL_GUARDED_BY(feed_mu_) = false;
+
+  std::vector<std::unique_ptr<Stage>> stages_;
+  std::vector<std::unique_ptr<ItemQueue>> queues_;  // queue i = stage i's out
+
+  mutable absl::Mutex mu_;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> workers_ ABSL_GUARDED_BY(mu_);
+  int peak_threads_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread autotuner_;
+};
+
+}  // namespace sluice::data_worker::pipeline
+
+#endif  // SLUICE_DATA_WORKER_PIPELINE_EPOCH_RUN_H_
