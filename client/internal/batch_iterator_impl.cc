@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/internal/channel_options.h"
 #include "common/metrics/metrics.h"
 
 namespace sluice::client {
@@ -392,10 +393,19 @@ bool BatchIteratorImpl::Deliver(proto::Batch& wire,
 
 void BatchIteratorImpl::ReaderLoop(Reader* reader) {
   const std::string address = reader->address;
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(-1);  // one batch can be tens of MB
-  auto stub = proto::WorkerService::NewStub(grpc::CreateCustomChannel(
-      address, grpc::InsecureChannelCredentials(), args));
+  // One batch can be tens of MB: no receive limit. TLS and token:
+  // common/service/channel_factory.h (the options were checked by Create()).
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      service::CreateChannel(
+          address, ToChannelOptions(params_.options,
+                                    /*max_receive_message_bytes=*/-1));
+  if (!channel.ok()) {
+    absl::MutexLock lock(&mu_);
+    reader->exited = true;
+    Fail(channel.status());
+    return;
+  }
+  auto stub = proto::WorkerService::NewStub(*channel);
   proto::GetBatchesRequest request;
   request.set_protocol_version(kProtocolVersion);
   request.set_job_id(params_.job_id);

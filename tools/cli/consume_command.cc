@@ -2,7 +2,8 @@
 // [--epochs E]
 //   [--consumer-index I --num-consumers N] [--deterministic] [--ids-out FILE]
 // A trainer without the training: reads this consumer's share of every epoch
-// through the service.
+// through the service. TLS and token: --tls-ca --tls-cert --tls-key
+// --auth-token-file (docs/security.md).
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "common/base/status_macros.h"
 #include "common/record/dataset.h"
+#include "common/service/server_main.h"
 #include "data_worker/pipeline/spec.h"
 #include "sluice/client.h"
 #include "tools/cli/command.h"
@@ -29,6 +31,7 @@ struct ConsumeFlags {
   uint32_t num_consumers = 1;
   bool deterministic = false;
   bool drop_remainder = false;
+  std::string tls_ca, tls_cert, tls_key, auth_token_file;
 };
 
 absl::Status RunConsume(const ConsumeFlags& flags) {
@@ -56,7 +59,11 @@ absl::Status RunConsume(const ConsumeFlags& flags) {
 
   ASSIGN_OR_RETURN(
       std::unique_ptr<DataServiceClient> client,
-      DataServiceClient::Create({.dispatcher_address = flags.dispatcher}));
+      DataServiceClient::Create({.dispatcher_address = flags.dispatcher,
+                                 .tls_ca = flags.tls_ca,
+                                 .tls_cert = flags.tls_cert,
+                                 .tls_key = flags.tls_key,
+                                 .auth_token_file = flags.auth_token_file}));
   JobOptions job{.job_name = flags.job,
                  .pipeline = pipeline,
                  .seed = flags.seed,
@@ -134,6 +141,17 @@ void AddConsumeCommand(CLI::App& app) {
                 "Unequal shares: drop the tail instead of padding");
   cmd->add_option("--ids-out", flags->ids_out,
                   "Write each element's global record index here");
+  cmd->add_option("--tls-ca", flags->tls_ca,
+                  "PEM CA that signed the servers' certificates: connect with "
+                  "TLS");
+  cmd->add_option(
+      "--tls-cert", flags->tls_cert,
+      "PEM client certificate, for servers that require mutual TLS");
+  cmd->add_option("--tls-key", flags->tls_key, "PEM private key of --tls-cert");
+  cmd->add_option("--auth-token-file", flags->auth_token_file,
+                  "File with the bearer token to present (needs --tls-ca)");
+  // SLUICE_DISPATCHER, SLUICE_TLS_CA, ... (handy in a trainer pod).
+  service::SetEnvNames(*cmd);
   cmd->callback([flags] { Finish(RunConsume(*flags)); });
 }
 

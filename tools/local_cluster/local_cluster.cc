@@ -19,6 +19,22 @@
 namespace sluice::tools {
 namespace fs = std::filesystem;
 
+namespace {
+
+void AddSecurityFlags(const LocalClusterOptions& o,
+                      std::vector<std::string>* argv) {
+  const std::pair<const char*, const std::string*> flags[] = {
+      {"--tls-cert", &o.tls_cert},
+      {"--tls-key", &o.tls_key},
+      {"--tls-ca", &o.tls_ca},
+      {"--auth-token-file", &o.auth_token_file}};
+  for (const auto& [flag, value] : flags) {
+    if (!value->empty()) argv->insert(argv->end(), {flag, *value});
+  }
+}
+
+}  // namespace
+
 std::string BinDir() {
   std::error_code ec;
   const fs::path self = fs::read_symlink("/proc/self/exe", ec);
@@ -120,15 +136,24 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   const std::string state_dir =
       (fs::path(o.work_dir) / "dispatcher-state").string();
   fs::create_directories(state_dir, ec);
-  ASSIGN_OR_RETURN(
-      cluster->dispatcher_,
-      cluster->Launch(
-          "dispatcher",
-          {(fs::path(o.bin_dir) / "sluice-dispatcher").string(), "--port",
-           std::to_string(o.dispatcher_port), "--work-dir", state_dir,
-           "--log-level", o.log_level, "--heartbeat-interval",
-           absl::FormatDuration(o.heartbeat_interval), "--worker-timeout",
-           absl::FormatDuration(o.worker_timeout)}));
+  std::vector<std::string> dispatcher_argv = {
+      (fs::path(o.bin_dir) / "sluice-dispatcher").string(),
+      "--port",
+      std::to_string(o.dispatcher_port),
+      "--work-dir",
+      state_dir,
+      "--log-level",
+      o.log_level,
+      "--heartbeat-interval",
+      absl::FormatDuration(o.heartbeat_interval),
+      "--worker-timeout",
+      absl::FormatDuration(o.worker_timeout)};
+  AddSecurityFlags(o, &dispatcher_argv);
+  dispatcher_argv.insert(dispatcher_argv.end(),
+                         o.extra_dispatcher_flags.begin(),
+                         o.extra_dispatcher_flags.end());
+  ASSIGN_OR_RETURN(cluster->dispatcher_,
+                   cluster->Launch("dispatcher", std::move(dispatcher_argv)));
   for (int i = 0; i < o.workers; ++i)
     RETURN_IF_ERROR(cluster->AddWorker().status());
   return cluster;
@@ -173,6 +198,7 @@ absl::StatusOr<int> LocalCluster::AddWorker() {
     argv.insert(argv.end(),
                 {"--threads", std::to_string(options_.worker_threads)});
   }
+  AddSecurityFlags(options_, &argv);
   argv.insert(argv.end(), options_.extra_worker_flags.begin(),
               options_.extra_worker_flags.end());
   ASSIGN_OR_RETURN(
