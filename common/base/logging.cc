@@ -71,21 +71,25 @@ class JsonEscapedMessage final : public spdlog::custom_flag_formatter {
 
 }  // namespace
 
-std::shared_ptr<spdlog::logger> MakeStderrLogger(
-    const std::string& name, spdlog::level::level_enum level,
-    LogFormat format) {
-  auto logger = std::make_shared<spdlog::logger>(
-      name, std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
+std::unique_ptr<spdlog::formatter> MakeLogFormatter(LogFormat format) {
   if (format == LogFormat::kJson) {
     auto formatter = std::make_unique<spdlog::pattern_formatter>(
         spdlog::pattern_time_type::utc, std::string("\n"));
     formatter->add_flag<JsonEscapedMessage>('*').set_pattern(
         R"({"time":"%Y-%m-%dT%H:%M:%S.%eZ","level":"%l","logger":"%n",)"
         R"("thread":%t,"msg":"%*"})");
-    logger->set_formatter(std::move(formatter));
-  } else {
-    logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%L%$ %n: %v");
+    return formatter;
   }
+  return std::make_unique<spdlog::pattern_formatter>(
+      "%Y-%m-%dT%H:%M:%S.%e %^%L%$ %n: %v");
+}
+
+std::shared_ptr<spdlog::logger> MakeStderrLogger(
+    const std::string& name, spdlog::level::level_enum level,
+    LogFormat format) {
+  auto logger = std::make_shared<spdlog::logger>(
+      name, std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
+  logger->set_formatter(MakeLogFormatter(format));
   logger->set_level(level);
   return logger;
 }

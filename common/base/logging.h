@@ -25,6 +25,9 @@ enum class LogFormat { kText, kJson };
 // Parses "text|json". InvalidArgument names the bad value.
 absl::StatusOr<LogFormat> ParseLogFormat(const std::string& name);
 
+// The formatter of `format`, for any sink.
+std::unique_ptr<spdlog::formatter> MakeLogFormatter(LogFormat format);
+
 // A logger named `name` writing to stderr in `format`.
 std::shared_ptr<spdlog::logger> MakeStderrLogger(
     const std::string& name, spdlog::level::level_enum level,
