@@ -2,6 +2,7 @@
 // and a bearer token (certificates made by openssl in the test), a secured consumer reading
 // every record, and unsecured or wrongly secured consumers and processes refused at once with
 // the code and message that say what is wrong.
+#include <filesystem>
 #include <memory>
 #include <set>
 #include <string>
@@ -62,7 +63,7 @@ class SecurityTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir();
-    WriteDataset(dir_->Join("ds"));
+    WriteDataset(dir_->Join("root/ds"));
     auto certs = tools::MakeCertificates(dir_->Join("tls"));
     ASSERT_TRUE(certs.ok()) << certs.status();
     certs_ = new tools::Certificates(*certs);
@@ -72,7 +73,7 @@ class SecurityTest : public ::testing::Test {
     auto cluster = tools::LocalCluster::Start(
         {.bin_dir = BinDir(),
          .workers = 1,
-         .data_roots = {dir_->path()},
+         .data_roots = {dir_->Join("root")},
          .work_dir = dir_->Join("cluster"),
          .worker_threads = 1,
          .heartbeat_interval = absl::Milliseconds(100),
@@ -126,7 +127,7 @@ TEST_F(SecurityTest, SecuredConsumerReadsEveryRecord) {
   auto client = DataServiceClient::Create(Secured());
   ASSERT_TRUE(client.ok()) << client.status();
   auto it = (*client)->Open(
-      {.job_name = "secured", .pipeline = MakePipeline(dir_->Join("ds"))});
+      {.job_name = "secured", .pipeline = MakePipeline(dir_->Join("root/ds"))});
   ASSERT_TRUE(it.ok()) << it.status();
   std::multiset<uint64_t> ids;
   while (true) {
@@ -138,6 +139,43 @@ TEST_F(SecurityTest, SecuredConsumerReadsEveryRecord) {
   }
   ASSERT_EQ(ids.size(), static_cast<size_t>(kRecords));
   for (int i = 0; i < kRecords; ++i) EXPECT_EQ(ids.count(i), 1u) << i;
+}
+
+// The first error of reading a job over `dataset`, OK if it read to the end.
+absl::Status ReadJob(DataServiceClient& client, const std::string& name,
+                     const std::string& dataset) {
+  auto it = client.Open({.job_name = name, .pipeline = MakePipeline(dataset)});
+  if (!it.ok()) return it.status();
+  while (true) {
+    auto batch = (*it)->GetNext();
+    if (!batch.ok()) return batch.status();
+    if (!batch->has_value()) return absl::OkStatus();
+  }
+}
+
+TEST_F(SecurityTest, DataRootHoldsAgainstSymlinksAndDotDot) {
+  const std::string outside = dir_->Join("outside");
+  WriteDataset(outside);
+  std::filesystem::create_symlink(outside, dir_->Join("root/link-out"));
+  auto client = DataServiceClient::Create(Secured());
+  ASSERT_TRUE(client.ok()) << client.status();
+
+  absl::Status s = ReadJob(**client, "link-out", dir_->Join("root/link-out"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat(
+                               "pipeline source '", dir_->Join("root/link-out"),
+                               "' (resolved: '",
+                               std::filesystem::canonical(outside).string(),
+                               "') is outside the worker's --data-root")));
+
+  s = ReadJob(**client, "dot-dot", dir_->Join("root/ds/../../outside"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  EXPECT_THAT(s.message(), HasSubstr("is outside the worker's --data-root"));
+
+  // A shard symlinked out of its dataset folder (Dataset::Open refuses it:
+  // tests/common/record/dataset_test.cc) is not checked here: today the worker
+  // does not surface a source that fails to open while producing, and the
+  // consumer waits.
 }
 
 TEST_F(SecurityTest, PlaintextConsumerIsToldToUseTls) {
