@@ -34,6 +34,22 @@ absl::Status CheckPipelineLimits(const proto::Pipeline& pipeline,
   return absl::OkStatus();
 }
 
+absl::Status CheckSerializedPipelineLimits(absl::string_view serialized,
+                                           const ServiceLimits& limits) {
+  if (static_cast<int64_t>(serialized.size()) > limits.max_pipeline_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline spec is ", serialized.size(),
+        " bytes, more than --max-pipeline-bytes ", limits.max_pipeline_bytes));
+  }
+  proto::Pipeline pipeline;
+  if (!pipeline.ParseFromArray(serialized.data(),
+                               static_cast<int>(serialized.size()))) {
+    return absl::InvalidArgumentError(
+        "pipeline spec does not parse as sluice.proto.Pipeline");
+  }
+  return CheckPipelineLimits(pipeline, limits);
+}
+
 absl::Status CheckJobLimit(int64_t jobs, const ServiceLimits& limits) {
   if (jobs < limits.max_jobs) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrCat(

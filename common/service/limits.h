@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "proto/pipeline.pb.h"
 
 namespace sluice::service {
@@ -37,6 +38,11 @@ int MaxMessageBytes(const ServiceLimits& limits);
 //   "pipeline spec has 300 nodes, more than --max-pipeline-nodes 256"
 absl::Status CheckPipelineLimits(const proto::Pipeline& pipeline,
                                  const ServiceLimits& limits);
+
+// The same for a pipeline as it travels (RegisterDataset, JobInfo): the size is checked before
+// parsing; InvalidArgument also when it does not parse.
+absl::Status CheckSerializedPipelineLimits(absl::string_view serialized,
+                                           const ServiceLimits& limits);
 
 // ResourceExhausted when a dispatcher holding `jobs` jobs may not create another.
 absl::Status CheckJobLimit(int64_t jobs, const ServiceLimits& limits);

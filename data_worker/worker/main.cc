@@ -221,9 +221,17 @@ int Run(int argc, char** argv) {
   }
   logger->info("registered as {}", advertised);
 
+  // grpc.health.v1 turns NOT_SERVING once the worker drains, whether a signal
+  // or the dispatcher started it, so probes and load balancers stop sending
+  // new trainers here.
+  bool serving = true;
   while (!server.WaitForSignal(absl::Seconds(1))) {
+    if (serving && (*impl)->draining()) {
+      serving = false;
+      server.SetServing(false);
+      logger->info("draining (asked by the dispatcher): health NOT_SERVING");
+    }
   }
-  // Load balancers and probes stop sending new trainers here.
   server.SetServing(false);
   logger->info("draining (up to {}; signal again to stop now)",
                absl::FormatDuration(drain_timeout));

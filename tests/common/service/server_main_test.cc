@@ -80,6 +80,16 @@ TEST(Limits, EachRefusalNamesItsFlag) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("more than --max-pipeline-bytes 64"));
 
+  EXPECT_THAT(
+      CheckSerializedPipelineLimits(pipeline.SerializeAsString(), limits)
+          .message(),
+      HasSubstr("more than --max-pipeline-bytes 64"));
+  EXPECT_EQ(CheckSerializedPipelineLimits("\xff\xff", limits).code(),
+            absl::StatusCode::kInvalidArgument);
+  pipeline.Clear();
+  EXPECT_TRUE(
+      CheckSerializedPipelineLimits(pipeline.SerializeAsString(), limits).ok());
+
   EXPECT_TRUE(CheckJobLimit(2, limits).ok());
   EXPECT_EQ(CheckJobLimit(3, limits).code(),
             absl::StatusCode::kResourceExhausted);
