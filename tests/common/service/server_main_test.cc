@@ -3,9 +3,15 @@
 
 #include <cstdlib>
 
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "common/service/channel_factory.h"
 #include "common/service/limits.h"
 #include "gmock/gmock.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
+#include "proto/dispatcher.grpc.pb.h"
+#include "tests/testing/temp_dir.h"
 
 namespace sluice::service {
 namespace {
@@ -104,6 +110,67 @@ TEST(Limits, EachRefusalNamesItsFlag) {
   EXPECT_THAT(CheckStreamLimit(5, limits).message(),
               HasSubstr("(--max-streams 5)"));
   EXPECT_EQ(MaxMessageBytes(limits), 64 + kMessageOverheadBytes);
+}
+
+// grpc.health.v1 Check for the whole server: the status byte, or -1 on error.
+int HealthStatus(const std::string& address) {
+  auto channel = CreateChannel(address);
+  if (!channel.ok()) return -1;
+  grpc::GenericStub stub(*channel);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  grpc::Slice no_bytes("", 0);
+  grpc::ByteBuffer request(&no_bytes, 1);
+  grpc::ByteBuffer response;
+  grpc::Status status;
+  absl::Notification done;
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(),
+                 &request, &response, [&](grpc::Status s) {
+                   status = std::move(s);
+                   done.Notify();
+                 });
+  done.WaitForNotification();
+  std::vector<grpc::Slice> slices;
+  if (!status.ok() || !response.Dump(&slices).ok()) return -1;
+  std::string bytes;
+  for (const grpc::Slice& slice : slices)
+    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  return bytes.size() == 2 && bytes[0] == 0x08 ? bytes[1] : -1;
+}
+
+TEST(ServerMain, ServesHealthWritesTheAddressFileAndTurnsNotServing) {
+  testing::TempDir dir;
+  auto main = ServerMain::Create(
+      "test", {.host = "0.0.0.0", .port = 0, .address_file = dir.Join("addr")});
+  ASSERT_TRUE(main.ok()) << main.status();
+  grpc::ServerBuilder builder;
+  proto::DispatcherService::Service
+      unimplemented;  // a server needs one service
+  builder.RegisterService(&unimplemented);
+  const absl::Status started = (*main)->Start(builder);
+  ASSERT_TRUE(started.ok()) << started;
+  const std::string address =
+      "127.0.0.1:" + std::to_string((*main)->bound_port());
+  EXPECT_EQ((*main)->address(), address);  // the wildcard shown as loopback
+  EXPECT_EQ(testing::ReadFile(dir.Join("addr")), address + "\n");
+  EXPECT_EQ(HealthStatus(address), 1);  // SERVING
+  (*main)->SetServing(false);
+  EXPECT_EQ(HealthStatus(address), 2);  // NOT_SERVING
+  (*main)->Shutdown(absl::ZeroDuration());
+}
+
+TEST(ServerMain, BadFlagsAreInvalidArgumentNamingThem) {
+  EXPECT_THAT(
+      ServerMain::Create("test", {.log_format = "xml"}).status().message(),
+      HasSubstr("--log-format: 'xml'"));
+  EXPECT_THAT(ServerMain::Create("test", {.metrics_address = "host:port"})
+                  .status()
+                  .message(),
+              HasSubstr("--metrics-address 'host:port'"));
+  ServerFlags token_only;
+  token_only.security.auth_token_file = "/nonexistent";
+  EXPECT_EQ(ServerMain::Create("test", token_only).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
