@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/internal/batch_iterator_impl.h"
+#include "client/internal/channel_options.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "common/record/dataset.h"
@@ -263,9 +264,18 @@ absl::StatusOr<std::unique_ptr<DataServiceClient>> DataServiceClient::Create(
   const std::string& address = options.dispatcher_address;
   const absl::Time deadline = absl::Now() + options.connect_timeout;
 
+  // Transport security (TLS, bearer token): common/service/channel_factory.h.
+  // A TLS mismatch fails here at once, saying which side is wrong.
+  const service::ChannelOptions channel_options =
+      client::ToChannelOptions(options, /*max_receive_message_bytes=*/0);
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
-                   service::CreateChannel(address));
-  if (!channel->WaitForConnected(absl::ToChronoTime(deadline))) {
+                   service::CreateChannel(address, channel_options));
+  if (absl::Status connected = service::WaitForConnected(
+          *channel, address, channel_options, deadline);
+      !connected.ok()) {
+    // Unavailable: a TLS mismatch, with its reason.
+    if (connected.code() != absl::StatusCode::kDeadlineExceeded)
+      return connected;
     return absl::UnavailableError(
         absl::StrCat("cannot reach the sluice dispatcher at ", address,
                      ": no gRPC connection within ",

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/internal/channel_options.h"
 #include "common/metrics/metrics.h"
 #include "common/service/batch_codec.h"
 #include "common/service/channel_factory.h"
@@ -470,9 +471,10 @@ BatchIteratorImpl::DeliverResult BatchIteratorImpl::Deliver(
 
 void BatchIteratorImpl::ReaderLoop(Reader* reader) {
   const std::string address = reader->address;
-  service::ChannelOptions channel_options;
-  channel_options.max_receive_message_bytes =
-      -1;  // one batch can be tens of MB
+  // One batch can be tens of MB: no receive limit. TLS and token:
+  // common/service/channel_factory.h (the options were checked by Create()).
+  const service::ChannelOptions channel_options =
+      ToChannelOptions(params_.options, /*max_receive_message_bytes=*/-1);
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
       service::CreateChannel(address, channel_options);
   if (!channel.ok()) {

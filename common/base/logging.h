@@ -17,9 +17,21 @@ namespace sluice {
 absl::StatusOr<spdlog::level::level_enum> ParseLogLevel(
     const std::string& name);
 
-// A logger named `name` writing to stderr, with sluice's line format.
+// kText: "2026-11-23T16:01:02.345 I worker: message" for people.
+// kJson: one JSON object per line for log collectors (UTC time, level, logger, thread, msg):
+//   {"time":"2026-11-23T16:01:02.345Z","level":"info","logger":"worker","thread":1234,"msg":"..."}
+enum class LogFormat { kText, kJson };
+
+// Parses "text|json". InvalidArgument names the bad value.
+absl::StatusOr<LogFormat> ParseLogFormat(const std::string& name);
+
+// The formatter of `format`, for any sink.
+std::unique_ptr<spdlog::formatter> MakeLogFormatter(LogFormat format);
+
+// A logger named `name` writing to stderr in `format`.
 std::shared_ptr<spdlog::logger> MakeStderrLogger(
-    const std::string& name, spdlog::level::level_enum level);
+    const std::string& name, spdlog::level::level_enum level,
+    LogFormat format = LogFormat::kText);
 
 // A logger that drops everything: the default for library Options.
 std::shared_ptr<spdlog::logger> NullLogger();

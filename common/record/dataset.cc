@@ -46,6 +46,28 @@ absl::StatusOr<uint64_t> ParseHex(const nlohmann::json& v) {
 
 }  // namespace
 
+absl::Status CheckInsideFolder(const std::string& dir,
+                               const std::string& path) {
+  std::error_code ec;
+  const fs::path folder = fs::weakly_canonical(dir, ec);
+  if (ec) {
+    return absl::NotFoundError(
+        absl::StrCat("dataset folder '", dir, "': ", ec.message()));
+  }
+  const fs::path resolved = fs::weakly_canonical(path, ec);
+  if (ec) {
+    return absl::NotFoundError(absl::StrCat("'", path, "': ", ec.message()));
+  }
+  const fs::path relative = resolved.lexically_relative(folder);
+  if (relative.empty() || *relative.begin() == "..") {
+    return absl::PermissionDeniedError(
+        absl::StrCat("'", path, "' resolves to '", resolved.string(),
+                     "', outside its dataset folder '", folder.string(),
+                     "' (a symlink out of the dataset is refused)"));
+  }
+  return absl::OkStatus();
+}
+
 // ---------------------------------------------------------------------------------------------
 // Manifest
 
@@ -103,7 +125,7 @@ absl::StatusOr<Manifest> Manifest::FromJson(std::string_view json,
     info.file = s["file"].get<std::string>();
     const fs::path file_path(info.file);
     if (info.file.empty() || file_path.is_absolute() ||
-        file_path.has_parent_path()) {
+        file_path.has_parent_path() || info.file == "." || info.file == "..") {
       return bad("shard file '" + info.file +
                  "' must be a plain file name inside the dataset");
     }
@@ -226,6 +248,9 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(const std::string& dir) {
           absl::StrCat("dataset '", dir, "': shard '", info.file,
                        "' named in the manifest is missing"));
     }
+    // A shard must stay inside its folder also through symlinks: a dataset
+    // under a worker's --data-root must not make it read files outside.
+    RETURN_IF_ERROR(CheckInsideFolder(dir, path));
     ASSIGN_OR_RETURN(std::unique_ptr<ShardReader> shard,
                      ShardReader::Open(path));
     if (shard->record_count() != info.records ||

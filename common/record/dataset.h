@@ -27,6 +27,11 @@ namespace sluice::record {
 inline constexpr char kManifestName[] = "manifest.json";
 inline constexpr uint64_t kDefaultShardSizeBytes = 1ULL << 30;
 
+// OK when `path`, with every symlink and ".." resolved, is inside the folder `dir` (also
+// resolved). PermissionDenied naming both otherwise; NotFound when they cannot be resolved.
+// Dataset::Open applies it to every shard.
+absl::Status CheckInsideFolder(const std::string& dir, const std::string& path);
+
 struct ShardInfo {
   std::string file;  // relative to the dataset folder
   uint64_t records = 0;

@@ -16,15 +16,18 @@ GrpcDispatcherClient::Create(GrpcDispatcherClientOptions options) {
     return absl::InvalidArgumentError(
         "--dispatcher: empty address (want host:port)");
   }
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      service::CreateChannel(options.address, options.channel);
+  if (!channel.ok()) return channel.status();
   return std::unique_ptr<GrpcDispatcherClient>(
-      new GrpcDispatcherClient(std::move(options)));
+      new GrpcDispatcherClient(std::move(options), std::move(*channel)));
 }
 
-GrpcDispatcherClient::GrpcDispatcherClient(GrpcDispatcherClientOptions options)
+GrpcDispatcherClient::GrpcDispatcherClient(
+    GrpcDispatcherClientOptions options, std::shared_ptr<grpc::Channel> channel)
     : options_(std::move(options)),
       clock_(options_.clock != nullptr ? options_.clock : RealClock::Get()),
-      stub_(proto::DispatcherService::NewStub(
-          *service::CreateChannel(options_.address))) {}
+      stub_(proto::DispatcherService::NewStub(std::move(channel))) {}
 
 template <typename Request, typename Response, typename Method>
 absl::Status GrpcDispatcherClient::Call(const char* name, Method method,

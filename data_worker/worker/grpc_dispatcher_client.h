@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/base/clock.h"
+#include "common/service/channel_factory.h"
 #include "data_worker/worker/worker_impl.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/dispatcher.grpc.pb.h"
@@ -30,6 +31,8 @@ struct GrpcDispatcherClientOptions {
   absl::Duration connect_timeout =
       absl::Seconds(10);   // retry budget of the retried calls
   Clock* clock = nullptr;  // null: RealClock::Get()
+  // TLS and bearer token towards the dispatcher (common/service/channel_factory.h).
+  service::ChannelOptions channel;
 };
 
 class GrpcDispatcherClient final : public DispatcherClient {
@@ -51,7 +54,8 @@ class GrpcDispatcherClient final : public DispatcherClient {
       proto::WorkerUnregisterResponse* response) override;
 
  private:
-  explicit GrpcDispatcherClient(GrpcDispatcherClientOptions options);
+  GrpcDispatcherClient(GrpcDispatcherClientOptions options,
+                       std::shared_ptr<grpc::Channel> channel);
 
   template <typename Request, typename Response, typename Method>
   absl::Status Call(const char* name, Method method, const Request& request,

@@ -1,4 +1,4 @@
-// sluice-worker: a stateless data worker (ARCHITECTURE.md §5, §7, §8).
+// sluice-worker: a stateless data worker (docs/architecture.md).
 //
 //   sluice-worker --dispatcher 127.0.0.1:7000 --data-root /data --port 0
 //       --address-file /tmp/w0.addr --metrics-port 0
@@ -8,13 +8,13 @@
 // dispatcher and heartbeats. SIGTERM/SIGINT drains: DrainWorker, no new splits,
 // keep serving until the dispatcher says may_exit (or
 // --drain-timeout), then stop and exit 0. A second signal cuts the drain short.
-// Exits 1 if the dispatcher cannot be reached within --connect-timeout.
-#include <signal.h>
-
-#include <cerrno>
+// Exits 1 if the dispatcher cannot be reached within --connect-timeout, at once
+// if its transport security does not match ours (the message says how).
+// grpc.health.v1 answers SERVING until the drain starts, NOT_SERVING after.
+// Shared flags (--metrics-address, --log-format, --tls-*, --auth-token-file,
+// SLUICE_<FLAG> environment variables): common/service/server_main.h;
+// security: docs/security.md.
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,15 +24,14 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/base/duration_flag.h"
-#include "common/base/logging.h"
-#include "common/base/process.h"
+#include "common/service/channel_factory.h"
+#include "common/service/limits.h"
+#include "common/service/server_main.h"
 #include "data_worker/pipeline/allocator.h"
 #include "data_worker/worker/grpc_dispatcher_client.h"
 #include "data_worker/worker/grpc_worker_service.h"
 #include "data_worker/worker/worker_impl.h"
 #include "grpcpp/grpcpp.h"
-#include "prometheus/exposer.h"
-#include "prometheus/registry.h"
 
 namespace {
 
@@ -42,43 +41,36 @@ using sluice::data_worker::GrpcDispatcherClientOptions;
 using sluice::data_worker::GrpcWorkerService;
 using sluice::data_worker::WorkerImpl;
 using sluice::data_worker::WorkerOptions;
-
-// Waits up to `timeout` for SIGTERM/SIGINT (blocked in every thread). True if
-// one arrived.
-bool WaitForSignal(sigset_t* signals, absl::Duration timeout) {
-  const timespec ts = absl::ToTimespec(timeout);
-  return sigtimedwait(signals, nullptr, &ts) > 0;
-}
+namespace service = sluice::service;
 
 int Run(int argc, char** argv) {
   CLI::App app{
       "sluice-worker: runs preprocessing pipelines on splits and streams "
-      "batches"};
+      "batches. Every flag can also be set as SLUICE_<FLAG>, e.g. "
+      "SLUICE_ADVERTISE_ADDRESS=$(POD_IP)"};
+  service::ServerFlags server_flags{.host = "127.0.0.1", .port = 0};
+  service::ServiceLimits limits;
   std::string dispatcher;
-  std::string host = "127.0.0.1";
   std::string advertise;
-  int port = 0;
-  std::string address_file;
+  std::string tls_server_name;
   std::vector<std::string> data_roots;
   int threads = 0;
   uint32_t capacity = 2;
   size_t queue_batches = 8;
   int64_t memory_mb = 256;
-  int metrics_port = -1;
-  std::string log_level = "info";
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration connect_timeout = absl::Seconds(10);
   absl::Duration drain_timeout = absl::Seconds(30);
   app.add_option("--dispatcher", dispatcher, "host:port of sluice-dispatcher")
       ->required();
-  app.add_option("--host", host, "address to listen on")->capture_default_str();
-  app.add_option("--port", port, "data-plane port; 0 = any free port")
-      ->capture_default_str();
-  app.add_option(
-      "--advertise-address", advertise,
-      "host:port told to the dispatcher (default: --host:bound port)");
-  app.add_option("--address-file", address_file,
-                 "write host:port here once listening");
+  service::AddServerFlags(app, &server_flags);
+  app.add_option("--advertise-address", advertise,
+                 "HOST[:PORT] told to the dispatcher, that trainers connect to "
+                 "(in pods: the pod IP); PORT defaults to the bound port "
+                 "(default: --host:bound port)");
+  app.add_option("--tls-server-name", tls_server_name,
+                 "Name the dispatcher's certificate carries, when it is not "
+                 "the host of --dispatcher");
   app.add_option("--data-root", data_roots,
                  "folder pipelines may read (repeatable)")
       ->required();
@@ -94,11 +86,18 @@ int Run(int argc, char** argv) {
   app.add_option("--queue-batches", queue_batches,
                  "bounded queue per consumer, in batches")
       ->capture_default_str();
-  app.add_option("--metrics-port", metrics_port,
-                 "Prometheus /metrics port; 0 = any free port; -1 = off")
+  app.add_option("--max-pipeline-bytes", limits.max_pipeline_bytes,
+                 "Largest serialized pipeline spec accepted")
       ->capture_default_str();
-  app.add_option("--log-level", log_level,
-                 "trace|debug|info|warn|error|critical|off")
+  app.add_option("--max-pipeline-nodes", limits.max_pipeline_nodes,
+                 "Most nodes (plus map ops) in a pipeline spec")
+      ->capture_default_str();
+  app.add_option("--max-batch-bytes", limits.max_batch_bytes,
+                 "Largest batch (column bytes) served; sets gRPC's message "
+                 "size limit")
+      ->capture_default_str();
+  app.add_option("--max-streams", limits.max_streams,
+                 "Most GetBatches streams open at once")
       ->capture_default_str();
   AddDurationOption(
       app, "--heartbeat-interval", &heartbeat_interval,
@@ -107,46 +106,71 @@ int Run(int argc, char** argv) {
                     "How long to keep retrying an unreachable dispatcher");
   AddDurationOption(app, "--drain-timeout", &drain_timeout,
                     "How long a drain may take");
+  service::SetEnvNames(app);
   CLI11_PARSE(app, argc, argv);
 
-  absl::StatusOr<spdlog::level::level_enum> level =
-      sluice::ParseLogLevel(log_level);
-  if (!level.ok()) {
-    std::fprintf(stderr, "sluice-worker: --log-level: %s\n",
-                 std::string(level.status().message()).c_str());
-    return 2;
-  }
-  std::shared_ptr<spdlog::logger> logger =
-      sluice::MakeStderrLogger("worker", *level);
-
-  // Signals are handled by sigtimedwait in this thread only: block them before
-  // any thread starts.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-
-  auto registry = std::make_shared<prometheus::Registry>();
-  std::unique_ptr<prometheus::Exposer> exposer;
-  if (metrics_port >= 0) {
-    try {
-      exposer = std::make_unique<prometheus::Exposer>(
-          absl::StrCat(host, ":", metrics_port));
-      exposer->RegisterCollectable(registry);
-      const std::vector<int> ports = exposer->GetListeningPorts();
-      std::fprintf(stderr, "sluice-worker: metrics on http://%s:%d/metrics\n",
-                   host.c_str(), ports.empty() ? metrics_port : ports.front());
-    } catch (const std::exception& e) {
-      logger->error("--metrics-port {}: cannot listen: {}", metrics_port,
-                    e.what());
-      return 1;
+  std::string advertise_host;
+  int advertise_port = -1;
+  if (!advertise.empty()) {
+    if (absl::Status s = service::ParseHostPort(
+            advertise, "--advertise-address", &advertise_host, &advertise_port);
+        !s.ok()) {
+      std::fprintf(stderr, "sluice-worker: %s\n",
+                   std::string(s.message()).c_str());
+      return 2;
     }
   }
 
+  // Blocks the shutdown signals before any thread starts.
+  absl::StatusOr<std::unique_ptr<service::ServerMain>> main =
+      service::ServerMain::Create("worker", server_flags);
+  if (!main.ok()) {
+    std::fprintf(stderr, "sluice-worker: %s\n",
+                 std::string(main.status().message()).c_str());
+    return main.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  service::ServerMain& server = **main;
+  const std::shared_ptr<spdlog::logger>& logger = server.logger();
+  if (server.metrics_port() >= 0) {
+    std::fprintf(stderr, "sluice-worker: metrics on http://%s:%d/metrics\n",
+                 server.metrics_host().c_str(), server.metrics_port());
+  }
+
+  // The worker calls the dispatcher with its own certificate (mutual TLS) and
+  // the same CA and token as it requires of its callers.
   GrpcDispatcherClientOptions client_options;
   client_options.address = dispatcher;
   client_options.connect_timeout = connect_timeout;
+  const service::ServerSecurityOptions& security = server_flags.security;
+  if (security.tls() && security.tls_ca.empty()) {
+    logger->error(
+        "--tls-cert needs --tls-ca on sluice-worker: it verifies the "
+        "dispatcher's certificate with it (and requires client certificates "
+        "signed by it)");
+    return 2;
+  }
+  client_options.channel.tls_ca = security.tls_ca;
+  client_options.channel.tls_cert = security.tls_cert;
+  client_options.channel.tls_key = security.tls_key;
+  client_options.channel.tls_server_name = tls_server_name;
+  client_options.channel.auth_token_file = security.auth_token_file;
+  {
+    // Fail fast, saying why, when the dispatcher's transport security does
+    // not match ours (a retry would never heal it).
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+        service::CreateChannel(dispatcher, client_options.channel);
+    if (!channel.ok()) {
+      logger->error("{}", std::string(channel.status().message()));
+      return 2;
+    }
+    absl::Status tls = service::DiagnoseTls(dispatcher, client_options.channel,
+                                            absl::Seconds(3));
+    if (!tls.ok()) {
+      logger->error("cannot join the dispatcher: {}",
+                    std::string(tls.message()));
+      return 1;
+    }
+  }
   auto client = GrpcDispatcherClient::Create(client_options);
   if (!client.ok()) {
     logger->error("{}", client.status().ToString());
@@ -160,7 +184,7 @@ int Run(int argc, char** argv) {
   options.queue_batches = queue_batches;
   options.memory_budget_bytes = memory_mb << 20;
   options.heartbeat_interval = heartbeat_interval;
-  options.registry = registry.get();
+  options.registry = &server.registry();
   options.logger = logger;
   auto impl = WorkerImpl::Create(options, std::move(*client));
   if (!impl.ok()) {
@@ -170,44 +194,53 @@ int Run(int argc, char** argv) {
 
   GrpcWorkerService service(impl->get());
   grpc::ServerBuilder builder;
-  int bound_port = 0;
-  builder.AddListeningPort(absl::StrCat(host, ":", port),
-                           grpc::InsecureServerCredentials(), &bound_port);
   builder.RegisterService(&service);
-  builder.SetMaxSendMessageSize(-1);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || bound_port == 0) {
-    logger->error("cannot listen on {}:{} (--host/--port)", host, port);
+  builder.SetMaxSendMessageSize(service::MaxMessageBytes(limits));
+  builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(
+      limits.max_pipeline_bytes + service::kMessageOverheadBytes, INT32_MAX)));
+  if (absl::Status s = server.Start(builder); !s.ok()) {
+    logger->error("{} (--host/--port)", std::string(s.message()));
     return 1;
   }
-  const std::string address = absl::StrCat(host, ":", bound_port);
-  logger->info("data plane listening on {}", address);
-  if (!address_file.empty() &&
-      !sluice::WriteFileAtomically(address_file, address + "\n").ok()) {
-    logger->error("--address-file {}: cannot write it", address_file);
-    server->Shutdown();
-    return 1;
-  }
+  logger->info("data plane listening on {}", server.address());
 
-  absl::Status started =
-      (*impl)->Start(advertise.empty() ? address : advertise);
+  std::string advertised = server.address();
+  if (!advertise.empty()) {
+    advertised = absl::StrCat(
+        advertise_host.find(':') != std::string::npos
+            ? absl::StrCat("[", advertise_host, "]")
+            : advertise_host,
+        ":", advertise_port >= 0 ? advertise_port : server.bound_port());
+  }
+  absl::Status started = (*impl)->Start(advertised);
   if (!started.ok()) {
     logger->error("cannot join the dispatcher: {}", started.ToString());
-    server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+    server.Shutdown(absl::Seconds(1));
     (*impl)->Stop();
     return 1;
   }
+  logger->info("registered as {}", advertised);
 
-  while (!WaitForSignal(&signals, absl::Seconds(1))) {
+  // grpc.health.v1 turns NOT_SERVING once the worker drains, whether a signal
+  // or the dispatcher started it, so probes and load balancers stop sending
+  // new trainers here.
+  bool serving = true;
+  while (!server.WaitForSignal(absl::Seconds(1))) {
+    if (serving && (*impl)->draining()) {
+      serving = false;
+      server.SetServing(false);
+      logger->info("draining (asked by the dispatcher): health NOT_SERVING");
+    }
   }
-  logger->info("signal received: draining (up to {}; signal again to stop now)",
+  server.SetServing(false);
+  logger->info("draining (up to {}; signal again to stop now)",
                absl::FormatDuration(drain_timeout));
   absl::Status drained = (*impl)->Drain();
   if (!drained.ok()) logger->warn("DrainWorker failed: {}", drained.ToString());
   const absl::Time deadline = absl::Now() + drain_timeout;
   bool again = false;
   while (drained.ok() && !(*impl)->may_exit() && absl::Now() < deadline) {
-    if (WaitForSignal(&signals, absl::Milliseconds(100))) {
+    if (server.WaitForSignal(absl::Milliseconds(100))) {
       again = true;
       break;
     }
@@ -221,8 +254,7 @@ int Run(int argc, char** argv) {
     absl::Status s = (*impl)->Unregister();
     if (!s.ok()) logger->warn("WorkerUnregister failed: {}", s.ToString());
   }
-  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
-  server->Wait();
+  server.Shutdown(absl::Seconds(2));
   logger->info("stopped");
   return 0;
 }

@@ -15,11 +15,14 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"
+#include "common/base/process.h"
 #include "dispatcher/dispatcher_impl.h"
+#include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/dispatcher.grpc.pb.h"
 #include "tests/testing/temp_dir.h"
+#include "tools/local_cluster/local_cluster.h"
 
 namespace sluice::dispatcher {
 namespace {
@@ -102,6 +105,37 @@ TEST(DispatcherMain, ServesOnAnyPortAndExitsCleanlyOnSigterm) {
   }
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+// Flags from the environment (SLUICE_<FLAG>), --metrics-address HOST:PORT, JSON
+// logs and the lines on stdout that scripts parse.
+TEST(DispatcherMain, TakesFlagsFromTheEnvironmentAndPrintsItsAddresses) {
+  testing::TempDir dir;
+  absl::StatusOr<int> metrics_port = tools::PickFreePort();
+  ASSERT_TRUE(metrics_port.ok()) << metrics_port.status();
+  const std::string metrics = "127.0.0.1:" + std::to_string(*metrics_port);
+  setenv("SLUICE_METRICS_ADDRESS", metrics.c_str(), 1);
+  setenv("SLUICE_LOG_FORMAT", "json", 1);
+  setenv("SLUICE_ADDRESS_FILE", dir.Join("addr").c_str(), 1);
+  auto process =
+      Subprocess::Start({BinDir() + "/sluice-dispatcher", "--port", "0"},
+                        {.log_file = dir.Join("log")});
+  unsetenv("SLUICE_METRICS_ADDRESS");
+  unsetenv("SLUICE_LOG_FORMAT");
+  unsetenv("SLUICE_ADDRESS_FILE");
+  ASSERT_TRUE(process.ok()) << process.status();
+  absl::StatusOr<std::string> address =
+      WaitForAddressFile(dir.Join("addr"), **process, absl::Seconds(20));
+  ASSERT_TRUE(address.ok()) << address.status();
+
+  absl::StatusOr<std::string> exposition = tools::ScrapeMetrics(*metrics_port);
+  EXPECT_TRUE(exposition.ok()) << exposition.status();
+  EXPECT_EQ((*process)->Stop(absl::Seconds(8)), 0);
+  const std::string log = testing::ReadFile(dir.Join("log"));
+  EXPECT_THAT(log, ::testing::HasSubstr("metrics on " + metrics + "\n"));
+  EXPECT_THAT(log, ::testing::HasSubstr("listening on " + *address + "\n"));
+  EXPECT_THAT(log, ::testing::HasSubstr(
+                       R"("level":"info","logger":"dispatcher","thread":)"));
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 // service. --stop-after-batches N --save-state FILE returns N batches, saves the iterator's
 // state and exits 0 (a training run checkpointing and stopping); --restore-state FILE
 // continues from such a state, in a new process.
+// TLS and token: --tls-ca --tls-cert --tls-key --auth-token-file (docs/security.md).
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,7 @@
 #include "common/base/process.h"
 #include "common/base/status_macros.h"
 #include "common/record/dataset.h"
+#include "common/service/server_main.h"
 #include "data_worker/pipeline/spec.h"
 #include "sluice/client.h"
 #include "tools/cli/command.h"
@@ -34,6 +36,7 @@ struct ConsumeFlags {
   uint32_t num_consumers = 1;
   bool deterministic = false;
   bool drop_remainder = false;
+  std::string tls_ca, tls_cert, tls_key, auth_token_file;
 };
 
 absl::Status RunConsume(const ConsumeFlags& flags) {
@@ -61,7 +64,11 @@ absl::Status RunConsume(const ConsumeFlags& flags) {
 
   ASSIGN_OR_RETURN(
       std::unique_ptr<DataServiceClient> client,
-      DataServiceClient::Create({.dispatcher_address = flags.dispatcher}));
+      DataServiceClient::Create({.dispatcher_address = flags.dispatcher,
+                                 .tls_ca = flags.tls_ca,
+                                 .tls_cert = flags.tls_cert,
+                                 .tls_key = flags.tls_key,
+                                 .auth_token_file = flags.auth_token_file}));
   JobOptions job{.job_name = flags.job,
                  .pipeline = pipeline,
                  .seed = flags.seed,
@@ -173,6 +180,17 @@ void AddConsumeCommand(CLI::App& app) {
                   "Continue from a state --save-state wrote: the rest of the "
                   "epoch, each record "
                   "once");
+  cmd->add_option("--tls-ca", flags->tls_ca,
+                  "PEM CA that signed the servers' certificates: connect with "
+                  "TLS");
+  cmd->add_option(
+      "--tls-cert", flags->tls_cert,
+      "PEM client certificate, for servers that require mutual TLS");
+  cmd->add_option("--tls-key", flags->tls_key, "PEM private key of --tls-cert");
+  cmd->add_option("--auth-token-file", flags->auth_token_file,
+                  "File with the bearer token to present (needs --tls-ca)");
+  // SLUICE_DISPATCHER, SLUICE_TLS_CA, ... (handy in a trainer pod).
+  service::SetEnvNames(*cmd);
   cmd->callback([flags] { Finish(RunConsume(*flags)); });
 }
 

@@ -20,6 +20,7 @@
 #include "tools/cli/command.h"
 #include "tools/cli/progress.h"
 #include "tools/datagen/datagen.h"
+#include "tools/local_cluster/certificates.h"
 #include "tools/local_cluster/local_cluster.h"
 
 namespace sluice::cli {
@@ -34,6 +35,7 @@ struct DemoFlags {
   int epochs = 2;
   std::string work_dir;
   bool keep = false;
+  bool tls = false;
   int threads =
       static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 };
@@ -111,21 +113,38 @@ absl::Status RunDemo(const DemoFlags& flags) {
 
   // 4. A local cluster: the dispatcher and the workers as processes on
   // loopback.
+  tools::LocalClusterOptions cluster_options{
+      .bin_dir = tools::BinDir(),
+      .workers = flags.workers,
+      .data_roots = {root},
+      .work_dir = (fs::path(root) / "cluster").string()};
+  ClientOptions client_options;
+  if (flags.tls) {
+    // Mutual TLS and a bearer token with throwaway certificates.
+    ASSIGN_OR_RETURN(
+        tools::Certificates certs,
+        tools::MakeCertificates((fs::path(root) / "tls").string()));
+    cluster_options.tls_cert = certs.server_cert;
+    cluster_options.tls_key = certs.server_key;
+    cluster_options.tls_ca = certs.ca;
+    cluster_options.auth_token_file = certs.token;
+    client_options.tls_ca = certs.ca;
+    client_options.tls_cert = certs.client_cert;
+    client_options.tls_key = certs.client_key;
+    client_options.auth_token_file = certs.token;
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<tools::LocalCluster> cluster,
-                   tools::LocalCluster::Start(
-                       {.bin_dir = tools::BinDir(),
-                        .workers = flags.workers,
-                        .data_roots = {root},
-                        .work_dir = (fs::path(root) / "cluster").string()}));
-  std::printf("cluster    dispatcher %s, %d workers\n",
-              cluster->dispatcher_address().c_str(), cluster->num_workers());
+                   tools::LocalCluster::Start(cluster_options));
+  std::printf("cluster    dispatcher %s, %d workers%s\n",
+              cluster->dispatcher_address().c_str(), cluster->num_workers(),
+              flags.tls ? " (mutual TLS + bearer token)" : "");
   std::fflush(stdout);
 
   // 5. Two epochs of ImageNet training preprocessing, consumed as a trainer
   // would.
+  client_options.dispatcher_address = cluster->dispatcher_address();
   ASSIGN_OR_RETURN(std::unique_ptr<DataServiceClient> client,
-                   DataServiceClient::Create(
-                       {.dispatcher_address = cluster->dispatcher_address()}));
+                   DataServiceClient::Create(client_options));
   JobOptions job{
       .job_name = "demo",
       .pipeline =
@@ -226,6 +245,9 @@ void AddDemoCommand(CLI::App& app) {
   cmd->add_option("--work-dir", flags->work_dir,
                   "Folder to work in (default: a new temp folder)");
   cmd->add_flag("--keep", flags->keep, "Keep the work folder");
+  cmd->add_flag("--tls", flags->tls,
+                "Run secured: mutual TLS and a bearer token with throwaway "
+                "certificates (openssl)");
   cmd->add_option("--threads", flags->threads, "Threads")
       ->capture_default_str();
   cmd->callback([flags] { Finish(RunDemo(*flags)); });

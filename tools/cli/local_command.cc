@@ -1,6 +1,6 @@
 // sluice local --workers N [--port P] [--data-root DIR]... [--address-file
-// FILE] A dispatcher and N worker processes on loopback, until Ctrl-C or
-// SIGTERM.
+// FILE] [--tls | --tls-cert F --tls-key F [--tls-ca F] [--auth-token-file F]]
+// A dispatcher and N worker processes on loopback, until Ctrl-C or SIGTERM.
 #include <signal.h>
 #include <unistd.h>
 
@@ -11,7 +11,9 @@
 #include "absl/strings/str_join.h"
 #include "common/base/process.h"
 #include "common/base/status_macros.h"
+#include "common/service/server_main.h"
 #include "tools/cli/command.h"
+#include "tools/local_cluster/certificates.h"
 #include "tools/local_cluster/local_cluster.h"
 
 namespace sluice::cli {
@@ -27,6 +29,8 @@ struct LocalFlags {
   std::string work_dir;
   int threads_per_worker = 0;
   std::string log_level = "info";
+  bool tls = false;
+  std::string tls_cert, tls_key, tls_ca, auth_token_file;
 };
 
 absl::Status RunLocal(const LocalFlags& flags) {
@@ -54,6 +58,30 @@ absl::Status RunLocal(const LocalFlags& flags) {
       return absl::InternalError("cannot create a temp folder");
     options.work_dir = pattern;
   }
+  options.tls_cert = flags.tls_cert;
+  options.tls_key = flags.tls_key;
+  options.tls_ca = flags.tls_ca;
+  options.auth_token_file = flags.auth_token_file;
+  std::string consumer_flags;
+  if (flags.tls && (!flags.tls_cert.empty() || !flags.tls_ca.empty() ||
+                    !flags.auth_token_file.empty())) {
+    return absl::InvalidArgumentError(
+        "--tls makes its own certificates and token: drop --tls-cert, --tls-ca "
+        "and --auth-token-file, or drop --tls");
+  }
+  if (flags.tls) {
+    // Throwaway CA, certificates and token: mutual TLS and a bearer token.
+    ASSIGN_OR_RETURN(
+        tools::Certificates certs,
+        tools::MakeCertificates((fs::path(options.work_dir) / "tls").string()));
+    options.tls_cert = certs.server_cert;
+    options.tls_key = certs.server_key;
+    options.tls_ca = certs.ca;
+    options.auth_token_file = certs.token;
+    consumer_flags = absl::StrFormat(
+        "--tls-ca %s --tls-cert %s --tls-key %s --auth-token-file %s", certs.ca,
+        certs.client_cert, certs.client_key, certs.token);
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<tools::LocalCluster> cluster,
                    tools::LocalCluster::Start(options));
   if (!flags.address_file.empty()) {
@@ -68,6 +96,12 @@ absl::Status RunLocal(const LocalFlags& flags) {
     std::printf("  worker %d    %s   metrics http://127.0.0.1:%d/metrics\n", i,
                 cluster->worker(i).address.c_str(),
                 cluster->worker(i).metrics_port);
+  }
+  if (!consumer_flags.empty()) {
+    std::printf(
+        "  secured     mutual TLS + bearer token; consumers pass:\n"
+        "              %s\n",
+        consumer_flags.c_str());
   }
   std::printf("  data roots  %s\n  logs        %s\nCtrl-C stops the cluster.\n",
               absl::StrJoin(options.data_roots, ", ").c_str(),
@@ -113,6 +147,18 @@ void AddLocalCommand(CLI::App& app) {
   cmd->add_option("--log-level", flags->log_level,
                   "trace|debug|info|warn|error")
       ->capture_default_str();
+  cmd->add_flag("--tls", flags->tls,
+                "Secure the cluster with a throwaway CA, certificates and "
+                "token made in the work dir (openssl); prints the consumer's "
+                "flags");
+  cmd->add_option("--tls-cert", flags->tls_cert,
+                  "PEM certificate of every server (TLS)");
+  cmd->add_option("--tls-key", flags->tls_key, "PEM private key of --tls-cert");
+  cmd->add_option("--tls-ca", flags->tls_ca,
+                  "PEM CA: mutual TLS (client certificates signed by it)");
+  cmd->add_option("--auth-token-file", flags->auth_token_file,
+                  "Bearer token file every call must carry (needs TLS)");
+  service::SetEnvNames(*cmd);
   cmd->callback([flags] { Finish(RunLocal(*flags)); });
 }
 

@@ -19,6 +19,22 @@
 namespace sluice::tools {
 namespace fs = std::filesystem;
 
+namespace {
+
+void AddSecurityFlags(const LocalClusterOptions& o,
+                      std::vector<std::string>* argv) {
+  const std::pair<const char*, const std::string*> flags[] = {
+      {"--tls-cert", &o.tls_cert},
+      {"--tls-key", &o.tls_key},
+      {"--tls-ca", &o.tls_ca},
+      {"--auth-token-file", &o.auth_token_file}};
+  for (const auto& [flag, value] : flags) {
+    if (!value->empty()) argv->insert(argv->end(), {flag, *value});
+  }
+}
+
+}  // namespace
+
 std::string BinDir() {
   std::error_code ec;
   const fs::path self = fs::read_symlink("/proc/self/exe", ec);
@@ -142,6 +158,7 @@ absl::StatusOr<ServerProcess> LocalCluster::LaunchDispatcher(int port) {
       absl::FormatDuration(o.heartbeat_interval),
       "--worker-timeout",
       absl::FormatDuration(o.worker_timeout)};
+  AddSecurityFlags(o, &argv);
   argv.insert(argv.end(), o.extra_dispatcher_flags.begin(),
               o.extra_dispatcher_flags.end());
   return Launch("dispatcher", std::move(argv));
@@ -205,6 +222,7 @@ absl::StatusOr<int> LocalCluster::AddWorker() {
     argv.insert(argv.end(),
                 {"--threads", std::to_string(options_.worker_threads)});
   }
+  AddSecurityFlags(options_, &argv);
   argv.insert(argv.end(), options_.extra_worker_flags.begin(),
               options_.extra_worker_flags.end());
   ASSIGN_OR_RETURN(

@@ -37,8 +37,15 @@ struct LocalClusterOptions {
   absl::Duration worker_timeout = absl::Seconds(2);
   absl::Duration start_timeout = absl::Seconds(20);
   std::vector<std::string> extra_worker_flags;  // e.g. {"--memory-mb", "64"}
-  std::vector<std::string>
-      extra_dispatcher_flags;  // e.g. {"--consumer-timeout", "2s"}
+  std::vector<std::string> extra_dispatcher_flags;  // e.g. {"--consumer-timeout", "2s"}
+
+  // Transport security of every process (docs/security.md; certificates.h makes throwaway
+  // ones): --tls-cert/--tls-key serve TLS, --tls-ca adds mutual TLS (workers present the same
+  // certificate to the dispatcher), --auth-token-file requires a bearer token.
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_ca;
+  std::string auth_token_file;
 };
 
 struct ServerProcess {

@@ -59,6 +59,16 @@ struct ClientOptions {
   std::shared_ptr<spdlog::logger> logger;    // null: no logging
   prometheus::Registry* registry = nullptr;  // null: no metrics
   Clock* clock = nullptr;  // null: RealClock::Get(); measures wait time
+
+  // Transport security (docs/security.md), for the dispatcher and the workers alike.
+  // tls_ca: PEM file of the CA that signed the servers' certificates; set: connect with TLS.
+  std::string tls_ca;
+  // PEM client certificate and key, for servers that require mutual TLS (need tls_ca).
+  std::string tls_cert;
+  std::string tls_key;
+  // File holding the bearer token presented on every call, re-read when it changes (needs
+  // tls_ca).
+  std::string auth_token_file;
 };
 
 struct JobOptions {

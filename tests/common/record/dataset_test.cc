@@ -93,6 +93,44 @@ TEST(Dataset, MissingShardIsNotFoundNamingIt) {
   EXPECT_THAT(problems[0], HasSubstr("shard-00002.urec"));
 }
 
+TEST(Dataset, ShardSymlinkOutOfTheFolderIsPermissionDenied) {
+  TempDir tmp;
+  const std::string dir = WriteDataset(tmp);
+  // The shard's bytes moved outside, a symlink left in its place: a dataset
+  // under a worker's --data-root must not reach outside it.
+  const std::string outside = tmp.Join("outside.urec");
+  std::filesystem::rename(dir + "/shard-00001.urec", outside);
+  std::filesystem::create_symlink(outside, dir + "/shard-00001.urec");
+  const absl::Status s = Dataset::Open(dir).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(s.message(),
+              HasSubstr("shard-00001.urec' resolves to '" +
+                        std::filesystem::canonical(outside).string() +
+                        "', outside its dataset folder"));
+  // A symlink that stays inside is fine.
+  std::filesystem::remove(dir + "/shard-00001.urec");
+  std::filesystem::rename(outside, dir + "/real-00001.urec");
+  std::filesystem::create_symlink("real-00001.urec", dir + "/shard-00001.urec");
+  EXPECT_TRUE(Dataset::Open(dir).ok());
+}
+
+TEST(Dataset, ManifestNamingAShardOutsideItsFolderIsRefused) {
+  TempDir tmp;
+  const std::string dir = WriteDataset(tmp);
+  auto manifest = Manifest::ReadFile(dir + "/manifest.json");
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  for (const std::string file :
+       {"..", "../ds/shard-00000.urec", "/etc/passwd", "."}) {
+    Manifest bad = *manifest;
+    bad.shards[0].file = file;
+    const absl::Status s = Manifest::FromJson(bad.ToJson(), "m.json").status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << file;
+    EXPECT_THAT(s.message(),
+                HasSubstr("shard file '" + file +
+                          "' must be a plain file name inside the dataset"));
+  }
+}
+
 TEST(Dataset, MissingFolderOrManifestIsNotFound) {
   TempDir tmp;
   EXPECT_EQ(Dataset::Open(tmp.Join("nothing")).status().code(),
