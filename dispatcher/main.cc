@@ -42,6 +42,11 @@ struct Flags {
   absl::Duration worker_timeout = absl::Seconds(10);
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration consumer_timeout = absl::Seconds(60);
+  // Autoscaling (docs/autoscaling.md).
+  std::string scaler = "none";
+  uint32_t min_workers = 1;
+  uint32_t max_workers = 64;
+  absl::Duration scale_period = absl::Seconds(2);
 };
 
 int Run(const Flags& flags) {
@@ -86,6 +91,17 @@ int Run(const Flags& flags) {
         "jobs");
   }
   options.consumer_timeout = flags.consumer_timeout;
+  if (flags.min_workers > flags.max_workers ||
+      flags.scale_period <= absl::ZeroDuration()) {
+    logger->error(
+        "--min-workers must be <= --max-workers and --scale-period positive");
+    return 2;
+  }
+  options.scaler = flags.scaler == "local" ? DispatcherOptions::Scaler::kLocal
+                                           : DispatcherOptions::Scaler::kNone;
+  options.min_workers = flags.min_workers;
+  options.max_workers = flags.max_workers;
+  options.scale_period = flags.scale_period;
 
   auto registry = std::make_shared<prometheus::Registry>();
   std::unique_ptr<prometheus::Exposer> exposer;
@@ -186,6 +202,20 @@ int main(int argc, char** argv) {
                             "A consumer without a heartbeat this long is gone; "
                             "a job with no consumer left is "
                             "collected");
+  app.add_option("--scaler", flags.scaler,
+                 "none: sluice_desired_workers is advisory; local: the "
+                 "dispatcher also drains the workers the autoscaler lets go "
+                 "(for `sluice local --autoscale`)")
+      ->check(CLI::IsMember({"none", "local"}))
+      ->capture_default_str();
+  app.add_option("--min-workers", flags.min_workers,
+                 "Autoscaler lower bound")
+      ->capture_default_str();
+  app.add_option("--max-workers", flags.max_workers,
+                 "Autoscaler upper bound")
+      ->capture_default_str();
+  sluice::AddDurationOption(app, "--scale-period", &flags.scale_period,
+                            "How often the autoscaler decides");
   CLI11_PARSE(app, argc, argv);
   return sluice::dispatcher::Run(flags);
 }

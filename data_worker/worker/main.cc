@@ -8,6 +8,8 @@
 // dispatcher and heartbeats. SIGTERM/SIGINT drains: DrainWorker, no new splits,
 // keep serving until the dispatcher says may_exit (or
 // --drain-timeout), then stop and exit 0. A second signal cuts the drain short.
+// A worker the dispatcher drains (autoscaling, `--scaler local`) exits 0 the
+// same way once may_exit.
 // Exits 1 if the dispatcher cannot be reached within --connect-timeout.
 #include <signal.h>
 
@@ -198,11 +200,24 @@ int Run(int argc, char** argv) {
     return 1;
   }
 
-  while (!WaitForSignal(&signals, absl::Seconds(1))) {
+  // The dispatcher may drain this worker itself (`--scaler local`): it then
+  // exits 0 once the dispatcher says may_exit, like after SIGTERM.
+  bool drained_by_dispatcher = false;
+  while (!WaitForSignal(&signals, absl::Milliseconds(200))) {
+    if ((*impl)->draining() && (*impl)->may_exit()) {
+      drained_by_dispatcher = true;
+      break;
+    }
   }
-  logger->info("signal received: draining (up to {}; signal again to stop now)",
-               absl::FormatDuration(drain_timeout));
-  absl::Status drained = (*impl)->Drain();
+  absl::Status drained;
+  if (drained_by_dispatcher) {
+    logger->info("drained by the dispatcher: exiting");
+  } else {
+    logger->info(
+        "signal received: draining (up to {}; signal again to stop now)",
+        absl::FormatDuration(drain_timeout));
+    drained = (*impl)->Drain();
+  }
   if (!drained.ok()) logger->warn("DrainWorker failed: {}", drained.ToString());
   const absl::Time deadline = absl::Now() + drain_timeout;
   bool again = false;
