@@ -971,10 +971,11 @@ absl::Status DispatcherImpl::Autoscale(absl::Time now) {
   }
   for (const auto& [id, job] : state_.jobs()) {
     if (job.finished()) continue;
-    const DispatcherState::Dataset* dataset = state_.FindDataset(job.dataset_id);
+    const DispatcherState::Dataset* dataset =
+        state_.FindDataset(job.dataset_id);
     in.jobs.push_back(
-        {.job_id = id, .batch_size = dataset != nullptr ? dataset->batch_size
-                                                        : uint64_t{1}});
+        {.job_id = id,
+         .batch_size = dataset != nullptr ? dataset->batch_size : uint64_t{1}});
     for (const DispatcherState::Consumer& c : job.consumers) {
       if (c.finished) continue;
       auto it = consumer_signals_.find({id, c.index});
@@ -996,12 +997,11 @@ absl::Status DispatcherImpl::Autoscale(absl::Time now) {
         signal.window_batches = signal.batches_returned_total;
         signal.window_wait = signal.wait_seconds_total;
       }
-      in.consumers.push_back(
-          {.job_id = id,
-           .consumer_index = c.index,
-           .batches_per_second = signal.batches_per_second,
-           .wait_fraction = signal.window_wait_fraction,
-           .epoch_started = signal.epoch_started});
+      in.consumers.push_back({.job_id = id,
+                              .consumer_index = c.index,
+                              .batches_per_second = signal.batches_per_second,
+                              .wait_fraction = signal.window_wait_fraction,
+                              .epoch_started = signal.epoch_started});
     }
   }
   AutoscalerDecision decision = autoscaler_.Decide(in);
@@ -1060,9 +1060,8 @@ absl::Status DispatcherImpl::GetStatus(const proto::GetStatusRequest& request,
   response->set_current_workers(decided_ ? decision_.current_workers
                                          : alive + starting_workers_);
   response->set_reason(decided_ ? decision_.reason : "no decision yet");
-  response->set_scaler(options_.scaler == DispatcherOptions::Scaler::kLocal
-                           ? "local"
-                           : "none");
+  response->set_scaler(
+      options_.scaler == DispatcherOptions::Scaler::kLocal ? "local" : "none");
   for (uint64_t id : decision_.drain) response->add_drain(id);
   response->set_min_workers(options_.min_workers);
   response->set_max_workers(options_.max_workers);
@@ -1070,7 +1069,8 @@ absl::Status DispatcherImpl::GetStatus(const proto::GetStatusRequest& request,
     proto::JobStatus* j = response->add_jobs();
     j->set_job_id(id);
     j->set_job_name(job.name);
-    const DispatcherState::Dataset* dataset = state_.FindDataset(job.dataset_id);
+    const DispatcherState::Dataset* dataset =
+        state_.FindDataset(job.dataset_id);
     j->set_batch_size(dataset != nullptr ? dataset->batch_size : 0);
     j->set_num_epochs(job.config.num_epochs());
     for (const JobEstimate& e : decision_.jobs) {

@@ -208,11 +208,9 @@ int main(int argc, char** argv) {
                  "(for `sluice local --autoscale`)")
       ->check(CLI::IsMember({"none", "local"}))
       ->capture_default_str();
-  app.add_option("--min-workers", flags.min_workers,
-                 "Autoscaler lower bound")
+  app.add_option("--min-workers", flags.min_workers, "Autoscaler lower bound")
       ->capture_default_str();
-  app.add_option("--max-workers", flags.max_workers,
-                 "Autoscaler upper bound")
+  app.add_option("--max-workers", flags.max_workers, "Autoscaler upper bound")
       ->capture_default_str();
   sluice::AddDurationOption(app, "--scale-period", &flags.scale_period,
                             "How often the autoscaler decides");

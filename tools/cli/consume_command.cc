@@ -1,5 +1,5 @@
 // sluice consume --dispatcher ADDR --spec FILE.yaml [--data DIR] --job NAME
-// [--epochs E]
+// [--epochs E] [--step-time 40ms]
 //   [--consumer-index I --num-consumers N] [--deterministic] [--ids-out FILE]
 // A trainer without the training: reads this consumer's share of every epoch
 // through the service.
@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/base/duration_flag.h"
 #include "common/base/status_macros.h"
 #include "common/record/dataset.h"
 #include "data_worker/pipeline/spec.h"
@@ -29,6 +30,8 @@ struct ConsumeFlags {
   uint32_t num_consumers = 1;
   bool deterministic = false;
   bool drop_remainder = false;
+  // Sleep after each batch: a training step's stand-in (demand = batch ÷ step).
+  absl::Duration step_time = absl::ZeroDuration();
 };
 
 absl::Status RunConsume(const ConsumeFlags& flags) {
@@ -88,6 +91,7 @@ absl::Status RunConsume(const ConsumeFlags& flags) {
       for (uint64_t id : batch->global_indices) ids << id << '\n';
     }
     bar.Update(images);
+    if (flags.step_time > absl::ZeroDuration()) absl::SleepFor(flags.step_time);
   }
   bar.Done();
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
@@ -134,6 +138,9 @@ void AddConsumeCommand(CLI::App& app) {
                 "Unequal shares: drop the tail instead of padding");
   cmd->add_option("--ids-out", flags->ids_out,
                   "Write each element's global record index here");
+  AddDurationOption(*cmd, "--step-time", &flags->step_time,
+                    "Sleep this long after each batch, standing in for a "
+                    "training step (e.g. 40ms)");
   cmd->callback([flags] { Finish(RunConsume(*flags)); });
 }
 

@@ -37,6 +37,8 @@ struct LocalClusterOptions {
   absl::Duration worker_timeout = absl::Seconds(2);
   absl::Duration start_timeout = absl::Seconds(20);
   std::vector<std::string> extra_worker_flags;  // e.g. {"--memory-mb", "64"}
+  // e.g. {"--scaler", "local", "--min-workers", "1"} (autoscale.h)
+  std::vector<std::string> extra_dispatcher_flags;
 };
 
 struct ServerProcess {
@@ -64,6 +66,9 @@ class LocalCluster {
   // Sends `signal` to worker i (SIGKILL to kill it for real, SIGTERM to drain
   // it).
   void SignalWorker(int i, int signal);
+  // Autoscaling: forgets the workers that exited (a drained worker exits 0)
+  // and returns them as FindExitedChild describes them. Indices shift.
+  std::vector<std::string> ReapExitedWorkers();
   // The first child found to have exited, as "name (pid) exited with code N",
   // or empty.
   std::string FindExitedChild();
@@ -74,8 +79,9 @@ class LocalCluster {
  private:
   explicit LocalCluster(LocalClusterOptions options)
       : options_(std::move(options)) {}
-  absl::StatusOr<ServerProcess> Launch(const std::string& name,
-                                       std::vector<std::string> argv);
+  absl::StatusOr<ServerProcess> Launch(
+      const std::string& name, std::vector<std::string> argv,
+      const std::vector<std::string>& extra = {});
 
   const LocalClusterOptions options_;
   ServerProcess dispatcher_;
