@@ -178,12 +178,6 @@ absl::StatusOr<AutoscaleStep> LocalAutoscaler::Step() {
     RETURN_IF_ERROR(cluster_->AddWorker().status());
     ++step.started;
   }
-  if (step.started > 0) {
-    // Report them at once, so the next decision counts them.
-    RETURN_IF_ERROR(
-        FetchStatus(cluster_->dispatcher_address(), starting + step.started)
-            .status());
-  }
   return step;
 }
 
