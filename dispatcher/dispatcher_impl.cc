@@ -152,7 +152,8 @@ DispatcherImpl::DispatcherImpl(DispatcherOptions options)
           .min_workers = static_cast<int>(options_.min_workers),
           .max_workers = static_cast<int>(
               std::max(options_.min_workers, options_.max_workers)),
-          .period = options_.scale_period}) {}
+          .period = options_.scale_period,
+          .scale_down_window = options_.scale_down_window}) {}
 
 DispatcherImpl::~DispatcherImpl() { Stop(); }
 

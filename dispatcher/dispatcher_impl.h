@@ -153,6 +153,8 @@ struct DispatcherOptions {
   uint32_t min_workers = 1;
   uint32_t max_workers = 64;
   absl::Duration scale_period = absl::Seconds(2);
+  // A scale-down goes to the largest need seen this long (AutoscalerOptions).
+  absl::Duration scale_down_window = absl::Seconds(30);
   // A consumer without a ClientHeartbeat this long is gone (its lease expired); a job all of
   // whose consumers are gone (or finished) is collected: workers drop its splits and pipeline.
   absl::Duration consumer_timeout = absl::Seconds(60);

@@ -47,6 +47,7 @@ struct Flags {
   uint32_t min_workers = 1;
   uint32_t max_workers = 64;
   absl::Duration scale_period = absl::Seconds(2);
+  absl::Duration scale_down_window = absl::Seconds(30);
 };
 
 int Run(const Flags& flags) {
@@ -102,6 +103,7 @@ int Run(const Flags& flags) {
   options.min_workers = flags.min_workers;
   options.max_workers = flags.max_workers;
   options.scale_period = flags.scale_period;
+  options.scale_down_window = flags.scale_down_window;
 
   auto registry = std::make_shared<prometheus::Registry>();
   std::unique_ptr<prometheus::Exposer> exposer;
@@ -214,6 +216,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   sluice::AddDurationOption(app, "--scale-period", &flags.scale_period,
                             "How often the autoscaler decides");
+  sluice::AddDurationOption(
+      app, "--scale-down-window", &flags.scale_down_window,
+      "A scale-down goes to the largest need seen this long");
   CLI11_PARSE(app, argc, argv);
   return sluice::dispatcher::Run(flags);
 }

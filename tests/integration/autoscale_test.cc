@@ -144,9 +144,10 @@ class AutoscaleTest : public ::testing::Test {
          .worker_threads = 2,
          .heartbeat_interval = absl::Milliseconds(200),
          .worker_timeout = absl::Seconds(3),
-         .extra_dispatcher_flags = {
-             "--scaler", "local", "--min-workers", std::to_string(min),
-             "--max-workers", std::to_string(max), "--scale-period", "1s"}});
+         .extra_dispatcher_flags = {"--scaler", "local", "--min-workers",
+                                    std::to_string(min), "--max-workers",
+                                    std::to_string(max), "--scale-period", "1s",
+                                    "--scale-down-window", "4s"}});
     EXPECT_TRUE(cluster.ok()) << cluster.status();
     if (!cluster.ok()) return nullptr;
     return std::make_unique<AutoscaledCluster>(std::move(*cluster), max);
@@ -219,24 +220,30 @@ TEST_F(AutoscaleTest, ScalesUpFromOneUnderDemandAndDownToTheMinimumAfter) {
   EXPECT_GE(cluster->exited(), cluster->max_live() - 1);
 }
 
-// A second job ends while the first is in the middle of an epoch: its demand
-// leaves at once, the dispatcher drains workers that hold the first job's
-// splits, and the first consumer still gets every record exactly once.
+// "short" (a consumer that never sleeps) pulls the pool up to 4 workers;
+// "long" (a 40 ms step: 200 el/s, 1-2 workers' worth) reads on after "short"
+// ends. Short's demand leaves at once, the dispatcher drains workers that hold
+// long's splits in the middle of an epoch, and both consumers still get every
+// record exactly once.
 TEST_F(AutoscaleTest, AScaleDownMidEpochLosesAndRepeatsNothing) {
   auto cluster = Start(/*min=*/1, /*max=*/4);
   ASSERT_NE(cluster, nullptr);
   std::map<uint64_t, std::vector<uint64_t>> long_ids, short_ids;
   std::thread short_job([&] {
-    short_ids = Consume(cluster->address(), "short", /*epochs=*/3,
+    short_ids = Consume(cluster->address(), "short", /*epochs=*/6,
                         /*sleep_micros=*/20000);
   });
-  long_ids = Consume(cluster->address(), "long", /*epochs=*/8,
-                     /*sleep_micros=*/20000,
-                     [](int) { absl::SleepFor(absl::Milliseconds(10)); });
+  int exited_while_reading = 0;  // drained workers gone before "long" ended
+  long_ids = Consume(cluster->address(), "long", /*epochs=*/10,
+                     /*sleep_micros=*/20000, [&](int) {
+                       absl::SleepFor(absl::Milliseconds(40));  // a step
+                       exited_while_reading = cluster->exited();
+                     });
   short_job.join();
-  ExpectEveryRecordOncePerEpoch(short_ids, 3);
-  ExpectEveryRecordOncePerEpoch(long_ids, 8);
+  ExpectEveryRecordOncePerEpoch(short_ids, 6);
+  ExpectEveryRecordOncePerEpoch(long_ids, 10);
   EXPECT_GE(cluster->max_live(), 2);
+  EXPECT_GE(exited_while_reading, 1) << "no scale-down while 'long' read";
   EXPECT_TRUE(cluster->Eventually([&] { return cluster->live() == 1; }));
 }
 
