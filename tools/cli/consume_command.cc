@@ -32,6 +32,7 @@ struct ConsumeFlags {
   bool drop_remainder = false;
   // Sleep after each batch: a training step's stand-in (demand = batch ÷ step).
   absl::Duration step_time = absl::ZeroDuration();
+  uint64_t split_size = 0;  // 0: the dispatcher's default
 };
 
 absl::Status RunConsume(const ConsumeFlags& flags) {
@@ -67,7 +68,8 @@ absl::Status RunConsume(const ConsumeFlags& flags) {
                  .num_consumers = flags.num_consumers,
                  .consumer_index = flags.consumer_index,
                  .deterministic = flags.deterministic,
-                 .drop_remainder = flags.drop_remainder};
+                 .drop_remainder = flags.drop_remainder,
+                 .split_size = flags.split_size};
   const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(std::unique_ptr<BatchIterator> batches, client->Open(job));
   std::ofstream ids;
@@ -138,6 +140,9 @@ void AddConsumeCommand(CLI::App& app) {
                 "Unequal shares: drop the tail instead of padding");
   cmd->add_option("--ids-out", flags->ids_out,
                   "Write each element's global record index here");
+  cmd->add_option("--split-size", flags->split_size,
+                  "Records per split (0: the dispatcher's default, 1024)")
+      ->capture_default_str();
   AddDurationOption(*cmd, "--step-time", &flags->step_time,
                     "Sleep this long after each batch, standing in for a "
                     "training step (e.g. 40ms)");
