@@ -51,7 +51,7 @@ b_pid=$!
 : > "$out/status.jsonl"
 for _ in $(seq "$TOTAL"); do
   now=$(date +%s.%N)
-  t=$(echo "$now - $start" | bc)
+  t=$(awk -v a="$now" -v b="$start" 'BEGIN { printf "%.2f", a - b }')
   if s=$("$bin/sluice" status --dispatcher "$addr" --json 2>/dev/null); then
     echo "{\"t\":$t,\"status\":$s}" >> "$out/status.jsonl"
   fi
