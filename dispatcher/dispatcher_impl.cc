@@ -87,6 +87,7 @@ absl::StatusOr<std::unique_ptr<DispatcherImpl>> DispatcherImpl::Create(
   // Workers and consumers known from the journal get a full timeout to reconnect.
   for (const auto& [id, worker] : impl->state_.workers()) {
     impl->worker_signals_[id].last_seen = now;
+    impl->worker_signals_[id].registered = now;
   }
   for (const auto& [id, job] : impl->state_.jobs()) {
     for (const DispatcherState::Consumer& c : job.consumers)
@@ -149,7 +150,13 @@ DispatcherImpl::DispatcherImpl(DispatcherOptions options)
       jobs_collected_(AddCounter(
           options_.registry ? *options_.registry : *own_registry_,
           "sluice_dispatcher_jobs_collected_total",
-          "Jobs forgotten because their consumers finished or left.")) {}
+          "Jobs forgotten because their consumers finished or left.")),
+      autoscaler_(AutoscalerOptions{
+          .min_workers = static_cast<int>(options_.min_workers),
+          .max_workers = static_cast<int>(
+              std::max(options_.min_workers, options_.max_workers)),
+          .period = options_.scale_period,
+          .scale_down_window = options_.scale_down_window}) {}
 
 DispatcherImpl::~DispatcherImpl() { Stop(); }
 
@@ -401,6 +408,16 @@ absl::Status DispatcherImpl::ClientHeartbeat(
   signal.wait_seconds_total = request.wait_seconds_total();
   signal.buffer_fill = request.buffer_fill();
   signal.last_report = now;
+  if (request.batches_returned_total() < signal.batches_returned_total) {
+    signal.window_batches = 0;  // the client restarted
+    signal.window_wait = 0;
+  }
+  signal.batches_returned_total = request.batches_returned_total();
+  if (signal.window_start == absl::InfinitePast()) {
+    signal.window_start = now;
+    signal.window_batches = request.batches_returned_total();
+    signal.window_wait = request.wait_seconds_total();
+  }
 
   if (request.restore()) RETURN_IF_ERROR(RestoreConsumer(*job, request));
   const DispatcherState::Consumer& consumer =
@@ -434,6 +451,10 @@ absl::Status DispatcherImpl::ClientHeartbeat(
     if (newly_done > 0) splits_done_.Increment(newly_done);
   }
   // `job`/`consumer` stay valid: only Tick() removes jobs.
+  if (consumer.epoch > signal.epoch) {
+    signal.epoch = consumer.epoch;
+    signal.epoch_started = now;  // the autoscaler's epoch grace
+  }
   response->set_incarnation(incarnation_);
   response->set_epoch(consumer.epoch);
   response->set_finished(consumer.finished);
@@ -472,7 +493,8 @@ absl::Status DispatcherImpl::WorkerRegister(
   u->set_address(request.address());
   u->set_capacity(std::max<uint32_t>(1, request.capacity()));
   RETURN_IF_ERROR(Commit(update));
-  worker_signals_[u->worker_id()] = {.last_seen = clock_->Now()};
+  worker_signals_[u->worker_id()] = {.last_seen = clock_->Now(),
+                                     .registered = clock_->Now()};
   logger_->info("worker {} registered at {} (capacity {})", u->worker_id(),
                 u->address(), u->capacity());
   response->set_worker_id(u->worker_id());
@@ -564,9 +586,27 @@ absl::Status DispatcherImpl::WorkerHeartbeat(
                      " is not registered (timed out?): drop all splits "
                      "and call WorkerRegister again"));
   }
-  worker_signals_[request.worker_id()] = {
-      .last_seen = clock_->Now(),
-      .elements_per_second = request.elements_per_second()};
+  {
+    WorkerSignal& signal = worker_signals_[request.worker_id()];
+    signal.last_seen = clock_->Now();
+    if (signal.registered == absl::InfinitePast())
+      signal.registered = signal.last_seen;
+    signal.elements_per_second = request.elements_per_second();
+    signal.queue_depth = request.queue_depth();
+    signal.queue_capacity = request.queue_capacity();
+    signal.blocked_producers = request.blocked_producers();
+    if (request.elements_total() < signal.elements_total ||
+        request.busy_seconds_total() < signal.busy_seconds_total) {
+      signal.window_set = false;  // the worker restarted
+    }
+    signal.elements_total = request.elements_total();
+    signal.busy_seconds_total = request.busy_seconds_total();
+    if (!signal.window_set) {
+      signal.window_set = true;
+      signal.window_elements = signal.elements_total;
+      signal.window_busy = signal.busy_seconds_total;
+    }
+  }
   response->set_incarnation(incarnation_);
   if (!request.splits().empty()) {
     proto::Update update;
@@ -758,6 +798,10 @@ absl::Status DispatcherImpl::Tick() {
                 .c_str()));
   }
   RETURN_IF_ERROR(CollectJobs(now));
+  if (last_decision_ == absl::InfinitePast() ||
+      now - last_decision_ >= options_.scale_period) {
+    RETURN_IF_ERROR(Autoscale(now));
+  }
   UpdateGauges();
   return absl::OkStatus();
 }
@@ -869,52 +913,191 @@ absl::Status DispatcherImpl::RestoreConsumer(
 
 void DispatcherImpl::UpdateGauges() {
   int alive = 0;
-  double rate = 0;
   for (const auto& [id, worker] : state_.workers()) {
-    if (worker.draining) continue;
-    ++alive;
-    auto it = worker_signals_.find(id);
-    if (it != worker_signals_.end()) rate += it->second.elements_per_second;
+    if (!worker.draining) ++alive;
   }
   int active_jobs = 0;
-  std::set<uint64_t> active_ids;
   for (const auto& [id, job] : state_.jobs()) {
-    if (!job.finished()) {
-      ++active_jobs;
-      active_ids.insert(id);
-    }
+    if (!job.finished()) ++active_jobs;
   }
-  double wait_fraction = 0, fill = 0;
-  int consumers = 0;
-  for (const auto& [key, signal] : consumer_signals_) {
-    if (!active_ids.contains(key.first)) continue;
-    wait_fraction += signal.wait_fraction;
-    fill += signal.buffer_fill;
-    ++consumers;
-  }
-  if (consumers > 0) {
-    wait_fraction /= consumers;
-    fill /= consumers;
-  }
-  int desired = alive;
-  if (active_jobs == 0) {
-    desired = static_cast<int>(options_.min_workers);
-  } else if (alive > 0 && rate > 0) {
-    if (consumers > 0 && fill > 0.9 && wait_fraction < 0.01) {
-      desired = alive - 1;
-    } else {
-      const double demand = rate / std::max(0.05, 1.0 - wait_fraction);
-      desired = static_cast<int>(
-          std::ceil(demand * options_.headroom / (rate / alive)));
-    }
-  }
-  desired = std::clamp(
-      desired, static_cast<int>(options_.min_workers),
-      static_cast<int>(std::max(options_.min_workers, options_.max_workers)));
+  // Until the first decision: the workers there are, within the bounds.
+  const int desired =
+      decided_ ? decision_.desired_workers
+               : std::clamp(alive, static_cast<int>(options_.min_workers),
+                            static_cast<int>(std::max(options_.min_workers,
+                                                      options_.max_workers)));
   desired_workers_ = desired;
   desired_workers_gauge_.Set(desired);
   workers_alive_.Set(static_cast<double>(state_.workers().size()));
   jobs_active_.Set(active_jobs);
+}
+
+absl::Status DispatcherImpl::Autoscale(absl::Time now) {
+  AutoscalerInput in;
+  in.now = now;
+  in.starting_workers = starting_workers_;
+  for (const auto& [id, worker] : state_.workers()) {
+    WorkerSample w;
+    w.worker_id = id;
+    w.draining = worker.draining;
+    w.held_splits = static_cast<int>(worker.slots.size());
+    for (const SlotKey& key : worker.slots) {
+      const DispatcherState::Slot* slot = state_.FindSlot(key);
+      if (slot != nullptr && slot->produced_batches > slot->delivered_batches)
+        w.undelivered_batches +=
+            slot->produced_batches - slot->delivered_batches;
+    }
+    auto it = worker_signals_.find(id);
+    if (it != worker_signals_.end()) {
+      WorkerSignal& signal = it->second;
+      w.registered = signal.registered;
+      w.last_heartbeat = signal.last_seen;
+      w.queue_depth = signal.queue_depth;
+      w.queue_capacity = signal.queue_capacity;
+      w.blocked_producers = static_cast<int>(signal.blocked_producers);
+      // Capacity over the window; a window with too little busy time to
+      // measure keeps the last value and stays open.
+      const double busy = signal.busy_seconds_total - signal.window_busy;
+      if (signal.window_set && busy >= 0.05) {
+        signal.elements_per_busy_second =
+            static_cast<double>(signal.elements_total -
+                                signal.window_elements) /
+            busy;
+        signal.window_elements = signal.elements_total;
+        signal.window_busy = signal.busy_seconds_total;
+      }
+      if (signal.elements_per_busy_second > 0)
+        w.capacity.push_back(
+            {.job_id = kAllJobs,
+             .elements_per_busy_second = signal.elements_per_busy_second});
+    }
+    in.workers.push_back(std::move(w));
+  }
+  for (const auto& [id, job] : state_.jobs()) {
+    if (job.finished()) continue;
+    const DispatcherState::Dataset* dataset =
+        state_.FindDataset(job.dataset_id);
+    in.jobs.push_back(
+        {.job_id = id,
+         .batch_size = dataset != nullptr ? dataset->batch_size : uint64_t{1}});
+    for (const DispatcherState::Consumer& c : job.consumers) {
+      if (c.finished) continue;
+      auto it = consumer_signals_.find({id, c.index});
+      if (it == consumer_signals_.end()) continue;
+      ConsumerSignal& signal = it->second;
+      if (signal.window_start == absl::InfinitePast() ||
+          now - signal.last_report >= options_.consumer_timeout) {
+        continue;  // never reported, or gone
+      }
+      const double dt = absl::ToDoubleSeconds(now - signal.window_start);
+      if (dt > 0 && signal.last_report > signal.window_start) {
+        signal.batches_per_second =
+            static_cast<double>(signal.batches_returned_total -
+                                signal.window_batches) /
+            dt;
+        signal.window_wait_fraction = std::clamp(
+            (signal.wait_seconds_total - signal.window_wait) / dt, 0.0, 1.0);
+        signal.window_start = now;
+        signal.window_batches = signal.batches_returned_total;
+        signal.window_wait = signal.wait_seconds_total;
+      }
+      in.consumers.push_back({.job_id = id,
+                              .consumer_index = c.index,
+                              .batches_per_second = signal.batches_per_second,
+                              .wait_fraction = signal.window_wait_fraction,
+                              .epoch_started = signal.epoch_started});
+    }
+  }
+  AutoscalerDecision decision = autoscaler_.Decide(in);
+  if (!decided_ || decision.desired_workers != decision_.desired_workers) {
+    logger_->info("autoscaler: {}", decision.reason);
+  }
+  decision_ = std::move(decision);
+  decided_ = true;
+  last_decision_ = now;
+  if (options_.scaler == DispatcherOptions::Scaler::kLocal) {
+    for (uint64_t id : decision_.drain) {
+      const DispatcherState::Worker* worker = state_.FindWorker(id);
+      if (worker == nullptr || worker->draining) continue;
+      proto::Update update;
+      update.mutable_drain_worker()->set_worker_id(id);
+      RETURN_IF_ERROR(Commit(update));
+      logger_->info("autoscaler drains worker {} at {}", id, worker->address);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherImpl::GetStatus(const proto::GetStatusRequest& request,
+                                       proto::GetStatusResponse* response) {
+  RETURN_IF_ERROR(CheckVersion(request.protocol_version()));
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_->Now();
+  if (request.starting_workers() >= 0)
+    starting_workers_ = request.starting_workers();
+  const AutoscalerOptions& scaler = autoscaler_.options();
+  for (const auto& [id, worker] : state_.workers()) {
+    proto::WorkerStatus* w = response->add_workers();
+    w->set_worker_id(id);
+    w->set_address(worker.address);
+    w->set_splits(static_cast<uint32_t>(worker.slots.size()));
+    std::string state = worker.draining ? "draining" : "active";
+    auto it = worker_signals_.find(id);
+    if (it != worker_signals_.end()) {
+      const WorkerSignal& signal = it->second;
+      if (!worker.draining && now - signal.last_seen > scaler.stale_after)
+        state = "stalled";
+      w->set_queue_depth(signal.queue_depth);
+      w->set_queue_capacity(signal.queue_capacity);
+      w->set_elements_per_second(signal.elements_per_second);
+      w->set_elements_per_busy_second(signal.elements_per_busy_second);
+      if (signal.registered != absl::InfinitePast())
+        w->set_age_seconds(absl::ToDoubleSeconds(now - signal.registered));
+    }
+    w->set_state(state);
+  }
+  int alive = 0;
+  for (const auto& [id, worker] : state_.workers()) {
+    if (!worker.draining) ++alive;
+  }
+  response->set_desired_workers(desired_workers_);
+  response->set_current_workers(decided_ ? decision_.current_workers
+                                         : alive + starting_workers_);
+  response->set_reason(decided_ ? decision_.reason : "no decision yet");
+  response->set_scaler(
+      options_.scaler == DispatcherOptions::Scaler::kLocal ? "local" : "none");
+  for (uint64_t id : decision_.drain) response->add_drain(id);
+  response->set_min_workers(options_.min_workers);
+  response->set_max_workers(options_.max_workers);
+  for (const auto& [id, job] : state_.jobs()) {
+    proto::JobStatus* j = response->add_jobs();
+    j->set_job_id(id);
+    j->set_job_name(job.name);
+    const DispatcherState::Dataset* dataset =
+        state_.FindDataset(job.dataset_id);
+    j->set_batch_size(dataset != nullptr ? dataset->batch_size : 0);
+    j->set_num_epochs(job.config.num_epochs());
+    for (const JobEstimate& e : decision_.jobs) {
+      if (e.job_id != id) continue;
+      j->set_demand_elements_per_second(e.demand);
+      j->set_capacity_elements_per_second(e.capacity);
+      j->set_need_workers(e.need);
+    }
+    for (const DispatcherState::Consumer& c : job.consumers) {
+      proto::ConsumerStatus* cs = j->add_consumers();
+      cs->set_consumer_index(c.index);
+      cs->set_epoch(c.epoch);
+      cs->set_finished(c.finished);
+      cs->set_splits_done(c.done);
+      cs->set_splits(c.slots.size());
+      auto it = consumer_signals_.find({id, c.index});
+      if (it != consumer_signals_.end()) {
+        cs->set_batches_per_second(it->second.batches_per_second);
+        cs->set_wait_fraction(it->second.window_wait_fraction);
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 int DispatcherImpl::desired_workers() const {

@@ -95,11 +95,14 @@
 // consumer) and walks the whole dataset num_epochs times for it, without
 // coordination.
 //
-// Autoscaling signal. Tick() sets sluice_desired_workers: with W workers
-// producing R elements/s in total and consumers waiting a fraction f of the
-// time, demand = R / (1 - f) and desired = ceil(demand * headroom / (R / W));
-// when every consumer's buffer is > 90% full and nobody waits, W - 1; with no
-// unfinished job, min_workers; always within [min_workers, max_workers].
+// Autoscaling. Every scale_period, Tick() feeds the window's heartbeats to
+// Autoscaler::Decide (dispatcher/autoscaler.h; docs/autoscaling.md): per
+// consumer Δbatches_returned_total/Δt and Δwait_seconds_total/Δt, per worker
+// Δelements_total/Δbusy_seconds_total (its capacity), queue depth, held splits.
+// The decision sets sluice_desired_workers and is what GetStatus reports. With
+// scaler kLocal the dispatcher also drains decision.drain (exactly like
+// DrainWorker); the worker process exits once its heartbeat answers may_exit,
+// and `sluice local --autoscale` starts the missing workers.
 // -----------------------------------------------------------------------------
 #ifndef SLUICE_DISPATCHER_DISPATCHER_IMPL_H_
 #define SLUICE_DISPATCHER_DISPATCHER_IMPL_H_
@@ -117,6 +120,7 @@
 #include "absl/time/time.h"
 #include "common/base/clock.h"
 #include "common/service/protocol.h"
+#include "dispatcher/autoscaler.h"
 #include "dispatcher/dispatcher_state.h"
 #include "dispatcher/journal.h"
 #include "prometheus/counter.h"
@@ -142,9 +146,15 @@ struct DispatcherOptions {
       absl::Seconds(1);  // told to workers; Tick() period
   uint64_t default_split_size = 1024;
   uint32_t max_consumers = 4096;  // per job
+  // Autoscaling: kNone = sluice_desired_workers is advisory; kLocal = the
+  // dispatcher also drains the workers the decision lets go.
+  enum class Scaler { kNone, kLocal };
+  Scaler scaler = Scaler::kNone;
   uint32_t min_workers = 1;
   uint32_t max_workers = 64;
-  double headroom = 1.2;
+  absl::Duration scale_period = absl::Seconds(2);
+  // A scale-down goes to the largest need seen this long (AutoscalerOptions).
+  absl::Duration scale_down_window = absl::Seconds(30);
   // A consumer without a ClientHeartbeat this long is gone (its lease expired); a job all of
   // whose consumers are gone (or finished) is collected: workers drop its splits and pipeline.
   absl::Duration consumer_timeout = absl::Seconds(60);
@@ -202,6 +212,12 @@ class DispatcherImpl {
   absl::Status GetJobState(const proto::GetJobStateRequest& request,
                            proto::GetJobStateResponse* response)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Workers, jobs, the last autoscaling decision. A request with
+  // starting_workers >= 0 (the local actuator) sets the count the next
+  // decision adds to the current workers.
+  absl::Status GetStatus(const proto::GetStatusRequest& request,
+                         proto::GetStatusResponse* response)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   uint64_t incarnation() const { return incarnation_; }
 
@@ -218,10 +234,30 @@ class DispatcherImpl {
     double wait_seconds_total = 0;
     double wait_fraction = 0;
     absl::Time last_report = absl::InfinitePast();
+    uint64_t batches_returned_total = 0;
+    uint64_t epoch = 0;
+    absl::Time epoch_started = absl::InfinitePast();
+    // At the previous scale decision, and the rates over that window.
+    absl::Time window_start = absl::InfinitePast();
+    uint64_t window_batches = 0;
+    double window_wait = 0;
+    double batches_per_second = 0;
+    double window_wait_fraction = 0;
   };
   struct WorkerSignal {
     absl::Time last_seen;
+    absl::Time registered = absl::InfinitePast();
     double elements_per_second = 0;
+    uint64_t queue_depth = 0;
+    uint64_t queue_capacity = 0;
+    uint32_t blocked_producers = 0;
+    uint64_t elements_total = 0;
+    double busy_seconds_total = 0;
+    // At the previous scale decision; capacity measured over that window.
+    uint64_t window_elements = 0;
+    double window_busy = 0;
+    bool window_set = false;
+    double elements_per_busy_second = 0;
   };
 
   explicit DispatcherImpl(DispatcherOptions options);
@@ -252,6 +288,8 @@ class DispatcherImpl {
   absl::Status LoseWorker(uint64_t worker_id, const char* why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One autoscaling decision from the window's signals (and, kLocal, drains).
+  absl::Status Autoscale(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MaintenanceLoop() ABSL_LOCKS_EXCLUDED(mu_);
 
   const DispatcherOptions options_;
@@ -277,6 +315,11 @@ class DispatcherImpl {
   std::map<std::pair<uint64_t, uint32_t>, ConsumerSignal> consumer_signals_
       ABSL_GUARDED_BY(mu_);
   int desired_workers_ ABSL_GUARDED_BY(mu_) = 0;
+  Autoscaler autoscaler_ ABSL_GUARDED_BY(mu_);
+  AutoscalerDecision decision_ ABSL_GUARDED_BY(mu_);
+  bool decided_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time last_decision_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  int starting_workers_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t incarnation_ =
       0;  // the state's incarnation (UpdateIdFloor); set once in Create
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;

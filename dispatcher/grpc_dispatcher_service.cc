@@ -54,4 +54,10 @@ grpc::Status GrpcDispatcherService::GetJobState(
   return ToGrpcStatus(impl_->GetJobState(*request, response));
 }
 
+grpc::Status GrpcDispatcherService::GetStatus(
+    grpc::ServerContext*, const proto::GetStatusRequest* request,
+    proto::GetStatusResponse* response) {
+  return ToGrpcStatus(impl_->GetStatus(*request, response));
+}
+
 }  // namespace sluice::dispatcher

@@ -44,6 +44,9 @@ class GrpcDispatcherService final : public proto::DispatcherService::Service {
   grpc::Status GetJobState(grpc::ServerContext* context,
                            const proto::GetJobStateRequest* request,
                            proto::GetJobStateResponse* response) override;
+  grpc::Status GetStatus(grpc::ServerContext* context,
+                         const proto::GetStatusRequest* request,
+                         proto::GetStatusResponse* response) override;
 
  private:
   DispatcherImpl* const impl_;

@@ -34,6 +34,12 @@ struct Flags {
   absl::Duration heartbeat_interval = absl::Seconds(1);
   service::ServiceLimits limits;
   absl::Duration consumer_timeout = absl::Seconds(60);
+  // Autoscaling (docs/autoscaling.md).
+  std::string scaler = "none";
+  uint32_t min_workers = 1;
+  uint32_t max_workers = 64;
+  absl::Duration scale_period = absl::Seconds(2);
+  absl::Duration scale_down_window = absl::Seconds(30);
 };
 
 int Run(const Flags& flags) {
@@ -70,6 +76,18 @@ int Run(const Flags& flags) {
         "jobs");
   }
   options.consumer_timeout = flags.consumer_timeout;
+  if (flags.min_workers > flags.max_workers ||
+      flags.scale_period <= absl::ZeroDuration()) {
+    logger->error(
+        "--min-workers must be <= --max-workers and --scale-period positive");
+    return 2;
+  }
+  options.scaler = flags.scaler == "local" ? DispatcherOptions::Scaler::kLocal
+                                           : DispatcherOptions::Scaler::kNone;
+  options.min_workers = flags.min_workers;
+  options.max_workers = flags.max_workers;
+  options.scale_period = flags.scale_period;
+  options.scale_down_window = flags.scale_down_window;
 
   options.registry = &server.registry();
   options.logger = logger;
@@ -147,6 +165,21 @@ int main(int argc, char** argv) {
   app.add_option("--max-consumers-per-job", flags.limits.max_consumers_per_job,
                  "Most consumers (trainer processes) of one job")
       ->capture_default_str();
+  app.add_option("--scaler", flags.scaler,
+                 "none: sluice_desired_workers is advisory; local: the "
+                 "dispatcher also drains the workers the autoscaler lets go "
+                 "(for `sluice local --autoscale`)")
+      ->check(CLI::IsMember({"none", "local"}))
+      ->capture_default_str();
+  app.add_option("--min-workers", flags.min_workers, "Autoscaler lower bound")
+      ->capture_default_str();
+  app.add_option("--max-workers", flags.max_workers, "Autoscaler upper bound")
+      ->capture_default_str();
+  sluice::AddDurationOption(app, "--scale-period", &flags.scale_period,
+                            "How often the autoscaler decides");
+  sluice::AddDurationOption(
+      app, "--scale-down-window", &flags.scale_down_window,
+      "A scale-down goes to the largest need seen this long");
   sluice::service::SetEnvNames(app);
   CLI11_PARSE(app, argc, argv);
   return sluice::dispatcher::Run(flags);

@@ -203,6 +203,7 @@ absl::StatusOr<std::optional<Batch>> BatchIteratorImpl::GetNext() {
     std::optional<Batch> batch = state_.Pop();
     if (batch.has_value()) {
       epoch_ = batch->epoch;
+      ++batches_returned_;
       if (state_.TakeProgressDue()) heartbeat_due_ = true;
       if (batches_counter_ != nullptr) batches_counter_->Increment();
       UpdateFillGauge();
@@ -292,6 +293,7 @@ absl::Status BatchIteratorImpl::Heartbeat() {
         std::min(1.0, static_cast<double>(state_.buffered()) /
                           std::max(1, params_.options.prefetch_batches)));
     request.set_wait_seconds_total(wait_seconds_);
+    request.set_batches_returned_total(batches_returned_);
     for (const SlotProgress& p : state_.Progress()) {
       proto::ClientSplitProgress* out = request.add_progress();
       out->set_epoch(p.epoch);

@@ -147,6 +147,8 @@ class BatchIteratorImpl final : public BatchIterator {
   grpc::ClientContext* heartbeat_context_ ABSL_GUARDED_BY(mu_) = nullptr;
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   double wait_seconds_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t batches_returned_ ABSL_GUARDED_BY(mu_) =
+      0;  // by GetNext, cumulative
   uint64_t duplicates_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread heartbeat_thread_;
 };

@@ -14,6 +14,8 @@
 // Shared flags (--metrics-address, --log-format, --tls-*, --auth-token-file,
 // SLUICE_<FLAG> environment variables): common/service/server_main.h;
 // security: docs/security.md.
+// A worker the dispatcher drains (autoscaling, `--scaler local`) exits 0 the
+// same way once may_exit.
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -223,19 +225,30 @@ int Run(int argc, char** argv) {
 
   // grpc.health.v1 turns NOT_SERVING once the worker drains, whether a signal
   // or the dispatcher started it, so probes and load balancers stop sending
-  // new trainers here.
+  // new trainers here. A worker the dispatcher drained (`--scaler local`)
+  // exits 0 once the dispatcher says may_exit, like after SIGTERM.
   bool serving = true;
-  while (!server.WaitForSignal(absl::Seconds(1))) {
+  bool drained_by_dispatcher = false;
+  while (!server.WaitForSignal(absl::Milliseconds(200))) {
     if (serving && (*impl)->draining()) {
       serving = false;
       server.SetServing(false);
       logger->info("draining (asked by the dispatcher): health NOT_SERVING");
     }
+    if ((*impl)->draining() && (*impl)->may_exit()) {
+      drained_by_dispatcher = true;
+      break;
+    }
   }
   server.SetServing(false);
-  logger->info("draining (up to {}; signal again to stop now)",
-               absl::FormatDuration(drain_timeout));
-  absl::Status drained = (*impl)->Drain();
+  absl::Status drained;
+  if (drained_by_dispatcher) {
+    logger->info("drained by the dispatcher: exiting");
+  } else {
+    logger->info("draining (up to {}; signal again to stop now)",
+                 absl::FormatDuration(drain_timeout));
+    drained = (*impl)->Drain();
+  }
   if (!drained.ok()) logger->warn("DrainWorker failed: {}", drained.ToString());
   const absl::Time deadline = absl::Now() + drain_timeout;
   bool again = false;

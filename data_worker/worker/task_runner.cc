@@ -47,6 +47,7 @@ TaskRunner::~TaskRunner() { Stop(); }
 
 void TaskRunner::Start(int threads) {
   absl::MutexLock lock(&mu_);
+  producers_ += threads;
   for (int i = 0; i < threads; ++i)
     threads_.emplace_back([this] { ProducerLoop(); });
 }
@@ -67,6 +68,16 @@ void TaskRunner::Enqueue(uint64_t task_id, proto::SplitAssignment assignment,
   absl::MutexLock lock(&mu_);
   pending_.push_back(Work{task_id, std::move(assignment), parallel});
   work_available_.Signal();
+}
+
+double TaskRunner::busy_seconds() const {
+  absl::MutexLock lock(&mu_);
+  return run_busy_seconds_ / std::max(1, producers_);
+}
+
+uint64_t TaskRunner::elements_run() const {
+  absl::MutexLock lock(&mu_);
+  return elements_run_;
 }
 
 int64_t TaskRunner::peak_bytes() const {
@@ -197,7 +208,14 @@ bool TaskRunner::RunEpoch(const Work& work, const Job& job,
     UpdatePeak();
   }
   ex.Stop();
+  const pipeline::PipelineStats stats = ex.stats();
+  double busy = 0;
+  for (const pipeline::StageStats& stage : stats.stages) {
+    busy = std::max(busy, stage.busy_seconds / std::max(1, stage.threads));
+  }
   absl::MutexLock lock(&mu_);
+  run_busy_seconds_ += busy;
+  elements_run_ += stats.elements_out;
   running_.erase(std::find(running_.begin(), running_.end(), &ex));
   return ok;
 }

@@ -55,6 +55,17 @@ class TaskRunner {
   // Peak over time of queued bytes plus the live bytes of every running Executor.
   int64_t peak_bytes() const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Busy time, for the autoscaler's capacity measurement (cumulative, counted when a split or
+  // epoch ends). A pipeline run is busy for the thread-seconds of its bottleneck stage (the
+  // stage with the most busy time per thread) divided by that stage's threads: the time that
+  // stage would need alone. Time blocked on a full queue or idle without a split is not busy.
+  // The worker's busy seconds are the runs' busy seconds divided by the producer count, so
+  // that they never exceed wall time: elements_run / busy_seconds is what the worker produces
+  // per second when it never waits for its consumers.
+  double busy_seconds() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Elements (inside batches) of the runs busy_seconds() counts.
+  uint64_t elements_run() const ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
   struct Work {
     uint64_t task_id = 0;
@@ -81,6 +92,9 @@ class TaskRunner {
   std::deque<Work> pending_ ABSL_GUARDED_BY(mu_);
   std::vector<pipeline::Executor*> running_ ABSL_GUARDED_BY(mu_);
   int64_t peak_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int producers_ ABSL_GUARDED_BY(mu_) = 0;
+  double run_busy_seconds_ ABSL_GUARDED_BY(mu_) = 0;  // summed over runs
+  uint64_t elements_run_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::thread> threads_;  // started by Start, joined by Stop
 };
 

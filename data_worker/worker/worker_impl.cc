@@ -159,6 +159,10 @@ absl::Status WorkerImpl::Heartbeat() {
     }
     request.set_queue_depth(queues_.queued_batches());
     request.set_queue_capacity(queues_.queue_capacity());
+    request.set_blocked_producers(
+        static_cast<uint32_t>(queues_.blocked_producers()));
+    request.set_elements_total(runner_.elements_run());
+    request.set_busy_seconds_total(runner_.busy_seconds());
     const absl::Time now = clock_->Now();
     const double dt = absl::ToDoubleSeconds(now - last_heartbeat_time_);
     if (dt > 0) {

@@ -167,6 +167,9 @@ class WorkerImpl {
   int64_t peak_bytes() const { return runner_.peak_bytes(); }
   // Producers blocked on a full consumer queue right now.
   int blocked_producers() const { return queues_.blocked_producers(); }
+  // Cumulative busy worker-seconds and the elements of those runs (task_runner.h).
+  double busy_seconds() const { return runner_.busy_seconds(); }
+  uint64_t elements_run() const { return runner_.elements_run(); }
   // The last heartbeat request built (for tests).
   proto::WorkerHeartbeatRequest last_heartbeat() const ABSL_LOCKS_EXCLUDED(mu_);
 

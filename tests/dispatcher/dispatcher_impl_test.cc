@@ -555,27 +555,7 @@ TEST_F(DispatcherImplTest, ParallelEpochsGivesEveryWorkerEveryConsumer) {
   }
 }
 
-TEST_F(DispatcherImplTest, DesiredWorkersGrowsWhenConsumersWait) {
-  const uint64_t job =
-      Job(JobRequest("j", Dataset({100}, 10), 1, proto::REMAINDER_MODE_PAD, 20))
-          .job_id();
-  const uint64_t a = Worker("a:1", 1), b = Worker("b:1", 1);
-  ASSERT_TRUE(WorkerBeat(a, {}, 100).ok());
-  ASSERT_TRUE(WorkerBeat(b, {}, 100).ok());
-  ClientBeat(job, 0, {}, 0.0, 0);
-  clock_.Advance(absl::Seconds(1));
-  ClientBeat(job, 0, {}, 0.0, 0.5);  // waited half of the last second
-  ASSERT_TRUE(impl_->Tick().ok());
-  EXPECT_EQ(impl_->desired_workers(), 5);  // ceil(200 / 0.5 * 1.2 / 100)
-  clock_.Advance(absl::Seconds(1));
-  ClientBeat(job, 0, {}, 1.0, 0.5);  // full buffer, no wait
-  ASSERT_TRUE(impl_->Tick().ok());
-  EXPECT_EQ(impl_->desired_workers(), 1);
-  bool found = false;
-  for (const auto& family : registry_.Collect())
-    found |= family.name == "sluice_desired_workers";
-  EXPECT_TRUE(found);
-}
+// The autoscaling signal is tested in dispatcher_autoscale_test.cc.
 
 TEST_F(DispatcherImplTest, ARestartedDispatcherReplaysItsJournal) {
   const uint64_t job =

@@ -24,6 +24,7 @@ void AddDemoCommand(CLI::App& app);
 void AddPipelineCommands(CLI::App& app);
 void AddLocalCommand(CLI::App& app);
 void AddConsumeCommand(CLI::App& app);
+void AddStatusCommand(CLI::App& app);
 
 }  // namespace sluice::cli
 

@@ -1,4 +1,5 @@
 // sluice consume --dispatcher ADDR --spec FILE.yaml [--data DIR] --job NAME [--epochs E]
+//   [--step-time 40ms]
 //   [--consumer-index I --num-consumers N] [--deterministic] [--ids-out FILE]
 //   [--stop-after-batches N --save-state FILE] [--restore-state FILE]
 // A trainer without the training: reads this consumer's share of every epoch through the
@@ -14,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/base/process.h"
+#include "common/base/duration_flag.h"
 #include "common/base/status_macros.h"
 #include "common/record/dataset.h"
 #include "common/service/server_main.h"
@@ -37,6 +39,9 @@ struct ConsumeFlags {
   bool deterministic = false;
   bool drop_remainder = false;
   std::string tls_ca, tls_cert, tls_key, auth_token_file;
+  // Sleep after each batch: a training step's stand-in (demand = batch ÷ step).
+  absl::Duration step_time = absl::ZeroDuration();
+  uint64_t split_size = 0;  // 0: the dispatcher's default
 };
 
 absl::Status RunConsume(const ConsumeFlags& flags) {
@@ -76,7 +81,8 @@ absl::Status RunConsume(const ConsumeFlags& flags) {
                  .num_consumers = flags.num_consumers,
                  .consumer_index = flags.consumer_index,
                  .deterministic = flags.deterministic,
-                 .drop_remainder = flags.drop_remainder};
+                 .drop_remainder = flags.drop_remainder,
+                 .split_size = flags.split_size};
   if (!flags.restore_state.empty()) {
     std::ifstream in(flags.restore_state, std::ios::binary);
     if (!in)
@@ -115,6 +121,7 @@ absl::Status RunConsume(const ConsumeFlags& flags) {
       for (uint64_t id : batch->global_indices) ids << id << '\n';
     }
     bar.Update(images);
+    if (flags.step_time > absl::ZeroDuration()) absl::SleepFor(flags.step_time);
   }
   bar.Done();
   if (!flags.save_state.empty()) {
@@ -191,6 +198,12 @@ void AddConsumeCommand(CLI::App& app) {
                   "File with the bearer token to present (needs --tls-ca)");
   // SLUICE_DISPATCHER, SLUICE_TLS_CA, ... (handy in a trainer pod).
   service::SetEnvNames(*cmd);
+  cmd->add_option("--split-size", flags->split_size,
+                  "Records per split (0: the dispatcher's default, 1024)")
+      ->capture_default_str();
+  AddDurationOption(*cmd, "--step-time", &flags->step_time,
+                    "Sleep this long after each batch, standing in for a "
+                    "training step (e.g. 40ms)");
   cmd->callback([flags] { Finish(RunConsume(*flags)); });
 }
 

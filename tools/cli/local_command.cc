@@ -1,6 +1,10 @@
 // sluice local --workers N [--port P] [--data-root DIR]... [--address-file
 // FILE] [--tls | --tls-cert F --tls-key F [--tls-ca F] [--auth-token-file F]]
 // A dispatcher and N worker processes on loopback, until Ctrl-C or SIGTERM.
+// sluice local --autoscale --min-workers N --max-workers M [--scale-interval 2s]
+// Starts N workers; the dispatcher (--scaler local) sizes the pool and drains
+// the workers that leave; this loop starts the ones it asks for
+// (tools/local_cluster/autoscale.h).
 #include <signal.h>
 #include <unistd.h>
 
@@ -9,11 +13,13 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/base/duration_flag.h"
 #include "common/base/process.h"
 #include "common/base/status_macros.h"
 #include "common/service/server_main.h"
 #include "tools/cli/command.h"
 #include "tools/local_cluster/certificates.h"
+#include "tools/local_cluster/autoscale.h"
 #include "tools/local_cluster/local_cluster.h"
 
 namespace sluice::cli {
@@ -31,6 +37,11 @@ struct LocalFlags {
   std::string log_level = "info";
   bool tls = false;
   std::string tls_cert, tls_key, tls_ca, auth_token_file;
+  // Autoscaling.
+  bool autoscale = false;
+  int min_workers = 1;
+  int max_workers = 8;
+  absl::Duration scale_interval = absl::Seconds(2);
 };
 
 absl::Status RunLocal(const LocalFlags& flags) {
@@ -49,6 +60,20 @@ absl::Status RunLocal(const LocalFlags& flags) {
                                      .work_dir = flags.work_dir,
                                      .worker_threads = flags.threads_per_worker,
                                      .log_level = flags.log_level};
+  if (flags.autoscale) {
+    if (flags.min_workers < 0 || flags.min_workers > flags.max_workers ||
+        flags.scale_interval <= absl::ZeroDuration()) {
+      return absl::InvalidArgumentError(
+          "--autoscale needs 0 <= --min-workers <= --max-workers and a "
+          "positive --scale-interval");
+    }
+    options.workers = flags.min_workers;
+    options.extra_dispatcher_flags = {
+        "--scaler",       "local",
+        "--min-workers",  std::to_string(flags.min_workers),
+        "--max-workers",  std::to_string(flags.max_workers),
+        "--scale-period", absl::FormatDuration(flags.scale_interval)};
+  }
   if (options.data_roots.empty())
     options.data_roots.push_back(fs::current_path().string());
   if (options.work_dir.empty()) {
@@ -109,12 +134,45 @@ absl::Status RunLocal(const LocalFlags& flags) {
   std::fflush(stdout);
 
   const timespec poll = {0, 200 * 1000 * 1000};
+  tools::LocalAutoscaler scaler(cluster.get(), flags.max_workers);
+  absl::Time next_step = absl::Now();
+  const absl::Time start = absl::Now();
   while (true) {
     const int sig = sigtimedwait(&stop_signals, nullptr, &poll);
     if (sig == SIGINT || sig == SIGTERM) {
       std::printf("sluice local: stopping (workers drain first)\n");
       cluster->Stop();
       return absl::OkStatus();
+    }
+    if (flags.autoscale && absl::Now() >= next_step) {
+      next_step = absl::Now() + flags.scale_interval;
+      absl::StatusOr<tools::AutoscaleStep> step = scaler.Step();
+      if (!step.ok()) {
+        std::fprintf(stderr, "sluice local: autoscale: %s\n",
+                     step.status().ToString().c_str());
+      } else {
+        for (const std::string& e : step->exited)
+          std::printf("sluice local: %s\n", e.c_str());
+        if (step->started > 0 || !step->exited.empty()) {
+          std::printf(
+              "sluice local: t=%.1fs workers %d (%d draining), desired %d, "
+              "started %d: %s\n",
+              absl::ToDoubleSeconds(absl::Now() - start), step->live,
+              step->draining, step->desired, step->started,
+              step->reason.c_str());
+        }
+        std::fflush(stdout);
+      }
+      // Workers come and go: only the dispatcher's exit stops the cluster.
+      continue;
+    }
+    if (flags.autoscale) {
+      if (std::string exited = cluster->FindExitedChild();
+          !exited.empty() && exited.rfind("sluice-dispatcher", 0) == 0) {
+        cluster->Stop();
+        return absl::AbortedError("sluice local: " + exited);
+      }
+      continue;
     }
     if (std::string exited = cluster->FindExitedChild(); !exited.empty()) {
       cluster->Stop();
@@ -158,6 +216,17 @@ void AddLocalCommand(CLI::App& app) {
                   "PEM CA: mutual TLS (client certificates signed by it)");
   cmd->add_option("--auth-token-file", flags->auth_token_file,
                   "Bearer token file every call must carry (needs TLS)");
+  cmd->add_flag("--autoscale", flags->autoscale,
+                "Size the worker pool to the jobs' demand "
+                "(docs/autoscaling.md); --workers is ignored");
+  cmd->add_option("--min-workers", flags->min_workers,
+                  "With --autoscale: fewest workers")
+      ->capture_default_str();
+  cmd->add_option("--max-workers", flags->max_workers,
+                  "With --autoscale: most workers")
+      ->capture_default_str();
+  AddDurationOption(*cmd, "--scale-interval", &flags->scale_interval,
+                    "With --autoscale: how often to decide and act");
   service::SetEnvNames(*cmd);
   cmd->callback([flags] { Finish(RunLocal(*flags)); });
 }

@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   sluice::cli::AddPipelineCommands(app);
   sluice::cli::AddLocalCommand(app);
   sluice::cli::AddConsumeCommand(app);
+  sluice::cli::AddStatusCommand(app);
   sluice::cli::AddDemoCommand(app);
   try {
     app.parse(argc, argv);

@@ -184,7 +184,9 @@ absl::Status LocalCluster::RestartDispatcher() {
 }
 
 absl::StatusOr<ServerProcess> LocalCluster::Launch(
-    const std::string& name, std::vector<std::string> argv) {
+    const std::string& name, std::vector<std::string> argv,
+    const std::vector<std::string>& extra) {
+  argv.insert(argv.end(), extra.begin(), extra.end());
   const std::string address_file =
       (fs::path(options_.work_dir) / (name + ".address")).string();
   std::error_code ec;
@@ -234,6 +236,23 @@ absl::StatusOr<int> LocalCluster::AddWorker() {
 
 void LocalCluster::SignalWorker(int i, int signal) {
   workers_[i].process->Signal(signal);
+}
+
+std::vector<std::string> LocalCluster::ReapExitedWorkers() {
+  std::vector<std::string> exited;
+  for (auto it = workers_.begin(); it != workers_.end();) {
+    const std::optional<int> code =
+        it->process == nullptr ? std::optional<int>() : it->process->Poll();
+    if (!code.has_value()) {
+      ++it;
+      continue;
+    }
+    exited.push_back(absl::StrCat(it->process->name(), " (pid ",
+                                  it->process->pid(), ", ", it->address,
+                                  ") exited with code ", *code));
+    it = workers_.erase(it);
+  }
+  return exited;
 }
 
 std::string LocalCluster::FindExitedChild() {

@@ -76,6 +76,9 @@ class LocalCluster {
   // Sends `signal` to worker i (SIGKILL to kill it for real, SIGTERM to drain
   // it).
   void SignalWorker(int i, int signal);
+  // Autoscaling: forgets the workers that exited (a drained worker exits 0)
+  // and returns them as FindExitedChild describes them. Indices shift.
+  std::vector<std::string> ReapExitedWorkers();
   // The first child found to have exited, as "name (pid) exited with code N",
   // or empty.
   std::string FindExitedChild();
@@ -86,8 +89,8 @@ class LocalCluster {
  private:
   explicit LocalCluster(LocalClusterOptions options)
       : options_(std::move(options)) {}
-  absl::StatusOr<ServerProcess> Launch(const std::string& name,
-                                       std::vector<std::string> argv);
+  absl::StatusOr<ServerProcess> Launch(const std::string& name, std::vector<std::string> argv,
+                                       const std::vector<std::string>& extra = {});
   absl::StatusOr<ServerProcess> LaunchDispatcher(int port);
 
   const LocalClusterOptions options_;

@@ -1,0 +1,66 @@
+#!/usr/bin/python3
+"""Plots bench/autoscale.sh's `sluice status --json` samples.
+
+usage: plot.py status.jsonl out.png join_seconds
+
+Draws workers (registered, not draining), desired workers, throughput (elements/s returned to
+the trainers, from batches/s x batch size) and mean trainer wait over time, and prints a summary:
+for each load step (t=0 job A, t=join job B, the jobs' end) the seconds until the worker count
+reached the count it then held.
+"""
+import json
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def main() -> None:
+    path, png, join = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    t, workers, desired, throughput, wait = [], [], [], [], []
+    for line in open(path):
+        row = json.loads(line)
+        s = row["status"]
+        t.append(row["t"])
+        workers.append(sum(1 for w in s["workers"] if w["state"] != "draining"))
+        desired.append(s["desired_workers"])
+        thr, waits = 0.0, []
+        for j in s["jobs"]:
+            for c in j["consumers"]:
+                if c["finished"]:
+                    continue
+                thr += c["batches_per_second"] * j["batch_size"]
+                waits.append(c["wait_fraction"])
+        throughput.append(thr)
+        wait.append(100 * sum(waits) / len(waits) if waits else 0)
+    fig, ax = plt.subplots(3, 1, figsize=(8, 7), sharex=True)
+    ax[0].step(t, workers, where="post", label="workers (not draining)")
+    ax[0].step(t, desired, where="post", linestyle="--", label="desired")
+    ax[0].set_ylabel("workers")
+    ax[0].legend(loc="upper left")
+    ax[1].plot(t, throughput)
+    ax[1].set_ylabel("elements/s to trainers")
+    ax[2].plot(t, wait)
+    ax[2].set_ylabel("trainer wait %")
+    ax[2].set_xlabel("seconds")
+    for a in ax:
+        a.axvline(join, color="grey", linewidth=0.8)
+        a.grid(alpha=0.3)
+    fig.suptitle("sluice local --autoscale: job A at 0 s, job B joins at %.0f s" % join)
+    fig.tight_layout()
+    fig.savefig(png, dpi=80)
+    # Convergence: after each change of desired, seconds until workers == desired.
+    print("t(s)  desired  workers  wait%  el/s")
+    last = None
+    for i in range(len(t)):
+        if (desired[i], workers[i]) != last:
+            print("%5.1f  %7d  %7d  %5.1f  %6.0f" % (t[i], desired[i], workers[i], wait[i],
+                                                    throughput[i]))
+            last = (desired[i], workers[i])
+    print("wrote", png)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,232 @@
+// DispatcherImpl's autoscaling on the fake clock: heartbeats in, Autoscaler's
+// decision out (sluice_desired_workers, GetStatus) and, with Scaler::kLocal,
+// the victims drained.
+#include <memory>
+#include <string>
+
+#include "common/base/clock.h"
+#include "dispatcher/dispatcher_impl.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "prometheus/registry.h"
+
+namespace sluice::dispatcher {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+class DispatcherAutoscaleTest : public ::testing::Test {
+ protected:
+  void Start(DispatcherOptions::Scaler scaler) {
+    DispatcherOptions options;
+    options.clock = &clock_;
+    options.registry = &registry_;
+    options.worker_timeout = absl::Seconds(60);
+    options.scaler = scaler;
+    options.min_workers = 1;
+    options.max_workers = 16;
+    options.scale_period = absl::Seconds(2);
+    auto impl = DispatcherImpl::Create(options);
+    ASSERT_TRUE(impl.ok()) << impl.status();
+    impl_ = std::move(*impl);
+  }
+
+  // A job of one consumer over 1000 records, batches of 10.
+  uint64_t Job() {
+    proto::RegisterDatasetRequest dataset;
+    dataset.set_protocol_version(kProtocolVersion);
+    dataset.set_pipeline("pipe");
+    dataset.add_shard_record_counts(1000);
+    dataset.set_batch_size(10);
+    proto::RegisterDatasetResponse registered;
+    EXPECT_TRUE(impl_->RegisterDataset(dataset, &registered).ok());
+    proto::GetOrCreateJobRequest request;
+    request.set_protocol_version(kProtocolVersion);
+    request.set_job_name("j");
+    request.set_dataset_id(registered.dataset_id());
+    request.mutable_config()->set_num_epochs(1);
+    request.mutable_config()->set_split_size(100);
+    proto::GetOrCreateJobResponse response;
+    EXPECT_TRUE(impl_->GetOrCreateJob(request, &response).ok());
+    return response.job_id();
+  }
+
+  uint64_t Worker(const std::string& address) {
+    proto::WorkerRegisterRequest request;
+    request.set_protocol_version(kProtocolVersion);
+    request.set_address(address);
+    request.set_capacity(1);
+    proto::WorkerRegisterResponse response;
+    EXPECT_TRUE(impl_->WorkerRegister(request, &response).ok());
+    return response.worker_id();
+  }
+
+  // A heartbeat with the worker's cumulative elements and busy seconds; it
+  // reports the splits the dispatcher handed it so far, unfinished.
+  proto::WorkerHeartbeatResponse WorkerBeat(uint64_t worker, uint64_t elements,
+                                            double busy) {
+    proto::WorkerHeartbeatRequest request;
+    request.set_protocol_version(kProtocolVersion);
+    request.set_worker_id(worker);
+    request.set_elements_total(elements);
+    request.set_busy_seconds_total(busy);
+    for (const proto::SplitKey& key : held_[worker]) {
+      proto::WorkerSplitProgress* p = request.add_splits();
+      *p->mutable_key() = key;
+    }
+    proto::WorkerHeartbeatResponse response;
+    absl::Status s = impl_->WorkerHeartbeat(request, &response);
+    EXPECT_TRUE(s.ok()) << s;
+    for (const proto::SplitAssignment& a : response.start())
+      held_[worker].push_back(a.key());
+    return response;
+  }
+
+  void ClientBeat(uint64_t job, uint64_t batches, double wait_seconds) {
+    proto::ClientHeartbeatRequest request;
+    request.set_protocol_version(kProtocolVersion);
+    request.set_job_id(job);
+    request.set_batches_returned_total(batches);
+    request.set_wait_seconds_total(wait_seconds);
+    proto::ClientHeartbeatResponse response;
+    absl::Status s = impl_->ClientHeartbeat(request, &response);
+    EXPECT_TRUE(s.ok()) << s;
+  }
+
+  proto::GetStatusResponse Status(int starting = -1) {
+    proto::GetStatusRequest request;
+    request.set_protocol_version(kProtocolVersion);
+    request.set_starting_workers(starting);
+    proto::GetStatusResponse response;
+    EXPECT_TRUE(impl_->GetStatus(request, &response).ok());
+    return response;
+  }
+
+  // Two workers past their warm-up, each measuring 100 elements per busy
+  // second; one consumer returning 20 batches/s of 10 and waiting half the
+  // time: demand 400 el/s, need 4 workers, x 1.05 headroom -> 5.
+  void TwoWarmWorkersAndAWaitingConsumer() {
+    job_ = Job();
+    a_ = Worker("a:1");
+    b_ = Worker("b:1");
+    ASSERT_TRUE(impl_->Tick().ok());  // the first decision: nothing measured
+    clock_.Advance(absl::Seconds(6));
+    WorkerBeat(a_, 0, 0);
+    WorkerBeat(b_, 0, 0);
+    ClientBeat(job_, 0, 0);
+    ASSERT_TRUE(impl_->Tick().ok());
+    clock_.Advance(absl::Seconds(2));
+    WorkerBeat(a_, 200, 2.0);
+    WorkerBeat(b_, 100, 1.0);  // busy half the time: still 100 el/busy-s
+    ClientBeat(job_, 40, 1.0);
+    ASSERT_TRUE(impl_->Tick().ok());
+  }
+
+  FakeClock clock_{absl::FromUnixSeconds(1000)};
+  prometheus::Registry registry_;
+  std::unique_ptr<DispatcherImpl> impl_;
+  std::map<uint64_t, std::vector<proto::SplitKey>> held_;
+  uint64_t job_ = 0, a_ = 0, b_ = 0;
+};
+
+TEST_F(DispatcherAutoscaleTest, SizesFromDemandAndBusyTimeCapacity) {
+  Start(DispatcherOptions::Scaler::kNone);
+  TwoWarmWorkersAndAWaitingConsumer();
+  EXPECT_EQ(impl_->desired_workers(), 5);
+  const proto::GetStatusResponse status = Status();
+  EXPECT_EQ(status.desired_workers(), 5);
+  EXPECT_EQ(status.current_workers(), 2);
+  EXPECT_EQ(status.scaler(), "none");
+  EXPECT_THAT(status.reason(), StartsWith("up 2 -> 5: need 4.00 workers"));
+  ASSERT_EQ(status.jobs_size(), 1);
+  EXPECT_DOUBLE_EQ(status.jobs(0).demand_elements_per_second(), 400);
+  EXPECT_DOUBLE_EQ(status.jobs(0).capacity_elements_per_second(), 100);
+  ASSERT_EQ(status.jobs(0).consumers_size(), 1);
+  EXPECT_DOUBLE_EQ(status.jobs(0).consumers(0).batches_per_second(), 20);
+  EXPECT_DOUBLE_EQ(status.jobs(0).consumers(0).wait_fraction(), 0.5);
+  ASSERT_EQ(status.workers_size(), 2);
+  EXPECT_EQ(status.workers(0).address(), "a:1");
+  EXPECT_EQ(status.workers(0).state(), "active");
+  EXPECT_DOUBLE_EQ(status.workers(0).elements_per_busy_second(), 100);
+  bool found = false;
+  for (const auto& family : registry_.Collect()) {
+    if (family.name != "sluice_desired_workers") continue;
+    found = true;
+    EXPECT_EQ(family.metric.at(0).gauge.value, 5);
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST_F(DispatcherAutoscaleTest, StartingWorkersCountAsCurrent) {
+  // (kNone: with kLocal the first decision, before the consumer reported,
+  // would already have drained b for lack of demand.)
+  Start(DispatcherOptions::Scaler::kNone);
+  TwoWarmWorkersAndAWaitingConsumer();
+  EXPECT_EQ(impl_->desired_workers(), 5);
+  Status(/*starting=*/3);  // the actuator started the missing three
+  clock_.Advance(absl::Seconds(2));
+  WorkerBeat(a_, 400, 4.0);
+  WorkerBeat(b_, 200, 2.0);
+  ClientBeat(job_, 80, 2.0);
+  ASSERT_TRUE(impl_->Tick().ok());
+  const proto::GetStatusResponse status = Status();
+  EXPECT_EQ(status.current_workers(), 5);
+  EXPECT_EQ(status.desired_workers(), 5);
+  EXPECT_THAT(status.reason(), StartsWith("hold 5"));
+  EXPECT_EQ(status.drain_size(), 0);
+}
+
+TEST_F(DispatcherAutoscaleTest, LocalScalerDrainsTheVictimsWhenDemandLeaves) {
+  Start(DispatcherOptions::Scaler::kLocal);
+  const uint64_t a = Worker("a:1");
+  const uint64_t b = Worker("b:1");
+  const uint64_t c = Worker("c:1");
+  clock_.Advance(absl::Seconds(6));
+  for (uint64_t w : {a, b, c}) WorkerBeat(w, 0, 0);
+  ASSERT_TRUE(impl_->Tick().ok());  // no job: down to min_workers = 1
+  EXPECT_EQ(impl_->desired_workers(), 1);
+  const proto::GetStatusResponse status = Status();
+  EXPECT_THAT(status.reason(), HasSubstr("down 3 -> 1: no live consumer"));
+  ASSERT_EQ(status.drain_size(), 2);
+  int draining = 0;
+  for (const proto::WorkerStatus& w : status.workers()) {
+    if (w.state() == "draining") ++draining;
+  }
+  EXPECT_EQ(draining, 2);
+  // A drained worker holding nothing may exit; the one that stays may not.
+  for (uint64_t w : {a, b, c}) {
+    const proto::WorkerHeartbeatResponse r = WorkerBeat(w, 0, 0);
+    const bool victim = w == status.drain(0) || w == status.drain(1);
+    EXPECT_EQ(r.draining(), victim) << "worker " << w;
+    EXPECT_EQ(r.may_exit(), victim) << "worker " << w;
+  }
+}
+
+TEST_F(DispatcherAutoscaleTest, AdvisoryScalerDrainsNobody) {
+  Start(DispatcherOptions::Scaler::kNone);
+  const uint64_t a = Worker("a:1");
+  const uint64_t b = Worker("b:1");
+  clock_.Advance(absl::Seconds(6));
+  for (uint64_t w : {a, b}) WorkerBeat(w, 0, 0);
+  ASSERT_TRUE(impl_->Tick().ok());
+  EXPECT_EQ(impl_->desired_workers(), 1);
+  for (uint64_t w : {a, b}) {
+    const proto::WorkerHeartbeatResponse r = WorkerBeat(w, 0, 0);
+    EXPECT_FALSE(r.draining());
+  }
+}
+
+TEST_F(DispatcherAutoscaleTest, DecidesOncePerScalePeriod) {
+  Start(DispatcherOptions::Scaler::kNone);
+  TwoWarmWorkersAndAWaitingConsumer();
+  ASSERT_EQ(impl_->desired_workers(), 5);
+  // The consumer leaves (its job is collected later); within the period the
+  // decision stands.
+  clock_.Advance(absl::Seconds(1));
+  ASSERT_TRUE(impl_->Tick().ok());
+  EXPECT_EQ(impl_->desired_workers(), 5);
+}
+
+}  // namespace
+}  // namespace sluice::dispatcher

@@ -1,0 +1,266 @@
+// `sluice local --autoscale` on real processes: a dispatcher with
+// `--scaler local`, workers started by tools::LocalAutoscaler, consumers
+// through the client library; exact record ids checked per epoch. The
+// pipeline's cost is latency (the sleep op), so it fits on 2 cores. No timing
+// is asserted: waits are generous and only bound a test that would hang.
+#include "tools/local_cluster/autoscale.h"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "common/record/dataset.h"
+#include "data_worker/pipeline/spec.h"
+#include "gtest/gtest.h"
+#include "sluice/client.h"
+#include "tests/testing/temp_dir.h"
+#include "tools/local_cluster/local_cluster.h"
+
+namespace sluice {
+namespace {
+
+using ::sluice::testing::TempDir;
+
+constexpr int kRecords = 480;  // 12 splits of 40, batches of 8
+constexpr int kSplit = 40;
+
+std::string BinDir() {
+  const char* dir = std::getenv("SLUICE_BIN_DIR");
+  return dir != nullptr ? dir : tools::BinDir();
+}
+
+void WriteDataset(const std::string& dir) {
+  auto writer = record::DatasetWriter::Create(
+      dir, record::ImageClassificationSchema(), {});
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  for (int i = 0; i < kRecords; ++i) {
+    ASSERT_TRUE(
+        (*writer)
+            ->Add({record::Tensor::Bytes("x"), record::Tensor::Int64(i % 10),
+                   record::Tensor::Bytes("k")})
+            .ok());
+  }
+  ASSERT_TRUE((*writer)->Finish().ok());
+}
+
+// label -> sleep per element -> batches of 8: latency, not CPU.
+proto::Pipeline SleepPipeline(const std::string& dataset, int micros) {
+  auto pipeline = data_worker::pipeline::ParsePipeline(absl::StrCat(
+      "seed: 3\nsource:\n  dataset: {path: ", dataset,
+      "}\n  columns: [label]\nnodes:\n  - shuffle: {seed: 3}\n  - map:\n"
+      "      input_columns: [label]\n      num_parallel_workers: 2\n"
+      "      ops:\n        - sleep: {micros: ",
+      micros, "}\n  - batch: {size: 8, drop_remainder: false}\n"));
+  EXPECT_TRUE(pipeline.ok()) << pipeline.status();
+  return pipeline.value_or(proto::Pipeline());
+}
+
+// The cluster and its actuator loop (one Step per `interval`), guarded: the
+// test thread signals workers while the loop starts them.
+class AutoscaledCluster {
+ public:
+  AutoscaledCluster(std::unique_ptr<tools::LocalCluster> cluster, int max)
+      : cluster_(std::move(cluster)), scaler_(cluster_.get(), max) {
+    loop_ = std::thread([this] {
+      while (!stop_.load()) {
+        {
+          absl::MutexLock lock(&mu_);
+          absl::StatusOr<tools::AutoscaleStep> step = scaler_.Step();
+          if (step.ok()) {
+            live_ = step->live;
+            max_live_ = std::max(max_live_, step->live);
+            exited_ += static_cast<int>(step->exited.size());
+          }
+        }
+        absl::SleepFor(absl::Milliseconds(500));
+      }
+    });
+  }
+  ~AutoscaledCluster() {
+    stop_ = true;
+    loop_.join();
+    cluster_->Stop();
+  }
+  const std::string& address() const { return cluster_->dispatcher_address(); }
+  int live() {
+    absl::MutexLock lock(&mu_);
+    return live_;
+  }
+  int max_live() {
+    absl::MutexLock lock(&mu_);
+    return max_live_;
+  }
+  int exited() {
+    absl::MutexLock lock(&mu_);
+    return exited_;
+  }
+  void Signal(int worker, int signal) {
+    absl::MutexLock lock(&mu_);
+    if (worker < cluster_->num_workers())
+      cluster_->SignalWorker(worker, signal);
+  }
+  // Waits up to `timeout` for `done`; false on timeout.
+  bool Eventually(const std::function<bool()>& done,
+                  absl::Duration timeout = absl::Seconds(90)) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (absl::Now() < deadline) {
+      if (done()) return true;
+      absl::SleepFor(absl::Milliseconds(200));
+    }
+    return done();
+  }
+
+ private:
+  std::unique_ptr<tools::LocalCluster> cluster_;
+  absl::Mutex mu_;
+  tools::LocalAutoscaler scaler_ ABSL_GUARDED_BY(mu_);
+  int live_ ABSL_GUARDED_BY(mu_) = 0;
+  int max_live_ ABSL_GUARDED_BY(mu_) = 0;
+  int exited_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<bool> stop_{false};
+  std::thread loop_;
+};
+
+class AutoscaleTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    data_ = new TempDir();
+    WriteDataset(data_->Join("ds"));
+  }
+  static void TearDownTestSuite() { delete data_; }
+
+  std::unique_ptr<AutoscaledCluster> Start(int min, int max) {
+    auto cluster = tools::LocalCluster::Start(
+        {.bin_dir = BinDir(),
+         .workers = min,
+         .data_roots = {data_->path()},
+         .work_dir = tmp_.Join(absl::StrCat("c", ++n_)),
+         .worker_threads = 2,
+         .heartbeat_interval = absl::Milliseconds(200),
+         .worker_timeout = absl::Seconds(3),
+         .extra_dispatcher_flags = {"--scaler", "local", "--min-workers",
+                                    std::to_string(min), "--max-workers",
+                                    std::to_string(max), "--scale-period", "1s",
+                                    "--scale-down-window", "4s"}});
+    EXPECT_TRUE(cluster.ok()) << cluster.status();
+    if (!cluster.ok()) return nullptr;
+    return std::make_unique<AutoscaledCluster>(std::move(*cluster), max);
+  }
+
+  // Every id of each epoch, in delivery order; `after_batch` runs after each.
+  static std::map<uint64_t, std::vector<uint64_t>> Consume(
+      const std::string& address, const std::string& job, uint64_t epochs,
+      int sleep_micros, const std::function<void(int)>& after_batch = {}) {
+    std::map<uint64_t, std::vector<uint64_t>> ids;
+    auto client = DataServiceClient::Create(
+        {.dispatcher_address = address,
+         .connect_timeout = absl::Seconds(10),
+         .heartbeat_interval = absl::Milliseconds(200)});
+    EXPECT_TRUE(client.ok()) << client.status();
+    if (!client.ok()) return ids;
+    auto it = (*client)->Open(
+        {.job_name = job,
+         .pipeline = SleepPipeline(data_->Join("ds"), sleep_micros),
+         .seed = 5,
+         .num_epochs = epochs,
+         .split_size = kSplit});
+    EXPECT_TRUE(it.ok()) << it.status();
+    if (!it.ok()) return ids;
+    for (int n = 0;;) {
+      auto batch = (*it)->GetNext();
+      EXPECT_TRUE(batch.ok()) << batch.status();
+      if (!batch.ok() || !batch->has_value()) break;
+      auto& out = ids[(*batch)->epoch];
+      out.insert(out.end(), (*batch)->global_indices.begin(),
+                 (*batch)->global_indices.end());
+      if (after_batch) after_batch(++n);
+    }
+    return ids;
+  }
+
+  static void ExpectEveryRecordOncePerEpoch(
+      const std::map<uint64_t, std::vector<uint64_t>>& ids, uint64_t epochs) {
+    ASSERT_EQ(ids.size(), epochs);
+    for (const auto& [epoch, got] : ids) {
+      std::vector<uint64_t> sorted = got;
+      std::sort(sorted.begin(), sorted.end());
+      ASSERT_EQ(sorted.size(), static_cast<size_t>(kRecords))
+          << "epoch " << epoch;
+      for (int i = 0; i < kRecords; ++i)
+        ASSERT_EQ(sorted[i], static_cast<uint64_t>(i)) << "epoch " << epoch;
+    }
+  }
+
+  static TempDir* data_;
+  TempDir tmp_;
+  int n_ = 0;
+};
+
+TempDir* AutoscaleTest::data_ = nullptr;
+
+// One worker produces 2 splits x 2 threads / 20 ms = 200 el/s; a consumer
+// that never sleeps waits, so the dispatcher asks for more, and when the job is
+// over it drains back to the minimum (the drained workers exit 0).
+TEST_F(AutoscaleTest, ScalesUpFromOneUnderDemandAndDownToTheMinimumAfter) {
+  auto cluster = Start(/*min=*/1, /*max=*/3);
+  ASSERT_NE(cluster, nullptr);
+  const auto ids = Consume(cluster->address(), "up", /*epochs=*/6,
+                           /*sleep_micros=*/20000);
+  ExpectEveryRecordOncePerEpoch(ids, 6);
+  EXPECT_GE(cluster->max_live(), 2);
+  // The job is over: no live consumer, back to one worker.
+  EXPECT_TRUE(cluster->Eventually([&] { return cluster->live() == 1; }))
+      << "live workers " << cluster->live();
+  EXPECT_GE(cluster->exited(), cluster->max_live() - 1);
+}
+
+// "short" (a consumer that never sleeps) pulls the pool up to 4 workers;
+// "long" (a 40 ms step: 200 el/s, 1-2 workers' worth) reads on after "short"
+// ends. Short's demand leaves at once, the dispatcher drains workers that hold
+// long's splits in the middle of an epoch, and both consumers still get every
+// record exactly once.
+TEST_F(AutoscaleTest, AScaleDownMidEpochLosesAndRepeatsNothing) {
+  auto cluster = Start(/*min=*/1, /*max=*/4);
+  ASSERT_NE(cluster, nullptr);
+  std::map<uint64_t, std::vector<uint64_t>> long_ids, short_ids;
+  std::thread short_job([&] {
+    short_ids = Consume(cluster->address(), "short", /*epochs=*/6,
+                        /*sleep_micros=*/20000);
+  });
+  int exited_while_reading = 0;  // drained workers gone before "long" ended
+  long_ids = Consume(cluster->address(), "long", /*epochs=*/10,
+                     /*sleep_micros=*/20000, [&](int) {
+                       absl::SleepFor(absl::Milliseconds(40));  // a step
+                       exited_while_reading = cluster->exited();
+                     });
+  short_job.join();
+  ExpectEveryRecordOncePerEpoch(short_ids, 6);
+  ExpectEveryRecordOncePerEpoch(long_ids, 10);
+  EXPECT_GE(cluster->max_live(), 2);
+  EXPECT_GE(exited_while_reading, 1) << "no scale-down while 'long' read";
+  EXPECT_TRUE(cluster->Eventually([&] { return cluster->live() == 1; }));
+}
+
+// A worker SIGKILLed while it drains: the dispatcher times it out and hands its
+// splits over with the consumer's prefix; nothing is lost or repeated.
+TEST_F(AutoscaleTest, AWorkerKilledDuringItsDrainLosesNothing) {
+  auto cluster = Start(/*min=*/2, /*max=*/2);
+  ASSERT_NE(cluster, nullptr);
+  const auto ids = Consume(cluster->address(), "kill", /*epochs=*/2,
+                           /*sleep_micros=*/20000, [&](int n) {
+                             if (n != 20) return;
+                             cluster->Signal(0, SIGTERM);  // drains
+                             absl::SleepFor(absl::Milliseconds(50));
+                             cluster->Signal(0, SIGKILL);  // dies mid-drain
+                           });
+  ExpectEveryRecordOncePerEpoch(ids, 2);
+}
+
+}  // namespace
+}  // namespace sluice

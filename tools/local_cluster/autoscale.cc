@@ -1,0 +1,184 @@
+#include "tools/local_cluster/autoscale.h"
+
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/base/status_macros.h"
+#include "common/service/channel_factory.h"
+#include "common/service/grpc_status.h"
+#include "common/service/protocol.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/dispatcher.grpc.pb.h"
+
+namespace sluice::tools {
+namespace {
+
+// A JSON string literal.
+std::string Quote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          out += absl::StrFormat("\\u%04x", c);
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string Number(double v) { return absl::StrFormat("%.6g", v); }
+
+}  // namespace
+
+absl::StatusOr<proto::GetStatusResponse> FetchStatus(const std::string& address,
+                                                     int starting_workers,
+                                                     absl::Duration timeout) {
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
+                   service::CreateChannel(address));
+  auto stub = proto::DispatcherService::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  proto::GetStatusRequest request;
+  request.set_protocol_version(service::kProtocolVersion);
+  request.set_starting_workers(starting_workers);
+  proto::GetStatusResponse response;
+  const grpc::Status status = stub->GetStatus(&context, request, &response);
+  if (!status.ok()) {
+    absl::Status s = service::FromGrpcStatus(status);
+    return absl::Status(
+        s.code(), absl::StrCat("GetStatus from ", address, ": ", s.message()));
+  }
+  return response;
+}
+
+std::string StatusJson(const proto::GetStatusResponse& s) {
+  std::vector<std::string> workers;
+  for (const proto::WorkerStatus& w : s.workers()) {
+    workers.push_back(absl::StrCat(
+        "{\"worker_id\":", w.worker_id(), ",\"address\":", Quote(w.address()),
+        ",\"state\":", Quote(w.state()), ",\"splits\":", w.splits(),
+        ",\"queue_depth\":", w.queue_depth(),
+        ",\"queue_capacity\":", w.queue_capacity(),
+        ",\"elements_per_second\":", Number(w.elements_per_second()),
+        ",\"elements_per_busy_second\":", Number(w.elements_per_busy_second()),
+        ",\"age_seconds\":", Number(w.age_seconds()), "}"));
+  }
+  std::vector<std::string> jobs;
+  for (const proto::JobStatus& j : s.jobs()) {
+    std::vector<std::string> consumers;
+    for (const proto::ConsumerStatus& c : j.consumers()) {
+      consumers.push_back(absl::StrCat(
+          "{\"consumer_index\":", c.consumer_index(), ",\"epoch\":", c.epoch(),
+          ",\"finished\":", c.finished() ? "true" : "false",
+          ",\"splits_done\":", c.splits_done(), ",\"splits\":", c.splits(),
+          ",\"batches_per_second\":", Number(c.batches_per_second()),
+          ",\"wait_fraction\":", Number(c.wait_fraction()), "}"));
+    }
+    jobs.push_back(absl::StrCat(
+        "{\"job_id\":", j.job_id(), ",\"job_name\":", Quote(j.job_name()),
+        ",\"batch_size\":", j.batch_size(), ",\"num_epochs\":", j.num_epochs(),
+        ",\"demand_elements_per_second\":",
+        Number(j.demand_elements_per_second()),
+        ",\"capacity_elements_per_second\":",
+        Number(j.capacity_elements_per_second()),
+        ",\"need_workers\":", Number(j.need_workers()), ",\"consumers\":[",
+        absl::StrJoin(consumers, ","), "]}"));
+  }
+  return absl::StrCat("{\"workers\":[", absl::StrJoin(workers, ","),
+                      "],\"desired_workers\":", s.desired_workers(),
+                      ",\"current_workers\":", s.current_workers(),
+                      ",\"reason\":", Quote(s.reason()),
+                      ",\"scaler\":", Quote(s.scaler()),
+                      ",\"min_workers\":", s.min_workers(),
+                      ",\"max_workers\":", s.max_workers(), ",\"drain\":[",
+                      absl::StrJoin(s.drain(), ","), "],\"jobs\":[",
+                      absl::StrJoin(jobs, ","), "]}");
+}
+
+std::string StatusText(const proto::GetStatusResponse& s) {
+  std::string out = absl::StrFormat(
+      "workers: %d current, %d desired (scaler %s, min %d, max %d)\n  why: "
+      "%s\n",
+      s.current_workers(), s.desired_workers(), s.scaler(), s.min_workers(),
+      s.max_workers(), s.reason());
+  absl::StrAppendFormat(&out, "\n%-6s %-22s %-9s %6s %9s %10s %10s\n", "ID",
+                        "ADDRESS", "STATE", "SPLITS", "QUEUE", "EL/S",
+                        "EL/BUSY-S");
+  for (const proto::WorkerStatus& w : s.workers()) {
+    absl::StrAppendFormat(
+        &out, "%-6d %-22s %-9s %6d %4d/%-4d %10.1f %10.1f\n", w.worker_id(),
+        w.address(), w.state(), w.splits(), w.queue_depth(), w.queue_capacity(),
+        w.elements_per_second(), w.elements_per_busy_second());
+  }
+  for (const proto::JobStatus& j : s.jobs()) {
+    absl::StrAppendFormat(
+        &out,
+        "\njob %d '%s' (batch %d, %s): demand %.1f el/s, %.1f el/s per "
+        "worker, need %.2f workers\n",
+        j.job_id(), j.job_name(), j.batch_size(),
+        j.num_epochs() == 0 ? std::string("epochs: forever")
+                            : absl::StrCat("epochs: ", j.num_epochs()),
+        j.demand_elements_per_second(), j.capacity_elements_per_second(),
+        j.need_workers());
+    absl::StrAppendFormat(&out, "  %-9s %6s %12s %10s %8s\n", "CONSUMER",
+                          "EPOCH", "PROGRESS", "BATCHES/S", "WAIT");
+    for (const proto::ConsumerStatus& c : j.consumers()) {
+      absl::StrAppendFormat(
+          &out, "  %-9d %6d %12s %10.2f %7.1f%%\n", c.consumer_index(),
+          c.epoch(),
+          c.finished() ? std::string("finished")
+                       : absl::StrCat(c.splits_done(), "/", c.splits()),
+          c.batches_per_second(), 100 * c.wait_fraction());
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<AutoscaleStep> LocalAutoscaler::Step() {
+  AutoscaleStep step;
+  step.exited = cluster_->ReapExitedWorkers();
+  // Workers that are not registered yet: the dispatcher counts them as
+  // current, so it does not ask for them twice.
+  absl::StatusOr<proto::GetStatusResponse> status =
+      FetchStatus(cluster_->dispatcher_address());
+  if (!status.ok()) return status.status();
+  std::set<std::string> registered, draining;
+  for (const proto::WorkerStatus& w : status->workers()) {
+    registered.insert(w.address());
+    if (w.state() == "draining") draining.insert(w.address());
+  }
+  int starting = 0;
+  for (int i = 0; i < cluster_->num_workers(); ++i) {
+    const std::string& address = cluster_->worker(i).address;
+    if (!registered.contains(address)) ++starting;
+    if (draining.contains(address)) ++step.draining;
+  }
+  ASSIGN_OR_RETURN(*status,
+                   FetchStatus(cluster_->dispatcher_address(), starting));
+  step.live = cluster_->num_workers();
+  step.desired = status->desired_workers();
+  step.reason = status->reason();
+  const int active = step.live - step.draining;
+  const int want = std::min(step.desired, max_workers_);
+  for (int i = active; i < want; ++i) {
+    RETURN_IF_ERROR(cluster_->AddWorker().status());
+    ++step.started;
+  }
+  return step;
+}
+
+}  // namespace sluice::tools
