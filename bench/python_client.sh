@@ -45,12 +45,14 @@ dispatcher="$(cat "$work/address")"
 echo "== (1) reader: Python iterator vs C++ client, $epochs epochs of imagenet_train.yaml"
 cpp_rates=()
 py_rates=()
-for r in $(seq "$rounds"); do
+run_cpp() {
   rate=$("$bin/sluice" consume --dispatcher "$dispatcher" --spec "$spec" --data "$work/ds" \
-           --job "cpp-$r" --epochs "$epochs" 2>/dev/null | awk '/^throughput:/ {print $2}')
-  echo "round $r  C++     $rate images/s"
+           --job "cpp-$1" --epochs "$epochs" 2>/dev/null | awk '/^throughput:/ {print $2}')
+  echo "round $1  C++     $rate images/s"
   cpp_rates+=("$rate")
-  rate=$("$py" - "$dispatcher" "$spec" "$work/ds" "py-$r" "$epochs" <<'PY'
+}
+run_py() {
+  rate=$("$py" - "$dispatcher" "$spec" "$work/ds" "py-$1" "$epochs" <<'PY'
 import sys, time
 import sluice
 dispatcher, spec, data, job, epochs = sys.argv[1:]
@@ -63,8 +65,12 @@ for batch in client.open(spec, data=data, job=job, epochs=int(epochs)):
 print("%.1f" % (n / (time.perf_counter() - start)))
 PY
 )
-  echo "round $r  Python  $rate images/s"
+  echo "round $1  Python  $rate images/s"
   py_rates+=("$rate")
+}
+# Odd rounds run C++ first, even rounds Python first: no order bias.
+for r in $(seq "$rounds"); do
+  if (( r % 2 )); then run_cpp "$r"; run_py "$r"; else run_py "$r"; run_cpp "$r"; fi
 done
 cpp=$(printf '%s\n' "${cpp_rates[@]}" | awk '{s += $1} END {printf "%.1f", s / NR}')
 pyr=$(printf '%s\n' "${py_rates[@]}" | awk '{s += $1} END {printf "%.1f", s / NR}')
