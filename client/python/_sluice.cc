@@ -76,24 +76,23 @@ absl::StatusOr<proto::Pipeline> ToPipeline(const std::string& spec,
 }
 
 // The numpy dtype of a numeric column, or nullopt for bytes/string columns.
-// Column::dtype is record::DType today and sluice::DType after the client's
-// own enum lands: both have these enumerators.
-template <typename DT>
-std::optional<py::dtype> NumpyDType(DT dtype) {
+std::optional<py::dtype> NumpyDType(DType dtype) {
   switch (dtype) {
-    case DT::kUint8:
+    case DType::kUint8:
       return py::dtype::of<uint8_t>();
-    case DT::kInt32:
+    case DType::kInt32:
       return py::dtype::of<int32_t>();
-    case DT::kInt64:
+    case DType::kInt64:
       return py::dtype::of<int64_t>();
-    case DT::kFloat16:
+    case DType::kFloat16:
       return py::dtype("float16");
-    case DT::kFloat32:
+    case DType::kFloat32:
       return py::dtype::of<float>();
-    default:
+    case DType::kBytes:
+    case DType::kString:
       return std::nullopt;
   }
+  return std::nullopt;
 }
 
 void DeleteOwner(void* owner) {
@@ -111,39 +110,18 @@ struct HeldColumn {
   std::shared_ptr<void> owner;
 };
 
-// Batch → columns over buffers that `owner`s keep alive. Works with both shapes
-// of sluice::Column: {data, size, owner} (the zero-copy data plane) and the
-// older `std::string data` (kept alive here by a shared Batch).
-template <typename B>
-std::vector<HeldColumn> HoldColumns(B batch) {
+// Batch → columns over buffers that their `owner`s keep alive.
+std::vector<HeldColumn> HoldColumns(Batch batch) {
   std::vector<HeldColumn> held;
   held.reserve(batch.columns.size());
-  if constexpr (requires(typename decltype(B::columns)::value_type c) {
-                  c.owner;
-                }) {
-    for (auto& c : batch.columns) {
-      using DT = decltype(c.dtype);
-      held.push_back({.name = std::move(c.name),
-                      .dtype = NumpyDType(c.dtype),
-                      .is_string = c.dtype == DT::kString,
-                      .shape = std::move(c.shape),
-                      .data = reinterpret_cast<uint8_t*>(c.data),
-                      .size = c.size,
-                      .owner = std::move(c.owner)});
-    }
-  } else {
-    // Move first: a std::string's bytes move with it only when not inline.
-    auto shared = std::make_shared<B>(std::move(batch));
-    for (auto& c : shared->columns) {
-      using DT = decltype(c.dtype);
-      held.push_back({.name = c.name,
-                      .dtype = NumpyDType(c.dtype),
-                      .is_string = c.dtype == DT::kString,
-                      .shape = c.shape,
-                      .data = reinterpret_cast<uint8_t*>(c.data.data()),
-                      .size = c.data.size(),
-                      .owner = shared});
-    }
+  for (Column& c : batch.columns) {
+    held.push_back({.name = std::move(c.name),
+                    .dtype = NumpyDType(c.dtype),
+                    .is_string = c.dtype == DType::kString,
+                    .shape = std::move(c.shape),
+                    .data = c.data,
+                    .size = c.size,
+                    .owner = std::move(c.owner)});
   }
   return held;
 }
@@ -175,31 +153,8 @@ py::object ColumnToPython(const HeldColumn& c) {
   return py::array(*c.dtype, c.shape, c.data, base);
 }
 
-// The C++ API grows SaveState(), JobOptions::restore_state and the TLS fields
-// of ClientOptions; these helpers compile with and without them.
-template <typename It>
-absl::StatusOr<std::string> SaveStateOf(const It& it) {
-  if constexpr (requires { it.SaveState(); }) {
-    return it.SaveState();
-  } else {
-    return absl::UnimplementedError(
-        "this build's C++ client cannot save iterator state "
-        "(BatchIterator::SaveState is missing)");
-  }
-}
-
-template <typename J>
-absl::Status SetRestoreState(J& job, std::string state) {
-  if constexpr (requires { job.restore_state; }) {
-    job.restore_state = std::move(state);
-    return absl::OkStatus();
-  } else {
-    return absl::UnimplementedError(
-        "this build's C++ client cannot restore iterator state "
-        "(JobOptions::restore_state is missing)");
-  }
-}
-
+// ClientOptions gains TLS fields (tls_ca, tls_cert, tls_key, auth_token_file);
+// until then a `tls` argument is Unimplemented. Compiles with and without them.
 template <typename O>
 absl::Status SetTls(O& options, const py::dict& tls) {
   auto get = [&](const char* key) {
@@ -281,7 +236,13 @@ class PyIterator {
   }
 
   py::bytes SaveState() {
-    return py::bytes(ValueOrThrow(SaveStateOf(*Live())));
+    BatchIterator* it = Live();
+    absl::StatusOr<std::string> state;
+    {
+      py::gil_scoped_release release;
+      state = it->SaveState();
+    }
+    return py::bytes(ValueOrThrow(std::move(state)));
   }
 
   void Close() {
@@ -371,8 +332,7 @@ std::unique_ptr<PyIterator> Open(PyClient& client, const std::string& spec,
   options.drop_remainder = drop_remainder;
   options.split_size = split_size;
   if (restore.has_value()) {
-    absl::Status status = SetRestoreState(options, std::string(*restore));
-    if (!status.ok()) ThrowStatus(status);
+    options.restore_state = std::string(*restore);
   }
   absl::StatusOr<std::unique_ptr<BatchIterator>> it;
   {

@@ -19,15 +19,6 @@
 namespace sluice {
 namespace {
 
-template <typename C>
-std::string_view Bytes(const C& c) {
-  if constexpr (requires { c.owner; }) {
-    return std::string_view(reinterpret_cast<const char*>(c.data), c.size);
-  } else {
-    return c.data;
-  }
-}
-
 absl::Status Run(char** argv) {
   ASSIGN_OR_RETURN(proto::Pipeline pipeline,
                    data_worker::pipeline::LoadPipelineFile(argv[2]));
@@ -48,7 +39,7 @@ absl::Status Run(char** argv) {
     ASSIGN_OR_RETURN(std::optional<Batch> batch, it->GetNext());
     if (!batch) break;
     for (const Column& c : batch->columns) {
-      std::string_view bytes = Bytes(c);
+      std::string_view bytes = c.bytes();
       out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     }
     for (uint64_t i : batch->global_indices) {
