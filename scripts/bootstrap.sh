@@ -15,7 +15,7 @@ packages=(
   libopencv-dev libjpeg62-turbo-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libsqlite3-dev libxxhash-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libarchive-dev zlib1g-dev
-  pybind11-dev python3-dev python3-numpy python3-torch python3-torchvision python3-matplotlib
+  pybind11-dev python3-dev python3-numpy python3-torch python3-torchvision python3-matplotlib python3-pytest
   prometheus
 )
 

@@ -1,4 +1,4 @@
-// The wire form of a batch (proto/worker_service.proto: Batch, proto/tensor.proto: Column), in
+// The wire form of a batch (proto/worker_service.proto: Batch, proto/sluice_tensor.proto: Column), in
 // one place for the worker that encodes it and the client that decodes it.
 //
 // A batch is one message: its origin (split key, split id, batch index), one contiguous
@@ -23,7 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/record/schema.h"
-#include "proto/tensor.pb.h"
+#include "proto/sluice_tensor.pb.h"
 #include "proto/worker_service.pb.h"
 
 namespace sluice::service {

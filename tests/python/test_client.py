@@ -1,0 +1,137 @@
+"""sluice.Client and its iterator against a real local cluster."""
+import collections
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import conftest
+from conftest import BATCH, BIN, NUM_IMAGES, SPLIT_SIZE, run, small_pipeline
+
+import sluice
+
+
+def drain(it):
+    """Reads the rest of a job. (Each test finishes its jobs: a worker whose consumer went away
+    mid-job may hold batches that block other jobs; see docs/python.md.)"""
+    for _ in it:
+        pass
+
+
+def test_every_record_once_per_epoch(cluster, dataset, spec_file, job):
+    client = sluice.Client(cluster)
+    seen = collections.defaultdict(list)
+    with client.open(spec_file, data=dataset, job=job, epochs=2, split_size=SPLIT_SIZE) as it:
+        for batch in it:
+            assert set(batch) == {"image", "label", "index"}
+            assert batch["image"].shape == (len(batch["index"]), 3, 32, 32)
+            assert batch["image"].dtype == np.float32
+            assert batch["label"].dtype == np.int64
+            assert batch["index"].dtype == np.int64
+            seen[it.epoch].extend(batch["index"].tolist())
+    assert sorted(seen) == [0, 1]
+    for epoch, ids in seen.items():
+        assert sorted(ids) == list(range(NUM_IMAGES)), epoch
+
+
+def test_arrays_are_the_received_buffers_without_copy(cluster, dataset, spec_file, job):
+    client = sluice.Client(cluster)
+    it = client.open(spec_file, data=dataset, job=job, split_size=SPLIT_SIZE)
+    batch = next(it)
+    addresses = it._live().last_addresses()
+    for name in ("image", "label"):
+        array = batch[name]
+        assert array.ctypes.data == addresses[name], name
+        assert not array.flags.owndata
+        assert array.flags.writeable
+        assert type(array.base).__name__ == "PyCapsule"
+    # Writable, and still valid after the iterator and client are gone.
+    image = batch["image"]
+    expected = image.copy()
+    drain(it)
+    it.close()
+    del it, client, batch
+    image[0, 0, 0, 0] = 42.0
+    assert image[0, 0, 0, 0] == 42.0
+    np.testing.assert_array_equal(image.ravel()[1:], expected.ravel()[1:])
+
+
+def test_bytes_equal_the_cpp_client_in_deterministic_mode(cluster, dataset, work, job):
+    spec = work / "random_ops.json"
+    spec.write_text(small_pipeline(random_ops=True).to_json())
+    cpp_out = work / (job + ".cpp.bin")
+    run(BIN / "sluice_python_reference", cluster, spec, dataset, job + "-cpp", 2, 7, cpp_out)
+
+    stream = bytearray()
+    client = sluice.Client(cluster)
+    batches = 0
+    for batch in client.open(str(spec), data=dataset, job=job + "-py", epochs=2, seed=7,
+                             deterministic=True):
+        for name in ("image", "label"):
+            stream += batch[name].tobytes()
+        stream += batch["index"].astype("<i8").tobytes()
+        batches += 1
+    expected = cpp_out.read_bytes()
+    assert batches == 2 * NUM_IMAGES // BATCH
+    assert len(stream) == len(expected)
+    assert bytes(stream) == expected
+
+
+def test_another_thread_runs_while_next_waits(cluster, dataset, job):
+    # A slow pipeline: next() has to wait for the workers.
+    slow = (sluice.Pipeline().dataset("/unused").columns(["label"])
+            .map(["label"], [sluice.ops.sleep(20_000)], num_parallel_workers=1).batch(1))
+    client = sluice.Client(cluster)
+    it = client.open(slow, data=dataset, job=job, split_size=SPLIT_SIZE)
+    started, go, progressed = threading.Event(), threading.Event(), threading.Event()
+
+    def other():
+        started.set()
+        go.wait()
+        progressed.set()
+
+    old = sys.getswitchinterval()
+    thread = threading.Thread(target=other)
+    try:
+        thread.start()
+        started.wait()
+        # From here on this thread keeps the GIL (no forced switch for 100 s) unless it
+        # releases it: the other thread can set `progressed` only while next() waits.
+        sys.setswitchinterval(100)
+        go.set()
+        batch = next(it)
+        done_while_waiting = progressed.is_set()
+    finally:
+        sys.setswitchinterval(old)
+        go.set()
+        thread.join()
+    drain(it)
+    it.close()
+    assert batch["label"].shape == (1,)
+    assert done_while_waiting
+
+
+def test_pipeline_builder_matches_the_yaml_spec():
+    yaml_path = str(conftest.ROOT / "bench/pipelines/imagenet_eval.yaml")
+    ops = sluice.ops
+    built = (sluice.Pipeline().seed(0).on_error("fail")
+             .dataset("/data/imagenet-val").columns(["image", "label"])
+             .map(["image"], [ops.decode(), ops.resize(256), ops.center_crop(224),
+                              ops.normalize(sluice.IMAGENET_MEAN, sluice.IMAGENET_STD),
+                              ops.hwc2chw()])
+             .batch(64).prefetch(sluice.AUTOTUNE))
+    from sluice import _sluice
+    assert (_sluice.pipeline_json(built.to_json(), False) ==
+            _sluice.pipeline_json(yaml_path, True))
+
+
+def test_spec_as_text_dict_and_builder_are_the_same(cluster, dataset, spec_file, job):
+    pipeline = small_pipeline()
+    client = sluice.Client(cluster)
+    firsts = []
+    for i, spec in enumerate([spec_file, pipeline, pipeline.to_json(), pipeline.to_dict()]):
+        with client.open(spec, data=dataset, job="%s-%d" % (job, i), deterministic=True) as it:
+            firsts.append(next(it)["index"].tolist())
+            drain(it)
+    assert all(f == firsts[0] for f in firsts), firsts

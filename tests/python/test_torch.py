@@ -1,0 +1,72 @@
+"""sluice.torch.DataServiceDataset with torch's DataLoader."""
+import collections
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from conftest import NUM_IMAGES, SPLIT_SIZE, run_python
+
+from sluice.torch import DataServiceDataset
+
+
+# Runs in a new process, as a training script would: the DataLoader forks its workers before
+# anything in that process touched gRPC (this test process has, in other tests).
+_LOADER_CHILD = r"""
+import json, sys
+import torch
+from torch.utils.data import DataLoader
+from sluice.torch import DataServiceDataset
+dispatcher, spec, data, job, num_workers, split_size = sys.argv[1:]
+ds = DataServiceDataset(dispatcher, spec, data=data, job=job, split_size=int(split_size))
+ids, shapes = [], set()
+for batch in DataLoader(ds, batch_size=None, num_workers=int(num_workers)):
+    assert set(batch) == {"image", "label", "index"}, set(batch)
+    assert isinstance(batch["image"], torch.Tensor)
+    assert batch["image"].dtype == torch.float32 and batch["index"].dtype == torch.int64
+    shapes.add(tuple(batch["image"].shape[1:]))
+    ids.extend(batch["index"].tolist())
+assert ds._iterator is None  # nothing of gRPC stays in the parent
+print(json.dumps({"ids": ids, "shapes": sorted(shapes)}))
+"""
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_every_record_once_through_dataloader(cluster, dataset, spec_file, job, num_workers):
+    out = run_python(_LOADER_CHILD, cluster, spec_file, dataset, job, num_workers, SPLIT_SIZE)
+    assert out["shapes"] == [[3, 32, 32]]
+    assert sorted(out["ids"]) == list(range(NUM_IMAGES))
+
+
+def test_each_loader_worker_is_a_consumer(cluster, dataset, spec_file, job):
+    ds = DataServiceDataset(cluster, spec_file, data=dataset, job=job, split_size=SPLIT_SIZE)
+    assert ds.consumer() == (0, 1)
+    # Each worker reports its consumer index with its first batch only.
+    loader = DataLoader(_Consumers(ds), batch_size=None, num_workers=2)
+    assert sorted(list(c) for c in loader) == [[0, 2], [1, 2]]
+
+
+class _Consumers(torch.utils.data.IterableDataset):
+    def __init__(self, ds):
+        self.ds = ds
+
+    def __iter__(self):
+        yield self.ds.consumer()
+
+
+def test_tensors_share_the_arrays_memory(cluster, dataset, spec_file, job):
+    ds = DataServiceDataset(cluster, spec_file, data=dataset, job=job, split_size=SPLIT_SIZE)
+    it = iter(ds)
+    batch = next(it)
+    addresses = ds._iterator._live().last_addresses()
+    assert batch["image"].data_ptr() == addresses["image"]
+    assert batch["label"].data_ptr() == addresses["label"]
+    for _ in it:  # finish the job
+        pass
+
+
+def test_dataset_is_picklable_and_useful_in_help():
+    import pickle
+    ds = DataServiceDataset("127.0.0.1:1", "x.yaml", job="j")
+    assert pickle.loads(pickle.dumps(ds)).job == "j"
+    assert "num_workers" in DataServiceDataset.__doc__
