@@ -50,7 +50,7 @@ need node "apt-get install nodejs (>= 20) and npm."
 need npm "apt-get install npm."
 need promtool "apt-get install prometheus."
 need prometheus "apt-get install prometheus."
-need python3 "apt-get install python3 python3-yaml."
+need /usr/bin/python3 "apt-get install python3 python3-yaml (Debian's python3: the checks import yaml from it)."
 node_major=$(node -p 'process.versions.node.split(".")[0]')
 if ((node_major < 20)); then
   echo "deploy/check.sh: ERROR: node $(node --version) is too old: deploy/checks needs node >= 20" >&2
@@ -79,18 +79,18 @@ run "schemas and cross-references" node deploy/checks/validate.mjs \
   "dev=$out/dev.yaml,$out/trainer.yaml" "production=$out/production.yaml" "hpa=$out/hpa.yaml"
 run "validate.mjs catches what it claims (node --test)" env KUBECTL="$kubectl" \
   node --test deploy/checks/test/
-run "prometheus-adapter values parse" python3 -c \
+run "prometheus-adapter values parse" /usr/bin/python3 -c \
   'import sys, yaml; r = yaml.safe_load(open(sys.argv[1]))["rules"]["external"]; assert r and r[0]["name"]["as"] == "sluice_desired_workers", r' \
   deploy/kubernetes/overlays/hpa/prometheus-adapter-values.yaml
 
 # 3. Rules.
-run "prometheusrule.yaml is up to date" python3 deploy/monitoring/render-prometheusrule.py --check
+run "prometheusrule.yaml is up to date" /usr/bin/python3 deploy/monitoring/render-prometheusrule.py --check
 run "promtool check rules" promtool check rules deploy/monitoring/rules/sluice.rules.yaml
 run "promtool test rules" promtool test rules deploy/monitoring/rules/sluice.rules.test.yaml
 
 # 4. Dashboard.
-run "dashboard JSON parses" python3 -m json.tool deploy/monitoring/dashboards/sluice.json
-run "dashboard queries evaluate in a real Prometheus" python3 tests/deploy/dashboard_check.py
+run "dashboard JSON parses" /usr/bin/python3 -m json.tool deploy/monitoring/dashboards/sluice.json
+run "dashboard queries evaluate in a real Prometheus" /usr/bin/python3 tests/deploy/dashboard_check.py
 
 echo "deploy checks: $passed passed, $failed failed"
 ((failed == 0))

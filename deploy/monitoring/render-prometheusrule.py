@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Writes prometheusrule.yaml (the Prometheus operator's PrometheusRule) from rules/sluice.rules.yaml.
 
 The plain rules file is the one source: promtool and the Prometheus test read it, this wraps it.

@@ -1,7 +1,7 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Every expression of the Grafana dashboard, and every rule, evaluated by a real Prometheus.
 
-    python3 tests/deploy/dashboard_check.py
+    tests/deploy/dashboard_check.py
 
 Starts Debian's `prometheus` on loopback with deploy/monitoring/rules/sluice.rules.yaml loaded and
 no target, checks that it loaded every rule group without error, and evaluates each dashboard
