@@ -1,10 +1,11 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """A real Prometheus scraping a real local sluice cluster, with the project's rules loaded.
 
-    python3 tests/deploy/prometheus_test.py [--bin-dir build/bin]
+    tests/deploy/prometheus_test.py [--bin-dir build/bin]
 
-Starts sluice-dispatcher and two sluice-worker processes on loopback (port 0; each prints the
-metrics port it bound), Debian's `prometheus` scraping them every second as the Kubernetes
+Starts sluice-dispatcher and two sluice-worker processes on loopback configured as the pods are
+(every flag from the SLUICE_* variables of deploy/kubernetes/base/*.env, ports 0: each prints the
+metrics port it bound; gRPC health must answer SERVING, logs must be JSON lines), Debian's `prometheus` scraping them every second as the Kubernetes
 monitors would label them (job="sluice-dispatcher" / "sluice-worker", a namespace label) with
 deploy/monitoring/rules/sluice.rules.yaml loaded, then a trainer (`sluice consume`) reading two
 epochs of the shipped synthetic pipeline (made small). It then asserts through /api/v1/query,
@@ -19,6 +20,7 @@ Ends with "prometheus test: N passed, N failed"; exit 1 on any failure.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import pathlib
 import signal
@@ -38,30 +40,62 @@ RECORDS = 2048  # per epoch: 2 splits of 1024 records; the pipeline's batch size
 PIPELINE = promlib.REPO / "deploy" / "kubernetes" / "base" / "pipelines" / "synthetic-train.yaml"
 
 
+BASE = promlib.REPO / "deploy" / "kubernetes" / "base"
+
+
+def env_file(name: str) -> dict[str, str]:
+    """The SLUICE_* variables of a base/*.env file (the pods' flag ConfigMaps)."""
+    out = {}
+    for line in (BASE / name).read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            key, value = line.split("=", 1)
+            out[key] = value
+    return out
+
+
+def flag_of(variable: str) -> str:
+    """SLUICE_DRAIN_TIMEOUT -> --drain-timeout."""
+    return "--" + variable.removeprefix("SLUICE_").lower().replace("_", "-")
+
+
 class Cluster:
-    """The dispatcher and workers as child processes; stop() ends them (workers drain first)."""
+    """The dispatcher and workers as child processes configured as the pods are: every flag from
+    the SLUICE_* variables of base/dispatcher.env and base/worker.env, with loopback addresses and
+    free ports instead of the pods' (and the pod IP of SLUICE_ADVERTISE_ADDRESS played by
+    127.0.0.1). stop() ends them, workers first (they drain)."""
 
     def __init__(self, bin_dir: pathlib.Path, work: pathlib.Path, workers: int):
         self.bin_dir, self.work = bin_dir, work
         self.children: list[tuple[str, subprocess.Popen, pathlib.Path]] = []
         address_file = work / "dispatcher.addr"
-        d = self._start("dispatcher", [bin_dir / "sluice-dispatcher", "--port", "0", "--metrics-port", "0",
-                                       "--address-file", address_file, "--heartbeat-interval", "200ms",
-                                       "--worker-timeout", "2s"])
+        d = self._start("dispatcher", [bin_dir / "sluice-dispatcher", "--address-file", address_file],
+                        env_file("dispatcher.env") | {
+                            "SLUICE_HOST": "127.0.0.1", "SLUICE_PORT": "0", "SLUICE_METRICS_PORT": "0",
+                            "SLUICE_METRICS_ADDRESS": "127.0.0.1", "SLUICE_WORK_DIR": str(work / "journal"),
+                            "SLUICE_WORKER_TIMEOUT": "2s", "SLUICE_HEARTBEAT_INTERVAL": "200ms"})
         self.dispatcher_metrics = self._metrics_port(*d)
         self.dispatcher = poll("the dispatcher's address file",
                                lambda: address_file.exists() and address_file.read_text().strip(), 30)
-        self.worker_metrics = []
+        self.worker_metrics, self.workers = [], []
         for i in range(workers):
-            w = self._start(f"worker{i}", [bin_dir / "sluice-worker", "--dispatcher", self.dispatcher,
-                                          "--port", "0", "--metrics-port", "0", "--data-root", work,
-                                          "--threads", "1", "--heartbeat-interval", "200ms"])
+            worker_file = work / f"worker{i}.addr"
+            w = self._start(f"worker{i}", [bin_dir / "sluice-worker", "--address-file", worker_file],
+                            env_file("worker.env") | {
+                                "SLUICE_DISPATCHER": self.dispatcher, "SLUICE_HOST": "127.0.0.1",
+                                "SLUICE_PORT": "0", "SLUICE_ADVERTISE_ADDRESS": "127.0.0.1",
+                                "SLUICE_METRICS_PORT": "0", "SLUICE_METRICS_ADDRESS": "127.0.0.1",
+                                "SLUICE_DATA_ROOT": str(work), "SLUICE_THREADS": "1", "SLUICE_MEMORY_MB": "256",
+                                "SLUICE_HEARTBEAT_INTERVAL": "200ms"})
             self.worker_metrics.append(self._metrics_port(*w))
+            self.workers.append(poll(f"worker{i}'s address file",
+                                     lambda f=worker_file: f.exists() and f.read_text().strip(), 30))
 
-    def _start(self, name: str, argv: list) -> tuple[str, subprocess.Popen, pathlib.Path]:
+    def _start(self, name: str, argv: list, env: dict[str, str]) -> tuple[str, subprocess.Popen, pathlib.Path]:
+        out = self.work / f"{name}.out"
         log = self.work / f"{name}.log"
-        p = subprocess.Popen([str(a) for a in argv], stdout=log.open("w"), stderr=subprocess.STDOUT,
-                             stdin=subprocess.DEVNULL)
+        base = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
+        p = subprocess.Popen([str(a) for a in argv], stdout=out.open("w"), stderr=log.open("w"),
+                             stdin=subprocess.DEVNULL, env=base | env)
         self.children.append((name, p, log))
         return name, p, log
 
@@ -70,9 +104,13 @@ class Cluster:
         def port():
             if process.poll() is not None:
                 raise CheckFailed(f"{name} exited with {process.returncode}:\n{log.read_text()[-2000:]}")
-            m = promlib.METRICS_LINE.search(log.read_text(errors="replace"))
+            text = log.read_text(errors="replace") + log.with_suffix(".out").read_text(errors="replace")
+            m = promlib.METRICS_LINE.search(text)
             return int(m.group(1)) if m else None
         return poll(f"{name} to print its metrics port", port, timeout=30)
+
+    def logs(self) -> dict[str, str]:
+        return {name: log.read_text(errors="replace") for name, _, log in self.children}
 
     def stop(self) -> None:
         for _, p, _ in reversed(self.children):  # workers first: they drain, then the dispatcher
@@ -84,6 +122,17 @@ class Cluster:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+
+
+def health(address: str) -> str:
+    """grpc.health.v1.Health/Check for the server as a whole, as the kubelet's grpc probe asks it."""
+    import grpc  # Debian's python3-grpcio; the messages are encoded by hand (no generated stubs)
+
+    statuses = {b"": "UNKNOWN", b"\x08\x01": "SERVING", b"\x08\x02": "NOT_SERVING",
+                b"\x08\x03": "SERVICE_UNKNOWN"}
+    with grpc.insecure_channel(address) as channel:
+        response = channel.unary_unary("/grpc.health.v1.Health/Check")(b"", timeout=5)
+    return statuses.get(response, f"undecoded {response!r}")
 
 
 class Checks:
@@ -115,11 +164,50 @@ def small_pipeline(work: pathlib.Path) -> pathlib.Path:
     return path
 
 
+def flags_exist(bin_dir: pathlib.Path) -> str:
+    """Every SLUICE_* variable the manifests set names a flag of its binary."""
+    variables = {"sluice-dispatcher": set(env_file("dispatcher.env")),
+                 "sluice-worker": set(env_file("worker.env")) | {"SLUICE_ADVERTISE_ADDRESS"}}
+    missing = []
+    for binary, names in variables.items():
+        text = subprocess.run([str(bin_dir / binary), "--help"], capture_output=True, text=True).stdout
+        missing += [f"{binary}: {v} ({flag_of(v)})" for v in sorted(names) if flag_of(v) not in text]
+    if missing:
+        raise CheckFailed("no such flag: " + "; ".join(missing))
+    return f"{sum(len(v) for v in variables.values())} variables"
+
+
+def json_logs(cluster: Cluster) -> str:
+    """SLUICE_LOG_FORMAT=json: every line each process wrote to stderr is one JSON object."""
+    lines = 0
+    for name, text in cluster.logs().items():
+        for line in text.splitlines():
+            try:
+                if not isinstance(json.loads(line), dict):
+                    raise ValueError("not an object")
+            except ValueError as e:
+                raise CheckFailed(f"{name}: not a JSON log line ({e}): {line[:200]}") from None
+            lines += 1
+    if not lines:
+        raise CheckFailed("no log line at all")
+    return f"{lines} lines"
+
+
 def run(bin_dir: pathlib.Path, work: pathlib.Path) -> Checks:
     checks = Checks()
-    cluster = Cluster(bin_dir, work, workers=2)
+    checks("every SLUICE_* variable of the manifests is a flag", lambda: flags_exist(bin_dir))
+    try:
+        cluster = Cluster(bin_dir, work, workers=2)
+    except CheckFailed as e:
+        checks.failed += 1
+        print(f"FAIL  start the cluster from the manifests' variables: {e}")
+        return checks
     prometheus = None
     try:
+        for name, address in [("dispatcher", cluster.dispatcher)] + [
+                (f"worker{i}", a) for i, a in enumerate(cluster.workers)]:
+            checks(f"gRPC health of {name} is SERVING",
+                   lambda a=address: poll(f"{a} to answer SERVING", lambda: health(a) == "SERVING" and a, 30))
         labels = {"namespace": NAMESPACE}
         prometheus = promlib.Prometheus(work / "prometheus", rule_files=[str(promlib.RULES)], scrape_configs=[
             {"job_name": "sluice-dispatcher",
@@ -196,6 +284,7 @@ def run(bin_dir: pathlib.Path, work: pathlib.Path) -> Checks:
                 raise CheckFailed(f"firing: {firing}")
             return "none firing"
         checks("a healthy cluster fires no alert", no_alert_firing)
+        checks("logs are JSON lines", lambda: json_logs(cluster))
     except CheckFailed as e:
         checks.failed += 1
         print(f"FAIL  setup: {e}")
