@@ -6,7 +6,8 @@
 #             as localhost/sluice-base:debian12 (skipped when that image already exists);
 #   2. build  podman build --isolation chroot --storage-driver vfs of deploy/image/Dockerfile
 #             with BASE_IMAGE set to that base;
-#   3. check  podman image mount, then under chroot as uid 10001: every binary's --help and a short
+#   3. check  podman image mount (an overlay on top keeps it unmodified), then under chroot as uid
+#             10001: every binary's --help and a short
 #             local cluster (`sluice demo`: synthetic JPEGs -> dataset -> dispatcher + 2 workers ->
 #             one epoch consumed through the client library).
 #
@@ -89,27 +90,32 @@ if step check; then
   t0=$(date +%s)
   echo "== check: podman image mount $image, then chroot as uid 10001"
   mnt=$(pm image mount "$image")
-  mounted=()
+  # The image's layer folder is root-only (0700) and must stay unmodified: an overlay on top of it
+  # gives a root that uid 10001 can enter and write (/tmp), as a container runtime would.
+  ovl=$(mktemp -d /tmp/sluice-image-check-XXXXXX)
+  mkdir -p "$ovl/upper" "$ovl/work" "$ovl/root"
+  chmod 755 "$ovl/upper"
   cleanup() {
-    local m
-    for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do umount "${mounted[i]}" || true; done
+    umount -R -l "$ovl/root" 2>/dev/null || true
     pm image unmount "$image" >/dev/null || true
+    rm -rf "$ovl"
   }
   trap cleanup EXIT
-  # A private /tmp, /proc (the CLI finds its sibling binaries through /proc/self/exe) and /dev:
-  # mounted over the image's root, not written into it.
-  mount -t tmpfs -o mode=1777 tmpfs "$mnt/tmp" && mounted+=("$mnt/tmp")
-  mount -t proc proc "$mnt/proc" && mounted+=("$mnt/proc")
-  mount --rbind /dev "$mnt/dev" && mount --make-rslave "$mnt/dev" && mounted+=("$mnt/dev")
-  run() { chroot --userspec=10001:10001 "$mnt" env -i HOME=/tmp PATH=/usr/local/bin:/usr/bin:/bin "$@"; }
+  root="$ovl/root"
+  mount -t overlay overlay -o "lowerdir=$mnt,upperdir=$ovl/upper,workdir=$ovl/work" "$root"
+  # /proc: the CLI finds its sibling binaries through /proc/self/exe; /dev: /dev/null, urandom.
+  mount -t proc proc "$root/proc"
+  mount --rbind /dev "$root/dev" && mount --make-rslave "$root/dev"
+  chmod 1777 "$root/tmp"
+  run() { chroot --userspec=10001:10001 "$root" /usr/bin/env -i HOME=/tmp PATH=/usr/local/bin:/usr/bin:/bin "$@"; }
 
   for b in sluice sluice-dispatcher sluice-worker; do
     run "/usr/local/bin/$b" --help >/dev/null || die "$b --help failed inside the image"
-    echo "   $b --help: ok"
+    echo "   $b --help as uid 10001: ok"
   done
-  [[ $(chroot "$mnt" id -u sluice) == 10001 ]] || die "user sluice is not uid 10001"
+  [[ $(chroot "$root" id -u sluice) == 10001 ]] || die "user sluice is not uid 10001"
   for tool in gcc g++ cc cmake ninja protoc; do
-    [[ ! -e "$mnt/usr/bin/$tool" ]] || die "the runtime image carries /usr/bin/$tool"
+    [[ ! -e "$root/usr/bin/$tool" ]] || die "the runtime image carries /usr/bin/$tool"
   done
   echo "   short local cluster: sluice demo --images 64 --epochs 1 --workers 2"
   if ! run /usr/local/bin/sluice demo --images 64 --classes 4 --epochs 1 --workers 2 --threads 2 \
