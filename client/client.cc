@@ -8,6 +8,7 @@
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "common/record/dataset.h"
+#include "common/service/channel_factory.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "grpcpp/grpcpp.h"
@@ -93,6 +94,37 @@ absl::StatusOr<uint64_t> BatchSize(const proto::Pipeline& pipeline) {
   return size;
 }
 
+// JobOptions::restore_state, checked against the job it is meant to continue.
+absl::StatusOr<proto::ConsumerCheckpoint> ParseCheckpoint(
+    const JobOptions& job) {
+  proto::ConsumerCheckpoint checkpoint;
+  if (!checkpoint.ParseFromString(job.restore_state) ||
+      checkpoint.version() == 0) {
+    return absl::InvalidArgumentError(
+        "JobOptions.restore_state is not a sluice iterator state "
+        "(BatchIterator::SaveState)");
+  }
+  if (checkpoint.version() > client::kCheckpointVersion) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("JobOptions.restore_state has version ",
+                     checkpoint.version(), "; this client reads ",
+                     client::kCheckpointVersion, ": upgrade the client"));
+  }
+  if (checkpoint.job_name() != job.job_name ||
+      checkpoint.consumer_index() != job.consumer_index) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "JobOptions.restore_state belongs to job '", checkpoint.job_name(),
+        "' consumer ", checkpoint.consumer_index(), ", not job '", job.job_name,
+        "' consumer ", job.consumer_index));
+  }
+  if (checkpoint.num_consumers() != job.num_consumers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "JobOptions.restore_state was saved with ", checkpoint.num_consumers(),
+        " consumers; this job has ", job.num_consumers));
+  }
+  return checkpoint;
+}
+
 class DataServiceClientImpl final : public DataServiceClient {
  public:
   DataServiceClientImpl(
@@ -106,6 +138,10 @@ class DataServiceClientImpl final : public DataServiceClient {
       return absl::InvalidArgumentError(
           absl::StrCat("JobOptions.consumer_index ", job.consumer_index,
                        " must be < num_consumers ", job.num_consumers));
+    }
+    std::optional<proto::ConsumerCheckpoint> restore;
+    if (!job.restore_state.empty()) {
+      ASSIGN_OR_RETURN(restore, ParseCheckpoint(job));
     }
     ASSIGN_OR_RETURN(std::vector<uint64_t> counts,
                      ShardRecordCounts(job.pipeline));
@@ -162,6 +198,9 @@ class DataServiceClientImpl final : public DataServiceClient {
     params.consumer_index = job.consumer_index;
     params.deterministic = job.deterministic;
     params.parallel_epochs = job.parallel_epochs;
+    params.job_name = job.job_name;
+    params.num_consumers = job.num_consumers;
+    params.restore = std::move(restore);
     ASSIGN_OR_RETURN(std::unique_ptr<client::BatchIteratorImpl> it,
                      client::BatchIteratorImpl::Create(std::move(params)));
     return std::unique_ptr<BatchIterator>(std::move(it));
@@ -173,6 +212,40 @@ class DataServiceClientImpl final : public DataServiceClient {
 };
 
 }  // namespace
+
+const char* DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kBytes:
+      return "bytes";
+    case DType::kString:
+      return "string";
+    case DType::kUint8:
+      return "uint8";
+    case DType::kInt32:
+      return "int32";
+    case DType::kInt64:
+      return "int64";
+    case DType::kFloat16:
+      return "float16";
+    case DType::kFloat32:
+      return "float32";
+  }
+  return "unknown";
+}
+
+size_t DTypeSize(DType dtype) {
+  switch (dtype) {
+    case DType::kInt32:
+    case DType::kFloat32:
+      return 4;
+    case DType::kInt64:
+      return 8;
+    case DType::kFloat16:
+      return 2;
+    default:
+      return 1;
+  }
+}
 
 absl::StatusOr<std::unique_ptr<DataServiceClient>> DataServiceClient::Create(
     ClientOptions options) {
@@ -190,8 +263,8 @@ absl::StatusOr<std::unique_ptr<DataServiceClient>> DataServiceClient::Create(
   const std::string& address = options.dispatcher_address;
   const absl::Time deadline = absl::Now() + options.connect_timeout;
 
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
+                   service::CreateChannel(address));
   if (!channel->WaitForConnected(absl::ToChronoTime(deadline))) {
     return absl::UnavailableError(
         absl::StrCat("cannot reach the sluice dispatcher at ", address,

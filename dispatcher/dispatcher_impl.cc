@@ -17,12 +17,7 @@ namespace sluice::dispatcher {
 namespace {
 
 absl::Status CheckVersion(uint32_t version) {
-  if (version == kProtocolVersion) return absl::OkStatus();
-  return absl::FailedPreconditionError(
-      absl::StrCat("client protocol version ", version, ", dispatcher ",
-                   kProtocolVersion, ": upgrade the ",
-                   version < kProtocolVersion ? "client/worker" : "dispatcher",
-                   " so both speak the same version"));
+  return service::CheckProtocolVersion(version, "client", "dispatcher");
 }
 
 std::string ConfigString(const proto::JobConfig& c) {
@@ -52,19 +47,54 @@ bool SameConfig(const proto::JobConfig& a, const proto::JobConfig& b) {
 absl::StatusOr<std::unique_ptr<DispatcherImpl>> DispatcherImpl::Create(
     DispatcherOptions options) {
   std::unique_ptr<DispatcherImpl> impl(new DispatcherImpl(std::move(options)));
-  ASSIGN_OR_RETURN(std::vector<proto::Update> updates,
-                   impl->journal_->ReadAll());
+  ASSIGN_OR_RETURN(Journal::Contents contents, impl->journal_->Read());
   absl::MutexLock lock(&impl->mu_);
-  for (size_t i = 0; i < updates.size(); ++i) {
-    if (absl::Status s = impl->state_.Apply(updates[i]); !s.ok()) {
-      return absl::InternalError(
-          absl::StrCat("journal record ", i, " does not apply: ", s.message()));
+  const absl::Time now = impl->clock_->Now();
+  impl->incarnation_ = static_cast<uint64_t>(absl::ToUnixMicros(now));
+  if (!contents.snapshot.empty()) {
+    proto::DispatcherSnapshot snapshot;
+    if (!snapshot.ParseFromString(contents.snapshot)) {
+      return absl::DataLossError(
+          "the journal's snapshot does not parse (written by a newer "
+          "dispatcher, or corrupt)");
+    }
+    for (int i = 0; i < snapshot.updates_size(); ++i) {
+      if (absl::Status s = impl->state_.Apply(snapshot.updates(i)); !s.ok()) {
+        return absl::DataLossError(
+            absl::StrCat("the journal's snapshot record ", i,
+                         " does not apply: ", s.message()));
+      }
     }
   }
-  // Workers known from the journal get a full timeout to reconnect.
-  const absl::Time now = impl->clock_->Now();
+  for (size_t i = 0; i < contents.updates.size(); ++i) {
+    if (absl::Status s = impl->state_.Apply(contents.updates[i]); !s.ok()) {
+      return absl::DataLossError(
+          absl::StrCat("journal record ", i,
+                       " after the snapshot does not apply: ", s.message()));
+    }
+  }
+  if (contents.snapshot.empty() && contents.updates.empty()) {
+    // A fresh state: ids start past any an earlier (forgotten) incarnation may have handed out,
+    // so a job id never names two jobs.
+    proto::Update floor;
+    floor.mutable_id_floor()->set_next_job_id(impl->incarnation_);
+    floor.mutable_id_floor()->set_next_dataset_id(impl->incarnation_);
+    RETURN_IF_ERROR(impl->Commit(floor));
+  }
+  // Workers and consumers known from the journal get a full timeout to reconnect.
   for (const auto& [id, worker] : impl->state_.workers()) {
     impl->worker_signals_[id].last_seen = now;
+  }
+  for (const auto& [id, job] : impl->state_.jobs()) {
+    for (const DispatcherState::Consumer& c : job.consumers)
+      impl->consumer_signals_[{id, c.index}].last_report = now;
+  }
+  if (!contents.snapshot.empty() || !contents.updates.empty()) {
+    impl->logger_->info(
+        "recovered {} jobs, {} workers from the journal ({} updates after the "
+        "snapshot)",
+        impl->state_.jobs().size(), impl->state_.workers().size(),
+        contents.updates.size());
   }
   impl->UpdateGauges();
   return impl;
@@ -108,7 +138,15 @@ DispatcherImpl::DispatcherImpl(DispatcherOptions options)
       desired_workers_gauge_(
           AddGauge(options_.registry ? *options_.registry : *own_registry_,
                    "sluice_desired_workers",
-                   "Workers the autoscaling policy asks for.")) {}
+                   "Workers the autoscaling policy asks for.")),
+      journal_errors_(
+          AddCounter(options_.registry ? *options_.registry : *own_registry_,
+                     "sluice_dispatcher_journal_errors_total",
+                     "Journal appends or compactions that failed.")),
+      jobs_collected_(AddCounter(
+          options_.registry ? *options_.registry : *own_registry_,
+          "sluice_dispatcher_jobs_collected_total",
+          "Jobs forgotten because their consumers finished or left.")) {}
 
 DispatcherImpl::~DispatcherImpl() { Stop(); }
 
@@ -144,7 +182,34 @@ void DispatcherImpl::MaintenanceLoop() {
 }
 
 absl::Status DispatcherImpl::Commit(const proto::Update& update) {
-  RETURN_IF_ERROR(journal_->Append(update));
+  if (absl::Status s = state_.Validate(update); !s.ok()) {
+    return absl::InternalError(
+        absl::StrCat("dispatcher refused its own update (",
+                     update.ShortDebugString(), "): ", s.message()));
+  }
+  if (absl::Status s = journal_->Append(update); !s.ok()) {
+    journal_errors_.Increment();
+    return absl::UnavailableError(
+        absl::StrCat("the dispatcher cannot journal a change: ", s.message()));
+  }
+  if (absl::Status s = state_.Apply(update); !s.ok()) {
+    return absl::InternalError(
+        absl::StrCat("dispatcher state rejected its own update (",
+                     update.ShortDebugString(), "): ", s.message()));
+  }
+  if (journal_->updates_since_snapshot() >= options_.snapshot_every) {
+    if (absl::Status s =
+            journal_->WriteSnapshot(state_.Snapshot().SerializeAsString());
+        !s.ok()) {
+      journal_errors_.Increment();
+      logger_->warn("journal compaction failed (the journal keeps growing): {}",
+                    s.ToString());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherImpl::ApplySoft(const proto::Update& update) {
   if (absl::Status s = state_.Apply(update); !s.ok()) {
     return absl::InternalError(
         absl::StrCat("dispatcher state rejected its own update (",
@@ -334,10 +399,15 @@ absl::Status DispatcherImpl::ClientHeartbeat(
   signal.buffer_fill = request.buffer_fill();
   signal.last_report = now;
 
+  if (request.restore()) RETURN_IF_ERROR(RestoreConsumer(*job, request));
   const DispatcherState::Consumer& consumer =
       job->consumers[request.consumer_index()];
   if (!consumer.slots.empty()) {
     int newly_done = 0;
+    bool awaiting = false;
+    for (const DispatcherState::Slot& slot : consumer.slots)
+      awaiting =
+          awaiting || slot.status == proto::SPLIT_STATUS_AWAITING_PROGRESS;
     for (const proto::ClientSplitProgress& p : request.progress()) {
       const DispatcherState::Slot* slot =
           state_.FindSlot({job->id, consumer.index, p.epoch(), p.position()});
@@ -350,10 +420,18 @@ absl::Status DispatcherImpl::ClientHeartbeat(
     u->set_job_id(job->id);
     u->set_consumer_index(consumer.index);
     *u->mutable_progress() = request.progress();
-    RETURN_IF_ERROR(Commit(update));
+    // Only splits completing (and epochs advancing) or handed-back splits becoming assignable
+    // change durable state; a report that only moves delivered prefixes is soft: the client
+    // sends its cumulative progress again with every heartbeat.
+    if (newly_done > 0 || awaiting) {
+      RETURN_IF_ERROR(Commit(update));
+    } else {
+      RETURN_IF_ERROR(ApplySoft(update));
+    }
     if (newly_done > 0) splits_done_.Increment(newly_done);
   }
-  // `job`/`consumer` stay valid: Apply never erases jobs.
+  // `job`/`consumer` stay valid: only Tick() removes jobs.
+  response->set_incarnation(incarnation_);
   response->set_epoch(consumer.epoch);
   response->set_finished(consumer.finished);
   for (uint64_t pos = 0; pos < consumer.slots.size(); ++pos) {
@@ -395,6 +473,7 @@ absl::Status DispatcherImpl::WorkerRegister(
   logger_->info("worker {} registered at {} (capacity {})", u->worker_id(),
                 u->address(), u->capacity());
   response->set_worker_id(u->worker_id());
+  response->set_incarnation(incarnation_);
   response->set_heartbeat_interval_seconds(
       absl::ToDoubleSeconds(options_.heartbeat_interval));
   UpdateGauges();
@@ -485,12 +564,23 @@ absl::Status DispatcherImpl::WorkerHeartbeat(
   worker_signals_[request.worker_id()] = {
       .last_seen = clock_->Now(),
       .elements_per_second = request.elements_per_second()};
+  response->set_incarnation(incarnation_);
   if (!request.splits().empty()) {
     proto::Update update;
     proto::UpdateWorkerProgress* u = update.mutable_worker_progress();
     u->set_worker_id(request.worker_id());
     *u->mutable_splits() = request.splits();
-    RETURN_IF_ERROR(Commit(update));
+    // Production counts are soft state (reported again every heartbeat); a split that
+    // finished producing changes what a drain hands back, so that is journaled.
+    bool finishes = false;
+    for (const proto::WorkerSplitProgress& p : request.splits()) {
+      const DispatcherState::Slot* slot =
+          state_.FindSlot(SlotKey::FromProto(p.key()));
+      finishes = finishes ||
+                 (slot != nullptr && slot->worker_id == request.worker_id() &&
+                  p.finished_producing() && !slot->finished_producing);
+    }
+    RETURN_IF_ERROR(finishes ? Commit(update) : ApplySoft(update));
   }
   const DispatcherState::Worker& worker =
       *state_.FindWorker(request.worker_id());
@@ -551,6 +641,12 @@ absl::Status DispatcherImpl::WorkerHeartbeat(
   for (uint64_t job_id : referenced_jobs) {
     if (known.contains(job_id)) continue;
     FillJobInfo(*state_.FindJob(job_id), response->add_jobs());
+  }
+  // Jobs the worker caches that are over: it frees their pipelines, splits and queues.
+  for (uint64_t job_id : known) {
+    const DispatcherState::Job* job = state_.FindJob(job_id);
+    if (job == nullptr || job->finished())
+      response->add_finished_job_ids(job_id);
   }
   response->set_draining(worker.draining);
   response->set_may_exit(worker.draining && worker.slots.empty());
@@ -658,8 +754,114 @@ absl::Status DispatcherImpl::Tick() {
                          absl::FormatDuration(options_.worker_timeout))
                 .c_str()));
   }
+  RETURN_IF_ERROR(CollectJobs(now));
   UpdateGauges();
   return absl::OkStatus();
+}
+
+absl::Status DispatcherImpl::CollectJobs(absl::Time now) {
+  std::vector<uint64_t> gone;
+  for (const auto& [id, job] : state_.jobs()) {
+    bool any_alive = false;
+    for (const DispatcherState::Consumer& c : job.consumers) {
+      auto it = consumer_signals_.find({id, c.index});
+      // A consumer that never reported yet is given the timeout from the job's creation.
+      if (it == consumer_signals_.end()) {
+        consumer_signals_[{id, c.index}].last_report = now;
+        any_alive = true;
+        continue;
+      }
+      if (!c.finished &&
+          now - it->second.last_report < options_.consumer_timeout)
+        any_alive = true;
+      if (c.finished &&
+          now - it->second.last_report < options_.consumer_timeout / 4)
+        any_alive =
+            true;  // a finished consumer may still be reading its last batches
+    }
+    if (!any_alive) gone.push_back(id);
+  }
+  for (uint64_t id : gone) {
+    logger_->info(
+        "job {} '{}' collected: its consumers {} (no heartbeat for {})", id,
+        state_.FindJob(id)->name,
+        state_.FindJob(id)->finished() ? "finished" : "are gone",
+        absl::FormatDuration(options_.consumer_timeout));
+    proto::Update update;
+    update.mutable_remove_job()->set_job_id(id);
+    RETURN_IF_ERROR(Commit(update));
+    jobs_collected_.Increment();
+    for (auto it = consumer_signals_.begin(); it != consumer_signals_.end();) {
+      it = it->first.first == id ? consumer_signals_.erase(it) : std::next(it);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherImpl::RestoreConsumer(
+    const DispatcherState::Job& job,
+    const proto::ClientHeartbeatRequest& request) {
+  const DispatcherState::Consumer& consumer =
+      job.consumers[request.consumer_index()];
+  const uint64_t epoch = request.restore_epoch();
+  if (job.config.mode() != proto::PROCESSING_MODE_DISTRIBUTED_EPOCH) {
+    return absl::FailedPreconditionError(
+        "only distributed-epoch jobs can be restored");
+  }
+  if (job.config.num_epochs() != 0 && epoch >= job.config.num_epochs()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("restore_state is at epoch ", epoch, " but the job has ",
+                     job.config.num_epochs(), " epochs"));
+  }
+  ASSIGN_OR_RETURN(std::vector<uint64_t> ids,
+                   DispatcherState::ConsumerSplitIds(
+                       job.config, job.splits.size(), consumer.index, epoch));
+  std::map<uint64_t, const proto::ClientSplitProgress*> saved;
+  for (const proto::ClientSplitProgress& p : request.progress()) {
+    if (p.epoch() == epoch) saved[p.position()] = &p;
+  }
+  proto::Update update;
+  proto::UpdateConsumerState* u = update.mutable_consumer_state();
+  u->set_job_id(job.id);
+  u->set_consumer_index(consumer.index);
+  u->set_epoch(epoch);
+  for (uint64_t pos = 0; pos < ids.size(); ++pos) {
+    proto::SplitState* s = u->add_slots();
+    s->set_position(pos);
+    s->set_split_id(ids[pos]);
+    auto it = saved.find(pos);
+    const uint64_t returned =
+        it == saved.end() ? 0 : it->second->delivered_batches();
+    s->set_delivered_batches(returned);
+    if (it != saved.end() && it->second->complete()) {
+      s->set_status(proto::SPLIT_STATUS_DONE);
+      continue;
+    }
+    // A worker that still holds the split keeps it: the new process's stream tells it what
+    // it holds, and it produces the split again from there. Anything else is produced anew.
+    const DispatcherState::Slot* live =
+        consumer.epoch == epoch && pos < consumer.slots.size()
+            ? &consumer.slots[pos]
+            : nullptr;
+    if (live != nullptr && live->status == proto::SPLIT_STATUS_ASSIGNED) {
+      s->set_status(proto::SPLIT_STATUS_ASSIGNED);
+      s->set_worker_id(live->worker_id);
+      s->set_skip_batches(live->skip_batches);
+      s->set_produced_batches(live->produced_batches);
+      s->set_finished_producing(live->finished_producing);
+      s->set_assignments(live->assignments);
+    } else {
+      s->set_status(proto::SPLIT_STATUS_PENDING);
+      s->set_skip_batches(returned);
+      s->set_assignments(live != nullptr ? live->assignments : 0);
+    }
+  }
+  logger_->info(
+      "job {} consumer {} continues from a checkpoint at epoch {} ({} splits "
+      "returned "
+      "in part or whole)",
+      job.id, consumer.index, epoch, saved.size());
+  return Commit(update);
 }
 
 void DispatcherImpl::UpdateGauges() {

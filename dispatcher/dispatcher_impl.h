@@ -116,6 +116,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/base/clock.h"
+#include "common/service/protocol.h"
 #include "dispatcher/dispatcher_state.h"
 #include "dispatcher/journal.h"
 #include "prometheus/counter.h"
@@ -127,7 +128,7 @@
 namespace sluice::dispatcher {
 
 // The wire protocol version all components share (proto/worker.proto).
-inline constexpr uint32_t kProtocolVersion = proto::PROTOCOL_VERSION_CURRENT;
+using service::kProtocolVersion;
 
 struct DispatcherOptions {
   Clock* clock = nullptr;  // null: RealClock::Get()
@@ -144,6 +145,11 @@ struct DispatcherOptions {
   uint32_t min_workers = 1;
   uint32_t max_workers = 64;
   double headroom = 1.2;
+  // A consumer without a ClientHeartbeat this long is gone (its lease expired); a job all of
+  // whose consumers are gone (or finished) is collected: workers drop its splits and pipeline.
+  absl::Duration consumer_timeout = absl::Seconds(60);
+  // Snapshot the state into the journal (compaction) after this many journaled updates.
+  uint64_t snapshot_every = 10000;
 };
 
 class DispatcherImpl {
@@ -197,8 +203,10 @@ class DispatcherImpl {
                            proto::GetJobStateResponse* response)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Declares workers without a heartbeat for worker_timeout lost and refreshes
-  // the gauges.
+  uint64_t incarnation() const { return incarnation_; }
+
+  // Declares workers without a heartbeat for worker_timeout lost, collects jobs whose consumers
+  // are gone, and refreshes the gauges.
   absl::Status Tick() ABSL_LOCKS_EXCLUDED(mu_);
 
   // The last value of sluice_desired_workers.
@@ -218,10 +226,20 @@ class DispatcherImpl {
 
   explicit DispatcherImpl(DispatcherOptions options);
 
-  // Journals `update`, then applies it. Internal if it does not apply (a bug in
-  // this class).
+  // Validates `update`, journals it, then applies it; compacts the journal now and then.
+  // Internal if it does not apply after validating (a bug in this class).
   absl::Status Commit(const proto::Update& update)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies `update` without journaling it: soft state that the next heartbeat reports again
+  // (production counts, delivered prefixes that change nothing else).
+  absl::Status ApplySoft(const proto::Update& update)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The consumer continues from a checkpoint (ClientHeartbeatRequest.restore).
+  absl::Status RestoreConsumer(const DispatcherState::Job& job,
+                               const proto::ClientHeartbeatRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Collects jobs whose consumers are all gone or finished.
+  absl::Status CollectJobs(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FillJobInfo(const DispatcherState::Job& job, proto::JobInfo* info) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   proto::SplitAssignment MakeAssignment(const DispatcherState::Job& job,
@@ -250,6 +268,8 @@ class DispatcherImpl {
   prometheus::Gauge& workers_alive_;
   prometheus::Gauge& jobs_active_;
   prometheus::Gauge& desired_workers_gauge_;
+  prometheus::Counter& journal_errors_;
+  prometheus::Counter& jobs_collected_;
 
   mutable absl::Mutex mu_;
   DispatcherState state_ ABSL_GUARDED_BY(mu_);
@@ -257,6 +277,7 @@ class DispatcherImpl {
   std::map<std::pair<uint64_t, uint32_t>, ConsumerSignal> consumer_signals_
       ABSL_GUARDED_BY(mu_);
   int desired_workers_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t incarnation_ = 0;  // this start's id; set once in Create
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   std::thread maintenance_ ABSL_GUARDED_BY(mu_);
 };

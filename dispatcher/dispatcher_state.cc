@@ -57,6 +57,12 @@ absl::Status DispatcherState::Apply(const proto::Update& update) {
       return ApplyDrainWorker(update.drain_worker());
     case proto::Update::kReleaseSplits:
       return ApplyReleaseSplits(update.release_splits());
+    case proto::Update::kConsumerState:
+      return ApplyConsumerState(update.consumer_state());
+    case proto::Update::kRemoveJob:
+      return ApplyRemoveJob(update.remove_job());
+    case proto::Update::kIdFloor:
+      return ApplyIdFloor(update.id_floor());
     case proto::Update::KIND_NOT_SET:
       break;
   }
@@ -351,6 +357,210 @@ absl::Status DispatcherState::ApplyReleaseSplits(
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status DispatcherState::Validate(const proto::Update& update) const {
+  auto need_job = [&](uint64_t id) -> absl::Status {
+    return jobs_.contains(id)
+               ? absl::OkStatus()
+               : absl::NotFoundError(absl::StrCat("job ", id, " not found"));
+  };
+  auto need_worker = [&](uint64_t id) -> absl::Status {
+    return workers_.contains(id) ? absl::OkStatus()
+                                 : absl::NotFoundError(absl::StrCat(
+                                       "worker ", id, " is not registered"));
+  };
+  switch (update.kind_case()) {
+    case proto::Update::kRegisterDataset:
+      if (update.register_dataset().dataset_id() == 0 ||
+          datasets_.contains(update.register_dataset().dataset_id())) {
+        return absl::FailedPreconditionError("dataset id is zero or taken");
+      }
+      return absl::OkStatus();
+    case proto::Update::kCreateJob: {
+      const proto::UpdateCreateJob& u = update.create_job();
+      if (u.job_id() == 0 || jobs_.contains(u.job_id()))
+        return absl::FailedPreconditionError("job id is zero or taken");
+      if (FindJobByName(u.job_name()) != nullptr)
+        return absl::FailedPreconditionError(
+            absl::StrCat("job name '", u.job_name(), "' is taken"));
+      if (!datasets_.contains(u.dataset_id()))
+        return absl::NotFoundError(
+            absl::StrCat("dataset ", u.dataset_id(), " is not registered"));
+      if (u.config().num_consumers() == 0)
+        return absl::InvalidArgumentError("num_consumers must be > 0");
+      return absl::OkStatus();
+    }
+    case proto::Update::kRegisterWorker:
+      if (update.register_worker().worker_id() == 0 ||
+          workers_.contains(update.register_worker().worker_id())) {
+        return absl::FailedPreconditionError("worker id is zero or taken");
+      }
+      return absl::OkStatus();
+    case proto::Update::kAssignSplit: {
+      const proto::UpdateAssignSplit& u = update.assign_split();
+      RETURN_IF_ERROR(need_worker(u.worker_id()));
+      if (workers_.at(u.worker_id()).draining)
+        return absl::FailedPreconditionError(
+            absl::StrCat("worker ", u.worker_id(), " drains"));
+      const Slot* slot = FindSlot(SlotKey::FromProto(u.key()));
+      if (slot == nullptr || slot->status != proto::SPLIT_STATUS_PENDING)
+        return absl::FailedPreconditionError("the split is not pending");
+      return absl::OkStatus();
+    }
+    case proto::Update::kClientProgress:
+      RETURN_IF_ERROR(need_job(update.client_progress().job_id()));
+      if (update.client_progress().consumer_index() >=
+          jobs_.at(update.client_progress().job_id()).consumers.size()) {
+        return absl::InvalidArgumentError("consumer index out of range");
+      }
+      return absl::OkStatus();
+    case proto::Update::kWorkerProgress:
+      return need_worker(update.worker_progress().worker_id());
+    case proto::Update::kWorkerLost:
+      return need_worker(update.worker_lost().worker_id());
+    case proto::Update::kDrainWorker:
+      return need_worker(update.drain_worker().worker_id());
+    case proto::Update::kReleaseSplits:
+      return need_worker(update.release_splits().worker_id());
+    case proto::Update::kConsumerState: {
+      const proto::UpdateConsumerState& u = update.consumer_state();
+      RETURN_IF_ERROR(need_job(u.job_id()));
+      if (u.consumer_index() >= jobs_.at(u.job_id()).consumers.size())
+        return absl::InvalidArgumentError("consumer index out of range");
+      return absl::OkStatus();
+    }
+    case proto::Update::kRemoveJob:
+      return need_job(update.remove_job().job_id());
+    case proto::Update::kIdFloor:
+      return absl::OkStatus();
+    case proto::Update::KIND_NOT_SET:
+      break;
+  }
+  return absl::InvalidArgumentError("update has no kind set");
+}
+
+absl::Status DispatcherState::ApplyConsumerState(
+    const proto::UpdateConsumerState& u) {
+  auto jit = jobs_.find(u.job_id());
+  if (jit == jobs_.end())
+    return absl::NotFoundError(absl::StrCat("job ", u.job_id(), " not found"));
+  Job& job = jit->second;
+  if (u.consumer_index() >= job.consumers.size())
+    return absl::InvalidArgumentError("consumer index out of range");
+  Consumer& consumer = job.consumers[u.consumer_index()];
+  // Whatever workers held of this consumer is replaced.
+  for (auto& [id, worker] : workers_) {
+    for (auto it = worker.slots.begin(); it != worker.slots.end();) {
+      it = it->job_id == job.id && it->consumer == consumer.index
+               ? worker.slots.erase(it)
+               : std::next(it);
+    }
+  }
+  consumer.epoch = u.epoch();
+  consumer.finished = u.finished();
+  consumer.done = 0;
+  consumer.slots.assign(static_cast<size_t>(u.slots_size()), Slot{});
+  for (int i = 0; i < u.slots_size(); ++i) {
+    const proto::SplitState& in = u.slots(i);
+    Slot& slot = consumer.slots[static_cast<size_t>(i)];
+    slot.split_id = in.split_id();
+    slot.status = in.status();
+    slot.worker_id = in.worker_id();
+    slot.delivered_batches = in.delivered_batches();
+    slot.produced_batches = in.produced_batches();
+    slot.skip_batches = in.skip_batches();
+    slot.assignments = in.assignments();
+    slot.finished_producing = in.finished_producing();
+    if (slot.status == proto::SPLIT_STATUS_ASSIGNED) {
+      auto wit = workers_.find(slot.worker_id);
+      if (wit == workers_.end()) {
+        slot.status = proto::SPLIT_STATUS_AWAITING_PROGRESS;
+        slot.worker_id = 0;
+      } else {
+        wit->second.slots.insert(
+            {job.id, consumer.index, consumer.epoch, static_cast<uint64_t>(i)});
+      }
+    }
+    if (slot.status == proto::SPLIT_STATUS_DONE) ++consumer.done;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherState::ApplyRemoveJob(const proto::UpdateRemoveJob& u) {
+  auto jit = jobs_.find(u.job_id());
+  if (jit == jobs_.end())
+    return absl::NotFoundError(absl::StrCat("job ", u.job_id(), " not found"));
+  for (auto& [id, worker] : workers_) {
+    for (auto it = worker.slots.begin(); it != worker.slots.end();) {
+      it = it->job_id == u.job_id() ? worker.slots.erase(it) : std::next(it);
+    }
+  }
+  jobs_.erase(jit);
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherState::ApplyIdFloor(const proto::UpdateIdFloor& u) {
+  next_dataset_id_ = std::max(next_dataset_id_, u.next_dataset_id());
+  next_job_id_ = std::max(next_job_id_, u.next_job_id());
+  next_worker_id_ = std::max(next_worker_id_, u.next_worker_id());
+  return absl::OkStatus();
+}
+
+proto::DispatcherSnapshot DispatcherState::Snapshot() const {
+  proto::DispatcherSnapshot snapshot;
+  auto add = [&]() { return snapshot.add_updates(); };
+  proto::UpdateIdFloor* floor = add()->mutable_id_floor();
+  floor->set_next_dataset_id(next_dataset_id_);
+  floor->set_next_job_id(next_job_id_);
+  floor->set_next_worker_id(next_worker_id_);
+  for (const auto& [id, d] : datasets_) {
+    proto::UpdateRegisterDataset* u = add()->mutable_register_dataset();
+    u->set_dataset_id(id);
+    u->set_fingerprint(d.fingerprint);
+    u->set_pipeline(d.pipeline);
+    u->mutable_shard_record_counts()->Add(d.shard_record_counts.begin(),
+                                          d.shard_record_counts.end());
+    u->set_batch_size(d.batch_size);
+  }
+  for (const auto& [id, w] : workers_) {
+    proto::UpdateRegisterWorker* u = add()->mutable_register_worker();
+    u->set_worker_id(id);
+    u->set_address(w.address);
+    u->set_capacity(w.capacity);
+  }
+  for (const auto& [id, job] : jobs_) {
+    proto::UpdateCreateJob* u = add()->mutable_create_job();
+    u->set_job_id(id);
+    u->set_job_name(job.name);
+    u->set_dataset_id(job.dataset_id);
+    *u->mutable_config() = job.config;
+    for (const Consumer& c : job.consumers) {
+      proto::UpdateConsumerState* cs = add()->mutable_consumer_state();
+      cs->set_job_id(id);
+      cs->set_consumer_index(c.index);
+      cs->set_epoch(c.epoch);
+      cs->set_finished(c.finished);
+      for (size_t pos = 0; pos < c.slots.size(); ++pos) {
+        const Slot& slot = c.slots[pos];
+        proto::SplitState* s = cs->add_slots();
+        s->set_position(pos);
+        s->set_split_id(slot.split_id);
+        s->set_status(slot.status);
+        s->set_worker_id(slot.worker_id);
+        s->set_delivered_batches(slot.delivered_batches);
+        s->set_produced_batches(slot.produced_batches);
+        s->set_skip_batches(slot.skip_batches);
+        s->set_assignments(slot.assignments);
+        s->set_finished_producing(slot.finished_producing);
+      }
+    }
+  }
+  // Draining comes after the consumers' states: a drain hands back what is not finished.
+  for (const auto& [id, w] : workers_) {
+    if (w.draining) add()->mutable_drain_worker()->set_worker_id(id);
+  }
+  return snapshot;
 }
 
 }  // namespace sluice::dispatcher

@@ -95,6 +95,13 @@ class DispatcherState {
   // update does not fit the current state (a corrupt or reordered journal); the
   // state is then unchanged.
   absl::Status Apply(const proto::Update& update);
+  // The preconditions Apply would check, without changing anything: the dispatcher validates,
+  // then journals, then applies, so the journal never holds an update that does not apply.
+  absl::Status Validate(const proto::Update& update) const;
+
+  // Updates that rebuild this state when applied, in order, to an empty one (the journal's
+  // snapshot).
+  proto::DispatcherSnapshot Snapshot() const;
 
   // The split ids of `consumer`'s share in `epoch`, in position order:
   // EnumerateSplits' list permuted by (seed, epoch) and strided over consumers,
@@ -130,6 +137,9 @@ class DispatcherState {
   absl::Status ApplyWorkerLost(const proto::UpdateWorkerLost& u);
   absl::Status ApplyDrainWorker(const proto::UpdateDrainWorker& u);
   absl::Status ApplyReleaseSplits(const proto::UpdateReleaseSplits& u);
+  absl::Status ApplyConsumerState(const proto::UpdateConsumerState& u);
+  absl::Status ApplyRemoveJob(const proto::UpdateRemoveJob& u);
+  absl::Status ApplyIdFloor(const proto::UpdateIdFloor& u);
 
   // Fills consumer.slots for consumer.epoch (or marks it finished).
   absl::Status StartEpoch(Job& job, Consumer& consumer);

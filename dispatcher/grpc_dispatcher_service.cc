@@ -1,16 +1,10 @@
 #include "dispatcher/grpc_dispatcher_service.h"
 
-#include <string>
+#include "common/service/grpc_status.h"
 
 namespace sluice::dispatcher {
 
-grpc::Status ToGrpcStatus(const absl::Status& status) {
-  if (status.ok()) return grpc::Status::OK;
-  // absl::StatusCode and grpc::StatusCode share their numbering (both follow
-  // google.rpc.Code).
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
-}
+using service::ToGrpcStatus;
 
 grpc::Status GrpcDispatcherService::RegisterDataset(
     grpc::ServerContext*, const proto::RegisterDatasetRequest* request,

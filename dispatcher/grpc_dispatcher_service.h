@@ -12,8 +12,6 @@
 
 namespace sluice::dispatcher {
 
-grpc::Status ToGrpcStatus(const absl::Status& status);
-
 class GrpcDispatcherService final : public proto::DispatcherService::Service {
  public:
   explicit GrpcDispatcherService(DispatcherImpl* impl) : impl_(impl) {}

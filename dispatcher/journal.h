@@ -1,13 +1,24 @@
 // Journal: where the dispatcher makes each state Update durable before
-// acknowledging it (ARCHITECTURE.md §6). Replay = DispatcherState::Apply of
-// ReadAll() in order.
+// acknowledging it (ARCHITECTURE.md §6). A restarted dispatcher replays Read():
+// it restores `snapshot` (if any), then DispatcherState::Apply()s `updates` in
+// order.
 //
-// Today there are only in-memory journals; the SQLite (WAL) journal under
-// --work-dir implements the same interface and drops in through
-// DispatcherOptions::journal.
+// Compaction: the caller serializes its state into a snapshot now and then
+// (its policy, e.g. when updates_since_snapshot() passes a threshold) and
+// WriteSnapshot() replaces the snapshot and every update before it, so replay
+// time stays bounded.
+//
+//   Append(u1) Append(u2) WriteSnapshot(S12) Append(u3)
+//   Read() -> {snapshot: S12, updates: [u3]}
+//
+// Implementations: NullJournal (keeps nothing, the default), InMemoryJournal
+// (tests of replay), SqliteJournal (dispatcher/sqlite_journal.h, durable,
+// under --work-dir).
 #ifndef SLUICE_DISPATCHER_JOURNAL_H_
 #define SLUICE_DISPATCHER_JOURNAL_H_
 
+#include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -21,13 +32,47 @@ namespace sluice::dispatcher {
 // Implementations are thread-safe.
 class Journal {
  public:
+  struct Contents {
+    std::string snapshot;  // latest snapshot; empty: none
+    std::vector<proto::Update>
+        updates;  // every update appended after it, in order
+  };
+
   virtual ~Journal() = default;
-  // Returns once `update` would survive a crash. An error means it may not: the
+  // Returns once `update` would survive a crash (which crash — process or
+  // power loss — the implementation states). An error means it may not: the
   // caller must not acknowledge the change.
   virtual absl::Status Append(const proto::Update& update) = 0;
-  // Every update appended so far, in order (what a restarted dispatcher
-  // replays).
-  virtual absl::StatusOr<std::vector<proto::Update>> ReadAll() = 0;
+  // What a restarted dispatcher replays.
+  virtual absl::StatusOr<Contents> Read() = 0;
+  // Atomically replaces the snapshot with `snapshot` and deletes every update
+  // appended (or enqueued, below) before this call. REQUIRES: `snapshot`
+  // reflects exactly those updates (no Append() in flight).
+  virtual absl::Status WriteSnapshot(const std::string& snapshot) = 0;
+  // Updates appended since the last snapshot (for the caller's compaction
+  // policy).
+  virtual uint64_t updates_since_snapshot() const = 0;
+
+  // Append() in two halves, for a caller that fixes the order of updates
+  // under its own lock but waits for durability outside it, so that
+  // concurrent callers share one commit (group commit; see
+  // sqlite_journal.h for figures):
+  //
+  //   mu.Lock();   ASSIGN_OR_RETURN(ticket, journal->Enqueue(u));  Apply(u);
+  //   mu.Unlock(); RETURN_IF_ERROR(journal->WaitDurable(ticket));  // ack now
+  //
+  // Updates are journaled in Enqueue() order; WaitDurable(t) returns once
+  // update t and every update enqueued before it would survive a crash, or
+  // the error that prevents it. A WriteSnapshot() covers every update
+  // enqueued before it, written or not (take the snapshot under the same
+  // lock). The defaults append at once.
+  virtual absl::StatusOr<uint64_t> Enqueue(const proto::Update& update) {
+    if (absl::Status s = Append(update); !s.ok()) return s;
+    return 0;
+  }
+  virtual absl::Status WaitDurable(uint64_t /*ticket*/) {
+    return absl::OkStatus();
+  }
 };
 
 // Keeps nothing: a dispatcher restart starts empty. The default.
@@ -36,29 +81,42 @@ class NullJournal : public Journal {
   absl::Status Append(const proto::Update&) override {
     return absl::OkStatus();
   }
-  absl::StatusOr<std::vector<proto::Update>> ReadAll() override {
-    return std::vector<proto::Update>{};
+  absl::StatusOr<Contents> Read() override { return Contents{}; }
+  absl::Status WriteSnapshot(const std::string&) override {
+    return absl::OkStatus();
   }
+  uint64_t updates_since_snapshot() const override { return 0; }
 };
 
-// Keeps every update in memory (unbounded): for tests of replay.
+// Keeps the snapshot and the updates after it in memory (unbounded between
+// snapshots): for tests of replay. Survives only what the object survives.
 class InMemoryJournal : public Journal {
  public:
   absl::Status Append(const proto::Update& update) override
       ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
-    updates_.push_back(update);
+    contents_.updates.push_back(update);
     return absl::OkStatus();
   }
-  absl::StatusOr<std::vector<proto::Update>> ReadAll() override
+  absl::StatusOr<Contents> Read() override ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return contents_;
+  }
+  absl::Status WriteSnapshot(const std::string& snapshot) override
       ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
-    return updates_;
+    contents_.snapshot = snapshot;
+    contents_.updates.clear();
+    return absl::OkStatus();
+  }
+  uint64_t updates_since_snapshot() const override ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return contents_.updates.size();
   }
 
  private:
-  absl::Mutex mu_;
-  std::vector<proto::Update> updates_ ABSL_GUARDED_BY(mu_);
+  mutable absl::Mutex mu_;
+  Contents contents_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace sluice::dispatcher

@@ -24,6 +24,7 @@
 #include "common/base/process.h"
 #include "dispatcher/dispatcher_impl.h"
 #include "dispatcher/grpc_dispatcher_service.h"
+#include "dispatcher/sqlite_journal.h"
 #include "grpcpp/grpcpp.h"
 #include "prometheus/exposer.h"
 #include "prometheus/registry.h"
@@ -40,6 +41,7 @@ struct Flags {
   std::string log_level = "info";
   absl::Duration worker_timeout = absl::Seconds(10);
   absl::Duration heartbeat_interval = absl::Seconds(1);
+  absl::Duration consumer_timeout = absl::Seconds(60);
 };
 
 int Run(const Flags& flags) {
@@ -68,17 +70,22 @@ int Run(const Flags& flags) {
   options.worker_timeout = flags.worker_timeout;
   options.heartbeat_interval = flags.heartbeat_interval;
   if (!flags.work_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(flags.work_dir, ec);
-    if (ec) {
-      logger->error("--work-dir {}: {}", flags.work_dir, ec.message());
+    absl::StatusOr<std::unique_ptr<SqliteJournal>> journal =
+        SqliteJournal::Open(flags.work_dir);
+    if (!journal.ok()) {
+      logger->error("--work-dir {}: {}", flags.work_dir,
+                    journal.status().ToString());
       return 1;
     }
+    options.journal = std::move(*journal);
+    logger->info("state journal: {}/journal.sqlite3 (SQLite, WAL)",
+                 flags.work_dir);
+  } else {
+    logger->warn(
+        "state journal: none (no --work-dir): a restart forgets datasets and "
+        "jobs");
   }
-  logger->warn(
-      "state journal: in memory only (the durable SQLite journal under "
-      "--work-dir is "
-      "not built yet); a restart forgets datasets and jobs");
+  options.consumer_timeout = flags.consumer_timeout;
 
   auto registry = std::make_shared<prometheus::Registry>();
   std::unique_ptr<prometheus::Exposer> exposer;
@@ -175,6 +182,10 @@ int main(int argc, char** argv) {
   sluice::AddDurationOption(
       app, "--heartbeat-interval", &flags.heartbeat_interval,
       "Heartbeat period asked of workers and of timeout checks");
+  sluice::AddDurationOption(app, "--consumer-timeout", &flags.consumer_timeout,
+                            "A consumer without a heartbeat this long is gone; "
+                            "a job with no consumer left is "
+                            "collected");
   CLI11_PARSE(app, argc, argv);
   return sluice::dispatcher::Run(flags);
 }

@@ -6,6 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/metrics/metrics.h"
+#include "common/service/batch_codec.h"
+#include "common/service/channel_factory.h"
+#include "common/service/grpc_status.h"
 
 namespace sluice::client {
 namespace {
@@ -13,49 +16,56 @@ namespace {
 constexpr absl::Duration kInitialBackoff = absl::Milliseconds(50);
 constexpr absl::Duration kMaxBackoff = absl::Seconds(2);
 
-record::DType ToDType(proto::TensorDType dtype) {
-  if (dtype <= proto::TENSOR_DTYPE_UNSPECIFIED ||
-      dtype > proto::TENSOR_DTYPE_FLOAT32) {
-    return record::DType::kBytes;
+DType ToDType(proto::TensorDType dtype) {
+  switch (dtype) {
+    case proto::TENSOR_DTYPE_STRING:
+      return DType::kString;
+    case proto::TENSOR_DTYPE_UINT8:
+      return DType::kUint8;
+    case proto::TENSOR_DTYPE_INT32:
+      return DType::kInt32;
+    case proto::TENSOR_DTYPE_INT64:
+      return DType::kInt64;
+    case proto::TENSOR_DTYPE_FLOAT16:
+      return DType::kFloat16;
+    case proto::TENSOR_DTYPE_FLOAT32:
+      return DType::kFloat32;
+    default:
+      return DType::kBytes;
   }
-  return static_cast<record::DType>(static_cast<int>(dtype) - 1);
 }
 
-// Moves the payload out of `wire` (no copy of the column bytes).
-Batch FromWire(proto::Batch& wire) {
+// Takes the received message over: the columns point into it (no copy of the column bytes)
+// and share its ownership. REQUIRES: service::CheckBatch(*wire) is OK.
+Batch FromWire(std::shared_ptr<proto::Batch> wire) {
   Batch batch;
-  batch.epoch = wire.key().epoch();
-  batch.position = wire.key().position();
-  batch.split_id = wire.split_id();
-  batch.batch_index = wire.batch_index();
-  batch.columns.reserve(wire.columns_size());
-  for (proto::Column& c : *wire.mutable_columns()) {
+  batch.epoch = wire->key().epoch();
+  batch.position = wire->key().position();
+  batch.split_id = wire->split_id();
+  batch.batch_index = wire->batch_index();
+  batch.global_indices.assign(wire->global_indices().begin(),
+                              wire->global_indices().end());
+  batch.columns.reserve(wire->columns_size());
+  for (proto::Column& c : *wire->mutable_columns()) {
     Column column;
-    column.name = std::move(*c.mutable_name());
+    column.name = c.name();
     column.dtype = ToDType(c.dtype());
     column.shape.assign(c.shape().begin(), c.shape().end());
-    column.data = std::move(*c.mutable_data());
+    std::string* data = c.mutable_data();
+    column.data = reinterpret_cast<uint8_t*>(data->data());
+    column.size = data->size();
+    column.owner = wire;
     batch.columns.push_back(std::move(column));
   }
-  batch.global_indices.assign(wire.global_indices().begin(),
-                              wire.global_indices().end());
   return batch;
 }
 
-// Stream errors that no retry fixes: the iterator fails with them.
-bool IsFatalStreamCode(grpc::StatusCode code) {
-  switch (code) {
-    case grpc::StatusCode::INVALID_ARGUMENT:
-    case grpc::StatusCode::PERMISSION_DENIED:
-    case grpc::StatusCode::DATA_LOSS:
-    case grpc::StatusCode::FAILED_PRECONDITION:
-    case grpc::StatusCode::UNIMPLEMENTED:
-    case grpc::StatusCode::UNAUTHENTICATED:
-    case grpc::StatusCode::RESOURCE_EXHAUSTED:
-      return true;
-    default:
-      return false;
-  }
+// Stream errors a reopened stream may not see again: the worker does not know the job yet
+// (NOT_FOUND), a newer stream superseded this one (ABORTED), the connection broke. Everything
+// else is a verdict on the job or its data and ends the iterator.
+bool IsRetryableStreamCode(grpc::StatusCode code) {
+  return code == grpc::StatusCode::NOT_FOUND ||
+         service::IsRetryable(static_cast<absl::StatusCode>(code));
 }
 
 // Heartbeat errors that no retry fixes.
@@ -75,12 +85,6 @@ bool IsFatalDispatcherCode(absl::StatusCode code) {
 
 }  // namespace
 
-absl::Status FromGrpc(const grpc::Status& status, const std::string& what) {
-  if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      absl::StrCat(what, ": ", status.error_message()));
-}
-
 absl::Status DispatcherError(const grpc::Status& status,
                              const std::string& address, const char* rpc) {
   if (status.ok()) return absl::OkStatus();
@@ -90,8 +94,8 @@ absl::Status DispatcherError(const grpc::Status& status,
         absl::StrCat("cannot reach the sluice dispatcher at ", address, ": ",
                      rpc, ": ", status.error_message()));
   }
-  return FromGrpc(status,
-                  absl::StrCat("sluice dispatcher at ", address, ": ", rpc));
+  return service::FromGrpcStatus(
+      status, absl::StrCat("sluice dispatcher at ", address, ": ", rpc));
 }
 
 BatchIteratorImpl::BatchIteratorImpl(IteratorParams params)
@@ -100,6 +104,17 @@ BatchIteratorImpl::BatchIteratorImpl(IteratorParams params)
       logger_(params_.options.logger),
       state_(params_.deterministic, /*track_splits=*/!params_.parallel_epochs,
              params_.options.prefetch_batches) {
+  if (params_.restore.has_value()) {
+    std::vector<SlotProgress> slots;
+    for (const proto::ClientSplitProgress& p : params_.restore->splits()) {
+      slots.push_back({.epoch = p.epoch(),
+                       .position = p.position(),
+                       .batches = p.delivered_batches(),
+                       .complete = p.complete()});
+    }
+    state_.Restore(params_.restore->epoch(), slots);
+    restore_pending_ = true;
+  }
   if (params_.options.registry != nullptr) {
     prometheus::Registry& registry = *params_.options.registry;
     wait_counter_ =
@@ -187,6 +202,7 @@ absl::StatusOr<std::optional<Batch>> BatchIteratorImpl::GetNext() {
     std::optional<Batch> batch = state_.Pop();
     if (batch.has_value()) {
       epoch_ = batch->epoch;
+      if (state_.TakeProgressDue()) heartbeat_due_ = true;
       if (batches_counter_ != nullptr) batches_counter_->Increment();
       UpdateFillGauge();
       cv_.SignalAll();  // room in the buffer
@@ -224,6 +240,32 @@ uint64_t BatchIteratorImpl::duplicate_batches() const {
   return duplicates_;
 }
 
+absl::StatusOr<std::string> BatchIteratorImpl::SaveState() const {
+  proto::ConsumerCheckpoint checkpoint;
+  checkpoint.set_version(kCheckpointVersion);
+  checkpoint.set_job_id(params_.job_id);
+  checkpoint.set_job_name(params_.job_name);
+  checkpoint.set_consumer_index(params_.consumer_index);
+  checkpoint.set_num_consumers(params_.num_consumers);
+  absl::MutexLock lock(&mu_);
+  if (params_.parallel_epochs) {
+    return absl::FailedPreconditionError(
+        "SaveState: a parallel-epochs job has no exactly-once position to "
+        "save");
+  }
+  checkpoint.set_epoch(state_.epoch());
+  checkpoint.set_finished(state_.Done());
+  for (const SlotProgress& p : state_.Progress()) {
+    if (p.epoch != state_.epoch() || (p.batches == 0 && !p.complete)) continue;
+    proto::ClientSplitProgress* out = checkpoint.add_splits();
+    out->set_epoch(p.epoch);
+    out->set_position(p.position);
+    out->set_delivered_batches(p.batches);
+    out->set_complete(p.complete);
+  }
+  return checkpoint.SerializeAsString();
+}
+
 absl::Status BatchIteratorImpl::Heartbeat() {
   proto::ClientHeartbeatRequest request;
   grpc::ClientContext context;
@@ -244,8 +286,12 @@ absl::Status BatchIteratorImpl::Heartbeat() {
       proto::ClientSplitProgress* out = request.add_progress();
       out->set_epoch(p.epoch);
       out->set_position(p.position);
-      out->set_delivered_batches(p.received);
+      out->set_delivered_batches(p.batches);
       out->set_complete(p.complete);
+    }
+    if (restore_pending_) {
+      request.set_restore(true);
+      request.set_restore_epoch(params_.restore->epoch());
     }
     heartbeat_context_ = &context;
   }
@@ -256,6 +302,7 @@ absl::Status BatchIteratorImpl::Heartbeat() {
   {
     absl::MutexLock lock(&mu_);
     heartbeat_context_ = nullptr;
+    if (status.ok()) restore_pending_ = false;
     if (!status.ok()) {
       return DispatcherError(status, params_.options.dispatcher_address,
                              "ClientHeartbeat");
@@ -338,50 +385,66 @@ void BatchIteratorImpl::HeartbeatLoop() {
   }
 }
 
-bool BatchIteratorImpl::Deliver(proto::Batch& wire,
-                                const std::string& address) {
-  const bool last_in_split = wire.last_in_split();
+BatchIteratorImpl::DeliverResult BatchIteratorImpl::Deliver(
+    std::shared_ptr<proto::Batch> wire, const std::string& address) {
   const bool ours = params_.parallel_epochs ||
-                    (wire.key().job_id() == params_.job_id &&
-                     wire.key().consumer_index() == params_.consumer_index);
-  Batch batch = FromWire(wire);
+                    (wire->key().job_id() == params_.job_id &&
+                     wire->key().consumer_index() == params_.consumer_index);
+  const absl::Status valid = service::CheckBatch(*wire);
   absl::MutexLock lock(&mu_);
   if (!ours) {
     logger_->error(
         "sluice client (job {}, consumer {}): worker {} sent a batch of job {} "
-        "consumer {}; dropped",
-        params_.job_id, params_.consumer_index, address, wire.key().job_id(),
-        wire.key().consumer_index());
-    return true;
+        "consumer {}; "
+        "dropped",
+        params_.job_id, params_.consumer_index, address, wire->key().job_id(),
+        wire->key().consumer_index());
+    return DeliverResult::kContinue;
   }
+  if (!valid.ok()) {
+    Fail(absl::DataLossError(absl::StrCat(
+        "sluice worker at ", address, " sent a malformed batch (epoch ",
+        wire->key().epoch(), ", position ", wire->key().position(), ", index ",
+        wire->batch_index(), "): ", valid.message())));
+    return DeliverResult::kStop;
+  }
+  const bool marker = wire->end_of_split();
+  const uint64_t epoch = wire->key().epoch();
+  const uint64_t position = wire->key().position();
+  const uint64_t index = wire->batch_index();
   while (true) {
-    if (cancelled_ || !error_.ok()) return false;
-    switch (state_.Check(batch.epoch, batch.position, batch.batch_index)) {
+    if (cancelled_ || !error_.ok()) return DeliverResult::kStop;
+    switch (state_.Check(epoch, position, index, marker)) {
       case IteratorState::Admit::kDuplicate:
+        if (marker) return DeliverResult::kContinue;
         ++duplicates_;
         if (duplicates_counter_ != nullptr) duplicates_counter_->Increment();
         logger_->debug(
             "sluice client (job {}): duplicate batch (epoch {}, position {}, "
-            "index {}) "
-            "from {} dropped",
-            params_.job_id, batch.epoch, batch.position, batch.batch_index,
-            address);
-        return true;
+            "index {}) from {} "
+            "dropped",
+            params_.job_id, epoch, position, index, address);
+        return DeliverResult::kContinue;
       case IteratorState::Admit::kAhead:
-        logger_->error(
+      case IteratorState::Admit::kDrop:
+        // Batches before it are missing (lost in flight, or dropped by the deterministic
+        // bound): reopen the stream, telling the worker what we hold, once the buffer drained.
+        logger_->debug(
             "sluice client (job {}): batch (epoch {}, position {}, index {}) "
-            "from {} "
-            "skips batches this consumer does not hold; dropped (protocol "
-            "violation)",
-            params_.job_id, batch.epoch, batch.position, batch.batch_index,
-            address);
-        return true;
+            "from {} not held "
+            "now; the stream will be reopened from what this consumer holds",
+            params_.job_id, epoch, position, index, address);
+        return DeliverResult::kReopen;
       case IteratorState::Admit::kAccept: {
-        if (state_.Accept(std::move(batch), last_in_split))
-          heartbeat_due_ = true;
+        if (marker) {
+          state_.AcceptMarker(epoch, position, index);
+        } else {
+          state_.Accept(FromWire(std::move(wire)));
+        }
+        if (state_.TakeProgressDue()) heartbeat_due_ = true;
         UpdateFillGauge();
         cv_.SignalAll();
-        return true;
+        return DeliverResult::kContinue;
       }
       case IteratorState::Admit::kWait:
         cv_.Wait(&mu_);
@@ -392,37 +455,61 @@ bool BatchIteratorImpl::Deliver(proto::Batch& wire,
 
 void BatchIteratorImpl::ReaderLoop(Reader* reader) {
   const std::string address = reader->address;
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(-1);  // one batch can be tens of MB
-  auto stub = proto::WorkerService::NewStub(grpc::CreateCustomChannel(
-      address, grpc::InsecureChannelCredentials(), args));
-  proto::GetBatchesRequest request;
-  request.set_protocol_version(kProtocolVersion);
-  request.set_job_id(params_.job_id);
-  request.set_consumer_index(params_.consumer_index);
+  service::ChannelOptions channel_options;
+  channel_options.max_receive_message_bytes =
+      -1;  // one batch can be tens of MB
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      service::CreateChannel(address, channel_options);
+  if (!channel.ok()) {
+    absl::MutexLock lock(&mu_);
+    Fail(channel.status());
+    reader->exited = true;
+    return;
+  }
+  auto stub = proto::WorkerService::NewStub(*channel);
   int failures = 0;
   while (true) {
     grpc::ClientContext* context;
+    proto::GetBatchesRequest request;
+    request.set_protocol_version(kProtocolVersion);
+    request.set_job_id(params_.job_id);
+    request.set_consumer_index(params_.consumer_index);
     {
       absl::MutexLock lock(&mu_);
       if (cancelled_ || !error_.ok() || !listed_.contains(address)) {
         reader->exited = true;
         return;
       }
+      for (const SlotProgress& h : state_.Held()) {
+        if (h.complete) continue;
+        proto::HeldSplit* out = request.add_held();
+        out->mutable_key()->set_job_id(params_.job_id);
+        out->mutable_key()->set_consumer_index(params_.consumer_index);
+        out->mutable_key()->set_epoch(h.epoch);
+        out->mutable_key()->set_position(h.position);
+        out->set_batches(h.batches);
+      }
       reader->context = std::make_unique<grpc::ClientContext>();
       context = reader->context.get();
     }
     std::unique_ptr<grpc::ClientReader<proto::Batch>> stream =
         stub->GetBatches(context, request);
-    proto::Batch wire;
     bool received_any = false;
-    while (stream->Read(&wire)) {
+    bool reopen = false;
+    auto wire = std::make_shared<proto::Batch>();
+    while (stream->Read(wire.get())) {
       received_any = true;
-      if (!Deliver(wire, address)) {
+      const DeliverResult result = Deliver(std::move(wire), address);
+      wire = std::make_shared<proto::Batch>();
+      if (result == DeliverResult::kStop) {
         context->TryCancel();
         break;
       }
-      wire.Clear();
+      if (result == DeliverResult::kReopen) {
+        reopen = true;
+        context->TryCancel();
+        break;
+      }
     }
     const grpc::Status status = stream->Finish();
     stream.reset();
@@ -433,15 +520,24 @@ void BatchIteratorImpl::ReaderLoop(Reader* reader) {
       return;
     }
     if (received_any) failures = 0;
+    if (reopen) {
+      // Reopen once the buffer has room, so the re-sent batches can be taken.
+      while (!cancelled_ && error_.ok() &&
+             state_.buffered() >= params_.options.prefetch_batches) {
+        cv_.Wait(&mu_);
+      }
+      continue;
+    }
     if (status.ok()) {
-      // The worker has nothing more for us now: reopen after the next heartbeat
-      // if still listed.
+      // The worker has nothing more for us now: reopen after the next heartbeat if still
+      // listed.
       const uint64_t seen = heartbeats_;
       while (!cancelled_ && error_.ok() && heartbeats_ == seen) cv_.Wait(&mu_);
       continue;
     }
-    if (IsFatalStreamCode(status.error_code())) {
-      Fail(FromGrpc(status, absl::StrCat("sluice worker at ", address)));
+    if (!IsRetryableStreamCode(status.error_code())) {
+      Fail(service::FromGrpcStatus(status,
+                                   absl::StrCat("sluice worker at ", address)));
       reader->exited = true;
       return;
     }

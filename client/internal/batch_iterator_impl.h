@@ -35,6 +35,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/internal/iterator_state.h"
+#include "common/service/protocol.h"
 #include "grpcpp/grpcpp.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
@@ -45,11 +46,8 @@
 namespace sluice::client {
 
 // The wire protocol version all components share (proto/worker.proto).
-inline constexpr uint32_t kProtocolVersion = proto::PROTOCOL_VERSION_CURRENT;
+using service::kProtocolVersion;
 
-// grpc::Status -> absl::Status with the same code and the message prefixed by
-// `what`.
-absl::Status FromGrpc(const grpc::Status& status, const std::string& what);
 // An error of dispatcher RPC `rpc`: UNAVAILABLE and DEADLINE_EXCEEDED become
 // Unavailable "cannot reach the sluice dispatcher at ADDRESS: ..."; other codes
 // are kept, the message prefixed.
@@ -63,7 +61,14 @@ struct IteratorParams {
   uint32_t consumer_index = 0;
   bool deterministic = false;
   bool parallel_epochs = false;
+  std::string job_name;
+  uint32_t num_consumers = 1;
+  // Continue from this checkpoint (SaveState of an earlier iterator of this consumer).
+  std::optional<proto::ConsumerCheckpoint> restore;
 };
+
+// The version SaveState() writes and Open(restore_state) accepts.
+inline constexpr uint32_t kCheckpointVersion = 1;
 
 class BatchIteratorImpl final : public BatchIterator {
  public:
@@ -80,6 +85,8 @@ class BatchIteratorImpl final : public BatchIterator {
   int buffered_batches() const override ABSL_LOCKS_EXCLUDED(mu_);
   uint64_t duplicate_batches() const override ABSL_LOCKS_EXCLUDED(mu_);
   uint64_t job_id() const override { return params_.job_id; }
+  absl::StatusOr<std::string> SaveState() const override
+      ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Reader {
@@ -97,10 +104,12 @@ class BatchIteratorImpl final : public BatchIterator {
   absl::Status Heartbeat() ABSL_LOCKS_EXCLUDED(mu_);
   void HeartbeatLoop() ABSL_LOCKS_EXCLUDED(mu_);
   void ReaderLoop(Reader* reader) ABSL_LOCKS_EXCLUDED(mu_);
-  // Hands one batch to the state; waits while the buffer is full. False when
-  // the reader must stop.
-  bool Deliver(proto::Batch& wire, const std::string& address)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  enum class DeliverResult { kContinue, kReopen, kStop };
+  // Hands one message to the state; waits while the buffer is full. kReopen: batches before
+  // it are missing; reopen the stream from what the consumer holds. kStop: the reader must
+  // stop.
+  DeliverResult Deliver(std::shared_ptr<proto::Batch> wire,
+                        const std::string& address) ABSL_LOCKS_EXCLUDED(mu_);
   // Starts readers for `addresses` that have none; collects exited ones that
   // are not listed.
   void SyncReaders(const std::set<std::string>& addresses)
@@ -120,6 +129,8 @@ class BatchIteratorImpl final : public BatchIterator {
   absl::CondVar cv_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   bool heartbeat_due_ ABSL_GUARDED_BY(mu_) = false;
+  bool restore_pending_ ABSL_GUARDED_BY(mu_) =
+      false;  // until a heartbeat carried it
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   IteratorState state_ ABSL_GUARDED_BY(mu_);
   uint64_t heartbeats_ ABSL_GUARDED_BY(mu_) = 0;  // successful ones

@@ -1,5 +1,6 @@
 #include "client/internal/iterator_state.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace sluice::client {
@@ -15,62 +16,82 @@ int IteratorState::buffered() const {
 }
 
 IteratorState::Admit IteratorState::Check(uint64_t epoch, uint64_t position,
-                                          uint64_t index) const {
+                                          uint64_t index, bool marker) const {
   if (track_splits_) {
     if (started_ && epoch < epoch_) return Admit::kDuplicate;
     if (deterministic_ && epoch < std::get<0>(cursor_))
       return Admit::kDuplicate;
     auto it = slots_.find({epoch, position});
     const uint64_t received = it == slots_.end() ? 0 : it->second.received;
-    if (it != slots_.end() && it->second.complete && index >= received) {
-      // Complete: every batch was received (or the dispatcher says so).
-      return Admit::kDuplicate;
-    }
+    if (it != slots_.end() && it->second.complete) return Admit::kDuplicate;
     if (index < received) return Admit::kDuplicate;
     if (index > received) return Admit::kAhead;
+    if (marker) return Admit::kAccept;  // holds no memory
+  } else if (marker) {
+    return Admit::kDuplicate;  // parallel epochs: nothing to track
   }
   if (buffered() < prefetch_) return Admit::kAccept;
   if (deterministic_) {
     const BatchKey key{epoch, position, index};
     if (key == cursor_) return Admit::kAccept;
-    if (!ordered_.contains(cursor_))
-      return Admit::kAccept;  // see the header: no deadlock
+    if (!ordered_.contains(cursor_)) {
+      return buffered() < 4 * prefetch_ + 4 ? Admit::kAccept : Admit::kDrop;
+    }
   }
   return Admit::kWait;
 }
 
-bool IteratorState::Accept(Batch batch, bool last_in_split) {
+void IteratorState::Accept(Batch batch) {
   if (!track_splits_) {
     fifo_.push_back(std::move(batch));
-    return false;
+    return;
   }
   Slot& slot = slots_[{batch.epoch, batch.position}];
   ++slot.received;
-  if (last_in_split) slot.complete = true;
-  const bool completes_slot = last_in_split && batch.epoch == epoch_;
   if (deterministic_) {
     const BatchKey key{batch.epoch, batch.position, batch.batch_index};
     ordered_.emplace(key, std::move(batch));
   } else {
     fifo_.push_back(std::move(batch));
   }
-  return completes_slot && CurrentEpochComplete();
+}
+
+void IteratorState::AcceptMarker(uint64_t epoch, uint64_t position,
+                                 uint64_t /*count*/) {
+  Slot& slot = slots_[{epoch, position}];
+  slot.complete = true;
+  if (slot.FullyReturned()) progress_due_ = true;
+  if (deterministic_) AdvanceCursor();
 }
 
 std::optional<Batch> IteratorState::Pop() {
+  std::optional<Batch> batch;
   if (!deterministic_) {
     if (fifo_.empty()) return std::nullopt;
-    Batch batch = std::move(fifo_.front());
+    batch = std::move(fifo_.front());
     fifo_.pop_front();
-    return batch;
+  } else {
+    auto it = ordered_.find(cursor_);
+    if (it == ordered_.end()) return std::nullopt;
+    batch = std::move(it->second);
+    ordered_.erase(it);
+    std::get<2>(cursor_) += 1;
   }
-  auto it = ordered_.find(cursor_);
-  if (it == ordered_.end()) return std::nullopt;
-  Batch batch = std::move(it->second);
-  ordered_.erase(it);
-  std::get<2>(cursor_) += 1;
-  AdvanceCursor();
+  if (track_splits_) {
+    auto slot = slots_.find({batch->epoch, batch->position});
+    if (slot != slots_.end()) {
+      ++slot->second.returned;
+      if (slot->second.FullyReturned()) progress_due_ = true;
+    }
+  }
+  if (deterministic_) AdvanceCursor();
   return batch;
+}
+
+bool IteratorState::TakeProgressDue() {
+  const bool due = progress_due_;
+  progress_due_ = false;
+  return due;
 }
 
 void IteratorState::AdvanceCursor() {
@@ -84,22 +105,15 @@ void IteratorState::AdvanceCursor() {
       continue;
     }
     auto slot = slots_.find({epoch, position});
-    if (slot == slots_.end() || !slot->second.complete) return;
+    if (slot == slots_.end()) return;
+    index =
+        std::max(index, slot->second.returned);  // released before a Restore()
+    if (!slot->second.complete) return;
     if (index < slot->second.received)
       return;  // the slot still has batches to release
     ++position;
     index = 0;
   }
-}
-
-bool IteratorState::CurrentEpochComplete() const {
-  auto n = num_positions_.find(epoch_);
-  if (n == num_positions_.end()) return false;
-  for (uint64_t p = 0; p < n->second; ++p) {
-    auto it = slots_.find({epoch_, p});
-    if (it == slots_.end() || !it->second.complete) return false;
-  }
-  return true;
 }
 
 void IteratorState::Forget(uint64_t below_epoch) {
@@ -128,10 +142,22 @@ void IteratorState::ApplyHeartbeat(uint64_t epoch, uint64_t num_positions,
       slot.done_elsewhere = slot.received == 0;
     }
   }
-  // Older epochs are done; deterministic mode still needs their slots until the
-  // cursor passed.
+  // Older epochs are done; deterministic mode still needs their slots until the cursor passed.
   Forget(deterministic_ ? std::min(epoch, std::get<0>(cursor_)) : epoch);
   if (deterministic_) AdvanceCursor();
+}
+
+void IteratorState::Restore(uint64_t epoch,
+                            const std::vector<SlotProgress>& returned) {
+  epoch_ = epoch;
+  cursor_ = {epoch, 0, 0};
+  for (const SlotProgress& p : returned) {
+    if (p.epoch != epoch) continue;
+    Slot& slot = slots_[{p.epoch, p.position}];
+    slot.received = slot.returned = p.batches;
+    slot.complete = p.complete;
+  }
+  // The cursor moves on once the first heartbeat tells how many positions the epoch has.
 }
 
 std::vector<SlotProgress> IteratorState::Progress() const {
@@ -141,7 +167,20 @@ std::vector<SlotProgress> IteratorState::Progress() const {
     if (it->second.done_elsewhere) continue;
     out.push_back({.epoch = std::get<0>(it->first),
                    .position = std::get<1>(it->first),
-                   .received = it->second.received,
+                   .batches = it->second.returned,
+                   .complete = it->second.FullyReturned()});
+  }
+  return out;
+}
+
+std::vector<SlotProgress> IteratorState::Held() const {
+  std::vector<SlotProgress> out;
+  if (!track_splits_) return out;
+  for (auto it = slots_.lower_bound({epoch_, 0}); it != slots_.end(); ++it) {
+    if (it->second.done_elsewhere) continue;
+    out.push_back({.epoch = std::get<0>(it->first),
+                   .position = std::get<1>(it->first),
+                   .batches = it->second.received,
                    .complete = it->second.complete});
   }
   return out;

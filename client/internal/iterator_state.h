@@ -1,44 +1,39 @@
-// IteratorState: the bookkeeping of one consumer's iterator, without threads or
-// gRPC, so the delivery rules can be tested on their own. BatchIteratorImpl
-// owns one and calls it under its mutex. Not thread-safe.
+// IteratorState: the bookkeeping of one consumer's iterator, without threads or gRPC, so the
+// delivery rules can be tested on their own. BatchIteratorImpl owns one and calls it under its
+// mutex. Not thread-safe.
 //
-// Exactly-once. Per split slot (epoch, position) the state counts the batches
-// *received* (buffered or already returned): a contiguous prefix, since a
-// worker produces a split's batches in order and a replacement worker starts at
-// the prefix the consumer last reported. A batch (epoch, position, index) is
-//   index <  received  -> a duplicate (re-sent after a reassignment): dropped
-//   and counted; index == received  -> accepted (received + 1; complete when it
-//   is the split's last batch); index >  received  -> "ahead": dropped and
-//   logged by the caller. It cannot happen under the
-//                         protocol (the reported prefix never exceeds what the
-//                         consumer holds, so no producer starts past it);
-//                         accepting it would leave a hole that no one re-sends,
-//                         so we keep the invariant "received is a prefix"
-//                         instead.
-//   epoch < the dispatcher's current epoch -> a duplicate: that epoch is done,
-//   so every batch of it
-//                         was already received.
-// A split slot the dispatcher lists in done_positions without the consumer
-// holding it (a previous process of this consumer completed it) counts as
-// complete.
+// Per split slot (epoch, position) it counts the batches *received* (buffered or returned) and
+// *returned* to the trainer, both contiguous prefixes, and whether the end-of-split marker
+// arrived (then the slot's batch count is known). A message (epoch, position, index) is
+//   index <  received -> a duplicate (re-sent after a reassignment or a stream restart): dropped
+//   index == received -> accepted (a marker completes the slot)
+//   index >  received -> "ahead": batches before it were lost in flight or dropped by the bound
+//                        below; dropped, and the caller reopens the stream so the worker
+//                        produces the split again from `received` (see Held()).
+//   epoch < the dispatcher's current epoch -> a duplicate: that epoch is done.
+// A slot the dispatcher lists in done_positions without the consumer holding it (a previous
+// process of this consumer completed it) counts as complete and returned.
 //
-// Release order. Default: arrival order (FIFO). Deterministic: (epoch,
-// position, batch_index) of the split sequence; the cursor skips slots that are
-// complete and fully released.
+// Delivered means returned: Progress() reports *returned* counts, and a slot is complete for
+// the dispatcher only once all its batches were returned, so a trainer that dies with batches
+// in its prefetch buffer gets them again (through SaveState()/restore). Held() reports
+// *received* counts: what the worker streams need not send again.
 //
-// Bound. An accepted batch waits (Check() says kWait) while `prefetch` batches
-// are buffered. Deterministic mode exempts the batch the cursor waits for and,
-// to avoid a deadlock, every batch while the cursor's batch is not buffered:
-// that batch may be queued behind others on any worker stream (a worker
-// interleaves the splits it produces), so readers must keep reading until it
-// arrives. The dispatcher hands out splits roughly in sequence order, so the
-// overshoot stays near (workers x splits in production) batches.
+// Release order. Default: arrival order (FIFO). Deterministic: (epoch, position, batch_index) of
+// the split sequence; the cursor skips slots that are complete and fully released (an empty
+// split's marker alone moves it on).
 //
-// Example (deterministic, prefetch 2): sequence of epoch 0 has positions 0 and
-// 1, two batches each. Worker B sends (1,0), (1,1): (1,0) accepted (buffer 1),
-// (1,1) accepted (buffer 2, the cursor (0,0) is not buffered, so the bound does
-// not apply). Worker A sends (0,0): accepted (it is the cursor's). Pop()
-// returns (0,0); A's (0,1) arrives, accepted; Pop() -> (0,1), (1,0), (1,1).
+// Bound. A data batch waits (kWait) while `prefetch` batches are buffered. Deterministic mode
+// accepts beyond that the batch the cursor waits for and, while the cursor's batch is missing,
+// others up to a hard cap of 4 x prefetch + 4 (that batch may be queued behind them on a worker
+// stream, so readers must keep reading). Past the cap a batch that is not the cursor's is
+// dropped (kDrop), so a stalled worker cannot make the client buffer without bound; the worker
+// produces it again when the stream is reopened.
+//
+// Example (deterministic, prefetch 2): sequence of epoch 0 has positions 0 and 1, two batches
+// each. Worker B sends (1,0), (1,1), marker (1,2): accepted (the cursor (0,0) is not buffered).
+// Worker A sends (0,0): accepted (it is the cursor's). Pop() returns (0,0); A's (0,1) and marker
+// (0,2) arrive; Pop() -> (0,1), (1,0), (1,1).
 #ifndef SLUICE_CLIENT_INTERNAL_ITERATOR_STATE_H_
 #define SLUICE_CLIENT_INTERNAL_ITERATOR_STATE_H_
 
@@ -56,43 +51,53 @@ namespace sluice::client {
 struct SlotProgress {
   uint64_t epoch = 0;
   uint64_t position = 0;
-  uint64_t received = 0;  // contiguous prefix of batches held
-  bool complete = false;  // holds the split's last batch
+  uint64_t batches =
+      0;  // Progress(): returned; Held(): received (contiguous prefixes)
+  bool complete =
+      false;  // Progress(): every batch returned; Held(): the marker received
 };
 
 class IteratorState {
  public:
-  enum class Admit { kAccept, kDuplicate, kAhead, kWait };
+  enum class Admit { kAccept, kDuplicate, kAhead, kWait, kDrop };
 
-  // track_splits = false (PARALLEL_EPOCHS): no per-split bookkeeping; every
-  // batch is accepted.
+  // track_splits = false (PARALLEL_EPOCHS): no per-split bookkeeping; every batch is accepted.
   IteratorState(bool deterministic, bool track_splits, int prefetch);
 
-  // What to do with batch `index` of slot (epoch, position) now.
-  Admit Check(uint64_t epoch, uint64_t position, uint64_t index) const;
-  // REQUIRES: Check(...) == kAccept for the batch's origin. Returns true when
-  // this batch completed every slot of the dispatcher's current epoch (time for
-  // an early heartbeat).
-  bool Accept(Batch batch, bool last_in_split);
+  // What to do with message `index` of slot (epoch, position) now; `marker`: an end-of-split
+  // marker (index = the split's batch count).
+  Admit Check(uint64_t epoch, uint64_t position, uint64_t index,
+              bool marker) const;
+  // REQUIRES: Check(...) == kAccept for the batch's origin.
+  void Accept(Batch batch);
+  // REQUIRES: Check(..., marker=true) == kAccept.
+  void AcceptMarker(uint64_t epoch, uint64_t position, uint64_t count);
   // The next batch to release, if any.
   std::optional<Batch> Pop();
+  // Some slot of the current epoch became fully returned since the last call (report early).
+  bool TakeProgressDue();
 
-  // A ClientHeartbeatResponse: the consumer is in `epoch`, whose sequence has
-  // `num_positions` slots, of which `done_positions` are done; `finished`: all
-  // epochs are done.
+  // A ClientHeartbeatResponse: the consumer is in `epoch`, whose sequence has `num_positions`
+  // slots, of which `done_positions` are done; `finished`: all epochs are done.
   void ApplyHeartbeat(uint64_t epoch, uint64_t num_positions,
                       const std::vector<uint64_t>& done_positions,
                       bool finished);
+  // Starts from a saved state: in `epoch`, slots with `returned` batches returned (and complete
+  // ones fully returned), as SaveState() described them.
+  void Restore(uint64_t epoch, const std::vector<SlotProgress>& returned);
 
-  // Cumulative progress of every slot of the current (and any later) epoch the
-  // consumer holds batches of, for the next ClientHeartbeat.
+  // Returned counts of every slot of the current (and any later) epoch the consumer holds, for
+  // the next ClientHeartbeat, and for SaveState().
   std::vector<SlotProgress> Progress() const;
+  // Received counts of every slot not yet complete, for a (re)opened worker stream.
+  std::vector<SlotProgress> Held() const;
 
   // All epochs done and everything returned.
   bool Done() const { return finished_ && buffered() == 0; }
   bool started() const { return started_; }
+  bool finished() const { return finished_; }
   int buffered() const;
-  uint64_t dispatcher_epoch() const { return epoch_; }
+  uint64_t epoch() const { return epoch_; }
 
  private:
   using Key = std::tuple<uint64_t, uint64_t>;  // (epoch, position)
@@ -100,12 +105,13 @@ class IteratorState {
       std::tuple<uint64_t, uint64_t, uint64_t>;  // (epoch, position, index)
   struct Slot {
     uint64_t received = 0;
-    bool complete = false;
+    uint64_t returned = 0;
+    bool complete = false;  // marker received (or done elsewhere)
     bool done_elsewhere =
         false;  // listed done by the dispatcher, not held here
+    bool FullyReturned() const { return complete && returned == received; }
   };
 
-  bool CurrentEpochComplete() const;
   void AdvanceCursor();
   void Forget(uint64_t below_epoch);
 
@@ -115,6 +121,7 @@ class IteratorState {
 
   bool started_ = false;
   bool finished_ = false;
+  bool progress_due_ = false;
   uint64_t epoch_ = 0;  // the dispatcher's current epoch for this consumer
   std::map<uint64_t, uint64_t> num_positions_;  // per epoch, as heartbeats told
   std::map<Key, Slot> slots_;

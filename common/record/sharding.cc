@@ -64,4 +64,18 @@ absl::StatusOr<std::vector<Split>> EnumerateSplits(
   return splits;
 }
 
+std::vector<uint64_t> SplitRecordOrder(uint64_t first_global, uint64_t n,
+                                       bool shuffle, uint64_t seed,
+                                       uint64_t split_id, uint64_t epoch) {
+  std::vector<uint64_t> indices(n);
+  if (shuffle) {
+    const std::vector<uint64_t> perm =
+        Permutation(n, MixSeed({seed, split_id}), epoch);
+    for (uint64_t i = 0; i < n; ++i) indices[i] = first_global + perm[i];
+  } else {
+    for (uint64_t i = 0; i < n; ++i) indices[i] = first_global + i;
+  }
+  return indices;
+}
+
 }  // namespace sluice::record

@@ -50,6 +50,14 @@ struct Split {
 absl::StatusOr<std::vector<Split>> EnumerateSplits(
     const std::vector<uint64_t>& shard_record_counts, uint64_t split_size);
 
+// The order in which a worker reads the `n` records of a split starting at global index
+// `first_global`: natural order, or, when the pipeline shuffles,
+// Permutation(n, MixSeed({seed, split_id}), epoch) applied to that range. The same on every
+// worker, so a replacement worker re-produces exactly the same batches.
+std::vector<uint64_t> SplitRecordOrder(uint64_t first_global, uint64_t n,
+                                       bool shuffle, uint64_t seed,
+                                       uint64_t split_id, uint64_t epoch);
+
 }  // namespace sluice::record
 
 #endif  // SLUICE_COMMON_RECORD_SHARDING_H_

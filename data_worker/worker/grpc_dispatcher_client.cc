@@ -5,18 +5,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/retry.h"
+#include "common/service/channel_factory.h"
+#include "common/service/grpc_status.h"
 
 namespace sluice::data_worker {
-
-absl::Status FromGrpcStatus(const grpc::Status& status) {
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      status.error_message());
-}
-
-grpc::Status ToGrpcStatus(const absl::Status& status) {
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
-}
 
 absl::StatusOr<std::unique_ptr<GrpcDispatcherClient>>
 GrpcDispatcherClient::Create(GrpcDispatcherClientOptions options) {
@@ -31,8 +23,8 @@ GrpcDispatcherClient::Create(GrpcDispatcherClientOptions options) {
 GrpcDispatcherClient::GrpcDispatcherClient(GrpcDispatcherClientOptions options)
     : options_(std::move(options)),
       clock_(options_.clock != nullptr ? options_.clock : RealClock::Get()),
-      stub_(proto::DispatcherService::NewStub(grpc::CreateChannel(
-          options_.address, grpc::InsecureChannelCredentials()))) {}
+      stub_(proto::DispatcherService::NewStub(
+          *service::CreateChannel(options_.address))) {}
 
 template <typename Request, typename Response, typename Method>
 absl::Status GrpcDispatcherClient::Call(const char* name, Method method,
@@ -48,7 +40,8 @@ absl::Status GrpcDispatcherClient::Call(const char* name, Method method,
       timeout = std::max(absl::Milliseconds(100),
                          std::min(timeout, give_up - clock_->Now()));
     context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-    return FromGrpcStatus(((*stub_).*method)(&context, request, response));
+    return service::FromGrpcStatus(
+        ((*stub_).*method)(&context, request, response));
   };
   absl::Status status;
   if (retry) {

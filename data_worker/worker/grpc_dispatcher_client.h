@@ -24,10 +24,6 @@
 
 namespace sluice::data_worker {
 
-// Same numeric codes.
-absl::Status FromGrpcStatus(const grpc::Status& status);
-grpc::Status ToGrpcStatus(const absl::Status& status);
-
 struct GrpcDispatcherClientOptions {
   std::string address;  // host:port of sluice-dispatcher
   absl::Duration rpc_timeout = absl::Seconds(5);

@@ -5,6 +5,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "common/service/grpc_status.h"
 #include "data_worker/worker/grpc_dispatcher_client.h"
 
 namespace sluice::data_worker {
@@ -40,7 +41,7 @@ class BatchWriter final : public grpc::ServerWriteReactor<proto::Batch> {
     absl::MutexLock lock(&mu_);
     if (!id.ok()) {
       finished_ = true;
-      Finish(ToGrpcStatus(id.status()));
+      Finish(service::ToGrpcStatus(id.status()));
       return;
     }
     stream_id_ = *id;
@@ -101,7 +102,7 @@ class BatchWriter final : public grpc::ServerWriteReactor<proto::Batch> {
         return;
       case StreamEvent::kEnd:
         finished_ = true;
-        Finish(ToGrpcStatus(event.status));
+        Finish(service::ToGrpcStatus(event.status));
         return;
     }
   }

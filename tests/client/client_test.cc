@@ -52,8 +52,8 @@ JobOptions Job(bool deterministic = false) {
 uint64_t IdOf(const Batch& batch) {
   uint64_t id = 0;
   EXPECT_EQ(batch.columns.at(0).name, "id");
-  EXPECT_EQ(batch.columns.at(0).data.size(), sizeof(id));
-  std::memcpy(&id, batch.columns.at(0).data.data(), sizeof(id));
+  EXPECT_EQ(batch.columns.at(0).size, sizeof(id));
+  std::memcpy(&id, batch.columns.at(0).data, sizeof(id));
   return id;
 }
 
@@ -67,7 +67,7 @@ std::vector<Origin> ReadAll(BatchIterator& it) {
     const Batch& b = **batch;
     EXPECT_EQ(IdOf(b), BatchId(b.epoch, b.position, b.batch_index));
     EXPECT_THAT(b.global_indices, ::testing::ElementsAre(IdOf(b)));
-    EXPECT_EQ(b.columns[0].dtype, record::DType::kInt64);
+    EXPECT_EQ(b.columns[0].dtype, DType::kInt64);
     out.emplace_back(b.epoch, b.position, b.batch_index);
   }
 }
@@ -371,7 +371,7 @@ TEST(DataServiceClient, CreateFailsClearlyOnANonGrpcServer) {
 
 TEST(DataServiceClient, CreateReportsAProtocolVersionMismatch) {
   FakeDispatcher dispatcher(/*num_epochs=*/1, /*positions=*/1);
-  dispatcher.SetVersion(2);
+  dispatcher.SetVersion(service::kProtocolVersion + 1);
   TestServer dispatcher_server(&dispatcher);
   absl::StatusOr<std::unique_ptr<DataServiceClient>> client =
       DataServiceClient::Create(Options(dispatcher_server.address()));

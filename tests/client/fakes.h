@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/service/protocol.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/dispatcher.grpc.pb.h"
 #include "proto/worker_service.grpc.pb.h"
@@ -168,7 +169,7 @@ class FakeDispatcher final : public proto::DispatcherService::Service {
   const uint64_t num_epochs_;
   const uint64_t positions_;
   mutable absl::Mutex mu_;
-  uint32_t version_ ABSL_GUARDED_BY(mu_) = 1;
+  uint32_t version_ ABSL_GUARDED_BY(mu_) = service::kProtocolVersion;
   grpc::Status heartbeat_error_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> tasks_ ABSL_GUARDED_BY(mu_);
   proto::RegisterDatasetRequest registered_ ABSL_GUARDED_BY(mu_);
@@ -241,6 +242,8 @@ class FakeWorker final : public proto::WorkerService::Service {
     }
     while (true) {
       proto::Batch batch;
+      proto::Batch
+          marker;  // after a split's last batch: its end-of-split marker
       {
         absl::MutexLock lock(&mu_);
         if (next_ == script_.size()) return final_status_;
@@ -251,7 +254,12 @@ class FakeWorker final : public proto::WorkerService::Service {
         batch.mutable_key()->set_position(item.position);
         batch.set_split_id(item.position);
         batch.set_batch_index(item.index);
-        batch.set_last_in_split(item.last);
+        if (item.last) {
+          *marker.mutable_key() = batch.key();
+          marker.set_split_id(item.position);
+          marker.set_batch_index(item.index + 1);
+          marker.set_end_of_split(true);
+        }
         const uint64_t id = BatchId(item.epoch, item.position, item.index);
         proto::Column* column = batch.add_columns();
         column->set_name("id");
@@ -270,6 +278,8 @@ class FakeWorker final : public proto::WorkerService::Service {
         batch.add_global_indices(id);
       }
       if (!writer->Write(batch)) return grpc::Status::CANCELLED;
+      if (marker.end_of_split() && !writer->Write(marker))
+        return grpc::Status::CANCELLED;
       absl::MutexLock lock(&mu_);
       ++writes_;
     }

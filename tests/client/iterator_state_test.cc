@@ -17,13 +17,25 @@ Batch MakeBatch(uint64_t epoch, uint64_t position, uint64_t index) {
   return batch;
 }
 
-// Checks, and accepts when admitted. Returns the decision.
+// Checks, and accepts when admitted; `last`: the split's end-of-split marker (index + 1)
+// follows the batch. Returns the batch's decision.
 Admit Offer(IteratorState& state, uint64_t epoch, uint64_t position,
             uint64_t index, bool last) {
-  const Admit admit = state.Check(epoch, position, index);
-  if (admit == Admit::kAccept)
-    state.Accept(MakeBatch(epoch, position, index), last);
+  const Admit admit = state.Check(epoch, position, index, /*marker=*/false);
+  if (admit == Admit::kAccept) {
+    state.Accept(MakeBatch(epoch, position, index));
+    if (last) {
+      EXPECT_EQ(state.Check(epoch, position, index + 1, /*marker=*/true),
+                Admit::kAccept);
+      state.AcceptMarker(epoch, position, index + 1);
+    }
+  }
   return admit;
+}
+
+void PopAll(IteratorState& state) {
+  while (state.Pop().has_value()) {
+  }
 }
 
 TEST(IteratorState, AcceptsTheNextBatchOfASplitOnly) {
@@ -37,10 +49,83 @@ TEST(IteratorState, AcceptsTheNextBatchOfASplitOnly) {
   EXPECT_EQ(Offer(state, 0, 0, 1, true), Admit::kAccept);
   EXPECT_EQ(Offer(state, 0, 0, 2, true),
             Admit::kDuplicate);  // the split is complete
+  // Held: what the streams need not send again; Progress: what the trainer got.
+  std::vector<SlotProgress> held = state.Held();
+  ASSERT_EQ(held.size(), 1u);
+  EXPECT_EQ(held[0].batches, 2u);
+  EXPECT_TRUE(held[0].complete);
   std::vector<SlotProgress> progress = state.Progress();
   ASSERT_EQ(progress.size(), 1u);
-  EXPECT_EQ(progress[0].received, 2u);
+  EXPECT_EQ(progress[0].batches, 0u);  // nothing returned yet: not delivered
+  EXPECT_FALSE(progress[0].complete);
+  ASSERT_TRUE(state.Pop().has_value());
+  EXPECT_EQ(state.Progress()[0].batches, 1u);
+  EXPECT_FALSE(state.Progress()[0].complete);
+  ASSERT_TRUE(state.Pop().has_value());
+  EXPECT_EQ(state.Progress()[0].batches, 2u);
+  EXPECT_TRUE(state.Progress()[0].complete);
+  EXPECT_TRUE(state.TakeProgressDue());
+}
+
+TEST(IteratorState, AnEmptySplitCompletesWithItsMarkerAlone) {
+  IteratorState state(/*deterministic=*/true, /*track_splits=*/true,
+                      /*prefetch=*/4);
+  state.ApplyHeartbeat(0, 2, {}, false);
+  ASSERT_EQ(state.Check(0, 0, 0, /*marker=*/true), Admit::kAccept);
+  state.AcceptMarker(0, 0, 0);  // position 0 yielded no batch (all filtered)
+  EXPECT_EQ(Offer(state, 0, 1, 0, true), Admit::kAccept);
+  std::optional<Batch> b = state.Pop();
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->position, 1u);  // the cursor moved past the empty split
+  std::vector<SlotProgress> progress = state.Progress();
+  ASSERT_EQ(progress.size(), 2u);
+  EXPECT_EQ(progress[0].batches, 0u);
   EXPECT_TRUE(progress[0].complete);
+  EXPECT_TRUE(progress[1].complete);
+}
+
+TEST(IteratorState, AMarkerAheadOfMissingBatchesIsNotAccepted) {
+  IteratorState state(/*deterministic=*/false, /*track_splits=*/true,
+                      /*prefetch=*/4);
+  state.ApplyHeartbeat(0, 1, {}, false);
+  EXPECT_EQ(Offer(state, 0, 0, 0, false), Admit::kAccept);
+  // Batch 1 was lost in flight: the marker (count 2) must not complete the split.
+  EXPECT_EQ(state.Check(0, 0, 2, /*marker=*/true), Admit::kAhead);
+  EXPECT_EQ(state.Held()[0].batches, 1u);
+  EXPECT_FALSE(state.Held()[0].complete);
+}
+
+TEST(IteratorState, DeterministicModeDropsPastTheHardCapWhileTheCursorWaits) {
+  IteratorState state(/*deterministic=*/true, /*track_splits=*/true,
+                      /*prefetch=*/1);
+  state.ApplyHeartbeat(0, 12, {}, false);
+  // The cursor (0, 0) is stalled; later splits fill the buffer up to 4 x 1 + 4 = 8.
+  for (uint64_t p = 1; p <= 8; ++p)
+    EXPECT_EQ(Offer(state, 0, p, 0, false), Admit::kAccept);
+  EXPECT_EQ(state.Check(0, 9, 0, /*marker=*/false), Admit::kDrop);
+  EXPECT_EQ(state.buffered(), 8);
+  // The cursor's own batch is always taken.
+  EXPECT_EQ(Offer(state, 0, 0, 0, true), Admit::kAccept);
+}
+
+TEST(IteratorState, RestoreContinuesFromWhatWasReturned) {
+  IteratorState state(/*deterministic=*/true, /*track_splits=*/true,
+                      /*prefetch=*/4);
+  state.Restore(/*epoch=*/2,
+                {{.epoch = 2, .position = 0, .batches = 3, .complete = true},
+                 {.epoch = 2, .position = 1, .batches = 1, .complete = false}});
+  state.ApplyHeartbeat(2, 2, /*done_positions=*/{0}, false);
+  EXPECT_EQ(state.Check(2, 1, 0, false),
+            Admit::kDuplicate);  // returned before the save
+  EXPECT_EQ(Offer(state, 2, 1, 1, true), Admit::kAccept);
+  std::optional<Batch> b = state.Pop();
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->position, 1u);
+  EXPECT_EQ(b->batch_index, 1u);
+  std::vector<SlotProgress> progress = state.Progress();
+  ASSERT_EQ(progress.size(), 2u);
+  EXPECT_EQ(progress[1].batches, 2u);
+  EXPECT_TRUE(progress[1].complete);
 }
 
 TEST(IteratorState, TreatsBatchesOfAFinishedEpochAsDuplicates) {
@@ -51,14 +136,15 @@ TEST(IteratorState, TreatsBatchesOfAFinishedEpochAsDuplicates) {
   EXPECT_EQ(Offer(state, 1, 0, 0, false), Admit::kAccept);
 }
 
-TEST(IteratorState, ReportsEpochCompletionWhenTheLastSplitCompletes) {
+TEST(IteratorState, ReportsProgressWhenASplitIsFullyReturned) {
   IteratorState state(/*deterministic=*/false, /*track_splits=*/true,
                       /*prefetch=*/8);
   state.ApplyHeartbeat(0, 2, {}, false);
-  ASSERT_EQ(state.Check(0, 1, 0), Admit::kAccept);
-  EXPECT_FALSE(state.Accept(MakeBatch(0, 1, 0), /*last_in_split=*/true));
-  ASSERT_EQ(state.Check(0, 0, 0), Admit::kAccept);
-  EXPECT_TRUE(state.Accept(MakeBatch(0, 0, 0), /*last_in_split=*/true));
+  EXPECT_EQ(Offer(state, 0, 1, 0, true), Admit::kAccept);
+  EXPECT_FALSE(state.TakeProgressDue());  // received, not returned
+  ASSERT_TRUE(state.Pop().has_value());
+  EXPECT_TRUE(state.TakeProgressDue());
+  EXPECT_FALSE(state.TakeProgressDue());
 }
 
 TEST(IteratorState, WaitsWhenTheBufferIsFull) {
@@ -68,7 +154,8 @@ TEST(IteratorState, WaitsWhenTheBufferIsFull) {
   EXPECT_EQ(Offer(state, 0, 0, 0, false), Admit::kAccept);
   EXPECT_EQ(Offer(state, 0, 1, 0, false), Admit::kAccept);
   EXPECT_EQ(Offer(state, 0, 2, 0, false), Admit::kWait);
-  EXPECT_EQ(state.Check(0, 0, 0), Admit::kDuplicate);  // duplicates never wait
+  EXPECT_EQ(state.Check(0, 0, 0, false),
+            Admit::kDuplicate);  // duplicates never wait
   ASSERT_TRUE(state.Pop().has_value());
   EXPECT_EQ(Offer(state, 0, 2, 0, false), Admit::kAccept);
 }
@@ -81,7 +168,7 @@ TEST(IteratorState, DeterministicModeReleasesInSequenceOrder) {
   // stop it.
   EXPECT_EQ(Offer(state, 0, 1, 0, false), Admit::kAccept);
   EXPECT_EQ(Offer(state, 0, 1, 1, true), Admit::kAccept);
-  EXPECT_EQ(Offer(state, 0, 1, 2, true), Admit::kDuplicate);
+  EXPECT_EQ(Offer(state, 0, 1, 2, true), Admit::kDuplicate);  // complete
   EXPECT_FALSE(state.Pop().has_value());
   EXPECT_EQ(Offer(state, 0, 0, 0, false),
             Admit::kAccept);  // the head passes the bound
@@ -123,6 +210,7 @@ TEST(IteratorState, DeterministicModeSkipsPositionsDoneElsewhere) {
   std::vector<SlotProgress> progress = state.Progress();
   ASSERT_EQ(progress.size(), 1u);
   EXPECT_EQ(progress[0].position, 2u);
+  PopAll(state);
 }
 
 }  // namespace

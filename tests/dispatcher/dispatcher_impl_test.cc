@@ -476,7 +476,7 @@ TEST_F(DispatcherImplTest,
   absl::Status s = impl_->RegisterDataset(request, &response);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.message(),
-              HasSubstr("client protocol version 99, dispatcher 1: upgrade"));
+              HasSubstr("client protocol version 99, dispatcher 2: upgrade"));
   proto::WorkerHeartbeatRequest beat;  // version 0
   proto::WorkerHeartbeatResponse beat_response;
   EXPECT_EQ(impl_->WorkerHeartbeat(beat, &beat_response).code(),

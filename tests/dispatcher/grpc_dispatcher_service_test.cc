@@ -128,15 +128,5 @@ TEST_F(GrpcDispatcherServiceTest, ErrorsKeepTheirCodeAndMessage) {
             grpc::StatusCode::NOT_FOUND);
 }
 
-TEST(ToGrpcStatus, MapsEveryCodeOneToOne) {
-  EXPECT_TRUE(ToGrpcStatus(absl::OkStatus()).ok());
-  EXPECT_EQ(ToGrpcStatus(absl::ResourceExhaustedError("x")).error_code(),
-            grpc::StatusCode::RESOURCE_EXHAUSTED);
-  EXPECT_EQ(ToGrpcStatus(absl::UnavailableError("x")).error_code(),
-            grpc::StatusCode::UNAVAILABLE);
-  EXPECT_EQ(ToGrpcStatus(absl::InvalidArgumentError("bad")).error_message(),
-            "bad");
-}
-
 }  // namespace
 }  // namespace sluice::dispatcher

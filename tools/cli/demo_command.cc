@@ -151,7 +151,7 @@ absl::Status RunDemo(const DemoFlags& flags) {
     if (num_batches++ == 0)
       first_batch_seconds = absl::ToDoubleSeconds(absl::Now() - start);
     delivered += batch->global_indices.size();
-    for (const Column& c : batch->columns) bytes += c.data.size();
+    for (const Column& c : batch->columns) bytes += c.size;
     bar.Update(delivered);
   }
   bar.Done();

@@ -29,12 +29,12 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/base/clock.h"
-#include "common/record/schema.h"
 #include "prometheus/registry.h"
 #include "proto/pipeline.pb.h"
 #include "spdlog/spdlog.h"
@@ -80,16 +80,43 @@ struct JobOptions {
   bool drop_remainder = false;
   uint64_t split_size = 0;  // records per split; 0: the dispatcher's default
   bool parallel_epochs = false;
+  // BatchIterator::SaveState() of an earlier iterator of this consumer (another process,
+  // another number of workers): continue with what it had not returned, each record of the
+  // epoch exactly once; in deterministic mode the continuation is the exact tail of the
+  // uninterrupted sequence. Empty: start from the beginning.
+  std::string restore_state;
 };
 
-// One column of a batch. `data` holds product(shape) elements, little-endian,
-// row-major (for kBytes/kString: the worker's encoding); it was moved out of
-// the wire message, not copied.
+// Element type of a column. kBytes/kString columns carry the worker's encoding.
+enum class DType {
+  kBytes,
+  kString,
+  kUint8,
+  kInt32,
+  kInt64,
+  kFloat16,
+  kFloat32
+};
+
+// "uint8", "float32", ...
+const char* DTypeName(DType dtype);
+// Bytes per element; 1 for kBytes/kString.
+size_t DTypeSize(DType dtype);
+
+// One column of a batch: `size` bytes at `data`, product(shape) elements, little-endian,
+// row-major. The memory is writable and stays valid as long as any copy of `owner` lives (all
+// columns of a batch share one owner: the received message). Nothing was copied to make it.
 struct Column {
   std::string name;
-  record::DType dtype = record::DType::kBytes;
+  DType dtype = DType::kBytes;
   std::vector<int64_t> shape;  // shape[0] = batch size
-  std::string data;
+  uint8_t* data = nullptr;
+  size_t size = 0;
+  std::shared_ptr<void> owner;
+
+  std::string_view bytes() const {
+    return {reinterpret_cast<const char*>(data), size};
+  }
 };
 
 struct Batch {
@@ -136,6 +163,11 @@ class BatchIterator {
   // reassignment).
   virtual uint64_t duplicate_batches() const = 0;
   virtual uint64_t job_id() const = 0;
+
+  // A small versioned blob of what this iterator has returned so far (job, consumer, epoch,
+  // per split the batches returned). Pass it as JobOptions::restore_state to continue in a new
+  // process. FailedPrecondition for a parallel-epochs job.
+  virtual absl::StatusOr<std::string> SaveState() const = 0;
 };
 
 // A connection to the dispatcher. Thread-safe; may open several iterators.

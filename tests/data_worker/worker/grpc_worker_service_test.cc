@@ -113,12 +113,15 @@ nodes:
   ASSERT_TRUE(reader->Read(&b));
   EXPECT_EQ(b.batch_index(), 1u);
   EXPECT_THAT(b.global_indices(), ElementsAre(16, 17, 18, 19));
-  EXPECT_FALSE(b.last_in_split());
+  EXPECT_FALSE(b.end_of_split());
   ASSERT_TRUE(reader->Read(&b));
   EXPECT_EQ(b.batch_index(), 2u);
   EXPECT_THAT(b.global_indices(), ElementsAre(20, 21, 22, 23));
-  EXPECT_TRUE(b.last_in_split());
+  EXPECT_FALSE(b.end_of_split());
   EXPECT_EQ(b.columns(0).data().size(), 32u);
+  ASSERT_TRUE(reader->Read(&b));
+  EXPECT_TRUE(b.end_of_split());
+  EXPECT_EQ(b.batch_index(), 3u);
 
   worker_->Stop();  // the worker exits: the stream ends OK, nothing is queued
   EXPECT_FALSE(reader->Read(&b));
@@ -190,13 +193,19 @@ nodes:
   EXPECT_LE(worker_->peak_bytes(), 8 * batch_bytes);
 
   uint64_t next = 1;
+  bool marker = false;
   while (reader->Read(&b)) {
     EXPECT_EQ(b.batch_index(), next);
+    if (b.end_of_split()) {
+      marker = true;
+      break;
+    }
+    ASSERT_EQ(b.global_indices_size(), 4);
     EXPECT_EQ(b.global_indices(0), 4 * next);
-    if (b.last_in_split()) break;
     ++next;
   }
-  EXPECT_EQ(next, 11u);
+  EXPECT_TRUE(marker);
+  EXPECT_EQ(next, 12u);
   context.TryCancel();
 }
 

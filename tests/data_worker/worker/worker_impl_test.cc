@@ -162,7 +162,7 @@ TEST_F(WorkerImplTest, SplitYieldsItsGlobalIndicesInOrderAfterSkippedBatches) {
   StreamEvent b1 = reader->Next();
   ASSERT_EQ(b1.kind, StreamEvent::kBatch) << b1.status;
   EXPECT_EQ(b1.batch.batch_index(), 1u);
-  EXPECT_FALSE(b1.batch.last_in_split());
+  EXPECT_FALSE(b1.batch.end_of_split());
   EXPECT_EQ(b1.batch.split_id(), 3u);
   EXPECT_EQ(b1.batch.key().position(), 5u);
   EXPECT_THAT(Ids(b1.batch), ElementsAre(14, 15, 16, 17));
@@ -177,8 +177,15 @@ TEST_F(WorkerImplTest, SplitYieldsItsGlobalIndicesInOrderAfterSkippedBatches) {
   StreamEvent b2 = reader->Next();
   ASSERT_EQ(b2.kind, StreamEvent::kBatch) << b2.status;
   EXPECT_EQ(b2.batch.batch_index(), 2u);
-  EXPECT_TRUE(b2.batch.last_in_split());
+  EXPECT_FALSE(b2.batch.end_of_split());
   EXPECT_THAT(Ids(b2.batch), ElementsAre(18, 19));
+  // Then the end-of-split marker: no columns, batch_index = the split's batch count.
+  StreamEvent marker = reader->Next();
+  ASSERT_EQ(marker.kind, StreamEvent::kBatch) << marker.status;
+  EXPECT_TRUE(marker.batch.end_of_split());
+  EXPECT_EQ(marker.batch.batch_index(), 3u);
+  EXPECT_EQ(marker.batch.columns_size(), 0);
+  EXPECT_EQ(marker.batch.global_indices_size(), 0);
 
   // The next heartbeat reports the split finished, counted from batch 0, and
   // the rate.
@@ -241,9 +248,13 @@ TEST_F(WorkerImplTest, FullQueueBlocksTheProducerWithBoundedMemoryUntilRead) {
     StreamEvent e = reader->Next();
     ASSERT_EQ(e.kind, StreamEvent::kBatch) << e.status;
     EXPECT_EQ(e.batch.batch_index(), i);
-    EXPECT_EQ(e.batch.last_in_split(), i == 9);
+    EXPECT_FALSE(e.batch.end_of_split());
     EXPECT_EQ(e.batch.global_indices(0), 4 * i);
   }
+  StreamEvent marker = reader->Next();
+  ASSERT_EQ(marker.kind, StreamEvent::kBatch) << marker.status;
+  EXPECT_TRUE(marker.batch.end_of_split());
+  EXPECT_EQ(marker.batch.batch_index(), 10u);
 }
 
 TEST_F(WorkerImplTest, DropStopsProductionAndDiscardsQueuedBatches) {
@@ -368,6 +379,9 @@ TEST_F(WorkerImplTest, DrainingEndsAStreamOkOnceItsSplitsAreSent) {
   auto reader = Open(*w, 1, 0);
   ASSERT_EQ(reader->Next().kind, StreamEvent::kBatch);
   ASSERT_EQ(reader->Next().kind, StreamEvent::kBatch);
+  StreamEvent marker = reader->Next();
+  ASSERT_EQ(marker.kind, StreamEvent::kBatch);
+  ASSERT_TRUE(marker.batch.end_of_split());
   ASSERT_TRUE(w->Drain().ok());
   StreamEvent end = reader->Next();
   EXPECT_EQ(end.kind, StreamEvent::kEnd);

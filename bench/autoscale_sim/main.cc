@@ -1,0 +1,317 @@
+// autoscale_sim: sluice's autoscaling policy next to Cachew's, tf.data
+// service's and a CPU HPA on the same load steps (sim.h explains the model;
+// docs/BENCHMARKS.md records the results). Prints a Markdown table; --csv
+// writes it as CSV, --series the per-period trace of the combined scenario
+// for bench/autoscale_sim/plot.py.
+//
+//   autoscale_sim [--csv out.csv] [--series series.csv] [--seed 1]
+//                 [--seeds 20] [--headroom 1.05] [--reasons]
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "bench/autoscale_sim/sim.h"
+
+namespace sluice::autoscale_sim {
+namespace {
+
+JobSpec BaseJob() {
+  // 4 trainers, batch 64, a 250 ms step: 1024 elements/s. A worker produces
+  // 120 elements/s: 8.53 workers.
+  return JobSpec{.id = 1,
+                 .consumers = 4,
+                 .batch_size = 64,
+                 .step_seconds = 0.25,
+                 .cost = 1.0 / 120};
+}
+
+JobSpec SecondJob() {
+  // 2 trainers, batch 32, a 100 ms step: 640 elements/s at 80 elements/s
+  // per worker: 8 more workers.
+  return JobSpec{.id = 2,
+                 .consumers = 2,
+                 .batch_size = 32,
+                 .step_seconds = 0.1,
+                 .cost = 1.0 / 80};
+}
+
+using Kind = LoadStep::Kind;
+
+std::vector<Scenario> StepScenarios() {
+  auto one = [](std::string name, LoadStep step) {
+    step.at = 31;  // mid-period: the first window after it is mixed
+    return Scenario{.name = std::move(name),
+                    .jobs = {BaseJob()},
+                    .steps = {step},
+                    .duration = 90,
+                    .measure_from = 30};
+  };
+  return {
+      one("demand x2", {.kind = Kind::kDemandTimes, .factor = 2}),
+      one("pipeline cost x3", {.kind = Kind::kCostTimes, .factor = 3}),
+      one("a worker lost", {.kind = Kind::kLoseWorker}),
+      one("second job arrives",
+          {.kind = Kind::kAddJob, .job_spec = SecondJob()}),
+      one("all consumers stop", {.kind = Kind::kAllStop}),
+  };
+}
+
+Scenario Combined() {
+  return Scenario{
+      .name = "combined",
+      .jobs = {BaseJob()},
+      .steps = {{.at = 41, .kind = Kind::kDemandTimes, .factor = 2},
+                {.at = 81, .kind = Kind::kAddJob, .job_spec = SecondJob()},
+                {.at = 121, .kind = Kind::kCostTimes, .factor = 3},
+                {.at = 161, .kind = Kind::kLoseWorker},
+                {.at = 201, .kind = Kind::kAllStop}},
+      .duration = 260,
+      .measure_from = 0};
+}
+
+// The true need after the scenario's (single) step.
+double NeedAfter(const Scenario& s, const std::vector<PeriodRecord>& periods) {
+  for (const PeriodRecord& r : periods) {
+    if (r.time > s.measure_from + 1e-9) return r.need;
+  }
+  return 0;
+}
+
+struct Metrics {
+  int converge = -1;  // periods; -1 = never
+  double wait_after = 0;
+  bool wait_measured = false;
+  double wait_all = 0;  // over every period after the step
+  double cost_ratio = 0;
+  int direction_changes = 0;
+};
+
+Metrics Measure(const Scenario& s, const RunResult& r, const WorldOptions& o) {
+  Metrics m;
+  std::vector<const PeriodRecord*> after;
+  int before = 0;
+  for (const PeriodRecord& p : r.periods) {
+    if (p.time > s.measure_from + 1e-9) {
+      after.push_back(&p);
+    } else {
+      before = p.desired;
+    }
+  }
+  const double need = NeedAfter(s, r.periods);
+  const int low = OracleWorkers(need, o);
+  const int high = std::min(
+      o.max_workers,
+      std::max(OracleWorkers(need * 1.25, o), OracleWorkers(need, o) + 1));
+  // The first period from which every decision stays in [low, high].
+  int first_ok = -1;
+  for (size_t i = 0; i < after.size(); ++i) {
+    const bool ok = after[i]->desired >= low && after[i]->desired <= high;
+    if (!ok) {
+      first_ok = -1;
+    } else if (first_ok < 0) {
+      first_ok = static_cast<int>(i);
+    }
+  }
+  m.converge = first_ok < 0 ? -1 : first_ok + 1;
+  // Wait once the converged workers could be up: from the decision plus the
+  // start-up and the cold time, rounded to whole periods.
+  double from = after.empty() ? 0 : after.back()->time - 10 * o.period;
+  if (first_ok >= 0) {
+    from = after[static_cast<size_t>(first_ok)]->time + o.startup_delay +
+           o.cold_seconds;
+  }
+  double wait = 0;
+  int n = 0;
+  for (const PeriodRecord* p : after) {
+    if (p->time - o.period >= from - 1e-9) {
+      wait += p->wait;
+      ++n;
+    }
+  }
+  double all = 0;
+  for (const PeriodRecord* p : after) all += p->wait;
+  m.wait_all = after.empty() ? 0 : all / static_cast<double>(after.size());
+  m.wait_measured = n > 0 && first_ok >= 0;
+  m.wait_after = n > 0 ? wait / n : 0;
+  m.cost_ratio = r.oracle_worker_seconds > 0
+                     ? r.worker_seconds / r.oracle_worker_seconds
+                     : 0;
+  int last_sign = 0, previous = before;
+  for (const PeriodRecord* p : after) {
+    const int diff = p->desired - previous;
+    previous = p->desired;
+    if (diff == 0) continue;
+    const int sign = diff > 0 ? 1 : -1;
+    if (last_sign != 0 && sign != last_sign) ++m.direction_changes;
+    last_sign = sign;
+  }
+  return m;
+}
+
+struct PolicyFactory {
+  std::string name;
+  std::function<std::unique_ptr<Policy>()> make;
+};
+
+int Main(int argc, char** argv) {
+  CLI::App app{"sluice autoscaling policies in a discrete-event simulator"};
+  std::string csv_path, series_path;
+  WorldOptions o;
+  double headroom = dispatcher::AutoscalerOptions{}.headroom;
+  app.add_option("--csv", csv_path, "write the table as CSV here");
+  app.add_option("--series", series_path,
+                 "write the combined trace (per period, per policy) here");
+  app.add_option("--seed", o.seed, "noise seed");
+  int seeds = 20;
+  app.add_option("--seeds", seeds,
+                 "also run seeds 1..N and print min-max over them (0: skip)");
+  app.add_option("--headroom", headroom, "sluice's headroom");
+  bool reasons = false;
+  app.add_flag("--reasons", reasons,
+               "print sluice's reason at each change in the combined trace");
+  CLI11_PARSE(app, argc, argv);
+
+  dispatcher::AutoscalerOptions sluice_options;
+  sluice_options.min_workers = o.min_workers;
+  sluice_options.max_workers = o.max_workers;
+  sluice_options.period = absl::Seconds(o.period);
+  sluice_options.headroom = headroom;
+  const std::vector<PolicyFactory> policies = {
+      {"sluice", [&] { return MakeSluicePolicy(sluice_options); }},
+      {"cachew",
+       [&] { return MakeCachewPolicy(o.min_workers, o.max_workers); }},
+      {"cachew-up",
+       [&] {
+         return MakeCachewPolicy(o.min_workers, o.max_workers,
+                                 /*probe_down=*/false);
+       }},
+      {"tf.data",
+       [&] { return MakeTfDataPolicy(o.min_workers, o.max_workers); }},
+      {"hpa-cpu", [&] { return MakeHpaPolicy(o.min_workers, o.max_workers); }},
+  };
+
+  std::printf(
+      "# period %.0f s, start-up %.0f s, cold %.0f s at %.0f%%, speed jitter "
+      "+-%.0f%%, measurement noise +-%.0f%%, seed %llu, sluice headroom "
+      "%.2f\n\n",
+      o.period, o.startup_delay, o.cold_seconds, o.cold_speed * 100,
+      o.speed_jitter * 100, o.measure_noise * 100,
+      static_cast<unsigned long long>(o.seed), headroom);
+  std::printf(
+      "| step | policy | periods to converge | trainer wait after | "
+      "trainer wait, whole run | worker-s / oracle | direction changes "
+      "|\n|---|---|---|---|---|---|---|\n");
+  std::string csv =
+      "step,policy,periods_to_converge,wait_after,wait_all,"
+      "worker_seconds_ratio,direction_changes\n";
+  for (const Scenario& s : StepScenarios()) {
+    for (const PolicyFactory& f : policies) {
+      std::unique_ptr<Policy> policy = f.make();
+      const RunResult r = Run(s, *policy, o);
+      const Metrics m = Measure(s, r, o);
+      const std::string converge =
+          m.converge < 0 ? "never" : absl::StrCat(m.converge);
+      const std::string wait = absl::StrFormat(
+          "%.1f%%%s", 100 * m.wait_after, m.wait_measured ? "" : " (last 10)");
+      absl::PrintF("| %s | %s | %s | %s | %.1f%% | %.2f | %d |\n", s.name,
+                   f.name, converge, wait, 100 * m.wait_all, m.cost_ratio,
+                   m.direction_changes);
+      absl::StrAppendFormat(&csv, "%s,%s,%d,%.4f,%.4f,%.4f,%d\n", s.name,
+                            f.name, m.converge, m.wait_after, m.wait_all,
+                            m.cost_ratio, m.direction_changes);
+    }
+  }
+  if (!csv_path.empty()) {
+    std::ofstream(csv_path) << csv;
+  }
+
+  // The same over seeds 1..N: is the result a property of the policy or of
+  // one noise sequence?
+  if (seeds > 0) {
+    absl::PrintF(
+        "\nover seeds 1..%d:\n\n| step | policy | periods to converge | "
+        "never converged | trainer wait, whole run (mean) | worker-s / oracle "
+        "| direction changes (max) |\n|---|---|---|---|---|---|---|\n",
+        seeds);
+    for (const Scenario& s : StepScenarios()) {
+      for (const PolicyFactory& f : policies) {
+        int conv_min = 1 << 30, conv_max = -1, never = 0, changes = 0;
+        double wait = 0, ratio_min = 1e9, ratio_max = 0;
+        for (int seed = 1; seed <= seeds; ++seed) {
+          WorldOptions so = o;
+          so.seed = static_cast<uint64_t>(seed);
+          std::unique_ptr<Policy> policy = f.make();
+          const Metrics m = Measure(s, Run(s, *policy, so), so);
+          if (m.converge < 0) {
+            ++never;
+          } else {
+            conv_min = std::min(conv_min, m.converge);
+            conv_max = std::max(conv_max, m.converge);
+          }
+          wait += m.wait_all / seeds;
+          ratio_min = std::min(ratio_min, m.cost_ratio);
+          ratio_max = std::max(ratio_max, m.cost_ratio);
+          changes = std::max(changes, m.direction_changes);
+        }
+        const std::string conv = conv_max < 0 ? "-"
+                                 : conv_min == conv_max
+                                     ? absl::StrCat(conv_min)
+                                     : absl::StrCat(conv_min, "-", conv_max);
+        absl::PrintF("| %s | %s | %s | %d | %.1f%% | %.2f-%.2f | %d |\n",
+                     s.name, f.name, conv, never, 100 * wait, ratio_min,
+                     ratio_max, changes);
+      }
+    }
+  }
+
+  // The combined trace, for the plot.
+  const Scenario combined = Combined();
+  std::string series = "policy,time,desired,provisioned,ready,oracle,wait\n";
+  std::printf("\ncombined trace (%s): worker-s / oracle, mean trainer wait\n",
+              "demand x2 @41 s, second job @81 s, cost x3 @121 s, worker lost "
+              "@161 s, all stop @201 s");
+  for (const PolicyFactory& f : policies) {
+    std::unique_ptr<Policy> policy = f.make();
+    const RunResult r = Run(combined, *policy, o);
+    double wait = 0;
+    int n = 0;
+    for (const PeriodRecord& p : r.periods) {
+      absl::StrAppendFormat(&series, "%s,%.1f,%d,%d,%d,%.0f,%.4f\n", f.name,
+                            p.time, p.desired, p.provisioned, p.ready, p.oracle,
+                            p.wait);
+      if (p.time <= 202) {
+        wait += p.wait;
+        ++n;
+      }
+    }
+    if (reasons) {
+      int last = -1;
+      for (const PeriodRecord& p : r.periods) {
+        if (!p.reason.empty() && p.desired != last) {
+          absl::PrintF("    t=%5.1f  %s\n", p.time, p.reason);
+        }
+        last = p.desired;
+      }
+    }
+    std::printf("  %-9s %.2f  %.1f%%\n", f.name.c_str(),
+                r.worker_seconds / r.oracle_worker_seconds,
+                n > 0 ? 100 * wait / n : 0);
+  }
+  if (!series_path.empty()) std::ofstream(series_path) << series;
+  return 0;
+}
+
+}  // namespace
+}  // namespace sluice::autoscale_sim
+
+int main(int argc, char** argv) {
+  return sluice::autoscale_sim::Main(argc, argv);
+}

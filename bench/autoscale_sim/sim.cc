@@ -1,0 +1,407 @@
+#include "bench/autoscale_sim/sim.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "absl/time/time.h"
+#include "common/base/random.h"
+
+namespace sluice::autoscale_sim {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kEps = 1e-9;
+
+enum NoiseKind : uint64_t { kSpeed = 1, kCapacity = 2, kConsumer = 3 };
+
+double Noise(const WorldOptions& o, uint64_t kind, uint64_t id, int64_t period,
+             double amplitude) {
+  if (amplitude <= 0) return 1;
+  Rng rng(MixSeed({o.seed, kind, id, static_cast<uint64_t>(period)}));
+  return rng.Uniform(1 - amplitude, 1 + amplitude);
+}
+
+absl::Time At(double seconds) {
+  return absl::UnixEpoch() + absl::Seconds(seconds);
+}
+
+struct Worker {
+  uint64_t id = 0;
+  double ready_at = 0;
+  double speed = 1;                     // × jitter × cold
+  std::map<uint64_t, double> busy;      // worker-seconds per job, this period
+  std::map<uint64_t, double> elements;  // per job, this period
+};
+
+struct Job {
+  JobSpec spec;
+  bool active = true;
+  double buffer = 0;  // elements
+  // This period:
+  double consumed = 0;
+  double wait = 0;  // seconds a consumer waited (all consumers alike)
+  double demand() const {
+    return active ? spec.consumers * static_cast<double>(spec.batch_size) /
+                        spec.step_seconds
+                  : 0;
+  }
+  double capacity() const {
+    return static_cast<double>(spec.consumers * spec.buffer_batches) *
+           static_cast<double>(spec.batch_size);
+  }
+};
+
+class World {
+ public:
+  World(const Scenario& s, Policy& policy, const WorldOptions& o)
+      : s_(s), policy_(policy), o_(o) {
+    for (const JobSpec& j : s.jobs) jobs_.push_back(Job{.spec = j});
+    for (Job& j : jobs_) j.buffer = j.capacity();  // steady state: full
+    int n = s.initial_workers;
+    if (n <= 0) n = OracleWorkers(Need(), o);
+    for (int i = 0; i < n; ++i) {
+      workers_.push_back(Worker{.id = next_id_++, .ready_at = -100});
+    }
+  }
+
+  RunResult Run() {
+    double t = 0;
+    double next_tick = o_.period;
+    size_t next_step = 0;
+    while (t < s_.duration - kEps) {
+      double t_next = std::min(next_tick, s_.duration);
+      if (next_step < s_.steps.size()) {
+        t_next = std::min(t_next, s_.steps[next_step].at);
+      }
+      if (t < s_.measure_from) t_next = std::min(t_next, s_.measure_from);
+      for (const Worker& w : workers_) {
+        if (w.ready_at > t + kEps) t_next = std::min(t_next, w.ready_at);
+        const double warm = w.ready_at + o_.cold_seconds;
+        if (warm > t + kEps) t_next = std::min(t_next, warm);
+      }
+      Advance(t, t_next);
+      t = t_next;
+      // A tick measures the period that ends now, before a step at the
+      // same time changes anything.
+      if (t >= next_tick - kEps) {
+        Tick(t);
+        next_tick += o_.period;
+      }
+      while (next_step < s_.steps.size() &&
+             s_.steps[next_step].at <= t + kEps) {
+        Apply(s_.steps[next_step++], t);
+      }
+    }
+    return result_;
+  }
+
+ private:
+  double Need() const {
+    double need = 0;
+    for (const Job& j : jobs_) need += j.demand() * j.spec.cost;
+    return need;
+  }
+
+  int64_t PeriodIndex(double t) const {
+    return static_cast<int64_t>(std::floor(t / o_.period + kEps));
+  }
+
+  double Speed(const Worker& w, double t) const {
+    if (w.ready_at > t + kEps) return 0;
+    double s =
+        w.speed * Noise(o_, kSpeed, w.id, PeriodIndex(t), o_.speed_jitter);
+    if (t < w.ready_at + o_.cold_seconds - kEps) s *= o_.cold_speed;
+    return s;
+  }
+
+  // Max-min fair shares of `total` worker-seconds/s among jobs capped at
+  // `caps`.
+  static std::vector<double> Share(double total,
+                                   const std::vector<double>& caps) {
+    std::vector<double> a(caps.size(), 0);
+    std::vector<size_t> open;
+    for (size_t i = 0; i < caps.size(); ++i) {
+      if (caps[i] > 0) open.push_back(i);
+    }
+    double remaining = total;
+    while (!open.empty()) {
+      const double share = remaining / static_cast<double>(open.size());
+      std::vector<size_t> next;
+      for (size_t i : open) {
+        if (caps[i] <= share) {
+          a[i] = caps[i];
+          remaining -= caps[i];
+        } else {
+          next.push_back(i);
+        }
+      }
+      if (next.size() == open.size()) {
+        for (size_t i : open) a[i] = share;
+        break;
+      }
+      open = std::move(next);
+    }
+    return a;
+  }
+
+  void Advance(double t0, double t1) {
+    // Speeds are constant on (t0, t1): every change is an event.
+    const double mid = (t0 + t1) / 2;
+    std::vector<double> speed(workers_.size());
+    double total = 0;
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      speed[i] = Speed(workers_[i], mid);
+      total += speed[i];
+    }
+    int provisioned = static_cast<int>(workers_.size());
+    const int oracle = OracleWorkers(Need(), o_);
+    int guard = 0;
+    while (t0 < t1 - kEps && guard++ < 1000) {
+      std::vector<double> caps(jobs_.size());
+      for (size_t j = 0; j < jobs_.size(); ++j) {
+        const Job& job = jobs_[j];
+        const bool full = job.buffer >= job.capacity() - kEps;
+        caps[j] = !job.active ? 0 : full ? job.demand() * job.spec.cost : kInf;
+      }
+      const std::vector<double> a = Share(total, caps);
+      double dt = t1 - t0;
+      std::vector<double> produced(jobs_.size()), consumed(jobs_.size());
+      for (size_t j = 0; j < jobs_.size(); ++j) {
+        const Job& job = jobs_[j];
+        produced[j] = a[j] / job.spec.cost;
+        const bool empty = job.buffer <= kEps;
+        consumed[j] =
+            empty ? std::min(job.demand(), produced[j]) : job.demand();
+        const double rate = produced[j] - consumed[j];
+        if (rate > kEps && job.buffer < job.capacity() - kEps) {
+          dt = std::min(dt, (job.capacity() - job.buffer) / rate);
+        } else if (rate < -kEps && !empty) {
+          dt = std::min(dt, job.buffer / -rate);
+        }
+      }
+      dt = std::max(dt, kEps);
+      for (size_t j = 0; j < jobs_.size(); ++j) {
+        Job& job = jobs_[j];
+        job.buffer += (produced[j] - consumed[j]) * dt;
+        if (job.buffer < kEps) job.buffer = 0;
+        if (job.buffer > job.capacity() - kEps) job.buffer = job.capacity();
+        job.consumed += consumed[j] * dt;
+        if (job.demand() > 0) job.wait += (1 - consumed[j] / job.demand()) * dt;
+        if (total <= 0) continue;
+        for (size_t i = 0; i < workers_.size(); ++i) {
+          if (speed[i] <= 0) continue;
+          const double busy = a[j] / total * dt;
+          workers_[i].busy[job.spec.id] += busy;
+          workers_[i].elements[job.spec.id] += speed[i] * busy / job.spec.cost;
+        }
+      }
+      if (t0 >= s_.measure_from - kEps) {
+        result_.worker_seconds += provisioned * dt;
+        result_.oracle_worker_seconds += oracle * dt;
+      }
+      t0 += dt;
+    }
+  }
+
+  void Tick(double t) {
+    const int64_t k = PeriodIndex(t);
+    Observation obs;
+    obs.now = t;
+    dispatcher::AutoscalerInput& in = obs.input;
+    in.now = At(t);
+    bool all_full = true;
+    double fill = 0;
+    int active = 0;
+    for (const Job& j : jobs_) {
+      if (!j.active) continue;
+      ++active;
+      fill += j.buffer / j.capacity();
+      all_full &= j.buffer >= j.capacity() - kEps;
+    }
+    if (active > 0) fill /= active;
+    for (const Worker& w : workers_) {
+      if (w.ready_at > t + kEps) {
+        ++obs.starting;
+        continue;
+      }
+      ++obs.ready;
+      dispatcher::WorkerSample ws;
+      ws.worker_id = w.id;
+      ws.registered = At(w.ready_at);
+      ws.last_heartbeat = At(t);
+      double busy = 0, elements = 0;
+      for (const auto& [job, b] : w.busy) {
+        busy += b;
+        elements += w.elements.at(job);
+        if (b > kEps) {
+          ws.capacity.push_back(
+              {job, w.elements.at(job) / b *
+                        Noise(o_, kCapacity, w.id * 1000 + job, k,
+                              o_.measure_noise)});
+        }
+      }
+      if (busy > kEps) {
+        obs.throughput.push_back(
+            elements / busy *
+            Noise(o_, kCapacity, w.id * 1000, k, o_.measure_noise));
+      }
+      ws.queue_capacity = 8;
+      ws.queue_depth =
+          all_full ? 8 : static_cast<uint64_t>(std::floor(fill * 8));
+      ws.blocked_producers = all_full ? 1 : 0;
+      ws.held_splits = 1;
+      in.workers.push_back(ws);
+      const double up = std::min(o_.period, t - w.ready_at);
+      obs.busy_fraction.push_back(up > kEps ? std::min(1.0, busy / up) : 0);
+    }
+    in.starting_workers = obs.starting;
+    obs.provisioned = obs.ready + obs.starting;
+    double wait = 0, demand = 0, served = 0;
+    int consumers = 0;
+    for (const Job& j : jobs_) {
+      if (!j.active) continue;
+      in.jobs.push_back({.job_id = j.spec.id, .batch_size = j.spec.batch_size});
+      const double per_consumer = j.consumed / j.spec.consumers /
+                                  static_cast<double>(j.spec.batch_size) /
+                                  o_.period;
+      for (int c = 0; c < j.spec.consumers; ++c) {
+        dispatcher::ConsumerSample cs;
+        cs.job_id = j.spec.id;
+        cs.consumer_index = static_cast<uint32_t>(c);
+        cs.batches_per_second =
+            per_consumer *
+            Noise(o_, kConsumer, j.spec.id * 1000 + c, k, o_.measure_noise);
+        cs.wait_fraction = std::clamp(j.wait / o_.period, 0.0, 1.0);
+        in.consumers.push_back(cs);
+        obs.batch_seconds.push_back(
+            cs.batches_per_second > 0 ? 1 / cs.batches_per_second : kInf);
+      }
+      wait += j.wait / o_.period * j.spec.consumers;
+      consumers += j.spec.consumers;
+      demand += j.demand();
+      served += j.consumed / o_.period;
+    }
+
+    PolicyDecision decision = policy_.Decide(obs);
+    const int desired =
+        std::clamp(decision.desired, o_.min_workers, o_.max_workers);
+    Actuate(desired, decision.drain, t);
+
+    PeriodRecord r;
+    r.time = t;
+    r.desired = desired;
+    r.reason = policy_.last_reason();
+    r.provisioned = static_cast<int>(workers_.size());
+    r.ready = obs.ready;
+    r.need = Need();
+    r.oracle = OracleWorkers(r.need, o_);
+    r.wait = consumers > 0 ? wait / consumers : 0;
+    r.demand = demand;
+    r.served = served;
+    result_.periods.push_back(r);
+    for (Worker& w : workers_) {
+      w.busy.clear();
+      w.elements.clear();
+    }
+    for (Job& j : jobs_) {
+      j.consumed = 0;
+      j.wait = 0;
+    }
+  }
+
+  void Actuate(int desired, const std::vector<uint64_t>& drain, double t) {
+    int provisioned = static_cast<int>(workers_.size());
+    while (provisioned < desired) {
+      workers_.push_back(
+          Worker{.id = next_id_++, .ready_at = t + o_.startup_delay});
+      ++provisioned;
+    }
+    // Cancel starting workers first, newest first.
+    for (size_t i = workers_.size(); i-- > 0 && provisioned > desired;) {
+      if (workers_[i].ready_at > t + kEps) {
+        workers_.erase(workers_.begin() + static_cast<ptrdiff_t>(i));
+        --provisioned;
+      }
+    }
+    for (uint64_t id : drain) {
+      if (provisioned <= desired) break;
+      auto it = std::find_if(workers_.begin(), workers_.end(),
+                             [&](const Worker& w) { return w.id == id; });
+      if (it != workers_.end()) {
+        workers_.erase(it);
+        --provisioned;
+      }
+    }
+    while (provisioned > desired) {
+      workers_.pop_back();  // the newest
+      --provisioned;
+    }
+  }
+
+  void Apply(const LoadStep& step, double t) {
+    switch (step.kind) {
+      case LoadStep::Kind::kDemandTimes:
+        for (Job& j : jobs_) j.spec.step_seconds /= step.factor;
+        break;
+      case LoadStep::Kind::kCostTimes:
+        for (Job& j : jobs_) {
+          if (j.spec.id == step.job) j.spec.cost *= step.factor;
+        }
+        break;
+      case LoadStep::Kind::kLoseWorker:
+      case LoadStep::Kind::kSlowWorker:
+        for (size_t i = 0; i < workers_.size(); ++i) {
+          if (workers_[i].ready_at > t + kEps) continue;
+          if (step.kind == LoadStep::Kind::kLoseWorker) {
+            workers_.erase(workers_.begin() + static_cast<ptrdiff_t>(i));
+          } else {
+            workers_[i].speed *= step.factor;
+          }
+          break;
+        }
+        break;
+      case LoadStep::Kind::kAddJob: {
+        Job j{.spec = step.job_spec};
+        jobs_.push_back(j);
+        break;
+      }
+      case LoadStep::Kind::kAllStop:
+        for (Job& j : jobs_) j.active = false;
+        break;
+    }
+  }
+
+  const Scenario& s_;
+  Policy& policy_;
+  const WorldOptions& o_;
+  std::vector<Job> jobs_;
+  std::vector<Worker> workers_;
+  uint64_t next_id_ = 1;
+  RunResult result_;
+};
+
+}  // namespace
+
+double TrueNeed(const std::vector<JobSpec>& jobs) {
+  double need = 0;
+  for (const JobSpec& j : jobs) {
+    need += j.consumers * static_cast<double>(j.batch_size) / j.step_seconds *
+            j.cost;
+  }
+  return need;
+}
+
+int OracleWorkers(double need, const WorldOptions& options) {
+  const int n = static_cast<int>(std::ceil(need - 1e-9));
+  return std::clamp(n, options.min_workers, options.max_workers);
+}
+
+RunResult Run(const Scenario& scenario, Policy& policy,
+              const WorldOptions& options) {
+  World world(scenario, policy, options);
+  return world.Run();
+}
+
+}  // namespace sluice::autoscale_sim

@@ -1,0 +1,411 @@
+#include "data_worker/worker/consumer_queues.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "common/metrics/metrics.h"
+#include "common/service/batch_codec.h"
+
+namespace sluice::data_worker {
+namespace {
+
+void CallAll(std::vector<std::function<void()>>& notifies) {
+  for (auto& f : notifies) {
+    if (f) f();
+  }
+  notifies.clear();
+}
+
+}  // namespace
+
+TaskKey KeyOf(const proto::SplitKey& key) {
+  return {key.job_id(), key.consumer_index(), key.epoch(), key.position()};
+}
+
+ConsumerQueues::ConsumerQueues(size_t queue_batches,
+                               prometheus::Registry& registry)
+    : queue_batches_(queue_batches),
+      elements_total_(AddCounter(registry, "sluice_worker_elements_total",
+                                 "Elements produced into consumer queues.")),
+      bytes_total_(AddCounter(registry, "sluice_worker_bytes_total",
+                              "Column bytes produced into consumer queues.")),
+      batches_total_(AddCounter(registry, "sluice_worker_batches_total",
+                                "Batches produced into consumer queues.")),
+      queue_depth_(
+          AddGauge(registry, "sluice_worker_queue_depth",
+                   "Batches waiting in the worker's consumer queues.")),
+      splits_finished_(AddCounter(registry, "sluice_worker_splits_total",
+                                  "Splits by event.", {{"event", "finished"}})),
+      splits_dropped_(AddCounter(registry, "sluice_worker_splits_total",
+                                 "Splits by event.", {{"event", "dropped"}})),
+      splits_restarted_(AddCounter(registry, "sluice_worker_splits_total",
+                                   "Splits by event.",
+                                   {{"event", "restarted"}})) {}
+
+uint64_t ConsumerQueues::AddTask(const proto::SplitAssignment& assignment,
+                                 bool parallel) {
+  absl::MutexLock lock(&mu_);
+  if (stopped_) return 0;
+  const TaskKey key = KeyOf(assignment.key());
+  if (tasks_.contains(key)) return 0;
+  Task task;
+  const uint64_t id = next_task_id_++;
+  task.id = id;
+  task.assignment = assignment;
+  task.parallel = parallel;
+  task.produced = assignment.skip_batches();
+  task.sent = assignment.skip_batches();
+  task_ids_[task.id] = key;
+  tasks_.emplace(key, std::move(task));
+  queues_[{std::get<0>(key),
+           std::get<1>(key)}];  // the consumer's queue exists from now on
+  return id;
+}
+
+ConsumerQueues::Task* ConsumerQueues::FindTask(uint64_t task_id) {
+  auto id = task_ids_.find(task_id);
+  if (id == task_ids_.end()) return nullptr;
+  auto it = tasks_.find(id->second);
+  return it == tasks_.end() || it->second.id != task_id ? nullptr : &it->second;
+}
+
+std::deque<ConsumerQueues::Queued>::iterator ConsumerQueues::Unqueue(
+    Queue& q, std::deque<Queued>::iterator it) {
+  queued_bytes_ -= service::BatchBytes(it->batch);
+  --queued_batches_;
+  return q.batches.erase(it);
+}
+
+void ConsumerQueues::EraseTask(std::map<TaskKey, Task>::iterator it) {
+  const uint64_t id = it->second.id;
+  if (!it->second.finished) splits_dropped_.Increment();
+  Queue& q = queues_[{std::get<0>(it->first), std::get<1>(it->first)}];
+  for (auto b = q.batches.begin(); b != q.batches.end();) {
+    b = b->task_id == id ? Unqueue(q, b) : std::next(b);
+  }
+  task_ids_.erase(id);
+  tasks_.erase(it);
+  UpdateGauge();
+  space_.SignalAll();
+}
+
+void ConsumerQueues::DropTask(const TaskKey& key) {
+  std::function<void()> notify;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = tasks_.find(key);
+    if (it == tasks_.end()) return;
+    EraseTask(it);
+    notify = queues_[{std::get<0>(key), std::get<1>(key)}].notify;
+  }
+  if (notify) notify();
+}
+
+void ConsumerQueues::DropAll() {
+  std::vector<std::function<void()>> notifies;
+  {
+    absl::MutexLock lock(&mu_);
+    while (!tasks_.empty()) EraseTask(tasks_.begin());
+    for (auto& [consumer, q] : queues_) q.error = absl::OkStatus();
+    NotifyAllLocked(&notifies);
+  }
+  CallAll(notifies);
+}
+
+void ConsumerQueues::DropJob(uint64_t job_id) {
+  std::vector<std::function<void()>> notifies;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = tasks_.lower_bound({job_id, 0, 0, 0});
+         it != tasks_.end() && std::get<0>(it->first) == job_id;) {
+      auto next = std::next(it);
+      EraseTask(it);
+      it = next;
+    }
+    for (auto it = queues_.lower_bound({job_id, 0});
+         it != queues_.end() && it->first.first == job_id; ++it) {
+      notifies.push_back(it->second.notify);
+    }
+  }
+  CallAll(notifies);
+}
+
+void ConsumerQueues::SetDraining() {
+  std::vector<std::function<void()>> notifies;
+  {
+    absl::MutexLock lock(&mu_);
+    if (draining_) return;
+    draining_ = true;
+    NotifyAllLocked(&notifies);
+  }
+  CallAll(notifies);
+}
+
+void ConsumerQueues::Stop() {
+  std::vector<std::function<void()>> notifies;
+  {
+    absl::MutexLock lock(&mu_);
+    stopped_ = true;
+    space_.SignalAll();
+    NotifyAllLocked(&notifies);
+  }
+  CallAll(notifies);
+}
+
+std::vector<TaskProgress> ConsumerQueues::Progress() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<TaskProgress> out;
+  out.reserve(tasks_.size());
+  for (const auto& [key, task] : tasks_) {
+    TaskProgress p;
+    p.key = task.assignment.key();
+    p.parallel = task.parallel;
+    // The marker is not a batch.
+    p.produced_batches = task.finished ? task.produced - 1 : task.produced;
+    p.finished = task.finished;
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+bool ConsumerQueues::HasTask(const TaskKey& key) const {
+  absl::MutexLock lock(&mu_);
+  return tasks_.contains(key);
+}
+
+bool ConsumerQueues::IsLive(uint64_t task_id) const {
+  absl::MutexLock lock(&mu_);
+  return !stopped_ && task_ids_.contains(task_id);
+}
+
+bool ConsumerQueues::Push(uint64_t task_id, proto::Batch batch) {
+  std::function<void()> notify;
+  {
+    absl::MutexLock lock(&mu_);
+    Task* task = FindTask(task_id);
+    if (task == nullptr || stopped_) return false;
+    const ConsumerKey consumer{std::get<0>(task_ids_[task_id]),
+                               std::get<1>(task_ids_[task_id])};
+    Queue* q = &queues_[consumer];
+    ++blocked_;
+    while (!stopped_ && FindTask(task_id) != nullptr &&
+           q->batches.size() >= queue_batches_) {
+      space_.Wait(&mu_);
+    }
+    --blocked_;
+    task = FindTask(task_id);
+    if (task == nullptr || stopped_) return false;
+    const bool marker = batch.end_of_split();
+    const int64_t bytes = service::BatchBytes(batch);
+    const uint64_t elements =
+        static_cast<uint64_t>(batch.global_indices_size());
+    task->produced = batch.batch_index() + 1;
+    if (marker) {
+      task->finished = true;
+      if (!task->parallel) splits_finished_.Increment();
+    } else {
+      elements_produced_ += elements;
+      elements_total_.Increment(static_cast<double>(elements));
+      bytes_total_.Increment(static_cast<double>(bytes));
+      batches_total_.Increment();
+    }
+    q->batches.push_back(Queued{task_id, std::move(batch)});
+    queued_bytes_ += bytes;
+    ++queued_batches_;
+    UpdateGauge();
+    notify = q->notify;
+  }
+  if (notify) notify();
+  return true;
+}
+
+void ConsumerQueues::Fail(uint64_t task_id, const absl::Status& status) {
+  std::function<void()> notify;
+  {
+    absl::MutexLock lock(&mu_);
+    Task* task = FindTask(task_id);
+    if (task == nullptr || stopped_) return;
+    Queue& q = queues_[{std::get<0>(task_ids_[task_id]),
+                        std::get<1>(task_ids_[task_id])}];
+    if (q.error.ok()) q.error = status;
+    notify = q.notify;
+  }
+  if (notify) notify();
+}
+
+ConsumerQueues::Opened ConsumerQueues::Open(
+    const ConsumerKey& consumer, const std::vector<proto::HeldSplit>& held,
+    std::function<void()> notify) {
+  Opened opened;
+  std::function<void()> superseded;
+  {
+    absl::MutexLock lock(&mu_);
+    std::map<TaskKey, const proto::HeldSplit*> holds;
+    for (const proto::HeldSplit& h : held) holds[KeyOf(h.key())] = &h;
+    Queue& q = queues_[consumer];
+    for (auto it = tasks_.lower_bound({consumer.first, consumer.second, 0, 0});
+         it != tasks_.end() && std::get<0>(it->first) == consumer.first &&
+         std::get<1>(it->first) == consumer.second;) {
+      auto next = std::next(it);
+      Task& task = it->second;
+      auto h = holds.find(it->first);
+      const uint64_t has = h == holds.end() ? 0 : h->second->batches();
+      const bool complete = h != holds.end() && h->second->complete();
+      if (!task.parallel && !complete) {
+        // Discard queued batches the client holds already.
+        for (auto b = q.batches.begin(); b != q.batches.end();) {
+          const bool held_already = b->task_id == task.id &&
+                                    !b->batch.end_of_split() &&
+                                    b->batch.batch_index() < has;
+          b = held_already ? Unqueue(q, b) : std::next(b);
+        }
+        if (task.sent > has && task.sent > task.assignment.skip_batches()) {
+          // Batches [has, sent) went to an earlier stream and never arrived.
+          proto::SplitAssignment again = task.assignment;
+          again.set_skip_batches(std::max(has, task.assignment.skip_batches()));
+          opened.restart.push_back(std::move(again));
+          splits_restarted_.Increment();
+          EraseTask(it);
+        }
+      }
+      it = next;
+    }
+    UpdateGauge();
+    opened.stream_id = next_stream_id_++;
+    streams_[opened.stream_id] = consumer;
+    ended_[opened.stream_id] = false;
+    superseded = std::move(q.notify);
+    q.reader = opened.stream_id;
+    q.notify = std::move(notify);
+  }
+  if (superseded) superseded();
+  return opened;
+}
+
+bool ConsumerQueues::ConsumerDone(const ConsumerKey& consumer) const {
+  auto q = queues_.find(consumer);
+  if (q != queues_.end() && !q->second.batches.empty()) return false;
+  if (stopped_) return true;
+  bool any = false;
+  bool all_finished = true;
+  for (auto it = tasks_.lower_bound({consumer.first, consumer.second, 0, 0});
+       it != tasks_.end() && std::get<0>(it->first) == consumer.first &&
+       std::get<1>(it->first) == consumer.second;
+       ++it) {
+    any = true;
+    if (it->second.parallel && it->second.finished) return true;
+    all_finished = all_finished && it->second.finished;
+  }
+  return draining_ && (!any || all_finished);
+}
+
+StreamEvent ConsumerQueues::Poll(uint64_t stream_id) {
+  StreamEvent event;
+  absl::MutexLock lock(&mu_);
+  auto s = streams_.find(stream_id);
+  if (s == streams_.end()) {
+    event.kind = StreamEvent::kEnd;
+    event.status = absl::NotFoundError("stream closed");
+    return event;
+  }
+  auto end = [&](absl::Status status) {
+    ended_[stream_id] = true;
+    event.kind = StreamEvent::kEnd;
+    event.status = std::move(status);
+  };
+  if (ended_[stream_id]) {
+    event.kind = StreamEvent::kEnd;
+    return event;
+  }
+  Queue& q = queues_[s->second];
+  if (q.reader != stream_id) {
+    end(absl::AbortedError(
+        "superseded by a newer GetBatches stream for this consumer"));
+    return event;
+  }
+  if (!q.batches.empty()) {
+    Queued& front = q.batches.front();
+    if (Task* task = FindTask(front.task_id); task != nullptr)
+      task->sent = std::max(task->sent, front.batch.batch_index() + 1);
+    event.kind = StreamEvent::kBatch;
+    event.batch = std::move(front.batch);
+    queued_bytes_ -= service::BatchBytes(event.batch);
+    --queued_batches_;
+    q.batches.pop_front();
+    UpdateGauge();
+    space_.SignalAll();
+    return event;
+  }
+  if (!q.error.ok()) {
+    end(q.error);
+    return event;
+  }
+  if (ConsumerDone(s->second)) {
+    end(absl::OkStatus());
+    return event;
+  }
+  event.kind = StreamEvent::kPending;
+  return event;
+}
+
+void ConsumerQueues::Return(uint64_t stream_id, proto::Batch batch) {
+  absl::MutexLock lock(&mu_);
+  auto s = streams_.find(stream_id);
+  if (s == streams_.end()) return;
+  TaskKey key = KeyOf(batch.key());
+  auto t = tasks_.find(key);
+  if (t == tasks_.end())
+    t = tasks_.find({std::get<0>(key), std::get<1>(key), 0, 0});
+  if (t == tasks_.end()) return;
+  Task& task = t->second;
+  task.sent = std::min(task.sent, batch.batch_index());
+  Queue& q = queues_[s->second];
+  queued_bytes_ += service::BatchBytes(batch);
+  ++queued_batches_;
+  q.batches.push_front(Queued{task.id, std::move(batch)});
+  UpdateGauge();
+}
+
+void ConsumerQueues::Close(uint64_t stream_id) {
+  absl::MutexLock lock(&mu_);
+  auto s = streams_.find(stream_id);
+  if (s == streams_.end()) return;
+  Queue& q = queues_[s->second];
+  if (q.reader == stream_id) {
+    q.reader = 0;
+    q.notify = nullptr;
+  }
+  streams_.erase(s);
+  ended_.erase(stream_id);
+}
+
+void ConsumerQueues::NotifyAllLocked(std::vector<std::function<void()>>* out) {
+  for (auto& [consumer, q] : queues_) out->push_back(q.notify);
+}
+
+void ConsumerQueues::UpdateGauge() {
+  queue_depth_.Set(static_cast<double>(queued_batches_));
+}
+
+size_t ConsumerQueues::queued_batches() const {
+  absl::MutexLock lock(&mu_);
+  return queued_batches_;
+}
+int64_t ConsumerQueues::queued_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return queued_bytes_;
+}
+size_t ConsumerQueues::queue_capacity() const {
+  absl::MutexLock lock(&mu_);
+  return queues_.size() * queue_batches_;
+}
+int ConsumerQueues::blocked_producers() const {
+  absl::MutexLock lock(&mu_);
+  return blocked_;
+}
+uint64_t ConsumerQueues::elements_produced() const {
+  absl::MutexLock lock(&mu_);
+  return elements_produced_;
+}
+
+}  // namespace sluice::data_worker

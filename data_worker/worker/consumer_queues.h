@@ -1,0 +1,197 @@
+// ConsumerQueues: the worker's data-transfer side. It holds every task (a split, or a
+// PARALLEL_EPOCHS walk) the worker serves, one bounded queue of ready-to-send batches per
+// consumer (job, consumer index), and the GetBatches streams that drain those queues.
+//
+// Producers (task_runner.h) Push() batches of a task, blocking while its consumer's queue is
+// full; that is the back-pressure that stops a pipeline whose trainer stopped reading. The
+// gRPC adapter (grpc_worker_service.h) reads through Open/Poll/Return/Close and never blocks.
+//
+// Tasks. AddTask(key) makes a task live and returns its id; every Push names the id, so a
+// task that was dropped, or restarted under a new id, cannot slip a stale batch in. A task's
+// batches carry indices from the split's batch 0; its last message is the end-of-split marker
+// (service/batch_codec.h), after which it is `finished`.
+//
+// Streams resume from what the client holds. Open() takes the client's per-split counts
+// (GetBatchesRequest.held): for a split whose batches left this queue (were written to an
+// earlier stream) beyond what the client holds, those batches were lost in flight, so the
+// split must be produced again from the client's count: Open() drops the task and returns
+// its assignment with skip_batches = held, for the caller to restart. Batches still queued
+// that the client already holds are discarded.
+//
+// Streams end. Poll() returns kEnd with OK when the consumer will get nothing more from this
+// worker: the worker stopped, or drains and every task of the consumer is finished and sent,
+// or the consumer's parallel task is finished and sent; with the pipeline's error (Fail())
+// after the batches queued before it.
+//
+// Thread-safe; one mutex. `notify` callbacks are called without it held.
+#ifndef SLUICE_DATA_WORKER_WORKER_CONSUMER_QUEUES_H_
+#define SLUICE_DATA_WORKER_WORKER_CONSUMER_QUEUES_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <optional>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "prometheus/registry.h"
+#include "proto/worker.pb.h"
+#include "proto/worker_service.pb.h"
+
+namespace sluice::data_worker {
+
+// (job, consumer, epoch, position). A parallel task is (job, consumer, 0, 0).
+using TaskKey = std::tuple<uint64_t, uint32_t, uint64_t, uint64_t>;
+using ConsumerKey = std::pair<uint64_t, uint32_t>;
+TaskKey KeyOf(const proto::SplitKey& key);
+
+// What Poll() found.
+struct StreamEvent {
+  enum Kind { kBatch, kPending, kEnd };
+  Kind kind = kPending;
+  proto::Batch batch;   // kBatch
+  absl::Status status;  // kEnd
+};
+
+// One task's progress, for the heartbeat.
+struct TaskProgress {
+  proto::SplitKey key;
+  bool parallel = false;
+  uint64_t produced_batches = 0;  // from batch 0, including skipped ones
+  bool finished = false;          // the end-of-split marker is queued
+};
+
+class ConsumerQueues {
+ public:
+  // `queue_batches` > 0: the bound of each consumer's queue.
+  ConsumerQueues(size_t queue_batches, prometheus::Registry& registry);
+
+  // ---- tasks (heartbeat thread) ----
+  // Makes `assignment` live (no-op returning 0 if its key already is). `parallel`: a
+  // PARALLEL_EPOCHS walk. Returns the task id Push() must name.
+  uint64_t AddTask(const proto::SplitAssignment& assignment, bool parallel)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Forgets the task and its queued batches; its producer's next Push() returns false.
+  void DropTask(const TaskKey& key) ABSL_LOCKS_EXCLUDED(mu_);
+  // Drops every task and batch (the dispatcher lost us, or another dispatcher incarnation).
+  void DropAll() ABSL_LOCKS_EXCLUDED(mu_);
+  // Drops every task of `job` (its consumers are gone: the job was collected).
+  void DropJob(uint64_t job_id) ABSL_LOCKS_EXCLUDED(mu_);
+  // Streams of consumers whose tasks are all finished and sent end OK (drain).
+  void SetDraining() ABSL_LOCKS_EXCLUDED(mu_);
+  // Ends every stream and unblocks every producer. Final.
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<TaskProgress> Progress() const ABSL_LOCKS_EXCLUDED(mu_);
+  bool HasTask(const TaskKey& key) const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // ---- producers ----
+  // Queues `batch` of task `task_id` (batch.batch_index() counts from the split's batch 0),
+  // blocking while the consumer's queue is full. A marker (end_of_split) finishes the task.
+  // False if the task is gone (dropped, restarted) or the queues stopped: stop producing.
+  bool Push(uint64_t task_id, proto::Batch batch) ABSL_LOCKS_EXCLUDED(mu_);
+  // The task's pipeline failed: its consumer's stream ends with `status` after the batches
+  // queued before it.
+  void Fail(uint64_t task_id, const absl::Status& status)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether the task is still live (producers poll this between batches they skip).
+  bool IsLive(uint64_t task_id) const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // ---- streams (the gRPC adapter) ----
+  struct Opened {
+    uint64_t stream_id = 0;
+    // Splits whose in-flight batches were lost: restart them with these assignments.
+    std::vector<proto::SplitAssignment> restart;
+  };
+  // Attaches a stream to `consumer`'s queue, superseding an older one (which ends ABORTED).
+  // `held`: the client's counts (see the class comment). `notify` may be called from any thread
+  // until Close(); it must not block.
+  Opened Open(const ConsumerKey& consumer,
+              const std::vector<proto::HeldSplit>& held,
+              std::function<void()> notify) ABSL_LOCKS_EXCLUDED(mu_);
+  StreamEvent Poll(uint64_t stream_id) ABSL_LOCKS_EXCLUDED(mu_);
+  // A batch Poll() returned whose write failed: back to the front of its queue, unless its
+  // task is gone.
+  void Return(uint64_t stream_id, proto::Batch batch) ABSL_LOCKS_EXCLUDED(mu_);
+  void Close(uint64_t stream_id) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // ---- accounting ----
+  size_t queued_batches() const ABSL_LOCKS_EXCLUDED(mu_);
+  int64_t queued_bytes() const ABSL_LOCKS_EXCLUDED(mu_);
+  size_t queue_capacity() const
+      ABSL_LOCKS_EXCLUDED(mu_);  // all consumers' bounds
+  int blocked_producers() const ABSL_LOCKS_EXCLUDED(mu_);
+  uint64_t elements_produced() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct Task {
+    uint64_t id = 0;
+    proto::SplitAssignment assignment;
+    bool parallel = false;
+    uint64_t produced =
+        0;  // messages queued, counted from batch 0 (markers included)
+    uint64_t sent =
+        0;  // messages that left the queue to a stream, from batch 0
+    bool finished = false;
+  };
+  struct Queued {
+    uint64_t task_id = 0;
+    proto::Batch batch;
+  };
+  struct Queue {
+    std::deque<Queued> batches;
+    absl::Status error;   // sticky; reported after the queued batches
+    uint64_t reader = 0;  // active stream id; 0 = none
+    std::function<void()> notify;
+  };
+
+  Task* FindTask(uint64_t task_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EraseTask(std::map<TaskKey, Task>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Erases a queued batch; returns the next.
+  std::deque<Queued>::iterator Unqueue(Queue& q,
+                                       std::deque<Queued>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool ConsumerDone(const ConsumerKey& consumer) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void NotifyAllLocked(std::vector<std::function<void()>>* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UpdateGauge() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const size_t queue_batches_;
+  prometheus::Counter& elements_total_;
+  prometheus::Counter& bytes_total_;
+  prometheus::Counter& batches_total_;
+  prometheus::Gauge& queue_depth_;
+  prometheus::Counter& splits_finished_;
+  prometheus::Counter& splits_dropped_;
+  prometheus::Counter& splits_restarted_;
+
+  mutable absl::Mutex mu_;
+  absl::CondVar space_;  // queue space, drops, stop
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t next_task_id_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t next_stream_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<TaskKey, Task> tasks_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, TaskKey> task_ids_ ABSL_GUARDED_BY(mu_);
+  std::map<ConsumerKey, Queue> queues_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, ConsumerKey> streams_
+      ABSL_GUARDED_BY(mu_);                              // open streams
+  std::map<uint64_t, bool> ended_ ABSL_GUARDED_BY(mu_);  // stream id -> ended
+  int blocked_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t queued_batches_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t elements_produced_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace sluice::data_worker
+
+#endif  // SLUICE_DATA_WORKER_WORKER_CONSUMER_QUEUES_H_

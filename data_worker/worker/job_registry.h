@@ -1,0 +1,88 @@
+// JobRegistry: the jobs a worker knows, built from the JobInfo the dispatcher sends (parsed
+// pipeline, data-root check, column names, batch size) with a pool of idle Executors each.
+//
+// A job whose pipeline does not parse, reads outside every --data-root, or fails validation is
+// kept as *refused*: its status is what the consumer's stream ends with
+//   PERMISSION_DENIED "pipeline source '/x' is outside the worker's --data-root (/a, /b)"
+//   INVALID_ARGUMENT  the validator's message naming node and field
+//   FAILED_PRECONDITION a missing source path (NOT_FOUND means "job unknown yet, retry")
+//
+// Thread-safe. Add() does I/O (opens the source) without holding the lock.
+#ifndef SLUICE_DATA_WORKER_WORKER_JOB_REGISTRY_H_
+#define SLUICE_DATA_WORKER_WORKER_JOB_REGISTRY_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "data_worker/pipeline/executor.h"
+#include "proto/pipeline.pb.h"
+#include "proto/worker.pb.h"
+#include "spdlog/spdlog.h"
+
+namespace sluice::data_worker {
+
+struct Job {
+  proto::JobInfo info;
+  absl::Status status;  // not OK: refused
+  proto::Pipeline spec;
+  std::vector<std::string> column_names;
+  uint64_t batch_size = 1;
+  bool shuffle = false;
+  bool batched = false;  // the pipeline has a batch node
+
+  // Idle executors of this job (running none); guarded by the registry.
+  std::vector<std::unique_ptr<pipeline::Executor>> idle;
+};
+
+class JobRegistry {
+ public:
+  // `data_roots`: canonical paths (CanonicalDataRoots).
+  JobRegistry(std::vector<std::string> data_roots,
+              pipeline::ExecutorOptions executor_options,
+              std::shared_ptr<spdlog::logger> logger);
+
+  // Canonicalizes each root. InvalidArgument: none, or an empty one.
+  static absl::StatusOr<std::vector<std::string>> CanonicalDataRoots(
+      std::vector<std::string> roots);
+
+  // Builds `info`'s job unless known. Never fails: a bad job is kept refused.
+  void Add(const proto::JobInfo& info) ABSL_LOCKS_EXCLUDED(mu_);
+  // Null when unknown.
+  std::shared_ptr<const Job> Get(uint64_t job_id) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<uint64_t> ids() const ABSL_LOCKS_EXCLUDED(mu_);
+  void Remove(uint64_t job_id) ABSL_LOCKS_EXCLUDED(mu_);
+  void Clear() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // An idle executor of `job` or a new one (its creation error).
+  absl::StatusOr<std::unique_ptr<pipeline::Executor>> AcquireExecutor(
+      uint64_t job_id) ABSL_LOCKS_EXCLUDED(mu_);
+  // Back to the pool (dropped if the job was removed meanwhile).
+  void ReleaseExecutor(uint64_t job_id,
+                       std::unique_ptr<pipeline::Executor> executor)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // PermissionDenied unless the pipeline's source lies under a data root (exposed for tests).
+  absl::Status CheckDataRoot(const proto::Pipeline& spec) const;
+
+ private:
+  std::shared_ptr<Job> Build(const proto::JobInfo& info) const;
+
+  const std::vector<std::string> data_roots_;
+  const pipeline::ExecutorOptions executor_options_;
+  const std::shared_ptr<spdlog::logger> logger_;
+
+  mutable absl::Mutex mu_;
+  std::map<uint64_t, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace sluice::data_worker
+
+#endif  // SLUICE_DATA_WORKER_WORKER_JOB_REGISTRY_H_

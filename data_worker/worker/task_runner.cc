@@ -1,0 +1,198 @@
+#include "data_worker/worker/task_runner.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/metrics/metrics.h"
+#include "common/record/sharding.h"
+#include "common/service/batch_codec.h"
+
+namespace sluice::data_worker {
+
+absl::StatusOr<proto::Batch> ToWireBatch(pipeline::Element element,
+                                         const Job& job) {
+  if (element.columns.size() != job.column_names.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the pipeline produced ", element.columns.size(),
+                     " columns but names ", job.column_names.size()));
+  }
+  proto::Batch batch;
+  for (size_t i = 0; i < element.columns.size(); ++i) {
+    const Tensor& t = element.columns[i];
+    std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
+    if (!job.batched) shape.insert(shape.begin(), 1);
+    absl::Status s = service::AppendColumn(
+        job.column_names[i], t.dtype(), shape,
+        absl::string_view(reinterpret_cast<const char*>(t.data()),
+                          t.num_bytes()),
+        &batch);
+    if (!s.ok()) return s;
+  }
+  batch.mutable_global_indices()->Add(element.global_indices.begin(),
+                                      element.global_indices.end());
+  return batch;
+}
+
+TaskRunner::TaskRunner(ConsumerQueues* queues, JobRegistry* jobs,
+                       prometheus::Registry& registry,
+                       std::shared_ptr<spdlog::logger> logger)
+    : queues_(queues),
+      jobs_(jobs),
+      logger_(std::move(logger)),
+      splits_started_(AddCounter(registry, "sluice_worker_splits_total",
+                                 "Splits by event.", {{"event", "started"}})) {}
+
+TaskRunner::~TaskRunner() { Stop(); }
+
+void TaskRunner::Start(int threads) {
+  absl::MutexLock lock(&mu_);
+  for (int i = 0; i < threads; ++i)
+    threads_.emplace_back([this] { ProducerLoop(); });
+}
+
+void TaskRunner::Stop() {
+  std::vector<std::thread> threads;
+  {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+    work_available_.SignalAll();
+    threads.swap(threads_);
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+void TaskRunner::Enqueue(uint64_t task_id, proto::SplitAssignment assignment,
+                         bool parallel) {
+  absl::MutexLock lock(&mu_);
+  pending_.push_back(Work{task_id, std::move(assignment), parallel});
+  work_available_.Signal();
+}
+
+int64_t TaskRunner::peak_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return peak_bytes_;
+}
+
+void TaskRunner::UpdatePeak() {
+  const int64_t queued = queues_->queued_bytes();
+  absl::MutexLock lock(&mu_);
+  int64_t total = queued;
+  for (const pipeline::Executor* ex : running_) total += ex->live_bytes();
+  peak_bytes_ = std::max(peak_bytes_, total);
+}
+
+void TaskRunner::ProducerLoop() {
+  while (true) {
+    Work work;
+    {
+      absl::MutexLock lock(&mu_);
+      while (!cancelled_ && pending_.empty()) work_available_.Wait(&mu_);
+      if (cancelled_) return;
+      work = std::move(pending_.front());
+      pending_.pop_front();
+    }
+    if (!queues_->IsLive(work.task_id)) continue;
+    const uint64_t job_id = work.assignment.key().job_id();
+    std::shared_ptr<const Job> job = jobs_->Get(job_id);
+    // A refused (or unknown) job's tasks stay held and unproduced: its streams carry the error.
+    if (job == nullptr || !job->status.ok()) continue;
+    if (!work.parallel) splits_started_.Increment();
+    absl::StatusOr<std::unique_ptr<pipeline::Executor>> ex =
+        jobs_->AcquireExecutor(job_id);
+    if (!ex.ok()) {
+      queues_->Fail(work.task_id, ex.status());
+      continue;
+    }
+    Run(work, *job, **ex);
+    jobs_->ReleaseExecutor(job_id, std::move(*ex));
+  }
+}
+
+void TaskRunner::Run(const Work& work, const Job& job, pipeline::Executor& ex) {
+  uint64_t batch_index = 0;
+  if (work.parallel) {
+    const uint64_t epochs = job.info.config().num_epochs();
+    uint64_t epoch = 0;
+    for (; epochs == 0 || epoch < epochs; ++epoch) {
+      batch_index = 0;
+      if (!RunEpoch(work, job, ex, epoch, &batch_index)) return;
+    }
+    proto::Batch marker;
+    *marker.mutable_key() = work.assignment.key();
+    marker.mutable_key()->set_epoch(epoch == 0 ? 0 : epoch - 1);
+    marker.set_batch_index(batch_index);
+    marker.set_end_of_split(true);
+    queues_->Push(work.task_id, std::move(marker));
+    return;
+  }
+  if (!RunEpoch(work, job, ex, work.assignment.key().epoch(), &batch_index))
+    return;
+  proto::Batch marker;
+  *marker.mutable_key() = work.assignment.key();
+  marker.set_split_id(work.assignment.split_id());
+  marker.set_batch_index(batch_index);
+  marker.set_end_of_split(true);
+  queues_->Push(work.task_id, std::move(marker));
+}
+
+bool TaskRunner::RunEpoch(const Work& work, const Job& job,
+                          pipeline::Executor& ex, uint64_t epoch,
+                          uint64_t* batch_index) {
+  const proto::SplitAssignment& a = work.assignment;
+  absl::Status started;
+  if (work.parallel) {
+    started = ex.Start(epoch);
+  } else {
+    const uint64_t n = a.end() > a.begin() ? a.end() - a.begin() : 0;
+    started = ex.Start(
+        record::SplitRecordOrder(a.first_global(), n, job.shuffle,
+                                 job.info.config().seed(), a.split_id(), epoch),
+        epoch);
+  }
+  if (!started.ok()) {
+    queues_->Fail(work.task_id, started);
+    return false;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    running_.push_back(&ex);
+  }
+  bool ok = true;
+  while (ok) {
+    absl::StatusOr<std::optional<pipeline::Element>> next = ex.GetNext();
+    if (!next.ok()) {
+      // Batches before the error have gone out; the stream then ends with the error.
+      logger_->error("job {} consumer {}: {}", a.key().job_id(),
+                     a.key().consumer_index(), next.status().ToString());
+      queues_->Fail(work.task_id, next.status());
+      ok = false;
+      break;
+    }
+    if (!next->has_value()) break;
+    const uint64_t index = (*batch_index)++;
+    if (index < a.skip_batches()) {
+      ok = queues_->IsLive(work.task_id);  // the consumer holds it already
+      continue;
+    }
+    absl::StatusOr<proto::Batch> batch = ToWireBatch(std::move(**next), job);
+    if (!batch.ok()) {
+      queues_->Fail(work.task_id, batch.status());
+      ok = false;
+      break;
+    }
+    *batch->mutable_key() = a.key();
+    if (work.parallel) batch->mutable_key()->set_epoch(epoch);
+    batch->set_split_id(a.split_id());
+    batch->set_batch_index(index);
+    UpdatePeak();
+    ok = queues_->Push(work.task_id, std::move(*batch));
+    UpdatePeak();
+  }
+  ex.Stop();
+  absl::MutexLock lock(&mu_);
+  running_.erase(std::find(running_.begin(), running_.end(), &ex));
+  return ok;
+}
+
+}  // namespace sluice::data_worker

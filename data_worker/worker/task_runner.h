@@ -1,0 +1,89 @@
+// TaskRunner: the worker's producers. `threads` producer threads take tasks from a FIFO, run
+// each on one of its job's Executors (JobRegistry's pool), encode every output element as a
+// wire batch and Push() it into ConsumerQueues; a split ends with its end-of-split marker.
+//
+// Progress counts output batches. A task with skip_batches = k runs its split from the first
+// record (the output is a pure function of seed, epoch and records) and discards batches
+// 0..k-1 instead of sending them: filters and skipped records cannot shift what a replacement
+// worker sends. Example: split of 10 records, batch 4, skip 1 -> batches 1 ([4..7]) and 2
+// ([8, 9]), then the marker with batch_index 3.
+//
+// A task stops when ConsumerQueues says it is gone (dropped, restarted, stopped); a pipeline
+// error goes to the consumer's stream (ConsumerQueues::Fail). Start()/Stop() own the threads.
+#ifndef SLUICE_DATA_WORKER_WORKER_TASK_RUNNER_H_
+#define SLUICE_DATA_WORKER_WORKER_TASK_RUNNER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "data_worker/pipeline/executor.h"
+#include "data_worker/worker/consumer_queues.h"
+#include "data_worker/worker/job_registry.h"
+#include "prometheus/counter.h"
+#include "prometheus/registry.h"
+#include "spdlog/spdlog.h"
+
+namespace sluice::data_worker {
+
+// Encodes an executor output as a wire batch (copies the column bytes once). An unbatched
+// pipeline's element gets a leading dimension of 1, so shape[0] is always the element count.
+// InvalidArgument if the column counts differ.
+absl::StatusOr<proto::Batch> ToWireBatch(pipeline::Element element,
+                                         const Job& job);
+
+class TaskRunner {
+ public:
+  TaskRunner(ConsumerQueues* queues, JobRegistry* jobs,
+             prometheus::Registry& registry,
+             std::shared_ptr<spdlog::logger> logger);
+  ~TaskRunner();  // Stop()s
+
+  void Start(int threads) ABSL_LOCKS_EXCLUDED(mu_);
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Queues task `task_id` (from ConsumerQueues::AddTask) for production.
+  void Enqueue(uint64_t task_id, proto::SplitAssignment assignment,
+               bool parallel) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Peak over time of queued bytes plus the live bytes of every running Executor.
+  int64_t peak_bytes() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct Work {
+    uint64_t task_id = 0;
+    proto::SplitAssignment assignment;
+    bool parallel = false;
+  };
+
+  void ProducerLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  void Run(const Work& work, const Job& job, pipeline::Executor& ex)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // One pass over the split (or one epoch of a parallel walk). False: stop the task.
+  bool RunEpoch(const Work& work, const Job& job, pipeline::Executor& ex,
+                uint64_t epoch, uint64_t* batch_index) ABSL_LOCKS_EXCLUDED(mu_);
+  void UpdatePeak() ABSL_LOCKS_EXCLUDED(mu_);
+
+  ConsumerQueues* const queues_;
+  JobRegistry* const jobs_;
+  const std::shared_ptr<spdlog::logger> logger_;
+  prometheus::Counter& splits_started_;
+
+  mutable absl::Mutex mu_;
+  absl::CondVar work_available_;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<Work> pending_ ABSL_GUARDED_BY(mu_);
+  std::vector<pipeline::Executor*> running_ ABSL_GUARDED_BY(mu_);
+  int64_t peak_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::thread> threads_;  // started by Start, joined by Stop
+};
+
+}  // namespace sluice::data_worker
+
+#endif  // SLUICE_DATA_WORKER_WORKER_TASK_RUNNER_H_

@@ -1,0 +1,335 @@
+#include "dispatcher/autoscaler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <tuple>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace sluice::dispatcher {
+namespace {
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// The capacity a worker reports for `job_id`: its own entry, else its
+// all-jobs entry, else 0 (not measured).
+double CapacityFor(const WorkerSample& w, uint64_t job_id) {
+  double all = 0;
+  for (const JobCapacity& c : w.capacity) {
+    if (c.job_id == job_id && job_id != kAllJobs) {
+      return c.elements_per_busy_second;
+    }
+    if (c.job_id == kAllJobs) all = c.elements_per_busy_second;
+  }
+  return all;
+}
+
+// ceil() that ignores floating-point dust: 8.0000000001 workers is 8.
+int CeilWorkers(double x) {
+  if (x <= 0) return 0;
+  return static_cast<int>(std::ceil(x - 1e-9));
+}
+
+}  // namespace
+
+Autoscaler::Autoscaler(AutoscalerOptions options)
+    : options_(std::move(options)) {}
+
+AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
+  const AutoscalerOptions& o = options_;
+  const absl::Time now = input.now;
+  const int min_workers = std::max(0, o.min_workers);
+  const int max_workers = std::max(min_workers, o.max_workers);
+  AutoscalerDecision d;
+  std::vector<std::string> notes;
+
+  // Workers: who counts, who is measured.
+  int registered = 0, warming = 0;
+  std::vector<const WorkerSample*> warm;
+  std::set<uint64_t> stalled;
+  for (const WorkerSample& w : input.workers) {
+    if (w.draining) continue;
+    ++registered;
+    const bool stale = now - w.last_heartbeat > o.stale_after &&
+                       now - w.registered > o.stale_after;
+    if (stale) {
+      stalled.insert(w.worker_id);
+    } else if (now - w.registered < o.warmup) {
+      ++warming;
+    } else {
+      warm.push_back(&w);
+    }
+  }
+  d.current_workers = registered + std::max(0, input.starting_workers);
+  const int current = d.current_workers;
+
+  // Jobs with live consumers, and their demand.
+  std::map<uint64_t, uint64_t> batch_size;
+  for (const JobSample& j : input.jobs) {
+    batch_size[j.job_id] = std::max<uint64_t>(1, j.batch_size);
+  }
+  std::map<uint64_t, JobEstimate> jobs;
+  std::map<std::pair<uint64_t, uint32_t>, double> consumer_demand;
+  int unknown_job_consumers = 0;
+  for (const ConsumerSample& c : input.consumers) {
+    auto bs = batch_size.find(c.job_id);
+    if (bs == batch_size.end()) {
+      ++unknown_job_consumers;
+      continue;
+    }
+    const auto key = std::make_pair(c.job_id, c.consumer_index);
+    const double busy = std::max(o.min_busy_fraction,
+                                 1.0 - std::clamp(c.wait_fraction, 0.0, 1.0));
+    double demand = std::max(0.0, c.batches_per_second) / busy *
+                    static_cast<double>(bs->second);
+    auto previous = consumer_demand_.find(key);
+    if (now - c.epoch_started < o.epoch_grace &&
+        previous != consumer_demand_.end()) {
+      demand = previous->second;
+    }
+    consumer_demand[key] = demand;
+    JobEstimate& e = jobs[c.job_id];
+    e.job_id = c.job_id;
+    ++e.consumers;
+    e.demand += demand;
+  }
+  consumer_demand_ = std::move(consumer_demand);
+  if (unknown_job_consumers > 0) {
+    notes.push_back(absl::StrCat(unknown_job_consumers,
+                                 " consumer(s) of unknown jobs ignored"));
+  }
+
+  // Capacity per job: the mean over warm workers with outliers replaced by
+  // the median.
+  std::set<uint64_t> slow;
+  std::vector<double> all_values;
+  for (auto& [job_id, e] : jobs) {
+    std::vector<std::pair<uint64_t, double>> values;
+    for (const WorkerSample* w : warm) {
+      const double c = CapacityFor(*w, job_id);
+      if (c > 0) values.emplace_back(w->worker_id, c);
+    }
+    if (values.empty()) continue;
+    std::vector<double> raw;
+    for (const auto& v : values) raw.push_back(v.second);
+    const double median = Median(raw);
+    double sum = 0;
+    for (const auto& [id, c] : values) {
+      if (c < median * o.outlier_ratio) {
+        slow.insert(id);
+        sum += median;
+      } else if (c * o.outlier_ratio > median) {
+        sum += median;
+      } else {
+        sum += c;
+      }
+    }
+    e.capacity = sum / static_cast<double>(values.size());
+    last_capacity_[job_id] = e.capacity;
+    all_values.push_back(e.capacity);
+  }
+  if (!all_values.empty()) last_any_capacity_ = Median(all_values);
+  // Jobs no warm worker measured: their last capacity, else what the other
+  // jobs cost (a new job's first period), else the last one seen at all.
+  std::vector<uint64_t> unmeasured;
+  for (auto& [job_id, e] : jobs) {
+    if (e.capacity > 0) continue;
+    auto last = last_capacity_.find(job_id);
+    if (last != last_capacity_.end()) {
+      e.capacity = last->second;
+    } else if (!all_values.empty()) {
+      e.capacity = Median(all_values);
+      unmeasured.push_back(job_id);
+    } else if (last_any_capacity_ > 0) {
+      e.capacity = last_any_capacity_;
+      unmeasured.push_back(job_id);
+    } else if (e.demand > 0) {
+      unmeasured.push_back(job_id);
+    }
+  }
+  bool need_known = true;
+  double need = 0;
+  std::map<uint64_t, double> need_by_job;
+  for (auto& [job_id, e] : jobs) {
+    if (e.demand > 0 && e.capacity <= 0) {
+      need_known = false;
+      continue;
+    }
+    e.need = e.demand > 0 ? e.demand / e.capacity : 0;
+    need += e.need;
+    need_by_job[job_id] = e.need;
+  }
+  for (const auto& [id, e] : jobs) d.jobs.push_back(e);
+  d.need = need;
+
+  // History for scale-downs: only jobs that still have consumers count, so
+  // demand that left leaves at once.
+  if (first_call_ == absl::InfinitePast()) first_call_ = now;
+  if (need_known) history_.push_back({now, need_by_job});
+  while (!history_.empty() &&
+         now - history_.front().time >= o.scale_down_window) {
+    history_.pop_front();
+  }
+  double stable_need = need;
+  for (const HistoryEntry& h : history_) {
+    double sum = 0;
+    for (const auto& [job_id, n] : h.need_by_job) {
+      if (jobs.contains(job_id)) sum += n;
+    }
+    stable_need = std::max(stable_need, sum);
+  }
+
+  // Why: the estimate in one line.
+  std::vector<std::string> parts;
+  for (const auto& [job_id, e] : jobs) {
+    if (e.capacity > 0) {
+      parts.push_back(
+          absl::StrFormat("job %d: %.0f el/s / %.0f el/s per worker", job_id,
+                          e.demand, e.capacity));
+    } else {
+      parts.push_back(absl::StrFormat("job %d: %.0f el/s, capacity unknown",
+                                      job_id, e.demand));
+    }
+  }
+  const std::string estimate = absl::StrFormat(
+      "need %.2f workers (%s) x %.2f headroom", need,
+      parts.empty() ? "no consumer" : absl::StrJoin(parts, "; "), o.headroom);
+
+  int desired = current;
+  std::string verdict;
+  const int target = CeilWorkers(need * o.headroom);
+  if (!need_known) {
+    desired = std::max(current, jobs.empty() ? 0 : 1);
+    verdict = absl::StrCat("capacity not measured yet (", warming,
+                           " warming up, ", warm.size(), " warm); ", estimate);
+  } else if (need > current * o.scale_up_utilization && target > current) {
+    // Veto: trainers do not wait and every warm worker's queue is full.
+    bool any_wait = false;
+    for (const ConsumerSample& c : input.consumers) {
+      any_wait |= c.wait_fraction > o.idle_wait_fraction;
+    }
+    bool all_full = !warm.empty();
+    for (const WorkerSample* w : warm) {
+      const bool full =
+          w->blocked_producers > 0 ||
+          (w->queue_capacity > 0 &&
+           static_cast<double>(w->queue_depth) >=
+               o.full_queue_fraction * static_cast<double>(w->queue_capacity));
+      all_full &= full;
+    }
+    if (!any_wait && all_full) {
+      verdict = absl::StrCat(
+          "hold ", current, ": ", estimate, " = ", target,
+          ", but no trainer waits and every worker's output queue is full");
+    } else {
+      const int cap = static_cast<int>(
+          std::floor(std::max(1, current) * o.max_scale_up_factor + 1e-9));
+      desired = std::min(target, cap);
+      verdict = absl::StrCat("up ", current, " -> ", desired, ": ", estimate,
+                             " = ", target);
+      if (desired < target) {
+        absl::StrAppend(&verdict, ", capped at x", o.max_scale_up_factor);
+      }
+    }
+  } else {
+    const int stable_target = std::clamp(CeilWorkers(stable_need * o.headroom),
+                                         min_workers, max_workers);
+    // Until a whole window was seen (a restarted dispatcher), only demand
+    // that left can scale down.
+    const bool window_seen = now - first_call_ >= o.scale_down_window;
+    if (stable_target < current && !window_seen && !jobs.empty()) {
+      verdict = absl::StrCat("hold ", current, ": ", estimate, " = ", target,
+                             "; no scale-down before ",
+                             absl::FormatDuration(o.scale_down_window),
+                             " of measurements");
+    } else if (stable_target < current) {
+      if (now - last_scale_down_ >= o.period) {
+        desired = stable_target;
+        verdict = jobs.empty()
+                      ? absl::StrFormat("down %d -> %d: no live consumer",
+                                        current, desired)
+                      : absl::StrFormat(
+                            "down %d -> %d: largest need over the last %s "
+                            "%.2f workers x %.2f headroom; now %s",
+                            current, desired,
+                            absl::FormatDuration(o.scale_down_window),
+                            stable_need, o.headroom, estimate);
+      } else {
+        verdict =
+            absl::StrCat("hold ", current,
+                         ": scaled down less than a period ago; ", estimate);
+      }
+    } else {
+      verdict = absl::StrCat("hold ", current, ": ", estimate, " = ", target);
+      if (stable_target > target) {
+        absl::StrAppend(
+            &verdict,
+            absl::StrFormat(" (%.2f seen in the last %s)", stable_need,
+                            absl::FormatDuration(o.scale_down_window)));
+      }
+    }
+  }
+  if (desired > max_workers) {
+    desired = max_workers;
+    notes.push_back(absl::StrCat("limited to max_workers ", max_workers));
+  }
+  if (desired < min_workers) {
+    desired = min_workers;
+    notes.push_back(absl::StrCat("kept at min_workers ", min_workers));
+  }
+  if (desired < current) last_scale_down_ = now;
+  d.desired_workers = desired;
+
+  // Who is least useful.
+  for (uint64_t id : stalled) d.replace.push_back(id);
+  for (uint64_t id : slow) d.replace.push_back(id);
+  if (!stalled.empty()) {
+    notes.push_back(absl::StrCat("stalled (no heartbeat): worker ",
+                                 absl::StrJoin(stalled, ", ")));
+  }
+  if (!slow.empty()) {
+    notes.push_back(absl::StrCat("slow outlier counted as the median: worker ",
+                                 absl::StrJoin(slow, ", ")));
+  }
+  if (warming > 0 && need_known) {
+    notes.push_back(absl::StrCat(warming, " warming up"));
+  }
+  const int surplus = registered - desired;
+  if (surplus > 0) {
+    std::vector<const WorkerSample*> order;
+    for (const WorkerSample& w : input.workers) {
+      if (!w.draining) order.push_back(&w);
+    }
+    auto rank = [&](const WorkerSample* w) {
+      return std::make_tuple(!stalled.contains(w->worker_id),
+                             !slow.contains(w->worker_id), w->held_splits,
+                             w->undelivered_batches);
+    };
+    std::sort(order.begin(), order.end(),
+              [&](const WorkerSample* a, const WorkerSample* b) {
+                if (rank(a) != rank(b)) return rank(a) < rank(b);
+                // Then the newest (it has the least warm state), then the
+                // highest id.
+                if (a->registered != b->registered) {
+                  return a->registered > b->registered;
+                }
+                return a->worker_id > b->worker_id;
+              });
+    for (int i = 0; i < surplus; ++i) d.drain.push_back(order[i]->worker_id);
+  }
+  d.reason = verdict;
+  if (!notes.empty())
+    absl::StrAppend(&d.reason, "; ", absl::StrJoin(notes, "; "));
+  return d;
+}
+
+}  // namespace sluice::dispatcher

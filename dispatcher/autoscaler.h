@@ -1,0 +1,204 @@
+// Autoscaler: how many data workers the jobs need, and why. The control law
+// behind `sluice_desired_workers` (docs/autoscaling.md explains it in full).
+//
+// The caller (the dispatcher, once per scale period) gathers what heartbeats
+// reported over the last window into an AutoscalerInput and calls Decide().
+// Decide() does no I/O and reads no clock: time comes from `input.now` and the
+// timestamps in the samples. The only state it keeps between calls is the
+// history that slows scale-downs; a test or the simulator
+// (bench/autoscale_sim) drives it with made-up inputs.
+//
+// The law, in one step (no +1 probing):
+//   demand_j   = Σ over job j's consumers of batches_per_second / (1 - wait)
+//                × batch_size                                    [elements/s]
+//                (what the trainer would consume if it never waited: its
+//                 step rate, whichever side is the bottleneck)
+//   capacity_j = robust mean over warm, healthy workers of the elements of j
+//                they produce per BUSY second (outliers replaced by the median)
+//   need       = Σ_j demand_j / capacity_j                     [workers, real]
+//   target     = ceil(need × headroom), within [min_workers, max_workers]
+//   up         when need > current × scale_up_utilization: at once, to target,
+//              at most × max_scale_up_factor per call
+//   down       to ceil(max need over the stabilization window × headroom),
+//              at most one step per period; demand that left (a job with no
+//              consumer) leaves the window at once
+//
+// Worked example (headroom 1.05): one job, batch 64, 2 consumers each returning
+// 4 batches/s and waiting 50% of the time → demand 2 × 4 / 0.5 × 64 = 1024
+// elements/s. Three warm workers each produce 128 elements per busy second →
+// need = 8.0, target = ceil(8.4) = 9: up from 3 to 9 in one call (×3 < ×4).
+// A 4th worker that registered 1 s ago is warming up and ignored; a 5th that
+// produces 20 elements per busy second is an outlier, counted as 128 and
+// listed in `replace`.
+//
+// Thread-compatible: one caller at a time.
+#ifndef SLUICE_DISPATCHER_AUTOSCALER_H_
+#define SLUICE_DISPATCHER_AUTOSCALER_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace sluice::dispatcher {
+
+struct AutoscalerOptions {
+  int min_workers = 1;
+  int max_workers = 64;
+  // Provision need × headroom workers: at most 1/1.05 = 95% busy, so noise
+  // in the measurements and in the pipeline's speed (a few %) does not make
+  // trainers wait, and rounding up to whole workers adds the rest.
+  double headroom = 1.05;
+  // Scale up only when the measured need passes this fraction of the current
+  // workers: between 1/headroom and this (95-100% busy) noise cannot add a
+  // worker, and above it the trainers are short of data.
+  double scale_up_utilization = 1.0;
+  // At most current × this per call: a wrong estimate (a trainer that waits
+  // for another reason) costs at most one ×4 step before the next measurement.
+  double max_scale_up_factor = 4.0;
+  // The decision period: at most one scale-down per period.
+  absl::Duration period = absl::Seconds(2);
+  // A scale-down goes to the largest need seen over this window.
+  absl::Duration scale_down_window = absl::Seconds(30);
+  // A worker's measurements count only this long after it registered (cold
+  // caches, first splits opening files, the pipeline's autotune settling).
+  absl::Duration warmup = absl::Seconds(5);
+  // A consumer's wait right after its epoch started (pipelines refill,
+  // shuffle buffers fill) is not demand: during this long its previous
+  // estimate is kept.
+  absl::Duration epoch_grace = absl::Seconds(5);
+  // A worker whose last heartbeat is older than this is stalled (e.g.
+  // SIGSTOPped): not measured, listed in `replace`, drained first.
+  absl::Duration stale_after = absl::Seconds(5);
+  // A warm worker whose capacity is below median × outlier_ratio or above
+  // median / outlier_ratio counts as the median.
+  double outlier_ratio = 0.5;
+  // Smallest 1 - wait used in demand = rate / (1 - wait): a trainer that waits
+  // 99% of the time is estimated at most 1/0.02 = 50× its rate (then capped
+  // by max_scale_up_factor).
+  double min_busy_fraction = 0.02;
+  // Veto on scale-ups: if no consumer waits more than this and every warm
+  // worker's output queue is full (or its producers blocked), the workers
+  // already outrun the trainers; the measured need is not believed.
+  double idle_wait_fraction = 0.01;
+  double full_queue_fraction = 0.9;
+};
+
+// Worker capacity measured for one job. job_id == kAllJobs: for every job the
+// worker has no entry of its own for (a worker that only measures its total).
+inline constexpr uint64_t kAllJobs = 0;
+struct JobCapacity {
+  uint64_t job_id = kAllJobs;
+  // Elements of this job produced per second of busy time: elements ÷ the
+  // worker-seconds spent producing them, where a worker-second is the whole
+  // worker (all its pipeline threads) for one second, so that Σ over jobs of
+  // busy seconds ≤ wall seconds. Excludes time the pipeline was blocked on a
+  // full output queue or idle without splits. 0 = not measured.
+  double elements_per_busy_second = 0;
+};
+
+// One data worker, from its heartbeats over the window.
+struct WorkerSample {
+  uint64_t worker_id = 0;
+  absl::Time registered = absl::InfinitePast();
+  absl::Time last_heartbeat = absl::InfinitePast();
+  bool draining = false;  // not counted, not measured, never a victim
+  std::vector<JobCapacity> capacity;
+  uint64_t queue_depth = 0;     // batches in its output queues
+  uint64_t queue_capacity = 0;  // their bound
+  int blocked_producers = 0;    // pipeline threads blocked on a full queue
+  // For choosing drain victims: splits it holds and batches it produced that
+  // no consumer has yet (what a drain hands over or throws away).
+  int held_splits = 0;
+  uint64_t undelivered_batches = 0;
+};
+
+// One consumer (trainer), from its heartbeats over the window. List only live
+// consumers of unfinished jobs: a consumer that left has no demand.
+struct ConsumerSample {
+  uint64_t job_id = 0;
+  uint32_t consumer_index = 0;
+  double batches_per_second = 0;  // returned to the trainer
+  double wait_fraction = 0;       // of the window spent waiting for a batch
+  // When its current epoch started; InfinitePast() = long ago.
+  absl::Time epoch_started = absl::InfinitePast();
+};
+
+struct JobSample {
+  uint64_t job_id = 0;
+  uint64_t batch_size = 1;  // elements per batch
+};
+
+struct AutoscalerInput {
+  absl::Time now;
+  std::vector<WorkerSample> workers;
+  std::vector<ConsumerSample> consumers;
+  std::vector<JobSample> jobs;
+  // Workers the actuator started that have not registered yet: counted as
+  // current (so the next call does not start them again), never measured.
+  int starting_workers = 0;
+};
+
+// What the autoscaler concluded about one job.
+struct JobEstimate {
+  uint64_t job_id = 0;
+  int consumers = 0;
+  double demand = 0;    // elements/s
+  double capacity = 0;  // elements/s per worker (0: not measured)
+  double need = 0;      // workers (real)
+};
+
+struct AutoscalerDecision {
+  int desired_workers = 0;
+  int current_workers = 0;  // non-draining registered + starting
+  // One line for `sluice status` and the log, e.g.
+  //   "up 3 -> 9: need 8.00 workers (job 1: 1024 el/s / 128 el/s per worker)
+  //    x 1.05 headroom = 9"
+  std::string reason;
+  // When desired < current: the registered workers to drain, least useful
+  // first (stalled, then slowest outliers, then fewest held splits, fewest
+  // undelivered batches, newest). Size ≤ registered - desired: starting
+  // workers are cancelled first.
+  std::vector<uint64_t> drain;
+  // Stalled (stale heartbeat) or outlier-slow workers, whatever the decision:
+  // the actuator may replace them.
+  std::vector<uint64_t> replace;
+  std::vector<JobEstimate> jobs;
+  double need = 0;  // Σ jobs' need
+};
+
+class Autoscaler {
+ public:
+  explicit Autoscaler(AutoscalerOptions options);
+
+  // The worker count for `input`; call once per period (a call sooner than
+  // `period` after the last scale-down cannot scale down again). Never fails:
+  // missing measurements keep the current count and say so in `reason`.
+  AutoscalerDecision Decide(const AutoscalerInput& input);
+
+  const AutoscalerOptions& options() const { return options_; }
+
+ private:
+  struct HistoryEntry {
+    absl::Time time;
+    std::map<uint64_t, double> need_by_job;
+  };
+
+  AutoscalerOptions options_;
+  std::deque<HistoryEntry> history_;
+  // Last demand estimate per (job, consumer), for epoch starts.
+  std::map<std::pair<uint64_t, uint32_t>, double> consumer_demand_;
+  // Last measured capacity per job and over all jobs, for periods in which no
+  // warm worker measured one.
+  std::map<uint64_t, double> last_capacity_;
+  double last_any_capacity_ = 0;
+  absl::Time last_scale_down_ = absl::InfinitePast();
+  absl::Time first_call_ = absl::InfinitePast();
+};
+
+}  // namespace sluice::dispatcher
+
+#endif  // SLUICE_DISPATCHER_AUTOSCALER_H_

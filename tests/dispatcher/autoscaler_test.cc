@@ -1,0 +1,380 @@
+#include "dispatcher/autoscaler.h"
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "common/base/clock.h"
+#include "common/base/random.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace sluice::dispatcher {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::StartsWith;
+
+constexpr absl::Duration kPeriod = absl::Seconds(2);
+
+// One job (id 1, batch 64) whose consumer wants 512 elements/s (8 batches/s),
+// served by workers that each produce 100 elements per busy second: need 5.12
+// workers, 6 with 5% headroom. Each test changes one thing.
+class AutoscalerTest : public ::testing::Test {
+ protected:
+  AutoscalerTest() : clock_(absl::FromUnixSeconds(1000)) {}
+
+  WorkerSample Worker(uint64_t id, double capacity,
+                      uint64_t job_id = kAllJobs) {
+    WorkerSample w;
+    w.worker_id = id;
+    w.registered = absl::FromUnixSeconds(0);
+    w.last_heartbeat = clock_.Now();
+    if (capacity > 0) w.capacity.push_back({job_id, capacity});
+    w.queue_capacity = 8;
+    return w;
+  }
+
+  // A consumer that wants `demand` batches/s and gets `served` of them.
+  static ConsumerSample Consumer(uint64_t job, uint32_t index, double demand,
+                                 double served) {
+    ConsumerSample c;
+    c.job_id = job;
+    c.consumer_index = index;
+    c.batches_per_second = std::min(demand, served);
+    c.wait_fraction = 1.0 - c.batches_per_second / demand;
+    return c;
+  }
+
+  AutoscalerInput Input(int workers, double capacity, double demand,
+                        double served) {
+    AutoscalerInput in;
+    in.now = clock_.Now();
+    for (int i = 0; i < workers; ++i) {
+      in.workers.push_back(Worker(static_cast<uint64_t>(i + 1), capacity));
+    }
+    in.consumers.push_back(Consumer(1, 0, demand, served));
+    in.jobs.push_back({.job_id = 1, .batch_size = 64});
+    return in;
+  }
+
+  // The steady state: 6 workers serving the 512 elements/s.
+  AutoscalerInput Steady() { return Input(6, 100, 8, 8); }
+
+  AutoscalerDecision Next(const AutoscalerInput& in) {
+    AutoscalerInput copy = in;
+    copy.now = clock_.Now();
+    for (WorkerSample& w : copy.workers) {
+      if (w.last_heartbeat != absl::InfinitePast() &&
+          w.last_heartbeat > absl::FromUnixSeconds(500)) {
+        w.last_heartbeat = clock_.Now();
+      }
+    }
+    AutoscalerDecision d = scaler_.Decide(copy);
+    clock_.Advance(kPeriod);
+    return d;
+  }
+
+  FakeClock clock_;
+  Autoscaler scaler_{AutoscalerOptions{.min_workers = 1, .max_workers = 64}};
+};
+
+TEST_F(AutoscalerTest, SteadyStateHolds) {
+  AutoscalerDecision d = Next(Steady());
+  EXPECT_EQ(d.desired_workers, 6);
+  EXPECT_EQ(d.current_workers, 6);
+  EXPECT_DOUBLE_EQ(d.need, 5.12);
+  EXPECT_EQ(d.reason,
+            "hold 6: need 5.12 workers (job 1: 512 el/s / 100 el/s per "
+            "worker) x 1.05 headroom = 6");
+  EXPECT_THAT(d.drain, IsEmpty());
+  ASSERT_EQ(d.jobs.size(), 1u);
+  EXPECT_EQ(d.jobs[0].consumers, 1);
+  EXPECT_DOUBLE_EQ(d.jobs[0].demand, 512);
+  EXPECT_DOUBLE_EQ(d.jobs[0].capacity, 100);
+}
+
+TEST_F(AutoscalerTest, WorkedExampleFromTheHeader) {
+  AutoscalerInput in = Input(3, 128, 8, 4);
+  in.consumers.push_back(Consumer(1, 1, 8, 4));
+  WorkerSample warming = Worker(4, 40);
+  warming.registered = clock_.Now() - absl::Seconds(1);
+  in.workers.push_back(warming);
+  in.workers.push_back(Worker(5, 20));
+  AutoscalerDecision d = Next(in);
+  // 5 current; 1024 el/s over 128 el/s = 8 workers, x 1.05 = 9.
+  EXPECT_EQ(d.desired_workers, 9);
+  EXPECT_DOUBLE_EQ(d.need, 8.0);
+  EXPECT_THAT(d.reason, StartsWith("up 5 -> 9: need 8.00 workers (job 1: 1024 "
+                                   "el/s / 128 el/s per worker)"));
+  EXPECT_THAT(d.reason,
+              HasSubstr("slow outlier counted as the median: worker 5"));
+  EXPECT_THAT(d.reason, HasSubstr("1 warming up"));
+  EXPECT_THAT(d.replace, ElementsAre(5));
+}
+
+TEST_F(AutoscalerTest, DemandDoublesScalesUpInOneStep) {
+  Next(Steady());
+  // The trainer now wants 16 batches/s; 6 workers serve 600 el/s = 9.375.
+  AutoscalerDecision d = Next(Input(6, 100, 16, 9.375));
+  EXPECT_DOUBLE_EQ(d.jobs[0].demand, 1024);
+  EXPECT_EQ(d.desired_workers, 11);  // ceil(10.24 x 1.05)
+  EXPECT_THAT(d.reason, StartsWith("up 6 -> 11:"));
+  // Once the new workers run, the count stays.
+  d = Next(Input(11, 100, 16, 16));
+  EXPECT_EQ(d.desired_workers, 11);
+  EXPECT_THAT(d.reason, StartsWith("hold 11:"));
+}
+
+TEST_F(AutoscalerTest, PipelineCostTriplesScalesUpInOneStep) {
+  Next(Steady());
+  const double capacity = 100.0 / 3;
+  // 6 workers now serve 200 el/s = 3.125 batches/s.
+  AutoscalerDecision d = Next(Input(6, capacity, 8, 6 * capacity / 64));
+  EXPECT_NEAR(d.need, 15.36, 1e-9);
+  EXPECT_EQ(d.desired_workers, 17);  // ceil(16.128)
+  d = Next(Input(17, capacity, 8, 8));
+  EXPECT_EQ(d.desired_workers, 17);
+}
+
+TEST_F(AutoscalerTest, LostWorkerIsReplaced) {
+  Next(Steady());
+  // 5 workers serve 500 of 512 el/s.
+  AutoscalerDecision d = Next(Input(5, 100, 8, 500.0 / 64));
+  EXPECT_EQ(d.desired_workers, 6);
+  EXPECT_THAT(d.reason, StartsWith("up 5 -> 6:"));
+}
+
+TEST_F(AutoscalerTest, SecondJobAddsItsNeed) {
+  Next(Steady());
+  // Job 2 (batch 32) arrives: its consumer wants 20 batches/s = 640 el/s and
+  // gets half. No worker measured job 2 yet: it is assumed to cost what job 1
+  // costs.
+  AutoscalerInput in = Input(6, 0, 8, 8);
+  for (WorkerSample& w : in.workers) w.capacity = {{1, 100}};
+  in.jobs.push_back({.job_id = 2, .batch_size = 32});
+  in.consumers.push_back(Consumer(2, 0, 20, 10));
+  AutoscalerDecision d = Next(in);
+  EXPECT_DOUBLE_EQ(d.need, 5.12 + 6.4);
+  EXPECT_EQ(d.desired_workers, 13);  // ceil(11.52 x 1.05)
+  // Next period the workers measured job 2: 50 elements per busy second.
+  in.workers.clear();
+  for (uint64_t id = 1; id <= 13; ++id) {
+    WorkerSample w = Worker(id, 100, 1);
+    w.capacity.push_back({2, 50});
+    in.workers.push_back(w);
+  }
+  in.consumers[1] = Consumer(2, 0, 20, 20);
+  d = Next(in);
+  EXPECT_DOUBLE_EQ(d.need, 5.12 + 12.8);
+  EXPECT_EQ(d.desired_workers, 19);  // ceil(18.816)
+  ASSERT_EQ(d.jobs.size(), 2u);
+  EXPECT_DOUBLE_EQ(d.jobs[1].capacity, 50);
+}
+
+TEST_F(AutoscalerTest, AllConsumersLeaveScalesToTheMinimumAtOnce) {
+  Next(Steady());
+  AutoscalerInput in = Steady();
+  in.consumers.clear();
+  // The worker holding the fewest splits goes first, then the fewest
+  // undelivered batches, then the newest.
+  const int splits[] = {3, 0, 2, 0, 1, 0};
+  for (int i = 0; i < 6; ++i) in.workers[i].held_splits = splits[i];
+  in.workers[1].undelivered_batches = 5;
+  in.workers[3].registered = absl::FromUnixSeconds(10);
+  AutoscalerDecision d = Next(in);
+  EXPECT_EQ(d.desired_workers, 1);
+  EXPECT_EQ(d.reason, "down 6 -> 1: no live consumer");
+  EXPECT_THAT(d.drain, ElementsAre(4, 6, 2, 5, 3));
+}
+
+TEST_F(AutoscalerTest, MeasuredDemandDropScalesDownAfterTheWindowOneStep) {
+  Next(Steady());
+  // The trainer slows to 2 batches/s: need 1.28, target 2. Held for the
+  // 30 s window (15 periods).
+  AutoscalerInput low = Input(6, 100, 2, 2);
+  int periods = 0;
+  AutoscalerDecision d;
+  do {
+    d = Next(low);
+    ++periods;
+    ASSERT_LE(periods, 20);
+  } while (d.desired_workers == 6);
+  EXPECT_EQ(periods, 15);
+  EXPECT_EQ(d.desired_workers, 2);
+  EXPECT_THAT(d.reason, StartsWith("down 6 -> 2: largest need over the last "
+                                   "30s 1.28 workers x 1.05"));
+  EXPECT_THAT(d.drain.size(), 4u);
+}
+
+TEST_F(AutoscalerTest, AtMostOneScaleDownPerPeriod) {
+  Next(Steady());
+  AutoscalerInput none = Steady();
+  none.consumers.clear();
+  EXPECT_EQ(scaler_
+                .Decide([&] {
+                  none.now = clock_.Now();
+                  return none;
+                }())
+                .desired_workers,
+            1);
+  // A second call within the period, with the actuator not done yet.
+  clock_.Advance(absl::Seconds(1));
+  none.now = clock_.Now();
+  AutoscalerDecision d = scaler_.Decide(none);
+  EXPECT_EQ(d.desired_workers, 6);
+  EXPECT_THAT(d.reason, StartsWith("hold 6: scaled down less than a period"));
+}
+
+TEST_F(AutoscalerTest, ScaleUpIsCappedAtFourTimesPerCall) {
+  // One worker; the trainer wants 20x what it gets.
+  AutoscalerDecision d = Next(Input(1, 100, 32, 100.0 / 64));
+  EXPECT_EQ(d.desired_workers, 4);
+  EXPECT_THAT(d.reason, HasSubstr("= 22, capped at x4"));
+  d = Next(Input(4, 100, 32, 400.0 / 64));
+  EXPECT_EQ(d.desired_workers, 16);
+  d = Next(Input(16, 100, 32, 1600.0 / 64));
+  EXPECT_EQ(d.desired_workers, 22);
+}
+
+TEST_F(AutoscalerTest, MinAndMaxWorkers) {
+  Autoscaler bounded(AutoscalerOptions{.min_workers = 2, .max_workers = 8});
+  AutoscalerInput in = Input(6, 100, 16, 9.375);
+  in.now = clock_.Now();
+  AutoscalerDecision d = bounded.Decide(in);
+  EXPECT_EQ(d.desired_workers, 8);
+  EXPECT_THAT(d.reason, HasSubstr("limited to max_workers 8"));
+  in.consumers.clear();
+  in.now += kPeriod;
+  d = bounded.Decide(in);
+  EXPECT_EQ(d.desired_workers, 2);
+  EXPECT_EQ(d.reason, "down 6 -> 2: no live consumer");
+  EXPECT_EQ(d.drain.size(), 4u);
+  // No worker at all, no consumer: start the minimum.
+  in.workers.clear();
+  in.now += kPeriod;
+  d = bounded.Decide(in);
+  EXPECT_EQ(d.desired_workers, 2);
+  EXPECT_THAT(d.reason, HasSubstr("kept at min_workers 2"));
+}
+
+TEST_F(AutoscalerTest, WarmingWorkersAreNotMeasured) {
+  Next(Steady());
+  // Six more workers just registered; cold, they produce 30 el/s. Counting
+  // them would halve the capacity and double the need.
+  AutoscalerInput in = Input(12, 100, 8, 8);
+  for (int i = 6; i < 12; ++i) {
+    in.workers[i].registered = clock_.Now() - absl::Seconds(2);
+    in.workers[i].capacity = {{kAllJobs, 30}};
+  }
+  AutoscalerDecision d = Next(in);
+  EXPECT_DOUBLE_EQ(d.jobs[0].capacity, 100);
+  EXPECT_THAT(d.reason, HasSubstr("6 warming up"));
+}
+
+TEST_F(AutoscalerTest, NoCapacityYetHoldsAndStartsOne) {
+  // The first worker registered 1 s ago; nothing was ever measured.
+  AutoscalerInput in = Input(1, 40, 8, 1);
+  in.workers[0].registered = clock_.Now() - absl::Seconds(1);
+  AutoscalerDecision d = Next(in);
+  EXPECT_EQ(d.desired_workers, 1);
+  EXPECT_THAT(d.reason, StartsWith("capacity not measured yet (1 warming up, "
+                                   "0 warm)"));
+  // No worker at all and min_workers 0: a consumer gets one.
+  Autoscaler from_zero(AutoscalerOptions{.min_workers = 0});
+  in.workers.clear();
+  in.now = clock_.Now();
+  EXPECT_EQ(from_zero.Decide(in).desired_workers, 1);
+}
+
+TEST_F(AutoscalerTest, StalledWorkerIsNotMeasuredAndDrainedFirst) {
+  AutoscalerInput in = Input(7, 100, 8, 8);
+  for (WorkerSample& w : in.workers) w.held_splits = 2;
+  in.workers[2].capacity = {{kAllJobs, 1}};  // its last report, long ago
+  in.workers[2].last_heartbeat = clock_.Now() - absl::Seconds(9);
+  in.now = clock_.Now();
+  AutoscalerDecision d = scaler_.Decide(in);
+  EXPECT_DOUBLE_EQ(d.jobs[0].capacity, 100);
+  EXPECT_THAT(d.replace, ElementsAre(3));
+  // Need 5.12: 6 would do, but a first call never scales down.
+  EXPECT_EQ(d.desired_workers, 7);
+  EXPECT_THAT(d.reason, HasSubstr("no scale-down before 30s of measurements"));
+  EXPECT_THAT(d.reason, HasSubstr("stalled (no heartbeat): worker 3"));
+  // The consumers leave: the stalled worker is drained first.
+  in.consumers.clear();
+  in.now += kPeriod;
+  d = scaler_.Decide(in);
+  EXPECT_EQ(d.desired_workers, 1);
+  EXPECT_THAT(d.drain, ElementsAre(3, 7, 6, 5, 4, 2));
+}
+
+TEST_F(AutoscalerTest, SlowOutlierCountsAsTheMedian) {
+  AutoscalerInput in = Input(6, 100, 8, 8);
+  in.workers[4].capacity = {{kAllJobs, 10}};   // throttled
+  in.workers[1].capacity = {{kAllJobs, 400}};  // fast outlier: also clipped
+  AutoscalerDecision d = Next(in);
+  EXPECT_DOUBLE_EQ(d.jobs[0].capacity, 100);
+  EXPECT_EQ(d.desired_workers, 6);
+  EXPECT_THAT(d.replace, ElementsAre(5));
+}
+
+TEST_F(AutoscalerTest, EpochStartKeepsTheLastDemand) {
+  Next(Steady());
+  // The epoch just started: pipelines refill and the trainer, which got 4
+  // batches/s, waited 90% of the time. That reads as 40 batches/s = 2560
+  // el/s; during the grace the estimate stays 512.
+  AutoscalerInput in = Input(6, 100, 40, 4);
+  in.consumers[0].epoch_started = clock_.Now() - absl::Seconds(1);
+  AutoscalerDecision d = Next(in);
+  EXPECT_DOUBLE_EQ(d.jobs[0].demand, 512);
+  EXPECT_EQ(d.desired_workers, 6);
+  // After the grace the same measurement counts.
+  in.consumers[0].epoch_started = clock_.Now() - absl::Seconds(6);
+  d = Next(in);
+  EXPECT_DOUBLE_EQ(d.jobs[0].demand, 2560);
+  EXPECT_EQ(d.desired_workers, 24);
+}
+
+TEST_F(AutoscalerTest, FullQueuesAndNoWaitVetoAScaleUp) {
+  Next(Steady());
+  // Workers report half their true capacity (a bad measurement), but nobody
+  // waits and every queue is full.
+  AutoscalerInput in = Input(6, 50, 8, 8);
+  for (WorkerSample& w : in.workers) w.queue_depth = 8;
+  AutoscalerDecision d = Next(in);
+  EXPECT_EQ(d.desired_workers, 6);
+  EXPECT_THAT(d.reason, HasSubstr("no trainer waits and every worker's output "
+                                  "queue is full"));
+  // One worker with room in its queue: believed.
+  in.workers[0].queue_depth = 2;
+  EXPECT_EQ(Next(in).desired_workers, 11);
+}
+
+TEST_F(AutoscalerTest, NoThrashOnNoise) {
+  // +-5% noise on every measurement, 500 periods: the count never moves.
+  Rng rng(7);
+  for (int i = 0; i < 500; ++i) {
+    AutoscalerInput in = Steady();
+    for (WorkerSample& w : in.workers) {
+      w.capacity[0].elements_per_busy_second = 100 * rng.Uniform(0.95, 1.05);
+    }
+    in.consumers[0].batches_per_second = 8 * rng.Uniform(0.95, 1.05);
+    AutoscalerDecision d = Next(in);
+    ASSERT_EQ(d.desired_workers, 6) << "period " << i << ": " << d.reason;
+  }
+}
+
+TEST_F(AutoscalerTest, DrainingWorkersDoNotCount) {
+  AutoscalerInput in = Input(8, 100, 8, 8);
+  in.workers[6].draining = true;
+  in.workers[7].draining = true;
+  in.starting_workers = 1;
+  AutoscalerDecision d = Next(in);
+  EXPECT_EQ(d.current_workers, 7);
+  EXPECT_EQ(d.desired_workers, 7);  // within the window: no scale-down yet
+}
+
+}  // namespace
+}  // namespace sluice::dispatcher
