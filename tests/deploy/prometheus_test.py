@@ -261,15 +261,23 @@ def run(bin_dir: pathlib.Path, work: pathlib.Path) -> Checks:
                lambda: recorded(f"namespace:sluice_trainer_wait:ratio{ns}", lambda x: 0 <= x <= 1, "in [0, 1]"))
         checks("splits done are recorded",
                lambda: recorded(f"namespace:sluice_splits_done:rate5m{ns}", lambda x: x > 0, "> 0"))
+        checks("the journal (SLUICE_WORK_DIR) reports no write error",
+               lambda: recorded(f'sluice_dispatcher_journal_errors_total{{job="sluice-dispatcher",{ns[1:-1]}}}',
+                                lambda x: x == 0, "== 0"))
         checks("reassignments are recorded (none here)",
                lambda: recorded(f"namespace:sluice_splits_reassigned:rate5m{ns}", lambda x: x == 0, "== 0"))
 
         def busy_where_elements():
-            def instances(expr):
-                return {promlib.label_set(k)["instance"] for k, x in prometheus.values(expr).items() if x > 0}
-            produced = instances(f'sluice_worker_elements_total{{job="sluice-worker",{ns[1:-1]}}}')
-            busy = instances(f"instance_stage:sluice_pipeline_stage_busy_seconds:rate1m{ns}")
-            return sorted(busy) if produced and busy == produced else None
+            def instances(expr, ok):
+                return {promlib.label_set(k)["instance"] for k, x in prometheus.values(expr).items() if ok(x)}
+            produced = instances(f'sluice_worker_elements_total{{job="sluice-worker",{ns[1:-1]}}}', lambda x: x > 0)
+            # A stage's counters appear with its pipeline, possibly after the job's few busy
+            # seconds: the raw counter is > 0 and the recorded rate exists on those workers.
+            busy = instances(f'sluice_pipeline_stage_busy_seconds_total{{job="sluice-worker",{ns[1:-1]}}}',
+                             lambda x: x > 0)
+            recorded_rate = instances(f"instance_stage:sluice_pipeline_stage_busy_seconds:rate1m{ns}",
+                                      lambda x: x >= 0)
+            return sorted(busy) if produced and busy == produced and produced <= recorded_rate else None
         checks("busy time per stage on every worker that produced elements",
                lambda: ", ".join(poll("busy stages on the producing workers", busy_where_elements, 30)))
 
