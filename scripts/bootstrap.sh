@@ -16,7 +16,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libsqlite3-dev libxxhash-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libarchive-dev zlib1g-dev
   pybind11-dev python3-dev python3-numpy python3-torch python3-torchvision python3-matplotlib python3-pytest
-  prometheus
+  prometheus python3-yaml python3-grpcio
 )
 
 missing=()

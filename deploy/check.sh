@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Offline checks of everything under deploy/ (no cluster, no build, no image needed):
+#   1. kubectl kustomize renders every overlay (dev, production, hpa) and the example trainer Job;
+#   2. every rendered object validates against the Kubernetes and CRD schemas (KEDA, Prometheus
+#      operator) with no unknown field; selectors match labels, named ports exist, references
+#      resolve, pods are locked down (deploy/checks/validate.mjs, itself tested by node --test);
+#   3. prometheusrule.yaml is the rendering of rules/sluice.rules.yaml; promtool check rules and
+#      promtool test rules (every alert fires and stays quiet);
+#   4. every Grafana dashboard expression is evaluated by a real Prometheus.
+#
+#   deploy/check.sh           # needs kubectl (any recent release; Debian has none usable), node >= 20
+#                             # with npm (the npm registry, once, for deploy/checks/node_modules),
+#                             # promtool and prometheus (Debian's prometheus package), python3-yaml
+#   KUBECTL=/path/to/kubectl deploy/check.sh
+#
+# A missing tool is an error, never a skip. Ends with "deploy checks: N passed, N failed".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+passed=0
+failed=0
+out=$(mktemp -d /tmp/sluice-deploy-check-XXXXXX)
+trap 'rm -rf "$out"' EXIT
+
+run() {  # run NAME COMMAND...: one check, its output shown only when it fails
+  local name=$1; shift
+  local t0=$SECONDS
+  if "$@" >"$out/log" 2>&1; then
+    passed=$((passed + 1))
+    echo "ok    $name ($((SECONDS - t0))s)"
+  else
+    failed=$((failed + 1))
+    echo "FAIL  $name"
+    sed 's/^/      /' "$out/log"
+  fi
+}
+
+need() {  # need TOOL HINT: fail loudly (and stop) when a tool is missing
+  if ! command -v "$1" >/dev/null 2>&1; then
+    echo "deploy/check.sh: ERROR: $1 not found. $2" >&2
+    echo "deploy checks: $passed passed, $((failed + 1)) failed"
+    exit 1
+  fi
+}
+
+kubectl=${KUBECTL:-kubectl}
+need "$kubectl" "Install a kubectl release (Debian 12 has no usable one: it is not in the archive) \
+or set KUBECTL=/path/to/kubectl. The manifests cannot be rendered without it."
+need node "apt-get install nodejs (>= 20) and npm."
+need npm "apt-get install npm."
+need promtool "apt-get install prometheus."
+need prometheus "apt-get install prometheus."
+need /usr/bin/python3 "apt-get install python3 python3-yaml (Debian's python3: the checks import yaml from it)."
+node_major=$(node -p 'process.versions.node.split(".")[0]')
+if ((node_major < 20)); then
+  echo "deploy/check.sh: ERROR: node $(node --version) is too old: deploy/checks needs node >= 20" >&2
+  exit 1
+fi
+echo "== deploy checks with $("$kubectl" version --client 2>/dev/null | head -1), node $(node --version), $(promtool --version 2>&1 | head -1 | cut -d' ' -f1-3)"
+
+# The checker's npm packages, exactly as package-lock.json pins them.
+if [[ ! -d deploy/checks/node_modules ]] ||
+   ! cmp -s deploy/checks/package-lock.json deploy/checks/node_modules/.package-lock.json.sluice; then
+  run "npm ci (deploy/checks)" bash -c 'cd deploy/checks && npm ci --no-audit --no-fund --loglevel=error &&
+    cp package-lock.json node_modules/.package-lock.json.sluice'
+fi
+
+# 1. Render.
+render() { "$kubectl" kustomize "$1" >"$2"; }
+for overlay in dev production hpa; do
+  run "kustomize overlays/$overlay" render "deploy/kubernetes/overlays/$overlay" "$out/$overlay.yaml"
+done
+run "kustomize examples/trainer" render deploy/kubernetes/examples/trainer "$out/trainer.yaml"
+run "kustomize deploy/monitoring" render deploy/monitoring "$out/monitoring.yaml"
+
+# 2. Schemas, unknown fields, selectors, ports, references. The trainer Job is checked with the
+# dev overlay it is applied next to.
+run "schemas and cross-references" node deploy/checks/validate.mjs \
+  "dev=$out/dev.yaml,$out/trainer.yaml" "production=$out/production.yaml" "hpa=$out/hpa.yaml"
+run "validate.mjs catches what it claims (node --test)" env KUBECTL="$kubectl" \
+  node --test deploy/checks/test/
+run "prometheus-adapter values parse" /usr/bin/python3 -c \
+  'import sys, yaml; r = yaml.safe_load(open(sys.argv[1]))["rules"]["external"]; assert r and r[0]["name"]["as"] == "sluice_desired_workers", r' \
+  deploy/kubernetes/overlays/hpa/prometheus-adapter-values.yaml
+
+# 3. Rules.
+run "prometheusrule.yaml is up to date" /usr/bin/python3 deploy/monitoring/render-prometheusrule.py --check
+run "promtool check rules" promtool check rules deploy/monitoring/rules/sluice.rules.yaml
+run "promtool test rules" promtool test rules deploy/monitoring/rules/sluice.rules.test.yaml
+
+# 4. Dashboard.
+run "dashboard JSON parses" /usr/bin/python3 -m json.tool deploy/monitoring/dashboards/sluice.json
+run "dashboard queries evaluate in a real Prometheus" /usr/bin/python3 tests/deploy/dashboard_check.py
+
+echo "deploy checks: $passed passed, $failed failed"
+((failed == 0))

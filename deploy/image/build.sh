@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# Builds the sluice image on a machine without an image registry, then checks it without running a
+# container (this VM cannot: no cgroup setup for an OCI runtime):
+#
+#   1. base   a Debian 12 root made with debootstrap from the machine's own apt mirror, imported
+#             as localhost/sluice-base:debian12 (skipped when that image already exists);
+#   2. build  podman build --isolation chroot --storage-driver vfs of deploy/image/Dockerfile
+#             with BASE_IMAGE set to that base;
+#   3. check  podman image mount (an overlay on top keeps it unmodified), then under chroot as uid
+#             10001: every binary's --help and a short
+#             local cluster (`sluice demo`: synthetic JPEGs -> dataset -> dispatcher + 2 workers ->
+#             one epoch consumed through the client library).
+#
+#   deploy/image/build.sh                      # all three, prints how long each took
+#   SLUICE_IMAGE=localhost/sluice:dev          # the tag to build (default)
+#   SLUICE_IMAGE_STEPS="check"                 # only some steps (base build check)
+#   DEBIAN_MIRROR=URL                          # default: the first Debian URI in /etc/apt
+#   SLUICE_IMAGE_CCACHE=DIR                    # compiler cache kept between builds
+#                                              #   (default ~/.cache/sluice-image-ccache)
+#
+# Root only (debootstrap, chroot, podman's vfs storage). Too slow for CI: see docs/deploy.md.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+image="${SLUICE_IMAGE:-localhost/sluice:dev}"
+base="${SLUICE_BASE_IMAGE:-localhost/sluice-base:debian12}"
+steps="${SLUICE_IMAGE_STEPS:-base build check}"
+ccache_dir="${SLUICE_IMAGE_CCACHE:-${HOME:-/root}/.cache/sluice-image-ccache}"
+
+die() { echo "build.sh: $*" >&2; exit 1; }
+pm() { podman --storage-driver vfs "$@"; }
+step() { [[ " $steps " == *" $1 "* ]]; }
+elapsed() { echo "$(( $(date +%s) - $1 ))s"; }
+
+[[ $(id -u) == 0 ]] || die "run as root (debootstrap, chroot and podman's vfs storage need it)"
+for tool in podman debootstrap chroot; do
+  command -v "$tool" >/dev/null ||
+    die "$tool is missing: apt-get install podman debootstrap (scripts/bootstrap.sh lists them)"
+done
+
+debian_mirror() {
+  if [[ -n "${DEBIAN_MIRROR:-}" ]]; then echo "$DEBIAN_MIRROR"; return; fi
+  local uri
+  uri=$(grep -hE '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null |
+        awk '{print $2}' | grep -E '/debian/?$' | head -1 || true)
+  [[ -n "$uri" ]] || uri=$(grep -hE '^deb [^ ]+/debian/? ' /etc/apt/sources.list 2>/dev/null |
+                           awk '{print $2}' | head -1 || true)
+  [[ -n "$uri" ]] || die "no Debian mirror in /etc/apt: set DEBIAN_MIRROR"
+  echo "$uri"
+}
+
+if step base; then
+  if pm image exists "$base"; then
+    echo "== base: $base exists (podman --storage-driver vfs rmi $base to remake it)"
+  else
+    t0=$(date +%s)
+    mirror=$(debian_mirror)
+    root=$(mktemp -d /tmp/sluice-base-XXXXXX)
+    trap 'rm -rf "$root"' EXIT
+    echo "== base: debootstrap bookworm (minbase) from the machine's apt mirror"
+    debootstrap --variant=minbase bookworm "$root" "$mirror" >"$root.log" 2>&1 ||
+      { tail -20 "$root.log"; die "debootstrap failed (log: $root.log)"; }
+    # The same suites as the machine (updates, security) when it uses deb822 sources.
+    if [[ -f /etc/apt/sources.list.d/debian.sources ]]; then
+      cp /etc/apt/sources.list.d/debian.sources "$root/etc/apt/sources.list.d/"
+      rm -f "$root/etc/apt/sources.list"
+    fi
+    rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* "$root"/tmp/*
+    tar -C "$root" -c . | pm import --quiet - "$base" >/dev/null
+    rm -rf "$root" "$root.log"
+    trap - EXIT
+    echo "   base took $(elapsed "$t0")"
+  fi
+fi
+
+if step build; then
+  t0=$(date +%s)
+  mkdir -p "$ccache_dir"
+  echo "== build: podman build --isolation chroot --storage-driver vfs -> $image"
+  pm build --isolation chroot --pull=never --layers \
+    --build-arg "BASE_IMAGE=$base" \
+    --ignorefile deploy/image/Dockerfile.dockerignore \
+    --volume "$ccache_dir:/ccache" \
+    -f deploy/image/Dockerfile -t "$image" .
+  echo "   build took $(elapsed "$t0")"
+  pm image inspect --format '   size {{.Size}} bytes, {{len .RootFS.Layers}} layers' "$image"
+fi
+
+if step check; then
+  t0=$(date +%s)
+  echo "== check: podman image mount $image, then chroot as uid 10001"
+  mnt=$(pm image mount "$image")
+  # The image's layer folder is root-only (0700) and must stay unmodified: an overlay on top of it
+  # gives a root that uid 10001 can enter and write (/tmp), as a container runtime would.
+  ovl=$(mktemp -d /tmp/sluice-image-check-XXXXXX)
+  mkdir -p "$ovl/upper" "$ovl/work" "$ovl/root"
+  chmod 755 "$ovl/upper"
+  cleanup() {
+    umount -R -l "$ovl/root" 2>/dev/null || true
+    pm image unmount "$image" >/dev/null || true
+    rm -rf "$ovl"
+  }
+  trap cleanup EXIT
+  root="$ovl/root"
+  mount -t overlay overlay -o "lowerdir=$mnt,upperdir=$ovl/upper,workdir=$ovl/work" "$root"
+  # /proc: the CLI finds its sibling binaries through /proc/self/exe; /dev: /dev/null, urandom.
+  mount -t proc proc "$root/proc"
+  mount --rbind /dev "$root/dev" && mount --make-rslave "$root/dev"
+  chmod 1777 "$root/tmp"
+  run() { chroot --userspec=10001:10001 "$root" /usr/bin/env -i HOME=/tmp PATH=/usr/local/bin:/usr/bin:/bin "$@"; }
+
+  for b in sluice sluice-dispatcher sluice-worker; do
+    run "/usr/local/bin/$b" --help >/dev/null || die "$b --help failed inside the image"
+    echo "   $b --help as uid 10001: ok"
+  done
+  [[ $(chroot "$root" id -u sluice) == 10001 ]] || die "user sluice is not uid 10001"
+  for tool in gcc g++ cc cmake ninja protoc; do
+    [[ ! -e "$root/usr/bin/$tool" ]] || die "the runtime image carries /usr/bin/$tool"
+  done
+  echo "   short local cluster: sluice demo --images 64 --epochs 1 --workers 2"
+  if ! run /usr/local/bin/sluice demo --images 64 --classes 4 --epochs 1 --workers 2 --threads 2 \
+      --work-dir /tmp/demo >/tmp/sluice-image-demo.log 2>&1; then
+    tail -30 /tmp/sluice-image-demo.log
+    die "sluice demo failed inside the image (log: /tmp/sluice-image-demo.log)"
+  fi
+  tail -5 /tmp/sluice-image-demo.log | sed 's/^/   | /'
+  cleanup
+  trap - EXIT
+  echo "   check took $(elapsed "$t0")"
+fi
+echo "build.sh: ok ($image)"
