@@ -29,6 +29,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     auto dtype = sluice::service::FromWireDType(column.dtype());
     if (!dtype.ok()) std::abort();
+    // A fixed-size column holds exactly product(shape) elements (computed
+    // without overflow: the product is bounded by the bytes present).
+    const size_t element = sluice::record::DTypeSize(*dtype);
+    if (element != 0) {
+      unsigned __int128 n = 1;
+      for (int64_t d : column.shape()) {
+        if (d < 0) std::abort();
+        n *= static_cast<uint64_t>(d);
+        if (n > (unsigned __int128)1 << 64) n = (unsigned __int128)1 << 64;
+      }
+      if (n * element != column.data().size()) std::abort();
+    }
     // Reads every byte the client would read.
     volatile uint8_t sink = 0;
     for (char c : column.data()) sink = sink ^ static_cast<uint8_t>(c);
