@@ -32,13 +32,15 @@ if [[ "${SLUICE_SKIP_SANITIZERS:-0}" != 1 ]]; then
 
   echo "== ASan+UBSan build and tests (build-asan)"
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS=-O1 \
-    -DSLUICE_SANITIZE=ON -DSLUICE_BENCH=OFF >/dev/null
+    -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DSLUICE_SANITIZE=ON -DSLUICE_BENCH=OFF \
+    >/dev/null
   cmake --build build-asan
   ctest --test-dir build-asan --output-on-failure -j "$(nproc)" --timeout 600
 
   echo "== TSan build and tests (build-tsan)"
   cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS=-O1 \
-    -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DSLUICE_TSAN=ON -DSLUICE_BENCH=OFF >/dev/null
+    -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DSLUICE_TSAN=ON -DSLUICE_BENCH=OFF \
+    >/dev/null
   cmake --build build-tsan
   tsan_exclude=(-E '^(ServiceTest|PayloadTest)\.')
   if [[ "${SLUICE_TSAN_ALL:-0}" == 1 ]]; then tsan_exclude=(); fi
