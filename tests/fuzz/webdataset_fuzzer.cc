@@ -1,6 +1,8 @@
-// libFuzzer target for the webdataset converter input: the input is a WebDataset tar (plain or gzip): the tar headers and the grouping of members into samples, read through
-// PlanWebDataset and its sample sources as `sluice convert` does. Arbitrary
-// bytes must give samples or a Status (DataLoss/InvalidArgument), never a crash.
+// libFuzzer target for WebDataset input to `sluice convert`: the input is a
+// tar (plain or gzip) read through PlanWebDataset and its sample sources, i.e.
+// libarchive's tar reading plus our grouping of members into samples (key,
+// image member, .cls label). Arbitrary bytes must give samples or a Status
+// (DataLoss/InvalidArgument), never a crash.
 #include <cstdint>
 
 #include "common/record/convert/converters.h"
