@@ -70,7 +70,7 @@ absl::Status CheckColumnBytes(absl::string_view name, record::DType dtype,
   if (!n.ok())
     return absl::InvalidArgumentError(absl::StrCat("column '", name, "': ", n.status().message()));
   // By division: n * element can wrap (n <= 2^62, element up to 8), and a wrapped product let a
-  // shape claim far more elements than the data holds (found by batch_fuzzer).
+  // shape claim far more elements than the data holds.
   if (bytes % element != 0 || *n != bytes / element) {
     return absl::InvalidArgumentError(absl::StrCat("column '", name, "': shape holds ", *n,
                                                    " elements of ", element, " bytes, data has ",

@@ -36,7 +36,7 @@ TEST(CheckBatch, AcceptsExactlyTheBytesTheShapeSays) {
             absl::StatusCode::kInvalidArgument);
 }
 
-// Found by batch_fuzzer: 2^61 int64 elements are 2^64 bytes, which wrapped to
+// Found while writing batch_fuzzer's invariant: 2^61 int64 elements are 2^64 bytes, which wrapped to
 // 0 and matched an empty data field, so the client would have read 2^61
 // elements from an empty buffer.
 TEST(CheckBatch, RefusesAShapeWhoseByteCountWrapsAround) {
