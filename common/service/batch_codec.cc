@@ -69,9 +69,12 @@ absl::Status CheckColumnBytes(absl::string_view name, record::DType dtype,
   absl::StatusOr<uint64_t> n = NumElements(shape);
   if (!n.ok())
     return absl::InvalidArgumentError(absl::StrCat("column '", name, "': ", n.status().message()));
-  if (*n * element != bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("column '", name, "': shape holds ",
-                                                   *n * element, " bytes, data has ", bytes));
+  // By division: n * element can wrap (n <= 2^62, element up to 8), and a wrapped product let a
+  // shape claim far more elements than the data holds.
+  if (bytes % element != 0 || *n != bytes / element) {
+    return absl::InvalidArgumentError(absl::StrCat("column '", name, "': shape holds ", *n,
+                                                   " elements of ", element, " bytes, data has ",
+                                                   bytes, " bytes"));
   }
   return absl::OkStatus();
 }

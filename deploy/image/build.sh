@@ -20,6 +20,7 @@
 #
 # Root only (debootstrap, chroot, podman's vfs storage). Too slow for CI: see docs/deploy.md.
 set -euo pipefail
+command -v podman >/dev/null && command -v debootstrap >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman debootstrap >/dev/null; }
 cd "$(dirname "$0")/../.."
 
 image="${SLUICE_IMAGE:-localhost/sluice:dev}"

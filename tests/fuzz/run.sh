@@ -1,25 +1,33 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang in a separate build folder and runs each of them.
 #
-#   tests/fuzz/run.sh [SECONDS]          default 30 seconds per fuzzer
+#   tests/fuzz/run.sh [SECONDS] [FUZZER...]   default 30 seconds per fuzzer, all fuzzers
 #
 # Env: SLUICE_FUZZ_BUILD_DIR (default build-fuzz), JOBS (build parallelism, default 2),
 # FUZZ_ARGS (extra libFuzzer flags; e.g. FUZZ_ARGS="-fork=1 -ignore_crashes=1" keeps fuzzing past
 # a crash, to survey every distinct crash in one run; the script still exits non-zero).
-# The corpora grow in $SLUICE_FUZZ_BUILD_DIR/fuzz/corpus/<fuzzer>/ (seeded by fuzz_corpus_gen on
-# every run); a crashing input is saved as $SLUICE_FUZZ_BUILD_DIR/fuzz/artifacts/<fuzzer>/crash-*
-# and the script exits non-zero. Reproduce one with: <build>/bin/<fuzzer> <crash file>.
+#
+# Corpora: each fuzzer reads the checked-in seeds in tests/fuzz/corpus/<fuzzer>/ (written by
+# tests/fuzz/make_seeds.sh; every crash input found is kept there too, so every run replays it
+# first) and grows its own corpus in $SLUICE_FUZZ_BUILD_DIR/fuzz/corpus/<fuzzer>/ (the shard and
+# manifest fuzzers are also seeded by fuzz_corpus_gen on every run). A crashing input is saved as
+# $SLUICE_FUZZ_BUILD_DIR/fuzz/artifacts/<fuzzer>/crash-* and the script exits non-zero.
+# Reproduce one with: <build>/bin/<fuzzer> <crash file>.
 set -euo pipefail
 seconds="${1:-30}"
+shift || true
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 build="${SLUICE_FUZZ_BUILD_DIR:-$root/build-fuzz}"
-fuzzers=(shard_reader_fuzzer manifest_fuzzer)
+fuzzers=(shard_reader_fuzzer manifest_fuzzer pipeline_spec_fuzzer worker_pipeline_fuzzer
+  filter_fuzzer decode_fuzzer tfrecord_fuzzer webdataset_fuzzer dispatcher_fuzzer batch_fuzzer)
+if (($#)); then fuzzers=("$@"); fi
 
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DSLUICE_FUZZ=ON >/dev/null
 cmake --build "$build" --target "${fuzzers[@]}" fuzz_corpus_gen -j "${JOBS:-2}"
 
 work="$build/fuzz"
+for f in "${fuzzers[@]}"; do mkdir -p "$work/corpus/$f"; done
 mkdir -p "$work/corpus/shard_reader_fuzzer" "$work/corpus/manifest_fuzzer"
 "$build/bin/fuzz_corpus_gen" "$work/corpus/shard_reader_fuzzer" "$work/corpus/manifest_fuzzer"
 
@@ -30,13 +38,15 @@ for f in "${fuzzers[@]}"; do
   echo "=== $f: ${seconds}s"
   count() { find "$work/artifacts/$f" -type f | wc -l; }
   before=$(count)
+  seeds=()
+  if [[ -d "$root/tests/fuzz/corpus/$f" ]]; then seeds=("$root/tests/fuzz/corpus/$f"); fi
   # shellcheck disable=SC2086  # FUZZ_ARGS is a list of flags
-  if ! "$build/bin/$f" -max_total_time="$seconds" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
-      -print_final_stats=1 -artifact_prefix="$work/artifacts/$f/" ${FUZZ_ARGS:-} "$work/corpus/$f" \
-      2>"$work/$f.log" || (($(count) > before)); then
+  if ! "$build/bin/$f" -max_total_time="$seconds" -max_len=16384 -timeout=10 -rss_limit_mb=2048 \
+      -print_final_stats=1 -artifact_prefix="$work/artifacts/$f/" ${FUZZ_ARGS:-} \
+      "$work/corpus/$f" "${seeds[@]}" 2>"$work/$f.log" || (($(count) > before)); then
     failed+=("$f")
-    grep -E '^(==[0-9]+==ERROR|SUMMARY|shard_reader_fuzzer:|terminate|    #[0-9]+ )' "$work/$f.log" \
-      | cut -c1-200 | head -40 || true
+    grep -E '^(==[0-9]+==ERROR|SUMMARY|[a-z_]+_fuzzer:|terminate|.*runtime error|    #[0-9]+ )' \
+      "$work/$f.log" | cut -c1-200 | head -40 || true
     find "$work/artifacts/$f" -type f -newer "$work/$f.started" | sed "s|^|crash input: |"
   fi
   grep -E '^(stat::number_of_executed_units|stat::new_units_added|#[0-9]+ *DONE)' "$work/$f.log" || true

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# Writes the checked-in seed corpora of the fuzz targets (tests/fuzz/corpus/<target>/) from text:
+# protos through `protoc --encode`, images from tests/fuzz/seed_images/. Rerun after a proto
+# change and commit the result:  tests/fuzz/make_seeds.sh
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+out="$root/tests/fuzz/corpus"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+enc() { protoc -I"$root/proto" --encode="sluice.$1" "$root/proto/$2"; }
+# u8 call | u16le length | bytes, as dispatcher_fuzzer.cc reads them.
+frame() {
+  local call=$1 file=$2 n
+  n=$(stat -c %s "$file")
+  printf "\\x$(printf %02x "$call")\\x$(printf %02x $((n & 255)))\\x$(printf %02x $((n >> 8)))"
+  cat "$file"
+}
+mkdir -p "$out"/{pipeline_spec,worker_pipeline,filter,decode,tfrecord,webdataset,dispatcher,batch}_fuzzer
+
+# Pipelines, as YAML and JSON (pipeline_spec) and as the worker receives them (worker_pipeline).
+cat >"$out/pipeline_spec_fuzzer/train.yaml" <<'Y'
+seed: 3
+on_error: skip
+source: {synthetic: {num_records: 16, height: 24, width: 20}, columns: [image, label]}
+nodes:
+  - shuffle: {seed: 5}
+  - map:
+      input_columns: [image]
+      ops:
+        - decode: {}
+        - random_resized_crop: {size: 16}
+        - random_horizontal_flip: {}
+        - normalize: {mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]}
+        - hwc2chw: {}
+      num_parallel_workers: AUTOTUNE
+  - filter: {predicate: "label in [1, 3]"}
+  - batch: {size: 8, drop_remainder: true}
+  - prefetch: {buffer_size: 4}
+Y
+cat >"$out/pipeline_spec_fuzzer/eval.json" <<'J'
+{"source": {"synthetic": {"num_records": 8}, "columns": ["image", "label"]},
+ "nodes": [{"map": {"input_columns": ["image"],
+                    "ops": [{"decode": {}}, {"resize": {"size": 20}}, {"center_crop": {"size": 16}}]}},
+           {"batch": {"size": 4}}]}
+J
+cat >"$tmp/p.txt" <<'T'
+seed: 3
+source { synthetic { num_records: 16 height: 24 width: 20 } columns: "image" columns: "label" }
+nodes { map { input_columns: "image" ops { decode {} } ops { center_crop { size: 16 } } } }
+nodes { batch { size: 4 } }
+T
+enc proto.Pipeline pipeline.proto <"$tmp/p.txt" >"$out/worker_pipeline_fuzzer/synthetic.pb"
+cp "$out/worker_pipeline_fuzzer/synthetic.pb" "$tmp/pipeline.pb"
+
+printf 'label == 3' >"$out/filter_fuzzer/eq"
+printf 'label in [1, 4]' >"$out/filter_fuzzer/in"
+printf 'score >= 0.5' >"$out/filter_fuzzer/float"
+printf 'big != -9007199254740993' >"$out/filter_fuzzer/big"
+
+# decode: 8 plan bytes, then the image. The images are CPython's test images (Lib/test/
+# imghdrdata, PSF license), small and valid.
+cp "$root/tests/fuzz/seed_images/python.jpg" "$tmp/a.jpg"
+cp "$root/tests/fuzz/seed_images/python.png" "$tmp/c.png"
+for f in a.jpg c.png; do
+  { printf '\x01\x02\x05\x07\x08\x06\x01\x03'; cat "$tmp/$f"; } >"$out/decode_fuzzer/$f"
+done
+
+# tfrecord: mode byte 1 (frame the records), then u16le length | tf.train.Example.
+for label in 3 7; do
+  {
+    printf 'features { feature { key: "image/encoded" value { bytes_list { value: "'
+    od -An -v -tx1 "$tmp/a.jpg" | tr -d ' \n' | sed 's/../\\x&/g'
+    printf '" } } } feature { key: "image/class/label" value { int64_list { value: %s } } } }\n' "$label"
+  } | enc tf.Example tf_example.proto >"$tmp/ex$label.pb"
+done
+{
+  printf '\x01'
+  for label in 3 7; do
+    n=$(stat -c %s "$tmp/ex$label.pb")
+    printf "\\x$(printf %02x $((n & 255)))\\x$(printf %02x $((n >> 8)))"
+    cat "$tmp/ex$label.pb"
+  done
+} >"$out/tfrecord_fuzzer/two_examples"
+
+# webdataset: a tar of two samples (jpg + cls).
+mkdir -p "$tmp/wds"
+cp "$tmp/a.jpg" "$tmp/wds/s000.jpg"; printf 3 >"$tmp/wds/s000.cls"
+cp "$tmp/c.png" "$tmp/wds/s001.png"; printf 7 >"$tmp/wds/s001.cls"
+tar -C "$tmp/wds" --format=ustar --owner=0 --group=0 --mtime=@0 \
+  -cf "$out/webdataset_fuzzer/two_samples.tar" s000.jpg s000.cls s001.png s001.cls
+
+# dispatcher: register a dataset, a job, a worker; heartbeats; a tick.
+{
+  printf 'shard_record_counts: [10, 6] batch_size: 2 pipeline: "'
+  od -An -v -tx1 "$tmp/pipeline.pb" | tr -d ' \n' | sed 's/../\\x&/g'
+  printf '"\n'
+} | enc proto.RegisterDatasetRequest dispatcher.proto >"$tmp/d0"
+echo 'job_name: "j" dataset_id: 1 config { num_consumers: 2 split_size: 4 num_epochs: 2 }' |
+  enc proto.GetOrCreateJobRequest dispatcher.proto >"$tmp/d1"
+echo 'job_id: 1 consumer_index: 0' | enc proto.ClientHeartbeatRequest dispatcher.proto >"$tmp/d2"
+echo 'address: "w:1" capacity: 4' | enc proto.WorkerRegisterRequest worker.proto >"$tmp/d3"
+echo 'worker_id: 1 known_job_ids: 1' | enc proto.WorkerHeartbeatRequest worker.proto >"$tmp/d4"
+echo 'worker_id: 1 splits { key { job_id: 1 consumer_index: 0 epoch: 0 position: 0 } produced_batches: 2 finished_producing: true }' |
+  enc proto.WorkerHeartbeatRequest worker.proto >"$tmp/d4b"
+echo 'job_id: 1' | enc proto.GetJobStateRequest dispatcher.proto >"$tmp/d7"
+printf '\x0b' >"$tmp/d8"
+{
+  frame 0 "$tmp/d0"; frame 1 "$tmp/d1"; frame 2 "$tmp/d2"; frame 3 "$tmp/d3"; frame 4 "$tmp/d4"
+  frame 4 "$tmp/d4b"; frame 7 "$tmp/d7"; frame 8 "$tmp/d8"; frame 4 "$tmp/d4"
+} >"$out/dispatcher_fuzzer/job_and_worker"
+echo 'address: "w:2"' | enc proto.WorkerRegisterRequest worker.proto >"$tmp/d3b"
+echo 'worker_id: 1' | enc proto.DrainWorkerRequest dispatcher.proto >"$tmp/d6"
+echo 'worker_id: 1' | enc proto.WorkerUnregisterRequest dispatcher.proto >"$tmp/d5"
+{ frame 3 "$tmp/d3"; frame 3 "$tmp/d3b"; frame 6 "$tmp/d6"; frame 5 "$tmp/d5"; frame 8 "$tmp/d8"; } \
+  >"$out/dispatcher_fuzzer/workers"
+
+# batch: a data batch of 2 elements and an end-of-split marker.
+cat >"$tmp/b.txt" <<'T'
+key { job_id: 1 consumer_index: 0 epoch: 0 position: 3 } split_id: 4 batch_index: 1
+columns { name: "image" dtype: TENSOR_DTYPE_UINT8 shape: [2, 2, 1] data: "\001\002\003\004" }
+columns { name: "label" dtype: TENSOR_DTYPE_INT64 shape: [2] data: "\003\000\000\000\000\000\000\000\007\000\000\000\000\000\000\000" }
+global_indices: [12, 5]
+T
+enc proto.Batch worker_service.proto <"$tmp/b.txt" >"$out/batch_fuzzer/two_elements"
+echo 'split_id: 4 batch_index: 2 end_of_split: true' | enc proto.Batch worker_service.proto \
+  >"$out/batch_fuzzer/end_of_split"
+echo "seeds in $out"
