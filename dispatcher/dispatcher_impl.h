@@ -8,7 +8,7 @@
 // themselves instead.
 //
 // -----------------------------------------------------------------------------
-// Protocol (ARCHITECTURE.md §5, §6)
+// Protocol (docs/architecture.md walks through it with a trace)
 //
 // Datasets. RegisterDataset(pipeline bytes, shard record counts, batch size) is
 // idempotent: the same three values give the same dataset_id. `fingerprint` =
@@ -119,6 +119,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/base/clock.h"
+#include "common/service/limits.h"
 #include "common/service/protocol.h"
 #include "dispatcher/autoscaler.h"
 #include "dispatcher/dispatcher_state.h"
@@ -160,6 +161,8 @@ struct DispatcherOptions {
   absl::Duration consumer_timeout = absl::Seconds(60);
   // Snapshot the state into the journal (compaction) after this many journaled updates.
   uint64_t snapshot_every = 10000;
+  // Pipeline size, jobs and consumers per job (common/service/limits.h).
+  service::ServiceLimits limits;
 };
 
 class DispatcherImpl {

@@ -1,5 +1,5 @@
 // Journal: where the dispatcher makes each state Update durable before
-// acknowledging it (ARCHITECTURE.md §6). A restarted dispatcher replays Read():
+// acknowledging it (docs/architecture.md). A restarted dispatcher replays Read():
 // it restores `snapshot` (if any), then DispatcherState::Apply()s `updates` in
 // order.
 //

@@ -76,6 +76,7 @@ int Run(const Flags& flags) {
         "jobs");
   }
   options.consumer_timeout = flags.consumer_timeout;
+  options.limits = flags.limits;
   if (flags.min_workers > flags.max_workers ||
       flags.scale_period <= absl::ZeroDuration()) {
     logger->error(

@@ -399,6 +399,10 @@ size_t ConsumerQueues::queue_capacity() const {
   absl::MutexLock lock(&mu_);
   return queues_.size() * queue_batches_;
 }
+size_t ConsumerQueues::open_streams() const {
+  absl::MutexLock lock(&mu_);
+  return streams_.size();
+}
 int ConsumerQueues::blocked_producers() const {
   absl::MutexLock lock(&mu_);
   return blocked_;

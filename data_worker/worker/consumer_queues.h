@@ -128,6 +128,7 @@ class ConsumerQueues {
   size_t queue_capacity() const
       ABSL_LOCKS_EXCLUDED(mu_);  // all consumers' bounds
   int blocked_producers() const ABSL_LOCKS_EXCLUDED(mu_);
+  size_t open_streams() const ABSL_LOCKS_EXCLUDED(mu_);
   uint64_t elements_produced() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:

@@ -185,6 +185,7 @@ int Run(int argc, char** argv) {
   options.capacity = capacity;
   options.queue_batches = queue_batches;
   options.memory_budget_bytes = memory_mb << 20;
+  options.limits = limits;
   options.heartbeat_interval = heartbeat_interval;
   options.registry = &server.registry();
   options.logger = logger;

@@ -55,6 +55,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/base/clock.h"
+#include "common/service/limits.h"
 #include "common/service/protocol.h"
 #include "data_worker/pipeline/executor.h"
 #include "data_worker/worker/consumer_queues.h"
@@ -108,6 +109,8 @@ struct WorkerOptions {
   absl::Duration heartbeat_interval = absl::Seconds(1);
   bool heartbeat_thread = true;  // false: the caller calls Heartbeat() (tests)
   Clock* clock = nullptr;        // null: RealClock::Get()
+  // Open streams and batch bytes (common/service/limits.h).
+  service::ServiceLimits limits;
   prometheus::Registry* registry = nullptr;  // null: a private registry
   std::shared_ptr<spdlog::logger> logger;    // null: NullLogger()
 };

@@ -22,8 +22,12 @@ fuzzers=(shard_reader_fuzzer manifest_fuzzer pipeline_spec_fuzzer worker_pipelin
   filter_fuzzer decode_fuzzer tfrecord_fuzzer webdataset_fuzzer dispatcher_fuzzer batch_fuzzer)
 if (($#)); then fuzzers=("$@"); fi
 
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DSLUICE_FUZZ=ON >/dev/null
+# A build folder configured already (scripts/test.sh's build-san: SLUICE_FUZZ plus the lock
+# annotations) is used as it is.
+if [[ ! -f "$build/CMakeCache.txt" ]]; then
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DSLUICE_FUZZ=ON >/dev/null
+fi
 cmake --build "$build" --target "${fuzzers[@]}" fuzz_corpus_gen -j "${JOBS:-2}"
 
 work="$build/fuzz"

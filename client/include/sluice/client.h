@@ -1,5 +1,5 @@
 // The sluice client library: what a training process links to read its share of
-// a job's batches from the data workers (ARCHITECTURE.md §5, §7).
+// a job's batches from the data workers (docs/architecture.md, docs/delivery.md).
 //
 //   ClientOptions options;
 //   options.dispatcher_address = "dispatcher:7000";
