@@ -233,10 +233,12 @@ absl::Status DispatcherImpl::RegisterDataset(
     proto::RegisterDatasetResponse* response) {
   RETURN_IF_ERROR(CheckVersion(request.protocol_version()));
   // The pipeline is opaque here (workers parse and validate it): only its size is limited.
-  if (static_cast<int64_t>(request.pipeline().size()) > options_.limits.max_pipeline_bytes) {
+  if (static_cast<int64_t>(request.pipeline().size()) >
+      options_.limits.max_pipeline_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "RegisterDataset: the pipeline spec is ", request.pipeline().size(),
-        " bytes, above the dispatcher's --max-pipeline-bytes ", options_.limits.max_pipeline_bytes));
+        " bytes, above the dispatcher's --max-pipeline-bytes ",
+        options_.limits.max_pipeline_bytes));
   }
   if (request.pipeline().empty()) {
     return absl::InvalidArgumentError("RegisterDataset: pipeline is empty");
@@ -302,7 +304,8 @@ absl::Status DispatcherImpl::GetOrCreateJob(
     config.set_remainder(proto::REMAINDER_MODE_PAD);
   }
   if (config.num_consumers() == 0) config.set_num_consumers(1);
-  RETURN_IF_ERROR(service::CheckConsumerLimit(config.num_consumers(), options_.limits));
+  RETURN_IF_ERROR(
+      service::CheckConsumerLimit(config.num_consumers(), options_.limits));
   if (config.num_consumers() > options_.max_consumers) {
     return absl::ResourceExhaustedError(
         absl::StrCat("num_consumers ", config.num_consumers(),
@@ -334,8 +337,8 @@ absl::Status DispatcherImpl::GetOrCreateJob(
         SplitsPerConsumer(job->config, job->splits.size()));
     return absl::OkStatus();
   }
-  RETURN_IF_ERROR(
-      service::CheckJobLimit(static_cast<int64_t>(state_.jobs().size()), options_.limits));
+  RETURN_IF_ERROR(service::CheckJobLimit(
+      static_cast<int64_t>(state_.jobs().size()), options_.limits));
   ASSIGN_OR_RETURN(std::vector<record::Split> splits,
                    record::EnumerateSplits(dataset->shard_record_counts,
                                            config.split_size()));

@@ -540,10 +540,17 @@ void BatchIteratorImpl::ReaderLoop(Reader* reader) {
     }
     if (received_any) failures = 0;
     if (reopen) {
-      // Reopen once the buffer has room, so the re-sent batches can be taken.
+      // Reopen once the buffer has room, so the re-sent batches can be taken; at once (after a
+      // short pause) while the batch the deterministic cursor waits for is missing: it may be
+      // the next one this worker sends.
       while (!cancelled_ && error_.ok() &&
-             state_.buffered() >= params_.options.prefetch_batches) {
+             state_.buffered() >= params_.options.prefetch_batches &&
+             state_.CursorBuffered()) {
         cv_.Wait(&mu_);
+      }
+      const absl::Time resume = absl::Now() + absl::Milliseconds(50);
+      while (!cancelled_ && error_.ok() &&
+             !cv_.WaitWithDeadline(&mu_, resume)) {
       }
       continue;
     }

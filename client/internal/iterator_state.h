@@ -97,6 +97,10 @@ class IteratorState {
   bool started() const { return started_; }
   bool finished() const { return finished_; }
   int buffered() const;
+  // Deterministic mode: the batch the cursor waits for is buffered (always true otherwise).
+  bool CursorBuffered() const {
+    return !deterministic_ || ordered_.contains(cursor_);
+  }
   uint64_t epoch() const { return epoch_; }
 
  private:

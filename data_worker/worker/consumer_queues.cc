@@ -308,7 +308,7 @@ StreamEvent ConsumerQueues::Poll(uint64_t stream_id) {
     event.status = absl::NotFoundError("stream closed");
     return event;
   }
-  auto end = [&](absl::Status status) {
+  auto end = [&](absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     ended_[stream_id] = true;
     event.kind = StreamEvent::kEnd;
     event.status = std::move(status);
@@ -324,6 +324,19 @@ StreamEvent ConsumerQueues::Poll(uint64_t stream_id) {
     return event;
   }
   if (!q.batches.empty()) {
+    // Lowest (epoch, position, index) first: a split's batches keep their order, and the split
+    // a deterministic consumer releases next is never stuck behind later ones.
+    auto lowest = q.batches.begin();
+    for (auto it = q.batches.begin(); it != q.batches.end(); ++it) {
+      const proto::SplitKey& a = it->batch.key();
+      const proto::SplitKey& b = lowest->batch.key();
+      if (std::make_tuple(a.epoch(), a.position(), it->batch.batch_index()) <
+          std::make_tuple(b.epoch(), b.position(),
+                          lowest->batch.batch_index())) {
+        lowest = it;
+      }
+    }
+    std::rotate(q.batches.begin(), lowest, std::next(lowest));
     Queued& front = q.batches.front();
     if (Task* task = FindTask(front.task_id); task != nullptr)
       task->sent = std::max(task->sent, front.batch.batch_index() + 1);
