@@ -133,10 +133,8 @@ int Run(int argc, char** argv) {
   }
   service::ServerMain& server = **main;
   const std::shared_ptr<spdlog::logger>& logger = server.logger();
-  if (server.metrics_port() >= 0) {
-    std::fprintf(stderr, "sluice-worker: metrics on http://%s:%d/metrics\n",
-                 server.metrics_host().c_str(), server.metrics_port());
-  }
+  // ServerMain printed "metrics on HOST:PORT" on stdout; stderr carries only log lines (JSON
+  // with --log-format json).
 
   // The worker calls the dispatcher with its own certificate (mutual TLS) and
   // the same CA and token as it requires of its callers.
