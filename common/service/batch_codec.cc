@@ -54,7 +54,8 @@ namespace {
 absl::StatusOr<uint64_t> NumElements(absl::Span<const int64_t> shape) {
   uint64_t n = 1;
   for (int64_t d : shape) {
-    if (d < 0) return absl::InvalidArgumentError(absl::StrCat("negative dimension ", d));
+    if (d < 0)
+      return absl::InvalidArgumentError(absl::StrCat("negative dimension ", d));
     if (d != 0 && n > (uint64_t{1} << 62) / static_cast<uint64_t>(d))
       return absl::InvalidArgumentError("shape overflows");
     n *= static_cast<uint64_t>(d);
@@ -65,16 +66,18 @@ absl::StatusOr<uint64_t> NumElements(absl::Span<const int64_t> shape) {
 absl::Status CheckColumnBytes(absl::string_view name, record::DType dtype,
                               absl::Span<const int64_t> shape, size_t bytes) {
   const size_t element = record::DTypeSize(dtype);
-  if (element == 0) return absl::OkStatus();  // bytes/string: the producer's encoding
+  if (element == 0)
+    return absl::OkStatus();  // bytes/string: the producer's encoding
   absl::StatusOr<uint64_t> n = NumElements(shape);
   if (!n.ok())
-    return absl::InvalidArgumentError(absl::StrCat("column '", name, "': ", n.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("column '", name, "': ", n.status().message()));
   // By division: n * element can wrap (n <= 2^62, element up to 8), and a wrapped product let a
   // shape claim far more elements than the data holds.
   if (bytes % element != 0 || *n != bytes / element) {
-    return absl::InvalidArgumentError(absl::StrCat("column '", name, "': shape holds ", *n,
-                                                   " elements of ", element, " bytes, data has ",
-                                                   bytes, " bytes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("column '", name, "': shape holds ", *n, " elements of ",
+                     element, " bytes, data has ", bytes, " bytes"));
   }
   return absl::OkStatus();
 }
@@ -82,9 +85,11 @@ absl::Status CheckColumnBytes(absl::string_view name, record::DType dtype,
 }  // namespace
 
 absl::Status AppendColumn(std::string name, record::DType dtype,
-                          absl::Span<const int64_t> shape, absl::string_view bytes,
-                          proto::Batch* batch) {
-  if (absl::Status s = CheckColumnBytes(name, dtype, shape, bytes.size()); !s.ok()) return s;
+                          absl::Span<const int64_t> shape,
+                          absl::string_view bytes, proto::Batch* batch) {
+  if (absl::Status s = CheckColumnBytes(name, dtype, shape, bytes.size());
+      !s.ok())
+    return s;
   proto::Column* c = batch->add_columns();
   c->set_name(std::move(name));
   c->set_dtype(ToWireDType(dtype));
@@ -96,10 +101,12 @@ absl::Status AppendColumn(std::string name, record::DType dtype,
 absl::Status CheckBatch(const proto::Batch& batch) {
   if (batch.end_of_split()) {
     if (batch.columns_size() != 0 || batch.global_indices_size() != 0)
-      return absl::InvalidArgumentError("an end-of-split marker carries columns or indices");
+      return absl::InvalidArgumentError(
+          "an end-of-split marker carries columns or indices");
     return absl::OkStatus();
   }
-  if (batch.columns_size() == 0) return absl::InvalidArgumentError("a batch without columns");
+  if (batch.columns_size() == 0)
+    return absl::InvalidArgumentError("a batch without columns");
   const int64_t elements = batch.global_indices_size();
   for (const proto::Column& c : batch.columns()) {
     absl::StatusOr<record::DType> dtype = FromWireDType(c.dtype());
@@ -110,10 +117,12 @@ absl::Status CheckBatch(const proto::Batch& batch) {
     if (c.shape_size() == 0 || c.shape(0) != elements) {
       return absl::InvalidArgumentError(
           absl::StrCat("column '", c.name(), "': leading dimension ",
-                       c.shape_size() == 0 ? -1 : c.shape(0), " but the batch has ", elements,
-                       " elements"));
+                       c.shape_size() == 0 ? -1 : c.shape(0),
+                       " but the batch has ", elements, " elements"));
     }
-    if (absl::Status s = CheckColumnBytes(c.name(), *dtype, c.shape(), c.data().size()); !s.ok())
+    if (absl::Status s =
+            CheckColumnBytes(c.name(), *dtype, c.shape(), c.data().size());
+        !s.ok())
       return s;
   }
   return absl::OkStatus();
@@ -121,7 +130,8 @@ absl::Status CheckBatch(const proto::Batch& batch) {
 
 int64_t BatchBytes(const proto::Batch& batch) {
   int64_t bytes = 0;
-  for (const proto::Column& c : batch.columns()) bytes += static_cast<int64_t>(c.data().size());
+  for (const proto::Column& c : batch.columns())
+    bytes += static_cast<int64_t>(c.data().size());
   return bytes;
 }
 

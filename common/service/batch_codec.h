@@ -16,11 +16,11 @@
 
 #include <cstdint>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/record/schema.h"
 #include "proto/sluice_tensor.pb.h"
@@ -36,8 +36,8 @@ absl::StatusOr<record::DType> FromWireDType(proto::TensorDType dtype);
 // Appends a column holding a copy of `bytes`. InvalidArgument when the shape's element count
 // times the dtype size differs from bytes.size() (fixed-size dtypes only).
 absl::Status AppendColumn(std::string name, record::DType dtype,
-                          absl::Span<const int64_t> shape, absl::string_view bytes,
-                          proto::Batch* batch);
+                          absl::Span<const int64_t> shape,
+                          absl::string_view bytes, proto::Batch* batch);
 
 // The checks a receiver makes before it trusts a batch from the network: a data batch has at
 // least one column, every column a known dtype, a shape whose leading dimension is the element

@@ -18,7 +18,8 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
                       status.error_message());
 }
 
-absl::Status FromGrpcStatus(const grpc::Status& status, absl::string_view what) {
+absl::Status FromGrpcStatus(const grpc::Status& status,
+                            absl::string_view what) {
   if (status.ok()) return absl::OkStatus();
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
                       absl::StrCat(what, ": ", status.error_message()));

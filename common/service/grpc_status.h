@@ -5,9 +5,8 @@
 #ifndef SLUICE_COMMON_SERVICE_GRPC_STATUS_H_
 #define SLUICE_COMMON_SERVICE_GRPC_STATUS_H_
 
-#include "absl/strings/string_view.h"
-
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "grpcpp/support/status.h"
 
 namespace sluice::service {

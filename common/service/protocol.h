@@ -8,9 +8,9 @@
 #define SLUICE_COMMON_SERVICE_PROTOCOL_H_
 
 #include <cstdint>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "proto/worker.pb.h"
 
 namespace sluice::service {

@@ -281,8 +281,8 @@ absl::StatusOr<uint64_t> WorkerImpl::OpenStream(
     const proto::GetBatchesRequest& request, std::function<void()> notify) {
   RETURN_IF_ERROR(service::CheckProtocolVersion(request.protocol_version(),
                                                 "client", "worker"));
-  RETURN_IF_ERROR(service::CheckStreamLimit(static_cast<int64_t>(queues_.open_streams()),
-                                            options_.limits));
+  RETURN_IF_ERROR(service::CheckStreamLimit(
+      static_cast<int64_t>(queues_.open_streams()), options_.limits));
   std::shared_ptr<const Job> job = jobs_.Get(request.job_id());
   if (job == nullptr) {
     return absl::NotFoundError(

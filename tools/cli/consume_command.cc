@@ -14,8 +14,8 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "common/base/process.h"
 #include "common/base/duration_flag.h"
+#include "common/base/process.h"
 #include "common/base/status_macros.h"
 #include "common/record/dataset.h"
 #include "common/service/server_main.h"

@@ -18,8 +18,8 @@
 #include "common/base/status_macros.h"
 #include "common/service/server_main.h"
 #include "tools/cli/command.h"
-#include "tools/local_cluster/certificates.h"
 #include "tools/local_cluster/autoscale.h"
+#include "tools/local_cluster/certificates.h"
 #include "tools/local_cluster/local_cluster.h"
 
 namespace sluice::cli {

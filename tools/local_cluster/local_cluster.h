@@ -37,7 +37,8 @@ struct LocalClusterOptions {
   absl::Duration worker_timeout = absl::Seconds(2);
   absl::Duration start_timeout = absl::Seconds(20);
   std::vector<std::string> extra_worker_flags;  // e.g. {"--memory-mb", "64"}
-  std::vector<std::string> extra_dispatcher_flags;  // e.g. {"--consumer-timeout", "2s"}
+  std::vector<std::string>
+      extra_dispatcher_flags;  // e.g. {"--consumer-timeout", "2s"}
 
   // Transport security of every process (docs/security.md; certificates.h makes throwaway
   // ones): --tls-cert/--tls-key serve TLS, --tls-ca adds mutual TLS (workers present the same
@@ -89,8 +90,9 @@ class LocalCluster {
  private:
   explicit LocalCluster(LocalClusterOptions options)
       : options_(std::move(options)) {}
-  absl::StatusOr<ServerProcess> Launch(const std::string& name, std::vector<std::string> argv,
-                                       const std::vector<std::string>& extra = {});
+  absl::StatusOr<ServerProcess> Launch(
+      const std::string& name, std::vector<std::string> argv,
+      const std::vector<std::string>& extra = {});
   absl::StatusOr<ServerProcess> LaunchDispatcher(int port);
 
   const LocalClusterOptions options_;

@@ -19,12 +19,14 @@ TEST(ToGrpcStatus, MapsEveryCodeOneToOne) {
     EXPECT_EQ(static_cast<int>(ToGrpcStatus(s).error_code()), code);
     EXPECT_EQ(FromGrpcStatus(ToGrpcStatus(s)), s);
   }
-  EXPECT_EQ(ToGrpcStatus(absl::InvalidArgumentError("bad")).error_message(), "bad");
+  EXPECT_EQ(ToGrpcStatus(absl::InvalidArgumentError("bad")).error_message(),
+            "bad");
 }
 
 TEST(FromGrpcStatus, PrefixesTheMessageAndKeepsTheCode) {
-  const absl::Status s = FromGrpcStatus(
-      grpc::Status(grpc::StatusCode::DATA_LOSS, "record 7"), "worker 127.0.0.1:5");
+  const absl::Status s =
+      FromGrpcStatus(grpc::Status(grpc::StatusCode::DATA_LOSS, "record 7"),
+                     "worker 127.0.0.1:5");
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(s.message(), "worker 127.0.0.1:5: record 7");
   EXPECT_TRUE(FromGrpcStatus(grpc::Status::OK, "x").ok());
@@ -40,16 +42,19 @@ TEST(IsRetryable, OnlyTransientCodes) {
 
 TEST(CheckProtocolVersion, NamesBothVersionsAndWhoIsBehind) {
   EXPECT_TRUE(CheckProtocolVersion(kProtocolVersion, "client", "worker").ok());
-  const absl::Status newer = CheckProtocolVersion(kProtocolVersion + 1, "client", "worker");
+  const absl::Status newer =
+      CheckProtocolVersion(kProtocolVersion + 1, "client", "worker");
   EXPECT_EQ(newer.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(newer.message(), HasSubstr("upgrade the worker"));
   const absl::Status older = CheckProtocolVersion(0, "client", "dispatcher");
-  EXPECT_THAT(older.message(), HasSubstr("client protocol version 0, dispatcher"));
+  EXPECT_THAT(older.message(),
+              HasSubstr("client protocol version 0, dispatcher"));
   EXPECT_THAT(older.message(), HasSubstr("upgrade the client"));
 }
 
 TEST(CreateChannel, RefusesAnEmptyAddress) {
-  EXPECT_EQ(CreateChannel("").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CreateChannel("").status().code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(CreateChannel("127.0.0.1:1").ok());
 }
 
