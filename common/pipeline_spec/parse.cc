@@ -251,7 +251,14 @@ absl::StatusOr<proto::Pipeline> ParsePipelineSpec(std::string_view text) {
     if (!j.ok()) return j.status();
     root = std::move(*j);
   }
-  return ParseJson(root);
+  // nlohmann throws on what it cannot serialize back (e.g. a string that is not UTF-8): the
+  // caller gets InvalidArgument, never an exception.
+  try {
+    return ParseJson(root);
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline spec: ", e.what(), " (is the spec UTF-8 text?)"));
+  }
 }
 
 absl::StatusOr<proto::Pipeline> LoadPipelineSpecFile(const std::string& path) {

@@ -128,3 +128,20 @@ TEST(LoadPipelineSpecFile, MissingFileIsNotFound) {
 
 }  // namespace
 }  // namespace sluice::pipeline_spec
+
+namespace sluice::pipeline_spec {
+namespace {
+
+// Found by pipeline_spec_fuzzer: a YAML string that is not UTF-8 made nlohmann throw while the
+// map node was serialized back; it must be an InvalidArgument, never an exception.
+TEST(ParsePipelineSpec, TextThatIsNotUtf8IsInvalidArgument) {
+  const std::string spec =
+      "source: {synthetic: {num_records: 8}, columns: [image]}\n"
+      "nodes:\n  - map: {input_columns: [image], ops: [{resize: {height: \"\xff\xfe\"}}]}\n";
+  absl::StatusOr<proto::Pipeline> p = ParsePipelineSpec(spec);
+  EXPECT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument) << p.status();
+}
+
+}  // namespace
+}  // namespace sluice::pipeline_spec
