@@ -256,8 +256,8 @@ absl::StatusOr<proto::Pipeline> ParsePipelineSpec(std::string_view text) {
   try {
     return ParseJson(root);
   } catch (const nlohmann::json::exception& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("pipeline spec: ", e.what(), " (is the spec UTF-8 text?)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline spec: ", e.what(), " (is the spec UTF-8 text?)"));
   }
 }
 

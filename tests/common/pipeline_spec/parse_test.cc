@@ -137,10 +137,12 @@ namespace {
 TEST(ParsePipelineSpec, TextThatIsNotUtf8IsInvalidArgument) {
   const std::string spec =
       "source: {synthetic: {num_records: 8}, columns: [image]}\n"
-      "nodes:\n  - map: {input_columns: [image], ops: [{resize: {height: \"\xff\xfe\"}}]}\n";
+      "nodes:\n  - map: {input_columns: [image], ops: [{resize: {height: "
+      "\"\xff\xfe\"}}]}\n";
   absl::StatusOr<proto::Pipeline> p = ParsePipelineSpec(spec);
   EXPECT_FALSE(p.ok());
-  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument) << p.status();
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument)
+      << p.status();
 }
 
 }  // namespace
