@@ -306,11 +306,6 @@ absl::Status DispatcherImpl::GetOrCreateJob(
   if (config.num_consumers() == 0) config.set_num_consumers(1);
   RETURN_IF_ERROR(
       service::CheckConsumerLimit(config.num_consumers(), options_.limits));
-  if (config.num_consumers() > options_.max_consumers) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("num_consumers ", config.num_consumers(),
-                     " is above the limit ", options_.max_consumers));
-  }
   const uint64_t batch = dataset->batch_size;
   const uint64_t requested = config.split_size() == 0
                                  ? options_.default_split_size

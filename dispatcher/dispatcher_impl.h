@@ -146,7 +146,6 @@ struct DispatcherOptions {
   absl::Duration heartbeat_interval =
       absl::Seconds(1);  // told to workers; Tick() period
   uint64_t default_split_size = 1024;
-  uint32_t max_consumers = 4096;  // per job
   // Autoscaling: kNone = sluice_desired_workers is advisory; kLocal = the
   // dispatcher also drains the workers the decision lets go.
   enum class Scaler { kNone, kLocal };
@@ -189,7 +188,7 @@ class DispatcherImpl {
       ABSL_LOCKS_EXCLUDED(mu_);
   // NotFound: unknown dataset. FailedPrecondition: name taken by another
   // config. InvalidArgument: DROP leaves a consumer no split.
-  // ResourceExhausted: num_consumers > max_consumers.
+  // InvalidArgument: num_consumers above limits.max_consumers_per_job.
   absl::Status GetOrCreateJob(const proto::GetOrCreateJobRequest& request,
                               proto::GetOrCreateJobResponse* response)
       ABSL_LOCKS_EXCLUDED(mu_);
