@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <fstream>
 #include <regex>
 #include <sstream>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/pipeline_spec/location.h"
@@ -27,14 +29,17 @@ bool IsAutotune(std::string_view s) {
   return u == "AUTOTUNE";
 }
 
-// A plain YAML scalar that looks like a number → a JSON number.
+// A plain YAML scalar that looks like a number → a JSON number. One that no double holds
+// (1e999) stays a string, so the field it is given to reports it as not a number.
 Json NumberJson(const std::string& s) {
   const std::string t = s[0] == '+' ? s.substr(1) : s;
   try {
     return Json::parse(t);
   } catch (const Json::exception&) {
     // "5." or ".5": valid YAML numbers, not JSON ones.
-    return Json(std::stod(t));
+    double value = 0;
+    if (absl::SimpleAtod(t, &value) && std::isfinite(value)) return Json(value);
+    return Json(s);
   }
 }
 

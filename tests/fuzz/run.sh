@@ -13,6 +13,10 @@
 # manifest fuzzers are also seeded by fuzz_corpus_gen on every run). A crashing input is saved as
 # $SLUICE_FUZZ_BUILD_DIR/fuzz/artifacts/<fuzzer>/crash-* and the script exits non-zero.
 # Reproduce one with: <build>/bin/<fuzzer> <crash file>.
+#
+# SLUICE_FUZZ_SEED (default 1) fixes libFuzzer's random seed, so a CI run explores the same inputs
+# as the same run here and a red CI is reproducible; SLUICE_FUZZ_SEED=0 lets libFuzzer pick one
+# (use it, with a longer time, to hunt for new bugs).
 set -euo pipefail
 seconds="${1:-30}"
 shift || true
@@ -46,7 +50,7 @@ for f in "${fuzzers[@]}"; do
   if [[ -d "$root/tests/fuzz/corpus/$f" ]]; then seeds=("$root/tests/fuzz/corpus/$f"); fi
   # shellcheck disable=SC2086  # FUZZ_ARGS is a list of flags
   if ! "$build/bin/$f" -max_total_time="$seconds" -max_len=16384 -timeout=10 -rss_limit_mb=2048 \
-      -print_final_stats=1 -artifact_prefix="$work/artifacts/$f/" ${FUZZ_ARGS:-} \
+      -print_final_stats=1 -seed="${SLUICE_FUZZ_SEED:-1}" -artifact_prefix="$work/artifacts/$f/" ${FUZZ_ARGS:-} \
       "$work/corpus/$f" "${seeds[@]}" 2>"$work/$f.log" || (($(count) > before)); then
     failed+=("$f")
     grep -E '^(==[0-9]+==ERROR|SUMMARY|[a-z_]+_fuzzer:|terminate|.*runtime error|    #[0-9]+ )' \
