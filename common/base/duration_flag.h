@@ -2,8 +2,8 @@
 // "1m30s". Every sluice binary takes its timeouts and intervals this way.
 //
 //   absl::Duration timeout = absl::Seconds(10);
-//   AddDurationOption(app, "--connect-timeout", &timeout, "How long to retry
-//   the dispatcher");
+//   AddDurationOption(app, "--connect-timeout", &timeout,
+//                     "How long to retry the dispatcher");
 #ifndef SLUICE_COMMON_BASE_DURATION_FLAG_H_
 #define SLUICE_COMMON_BASE_DURATION_FLAG_H_
 

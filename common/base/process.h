@@ -5,13 +5,13 @@
 // and write "host:port" to F once listening. WaitForAddressFile() is the other
 // half:
 //
-//   ASSIGN_OR_RETURN(auto dispatcher, Subprocess::Start({bin +
-//   "/sluice-dispatcher", "--port", "0",
-//                                                        "--address-file",
-//                                                        file}, {.log_file =
-//                                                        log}));
-//   ASSIGN_OR_RETURN(std::string address, WaitForAddressFile(file, *dispatcher,
-//   absl::Seconds(10)));
+//   ASSIGN_OR_RETURN(
+//       auto dispatcher,
+//       Subprocess::Start({bin + "/sluice-dispatcher", "--port", "0",
+//                          "--address-file", file},
+//                         {.log_file = log}));
+//   ASSIGN_OR_RETURN(std::string address,
+//                    WaitForAddressFile(file, *dispatcher, absl::Seconds(10)));
 //
 // A Subprocess that is destroyed while its child runs kills it (SIGKILL) and
 // reaps it, so no child outlives its owner by accident. Not thread-safe: one

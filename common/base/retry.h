@@ -3,7 +3,7 @@
 //
 //   RetryOptions options;  // 100 ms, doubling, capped at 5 s, 30 s overall
 //   absl::Status s = RetryWithBackoff([&] { return Connect(); }, options,
-//   RealClock::Get());
+//                                     RealClock::Get());
 //
 // Only the codes in `options.retry_on` are retried; any other error, or the
 // last error once the deadline passes, is returned as is.

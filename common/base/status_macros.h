@@ -3,7 +3,7 @@
 //
 //   RETURN_IF_ERROR(file.Sync());
 //   ASSIGN_OR_RETURN(std::unique_ptr<ShardReader> reader,
-//   ShardReader::Open(path));
+//                    ShardReader::Open(path));
 #ifndef SLUICE_COMMON_BASE_STATUS_MACROS_H_
 #define SLUICE_COMMON_BASE_STATUS_MACROS_H_
 

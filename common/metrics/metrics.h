@@ -2,9 +2,9 @@
 // their constructor, from the `prometheus::Registry&` in their Options, and
 // keep the returned references: the hot path then touches only an atomic.
 //
-//   prometheus::Counter& served = AddCounter(registry,
-//   "sluice_worker_elements_total",
-//                                            "Elements served to consumers.");
+//   prometheus::Counter& served =
+//       AddCounter(registry, "sluice_worker_elements_total",
+//                  "Elements served to consumers.");
 //   served.Increment();
 //
 // Names follow sluice_<component>_<what>_<unit>; counters end in _total. Adding

@@ -2,12 +2,13 @@
 // footer. The byte layout is documented with an example dump in docs/format.md.
 // In short, all integers little-endian, checksums XXH3-64:
 //
-//   header  "SLUICEUR" | u32 version | u32 n | n bytes JSON {schema,
-//   created_by, created_at} | u64 checksum data    record 0 | record 1 | ...
-//   (encoding: record.h) index   per record: u64 offset | u64 size | u64
-//   checksum | one 8-byte value per indexed column footer  u64 index_offset |
-//   u64 index_size | u64 record_count | u64 index_checksum
-//           | u64 footer_checksum | "SLUICEUR"
+//   header  "SLUICEUR" | u32 version | u32 n
+//           | n bytes JSON {schema, created_by, created_at} | u64 checksum
+//   data    record 0 | record 1 | ...          (encoding: record.h)
+//   index   per record: u64 offset | u64 size | u64 checksum
+//           | one 8-byte value per indexed column
+//   footer  u64 index_offset | u64 index_size | u64 record_count
+//           | u64 index_checksum | u64 footer_checksum | "SLUICEUR"
 //
 // Random access: read the footer, load and verify the index; records are then
 // read from a read-only memory map of the file, and each record's checksum is

@@ -2,18 +2,18 @@
 // (seed, epoch).
 //
 // - Permutation(n, seed, epoch): a Fisher-Yates shuffle of 0..n-1 driven by
-// sluice's own Rng,
-//   so the result is fixed by this code, not by a standard library.
+//   sluice's own Rng, so the result is fixed by this code, not by a standard
+//   library.
 // - Partition(...): the records one of `num_shards` nodes reads in an epoch,
-// strided over the
-//   permutation like PyTorch's DistributedSampler: node k takes positions k,
-//   k+S, k+2S, ... With kPad every node gets ceil(n/S) records (the permutation
-//   wraps around to fill), with kDrop floor(n/S) (the tail is dropped), with
-//   kUneven the first n%S nodes get one more. Example, n=10, S=3, seed 0, epoch
-//   0, kPad: perm = [9,3,4,2,8,5,0,1,6,7], padded with [9,3]; node 0 gets
-//   9,2,0,7; node 1 gets 3,8,1,9; node 2 gets 4,5,6,3.
+//   strided over the permutation like PyTorch's DistributedSampler: node k
+//   takes positions k, k+S, k+2S, ... With kPad every node gets ceil(n/S)
+//   records (the permutation wraps around to fill), with kDrop floor(n/S) (the
+//   tail is dropped), with kUneven the first n%S nodes get one more.
+//   Example, n=10, S=3, seed 0, epoch 0, kPad:
+//     perm = [9,3,4,2,8,5,0,1,6,7], padded with [9,3]
+//     node 0 gets 9,2,0,7; node 1 gets 3,8,1,9; node 2 gets 4,5,6,3.
 // - Splits: contiguous record ranges inside one shard, the unit the dispatcher
-// hands to workers.
+//   hands to workers.
 #ifndef SLUICE_COMMON_RECORD_SHARDING_H_
 #define SLUICE_COMMON_RECORD_SHARDING_H_
 

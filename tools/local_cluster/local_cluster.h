@@ -3,10 +3,10 @@
 // `work_dir`. Used by `sluice local`, `sluice demo` and the integration tests
 // (which kill workers for real with KillWorker).
 //
-//   ASSIGN_OR_RETURN(auto cluster, LocalCluster::Start({.bin_dir = BinDir(),
-//   .workers = 2,
-//                                                       .data_roots =
-//                                                       {dataset_dir}}));
+//   ASSIGN_OR_RETURN(auto cluster,
+//                    LocalCluster::Start({.bin_dir = BinDir(),
+//                                         .workers = 2,
+//                                         .data_roots = {dataset_dir}}));
 //   ... clients connect to cluster->dispatcher_address() ...
 //   cluster->Stop();  // workers drain on SIGTERM, then the dispatcher stops
 //
