@@ -1,6 +1,7 @@
-// sluice local --workers N [--port P] [--data-root DIR]... [--address-file
-// FILE] [--tls | --tls-cert F --tls-key F [--tls-ca F] [--auth-token-file F]]
+// sluice local --workers N [--port P] [--data-root DIR]... [--address-file FILE]
+//     [--tls | --tls-cert F --tls-key F [--tls-ca F] [--auth-token-file F]]
 // A dispatcher and N worker processes on loopback, until Ctrl-C or SIGTERM.
+//
 // sluice local --autoscale --min-workers N --max-workers M [--scale-interval 2s]
 // Starts N workers; the dispatcher (--scaler local) sizes the pool and drains
 // the workers that leave; this loop starts the ones it asks for
