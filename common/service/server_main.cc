@@ -1,7 +1,5 @@
 #include "common/service/server_main.h"
 
-#include <pthread.h>
-
 #include <iostream>
 #include <utility>
 #include <vector>
@@ -12,6 +10,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
 #include "common/base/process.h"
+#include "common/base/signals.h"
 #include "grpcpp/health_check_service_interface.h"
 
 namespace sluice::service {
@@ -155,10 +154,7 @@ absl::StatusOr<std::unique_ptr<ServerMain>> ServerMain::Create(
   auto main = std::unique_ptr<ServerMain>(
       new ServerMain(std::move(name), std::move(flags)));
   const ServerFlags& f = main->flags_;
-  sigemptyset(&main->signals_);
-  sigaddset(&main->signals_, SIGTERM);
-  sigaddset(&main->signals_, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &main->signals_, nullptr);
+  BlockStopSignals();
 
   absl::StatusOr<spdlog::level::level_enum> level = ParseLogLevel(f.log_level);
   if (!level.ok()) return level.status();
@@ -238,8 +234,7 @@ void ServerMain::SetServing(bool serving) {
 }
 
 bool ServerMain::WaitForSignal(absl::Duration timeout) {
-  const timespec ts = absl::ToTimespec(timeout);
-  const int signal_number = sigtimedwait(&signals_, nullptr, &ts);
+  const int signal_number = WaitForStopSignal(timeout);
   if (signal_number > 0) {
     logger_->info("signal {} received", signal_number);
     return true;

@@ -24,8 +24,6 @@
 #ifndef SLUICE_COMMON_SERVICE_SERVER_MAIN_H_
 #define SLUICE_COMMON_SERVICE_SERVER_MAIN_H_
 
-#include <signal.h>
-
 #include <memory>
 #include <string>
 
@@ -78,11 +76,11 @@ absl::Status ParseHostPort(const std::string& text, const std::string& flag,
 
 class ServerMain {
  public:
-  // Blocks SIGTERM/SIGINT in the calling thread, so every thread started later inherits the
-  // mask and only WaitForSignal sees them: call it before anything starts a thread. Makes the
-  // logger, the registry, the server credentials and, if asked, the exposer (prints the
-  // metrics line). InvalidArgument naming the flag for a bad value; Unavailable when the
-  // metrics port cannot be bound.
+  // Blocks SIGTERM/SIGINT in the calling thread (common/base/signals.h), so every thread started
+  // later inherits the mask and only WaitForSignal sees them: call it before anything starts a
+  // thread. Makes the logger, the registry, the server credentials and, if asked, the exposer
+  // (prints the metrics line). InvalidArgument naming the flag for a bad value; Unavailable when
+  // the metrics port cannot be bound.
   static absl::StatusOr<std::unique_ptr<ServerMain>> Create(std::string name,
                                                             ServerFlags flags);
   ~ServerMain();
@@ -119,7 +117,6 @@ class ServerMain {
 
   const std::string name_;
   const ServerFlags flags_;
-  sigset_t signals_;
   std::shared_ptr<spdlog::logger> logger_;
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<prometheus::Exposer> exposer_;

@@ -6,7 +6,6 @@
 // Starts N workers; the dispatcher (--scaler local) sizes the pool and drains
 // the workers that leave; this loop starts the ones it asks for
 // (tools/local_cluster/autoscale.h).
-#include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -16,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "common/base/duration_flag.h"
 #include "common/base/process.h"
+#include "common/base/signals.h"
 #include "common/base/status_macros.h"
 #include "common/service/server_main.h"
 #include "tools/cli/command.h"
@@ -47,12 +47,8 @@ struct LocalFlags {
 
 absl::Status RunLocal(const LocalFlags& flags) {
   // Block the stop signals before any child starts; they are taken with
-  // sigtimedwait below.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // WaitForStopSignal below.
+  BlockStopSignals();
 
   tools::LocalClusterOptions options{.bin_dir = tools::BinDir(),
                                      .workers = flags.workers,
@@ -134,13 +130,11 @@ absl::Status RunLocal(const LocalFlags& flags) {
               options.work_dir.c_str());
   std::fflush(stdout);
 
-  const timespec poll = {0, 200 * 1000 * 1000};
   tools::LocalAutoscaler scaler(cluster.get(), flags.max_workers);
   absl::Time next_step = absl::Now();
   const absl::Time start = absl::Now();
   while (true) {
-    const int sig = sigtimedwait(&stop_signals, nullptr, &poll);
-    if (sig == SIGINT || sig == SIGTERM) {
+    if (WaitForStopSignal(absl::Milliseconds(200)) != 0) {
       std::printf("sluice local: stopping (workers drain first)\n");
       cluster->Stop();
       return absl::OkStatus();
