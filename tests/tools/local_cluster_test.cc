@@ -10,12 +10,14 @@
 
 #include <filesystem>
 #include <functional>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/testing/temp_dir.h"
 #include "tools/local_cluster/autoscale.h"
 #include "tools/local_cluster/certificates.h"
@@ -297,7 +299,7 @@ TEST(StatusJson, RendersAFixedStatusExactly) {
       R"("splits":1,"queue_depth":0,"queue_capacity":8,"elements_per_second":199.2,)"
       R"("elements_per_busy_second":396.712,"age_seconds":42},)"
       R"({"worker_id":2,"address":"127.0.0.1:45660","state":"draining",)"
-      R"("splits":0,"queue_depth":0,"queue_capacity":8,"elements_per_second":1.23457e+06,)"
+      R"("splits":0,"queue_depth":0,"queue_capacity":8,"elements_per_second":1234570,)"
       R"("elements_per_busy_second":0,"age_seconds":1e-05}],)"
       R"("desired_workers":3,"current_workers":2,)"
       R"("reason":"hold 3: \"quoted\" \\ and\na newline","scaler":"local",)"
@@ -312,6 +314,25 @@ TEST(StatusJson, RendersAFixedStatusExactly) {
       R"({"job_id":8,"job_name":"j2 ünïcode","batch_size":0,"num_epochs":0,)"
       R"("demand_elements_per_second":0,"capacity_elements_per_second":0,)"
       R"("need_workers":0,"consumers":[]}]})");
+}
+
+// Whatever a client named its job, the line parses, and so does a rate that is
+// not a number.
+TEST(StatusJson, IsValidJsonWhateverTheNamesAndRates) {
+  proto::GetStatusResponse s;
+  proto::JobStatus* j = s.add_jobs();
+  j->set_job_name("tab\there\x01 \xff\xfe end");
+  j->set_need_workers(std::numeric_limits<double>::quiet_NaN());
+  j->set_demand_elements_per_second(std::numeric_limits<double>::infinity());
+  const std::string line = StatusJson(s);
+  EXPECT_EQ(line.find('\n'), std::string::npos);
+  const nlohmann::json parsed =
+      nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(parsed.is_discarded()) << line;
+  const nlohmann::json& job = parsed["jobs"][0];
+  EXPECT_THAT(job["job_name"].get<std::string>(), StartsWith("tab\there\x01 "));
+  EXPECT_TRUE(job["need_workers"].is_null());
+  EXPECT_TRUE(job["demand_elements_per_second"].is_null());
 }
 
 TEST(StatusJson, EmptyStatusHasEveryKey) {

@@ -1,46 +1,39 @@
 #include "tools/local_cluster/autoscale.h"
 
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
 #include <set>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "common/base/status_macros.h"
 #include "common/service/channel_factory.h"
 #include "common/service/grpc_status.h"
 #include "common/service/protocol.h"
 #include "grpcpp/grpcpp.h"
+#include "nlohmann/json.hpp"
 #include "proto/dispatcher.grpc.pb.h"
 
 namespace sluice::tools {
 namespace {
 
-// A JSON string literal.
-std::string Quote(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out += absl::StrFormat("\\u%04x", c);
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
-}
+using Json = nlohmann::ordered_json;  // keys in the documented order
 
-std::string Number(double v) { return absl::StrFormat("%.6g", v); }
+// A rate or fraction as `sluice status --json` has always printed it: 6
+// significant digits, a whole number without a fraction ("821", not "821.0").
+// The one textual change from the hand-written emitter: a value of 10^6 or
+// more is written out (1234570, the same number as its old "1.23457e+06").
+// NaN and infinities, which JSON cannot carry, are null (they were "nan").
+Json Number(double v) {
+  if (!std::isfinite(v)) return nullptr;
+  const double rounded =
+      std::strtod(absl::StrFormat("%.6g", v).c_str(), nullptr);
+  if (std::trunc(rounded) == rounded && std::fabs(rounded) < 1e15)
+    return static_cast<int64_t>(rounded);
+  return rounded;
+}
 
 }  // namespace
 
@@ -66,47 +59,57 @@ absl::StatusOr<proto::GetStatusResponse> FetchStatus(const std::string& address,
 }
 
 std::string StatusJson(const proto::GetStatusResponse& s) {
-  std::vector<std::string> workers;
+  Json workers = Json::array();
   for (const proto::WorkerStatus& w : s.workers()) {
-    workers.push_back(absl::StrCat(
-        "{\"worker_id\":", w.worker_id(), ",\"address\":", Quote(w.address()),
-        ",\"state\":", Quote(w.state()), ",\"splits\":", w.splits(),
-        ",\"queue_depth\":", w.queue_depth(),
-        ",\"queue_capacity\":", w.queue_capacity(),
-        ",\"elements_per_second\":", Number(w.elements_per_second()),
-        ",\"elements_per_busy_second\":", Number(w.elements_per_busy_second()),
-        ",\"age_seconds\":", Number(w.age_seconds()), "}"));
+    workers.push_back(
+        {{"worker_id", w.worker_id()},
+         {"address", w.address()},
+         {"state", w.state()},
+         {"splits", w.splits()},
+         {"queue_depth", w.queue_depth()},
+         {"queue_capacity", w.queue_capacity()},
+         {"elements_per_second", Number(w.elements_per_second())},
+         {"elements_per_busy_second", Number(w.elements_per_busy_second())},
+         {"age_seconds", Number(w.age_seconds())}});
   }
-  std::vector<std::string> jobs;
+  Json jobs = Json::array();
   for (const proto::JobStatus& j : s.jobs()) {
-    std::vector<std::string> consumers;
+    Json consumers = Json::array();
     for (const proto::ConsumerStatus& c : j.consumers()) {
-      consumers.push_back(absl::StrCat(
-          "{\"consumer_index\":", c.consumer_index(), ",\"epoch\":", c.epoch(),
-          ",\"finished\":", c.finished() ? "true" : "false",
-          ",\"splits_done\":", c.splits_done(), ",\"splits\":", c.splits(),
-          ",\"batches_per_second\":", Number(c.batches_per_second()),
-          ",\"wait_fraction\":", Number(c.wait_fraction()), "}"));
+      consumers.push_back(
+          {{"consumer_index", c.consumer_index()},
+           {"epoch", c.epoch()},
+           {"finished", c.finished()},
+           {"splits_done", c.splits_done()},
+           {"splits", c.splits()},
+           {"batches_per_second", Number(c.batches_per_second())},
+           {"wait_fraction", Number(c.wait_fraction())}});
     }
-    jobs.push_back(absl::StrCat(
-        "{\"job_id\":", j.job_id(), ",\"job_name\":", Quote(j.job_name()),
-        ",\"batch_size\":", j.batch_size(), ",\"num_epochs\":", j.num_epochs(),
-        ",\"demand_elements_per_second\":",
-        Number(j.demand_elements_per_second()),
-        ",\"capacity_elements_per_second\":",
-        Number(j.capacity_elements_per_second()),
-        ",\"need_workers\":", Number(j.need_workers()), ",\"consumers\":[",
-        absl::StrJoin(consumers, ","), "]}"));
+    jobs.push_back(
+        {{"job_id", j.job_id()},
+         {"job_name", j.job_name()},
+         {"batch_size", j.batch_size()},
+         {"num_epochs", j.num_epochs()},
+         {"demand_elements_per_second", Number(j.demand_elements_per_second())},
+         {"capacity_elements_per_second",
+          Number(j.capacity_elements_per_second())},
+         {"need_workers", Number(j.need_workers())},
+         {"consumers", std::move(consumers)}});
   }
-  return absl::StrCat("{\"workers\":[", absl::StrJoin(workers, ","),
-                      "],\"desired_workers\":", s.desired_workers(),
-                      ",\"current_workers\":", s.current_workers(),
-                      ",\"reason\":", Quote(s.reason()),
-                      ",\"scaler\":", Quote(s.scaler()),
-                      ",\"min_workers\":", s.min_workers(),
-                      ",\"max_workers\":", s.max_workers(), ",\"drain\":[",
-                      absl::StrJoin(s.drain(), ","), "],\"jobs\":[",
-                      absl::StrJoin(jobs, ","), "]}");
+  const Json status = {
+      {"workers", std::move(workers)},
+      {"desired_workers", s.desired_workers()},
+      {"current_workers", s.current_workers()},
+      {"reason", s.reason()},
+      {"scaler", s.scaler()},
+      {"min_workers", s.min_workers()},
+      {"max_workers", s.max_workers()},
+      {"drain", std::vector<uint64_t>(s.drain().begin(), s.drain().end())},
+      {"jobs", std::move(jobs)}};
+  // Bytes that are not UTF-8 (a job name is the client's) become U+FFFD
+  // instead of an exception.
+  return status.dump(/*indent=*/-1, /*indent_char=*/' ', /*ensure_ascii=*/false,
+                     Json::error_handler_t::replace);
 }
 
 std::string StatusText(const proto::GetStatusResponse& s) {
