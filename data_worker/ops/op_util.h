@@ -57,7 +57,7 @@ struct OpLabel {
   absl::Status InputError(std::string_view expected, const Tensor& got) const {
     return absl::InvalidArgumentError(absl::StrCat(
         ToString(), ": expected ", Sv(expected), ", got ",
-        Sv(DTypeToString(got.dtype())), ShapeToString(got.shape())));
+        record::DTypeName(got.dtype()), ShapeToString(got.shape())));
   }
 };
 

@@ -168,7 +168,7 @@ absl::Status InferHwc2Chw(const proto::OpSpec&, const OpLabel& label,
 absl::Status InferCast(const proto::OpSpec& op, const OpLabel& label,
                        const InferContext&, ColumnType* t) {
   if (!record::IsNumeric(t->dtype)) return Wrong(label, *t, "a numeric tensor");
-  auto d = DTypeFromString(op.cast().dtype());
+  auto d = record::ParseDType(op.cast().dtype());
   if (!d.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(label.ToString(), ": ", d.status().message()));
@@ -299,8 +299,8 @@ const std::vector<OpRegistration>& Table() {
 }  // namespace
 
 std::string ColumnType::ToString() const {
-  if (!record::IsNumeric(dtype)) return std::string(DTypeToString(dtype));
-  return absl::StrCat(Sv(DTypeToString(dtype)), ShapeToString(shape));
+  if (!record::IsNumeric(dtype)) return std::string(record::DTypeName(dtype));
+  return absl::StrCat(record::DTypeName(dtype), ShapeToString(shape));
 }
 
 const std::vector<OpRegistration>& RegisteredOps() { return Table(); }

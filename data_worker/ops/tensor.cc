@@ -9,52 +9,16 @@
 
 namespace sluice::data_worker {
 
-size_t ElementSize(DType dtype) {
-  switch (dtype) {
-    case DType::kUint8:
-      return 1;
-    case DType::kFloat16:
-      return 2;
-    case DType::kInt32:
-    case DType::kFloat32:
-      return 4;
-    case DType::kInt64:
-      return 8;
-    case DType::kBytes:
-    case DType::kString:
-      return 0;
-  }
-  return 0;
-}
+// The dtype table lives in common/record/schema.cc; these forward to it.
+size_t ElementSize(DType dtype) { return record::DTypeSize(dtype); }
 
 std::string_view DTypeToString(DType dtype) {
-  switch (dtype) {
-    case DType::kBytes:
-      return "bytes";
-    case DType::kString:
-      return "string";
-    case DType::kUint8:
-      return "uint8";
-    case DType::kInt32:
-      return "int32";
-    case DType::kInt64:
-      return "int64";
-    case DType::kFloat16:
-      return "float16";
-    case DType::kFloat32:
-      return "float32";
-  }
-  return "unknown";
+  const absl::string_view name = record::DTypeName(dtype);
+  return std::string_view(name.data(), name.size());
 }
 
 absl::StatusOr<DType> DTypeFromString(std::string_view name) {
-  for (DType d : {DType::kBytes, DType::kString, DType::kUint8, DType::kInt32,
-                  DType::kInt64, DType::kFloat16, DType::kFloat32}) {
-    if (DTypeToString(d) == name) return d;
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown dtype \"", Sv(name),
-      "\" (expected uint8, int32, int64, float16, float32, bytes or string)"));
+  return record::ParseDType(Sv(name));
 }
 
 std::string ShapeToString(const std::vector<int64_t>& shape) {

@@ -153,7 +153,7 @@ class NormalizeOpImpl final : public Op {
 // One H×W×C image at `src` → C×H×W at `dst`.
 void HwcToChw(const uint8_t* src, uint8_t* dst, int64_t h, int64_t w, int64_t c,
               DType dtype) {
-  const size_t es = ElementSize(dtype);
+  const size_t es = record::DTypeSize(dtype);
   const int depth = Tensor::CvDepth(dtype);
   const int64_t plane = h * w;
   if (depth >= 0 && c <= CV_CN_MAX && h <= INT32_MAX && w <= INT32_MAX) {
@@ -185,14 +185,14 @@ class Hwc2ChwOpImpl final : public Op {
   std::string_view name() const override { return label_.name; }
   absl::StatusOr<Tensor> Apply(Tensor input,
                                const ElementContext&) const override {
-    if (input.rank() != 3 || ElementSize(input.dtype()) == 0) {
+    if (input.rank() != 3 || record::DTypeSize(input.dtype()) == 0) {
       return label_.InputError("a numeric H×W×C tensor", input);
     }
     return Run(input, 1);
   }
   bool has_batched_kernel() const override { return true; }
   absl::StatusOr<Tensor> ApplyBatch(Tensor batch) const override {
-    if (batch.rank() != 4 || ElementSize(batch.dtype()) == 0) {
+    if (batch.rank() != 4 || record::DTypeSize(batch.dtype()) == 0) {
       return label_.InputError("a numeric N×H×W×C batch", batch);
     }
     return Run(batch, batch.dim(0));
@@ -205,7 +205,7 @@ class Hwc2ChwOpImpl final : public Op {
     std::vector<int64_t> shape(in.shape().begin(), in.shape().end() - 3);
     shape.insert(shape.end(), {c, h, w});
     Tensor out = Tensor::Allocate(in.dtype(), std::move(shape));
-    const size_t each = ElementSize(in.dtype()) * h * w * c;
+    const size_t each = record::DTypeSize(in.dtype()) * h * w * c;
     if (each == 0) return out;
     return CatchCv(label_, [&]() -> absl::StatusOr<Tensor> {
       for (int64_t i = 0; i < n; ++i) {
@@ -280,7 +280,7 @@ class CastOpImpl final : public Op {
 
  private:
   absl::StatusOr<Tensor> Run(Tensor in) const {
-    if (ElementSize(in.dtype()) == 0) {
+    if (record::DTypeSize(in.dtype()) == 0) {
       return label_.InputError("a numeric tensor (decode bytes first)", in);
     }
     if (in.dtype() == spec_.dtype) return in;
@@ -428,8 +428,8 @@ absl::StatusOr<NormalizeSpec> ParseNormalize(const proto::NormalizeOp& spec,
 absl::StatusOr<CastSpec> ParseCast(const proto::CastOp& spec,
                                    const OpLabel& label) {
   CastSpec out;
-  absl::StatusOr<DType> dtype = DTypeFromString(spec.dtype());
-  if (!dtype.ok() || ElementSize(*dtype) == 0) {
+  absl::StatusOr<DType> dtype = record::ParseDType(spec.dtype());
+  if (!dtype.ok() || record::DTypeSize(*dtype) == 0) {
     return label.FieldError(
         "dtype",
         absl::StrCat(

@@ -5,15 +5,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/record/schema.h"
 
 namespace sluice::data_worker::pipeline {
-namespace {
-
-absl::string_view Sv(std::string_view s) {
-  return absl::string_view(s.data(), s.size());
-}
-
-}  // namespace
 
 BatchAssembler::BatchAssembler(Options options, EmitFn emit, EndFn set_end,
                                WrapFn wrap)
@@ -175,9 +169,9 @@ void BatchAssembler::Write(Action& a) {
           c < options_.column_names.size() ? options_.column_names[c] : "";
       shape_error =
           wrap_(absl::InvalidArgumentError(absl::StrCat(
-                    "column '", name, "' is ", Sv(DTypeToString(t.dtype())),
+                    "column '", name, "' is ", record::DTypeName(t.dtype()),
                     ShapeToString(t.shape()), " but the batch holds ",
-                    Sv(DTypeToString(dst.dtype())), ShapeToString(want),
+                    record::DTypeName(dst.dtype()), ShapeToString(want),
                     "; resize or crop to a fixed size first")),
                 e.global_indices[0]);
       break;

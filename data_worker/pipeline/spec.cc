@@ -312,13 +312,13 @@ absl::Status CheckOutputType(const LogicalPipeline& lp,
     }
     if (!ok) {
       std::string said = record::IsNumeric(want.dtype)
-                             ? absl::StrCat(Sv(DTypeToString(want.dtype)),
+                             ? absl::StrCat(record::DTypeName(want.dtype),
                                             ShapeToString(shape))
-                             : std::string(DTypeToString(want.dtype));
+                             : std::string(record::DTypeName(want.dtype));
       if (batched) said = absl::StrReplaceAll(said, {{"[-1", "[N"}});
       return absl::InternalError(
           absl::StrCat("output column '", lp.column_names[c], "' is ",
-                       Sv(DTypeToString(t.dtype())), ShapeToString(t.shape()),
+                       record::DTypeName(t.dtype()), ShapeToString(t.shape()),
                        ", the spec says ", said, " (-1: any size)"));
     }
   }

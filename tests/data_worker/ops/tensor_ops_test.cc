@@ -69,7 +69,7 @@ TEST(Hwc2Chw, TransposesAnyDtype) {
     Tensor copy = t.Clone();
     Tensor out = Chain(Build({Hwc2Chw()}, false), std::move(t));
     ASSERT_EQ(out.shape(), (std::vector<int64_t>{5, 3, 4}));
-    const size_t es = ElementSize(dtype);
+    const size_t es = record::DTypeSize(dtype);
     for (int h = 0; h < 3; ++h)
       for (int w = 0; w < 4; ++w)
         for (int c = 0; c < 5; ++c)
