@@ -15,17 +15,19 @@
 // Misconfiguration fails fast with a message that says which side is wrong: WaitForConnected
 // probes the server with a TLS handshake of its own when the channel fails, and the server
 // answers UNAUTHENTICATED "missing bearer token" / "wrong bearer token".
+//
+// Files: the PEM checks are in certificate_checks.h, the token file and its call credentials
+// in token_file.h, the probe behind WaitForConnected's messages in tls_probe.cc.
 #ifndef SLUICE_COMMON_SERVICE_CHANNEL_FACTORY_H_
 #define SLUICE_COMMON_SERVICE_CHANNEL_FACTORY_H_
 
 #include <memory>
 #include <string>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/service/token_file.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/support/channel_arguments.h"
@@ -90,48 +92,13 @@ absl::Status WaitForConnected(grpc::Channel& channel,
                               const ChannelOptions& options,
                               absl::Time deadline);
 
-// Connects to `address` and makes a TLS handshake of its own (OpenSSL) to tell why a
-// channel with `options` cannot connect. Unavailable with the reason when it finds a TLS
+// Connects to `address` and makes a TLS handshake of its own (OpenSSL, tls_probe.cc) to tell
+// why a channel with `options` cannot connect. Unavailable with the reason when it finds a TLS
 // mismatch (plaintext vs TLS, wrong CA, expired certificate, name mismatch, client
 // certificate missing or refused); OK when it finds none (including "nothing listens").
 // Blocks up to `timeout`.
 absl::Status DiagnoseTls(const std::string& address,
                          const ChannelOptions& options, absl::Duration timeout);
-
-// Checks a certificate file and its key before anything listens or connects: readable PEM,
-// key matches, valid now. `flag` names them in errors ("--tls-cert").
-absl::Status CheckCertificateFiles(const std::string& cert_file,
-                                   const std::string& key_file,
-                                   const std::string& flag);
-
-// A bearer token read from a file, re-read when the file changes (mtime, size or inode), so
-// rotating it needs no restart. Thread-safe.
-class TokenFile {
- public:
-  // Reads the file once: NotFound/PermissionDenied when unreadable, InvalidArgument when empty.
-  static absl::StatusOr<std::shared_ptr<TokenFile>> Create(std::string path);
-
-  // The current token (surrounding whitespace stripped). If the file changed and the new one
-  // cannot be read or is empty, the error; the caller refuses the call.
-  absl::StatusOr<std::string> Get() ABSL_LOCKS_EXCLUDED(mu_);
-
-  const std::string& path() const { return path_; }
-
- private:
-  explicit TokenFile(std::string path) : path_(std::move(path)) {}
-  absl::Status Reload() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  const std::string path_;
-  absl::Mutex mu_;
-  std::string token_ ABSL_GUARDED_BY(mu_);
-  int64_t mtime_ns_ ABSL_GUARDED_BY(mu_) = -1;
-  int64_t size_ ABSL_GUARDED_BY(mu_) = -1;
-  uint64_t inode_ ABSL_GUARDED_BY(mu_) = 0;
-};
-
-// Constant-time equality (time independent of where the strings differ and of their
-// lengths): compares SHA-256 digests.
-bool TokensEqual(const std::string& a, const std::string& b);
 
 }  // namespace sluice::service
 
