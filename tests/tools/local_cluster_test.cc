@@ -235,7 +235,7 @@ TEST(MakeCertificates, MakesACaAndCertificatesOpensslVerifies) {
   auto [other_code, other_output] = RunToEnd(
       {"/usr/bin/openssl", "verify", "-CAfile", certs->ca, other->server_cert},
       tmp.Join("other.log"));
-  EXPECT_NE(other_code, 0);
+  EXPECT_NE(other_code, 0) << other_output;
 }
 
 proto::GetStatusResponse FixedStatus() {
