@@ -4,14 +4,22 @@
 #   2. every rendered object validates against the Kubernetes and CRD schemas (KEDA, Prometheus
 #      operator) with no unknown field; selectors match labels, named ports exist, references
 #      resolve, pods are locked down (deploy/checks/validate.mjs, itself tested by node --test);
+#      the worker autoscalers' replica bounds are the dispatcher's --min/--max-workers
+#      (deploy/checks/scale_bounds.py);
 #   3. prometheusrule.yaml is the rendering of rules/sluice.rules.yaml; promtool check rules and
 #      promtool test rules (every alert fires and stays quiet);
 #   4. every Grafana dashboard expression is evaluated by a real Prometheus.
 #
-#   deploy/check.sh           # needs kubectl (any recent release; Debian has none usable), node >= 20
-#                             # with npm (the npm registry, once, for deploy/checks/node_modules),
-#                             # promtool and prometheus (Debian's prometheus package), python3-yaml
+#   deploy/check.sh
 #   KUBECTL=/path/to/kubectl deploy/check.sh
+#
+# Needs (docs/deploy.md, "What CI machines must provide"):
+#   - kubectl >= 1.27 (built-in kustomize v5; checked with 1.32.4). Not from Debian: Debian 12's
+#     kubernetes-client is 1.20 (kustomize v2), too old for these manifests;
+#   - node >= 20 with the npm that comes with it (once, the npm registry for
+#     deploy/checks/node_modules). Not from Debian: Debian 12's nodejs is 18 and its npm package
+#     depends on that nodejs;
+#   - promtool and prometheus, python3-yaml: Debian's packages, scripts/bootstrap.sh installs them.
 #
 # A missing tool is an error, never a skip. Ends with "deploy checks: N passed, N failed".
 set -uo pipefail
@@ -44,16 +52,28 @@ need() {  # need TOOL HINT: fail loudly (and stop) when a tool is missing
 }
 
 kubectl=${KUBECTL:-kubectl}
-need "$kubectl" "Install a kubectl release (Debian 12 has no usable one: it is not in the archive) \
-or set KUBECTL=/path/to/kubectl. The manifests cannot be rendered without it."
-need node "apt-get install nodejs (>= 20) and npm."
-need npm "apt-get install npm."
-need promtool "apt-get install prometheus."
-need prometheus "apt-get install prometheus."
+no_debian_kubectl="Debian 12 has no usable kubectl (its kubernetes-client package is 1.20, kustomize v2: \
+too old): install a kubectl release >= 1.27 from the Kubernetes project's own packages, or set \
+KUBECTL=/path/to/kubectl. The manifests cannot be rendered without it."
+no_debian_node="Install Node.js >= 20 with its npm (a nodejs 20.x or newer build that bundles npm). \
+Debian 12's nodejs (18) is too old and its npm package pulls that nodejs in: do not apt-get them."
+need "$kubectl" "$no_debian_kubectl"
+need node "$no_debian_node"
+need npm "npm comes with the Node.js >= 20 build. $no_debian_node"
+need promtool "apt-get install prometheus (scripts/bootstrap.sh installs it)."
+need prometheus "apt-get install prometheus (scripts/bootstrap.sh installs it)."
 need /usr/bin/python3 "apt-get install python3 python3-yaml (Debian's python3: the checks import yaml from it)."
 node_major=$(node -p 'process.versions.node.split(".")[0]')
 if ((node_major < 20)); then
-  echo "deploy/check.sh: ERROR: node $(node --version) is too old: deploy/checks needs node >= 20" >&2
+  echo "deploy/check.sh: ERROR: node $(node --version) is too old: deploy/checks needs node >= 20. $no_debian_node" >&2
+  echo "deploy checks: $passed passed, $((failed + 1)) failed"
+  exit 1
+fi
+kustomize_major=$("$kubectl" version --client 2>/dev/null | sed -n 's/^Kustomize Version: v\([0-9]*\).*/\1/p')
+if [[ -z "$kustomize_major" ]] || ((kustomize_major < 5)); then
+  echo "deploy/check.sh: ERROR: $("$kubectl" version --client 2>&1 | head -1) has kustomize" \
+    "${kustomize_major:-(none reported)}, these manifests need kustomize v5. $no_debian_kubectl" >&2
+  echo "deploy checks: $passed passed, $((failed + 1)) failed"
   exit 1
 fi
 echo "== deploy checks with $("$kubectl" version --client 2>/dev/null | head -1), node $(node --version), $(promtool --version 2>&1 | head -1 | cut -d' ' -f1-3)"
@@ -79,6 +99,8 @@ run "schemas and cross-references" node deploy/checks/validate.mjs \
   "dev=$out/dev.yaml,$out/trainer.yaml" "production=$out/production.yaml" "hpa=$out/hpa.yaml"
 run "validate.mjs catches what it claims (node --test)" env KUBECTL="$kubectl" \
   node --test deploy/checks/test/
+run "autoscalers' replica bounds = the dispatcher's --min/--max-workers" /usr/bin/python3 \
+  deploy/checks/scale_bounds.py "$out/production.yaml" "$out/hpa.yaml"
 run "prometheus-adapter values parse" /usr/bin/python3 -c \
   'import sys, yaml; r = yaml.safe_load(open(sys.argv[1]))["rules"]["external"]; assert r and r[0]["name"]["as"] == "sluice_desired_workers", r' \
   deploy/kubernetes/overlays/hpa/prometheus-adapter-values.yaml

@@ -38,6 +38,11 @@ uint64_t SplitsPerConsumer(const proto::JobConfig& c, uint64_t num_splits) {
              : (num_splits + c.num_consumers() - 1) / c.num_consumers();
 }
 
+// The value of the per-job series' sluice_job label.
+std::string JobLabel(const DispatcherState::Job& job) {
+  return job.name.empty() ? absl::StrCat("id-", job.id) : job.name;
+}
+
 bool SameConfig(const proto::JobConfig& a, const proto::JobConfig& b) {
   return a.SerializeAsString() == b.SerializeAsString();
 }
@@ -151,6 +156,34 @@ DispatcherImpl::DispatcherImpl(DispatcherOptions options)
           options_.registry ? *options_.registry : *own_registry_,
           "sluice_dispatcher_jobs_collected_total",
           "Jobs forgotten because their consumers finished or left.")),
+      job_batches_returned_(
+          prometheus::BuildCounter()
+              .Name("sluice_dispatcher_job_batches_returned_total")
+              .Help("Batches returned to the job's trainers, as reported by "
+                    "clients (label sluice_job).")
+              .Register(options_.registry ? *options_.registry
+                                          : *own_registry_)),
+      job_consumer_wait_(
+          prometheus::BuildCounter()
+              .Name("sluice_dispatcher_job_consumer_wait_seconds_total")
+              .Help("Time the job's trainers waited for a batch, as reported "
+                    "by clients (label sluice_job).")
+              .Register(options_.registry ? *options_.registry
+                                          : *own_registry_)),
+      job_splits_reassigned_(
+          prometheus::BuildCounter()
+              .Name("sluice_dispatcher_job_splits_reassigned_total")
+              .Help("The job's splits handed to another worker after a loss "
+                    "or drain (label sluice_job).")
+              .Register(options_.registry ? *options_.registry
+                                          : *own_registry_)),
+      job_consumers_(
+          prometheus::BuildGauge()
+              .Name("sluice_dispatcher_consumers")
+              .Help("The job's consumers (trainers) that have not finished "
+                    "(label sluice_job).")
+              .Register(options_.registry ? *options_.registry
+                                          : *own_registry_)),
       autoscaler_(AutoscalerOptions{
           .min_workers = static_cast<int>(options_.min_workers),
           .max_workers = static_cast<int>(
@@ -407,7 +440,15 @@ absl::Status DispatcherImpl::ClientHeartbeat(
   double wait_delta = request.wait_seconds_total() - signal.wait_seconds_total;
   if (wait_delta < 0)
     wait_delta = request.wait_seconds_total();  // the client restarted
-  if (wait_delta > 0) consumer_wait_.Increment(wait_delta);
+  JobMetrics& job_metrics = MetricsFor(*job);
+  if (wait_delta > 0) {
+    consumer_wait_.Increment(wait_delta);
+    job_metrics.consumer_wait->Increment(wait_delta);
+  }
+  job_metrics.batches_returned->Increment(static_cast<double>(
+      request.batches_returned_total() >= signal.batches_returned_total
+          ? request.batches_returned_total() - signal.batches_returned_total
+          : request.batches_returned_total()));  // the client restarted
   if (signal.last_report != absl::InfinitePast() && now > signal.last_report) {
     signal.wait_fraction = std::clamp(
         wait_delta / absl::ToDoubleSeconds(now - signal.last_report), 0.0, 1.0);
@@ -563,6 +604,7 @@ absl::Status DispatcherImpl::AssignSplits(uint64_t worker_id, int free,
     *a = MakeAssignment(job, key);
     a->set_skip_batches(u->skip_batches());
     (reassigned ? splits_reassigned_ : splits_assigned_).Increment();
+    if (reassigned) MetricsFor(job).splits_reassigned->Increment();
     ++best->in_production;
     --free;
   }
@@ -937,6 +979,39 @@ void DispatcherImpl::UpdateGauges() {
   desired_workers_gauge_.Set(desired);
   workers_alive_.Set(static_cast<double>(state_.workers().size()));
   jobs_active_.Set(active_jobs);
+  std::set<std::string> live;
+  for (const auto& [id, job] : state_.jobs()) {
+    const double unfinished = static_cast<double>(std::count_if(
+        job.consumers.begin(), job.consumers.end(),
+        [](const DispatcherState::Consumer& c) { return !c.finished; }));
+    MetricsFor(job).consumers->Set(unfinished);
+    live.insert(JobLabel(job));
+  }
+  for (auto it = job_metrics_.begin(); it != job_metrics_.end();) {
+    if (live.contains(it->first)) {
+      ++it;
+      continue;
+    }
+    // The job was collected: its series go, so they stay bounded.
+    job_batches_returned_.Remove(it->second.batches_returned);
+    job_consumer_wait_.Remove(it->second.consumer_wait);
+    job_splits_reassigned_.Remove(it->second.splits_reassigned);
+    job_consumers_.Remove(it->second.consumers);
+    it = job_metrics_.erase(it);
+  }
+}
+
+DispatcherImpl::JobMetrics& DispatcherImpl::MetricsFor(
+    const DispatcherState::Job& job) {
+  auto [it, inserted] = job_metrics_.try_emplace(JobLabel(job));
+  if (inserted) {
+    const MetricLabels labels = {{"sluice_job", it->first}};
+    it->second.batches_returned = &job_batches_returned_.Add(labels);
+    it->second.consumer_wait = &job_consumer_wait_.Add(labels);
+    it->second.splits_reassigned = &job_splits_reassigned_.Add(labels);
+    it->second.consumers = &job_consumers_.Add(labels);
+  }
+  return it->second;
 }
 
 absl::Status DispatcherImpl::Autoscale(absl::Time now) {

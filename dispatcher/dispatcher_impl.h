@@ -125,6 +125,7 @@
 #include "dispatcher/dispatcher_state.h"
 #include "dispatcher/journal.h"
 #include "prometheus/counter.h"
+#include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/registry.h"
 #include "proto/dispatcher.pb.h"
@@ -246,6 +247,12 @@ class DispatcherImpl {
     double batches_per_second = 0;
     double window_wait_fraction = 0;
   };
+  struct JobMetrics {
+    prometheus::Counter* batches_returned = nullptr;
+    prometheus::Counter* consumer_wait = nullptr;
+    prometheus::Counter* splits_reassigned = nullptr;
+    prometheus::Gauge* consumers = nullptr;
+  };
   struct WorkerSignal {
     absl::Time last_seen;
     absl::Time registered = absl::InfinitePast();
@@ -290,6 +297,11 @@ class DispatcherImpl {
   absl::Status LoseWorker(uint64_t worker_id, const char* why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job's series (label sluice_job = its name, or "id-<id>" when unnamed),
+  // made on first use; UpdateGauges drops those no job in state_ has (keyed by
+  // the label: live jobs never share a name).
+  JobMetrics& MetricsFor(const DispatcherState::Job& job)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One autoscaling decision from the window's signals (and, kLocal, drains).
   absl::Status Autoscale(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MaintenanceLoop() ABSL_LOCKS_EXCLUDED(mu_);
@@ -310,12 +322,18 @@ class DispatcherImpl {
   prometheus::Gauge& desired_workers_gauge_;
   prometheus::Counter& journal_errors_;
   prometheus::Counter& jobs_collected_;
+  // Per training job (label sluice_job); a job's series go when it is collected.
+  prometheus::Family<prometheus::Counter>& job_batches_returned_;
+  prometheus::Family<prometheus::Counter>& job_consumer_wait_;
+  prometheus::Family<prometheus::Counter>& job_splits_reassigned_;
+  prometheus::Family<prometheus::Gauge>& job_consumers_;
 
   mutable absl::Mutex mu_;
   DispatcherState state_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, WorkerSignal> worker_signals_ ABSL_GUARDED_BY(mu_);
   std::map<std::pair<uint64_t, uint32_t>, ConsumerSignal> consumer_signals_
       ABSL_GUARDED_BY(mu_);
+  std::map<std::string, JobMetrics> job_metrics_ ABSL_GUARDED_BY(mu_);
   int desired_workers_ ABSL_GUARDED_BY(mu_) = 0;
   Autoscaler autoscaler_ ABSL_GUARDED_BY(mu_);
   AutoscalerDecision decision_ ABSL_GUARDED_BY(mu_);

@@ -20,7 +20,6 @@
 #
 # Root only (debootstrap, chroot, podman's vfs storage). Too slow for CI: see docs/deploy.md.
 set -euo pipefail
-command -v podman >/dev/null && command -v debootstrap >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman debootstrap >/dev/null; }
 cd "$(dirname "$0")/../.."
 
 image="${SLUICE_IMAGE:-localhost/sluice:dev}"
@@ -34,9 +33,15 @@ step() { [[ " $steps " == *" $1 "* ]]; }
 elapsed() { echo "$(( $(date +%s) - $1 ))s"; }
 
 [[ $(id -u) == 0 ]] || die "run as root (debootstrap, chroot and podman's vfs storage need it)"
+# podman and debootstrap are Debian's packages, installed here on first use (not by
+# scripts/bootstrap.sh: only this script needs them).
+if ! command -v podman >/dev/null || ! command -v debootstrap >/dev/null; then
+  echo "== apt-get install podman debootstrap (Debian's packages; not installed yet)"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman debootstrap ||
+    die "apt-get install podman debootstrap failed (output above)"
+fi
 for tool in podman debootstrap chroot; do
-  command -v "$tool" >/dev/null ||
-    die "$tool is missing: apt-get install podman debootstrap (scripts/bootstrap.sh lists them)"
+  command -v "$tool" >/dev/null || die "$tool is missing: apt-get install podman debootstrap coreutils"
 done
 
 debian_mirror() {

@@ -7,13 +7,17 @@ Starts sluice-dispatcher and two sluice-worker processes on loopback configured 
 (every flag from the SLUICE_* variables of deploy/kubernetes/base/*.env, ports 0: each prints the
 metrics port it bound; gRPC health must answer SERVING, logs must be JSON lines), Debian's `prometheus` scraping them every second as the Kubernetes
 monitors would label them (job="sluice-dispatcher" / "sluice-worker", a namespace label) with
-deploy/monitoring/rules/sluice.rules.yaml loaded, then a trainer (`sluice consume`) reading two
-epochs of the shipped synthetic pipeline (made small). It then asserts through /api/v1/query,
+deploy/monitoring/rules/sluice.rules.yaml loaded, then two trainers of one job (`sluice consume
+--num-consumers 2`, one after the other) reading two epochs of the shipped synthetic pipeline (made
+small). It then asserts through /api/v1/query,
 polling with a deadline, that:
   - every target is up, and the workers' element counters add up to exactly what was consumed;
-  - the recording rules hold plausible values: throughput > 0, 2 registered workers, desired
-    workers within [1, 64], a wait fraction in [0, 1], splits done > 0, busy time per stage for
-    both workers;
+  - the dispatcher's per-job series carry sluice_job="promtest": batches returned add up to the
+    batches consumed (half after the first trainer, with 1 consumer unfinished, then all with 0),
+    trainer wait seconds within the test's duration, no split reassigned;
+  - the recording rules hold plausible values: throughput of the job > 0, worker output > 0, 2
+    registered workers, desired workers within the manifests' [min, max], the job's and the
+    namespace's wait fraction in [0, 1], splits done > 0, busy time per stage for both workers;
   - every dashboard query returns data.
 Ends with "prometheus test: N passed, N failed"; exit 1 on any failure.
 """
@@ -37,6 +41,8 @@ from promlib import CheckFailed, poll
 NAMESPACE = "sluice-test"
 EPOCHS = 2
 RECORDS = 2048  # per epoch: 2 splits of 1024 records; the pipeline's batch size (64) divides it
+BATCH = 64
+JOB = "promtest"
 PIPELINE = promlib.REPO / "deploy" / "kubernetes" / "base" / "pipelines" / "synthetic-train.yaml"
 
 
@@ -72,7 +78,10 @@ class Cluster:
                         env_file("dispatcher.env") | {
                             "SLUICE_HOST": "127.0.0.1", "SLUICE_PORT": "0", "SLUICE_METRICS_PORT": "0",
                             "SLUICE_METRICS_ADDRESS": "127.0.0.1", "SLUICE_WORK_DIR": str(work / "journal"),
-                            "SLUICE_WORKER_TIMEOUT": "2s", "SLUICE_HEARTBEAT_INTERVAL": "200ms"})
+                            "SLUICE_WORKER_TIMEOUT": "2s", "SLUICE_HEARTBEAT_INTERVAL": "200ms",
+                            # A finished job is collected a quarter of this after its last
+                            # heartbeat, and its series with it: not while the checks read them.
+                            "SLUICE_CONSUMER_TIMEOUT": "20m"})
         self.dispatcher_metrics = self._metrics_port(*d)
         self.dispatcher = poll("the dispatcher's address file",
                                lambda: address_file.exists() and address_file.read_text().strip(), 30)
@@ -221,12 +230,27 @@ def run(bin_dir: pathlib.Path, work: pathlib.Path) -> Checks:
              lambda: prometheus.values('sum(up{job=~"sluice-.*"})') == {"": 3.0} and
              len(prometheus.query('sluice_worker_elements_total{job="sluice-worker"}')) == 2, timeout=60)
 
-        consume = subprocess.run(
-            [str(bin_dir / "sluice"), "consume", "--dispatcher", cluster.dispatcher, "--spec",
-             str(small_pipeline(work)), "--job", "promtest", "--epochs", str(EPOCHS)],
-            capture_output=True, text=True, timeout=300)
-        if consume.returncode != 0:
-            raise CheckFailed(f"sluice consume failed ({consume.returncode}):\n{consume.stdout}\n{consume.stderr}")
+        # Two trainers of one job, one after the other: Prometheus sees the job's counters after
+        # the first (a counter's first sample shows no increase) and rising during the second.
+        job = f'{{job="sluice-dispatcher",namespace="{NAMESPACE}",sluice_job="{JOB}"}}'
+        share = RECORDS * EPOCHS // BATCH // 2  # each consumer reads one of the 2 splits per epoch
+        started = time.monotonic()
+        for consumer in range(2):
+            consume = subprocess.run(
+                [str(bin_dir / "sluice"), "consume", "--dispatcher", cluster.dispatcher, "--spec",
+                 str(small_pipeline(work)), "--job", JOB, "--epochs", str(EPOCHS), "--num-consumers", "2",
+                 "--consumer-index", str(consumer)],
+                capture_output=True, text=True, timeout=300)
+            if consume.returncode != 0:
+                raise CheckFailed(f"sluice consume (consumer {consumer}) failed ({consume.returncode}):\n"
+                                  f"{consume.stdout}\n{consume.stderr}")
+            if consumer == 0:
+                def first_trainer_seen():
+                    batches = list(prometheus.values(f"sluice_dispatcher_job_batches_returned_total{job}").values())
+                    consumers = list(prometheus.values(f"sluice_dispatcher_consumers{job}").values())
+                    return batches == [share] and consumers == [1] and f"{share} batches, 1 consumer unfinished"
+                checks(f"after the first trainer: {share} batches returned, 1 consumer unfinished",
+                       lambda: poll("the first trainer's batches and consumers in Prometheus", first_trainer_seen, 30))
         expected = RECORDS * EPOCHS
 
         def elements_total():
@@ -246,14 +270,32 @@ def run(bin_dir: pathlib.Path, work: pathlib.Path) -> Checks:
             return ", ".join(f"{{{k}}} {x:g}" for k, x in v.items())
 
         ns = f'{{namespace="{NAMESPACE}"}}'
+        elapsed = time.monotonic() - started
         checks("throughput per job is recorded",
-               lambda: recorded(f"namespace_sluice_job:sluice_worker_elements:rate1m{ns}", lambda x: x > 0, "> 0"))
-        checks("bytes per job are recorded",
-               lambda: recorded(f"namespace_sluice_job:sluice_worker_bytes:rate1m{ns}", lambda x: x > 0, "> 0"))
+               lambda: recorded(f'namespace_sluice_job:sluice_batches_returned:rate1m{{namespace="{NAMESPACE}",'
+                                f'sluice_job="{JOB}"}}', lambda x: 0 < x <= expected // BATCH, "in (0, batches]"))
+        checks(f"per-job batches returned add up to the {expected // BATCH} consumed",
+               lambda: recorded(f"sluice_dispatcher_job_batches_returned_total{job}",
+                                lambda x: x == expected // BATCH, f"== {expected // BATCH}"))
+        checks("per-job trainer wait is within the test's duration",
+               lambda: recorded(f"sluice_dispatcher_job_consumer_wait_seconds_total{job}",
+                                lambda x: 0 <= x <= elapsed, f"in [0, {elapsed:.0f}]"))
+        checks("per-job unfinished consumers: 0 once both trainers finished",
+               lambda: recorded(f"sluice_dispatcher_consumers{job}", lambda x: x == 0, "== 0"))
+        checks("per-job splits reassigned: none",
+               lambda: recorded(f"sluice_dispatcher_job_splits_reassigned_total{job}", lambda x: x == 0, "== 0"))
+        checks("trainer wait fraction per job is a fraction",
+               lambda: recorded(f'namespace_sluice_job:sluice_trainer_wait:ratio{{namespace="{NAMESPACE}",'
+                                f'sluice_job="{JOB}"}}', lambda x: 0 <= x <= 1, "in [0, 1]"))
+        checks("worker elements and bytes are recorded",
+               lambda: recorded(f"namespace:sluice_worker_elements:rate1m{ns} "
+                                f"and namespace:sluice_worker_bytes:rate1m{ns} > 0", lambda x: x > 0, "> 0"))
         checks("registered workers: 2",
                lambda: recorded(f"namespace:sluice_workers_registered:max{ns}", lambda x: x == 2, "== 2"))
-        checks("desired workers is plausible",
-               lambda: recorded(f"namespace:sluice_workers_desired:max{ns}", lambda x: 1 <= x <= 64, "in [1, 64]"))
+        lo, hi = (int(env_file("dispatcher.env")[f"SLUICE_{b}_WORKERS"]) for b in ("MIN", "MAX"))
+        checks("desired workers is within the manifests' --min/--max-workers",
+               lambda: recorded(f"namespace:sluice_workers_desired:max{ns}", lambda x: lo <= x <= hi,
+                                f"in [{lo}, {hi}]"))
         checks("missing workers = desired - registered",
                lambda: recorded(f"namespace:sluice_workers_missing:max{ns} == on(namespace) "
                                 f"(namespace:sluice_workers_desired:max{ns} - 2)", lambda x: True, "exists"))

@@ -56,13 +56,13 @@ def poll(what: str, probe: Callable[[], Any], timeout: float, interval: float = 
         time.sleep(interval)
 
 
-def dashboard_exprs(namespace: str = ".*") -> list[tuple[str, str]]:
+def dashboard_exprs(namespace: str = ".*", sluice_job: str = ".*") -> list[tuple[str, str]]:
     """Returns (panel title, PromQL) for every target of the dashboard, Grafana variables replaced."""
     dashboard = json.loads(DASHBOARD.read_text())
     exprs = []
     for panel in dashboard["panels"]:
         for target in panel.get("targets", []):
-            expr = target["expr"].replace("$namespace", namespace)
+            expr = target["expr"].replace("$namespace", namespace).replace("$sluice_job", sluice_job)
             expr = expr.replace("$__rate_interval", "1m").replace("$__interval", "15s")
             if "$" in expr:
                 raise CheckFailed(f"panel {panel['title']!r}: unknown variable in {expr}")
