@@ -95,6 +95,10 @@ absl::StatusOr<uint64_t> BatchSize(const proto::Pipeline& pipeline) {
   return size;
 }
 
+bool AtEpochBoundary(const proto::ConsumerCheckpoint& checkpoint) {
+  return !checkpoint.finished() && checkpoint.splits().empty();
+}
+
 // JobOptions::restore_state, checked against the job it is meant to continue.
 absl::StatusOr<proto::ConsumerCheckpoint> ParseCheckpoint(
     const JobOptions& job) {
@@ -111,17 +115,25 @@ absl::StatusOr<proto::ConsumerCheckpoint> ParseCheckpoint(
                      checkpoint.version(), "; this client reads ",
                      client::kCheckpointVersion, ": upgrade the client"));
   }
-  if (checkpoint.job_name() != job.job_name ||
-      checkpoint.consumer_index() != job.consumer_index) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "JobOptions.restore_state belongs to job '", checkpoint.job_name(),
-        "' consumer ", checkpoint.consumer_index(), ", not job '", job.job_name,
-        "' consumer ", job.consumer_index));
+  if (checkpoint.job_name() != job.job_name) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("JobOptions.restore_state belongs to job '",
+                     checkpoint.job_name(), "', not job '", job.job_name, "'"));
   }
+  // At an epoch boundary (nothing of the epoch returned) any consumer of any world size may
+  // start from it; mid-epoch only the same consumer of the same world size.
+  if (AtEpochBoundary(checkpoint)) return checkpoint;
   if (checkpoint.num_consumers() != job.num_consumers) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "JobOptions.restore_state was saved with ", checkpoint.num_consumers(),
-        " consumers; this job has ", job.num_consumers));
+        "JobOptions.restore_state was saved mid-epoch ", checkpoint.epoch(),
+        " with ", checkpoint.num_consumers(), " consumers; this job has ",
+        job.num_consumers,
+        ": the number of consumers can change only at an epoch boundary"));
+  }
+  if (checkpoint.consumer_index() != job.consumer_index) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "JobOptions.restore_state belongs to consumer ",
+        checkpoint.consumer_index(), ", not consumer ", job.consumer_index));
   }
   return checkpoint;
 }
@@ -178,6 +190,10 @@ class DataServiceClientImpl final : public DataServiceClient {
     config->set_remainder(job.drop_remainder ? proto::REMAINDER_MODE_DROP
                                              : proto::REMAINDER_MODE_PAD);
     config->set_split_size(job.split_size);
+    if (restore.has_value() && AtEpochBoundary(*restore)) {
+      get_job.set_restore_at_boundary(true);
+      get_job.set_restore_epoch(restore->epoch());
+    }
     proto::GetOrCreateJobResponse created;
     {
       grpc::ClientContext context;
@@ -201,6 +217,7 @@ class DataServiceClientImpl final : public DataServiceClient {
     params.parallel_epochs = job.parallel_epochs;
     params.job_name = job.job_name;
     params.num_consumers = job.num_consumers;
+    params.num_epochs = job.num_epochs;
     params.restore = std::move(restore);
     ASSIGN_OR_RETURN(std::unique_ptr<client::BatchIteratorImpl> it,
                      client::BatchIteratorImpl::Create(std::move(params)));

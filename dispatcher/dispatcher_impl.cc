@@ -29,13 +29,64 @@ std::string ConfigString(const proto::JobConfig& c) {
                       c.split_size(), "}");
 }
 
-// Each consumer's share of `num_splits` splits per epoch (0 in PARALLEL_EPOCHS
-// mode).
-uint64_t SplitsPerConsumer(const proto::JobConfig& c, uint64_t num_splits) {
-  if (c.mode() != proto::PROCESSING_MODE_DISTRIBUTED_EPOCH) return 0;
+record::RemainderPolicy Remainder(const proto::JobConfig& c) {
   return c.remainder() == proto::REMAINDER_MODE_DROP
-             ? num_splits / c.num_consumers()
-             : (num_splits + c.num_consumers() - 1) / c.num_consumers();
+             ? record::RemainderPolicy::kDrop
+             : record::RemainderPolicy::kPad;
+}
+
+uint64_t TotalRecords(const std::vector<uint64_t>& shard_record_counts) {
+  uint64_t n = 0;
+  for (uint64_t c : shard_record_counts) n += c;
+  return n;
+}
+
+// The share sizes of a job over `records` records (0 in PARALLEL_EPOCHS mode).
+void SetShares(const proto::JobConfig& c, uint64_t records, uint64_t num_splits,
+               proto::GetOrCreateJobResponse* response) {
+  response->set_splits_per_epoch(num_splits);
+  if (c.mode() != proto::PROCESSING_MODE_DISTRIBUTED_EPOCH) return;
+  const uint64_t share =
+      record::ShareSize(records, c.num_consumers(), Remainder(c));
+  response->set_records_per_consumer(share);
+  response->set_splits_per_consumer((share + c.split_size() - 1) /
+                                    c.split_size());
+}
+
+// Records per split (and per slot): the requested size rounded to whole batches; by default
+// (requested 0) `default_size`, made smaller for small shares so that each consumer gets about
+// kMinSlotsPerConsumer slots (dynamic balancing across workers needs several), never below
+// one batch.
+constexpr uint64_t kMinSlotsPerConsumer = 4;
+uint64_t SplitSize(uint64_t requested, uint64_t default_size, uint64_t batch,
+                   uint64_t share) {
+  if (requested == 0) {
+    requested = std::min(default_size, share / kMinSlotsPerConsumer);
+    return std::max<uint64_t>(1, requested / batch) * batch;
+  }
+  return std::max<uint64_t>(1, (requested + batch / 2) / batch) * batch;
+}
+
+void AddPieces(const DispatcherState::Job& job,
+               const record::SlotPieces& pieces,
+               google::protobuf::RepeatedPtrField<proto::SplitPiece>* out) {
+  for (const record::SplitPiece& piece : pieces) {
+    const record::Split& split = job.splits[piece.split_id];
+    proto::SplitPiece* p = out->Add();
+    p->set_split_id(split.id);
+    p->set_first_global(split.first_global);
+    p->set_records(split.size());
+    p->set_offset(piece.offset);
+    p->set_count(piece.count);
+  }
+}
+
+// `config` with the world size of `other` (and the split size derived from it).
+proto::JobConfig WithWorldSizeOf(proto::JobConfig config,
+                                 const proto::JobConfig& other) {
+  config.set_num_consumers(other.num_consumers());
+  config.set_split_size(other.split_size());
+  return config;
 }
 
 // The value of the per-job series' sluice_job label.
@@ -339,13 +390,41 @@ absl::Status DispatcherImpl::GetOrCreateJob(
   if (config.num_consumers() == 0) config.set_num_consumers(1);
   RETURN_IF_ERROR(
       service::CheckConsumerLimit(config.num_consumers(), options_.limits));
-  const uint64_t batch = dataset->batch_size;
-  const uint64_t requested = config.split_size() == 0
-                                 ? options_.default_split_size
-                                 : config.split_size();
-  config.set_split_size(std::max<uint64_t>(1, (requested + batch / 2) / batch) *
-                        batch);
+  const uint64_t records = TotalRecords(dataset->shard_record_counts);
+  const uint64_t share =
+      record::ShareSize(records, config.num_consumers(), Remainder(config));
+  if (config.mode() == proto::PROCESSING_MODE_DISTRIBUTED_EPOCH && share == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the dataset has ", records, " records, fewer than the ",
+        config.num_consumers(),
+        " consumers: with remainder DROP some consumer gets nothing; use "
+        "remainder PAD or fewer consumers"));
+  }
+  config.set_split_size(SplitSize(config.split_size(),
+                                  options_.default_split_size,
+                                  dataset->batch_size, share));
+  uint64_t first_epoch =
+      0;  // a job replaced at an epoch boundary continues there
 
+  if (const DispatcherState::Job* job =
+          state_.FindJobByName(request.job_name());
+      job != nullptr) {
+    if (request.restore_at_boundary() &&
+        job->dataset_id == request.dataset_id() &&
+        job->config.num_consumers() != config.num_consumers() &&
+        SameConfig(WithWorldSizeOf(job->config, config), config)) {
+      // The world size changes at an epoch boundary: a new job of this name continues (new
+      // id, so no worker can mistake a batch of the old layout for one of the new); its
+      // consumers restore to the boundary epoch.
+      RETURN_IF_ERROR(CheckResizable(*job, request.restore_epoch()));
+      logger_->info(
+          "job {} '{}' continues at epoch {} with {} consumers instead of {}",
+          job->id, job->name, request.restore_epoch(), config.num_consumers(),
+          job->config.num_consumers());
+      RETURN_IF_ERROR(RemoveJob(job->id));
+      first_epoch = request.restore_epoch();
+    }
+  }
   if (const DispatcherState::Job* job =
           state_.FindJobByName(request.job_name());
       job != nullptr) {
@@ -360,9 +439,7 @@ absl::Status DispatcherImpl::GetOrCreateJob(
     response->set_job_id(job->id);
     response->set_created(false);
     *response->mutable_config() = job->config;
-    response->set_splits_per_epoch(job->splits.size());
-    response->set_splits_per_consumer(
-        SplitsPerConsumer(job->config, job->splits.size()));
+    SetShares(job->config, records, job->splits.size(), response);
     return absl::OkStatus();
   }
   RETURN_IF_ERROR(service::CheckJobLimit(
@@ -370,32 +447,23 @@ absl::Status DispatcherImpl::GetOrCreateJob(
   ASSIGN_OR_RETURN(std::vector<record::Split> splits,
                    record::EnumerateSplits(dataset->shard_record_counts,
                                            config.split_size()));
-  const uint64_t per_consumer = SplitsPerConsumer(config, splits.size());
-  if (config.mode() == proto::PROCESSING_MODE_DISTRIBUTED_EPOCH) {
-    if (per_consumer == 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the dataset has ", splits.size(), " splits of ", config.split_size(),
-          " records, fewer than the ", config.num_consumers(),
-          " consumers: with remainder DROP some consumer gets nothing; lower "
-          "the split size or use remainder PAD"));
-    }
-  }
   proto::Update update;
   proto::UpdateCreateJob* u = update.mutable_create_job();
   u->set_job_id(state_.NextJobId());
   u->set_job_name(request.job_name());
   u->set_dataset_id(request.dataset_id());
   *u->mutable_config() = config;
+  u->set_first_epoch(first_epoch);
   RETURN_IF_ERROR(Commit(update));
   logger_->info(
-      "created job {} '{}' on dataset {}: {} ({} splits, {} per consumer)",
+      "created job {} '{}' on dataset {}: {} ({} splits, {} records per "
+      "consumer)",
       u->job_id(), request.job_name(), request.dataset_id(),
-      ConfigString(config), splits.size(), per_consumer);
+      ConfigString(config), splits.size(), share);
   response->set_job_id(u->job_id());
   response->set_created(true);
   *response->mutable_config() = config;
-  response->set_splits_per_epoch(splits.size());
-  response->set_splits_per_consumer(per_consumer);
+  SetShares(config, records, splits.size(), response);
   UpdateGauges();
   return absl::OkStatus();
 }
@@ -406,12 +474,7 @@ proto::SplitAssignment DispatcherImpl::MakeAssignment(
   *a.mutable_key() = key.ToProto();
   const DispatcherState::Slot* slot = state_.FindSlot(key);
   if (slot == nullptr) return a;
-  const record::Split& split = job.splits[slot->split_id];
-  a.set_split_id(split.id);
-  a.set_shard(split.shard);
-  a.set_begin(split.begin);
-  a.set_end(split.end);
-  a.set_first_global(split.first_global);
+  AddPieces(job, slot->pieces, a.mutable_pieces());
   return a;
 }
 
@@ -817,7 +880,7 @@ absl::Status DispatcherImpl::GetJobState(
       const DispatcherState::Slot& slot = consumer.slots[pos];
       proto::SplitState* s = c->add_splits();
       s->set_position(pos);
-      s->set_split_id(slot.split_id);
+      AddPieces(*job, slot.pieces, s->mutable_pieces());
       s->set_status(slot.status);
       s->set_worker_id(slot.worker_id);
       s->set_delivered_batches(slot.delivered_batches);
@@ -883,12 +946,44 @@ absl::Status DispatcherImpl::CollectJobs(absl::Time now) {
         state_.FindJob(id)->name,
         state_.FindJob(id)->finished() ? "finished" : "are gone",
         absl::FormatDuration(options_.consumer_timeout));
-    proto::Update update;
-    update.mutable_remove_job()->set_job_id(id);
-    RETURN_IF_ERROR(Commit(update));
+    RETURN_IF_ERROR(RemoveJob(id));
     jobs_collected_.Increment();
-    for (auto it = consumer_signals_.begin(); it != consumer_signals_.end();) {
-      it = it->first.first == id ? consumer_signals_.erase(it) : std::next(it);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherImpl::RemoveJob(uint64_t job_id) {
+  proto::Update update;
+  update.mutable_remove_job()->set_job_id(job_id);
+  RETURN_IF_ERROR(Commit(update));
+  for (auto it = consumer_signals_.begin(); it != consumer_signals_.end();) {
+    it =
+        it->first.first == job_id ? consumer_signals_.erase(it) : std::next(it);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherImpl::CheckResizable(const DispatcherState::Job& job,
+                                            uint64_t epoch) const {
+  for (const DispatcherState::Consumer& c : job.consumers) {
+    if (c.finished || c.epoch > epoch) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job '", job.name, "' consumer ", c.index,
+                       " is already past epoch ", epoch,
+                       ": the checkpoint is older than the job; restore every "
+                       "consumer from checkpoints of the same step"));
+    }
+    if (c.epoch < epoch) continue;
+    for (const DispatcherState::Slot& slot : c.slots) {
+      if (slot.delivered_batches > 0 ||
+          slot.status == proto::SPLIT_STATUS_DONE) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "job '", job.name, "' consumer ", c.index,
+            " has returned batches of epoch ", epoch, " with ",
+            job.config.num_consumers(),
+            " consumers: the number of consumers can change only at an "
+            "epoch boundary"));
+      }
     }
   }
   return absl::OkStatus();
@@ -909,9 +1004,9 @@ absl::Status DispatcherImpl::RestoreConsumer(
         absl::StrCat("restore_state is at epoch ", epoch, " but the job has ",
                      job.config.num_epochs(), " epochs"));
   }
-  ASSIGN_OR_RETURN(std::vector<uint64_t> ids,
-                   DispatcherState::ConsumerSplitIds(
-                       job.config, job.splits.size(), consumer.index, epoch));
+  ASSIGN_OR_RETURN(std::vector<record::SlotPieces> slots,
+                   DispatcherState::ConsumerSlots(job.config, job.splits,
+                                                  consumer.index, epoch));
   std::map<uint64_t, const proto::ClientSplitProgress*> saved;
   for (const proto::ClientSplitProgress& p : request.progress()) {
     if (p.epoch() == epoch) saved[p.position()] = &p;
@@ -921,10 +1016,9 @@ absl::Status DispatcherImpl::RestoreConsumer(
   u->set_job_id(job.id);
   u->set_consumer_index(consumer.index);
   u->set_epoch(epoch);
-  for (uint64_t pos = 0; pos < ids.size(); ++pos) {
+  for (uint64_t pos = 0; pos < slots.size(); ++pos) {
     proto::SplitState* s = u->add_slots();
     s->set_position(pos);
-    s->set_split_id(ids[pos]);
     auto it = saved.find(pos);
     const uint64_t returned =
         it == saved.end() ? 0 : it->second->delivered_batches();

@@ -17,42 +17,43 @@
 // Jobs. GetOrCreateJob(name, dataset, config) creates the job or returns the
 // existing one with that name when the normalized config and dataset are equal;
 // otherwise FAILED_PRECONDITION. Normalizing: mode/remainder default to
-// DISTRIBUTED_EPOCH/PAD, num_consumers 0 -> 1, split_size 0 -> 1024, then
-// split_size is rounded to the nearest multiple of the batch size (at least one
-// batch), so a batch never spans two splits and a consumer's progress inside a
-// split is a count of whole batches.
+// DISTRIBUTED_EPOCH/PAD, num_consumers 0 -> 1, then split_size is rounded to the
+// nearest multiple of the batch size (at least one batch), so a batch never spans
+// two slots and a consumer's progress inside a slot is a count of whole batches.
+// split_size 0 picks min(1024, share / 4) rounded down to whole
+// batches: every consumer gets about four slots or more, small datasets included.
 //
-// Splits and shares. The epoch's split list is EnumerateSplits(shard record
-// counts, split_size) (the last split of a shard may be shorter); N splits.
-// Consumer k of C gets, in epoch e, the split ids P[k], P[k + C], P[k + 2C],
-// ... of P = Permutation(N, seed, e) (record::Partition over splits):
-//   PAD   ceil(N / C) splits each: P wraps around, a few splits are read twice.
-//   DROP  floor(N / C) splits each: the last N mod C splits of P are not read
-//         this epoch (another set next epoch, as P changes with the epoch).
-// Padding and dropping are by WHOLE splits, never partial ones. Every consumer
-// gets the same number of splits, and the same number of batches when all
-// splits are full, i.e. when split_size divides every shard's record count.
-// Otherwise shares differ by the short shard-tail splits a consumer drew (at
-// most one per shard): pick a split size that divides the shard sizes when
-// step counts must be equal.
+// Splits, shares and slots (record::ConsumerSlots). The dataset's splits are
+// EnumerateSplits(shard record counts, split_size): the units of reading (the
+// last split of a shard may be shorter); N records in all. In epoch e the
+// record sequence is the splits in P = Permutation(#splits, seed, e) order.
+// Every consumer gets the same number of records, as DistributedSampler does:
+//   PAD   ceil(N / C) each: the sequence wraps around, at most C - 1 records
+//         are read twice this epoch.
+//   DROP  floor(N / C) each: at most C - 1 records are not read this epoch
+//         (others next epoch, as P changes with the epoch).
+// Consumer k takes positions [k * share, (k + 1) * share) of the sequence, cut
+// into slots of split_size records (the last slot of a share may be shorter),
+// so every consumer also gets the same number of batches. A slot may end one
+// split and start the next: it lists pieces (split, offset, count).
 //
 // Worked example: shards of 1000 and 600 records, batch 64, split size 250
-// requested -> 256. N = 7 splits:
+// requested -> 256. 7 splits:
 //   0 = shard 0 [0, 256)     4 = shard 1 [0, 256)
 //   1 = shard 0 [256, 512)   5 = shard 1 [256, 512)
-//   2 = shard 0 [512, 768)   6 = shard 1 [512, 600)  88 records, 2 batches
-//   3 = shard 0 [768, 1000)  232 records, 4 batches
+//   2 = shard 0 [512, 768)   6 = shard 1 [512, 600)  88 records
+//   3 = shard 0 [768, 1000)  232 records
 // Seed 7, epoch 0: P = Permutation(7, 7, 0) = [3, 1, 5, 2, 6, 0, 4].
-//   C = 3, PAD: 3 splits each; P wraps, so splits 3 and 1 are read twice.
-//     consumer 0: 3, 2, 4   232 + 256 + 256 records = 12 batches
-//     consumer 1: 1, 6, 3   256 +  88 + 232 records = 10 batches
-//     consumer 2: 5, 0, 1   256 + 256 + 256 records = 12 batches
-//   C = 3, DROP: 2 splits each; split 4 (shard 1 records 0..255) is not read.
-//     consumer 0: 3, 2      consumer 1: 1, 6      consumer 2: 5, 0
-//   With shards of 1024 and 512 records all splits are full: equal shares.
-// A split's index in its consumer's list is its "position"; (job, consumer,
-// epoch, position) = SplitKey names the unit of work (with PAD a split id can
-// occur twice).
+//   C = 3, PAD: 534 records each (2 padded), slots of 256, 256 and 22 records,
+//   i.e. 4 + 4 + 1 = 9 batches for every consumer:
+//     consumer 0: 3[0,232)+1[0,24)    1[24,256)+5[0,24)    5[24,46)
+//     consumer 1: 5[46,256)+2[0,46)   2[46,256)+6[0,46)    6[46,68)
+//     consumer 2: 6[68,88)+0[0,236)   0[236,256)+4[0,236)  4[236,256)+3[0,2)
+//   C = 3, DROP: 533 records each; record 255 of split 4 is not read:
+//     consumer 2: 6[66,88)+0[0,234)   0[234,256)+4[0,234)  4[234,255)
+// (offsets are positions in a split's record order: natural, or permuted per
+// split when the pipeline shuffles.) A slot's index in its consumer's list is its
+// "position"; (job, consumer, epoch, position) = SplitKey names the unit of work.
 //
 // Dynamic assignment. A worker's WorkerHeartbeat returns new SplitAssignments
 // while it has capacity (capacity minus its splits not yet finished producing).
@@ -285,6 +286,13 @@ class DispatcherImpl {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Collects jobs whose consumers are all gone or finished.
   absl::Status CollectJobs(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Journals the job's removal and forgets its consumers' signals.
+  absl::Status RemoveJob(uint64_t job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // OK if no consumer of `job` returned anything of `epoch` or later (the job may change its
+  // number of consumers there); FailedPrecondition naming the consumer otherwise.
+  absl::Status CheckResizable(const DispatcherState::Job& job,
+                              uint64_t epoch) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FillJobInfo(const DispatcherState::Job& job, proto::JobInfo* info) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   proto::SplitAssignment MakeAssignment(const DispatcherState::Job& job,

@@ -26,15 +26,16 @@ bool DispatcherState::Job::finished() const {
                      [](const Consumer& c) { return c.finished; });
 }
 
-absl::StatusOr<std::vector<uint64_t>> DispatcherState::ConsumerSplitIds(
-    const proto::JobConfig& config, uint64_t num_splits, uint32_t consumer,
-    uint64_t epoch) {
+absl::StatusOr<std::vector<record::SlotPieces>> DispatcherState::ConsumerSlots(
+    const proto::JobConfig& config, const std::vector<record::Split>& splits,
+    uint32_t consumer, uint64_t epoch) {
   const record::RemainderPolicy policy =
       config.remainder() == proto::REMAINDER_MODE_DROP
           ? record::RemainderPolicy::kDrop
           : record::RemainderPolicy::kPad;
-  return record::Partition(num_splits, config.num_consumers(), consumer,
-                           config.seed(), epoch, policy);
+  return record::ConsumerSlots(splits, config.num_consumers(), consumer,
+                               config.seed(), epoch, policy,
+                               config.split_size());
 }
 
 absl::Status DispatcherState::Apply(const proto::Update& update) {
@@ -137,15 +138,12 @@ absl::Status DispatcherState::StartEpoch(Job& job, Consumer& consumer) {
     consumer.finished = true;
     return absl::OkStatus();
   }
-  ASSIGN_OR_RETURN(std::vector<uint64_t> ids,
-                   ConsumerSplitIds(job.config, job.splits.size(),
-                                    consumer.index, consumer.epoch));
-  if (ids.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "job ", job.id, ": consumer ", consumer.index, " gets no splits"));
-  }
-  consumer.slots.resize(ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) consumer.slots[i].split_id = ids[i];
+  ASSIGN_OR_RETURN(
+      std::vector<record::SlotPieces> slots,
+      ConsumerSlots(job.config, job.splits, consumer.index, consumer.epoch));
+  consumer.slots.resize(slots.size());
+  for (size_t i = 0; i < slots.size(); ++i)
+    consumer.slots[i].pieces = std::move(slots[i]);
   return absl::OkStatus();
 }
 
@@ -177,6 +175,7 @@ absl::Status DispatcherState::ApplyCreateJob(const proto::UpdateCreateJob& u) {
   job.consumers.resize(u.config().num_consumers());
   for (uint32_t i = 0; i < job.consumers.size(); ++i) {
     job.consumers[i].index = i;
+    job.consumers[i].epoch = u.first_epoch();
     if (job.config.mode() != proto::PROCESSING_MODE_PARALLEL_EPOCHS) {
       RETURN_IF_ERROR(StartEpoch(job, job.consumers[i]));
     }
@@ -389,6 +388,19 @@ absl::Status DispatcherState::Validate(const proto::Update& update) const {
             absl::StrCat("dataset ", u.dataset_id(), " is not registered"));
       if (u.config().num_consumers() == 0)
         return absl::InvalidArgumentError("num_consumers must be > 0");
+      if (u.config().mode() != proto::PROCESSING_MODE_PARALLEL_EPOCHS) {
+        uint64_t records = 0;
+        for (uint64_t c : datasets_.at(u.dataset_id()).shard_record_counts)
+          records += c;
+        const record::RemainderPolicy policy =
+            u.config().remainder() == proto::REMAINDER_MODE_DROP
+                ? record::RemainderPolicy::kDrop
+                : record::RemainderPolicy::kPad;
+        if (record::ShareSize(records, u.config().num_consumers(), policy) == 0)
+          return absl::InvalidArgumentError("a consumer's share is empty");
+        if (u.config().split_size() == 0)
+          return absl::InvalidArgumentError("split_size must be > 0");
+      }
       return absl::OkStatus();
     }
     case proto::Update::kRegisterWorker:
@@ -426,8 +438,23 @@ absl::Status DispatcherState::Validate(const proto::Update& update) const {
     case proto::Update::kConsumerState: {
       const proto::UpdateConsumerState& u = update.consumer_state();
       RETURN_IF_ERROR(need_job(u.job_id()));
-      if (u.consumer_index() >= jobs_.at(u.job_id()).consumers.size())
+      const Job& job = jobs_.at(u.job_id());
+      if (u.consumer_index() >= job.consumers.size())
         return absl::InvalidArgumentError("consumer index out of range");
+      if (u.finished()) {
+        return u.slots_size() == 0 ? absl::OkStatus()
+                                   : absl::InvalidArgumentError(
+                                         "a finished consumer has no slots");
+      }
+      ASSIGN_OR_RETURN(
+          std::vector<record::SlotPieces> slots,
+          ConsumerSlots(job.config, job.splits, u.consumer_index(), u.epoch()));
+      if (slots.size() != static_cast<size_t>(u.slots_size())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("consumer ", u.consumer_index(), " of job ", job.id,
+                         " has ", slots.size(), " slots in epoch ", u.epoch(),
+                         ", the update ", u.slots_size()));
+      }
       return absl::OkStatus();
     }
     case proto::Update::kRemoveJob:
@@ -449,6 +476,20 @@ absl::Status DispatcherState::ApplyConsumerState(
   if (u.consumer_index() >= job.consumers.size())
     return absl::InvalidArgumentError("consumer index out of range");
   Consumer& consumer = job.consumers[u.consumer_index()];
+  // The slots' pieces follow from (config, consumer, epoch): the update only carries state.
+  std::vector<record::SlotPieces> pieces;
+  if (!u.finished()) {
+    ASSIGN_OR_RETURN(pieces, ConsumerSlots(job.config, job.splits,
+                                           consumer.index, u.epoch()));
+    if (pieces.size() != static_cast<size_t>(u.slots_size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("consumer ", consumer.index, " of job ", job.id, " has ",
+                       pieces.size(), " slots in epoch ", u.epoch(),
+                       ", the update ", u.slots_size()));
+    }
+  } else if (u.slots_size() != 0) {
+    return absl::InvalidArgumentError("a finished consumer has no slots");
+  }
   // Whatever workers held of this consumer is replaced.
   for (auto& [id, worker] : workers_) {
     for (auto it = worker.slots.begin(); it != worker.slots.end();) {
@@ -464,7 +505,7 @@ absl::Status DispatcherState::ApplyConsumerState(
   for (int i = 0; i < u.slots_size(); ++i) {
     const proto::SplitState& in = u.slots(i);
     Slot& slot = consumer.slots[static_cast<size_t>(i)];
-    slot.split_id = in.split_id();
+    slot.pieces = std::move(pieces[static_cast<size_t>(i)]);
     slot.status = in.status();
     slot.worker_id = in.worker_id();
     slot.delivered_batches = in.delivered_batches();
@@ -547,7 +588,6 @@ proto::DispatcherSnapshot DispatcherState::Snapshot() const {
         const Slot& slot = c.slots[pos];
         proto::SplitState* s = cs->add_slots();
         s->set_position(pos);
-        s->set_split_id(slot.split_id);
         s->set_status(slot.status);
         s->set_worker_id(slot.worker_id);
         s->set_delivered_batches(slot.delivered_batches);

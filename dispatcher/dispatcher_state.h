@@ -49,7 +49,7 @@ class DispatcherState {
   };
 
   struct Slot {
-    uint64_t split_id = 0;
+    record::SlotPieces pieces;  // what it reads (record::ConsumerSlots)
     proto::SplitStatus status = proto::SPLIT_STATUS_PENDING;
     uint64_t worker_id = 0;  // when ASSIGNED
     uint64_t delivered_batches = 0;
@@ -103,13 +103,12 @@ class DispatcherState {
   // snapshot).
   proto::DispatcherSnapshot Snapshot() const;
 
-  // The split ids of `consumer`'s share in `epoch`, in position order:
-  // EnumerateSplits' list permuted by (seed, epoch) and strided over consumers,
-  // padded (wrap around) or with the tail dropped per config.remainder. Pure;
-  // also used by tests.
-  static absl::StatusOr<std::vector<uint64_t>> ConsumerSplitIds(
-      const proto::JobConfig& config, uint64_t num_splits, uint32_t consumer,
-      uint64_t epoch);
+  // The slots of `consumer`'s share in `epoch`, in position order: record::ConsumerSlots
+  // over the job's splits with its seed, remainder mode and split size (equal shares at record
+  // granularity). Pure; also used by tests.
+  static absl::StatusOr<std::vector<record::SlotPieces>> ConsumerSlots(
+      const proto::JobConfig& config, const std::vector<record::Split>& splits,
+      uint32_t consumer, uint64_t epoch);
 
   const Dataset* FindDataset(uint64_t id) const;
   const Job* FindJob(uint64_t id) const;

@@ -297,7 +297,8 @@ class SimWorker : public Peer {
       board_->Erase(key);
     }
     for (const proto::SplitAssignment& a : response.start()) {
-      const uint64_t records = a.end() - a.begin();
+      uint64_t records = 0;
+      for (const proto::SplitPiece& p : a.pieces()) records += p.count();
       held_.push_back({a.key(), (records + batch_size_ - 1) / batch_size_,
                        a.skip_batches()});
     }

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/internal/channel_options.h"
+#include "common/base/retry.h"
 #include "common/metrics/metrics.h"
 #include "common/service/batch_codec.h"
 #include "common/service/channel_factory.h"
@@ -15,6 +16,8 @@ namespace sluice::client {
 namespace {
 
 constexpr absl::Duration kInitialBackoff = absl::Milliseconds(50);
+// How long SaveState() waits for end-of-split markers still in flight.
+constexpr absl::Duration kMarkerWait = absl::Seconds(2);
 constexpr absl::Duration kMaxBackoff = absl::Seconds(2);
 
 DType ToDType(proto::TensorDType dtype) {
@@ -69,19 +72,15 @@ bool IsRetryableStreamCode(grpc::StatusCode code) {
          service::IsRetryable(static_cast<absl::StatusCode>(code));
 }
 
-// Heartbeat errors that no retry fixes.
-bool IsFatalDispatcherCode(absl::StatusCode code) {
-  switch (code) {
-    case absl::StatusCode::kNotFound:
-    case absl::StatusCode::kFailedPrecondition:
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kPermissionDenied:
-    case absl::StatusCode::kUnimplemented:
-    case absl::StatusCode::kUnauthenticated:
-      return true;
-    default:
-      return false;
-  }
+// The wait before the next heartbeat after `failures` failed ones in a row: the interval, then
+// doubling up to 2 s, with jitter so that consumers do not all return at once after a
+// dispatcher restart.
+absl::Duration HeartbeatWait(absl::Duration interval, int failures) {
+  if (failures == 0) return interval;
+  RetryOptions backoff;
+  backoff.initial_backoff = interval;
+  backoff.max_backoff = std::max(interval, absl::Seconds(2));
+  return JitteredBackoff(failures, backoff);
 }
 
 }  // namespace
@@ -264,10 +263,23 @@ absl::StatusOr<std::string> BatchIteratorImpl::SaveState() const {
         "SaveState: a parallel-epochs job has no exactly-once position to "
         "save");
   }
-  checkpoint.set_epoch(state_.epoch());
-  checkpoint.set_finished(state_.Done());
+  // At an epoch boundary (everything of the epoch returned) the state is the start of the next
+  // epoch: nothing of it returned, so the number of consumers may change on restore.
+  uint64_t epoch = state_.epoch();
+  // Right after the last batch of an epoch its end-of-split markers may still be in flight:
+  // wait for them (briefly), so that a state saved at the end of an epoch is one.
+  const absl::Time deadline = absl::Now() + kMarkerWait;
+  while (!params_.parallel_epochs && !cancelled_ && error_.ok() &&
+         state_.EpochReturned(epoch) == IteratorState::Returned::kMaybe) {
+    if (cv_.WaitWithDeadline(&mu_, deadline)) break;
+  }
+  if (state_.EpochReturned(epoch) == IteratorState::Returned::kYes) ++epoch;
+  checkpoint.set_epoch(epoch);
+  checkpoint.set_finished(state_.Done() || (params_.num_epochs != 0 &&
+                                            epoch >= params_.num_epochs));
+  if (checkpoint.finished()) return checkpoint.SerializeAsString();
   for (const SlotProgress& p : state_.Progress()) {
-    if (p.epoch != state_.epoch() || (p.batches == 0 && !p.complete)) continue;
+    if (p.epoch != epoch || (p.batches == 0 && !p.complete)) continue;
     proto::ClientSplitProgress* out = checkpoint.add_splits();
     out->set_epoch(p.epoch);
     out->set_position(p.position);
@@ -361,22 +373,27 @@ void BatchIteratorImpl::SyncReaders(const std::set<std::string>& addresses) {
 }
 
 void BatchIteratorImpl::HeartbeatLoop() {
+  int failures =
+      0;  // in a row: the next heartbeat backs off (no early ones meanwhile)
   while (true) {
     {
       absl::MutexLock lock(&mu_);
       const absl::Time deadline =
-          absl::Now() + params_.options.heartbeat_interval;
-      while (!cancelled_ && !heartbeat_due_ && error_.ok()) {
+          absl::Now() +
+          HeartbeatWait(params_.options.heartbeat_interval, failures);
+      while (!cancelled_ && (failures > 0 || !heartbeat_due_) && error_.ok()) {
         if (cv_.WaitWithDeadline(&mu_, deadline)) break;
       }
       if (cancelled_ || !error_.ok()) return;
       heartbeat_due_ = false;
     }
     const absl::Status status = Heartbeat();
+    failures = status.ok() ? 0 : failures + 1;
     absl::MutexLock lock(&mu_);
     if (cancelled_) return;
     if (!status.ok()) {
-      if (IsFatalDispatcherCode(status.code())) {
+      // Only transport trouble is retried; anything else is the dispatcher's verdict.
+      if (!service::IsRetryable(status.code())) {
         Fail(status);
         return;
       }

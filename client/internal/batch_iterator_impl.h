@@ -63,6 +63,7 @@ struct IteratorParams {
   bool parallel_epochs = false;
   std::string job_name;
   uint32_t num_consumers = 1;
+  uint64_t num_epochs = 1;  // 0: until destroyed
   // Continue from this checkpoint (SaveState of an earlier iterator of this consumer).
   std::optional<proto::ConsumerCheckpoint> restore;
 };
@@ -128,7 +129,7 @@ class BatchIteratorImpl final : public BatchIterator {
   prometheus::Gauge* fill_gauge_ = nullptr;
 
   mutable absl::Mutex mu_;
-  absl::CondVar cv_;
+  mutable absl::CondVar cv_;  // SaveState() waits on it too
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   bool heartbeat_due_ ABSL_GUARDED_BY(mu_) = false;
   bool restore_pending_ ABSL_GUARDED_BY(mu_) =

@@ -160,6 +160,22 @@ void IteratorState::Restore(uint64_t epoch,
   // The cursor moves on once the first heartbeat tells how many positions the epoch has.
 }
 
+IteratorState::Returned IteratorState::EpochReturned(uint64_t epoch) const {
+  auto n = num_positions_.find(epoch);
+  if (n == num_positions_.end()) return Returned::kNo;
+  Returned out = Returned::kYes;
+  for (uint64_t p = 0; p < n->second; ++p) {
+    auto it = slots_.find({epoch, p});
+    if (it == slots_.end()) return Returned::kNo;  // not started
+    const Slot& slot = it->second;
+    if (slot.returned < slot.received) return Returned::kNo;
+    if (slot.complete) continue;
+    if (slot.received == 0) return Returned::kNo;  // not started
+    out = Returned::kMaybe;  // its marker may be on its way
+  }
+  return out;
+}
+
 std::vector<SlotProgress> IteratorState::Progress() const {
   std::vector<SlotProgress> out;
   if (!track_splits_) return out;

@@ -92,6 +92,13 @@ class IteratorState {
   // Received counts of every slot not yet complete, for a (re)opened worker stream.
   std::vector<SlotProgress> Held() const;
 
+  // Whether every slot of `epoch` was returned in full: kYes; kNo (a slot has batches not yet
+  // returned, has not started, or the slot count is unknown); kMaybe while end-of-split markers
+  // that would decide it may still be in flight (every slot started, everything received was
+  // returned, some markers not received yet).
+  enum class Returned { kYes, kNo, kMaybe };
+  Returned EpochReturned(uint64_t epoch) const;
+
   // All epochs done and everything returned.
   bool Done() const { return finished_ && buffered() == 0; }
   bool started() const { return started_; }

@@ -34,6 +34,10 @@ struct RetryOptions {
 // without jitter.
 absl::Duration BackoffFor(int attempt, const RetryOptions& options);
 
+// BackoffFor(attempt, options) scaled by a random factor in [1 - jitter, 1]: the wait before
+// retry `attempt`, for loops that retry on their own (heartbeats, streams). Thread-safe.
+absl::Duration JitteredBackoff(int attempt, const RetryOptions& options);
+
 absl::Status RetryWithBackoff(const std::function<absl::Status()>& fn,
                               const RetryOptions& options, Clock* clock);
 

@@ -1,5 +1,6 @@
 #include "common/record/sharding.h"
 
+#include <algorithm>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -14,37 +15,6 @@ std::vector<uint64_t> Permutation(uint64_t n, uint64_t seed, uint64_t epoch) {
   for (uint64_t i = n; i > 1; --i)
     std::swap(perm[i - 1], perm[rng.UniformInt(i)]);
   return perm;
-}
-
-absl::StatusOr<std::vector<uint64_t>> Partition(uint64_t n, uint32_t num_shards,
-                                                uint32_t shard_id,
-                                                uint64_t seed, uint64_t epoch,
-                                                RemainderPolicy policy) {
-  if (num_shards == 0)
-    return absl::InvalidArgumentError("num_shards must be > 0");
-  if (shard_id >= num_shards) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "shard_id ", shard_id, " must be < num_shards ", num_shards));
-  }
-  const std::vector<uint64_t> perm = Permutation(n, seed, epoch);
-  uint64_t count = 0;
-  switch (policy) {
-    case RemainderPolicy::kPad:
-      count = (n + num_shards - 1) / num_shards;
-      break;
-    case RemainderPolicy::kDrop:
-      count = n / num_shards;
-      break;
-    case RemainderPolicy::kUneven:
-      count = n / num_shards + (shard_id < n % num_shards ? 1 : 0);
-      break;
-  }
-  if (n == 0) count = 0;
-  std::vector<uint64_t> out;
-  out.reserve(count);
-  for (uint64_t j = 0; j < count; ++j)
-    out.push_back(perm[(shard_id + j * num_shards) % n]);
-  return out;
 }
 
 absl::StatusOr<std::vector<Split>> EnumerateSplits(
@@ -62,6 +32,68 @@ absl::StatusOr<std::vector<Split>> EnumerateSplits(
     global += records;
   }
   return splits;
+}
+
+uint64_t ShareSize(uint64_t num_records, uint32_t num_consumers,
+                   RemainderPolicy policy) {
+  if (num_consumers == 0) return 0;
+  return policy == RemainderPolicy::kDrop
+             ? num_records / num_consumers
+             : (num_records + num_consumers - 1) / num_consumers;
+}
+
+absl::StatusOr<std::vector<SlotPieces>> ConsumerSlots(
+    const std::vector<Split>& splits, uint32_t num_consumers, uint32_t consumer,
+    uint64_t seed, uint64_t epoch, RemainderPolicy policy, uint64_t slot_size) {
+  if (num_consumers == 0)
+    return absl::InvalidArgumentError("num_consumers must be > 0");
+  if (consumer >= num_consumers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "consumer ", consumer, " must be < num_consumers ", num_consumers));
+  }
+  if (slot_size == 0)
+    return absl::InvalidArgumentError("slot size must be > 0");
+  // The epoch's sequence: splits in permuted order; starts[i] = position of order[i]'s first
+  // record.
+  const std::vector<uint64_t> order = Permutation(splits.size(), seed, epoch);
+  std::vector<uint64_t> starts(order.size() + 1, 0);
+  for (size_t i = 0; i < order.size(); ++i)
+    starts[i + 1] = starts[i] + splits[order[i]].size();
+  const uint64_t n = starts.back();
+  const uint64_t share = ShareSize(n, num_consumers, policy);
+  if (share == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the dataset has ", n, " records, fewer than the ", num_consumers,
+        " consumers: with remainder DROP consumer ", consumer,
+        " gets nothing; use remainder PAD or fewer consumers"));
+  }
+  std::vector<SlotPieces> slots;
+  const uint64_t first = static_cast<uint64_t>(consumer) * share;
+  for (uint64_t slot_begin = 0; slot_begin < share; slot_begin += slot_size) {
+    SlotPieces pieces;
+    uint64_t pos = first + slot_begin;
+    uint64_t left = std::min(slot_size, share - slot_begin);
+    while (left > 0) {
+      const uint64_t at =
+          pos % n;  // kPad wraps around to the start of the sequence
+      const size_t i = static_cast<size_t>(
+                           std::upper_bound(starts.begin(), starts.end(), at) -
+                           starts.begin()) -
+                       1;
+      const uint64_t offset = at - starts[i];
+      const uint64_t count = std::min(left, starts[i + 1] - at);
+      if (!pieces.empty() && pieces.back().split_id == order[i] &&
+          pieces.back().offset + pieces.back().count == offset) {
+        pieces.back().count += count;
+      } else {
+        pieces.push_back({order[i], offset, count});
+      }
+      pos += count;
+      left -= count;
+    }
+    slots.push_back(std::move(pieces));
+  }
+  return slots;
 }
 
 std::vector<uint64_t> SplitRecordOrder(uint64_t first_global, uint64_t n,

@@ -9,6 +9,44 @@
 #include "common/service/batch_codec.h"
 
 namespace sluice::data_worker {
+namespace {
+
+// The global record indices a slot reads, in order: each piece's range of its split's record
+// order (record::ConsumerSlots). InvalidArgument for a piece that reaches past its split.
+absl::StatusOr<std::vector<uint64_t>> SlotRecordOrder(
+    const proto::SplitAssignment& a, const Job& job, uint64_t epoch) {
+  std::vector<uint64_t> out;
+  for (const proto::SplitPiece& p : a.pieces()) {
+    if (p.offset() > p.records() || p.count() > p.records() - p.offset()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "split ", p.split_id(), " has ", p.records(),
+          " records; the assignment reads ", p.count(), " from ", p.offset()));
+    }
+    const std::vector<uint64_t> order =
+        record::SplitRecordOrder(p.first_global(), p.records(), job.shuffle,
+                                 job.info.config().seed(), p.split_id(), epoch);
+    out.insert(out.end(), order.begin() + static_cast<ptrdiff_t>(p.offset()),
+               order.begin() + static_cast<ptrdiff_t>(p.offset() + p.count()));
+  }
+  return out;
+}
+
+uint64_t FirstSplitId(const proto::SplitAssignment& a) {
+  return a.pieces().empty() ? 0 : a.pieces(0).split_id();
+}
+
+// "slot 3 (split 12 positions 0..256, split 4 positions 0..32)"
+std::string DescribeSlot(const proto::SplitAssignment& a) {
+  std::string out = absl::StrCat("slot ", a.key().position(), " (");
+  for (int i = 0; i < a.pieces_size(); ++i) {
+    const proto::SplitPiece& p = a.pieces(i);
+    absl::StrAppend(&out, i == 0 ? "" : ", ", "split ", p.split_id(),
+                    " positions ", p.offset(), "..", p.offset() + p.count());
+  }
+  return absl::StrCat(out, ")");
+}
+
+}  // namespace
 
 absl::StatusOr<proto::Batch> ToWireBatch(pipeline::Element element,
                                          const Job& job) {
@@ -141,7 +179,7 @@ void TaskRunner::Run(const Work& work, const Job& job, pipeline::Executor& ex) {
     return;
   proto::Batch marker;
   *marker.mutable_key() = work.assignment.key();
-  marker.set_split_id(work.assignment.split_id());
+  marker.set_split_id(FirstSplitId(work.assignment));
   marker.set_batch_index(batch_index);
   marker.set_end_of_split(true);
   queues_->Push(work.task_id, std::move(marker));
@@ -155,11 +193,10 @@ bool TaskRunner::RunEpoch(const Work& work, const Job& job,
   if (work.parallel) {
     started = ex.Start(epoch);
   } else {
-    const uint64_t n = a.end() > a.begin() ? a.end() - a.begin() : 0;
-    started = ex.Start(
-        record::SplitRecordOrder(a.first_global(), n, job.shuffle,
-                                 job.info.config().seed(), a.split_id(), epoch),
-        epoch);
+    absl::StatusOr<std::vector<uint64_t>> records =
+        SlotRecordOrder(a, job, epoch);
+    started =
+        records.ok() ? ex.Start(*std::move(records), epoch) : records.status();
   }
   if (!started.ok()) {
     queues_->Fail(work.task_id, started);
@@ -177,10 +214,8 @@ bool TaskRunner::RunEpoch(const Work& work, const Job& job,
       // the split (the cause names the record).
       const absl::Status failed(
           next.status().code(),
-          absl::StrCat("job ", a.key().job_id(), " split ", a.split_id(),
-                       " (epoch ", epoch, ", records ", a.first_global(), "..",
-                       a.first_global() + (a.end() - a.begin()),
-                       "): ", next.status().message()));
+          absl::StrCat("job ", a.key().job_id(), " ", DescribeSlot(a),
+                       " (epoch ", epoch, "): ", next.status().message()));
       logger_->error("consumer {}: {}", a.key().consumer_index(),
                      failed.ToString());
       queues_->Fail(work.task_id, failed);
@@ -201,7 +236,7 @@ bool TaskRunner::RunEpoch(const Work& work, const Job& job,
     }
     *batch->mutable_key() = a.key();
     if (work.parallel) batch->mutable_key()->set_epoch(epoch);
-    batch->set_split_id(a.split_id());
+    batch->set_split_id(FirstSplitId(a));
     batch->set_batch_index(index);
     UpdatePeak();
     ok = queues_->Push(work.task_id, std::move(*batch));

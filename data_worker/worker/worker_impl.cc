@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
+#include "common/base/retry.h"
 #include "common/base/status_macros.h"
 
 namespace sluice::data_worker {
@@ -326,14 +327,25 @@ proto::WorkerHeartbeatRequest WorkerImpl::last_heartbeat() const {
 }
 
 void WorkerImpl::HeartbeatLoop() {
+  // After failures in a row (the dispatcher restarts, or is unreachable) the wait doubles from
+  // the interval up to 5 s, with jitter, so that a restarted dispatcher is not met by every
+  // worker at once; the first success returns to the interval.
+  int failures = 0;
   while (true) {
     absl::Status status = Heartbeat();
     if (!status.ok())
       logger_->warn("WorkerHeartbeat failed: {}", status.ToString());
+    failures = status.ok() ? 0 : failures + 1;
     absl::Duration interval;
     {
       absl::MutexLock lock(&mu_);
       interval = heartbeat_interval_;
+    }
+    if (failures > 0) {
+      RetryOptions backoff;
+      backoff.initial_backoff = interval;
+      backoff.max_backoff = std::max(interval, absl::Seconds(5));
+      interval = JitteredBackoff(failures, backoff);
     }
     const absl::Time next = clock_->Now() + interval;
     while (true) {

@@ -144,7 +144,7 @@ class FakeDispatcher final : public proto::DispatcherService::Service {
       split->mutable_key()->set_job_id(kJobId);
       split->mutable_key()->set_epoch(epoch_);
       split->mutable_key()->set_position(p);
-      split->set_split_id(p);
+      split->add_pieces()->set_split_id(p);
     }
     for (uint64_t p : done_) response->add_done_positions(p);
     uint64_t id = 1;

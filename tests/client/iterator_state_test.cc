@@ -84,6 +84,25 @@ TEST(IteratorState, AnEmptySplitCompletesWithItsMarkerAlone) {
   EXPECT_TRUE(progress[1].complete);
 }
 
+TEST(IteratorState,
+     AnEpochIsReturnedOnlyWhenEverySlotsMarkerArrivedAndAllWasReturned) {
+  using Returned = IteratorState::Returned;
+  IteratorState state(/*deterministic=*/false, /*track_splits=*/true,
+                      /*prefetch=*/8);
+  EXPECT_EQ(state.EpochReturned(0), Returned::kNo);  // slot count unknown
+  state.ApplyHeartbeat(0, 2, {}, false);
+  EXPECT_EQ(state.EpochReturned(0), Returned::kNo);  // nothing started
+  EXPECT_EQ(Offer(state, 0, 0, 0, /*last=*/true), Admit::kAccept);
+  EXPECT_EQ(Offer(state, 0, 1, 0, /*last=*/false), Admit::kAccept);
+  EXPECT_EQ(state.EpochReturned(0), Returned::kNo);  // buffered, not returned
+  PopAll(state);
+  // Slot 1's batch 0 was returned; whether more follow, its marker will tell.
+  EXPECT_EQ(state.EpochReturned(0), Returned::kMaybe);
+  ASSERT_EQ(state.Check(0, 1, 1, /*marker=*/true), Admit::kAccept);
+  state.AcceptMarker(0, 1, 1);
+  EXPECT_EQ(state.EpochReturned(0), Returned::kYes);
+}
+
 TEST(IteratorState, AMarkerAheadOfMissingBatchesIsNotAccepted) {
   IteratorState state(/*deterministic=*/false, /*track_splits=*/true,
                       /*prefetch=*/4);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/base/clock.h"
 #include "common/record/sharding.h"
 #include "gmock/gmock.h"
@@ -165,10 +166,18 @@ class DispatcherImplTest : public ::testing::Test {
     return out;
   }
 
-  static std::vector<uint64_t> SplitIds(
+  // Each slot of the response as "split[offset,end)+split[offset,end)".
+  static std::vector<std::string> Slots(
       const proto::ClientHeartbeatResponse& r) {
-    std::vector<uint64_t> out;
-    for (const auto& a : r.splits()) out.push_back(a.split_id());
+    std::vector<std::string> out;
+    for (const auto& a : r.splits()) {
+      std::string slot;
+      for (const proto::SplitPiece& p : a.pieces()) {
+        absl::StrAppend(&slot, slot.empty() ? "" : "+", p.split_id(), "[",
+                        p.offset(), ",", p.offset() + p.count(), ")");
+      }
+      out.push_back(slot);
+    }
     return out;
   }
 
@@ -190,77 +199,125 @@ TEST_F(DispatcherImplTest, RoundsTheSplitSizeToAMultipleOfTheBatchSize) {
                 .config()
                 .split_size(),
             64u);
-  EXPECT_EQ(Job(JobRequest("c", dataset, 1, proto::REMAINDER_MODE_PAD, 0))
-                .config()
-                .split_size(),
-            1024u);
   EXPECT_EQ(Job(JobRequest("d", dataset, 1, proto::REMAINDER_MODE_PAD, 250))
                 .splits_per_epoch(),
             7u);
 }
 
+TEST_F(DispatcherImplTest, TheDefaultSplitSizeGivesEveryConsumerSeveralSlots) {
+  // A large share: the default 1024. A small one: about 4 slots per consumer, whole batches.
+  EXPECT_EQ(Job(JobRequest("big", Dataset({100000}, 64), 2,
+                           proto::REMAINDER_MODE_PAD, 0))
+                .config()
+                .split_size(),
+            1024u);
+  const auto small = Job(JobRequest("small", Dataset({2000}, 16), 3,
+                                    proto::REMAINDER_MODE_PAD, 0));
+  EXPECT_EQ(small.config().split_size(),
+            160u);  // share 667 / 4 = 166 -> 10 batches of 16
+  EXPECT_EQ(small.records_per_consumer(), 667u);
+  EXPECT_EQ(small.splits_per_consumer(), 5u);  // 4 x 160 + 27
+  // Smaller than a batch per slot: one batch.
+  EXPECT_EQ(
+      Job(JobRequest("tiny", Dataset({10}, 4), 2, proto::REMAINDER_MODE_PAD, 0))
+          .config()
+          .split_size(),
+      4u);
+}
+
 TEST_F(DispatcherImplTest, WorkedExampleSharesAreExact) {
   EXPECT_THAT(record::Permutation(7, 7, 0), ElementsAre(3, 1, 5, 2, 6, 0, 4));
   const uint64_t dataset = Dataset({1000, 600}, 64);
-  const uint64_t pad =
-      Job(JobRequest("pad", dataset, 3, proto::REMAINDER_MODE_PAD, 250))
-          .job_id();
-  EXPECT_THAT(SplitIds(ClientBeat(pad, 0)), ElementsAre(3, 2, 4));
-  EXPECT_THAT(SplitIds(ClientBeat(pad, 1)), ElementsAre(1, 6, 3));
-  EXPECT_THAT(SplitIds(ClientBeat(pad, 2)), ElementsAre(5, 0, 1));
-  const uint64_t drop =
-      Job(JobRequest("drop", dataset, 3, proto::REMAINDER_MODE_DROP, 250))
-          .job_id();
-  EXPECT_THAT(SplitIds(ClientBeat(drop, 0)), ElementsAre(3, 2));
-  EXPECT_THAT(SplitIds(ClientBeat(drop, 1)), ElementsAre(1, 6));
-  EXPECT_THAT(SplitIds(ClientBeat(drop, 2)),
-              ElementsAre(5, 0));  // split 4 is dropped
-  const proto::ClientHeartbeatResponse r = ClientBeat(drop, 2);
-  EXPECT_EQ(r.splits(0).shard(), 1u);
-  EXPECT_EQ(r.splits(0).begin(), 256u);
-  EXPECT_EQ(r.splits(0).end(), 512u);
-  EXPECT_EQ(r.splits(0).first_global(), 1256u);
+  const auto pad =
+      Job(JobRequest("pad", dataset, 3, proto::REMAINDER_MODE_PAD, 250));
+  EXPECT_EQ(pad.records_per_consumer(), 534u);
+  EXPECT_EQ(pad.splits_per_consumer(), 3u);
+  EXPECT_THAT(Slots(ClientBeat(pad.job_id(), 0)),
+              ElementsAre("3[0,232)+1[0,24)", "1[24,256)+5[0,24)", "5[24,46)"));
+  EXPECT_THAT(
+      Slots(ClientBeat(pad.job_id(), 1)),
+      ElementsAre("5[46,256)+2[0,46)", "2[46,256)+6[0,46)", "6[46,68)"));
+  EXPECT_THAT(Slots(ClientBeat(pad.job_id(), 2)),
+              ElementsAre("6[68,88)+0[0,236)", "0[236,256)+4[0,236)",
+                          "4[236,256)+3[0,2)"));
+  const auto drop =
+      Job(JobRequest("drop", dataset, 3, proto::REMAINDER_MODE_DROP, 250));
+  EXPECT_EQ(drop.records_per_consumer(), 533u);
+  EXPECT_THAT(Slots(ClientBeat(drop.job_id(), 2)),
+              ElementsAre("6[66,88)+0[0,234)", "0[234,256)+4[0,234)",
+                          "4[234,255)"));  // record 255 of split 4 is dropped
+  const proto::ClientHeartbeatResponse r = ClientBeat(drop.job_id(), 2);
+  EXPECT_EQ(r.splits(0).pieces(1).first_global(),
+            0u);  // split 0 = shard 0 [0, 256)
+  EXPECT_EQ(r.splits(0).pieces(1).records(), 256u);
+  EXPECT_EQ(r.splits(0).pieces(0).first_global(),
+            1512u);  // split 6 = shard 1 [512, 600)
+  EXPECT_EQ(r.splits(0).pieces(0).records(), 88u);
   EXPECT_EQ(r.splits(0).key().position(), 0u);
 }
 
-TEST_F(DispatcherImplTest, SharesAreEqualAndDisjointFor1To3Consumers) {
-  const uint64_t dataset = Dataset({1000, 600}, 64);  // 7 splits of 256
-  for (uint32_t consumers = 1; consumers <= 3; ++consumers) {
+TEST_F(DispatcherImplTest, SharesAreEqualInRecordsAndBatchesFor1To5Consumers) {
+  const uint64_t dataset =
+      Dataset({1000, 600}, 64);  // 7 splits of <= 256, 1600 records
+  for (uint32_t consumers = 1; consumers <= 5; ++consumers) {
     for (proto::RemainderMode mode :
          {proto::REMAINDER_MODE_PAD, proto::REMAINDER_MODE_DROP}) {
       SCOPED_TRACE(::testing::Message() << consumers << " consumers, " << mode);
       const auto job = Job(JobRequest(absl::StrCat("j", consumers, mode),
                                       dataset, consumers, mode, 256));
       const uint64_t share = mode == proto::REMAINDER_MODE_PAD
-                                 ? (7 + consumers - 1) / consumers
-                                 : 7 / consumers;
-      EXPECT_EQ(job.splits_per_consumer(), share);
-      std::multiset<uint64_t> all;
+                                 ? (1600 + consumers - 1) / consumers
+                                 : 1600 / consumers;
+      EXPECT_EQ(job.records_per_consumer(), share);
+      std::map<uint64_t, int> times;  // global record -> how often read
       for (uint32_t c = 0; c < consumers; ++c) {
-        const std::vector<uint64_t> ids = SplitIds(ClientBeat(job.job_id(), c));
-        EXPECT_THAT(ids, SizeIs(share));
-        all.insert(ids.begin(), ids.end());
+        const proto::ClientHeartbeatResponse r = ClientBeat(job.job_id(), c);
+        EXPECT_EQ(static_cast<uint64_t>(r.splits_size()),
+                  job.splits_per_consumer());
+        uint64_t records = 0;
+        for (const auto& a : r.splits()) {
+          uint64_t slot = 0;
+          for (const proto::SplitPiece& p : a.pieces()) {
+            slot += p.count();
+            // Without a shuffle node the split's record order is the natural one.
+            for (uint64_t i = p.offset(); i < p.offset() + p.count(); ++i)
+              ++times[p.first_global() + i];
+          }
+          if (a.key().position() + 1 < static_cast<uint64_t>(r.splits_size())) {
+            EXPECT_EQ(slot, 256u);  // whole batches: equal batch counts follow
+          }
+          records += slot;
+        }
+        EXPECT_EQ(records, share);
       }
-      const std::set<uint64_t> distinct(all.begin(), all.end());
+      uint64_t twice = 0;
+      for (const auto& [id, n] : times) {
+        ASSERT_LT(id, 1600u);
+        ASSERT_LE(n, 2);
+        if (n == 2) ++twice;
+      }
       if (mode == proto::REMAINDER_MODE_DROP) {
-        EXPECT_EQ(distinct.size(), all.size());    // disjoint
-        EXPECT_EQ(all.size(), 7 - 7 % consumers);  // the tail is dropped
+        EXPECT_EQ(twice, 0u);
+        EXPECT_EQ(times.size(), share * consumers);  // 1600 mod C dropped
       } else {
-        EXPECT_EQ(distinct.size(), 7u);  // every split read
-        EXPECT_EQ(all.size() - distinct.size(),
-                  share * consumers - 7);  // the padding
+        EXPECT_EQ(times.size(), 1600u);  // every record read
+        EXPECT_EQ(twice, share * consumers - 1600);
       }
     }
   }
 }
 
-TEST_F(DispatcherImplTest, DropWithFewerSplitsThanConsumersIsInvalid) {
-  const uint64_t dataset = Dataset({100}, 10);
+TEST_F(DispatcherImplTest, DropWithFewerRecordsThanConsumersIsInvalid) {
+  const uint64_t dataset = Dataset({2}, 1);
   proto::GetOrCreateJobResponse response;
   absl::Status s = impl_->GetOrCreateJob(
-      JobRequest("x", dataset, 3, proto::REMAINDER_MODE_DROP, 50), &response);
+      JobRequest("x", dataset, 3, proto::REMAINDER_MODE_DROP, 1), &response);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(), HasSubstr("lower the split size"));
+  EXPECT_THAT(s.message(), HasSubstr("fewer than the 3 consumers"));
+  // With fewer splits than consumers, DROP still gives everyone an equal share.
+  const auto job = Job(
+      JobRequest("y", Dataset({100}, 10), 3, proto::REMAINDER_MODE_DROP, 50));
+  EXPECT_EQ(job.records_per_consumer(), 33u);
 }
 
 TEST_F(DispatcherImplTest, OneWorkerGetsSplitsInOrderUpToItsCapacity) {
@@ -476,7 +533,8 @@ TEST_F(DispatcherImplTest,
   absl::Status s = impl_->RegisterDataset(request, &response);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.message(),
-              HasSubstr("client protocol version 99, dispatcher 2: upgrade"));
+              HasSubstr(absl::StrCat("client protocol version 99, dispatcher ",
+                                     kProtocolVersion, ": upgrade")));
   proto::WorkerHeartbeatRequest beat;  // version 0
   proto::WorkerHeartbeatResponse beat_response;
   EXPECT_EQ(impl_->WorkerHeartbeat(beat, &beat_response).code(),

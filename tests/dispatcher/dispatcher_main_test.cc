@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -105,6 +106,29 @@ TEST(DispatcherMain, ServesOnAnyPortAndExitsCleanlyOnSigterm) {
   }
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+// A work dir whose journal is not one: the dispatcher refuses to start (exit 1, at once) and
+// says which file and what to do, instead of starting with an empty state.
+TEST(DispatcherMain, ACorruptJournalIsAClearStartupError) {
+  testing::TempDir dir;
+  const std::string work = dir.Join("work");
+  std::filesystem::create_directories(work);
+  {
+    std::ofstream garbage(work + "/journal.sqlite3", std::ios::binary);
+    garbage << std::string(8192, '\x5a');
+  }
+  const std::string binary = BinDir() + "/sluice-dispatcher";
+  auto p = Subprocess::Start(
+      {binary, "--port", "0", "--work-dir", work, "--metrics-port", "0"},
+      {.log_file = dir.Join("dispatcher.log")});
+  ASSERT_TRUE(p.ok()) << p.status();
+  absl::StatusOr<int> code = (*p)->Wait(absl::Seconds(20));
+  ASSERT_TRUE(code.ok()) << "the dispatcher did not exit on a corrupt journal";
+  EXPECT_EQ(*code, 1);
+  const std::string log = testing::ReadFile(dir.Join("dispatcher.log"));
+  EXPECT_THAT(log, ::testing::HasSubstr(work + "/journal.sqlite3"));
+  EXPECT_THAT(log, ::testing::HasSubstr("--work-dir"));
 }
 
 // Flags from the environment (SLUICE_<FLAG>), --metrics-address HOST:PORT, JSON

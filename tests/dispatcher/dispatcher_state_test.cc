@@ -204,7 +204,7 @@ TEST(DispatcherState, ReplayingTheSameUpdatesGivesTheSameState) {
   for (size_t i = 0; i < ca.size(); ++i) {
     ASSERT_EQ(ca[i].slots.size(), cb[i].slots.size());
     for (size_t s = 0; s < ca[i].slots.size(); ++s) {
-      EXPECT_EQ(ca[i].slots[s].split_id, cb[i].slots[s].split_id);
+      EXPECT_EQ(ca[i].slots[s].pieces, cb[i].slots[s].pieces);
       EXPECT_EQ(ca[i].slots[s].status, cb[i].slots[s].status);
     }
   }

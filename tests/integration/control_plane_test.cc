@@ -5,7 +5,10 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <atomic>
 #include <fstream>
+#include <future>
+#include <iostream>
 #include <map>
 #include <set>
 #include <thread>
@@ -180,29 +183,118 @@ class ControlPlaneTest : public ::testing::Test {
     return out;
   }
 
+  // `sluice consume ARGS` as a process; its exit code (-1 if it could not run or hung).
+  int RunConsume(const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {BinDir() + "/sluice", "consume"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto p = Subprocess::Start(
+        argv,
+        {.log_file = tmp_.Join(absl::StrCat("consume", ++runs_, ".log"))});
+    EXPECT_TRUE(p.ok()) << p.status();
+    if (!p.ok()) return -1;
+    auto code = (*p)->Wait(absl::Seconds(120));
+    if (!code.ok() || *code != 0) {
+      std::ifstream log((*p)->log_file());
+      std::cerr << "sluice consume exited " << (code.ok() ? *code : -1)
+                << "; its log:\n"
+                << log.rdbuf();
+    }
+    return code.ok() ? *code : -1;
+  }
+
+  static std::vector<uint64_t> ReadIds(const std::string& path) {
+    std::vector<uint64_t> ids;
+    std::ifstream in(path);
+    for (uint64_t id; in >> id;) ids.push_back(id);
+    return ids;
+  }
+
+  // A shuffling pipeline of 8x8 images in batches of 8, as a spec file for `sluice consume`.
+  std::string WriteResizeSpec() {
+    const std::string spec = tmp_.Join("spec.yaml");
+    std::ofstream out(spec);
+    out << "seed: 1\nsource:\n  dataset: {path: " << data_->Join("ds")
+        << "}\n  columns: [image, label]\nnodes:\n  - shuffle: {seed: 1}\n  - "
+           "map:\n"
+           "      input_columns: [image]\n      ops:\n        - decode: {}\n"
+           "        - resize: {height: 8, width: 8}\n  - batch: {size: 8}\n";
+    return spec;
+  }
+
   static TempDir* data_;
   TempDir tmp_;
   int n_ = 0;
+  std::atomic<int> runs_{0};
 };
 
 TempDir* ControlPlaneTest::data_ = nullptr;
 
-TEST_F(ControlPlaneTest, SplitsShorterThanABatchEndWithDropRemainder) {
-  // Splits of 48 over shards of 160: every shard ends with a 16-record split that yields no
-  // batch of 48 under drop_remainder. The epoch must still end.
+TEST_F(ControlPlaneTest, SlotsShorterThanABatchEndWithDropRemainder) {
+  // 3 consumers share 480 records: 160 each, in slots of 48, 48, 48 and 16. Under
+  // drop_remainder the 16-record slot yields no batch of 48; every epoch must still end, with
+  // 3 batches for every consumer (equal step counts), no record twice.
   auto cluster = StartCluster(2);
   ASSERT_NE(cluster, nullptr);
-  JobOptions job = Job(
-      "short-tail",
-      MakePipeline(data_->Join("ds"), {.batch = 48, .drop_remainder = true}));
-  job.split_size = 48;
-  Received r = Consume(cluster->dispatcher_address(), job);
-  ASSERT_TRUE(r.status.ok()) << r.status;
-  ASSERT_EQ(r.ids[0].size(), 9u * 48);  // 3 full splits per shard
-  std::set<uint64_t> unique(r.ids[0].begin(), r.ids[0].end());
-  EXPECT_EQ(unique.size(), r.ids[0].size());
-  for (uint64_t id : unique)
-    EXPECT_LT(id % 160, 144u) << id;  // no shard tail record
+  std::vector<Received> got(3);
+  std::vector<std::thread> consumers;
+  for (uint32_t c = 0; c < 3; ++c) {
+    consumers.emplace_back([&, c] {
+      JobOptions job = Job("short-tail",
+                           MakePipeline(data_->Join("ds"),
+                                        {.batch = 48, .drop_remainder = true}));
+      job.split_size = 48;
+      job.num_consumers = 3;
+      job.consumer_index = c;
+      got[c] = Consume(cluster->dispatcher_address(), job);
+    });
+  }
+  for (std::thread& t : consumers) t.join();
+  std::set<uint64_t> unique;
+  for (uint32_t c = 0; c < 3; ++c) {
+    ASSERT_TRUE(got[c].status.ok()) << got[c].status;
+    EXPECT_EQ(got[c].ids[0].size(), 3u * 48) << "consumer " << c;
+    unique.insert(got[c].ids[0].begin(), got[c].ids[0].end());
+  }
+  EXPECT_EQ(unique.size(), 9u * 48);
+}
+
+TEST_F(ControlPlaneTest, EveryConsumerGetsTheSameNumberOfRecordsAndBatches) {
+  // 480 records over 7 consumers, batches of 8, slots of 40. PAD: 69 records each (slots of
+  // 40 and 29: 5 + 4 batches), 3 records read twice; DROP: 68 each (5 + 4 batches), 4 records
+  // left out. Whatever the shard sizes (160), split size and consumer count.
+  auto cluster = StartCluster(2);
+  ASSERT_NE(cluster, nullptr);
+  for (bool drop : {false, true}) {
+    SCOPED_TRACE(drop ? "drop" : "pad");
+    std::vector<Received> got(7);
+    std::vector<std::thread> consumers;
+    for (uint32_t c = 0; c < 7; ++c) {
+      consumers.emplace_back([&, c] {
+        JobOptions job = Job(drop ? "seven-drop" : "seven-pad",
+                             MakePipeline(data_->Join("ds"), {.batch = 8}));
+        job.num_consumers = 7;
+        job.consumer_index = c;
+        job.drop_remainder = drop;
+        got[c] = Consume(cluster->dispatcher_address(), job);
+      });
+    }
+    for (std::thread& t : consumers) t.join();
+    std::map<uint64_t, int> times;
+    for (uint32_t c = 0; c < 7; ++c) {
+      ASSERT_TRUE(got[c].status.ok()) << got[c].status;
+      EXPECT_EQ(got[c].ids[0].size(), drop ? 68u : 69u) << "consumer " << c;
+      EXPECT_EQ(got[c].shapes.size(), 9u) << "consumer " << c;
+      for (uint64_t id : got[c].ids[0]) ++times[id];
+    }
+    int twice = 0;
+    for (const auto& [id, n] : times) {
+      ASSERT_LT(id, static_cast<uint64_t>(kRecords));
+      ASSERT_LE(n, 2) << id;
+      if (n == 2) ++twice;
+    }
+    EXPECT_EQ(twice, drop ? 0 : 3);
+    EXPECT_EQ(times.size(), drop ? 476u : 480u);
+  }
 }
 
 TEST_F(ControlPlaneTest, SplitsWhoseRecordsAreAllFilteredOutEnd) {
@@ -439,39 +531,13 @@ TEST_F(ControlPlaneTest, ParallelEpochsEnd) {
 
 TEST_F(ControlPlaneTest,
        SaveKillRestoreContinuesExactlyOnceAndDeterministically) {
-  const std::string spec = tmp_.Join("spec.yaml");
-  {
-    std::ofstream out(spec);
-    out << "seed: 1\nsource:\n  dataset: {path: " << data_->Join("ds")
-        << "}\n  columns: [image, label]\nnodes:\n  - shuffle: {seed: 1}\n  - "
-           "map:\n"
-           "      input_columns: [image]\n      ops:\n        - decode: {}\n"
-           "        - resize: {height: 8, width: 8}\n  - batch: {size: 8}\n";
-  }
+  const std::string spec = WriteResizeSpec();
   auto run = [&](const std::string& address, std::vector<std::string> extra) {
-    std::vector<std::string> argv = {BinDir() + "/sluice",
-                                     "consume",
-                                     "--dispatcher",
-                                     address,
-                                     "--spec",
-                                     spec,
-                                     "--job",
-                                     "resume",
-                                     "--epochs",
-                                     "2",
-                                     "--deterministic"};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    auto p = Subprocess::Start(argv, {.log_file = tmp_.Join("consume.log")});
-    EXPECT_TRUE(p.ok()) << p.status();
-    if (!p.ok()) return -1;
-    auto code = (*p)->Wait(absl::Seconds(120));
-    return code.ok() ? *code : -1;
-  };
-  auto read_ids = [](const std::string& path) {
-    std::vector<uint64_t> ids;
-    std::ifstream in(path);
-    for (uint64_t id; in >> id;) ids.push_back(id);
-    return ids;
+    std::vector<std::string> args = {
+        "--dispatcher", address, "--spec",         spec, "--job", "resume",
+        "--epochs",     "2",     "--deterministic"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return RunConsume(args);
   };
   std::vector<uint64_t> uninterrupted;
   {
@@ -480,7 +546,7 @@ TEST_F(ControlPlaneTest,
     ASSERT_EQ(
         run(cluster->dispatcher_address(), {"--ids-out", tmp_.Join("all.ids")}),
         0);
-    uninterrupted = read_ids(tmp_.Join("all.ids"));
+    uninterrupted = ReadIds(tmp_.Join("all.ids"));
     ASSERT_EQ(uninterrupted.size(), 2u * kRecords);
   }
   auto cluster = StartCluster(1);
@@ -491,16 +557,86 @@ TEST_F(ControlPlaneTest,
                 {"--ids-out", tmp_.Join("resumed.ids"), "--stop-after-batches",
                  "37", "--save-state", tmp_.Join("state")}),
             0);
-  EXPECT_EQ(read_ids(tmp_.Join("resumed.ids")).size(), 37u * 8);
+  EXPECT_EQ(ReadIds(tmp_.Join("resumed.ids")).size(), 37u * 8);
   ASSERT_TRUE(cluster->AddWorker().ok());
   ASSERT_TRUE(cluster->AddWorker().ok());
   ASSERT_EQ(run(cluster->dispatcher_address(),
                 {"--ids-out", tmp_.Join("resumed.ids"), "--restore-state",
                  tmp_.Join("state")}),
             0);
-  const std::vector<uint64_t> resumed = read_ids(tmp_.Join("resumed.ids"));
+  const std::vector<uint64_t> resumed = ReadIds(tmp_.Join("resumed.ids"));
   EXPECT_EQ(resumed,
             uninterrupted);  // the exact tail, so every record once per epoch
+}
+
+TEST_F(ControlPlaneTest, TheNumberOfConsumersChangesAtAnEpochBoundary) {
+  // Two trainers read epoch 0 (240 records, 30 batches each) and save their state at its end;
+  // three trainers continue from those states: epoch 1 is read by 3 consumers, 160 records
+  // each, every record exactly once in both epochs.
+  auto cluster = StartCluster(2);
+  ASSERT_NE(cluster, nullptr);
+  const std::string spec = WriteResizeSpec();
+  std::string job = "resize";
+  auto consumer = [&](int index, int world, std::vector<std::string> extra) {
+    std::vector<std::string> args = {
+        "--dispatcher",
+        cluster->dispatcher_address(),
+        "--spec",
+        spec,
+        "--job",
+        job,
+        "--epochs",
+        "2",
+        "--consumer-index",
+        absl::StrCat(index),
+        "--num-consumers",
+        absl::StrCat(world),
+        "--ids-out",
+        tmp_.Join(absl::StrCat("w", world, "c", index, ".ids"))};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return std::async(std::launch::async,
+                      [this, args] { return RunConsume(args); });
+  };
+  {
+    auto c0 = consumer(
+        0, 2, {"--stop-after-batches", "30", "--save-state", tmp_.Join("s0")});
+    auto c1 = consumer(
+        1, 2, {"--stop-after-batches", "30", "--save-state", tmp_.Join("s1")});
+    ASSERT_EQ(c0.get(), 0);
+    ASSERT_EQ(c1.get(), 0);
+  }
+  std::vector<uint64_t> epoch0 = ReadIds(tmp_.Join("w2c0.ids"));
+  const std::vector<uint64_t> more = ReadIds(tmp_.Join("w2c1.ids"));
+  epoch0.insert(epoch0.end(), more.begin(), more.end());
+  ExpectExactly(epoch0, Range(kRecords));
+  {
+    auto c0 = consumer(0, 3, {"--restore-state", tmp_.Join("s0")});
+    auto c1 = consumer(1, 3, {"--restore-state", tmp_.Join("s1")});
+    auto c2 = consumer(2, 3, {"--restore-state", tmp_.Join("s1")});
+    ASSERT_EQ(c0.get(), 0);
+    ASSERT_EQ(c1.get(), 0);
+    ASSERT_EQ(c2.get(), 0);
+  }
+  std::vector<uint64_t> epoch1;
+  for (int c = 0; c < 3; ++c) {
+    const std::vector<uint64_t> ids =
+        ReadIds(tmp_.Join(absl::StrCat("w3c", c, ".ids")));
+    EXPECT_EQ(ids.size(), 160u) << "consumer " << c;
+    epoch1.insert(epoch1.end(), ids.begin(), ids.end());
+  }
+  ExpectExactly(epoch1, Range(kRecords));
+  // Mid-epoch the world size cannot change: a clear error, exit code 1.
+  job = "resize-mid";
+  ASSERT_EQ(
+      consumer(0, 2,
+               {"--stop-after-batches", "3", "--save-state", tmp_.Join("mid")})
+          .get(),
+      0);
+  ASSERT_EQ(consumer(0, 3, {"--restore-state", tmp_.Join("mid")}).get(), 1);
+  std::ifstream log(tmp_.Join(absl::StrCat("consume", runs_.load(), ".log")));
+  const std::string text((std::istreambuf_iterator<char>(log)),
+                         std::istreambuf_iterator<char>());
+  EXPECT_THAT(text, HasSubstr("can change only at an epoch boundary"));
 }
 
 }  // namespace

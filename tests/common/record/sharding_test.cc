@@ -1,8 +1,11 @@
 #include "common/record/sharding.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
+#include <string>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace sluice::record {
@@ -29,71 +32,6 @@ TEST(Permutation, KnownValuesPinTheAlgorithm) {
   EXPECT_EQ(Permutation(1, 1, 2), std::vector<uint64_t>{0});
 }
 
-TEST(Partition, DisjointAndCoveringWhenEven) {
-  std::set<uint64_t> seen;
-  for (uint32_t k = 0; k < 4; ++k) {
-    auto part = Partition(100, 4, k, 3, 1, RemainderPolicy::kDrop);
-    ASSERT_TRUE(part.ok());
-    EXPECT_EQ(part->size(), 25u);
-    for (uint64_t r : *part)
-      EXPECT_TRUE(seen.insert(r).second) << "record " << r << " twice";
-  }
-  EXPECT_EQ(seen.size(), 100u);
-}
-
-TEST(Partition, PadGivesEqualSharesCoveringEverything) {
-  std::set<uint64_t> seen;
-  size_t total = 0;
-  for (uint32_t k = 0; k < 3; ++k) {
-    auto part = Partition(10, 3, k, 0, 0, RemainderPolicy::kPad);
-    ASSERT_TRUE(part.ok());
-    EXPECT_EQ(part->size(), 4u);
-    total += part->size();
-    seen.insert(part->begin(), part->end());
-  }
-  EXPECT_EQ(total, 12u);
-  EXPECT_EQ(seen.size(), 10u);  // all covered; two repeated to pad
-}
-
-TEST(Partition, DropGivesEqualDisjointShares) {
-  std::set<uint64_t> seen;
-  for (uint32_t k = 0; k < 3; ++k) {
-    auto part = Partition(10, 3, k, 0, 0, RemainderPolicy::kDrop);
-    ASSERT_TRUE(part.ok());
-    EXPECT_EQ(part->size(), 3u);
-    for (uint64_t r : *part) EXPECT_TRUE(seen.insert(r).second);
-  }
-  EXPECT_EQ(seen.size(), 9u);
-}
-
-TEST(Partition, UnevenCoversExactlyOnce) {
-  std::multiset<uint64_t> seen;
-  std::vector<size_t> sizes;
-  for (uint32_t k = 0; k < 3; ++k) {
-    auto part = Partition(10, 3, k, 5, 5, RemainderPolicy::kUneven);
-    ASSERT_TRUE(part.ok());
-    sizes.push_back(part->size());
-    seen.insert(part->begin(), part->end());
-  }
-  EXPECT_EQ(sizes, (std::vector<size_t>{4, 3, 3}));
-  EXPECT_EQ(seen.size(), 10u);
-  for (uint64_t r = 0; r < 10; ++r) EXPECT_EQ(seen.count(r), 1u);
-}
-
-TEST(Partition, IsStridedOverThePermutation) {
-  const auto perm = Permutation(10, 0, 0);
-  auto part = Partition(10, 3, 1, 0, 0, RemainderPolicy::kPad);
-  ASSERT_TRUE(part.ok());
-  EXPECT_EQ(*part, (std::vector<uint64_t>{perm[1], perm[4], perm[7], perm[0]}));
-}
-
-TEST(Partition, BadArgumentsAreInvalidArgument) {
-  EXPECT_EQ(Partition(10, 0, 0, 0, 0, RemainderPolicy::kPad).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(Partition(10, 2, 2, 0, 0, RemainderPolicy::kPad).status().code(),
-            absl::StatusCode::kInvalidArgument);
-}
-
 TEST(Splits, ContiguousRangesWithinShards) {
   auto splits = EnumerateSplits({10, 0, 5}, 4);
   ASSERT_TRUE(splits.ok());
@@ -105,6 +43,127 @@ TEST(Splits, ContiguousRangesWithinShards) {
   EXPECT_EQ(*splits, expected);
   EXPECT_EQ(EnumerateSplits({10}, 0).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// The record ids a slot reads: its pieces, each a range of its split's record order.
+std::vector<uint64_t> SlotRecords(const std::vector<Split>& splits,
+                                  const SlotPieces& slot) {
+  std::vector<uint64_t> out;
+  for (const SplitPiece& p : slot) {
+    for (uint64_t i = p.offset; i < p.offset + p.count; ++i)
+      out.push_back(splits[p.split_id].first_global + i);
+  }
+  return out;
+}
+
+TEST(ConsumerSlots, TheHeadersWorkedExample) {
+  auto splits = EnumerateSplits({4, 4, 2}, 4);
+  ASSERT_TRUE(splits.ok());
+  uint64_t seed =
+      0;  // a seed whose split order is [s2, s0, s1], as in the header
+  while (Permutation(3, seed, 0) != std::vector<uint64_t>{2, 0, 1}) ++seed;
+  auto slots_of = [&](uint32_t consumer) {
+    auto slots =
+        ConsumerSlots(*splits, 3, consumer, seed, 0, RemainderPolicy::kPad, 2);
+    EXPECT_TRUE(slots.ok()) << slots.status();
+    return *slots;
+  };
+  EXPECT_EQ(slots_of(0), (std::vector<SlotPieces>{{{2, 0, 2}}, {{0, 0, 2}}}));
+  EXPECT_EQ(slots_of(1), (std::vector<SlotPieces>{{{0, 2, 2}}, {{1, 0, 2}}}));
+  EXPECT_EQ(slots_of(2), (std::vector<SlotPieces>{{{1, 2, 2}}, {{2, 0, 2}}}));
+}
+
+TEST(ConsumerSlots,
+     EqualSharesWithAtMostConsumersMinusOneRecordsPaddedOrDropped) {
+  // Shard sizes that no split size divides, consumer counts that divide nothing.
+  const std::vector<uint64_t> shards = {1000, 37, 501, 2, 460};
+  const uint64_t n = 2000;
+  for (RemainderPolicy policy :
+       {RemainderPolicy::kPad, RemainderPolicy::kDrop}) {
+    for (uint32_t consumers : {1u, 2u, 3u, 7u, 64u}) {
+      for (uint64_t slot_size : {32u, 96u, 1024u}) {
+        auto splits = EnumerateSplits(shards, 128);
+        ASSERT_TRUE(splits.ok());
+        std::map<uint64_t, int> seen;
+        const uint64_t share = ShareSize(n, consumers, policy);
+        for (uint32_t c = 0; c < consumers; ++c) {
+          auto slots =
+              ConsumerSlots(*splits, consumers, c, 7, 3, policy, slot_size);
+          ASSERT_TRUE(slots.ok()) << slots.status();
+          uint64_t records = 0;
+          for (size_t i = 0; i < slots->size(); ++i) {
+            const std::vector<uint64_t> ids = SlotRecords(*splits, (*slots)[i]);
+            if (i + 1 < slots->size()) {
+              EXPECT_EQ(ids.size(), slot_size);
+            }
+            for (uint64_t id : ids) ++seen[id];
+            records += ids.size();
+          }
+          EXPECT_EQ(records, share) << "consumer " << c << " of " << consumers;
+        }
+        uint64_t twice = 0, missing = 0;
+        for (uint64_t id = 0; id < n; ++id) {
+          const int times = seen.contains(id) ? seen[id] : 0;
+          ASSERT_LE(times, 2);
+          if (times == 0) ++missing;
+          if (times == 2) ++twice;
+        }
+        if (policy == RemainderPolicy::kPad) {
+          EXPECT_EQ(missing, 0u);
+          EXPECT_EQ(twice, share * consumers - n);
+          EXPECT_LT(twice, consumers);
+        } else {
+          EXPECT_EQ(twice, 0u);
+          EXPECT_EQ(missing, n - share * consumers);
+          EXPECT_LT(missing, consumers);
+        }
+      }
+    }
+  }
+}
+
+TEST(ConsumerSlots, FollowsTheSplitsPermutationAndTheirRecordOrder) {
+  auto splits = EnumerateSplits(
+      {10, 6}, 4);  // s0 [0,4) s1 [4,8) s2 [8,10) s3 [10,14) s4 [14,16)
+  ASSERT_TRUE(splits.ok());
+  auto slots = ConsumerSlots(*splits, 1, 0, 5, 2, RemainderPolicy::kPad, 3);
+  ASSERT_TRUE(slots.ok());
+  std::vector<uint64_t> got;
+  for (const SlotPieces& slot : *slots) {
+    for (uint64_t id : SlotRecords(*splits, slot)) got.push_back(id);
+  }
+  std::vector<uint64_t> want;
+  for (uint64_t s : Permutation(5, 5, 2)) {
+    for (uint64_t i = (*splits)[s].begin; i < (*splits)[s].end; ++i)
+      want.push_back((*splits)[s].first_global + i - (*splits)[s].begin);
+  }
+  EXPECT_EQ(got, want);
+}
+
+TEST(ConsumerSlots, BadArgumentsAndEmptySharesAreInvalidArgument) {
+  auto splits = EnumerateSplits({3}, 4);
+  ASSERT_TRUE(splits.ok());
+  EXPECT_EQ(ConsumerSlots(*splits, 0, 0, 0, 0, RemainderPolicy::kPad, 1)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ConsumerSlots(*splits, 2, 2, 0, 0, RemainderPolicy::kPad, 1)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ConsumerSlots(*splits, 2, 0, 0, 0, RemainderPolicy::kPad, 0)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  // 3 records, 4 consumers: dropping gives nothing; padding gives each consumer one record.
+  const absl::Status drop =
+      ConsumerSlots(*splits, 4, 3, 0, 0, RemainderPolicy::kDrop, 1).status();
+  EXPECT_EQ(drop.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(drop.message()),
+              testing::HasSubstr("fewer than the 4 consumers"));
+  auto pad = ConsumerSlots(*splits, 4, 3, 0, 0, RemainderPolicy::kPad, 1);
+  ASSERT_TRUE(pad.ok());
+  EXPECT_EQ(pad->size(), 1u);
 }
 
 }  // namespace

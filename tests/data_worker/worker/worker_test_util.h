@@ -92,10 +92,13 @@ inline proto::SplitAssignment MakeSplit(uint64_t job_id, uint32_t consumer,
   a.mutable_key()->set_consumer_index(consumer);
   a.mutable_key()->set_epoch(epoch);
   a.mutable_key()->set_position(position);
-  a.set_split_id(split_id);
-  a.set_begin(begin);
-  a.set_end(end);
-  a.set_first_global(first_global);
+  // A slot that reads one whole split.
+  proto::SplitPiece* piece = a.add_pieces();
+  piece->set_split_id(split_id);
+  piece->set_first_global(first_global);
+  piece->set_records(end - begin);
+  piece->set_offset(0);
+  piece->set_count(end - begin);
   a.set_skip_batches(skip_batches);
   return a;
 }
