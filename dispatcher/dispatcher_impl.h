@@ -71,6 +71,13 @@
 // splits in production, ties to the lowest (job id, consumer), so every
 // consumer's splits are produced roughly in release order.
 //
+// Consumer answers. ClientHeartbeat returns the consumer's epoch, its split
+// sequence, the done positions and every worker as a Task. The sequence and the
+// task list are versioned: a request that echoes their current versions gets
+// them omitted (proto/dispatcher.proto, "Versioned lists"); a version names the
+// list's contents within one dispatcher process, so after a restart every
+// client gets whole lists once.
+//
 // Done and epochs. A split is DONE only when its consumer reports
 // (ClientHeartbeat) that it holds the split's last batch (`complete`); the
 // worker is then told to drop it. When all slots of a consumer's epoch are

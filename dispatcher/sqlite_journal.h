@@ -36,6 +36,8 @@
 // durable. This pays when several threads append at once; a caller that
 // Append()s under one lock gets one transaction, one fsync, per update: use
 // Enqueue() under the lock and WaitDurable() outside it instead.
+// EnqueueSnapshot() puts a snapshot in the same queue: the leader writes the
+// updates before it, then the snapshot (which deletes them), then the rest.
 //
 // Measured (bench/dispatcher_scale.sh, journal_bench, 2-core VM, load ~13):
 // synchronous=FULL, 1 thread: ~250-550 appends/s, p50 0.4-3.8 ms (one fsync

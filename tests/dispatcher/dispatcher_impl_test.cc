@@ -9,9 +9,11 @@
 
 #include "common/base/clock.h"
 #include "common/record/sharding.h"
+#include "dispatcher/sqlite_journal.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
+#include "tests/testing/temp_dir.h"
 
 namespace sluice::dispatcher {
 namespace {
@@ -46,6 +48,7 @@ class DispatcherImplTest : public ::testing::Test {
     options.registry = &registry_;
     options.journal = journal;
     options.worker_timeout = absl::Seconds(10);
+    options.snapshot_every = snapshot_every_;
     auto impl = DispatcherImpl::Create(options);
     ASSERT_TRUE(impl.ok()) << impl.status();
     impl_ = std::move(*impl);
@@ -174,6 +177,7 @@ class DispatcherImplTest : public ::testing::Test {
 
   FakeClock clock_;
   prometheus::Registry registry_;
+  uint64_t snapshot_every_ = 10000;
   std::shared_ptr<Journal> journal_;
   std::unique_ptr<DispatcherImpl> impl_;
 };
@@ -701,6 +705,37 @@ TEST_F(DispatcherImplTest, RepeatedHeartbeatsThatChangeNothingAreNotJournaled) {
       WorkerBeat(w, {{{job, 0, 0, 0}, 1, true}, {{job, 0, 0, 1}, 1, false}})
           .ok());
   EXPECT_GT(journal_->updates_since_snapshot(), journaled);
+}
+
+TEST_F(DispatcherImplTest, ARestartReplaysSnapshotsThatLaterCommitsWrote) {
+  // The SQLite journal writes a snapshot with the commit after the one that
+  // crossed snapshot_every (Journal::EnqueueSnapshot), outside the mutex.
+  testing::TempDir dir;
+  snapshot_every_ = 3;
+  auto journal = SqliteJournal::Open(dir.path());
+  ASSERT_TRUE(journal.ok()) << journal.status();
+  Restart(std::shared_ptr<Journal>(std::move(*journal)));
+  const uint64_t job =
+      Job(JobRequest("j", Dataset({40}, 10), 1, proto::REMAINDER_MODE_PAD, 10,
+                     /*epochs=*/2))
+          .job_id();
+  const uint64_t w = Worker("w:1", 2);
+  ASSERT_TRUE(WorkerBeat(w).ok());  // positions 0, 1
+  ClientBeat(job, 0, {{0, 0, 1, true}});
+  ASSERT_TRUE(
+      WorkerBeat(w, {{{job, 0, 0, 0}, 1, true}, {{job, 0, 0, 1}, 1, true}})
+          .ok());
+  ClientBeat(job, 0, {{0, 1, 1, true}});
+  const std::string before = State(job).SerializeAsString();
+  EXPECT_LT(journal_->updates_since_snapshot(), 3u);  // snapshots were written
+
+  impl_.reset();
+  journal_.reset();
+  auto reopened = SqliteJournal::Open(dir.path());
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  Restart(std::shared_ptr<Journal>(std::move(*reopened)));
+  EXPECT_EQ(State(job).SerializeAsString(), before);
+  EXPECT_TRUE(WorkerBeat(w).ok());
 }
 
 }  // namespace
