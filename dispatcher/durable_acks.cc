@@ -30,11 +30,10 @@ void DurableAcks::Loop() {
     std::vector<Waiter> round;
     {
       absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(
-          +[](DurableAcks* self) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-            return self->cancelled_ || !self->queue_.empty();
-          },
-          this));
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return cancelled_ || !queue_.empty();
+      };
+      mu_.Await(absl::Condition(&ready));
       if (queue_.empty()) return;  // cancelled, everything answered
       round.swap(queue_);
     }
