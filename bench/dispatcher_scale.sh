@@ -7,8 +7,11 @@
 #      heartbeat latency p50/p99/max, errors, the dispatcher's CPU (cores, /proc/PID/stat) and RSS.
 #      Goal: 2,000 workers + 200 consumers with p99 < 50 ms and the dispatcher under one core.
 #
-#   bench/dispatcher_scale.sh                    all steps, 20 s measured each
+#   bench/dispatcher_scale.sh                    all steps, 15 s measured each, SQLite journal on
 #   WORKERS=2000 DURATION=30s bench/dispatcher_scale.sh
+#   JOURNAL_BENCH=0 ...                          skip journal_bench
+#   DISPATCHER=/path/to/sluice-dispatcher ...    another build (e.g. before a change)
+#   FULL_LISTS=1 ...                             consumers echo no list versions (old clients)
 #   PERF_WORKERS=2000 bench/dispatcher_scale.sh  also `perf record -g` the dispatcher in that step
 #   JOURNAL=0 ...                                no --work-dir (in-memory journal)
 #   NICE=-10 ...                                 run bench + dispatcher at that niceness (needs root):
@@ -17,9 +20,9 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD_DIR:-$root/build}"
-workers="${WORKERS:-250,500,1000,2000,4000}"
+workers="${WORKERS:-250,500,1000,1500,2000,3000}"
 consumers="${CONSUMERS:-200}"
-duration="${DURATION:-20s}"
+duration="${DURATION:-15s}"
 warmup="${WARMUP:-5s}"
 journal="${JOURNAL:-1}"
 out="${OUT:-/tmp/dispatcher_scale}"
@@ -32,20 +35,23 @@ fi
 echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(date -u +%Y-%m-%dT%H:%MZ)"
 echo "== load: $(cut -d' ' -f1-3 /proc/loadavg)"
 
-echo "== journal_bench (SQLite journal Append, $out/journal)"
-for sync in full normal; do
-  for threads in 1 8 32; do
-    appends=$([[ $sync == full ]] && echo 1600 || echo 32000)
-    "$build/bin/journal_bench" --work-dir "$out/journal" --threads "$threads" \
-      --appends "$appends" --sync "$sync"
+if [[ "${JOURNAL_BENCH:-1}" == 1 ]]; then
+  echo "== journal_bench (SQLite journal Append, $out/journal)"
+  for sync in full normal; do
+    for threads in 1 8 32; do
+      appends=$([[ $sync == full ]] && echo 1600 || echo 32000)
+      "$build/bin/journal_bench" --work-dir "$out/journal" --threads "$threads" \
+        --appends "$appends" --sync "$sync"
+    done
   done
-done
-rm -rf "$out/journal"
+  rm -rf "$out/journal"
+fi
 
 echo "== dispatcher_scale (load $(cut -d' ' -f1-3 /proc/loadavg))"
-args=(--dispatcher "$build/bin/sluice-dispatcher" --workers "$workers" --consumers "$consumers"
+args=(--dispatcher "${DISPATCHER:-$build/bin/sluice-dispatcher}" --workers "$workers" --consumers "$consumers"
       --duration "$duration" --warmup "$warmup" --log-dir "$out")
 [[ "$journal" == 1 ]] && args+=(--work-root "$out/work")
+[[ "${FULL_LISTS:-0}" == 1 ]] && args+=(--full-lists)
 [[ -n "${PERF_WORKERS:-}" ]] && args+=(--perf-workers "$PERF_WORKERS" --perf-out "$out/perf.data")
 nice_cmd=()
 [[ -n "${NICE:-}" ]] && nice_cmd=(nice -n "$NICE")

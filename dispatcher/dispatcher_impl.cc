@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -98,65 +99,88 @@ bool SameConfig(const proto::JobConfig& a, const proto::JobConfig& b) {
   return a.SerializeAsString() == b.SerializeAsString();
 }
 
+// splitmix64 of `a` combined with `b`: versions of ClientHeartbeat's lists.
+uint64_t Mix(uint64_t a, uint64_t b) {
+  uint64_t z = a ^ (b + 0x9e3779b97f4a7c15ULL + (a << 6) + (a >> 2));
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DispatcherImpl>> DispatcherImpl::Create(
     DispatcherOptions options) {
   std::unique_ptr<DispatcherImpl> impl(new DispatcherImpl(std::move(options)));
   ASSIGN_OR_RETURN(Journal::Contents contents, impl->journal_->Read());
-  absl::MutexLock lock(&impl->mu_);
-  const absl::Time now = impl->clock_->Now();
-  const uint64_t start_micros = static_cast<uint64_t>(absl::ToUnixMicros(now));
-  if (!contents.snapshot.empty()) {
-    proto::DispatcherSnapshot snapshot;
-    if (!snapshot.ParseFromString(contents.snapshot)) {
-      return absl::DataLossError(
-          "the journal's snapshot does not parse (written by a newer "
-          "dispatcher, or corrupt)");
-    }
-    for (int i = 0; i < snapshot.updates_size(); ++i) {
-      if (absl::Status s = impl->state_.Apply(snapshot.updates(i)); !s.ok()) {
+  {
+    std::random_device random;
+    impl->view_nonce_ = (uint64_t{random()} << 32) ^ random();
+  }
+  DispatcherImpl* raw = impl.get();
+  impl->acks_ = std::make_unique<DurableAcks>(
+      impl->journal_.get(), [raw](uint64_t ticket, const absl::Status& s) {
+        raw->MarkDurable(ticket, s);
+      });
+  {
+    absl::MutexLock lock(&impl->mu_);
+    const absl::Time now = impl->clock_->Now();
+    const uint64_t start_micros =
+        static_cast<uint64_t>(absl::ToUnixMicros(now));
+    if (!contents.snapshot.empty()) {
+      proto::DispatcherSnapshot snapshot;
+      if (!snapshot.ParseFromString(contents.snapshot)) {
         return absl::DataLossError(
-            absl::StrCat("the journal's snapshot record ", i,
-                         " does not apply: ", s.message()));
+            "the journal's snapshot does not parse (written by a newer "
+            "dispatcher, or corrupt)");
+      }
+      for (int i = 0; i < snapshot.updates_size(); ++i) {
+        if (absl::Status s = impl->state_.Apply(snapshot.updates(i)); !s.ok()) {
+          return absl::DataLossError(
+              absl::StrCat("the journal's snapshot record ", i,
+                           " does not apply: ", s.message()));
+        }
       }
     }
-  }
-  for (size_t i = 0; i < contents.updates.size(); ++i) {
-    if (absl::Status s = impl->state_.Apply(contents.updates[i]); !s.ok()) {
-      return absl::DataLossError(
-          absl::StrCat("journal record ", i,
-                       " after the snapshot does not apply: ", s.message()));
+    for (size_t i = 0; i < contents.updates.size(); ++i) {
+      if (absl::Status s = impl->state_.Apply(contents.updates[i]); !s.ok()) {
+        return absl::DataLossError(
+            absl::StrCat("journal record ", i,
+                         " after the snapshot does not apply: ", s.message()));
+      }
     }
+    if (impl->state_.incarnation() == 0) {
+      // A fresh state (no journal, or an empty one): a new incarnation, and ids that start past
+      // any an earlier, forgotten incarnation may have handed out, so a job id never names two
+      // jobs.
+      proto::Update floor;
+      floor.mutable_id_floor()->set_next_job_id(start_micros);
+      floor.mutable_id_floor()->set_next_dataset_id(start_micros);
+      floor.mutable_id_floor()->set_incarnation(start_micros);
+      RETURN_IF_ERROR(impl->Commit(floor));
+    }
+    impl->incarnation_ = impl->state_.incarnation();
+    // Workers and consumers known from the journal get a full timeout to reconnect.
+    for (const auto& [id, worker] : impl->state_.workers()) {
+      impl->worker_signals_[id].last_seen = now;
+      impl->worker_signals_[id].registered = now;
+    }
+    for (const auto& [id, job] : impl->state_.jobs()) {
+      for (const DispatcherState::Consumer& c : job.consumers)
+        impl->consumer_signals_[{id, c.index}].last_report = now;
+    }
+    if (!contents.snapshot.empty() || !contents.updates.empty()) {
+      impl->logger_->info(
+          "recovered {} jobs, {} workers from the journal ({} updates after "
+          "the "
+          "snapshot)",
+          impl->state_.jobs().size(), impl->state_.workers().size(),
+          contents.updates.size());
+    }
+    impl->updates_since_snapshot_ = impl->journal_->updates_since_snapshot();
+    impl->UpdateGauges();
   }
-  if (impl->state_.incarnation() == 0) {
-    // A fresh state (no journal, or an empty one): a new incarnation, and ids that start past
-    // any an earlier, forgotten incarnation may have handed out, so a job id never names two
-    // jobs.
-    proto::Update floor;
-    floor.mutable_id_floor()->set_next_job_id(start_micros);
-    floor.mutable_id_floor()->set_next_dataset_id(start_micros);
-    floor.mutable_id_floor()->set_incarnation(start_micros);
-    RETURN_IF_ERROR(impl->Commit(floor));
-  }
-  impl->incarnation_ = impl->state_.incarnation();
-  // Workers and consumers known from the journal get a full timeout to reconnect.
-  for (const auto& [id, worker] : impl->state_.workers()) {
-    impl->worker_signals_[id].last_seen = now;
-    impl->worker_signals_[id].registered = now;
-  }
-  for (const auto& [id, job] : impl->state_.jobs()) {
-    for (const DispatcherState::Consumer& c : job.consumers)
-      impl->consumer_signals_[{id, c.index}].last_report = now;
-  }
-  if (!contents.snapshot.empty() || !contents.updates.empty()) {
-    impl->logger_->info(
-        "recovered {} jobs, {} workers from the journal ({} updates after the "
-        "snapshot)",
-        impl->state_.jobs().size(), impl->state_.workers().size(),
-        contents.updates.size());
-  }
-  impl->UpdateGauges();
+  RETURN_IF_ERROR(impl->WaitDurable());
   return impl;
 }
 
@@ -275,32 +299,235 @@ void DispatcherImpl::MaintenanceLoop() {
   }
 }
 
+absl::Status DispatcherImpl::Admit(uint32_t protocol_version) const {
+  RETURN_IF_ERROR(CheckVersion(protocol_version));
+  if (journal_failed_.load(std::memory_order_acquire)) {
+    return absl::UnavailableError(
+        "the dispatcher's journal failed (see its log): restart the "
+        "dispatcher; it continues from what reached the disk");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherImpl::WaitDurable() {
+  const int64_t ticket = last_ticket_.load(std::memory_order_acquire);
+  if (ticket <= durable_ticket_.load(std::memory_order_acquire))
+    return absl::OkStatus();
+  const absl::Status s = journal_->WaitDurable(static_cast<uint64_t>(ticket));
+  MarkDurable(static_cast<uint64_t>(ticket), s);
+  if (!s.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("the dispatcher cannot journal a change: ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
+void DispatcherImpl::MarkDurable(uint64_t ticket, const absl::Status& status) {
+  if (!status.ok()) {
+    if (!journal_failed_.exchange(true)) {
+      journal_errors_.Increment();
+      logger_->error(
+          "journal commit failed; every RPC now answers Unavailable: restart "
+          "the dispatcher: {}",
+          status.ToString());
+    }
+    return;
+  }
+  int64_t seen = durable_ticket_.load(std::memory_order_relaxed);
+  const int64_t now = static_cast<int64_t>(ticket);
+  while (seen < now && !durable_ticket_.compare_exchange_weak(
+                           seen, now, std::memory_order_release)) {
+  }
+}
+
+template <typename Request, typename Response>
+absl::Status DispatcherImpl::RunSync(Method<Request, Response> method,
+                                     const Request& request,
+                                     Response* response) {
+  RETURN_IF_ERROR((this->*method)(request, response));
+  return WaitDurable();
+}
+
+template <typename Request, typename Response>
+void DispatcherImpl::RunAsync(Method<Request, Response> method,
+                              const Request& request, Response* response,
+                              Done done) {
+  absl::Status status = (this->*method)(request, response);
+  const int64_t ticket = last_ticket_.load(std::memory_order_acquire);
+  if (!status.ok() ||
+      ticket <= durable_ticket_.load(std::memory_order_acquire)) {
+    done(std::move(status));
+    return;
+  }
+  acks_->Add(static_cast<uint64_t>(ticket), std::move(status), std::move(done));
+}
+
+absl::Status DispatcherImpl::RegisterDataset(
+    const proto::RegisterDatasetRequest& request,
+    proto::RegisterDatasetResponse* response) {
+  return RunSync(&DispatcherImpl::DoRegisterDataset, request, response);
+}
+
+void DispatcherImpl::RegisterDataset(
+    const proto::RegisterDatasetRequest& request,
+    proto::RegisterDatasetResponse* response, Done done) {
+  RunAsync(&DispatcherImpl::DoRegisterDataset, request, response,
+           std::move(done));
+}
+
+absl::Status DispatcherImpl::GetOrCreateJob(
+    const proto::GetOrCreateJobRequest& request,
+    proto::GetOrCreateJobResponse* response) {
+  return RunSync(&DispatcherImpl::DoGetOrCreateJob, request, response);
+}
+
+void DispatcherImpl::GetOrCreateJob(const proto::GetOrCreateJobRequest& request,
+                                    proto::GetOrCreateJobResponse* response,
+                                    Done done) {
+  RunAsync(&DispatcherImpl::DoGetOrCreateJob, request, response,
+           std::move(done));
+}
+
+absl::Status DispatcherImpl::ClientHeartbeat(
+    const proto::ClientHeartbeatRequest& request,
+    proto::ClientHeartbeatResponse* response) {
+  return RunSync(&DispatcherImpl::DoClientHeartbeat, request, response);
+}
+
+void DispatcherImpl::ClientHeartbeat(
+    const proto::ClientHeartbeatRequest& request,
+    proto::ClientHeartbeatResponse* response, Done done) {
+  RunAsync(&DispatcherImpl::DoClientHeartbeat, request, response,
+           std::move(done));
+}
+
+absl::Status DispatcherImpl::WorkerRegister(
+    const proto::WorkerRegisterRequest& request,
+    proto::WorkerRegisterResponse* response) {
+  return RunSync(&DispatcherImpl::DoWorkerRegister, request, response);
+}
+
+void DispatcherImpl::WorkerRegister(const proto::WorkerRegisterRequest& request,
+                                    proto::WorkerRegisterResponse* response,
+                                    Done done) {
+  RunAsync(&DispatcherImpl::DoWorkerRegister, request, response,
+           std::move(done));
+}
+
+absl::Status DispatcherImpl::WorkerHeartbeat(
+    const proto::WorkerHeartbeatRequest& request,
+    proto::WorkerHeartbeatResponse* response) {
+  return RunSync(&DispatcherImpl::DoWorkerHeartbeat, request, response);
+}
+
+void DispatcherImpl::WorkerHeartbeat(
+    const proto::WorkerHeartbeatRequest& request,
+    proto::WorkerHeartbeatResponse* response, Done done) {
+  RunAsync(&DispatcherImpl::DoWorkerHeartbeat, request, response,
+           std::move(done));
+}
+
+absl::Status DispatcherImpl::WorkerUnregister(
+    const proto::WorkerUnregisterRequest& request,
+    proto::WorkerUnregisterResponse* response) {
+  return RunSync(&DispatcherImpl::DoWorkerUnregister, request, response);
+}
+
+void DispatcherImpl::WorkerUnregister(
+    const proto::WorkerUnregisterRequest& request,
+    proto::WorkerUnregisterResponse* response, Done done) {
+  RunAsync(&DispatcherImpl::DoWorkerUnregister, request, response,
+           std::move(done));
+}
+
+absl::Status DispatcherImpl::DrainWorker(
+    const proto::DrainWorkerRequest& request,
+    proto::DrainWorkerResponse* response) {
+  return RunSync(&DispatcherImpl::DoDrainWorker, request, response);
+}
+
+void DispatcherImpl::DrainWorker(const proto::DrainWorkerRequest& request,
+                                 proto::DrainWorkerResponse* response,
+                                 Done done) {
+  RunAsync(&DispatcherImpl::DoDrainWorker, request, response, std::move(done));
+}
+
+absl::Status DispatcherImpl::GetJobState(
+    const proto::GetJobStateRequest& request,
+    proto::GetJobStateResponse* response) {
+  return RunSync(&DispatcherImpl::DoGetJobState, request, response);
+}
+
+void DispatcherImpl::GetJobState(const proto::GetJobStateRequest& request,
+                                 proto::GetJobStateResponse* response,
+                                 Done done) {
+  RunAsync(&DispatcherImpl::DoGetJobState, request, response, std::move(done));
+}
+
+absl::Status DispatcherImpl::GetStatus(const proto::GetStatusRequest& request,
+                                       proto::GetStatusResponse* response) {
+  return RunSync(&DispatcherImpl::DoGetStatus, request, response);
+}
+
+void DispatcherImpl::GetStatus(const proto::GetStatusRequest& request,
+                               proto::GetStatusResponse* response, Done done) {
+  RunAsync(&DispatcherImpl::DoGetStatus, request, response, std::move(done));
+}
+
+absl::Status DispatcherImpl::Tick() {
+  RETURN_IF_ERROR(DoTick());
+  return WaitDurable();
+}
+
 absl::Status DispatcherImpl::Commit(const proto::Update& update) {
   if (absl::Status s = state_.Validate(update); !s.ok()) {
     return absl::InternalError(
         absl::StrCat("dispatcher refused its own update (",
                      update.ShortDebugString(), "): ", s.message()));
   }
-  if (absl::Status s = journal_->Append(update); !s.ok()) {
+  absl::StatusOr<uint64_t> ticket = journal_->Enqueue(update);
+  if (!ticket.ok()) {
     journal_errors_.Increment();
-    return absl::UnavailableError(
-        absl::StrCat("the dispatcher cannot journal a change: ", s.message()));
+    return absl::UnavailableError(absl::StrCat(
+        "the dispatcher cannot journal a change: ", ticket.status().message()));
   }
+  last_ticket_.store(static_cast<int64_t>(*ticket), std::memory_order_release);
   if (absl::Status s = state_.Apply(update); !s.ok()) {
     return absl::InternalError(
         absl::StrCat("dispatcher state rejected its own update (",
                      update.ShortDebugString(), "): ", s.message()));
   }
-  if (journal_->updates_since_snapshot() >= options_.snapshot_every) {
-    if (absl::Status s =
-            journal_->WriteSnapshot(state_.Snapshot().SerializeAsString());
-        !s.ok()) {
+  if (++updates_since_snapshot_ >= options_.snapshot_every) {
+    // Serialized here, written by the next commit outside mu_.
+    absl::StatusOr<uint64_t> snapshot =
+        journal_->EnqueueSnapshot(state_.Snapshot().SerializeAsString());
+    if (snapshot.ok()) {
+      last_ticket_.store(static_cast<int64_t>(*snapshot),
+                         std::memory_order_release);
+      updates_since_snapshot_ = 0;
+    } else {
       journal_errors_.Increment();
       logger_->warn("journal compaction failed (the journal keeps growing): {}",
-                    s.ToString());
+                    snapshot.status().ToString());
     }
   }
   return absl::OkStatus();
+}
+
+uint64_t DispatcherImpl::TasksVersion() const {
+  const uint64_t v = Mix(view_nonce_, state_.workers_digest());
+  return v == 0 ? 1 : v;
+}
+
+uint64_t DispatcherImpl::SplitsVersion(
+    uint64_t job_id, const DispatcherState::Consumer& consumer) const {
+  // The sequence is a pure function of (job, consumer, epoch) (ConsumerSplitIds), empty once
+  // the consumer finished.
+  uint64_t v =
+      Mix(Mix(Mix(view_nonce_ ^ 0x5a5a5a5a5a5a5a5aULL, job_id), consumer.index),
+          consumer.epoch);
+  v = Mix(v, consumer.finished ? 1 : 0);
+  return v == 0 ? 1 : v;
 }
 
 absl::Status DispatcherImpl::ApplySoft(const proto::Update& update) {
@@ -312,10 +539,10 @@ absl::Status DispatcherImpl::ApplySoft(const proto::Update& update) {
   return absl::OkStatus();
 }
 
-absl::Status DispatcherImpl::RegisterDataset(
+absl::Status DispatcherImpl::DoRegisterDataset(
     const proto::RegisterDatasetRequest& request,
     proto::RegisterDatasetResponse* response) {
-  RETURN_IF_ERROR(CheckVersion(request.protocol_version()));
+  RETURN_IF_ERROR(Admit(request.protocol_version()));
   // The pipeline is opaque here (workers parse and validate it): only its size is limited.
   if (static_cast<int64_t>(request.pipeline().size()) >
       options_.limits.max_pipeline_bytes) {
@@ -368,10 +595,10 @@ absl::Status DispatcherImpl::RegisterDataset(
   return absl::OkStatus();
 }
 
-absl::Status DispatcherImpl::GetOrCreateJob(
+absl::Status DispatcherImpl::DoGetOrCreateJob(
     const proto::GetOrCreateJobRequest& request,
     proto::GetOrCreateJobResponse* response) {
-  RETURN_IF_ERROR(CheckVersion(request.protocol_version()));
+  RETURN_IF_ERROR(Admit(request.protocol_version()));
   absl::MutexLock lock(&mu_);
   const DispatcherState::Dataset* dataset =
       state_.FindDataset(request.dataset_id());
@@ -478,10 +705,10 @@ proto::SplitAssignment DispatcherImpl::MakeAssignment(
   return a;
 }
 
-absl::Status DispatcherImpl::ClientHeartbeat(
+absl::Status DispatcherImpl::DoClientHeartbeat(
     const proto::ClientHeartbeatRequest& request,
     proto::ClientHeartbeatResponse* response) {
-  RETURN_IF_ERROR(CheckVersion(request.protocol_version()));
+  RETURN_IF_ERROR(Admit(request.protocol_version()));
   absl::MutexLock lock(&mu_);
   const DispatcherState::Job* job = state_.FindJob(request.job_id());
   if (job == nullptr) {
@@ -570,23 +797,36 @@ absl::Status DispatcherImpl::ClientHeartbeat(
   response->set_epoch(consumer.epoch);
   response->set_finished(consumer.finished);
   for (uint64_t pos = 0; pos < consumer.slots.size(); ++pos) {
-    *response->add_splits() =
-        MakeAssignment(*job, {job->id, consumer.index, consumer.epoch, pos});
     if (consumer.slots[pos].status == proto::SPLIT_STATUS_DONE)
       response->add_done_positions(pos);
   }
-  for (const auto& [id, worker] : state_.workers()) {
-    proto::Task* task = response->add_tasks();
-    task->set_worker_id(id);
-    task->set_address(worker.address);
+  // The two long lists only when the client does not hold them already.
+  response->set_splits_version(SplitsVersion(job->id, consumer));
+  if (request.splits_version() != response->splits_version()) {
+    response->mutable_splits()->Reserve(
+        static_cast<int>(consumer.slots.size()));
+    for (uint64_t pos = 0; pos < consumer.slots.size(); ++pos) {
+      *response->add_splits() =
+          MakeAssignment(*job, {job->id, consumer.index, consumer.epoch, pos});
+    }
+  }
+  response->set_tasks_version(TasksVersion());
+  if (request.tasks_version() != response->tasks_version()) {
+    response->mutable_tasks()->Reserve(
+        static_cast<int>(state_.workers().size()));
+    for (const auto& [id, worker] : state_.workers()) {
+      proto::Task* task = response->add_tasks();
+      task->set_worker_id(id);
+      task->set_address(worker.address);
+    }
   }
   return absl::OkStatus();
 }
 
-absl::Status DispatcherImpl::WorkerRegister(
+absl::Status DispatcherImpl::DoWorkerRegister(
     const proto::WorkerRegisterRequest& request,
     proto::WorkerRegisterResponse* response) {
-  RETURN_IF_ERROR(CheckVersion(request.protocol_version()));
+  RETURN_IF_ERROR(Admit(request.protocol_version()));
   if (request.address().empty()) {
     return absl::InvalidArgumentError(
         "WorkerRegister: address (host:port) is empty");
@@ -618,43 +858,26 @@ absl::Status DispatcherImpl::WorkerRegister(
 
 absl::Status DispatcherImpl::AssignSplits(uint64_t worker_id, int free,
                                           proto::WorkerHeartbeatResponse* out) {
-  struct Candidate {
-    int in_production = 0;
-    const DispatcherState::Job* job = nullptr;
-    uint32_t consumer = 0;
-    std::vector<uint64_t> pending;  // positions, ascending
-    size_t next = 0;
-  };
-  std::vector<Candidate> candidates;
-  for (const auto& [job_id, job] : state_.jobs()) {
-    if (job.config.mode() != proto::PROCESSING_MODE_DISTRIBUTED_EPOCH) continue;
-    for (const DispatcherState::Consumer& consumer : job.consumers) {
-      Candidate c{.job = &job, .consumer = consumer.index};
-      for (uint64_t pos = 0; pos < consumer.slots.size(); ++pos) {
-        const DispatcherState::Slot& slot = consumer.slots[pos];
-        if (slot.status == proto::SPLIT_STATUS_PENDING)
-          c.pending.push_back(pos);
-        if (slot.status == proto::SPLIT_STATUS_ASSIGNED &&
-            !slot.finished_producing) {
-          ++c.in_production;
-        }
-      }
-      if (!c.pending.empty()) candidates.push_back(std::move(c));
-    }
-  }
+  // Each pick: the consumer with the fewest splits in production, ties to the
+  // lowest (job, consumer); its lowest pending position. The state's indexes
+  // (Consumer::pending, in_production) make a pick one pass over the consumers.
   while (free > 0) {
-    Candidate* best = nullptr;
-    for (Candidate& c : candidates) {
-      if (c.next < c.pending.size() &&
-          (best == nullptr || c.in_production < best->in_production)) {
-        best = &c;
+    const DispatcherState::Job* best_job = nullptr;
+    const DispatcherState::Consumer* best = nullptr;
+    for (const auto& [job_id, job] : state_.jobs()) {
+      if (job.config.mode() != proto::PROCESSING_MODE_DISTRIBUTED_EPOCH)
+        continue;
+      for (const DispatcherState::Consumer& consumer : job.consumers) {
+        if (consumer.pending.empty()) continue;
+        if (best == nullptr || consumer.in_production < best->in_production) {
+          best = &consumer;
+          best_job = &job;
+        }
       }
     }
     if (best == nullptr) break;
-    const DispatcherState::Job& job = *best->job;
-    const SlotKey key{job.id, best->consumer,
-                      job.consumers[best->consumer].epoch,
-                      best->pending[best->next++]};
+    const DispatcherState::Job& job = *best_job;
+    const SlotKey key{job.id, best->index, best->epoch, *best->pending.begin()};
     const DispatcherState::Slot* slot = state_.FindSlot(key);
     const bool reassigned = slot->assignments > 0;
     proto::Update update;
@@ -668,7 +891,6 @@ absl::Status DispatcherImpl::AssignSplits(uint64_t worker_id, int free,
     a->set_skip_batches(u->skip_batches());
     (reassigned ? splits_reassigned_ : splits_assigned_).Increment();
     if (reassigned) MetricsFor(job).splits_reassigned->Increment();
-    ++best->in_production;
     --free;
   }
   return absl::OkStatus();
@@ -687,10 +909,10 @@ void DispatcherImpl::FillJobInfo(const DispatcherState::Job& job,
   *info->mutable_config() = job.config;
 }
 
-absl::Status DispatcherImpl::WorkerHeartbeat(
+absl::Status DispatcherImpl::DoWorkerHeartbeat(
     const proto::WorkerHeartbeatRequest& request,
     proto::WorkerHeartbeatResponse* response) {
-  RETURN_IF_ERROR(CheckVersion(request.protocol_version()));
+  RETURN_IF_ERROR(Admit(request.protocol_version()));
   absl::MutexLock lock(&mu_);
   if (state_.FindWorker(request.worker_id()) == nullptr) {
     return absl::NotFoundError(
@@ -823,10 +1045,10 @@ absl::Status DispatcherImpl::LoseWorker(uint64_t worker_id, const char* why) {
   return absl::OkStatus();
 }
 
-absl::Status DispatcherImpl::WorkerUnregister(
+absl::Status DispatcherImpl::DoWorkerUnregister(
     const proto::WorkerUnregisterRequest& request,
     proto::WorkerUnregisterResponse* /*response*/) {
-  RETURN_IF_ERROR(CheckVersion(request.protocol_version()));
+  RETURN_IF_ERROR(Admit(request.protocol_version()));
   absl::MutexLock lock(&mu_);
   if (state_.FindWorker(request.worker_id()) == nullptr) {
     return absl::NotFoundError(
@@ -835,10 +1057,10 @@ absl::Status DispatcherImpl::WorkerUnregister(
   return LoseWorker(request.worker_id(), "unregistered");
 }
 
-absl::Status DispatcherImpl::DrainWorker(
+absl::Status DispatcherImpl::DoDrainWorker(
     const proto::DrainWorkerRequest& request,
     proto::DrainWorkerResponse* response) {
-  RETURN_IF_ERROR(CheckVersion(request.protocol_version()));
+  RETURN_IF_ERROR(Admit(request.protocol_version()));
   absl::MutexLock lock(&mu_);
   const DispatcherState::Worker* worker =
       state_.FindWorker(request.worker_id());
@@ -861,10 +1083,10 @@ absl::Status DispatcherImpl::DrainWorker(
   return absl::OkStatus();
 }
 
-absl::Status DispatcherImpl::GetJobState(
+absl::Status DispatcherImpl::DoGetJobState(
     const proto::GetJobStateRequest& request,
     proto::GetJobStateResponse* response) {
-  RETURN_IF_ERROR(CheckVersion(request.protocol_version()));
+  RETURN_IF_ERROR(Admit(request.protocol_version()));
   absl::MutexLock lock(&mu_);
   const DispatcherState::Job* job = state_.FindJob(request.job_id());
   if (job == nullptr)
@@ -892,7 +1114,7 @@ absl::Status DispatcherImpl::GetJobState(
   return absl::OkStatus();
 }
 
-absl::Status DispatcherImpl::Tick() {
+absl::Status DispatcherImpl::DoTick() {
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_->Now();
   std::vector<uint64_t> expired;
@@ -1204,9 +1426,9 @@ absl::Status DispatcherImpl::Autoscale(absl::Time now) {
   return absl::OkStatus();
 }
 
-absl::Status DispatcherImpl::GetStatus(const proto::GetStatusRequest& request,
-                                       proto::GetStatusResponse* response) {
-  RETURN_IF_ERROR(CheckVersion(request.protocol_version()));
+absl::Status DispatcherImpl::DoGetStatus(const proto::GetStatusRequest& request,
+                                         proto::GetStatusResponse* response) {
+  RETURN_IF_ERROR(Admit(request.protocol_version()));
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_->Now();
   if (request.starting_workers() >= 0)

@@ -5,7 +5,18 @@
 // Thread-safety: all public methods are thread-safe (one mutex around
 // DispatcherState). Start() runs one maintenance thread, owned and joined by
 // this object, that calls Tick() every heartbeat_interval; tests call Tick()
-// themselves instead.
+// themselves instead. A DurableAcks thread (dispatcher/durable_acks.h), started
+// by Create, answers the asynchronous RPC methods once what they changed (and
+// everything changed before) is durable.
+//
+// Durability. Every state change is validated, enqueued to the journal, then
+// applied, under the mutex (Journal::Enqueue: no I/O); the answer waits, outside
+// the mutex, until the journal holds every update enqueued so far, so no answer
+// ever reveals state a crash could take back. The synchronous methods wait in
+// the caller's thread; the asynchronous ones (the gRPC adapter's) leave that to
+// DurableAcks, so the heartbeats of one moment share one commit. A failed commit
+// leaves the memory state ahead of the disk: every later RPC answers Unavailable
+// until the dispatcher is restarted (it replays what reached the disk).
 //
 // -----------------------------------------------------------------------------
 // Protocol (docs/architecture.md walks through it with a trace)
@@ -61,6 +72,13 @@
 // splits in production, ties to the lowest (job id, consumer), so every
 // consumer's splits are produced roughly in release order.
 //
+// Consumer answers. ClientHeartbeat returns the consumer's epoch, its split
+// sequence, the done positions and every worker as a Task. The sequence and the
+// task list are versioned: a request that echoes their current versions gets
+// them omitted (proto/dispatcher.proto, "Versioned lists"); a version names the
+// list's contents within one dispatcher process, so after a restart every
+// client gets whole lists once.
+//
 // Done and epochs. A split is DONE only when its consumer reports
 // (ClientHeartbeat) that it holds the split's last batch (`complete`); the
 // worker is then told to drop it. When all slots of a consumer's epoch are
@@ -108,7 +126,9 @@
 #ifndef SLUICE_DISPATCHER_DISPATCHER_IMPL_H_
 #define SLUICE_DISPATCHER_DISPATCHER_IMPL_H_
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <thread>
@@ -124,6 +144,7 @@
 #include "common/service/protocol.h"
 #include "dispatcher/autoscaler.h"
 #include "dispatcher/dispatcher_state.h"
+#include "dispatcher/durable_acks.h"
 #include "dispatcher/journal.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
@@ -168,6 +189,9 @@ struct DispatcherOptions {
 
 class DispatcherImpl {
  public:
+  // Receives an asynchronous RPC's status once its response may be sent.
+  using Done = DurableAcks::Done;
+
   // Replays options.journal. Errors: the journal's, or Internal if an update
   // does not apply.
   static absl::StatusOr<std::unique_ptr<DispatcherImpl>> Create(
@@ -195,6 +219,8 @@ class DispatcherImpl {
                               proto::GetOrCreateJobResponse* response)
       ABSL_LOCKS_EXCLUDED(mu_);
   // NotFound: unknown job. InvalidArgument: consumer_index >= num_consumers.
+  // `tasks` and `splits` are omitted when the request's tasks_version /
+  // splits_version name the current lists (proto/dispatcher.proto).
   absl::Status ClientHeartbeat(const proto::ClientHeartbeatRequest& request,
                                proto::ClientHeartbeatResponse* response)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -221,6 +247,38 @@ class DispatcherImpl {
   // decision adds to the current workers.
   absl::Status GetStatus(const proto::GetStatusRequest& request,
                          proto::GetStatusResponse* response)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The same RPCs for a server that must not block: the work is done in the
+  // calling thread (a short critical section, no I/O), then `done` receives the
+  // status, at once or from the DurableAcks thread once the journal is durable.
+  // `response` must stay valid until then.
+  void RegisterDataset(const proto::RegisterDatasetRequest& request,
+                       proto::RegisterDatasetResponse* response, Done done)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void GetOrCreateJob(const proto::GetOrCreateJobRequest& request,
+                      proto::GetOrCreateJobResponse* response, Done done)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void ClientHeartbeat(const proto::ClientHeartbeatRequest& request,
+                       proto::ClientHeartbeatResponse* response, Done done)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void WorkerRegister(const proto::WorkerRegisterRequest& request,
+                      proto::WorkerRegisterResponse* response, Done done)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void WorkerHeartbeat(const proto::WorkerHeartbeatRequest& request,
+                       proto::WorkerHeartbeatResponse* response, Done done)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void WorkerUnregister(const proto::WorkerUnregisterRequest& request,
+                        proto::WorkerUnregisterResponse* response, Done done)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void DrainWorker(const proto::DrainWorkerRequest& request,
+                   proto::DrainWorkerResponse* response, Done done)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void GetJobState(const proto::GetJobStateRequest& request,
+                   proto::GetJobStateResponse* response, Done done)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void GetStatus(const proto::GetStatusRequest& request,
+                 proto::GetStatusResponse* response, Done done)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   uint64_t incarnation() const { return incarnation_; }
@@ -272,8 +330,64 @@ class DispatcherImpl {
 
   explicit DispatcherImpl(DispatcherOptions options);
 
-  // Validates `update`, journals it, then applies it; compacts the journal now and then.
-  // Internal if it does not apply after validating (a bug in this class).
+  // The RPCs' work: each takes mu_, changes the state through Commit(), fills
+  // the response. The public methods then wait for durability (WaitDurable) or
+  // leave that to acks_.
+  absl::Status DoRegisterDataset(const proto::RegisterDatasetRequest& request,
+                                 proto::RegisterDatasetResponse* response)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status DoGetOrCreateJob(const proto::GetOrCreateJobRequest& request,
+                                proto::GetOrCreateJobResponse* response)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status DoClientHeartbeat(const proto::ClientHeartbeatRequest& request,
+                                 proto::ClientHeartbeatResponse* response)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status DoWorkerRegister(const proto::WorkerRegisterRequest& request,
+                                proto::WorkerRegisterResponse* response)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status DoWorkerHeartbeat(const proto::WorkerHeartbeatRequest& request,
+                                 proto::WorkerHeartbeatResponse* response)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status DoWorkerUnregister(const proto::WorkerUnregisterRequest& request,
+                                  proto::WorkerUnregisterResponse* response)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status DoDrainWorker(const proto::DrainWorkerRequest& request,
+                             proto::DrainWorkerResponse* response)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status DoGetJobState(const proto::GetJobStateRequest& request,
+                             proto::GetJobStateResponse* response)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status DoGetStatus(const proto::GetStatusRequest& request,
+                           proto::GetStatusResponse* response)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status DoTick() ABSL_LOCKS_EXCLUDED(mu_);
+
+  template <typename Request, typename Response>
+  using Method = absl::Status (DispatcherImpl::*)(const Request&, Response*);
+  template <typename Request, typename Response>
+  absl::Status RunSync(Method<Request, Response> method, const Request& request,
+                       Response* response) ABSL_LOCKS_EXCLUDED(mu_);
+  template <typename Request, typename Response>
+  void RunAsync(Method<Request, Response> method, const Request& request,
+                Response* response, Done done) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // FailedPrecondition for another protocol version; Unavailable once a journal
+  // commit failed.
+  absl::Status Admit(uint32_t protocol_version) const;
+  // Returns once every update enqueued so far is durable (in this thread).
+  absl::Status WaitDurable() ABSL_LOCKS_EXCLUDED(mu_);
+  // The journal made tickets up to `ticket` durable (or failed to).
+  void MarkDurable(uint64_t ticket, const absl::Status& status);
+
+  // The versions of ClientHeartbeatResponse.tasks and .splits (never 0).
+  uint64_t TasksVersion() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t SplitsVersion(uint64_t job_id,
+                         const DispatcherState::Consumer& consumer) const;
+
+  // Validates `update`, enqueues it to the journal, then applies it; compacts
+  // the journal now and then. Internal if it does not apply after validating (a
+  // bug in this class). The caller's answer must WaitDurable() (or go through
+  // acks_) before it is sent.
   absl::Status Commit(const proto::Update& update)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies `update` without journaling it: soft state that the next heartbeat reports again
@@ -352,6 +466,18 @@ class DispatcherImpl {
       0;  // the state's incarnation (UpdateIdFloor); set once in Create
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   std::thread maintenance_ ABSL_GUARDED_BY(mu_);
+  // Commits since the last snapshot was enqueued (the compaction policy).
+  uint64_t updates_since_snapshot_ ABSL_GUARDED_BY(mu_) = 0;
+  // A random value per process: versions of one process never name another's lists.
+  uint64_t view_nonce_ = 0;
+
+  // The last journal ticket enqueued (-1: none) and the last known durable.
+  // Written under mu_ (last_ticket_) or by whoever saw the commit; read without.
+  std::atomic<int64_t> last_ticket_{-1};
+  std::atomic<int64_t> durable_ticket_{-1};
+  std::atomic<bool> journal_failed_{false};
+  // Last member: destroyed (answering what it holds) before the rest.
+  std::unique_ptr<DurableAcks> acks_;
 };
 
 }  // namespace sluice::dispatcher

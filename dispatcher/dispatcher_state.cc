@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
+#include "common/record/checksum.h"
 
 namespace sluice::dispatcher {
 
@@ -101,6 +102,35 @@ const DispatcherState::Slot* DispatcherState::FindSlot(
   return const_cast<DispatcherState*>(this)->MutableSlot(key);
 }
 
+void DispatcherState::Reindex(Consumer& consumer) {
+  consumer.pending.clear();
+  consumer.in_production = 0;
+  for (uint64_t pos = 0; pos < consumer.slots.size(); ++pos) {
+    const Slot& slot = consumer.slots[pos];
+    if (slot.status == proto::SPLIT_STATUS_PENDING) {
+      consumer.pending.insert(consumer.pending.end(), pos);
+    } else if (slot.status == proto::SPLIT_STATUS_ASSIGNED &&
+               !slot.finished_producing) {
+      ++consumer.in_production;
+    }
+  }
+}
+
+void DispatcherState::Reindex(const SlotKey& key) {
+  auto it = jobs_.find(key.job_id);
+  if (it == jobs_.end() || key.consumer >= it->second.consumers.size()) return;
+  Reindex(it->second.consumers[key.consumer]);
+}
+
+uint64_t DispatcherState::WorkerHash(uint64_t id, const std::string& address) {
+  // splitmix64 of the id, mixed with the address's checksum.
+  uint64_t z = id + 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  z ^= z >> 31;
+  return z ^ record::Checksum(address);
+}
+
 DispatcherState::Slot* DispatcherState::MutableSlot(const SlotKey& key) {
   auto it = jobs_.find(key.job_id);
   if (it == jobs_.end() || key.consumer >= it->second.consumers.size())
@@ -133,6 +163,7 @@ absl::Status DispatcherState::ApplyRegisterDataset(
 absl::Status DispatcherState::StartEpoch(Job& job, Consumer& consumer) {
   consumer.slots.clear();
   consumer.done = 0;
+  Reindex(consumer);
   if (job.config.num_epochs() != 0 &&
       consumer.epoch >= job.config.num_epochs()) {
     consumer.finished = true;
@@ -144,6 +175,7 @@ absl::Status DispatcherState::StartEpoch(Job& job, Consumer& consumer) {
   consumer.slots.resize(slots.size());
   for (size_t i = 0; i < slots.size(); ++i)
     consumer.slots[i].pieces = std::move(slots[i]);
+  Reindex(consumer);
   return absl::OkStatus();
 }
 
@@ -195,6 +227,7 @@ absl::Status DispatcherState::ApplyRegisterWorker(
   w.id = u.worker_id();
   w.address = u.address();
   w.capacity = std::max<uint32_t>(1, u.capacity());
+  workers_digest_ ^= WorkerHash(w.id, w.address);
   next_worker_id_ = std::max(next_worker_id_, u.worker_id() + 1);
   return absl::OkStatus();
 }
@@ -229,6 +262,7 @@ absl::Status DispatcherState::ApplyAssignSplit(
   slot->finished_producing = false;
   ++slot->assignments;
   wit->second.slots.insert(key);
+  Reindex(key);
   return absl::OkStatus();
 }
 
@@ -275,6 +309,7 @@ absl::Status DispatcherState::ApplyClientProgress(
       slot.skip_batches = slot.delivered_batches;
     }
   }
+  Reindex(consumer);
   if (consumer.done == consumer.slots.size()) {
     ++consumer.epoch;
     RETURN_IF_ERROR(StartEpoch(job, consumer));
@@ -298,8 +333,10 @@ absl::Status DispatcherState::ApplyWorkerProgress(
     }
     slot->produced_batches =
         std::max(slot->produced_batches, p.produced_batches());
-    slot->finished_producing =
-        slot->finished_producing || p.finished_producing();
+    if (!slot->finished_producing && p.finished_producing()) {
+      slot->finished_producing = true;
+      Reindex(SlotKey::FromProto(p.key()));
+    }
   }
   return absl::OkStatus();
 }
@@ -311,6 +348,7 @@ void DispatcherState::Release(Worker& worker, const SlotKey& key) {
   slot->status = proto::SPLIT_STATUS_AWAITING_PROGRESS;
   slot->worker_id = 0;
   slot->finished_producing = false;
+  Reindex(key);
 }
 
 absl::Status DispatcherState::ApplyWorkerLost(
@@ -322,6 +360,7 @@ absl::Status DispatcherState::ApplyWorkerLost(
   }
   const std::set<SlotKey> held = wit->second.slots;
   for (const SlotKey& key : held) Release(wit->second, key);
+  workers_digest_ ^= WorkerHash(wit->second.id, wit->second.address);
   workers_.erase(wit);
   return absl::OkStatus();
 }
@@ -525,6 +564,7 @@ absl::Status DispatcherState::ApplyConsumerState(
     }
     if (slot.status == proto::SPLIT_STATUS_DONE) ++consumer.done;
   }
+  Reindex(consumer);
   return absl::OkStatus();
 }
 

@@ -66,6 +66,11 @@ class DispatcherState {
     uint64_t done = 0;  // slots of `epoch` that are DONE
     std::vector<Slot>
         slots;  // of `epoch`; position = index (empty in PARALLEL_EPOCHS mode)
+    // Indexes of `slots`, kept by Apply, so that assigning a split does not walk every slot
+    // of every consumer: positions of PENDING slots, and the ASSIGNED slots whose worker has
+    // not finished producing them.
+    std::set<uint64_t> pending;
+    uint32_t in_production = 0;
   };
 
   struct Job {
@@ -127,6 +132,9 @@ class DispatcherState {
   uint64_t NextWorkerId() const { return next_worker_id_; }
   // See UpdateIdFloor.incarnation; 0 until set.
   uint64_t incarnation() const { return incarnation_; }
+  // A digest of the registered workers' (id, address) pairs: equal sets give equal digests
+  // (order-free, kept by Apply in O(1)). Names the task list of ClientHeartbeat.
+  uint64_t workers_digest() const { return workers_digest_; }
 
  private:
   absl::Status ApplyRegisterDataset(const proto::UpdateRegisterDataset& u);
@@ -148,6 +156,10 @@ class DispatcherState {
   // The slot goes back to AWAITING_PROGRESS: reassigned after its consumer's
   // next report.
   void Release(Worker& worker, const SlotKey& key);
+  // Recomputes consumer.pending and consumer.in_production from its slots.
+  static void Reindex(Consumer& consumer);
+  void Reindex(const SlotKey& key);
+  static uint64_t WorkerHash(uint64_t id, const std::string& address);
 
   std::map<uint64_t, Dataset> datasets_;
   std::map<uint64_t, Job> jobs_;
@@ -156,6 +168,7 @@ class DispatcherState {
   uint64_t next_job_id_ = 1;
   uint64_t next_worker_id_ = 1;
   uint64_t incarnation_ = 0;
+  uint64_t workers_digest_ = 0;
 };
 
 }  // namespace sluice::dispatcher

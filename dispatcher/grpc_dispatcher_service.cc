@@ -3,61 +3,91 @@
 #include "common/service/grpc_status.h"
 
 namespace sluice::dispatcher {
+namespace {
 
-using service::ToGrpcStatus;
+// The reactor that the impl's `done` finishes (from this thread or DurableAcks').
+template <typename Request, typename Response>
+grpc::ServerUnaryReactor* Serve(
+    grpc::CallbackServerContext* context, const Request* request,
+    Response* response, DispatcherImpl* impl,
+    void (DispatcherImpl::*method)(const Request&, Response*,
+                                   DispatcherImpl::Done)) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  (impl->*method)(*request, response, [reactor](absl::Status status) {
+    reactor->Finish(service::ToGrpcStatus(status));
+  });
+  return reactor;
+}
 
-grpc::Status GrpcDispatcherService::RegisterDataset(
-    grpc::ServerContext*, const proto::RegisterDatasetRequest* request,
+}  // namespace
+
+grpc::ServerUnaryReactor* GrpcDispatcherService::RegisterDataset(
+    grpc::CallbackServerContext* context,
+    const proto::RegisterDatasetRequest* request,
     proto::RegisterDatasetResponse* response) {
-  return ToGrpcStatus(impl_->RegisterDataset(*request, response));
+  return Serve(context, request, response, impl_,
+               &DispatcherImpl::RegisterDataset);
 }
 
-grpc::Status GrpcDispatcherService::GetOrCreateJob(
-    grpc::ServerContext*, const proto::GetOrCreateJobRequest* request,
+grpc::ServerUnaryReactor* GrpcDispatcherService::GetOrCreateJob(
+    grpc::CallbackServerContext* context,
+    const proto::GetOrCreateJobRequest* request,
     proto::GetOrCreateJobResponse* response) {
-  return ToGrpcStatus(impl_->GetOrCreateJob(*request, response));
+  return Serve(context, request, response, impl_,
+               &DispatcherImpl::GetOrCreateJob);
 }
 
-grpc::Status GrpcDispatcherService::ClientHeartbeat(
-    grpc::ServerContext*, const proto::ClientHeartbeatRequest* request,
+grpc::ServerUnaryReactor* GrpcDispatcherService::ClientHeartbeat(
+    grpc::CallbackServerContext* context,
+    const proto::ClientHeartbeatRequest* request,
     proto::ClientHeartbeatResponse* response) {
-  return ToGrpcStatus(impl_->ClientHeartbeat(*request, response));
+  return Serve(context, request, response, impl_,
+               &DispatcherImpl::ClientHeartbeat);
 }
 
-grpc::Status GrpcDispatcherService::WorkerRegister(
-    grpc::ServerContext*, const proto::WorkerRegisterRequest* request,
+grpc::ServerUnaryReactor* GrpcDispatcherService::WorkerRegister(
+    grpc::CallbackServerContext* context,
+    const proto::WorkerRegisterRequest* request,
     proto::WorkerRegisterResponse* response) {
-  return ToGrpcStatus(impl_->WorkerRegister(*request, response));
+  return Serve(context, request, response, impl_,
+               &DispatcherImpl::WorkerRegister);
 }
 
-grpc::Status GrpcDispatcherService::WorkerHeartbeat(
-    grpc::ServerContext*, const proto::WorkerHeartbeatRequest* request,
+grpc::ServerUnaryReactor* GrpcDispatcherService::WorkerHeartbeat(
+    grpc::CallbackServerContext* context,
+    const proto::WorkerHeartbeatRequest* request,
     proto::WorkerHeartbeatResponse* response) {
-  return ToGrpcStatus(impl_->WorkerHeartbeat(*request, response));
+  return Serve(context, request, response, impl_,
+               &DispatcherImpl::WorkerHeartbeat);
 }
 
-grpc::Status GrpcDispatcherService::WorkerUnregister(
-    grpc::ServerContext*, const proto::WorkerUnregisterRequest* request,
+grpc::ServerUnaryReactor* GrpcDispatcherService::WorkerUnregister(
+    grpc::CallbackServerContext* context,
+    const proto::WorkerUnregisterRequest* request,
     proto::WorkerUnregisterResponse* response) {
-  return ToGrpcStatus(impl_->WorkerUnregister(*request, response));
+  return Serve(context, request, response, impl_,
+               &DispatcherImpl::WorkerUnregister);
 }
 
-grpc::Status GrpcDispatcherService::DrainWorker(
-    grpc::ServerContext*, const proto::DrainWorkerRequest* request,
+grpc::ServerUnaryReactor* GrpcDispatcherService::DrainWorker(
+    grpc::CallbackServerContext* context,
+    const proto::DrainWorkerRequest* request,
     proto::DrainWorkerResponse* response) {
-  return ToGrpcStatus(impl_->DrainWorker(*request, response));
+  return Serve(context, request, response, impl_, &DispatcherImpl::DrainWorker);
 }
 
-grpc::Status GrpcDispatcherService::GetJobState(
-    grpc::ServerContext*, const proto::GetJobStateRequest* request,
+grpc::ServerUnaryReactor* GrpcDispatcherService::GetJobState(
+    grpc::CallbackServerContext* context,
+    const proto::GetJobStateRequest* request,
     proto::GetJobStateResponse* response) {
-  return ToGrpcStatus(impl_->GetJobState(*request, response));
+  return Serve(context, request, response, impl_, &DispatcherImpl::GetJobState);
 }
 
-grpc::Status GrpcDispatcherService::GetStatus(
-    grpc::ServerContext*, const proto::GetStatusRequest* request,
+grpc::ServerUnaryReactor* GrpcDispatcherService::GetStatus(
+    grpc::CallbackServerContext* context,
+    const proto::GetStatusRequest* request,
     proto::GetStatusResponse* response) {
-  return ToGrpcStatus(impl_->GetStatus(*request, response));
+  return Serve(context, request, response, impl_, &DispatcherImpl::GetStatus);
 }
 
 }  // namespace sluice::dispatcher

@@ -1,7 +1,15 @@
-// GrpcDispatcherService: the gRPC face of DispatcherImpl, one line per RPC
-// (sync unary API; every RPC is short and never blocks on another peer).
+// GrpcDispatcherService: the gRPC face of DispatcherImpl, one line per RPC.
+//
+// Callback API: a handler runs DispatcherImpl's short critical section on the
+// gRPC thread that received the call and returns; the call is finished then, or
+// by DispatcherImpl's DurableAcks thread once the journal made the change
+// durable. No thread is parked per waiting call, so the thread count stays
+// bounded whatever the number of workers and consumers (the synchronous API
+// started a thread per blocked call and convoyed on the dispatcher's mutex;
+// docs/BENCHMARKS.md "Control-plane scale").
+//
 // Converts absl::Status to grpc::Status with the same code. Thread-safe; does
-// not own the impl, which must outlive it.
+// not own the impl, which must outlive the server.
 #ifndef SLUICE_DISPATCHER_GRPC_DISPATCHER_SERVICE_H_
 #define SLUICE_DISPATCHER_GRPC_DISPATCHER_SERVICE_H_
 
@@ -12,41 +20,47 @@
 
 namespace sluice::dispatcher {
 
-class GrpcDispatcherService final : public proto::DispatcherService::Service {
+class GrpcDispatcherService final
+    : public proto::DispatcherService::CallbackService {
  public:
   explicit GrpcDispatcherService(DispatcherImpl* impl) : impl_(impl) {}
 
-  grpc::Status RegisterDataset(
-      grpc::ServerContext* context,
+  grpc::ServerUnaryReactor* RegisterDataset(
+      grpc::CallbackServerContext* context,
       const proto::RegisterDatasetRequest* request,
       proto::RegisterDatasetResponse* response) override;
-  grpc::Status GetOrCreateJob(grpc::ServerContext* context,
-                              const proto::GetOrCreateJobRequest* request,
-                              proto::GetOrCreateJobResponse* response) override;
-  grpc::Status ClientHeartbeat(
-      grpc::ServerContext* context,
+  grpc::ServerUnaryReactor* GetOrCreateJob(
+      grpc::CallbackServerContext* context,
+      const proto::GetOrCreateJobRequest* request,
+      proto::GetOrCreateJobResponse* response) override;
+  grpc::ServerUnaryReactor* ClientHeartbeat(
+      grpc::CallbackServerContext* context,
       const proto::ClientHeartbeatRequest* request,
       proto::ClientHeartbeatResponse* response) override;
-  grpc::Status WorkerRegister(grpc::ServerContext* context,
-                              const proto::WorkerRegisterRequest* request,
-                              proto::WorkerRegisterResponse* response) override;
-  grpc::Status WorkerHeartbeat(
-      grpc::ServerContext* context,
+  grpc::ServerUnaryReactor* WorkerRegister(
+      grpc::CallbackServerContext* context,
+      const proto::WorkerRegisterRequest* request,
+      proto::WorkerRegisterResponse* response) override;
+  grpc::ServerUnaryReactor* WorkerHeartbeat(
+      grpc::CallbackServerContext* context,
       const proto::WorkerHeartbeatRequest* request,
       proto::WorkerHeartbeatResponse* response) override;
-  grpc::Status WorkerUnregister(
-      grpc::ServerContext* context,
+  grpc::ServerUnaryReactor* WorkerUnregister(
+      grpc::CallbackServerContext* context,
       const proto::WorkerUnregisterRequest* request,
       proto::WorkerUnregisterResponse* response) override;
-  grpc::Status DrainWorker(grpc::ServerContext* context,
-                           const proto::DrainWorkerRequest* request,
-                           proto::DrainWorkerResponse* response) override;
-  grpc::Status GetJobState(grpc::ServerContext* context,
-                           const proto::GetJobStateRequest* request,
-                           proto::GetJobStateResponse* response) override;
-  grpc::Status GetStatus(grpc::ServerContext* context,
-                         const proto::GetStatusRequest* request,
-                         proto::GetStatusResponse* response) override;
+  grpc::ServerUnaryReactor* DrainWorker(
+      grpc::CallbackServerContext* context,
+      const proto::DrainWorkerRequest* request,
+      proto::DrainWorkerResponse* response) override;
+  grpc::ServerUnaryReactor* GetJobState(
+      grpc::CallbackServerContext* context,
+      const proto::GetJobStateRequest* request,
+      proto::GetJobStateResponse* response) override;
+  grpc::ServerUnaryReactor* GetStatus(
+      grpc::CallbackServerContext* context,
+      const proto::GetStatusRequest* request,
+      proto::GetStatusResponse* response) override;
 
  private:
   DispatcherImpl* const impl_;

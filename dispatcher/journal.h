@@ -73,6 +73,15 @@ class Journal {
   virtual absl::Status WaitDurable(uint64_t /*ticket*/) {
     return absl::OkStatus();
   }
+  // WriteSnapshot() in Enqueue() order, for the same caller: `snapshot` must
+  // reflect exactly the updates enqueued before this call; it replaces them when
+  // the commit that carries it is written, so the caller's lock is not held
+  // across the write. The ticket is waited for like an update's. The default
+  // writes at once.
+  virtual absl::StatusOr<uint64_t> EnqueueSnapshot(std::string snapshot) {
+    if (absl::Status s = WriteSnapshot(snapshot); !s.ok()) return s;
+    return 0;
+  }
 };
 
 // Keeps nothing: a dispatcher restart starts empty. The default.

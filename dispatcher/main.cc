@@ -15,6 +15,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/base/duration_flag.h"
 #include "common/service/limits.h"
@@ -137,6 +138,10 @@ int Run(const Flags& flags) {
 }  // namespace sluice::dispatcher
 
 int main(int argc, char** argv) {
+  // Abseil's mutex deadlock detection (on in Debian's Abseil build) records
+  // every acquisition of DispatcherImpl::mu_ in a graph: a debugging aid that
+  // costs CPU on every RPC. Tests keep it.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   sluice::dispatcher::Flags flags;
   CLI::App app{
       "sluice-dispatcher: hands dataset splits to data workers "

@@ -350,7 +350,30 @@ absl::StatusOr<Journal::Contents> SqliteJournal::ReadLocked() {
   return contents;
 }
 
-absl::Status SqliteJournal::WriteBatch(const std::deque<Pending>& batch) {
+absl::Status SqliteJournal::WriteQueue(const std::deque<Pending>& queue,
+                                       uint64_t* after_snapshot,
+                                       bool* snapshotted) {
+  *after_snapshot = 0;
+  *snapshotted = false;
+  auto run = queue.begin();
+  for (auto it = queue.begin(); it != queue.end(); ++it) {
+    if (!it->snapshot) continue;
+    if (run != it) RETURN_IF_ERROR(WriteBatch(run, it));
+    if (absl::Status s = WriteSnapshotLocked(it->bytes); !s.ok()) {
+      if (!sqlite3_get_autocommit(db_)) Exec("ROLLBACK").IgnoreError();
+      return s;
+    }
+    *snapshotted = true;
+    run = std::next(it);
+  }
+  if (run != queue.end()) RETURN_IF_ERROR(WriteBatch(run, queue.end()));
+  *after_snapshot = static_cast<uint64_t>(queue.end() - run);
+  return absl::OkStatus();
+}
+
+absl::Status SqliteJournal::WriteBatch(
+    std::deque<Pending>::const_iterator begin,
+    std::deque<Pending>::const_iterator end) {
   opened_contents_.reset();
   auto step = [this](sqlite3_stmt* stmt, const char* what) -> absl::Status {
     const int rc = sqlite3_step(stmt);
@@ -361,7 +384,8 @@ absl::Status SqliteJournal::WriteBatch(const std::deque<Pending>& batch) {
   RETURN_IF_ERROR(step(begin_, "BEGIN"));
   uint64_t seq = next_seq_;
   absl::Status status;
-  for (const Pending& pending : batch) {
+  for (auto it = begin; it != end; ++it) {
+    const Pending& pending = *it;
     sqlite3_bind_int64(insert_, 1, static_cast<int64_t>(seq));
     sqlite3_bind_blob(insert_, 2, pending.bytes.data(),
                       static_cast<int>(pending.bytes.size()), SQLITE_STATIC);
@@ -408,6 +432,13 @@ absl::StatusOr<uint64_t> SqliteJournal::Enqueue(const proto::Update& update) {
   return next_ticket_++;
 }
 
+absl::StatusOr<uint64_t> SqliteJournal::EnqueueSnapshot(std::string snapshot) {
+  absl::MutexLock lock(&mu_);
+  if (!broken_.ok()) return BrokenError();
+  queue_.push_back({std::move(snapshot), /*snapshot=*/true});
+  return next_ticket_++;
+}
+
 absl::Status SqliteJournal::WaitDurable(uint64_t ticket) {
   mu_.Lock();
   while (done_ <= ticket && ticket < next_ticket_) {
@@ -429,17 +460,20 @@ absl::Status SqliteJournal::WaitDurable(uint64_t ticket) {
     const bool broken = !broken_.ok();
     mu_.Unlock();
     absl::Status status = absl::OkStatus();
+    uint64_t after_snapshot = 0;
+    bool snapshotted = false;
     if (broken) {
       status = absl::FailedPreconditionError("earlier write error");
     } else if (!batch.empty()) {
-      status = WriteBatch(batch);
+      status = WriteQueue(batch, &after_snapshot, &snapshotted);
     }
     mu_.Lock();
     db_mu_.Unlock();
     writing_ = false;
     done_ = std::max(done_, end);
     if (status.ok()) {
-      updates_since_snapshot_ += batch.size();
+      if (snapshotted) updates_since_snapshot_ = 0;
+      updates_since_snapshot_ += after_snapshot;
     } else if (broken_.ok()) {
       broken_ = status;
       first_failed_ticket_ = end - batch.size();

@@ -36,6 +36,8 @@
 // durable. This pays when several threads append at once; a caller that
 // Append()s under one lock gets one transaction, one fsync, per update: use
 // Enqueue() under the lock and WaitDurable() outside it instead.
+// EnqueueSnapshot() puts a snapshot in the same queue: the leader writes the
+// updates before it, then the snapshot (which deletes them), then the rest.
 //
 // Measured (bench/dispatcher_scale.sh, journal_bench, 2-core VM, load ~13):
 // synchronous=FULL, 1 thread: ~250-550 appends/s, p50 0.4-3.8 ms (one fsync
@@ -117,6 +119,11 @@ class SqliteJournal : public Journal {
   // Commits the queue (as the leader) or waits for the commit in progress.
   absl::Status WaitDurable(uint64_t ticket) override
       ABSL_LOCKS_EXCLUDED(mu_, db_mu_);
+  // Queues the snapshot behind the updates enqueued so far; the leader of the
+  // next commit writes those updates, then the snapshot (which deletes them),
+  // then what follows it, each a transaction. Never blocks on I/O.
+  absl::StatusOr<uint64_t> EnqueueSnapshot(std::string snapshot) override
+      ABSL_LOCKS_EXCLUDED(mu_);
   // One transaction: replaces the snapshot, deletes the updates, then hands
   // the freed pages back to the file system (the file does not grow over
   // snapshot cycles) and truncates the WAL.
@@ -129,6 +136,7 @@ class SqliteJournal : public Journal {
  private:
   struct Pending {
     std::string bytes;
+    bool snapshot = false;  // `bytes` is a snapshot, not an update
   };
 
   SqliteJournal(std::string path, sqlite3* db)
@@ -143,8 +151,15 @@ class SqliteJournal : public Journal {
   // message.
   absl::Status Error(int rc, const std::string& what) const;
   absl::StatusOr<Contents> ReadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_);
-  // Writes `batch` (rows next_seq_, ...) in one transaction.
-  absl::Status WriteBatch(const std::deque<Pending>& batch)
+  // Writes updates [begin, end) (rows next_seq_, ...) in one transaction.
+  absl::Status WriteBatch(std::deque<Pending>::const_iterator begin,
+                          std::deque<Pending>::const_iterator end)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_);
+  // Writes a leader's queue: runs of updates (WriteBatch) and snapshots in
+  // order. *after_snapshot: updates written after the last snapshot in it;
+  // *snapshotted: it held one.
+  absl::Status WriteQueue(const std::deque<Pending>& queue,
+                          uint64_t* after_snapshot, bool* snapshotted)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_);
   absl::Status WriteSnapshotLocked(const std::string& snapshot)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_);

@@ -15,12 +15,14 @@
 // are registered, the workers register, then heartbeats run for --warmup
 // (not measured) and --duration (measured). Per step it prints heartbeat
 // latency p50/p99/max per kind, achieved rates, errors, missed beats (the
-// previous call of that peer still in flight), the dispatcher's CPU (from
-// /proc/PID/stat, in cores) and RSS, and this process's CPU (it shares the
-// machine).
+// previous call of that peer still in flight), offered (beats due) and
+// answered (OK) rates, the dispatcher's CPU (from /proc/PID/stat, in cores),
+// RSS and thread count, and this process's CPU (it shares the machine).
+// Consumers echo the versions of the lists they hold, as the client does
+// (--full-lists: as clients before versions).
 //
 //   dispatcher_scale --dispatcher build/bin/sluice-dispatcher
-//       --workers 250,500,1000,2000,4000 --consumers 200 --duration 20s
+//       --workers 250,500,1000,1500,2000,3000 --consumers 200 --duration 15s
 //
 // One file on purpose (~780 lines): a benchmark is read and rerun as a whole,
 // and nothing here is used by anything else. Its parts, each marked `// ----`:
@@ -67,7 +69,7 @@ struct Flags {
   std::string dispatcher_bin = "build/bin/sluice-dispatcher";
   std::string work_root;  // empty: no --work-dir
   std::string log_dir = "/tmp/dispatcher_scale";
-  std::vector<int> workers = {250, 500, 1000, 2000, 4000};
+  std::vector<int> workers = {250, 500, 1000, 1500, 2000, 3000};
   int consumers = 200;
   int jobs = 4;
   double worker_hz = 1;
@@ -79,7 +81,8 @@ struct Flags {
   int channels = 64;
   uint32_t capacity = 2;
   uint64_t batches_per_beat = 8;
-  int perf_workers = 0;  // perf record the dispatcher in this step
+  bool full_lists = false;  // consumers echo no list versions (old clients)
+  int perf_workers = 0;     // perf record the dispatcher in this step
   std::string perf_out = "/tmp/dispatcher_scale/perf.data";
 };
 
@@ -133,6 +136,7 @@ class Stats {
     if (errors_[code]++ == 0) first_error_[code] = message;
   }
   void Missed() { missed_.fetch_add(1); }
+  void Offered() { offered_.fetch_add(1); }
 
   struct Summary {
     size_t count = 0;
@@ -140,6 +144,7 @@ class Stats {
     double avg_response_bytes = 0;
     size_t errors = 0;
     size_t missed = 0;
+    size_t offered = 0;  // beats due in the window (sent or missed)
     std::string error_text;
   };
   Summary Summarize() ABSL_LOCKS_EXCLUDED(mu_) {
@@ -147,6 +152,7 @@ class Stats {
     Summary s;
     s.count = latencies_ms_.size();
     s.missed = missed_.load();
+    s.offered = offered_.load();
     for (const auto& [code, n] : errors_) {
       s.errors += n;
       absl::StrAppend(&s.error_text, " [code ", static_cast<int>(code), " x", n,
@@ -172,6 +178,7 @@ class Stats {
   std::map<grpc::StatusCode, size_t> errors_ ABSL_GUARDED_BY(mu_);
   std::map<grpc::StatusCode, std::string> first_error_ ABSL_GUARDED_BY(mu_);
   std::atomic<size_t> missed_{0};
+  std::atomic<size_t> offered_{0};
 };
 
 // The measurement window, shared by all peers.
@@ -197,8 +204,10 @@ class Peer {
   // Called by the driver thread when the peer's beat is due.
   void Beat(DispatcherService::Stub* stub, Stats* stats, const Window* window,
             absl::Duration deadline) {
+    const bool measured = window->Contains(SteadyClock::now());
+    if (measured) stats->Offered();
     if (busy_.load(std::memory_order_acquire)) {
-      if (window->Contains(SteadyClock::now())) stats->Missed();
+      if (measured) stats->Missed();
       return;
     }
     busy_.store(true, std::memory_order_relaxed);
@@ -317,8 +326,12 @@ class SimWorker : public Peer {
 
 class SimConsumer : public Peer {
  public:
-  SimConsumer(uint64_t job_id, uint32_t index, ProgressBoard* board)
-      : job_id_(job_id), index_(index), board_(board) {}
+  SimConsumer(uint64_t job_id, uint32_t index, ProgressBoard* board,
+              bool full_lists)
+      : job_id_(job_id),
+        index_(index),
+        board_(board),
+        full_lists_(full_lists) {}
 
   uint64_t epoch() const { return epoch_.load(); }
 
@@ -332,6 +345,12 @@ class SimConsumer : public Peer {
     req.set_job_id(job_id_);
     req.set_consumer_index(index_);
     req.set_buffer_fill(0.5);
+    // Like the client: echo the versions of the lists held, so unchanged ones
+    // are omitted (--full-lists: never, as clients before versions).
+    if (!full_lists_) {
+      req.set_tasks_version(tasks_version_);
+      req.set_splits_version(splits_version_);
+    }
     const uint64_t epoch = epoch_.load();
     for (uint64_t pos = 0; pos < done_.size(); ++pos) {
       if (done_[pos]) continue;
@@ -370,7 +389,13 @@ class SimConsumer : public Peer {
  private:
   void Apply(const proto::ClientHeartbeatResponse& response) {
     epoch_.store(response.epoch());
-    done_.assign(response.splits_size(), false);
+    const bool splits_kept = response.splits_version() != 0 &&
+                             response.splits_version() == splits_version_ &&
+                             response.splits().empty();
+    if (!splits_kept) num_splits_ = response.splits_size();
+    splits_version_ = response.splits_version();
+    tasks_version_ = response.tasks_version();
+    done_.assign(num_splits_, false);
     for (uint64_t pos : response.done_positions()) {
       if (pos < done_.size()) done_[pos] = true;
     }
@@ -379,8 +404,12 @@ class SimConsumer : public Peer {
   const uint64_t job_id_;
   const uint32_t index_;
   ProgressBoard* const board_;
+  const bool full_lists_;
   std::atomic<uint64_t> epoch_{0};
   std::vector<bool> done_;  // per position of the current epoch
+  uint64_t tasks_version_ = 0;
+  uint64_t splits_version_ = 0;
+  size_t num_splits_ = 0;
 };
 
 // ---- Driver threads: each beats its share of the peers on schedule. ----
@@ -560,7 +589,8 @@ absl::StatusOr<StepResult> RunStep(const Flags& flags, int num_workers) {
     }
     for (int c = 0; c < n; ++c) {
       consumers.push_back(std::make_unique<SimConsumer>(
-          job_response.job_id(), static_cast<uint32_t>(c), &board));
+          job_response.job_id(), static_cast<uint32_t>(c), &board,
+          flags.full_lists));
     }
   }
   // Workers register from 16 threads (blocking calls).
@@ -684,13 +714,14 @@ absl::StatusOr<StepResult> RunStep(const Flags& flags, int num_workers) {
   return result;
 }
 
-std::string Summary(const char* name, const Stats::Summary& s, double rate) {
-  char buf[256];
+std::string Summary(const char* name, const Stats::Summary& s, double rate,
+                    double window_seconds) {
+  char buf[320];
   std::snprintf(buf, sizeof(buf),
-                "%s %7.0f/s p50 %6.2f ms p99 %7.2f ms max %7.1f ms errors %zu "
-                "missed %zu resp %6.0f B",
-                name, rate, s.p50, s.p99, s.max, s.errors, s.missed,
-                s.avg_response_bytes);
+                "%s offered %6.0f/s answered %6.0f/s p50 %6.2f ms p99 %7.2f ms "
+                "max %7.1f ms errors %zu missed %zu resp %6.0f B",
+                name, s.offered / window_seconds, rate, s.p50, s.p99, s.max,
+                s.errors, s.missed, s.avg_response_bytes);
   return buf;
 }
 
@@ -738,6 +769,9 @@ int main(int argc, char** argv) {
   app.add_option("--batches-per-beat", flags.batches_per_beat,
                  "batches a worker produces per split per heartbeat")
       ->capture_default_str();
+  app.add_flag("--full-lists", flags.full_lists,
+               "consumers echo no list versions: every answer carries the "
+               "whole task list and split sequence (clients before versions)");
   app.add_option("--perf-workers", flags.perf_workers,
                  "perf record the dispatcher during the step with this many "
                  "workers");
@@ -767,9 +801,11 @@ int main(int argc, char** argv) {
         "RSS %.0f MB %d threads | bench %.2f cores | epochs %llu..%llu | load "
         "%s -> %s\n",
         n, r->setup_seconds,
-        sluice::bench::Summary("worker hb", r->worker_hb, r->worker_rate)
+        sluice::bench::Summary("worker hb", r->worker_hb, r->worker_rate,
+                               absl::ToDoubleSeconds(flags.duration))
             .c_str(),
-        sluice::bench::Summary("consumer hb", r->consumer_hb, r->consumer_rate)
+        sluice::bench::Summary("consumer hb", r->consumer_hb, r->consumer_rate,
+                               absl::ToDoubleSeconds(flags.duration))
             .c_str(),
         r->dispatcher_cores, r->dispatcher_rss_mb, r->dispatcher_threads,
         r->bench_cores, static_cast<unsigned long long>(r->min_epoch),

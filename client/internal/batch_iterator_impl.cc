@@ -317,6 +317,8 @@ absl::Status BatchIteratorImpl::Heartbeat() {
       request.set_restore(true);
       request.set_restore_epoch(params_.restore->epoch());
     }
+    request.set_tasks_version(lists_.tasks_version());
+    request.set_splits_version(lists_.splits_version());
     heartbeat_context_ = &context;
   }
   proto::ClientHeartbeatResponse response;
@@ -333,14 +335,19 @@ absl::Status BatchIteratorImpl::Heartbeat() {
     }
     std::vector<uint64_t> done(response.done_positions().begin(),
                                response.done_positions().end());
+    HeldLists::Response lists{
+        .tasks_version = response.tasks_version(),
+        .splits_version = response.splits_version(),
+        .num_splits = static_cast<uint64_t>(response.splits_size())};
+    for (const proto::Task& task : response.tasks())
+      lists.addresses.push_back(task.address());
+    lists_.Apply(request.tasks_version(), request.splits_version(),
+                 std::move(lists));
     const bool was_started = state_.started();
-    state_.ApplyHeartbeat(response.epoch(), response.splits_size(), done,
+    state_.ApplyHeartbeat(response.epoch(), lists_.num_splits(), done,
                           response.finished());
     if (!was_started) epoch_ = response.epoch();
-    std::set<std::string> addresses;
-    for (const proto::Task& task : response.tasks())
-      addresses.insert(task.address());
-    if (!cancelled_ && error_.ok()) SyncReaders(addresses);
+    if (!cancelled_ && error_.ok()) SyncReaders(lists_.addresses());
     ++heartbeats_;
     last_heartbeat_ok_ = absl::Now();
     cv_.SignalAll();

@@ -136,10 +136,11 @@ class BatchIteratorImpl final : public BatchIterator {
       false;  // until a heartbeat carried it
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   IteratorState state_ ABSL_GUARDED_BY(mu_);
+  HeldLists lists_ ABSL_GUARDED_BY(mu_);  // of the last heartbeat answer
   uint64_t heartbeats_ ABSL_GUARDED_BY(mu_) = 0;  // successful ones
   absl::Time last_heartbeat_ok_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> listed_
-      ABSL_GUARDED_BY(mu_);  // worker addresses of the last heartbeat
+      ABSL_GUARDED_BY(mu_);  // worker addresses with a reader
   std::set<std::string> parallel_done_
       ABSL_GUARDED_BY(mu_);  // workers whose walk ended
   std::map<std::string, std::unique_ptr<Reader>> readers_ ABSL_GUARDED_BY(mu_);

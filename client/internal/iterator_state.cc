@@ -202,4 +202,22 @@ std::vector<SlotProgress> IteratorState::Held() const {
   return out;
 }
 
+void HeldLists::Apply(uint64_t sent_tasks, uint64_t sent_splits,
+                      Response response) {
+  const bool tasks_unchanged = response.tasks_version != 0 &&
+                               response.tasks_version == sent_tasks &&
+                               response.addresses.empty();
+  if (!tasks_unchanged) {
+    addresses_ = std::set<std::string>(
+        std::make_move_iterator(response.addresses.begin()),
+        std::make_move_iterator(response.addresses.end()));
+  }
+  tasks_version_ = response.tasks_version;
+  const bool splits_unchanged = response.splits_version != 0 &&
+                                response.splits_version == sent_splits &&
+                                response.num_splits == 0;
+  if (!splits_unchanged) num_splits_ = response.num_splits;
+  splits_version_ = response.splits_version;
+}
+
 }  // namespace sluice::client

@@ -41,6 +41,8 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -140,6 +142,41 @@ class IteratorState {
   std::deque<Batch> fifo_;             // default mode
   std::map<BatchKey, Batch> ordered_;  // deterministic mode
   BatchKey cursor_{0, 0, 0};  // deterministic: the next batch to release
+};
+
+// The two lists of a ClientHeartbeatResponse that the dispatcher omits when the client holds
+// them already (proto/dispatcher.proto, "Versioned lists"): the worker addresses to stream from
+// and the length of the consumer's split sequence. The client echoes the versions it holds;
+// a response with another version (or version 0, from a dispatcher without versions) carries
+// the whole list, which replaces the held one. Not thread-safe.
+//
+//   Apply(sent 0,  {version 7, [a, b]})  -> addresses [a, b], tasks_version 7
+//   Apply(sent 7,  {version 7, []})      -> addresses [a, b] (omitted: unchanged)
+//   Apply(sent 7,  {version 9, [a]})     -> addresses [a]
+class HeldLists {
+ public:
+  struct Response {
+    uint64_t tasks_version = 0;
+    std::vector<std::string> addresses;  // empty when omitted
+    uint64_t splits_version = 0;
+    uint64_t num_splits = 0;  // 0 when omitted
+  };
+
+  // What the next ClientHeartbeatRequest echoes.
+  uint64_t tasks_version() const { return tasks_version_; }
+  uint64_t splits_version() const { return splits_version_; }
+
+  // Applies the answer to a request that echoed `sent_tasks` / `sent_splits`.
+  void Apply(uint64_t sent_tasks, uint64_t sent_splits, Response response);
+
+  const std::set<std::string>& addresses() const { return addresses_; }
+  uint64_t num_splits() const { return num_splits_; }
+
+ private:
+  uint64_t tasks_version_ = 0;
+  uint64_t splits_version_ = 0;
+  std::set<std::string> addresses_;
+  uint64_t num_splits_ = 0;
 };
 
 }  // namespace sluice::client

@@ -3,7 +3,10 @@
 // Every request to the dispatcher and every GetBatches call carries `protocol_version`
 // (proto/worker.proto: ProtocolVersion). A peer speaking another version is refused with
 // FAILED_PRECONDITION naming both versions and which side to upgrade. Bump
-// proto::PROTOCOL_VERSION_CURRENT whenever a message changes incompatibly.
+// proto::PROTOCOL_VERSION_CURRENT whenever a message changes incompatibly. A field whose zero
+// value keeps the old meaning on both sides does not bump it: e.g. ClientHeartbeat's list
+// versions (proto/dispatcher.proto, "Versioned lists"), where 0 means "send / these are the
+// whole lists", so old clients and old dispatchers interoperate with new ones.
 #ifndef SLUICE_COMMON_SERVICE_PROTOCOL_H_
 #define SLUICE_COMMON_SERVICE_PROTOCOL_H_
 

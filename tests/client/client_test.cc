@@ -133,6 +133,57 @@ TEST(DataServiceClient, DeliversEveryBatchOnceFromTwoWorkersOverTwoEpochs) {
   EXPECT_EQ((*it)->epoch(), 1u);
 }
 
+TEST(DataServiceClient, KeepsTheListsADispatcherOmitsAndTakesChangedOnes) {
+  FakeWorker a, b;
+  for (uint64_t e = 0; e < 2; ++e) {
+    for (uint64_t p = 0; p < 4; ++p)
+      (p % 2 == 0 ? a : b).AddSplit(e, p, /*count=*/3);
+  }
+  TestServer a_server(&a), b_server(&b);
+  FakeDispatcher dispatcher(/*num_epochs=*/2, /*positions=*/4);
+  // Only `a` at first: the client streams from `b` only once a heartbeat
+  // answer carries the changed list.
+  dispatcher.SetTasks({a_server.address()});
+  TestServer dispatcher_server(&dispatcher);
+
+  auto client = DataServiceClient::Create(Options(dispatcher_server.address()));
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto it = (*client)->Open(Job());
+  ASSERT_TRUE(it.ok()) << it.status();
+  std::thread later([&] {
+    while (dispatcher.omitted_tasks() < 3)
+      absl::SleepFor(absl::Milliseconds(5));
+    dispatcher.SetTasks({a_server.address(), b_server.address()});
+  });
+  std::vector<Origin> got = ReadAll(**it);
+  later.join();
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, AllOrigins(2, 4, 3));
+  EXPECT_EQ((*it)->duplicate_batches(), 0u);
+}
+
+TEST(DataServiceClient, DeliversEveryBatchFromADispatcherWithoutListVersions) {
+  FakeWorker a, b;
+  for (uint64_t e = 0; e < 2; ++e) {
+    for (uint64_t p = 0; p < 4; ++p)
+      (p % 2 == 0 ? a : b).AddSplit(e, p, /*count=*/3);
+  }
+  TestServer a_server(&a), b_server(&b);
+  FakeDispatcher dispatcher(/*num_epochs=*/2, /*positions=*/4);
+  dispatcher.SetVersionedLists(false);
+  dispatcher.SetTasks({a_server.address(), b_server.address()});
+  TestServer dispatcher_server(&dispatcher);
+
+  auto client = DataServiceClient::Create(Options(dispatcher_server.address()));
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto it = (*client)->Open(Job());
+  ASSERT_TRUE(it.ok()) << it.status();
+  std::vector<Origin> got = ReadAll(**it);
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, AllOrigins(2, 4, 3));
+  EXPECT_EQ(dispatcher.omitted_tasks(), 0);
+}
+
 TEST(DataServiceClient, DropsBatchesResentAfterReassignment) {
   // Worker A streams batches 0 and 1 of position 0, then dies. The dispatcher
   // hands the split to worker B with the consumer's prefix; B re-sends 0 and 1

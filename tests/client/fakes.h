@@ -48,7 +48,10 @@ class TestServer {
 
 // A dispatcher with one job (kJobId) whose consumer has `positions` splits per
 // epoch. A position is done when a heartbeat reports it complete; when all are,
-// the epoch advances; after `num_epochs` the consumer is finished.
+// the epoch advances; after `num_epochs` the consumer is finished. Like the real
+// one it omits the task list and the split sequence when the request echoes
+// their versions, unless SetVersionedLists(false) (a dispatcher that predates
+// versions: whole lists, version 0).
 class FakeDispatcher final : public proto::DispatcherService::Service {
  public:
   FakeDispatcher(uint64_t num_epochs, uint64_t positions)
@@ -57,6 +60,16 @@ class FakeDispatcher final : public proto::DispatcherService::Service {
   void SetTasks(std::vector<std::string> addresses) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     tasks_ = std::move(addresses);
+    ++tasks_version_;
+  }
+  void SetVersionedLists(bool versioned) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    versioned_ = versioned;
+  }
+  // Heartbeat answers that omitted the task list.
+  int omitted_tasks() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return omitted_tasks_;
   }
   void SetVersion(uint32_t version) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
@@ -139,19 +152,30 @@ class FakeDispatcher final : public proto::DispatcherService::Service {
     }
     response->set_epoch(epoch_);
     response->set_finished(finished_);
-    for (uint64_t p = 0; p < positions_; ++p) {
-      proto::SplitAssignment* split = response->add_splits();
-      split->mutable_key()->set_job_id(kJobId);
-      split->mutable_key()->set_epoch(epoch_);
-      split->mutable_key()->set_position(p);
-      split->add_pieces()->set_split_id(p);
+    const uint64_t splits_version =
+        versioned_ ? 100 + 2 * epoch_ + (finished_ ? 1 : 0) : 0;
+    const uint64_t tasks_version = versioned_ ? tasks_version_ : 0;
+    response->set_splits_version(splits_version);
+    response->set_tasks_version(tasks_version);
+    if (splits_version == 0 || request->splits_version() != splits_version) {
+      for (uint64_t p = 0; p < positions_; ++p) {
+        proto::SplitAssignment* split = response->add_splits();
+        split->mutable_key()->set_job_id(kJobId);
+        split->mutable_key()->set_epoch(epoch_);
+        split->mutable_key()->set_position(p);
+        split->add_pieces()->set_split_id(p);
+      }
     }
     for (uint64_t p : done_) response->add_done_positions(p);
-    uint64_t id = 1;
-    for (const std::string& address : tasks_) {
-      proto::Task* task = response->add_tasks();
-      task->set_worker_id(id++);
-      task->set_address(address);
+    if (tasks_version == 0 || request->tasks_version() != tasks_version) {
+      uint64_t id = 1;
+      for (const std::string& address : tasks_) {
+        proto::Task* task = response->add_tasks();
+        task->set_worker_id(id++);
+        task->set_address(address);
+      }
+    } else {
+      ++omitted_tasks_;
     }
     return grpc::Status::OK;
   }
@@ -172,6 +196,9 @@ class FakeDispatcher final : public proto::DispatcherService::Service {
   uint32_t version_ ABSL_GUARDED_BY(mu_) = service::kProtocolVersion;
   grpc::Status heartbeat_error_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> tasks_ ABSL_GUARDED_BY(mu_);
+  uint64_t tasks_version_ ABSL_GUARDED_BY(mu_) = 1;
+  bool versioned_ ABSL_GUARDED_BY(mu_) = true;
+  int omitted_tasks_ ABSL_GUARDED_BY(mu_) = 0;
   proto::RegisterDatasetRequest registered_ ABSL_GUARDED_BY(mu_);
   proto::GetOrCreateJobRequest job_request_ ABSL_GUARDED_BY(mu_);
   std::vector<proto::ClientSplitProgress> last_progress_ ABSL_GUARDED_BY(mu_);

@@ -1,5 +1,7 @@
 #include "client/internal/iterator_state.h"
 
+#include <set>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -230,6 +232,46 @@ TEST(IteratorState, DeterministicModeSkipsPositionsDoneElsewhere) {
   ASSERT_EQ(progress.size(), 1u);
   EXPECT_EQ(progress[0].position, 2u);
   PopAll(state);
+}
+
+TEST(HeldLists, KeepsAListTheAnswerOmitsAndReplacesAChangedOne) {
+  HeldLists lists;
+  EXPECT_EQ(lists.tasks_version(), 0u);
+  lists.Apply(/*sent_tasks=*/0, /*sent_splits=*/0,
+              {.tasks_version = 7,
+               .addresses = {"a:1", "b:1"},
+               .splits_version = 3,
+               .num_splits = 26});
+  EXPECT_EQ(lists.addresses(), (std::set<std::string>{"a:1", "b:1"}));
+  EXPECT_EQ(lists.num_splits(), 26u);
+  EXPECT_EQ(lists.tasks_version(), 7u);
+  EXPECT_EQ(lists.splits_version(), 3u);
+
+  // Unchanged: both omitted.
+  lists.Apply(7, 3, {.tasks_version = 7, .splits_version = 3});
+  EXPECT_EQ(lists.addresses(), (std::set<std::string>{"a:1", "b:1"}));
+  EXPECT_EQ(lists.num_splits(), 26u);
+
+  // The task list changed (a worker left), the split sequence did not.
+  lists.Apply(7, 3,
+              {.tasks_version = 9, .addresses = {"a:1"}, .splits_version = 3});
+  EXPECT_EQ(lists.addresses(), (std::set<std::string>{"a:1"}));
+  EXPECT_EQ(lists.num_splits(), 26u);
+  EXPECT_EQ(lists.tasks_version(), 9u);
+
+  // A new version with an empty list is an empty list (every worker gone).
+  lists.Apply(9, 3, {.tasks_version = 11, .splits_version = 5});
+  EXPECT_TRUE(lists.addresses().empty());
+  EXPECT_EQ(lists.num_splits(), 0u);
+}
+
+TEST(HeldLists, AnAnswerWithoutVersionsAlwaysCarriesTheWholeLists) {
+  HeldLists lists;
+  lists.Apply(0, 0, {.addresses = {"a:1"}, .num_splits = 4});
+  EXPECT_EQ(lists.tasks_version(), 0u);  // echoes 0: never omitted
+  lists.Apply(0, 0, {});
+  EXPECT_TRUE(lists.addresses().empty());
+  EXPECT_EQ(lists.num_splits(), 0u);
 }
 
 }  // namespace

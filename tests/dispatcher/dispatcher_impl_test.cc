@@ -10,9 +10,11 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/clock.h"
 #include "common/record/sharding.h"
+#include "dispatcher/sqlite_journal.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
+#include "tests/testing/temp_dir.h"
 
 namespace sluice::dispatcher {
 namespace {
@@ -47,6 +49,7 @@ class DispatcherImplTest : public ::testing::Test {
     options.registry = &registry_;
     options.journal = journal;
     options.worker_timeout = absl::Seconds(10);
+    options.snapshot_every = snapshot_every_;
     auto impl = DispatcherImpl::Create(options);
     ASSERT_TRUE(impl.ok()) << impl.status();
     impl_ = std::move(*impl);
@@ -183,6 +186,7 @@ class DispatcherImplTest : public ::testing::Test {
 
   FakeClock clock_;
   prometheus::Registry registry_;
+  uint64_t snapshot_every_ = 10000;
   std::shared_ptr<Journal> journal_;
   std::unique_ptr<DispatcherImpl> impl_;
 };
@@ -626,6 +630,170 @@ TEST_F(DispatcherImplTest, ARestartedDispatcherReplaysItsJournal) {
   Restart(journal_);
   EXPECT_EQ(State(job).SerializeAsString(), before);
   EXPECT_TRUE(WorkerBeat(w).ok());  // the worker is still known
+}
+
+// A ClientHeartbeat that echoes list versions (ClientBeat sends none).
+proto::ClientHeartbeatResponse VersionedBeat(
+    DispatcherImpl& impl, uint64_t job, uint64_t tasks_version,
+    uint64_t splits_version, std::vector<Delivered> progress = {}) {
+  proto::ClientHeartbeatRequest request;
+  request.set_protocol_version(kProtocolVersion);
+  request.set_job_id(job);
+  request.set_tasks_version(tasks_version);
+  request.set_splits_version(splits_version);
+  for (const Delivered& d : progress) {
+    auto* p = request.add_progress();
+    p->set_epoch(d.epoch);
+    p->set_position(d.position);
+    p->set_delivered_batches(d.batches);
+    p->set_complete(d.complete);
+  }
+  proto::ClientHeartbeatResponse response;
+  absl::Status s = impl.ClientHeartbeat(request, &response);
+  EXPECT_TRUE(s.ok()) << s;
+  return response;
+}
+
+TEST_F(DispatcherImplTest, ClientHeartbeatOmitsTheListsTheClientHolds) {
+  const uint64_t job =
+      Job(JobRequest("j", Dataset({40}, 10), 1, proto::REMAINDER_MODE_PAD, 10))
+          .job_id();
+  Worker("w1:1", 1);
+  Worker("w2:1", 1);
+  // A client without versions (also one that predates them) gets everything.
+  const proto::ClientHeartbeatResponse first = ClientBeat(job, 0);
+  EXPECT_EQ(first.tasks_size(), 2);
+  EXPECT_EQ(first.splits_size(), 4);
+  EXPECT_NE(first.tasks_version(), 0u);
+  EXPECT_NE(first.splits_version(), 0u);
+  EXPECT_EQ(ClientBeat(job, 0).tasks_size(), 2);
+
+  // Echoing both versions: both lists omitted, the rest still answered.
+  const proto::ClientHeartbeatResponse same =
+      VersionedBeat(*impl_, job, first.tasks_version(), first.splits_version(),
+                    {{0, 0, 1, true}});
+  EXPECT_EQ(same.tasks_size(), 0);
+  EXPECT_EQ(same.splits_size(), 0);
+  EXPECT_EQ(same.tasks_version(), first.tasks_version());
+  EXPECT_EQ(same.splits_version(), first.splits_version());
+  EXPECT_THAT(same.done_positions(), ElementsAre(0));
+  EXPECT_EQ(same.epoch(), 0u);
+}
+
+TEST_F(DispatcherImplTest, ClientHeartbeatSendsAListAgainWhenItChanged) {
+  const uint64_t job =
+      Job(JobRequest("j", Dataset({20}, 10), 1, proto::REMAINDER_MODE_PAD, 10,
+                     /*epochs=*/2))
+          .job_id();
+  Worker("w1:1", 1);
+  const proto::ClientHeartbeatResponse first = ClientBeat(job, 0);
+  ASSERT_EQ(first.tasks_size(), 1);
+
+  // A worker registers: a new task list; the split sequence is unchanged.
+  const uint64_t w2 = Worker("w2:1", 1);
+  proto::ClientHeartbeatResponse r =
+      VersionedBeat(*impl_, job, first.tasks_version(), first.splits_version());
+  EXPECT_NE(r.tasks_version(), first.tasks_version());
+  EXPECT_EQ(r.tasks_size(), 2);
+  EXPECT_EQ(r.splits_size(), 0);
+  const uint64_t two_workers = r.tasks_version();
+
+  // The consumer completes epoch 0: the sequence of epoch 1 comes in full.
+  r = VersionedBeat(*impl_, job, two_workers, first.splits_version(),
+                    {{0, 0, 2, true}, {0, 1, 2, true}});
+  EXPECT_EQ(r.epoch(), 1u);
+  EXPECT_NE(r.splits_version(), first.splits_version());
+  EXPECT_EQ(r.splits_size(), 2);
+  EXPECT_EQ(r.splits(0).key().epoch(), 1u);
+  EXPECT_EQ(r.tasks_size(), 0);
+
+  // The worker leaves: the list shrinks, back to the one-worker contents but
+  // under the version of those contents.
+  proto::WorkerUnregisterRequest bye;
+  bye.set_protocol_version(kProtocolVersion);
+  bye.set_worker_id(w2);
+  proto::WorkerUnregisterResponse bye_response;
+  ASSERT_TRUE(impl_->WorkerUnregister(bye, &bye_response).ok());
+  r = VersionedBeat(*impl_, job, two_workers, r.splits_version());
+  EXPECT_EQ(r.tasks_size(), 1);
+  EXPECT_EQ(r.tasks_version(), first.tasks_version());
+}
+
+TEST_F(DispatcherImplTest,
+       AClientWithVersionsFromBeforeADispatcherRestartGetsTheWholeLists) {
+  const uint64_t job =
+      Job(JobRequest("j", Dataset({40}, 10), 1, proto::REMAINDER_MODE_PAD, 10))
+          .job_id();
+  Worker("w1:1", 1);
+  const proto::ClientHeartbeatResponse before = ClientBeat(job, 0);
+  Restart(journal_);  // same state, replayed
+  const proto::ClientHeartbeatResponse after = VersionedBeat(
+      *impl_, job, before.tasks_version(), before.splits_version());
+  EXPECT_NE(after.tasks_version(), before.tasks_version());
+  EXPECT_NE(after.splits_version(), before.splits_version());
+  ASSERT_EQ(after.tasks_size(), 1);
+  EXPECT_EQ(after.tasks(0).address(), "w1:1");
+  EXPECT_EQ(after.splits_size(), 4);
+  // ... and from then on the new versions are omitted again.
+  const proto::ClientHeartbeatResponse again =
+      VersionedBeat(*impl_, job, after.tasks_version(), after.splits_version());
+  EXPECT_EQ(again.tasks_size(), 0);
+  EXPECT_EQ(again.splits_size(), 0);
+}
+
+TEST_F(DispatcherImplTest, RepeatedHeartbeatsThatChangeNothingAreNotJournaled) {
+  const uint64_t job =
+      Job(JobRequest("j", Dataset({40}, 10), 1, proto::REMAINDER_MODE_PAD, 10))
+          .job_id();
+  const uint64_t w = Worker("w1:1", 2);
+  ASSERT_TRUE(WorkerBeat(w).ok());  // assigns positions 0 and 1
+  ClientBeat(job, 0, {{0, 0, 1, false}});
+  const uint64_t journaled = journal_->updates_since_snapshot();
+  for (int i = 0; i < 5; ++i) {
+    // Counters move (or repeat), nothing finishes, completes or is assigned.
+    ASSERT_TRUE(
+        WorkerBeat(w, {{{job, 0, 0, 0}, 1, false},
+                       {{job, 0, 0, 1}, static_cast<uint64_t>(i), false}})
+            .ok());
+    ClientBeat(job, 0, {{0, 0, 1, false}}, /*fill=*/0.1 * i, /*wait_total=*/i);
+  }
+  EXPECT_EQ(journal_->updates_since_snapshot(), journaled);
+  // A split finishing production is a real change.
+  ASSERT_TRUE(
+      WorkerBeat(w, {{{job, 0, 0, 0}, 1, true}, {{job, 0, 0, 1}, 1, false}})
+          .ok());
+  EXPECT_GT(journal_->updates_since_snapshot(), journaled);
+}
+
+TEST_F(DispatcherImplTest, ARestartReplaysSnapshotsThatLaterCommitsWrote) {
+  // The SQLite journal writes a snapshot with the commit after the one that
+  // crossed snapshot_every (Journal::EnqueueSnapshot), outside the mutex.
+  testing::TempDir dir;
+  snapshot_every_ = 3;
+  auto journal = SqliteJournal::Open(dir.path());
+  ASSERT_TRUE(journal.ok()) << journal.status();
+  Restart(std::shared_ptr<Journal>(std::move(*journal)));
+  const uint64_t job =
+      Job(JobRequest("j", Dataset({40}, 10), 1, proto::REMAINDER_MODE_PAD, 10,
+                     /*epochs=*/2))
+          .job_id();
+  const uint64_t w = Worker("w:1", 2);
+  ASSERT_TRUE(WorkerBeat(w).ok());  // positions 0, 1
+  ClientBeat(job, 0, {{0, 0, 1, true}});
+  ASSERT_TRUE(
+      WorkerBeat(w, {{{job, 0, 0, 0}, 1, true}, {{job, 0, 0, 1}, 1, true}})
+          .ok());
+  ClientBeat(job, 0, {{0, 1, 1, true}});
+  const std::string before = State(job).SerializeAsString();
+  EXPECT_LT(journal_->updates_since_snapshot(), 3u);  // snapshots were written
+
+  impl_.reset();
+  journal_.reset();
+  auto reopened = SqliteJournal::Open(dir.path());
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  Restart(std::shared_ptr<Journal>(std::move(*reopened)));
+  EXPECT_EQ(State(job).SerializeAsString(), before);
+  EXPECT_TRUE(WorkerBeat(w).ok());
 }
 
 }  // namespace

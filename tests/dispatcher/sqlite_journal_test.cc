@@ -403,6 +403,36 @@ TEST(SqliteJournal, SnapshotCoversUpdatesEnqueuedBeforeIt) {
   EXPECT_EQ(WorkerIds(contents->updates), Range(4, 4));
 }
 
+TEST(SqliteJournal, AnEnqueuedSnapshotIsWrittenInQueueOrderByTheNextCommit) {
+  const std::string dir = MakeTempDir();
+  {
+    auto journal = SqliteJournal::Open(dir);
+    ASSERT_TRUE(journal.ok()) << journal.status();
+    ASSERT_TRUE((*journal)->Append(WorkerUpdate(1)).ok());
+    auto t2 = (*journal)->Enqueue(WorkerUpdate(2));
+    auto snapshot = (*journal)->EnqueueSnapshot("state through 2");
+    auto t3 = (*journal)->Enqueue(WorkerUpdate(3));
+    auto second = (*journal)->EnqueueSnapshot("state through 3");
+    auto t4 = (*journal)->Enqueue(WorkerUpdate(4));
+    auto t5 = (*journal)->Enqueue(WorkerUpdate(5));
+    ASSERT_TRUE(t2.ok() && snapshot.ok() && t3.ok() && second.ok() && t4.ok() &&
+                t5.ok());
+    EXPECT_LT(*t2, *snapshot);
+    EXPECT_LT(*snapshot, *t3);
+    // Nothing is written before a commit: the earlier state is still there.
+    EXPECT_EQ((*journal)->updates_since_snapshot(), 1u);
+    // One wait (the last ticket) commits the queue in order.
+    ASSERT_TRUE((*journal)->WaitDurable(*t5).ok());
+    EXPECT_EQ((*journal)->updates_since_snapshot(), 2u);
+  }
+  auto journal = SqliteJournal::Open(dir);
+  ASSERT_TRUE(journal.ok()) << journal.status();
+  auto contents = (*journal)->Read();
+  ASSERT_TRUE(contents.ok()) << contents.status();
+  EXPECT_EQ(contents->snapshot, "state through 3");
+  EXPECT_EQ(WorkerIds(contents->updates), Range(4, 5));
+}
+
 TEST(InMemoryJournal, SnapshotReplacesEarlierUpdates) {
   InMemoryJournal journal;
   ASSERT_TRUE(journal.Append(WorkerUpdate(1)).ok());
