@@ -206,9 +206,13 @@ DispatcherImpl::DispatcherImpl(DispatcherOptions options)
                      "sluice_dispatcher_splits_done_total",
                      "Splits whose consumer received every batch.")),
       workers_lost_(
-          AddCounter(options_.registry ? *options_.registry : *own_registry_,
-                     "sluice_dispatcher_workers_lost_total",
-                     "Workers removed after a timeout or unregistering.")),
+          prometheus::BuildCounter()
+              .Name("sluice_dispatcher_workers_lost_total")
+              .Help("Workers removed, by reason: timeout (no heartbeat for "
+                    "--worker-timeout), unregistered (drained and left), "
+                    "restarted (registered again at the same address).")
+              .Register(options_.registry ? *options_.registry
+                                          : *own_registry_)),
       consumer_wait_(AddCounter(
           options_.registry ? *options_.registry : *own_registry_,
           "sluice_dispatcher_consumer_wait_seconds_total",
@@ -837,7 +841,7 @@ absl::Status DispatcherImpl::DoWorkerRegister(
     if (worker.address == request.address()) replaced.push_back(id);
   }
   for (uint64_t id : replaced)
-    RETURN_IF_ERROR(LoseWorker(id, "re-registered (restarted)"));
+    RETURN_IF_ERROR(LoseWorker(id, "restarted", "re-registered (restarted)"));
   proto::Update update;
   proto::UpdateRegisterWorker* u = update.mutable_register_worker();
   u->set_worker_id(state_.NextWorkerId());
@@ -1030,7 +1034,8 @@ absl::Status DispatcherImpl::DoWorkerHeartbeat(
   return absl::OkStatus();
 }
 
-absl::Status DispatcherImpl::LoseWorker(uint64_t worker_id, const char* why) {
+absl::Status DispatcherImpl::LoseWorker(uint64_t worker_id, const char* reason,
+                                        const std::string& why) {
   const DispatcherState::Worker* worker = state_.FindWorker(worker_id);
   if (worker == nullptr) return absl::OkStatus();
   logger_->warn(
@@ -1040,7 +1045,7 @@ absl::Status DispatcherImpl::LoseWorker(uint64_t worker_id, const char* why) {
   update.mutable_worker_lost()->set_worker_id(worker_id);
   RETURN_IF_ERROR(Commit(update));
   worker_signals_.erase(worker_id);
-  workers_lost_.Increment();
+  workers_lost_.Add({{"reason", reason}}).Increment();
   UpdateGauges();
   return absl::OkStatus();
 }
@@ -1054,7 +1059,7 @@ absl::Status DispatcherImpl::DoWorkerUnregister(
     return absl::NotFoundError(
         absl::StrCat("worker ", request.worker_id(), " is not registered"));
   }
-  return LoseWorker(request.worker_id(), "unregistered");
+  return LoseWorker(request.worker_id(), "unregistered", "unregistered");
 }
 
 absl::Status DispatcherImpl::DoDrainWorker(
@@ -1127,9 +1132,9 @@ absl::Status DispatcherImpl::DoTick() {
   }
   for (uint64_t id : expired) {
     RETURN_IF_ERROR(LoseWorker(
-        id, absl::StrCat("sent no heartbeat for ",
-                         absl::FormatDuration(options_.worker_timeout))
-                .c_str()));
+        id, "timeout",
+        absl::StrCat("sent no heartbeat for ",
+                     absl::FormatDuration(options_.worker_timeout))));
   }
   RETURN_IF_ERROR(CollectJobs(now));
   if (last_decision_ == absl::InfinitePast() ||

@@ -416,7 +416,10 @@ class DispatcherImpl {
   absl::Status AssignSplits(uint64_t worker_id, int free,
                             proto::WorkerHeartbeatResponse* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status LoseWorker(uint64_t worker_id, const char* why)
+  // Removes the worker; `reason` labels sluice_dispatcher_workers_lost_total ("timeout",
+  // "unregistered", "restarted"), `why` is for the log.
+  absl::Status LoseWorker(uint64_t worker_id, const char* reason,
+                          const std::string& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The job's series (label sluice_job = its name, or "id-<id>" when unnamed),
@@ -437,7 +440,7 @@ class DispatcherImpl {
   prometheus::Counter& splits_assigned_;
   prometheus::Counter& splits_reassigned_;
   prometheus::Counter& splits_done_;
-  prometheus::Counter& workers_lost_;
+  prometheus::Family<prometheus::Counter>& workers_lost_;  // label reason
   prometheus::Counter& consumer_wait_;
   prometheus::Gauge& workers_alive_;
   prometheus::Gauge& jobs_active_;

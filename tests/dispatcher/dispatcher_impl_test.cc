@@ -442,6 +442,13 @@ TEST_F(
   EXPECT_EQ(Metric("sluice_dispatcher_splits_assigned_total"), 1);
   EXPECT_EQ(Metric("sluice_dispatcher_splits_reassigned_total"), 1);
   EXPECT_EQ(Metric("sluice_dispatcher_workers_lost_total"), 1);
+  for (const auto& family : registry_.Collect()) {
+    if (family.name != "sluice_dispatcher_workers_lost_total") continue;
+    ASSERT_EQ(family.metric.size(), 1u);
+    ASSERT_EQ(family.metric[0].label.size(), 1u);
+    EXPECT_EQ(family.metric[0].label[0].name, "reason");
+    EXPECT_EQ(family.metric[0].label[0].value, "timeout");
+  }
   EXPECT_EQ(Metric("sluice_dispatcher_workers"), 1);
 
   ClientBeat(job, 0, {{0, 0, 4, true}});
