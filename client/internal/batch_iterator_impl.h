@@ -108,8 +108,9 @@ class BatchIteratorImpl final : public BatchIterator {
   // Hands one message to the state; waits while the buffer is full. kReopen: batches before
   // it are missing; reopen the stream from what the consumer holds. kStop: the reader must
   // stop.
-  DeliverResult Deliver(std::shared_ptr<proto::Batch> wire,
-                        const std::string& address) ABSL_LOCKS_EXCLUDED(mu_);
+  // `frame` is taken over (its slices move into the batch).
+  DeliverResult Deliver(grpc::ByteBuffer* frame, const std::string& address)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Starts readers for `addresses` that have none; collects exited ones that
   // are not listed.
   void SyncReaders(const std::set<std::string>& addresses)

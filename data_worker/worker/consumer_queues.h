@@ -40,6 +40,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/service/batch_codec.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
 #include "prometheus/registry.h"
@@ -57,8 +58,8 @@ TaskKey KeyOf(const proto::SplitKey& key);
 struct StreamEvent {
   enum Kind { kBatch, kPending, kEnd };
   Kind kind = kPending;
-  proto::Batch batch;   // kBatch
-  absl::Status status;  // kEnd
+  service::WireBatch batch;  // kBatch
+  absl::Status status;       // kEnd
 };
 
 // One task's progress, for the heartbeat.
@@ -93,10 +94,11 @@ class ConsumerQueues {
   bool HasTask(const TaskKey& key) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // ---- producers ----
-  // Queues `batch` of task `task_id` (batch.batch_index() counts from the split's batch 0),
+  // Queues `batch` of task `task_id` (its header's batch_index counts from the split's batch 0),
   // blocking while the consumer's queue is full. A marker (end_of_split) finishes the task.
   // False if the task is gone (dropped, restarted) or the queues stopped: stop producing.
-  bool Push(uint64_t task_id, proto::Batch batch) ABSL_LOCKS_EXCLUDED(mu_);
+  bool Push(uint64_t task_id, service::WireBatch batch)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // The task's pipeline failed: its consumer's stream ends with `status` after the batches
   // queued before it.
   void Fail(uint64_t task_id, const absl::Status& status)
@@ -119,7 +121,8 @@ class ConsumerQueues {
   StreamEvent Poll(uint64_t stream_id) ABSL_LOCKS_EXCLUDED(mu_);
   // A batch Poll() returned whose write failed: back to the front of its queue, unless its
   // task is gone.
-  void Return(uint64_t stream_id, proto::Batch batch) ABSL_LOCKS_EXCLUDED(mu_);
+  void Return(uint64_t stream_id, service::WireBatch batch)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void Close(uint64_t stream_id) ABSL_LOCKS_EXCLUDED(mu_);
 
   // ---- accounting ----
@@ -144,7 +147,7 @@ class ConsumerQueues {
   };
   struct Queued {
     uint64_t task_id = 0;
-    proto::Batch batch;
+    service::WireBatch batch;
   };
   struct Queue {
     std::deque<Queued> batches;

@@ -10,27 +10,26 @@
 
 namespace sluice::data_worker {
 
-absl::StatusOr<proto::Batch> ToWireBatch(pipeline::Element element,
-                                         const Job& job) {
+absl::StatusOr<service::WireBatch> ToWireBatch(pipeline::Element element,
+                                               const Job& job) {
   if (element.columns.size() != job.column_names.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("the pipeline produced ", element.columns.size(),
                      " columns but names ", job.column_names.size()));
   }
-  proto::Batch batch;
+  service::WireBatch batch;
   for (size_t i = 0; i < element.columns.size(); ++i) {
-    const Tensor& t = element.columns[i];
-    std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
+    // The tensor itself becomes the buffer's owner: no copy of its bytes.
+    auto t = std::make_shared<const Tensor>(std::move(element.columns[i]));
+    std::vector<int64_t> shape(t->shape().begin(), t->shape().end());
     if (!job.batched) shape.insert(shape.begin(), 1);
-    absl::Status s = service::AppendColumn(
-        job.column_names[i], t.dtype(), shape,
-        absl::string_view(reinterpret_cast<const char*>(t.data()),
-                          t.num_bytes()),
-        &batch);
+    service::ColumnBytes bytes{t->data(), t->num_bytes(), t};
+    absl::Status s = service::AppendColumn(job.column_names[i], t->dtype(),
+                                           shape, std::move(bytes), &batch);
     if (!s.ok()) return s;
   }
-  batch.mutable_global_indices()->Add(element.global_indices.begin(),
-                                      element.global_indices.end());
+  batch.header.mutable_global_indices()->Add(element.global_indices.begin(),
+                                             element.global_indices.end());
   return batch;
 }
 
@@ -129,21 +128,21 @@ void TaskRunner::Run(const Work& work, const Job& job, pipeline::Executor& ex) {
       batch_index = 0;
       if (!RunEpoch(work, job, ex, epoch, &batch_index)) return;
     }
-    proto::Batch marker;
-    *marker.mutable_key() = work.assignment.key();
-    marker.mutable_key()->set_epoch(epoch == 0 ? 0 : epoch - 1);
-    marker.set_batch_index(batch_index);
-    marker.set_end_of_split(true);
+    service::WireBatch marker;
+    *marker.header.mutable_key() = work.assignment.key();
+    marker.header.mutable_key()->set_epoch(epoch == 0 ? 0 : epoch - 1);
+    marker.header.set_batch_index(batch_index);
+    marker.header.set_end_of_split(true);
     queues_->Push(work.task_id, std::move(marker));
     return;
   }
   if (!RunEpoch(work, job, ex, work.assignment.key().epoch(), &batch_index))
     return;
-  proto::Batch marker;
-  *marker.mutable_key() = work.assignment.key();
-  marker.set_split_id(work.assignment.split_id());
-  marker.set_batch_index(batch_index);
-  marker.set_end_of_split(true);
+  service::WireBatch marker;
+  *marker.header.mutable_key() = work.assignment.key();
+  marker.header.set_split_id(work.assignment.split_id());
+  marker.header.set_batch_index(batch_index);
+  marker.header.set_end_of_split(true);
   queues_->Push(work.task_id, std::move(marker));
 }
 
@@ -193,16 +192,18 @@ bool TaskRunner::RunEpoch(const Work& work, const Job& job,
       ok = queues_->IsLive(work.task_id);  // the consumer holds it already
       continue;
     }
-    absl::StatusOr<proto::Batch> batch = ToWireBatch(std::move(**next), job);
+    absl::StatusOr<service::WireBatch> batch =
+        ToWireBatch(std::move(**next), job);
     if (!batch.ok()) {
       queues_->Fail(work.task_id, batch.status());
       ok = false;
       break;
     }
-    *batch->mutable_key() = a.key();
-    if (work.parallel) batch->mutable_key()->set_epoch(epoch);
-    batch->set_split_id(a.split_id());
-    batch->set_batch_index(index);
+    proto::Batch& header = batch->header;
+    *header.mutable_key() = a.key();
+    if (work.parallel) header.mutable_key()->set_epoch(epoch);
+    header.set_split_id(a.split_id());
+    header.set_batch_index(index);
     UpdatePeak();
     ok = queues_->Push(work.task_id, std::move(*batch));
     UpdatePeak();

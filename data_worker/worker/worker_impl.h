@@ -157,7 +157,7 @@ class WorkerImpl {
   StreamEvent PollStream(uint64_t stream_id) { return queues_.Poll(stream_id); }
   // A batch PollStream returned that was not delivered (the write failed): put it back at the
   // front of its queue, unless its split was dropped meanwhile.
-  void ReturnBatch(uint64_t stream_id, proto::Batch batch) {
+  void ReturnBatch(uint64_t stream_id, service::WireBatch batch) {
     queues_.Return(stream_id, std::move(batch));
   }
   void CloseStream(uint64_t stream_id) { queues_.Close(stream_id); }

@@ -161,31 +161,31 @@ TEST_F(WorkerImplTest, SplitYieldsItsGlobalIndicesInOrderAfterSkippedBatches) {
 
   StreamEvent b1 = reader->Next();
   ASSERT_EQ(b1.kind, StreamEvent::kBatch) << b1.status;
-  EXPECT_EQ(b1.batch.batch_index(), 1u);
-  EXPECT_FALSE(b1.batch.end_of_split());
-  EXPECT_EQ(b1.batch.split_id(), 3u);
-  EXPECT_EQ(b1.batch.key().position(), 5u);
-  EXPECT_THAT(Ids(b1.batch), ElementsAre(14, 15, 16, 17));
-  ASSERT_EQ(b1.batch.columns_size(), 1);
-  EXPECT_EQ(b1.batch.columns(0).name(), "label");
-  EXPECT_EQ(b1.batch.columns(0).dtype(), proto::TENSOR_DTYPE_INT64);
-  EXPECT_THAT(b1.batch.columns(0).shape(), ElementsAre(4));
+  EXPECT_EQ(b1.batch.header.batch_index(), 1u);
+  EXPECT_FALSE(b1.batch.header.end_of_split());
+  EXPECT_EQ(b1.batch.header.split_id(), 3u);
+  EXPECT_EQ(b1.batch.header.key().position(), 5u);
+  EXPECT_THAT(Ids(b1.batch.header), ElementsAre(14, 15, 16, 17));
+  ASSERT_EQ(b1.batch.header.columns_size(), 1);
+  EXPECT_EQ(b1.batch.header.columns(0).name(), "label");
+  EXPECT_EQ(b1.batch.header.columns(0).dtype(), proto::TENSOR_DTYPE_INT64);
+  EXPECT_THAT(b1.batch.header.columns(0).shape(), ElementsAre(4));
   std::vector<int64_t> labels(4);
-  std::memcpy(labels.data(), b1.batch.columns(0).data().data(), 32);
+  std::memcpy(labels.data(), b1.batch.columns[0].data, 32);
   EXPECT_THAT(labels, ElementsAre(14, 15, 16, 17));  // label = index % 1000
 
   StreamEvent b2 = reader->Next();
   ASSERT_EQ(b2.kind, StreamEvent::kBatch) << b2.status;
-  EXPECT_EQ(b2.batch.batch_index(), 2u);
-  EXPECT_FALSE(b2.batch.end_of_split());
-  EXPECT_THAT(Ids(b2.batch), ElementsAre(18, 19));
+  EXPECT_EQ(b2.batch.header.batch_index(), 2u);
+  EXPECT_FALSE(b2.batch.header.end_of_split());
+  EXPECT_THAT(Ids(b2.batch.header), ElementsAre(18, 19));
   // Then the end-of-split marker: no columns, batch_index = the split's batch count.
   StreamEvent marker = reader->Next();
   ASSERT_EQ(marker.kind, StreamEvent::kBatch) << marker.status;
-  EXPECT_TRUE(marker.batch.end_of_split());
-  EXPECT_EQ(marker.batch.batch_index(), 3u);
-  EXPECT_EQ(marker.batch.columns_size(), 0);
-  EXPECT_EQ(marker.batch.global_indices_size(), 0);
+  EXPECT_TRUE(marker.batch.header.end_of_split());
+  EXPECT_EQ(marker.batch.header.batch_index(), 3u);
+  EXPECT_EQ(marker.batch.header.columns_size(), 0);
+  EXPECT_EQ(marker.batch.header.global_indices_size(), 0);
 
   // The next heartbeat reports the split finished, counted from batch 0, and
   // the rate.
@@ -216,9 +216,9 @@ TEST_F(WorkerImplTest, ShuffledSplitFollowsTheSeededPermutationOfItsRange) {
   for (int i = 0; i < 2; ++i) {
     StreamEvent e = reader->Next();
     ASSERT_EQ(e.kind, StreamEvent::kBatch) << e.status;
-    EXPECT_EQ(e.batch.batch_index(), static_cast<uint64_t>(i + 1));
-    EXPECT_EQ(e.batch.key().epoch(), 3u);
-    for (uint64_t id : Ids(e.batch)) got.push_back(id);
+    EXPECT_EQ(e.batch.header.batch_index(), static_cast<uint64_t>(i + 1));
+    EXPECT_EQ(e.batch.header.key().epoch(), 3u);
+    for (uint64_t id : Ids(e.batch.header)) got.push_back(id);
   }
   EXPECT_EQ(got, want);
   EXPECT_NE(got[0], 20u);  // really shuffled (this seed)
@@ -247,14 +247,14 @@ TEST_F(WorkerImplTest, FullQueueBlocksTheProducerWithBoundedMemoryUntilRead) {
   for (uint64_t i = 0; i < 10; ++i) {
     StreamEvent e = reader->Next();
     ASSERT_EQ(e.kind, StreamEvent::kBatch) << e.status;
-    EXPECT_EQ(e.batch.batch_index(), i);
-    EXPECT_FALSE(e.batch.end_of_split());
-    EXPECT_EQ(e.batch.global_indices(0), 4 * i);
+    EXPECT_EQ(e.batch.header.batch_index(), i);
+    EXPECT_FALSE(e.batch.header.end_of_split());
+    EXPECT_EQ(e.batch.header.global_indices(0), 4 * i);
   }
   StreamEvent marker = reader->Next();
   ASSERT_EQ(marker.kind, StreamEvent::kBatch) << marker.status;
-  EXPECT_TRUE(marker.batch.end_of_split());
-  EXPECT_EQ(marker.batch.batch_index(), 10u);
+  EXPECT_TRUE(marker.batch.header.end_of_split());
+  EXPECT_EQ(marker.batch.header.batch_index(), 10u);
 }
 
 TEST_F(WorkerImplTest, DropStopsProductionAndDiscardsQueuedBatches) {
@@ -381,7 +381,7 @@ TEST_F(WorkerImplTest, DrainingEndsAStreamOkOnceItsSplitsAreSent) {
   ASSERT_EQ(reader->Next().kind, StreamEvent::kBatch);
   StreamEvent marker = reader->Next();
   ASSERT_EQ(marker.kind, StreamEvent::kBatch);
-  ASSERT_TRUE(marker.batch.end_of_split());
+  ASSERT_TRUE(marker.batch.header.end_of_split());
   ASSERT_TRUE(w->Drain().ok());
   StreamEvent end = reader->Next();
   EXPECT_EQ(end.kind, StreamEvent::kEnd);
