@@ -1,15 +1,18 @@
 #include "client/internal/batch_iterator_impl.h"
 
 #include <algorithm>
+#include <memory>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "client/internal/channel_options.h"
+#include "common/base/status_macros.h"
 #include "common/metrics/metrics.h"
 #include "common/service/batch_codec.h"
 #include "common/service/channel_factory.h"
 #include "common/service/grpc_status.h"
+#include "common/tensor_kernels/finish.h"
 
 namespace sluice::client {
 namespace {
@@ -36,10 +39,35 @@ DType ToDType(proto::TensorDType dtype) {
   }
 }
 
+// Trainer-side finishing on the host: runs the header's tail ops on the received column,
+// fused with the copy into the trainer's float32 buffer (common/tensor_kernels/finish.h).
+// The seam for device finishing: a GPU trainer would instead hand the uint8 column (and the
+// ops) to the device here. InvalidArgument if the ops or the column are not what the client
+// can run.
+absl::Status FinishOnHost(const service::ReceivedBatch& wire,
+                          const proto::ColumnFinish& finish, Column* column) {
+  const proto::Column& c = wire.header.columns(finish.column());
+  ASSIGN_OR_RETURN(record::DType dtype, service::FromWireDType(c.dtype()));
+  const std::vector<proto::OpSpec> ops(finish.ops().begin(),
+                                       finish.ops().end());
+  ASSIGN_OR_RETURN(kernels::Finisher finisher,
+                   kernels::Finisher::Create(ops, dtype, c.shape()));
+  std::shared_ptr<uint8_t[]> out =
+      std::make_shared_for_overwrite<uint8_t[]>(finisher.out_bytes());
+  finisher.Run(wire.pieces[finish.column()],
+               reinterpret_cast<float*>(out.get()));
+  column->dtype = DType::kFloat32;
+  column->shape = finisher.out_shape();
+  column->data = out.get();
+  column->size = finisher.out_bytes();
+  column->owner = std::move(out);
+  return absl::OkStatus();
+}
+
 // The trainer's batch from a received frame: a column that arrived in one slice (aligned for
 // its dtype) is handed over as is, sharing the slices' ownership; any other column is copied
-// once into a buffer the batch owns (service::Gather).
-Batch FromWire(const service::ReceivedBatch& wire) {
+// once into a buffer the batch owns (service::Gather), or finished on the way (FinishOnHost).
+absl::StatusOr<Batch> FromWire(const service::ReceivedBatch& wire) {
   const proto::Batch& header = wire.header;
   Batch batch;
   batch.epoch = header.key().epoch();
@@ -49,10 +77,19 @@ Batch FromWire(const service::ReceivedBatch& wire) {
   batch.global_indices.assign(header.global_indices().begin(),
                               header.global_indices().end());
   batch.columns.reserve(header.columns_size());
+  std::vector<const proto::ColumnFinish*> finish(header.columns_size());
+  for (const proto::ColumnFinish& f : header.finish()) {
+    finish[f.column()] = &f;  // CheckBatch: an existing column, at most once
+  }
   for (int i = 0; i < header.columns_size(); ++i) {
     const proto::Column& c = header.columns(i);
     Column column;
     column.name = c.name();
+    if (finish[i] != nullptr) {
+      RETURN_IF_ERROR(FinishOnHost(wire, *finish[i], &column));
+      batch.columns.push_back(std::move(column));
+      continue;
+    }
     column.dtype = ToDType(c.dtype());
     column.shape.assign(c.shape().begin(), c.shape().end());
     const absl::StatusOr<record::DType> dtype =
@@ -421,7 +458,18 @@ BatchIteratorImpl::DeliverResult BatchIteratorImpl::Deliver(
                      wire->key().consumer_index() == params_.consumer_index);
   // The one copy (or none) into the trainer's memory, outside the lock.
   std::optional<Batch> ready;
-  if (ours && !wire->end_of_split()) ready = FromWire(*received);
+  if (ours && !wire->end_of_split()) {
+    absl::StatusOr<Batch> batch = FromWire(*received);
+    if (!batch.ok()) {
+      absl::MutexLock lock(&mu_);
+      Fail(absl::DataLossError(
+          absl::StrCat("sluice worker at ", address,
+                       " sent a batch the client cannot finish: ",
+                       batch.status().message())));
+      return DeliverResult::kStop;
+    }
+    ready = std::move(*batch);
+  }
   absl::MutexLock lock(&mu_);
   if (!ours) {
     logger_->error(

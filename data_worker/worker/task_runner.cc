@@ -33,6 +33,34 @@ absl::StatusOr<service::WireBatch> ToWireBatch(pipeline::Element element,
   return batch;
 }
 
+absl::StatusOr<std::optional<proto::ColumnFinish>> FinishOrShip(
+    const Job& job, pipeline::Element* element) {
+  if (!job.tail.has_value()) return std::nullopt;
+  const Job::Tail& tail = *job.tail;
+  if (tail.column >= static_cast<int>(element->columns.size())) {
+    return absl::InvalidArgumentError("the pipeline's output lost a column");
+  }
+  Tensor& column = element->columns[tail.column];
+  const bool ship = job.finish == kernels::FinishMode::kClient ||
+                    (job.finish == kernels::FinishMode::kAuto &&
+                     column.dtype() == DType::kUint8);
+  // The client can run it on this column (the one check both sides share).
+  if (ship &&
+      kernels::Finisher::Create(tail.specs, column.dtype(), column.shape())
+          .ok()) {
+    proto::ColumnFinish finish;
+    finish.set_column(tail.column);
+    finish.mutable_ops()->Add(tail.specs.begin(), tail.specs.end());
+    return finish;
+  }
+  for (const std::shared_ptr<const Op>& op : tail.ops) {
+    absl::StatusOr<Tensor> out = op->ApplyBatch(std::move(column));
+    if (!out.ok()) return out.status();
+    column = std::move(*out);
+  }
+  return std::nullopt;
+}
+
 TaskRunner::TaskRunner(ConsumerQueues* queues, JobRegistry* jobs,
                        prometheus::Registry& registry,
                        std::shared_ptr<spdlog::logger> logger)
@@ -192,6 +220,13 @@ bool TaskRunner::RunEpoch(const Work& work, const Job& job,
       ok = queues_->IsLive(work.task_id);  // the consumer holds it already
       continue;
     }
+    absl::StatusOr<std::optional<proto::ColumnFinish>> finish =
+        FinishOrShip(job, &**next);
+    if (!finish.ok()) {
+      queues_->Fail(work.task_id, finish.status());
+      ok = false;
+      break;
+    }
     absl::StatusOr<service::WireBatch> batch =
         ToWireBatch(std::move(**next), job);
     if (!batch.ok()) {
@@ -200,6 +235,7 @@ bool TaskRunner::RunEpoch(const Work& work, const Job& job,
       break;
     }
     proto::Batch& header = batch->header;
+    if (finish->has_value()) *header.add_finish() = std::move(**finish);
     *header.mutable_key() = a.key();
     if (work.parallel) header.mutable_key()->set_epoch(epoch);
     header.set_split_id(a.split_id());

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -39,6 +40,13 @@ namespace sluice::data_worker {
 // count. InvalidArgument if the column counts differ.
 absl::StatusOr<service::WireBatch> ToWireBatch(pipeline::Element element,
                                                const Job& job);
+
+// Trainer-side finishing of one executor output (job.tail, job_registry.h): either runs the tail
+// on the batch here, or leaves the column as it is and returns the ColumnFinish the header must
+// carry (finish client; auto when the column is uint8, which the tail would make 4x larger).
+// Errors: the tail op's own (e.g. InvalidArgument naming the op).
+absl::StatusOr<std::optional<proto::ColumnFinish>> FinishOrShip(
+    const Job& job, pipeline::Element* element);
 
 class TaskRunner {
  public:

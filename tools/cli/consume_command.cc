@@ -42,6 +42,7 @@ struct ConsumeFlags {
   // Sleep after each batch: a training step's stand-in (demand = batch ÷ step).
   absl::Duration step_time = absl::ZeroDuration();
   uint64_t split_size = 0;  // 0: the dispatcher's default
+  std::string finish;       // empty: the spec's
 };
 
 absl::Status RunConsume(const ConsumeFlags& flags) {
@@ -58,6 +59,7 @@ absl::Status RunConsume(const ConsumeFlags& flags) {
     pipeline.mutable_source()->mutable_dataset()->set_path(
         fs::absolute(flags.data).string());
   }
+  if (!flags.finish.empty()) pipeline.set_finish(flags.finish);
   // Validate here too, so a bad spec fails before a job exists, naming the node
   // and field.
   RETURN_IF_ERROR(data_worker::pipeline::Validate(pipeline).status());
@@ -198,6 +200,9 @@ void AddConsumeCommand(CLI::App& app) {
                   "File with the bearer token to present (needs --tls-ca)");
   // SLUICE_DISPATCHER, SLUICE_TLS_CA, ... (handy in a trainer pod).
   service::SetEnvNames(*cmd);
+  cmd->add_option("--finish", flags->finish,
+                  "Where normalize/hwc2chw/cast before the batch run: auto, "
+                  "worker or client (default: the spec's `finish`, auto)");
   cmd->add_option("--split-size", flags->split_size,
                   "Records per split (0: the dispatcher's default, 1024)")
       ->capture_default_str();

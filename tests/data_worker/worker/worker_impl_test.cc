@@ -148,6 +148,49 @@ class WorkerImplTest : public ::testing::Test {
   FakeDispatcher::Shared fake_;
 };
 
+// The finish tail (normalize + hwc2chw) leaves the worker as uint8 with the
+// ops in the header under finish auto/client, as float32 under worker.
+TEST_F(WorkerImplTest, FinishDecidesWhetherTheTailShipsAsUint8OrRunsHere) {
+  const std::string tail = R"(
+source: {dataset: {path: DIR}, columns: [label, image]}
+nodes:
+  - map: {input_columns: [image], ops: [{decode: {}}, {resize: {height: 8, width: 6}}, {normalize: {mean: [0.5], std: [0.25]}}, {hwc2chw: {}}]}
+  - batch: {size: 4}
+finish: )";
+  uint64_t job = 0;
+  for (const std::string finish : {"client", "auto", "worker"}) {
+    SCOPED_TRACE(finish);
+    ++job;
+    auto w = MakeWorker();
+    proto::WorkerHeartbeatResponse r;
+    *r.add_jobs() = MakeJob(job, Yaml((tail + finish + "\n").c_str()), 4);
+    *r.add_start() = MakeSplit(job, 0, 0, 0, 0, 8, 0, 0);
+    Deliver(*w, r);
+    auto reader = Open(*w, job, 0);
+    ASSERT_NE(reader, nullptr);
+    StreamEvent b = reader->Next();
+    ASSERT_EQ(b.kind, StreamEvent::kBatch) << b.status;
+    const proto::Batch& h = b.batch.header;
+    ASSERT_EQ(h.columns_size(), 2);
+    if (finish == "worker") {
+      EXPECT_EQ(h.finish_size(), 0);
+      EXPECT_EQ(h.columns(1).dtype(), proto::TENSOR_DTYPE_FLOAT32);
+      EXPECT_THAT(h.columns(1).shape(), ElementsAre(4, 3, 8, 6));
+    } else {
+      ASSERT_EQ(h.finish_size(), 1);
+      EXPECT_EQ(h.finish(0).column(), 1u);
+      ASSERT_EQ(h.finish(0).ops_size(), 2);
+      EXPECT_TRUE(h.finish(0).ops(0).has_normalize());
+      EXPECT_TRUE(h.finish(0).ops(1).has_hwc2chw());
+      EXPECT_EQ(h.columns(1).dtype(), proto::TENSOR_DTYPE_UINT8);
+      EXPECT_THAT(h.columns(1).shape(), ElementsAre(4, 8, 6, 3));
+      EXPECT_EQ(h.columns(1).data_length(), 4u * 8 * 6 * 3);
+    }
+    EXPECT_EQ(h.columns(0).dtype(), proto::TENSOR_DTYPE_INT64);
+    w->Stop();
+  }
+}
+
 TEST_F(WorkerImplTest, SplitYieldsItsGlobalIndicesInOrderAfterSkippedBatches) {
   auto w = MakeWorker();
   proto::WorkerHeartbeatResponse r;
