@@ -290,6 +290,11 @@ int BatchIteratorImpl::buffered_batches() const {
   return state_.buffered();
 }
 
+uint64_t BatchIteratorImpl::received_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return received_bytes_;
+}
+
 uint64_t BatchIteratorImpl::duplicate_batches() const {
   absl::MutexLock lock(&mu_);
   return duplicates_;
@@ -443,6 +448,11 @@ void BatchIteratorImpl::HeartbeatLoop() {
 
 BatchIteratorImpl::DeliverResult BatchIteratorImpl::Deliver(
     grpc::ByteBuffer* frame, const std::string& address) {
+  const size_t frame_bytes = frame->Length();
+  {
+    absl::MutexLock lock(&mu_);
+    received_bytes_ += frame_bytes;
+  }
   // DecodeBatch runs CheckBatch on the header and checks the lengths against the frame.
   absl::StatusOr<service::ReceivedBatch> received = service::DecodeBatch(frame);
   if (!received.ok()) {

@@ -85,6 +85,7 @@ class BatchIteratorImpl final : public BatchIterator {
   int buffered_batches() const override ABSL_LOCKS_EXCLUDED(mu_);
   uint64_t duplicate_batches() const override ABSL_LOCKS_EXCLUDED(mu_);
   uint64_t job_id() const override { return params_.job_id; }
+  uint64_t received_bytes() const override ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<std::string> SaveState() const override
       ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -151,6 +152,7 @@ class BatchIteratorImpl final : public BatchIterator {
   uint64_t batches_returned_ ABSL_GUARDED_BY(mu_) =
       0;  // by GetNext, cumulative
   uint64_t duplicates_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t received_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread heartbeat_thread_;
 };
 
