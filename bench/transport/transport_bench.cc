@@ -7,6 +7,9 @@
 //
 //   build/bin/transport_bench                   (uint8 64x224x224x3 batches)
 //   build/bin/transport_bench --batch-mb 38.5   (the float32 batches)
+//   NO_GATHER=1 build/bin/transport_bench       (attribution: the client skips
+//                                                its copy into owned memory)
+//   READ_CHUNK_KB=4096 / FRAME_KB=4096          (gRPC read chunk, HTTP/2 frame)
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -14,6 +17,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -87,6 +91,9 @@ class Service final
 // The client's side, as BatchIteratorImpl does it: decode the frame and make
 // the column memory the trainer owns (service::Gather: the received slice, or
 // one copy into a new buffer).
+// NO_GATHER=1 (attribution): skip the copy into owned memory.
+const bool kNoGather = std::getenv("NO_GATHER") != nullptr;
+
 double GrpcMegabytesPerSecond(size_t bytes, int batches, size_t* copied) {
   Service service(bytes, batches);
   grpc::ServerBuilder builder;
@@ -98,6 +105,15 @@ double GrpcMegabytesPerSecond(size_t bytes, int batches, size_t* copied) {
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
+  if (const char* kb = std::getenv("READ_CHUNK_KB")) {
+    args.SetInt("grpc.experimental.tcp_min_read_chunk_size",
+                std::atoi(kb) * 1024);
+    args.SetInt("grpc.experimental.tcp_max_read_chunk_size",
+                std::atoi(kb) * 1024);
+  }
+  if (const char* kb = std::getenv("FRAME_KB")) {
+    args.SetInt("grpc.http2.max_frame_size", std::atoi(kb) * 1024);
+  }
   auto channel =
       grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(port),
                                 grpc::InsecureChannelCredentials(), args);
@@ -115,6 +131,10 @@ double GrpcMegabytesPerSecond(size_t bytes, int batches, size_t* copied) {
       std::fprintf(stderr, "bad frame: %s\n",
                    std::string(batch.status().message()).c_str());
       break;
+    }
+    if (kNoGather) {  // attribution only: the bytes arrived, nobody owns them
+      for (const auto& piece : batch->pieces[0]) received += piece.size();
+      continue;
     }
     const sluice::service::ColumnBytes column =
         sluice::service::Gather(*batch, 0, /*alignment=*/1);
