@@ -191,6 +191,42 @@ finish: )";
   }
 }
 
+// On a float32 column the tail does not shrink the wire: auto runs it on the
+// worker; client still ships it (float32, the ops in the header).
+TEST_F(WorkerImplTest, FinishAutoRunsTheTailHereWhenItWouldNotShrinkTheWire) {
+  const std::string tail = R"(
+source: {dataset: {path: DIR}, columns: [image]}
+nodes:
+  - map: {input_columns: [image], ops: [{decode: {}}, {resize: {height: 8, width: 6}}, {cast: {dtype: float32}}, {normalize: {mean: [0.5], std: [0.25]}}, {hwc2chw: {}}]}
+  - batch: {size: 4}
+finish: )";
+  uint64_t job = 0;
+  for (const std::string finish : {"auto", "client"}) {
+    SCOPED_TRACE(finish);
+    ++job;
+    auto w = MakeWorker();
+    proto::WorkerHeartbeatResponse r;
+    *r.add_jobs() = MakeJob(job, Yaml((tail + finish + "\n").c_str()), 4);
+    *r.add_start() = MakeSplit(job, 0, 0, 0, 0, 4, 0, 0);
+    Deliver(*w, r);
+    auto reader = Open(*w, job, 0);
+    ASSERT_NE(reader, nullptr);
+    StreamEvent b = reader->Next();
+    ASSERT_EQ(b.kind, StreamEvent::kBatch) << b.status;
+    const proto::Batch& h = b.batch.header;
+    ASSERT_EQ(h.columns_size(), 1);
+    EXPECT_EQ(h.columns(0).dtype(), proto::TENSOR_DTYPE_FLOAT32);
+    if (finish == "auto") {
+      EXPECT_EQ(h.finish_size(), 0);
+      EXPECT_THAT(h.columns(0).shape(), ElementsAre(4, 3, 8, 6));
+    } else {
+      ASSERT_EQ(h.finish_size(), 1);
+      EXPECT_THAT(h.columns(0).shape(), ElementsAre(4, 8, 6, 3));
+    }
+    w->Stop();
+  }
+}
+
 TEST_F(WorkerImplTest, SplitYieldsItsGlobalIndicesInOrderAfterSkippedBatches) {
   auto w = MakeWorker();
   proto::WorkerHeartbeatResponse r;
