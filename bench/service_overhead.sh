@@ -10,7 +10,7 @@
 # then uint8 batches through the data plane vs a plain TCP copy on loopback (transport_bench,
 # goal >= 0.8).
 #
-#   bench/service_overhead.sh            IMAGES=2000 EPOCHS=2 by default
+#   bench/service_overhead.sh            IMAGES=2000 EPOCHS=2 by default (about 40 s)
 # Needs build/bin from scripts/bootstrap.sh (or SLUICE_BIN_DIR).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -83,13 +83,15 @@ for f in auto worker; do
   first=$(sed -n 's/.*first batch after \([0-9.]*\)s.*/\1/p' "$out")
   echo "service, finish $f"
   awk -v a="$service" -v b="$inproc" -v w="$wire" -v wc="$worker_cpu" -v tc="$trainer_cpu" \
-      -v n="$images_total" -v fb="$first" -v f="$f" 'BEGIN {
+      -v n="$images_total" -v fb="$first" -v f="$f" -v ic="$inproc_cpu" 'BEGIN {
     printf "  images/s from first batch     %s\n", a
     printf "  ratio service/in-process      %.2f  (goal >= 0.85)\n", a / b
     printf "  wire                          %.1f KB/image%s\n", w / 1000,
            (f == "auto" ? "  (goal <= 151 KB)" : "")
     printf "  worker cpu                    %.0f us/image (whole run)\n", 1e6 * wc / n
     printf "  trainer cpu                   %s us/image (from first batch)\n", tc
+    printf "  cpu ratio in-process/service  %.2f  (in-process cpu / (worker + trainer); robust to load)\n",
+           ic / (1e6 * wc / n + tc)
     printf "  first batch after job creation %ss\n", fb }'
 done
 sed -n 's/^ratio grpc\/tcp *\([0-9.]*\).*/transport uint8 data plane \/ tcp   \1  (goal >= 0.8)/p' "$work/transport.txt"
