@@ -307,6 +307,45 @@ TEST(DataServiceClient, AMalformedFrameIsDataLossNamingTheWorker) {
               ::testing::HasSubstr(worker_server.address()));
 }
 
+TEST(DataServiceClient, AFinishTheClientCannotRunIsDataLoss) {
+  // A uint8 [1, 2, 2, 3] column whose finish names HWC2CHW alone.
+  service::WireBatch wire;
+  wire.header.mutable_key()->set_job_id(kJobId);
+  wire.header.add_global_indices(0);
+  auto pixels = std::make_shared<std::string>(12, '\x10');
+  const int64_t shape[] = {1, 2, 2, 3};
+  ASSERT_TRUE(
+      service::AppendColumn(
+          "image", record::DType::kUint8, shape,
+          {reinterpret_cast<const uint8_t*>(pixels->data()), 12, pixels}, &wire)
+          .ok());
+  proto::ColumnFinish* finish = wire.header.add_finish();
+  finish->set_column(0);
+  finish->add_ops()->mutable_hwc2chw();
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(service::EncodeBatch(wire).Dump(&slices).ok());
+  std::string frame;
+  for (const grpc::Slice& slice : slices) {
+    frame.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  FakeWorker worker;
+  worker.AddSplit(0, 0, 1);
+  worker.SetFirstFrame(frame);
+  TestServer worker_server(&worker);
+  FakeDispatcher dispatcher(/*num_epochs=*/1, /*positions=*/1);
+  dispatcher.SetTasks({worker_server.address()});
+  TestServer dispatcher_server(&dispatcher);
+  auto client = DataServiceClient::Create(Options(dispatcher_server.address()));
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto it = (*client)->Open(Job());
+  ASSERT_TRUE(it.ok()) << it.status();
+  absl::StatusOr<std::optional<Batch>> batch = (*it)->GetNext();
+  ASSERT_FALSE(batch.ok());
+  EXPECT_EQ(batch.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(batch.status().message(),
+              ::testing::HasSubstr("cannot finish: finish ops are not a tail"));
+}
+
 TEST(DataServiceClient, SurfacesAWorkersInvalidArgumentWithItsAddress) {
   FakeWorker worker;
   worker.SetFinalStatus(

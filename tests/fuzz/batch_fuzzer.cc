@@ -1,8 +1,9 @@
 // libFuzzer target for the client's first look at a batch from the network:
 // arbitrary bytes as a batch frame, cut into slices at input-chosen places,
 // through DecodeBatch (common/service/batch_codec.h: header length, header
-// parse, CheckBatch, column lengths against the frame) and Gather, which the
-// client runs before it trusts a batch. A frame that passes must be safe to
+// parse, CheckBatch, column lengths against the frame), Gather and the
+// trainer-side finishing of columns the header names (common/tensor_kernels/
+// finish.h), which the client runs before it trusts a batch. A frame that passes must be safe to
 // consume: every column's bytes are exactly what its dtype and shape say and
 // lie inside the frame, and there is one global index per element. Anything
 // else must be InvalidArgument, never a crash (overflowing shapes included).
@@ -13,6 +14,7 @@
 #include "absl/status/status.h"
 #include "common/record/schema.h"
 #include "common/service/batch_codec.h"
+#include "common/tensor_kernels/finish.h"
 #include "grpcpp/support/slice.h"
 #include "proto/worker_service.pb.h"
 
@@ -41,6 +43,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (header.end_of_split()) return 0;
   if (batch->pieces.size() != static_cast<size_t>(header.columns_size()))
     std::abort();
+  // Finishing: refused (InvalidArgument) or it reads exactly the column's
+  // bytes and writes exactly out_bytes().
+  for (const auto& finish : header.finish()) {
+    const auto& column = header.columns(finish.column());
+    auto dtype = sluice::service::FromWireDType(column.dtype());
+    if (!dtype.ok()) std::abort();
+    const std::vector<sluice::proto::OpSpec> ops(finish.ops().begin(),
+                                                 finish.ops().end());
+    auto finisher =
+        sluice::kernels::Finisher::Create(ops, *dtype, column.shape());
+    if (!finisher.ok()) {
+      if (!absl::IsInvalidArgument(finisher.status())) std::abort();
+      continue;
+    }
+    if (finisher->in_bytes() != column.data_length()) std::abort();
+    std::vector<float> out(finisher->out_bytes() / sizeof(float));
+    finisher->Run(batch->pieces[finish.column()], out.data());
+  }
   for (int i = 0; i < header.columns_size(); ++i) {
     const auto& column = header.columns(i);
     if (column.shape_size() < 1 ||

@@ -132,6 +132,16 @@ T
 enc proto.Batch worker_service.proto <"$tmp/b.txt" >"$tmp/b.bin"
 batch_frame "$tmp/b.bin" '\001\002\003\004\003\000\000\000\000\000\000\000\007\000\000\000\000\000\000\000' \
   >"$out/batch_fuzzer/two_elements"
+# ... and one whose uint8 [2, 2, 2, 3] image column the client finishes (normalize + hwc2chw).
+cat >"$tmp/f.txt" <<'T'
+key { job_id: 1 position: 3 } split_id: 4 batch_index: 0
+columns { name: "image" dtype: TENSOR_DTYPE_UINT8 shape: [2, 2, 2, 3] data_length: 24 }
+global_indices: [1, 2]
+finish { column: 0 ops { normalize { mean: [0.5, 0.4, 0.3] std: [0.2, 0.2, 0.2] } } ops { hwc2chw {} } }
+T
+enc proto.Batch worker_service.proto <"$tmp/f.txt" >"$tmp/f.bin"
+batch_frame "$tmp/f.bin" '\001\002\003\004\005\006\007\010\011\012\013\014\015\016\017\020\021\022\023\024\025\026\027\030' \
+  >"$out/batch_fuzzer/finish_normalize"
 echo 'split_id: 4 batch_index: 2 end_of_split: true' | enc proto.Batch worker_service.proto >"$tmp/m.bin"
 batch_frame "$tmp/m.bin" '' >"$out/batch_fuzzer/end_of_split"
 echo "seeds in $out"
