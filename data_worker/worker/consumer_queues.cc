@@ -22,9 +22,10 @@ TaskKey KeyOf(const proto::SplitKey& key) {
   return {key.job_id(), key.consumer_index(), key.epoch(), key.position()};
 }
 
-ConsumerQueues::ConsumerQueues(size_t queue_batches,
+ConsumerQueues::ConsumerQueues(size_t queue_batches, int64_t queue_bytes,
                                prometheus::Registry& registry)
     : queue_batches_(queue_batches),
+      queue_bytes_(queue_bytes),
       elements_total_(AddCounter(registry, "sluice_worker_elements_total",
                                  "Elements produced into consumer queues.")),
       bytes_total_(AddCounter(registry, "sluice_worker_bytes_total",
@@ -187,9 +188,15 @@ bool ConsumerQueues::Push(uint64_t task_id, service::WireBatch batch) {
     const ConsumerKey consumer{std::get<0>(task_ids_[task_id]),
                                std::get<1>(task_ids_[task_id])};
     Queue* q = &queues_[consumer];
+    const int64_t incoming = service::BatchBytes(batch);
+    auto full = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      if (q->batches.size() >= queue_batches_) return true;
+      // The worker-wide byte bound; an empty queue always takes one batch.
+      return queue_bytes_ > 0 && !q->batches.empty() &&
+             queued_bytes_ + incoming > queue_bytes_;
+    };
     ++blocked_;
-    while (!stopped_ && FindTask(task_id) != nullptr &&
-           q->batches.size() >= queue_batches_) {
+    while (!stopped_ && FindTask(task_id) != nullptr && full()) {
       space_.Wait(&mu_);
     }
     --blocked_;

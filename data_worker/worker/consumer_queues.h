@@ -3,7 +3,9 @@
 // consumer (job, consumer index), and the GetBatches streams that drain those queues.
 //
 // Producers (task_runner.h) Push() batches of a task, blocking while its consumer's queue is
-// full; that is the back-pressure that stops a pipeline whose trainer stopped reading. The
+// full, or while all queues together hold `queue_bytes` (one memory bound per worker, whatever
+// the number of consumers and jobs); that is the back-pressure that stops a pipeline whose
+// trainer stopped reading. The
 // gRPC adapter (grpc_worker_service.h) reads through Open/Poll/Return/Close and never blocks.
 //
 // Tasks. AddTask(key) makes a task live and returns its id; every Push names the id, so a
@@ -72,8 +74,13 @@ struct TaskProgress {
 
 class ConsumerQueues {
  public:
-  // `queue_batches` > 0: the bound of each consumer's queue.
-  ConsumerQueues(size_t queue_batches, prometheus::Registry& registry);
+  // `queue_batches` > 0: the bound of each consumer's queue. `queue_bytes` > 0: one bound on
+  // the column bytes of all queues together (every consumer and job of the worker); a Push
+  // that would exceed it waits, unless its consumer's queue is empty (so every consumer keeps
+  // progressing whatever the others hold; the bound is passed by at most one batch per such
+  // consumer). 0: no byte bound.
+  ConsumerQueues(size_t queue_batches, int64_t queue_bytes,
+                 prometheus::Registry& registry);
 
   // ---- tasks (heartbeat thread) ----
   // Makes `assignment` live (no-op returning 0 if its key already is). `parallel`: a
@@ -170,6 +177,7 @@ class ConsumerQueues {
   void UpdateGauge() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const size_t queue_batches_;
+  const int64_t queue_bytes_;
   prometheus::Counter& elements_total_;
   prometheus::Counter& bytes_total_;
   prometheus::Counter& batches_total_;

@@ -60,7 +60,8 @@ class WorkerImplTest : public ::testing::Test {
   }
 
   std::unique_ptr<WorkerImpl> MakeWorker(size_t queue_batches = 8,
-                                         std::vector<std::string> roots = {}) {
+                                         std::vector<std::string> roots = {},
+                                         int64_t queue_bytes = 0) {
     WorkerOptions options;
     options.address = "127.0.0.1:1";
     options.data_roots =
@@ -68,6 +69,7 @@ class WorkerImplTest : public ::testing::Test {
     options.threads = 2;
     options.capacity = 2;
     options.queue_batches = queue_batches;
+    options.queue_bytes = queue_bytes;
     options.heartbeat_thread = false;
     options.clock = &clock_;
     auto w =
@@ -301,6 +303,35 @@ TEST_F(WorkerImplTest, ShuffledSplitFollowsTheSeededPermutationOfItsRange) {
   }
   EXPECT_EQ(got, want);
   EXPECT_NE(got[0], 20u);  // really shuffled (this seed)
+}
+
+// One byte bound for all consumers of all jobs: with room for 3 batches, two
+// consumers (of two jobs) hold 3 batches together (4 if the second consumer's
+// first batch came when the others had filled the bound), not 2 x 8; each gets
+// its batches.
+TEST_F(WorkerImplTest, QueueBytesBoundAllConsumersTogether) {
+  const int64_t batch_bytes = 4 * 32 * 32 * 3 + 4 * 8;
+  auto w = MakeWorker(/*queue_batches=*/8, /*roots=*/{},
+                      /*queue_bytes=*/3 * batch_bytes);
+  proto::WorkerHeartbeatResponse r;
+  *r.add_jobs() = MakeJob(1, Yaml(kImages), 4);
+  *r.add_jobs() = MakeJob(2, Yaml(kImages), 4);
+  *r.add_start() = MakeSplit(1, 0, 0, 0, 0, 40, 0, 0);  // 10 batches each
+  *r.add_start() = MakeSplit(2, 0, 0, 0, 0, 40, 0, 0);
+  Deliver(*w, r);
+  ASSERT_TRUE(Eventually([&] { return w->blocked_producers() == 2; }));
+  EXPECT_GE(w->queued_batches(), 3u);
+  EXPECT_LE(w->queued_batches(), 4u);
+  EXPECT_EQ(w->queued_bytes(),
+            static_cast<int64_t>(w->queued_batches()) * batch_bytes);
+  for (uint64_t job : {1, 2}) {  // both consumers progress
+    auto reader = Open(*w, job, 0);
+    ASSERT_NE(reader, nullptr);
+    StreamEvent e = reader->Next();
+    ASSERT_EQ(e.kind, StreamEvent::kBatch) << e.status;
+    EXPECT_EQ(e.batch.header.key().job_id(), job);
+  }
+  w->Stop();
 }
 
 TEST_F(WorkerImplTest, FullQueueBlocksTheProducerWithBoundedMemoryUntilRead) {
