@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/base/clock.h"
 #include "common/record/sharding.h"
 #include "gmock/gmock.h"
@@ -476,7 +477,8 @@ TEST_F(DispatcherImplTest,
   absl::Status s = impl_->RegisterDataset(request, &response);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.message(),
-              HasSubstr("client protocol version 99, dispatcher 2: upgrade"));
+              HasSubstr(absl::StrCat("client protocol version 99, dispatcher ",
+                                     kProtocolVersion, ": upgrade")));
   proto::WorkerHeartbeatRequest beat;  // version 0
   proto::WorkerHeartbeatResponse beat_response;
   EXPECT_EQ(impl_->WorkerHeartbeat(beat, &beat_response).code(),
