@@ -10,6 +10,7 @@
 #include "common/base/status_macros.h"
 #include "common/record/dataset.h"
 #include "common/service/channel_factory.h"
+#include "common/tensor_kernels/finish.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "grpcpp/grpcpp.h"
@@ -151,6 +152,12 @@ class DataServiceClientImpl final : public DataServiceClient {
       return absl::InvalidArgumentError(
           absl::StrCat("JobOptions.consumer_index ", job.consumer_index,
                        " must be < num_consumers ", job.num_consumers));
+    }
+    if (absl::StatusOr<kernels::FinishMode> finish =
+            kernels::ParseFinishMode(job.pipeline.finish());
+        !finish.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("pipeline ", finish.status().message()));
     }
     std::optional<proto::ConsumerCheckpoint> restore;
     if (!job.restore_state.empty()) {

@@ -45,9 +45,9 @@
 #include "absl/time/time.h"
 #include "common/base/random.h"
 #include "common/record/dataset.h"
+#include "common/tensor_kernels/normalize_kernel.h"
 #include "data_worker/ops/decode.h"
 #include "data_worker/ops/geometry.h"
-#include "data_worker/ops/normalize_kernel.h"
 #include "data_worker/ops/op.h"
 #include "data_worker/ops/op_util.h"
 #include "data_worker/pipeline/allocator.h"
@@ -211,7 +211,7 @@ int main(int argc, char** argv) {
   std::printf("plan: %s\n", plan->Describe().c_str());
   std::printf("records: %zu in memory, %d threads, batch %d, avx2 %d\n",
               records.size(), threads, batch_size,
-              dw::NormalizeKernelUsesAvx2() ? 1 : 0);
+              sluice::kernels::NormalizeKernelUsesAvx2() ? 1 : 0);
 
   std::vector<char> dumped;
   std::atomic<int64_t> dump_elements{0};
@@ -290,8 +290,9 @@ int main(int argc, char** argv) {
     });
     const double kernel_ms = time_ms([&] {
       for (int64_t i = 0; i < n; ++i) {
-        dw::NormalizeHwc3ToChw(in.data() + i * plane * 3, 1, plane, plane * 3,
-                               false, scale, bias, out.data() + i * plane * 3);
+        sluice::kernels::NormalizeHwc3ToChw(in.data() + i * plane * 3, 1, plane,
+                                            plane * 3, false, scale, bias,
+                                            out.data() + i * plane * 3);
       }
     });
     std::printf("normalize: tables %.2f ms/batch, kernel %.2f ms/batch\n",
@@ -393,9 +394,9 @@ int main(int argc, char** argv) {
         left = box->left;
       }
       const int64_t plane = int64_t{out_h} * out_w;
-      dw::NormalizeHwc3ToChw(img->data() + (top * w + left) * 3, out_h, out_w,
-                             w * 3, flip, scale, bias,
-                             batch->data_as<float>() + slot * 3 * plane);
+      sluice::kernels::NormalizeHwc3ToChw(
+          img->data() + (top * w + left) * 3, out_h, out_w, w * 3, flip, scale,
+          bias, batch->data_as<float>() + slot * 3 * plane);
       return true;
     };
     const BatchFn fast_finish = [](dw::Tensor*) { return true; };

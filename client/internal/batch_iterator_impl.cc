@@ -1,16 +1,19 @@
 #include "client/internal/batch_iterator_impl.h"
 
 #include <algorithm>
+#include <memory>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "client/internal/channel_options.h"
 #include "common/base/retry.h"
+#include "common/base/status_macros.h"
 #include "common/metrics/metrics.h"
 #include "common/service/batch_codec.h"
 #include "common/service/channel_factory.h"
 #include "common/service/grpc_status.h"
+#include "common/tensor_kernels/finish.h"
 
 namespace sluice::client {
 namespace {
@@ -39,26 +42,67 @@ DType ToDType(proto::TensorDType dtype) {
   }
 }
 
-// Takes the received message over: the columns point into it (no copy of the column bytes)
-// and share its ownership. REQUIRES: service::CheckBatch(*wire) is OK.
-Batch FromWire(std::shared_ptr<proto::Batch> wire) {
+// Trainer-side finishing on the host: runs the header's tail ops on the received column,
+// fused with the copy into the trainer's float32 buffer (common/tensor_kernels/finish.h).
+// The seam for device finishing: a GPU trainer would instead hand the uint8 column (and the
+// ops) to the device here. InvalidArgument if the ops or the column are not what the client
+// can run.
+absl::Status FinishOnHost(const service::ReceivedBatch& wire,
+                          const proto::ColumnFinish& finish, Column* column) {
+  const proto::Column& c = wire.header.columns(finish.column());
+  ASSIGN_OR_RETURN(record::DType dtype, service::FromWireDType(c.dtype()));
+  const std::vector<proto::OpSpec> ops(finish.ops().begin(),
+                                       finish.ops().end());
+  ASSIGN_OR_RETURN(kernels::Finisher finisher,
+                   kernels::Finisher::Create(ops, dtype, c.shape()));
+  std::shared_ptr<uint8_t[]> out =
+      std::make_shared_for_overwrite<uint8_t[]>(finisher.out_bytes());
+  finisher.Run(wire.pieces[finish.column()],
+               reinterpret_cast<float*>(out.get()));
+  column->dtype = DType::kFloat32;
+  column->shape = finisher.out_shape();
+  column->data = out.get();
+  column->size = finisher.out_bytes();
+  column->owner = std::move(out);
+  return absl::OkStatus();
+}
+
+// The trainer's batch from a received frame: a column that arrived in one slice (aligned for
+// its dtype) is handed over as is, sharing the slices' ownership; any other column is copied
+// once into a buffer the batch owns (service::Gather), or finished on the way (FinishOnHost).
+absl::StatusOr<Batch> FromWire(const service::ReceivedBatch& wire) {
+  const proto::Batch& header = wire.header;
   Batch batch;
-  batch.epoch = wire->key().epoch();
-  batch.position = wire->key().position();
-  batch.split_id = wire->split_id();
-  batch.batch_index = wire->batch_index();
-  batch.global_indices.assign(wire->global_indices().begin(),
-                              wire->global_indices().end());
-  batch.columns.reserve(wire->columns_size());
-  for (proto::Column& c : *wire->mutable_columns()) {
+  batch.epoch = header.key().epoch();
+  batch.position = header.key().position();
+  batch.split_id = header.split_id();
+  batch.batch_index = header.batch_index();
+  batch.global_indices.assign(header.global_indices().begin(),
+                              header.global_indices().end());
+  batch.columns.reserve(header.columns_size());
+  std::vector<const proto::ColumnFinish*> finish(header.columns_size());
+  for (const proto::ColumnFinish& f : header.finish()) {
+    finish[f.column()] = &f;  // CheckBatch: an existing column, at most once
+  }
+  for (int i = 0; i < header.columns_size(); ++i) {
+    const proto::Column& c = header.columns(i);
     Column column;
     column.name = c.name();
+    if (finish[i] != nullptr) {
+      RETURN_IF_ERROR(FinishOnHost(wire, *finish[i], &column));
+      batch.columns.push_back(std::move(column));
+      continue;
+    }
     column.dtype = ToDType(c.dtype());
     column.shape.assign(c.shape().begin(), c.shape().end());
-    std::string* data = c.mutable_data();
-    column.data = reinterpret_cast<uint8_t*>(data->data());
-    column.size = data->size();
-    column.owner = wire;
+    const absl::StatusOr<record::DType> dtype =
+        service::FromWireDType(c.dtype());
+    const size_t alignment = dtype.ok() ? record::DTypeSize(*dtype) : 1;
+    service::ColumnBytes bytes =
+        service::Gather(wire, i, std::max<size_t>(1, alignment));
+    column.data = const_cast<uint8_t*>(bytes.data);
+    column.size = bytes.size;
+    column.owner = std::const_pointer_cast<void>(std::move(bytes.owner));
     batch.columns.push_back(std::move(column));
   }
   return batch;
@@ -245,6 +289,11 @@ int BatchIteratorImpl::buffered_batches() const {
   return state_.buffered();
 }
 
+uint64_t BatchIteratorImpl::received_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return received_bytes_;
+}
+
 uint64_t BatchIteratorImpl::duplicate_batches() const {
   absl::MutexLock lock(&mu_);
   return duplicates_;
@@ -422,11 +471,39 @@ void BatchIteratorImpl::HeartbeatLoop() {
 }
 
 BatchIteratorImpl::DeliverResult BatchIteratorImpl::Deliver(
-    std::shared_ptr<proto::Batch> wire, const std::string& address) {
+    grpc::ByteBuffer* frame, const std::string& address) {
+  const size_t frame_bytes = frame->Length();
+  {
+    absl::MutexLock lock(&mu_);
+    received_bytes_ += frame_bytes;
+  }
+  // DecodeBatch runs CheckBatch on the header and checks the lengths against the frame.
+  absl::StatusOr<service::ReceivedBatch> received = service::DecodeBatch(frame);
+  if (!received.ok()) {
+    absl::MutexLock lock(&mu_);
+    Fail(absl::DataLossError(absl::StrCat(
+        "sluice worker at ", address,
+        " sent a malformed batch: ", received.status().message())));
+    return DeliverResult::kStop;
+  }
+  const proto::Batch* wire = &received->header;
   const bool ours = params_.parallel_epochs ||
                     (wire->key().job_id() == params_.job_id &&
                      wire->key().consumer_index() == params_.consumer_index);
-  const absl::Status valid = service::CheckBatch(*wire);
+  // The one copy (or none) into the trainer's memory, outside the lock.
+  std::optional<Batch> ready;
+  if (ours && !wire->end_of_split()) {
+    absl::StatusOr<Batch> batch = FromWire(*received);
+    if (!batch.ok()) {
+      absl::MutexLock lock(&mu_);
+      Fail(absl::DataLossError(
+          absl::StrCat("sluice worker at ", address,
+                       " sent a batch the client cannot finish: ",
+                       batch.status().message())));
+      return DeliverResult::kStop;
+    }
+    ready = std::move(*batch);
+  }
   absl::MutexLock lock(&mu_);
   if (!ours) {
     logger_->error(
@@ -436,13 +513,6 @@ BatchIteratorImpl::DeliverResult BatchIteratorImpl::Deliver(
         params_.job_id, params_.consumer_index, address, wire->key().job_id(),
         wire->key().consumer_index());
     return DeliverResult::kContinue;
-  }
-  if (!valid.ok()) {
-    Fail(absl::DataLossError(absl::StrCat(
-        "sluice worker at ", address, " sent a malformed batch (epoch ",
-        wire->key().epoch(), ", position ", wire->key().position(), ", index ",
-        wire->batch_index(), "): ", valid.message())));
-    return DeliverResult::kStop;
   }
   const bool marker = wire->end_of_split();
   if (params_.parallel_epochs && marker) {
@@ -481,7 +551,7 @@ BatchIteratorImpl::DeliverResult BatchIteratorImpl::Deliver(
         if (marker) {
           state_.AcceptMarker(epoch, position, index);
         } else {
-          state_.Accept(FromWire(std::move(wire)));
+          state_.Accept(std::move(*ready));
         }
         if (state_.TakeProgressDue()) heartbeat_due_ = true;
         UpdateFillGauge();
@@ -509,7 +579,6 @@ void BatchIteratorImpl::ReaderLoop(Reader* reader) {
     reader->exited = true;
     return;
   }
-  auto stub = proto::WorkerService::NewStub(*channel);
   int failures = 0;
   while (true) {
     grpc::ClientContext* context;
@@ -535,15 +604,14 @@ void BatchIteratorImpl::ReaderLoop(Reader* reader) {
       reader->context = std::make_unique<grpc::ClientContext>();
       context = reader->context.get();
     }
-    std::unique_ptr<grpc::ClientReader<proto::Batch>> stream =
-        stub->GetBatches(context, request);
+    std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> stream =
+        service::OpenBatchStream(channel->get(), context, request);
     bool received_any = false;
     bool reopen = false;
-    auto wire = std::make_shared<proto::Batch>();
-    while (stream->Read(wire.get())) {
+    grpc::ByteBuffer frame;
+    while (stream->Read(&frame)) {
       received_any = true;
-      const DeliverResult result = Deliver(std::move(wire), address);
-      wire = std::make_shared<proto::Batch>();
+      const DeliverResult result = Deliver(&frame, address);
       if (result == DeliverResult::kStop) {
         context->TryCancel();
         break;

@@ -86,6 +86,7 @@ class BatchIteratorImpl final : public BatchIterator {
   int buffered_batches() const override ABSL_LOCKS_EXCLUDED(mu_);
   uint64_t duplicate_batches() const override ABSL_LOCKS_EXCLUDED(mu_);
   uint64_t job_id() const override { return params_.job_id; }
+  uint64_t received_bytes() const override ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<std::string> SaveState() const override
       ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -109,8 +110,9 @@ class BatchIteratorImpl final : public BatchIterator {
   // Hands one message to the state; waits while the buffer is full. kReopen: batches before
   // it are missing; reopen the stream from what the consumer holds. kStop: the reader must
   // stop.
-  DeliverResult Deliver(std::shared_ptr<proto::Batch> wire,
-                        const std::string& address) ABSL_LOCKS_EXCLUDED(mu_);
+  // `frame` is taken over (its slices move into the batch).
+  DeliverResult Deliver(grpc::ByteBuffer* frame, const std::string& address)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Starts readers for `addresses` that have none; collects exited ones that
   // are not listed.
   void SyncReaders(const std::set<std::string>& addresses)
@@ -152,6 +154,7 @@ class BatchIteratorImpl final : public BatchIterator {
   uint64_t batches_returned_ ABSL_GUARDED_BY(mu_) =
       0;  // by GetNext, cumulative
   uint64_t duplicates_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t received_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread heartbeat_thread_;
 };
 

@@ -315,7 +315,8 @@ std::unique_ptr<PyIterator> Open(PyClient& client, const std::string& spec,
                                  uint64_t seed, uint32_t consumer_index,
                                  uint32_t num_consumers, bool deterministic,
                                  bool drop_remainder, uint64_t split_size,
-                                 const std::optional<py::bytes>& restore) {
+                                 const std::optional<py::bytes>& restore,
+                                 const std::string& finish) {
   if (num_consumers == 0 || consumer_index >= num_consumers) {
     ThrowStatus(absl::InvalidArgumentError(absl::StrCat(
         "consumer_index ", consumer_index, " must be < num_consumers ",
@@ -324,6 +325,7 @@ std::unique_ptr<PyIterator> Open(PyClient& client, const std::string& spec,
   JobOptions options;
   options.job_name = job;
   options.pipeline = ValueOrThrow(ToPipeline(spec, spec_is_file, data));
+  if (!finish.empty()) options.pipeline.set_finish(finish);
   options.seed = seed;
   options.num_epochs = epochs;
   options.num_consumers = num_consumers;
@@ -375,7 +377,8 @@ PYBIND11_MODULE(_sluice, m) {
            py::arg("data"), py::arg("job"), py::arg("epochs"), py::arg("seed"),
            py::arg("consumer_index"), py::arg("num_consumers"),
            py::arg("deterministic"), py::arg("drop_remainder"),
-           py::arg("split_size"), py::arg("restore_state"));
+           py::arg("split_size"), py::arg("restore_state"),
+           py::arg("finish") = "");
   py::class_<PyIterator>(m, "Iterator")
       .def("next", &PyIterator::Next)
       .def("save_state", &PyIterator::SaveState)

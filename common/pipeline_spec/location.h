@@ -35,7 +35,8 @@ namespace sluice::pipeline_spec {
 
 struct SpecLocation {
   // "map", "filter", "shuffle", "batch", "prefetch", "source", "nodes" (a
-  // node whose kind is unknown), "on_error", "pipeline" (top level), or ""
+  // node whose kind is unknown), "on_error", "finish", "pipeline" (top
+  // level), or ""
   // for an op built outside a pipeline (then ToString is "op <op_index>").
   std::string node;
   int node_index = -1;  // index among nodes of that kind; -1 = not indexed

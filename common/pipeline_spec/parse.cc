@@ -162,6 +162,8 @@ absl::StatusOr<proto::Pipeline> ParseJson(const Json& root) {
       }
     } else if (key == "on_error") {
       out.set_on_error(v.is_string() ? v.get<std::string>() : v.dump());
+    } else if (key == "finish") {
+      out.set_finish(v.is_string() ? v.get<std::string>() : v.dump());
     } else if (key == "source") {
       if (absl::Status s =
               ParseInto(v, out.mutable_source(), SpecLocation{"source"});
@@ -204,7 +206,7 @@ absl::StatusOr<proto::Pipeline> ParseJson(const Json& root) {
     } else {
       return SpecError(top, absl::StrCat("unknown field '", key,
                                          "' (expected source, nodes, seed, "
-                                         "on_error)"));
+                                         "on_error, finish)"));
     }
   }
   return out;

@@ -1,8 +1,13 @@
 #include "common/service/batch_codec.h"
 
+#include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+#include "grpcpp/impl/codegen/proto_utils.h"
+#include "grpcpp/impl/rpc_method.h"
 
 namespace sluice::service {
 
@@ -50,6 +55,9 @@ absl::StatusOr<record::DType> FromWireDType(proto::TensorDType dtype) {
 
 namespace {
 
+// No frame carries a column this large; bounding each data_length keeps their sum from wrapping.
+constexpr uint64_t kMaxColumnBytes = uint64_t{1} << 48;
+
 // Elements of `shape`, or an error for a negative or overflowing dimension.
 absl::StatusOr<uint64_t> NumElements(absl::Span<const int64_t> shape) {
   uint64_t n = 1;
@@ -85,24 +93,26 @@ absl::Status CheckColumnBytes(absl::string_view name, record::DType dtype,
 }  // namespace
 
 absl::Status AppendColumn(std::string name, record::DType dtype,
-                          absl::Span<const int64_t> shape,
-                          absl::string_view bytes, proto::Batch* batch) {
-  if (absl::Status s = CheckColumnBytes(name, dtype, shape, bytes.size());
+                          absl::Span<const int64_t> shape, ColumnBytes bytes,
+                          WireBatch* batch) {
+  if (absl::Status s = CheckColumnBytes(name, dtype, shape, bytes.size);
       !s.ok())
     return s;
-  proto::Column* c = batch->add_columns();
+  proto::Column* c = batch->header.add_columns();
   c->set_name(std::move(name));
   c->set_dtype(ToWireDType(dtype));
   c->mutable_shape()->Add(shape.begin(), shape.end());
-  c->set_data(bytes.data(), bytes.size());
+  c->set_data_length(bytes.size);
+  batch->columns.push_back(std::move(bytes));
   return absl::OkStatus();
 }
 
 absl::Status CheckBatch(const proto::Batch& batch) {
   if (batch.end_of_split()) {
-    if (batch.columns_size() != 0 || batch.global_indices_size() != 0)
+    if (batch.columns_size() != 0 || batch.global_indices_size() != 0 ||
+        batch.finish_size() != 0)
       return absl::InvalidArgumentError(
-          "an end-of-split marker carries columns or indices");
+          "an end-of-split marker carries columns, indices or finish ops");
     return absl::OkStatus();
   }
   if (batch.columns_size() == 0)
@@ -120,10 +130,25 @@ absl::Status CheckBatch(const proto::Batch& batch) {
                        c.shape_size() == 0 ? -1 : c.shape(0),
                        " but the batch has ", elements, " elements"));
     }
-    if (absl::Status s =
-            CheckColumnBytes(c.name(), *dtype, c.shape(), c.data().size());
+    if (c.data_length() > kMaxColumnBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("column '", c.name(), "': data_length ", c.data_length(),
+                       " is beyond any frame"));
+    }
+    if (absl::Status s = CheckColumnBytes(c.name(), *dtype, c.shape(),
+                                          static_cast<size_t>(c.data_length()));
         !s.ok())
       return s;
+  }
+  std::vector<bool> seen(batch.columns_size(), false);
+  for (const proto::ColumnFinish& f : batch.finish()) {
+    if (f.column() >= static_cast<uint32_t>(batch.columns_size()) ||
+        seen[f.column()]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("finish names column ", f.column(), " of ",
+                       batch.columns_size(), " (or twice)"));
+    }
+    seen[f.column()] = true;
   }
   return absl::OkStatus();
 }
@@ -131,8 +156,168 @@ absl::Status CheckBatch(const proto::Batch& batch) {
 int64_t BatchBytes(const proto::Batch& batch) {
   int64_t bytes = 0;
   for (const proto::Column& c : batch.columns())
-    bytes += static_cast<int64_t>(c.data().size());
+    bytes += static_cast<int64_t>(c.data_length());
   return bytes;
+}
+
+namespace {
+
+// The slice's user data: a reference to the column's owner, dropped when gRPC frees the slice.
+void ReleaseOwner(void* owner) {
+  delete static_cast<std::shared_ptr<const void>*>(owner);
+}
+
+// Reads a frame's slices front to back.
+class SliceCursor {
+ public:
+  explicit SliceCursor(const std::vector<grpc::Slice>& slices)
+      : slices_(slices) {}
+  size_t remaining() const { return remaining_; }
+  void Init() {
+    for (const grpc::Slice& s : slices_) remaining_ += s.size();
+  }
+  // Copies the next n bytes to `out`. REQUIRES: n <= remaining().
+  void Copy(size_t n, uint8_t* out) {
+    for (absl::Span<const uint8_t> piece : Take(n)) {
+      std::memcpy(out, piece.data(), piece.size());
+      out += piece.size();
+    }
+  }
+  // The next n bytes as spans of the slices. REQUIRES: n <= remaining().
+  std::vector<absl::Span<const uint8_t>> Take(size_t n) {
+    std::vector<absl::Span<const uint8_t>> pieces;
+    remaining_ -= n;
+    while (n > 0) {
+      const grpc::Slice& s = slices_[index_];
+      const size_t take = std::min(n, s.size() - offset_);
+      if (take > 0) pieces.emplace_back(s.begin() + offset_, take);
+      n -= take;
+      offset_ += take;
+      if (offset_ == s.size()) {
+        ++index_;
+        offset_ = 0;
+      }
+    }
+    return pieces;
+  }
+
+ private:
+  const std::vector<grpc::Slice>& slices_;
+  size_t index_ = 0;
+  size_t offset_ = 0;
+  size_t remaining_ = 0;
+};
+
+}  // namespace
+
+grpc::ByteBuffer EncodeBatch(const WireBatch& batch) {
+  const size_t header_bytes = batch.header.ByteSizeLong();
+  std::string head(4 + header_bytes, '\0');
+  const uint32_t h = static_cast<uint32_t>(header_bytes);
+  for (int i = 0; i < 4; ++i)
+    head[i] = static_cast<char>((h >> (8 * i)) & 0xff);
+  batch.header.SerializeWithCachedSizesToArray(
+      reinterpret_cast<uint8_t*>(head.data() + 4));
+  std::vector<grpc::Slice> slices;
+  slices.reserve(1 + batch.columns.size());
+  slices.emplace_back(
+      head);  // copies the header only (tens to hundreds of bytes)
+  for (const ColumnBytes& c : batch.columns) {
+    if (c.size == 0) continue;
+    slices.emplace_back(const_cast<uint8_t*>(c.data), c.size, &ReleaseOwner,
+                        new std::shared_ptr<const void>(c.owner));
+  }
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+absl::StatusOr<ReceivedBatch> DecodeBatch(grpc::ByteBuffer* frame) {
+  std::vector<grpc::Slice> slices;
+  if (grpc::Status s = frame->Dump(&slices); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read the batch frame: ", s.error_message()));
+  }
+  frame->Clear();
+  return DecodeBatch(std::move(slices));
+}
+
+absl::StatusOr<ReceivedBatch> DecodeBatch(std::vector<grpc::Slice> slices) {
+  auto owned = std::make_shared<std::vector<grpc::Slice>>(std::move(slices));
+  SliceCursor cursor(*owned);
+  cursor.Init();
+  if (cursor.remaining() < 4) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "batch frame of ", cursor.remaining(), " bytes has no header length"));
+  }
+  uint8_t prefix[4];
+  cursor.Copy(4, prefix);
+  const uint32_t header_bytes = uint32_t{prefix[0]} | uint32_t{prefix[1]} << 8 |
+                                uint32_t{prefix[2]} << 16 |
+                                uint32_t{prefix[3]} << 24;
+  if (header_bytes > cursor.remaining()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch frame header length ", header_bytes, " but only ",
+                     cursor.remaining(), " bytes follow"));
+  }
+  std::string header(header_bytes, '\0');
+  cursor.Copy(header_bytes, reinterpret_cast<uint8_t*>(header.data()));
+  ReceivedBatch batch;
+  if (!batch.header.ParseFromString(header)) {
+    return absl::InvalidArgumentError(
+        "batch frame header is not a valid Batch message");
+  }
+  RETURN_IF_ERROR(CheckBatch(batch.header));
+  // Each data_length is below kMaxColumnBytes (CheckBatch), so the sum cannot wrap.
+  uint64_t total = 0;
+  for (const proto::Column& c : batch.header.columns())
+    total += c.data_length();
+  if (total != cursor.remaining()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch columns hold ", total, " bytes but the frame has ",
+                     cursor.remaining(), " after the header"));
+  }
+  batch.pieces.reserve(batch.header.columns_size());
+  for (const proto::Column& c : batch.header.columns()) {
+    batch.pieces.push_back(cursor.Take(static_cast<size_t>(c.data_length())));
+  }
+  batch.slices = std::move(owned);
+  return batch;
+}
+
+ColumnBytes Gather(const ReceivedBatch& batch, int column, size_t alignment) {
+  const std::vector<absl::Span<const uint8_t>>& pieces = batch.pieces[column];
+  ColumnBytes out;
+  if (pieces.empty()) return out;
+  if (pieces.size() == 1 && reinterpret_cast<uintptr_t>(pieces[0].data()) %
+                                    std::max<size_t>(alignment, 1) ==
+                                0) {
+    out.data = pieces[0].data();
+    out.size = pieces[0].size();
+    out.owner = batch.slices;
+    return out;
+  }
+  size_t size = 0;
+  for (absl::Span<const uint8_t> p : pieces) size += p.size();
+  std::shared_ptr<uint8_t[]> buffer =
+      std::make_shared_for_overwrite<uint8_t[]>(size);
+  uint8_t* dst = buffer.get();
+  for (absl::Span<const uint8_t> p : pieces) {
+    std::memcpy(dst, p.data(), p.size());
+    dst += p.size();
+  }
+  out.data = buffer.get();
+  out.size = size;
+  out.owner = std::move(buffer);
+  return out;
+}
+
+std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> OpenBatchStream(
+    grpc::Channel* channel, grpc::ClientContext* context,
+    const proto::GetBatchesRequest& request) {
+  const grpc::internal::RpcMethod method(
+      kGetBatchesMethod, grpc::internal::RpcMethod::SERVER_STREAMING);
+  return std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>>(
+      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
+          channel, method, context, request));
 }
 
 }  // namespace sluice::service

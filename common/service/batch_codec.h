@@ -1,20 +1,35 @@
-// The wire form of a batch (proto/worker_service.proto: Batch, proto/sluice_tensor.proto: Column), in
-// one place for the worker that encodes it and the client that decodes it.
+// The wire form of a batch, in one place for the worker that encodes it and the client that
+// decodes it: a *frame* of gRPC slices that the column bytes are never serialized into.
 //
-// A batch is one message: its origin (split key, split id, batch index), one contiguous
-// little-endian row-major buffer per column, and one global record index per element. The end
-// of a split is a message of its own (end_of_split, no columns), so a split that yields no
-// batch still ends. Example, a batch of 64 ImageNet-train elements:
-//   key {job 3, consumer 0, epoch 1, position 7} split_id 12 batch_index 2
-//   columns { name: "image" dtype: FLOAT32 shape: [64, 3, 224, 224] data: <38.5 MB> }
-//   columns { name: "label" dtype: INT64   shape: [64]             data: <512 B> }
-//   global_indices: [64 record ids, in element order]
+//   frame = [u32 little-endian H][H bytes: proto::Batch header][column 0 bytes][column 1 bytes]...
+//
+// The header (proto/worker_service.proto: Batch, proto/sluice_tensor.proto: Column) holds the
+// batch's origin (split key, split id, batch index), one global record index per element, and per
+// column its name, dtype, shape and data_length, but no data. The column bytes follow in header
+// order, each one contiguous little-endian row-major buffer. The end of a split is a frame of its
+// own (end_of_split, no columns), so a split that yields no batch still ends. Example, a batch of
+// 64 ImageNet-train elements:
+//   slice 0: [u32 H] key {job 3, consumer 0, epoch 1, position 7} split_id 12 batch_index 2
+//            columns { name: "image" dtype: FLOAT32 shape: [64, 3, 224, 224] data_length: 38535168 }
+//            columns { name: "label" dtype: INT64   shape: [64]             data_length: 512 }
+//            global_indices: [64 record ids, in element order]
+//   slice 1: the 38.5 MB image buffer of the batch (the worker's tensor itself, not a copy)
+//   slice 2: the 512 B label buffer
 // and after the split's last batch:
-//   key {...} split_id 12 batch_index 4 end_of_split: true      (4 = the split's batch count)
+//   slice 0: [u32 H] key {...} split_id 12 batch_index 4 end_of_split: true  (4 = the batch count)
+//
+// Sender: EncodeBatch() builds the frame from a WireBatch whose columns are shared buffers; each
+// column slice holds a reference to its buffer until gRPC has written it (no copy in user space).
+// Receiver: DecodeBatch() takes the received slices, copies and parses only the header, checks it
+// against the frame (a receiver never trusts lengths from the network), and returns each column
+// as the pieces of the received slices it spans; Gather() makes a column contiguous, referencing
+// the received slice when the column lies in one (and is aligned for its dtype), otherwise with
+// exactly one copy into a new buffer the caller owns.
 #ifndef SLUICE_COMMON_SERVICE_BATCH_CODEC_H_
 #define SLUICE_COMMON_SERVICE_BATCH_CODEC_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,6 +38,11 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/record/schema.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/slice.h"
+#include "grpcpp/support/sync_stream.h"
 #include "proto/sluice_tensor.pb.h"
 #include "proto/worker_service.pb.h"
 
@@ -33,20 +53,73 @@ namespace sluice::service {
 proto::TensorDType ToWireDType(record::DType dtype);
 absl::StatusOr<record::DType> FromWireDType(proto::TensorDType dtype);
 
-// Appends a column holding a copy of `bytes`. InvalidArgument when the shape's element count
-// times the dtype size differs from bytes.size() (fixed-size dtypes only).
+// One contiguous column buffer and what keeps it alive (shared: the wire, a queue and a trainer
+// may hold it at once). `owner` may be null only when size == 0.
+struct ColumnBytes {
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+  std::shared_ptr<const void> owner;
+};
+
+// A batch as the worker queues and sends it: the header (columns described, no data) and one
+// buffer per header column, in order.
+struct WireBatch {
+  proto::Batch header;
+  std::vector<ColumnBytes> columns;
+};
+
+// Appends a column (by reference: `bytes.owner` is shared, the bytes are not copied).
+// InvalidArgument when the shape's element count times the dtype size differs from bytes.size
+// (fixed-size dtypes only).
 absl::Status AppendColumn(std::string name, record::DType dtype,
-                          absl::Span<const int64_t> shape,
-                          absl::string_view bytes, proto::Batch* batch);
+                          absl::Span<const int64_t> shape, ColumnBytes bytes,
+                          WireBatch* batch);
 
-// The checks a receiver makes before it trusts a batch from the network: a data batch has at
+// The checks a receiver makes before it trusts a header from the network: a data batch has at
 // least one column, every column a known dtype, a shape whose leading dimension is the element
-// count, and exactly the bytes its shape says; one global index per element. An end-of-split
-// marker has no columns and no indices. InvalidArgument naming the column otherwise.
-absl::Status CheckBatch(const proto::Batch& batch);
+// count, and a data_length equal to what its shape says; one global index per element; every
+// `finish` entry names an existing column, at most once. An end-of-split marker has no columns,
+// indices or finish entries. InvalidArgument naming the column otherwise.
+absl::Status CheckBatch(const proto::Batch& header);
 
-// Bytes of all column buffers (what a queue accounts).
-int64_t BatchBytes(const proto::Batch& batch);
+// Bytes of all column buffers (what a queue accounts; what the frame carries beyond its header).
+int64_t BatchBytes(const proto::Batch& header);
+inline int64_t BatchBytes(const WireBatch& batch) {
+  return BatchBytes(batch.header);
+}
+
+// The frame of `batch`: one slice for the length-prefixed header, one per non-empty column that
+// references the column's buffer (sharing its owner). REQUIRES: built with AppendColumn.
+grpc::ByteBuffer EncodeBatch(const WireBatch& batch);
+
+// A decoded frame: the checked header and, per header column, the pieces of the received slices
+// that hold its bytes (in order; concatenated they are exactly data_length bytes).
+struct ReceivedBatch {
+  proto::Batch header;
+  std::vector<std::vector<absl::Span<const uint8_t>>> pieces;
+  // Keeps every piece alive (the received slices).
+  std::shared_ptr<const void> slices;
+};
+
+// Takes the slices of `frame` over (no copy of the column bytes). InvalidArgument naming what is
+// wrong: a frame shorter than its header length says, a header that does not parse or fails
+// CheckBatch, or column lengths that do not add up to the bytes after the header.
+absl::StatusOr<ReceivedBatch> DecodeBatch(grpc::ByteBuffer* frame);
+absl::StatusOr<ReceivedBatch> DecodeBatch(std::vector<grpc::Slice> slices);
+
+// Column `column` of `batch` as one contiguous buffer: the received bytes themselves (owner = the
+// slices) when they lie in one piece whose address is a multiple of `alignment`; otherwise one
+// copy into a new buffer owned by the result. REQUIRES: column < batch.pieces.size().
+ColumnBytes Gather(const ReceivedBatch& batch, int column, size_t alignment);
+
+// The GetBatches method, raw: the path of WorkerService.GetBatches (proto/worker_service.proto),
+// whose responses are frames. Workers serve it with the generated raw callback method; clients
+// call it here, on any channel of service/channel_factory.h (TLS, tokens).
+inline constexpr char kGetBatchesMethod[] =
+    "/sluice.proto.WorkerService/GetBatches";
+std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> OpenBatchStream(
+    grpc::Channel* channel, grpc::ClientContext* context,
+    const proto::GetBatchesRequest& request);
 
 }  // namespace sluice::service
 

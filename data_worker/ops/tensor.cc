@@ -105,6 +105,12 @@ cv::Mat Tensor::AsMat() const {
                  CV_MAKETYPE(depth, channels), data_);
 }
 
+void Tensor::TruncateLeading(int64_t n) {
+  const size_t per = shape_[0] == 0 ? 0 : size_ / shape_[0];
+  shape_[0] = n;
+  size_ = per * n;
+}
+
 Tensor Tensor::FromMat(const cv::Mat& mat) {
   DType dtype = DType::kUint8;
   switch (mat.depth()) {

@@ -10,6 +10,12 @@
 //   cv::resize(src, img.AsMat(), cv::Size(224, 224));
 //
 // Not thread-safe; a Tensor is owned by the one op or stage working on it.
+//
+// Written once: the batch stage writes each element into its slot of the
+// batch's tensor (pipeline/batch_assembler.h), vectorized ops run on that
+// tensor, and the worker hands it to the wire by moving it into a shared
+// owner that gRPC's slices reference (worker/task_runner.h ToWireBatch,
+// common/service/batch_codec.h): no copy after the op that produced it.
 #ifndef SLUICE_DATA_WORKER_OPS_TENSOR_H_
 #define SLUICE_DATA_WORKER_OPS_TENSOR_H_
 
@@ -77,6 +83,11 @@ class Tensor {
   }
 
   Tensor Clone() const;
+
+  // Keeps the first n rows of the leading dimension, in place (the buffer is
+  // not reallocated or copied; its tail is simply no longer part of the
+  // tensor). REQUIRES: numeric, rank >= 1, 0 <= n <= dim(0).
+  void TruncateLeading(int64_t n);
 
   // A cv::Mat header over this tensor's buffer (no copy): H×W×C (rank 3, C
   // channels) or H×W (rank 2). Returns an empty Mat for other ranks and for

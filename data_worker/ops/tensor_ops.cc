@@ -6,45 +6,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
-#include "data_worker/ops/normalize_kernel.h"
+#include "common/tensor_kernels/normalize_kernel.h"
 #include "opencv2/core.hpp"
 
 namespace sluice::data_worker {
 namespace {
 
-// Per-channel x * scale + bias, with 256-entry tables for uint8 input.
-class Normalizer {
- public:
-  explicit Normalizer(const NormalizeSpec& spec) {
-    channels_ = static_cast<int>(std::max(spec.mean.size(), spec.std.size()));
-    lut_.resize(size_t{256} * channels_);
-    for (int c = 0; c < channels_; ++c) {
-      const double mean = spec.mean.size() == 1 ? spec.mean[0] : spec.mean[c];
-      const double std = spec.std.size() == 1 ? spec.std[0] : spec.std[c];
-      const float scale8 = static_cast<float>(1.0 / (255.0 * std));
-      const float bias = static_cast<float>(-mean / std);
-      scale_f_.push_back(static_cast<float>(1.0 / std));
-      scale8_.push_back(scale8);
-      bias_.push_back(bias);
-      for (int v = 0; v < 256; ++v) {
-        lut_[size_t{256} * c + v] = static_cast<float>(v) * scale8 + bias;
-      }
-    }
-  }
-  // 1 means "the same for every channel".
-  int channels() const { return channels_; }
-  const float* lut(int c) const { return lut_.data() + size_t{256} * Index(c); }
-  float scale(int c) const { return scale_f_[Index(c)]; }
-  float bias(int c) const { return bias_[Index(c)]; }
-  // The uint8 scale 1 / (255 * std) of channel c.
-  float scale8(int c) const { return scale8_[Index(c)]; }
-  bool Accepts(int64_t c) const { return channels_ == 1 || c == channels_; }
-
- private:
-  int Index(int c) const { return channels_ == 1 ? 0 : c; }
-  int channels_;
-  std::vector<float> lut_, scale_f_, scale8_, bias_;
-};
+// Per-channel x * scale + bias, with 256-entry tables for uint8 input (one
+// home: common/tensor_kernels, shared with the client's finishing).
+using Normalizer = kernels::NormalizeCoefficients;
 
 template <typename Out>
 Out FromFloat(float v) {
@@ -60,6 +30,19 @@ Out FromFloat(float v) {
 template <typename Out>
 void NormalizeRuns(const Normalizer& norm, const Tensor& in, Out* out,
                    int64_t blocks, int64_t inner, int channels) {
+  if constexpr (std::is_same_v<Out, float>) {
+    if (inner == 1) {  // channels-last: the shared kernel
+      const int64_t pixels = blocks / channels;
+      if (in.dtype() == DType::kUint8) {
+        kernels::NormalizeImage(norm, in.data(), pixels, channels,
+                                /*chw=*/false, out);
+      } else {
+        kernels::NormalizeImage(norm, in.data_as<float>(), pixels, channels,
+                                /*chw=*/false, out);
+      }
+      return;
+    }
+  }
   if (in.dtype() == DType::kUint8) {
     const uint8_t* src = in.data();
     if (inner == 1) {
@@ -107,7 +90,9 @@ void NormalizeRuns(const Normalizer& norm, const Tensor& in, Out* out,
 class NormalizeOpImpl final : public Op {
  public:
   NormalizeOpImpl(OpLabel label, NormalizeSpec spec)
-      : label_(std::move(label)), spec_(std::move(spec)), norm_(spec_) {}
+      : label_(std::move(label)),
+        spec_(std::move(spec)),
+        norm_(spec_.mean, spec_.std) {}
   std::string_view name() const override { return label_.name; }
   absl::StatusOr<Tensor> Apply(Tensor input,
                                const ElementContext&) const override {
@@ -305,7 +290,7 @@ class NormalizeHwc2ChwOpImpl final : public Op {
                          std::string name)
       : label_(std::move(normalize)),
         spec_(std::move(spec)),
-        norm_(spec_),
+        norm_(spec_.mean, spec_.std),
         out_dtype_(out_dtype),
         name_(std::move(name)) {}
   std::string_view name() const override { return name_; }
@@ -345,22 +330,25 @@ class NormalizeHwc2ChwOpImpl final : public Op {
   template <typename Out>
   void Fill(const Tensor& in, Out* out, int64_t n, int64_t plane,
             int channels) const {
+    if constexpr (std::is_same_v<Out, float>) {
+      // float32 output: the shared kernel (the client's finishing runs it too).
+      for (int64_t i = 0; i < n; ++i) {
+        float* dst = out + i * plane * channels;
+        if (in.dtype() == DType::kUint8) {
+          kernels::NormalizeImage(norm_, in.data() + i * plane * channels,
+                                  plane, channels, /*chw=*/true, dst);
+        } else {
+          kernels::NormalizeImage(norm_,
+                                  in.data_as<float>() + i * plane * channels,
+                                  plane, channels, /*chw=*/true, dst);
+        }
+      }
+      return;
+    }
     for (int64_t i = 0; i < n; ++i) {
       Out* dst = out + i * plane * channels;
       if (in.dtype() == DType::kUint8) {
         const uint8_t* src = in.data() + i * plane * channels;
-        if constexpr (std::is_same_v<Out, float>) {
-          if (channels == 3) {
-            // The AVX2 kernel: the same bits as the tables below.
-            const float scale[3] = {norm_.scale8(0), norm_.scale8(1),
-                                    norm_.scale8(2)};
-            const float bias[3] = {norm_.bias(0), norm_.bias(1), norm_.bias(2)};
-            NormalizeHwc3ToChw(src, /*height=*/1, /*width=*/plane,
-                               /*src_stride=*/plane * 3, /*flip=*/false, scale,
-                               bias, dst);
-            continue;
-          }
-        }
         if (channels == 3) {
           const float *l0 = norm_.lut(0), *l1 = norm_.lut(1),
                       *l2 = norm_.lut(2);

@@ -213,15 +213,8 @@ void BatchAssembler::Finish(uint64_t k) {
   b.buffer.ids.resize(n);
   e.global_indices = std::move(b.buffer.ids);
   for (Tensor& t : b.buffer.columns) {
-    if (t.dim(0) != n) {
-      // The short last batch: its first n rows.
-      std::vector<int64_t> shape = t.shape();
-      const size_t per = t.num_bytes() / shape[0];
-      shape[0] = n;
-      Tensor small = Tensor::Allocate(t.dtype(), shape);
-      std::memcpy(small.data(), t.data(), per * n);
-      t = std::move(small);
-    }
+    // The short last batch: its first n rows, without a copy.
+    if (t.dim(0) != n) t.TruncateLeading(n);
     e.columns.push_back(std::move(t));
   }
   emit_(k, std::move(e));

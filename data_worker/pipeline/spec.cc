@@ -9,6 +9,7 @@
 #include "common/base/status_macros.h"
 #include "common/pipeline_spec/location.h"
 #include "common/pipeline_spec/parse.h"
+#include "common/tensor_kernels/finish.h"
 #include "data_worker/ops/op.h"
 #include "data_worker/ops/op_util.h"
 #include "data_worker/ops/registry.h"
@@ -52,6 +53,13 @@ absl::StatusOr<LogicalPipeline> Validate(const proto::Pipeline& spec) {
     return SpecError(Node("on_error"), absl::StrCat("'", spec.on_error(),
                                                     "' is not one of fail, "
                                                     "skip"));
+  }
+  if (absl::StatusOr<kernels::FinishMode> finish =
+          kernels::ParseFinishMode(spec.finish());
+      !finish.ok()) {
+    return SpecError(Node("finish"),
+                     absl::StrCat("'", spec.finish(),
+                                  "' is not one of auto, worker, client"));
   }
   if (spec.source().num_parallel_workers() < -1) {
     // "source: num_parallel_workers must be ...", as the message always read.

@@ -22,9 +22,10 @@ TaskKey KeyOf(const proto::SplitKey& key) {
   return {key.job_id(), key.consumer_index(), key.epoch(), key.position()};
 }
 
-ConsumerQueues::ConsumerQueues(size_t queue_batches,
+ConsumerQueues::ConsumerQueues(size_t queue_batches, int64_t queue_bytes,
                                prometheus::Registry& registry)
     : queue_batches_(queue_batches),
+      queue_bytes_(queue_bytes),
       elements_total_(AddCounter(registry, "sluice_worker_elements_total",
                                  "Elements produced into consumer queues.")),
       bytes_total_(AddCounter(registry, "sluice_worker_bytes_total",
@@ -178,7 +179,7 @@ bool ConsumerQueues::IsLive(uint64_t task_id) const {
   return !stopped_ && task_ids_.contains(task_id);
 }
 
-bool ConsumerQueues::Push(uint64_t task_id, proto::Batch batch) {
+bool ConsumerQueues::Push(uint64_t task_id, service::WireBatch batch) {
   std::function<void()> notify;
   {
     absl::MutexLock lock(&mu_);
@@ -187,19 +188,25 @@ bool ConsumerQueues::Push(uint64_t task_id, proto::Batch batch) {
     const ConsumerKey consumer{std::get<0>(task_ids_[task_id]),
                                std::get<1>(task_ids_[task_id])};
     Queue* q = &queues_[consumer];
+    const int64_t incoming = service::BatchBytes(batch);
+    auto full = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      if (q->batches.size() >= queue_batches_) return true;
+      // The worker-wide byte bound; an empty queue always takes one batch.
+      return queue_bytes_ > 0 && !q->batches.empty() &&
+             queued_bytes_ + incoming > queue_bytes_;
+    };
     ++blocked_;
-    while (!stopped_ && FindTask(task_id) != nullptr &&
-           q->batches.size() >= queue_batches_) {
+    while (!stopped_ && FindTask(task_id) != nullptr && full()) {
       space_.Wait(&mu_);
     }
     --blocked_;
     task = FindTask(task_id);
     if (task == nullptr || stopped_) return false;
-    const bool marker = batch.end_of_split();
+    const bool marker = batch.header.end_of_split();
     const int64_t bytes = service::BatchBytes(batch);
     const uint64_t elements =
-        static_cast<uint64_t>(batch.global_indices_size());
-    task->produced = batch.batch_index() + 1;
+        static_cast<uint64_t>(batch.header.global_indices_size());
+    task->produced = batch.header.batch_index() + 1;
     if (marker) {
       task->finished = true;
       if (!task->parallel) splits_finished_.Increment();
@@ -255,8 +262,8 @@ ConsumerQueues::Opened ConsumerQueues::Open(
         // Discard queued batches the client holds already.
         for (auto b = q.batches.begin(); b != q.batches.end();) {
           const bool held_already = b->task_id == task.id &&
-                                    !b->batch.end_of_split() &&
-                                    b->batch.batch_index() < has;
+                                    !b->batch.header.end_of_split() &&
+                                    b->batch.header.batch_index() < has;
           b = held_already ? Unqueue(q, b) : std::next(b);
         }
         if (task.sent > has && task.sent > task.assignment.skip_batches()) {
@@ -328,18 +335,19 @@ StreamEvent ConsumerQueues::Poll(uint64_t stream_id) {
     // a deterministic consumer releases next is never stuck behind later ones.
     auto lowest = q.batches.begin();
     for (auto it = q.batches.begin(); it != q.batches.end(); ++it) {
-      const proto::SplitKey& a = it->batch.key();
-      const proto::SplitKey& b = lowest->batch.key();
-      if (std::make_tuple(a.epoch(), a.position(), it->batch.batch_index()) <
+      const proto::SplitKey& a = it->batch.header.key();
+      const proto::SplitKey& b = lowest->batch.header.key();
+      if (std::make_tuple(a.epoch(), a.position(),
+                          it->batch.header.batch_index()) <
           std::make_tuple(b.epoch(), b.position(),
-                          lowest->batch.batch_index())) {
+                          lowest->batch.header.batch_index())) {
         lowest = it;
       }
     }
     std::rotate(q.batches.begin(), lowest, std::next(lowest));
     Queued& front = q.batches.front();
     if (Task* task = FindTask(front.task_id); task != nullptr)
-      task->sent = std::max(task->sent, front.batch.batch_index() + 1);
+      task->sent = std::max(task->sent, front.batch.header.batch_index() + 1);
     event.kind = StreamEvent::kBatch;
     event.batch = std::move(front.batch);
     queued_bytes_ -= service::BatchBytes(event.batch);
@@ -361,17 +369,17 @@ StreamEvent ConsumerQueues::Poll(uint64_t stream_id) {
   return event;
 }
 
-void ConsumerQueues::Return(uint64_t stream_id, proto::Batch batch) {
+void ConsumerQueues::Return(uint64_t stream_id, service::WireBatch batch) {
   absl::MutexLock lock(&mu_);
   auto s = streams_.find(stream_id);
   if (s == streams_.end()) return;
-  TaskKey key = KeyOf(batch.key());
+  TaskKey key = KeyOf(batch.header.key());
   auto t = tasks_.find(key);
   if (t == tasks_.end())
     t = tasks_.find({std::get<0>(key), std::get<1>(key), 0, 0});
   if (t == tasks_.end()) return;
   Task& task = t->second;
-  task.sent = std::min(task.sent, batch.batch_index());
+  task.sent = std::min(task.sent, batch.header.batch_index());
   Queue& q = queues_[s->second];
   queued_bytes_ += service::BatchBytes(batch);
   ++queued_batches_;

@@ -3,7 +3,9 @@
 // consumer (job, consumer index), and the GetBatches streams that drain those queues.
 //
 // Producers (task_runner.h) Push() batches of a task, blocking while its consumer's queue is
-// full; that is the back-pressure that stops a pipeline whose trainer stopped reading. The
+// full, or while all queues together hold `queue_bytes` (one memory bound per worker, whatever
+// the number of consumers and jobs); that is the back-pressure that stops a pipeline whose
+// trainer stopped reading. The
 // gRPC adapter (grpc_worker_service.h) reads through Open/Poll/Return/Close and never blocks.
 //
 // Tasks. AddTask(key) makes a task live and returns its id; every Push names the id, so a
@@ -40,6 +42,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/service/batch_codec.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
 #include "prometheus/registry.h"
@@ -57,8 +60,8 @@ TaskKey KeyOf(const proto::SplitKey& key);
 struct StreamEvent {
   enum Kind { kBatch, kPending, kEnd };
   Kind kind = kPending;
-  proto::Batch batch;   // kBatch
-  absl::Status status;  // kEnd
+  service::WireBatch batch;  // kBatch
+  absl::Status status;       // kEnd
 };
 
 // One task's progress, for the heartbeat.
@@ -71,8 +74,13 @@ struct TaskProgress {
 
 class ConsumerQueues {
  public:
-  // `queue_batches` > 0: the bound of each consumer's queue.
-  ConsumerQueues(size_t queue_batches, prometheus::Registry& registry);
+  // `queue_batches` > 0: the bound of each consumer's queue. `queue_bytes` > 0: one bound on
+  // the column bytes of all queues together (every consumer and job of the worker); a Push
+  // that would exceed it waits, unless its consumer's queue is empty (so every consumer keeps
+  // progressing whatever the others hold; the bound is passed by at most one batch per such
+  // consumer). 0: no byte bound.
+  ConsumerQueues(size_t queue_batches, int64_t queue_bytes,
+                 prometheus::Registry& registry);
 
   // ---- tasks (heartbeat thread) ----
   // Makes `assignment` live (no-op returning 0 if its key already is). `parallel`: a
@@ -93,10 +101,11 @@ class ConsumerQueues {
   bool HasTask(const TaskKey& key) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // ---- producers ----
-  // Queues `batch` of task `task_id` (batch.batch_index() counts from the split's batch 0),
+  // Queues `batch` of task `task_id` (its header's batch_index counts from the split's batch 0),
   // blocking while the consumer's queue is full. A marker (end_of_split) finishes the task.
   // False if the task is gone (dropped, restarted) or the queues stopped: stop producing.
-  bool Push(uint64_t task_id, proto::Batch batch) ABSL_LOCKS_EXCLUDED(mu_);
+  bool Push(uint64_t task_id, service::WireBatch batch)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // The task's pipeline failed: its consumer's stream ends with `status` after the batches
   // queued before it.
   void Fail(uint64_t task_id, const absl::Status& status)
@@ -119,7 +128,8 @@ class ConsumerQueues {
   StreamEvent Poll(uint64_t stream_id) ABSL_LOCKS_EXCLUDED(mu_);
   // A batch Poll() returned whose write failed: back to the front of its queue, unless its
   // task is gone.
-  void Return(uint64_t stream_id, proto::Batch batch) ABSL_LOCKS_EXCLUDED(mu_);
+  void Return(uint64_t stream_id, service::WireBatch batch)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void Close(uint64_t stream_id) ABSL_LOCKS_EXCLUDED(mu_);
 
   // ---- accounting ----
@@ -144,7 +154,7 @@ class ConsumerQueues {
   };
   struct Queued {
     uint64_t task_id = 0;
-    proto::Batch batch;
+    service::WireBatch batch;
   };
   struct Queue {
     std::deque<Queued> batches;
@@ -167,6 +177,7 @@ class ConsumerQueues {
   void UpdateGauge() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const size_t queue_batches_;
+  const int64_t queue_bytes_;
   prometheus::Counter& elements_total_;
   prometheus::Counter& bytes_total_;
   prometheus::Counter& batches_total_;

@@ -5,6 +5,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "common/service/batch_codec.h"
 #include "common/service/grpc_status.h"
 #include "data_worker/worker/grpc_dispatcher_client.h"
 
@@ -31,10 +32,23 @@ class Notifier {
 
 // One GetBatches call. Lock order: Notifier::mu_ -> BatchWriter::mu_ ->
 // WorkerImpl's mutex.
-class BatchWriter final : public grpc::ServerWriteReactor<proto::Batch> {
+class BatchWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
-  BatchWriter(WorkerImpl* impl, const proto::GetBatchesRequest& request)
+  // A request that does not parse ends the call at once.
+  BatchWriter(WorkerImpl* impl, const grpc::ByteBuffer& raw_request)
       : impl_(impl), notifier_(std::make_shared<Notifier>()) {
+    proto::GetBatchesRequest request;
+    grpc::ByteBuffer copy(raw_request);  // shares the slices
+    if (!grpc::SerializationTraits<proto::GetBatchesRequest>::Deserialize(
+             &copy, &request)
+             .ok()) {
+      absl::MutexLock lock(&mu_);
+      finished_ = true;
+      Finish(
+          grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                       "GetBatches: the request is not a GetBatchesRequest"));
+      return;
+    }
     notifier_->Set(this);
     absl::StatusOr<uint64_t> id =
         impl_->OpenStream(request, [n = notifier_] { n->Notify(); });
@@ -58,6 +72,8 @@ class BatchWriter final : public grpc::ServerWriteReactor<proto::Batch> {
   void OnWriteDone(bool ok) override ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     writing_ = false;
+    frame_
+        .Clear();  // gRPC holds its own references to the slices until they are sent
     if (!ok || cancelled_) {
       // Not delivered (as far as we know): the next stream of this consumer
       // sends it again; the client keeps exactly-once by batch index.
@@ -69,6 +85,7 @@ class BatchWriter final : public grpc::ServerWriteReactor<proto::Batch> {
       }
       return;
     }
+    batch_ = service::WireBatch();  // sent: release the buffers
     WriteNextLocked();
   }
 
@@ -97,8 +114,9 @@ class BatchWriter final : public grpc::ServerWriteReactor<proto::Batch> {
         return;
       case StreamEvent::kBatch:
         batch_ = std::move(event.batch);
+        frame_ = service::EncodeBatch(batch_);
         writing_ = true;
-        StartWrite(&batch_);
+        StartWrite(&frame_);
         return;
       case StreamEvent::kEnd:
         finished_ = true;
@@ -110,8 +128,10 @@ class BatchWriter final : public grpc::ServerWriteReactor<proto::Batch> {
   WorkerImpl* const impl_;
   const std::shared_ptr<Notifier> notifier_;
   absl::Mutex mu_;
-  uint64_t stream_id_ = 0;                   // written once in the constructor
-  proto::Batch batch_ ABSL_GUARDED_BY(mu_);  // the write in flight
+  uint64_t stream_id_ = 0;  // written once in the constructor
+  // The write in flight: the batch (handed back if the write fails) and its frame.
+  service::WireBatch batch_ ABSL_GUARDED_BY(mu_);
+  grpc::ByteBuffer frame_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
@@ -124,9 +144,8 @@ void Notifier::Notify() {
 
 }  // namespace
 
-grpc::ServerWriteReactor<proto::Batch>* GrpcWorkerService::GetBatches(
-    grpc::CallbackServerContext* /*context*/,
-    const proto::GetBatchesRequest* request) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* GrpcWorkerService::GetBatches(
+    grpc::CallbackServerContext* /*context*/, const grpc::ByteBuffer* request) {
   return new BatchWriter(impl_, *request);
 }
 

@@ -1,5 +1,7 @@
 // GrpcWorkerService: the gRPC face of WorkerImpl's data plane
-// (worker_service.proto), callback API.
+// (worker_service.proto), callback API, raw method: each batch is written as
+// its frame (service/batch_codec.h), whose column slices reference the
+// batch's buffers, so gRPC writes them to the socket without a copy.
 //
 // Each GetBatches call gets a BatchWriter reactor (grpc_worker_service.cc) that
 // keeps at most one write in flight: it polls WorkerImpl::PollStream when a
@@ -16,13 +18,16 @@
 
 namespace sluice::data_worker {
 
-class GrpcWorkerService final : public proto::WorkerService::CallbackService {
+class GrpcWorkerService final
+    : public proto::WorkerService::WithRawCallbackMethod_GetBatches<
+          proto::WorkerService::CallbackService> {
  public:
   explicit GrpcWorkerService(WorkerImpl* impl) : impl_(impl) {}
 
-  grpc::ServerWriteReactor<proto::Batch>* GetBatches(
+  // `request` is a serialized GetBatchesRequest (INVALID_ARGUMENT if not).
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* GetBatches(
       grpc::CallbackServerContext* context,
-      const proto::GetBatchesRequest* request) override;
+      const grpc::ByteBuffer* request) override;
 
  private:
   WorkerImpl* const impl_;

@@ -1,11 +1,14 @@
 #include "data_worker/worker/job_registry.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <system_error>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/base/status_macros.h"
+#include "data_worker/ops/op.h"
 
 namespace sluice::data_worker {
 namespace {
@@ -23,6 +26,42 @@ bool IsUnder(const std::string& path, const std::string& root) {
   std::string prefix = root;
   if (prefix.empty() || prefix.back() != '/') prefix += '/';
   return path.compare(0, prefix.size(), prefix) == 0;
+}
+
+// Cuts the tail the client can run (kernels::ClientTailLength) off the map right before the
+// batch: `spec` is then the pipeline without it. Only when the batch is followed by nothing but
+// prefetch and the map works on one column in place. Returns the cut ops (empty: no cut) and
+// sets `column` to the map's column.
+std::vector<proto::OpSpec> CutClientTail(proto::Pipeline* spec,
+                                         std::string* column) {
+  int batch = -1;
+  for (int i = 0; i < spec->nodes_size(); ++i) {
+    if (spec->nodes(i).has_batch()) {
+      batch = i;
+    } else if (batch >= 0 && !spec->nodes(i).has_prefetch()) {
+      return {};
+    }
+  }
+  if (batch < 1 || !spec->nodes(batch - 1).has_map()) return {};
+  proto::MapNode* map = spec->mutable_nodes(batch - 1)->mutable_map();
+  if (map->input_columns_size() != 1 ||
+      (map->output_columns_size() != 0 &&
+       (map->output_columns_size() != 1 ||
+        map->output_columns(0) != map->input_columns(0)))) {
+    return {};
+  }
+  const std::vector<proto::OpSpec> ops(map->ops().begin(), map->ops().end());
+  const size_t n = kernels::ClientTailLength(ops);
+  if (n == 0) return {};
+  *column = map->input_columns(0);
+  std::vector<proto::OpSpec> tail(ops.end() - n, ops.end());
+  if (n == ops.size()) {
+    spec->mutable_nodes()->DeleteSubrange(batch - 1, 1);
+  } else {
+    map->mutable_ops()->DeleteSubrange(static_cast<int>(ops.size() - n),
+                                       static_cast<int>(n));
+  }
+  return tail;
 }
 
 }  // namespace
@@ -84,6 +123,16 @@ std::shared_ptr<Job> JobRegistry::Build(const proto::JobInfo& info) const {
                         ? absl::FailedPreconditionError(ex.status().message())
                         : ex.status();
     } else {
+      job->finish = *kernels::ParseFinishMode(job->spec.finish());  // validated
+      if (job->finish != kernels::FinishMode::kWorker) {
+        absl::Status cut = CutTail(job.get(), &*ex);
+        if (!cut.ok()) {
+          // The full pipeline ran validation; a failing cut is ours: finish on the worker.
+          logger_->warn("job {}: finishing on the worker: {}", info.job_id(),
+                        cut.ToString());
+          job->tail.reset();
+        }
+      }
       const pipeline::LogicalPipeline& lp = (*ex)->logical();
       job->column_names = lp.column_names;
       job->shuffle = lp.shuffle;
@@ -103,6 +152,33 @@ std::shared_ptr<Job> JobRegistry::Build(const proto::JobInfo& info) const {
                   job->status.ToString());
   }
   return job;
+}
+
+absl::Status JobRegistry::CutTail(
+    Job* job, std::unique_ptr<pipeline::Executor>* executor) const {
+  proto::Pipeline cut = job->spec;
+  std::string column;
+  std::vector<proto::OpSpec> specs = CutClientTail(&cut, &column);
+  if (specs.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(auto ops, BuildOps(specs, /*first_position=*/0,
+                                      /*fuse=*/true));
+  ASSIGN_OR_RETURN(std::unique_ptr<pipeline::Executor> ex,
+                   pipeline::Executor::Create(cut, executor_options_));
+  const std::vector<std::string>& names = ex->logical().column_names;
+  auto it = std::find(names.begin(), names.end(), column);
+  if (it == names.end()) {
+    return absl::InternalError(
+        absl::StrCat("column '", column, "' is not in the pipeline's output"));
+  }
+  Job::Tail tail;
+  tail.column = static_cast<int>(it - names.begin());
+  tail.specs = std::move(specs);
+  for (auto& op : ops) tail.ops.push_back(std::move(op));
+  job->tail = std::move(tail);
+  job->spec =
+      std::move(cut);  // the executors run the pipeline without the tail
+  *executor = std::move(ex);
+  return absl::OkStatus();
 }
 
 void JobRegistry::Add(const proto::JobInfo& info) {

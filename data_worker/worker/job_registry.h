@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/tensor_kernels/finish.h"
 #include "data_worker/pipeline/executor.h"
 #include "proto/pipeline.pb.h"
 #include "proto/worker.pb.h"
@@ -36,6 +38,20 @@ struct Job {
   uint64_t batch_size = 1;
   bool shuffle = false;
   bool batched = false;  // the pipeline has a batch node
+
+  // Trainer-side finishing (common/tensor_kernels/finish.h). With finish auto or client and a
+  // pipeline whose last map before the batch ends in a tail the client can run, the executor
+  // runs the pipeline without that tail; TaskRunner then ships each batch with the tail named
+  // in its header (finish client; auto when the column is uint8, so the wire carries 4x fewer
+  // bytes) or runs `ops` itself (finish auto on a float32 column).
+  struct Tail {
+    int column = 0;                    // index into column_names
+    std::vector<proto::OpSpec> specs;  // what the header names
+    std::vector<std::shared_ptr<const Op>>
+        ops;  // the same ops, built (fused), for the worker
+  };
+  kernels::FinishMode finish = kernels::FinishMode::kAuto;
+  std::optional<Tail> tail;
 
   // Idle executors of this job (running none); guarded by the registry.
   std::vector<std::unique_ptr<pipeline::Executor>> idle;
@@ -74,6 +90,10 @@ class JobRegistry {
 
  private:
   std::shared_ptr<Job> Build(const proto::JobInfo& info) const;
+  // Trainer-side finishing: cuts the client's tail off job->spec (if it has one), records it in
+  // job->tail and replaces `executor` by one of the cut pipeline.
+  absl::Status CutTail(Job* job,
+                       std::unique_ptr<pipeline::Executor>* executor) const;
 
   const std::vector<std::string> data_roots_;
   const pipeline::ExecutorOptions executor_options_;

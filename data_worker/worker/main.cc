@@ -60,6 +60,7 @@ int Run(int argc, char** argv) {
   uint32_t capacity = 2;
   size_t queue_batches = 8;
   int64_t memory_mb = 256;
+  int64_t queue_mb = 1024;
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration connect_timeout = absl::Seconds(10);
   absl::Duration drain_timeout = absl::Seconds(30);
@@ -87,6 +88,10 @@ int Run(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--queue-batches", queue_batches,
                  "bounded queue per consumer, in batches")
+      ->capture_default_str();
+  app.add_option("--queue-mb", queue_mb,
+                 "MB of batches all consumer queues may hold together (one "
+                 "bound per worker, whatever the consumers and jobs; 0: none)")
       ->capture_default_str();
   app.add_option("--max-pipeline-bytes", limits.max_pipeline_bytes,
                  "Largest serialized pipeline spec accepted")
@@ -183,6 +188,7 @@ int Run(int argc, char** argv) {
   options.capacity = capacity;
   options.queue_batches = queue_batches;
   options.memory_budget_bytes = memory_mb << 20;
+  options.queue_bytes = queue_mb << 20;
   options.limits = limits;
   options.heartbeat_interval = heartbeat_interval;
   options.registry = &server.registry();

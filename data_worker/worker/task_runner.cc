@@ -48,28 +48,55 @@ std::string DescribeSlot(const proto::SplitAssignment& a) {
 
 }  // namespace
 
-absl::StatusOr<proto::Batch> ToWireBatch(pipeline::Element element,
-                                         const Job& job) {
+absl::StatusOr<service::WireBatch> ToWireBatch(pipeline::Element element,
+                                               const Job& job) {
   if (element.columns.size() != job.column_names.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("the pipeline produced ", element.columns.size(),
                      " columns but names ", job.column_names.size()));
   }
-  proto::Batch batch;
+  service::WireBatch batch;
   for (size_t i = 0; i < element.columns.size(); ++i) {
-    const Tensor& t = element.columns[i];
-    std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
+    // The tensor itself becomes the buffer's owner: no copy of its bytes.
+    auto t = std::make_shared<const Tensor>(std::move(element.columns[i]));
+    std::vector<int64_t> shape(t->shape().begin(), t->shape().end());
     if (!job.batched) shape.insert(shape.begin(), 1);
-    absl::Status s = service::AppendColumn(
-        job.column_names[i], t.dtype(), shape,
-        absl::string_view(reinterpret_cast<const char*>(t.data()),
-                          t.num_bytes()),
-        &batch);
+    service::ColumnBytes bytes{t->data(), t->num_bytes(), t};
+    absl::Status s = service::AppendColumn(job.column_names[i], t->dtype(),
+                                           shape, std::move(bytes), &batch);
     if (!s.ok()) return s;
   }
-  batch.mutable_global_indices()->Add(element.global_indices.begin(),
-                                      element.global_indices.end());
+  batch.header.mutable_global_indices()->Add(element.global_indices.begin(),
+                                             element.global_indices.end());
   return batch;
+}
+
+absl::StatusOr<std::optional<proto::ColumnFinish>> FinishOrShip(
+    const Job& job, pipeline::Element* element) {
+  if (!job.tail.has_value()) return std::nullopt;
+  const Job::Tail& tail = *job.tail;
+  if (tail.column >= static_cast<int>(element->columns.size())) {
+    return absl::InvalidArgumentError("the pipeline's output lost a column");
+  }
+  Tensor& column = element->columns[tail.column];
+  const bool ship = job.finish == kernels::FinishMode::kClient ||
+                    (job.finish == kernels::FinishMode::kAuto &&
+                     column.dtype() == DType::kUint8);
+  // The client can run it on this column (the one check both sides share).
+  if (ship &&
+      kernels::Finisher::Create(tail.specs, column.dtype(), column.shape())
+          .ok()) {
+    proto::ColumnFinish finish;
+    finish.set_column(tail.column);
+    finish.mutable_ops()->Add(tail.specs.begin(), tail.specs.end());
+    return finish;
+  }
+  for (const std::shared_ptr<const Op>& op : tail.ops) {
+    absl::StatusOr<Tensor> out = op->ApplyBatch(std::move(column));
+    if (!out.ok()) return out.status();
+    column = std::move(*out);
+  }
+  return std::nullopt;
 }
 
 TaskRunner::TaskRunner(ConsumerQueues* queues, JobRegistry* jobs,
@@ -167,21 +194,21 @@ void TaskRunner::Run(const Work& work, const Job& job, pipeline::Executor& ex) {
       batch_index = 0;
       if (!RunEpoch(work, job, ex, epoch, &batch_index)) return;
     }
-    proto::Batch marker;
-    *marker.mutable_key() = work.assignment.key();
-    marker.mutable_key()->set_epoch(epoch == 0 ? 0 : epoch - 1);
-    marker.set_batch_index(batch_index);
-    marker.set_end_of_split(true);
+    service::WireBatch marker;
+    *marker.header.mutable_key() = work.assignment.key();
+    marker.header.mutable_key()->set_epoch(epoch == 0 ? 0 : epoch - 1);
+    marker.header.set_batch_index(batch_index);
+    marker.header.set_end_of_split(true);
     queues_->Push(work.task_id, std::move(marker));
     return;
   }
   if (!RunEpoch(work, job, ex, work.assignment.key().epoch(), &batch_index))
     return;
-  proto::Batch marker;
-  *marker.mutable_key() = work.assignment.key();
-  marker.set_split_id(FirstSplitId(work.assignment));
-  marker.set_batch_index(batch_index);
-  marker.set_end_of_split(true);
+  service::WireBatch marker;
+  *marker.header.mutable_key() = work.assignment.key();
+  marker.header.set_split_id(FirstSplitId(work.assignment));
+  marker.header.set_batch_index(batch_index);
+  marker.header.set_end_of_split(true);
   queues_->Push(work.task_id, std::move(marker));
 }
 
@@ -228,16 +255,26 @@ bool TaskRunner::RunEpoch(const Work& work, const Job& job,
       ok = queues_->IsLive(work.task_id);  // the consumer holds it already
       continue;
     }
-    absl::StatusOr<proto::Batch> batch = ToWireBatch(std::move(**next), job);
+    absl::StatusOr<std::optional<proto::ColumnFinish>> finish =
+        FinishOrShip(job, &**next);
+    if (!finish.ok()) {
+      queues_->Fail(work.task_id, finish.status());
+      ok = false;
+      break;
+    }
+    absl::StatusOr<service::WireBatch> batch =
+        ToWireBatch(std::move(**next), job);
     if (!batch.ok()) {
       queues_->Fail(work.task_id, batch.status());
       ok = false;
       break;
     }
-    *batch->mutable_key() = a.key();
-    if (work.parallel) batch->mutable_key()->set_epoch(epoch);
-    batch->set_split_id(FirstSplitId(a));
-    batch->set_batch_index(index);
+    proto::Batch& header = batch->header;
+    if (finish->has_value()) *header.add_finish() = std::move(**finish);
+    *header.mutable_key() = a.key();
+    if (work.parallel) header.mutable_key()->set_epoch(epoch);
+    header.set_split_id(FirstSplitId(a));
+    header.set_batch_index(index);
     UpdatePeak();
     ok = queues_->Push(work.task_id, std::move(*batch));
     UpdatePeak();

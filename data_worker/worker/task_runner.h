@@ -17,12 +17,14 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/service/batch_codec.h"
 #include "data_worker/pipeline/executor.h"
 #include "data_worker/worker/consumer_queues.h"
 #include "data_worker/worker/job_registry.h"
@@ -32,11 +34,19 @@
 
 namespace sluice::data_worker {
 
-// Encodes an executor output as a wire batch (copies the column bytes once). An unbatched
-// pipeline's element gets a leading dimension of 1, so shape[0] is always the element count.
-// InvalidArgument if the column counts differ.
-absl::StatusOr<proto::Batch> ToWireBatch(pipeline::Element element,
-                                         const Job& job);
+// Turns an executor output into a wire batch without copying: each column's Tensor moves into
+// a shared owner that the queue and gRPC's slices reference (service/batch_codec.h). An
+// unbatched pipeline's element gets a leading dimension of 1, so shape[0] is always the element
+// count. InvalidArgument if the column counts differ.
+absl::StatusOr<service::WireBatch> ToWireBatch(pipeline::Element element,
+                                               const Job& job);
+
+// Trainer-side finishing of one executor output (job.tail, job_registry.h): either runs the tail
+// on the batch here, or leaves the column as it is and returns the ColumnFinish the header must
+// carry (finish client; auto when the column is uint8, which the tail would make 4x larger).
+// Errors: the tail op's own (e.g. InvalidArgument naming the op).
+absl::StatusOr<std::optional<proto::ColumnFinish>> FinishOrShip(
+    const Job& job, pipeline::Element* element);
 
 class TaskRunner {
  public:

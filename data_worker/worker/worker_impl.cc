@@ -37,7 +37,7 @@ WorkerImpl::WorkerImpl(WorkerOptions options,
       registry_(options_.registry != nullptr ? *options_.registry
                                              : *own_registry_),
       jobs_(std::move(data_roots), MakeExecutorOptions(), logger_),
-      queues_(options_.queue_batches, registry_),
+      queues_(options_.queue_batches, options_.queue_bytes, registry_),
       runner_(&queues_, &jobs_, registry_, logger_),
       address_(options_.address),
       heartbeat_interval_(options_.heartbeat_interval) {

@@ -101,6 +101,8 @@ struct WorkerOptions {
   int threads = 0;           // each Executor's cpu_budget; 0 = all cores
   uint32_t capacity = 2;     // splits produced concurrently (producer threads)
   size_t queue_batches = 8;  // per consumer
+  // Column bytes all consumer queues may hold together (ConsumerQueues; 0: no byte bound).
+  int64_t queue_bytes = int64_t{1} << 30;
   // Bytes the pipelines may hold in their stage queues, all producers together
   // (each Executor gets memory_budget_bytes / capacity). Output queues
   // (queue_batches) come on top.
@@ -157,7 +159,7 @@ class WorkerImpl {
   StreamEvent PollStream(uint64_t stream_id) { return queues_.Poll(stream_id); }
   // A batch PollStream returned that was not delivered (the write failed): put it back at the
   // front of its queue, unless its split was dropped meanwhile.
-  void ReturnBatch(uint64_t stream_id, proto::Batch batch) {
+  void ReturnBatch(uint64_t stream_id, service::WireBatch batch) {
     queues_.Return(stream_id, std::move(batch));
   }
   void CloseStream(uint64_t stream_id) { queues_.Close(stream_id); }

@@ -305,6 +305,98 @@ TEST(DataServiceClient, FullBufferStallsTheWorkersStream) {
   EXPECT_EQ(got, AllOrigins(1, 1, kBatches));
 }
 
+TEST(DataServiceClient, HandsOverColumnBytesExactlyAsTheWorkerSentThem) {
+  FakeWorker worker;
+  worker.SetPayloadBytes(3 << 20);  // spans many received slices: one copy
+  worker.AddSplit(0, 0, 2);
+  TestServer worker_server(&worker);
+  FakeDispatcher dispatcher(/*num_epochs=*/1, /*positions=*/1);
+  dispatcher.SetTasks({worker_server.address()});
+  TestServer dispatcher_server(&dispatcher);
+  auto client = DataServiceClient::Create(Options(dispatcher_server.address()));
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto it = (*client)->Open(Job());
+  ASSERT_TRUE(it.ok()) << it.status();
+  absl::StatusOr<std::optional<Batch>> batch = (*it)->GetNext();
+  ASSERT_TRUE(batch.ok() && batch->has_value()) << batch.status();
+  ASSERT_EQ((*batch)->columns.size(), 2u);
+  const Column& id = (*batch)->columns[0];
+  ASSERT_EQ(id.size, 8u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(id.data) % 8, 0u);
+  uint64_t value;
+  std::memcpy(&value, id.data, 8);
+  EXPECT_EQ(value, BatchId(0, 0, (*batch)->batch_index));
+  const Column& payload = (*batch)->columns[1];
+  ASSERT_EQ(payload.size, size_t{3} << 20);
+  EXPECT_EQ(payload.bytes(), std::string(size_t{3} << 20, 'x'));
+  EXPECT_NE(payload.owner, nullptr);
+}
+
+TEST(DataServiceClient, AMalformedFrameIsDataLossNamingTheWorker) {
+  FakeWorker worker;
+  worker.AddSplit(0, 0, 1);
+  // A header length beyond the frame.
+  worker.SetFirstFrame(
+      std::string("\xff\x00\x00\x00"
+                  "abc",
+                  7));
+  TestServer worker_server(&worker);
+  FakeDispatcher dispatcher(/*num_epochs=*/1, /*positions=*/1);
+  dispatcher.SetTasks({worker_server.address()});
+  TestServer dispatcher_server(&dispatcher);
+  auto client = DataServiceClient::Create(Options(dispatcher_server.address()));
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto it = (*client)->Open(Job());
+  ASSERT_TRUE(it.ok()) << it.status();
+  absl::StatusOr<std::optional<Batch>> batch = (*it)->GetNext();
+  ASSERT_FALSE(batch.ok());
+  EXPECT_EQ(batch.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(
+      batch.status().message(),
+      ::testing::HasSubstr("malformed batch: batch frame header length"));
+  EXPECT_THAT(batch.status().message(),
+              ::testing::HasSubstr(worker_server.address()));
+}
+
+TEST(DataServiceClient, AFinishTheClientCannotRunIsDataLoss) {
+  // A uint8 [1, 2, 2, 3] column whose finish names HWC2CHW alone.
+  service::WireBatch wire;
+  wire.header.mutable_key()->set_job_id(kJobId);
+  wire.header.add_global_indices(0);
+  auto pixels = std::make_shared<std::string>(12, '\x10');
+  const int64_t shape[] = {1, 2, 2, 3};
+  ASSERT_TRUE(
+      service::AppendColumn(
+          "image", record::DType::kUint8, shape,
+          {reinterpret_cast<const uint8_t*>(pixels->data()), 12, pixels}, &wire)
+          .ok());
+  proto::ColumnFinish* finish = wire.header.add_finish();
+  finish->set_column(0);
+  finish->add_ops()->mutable_hwc2chw();
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(service::EncodeBatch(wire).Dump(&slices).ok());
+  std::string frame;
+  for (const grpc::Slice& slice : slices) {
+    frame.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  FakeWorker worker;
+  worker.AddSplit(0, 0, 1);
+  worker.SetFirstFrame(frame);
+  TestServer worker_server(&worker);
+  FakeDispatcher dispatcher(/*num_epochs=*/1, /*positions=*/1);
+  dispatcher.SetTasks({worker_server.address()});
+  TestServer dispatcher_server(&dispatcher);
+  auto client = DataServiceClient::Create(Options(dispatcher_server.address()));
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto it = (*client)->Open(Job());
+  ASSERT_TRUE(it.ok()) << it.status();
+  absl::StatusOr<std::optional<Batch>> batch = (*it)->GetNext();
+  ASSERT_FALSE(batch.ok());
+  EXPECT_EQ(batch.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(batch.status().message(),
+              ::testing::HasSubstr("cannot finish: finish ops are not a tail"));
+}
+
 TEST(DataServiceClient, SurfacesAWorkersInvalidArgumentWithItsAddress) {
   FakeWorker worker;
   worker.SetFinalStatus(

@@ -14,8 +14,11 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/service/batch_codec.h"
 #include "common/service/protocol.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/impl/codegen/method_handler.h"
+#include "grpcpp/impl/rpc_service_method.h"
 #include "proto/dispatcher.grpc.pb.h"
 #include "proto/worker_service.grpc.pb.h"
 
@@ -209,9 +212,23 @@ class FakeDispatcher final : public proto::DispatcherService::Service {
 };
 
 // A worker that streams a scripted list of batches (each at most once over all
-// its streams), then ends the stream with `final_status`.
-class FakeWorker final : public proto::WorkerService::Service {
+// its streams) as frames (service/batch_codec.h), then ends the stream with
+// `final_status`. Synchronous, on the raw GetBatches method.
+class FakeWorker final : public grpc::Service {
  public:
+  FakeWorker() {
+    AddMethod(new grpc::internal::RpcServiceMethod(
+        service::kGetBatchesMethod, grpc::internal::RpcMethod::SERVER_STREAMING,
+        new grpc::internal::ServerStreamingHandler<
+            FakeWorker, proto::GetBatchesRequest, grpc::ByteBuffer>(
+            [](FakeWorker* self, grpc::ServerContext* context,
+               const proto::GetBatchesRequest* request,
+               grpc::ServerWriter<grpc::ByteBuffer>* writer) {
+              return self->GetBatches(context, request, writer);
+            },
+            this)));
+  }
+
   struct Item {
     uint64_t epoch;
     uint64_t position;
@@ -238,6 +255,11 @@ class FakeWorker final : public proto::WorkerService::Service {
     absl::MutexLock lock(&mu_);
     payload_bytes_ = bytes;
   }
+  // Sends this frame instead of the first scripted batch (a malformed one).
+  void SetFirstFrame(std::string frame) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    first_frame_ = std::move(frame);
+  }
   // Streams wait for `gate` before their first write.
   void SetGate(absl::Notification* gate) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
@@ -256,7 +278,7 @@ class FakeWorker final : public proto::WorkerService::Service {
 
   grpc::Status GetBatches(grpc::ServerContext* context,
                           const proto::GetBatchesRequest* request,
-                          grpc::ServerWriter<proto::Batch>* writer) override {
+                          grpc::ServerWriter<grpc::ByteBuffer>* writer) {
     absl::Notification* gate;
     {
       absl::MutexLock lock(&mu_);
@@ -268,11 +290,20 @@ class FakeWorker final : public proto::WorkerService::Service {
       }
     }
     while (true) {
-      proto::Batch batch;
-      proto::Batch
-          marker;  // after a split's last batch: its end-of-split marker
+      service::WireBatch wire;
+      proto::Batch& batch = wire.header;
+      service::WireBatch end;
+      proto::Batch& marker =
+          end.header;  // after a split's last batch: its end-of-split marker
       {
         absl::MutexLock lock(&mu_);
+        if (!first_frame_.empty()) {
+          const grpc::Slice slice(first_frame_);
+          first_frame_.clear();
+          if (!writer->Write(grpc::ByteBuffer(&slice, 1)))
+            return grpc::Status::CANCELLED;
+          continue;
+        }
         if (next_ == script_.size()) return final_status_;
         const Item item = script_[next_++];
         batch.mutable_key()->set_job_id(request->job_id());
@@ -288,24 +319,27 @@ class FakeWorker final : public proto::WorkerService::Service {
           marker.set_end_of_split(true);
         }
         const uint64_t id = BatchId(item.epoch, item.position, item.index);
-        proto::Column* column = batch.add_columns();
-        column->set_name("id");
-        column->set_dtype(proto::TENSOR_DTYPE_INT64);
-        column->add_shape(1);
-        column->set_data(
-            std::string(reinterpret_cast<const char*>(&id), sizeof(id)));
+        auto id_bytes = std::make_shared<uint64_t>(id);
+        const int64_t one = 1;
+        (void)service::AppendColumn(
+            "id", record::DType::kInt64, {&one, 1},
+            {reinterpret_cast<const uint8_t*>(id_bytes.get()), sizeof(id),
+             id_bytes},
+            &wire);
         if (payload_bytes_ > 0) {
-          proto::Column* payload = batch.add_columns();
-          payload->set_name("payload");
-          payload->set_dtype(proto::TENSOR_DTYPE_UINT8);
-          payload->add_shape(1);
-          payload->add_shape(static_cast<int64_t>(payload_bytes_));
-          payload->set_data(std::string(payload_bytes_, 'x'));
+          auto payload = std::make_shared<std::string>(payload_bytes_, 'x');
+          const int64_t shape[] = {1, static_cast<int64_t>(payload_bytes_)};
+          (void)service::AppendColumn(
+              "payload", record::DType::kUint8, shape,
+              {reinterpret_cast<const uint8_t*>(payload->data()),
+               payload->size(), payload},
+              &wire);
         }
         batch.add_global_indices(id);
       }
-      if (!writer->Write(batch)) return grpc::Status::CANCELLED;
-      if (marker.end_of_split() && !writer->Write(marker))
+      if (!writer->Write(service::EncodeBatch(wire)))
+        return grpc::Status::CANCELLED;
+      if (marker.end_of_split() && !writer->Write(service::EncodeBatch(end)))
         return grpc::Status::CANCELLED;
       absl::MutexLock lock(&mu_);
       ++writes_;
@@ -320,6 +354,7 @@ class FakeWorker final : public proto::WorkerService::Service {
   size_t payload_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Notification* gate_ ABSL_GUARDED_BY(mu_) = nullptr;
   grpc::Status final_status_ ABSL_GUARDED_BY(mu_) = grpc::Status::OK;
+  std::string first_frame_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace sluice::client::testing

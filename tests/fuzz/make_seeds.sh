@@ -114,14 +114,34 @@ echo 'worker_id: 1' | enc proto.WorkerUnregisterRequest dispatcher.proto >"$tmp/
 { frame 3 "$tmp/d3"; frame 3 "$tmp/d3b"; frame 6 "$tmp/d6"; frame 5 "$tmp/d5"; frame 8 "$tmp/d8"; } \
   >"$out/dispatcher_fuzzer/workers"
 
-# batch: a data batch of 2 elements and an end-of-split marker.
+# batch: frames (common/service/batch_codec.h) of a data batch of 2 elements and of an
+# end-of-split marker; the fuzzer's first byte picks the slice length (here 8).
+batch_frame() {  # header file, column bytes (printf format) -> stdout
+  local n; n=$(stat -c %s "$1")
+  printf '\x07'
+  printf "\\x$(printf %02x $((n & 255)))\\x$(printf %02x $((n >> 8 & 255)))\\x00\\x00"
+  cat "$1"
+  printf "$2"
+}
 cat >"$tmp/b.txt" <<'T'
 key { job_id: 1 consumer_index: 0 epoch: 0 position: 3 } split_id: 4 batch_index: 1
-columns { name: "image" dtype: TENSOR_DTYPE_UINT8 shape: [2, 2, 1] data: "\001\002\003\004" }
-columns { name: "label" dtype: TENSOR_DTYPE_INT64 shape: [2] data: "\003\000\000\000\000\000\000\000\007\000\000\000\000\000\000\000" }
+columns { name: "image" dtype: TENSOR_DTYPE_UINT8 shape: [2, 2, 1] data_length: 4 }
+columns { name: "label" dtype: TENSOR_DTYPE_INT64 shape: [2] data_length: 16 }
 global_indices: [12, 5]
 T
-enc proto.Batch worker_service.proto <"$tmp/b.txt" >"$out/batch_fuzzer/two_elements"
-echo 'split_id: 4 batch_index: 2 end_of_split: true' | enc proto.Batch worker_service.proto \
-  >"$out/batch_fuzzer/end_of_split"
+enc proto.Batch worker_service.proto <"$tmp/b.txt" >"$tmp/b.bin"
+batch_frame "$tmp/b.bin" '\001\002\003\004\003\000\000\000\000\000\000\000\007\000\000\000\000\000\000\000' \
+  >"$out/batch_fuzzer/two_elements"
+# ... and one whose uint8 [2, 2, 2, 3] image column the client finishes (normalize + hwc2chw).
+cat >"$tmp/f.txt" <<'T'
+key { job_id: 1 position: 3 } split_id: 4 batch_index: 0
+columns { name: "image" dtype: TENSOR_DTYPE_UINT8 shape: [2, 2, 2, 3] data_length: 24 }
+global_indices: [1, 2]
+finish { column: 0 ops { normalize { mean: [0.5, 0.4, 0.3] std: [0.2, 0.2, 0.2] } } ops { hwc2chw {} } }
+T
+enc proto.Batch worker_service.proto <"$tmp/f.txt" >"$tmp/f.bin"
+batch_frame "$tmp/f.bin" '\001\002\003\004\005\006\007\010\011\012\013\014\015\016\017\020\021\022\023\024\025\026\027\030' \
+  >"$out/batch_fuzzer/finish_normalize"
+echo 'split_id: 4 batch_index: 2 end_of_split: true' | enc proto.Batch worker_service.proto >"$tmp/m.bin"
+batch_frame "$tmp/m.bin" '' >"$out/batch_fuzzer/end_of_split"
 echo "seeds in $out"

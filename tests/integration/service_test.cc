@@ -16,6 +16,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "common/record/dataset.h"
+#include "data_worker/pipeline/executor.h"
 #include "data_worker/pipeline/spec.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
@@ -238,6 +239,105 @@ TEST_F(ServiceTest, EveryRecordExactlyOncePerEpochAcrossConsumersAndWorkers) {
           << "epochs must be shuffled differently";
     }
   }
+}
+
+// ImageNet-style: a random flip, then the tail finishing may move to the
+// client (normalize + hwc2chw: uint8 -> float32).
+proto::Pipeline FinishPipeline(const std::string& dataset,
+                               const std::string& finish) {
+  auto pipeline = data_worker::pipeline::ParsePipeline(absl::StrCat(
+      "seed: 5\nfinish: ", finish, "\nsource: {dataset: {path: ", dataset,
+      R"(}, columns: [image, label]}
+nodes:
+  - shuffle: {seed: 3}
+  - map:
+      input_columns: [image]
+      ops:
+        - decode: {}
+        - resize: {height: 16, width: 20}
+        - random_horizontal_flip: {}
+        - normalize: {mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]}
+        - hwc2chw: {}
+  - batch: {size: 8}
+)"));
+  EXPECT_TRUE(pipeline.ok()) << pipeline.status();
+  return pipeline.value_or(proto::Pipeline());
+}
+
+TEST_F(ServiceTest,
+       BatchesFinishedByClientOrWorkerAreByteIdenticalToInProcess) {
+  // In-process (the Executor, as `sluice pipeline run`): each record's image
+  // bytes and label per epoch. The random flip depends only on (pipeline seed,
+  // epoch, record), so the order does not matter.
+  std::map<std::pair<uint64_t, uint64_t>, std::string> want;
+  {
+    auto ex = data_worker::pipeline::Executor::Create(
+        FinishPipeline(data_->Join("ds"), "worker"), {});
+    ASSERT_TRUE(ex.ok()) << ex.status();
+    for (uint64_t epoch : {0, 1}) {
+      std::vector<uint64_t> order(kRecords);
+      for (int i = 0; i < kRecords; ++i) order[i] = i;
+      ASSERT_TRUE((*ex)->Start(order, epoch).ok());
+      while (true) {
+        auto e = (*ex)->GetNext();
+        ASSERT_TRUE(e.ok()) << e.status();
+        if (!e->has_value()) break;
+        const data_worker::Tensor& image = (**e).columns[0];
+        ASSERT_EQ(image.dtype(), record::DType::kFloat32);
+        const size_t each = image.num_bytes() / (**e).global_indices.size();
+        for (size_t k = 0; k < (**e).global_indices.size(); ++k) {
+          want[{epoch, (**e).global_indices[k]}] = std::string(
+              reinterpret_cast<const char*>(image.data()) + k * each, each);
+        }
+      }
+    }
+  }
+  ASSERT_EQ(want.size(), 2u * kRecords);
+  auto cluster = StartCluster(2);
+  ASSERT_NE(cluster, nullptr);
+  for (const std::string finish : {"client", "worker", "auto"}) {
+    SCOPED_TRACE("finish: " + finish);
+    auto client = Connect(cluster->dispatcher_address());
+    ASSERT_NE(client, nullptr);
+    auto it = client->Open(
+        Job("finish-" + finish, FinishPipeline(data_->Join("ds"), finish)));
+    ASSERT_TRUE(it.ok()) << it.status();
+    size_t checked = 0;
+    while (true) {
+      auto batch = (*it)->GetNext();
+      ASSERT_TRUE(batch.ok()) << batch.status();
+      if (!batch->has_value()) break;
+      const Column& image = (*batch)->columns[0];
+      ASSERT_EQ(image.dtype, DType::kFloat32);
+      const size_t n = (*batch)->global_indices.size();
+      ASSERT_THAT(image.shape, ::testing::ElementsAre(n, 3, 16, 20));
+      ASSERT_EQ(image.size, n * 3 * 16 * 20 * 4);
+      const size_t each = image.size / n;
+      for (size_t k = 0; k < n; ++k) {
+        const auto expected =
+            want.find({(*batch)->epoch, (*batch)->global_indices[k]});
+        ASSERT_NE(expected, want.end());
+        ASSERT_EQ(image.bytes().substr(k * each, each), expected->second)
+            << "epoch " << (*batch)->epoch << " record "
+            << (*batch)->global_indices[k];
+        ++checked;
+      }
+    }
+    EXPECT_EQ(checked, 2u * kRecords);
+  }
+}
+
+TEST_F(ServiceTest, ABadFinishValueIsInvalidArgumentNamingTheField) {
+  auto cluster = StartCluster(1);
+  ASSERT_NE(cluster, nullptr);
+  auto client = Connect(cluster->dispatcher_address());
+  ASSERT_NE(client, nullptr);
+  auto it =
+      client->Open(Job("bad-finish", FinishPipeline(data_->Join("ds"), "gpu")));
+  ASSERT_FALSE(it.ok());
+  EXPECT_EQ(it.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(it.status().message(),
+              HasSubstr("finish: 'gpu' is not one of auto, worker, client"));
 }
 
 TEST_F(ServiceTest,

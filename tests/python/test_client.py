@@ -135,3 +135,28 @@ def test_spec_as_text_dict_and_builder_are_the_same(cluster, dataset, spec_file,
             firsts.append(next(it)["index"].tolist())
             drain(it)
     assert all(f == firsts[0] for f in firsts), firsts
+
+
+def test_finish_in_client_or_worker_gives_the_same_arrays(cluster, dataset, work, job):
+    spec = work / "random_ops_finish.json"
+    spec.write_text(small_pipeline(random_ops=True).to_json())
+    client = sluice.Client(cluster)
+    streams = {}
+    for finish in ("client", "worker"):
+        stream = bytearray()
+        for batch in client.open(str(spec), data=dataset, job=f"{job}-{finish}", epochs=1,
+                                 seed=7, deterministic=True, finish=finish):
+            assert batch["image"].dtype == np.float32
+            assert batch["image"].shape[1:] == (3, 32, 32)
+            stream += batch["image"].tobytes()
+            stream += batch["index"].astype("<i8").tobytes()
+        streams[finish] = bytes(stream)
+    assert len(streams["client"]) == NUM_IMAGES * (3 * 32 * 32 * 4 + 8)
+    assert streams["client"] == streams["worker"]
+
+
+def test_a_bad_finish_is_invalid_argument_naming_the_field(cluster, dataset, spec_file, job):
+    client = sluice.Client(cluster)
+    with pytest.raises(sluice.InvalidArgument, match="finish: 'gpu' is not one of"):
+        client.open(spec_file, data=dataset, job=job, finish="gpu")
+    assert sluice.Pipeline().finish("client").to_dict()["finish"] == "client"

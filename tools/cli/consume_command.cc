@@ -7,6 +7,8 @@
 // state and exits 0 (a training run checkpointing and stopping); --restore-state FILE
 // continues from such a state, in a new process.
 // TLS and token: --tls-ca --tls-cert --tls-key --auth-token-file (docs/security.md).
+#include <sys/resource.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -42,7 +44,15 @@ struct ConsumeFlags {
   // Sleep after each batch: a training step's stand-in (demand = batch ÷ step).
   absl::Duration step_time = absl::ZeroDuration();
   uint64_t split_size = 0;  // 0: the dispatcher's default
+  std::string finish;       // empty: the spec's
 };
+
+double CpuSeconds() {
+  rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec +
+         1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
 
 absl::Status RunConsume(const ConsumeFlags& flags) {
   ASSIGN_OR_RETURN(proto::Pipeline pipeline,
@@ -58,6 +68,7 @@ absl::Status RunConsume(const ConsumeFlags& flags) {
     pipeline.mutable_source()->mutable_dataset()->set_path(
         fs::absolute(flags.data).string());
   }
+  if (!flags.finish.empty()) pipeline.set_finish(flags.finish);
   // Validate here too, so a bad spec fails before a job exists, naming the node
   // and field.
   RETURN_IF_ERROR(data_worker::pipeline::Validate(pipeline).status());
@@ -109,12 +120,17 @@ absl::Status RunConsume(const ConsumeFlags& flags) {
   ProgressBar bar("consume", 0);
   uint64_t images = 0, num_batches = 0;
   std::optional<double> first_batch_seconds;
+  uint64_t first_batch_images = 0;
+  double first_batch_cpu = 0;
   while (flags.stop_after_batches == 0 ||
          num_batches < flags.stop_after_batches) {
     ASSIGN_OR_RETURN(std::optional<Batch> batch, batches->GetNext());
     if (!batch.has_value()) break;
-    if (!first_batch_seconds)
+    if (!first_batch_seconds) {
       first_batch_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+      first_batch_images = batch->global_indices.size();
+      first_batch_cpu = CpuSeconds();
+    }
     ++num_batches;
     images += batch->global_indices.size();
     if (ids.is_open()) {
@@ -140,6 +156,21 @@ absl::Status RunConsume(const ConsumeFlags& flags) {
       static_cast<unsigned long long>(num_batches),
       static_cast<unsigned long long>(flags.epochs), seconds,
       first_batch_seconds.value_or(0));
+  // From the first batch on: the steady state, without job creation and the
+  // pipeline's fill (what bench/service_overhead.sh compares).
+  const double steady = seconds - first_batch_seconds.value_or(0);
+  const uint64_t steady_images = images - first_batch_images;
+  std::printf("throughput from first batch: %.1f images/s\n",
+              steady > 0 ? steady_images / steady : 0.0);
+  std::printf("cpu from first batch: %.0f us/image\n",
+              steady_images > 0
+                  ? 1e6 * (CpuSeconds() - first_batch_cpu) / steady_images
+                  : 0.0);
+  std::printf("wire: %.0f bytes/image\n",
+              images > 0
+                  ? static_cast<double>(batches->received_bytes()) / images
+                  : 0.0);
+  // Last: scripts and tests read this line.
   std::printf("throughput: %.1f images/s\n",
               seconds > 0 ? images / seconds : 0.0);
   return absl::OkStatus();
@@ -198,6 +229,9 @@ void AddConsumeCommand(CLI::App& app) {
                   "File with the bearer token to present (needs --tls-ca)");
   // SLUICE_DISPATCHER, SLUICE_TLS_CA, ... (handy in a trainer pod).
   service::SetEnvNames(*cmd);
+  cmd->add_option("--finish", flags->finish,
+                  "Where normalize/hwc2chw/cast before the batch run: auto, "
+                  "worker or client (default: the spec's `finish`, auto)");
   cmd->add_option("--split-size", flags->split_size,
                   "Records per split (0: the dispatcher's default, 1024)")
       ->capture_default_str();

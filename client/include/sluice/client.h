@@ -173,6 +173,9 @@ class BatchIterator {
   // reassignment).
   virtual uint64_t duplicate_batches() const = 0;
   virtual uint64_t job_id() const = 0;
+  // Bytes of batch frames received from workers so far (headers and column
+  // bytes, duplicates included): what crossed the wire to this consumer.
+  virtual uint64_t received_bytes() const { return 0; }
 
   // A small versioned blob of what this iterator has returned so far (job, consumer, epoch,
   // per split the batches returned). Pass it as JobOptions::restore_state to continue in a new

@@ -177,6 +177,13 @@ class PipelineBuilder {
     return *this;
   }
 
+  // Where normalize [, hwc2chw] [, cast to float32] before the batch runs when
+  // served: "auto" (default), "worker" or "client" (proto/pipeline.proto).
+  PipelineBuilder& Finish(const std::string& where) {
+    p_.set_finish(where);
+    return *this;
+  }
+
   // --- Nodes ---
   PipelineBuilder& Shuffle(uint64_t seed) {
     p_.add_nodes()->mutable_shuffle()->set_seed(seed);

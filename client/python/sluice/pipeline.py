@@ -80,6 +80,12 @@ class Pipeline:
         self._spec["on_error"] = policy
         return self
 
+    def finish(self, where: str) -> "Pipeline":
+        """Where normalize [, hwc2chw] [, cast to float32] before the batch runs when served:
+        "auto" (default), "worker" or "client" (the arrays are the same either way)."""
+        self._spec["finish"] = where
+        return self
+
     # --- Nodes ---
     def shuffle(self, seed: int = 0) -> "Pipeline":
         self._spec["nodes"].append({"shuffle": {"seed": seed}})

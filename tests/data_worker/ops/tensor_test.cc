@@ -25,6 +25,20 @@ TEST(Tensor, FromBytesSurvivesMovesOfShortStrings) {
   EXPECT_TRUE(c.shape().empty());
 }
 
+TEST(Tensor, TruncateLeadingKeepsTheFirstRowsInPlace) {
+  Tensor t = Tensor::Allocate(DType::kInt32, {4, 3});
+  for (int i = 0; i < 12; ++i) t.data_as<int32_t>()[i] = i;
+  const uint8_t* before = t.data();
+  t.TruncateLeading(2);
+  EXPECT_EQ(t.shape(), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(t.num_bytes(), 24u);
+  EXPECT_EQ(t.data(), before);
+  EXPECT_EQ(t.data_as<int32_t>()[5], 5);
+  Tensor moved = std::move(t);
+  EXPECT_EQ(moved.num_bytes(), 24u);
+  EXPECT_EQ(moved.Clone().num_bytes(), 24u);
+}
+
 TEST(Tensor, ScalarAndCloneAreIndependent) {
   Tensor s = Tensor::Scalar<int64_t>(7);
   Tensor c = s.Clone();

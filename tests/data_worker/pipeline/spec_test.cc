@@ -248,6 +248,18 @@ nodes: [{teleport: {}}]
   EXPECT_THAT(ValidateYaml("source: {dataset: {path: DIR}}\non_error: ignore\n")
                   .message(),
               HasSubstr("on_error"));
+  const absl::Status finish =
+      ValidateYaml("source: {dataset: {path: DIR}}\nfinish: gpu\n");
+  EXPECT_EQ(finish.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(finish.message(),
+              HasSubstr("finish: 'gpu' is not one of auto, worker, client"));
+  for (const char* ok : {"auto", "worker", "client"}) {
+    EXPECT_TRUE(
+        ValidateYaml(
+            absl::StrCat("source: {dataset: {path: DIR}}\nfinish: ", ok, "\n"))
+            .ok())
+        << ok;
+  }
 }
 
 TEST_F(SpecTest, OutputsAreCheckedAgainstTheInferredTypes) {

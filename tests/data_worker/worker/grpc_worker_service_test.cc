@@ -1,5 +1,6 @@
 #include "data_worker/worker/grpc_worker_service.h"
 
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -7,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "common/base/clock.h"
+#include "common/service/batch_codec.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -55,9 +57,9 @@ class GrpcWorkerServiceTest : public ::testing::Test {
     ASSERT_TRUE(worker_->Start(absl::StrCat("127.0.0.1:", port)).ok());
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(-1);
-    stub_ = proto::WorkerService::NewStub(
+    channel_ =
         grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port),
-                                  grpc::InsecureChannelCredentials(), args));
+                                  grpc::InsecureChannelCredentials(), args);
   }
 
   void TearDown() override {
@@ -80,14 +82,42 @@ class GrpcWorkerServiceTest : public ::testing::Test {
     ASSERT_TRUE(worker_->Heartbeat().ok());
   }
 
-  std::unique_ptr<grpc::ClientReader<proto::Batch>> Open(
-      grpc::ClientContext* context, uint32_t version = kProtocolVersion) {
+  // Reads GetBatches frames as a client does (service::DecodeBatch) and hands
+  // the test each checked header.
+  class FrameReader {
+   public:
+    explicit FrameReader(
+        std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> stream)
+        : stream_(std::move(stream)) {}
+    bool Read(proto::Batch* header) {
+      grpc::ByteBuffer frame;
+      if (!stream_->Read(&frame)) return false;
+      absl::StatusOr<service::ReceivedBatch> batch =
+          service::DecodeBatch(&frame);
+      EXPECT_TRUE(batch.ok()) << batch.status();
+      if (!batch.ok()) return false;
+      *header = batch->header;
+      last_ = *std::move(batch);
+      return true;
+    }
+    // The last batch read.
+    const service::ReceivedBatch& last() const { return last_; }
+    grpc::Status Finish() { return stream_->Finish(); }
+
+   private:
+    std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> stream_;
+    service::ReceivedBatch last_;
+  };
+
+  std::unique_ptr<FrameReader> Open(grpc::ClientContext* context,
+                                    uint32_t version = kProtocolVersion) {
     proto::GetBatchesRequest request;
     request.set_protocol_version(version);
     request.set_job_id(1);
     request.set_consumer_index(0);
     context->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
-    return stub_->GetBatches(context, request);
+    return std::make_unique<FrameReader>(
+        service::OpenBatchStream(channel_.get(), context, request));
   }
 
   sluice::testing::TempDir dir_;
@@ -96,7 +126,7 @@ class GrpcWorkerServiceTest : public ::testing::Test {
   std::unique_ptr<WorkerImpl> worker_;
   std::unique_ptr<GrpcWorkerService> service_;
   std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<proto::WorkerService::Stub> stub_;
+  std::shared_ptr<grpc::Channel> channel_;
 };
 
 TEST_F(GrpcWorkerServiceTest, ClientReadsTheExactBatchesOfASplitThenOkOnStop) {
@@ -118,7 +148,15 @@ nodes:
   EXPECT_EQ(b.batch_index(), 2u);
   EXPECT_THAT(b.global_indices(), ElementsAre(20, 21, 22, 23));
   EXPECT_FALSE(b.end_of_split());
-  EXPECT_EQ(b.columns(0).data().size(), 32u);
+  EXPECT_EQ(b.columns(0).data_length(), 32u);
+  // The column bytes after the header are the labels of records 20..23
+  // (label = the record index in the test dataset).
+  const service::ColumnBytes labels =
+      service::Gather(reader->last(), 0, /*alignment=*/8);
+  ASSERT_EQ(labels.size, 32u);
+  std::vector<int64_t> values(4);
+  std::memcpy(values.data(), labels.data, 32);
+  EXPECT_THAT(values, ElementsAre(20, 21, 22, 23));
   ASSERT_TRUE(reader->Read(&b));
   EXPECT_TRUE(b.end_of_split());
   EXPECT_EQ(b.batch_index(), 3u);
@@ -179,7 +217,7 @@ nodes:
   auto reader = Open(&context);
   proto::Batch b;
   ASSERT_TRUE(reader->Read(&b));
-  ASSERT_EQ(b.columns(0).data().size(), static_cast<size_t>(batch_bytes));
+  ASSERT_EQ(b.columns(0).data_length(), static_cast<size_t>(batch_bytes));
   // The reader pauses: the producer stops on the full queue before the split is
   // done.
   // (gRPC may still drain a few batches into its flow-control window first.)

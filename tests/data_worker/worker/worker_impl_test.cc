@@ -60,7 +60,8 @@ class WorkerImplTest : public ::testing::Test {
   }
 
   std::unique_ptr<WorkerImpl> MakeWorker(size_t queue_batches = 8,
-                                         std::vector<std::string> roots = {}) {
+                                         std::vector<std::string> roots = {},
+                                         int64_t queue_bytes = 0) {
     WorkerOptions options;
     options.address = "127.0.0.1:1";
     options.data_roots =
@@ -68,6 +69,7 @@ class WorkerImplTest : public ::testing::Test {
     options.threads = 2;
     options.capacity = 2;
     options.queue_batches = queue_batches;
+    options.queue_bytes = queue_bytes;
     options.heartbeat_thread = false;
     options.clock = &clock_;
     auto w =
@@ -148,6 +150,85 @@ class WorkerImplTest : public ::testing::Test {
   FakeDispatcher::Shared fake_;
 };
 
+// The finish tail (normalize + hwc2chw) leaves the worker as uint8 with the
+// ops in the header under finish auto/client, as float32 under worker.
+TEST_F(WorkerImplTest, FinishDecidesWhetherTheTailShipsAsUint8OrRunsHere) {
+  const std::string tail = R"(
+source: {dataset: {path: DIR}, columns: [label, image]}
+nodes:
+  - map: {input_columns: [image], ops: [{decode: {}}, {resize: {height: 8, width: 6}}, {normalize: {mean: [0.5], std: [0.25]}}, {hwc2chw: {}}]}
+  - batch: {size: 4}
+finish: )";
+  uint64_t job = 0;
+  for (const std::string finish : {"client", "auto", "worker"}) {
+    SCOPED_TRACE(finish);
+    ++job;
+    auto w = MakeWorker();
+    proto::WorkerHeartbeatResponse r;
+    *r.add_jobs() = MakeJob(job, Yaml((tail + finish + "\n").c_str()), 4);
+    *r.add_start() = MakeSplit(job, 0, 0, 0, 0, 8, 0, 0);
+    Deliver(*w, r);
+    auto reader = Open(*w, job, 0);
+    ASSERT_NE(reader, nullptr);
+    StreamEvent b = reader->Next();
+    ASSERT_EQ(b.kind, StreamEvent::kBatch) << b.status;
+    const proto::Batch& h = b.batch.header;
+    ASSERT_EQ(h.columns_size(), 2);
+    if (finish == "worker") {
+      EXPECT_EQ(h.finish_size(), 0);
+      EXPECT_EQ(h.columns(1).dtype(), proto::TENSOR_DTYPE_FLOAT32);
+      EXPECT_THAT(h.columns(1).shape(), ElementsAre(4, 3, 8, 6));
+    } else {
+      ASSERT_EQ(h.finish_size(), 1);
+      EXPECT_EQ(h.finish(0).column(), 1u);
+      ASSERT_EQ(h.finish(0).ops_size(), 2);
+      EXPECT_TRUE(h.finish(0).ops(0).has_normalize());
+      EXPECT_TRUE(h.finish(0).ops(1).has_hwc2chw());
+      EXPECT_EQ(h.columns(1).dtype(), proto::TENSOR_DTYPE_UINT8);
+      EXPECT_THAT(h.columns(1).shape(), ElementsAre(4, 8, 6, 3));
+      EXPECT_EQ(h.columns(1).data_length(), 4u * 8 * 6 * 3);
+    }
+    EXPECT_EQ(h.columns(0).dtype(), proto::TENSOR_DTYPE_INT64);
+    w->Stop();
+  }
+}
+
+// On a float32 column the tail does not shrink the wire: auto runs it on the
+// worker; client still ships it (float32, the ops in the header).
+TEST_F(WorkerImplTest, FinishAutoRunsTheTailHereWhenItWouldNotShrinkTheWire) {
+  const std::string tail = R"(
+source: {dataset: {path: DIR}, columns: [image]}
+nodes:
+  - map: {input_columns: [image], ops: [{decode: {}}, {resize: {height: 8, width: 6}}, {cast: {dtype: float32}}, {normalize: {mean: [0.5], std: [0.25]}}, {hwc2chw: {}}]}
+  - batch: {size: 4}
+finish: )";
+  uint64_t job = 0;
+  for (const std::string finish : {"auto", "client"}) {
+    SCOPED_TRACE(finish);
+    ++job;
+    auto w = MakeWorker();
+    proto::WorkerHeartbeatResponse r;
+    *r.add_jobs() = MakeJob(job, Yaml((tail + finish + "\n").c_str()), 4);
+    *r.add_start() = MakeSplit(job, 0, 0, 0, 0, 4, 0, 0);
+    Deliver(*w, r);
+    auto reader = Open(*w, job, 0);
+    ASSERT_NE(reader, nullptr);
+    StreamEvent b = reader->Next();
+    ASSERT_EQ(b.kind, StreamEvent::kBatch) << b.status;
+    const proto::Batch& h = b.batch.header;
+    ASSERT_EQ(h.columns_size(), 1);
+    EXPECT_EQ(h.columns(0).dtype(), proto::TENSOR_DTYPE_FLOAT32);
+    if (finish == "auto") {
+      EXPECT_EQ(h.finish_size(), 0);
+      EXPECT_THAT(h.columns(0).shape(), ElementsAre(4, 3, 8, 6));
+    } else {
+      ASSERT_EQ(h.finish_size(), 1);
+      EXPECT_THAT(h.columns(0).shape(), ElementsAre(4, 8, 6, 3));
+    }
+    w->Stop();
+  }
+}
+
 TEST_F(WorkerImplTest, SplitYieldsItsGlobalIndicesInOrderAfterSkippedBatches) {
   auto w = MakeWorker();
   proto::WorkerHeartbeatResponse r;
@@ -161,31 +242,31 @@ TEST_F(WorkerImplTest, SplitYieldsItsGlobalIndicesInOrderAfterSkippedBatches) {
 
   StreamEvent b1 = reader->Next();
   ASSERT_EQ(b1.kind, StreamEvent::kBatch) << b1.status;
-  EXPECT_EQ(b1.batch.batch_index(), 1u);
-  EXPECT_FALSE(b1.batch.end_of_split());
-  EXPECT_EQ(b1.batch.split_id(), 3u);
-  EXPECT_EQ(b1.batch.key().position(), 5u);
-  EXPECT_THAT(Ids(b1.batch), ElementsAre(14, 15, 16, 17));
-  ASSERT_EQ(b1.batch.columns_size(), 1);
-  EXPECT_EQ(b1.batch.columns(0).name(), "label");
-  EXPECT_EQ(b1.batch.columns(0).dtype(), proto::TENSOR_DTYPE_INT64);
-  EXPECT_THAT(b1.batch.columns(0).shape(), ElementsAre(4));
+  EXPECT_EQ(b1.batch.header.batch_index(), 1u);
+  EXPECT_FALSE(b1.batch.header.end_of_split());
+  EXPECT_EQ(b1.batch.header.split_id(), 3u);
+  EXPECT_EQ(b1.batch.header.key().position(), 5u);
+  EXPECT_THAT(Ids(b1.batch.header), ElementsAre(14, 15, 16, 17));
+  ASSERT_EQ(b1.batch.header.columns_size(), 1);
+  EXPECT_EQ(b1.batch.header.columns(0).name(), "label");
+  EXPECT_EQ(b1.batch.header.columns(0).dtype(), proto::TENSOR_DTYPE_INT64);
+  EXPECT_THAT(b1.batch.header.columns(0).shape(), ElementsAre(4));
   std::vector<int64_t> labels(4);
-  std::memcpy(labels.data(), b1.batch.columns(0).data().data(), 32);
+  std::memcpy(labels.data(), b1.batch.columns[0].data, 32);
   EXPECT_THAT(labels, ElementsAre(14, 15, 16, 17));  // label = index % 1000
 
   StreamEvent b2 = reader->Next();
   ASSERT_EQ(b2.kind, StreamEvent::kBatch) << b2.status;
-  EXPECT_EQ(b2.batch.batch_index(), 2u);
-  EXPECT_FALSE(b2.batch.end_of_split());
-  EXPECT_THAT(Ids(b2.batch), ElementsAre(18, 19));
+  EXPECT_EQ(b2.batch.header.batch_index(), 2u);
+  EXPECT_FALSE(b2.batch.header.end_of_split());
+  EXPECT_THAT(Ids(b2.batch.header), ElementsAre(18, 19));
   // Then the end-of-split marker: no columns, batch_index = the split's batch count.
   StreamEvent marker = reader->Next();
   ASSERT_EQ(marker.kind, StreamEvent::kBatch) << marker.status;
-  EXPECT_TRUE(marker.batch.end_of_split());
-  EXPECT_EQ(marker.batch.batch_index(), 3u);
-  EXPECT_EQ(marker.batch.columns_size(), 0);
-  EXPECT_EQ(marker.batch.global_indices_size(), 0);
+  EXPECT_TRUE(marker.batch.header.end_of_split());
+  EXPECT_EQ(marker.batch.header.batch_index(), 3u);
+  EXPECT_EQ(marker.batch.header.columns_size(), 0);
+  EXPECT_EQ(marker.batch.header.global_indices_size(), 0);
 
   // The next heartbeat reports the split finished, counted from batch 0, and
   // the rate.
@@ -216,12 +297,41 @@ TEST_F(WorkerImplTest, ShuffledSplitFollowsTheSeededPermutationOfItsRange) {
   for (int i = 0; i < 2; ++i) {
     StreamEvent e = reader->Next();
     ASSERT_EQ(e.kind, StreamEvent::kBatch) << e.status;
-    EXPECT_EQ(e.batch.batch_index(), static_cast<uint64_t>(i + 1));
-    EXPECT_EQ(e.batch.key().epoch(), 3u);
-    for (uint64_t id : Ids(e.batch)) got.push_back(id);
+    EXPECT_EQ(e.batch.header.batch_index(), static_cast<uint64_t>(i + 1));
+    EXPECT_EQ(e.batch.header.key().epoch(), 3u);
+    for (uint64_t id : Ids(e.batch.header)) got.push_back(id);
   }
   EXPECT_EQ(got, want);
   EXPECT_NE(got[0], 20u);  // really shuffled (this seed)
+}
+
+// One byte bound for all consumers of all jobs: with room for 3 batches, two
+// consumers (of two jobs) hold 3 batches together (4 if the second consumer's
+// first batch came when the others had filled the bound), not 2 x 8; each gets
+// its batches.
+TEST_F(WorkerImplTest, QueueBytesBoundAllConsumersTogether) {
+  const int64_t batch_bytes = 4 * 32 * 32 * 3 + 4 * 8;
+  auto w = MakeWorker(/*queue_batches=*/8, /*roots=*/{},
+                      /*queue_bytes=*/3 * batch_bytes);
+  proto::WorkerHeartbeatResponse r;
+  *r.add_jobs() = MakeJob(1, Yaml(kImages), 4);
+  *r.add_jobs() = MakeJob(2, Yaml(kImages), 4);
+  *r.add_start() = MakeSplit(1, 0, 0, 0, 0, 40, 0, 0);  // 10 batches each
+  *r.add_start() = MakeSplit(2, 0, 0, 0, 0, 40, 0, 0);
+  Deliver(*w, r);
+  ASSERT_TRUE(Eventually([&] { return w->blocked_producers() == 2; }));
+  EXPECT_GE(w->queued_batches(), 3u);
+  EXPECT_LE(w->queued_batches(), 4u);
+  EXPECT_EQ(w->queued_bytes(),
+            static_cast<int64_t>(w->queued_batches()) * batch_bytes);
+  for (uint64_t job : {1, 2}) {  // both consumers progress
+    auto reader = Open(*w, job, 0);
+    ASSERT_NE(reader, nullptr);
+    StreamEvent e = reader->Next();
+    ASSERT_EQ(e.kind, StreamEvent::kBatch) << e.status;
+    EXPECT_EQ(e.batch.header.key().job_id(), job);
+  }
+  w->Stop();
 }
 
 TEST_F(WorkerImplTest, FullQueueBlocksTheProducerWithBoundedMemoryUntilRead) {
@@ -247,14 +357,14 @@ TEST_F(WorkerImplTest, FullQueueBlocksTheProducerWithBoundedMemoryUntilRead) {
   for (uint64_t i = 0; i < 10; ++i) {
     StreamEvent e = reader->Next();
     ASSERT_EQ(e.kind, StreamEvent::kBatch) << e.status;
-    EXPECT_EQ(e.batch.batch_index(), i);
-    EXPECT_FALSE(e.batch.end_of_split());
-    EXPECT_EQ(e.batch.global_indices(0), 4 * i);
+    EXPECT_EQ(e.batch.header.batch_index(), i);
+    EXPECT_FALSE(e.batch.header.end_of_split());
+    EXPECT_EQ(e.batch.header.global_indices(0), 4 * i);
   }
   StreamEvent marker = reader->Next();
   ASSERT_EQ(marker.kind, StreamEvent::kBatch) << marker.status;
-  EXPECT_TRUE(marker.batch.end_of_split());
-  EXPECT_EQ(marker.batch.batch_index(), 10u);
+  EXPECT_TRUE(marker.batch.header.end_of_split());
+  EXPECT_EQ(marker.batch.header.batch_index(), 10u);
 }
 
 TEST_F(WorkerImplTest, DropStopsProductionAndDiscardsQueuedBatches) {
@@ -381,7 +491,7 @@ TEST_F(WorkerImplTest, DrainingEndsAStreamOkOnceItsSplitsAreSent) {
   ASSERT_EQ(reader->Next().kind, StreamEvent::kBatch);
   StreamEvent marker = reader->Next();
   ASSERT_EQ(marker.kind, StreamEvent::kBatch);
-  ASSERT_TRUE(marker.batch.end_of_split());
+  ASSERT_TRUE(marker.batch.header.end_of_split());
   ASSERT_TRUE(w->Drain().ok());
   StreamEvent end = reader->Next();
   EXPECT_EQ(end.kind, StreamEvent::kEnd);

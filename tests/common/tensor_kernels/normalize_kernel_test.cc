@@ -1,11 +1,11 @@
-#include "data_worker/ops/normalize_kernel.h"
+#include "common/tensor_kernels/normalize_kernel.h"
 
 #include <cstring>
 #include <vector>
 
 #include "gtest/gtest.h"
 
-namespace sluice::data_worker {
+namespace sluice::kernels {
 namespace {
 
 // The kernel (AVX2 here when the CPU has it) gives exactly the bits of the
@@ -41,4 +41,4 @@ TEST(NormalizeKernel, MatchesThePlainLoopBitForBit) {
 }
 
 }  // namespace
-}  // namespace sluice::data_worker
+}  // namespace sluice::kernels

@@ -1,8 +1,10 @@
-#include "data_worker/ops/normalize_kernel.h"
+#include "common/tensor_kernels/normalize_kernel.h"
 
 #include <immintrin.h>
 
-namespace sluice::data_worker {
+#include <algorithm>
+
+namespace sluice::kernels {
 namespace {
 
 void ScalarRow(const uint8_t* row, int64_t x0, int64_t width, bool flip,
@@ -102,4 +104,72 @@ void NormalizeHwc3ToChw(const uint8_t* src, int64_t height, int64_t width,
   }
 }
 
-}  // namespace sluice::data_worker
+NormalizeCoefficients::NormalizeCoefficients(const std::vector<float>& mean,
+                                             const std::vector<float>& std) {
+  channels_ = static_cast<int>(std::max(mean.size(), std.size()));
+  lut_.resize(size_t{256} * channels_);
+  for (int c = 0; c < channels_; ++c) {
+    const double m = mean.size() == 1 ? mean[0] : mean[c];
+    const double s = std.size() == 1 ? std[0] : std[c];
+    const float scale8 = static_cast<float>(1.0 / (255.0 * s));
+    const float bias = static_cast<float>(-m / s);
+    scale_f_.push_back(static_cast<float>(1.0 / s));
+    scale8_.push_back(scale8);
+    bias_.push_back(bias);
+    for (int v = 0; v < 256; ++v) {
+      lut_[size_t{256} * c + v] = static_cast<float>(v) * scale8 + bias;
+    }
+  }
+}
+
+void NormalizeImage(const NormalizeCoefficients& norm, const uint8_t* src,
+                    int64_t plane, int channels, bool chw, float* out) {
+  if (!chw) {
+    if (channels == 3) {
+      const float *l0 = norm.lut(0), *l1 = norm.lut(1), *l2 = norm.lut(2);
+      for (int64_t i = 0; i < plane; ++i, src += 3, out += 3) {
+        out[0] = l0[src[0]];
+        out[1] = l1[src[1]];
+        out[2] = l2[src[2]];
+      }
+      return;
+    }
+    for (int64_t i = 0; i < plane; ++i) {
+      for (int c = 0; c < channels; ++c) *out++ = norm.lut(c)[*src++];
+    }
+    return;
+  }
+  if (channels == 3) {
+    // The AVX2 kernel: the same bits as the tables.
+    const float scale[3] = {norm.scale8(0), norm.scale8(1), norm.scale8(2)};
+    const float bias[3] = {norm.bias(0), norm.bias(1), norm.bias(2)};
+    NormalizeHwc3ToChw(src, /*height=*/1, /*width=*/plane,
+                       /*src_stride=*/plane * 3, /*flip=*/false, scale, bias,
+                       out);
+    return;
+  }
+  for (int c = 0; c < channels; ++c) {
+    const float* l = norm.lut(c);
+    float* d = out + c * plane;
+    for (int64_t p = 0; p < plane; ++p) d[p] = l[src[p * channels + c]];
+  }
+}
+
+void NormalizeImage(const NormalizeCoefficients& norm, const float* src,
+                    int64_t plane, int channels, bool chw, float* out) {
+  if (!chw) {
+    for (int64_t i = 0; i < plane; ++i) {
+      for (int c = 0; c < channels; ++c) {
+        *out++ = *src++ * norm.scale(c) + norm.bias(c);
+      }
+    }
+    return;
+  }
+  for (int c = 0; c < channels; ++c) {
+    const float s = norm.scale(c), b = norm.bias(c);
+    float* d = out + c * plane;
+    for (int64_t p = 0; p < plane; ++p) d[p] = src[p * channels + c] * s + b;
+  }
+}
+
+}  // namespace sluice::kernels
