@@ -268,7 +268,11 @@ DispatcherImpl::DispatcherImpl(DispatcherOptions options)
           .max_workers = static_cast<int>(
               std::max(options_.min_workers, options_.max_workers)),
           .period = options_.scale_period,
-          .scale_down_window = options_.scale_down_window}) {}
+          .scale_down_window = options_.scale_down_window}) {
+  // Every reason's series exists from the start (at 0), so rates and dashboards have data.
+  for (const char* reason : {"timeout", "unregistered", "restarted"})
+    workers_lost_.Add({{"reason", reason}});
+}
 
 DispatcherImpl::~DispatcherImpl() { Stop(); }
 

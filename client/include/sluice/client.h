@@ -4,9 +4,10 @@
 //   ClientOptions options;
 //   options.dispatcher_address = "dispatcher:7000";
 //   ASSIGN_OR_RETURN(std::unique_ptr<DataServiceClient> client,
-//   DataServiceClient::Create(options)); JobOptions job; job.job_name =
-//   "resnet50-run3"; job.pipeline =
-//   PipelineBuilder().Dataset("/data/imagenet-train")...Batch(64).Build();
+//                    DataServiceClient::Create(options));
+//   JobOptions job;
+//   job.job_name = "resnet50-run3";
+//   job.pipeline = PipelineBuilder().Dataset("/data/imagenet-train")...Batch(64).Build();
 //   job.num_epochs = 90;
 //   job.num_consumers = world_size;
 //   job.consumer_index = rank;
@@ -34,12 +35,19 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/base/clock.h"
-#include "prometheus/registry.h"
-#include "proto/pipeline.pb.h"
-#include "spdlog/spdlog.h"
+#include "proto/pipeline.pb.h"  // proto::Pipeline, what PipelineBuilder builds
+
+// Declared only: pass your own logger, registry or clock, or leave them null.
+namespace spdlog {
+class logger;
+}  // namespace spdlog
+namespace prometheus {
+class Registry;
+}  // namespace prometheus
 
 namespace sluice {
+
+class Clock;  // common/base/clock.h
 
 struct ClientOptions {
   // host:port of the sluice dispatcher.
