@@ -232,13 +232,13 @@ absl::Status DispatcherImpl::RegisterDataset(
     const proto::RegisterDatasetRequest& request,
     proto::RegisterDatasetResponse* response) {
   RETURN_IF_ERROR(CheckVersion(request.protocol_version()));
-  // The pipeline is opaque here (workers parse and validate it): only its size is limited.
-  if (static_cast<int64_t>(request.pipeline().size()) >
-      options_.limits.max_pipeline_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "RegisterDataset: the pipeline spec is ", request.pipeline().size(),
-        " bytes, above the dispatcher's --max-pipeline-bytes ",
-        options_.limits.max_pipeline_bytes));
+  // The pipeline is opaque here (workers parse and validate it, and count its nodes against
+  // their --max-pipeline-nodes): only its size is limited.
+  if (absl::Status s = service::CheckPipelineBytes(
+          static_cast<int64_t>(request.pipeline().size()), options_.limits);
+      !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RegisterDataset: ", s.message()));
   }
   if (request.pipeline().empty()) {
     return absl::InvalidArgumentError("RegisterDataset: pipeline is empty");

@@ -154,11 +154,10 @@ int main(int argc, char** argv) {
                             "A consumer without a heartbeat this long is gone; "
                             "a job with no consumer left is "
                             "collected");
+  // Specs are opaque bytes here: their nodes are counted by the workers
+  // (sluice-worker --max-pipeline-nodes), which parse them.
   app.add_option("--max-pipeline-bytes", flags.limits.max_pipeline_bytes,
                  "Largest serialized pipeline spec accepted")
-      ->capture_default_str();
-  app.add_option("--max-pipeline-nodes", flags.limits.max_pipeline_nodes,
-                 "Most nodes (plus map ops) in a pipeline spec")
       ->capture_default_str();
   app.add_option("--max-jobs", flags.limits.max_jobs,
                  "Most jobs the dispatcher holds at once")
