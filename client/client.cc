@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/internal/batch_iterator_impl.h"
 #include "client/internal/channel_options.h"
+#include "common/base/clock.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "common/record/dataset.h"

@@ -551,13 +551,20 @@ absl::Status DispatcherImpl::DoRegisterDataset(
     const proto::RegisterDatasetRequest& request,
     proto::RegisterDatasetResponse* response) {
   RETURN_IF_ERROR(Admit(request.protocol_version()));
-  // The pipeline is opaque here (workers parse and validate it): only its size is limited.
-  if (static_cast<int64_t>(request.pipeline().size()) >
-      options_.limits.max_pipeline_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "RegisterDataset: the pipeline spec is ", request.pipeline().size(),
-        " bytes, above the dispatcher's --max-pipeline-bytes ",
-        options_.limits.max_pipeline_bytes));
+  // The spec's size is limited before anything else; its nodes are counted when it parses as a
+  // pipeline (what clients send). Workers check both again, and validate the spec.
+  if (absl::Status s = service::CheckPipelineBytes(
+          static_cast<int64_t>(request.pipeline().size()), options_.limits);
+      !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RegisterDataset: ", s.message()));
+  }
+  if (proto::Pipeline parsed; parsed.ParseFromString(request.pipeline())) {
+    if (absl::Status s = service::CheckPipelineLimits(parsed, options_.limits);
+        !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("RegisterDataset: ", s.message()));
+    }
   }
   if (request.pipeline().empty()) {
     return absl::InvalidArgumentError("RegisterDataset: pipeline is empty");

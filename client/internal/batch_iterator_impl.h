@@ -42,6 +42,7 @@
 #include "proto/dispatcher.grpc.pb.h"
 #include "proto/worker_service.grpc.pb.h"
 #include "sluice/client.h"
+#include "spdlog/spdlog.h"
 
 namespace sluice::client {
 

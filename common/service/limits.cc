@@ -14,13 +14,19 @@ int MaxMessageBytes(const ServiceLimits& limits) {
       largest + kMessageOverheadBytes, std::numeric_limits<int32_t>::max()));
 }
 
+absl::Status CheckPipelineBytes(int64_t bytes, const ServiceLimits& limits) {
+  if (bytes <= limits.max_pipeline_bytes) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "pipeline spec is ", bytes, " bytes, more than --max-pipeline-bytes ",
+      limits.max_pipeline_bytes));
+}
+
 absl::Status CheckPipelineLimits(const proto::Pipeline& pipeline,
                                  const ServiceLimits& limits) {
-  const int64_t bytes = static_cast<int64_t>(pipeline.ByteSizeLong());
-  if (bytes > limits.max_pipeline_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "pipeline spec is ", bytes, " bytes, more than --max-pipeline-bytes ",
-        limits.max_pipeline_bytes));
+  if (absl::Status s = CheckPipelineBytes(
+          static_cast<int64_t>(pipeline.ByteSizeLong()), limits);
+      !s.ok()) {
+    return s;
   }
   int64_t nodes = pipeline.nodes_size();
   for (const proto::PipelineNode& node : pipeline.nodes()) {
@@ -36,10 +42,10 @@ absl::Status CheckPipelineLimits(const proto::Pipeline& pipeline,
 
 absl::Status CheckSerializedPipelineLimits(absl::string_view serialized,
                                            const ServiceLimits& limits) {
-  if (static_cast<int64_t>(serialized.size()) > limits.max_pipeline_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "pipeline spec is ", serialized.size(),
-        " bytes, more than --max-pipeline-bytes ", limits.max_pipeline_bytes));
+  if (absl::Status s =
+          CheckPipelineBytes(static_cast<int64_t>(serialized.size()), limits);
+      !s.ok()) {
+    return s;
   }
   proto::Pipeline pipeline;
   if (!pipeline.ParseFromArray(serialized.data(),

@@ -1,8 +1,12 @@
 // Resource limits of the sluice servers, each a flag (listed with the field) with a default
 // sized for one training cluster. A request over a limit is refused with the flag's name, so
 // the operator knows which knob to turn:
-//   ResourceExhausted  the server is full (jobs, streams, memory): retry later or raise it;
-//   InvalidArgument    this request is too big whatever the load (spec size, consumers).
+//   ResourceExhausted  the server is full (jobs, streams), or a batch is larger than it serves
+//                      (batch bytes): retry later, make batches smaller, or raise it;
+//   InvalidArgument    this request is too big whatever the load (spec bytes and nodes,
+//                      consumers).
+// Where each is checked, and what the caller sees: docs/security.md ("Limits"). Worker memory
+// (--memory-mb) is a budget the pipelines adapt to, not a refusal.
 // The checks are plain functions so that each handler calls one at its top.
 #ifndef SLUICE_COMMON_SERVICE_LIMITS_H_
 #define SLUICE_COMMON_SERVICE_LIMITS_H_
@@ -33,6 +37,11 @@ inline constexpr int64_t kMessageOverheadBytes = 4 << 20;
 // of them plus kMessageOverheadBytes, capped at INT32_MAX.
 int MaxMessageBytes(const ServiceLimits& limits);
 
+// InvalidArgument when a serialized spec of `bytes` is over --max-pipeline-bytes (checked
+// before parsing: the dispatcher, which keeps specs opaque, checks only this):
+//   "pipeline spec is 2000000 bytes, more than --max-pipeline-bytes 1048576"
+absl::Status CheckPipelineBytes(int64_t bytes, const ServiceLimits& limits);
+
 // InvalidArgument when the serialized spec or its node count (nodes plus the ops of map
 // nodes) is over the limit:
 //   "pipeline spec has 300 nodes, more than --max-pipeline-nodes 256"
@@ -52,7 +61,10 @@ absl::Status CheckConsumerLimit(int64_t num_consumers,
                                 const ServiceLimits& limits);
 
 // ResourceExhausted when a batch is larger than allowed (the pipeline's batch size or its
-// images are too large for this service).
+// images are too large for this service). The worker checks every batch before encoding it;
+// the consumer's stream ends with:
+//   "a batch of 805306368 bytes is more than --max-batch-bytes 536870912: use a smaller
+//    batch size or smaller images"
 absl::Status CheckBatchLimit(int64_t batch_bytes, const ServiceLimits& limits);
 
 // ResourceExhausted when a worker with `open_streams` streams may not open another.

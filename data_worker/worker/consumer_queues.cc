@@ -164,6 +164,7 @@ std::vector<TaskProgress> ConsumerQueues::Progress() const {
     // The marker is not a batch.
     p.produced_batches = task.finished ? task.produced - 1 : task.produced;
     p.finished = task.finished;
+    p.failed = task.failed;
     out.push_back(std::move(p));
   }
   return out;
@@ -232,6 +233,7 @@ void ConsumerQueues::Fail(uint64_t task_id, const absl::Status& status) {
     absl::MutexLock lock(&mu_);
     Task* task = FindTask(task_id);
     if (task == nullptr || stopped_) return;
+    task->failed = true;
     Queue& q = queues_[{std::get<0>(task_ids_[task_id]),
                         std::get<1>(task_ids_[task_id])}];
     if (q.error.ok()) q.error = status;

@@ -70,6 +70,10 @@ struct TaskProgress {
   bool parallel = false;
   uint64_t produced_batches = 0;  // from batch 0, including skipped ones
   bool finished = false;          // the end-of-split marker is queued
+  // Fail()ed: it produces nothing more. Reported to the dispatcher as finished producing, so
+  // that a split whose pipeline failed (or whose job this worker refused) stops holding one
+  // of the worker's --capacity slots while its consumer is told the error.
+  bool failed = false;
 };
 
 class ConsumerQueues {
@@ -106,8 +110,8 @@ class ConsumerQueues {
   // False if the task is gone (dropped, restarted) or the queues stopped: stop producing.
   bool Push(uint64_t task_id, service::WireBatch batch)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // The task's pipeline failed: its consumer's stream ends with `status` after the batches
-  // queued before it.
+  // The task's pipeline failed (or its job was refused): its consumer's stream ends with
+  // `status` after the batches queued before it, and Progress() reports the task `failed`.
   void Fail(uint64_t task_id, const absl::Status& status)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Whether the task is still live (producers poll this between batches they skip).
@@ -151,6 +155,7 @@ class ConsumerQueues {
     uint64_t sent =
         0;  // messages that left the queue to a stream, from batch 0
     bool finished = false;
+    bool failed = false;  // Fail()ed
   };
   struct Queued {
     uint64_t task_id = 0;

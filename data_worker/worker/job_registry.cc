@@ -68,10 +68,12 @@ std::vector<proto::OpSpec> CutClientTail(proto::Pipeline* spec,
 
 JobRegistry::JobRegistry(std::vector<std::string> data_roots,
                          pipeline::ExecutorOptions executor_options,
-                         std::shared_ptr<spdlog::logger> logger)
+                         std::shared_ptr<spdlog::logger> logger,
+                         service::ServiceLimits limits)
     : data_roots_(std::move(data_roots)),
       executor_options_(std::move(executor_options)),
-      logger_(std::move(logger)) {}
+      logger_(std::move(logger)),
+      limits_(limits) {}
 
 absl::StatusOr<std::vector<std::string>> JobRegistry::CanonicalDataRoots(
     std::vector<std::string> roots) {
@@ -107,13 +109,17 @@ absl::Status JobRegistry::CheckDataRoot(const proto::Pipeline& spec) const {
 std::shared_ptr<Job> JobRegistry::Build(const proto::JobInfo& info) const {
   auto job = std::make_shared<Job>();
   job->info = info;
-  if (!job->spec.ParseFromString(info.pipeline())) {
+  job->status = service::CheckPipelineBytes(
+      static_cast<int64_t>(info.pipeline().size()), limits_);
+  if (job->status.ok() && !job->spec.ParseFromString(info.pipeline())) {
     job->status = absl::InvalidArgumentError(
         absl::StrCat("job ", info.job_id(),
                      ": its pipeline does not parse as sluice.proto.Pipeline "
                      "(client and worker "
                      "versions differ?)"));
   }
+  if (job->status.ok())
+    job->status = service::CheckPipelineLimits(job->spec, limits_);
   if (job->status.ok()) job->status = CheckDataRoot(job->spec);
   if (job->status.ok()) {
     absl::StatusOr<std::unique_ptr<pipeline::Executor>> ex =

@@ -1,9 +1,14 @@
 // JobRegistry: the jobs a worker knows, built from the JobInfo the dispatcher sends (parsed
 // pipeline, data-root check, column names, batch size) with a pool of idle Executors each.
 //
-// A job whose pipeline does not parse, reads outside every --data-root, or fails validation is
-// kept as *refused*: its status is what the consumer's stream ends with
+// A job whose pipeline is over a limit, does not parse, reads outside every --data-root (or
+// its dataset names a shard outside the dataset's folder), or fails validation is kept as
+// *refused*: its status is what the consumer's stream ends with
+//   INVALID_ARGUMENT  "pipeline spec has 300 nodes, more than --max-pipeline-nodes 256"
+//                     (or bytes, --max-pipeline-bytes: service/limits.h)
 //   PERMISSION_DENIED "pipeline source '/x' is outside the worker's --data-root (/a, /b)"
+//                     "source: dataset '/r/d': '/r/d/s.urec' resolves to '/o/s.urec', outside
+//                      its dataset folder '/r/d' ..."
 //   INVALID_ARGUMENT  the validator's message naming node and field
 //   FAILED_PRECONDITION a missing source path (NOT_FOUND means "job unknown yet, retry")
 //
@@ -22,6 +27,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/service/limits.h"
 #include "common/tensor_kernels/finish.h"
 #include "data_worker/pipeline/executor.h"
 #include "proto/pipeline.pb.h"
@@ -59,10 +65,12 @@ struct Job {
 
 class JobRegistry {
  public:
-  // `data_roots`: canonical paths (CanonicalDataRoots).
+  // `data_roots`: canonical paths (CanonicalDataRoots). `limits`: the pipeline limits jobs
+  // are refused over, and the batch limit producers check (limits()).
   JobRegistry(std::vector<std::string> data_roots,
               pipeline::ExecutorOptions executor_options,
-              std::shared_ptr<spdlog::logger> logger);
+              std::shared_ptr<spdlog::logger> logger,
+              service::ServiceLimits limits = {});
 
   // Canonicalizes each root. InvalidArgument: none, or an empty one.
   static absl::StatusOr<std::vector<std::string>> CanonicalDataRoots(
@@ -88,6 +96,8 @@ class JobRegistry {
   // PermissionDenied unless the pipeline's source lies under a data root (exposed for tests).
   absl::Status CheckDataRoot(const proto::Pipeline& spec) const;
 
+  const service::ServiceLimits& limits() const { return limits_; }
+
  private:
   std::shared_ptr<Job> Build(const proto::JobInfo& info) const;
   // Trainer-side finishing: cuts the client's tail off job->spec (if it has one), records it in
@@ -98,6 +108,7 @@ class JobRegistry {
   const std::vector<std::string> data_roots_;
   const pipeline::ExecutorOptions executor_options_;
   const std::shared_ptr<spdlog::logger> logger_;
+  const service::ServiceLimits limits_;
 
   mutable absl::Mutex mu_;
   std::map<uint64_t, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);

@@ -7,6 +7,7 @@
 #include "common/metrics/metrics.h"
 #include "common/record/sharding.h"
 #include "common/service/batch_codec.h"
+#include "common/service/limits.h"
 
 namespace sluice::data_worker {
 namespace {
@@ -171,8 +172,13 @@ void TaskRunner::ProducerLoop() {
     if (!queues_->IsLive(work.task_id)) continue;
     const uint64_t job_id = work.assignment.key().job_id();
     std::shared_ptr<const Job> job = jobs_->Get(job_id);
-    // A refused (or unknown) job's tasks stay held and unproduced: its streams carry the error.
-    if (job == nullptr || !job->status.ok()) continue;
+    // An unknown job's tasks stay held and unproduced. A refused job's fail with its status
+    // (its streams carry it too), so that they stop holding the worker's capacity.
+    if (job == nullptr) continue;
+    if (!job->status.ok()) {
+      queues_->Fail(work.task_id, job->status);
+      continue;
+    }
     if (!work.parallel) splits_started_.Increment();
     absl::StatusOr<std::unique_ptr<pipeline::Executor>> ex =
         jobs_->AcquireExecutor(job_id);
@@ -259,6 +265,18 @@ bool TaskRunner::RunEpoch(const Work& work, const Job& job,
         FinishOrShip(job, &**next);
     if (!finish.ok()) {
       queues_->Fail(work.task_id, finish.status());
+      ok = false;
+      break;
+    }
+    // Refused before encoding: the consumer is told which flag, instead of a
+    // message gRPC will not send.
+    if (absl::Status s = service::CheckBatchLimit(pipeline::BytesOf(**next),
+                                                  jobs_->limits());
+        !s.ok()) {
+      queues_->Fail(work.task_id,
+                    absl::Status(s.code(), absl::StrCat("job ", a.key().job_id(), " ",
+                                                        DescribeSlot(a), " batch ", index,
+                                                        ": ", s.message())));
       ok = false;
       break;
     }

@@ -36,7 +36,8 @@ WorkerImpl::WorkerImpl(WorkerOptions options,
                         : nullptr),
       registry_(options_.registry != nullptr ? *options_.registry
                                              : *own_registry_),
-      jobs_(std::move(data_roots), MakeExecutorOptions(), logger_),
+      jobs_(std::move(data_roots), MakeExecutorOptions(), logger_,
+            options_.limits),
       queues_(options_.queue_batches, options_.queue_bytes, registry_),
       runner_(&queues_, &jobs_, registry_, logger_),
       address_(options_.address),
@@ -156,7 +157,7 @@ absl::Status WorkerImpl::Heartbeat() {
       proto::WorkerSplitProgress* out = request.add_splits();
       *out->mutable_key() = p.key;
       out->set_produced_batches(p.produced_batches);
-      out->set_finished_producing(p.finished);
+      out->set_finished_producing(p.finished || p.failed);
     }
     request.set_queue_depth(queues_.queued_batches());
     request.set_queue_capacity(queues_.queue_capacity());

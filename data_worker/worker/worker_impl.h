@@ -111,7 +111,7 @@ struct WorkerOptions {
   absl::Duration heartbeat_interval = absl::Seconds(1);
   bool heartbeat_thread = true;  // false: the caller calls Heartbeat() (tests)
   Clock* clock = nullptr;        // null: RealClock::Get()
-  // Open streams and batch bytes (common/service/limits.h).
+  // Open streams, batch bytes, pipeline bytes and nodes (common/service/limits.h).
   service::ServiceLimits limits;
   prometheus::Registry* registry = nullptr;  // null: a private registry
   std::shared_ptr<spdlog::logger> logger;    // null: NullLogger()

@@ -50,6 +50,7 @@ class DispatcherImplTest : public ::testing::Test {
     options.journal = journal;
     options.worker_timeout = absl::Seconds(10);
     options.snapshot_every = snapshot_every_;
+    options.limits = limits_;
     auto impl = DispatcherImpl::Create(options);
     ASSERT_TRUE(impl.ok()) << impl.status();
     impl_ = std::move(*impl);
@@ -188,6 +189,7 @@ class DispatcherImplTest : public ::testing::Test {
   prometheus::Registry registry_;
   uint64_t snapshot_every_ = 10000;
   std::shared_ptr<Journal> journal_;
+  service::ServiceLimits limits_;  // for Restart()
   std::unique_ptr<DispatcherImpl> impl_;
 };
 
@@ -553,6 +555,38 @@ TEST_F(DispatcherImplTest,
   proto::WorkerHeartbeatResponse beat_response;
   EXPECT_EQ(impl_->WorkerHeartbeat(beat, &beat_response).code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(DispatcherImplTest, LimitsAreRefusedNamingTheirFlags) {
+  limits_ = {
+      .max_pipeline_bytes = 8, .max_jobs = 1, .max_consumers_per_job = 2};
+  Restart(std::make_shared<InMemoryJournal>());
+
+  proto::RegisterDatasetRequest request;
+  request.set_protocol_version(kProtocolVersion);
+  request.set_pipeline("nine byte");
+  request.add_shard_record_counts(100);
+  request.set_batch_size(10);
+  proto::RegisterDatasetResponse response;
+  absl::Status s = impl_->RegisterDataset(request, &response);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_EQ(s.message(),
+            "RegisterDataset: pipeline spec is 9 bytes, more than "
+            "--max-pipeline-bytes 8");
+
+  const uint64_t dataset = Dataset({100}, 10, "8 bytes!");
+  proto::GetOrCreateJobResponse job;
+  s = impl_->GetOrCreateJob(
+      JobRequest("three", dataset, 3, proto::REMAINDER_MODE_PAD, 10), &job);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_EQ(s.message(),
+            "num_consumers 3 is more than --max-consumers-per-job 2");
+
+  Job(JobRequest("first", dataset, 2, proto::REMAINDER_MODE_PAD, 10));
+  s = impl_->GetOrCreateJob(
+      JobRequest("second", dataset, 1, proto::REMAINDER_MODE_PAD, 10), &job);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_THAT(s.message(), HasSubstr("(--max-jobs 1)"));
 }
 
 TEST_F(DispatcherImplTest, UnknownJobIsNotFound) {

@@ -2,10 +2,13 @@
 // and a bearer token (certificates made by openssl in the test), a secured consumer reading
 // every record, and unsecured or wrongly secured consumers and processes refused at once with
 // the code and message that say what is wrong.
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -171,11 +174,48 @@ TEST_F(SecurityTest, DataRootHoldsAgainstSymlinksAndDotDot) {
   s = ReadJob(**client, "dot-dot", dir_->Join("root/ds/../../outside"));
   EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
   EXPECT_THAT(s.message(), HasSubstr("is outside the worker's --data-root"));
+}
 
-  // A shard symlinked out of its dataset folder (Dataset::Open refuses it:
-  // tests/common/record/dataset_test.cc) is not checked here: today the worker
-  // does not surface a source that fails to open while producing, and the
-  // consumer waits.
+TEST_F(SecurityTest, ShardOutsideItsDatasetFolderFailsTheConsumerFast) {
+  // A dataset under the root whose manifest names a shard that is a symlink
+  // out of the dataset's folder (and out of the root).
+  const std::string escape = dir_->Join("root/escape");
+  WriteDataset(escape);
+  std::filesystem::create_directories(dir_->Join("outside-shards"));
+  std::string shard;
+  for (const auto& entry : std::filesystem::directory_iterator(escape)) {
+    if (entry.path().filename() != record::kManifestName)
+      shard = entry.path().string();
+  }
+  ASSERT_FALSE(shard.empty());
+  const std::string moved = dir_->Join(
+      "outside-shards/" + std::filesystem::path(shard).filename().string());
+  std::filesystem::rename(shard, moved);
+  std::filesystem::create_symlink(moved, shard);
+
+  auto client = DataServiceClient::Create(Secured());
+  ASSERT_TRUE(client.ok()) << client.status();
+  // The worker refuses the job when it builds it; the consumer's GetNext must
+  // say so, not wait for batches that never come.
+  absl::Status s;
+  absl::Notification done;
+  std::thread reader([&] {
+    s = ReadJob(**client, "escape", escape);
+    done.Notify();
+  });
+  if (!done.WaitForNotificationWithTimeout(absl::Seconds(30))) {
+    // The reader cannot be stopped from here: end the test binary, saying why.
+    std::fprintf(stderr,
+                 "FAILED: GetNext did not return within 30 s for a dataset "
+                 "whose shard is outside its folder (the consumer hangs)\n");
+    std::abort();
+  }
+  reader.join();
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  EXPECT_THAT(s.message(),
+              HasSubstr(absl::StrCat("'", shard, "' resolves to '",
+                                     std::filesystem::canonical(moved).string(),
+                                     "', outside its dataset folder")));
 }
 
 TEST_F(SecurityTest, PlaintextConsumerIsToldToUseTls) {

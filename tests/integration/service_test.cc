@@ -557,5 +557,33 @@ TEST_F(ServiceTest, WorkerPointedAtSomethingElseExitsWithAClearError) {
   EXPECT_THAT(TailOfFile(log), HasSubstr("dispatcher"));
 }
 
+TEST_F(ServiceTest, WorkerLimitsReachTheConsumerNamingTheirFlags) {
+  // MakePipeline: shuffle, map (decode, resize, hwc2chw), batch = 6 nodes and
+  // ops; a batch is 8 images of 3x16x16 bytes plus 8 labels.
+  auto cluster = StartCluster(
+      1, {"--max-batch-bytes", "4096", "--max-pipeline-nodes", "6"});
+  ASSERT_NE(cluster, nullptr);
+  const absl::Time start = absl::Now();
+  Received big = Consume(cluster->dispatcher_address(),
+                         Job("big-batches", MakePipeline(data_->Join("ds"))));
+  EXPECT_EQ(big.status.code(), absl::StatusCode::kResourceExhausted)
+      << big.status;
+  EXPECT_THAT(big.status.message(),
+              HasSubstr(absl::StrCat("a batch of ", kBatch * (3 * 16 * 16 + 8),
+                                     " bytes is more than --max-batch-bytes "
+                                     "4096: use a smaller batch size")));
+
+  Received nodes = Consume(
+      cluster->dispatcher_address(),
+      Job("seven-nodes", MakePipeline(data_->Join("ds"), 0,
+                                      "        - cast: {dtype: float32}\n")));
+  EXPECT_EQ(nodes.status.code(), absl::StatusCode::kInvalidArgument)
+      << nodes.status;
+  EXPECT_THAT(nodes.status.message(),
+              HasSubstr("pipeline spec has 7 nodes, more than "
+                        "--max-pipeline-nodes 6"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(60));  // told, not left waiting
+}
+
 }  // namespace
 }  // namespace sluice

@@ -1,9 +1,11 @@
 // The `sluice` binary as a user runs it: exit codes and the messages bad flags
 // and bad data give.
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/base/process.h"
 #include "common/record/dataset.h"
 #include "gmock/gmock.h"
@@ -25,10 +27,13 @@ struct Result {
 
 class CliTest : public ::testing::Test {
  protected:
-  Result Run(std::vector<std::string> args) {
+  static std::string Bin() {
     const char* bin = std::getenv("SLUICE_BIN_DIR");
-    args.insert(args.begin(),
-                std::string(bin != nullptr ? bin : ".") + "/sluice");
+    return std::string(bin != nullptr ? bin : ".") + "/sluice";
+  }
+
+  Result Run(std::vector<std::string> args) {
+    args.insert(args.begin(), Bin());
     const std::string log = tmp_.Join(absl::StrCat("run", ++runs_, ".log"));
     auto process = Subprocess::Start(args, {.log_file = log});
     EXPECT_TRUE(process.ok()) << process.status();
@@ -164,6 +169,64 @@ TEST_F(CliTest, ConsumeRefusesANonUnirecordDataFolder) {
                         spec, "--data", tmp_.path(), "--job", "j"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.output, HasSubstr("sluice record convert"));
+}
+
+TEST_F(CliTest, LocalTlsServesASecuredConsumerAndRefusesAPlaintextOne) {
+  const std::string ds = MakeDataset();
+  const std::string spec = tmp_.Join("labels.yaml");
+  WriteFile(spec,
+            "source: {dataset: {path: /not/used}, columns: [label]}\n"
+            "nodes:\n  - batch: {size: 8}\n");
+  const std::string work = tmp_.Join("local");
+  const std::string log = tmp_.Join("local.log");
+  auto local = Subprocess::Start(
+      {Bin(), "local", "--workers", "1", "--threads-per-worker", "1", "--tls",
+       "--data-root", tmp_.path(), "--work-dir", work, "--address-file",
+       tmp_.Join("address")},
+      {.log_file = log});
+  ASSERT_TRUE(local.ok()) << local.status();
+  auto address =
+      WaitForAddressFile(tmp_.Join("address"), **local, absl::Seconds(60));
+  ASSERT_TRUE(address.ok()) << address.status();
+
+  // The throwaway CA, client certificate and token that `sluice local --tls`
+  // made in its work dir, as it tells consumers to pass them.
+  const std::string tls = work + "/tls/";
+  const std::vector<std::string> secured = {
+      "--tls-ca",  tls + "ca.pem",     "--tls-cert",        tls + "client.pem",
+      "--tls-key", tls + "client.key", "--auth-token-file", tls + "token"};
+  std::vector<std::string> consume = {"consume",
+                                      "--dispatcher",
+                                      *address,
+                                      "--spec",
+                                      spec,
+                                      "--data",
+                                      ds,
+                                      "--job",
+                                      "secured",
+                                      "--ids-out",
+                                      tmp_.Join("ids")};
+  consume.insert(consume.end(), secured.begin(), secured.end());
+  const Result ok = Run(consume);
+  ASSERT_EQ(ok.exit_code, 0) << ok.output;
+  std::ifstream ids(tmp_.Join("ids"));
+  std::vector<int> seen(40, 0);
+  for (int id; ids >> id;) ++seen.at(id);
+  EXPECT_EQ(seen, std::vector<int>(40, 1));
+  EXPECT_THAT(ReadFile(log), HasSubstr("consumers pass:\n              " +
+                                       absl::StrJoin(secured, " ")));
+
+  const Result plain = Run({"consume", "--dispatcher", *address, "--spec", spec,
+                            "--data", ds, "--job", "plaintext"});
+  EXPECT_EQ(plain.exit_code, 1) << plain.output;
+  EXPECT_THAT(
+      plain.output,
+      HasSubstr("the server uses TLS and this client connects in plaintext"));
+
+  (*local)->Signal(SIGTERM);
+  auto code = (*local)->Wait(absl::Seconds(60));
+  ASSERT_TRUE(code.ok()) << code.status() << TailOfFile(log);
+  EXPECT_EQ(*code, 0) << TailOfFile(log);
 }
 
 }  // namespace

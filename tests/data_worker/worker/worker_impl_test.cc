@@ -61,7 +61,8 @@ class WorkerImplTest : public ::testing::Test {
 
   std::unique_ptr<WorkerImpl> MakeWorker(size_t queue_batches = 8,
                                          std::vector<std::string> roots = {},
-                                         int64_t queue_bytes = 0) {
+                                         int64_t queue_bytes = 0,
+                                         service::ServiceLimits limits = {}) {
     WorkerOptions options;
     options.address = "127.0.0.1:1";
     options.data_roots =
@@ -72,6 +73,7 @@ class WorkerImplTest : public ::testing::Test {
     options.queue_bytes = queue_bytes;
     options.heartbeat_thread = false;
     options.clock = &clock_;
+    options.limits = limits;
     auto w =
         WorkerImpl::Create(options, std::make_unique<FakeDispatcher>(&fake_));
     EXPECT_TRUE(w.ok()) << w.status();
@@ -401,6 +403,14 @@ TEST_F(WorkerImplTest, JobOutsideTheDataRootsIsRefusedNamingTheRoots) {
                          "' is outside the worker's --data-root (",
                          other.Join("a"), ", ", other.Join("b"), ")"));
   EXPECT_EQ(w->queued_batches(), 0u);
+  // The refused job's split is reported finished producing: it does not hold
+  // one of the worker's --capacity slots while its consumer is told the error.
+  ASSERT_TRUE(Eventually([&] {
+    EXPECT_TRUE(w->Heartbeat().ok());
+    const proto::WorkerHeartbeatRequest& beat = w->last_heartbeat();
+    return beat.splits_size() == 1 && beat.splits(0).finished_producing();
+  }));
+  EXPECT_EQ(w->last_heartbeat().splits(0).produced_batches(), 0u);
 }
 
 TEST_F(WorkerImplTest, InvalidPipelineIsRefusedWithTheValidatorsMessage) {
@@ -424,6 +434,50 @@ nodes:
   absl::Status status;
   EXPECT_EQ(Open(*w, 1, 0, &status), nullptr);
   EXPECT_EQ(status, expected.status());
+}
+
+TEST_F(WorkerImplTest, JobOverThePipelineLimitsIsRefusedNamingTheFlag) {
+  // kImages has 2 nodes (map, batch) and 2 map ops: 4 against the limit.
+  auto w = MakeWorker(8, {}, 0, {.max_pipeline_nodes = 3});
+  proto::WorkerHeartbeatResponse r;
+  *r.add_jobs() = MakeJob(1, Yaml(kImages), 4);
+  *r.add_jobs() = MakeJob(2, Yaml(kLabels), 4);
+  Deliver(*w, r);
+  absl::Status status;
+  EXPECT_EQ(Open(*w, 1, 0, &status), nullptr);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(),
+            "pipeline spec has 4 nodes, more than --max-pipeline-nodes 3");
+  EXPECT_NE(Open(*w, 2, 0), nullptr);  // 1 node
+
+  const proto::JobInfo job = MakeJob(1, Yaml(kLabels), 4);
+  const int64_t bytes = static_cast<int64_t>(job.pipeline().size());
+  auto small = MakeWorker(8, {}, 0, {.max_pipeline_bytes = bytes - 1});
+  proto::WorkerHeartbeatResponse r2;
+  *r2.add_jobs() = job;
+  Deliver(*small, r2);
+  EXPECT_EQ(Open(*small, 1, 0, &status), nullptr);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(),
+            absl::StrCat("pipeline spec is ", bytes,
+                         " bytes, more than --max-pipeline-bytes ", bytes - 1));
+}
+
+TEST_F(WorkerImplTest, BatchOverMaxBatchBytesEndsTheStreamNamingTheFlag) {
+  // A batch of 4 int64 labels is 32 bytes.
+  auto w = MakeWorker(8, {}, 0, {.max_batch_bytes = 31});
+  proto::WorkerHeartbeatResponse r;
+  *r.add_jobs() = MakeJob(1, Yaml(kLabels), 4);
+  *r.add_start() = MakeSplit(1, 0, 0, /*split_id=*/0, 0, 8, 0, 0);
+  Deliver(*w, r);
+  auto reader = Open(*w, 1, 0);
+  ASSERT_NE(reader, nullptr);
+  StreamEvent end = reader->Next();
+  ASSERT_EQ(end.kind, StreamEvent::kEnd);
+  EXPECT_EQ(end.status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(end.status.message(),
+              HasSubstr("job 1 split 0 batch 0: a batch of 32 bytes is more "
+                        "than --max-batch-bytes 31"));
 }
 
 TEST_F(WorkerImplTest,
