@@ -18,9 +18,12 @@
 
 namespace sluice::data_worker {
 
+// GetBatches, the service's only method, is a raw callback method (it writes frames of
+// slices, common/service/batch_codec.h), so the base is the plain Service: over
+// CallbackService the raw method would hide the typed one (-Woverloaded-virtual).
 class GrpcWorkerService final
     : public proto::WorkerService::WithRawCallbackMethod_GetBatches<
-          proto::WorkerService::CallbackService> {
+          proto::WorkerService::Service> {
  public:
   explicit GrpcWorkerService(WorkerImpl* impl) : impl_(impl) {}
 

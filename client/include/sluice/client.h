@@ -93,8 +93,8 @@ struct JobOptions {
   // Release batches in split-sequence order (reproducible), instead of arrival
   // order (faster).
   bool deterministic = false;
-  // Equal shares per consumer by whole splits: false pads (a few splits read
-  // twice), true drops the tail of the epoch's permuted split list.
+  // Every consumer gets the same number of records per epoch: false pads (at most
+  // num_consumers - 1 records read twice), true drops (at most num_consumers - 1 left out).
   bool drop_remainder = false;
   uint64_t split_size = 0;  // records per split; 0: the dispatcher's default
   bool parallel_epochs = false;
@@ -142,8 +142,8 @@ struct Batch {
   std::vector<Column> columns;
   std::vector<uint64_t>
       global_indices;  // one per element: the record's global index
-  // Origin: position of the split in this consumer's sequence of `epoch`, its
-  // split id, and the batch's index within the split.
+  // Origin: position of the slot in this consumer's sequence of `epoch`, the id
+  // of the first split it reads, and the batch's index within the slot.
   uint64_t position = 0;
   uint64_t split_id = 0;
   uint64_t batch_index = 0;

@@ -476,8 +476,8 @@ TEST_F(WorkerImplTest, BatchOverMaxBatchBytesEndsTheStreamNamingTheFlag) {
   ASSERT_EQ(end.kind, StreamEvent::kEnd);
   EXPECT_EQ(end.status.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(end.status.message(),
-              HasSubstr("job 1 split 0 batch 0: a batch of 32 bytes is more "
-                        "than --max-batch-bytes 31"));
+              HasSubstr("job 1 slot 0 (split 0 positions 0..8) batch 0: a batch "
+                        "of 32 bytes is more than --max-batch-bytes 31"));
 }
 
 TEST_F(WorkerImplTest,
