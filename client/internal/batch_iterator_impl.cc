@@ -18,10 +18,17 @@
 namespace sluice::client {
 namespace {
 
-constexpr absl::Duration kInitialBackoff = absl::Milliseconds(50);
 // How long SaveState() waits for end-of-split markers still in flight.
 constexpr absl::Duration kMarkerWait = absl::Seconds(2);
-constexpr absl::Duration kMaxBackoff = absl::Seconds(2);
+
+// A worker stream that ended with a retryable error is reopened after 50 ms, doubling up to
+// 2 s, with jitter.
+RetryOptions StreamBackoff() {
+  RetryOptions backoff;
+  backoff.initial_backoff = absl::Milliseconds(50);
+  backoff.max_backoff = absl::Seconds(2);
+  return backoff;
+}
 
 DType ToDType(proto::TensorDType dtype) {
   switch (dtype) {
@@ -660,8 +667,7 @@ void BatchIteratorImpl::ReaderLoop(Reader* reader) {
       return;
     }
     ++failures;
-    const absl::Duration backoff = std::min(
-        kMaxBackoff, kInitialBackoff * (1 << std::min(failures - 1, 10)));
+    const absl::Duration backoff = JitteredBackoff(failures, StreamBackoff());
     logger_->debug(
         "sluice client (job {}): stream from {} ended ({}: {}); retrying in {}",
         params_.job_id, address, static_cast<int>(status.error_code()),

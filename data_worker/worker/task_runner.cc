@@ -273,10 +273,11 @@ bool TaskRunner::RunEpoch(const Work& work, const Job& job,
     if (absl::Status s = service::CheckBatchLimit(pipeline::BytesOf(**next),
                                                   jobs_->limits());
         !s.ok()) {
-      queues_->Fail(work.task_id,
-                    absl::Status(s.code(), absl::StrCat("job ", a.key().job_id(), " ",
-                                                        DescribeSlot(a), " batch ", index,
-                                                        ": ", s.message())));
+      queues_->Fail(
+          work.task_id,
+          absl::Status(s.code(), absl::StrCat("job ", a.key().job_id(), " ",
+                                              DescribeSlot(a), " batch ", index,
+                                              ": ", s.message())));
       ok = false;
       break;
     }

@@ -7,7 +7,6 @@
 // state and exits 0 (a training run checkpointing and stopping); --restore-state FILE
 // continues from such a state, in a new process.
 // TLS and token: --tls-ca --tls-cert --tls-key --auth-token-file (docs/security.md).
-#include <sys/resource.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -46,13 +45,6 @@ struct ConsumeFlags {
   uint64_t split_size = 0;  // 0: the dispatcher's default
   std::string finish;       // empty: the spec's
 };
-
-double CpuSeconds() {
-  rusage u;
-  getrusage(RUSAGE_SELF, &u);
-  return u.ru_utime.tv_sec + u.ru_stime.tv_sec +
-         1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
-}
 
 absl::Status RunConsume(const ConsumeFlags& flags) {
   ASSIGN_OR_RETURN(proto::Pipeline pipeline,
@@ -129,7 +121,7 @@ absl::Status RunConsume(const ConsumeFlags& flags) {
     if (!first_batch_seconds) {
       first_batch_seconds = absl::ToDoubleSeconds(absl::Now() - start);
       first_batch_images = batch->global_indices.size();
-      first_batch_cpu = CpuSeconds();
+      first_batch_cpu = ProcessCpuSeconds();
     }
     ++num_batches;
     images += batch->global_indices.size();
@@ -156,16 +148,9 @@ absl::Status RunConsume(const ConsumeFlags& flags) {
       static_cast<unsigned long long>(num_batches),
       static_cast<unsigned long long>(flags.epochs), seconds,
       first_batch_seconds.value_or(0));
-  // From the first batch on: the steady state, without job creation and the
-  // pipeline's fill (what bench/service_overhead.sh compares).
-  const double steady = seconds - first_batch_seconds.value_or(0);
-  const uint64_t steady_images = images - first_batch_images;
-  std::printf("throughput from first batch: %.1f images/s\n",
-              steady > 0 ? steady_images / steady : 0.0);
-  std::printf("cpu from first batch: %.0f us/image\n",
-              steady_images > 0
-                  ? 1e6 * (CpuSeconds() - first_batch_cpu) / steady_images
-                  : 0.0);
+  PrintFromFirstBatch(seconds - first_batch_seconds.value_or(0),
+                      images - first_batch_images,
+                      ProcessCpuSeconds() - first_batch_cpu);
   std::printf("wire: %.0f bytes/image\n",
               images > 0
                   ? static_cast<double>(batches->received_bytes()) / images

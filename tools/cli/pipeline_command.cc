@@ -4,7 +4,6 @@
 // and shape against what validation inferred from the spec, and reports
 // per-stage statistics, the autotuned parallelism and, last,
 // `throughput: <N> images/s`.
-#include <sys/resource.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -117,14 +116,6 @@ void PrintStats(const PipelineStats& stats) {
       static_cast<unsigned long long>(stats.filtered));
 }
 
-// Process CPU time (user + system), seconds.
-double CpuSeconds() {
-  rusage u;
-  getrusage(RUSAGE_SELF, &u);
-  return u.ru_utime.tv_sec + u.ru_stime.tv_sec +
-         1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
-}
-
 absl::Status RunPipeline(const PipelineFlags& flags) {
   ASSIGN_OR_RETURN(proto::Pipeline pipeline,
                    data_worker::pipeline::LoadPipelineFile(flags.spec));
@@ -162,7 +153,7 @@ absl::Status RunPipeline(const PipelineFlags& flags) {
                : absl::StrFormat("epoch %d", epoch - flags.warmup_epochs),
         executor->source_size());
     const absl::Time start = absl::Now();
-    const double cpu_start = CpuSeconds();
+    const double cpu_start = ProcessCpuSeconds();
     RETURN_IF_ERROR(executor->Start(epoch));
     uint64_t epoch_elements = 0;
     while (true) {
@@ -176,7 +167,7 @@ absl::Status RunPipeline(const PipelineFlags& flags) {
       if (!warmup && !first_batch.has_value()) {
         first_batch = absl::Now();
         first_batch_images = out->global_indices.size();
-        first_batch_cpu = CpuSeconds();
+        first_batch_cpu = ProcessCpuSeconds();
       }
       if (!warmup && ids.is_open()) {
         for (uint64_t id : out->global_indices) ids << id << '\n';
@@ -186,7 +177,7 @@ absl::Status RunPipeline(const PipelineFlags& flags) {
     bar.Done();
     if (!warmup) {
       timed_seconds += absl::ToDoubleSeconds(absl::Now() - start);
-      timed_cpu += CpuSeconds() - cpu_start;
+      timed_cpu += ProcessCpuSeconds() - cpu_start;
       elements += epoch_elements;
     }
   }
@@ -200,14 +191,9 @@ absl::Status RunPipeline(const PipelineFlags& flags) {
   std::printf("cpu: %.0f us/image\n",
               elements > 0 ? 1e6 * timed_cpu / elements : 0.0);
   if (first_batch.has_value()) {
-    const double steady = absl::ToDoubleSeconds(absl::Now() - *first_batch);
-    const uint64_t steady_images = elements - first_batch_images;
-    std::printf("throughput from first batch: %.1f images/s\n",
-                steady > 0 ? steady_images / steady : 0.0);
-    std::printf("cpu from first batch: %.0f us/image\n",
-                steady_images > 0
-                    ? 1e6 * (CpuSeconds() - first_batch_cpu) / steady_images
-                    : 0.0);
+    PrintFromFirstBatch(absl::ToDoubleSeconds(absl::Now() - *first_batch),
+                        elements - first_batch_images,
+                        ProcessCpuSeconds() - first_batch_cpu);
   }
   // Last: scripts and tests read this line.
   std::printf("throughput: %.1f images/s\n",

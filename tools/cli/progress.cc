@@ -1,5 +1,6 @@
 #include "tools/cli/progress.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -8,6 +9,20 @@
 #include "absl/time/clock.h"
 
 namespace sluice::cli {
+
+double ProcessCpuSeconds() {
+  rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec +
+         1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+void PrintFromFirstBatch(double seconds, uint64_t images, double cpu_seconds) {
+  std::printf("throughput from first batch: %.1f images/s\n",
+              seconds > 0 ? images / seconds : 0.0);
+  std::printf("cpu from first batch: %.0f us/image\n",
+              images > 0 ? 1e6 * cpu_seconds / images : 0.0);
+}
 
 ProgressBar::ProgressBar(std::string label, uint64_t total)
     : label_(std::move(label)),

@@ -475,9 +475,10 @@ TEST_F(WorkerImplTest, BatchOverMaxBatchBytesEndsTheStreamNamingTheFlag) {
   StreamEvent end = reader->Next();
   ASSERT_EQ(end.kind, StreamEvent::kEnd);
   EXPECT_EQ(end.status.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(end.status.message(),
-              HasSubstr("job 1 slot 0 (split 0 positions 0..8) batch 0: a batch "
-                        "of 32 bytes is more than --max-batch-bytes 31"));
+  EXPECT_THAT(
+      end.status.message(),
+      HasSubstr("job 1 slot 0 (split 0 positions 0..8) batch 0: a batch "
+                "of 32 bytes is more than --max-batch-bytes 31"));
 }
 
 TEST_F(WorkerImplTest,
