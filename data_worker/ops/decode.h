@@ -13,13 +13,19 @@
 // rounding of the box at scales below 1; at scale 1 the output is the same
 // crop/resize of the same decoded pixels.
 //
-// Anything that is not a JPEG, or whose header libjpeg rejects, goes through
-// cv::imdecode (BGR → RGB, alpha dropped, 16-bit → 8-bit, EXIF orientation
+// PNG, BMP and WebP go through cv::imdecode (BGR → RGB, alpha dropped, 16-bit → 8-bit, EXIF orientation
 // ignored), followed by the unfused crop/resize. Corrupt or truncated data →
-// DataLoss "cannot decode image: <reason>".
+// DataLoss "cannot decode image: <reason>"; any other format is DataLoss
+// "unsupported image format" (OpenCV's other readers, DICOM, JPEG 2000, TIFF,
+// ..., abort or over-allocate on corrupt data). Before a PNG reaches OpenCV its
+// chunk list is walked: a chunk running past the end of the data is DataLoss
+// (libpng would otherwise allocate the declared length, up to 2 GiB, first).
+// An image whose header declares more than kMaxImagePixels pixels is DataLoss
+// too, before any pixel buffer is allocated.
 #ifndef SLUICE_DATA_WORKER_OPS_DECODE_H_
 #define SLUICE_DATA_WORKER_OPS_DECODE_H_
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string_view>
@@ -31,6 +37,10 @@
 #include "data_worker/ops/tensor.h"
 
 namespace sluice::data_worker {
+
+// The largest image (height × width, from its header) the decoder accepts:
+// 2^28 pixels, a 768 MiB RGB buffer (16384 × 16384 fits).
+inline constexpr int64_t kMaxImagePixels = int64_t{1} << 28;
 
 // How the DCT scale of a region decode is chosen: the smallest scale keeping
 // the decoded box at least as large as the output, among

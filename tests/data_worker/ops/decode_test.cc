@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "data_worker/ops/geometry.h"
 #include "data_worker/ops/op.h"
 #include "gmock/gmock.h"
@@ -150,6 +151,91 @@ TEST(Decode, CorruptInputIsDataLossNotACrash) {
     SCOPED_TRACE(name);
     EXPECT_EQ(fused->Apply(Bytes(bytes), ElementContext{}).status().code(),
               absl::StatusCode::kDataLoss);
+  }
+}
+
+// Headers that promise more than the data holds are refused before anything
+// is allocated: libpng allocates a chunk's declared length (up to 2 GiB)
+// before reading it, and a full decode allocates height × width × 3.
+TEST(Decode, HeadersPromisingMoreThanTheDataHoldAreDataLoss) {
+  const cv::Mat rgb = MakeRgb(40, 30);
+  const std::string png = testing::Encode(rgb, ".png");
+  ASSERT_EQ(png.substr(12, 4), "IHDR");  // signature(8) + length(4)
+  auto put32 = [](std::string* s, size_t at, uint32_t v) {
+    for (int i = 0; i < 4; ++i) (*s)[at + i] = static_cast<char>(v >> (24 - 8 * i));
+  };
+  // A tEXt chunk after IHDR (8 + 25 bytes) declaring 1,644,167,168 bytes.
+  std::string huge_chunk = png;
+  std::string text_chunk("\0\0\0\0tEXtab\0\0\0\0", 14);
+  put32(&text_chunk, 0, 0x62000000);
+  huge_chunk.insert(33, text_chunk);
+  // IHDR says 20000 × 20000 (4 × 10^8 pixels > 2^28).
+  std::string huge_png = png;
+  put32(&huge_png, 16, 20000);
+  put32(&huge_png, 20, 20000);
+  // SOF0 says 60000 × 60000.
+  std::string huge_jpeg = EncodeJpegRgb(rgb);
+  const size_t sof = huge_jpeg.find("\xFF\xC0");
+  ASSERT_NE(sof, std::string::npos);
+  for (size_t at : {sof + 5, sof + 7}) {
+    huge_jpeg[at] = static_cast<char>(60000 >> 8);
+    huge_jpeg[at + 1] = static_cast<char>(60000 & 0xFF);
+  }
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {huge_chunk,
+       "PNG chunk 'tEXt' at byte 33 declares 1644167168 data bytes, past the "
+       "end of the data"},
+      {huge_png, "the header declares 20000x20000 pixels, more than the "
+                 "decoder's limit of 268435456"},
+      {png.substr(0, png.size() - 12), "PNG ends at byte"},
+      {huge_jpeg, "the header declares 60000x60000 pixels"},
+  };
+  proto::OpSpec resize;
+  resize.mutable_resize()->set_size(50);
+  for (const bool fuse : {false, true}) {
+    auto op = fuse ? Build({DecodeSpec(), resize}, /*fuse=*/true)
+                   : Build({DecodeSpec()}, /*fuse=*/false);
+    for (const auto& [bytes, message] : cases) {
+      SCOPED_TRACE(message);
+      absl::StatusOr<Tensor> out = op->Apply(Bytes(bytes), ElementContext{});
+      ASSERT_FALSE(out.ok());
+      EXPECT_EQ(out.status().code(), absl::StatusCode::kDataLoss);
+      EXPECT_THAT(out.status().message(),
+                  HasSubstr(absl::StrCat("cannot decode image: ", message)));
+    }
+  }
+}
+
+// BMP and WebP decode like OpenCV; OpenCV's other readers are not reachable.
+TEST(Decode, BmpAndWebpDecodeOtherFormatsAreRefused) {
+  auto op = Build({DecodeSpec()}, /*fuse=*/false);
+  const cv::Mat rgb = MakeRgb(40, 30);
+  cv::Mat bgr;
+  cv::cvtColor(rgb, bgr, cv::COLOR_RGB2BGR);
+  for (const std::string ext : {".bmp", ".webp"}) {
+    SCOPED_TRACE(ext);
+    const std::string bytes =
+        ext == ".webp"
+            ? testing::Encode(bgr, ext, {cv::IMWRITE_WEBP_QUALITY, 101})
+            : testing::Encode(bgr, ext);
+    absl::StatusOr<Tensor> out = op->Apply(Bytes(bytes), ElementContext{});
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_EQ(Compare(MatOf(*out), rgb).max, 0);
+  }
+  cv::Mat big;  // JPEG 2000's default 6 resolution levels need 64 × 64
+  cv::resize(bgr, big, cv::Size(128, 128));
+  for (const std::string ext : {".tiff", ".ppm", ".jp2"}) {
+    SCOPED_TRACE(ext);
+    const std::string bytes = testing::Encode(big, ext);
+    ASSERT_FALSE(cv::imdecode(std::vector<uint8_t>(bytes.begin(), bytes.end()),
+                              cv::IMREAD_COLOR)
+                     .empty());
+    absl::StatusOr<Tensor> out = op->Apply(Bytes(bytes), ElementContext{});
+    EXPECT_EQ(out.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_THAT(out.status().message(),
+                HasSubstr("unsupported image format (first bytes '"));
+    EXPECT_THAT(out.status().message(),
+                HasSubstr("sluice decodes JPEG, PNG, BMP and WebP"));
   }
 }
 
