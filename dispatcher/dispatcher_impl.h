@@ -1,6 +1,10 @@
 // DispatcherImpl: the dispatcher's logic, transport-free (proto in, proto out,
 // absl::Status). The gRPC adapter (grpc_dispatcher_service.h) forwards each RPC
-// here; tests call it directly with a FakeClock.
+// here; tests call it directly with a FakeClock. One class, four files by
+// concern: dispatcher_impl.cc (creation, the RPC shims, durability, the
+// maintenance tick), dispatcher_impl_jobs.cc (datasets, jobs, consumers,
+// resume and resize), dispatcher_impl_workers.cc (workers, split hand-out,
+// drains), dispatcher_impl_status.cc (gauges, GetStatus, autoscaling).
 //
 // Thread-safety: all public methods are thread-safe (one mutex around
 // DispatcherState). Start() runs one maintenance thread, owned and joined by

@@ -1,0 +1,553 @@
+// DispatcherImpl, continued: datasets, jobs and consumers (registration, the
+// consumer heartbeat, job state for resume, resizing at an epoch boundary,
+// collection of finished jobs). The protocol is in dispatcher_impl.h.
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/logging.h"
+#include "common/base/status_macros.h"
+#include "common/record/checksum.h"
+#include "dispatcher/dispatcher_impl.h"
+
+namespace sluice::dispatcher {
+namespace {
+
+std::string ConfigString(const proto::JobConfig& c) {
+  return absl::StrCat("{mode ", proto::ProcessingMode_Name(c.mode()), ", seed ",
+                      c.seed(), ", epochs ", c.num_epochs(), ", consumers ",
+                      c.num_consumers(), ", deterministic ",
+                      c.deterministic() ? "true" : "false", ", remainder ",
+                      proto::RemainderMode_Name(c.remainder()), ", split_size ",
+                      c.split_size(), "}");
+}
+
+record::RemainderPolicy Remainder(const proto::JobConfig& c) {
+  return c.remainder() == proto::REMAINDER_MODE_DROP
+             ? record::RemainderPolicy::kDrop
+             : record::RemainderPolicy::kPad;
+}
+
+uint64_t TotalRecords(const std::vector<uint64_t>& shard_record_counts) {
+  uint64_t n = 0;
+  for (uint64_t c : shard_record_counts) n += c;
+  return n;
+}
+
+// The share sizes of a job over `records` records (0 in PARALLEL_EPOCHS mode).
+void SetShares(const proto::JobConfig& c, uint64_t records, uint64_t num_splits,
+               proto::GetOrCreateJobResponse* response) {
+  response->set_splits_per_epoch(num_splits);
+  if (c.mode() != proto::PROCESSING_MODE_DISTRIBUTED_EPOCH) return;
+  const uint64_t share =
+      record::ShareSize(records, c.num_consumers(), Remainder(c));
+  response->set_records_per_consumer(share);
+  response->set_splits_per_consumer((share + c.split_size() - 1) /
+                                    c.split_size());
+}
+
+// Records per split (and per slot): the requested size rounded to whole batches; by default
+// (requested 0) `default_size`, made smaller for small shares so that each consumer gets about
+// kMinSlotsPerConsumer slots (dynamic balancing across workers needs several), never below
+// one batch.
+constexpr uint64_t kMinSlotsPerConsumer = 4;
+uint64_t SplitSize(uint64_t requested, uint64_t default_size, uint64_t batch,
+                   uint64_t share) {
+  if (requested == 0) {
+    requested = std::min(default_size, share / kMinSlotsPerConsumer);
+    return std::max<uint64_t>(1, requested / batch) * batch;
+  }
+  return std::max<uint64_t>(1, (requested + batch / 2) / batch) * batch;
+}
+
+void AddPieces(const DispatcherState::Job& job,
+               const record::SlotPieces& pieces,
+               google::protobuf::RepeatedPtrField<proto::SplitPiece>* out) {
+  for (const record::SplitPiece& piece : pieces) {
+    const record::Split& split = job.splits[piece.split_id];
+    proto::SplitPiece* p = out->Add();
+    p->set_split_id(split.id);
+    p->set_first_global(split.first_global);
+    p->set_records(split.size());
+    p->set_offset(piece.offset);
+    p->set_count(piece.count);
+  }
+}
+
+// `config` with the world size of `other` (and the split size derived from it).
+proto::JobConfig WithWorldSizeOf(proto::JobConfig config,
+                                 const proto::JobConfig& other) {
+  config.set_num_consumers(other.num_consumers());
+  config.set_split_size(other.split_size());
+  return config;
+}
+
+// The value of the per-job series' sluice_job label.
+
+bool SameConfig(const proto::JobConfig& a, const proto::JobConfig& b) {
+  return a.SerializeAsString() == b.SerializeAsString();
+}
+
+}  // namespace
+
+absl::Status DispatcherImpl::DoRegisterDataset(
+    const proto::RegisterDatasetRequest& request,
+    proto::RegisterDatasetResponse* response) {
+  RETURN_IF_ERROR(Admit(request.protocol_version()));
+  // The spec's size is limited before anything else; its nodes are counted when it parses as a
+  // pipeline (what clients send). Workers check both again, and validate the spec.
+  if (absl::Status s = service::CheckPipelineBytes(
+          static_cast<int64_t>(request.pipeline().size()), options_.limits);
+      !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RegisterDataset: ", s.message()));
+  }
+  if (proto::Pipeline parsed; parsed.ParseFromString(request.pipeline())) {
+    if (absl::Status s = service::CheckPipelineLimits(parsed, options_.limits);
+        !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("RegisterDataset: ", s.message()));
+    }
+  }
+  if (request.pipeline().empty()) {
+    return absl::InvalidArgumentError("RegisterDataset: pipeline is empty");
+  }
+  if (request.batch_size() == 0) {
+    return absl::InvalidArgumentError(
+        "RegisterDataset: batch_size must be > 0");
+  }
+  uint64_t records = 0;
+  for (uint64_t n : request.shard_record_counts()) records += n;
+  if (records == 0) {
+    return absl::InvalidArgumentError(
+        "RegisterDataset: shard_record_counts add up to 0 records (empty "
+        "dataset?)");
+  }
+  const uint64_t fingerprint = record::Checksum(request.pipeline());
+  const std::vector<uint64_t> counts(request.shard_record_counts().begin(),
+                                     request.shard_record_counts().end());
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, d] : state_.datasets()) {
+    if (d.fingerprint == fingerprint && d.pipeline == request.pipeline() &&
+        d.shard_record_counts == counts &&
+        d.batch_size == request.batch_size()) {
+      response->set_dataset_id(id);
+      response->set_fingerprint(fingerprint);
+      return absl::OkStatus();
+    }
+  }
+  proto::Update update;
+  proto::UpdateRegisterDataset* u = update.mutable_register_dataset();
+  u->set_dataset_id(state_.NextDatasetId());
+  u->set_fingerprint(fingerprint);
+  u->set_pipeline(request.pipeline());
+  *u->mutable_shard_record_counts() = request.shard_record_counts();
+  u->set_batch_size(request.batch_size());
+  RETURN_IF_ERROR(Commit(update));
+  logger_->info(
+      "registered dataset {} ({} shards, {} records, batch {}, fingerprint {})",
+      u->dataset_id(), counts.size(), records, request.batch_size(),
+      record::ChecksumHex(fingerprint));
+  response->set_dataset_id(u->dataset_id());
+  response->set_fingerprint(fingerprint);
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherImpl::DoGetOrCreateJob(
+    const proto::GetOrCreateJobRequest& request,
+    proto::GetOrCreateJobResponse* response) {
+  RETURN_IF_ERROR(Admit(request.protocol_version()));
+  absl::MutexLock lock(&mu_);
+  const DispatcherState::Dataset* dataset =
+      state_.FindDataset(request.dataset_id());
+  if (dataset == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("dataset ", request.dataset_id(),
+                     " is not registered: call RegisterDataset first"));
+  }
+  proto::JobConfig config = request.config();
+  if (config.mode() == proto::PROCESSING_MODE_UNSPECIFIED) {
+    config.set_mode(proto::PROCESSING_MODE_DISTRIBUTED_EPOCH);
+  }
+  if (config.remainder() == proto::REMAINDER_MODE_UNSPECIFIED) {
+    config.set_remainder(proto::REMAINDER_MODE_PAD);
+  }
+  if (config.num_consumers() == 0) config.set_num_consumers(1);
+  RETURN_IF_ERROR(
+      service::CheckConsumerLimit(config.num_consumers(), options_.limits));
+  const uint64_t records = TotalRecords(dataset->shard_record_counts);
+  const uint64_t share =
+      record::ShareSize(records, config.num_consumers(), Remainder(config));
+  if (config.mode() == proto::PROCESSING_MODE_DISTRIBUTED_EPOCH && share == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the dataset has ", records, " records, fewer than the ",
+        config.num_consumers(),
+        " consumers: with remainder DROP some consumer gets nothing; use "
+        "remainder PAD or fewer consumers"));
+  }
+  config.set_split_size(SplitSize(config.split_size(),
+                                  options_.default_split_size,
+                                  dataset->batch_size, share));
+  uint64_t first_epoch =
+      0;  // a job replaced at an epoch boundary continues there
+
+  if (const DispatcherState::Job* job =
+          state_.FindJobByName(request.job_name());
+      job != nullptr) {
+    if (request.restore_at_boundary() &&
+        job->dataset_id == request.dataset_id() &&
+        job->config.num_consumers() != config.num_consumers() &&
+        SameConfig(WithWorldSizeOf(job->config, config), config)) {
+      // The world size changes at an epoch boundary: a new job of this name continues (new
+      // id, so no worker can mistake a batch of the old layout for one of the new); its
+      // consumers restore to the boundary epoch.
+      RETURN_IF_ERROR(CheckResizable(*job, request.restore_epoch()));
+      logger_->info(
+          "job {} '{}' continues at epoch {} with {} consumers instead of {}",
+          job->id, job->name, request.restore_epoch(), config.num_consumers(),
+          job->config.num_consumers());
+      RETURN_IF_ERROR(RemoveJob(job->id));
+      first_epoch = request.restore_epoch();
+    }
+  }
+  if (const DispatcherState::Job* job =
+          state_.FindJobByName(request.job_name());
+      job != nullptr) {
+    if (job->dataset_id != request.dataset_id() ||
+        !SameConfig(job->config, config)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job '", request.job_name(), "' exists with dataset ",
+          job->dataset_id, " and config ", ConfigString(job->config),
+          "; this request has dataset ", request.dataset_id(), " and config ",
+          ConfigString(config), ": use another job name or the same settings"));
+    }
+    response->set_job_id(job->id);
+    response->set_created(false);
+    *response->mutable_config() = job->config;
+    SetShares(job->config, records, job->splits.size(), response);
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(service::CheckJobLimit(
+      static_cast<int64_t>(state_.jobs().size()), options_.limits));
+  ASSIGN_OR_RETURN(std::vector<record::Split> splits,
+                   record::EnumerateSplits(dataset->shard_record_counts,
+                                           config.split_size()));
+  proto::Update update;
+  proto::UpdateCreateJob* u = update.mutable_create_job();
+  u->set_job_id(state_.NextJobId());
+  u->set_job_name(request.job_name());
+  u->set_dataset_id(request.dataset_id());
+  *u->mutable_config() = config;
+  u->set_first_epoch(first_epoch);
+  RETURN_IF_ERROR(Commit(update));
+  logger_->info(
+      "created job {} '{}' on dataset {}: {} ({} splits, {} records per "
+      "consumer)",
+      u->job_id(), request.job_name(), request.dataset_id(),
+      ConfigString(config), splits.size(), share);
+  response->set_job_id(u->job_id());
+  response->set_created(true);
+  *response->mutable_config() = config;
+  SetShares(config, records, splits.size(), response);
+  UpdateGauges();
+  return absl::OkStatus();
+}
+
+proto::SplitAssignment DispatcherImpl::MakeAssignment(
+    const DispatcherState::Job& job, const SlotKey& key) const {
+  proto::SplitAssignment a;
+  *a.mutable_key() = key.ToProto();
+  const DispatcherState::Slot* slot = state_.FindSlot(key);
+  if (slot == nullptr) return a;
+  AddPieces(job, slot->pieces, a.mutable_pieces());
+  return a;
+}
+
+absl::Status DispatcherImpl::DoClientHeartbeat(
+    const proto::ClientHeartbeatRequest& request,
+    proto::ClientHeartbeatResponse* response) {
+  RETURN_IF_ERROR(Admit(request.protocol_version()));
+  absl::MutexLock lock(&mu_);
+  const DispatcherState::Job* job = state_.FindJob(request.job_id());
+  if (job == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("job ", request.job_id(),
+                     " not found (dispatcher restarted without its "
+                     "journal?): call GetOrCreateJob again"));
+  }
+  if (request.consumer_index() >= job->consumers.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("consumer_index ", request.consumer_index(),
+                     " must be < num_consumers ", job->consumers.size(),
+                     " of job ", job->id));
+  }
+  // Signals for the autoscaler.
+  const absl::Time now = clock_->Now();
+  ConsumerSignal& signal =
+      consumer_signals_[{job->id, request.consumer_index()}];
+  double wait_delta = request.wait_seconds_total() - signal.wait_seconds_total;
+  if (wait_delta < 0)
+    wait_delta = request.wait_seconds_total();  // the client restarted
+  JobMetrics& job_metrics = MetricsFor(*job);
+  if (wait_delta > 0) {
+    consumer_wait_.Increment(wait_delta);
+    job_metrics.consumer_wait->Increment(wait_delta);
+  }
+  job_metrics.batches_returned->Increment(static_cast<double>(
+      request.batches_returned_total() >= signal.batches_returned_total
+          ? request.batches_returned_total() - signal.batches_returned_total
+          : request.batches_returned_total()));  // the client restarted
+  if (signal.last_report != absl::InfinitePast() && now > signal.last_report) {
+    signal.wait_fraction = std::clamp(
+        wait_delta / absl::ToDoubleSeconds(now - signal.last_report), 0.0, 1.0);
+  }
+  signal.wait_seconds_total = request.wait_seconds_total();
+  signal.buffer_fill = request.buffer_fill();
+  signal.last_report = now;
+  if (request.batches_returned_total() < signal.batches_returned_total) {
+    signal.window_batches = 0;  // the client restarted
+    signal.window_wait = 0;
+  }
+  signal.batches_returned_total = request.batches_returned_total();
+  if (signal.window_start == absl::InfinitePast()) {
+    signal.window_start = now;
+    signal.window_batches = request.batches_returned_total();
+    signal.window_wait = request.wait_seconds_total();
+  }
+
+  if (request.restore()) RETURN_IF_ERROR(RestoreConsumer(*job, request));
+  const DispatcherState::Consumer& consumer =
+      job->consumers[request.consumer_index()];
+  if (!consumer.slots.empty()) {
+    int newly_done = 0;
+    bool awaiting = false;
+    for (const DispatcherState::Slot& slot : consumer.slots)
+      awaiting =
+          awaiting || slot.status == proto::SPLIT_STATUS_AWAITING_PROGRESS;
+    for (const proto::ClientSplitProgress& p : request.progress()) {
+      const DispatcherState::Slot* slot =
+          state_.FindSlot({job->id, consumer.index, p.epoch(), p.position()});
+      if (p.complete() && slot != nullptr &&
+          slot->status != proto::SPLIT_STATUS_DONE)
+        ++newly_done;
+    }
+    proto::Update update;
+    proto::UpdateClientProgress* u = update.mutable_client_progress();
+    u->set_job_id(job->id);
+    u->set_consumer_index(consumer.index);
+    *u->mutable_progress() = request.progress();
+    // Only splits completing (and epochs advancing) or handed-back splits becoming assignable
+    // change durable state; a report that only moves delivered prefixes is soft: the client
+    // sends its cumulative progress again with every heartbeat.
+    if (newly_done > 0 || awaiting) {
+      RETURN_IF_ERROR(Commit(update));
+    } else {
+      RETURN_IF_ERROR(ApplySoft(update));
+    }
+    if (newly_done > 0) splits_done_.Increment(newly_done);
+  }
+  // `job`/`consumer` stay valid: only Tick() removes jobs.
+  if (consumer.epoch > signal.epoch) {
+    signal.epoch = consumer.epoch;
+    signal.epoch_started = now;  // the autoscaler's epoch grace
+  }
+  response->set_incarnation(incarnation_);
+  response->set_epoch(consumer.epoch);
+  response->set_finished(consumer.finished);
+  for (uint64_t pos = 0; pos < consumer.slots.size(); ++pos) {
+    if (consumer.slots[pos].status == proto::SPLIT_STATUS_DONE)
+      response->add_done_positions(pos);
+  }
+  // The two long lists only when the client does not hold them already.
+  response->set_splits_version(SplitsVersion(job->id, consumer));
+  if (request.splits_version() != response->splits_version()) {
+    response->mutable_splits()->Reserve(
+        static_cast<int>(consumer.slots.size()));
+    for (uint64_t pos = 0; pos < consumer.slots.size(); ++pos) {
+      *response->add_splits() =
+          MakeAssignment(*job, {job->id, consumer.index, consumer.epoch, pos});
+    }
+  }
+  response->set_tasks_version(TasksVersion());
+  if (request.tasks_version() != response->tasks_version()) {
+    response->mutable_tasks()->Reserve(
+        static_cast<int>(state_.workers().size()));
+    for (const auto& [id, worker] : state_.workers()) {
+      proto::Task* task = response->add_tasks();
+      task->set_worker_id(id);
+      task->set_address(worker.address);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherImpl::DoGetJobState(
+    const proto::GetJobStateRequest& request,
+    proto::GetJobStateResponse* response) {
+  RETURN_IF_ERROR(Admit(request.protocol_version()));
+  absl::MutexLock lock(&mu_);
+  const DispatcherState::Job* job = state_.FindJob(request.job_id());
+  if (job == nullptr)
+    return absl::NotFoundError(
+        absl::StrCat("job ", request.job_id(), " not found"));
+  FillJobInfo(*job, response->mutable_job());
+  for (const DispatcherState::Consumer& consumer : job->consumers) {
+    proto::ConsumerState* c = response->add_consumers();
+    c->set_consumer_index(consumer.index);
+    c->set_epoch(consumer.epoch);
+    c->set_finished(consumer.finished);
+    for (uint64_t pos = 0; pos < consumer.slots.size(); ++pos) {
+      const DispatcherState::Slot& slot = consumer.slots[pos];
+      proto::SplitState* s = c->add_splits();
+      s->set_position(pos);
+      AddPieces(*job, slot.pieces, s->mutable_pieces());
+      s->set_status(slot.status);
+      s->set_worker_id(slot.worker_id);
+      s->set_delivered_batches(slot.delivered_batches);
+      s->set_produced_batches(slot.produced_batches);
+      s->set_skip_batches(slot.skip_batches);
+      s->set_assignments(slot.assignments);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherImpl::CollectJobs(absl::Time now) {
+  std::vector<uint64_t> gone;
+  for (const auto& [id, job] : state_.jobs()) {
+    bool any_alive = false;
+    for (const DispatcherState::Consumer& c : job.consumers) {
+      auto it = consumer_signals_.find({id, c.index});
+      // A consumer that never reported yet is given the timeout from the job's creation.
+      if (it == consumer_signals_.end()) {
+        consumer_signals_[{id, c.index}].last_report = now;
+        any_alive = true;
+        continue;
+      }
+      if (!c.finished &&
+          now - it->second.last_report < options_.consumer_timeout)
+        any_alive = true;
+      if (c.finished &&
+          now - it->second.last_report < options_.consumer_timeout / 4)
+        any_alive =
+            true;  // a finished consumer may still be reading its last batches
+    }
+    if (!any_alive) gone.push_back(id);
+  }
+  for (uint64_t id : gone) {
+    logger_->info(
+        "job {} '{}' collected: its consumers {} (no heartbeat for {})", id,
+        state_.FindJob(id)->name,
+        state_.FindJob(id)->finished() ? "finished" : "are gone",
+        absl::FormatDuration(options_.consumer_timeout));
+    RETURN_IF_ERROR(RemoveJob(id));
+    jobs_collected_.Increment();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherImpl::RemoveJob(uint64_t job_id) {
+  proto::Update update;
+  update.mutable_remove_job()->set_job_id(job_id);
+  RETURN_IF_ERROR(Commit(update));
+  for (auto it = consumer_signals_.begin(); it != consumer_signals_.end();) {
+    it =
+        it->first.first == job_id ? consumer_signals_.erase(it) : std::next(it);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherImpl::CheckResizable(const DispatcherState::Job& job,
+                                            uint64_t epoch) const {
+  for (const DispatcherState::Consumer& c : job.consumers) {
+    if (c.finished || c.epoch > epoch) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job '", job.name, "' consumer ", c.index,
+                       " is already past epoch ", epoch,
+                       ": the checkpoint is older than the job; restore every "
+                       "consumer from checkpoints of the same step"));
+    }
+    if (c.epoch < epoch) continue;
+    for (const DispatcherState::Slot& slot : c.slots) {
+      if (slot.delivered_batches > 0 ||
+          slot.status == proto::SPLIT_STATUS_DONE) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "job '", job.name, "' consumer ", c.index,
+            " has returned batches of epoch ", epoch, " with ",
+            job.config.num_consumers(),
+            " consumers: the number of consumers can change only at an "
+            "epoch boundary"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherImpl::RestoreConsumer(
+    const DispatcherState::Job& job,
+    const proto::ClientHeartbeatRequest& request) {
+  const DispatcherState::Consumer& consumer =
+      job.consumers[request.consumer_index()];
+  const uint64_t epoch = request.restore_epoch();
+  if (job.config.mode() != proto::PROCESSING_MODE_DISTRIBUTED_EPOCH) {
+    return absl::FailedPreconditionError(
+        "only distributed-epoch jobs can be restored");
+  }
+  if (job.config.num_epochs() != 0 && epoch >= job.config.num_epochs()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("restore_state is at epoch ", epoch, " but the job has ",
+                     job.config.num_epochs(), " epochs"));
+  }
+  ASSIGN_OR_RETURN(std::vector<record::SlotPieces> slots,
+                   DispatcherState::ConsumerSlots(job.config, job.splits,
+                                                  consumer.index, epoch));
+  std::map<uint64_t, const proto::ClientSplitProgress*> saved;
+  for (const proto::ClientSplitProgress& p : request.progress()) {
+    if (p.epoch() == epoch) saved[p.position()] = &p;
+  }
+  proto::Update update;
+  proto::UpdateConsumerState* u = update.mutable_consumer_state();
+  u->set_job_id(job.id);
+  u->set_consumer_index(consumer.index);
+  u->set_epoch(epoch);
+  for (uint64_t pos = 0; pos < slots.size(); ++pos) {
+    proto::SplitState* s = u->add_slots();
+    s->set_position(pos);
+    auto it = saved.find(pos);
+    const uint64_t returned =
+        it == saved.end() ? 0 : it->second->delivered_batches();
+    s->set_delivered_batches(returned);
+    if (it != saved.end() && it->second->complete()) {
+      s->set_status(proto::SPLIT_STATUS_DONE);
+      continue;
+    }
+    // A worker that still holds the split keeps it: the new process's stream tells it what
+    // it holds, and it produces the split again from there. Anything else is produced anew.
+    const DispatcherState::Slot* live =
+        consumer.epoch == epoch && pos < consumer.slots.size()
+            ? &consumer.slots[pos]
+            : nullptr;
+    if (live != nullptr && live->status == proto::SPLIT_STATUS_ASSIGNED) {
+      s->set_status(proto::SPLIT_STATUS_ASSIGNED);
+      s->set_worker_id(live->worker_id);
+      s->set_skip_batches(live->skip_batches);
+      s->set_produced_batches(live->produced_batches);
+      s->set_finished_producing(live->finished_producing);
+      s->set_assignments(live->assignments);
+    } else {
+      s->set_status(proto::SPLIT_STATUS_PENDING);
+      s->set_skip_batches(returned);
+      s->set_assignments(live != nullptr ? live->assignments : 0);
+    }
+  }
+  logger_->info(
+      "job {} consumer {} continues from a checkpoint at epoch {} ({} splits "
+      "returned "
+      "in part or whole)",
+      job.id, consumer.index, epoch, saved.size());
+  return Commit(update);
+}
+
+}  // namespace sluice::dispatcher

@@ -1,0 +1,250 @@
+// DispatcherImpl, continued: what the dispatcher reports (gauges, per-job
+// metrics, GetStatus) and the autoscaler's decision each tick.
+
+#include <algorithm>
+#include <set>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/logging.h"
+#include "common/base/status_macros.h"
+#include "common/metrics/metrics.h"
+#include "dispatcher/dispatcher_impl.h"
+
+namespace sluice::dispatcher {
+namespace {
+
+std::string JobLabel(const DispatcherState::Job& job) {
+  return job.name.empty() ? absl::StrCat("id-", job.id) : job.name;
+}
+
+}  // namespace
+
+void DispatcherImpl::UpdateGauges() {
+  int alive = 0;
+  for (const auto& [id, worker] : state_.workers()) {
+    if (!worker.draining) ++alive;
+  }
+  int active_jobs = 0;
+  for (const auto& [id, job] : state_.jobs()) {
+    if (!job.finished()) ++active_jobs;
+  }
+  // Until the first decision: the workers there are, within the bounds.
+  const int desired =
+      decided_ ? decision_.desired_workers
+               : std::clamp(alive, static_cast<int>(options_.min_workers),
+                            static_cast<int>(std::max(options_.min_workers,
+                                                      options_.max_workers)));
+  desired_workers_ = desired;
+  desired_workers_gauge_.Set(desired);
+  workers_alive_.Set(static_cast<double>(state_.workers().size()));
+  jobs_active_.Set(active_jobs);
+  std::set<std::string> live;
+  for (const auto& [id, job] : state_.jobs()) {
+    const double unfinished = static_cast<double>(std::count_if(
+        job.consumers.begin(), job.consumers.end(),
+        [](const DispatcherState::Consumer& c) { return !c.finished; }));
+    MetricsFor(job).consumers->Set(unfinished);
+    live.insert(JobLabel(job));
+  }
+  for (auto it = job_metrics_.begin(); it != job_metrics_.end();) {
+    if (live.contains(it->first)) {
+      ++it;
+      continue;
+    }
+    // The job was collected: its series go, so they stay bounded.
+    job_batches_returned_.Remove(it->second.batches_returned);
+    job_consumer_wait_.Remove(it->second.consumer_wait);
+    job_splits_reassigned_.Remove(it->second.splits_reassigned);
+    job_consumers_.Remove(it->second.consumers);
+    it = job_metrics_.erase(it);
+  }
+}
+
+DispatcherImpl::JobMetrics& DispatcherImpl::MetricsFor(
+    const DispatcherState::Job& job) {
+  auto [it, inserted] = job_metrics_.try_emplace(JobLabel(job));
+  if (inserted) {
+    const MetricLabels labels = {{"sluice_job", it->first}};
+    it->second.batches_returned = &job_batches_returned_.Add(labels);
+    it->second.consumer_wait = &job_consumer_wait_.Add(labels);
+    it->second.splits_reassigned = &job_splits_reassigned_.Add(labels);
+    it->second.consumers = &job_consumers_.Add(labels);
+  }
+  return it->second;
+}
+
+absl::Status DispatcherImpl::Autoscale(absl::Time now) {
+  AutoscalerInput in;
+  in.now = now;
+  in.starting_workers = starting_workers_;
+  for (const auto& [id, worker] : state_.workers()) {
+    WorkerSample w;
+    w.worker_id = id;
+    w.draining = worker.draining;
+    w.held_splits = static_cast<int>(worker.slots.size());
+    for (const SlotKey& key : worker.slots) {
+      const DispatcherState::Slot* slot = state_.FindSlot(key);
+      if (slot != nullptr && slot->produced_batches > slot->delivered_batches)
+        w.undelivered_batches +=
+            slot->produced_batches - slot->delivered_batches;
+    }
+    auto it = worker_signals_.find(id);
+    if (it != worker_signals_.end()) {
+      WorkerSignal& signal = it->second;
+      w.registered = signal.registered;
+      w.last_heartbeat = signal.last_seen;
+      w.queue_depth = signal.queue_depth;
+      w.queue_capacity = signal.queue_capacity;
+      w.blocked_producers = static_cast<int>(signal.blocked_producers);
+      // Capacity over the window; a window with too little busy time to
+      // measure keeps the last value and stays open.
+      const double busy = signal.busy_seconds_total - signal.window_busy;
+      if (signal.window_set && busy >= 0.05) {
+        signal.elements_per_busy_second =
+            static_cast<double>(signal.elements_total -
+                                signal.window_elements) /
+            busy;
+        signal.window_elements = signal.elements_total;
+        signal.window_busy = signal.busy_seconds_total;
+      }
+      if (signal.elements_per_busy_second > 0)
+        w.capacity.push_back(
+            {.job_id = kAllJobs,
+             .elements_per_busy_second = signal.elements_per_busy_second});
+    }
+    in.workers.push_back(std::move(w));
+  }
+  for (const auto& [id, job] : state_.jobs()) {
+    if (job.finished()) continue;
+    const DispatcherState::Dataset* dataset =
+        state_.FindDataset(job.dataset_id);
+    in.jobs.push_back(
+        {.job_id = id,
+         .batch_size = dataset != nullptr ? dataset->batch_size : uint64_t{1}});
+    for (const DispatcherState::Consumer& c : job.consumers) {
+      if (c.finished) continue;
+      auto it = consumer_signals_.find({id, c.index});
+      if (it == consumer_signals_.end()) continue;
+      ConsumerSignal& signal = it->second;
+      if (signal.window_start == absl::InfinitePast() ||
+          now - signal.last_report >= options_.consumer_timeout) {
+        continue;  // never reported, or gone
+      }
+      const double dt = absl::ToDoubleSeconds(now - signal.window_start);
+      if (dt > 0 && signal.last_report > signal.window_start) {
+        signal.batches_per_second =
+            static_cast<double>(signal.batches_returned_total -
+                                signal.window_batches) /
+            dt;
+        signal.window_wait_fraction = std::clamp(
+            (signal.wait_seconds_total - signal.window_wait) / dt, 0.0, 1.0);
+        signal.window_start = now;
+        signal.window_batches = signal.batches_returned_total;
+        signal.window_wait = signal.wait_seconds_total;
+      }
+      in.consumers.push_back({.job_id = id,
+                              .consumer_index = c.index,
+                              .batches_per_second = signal.batches_per_second,
+                              .wait_fraction = signal.window_wait_fraction,
+                              .epoch_started = signal.epoch_started});
+    }
+  }
+  AutoscalerDecision decision = autoscaler_.Decide(in);
+  if (!decided_ || decision.desired_workers != decision_.desired_workers) {
+    logger_->info("autoscaler: {}", decision.reason);
+  }
+  decision_ = std::move(decision);
+  decided_ = true;
+  last_decision_ = now;
+  if (options_.scaler == DispatcherOptions::Scaler::kLocal) {
+    for (uint64_t id : decision_.drain) {
+      const DispatcherState::Worker* worker = state_.FindWorker(id);
+      if (worker == nullptr || worker->draining) continue;
+      proto::Update update;
+      update.mutable_drain_worker()->set_worker_id(id);
+      RETURN_IF_ERROR(Commit(update));
+      logger_->info("autoscaler drains worker {} at {}", id, worker->address);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherImpl::DoGetStatus(const proto::GetStatusRequest& request,
+                                         proto::GetStatusResponse* response) {
+  RETURN_IF_ERROR(Admit(request.protocol_version()));
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_->Now();
+  if (request.starting_workers() >= 0)
+    starting_workers_ = request.starting_workers();
+  const AutoscalerOptions& scaler = autoscaler_.options();
+  for (const auto& [id, worker] : state_.workers()) {
+    proto::WorkerStatus* w = response->add_workers();
+    w->set_worker_id(id);
+    w->set_address(worker.address);
+    w->set_splits(static_cast<uint32_t>(worker.slots.size()));
+    std::string state = worker.draining ? "draining" : "active";
+    auto it = worker_signals_.find(id);
+    if (it != worker_signals_.end()) {
+      const WorkerSignal& signal = it->second;
+      if (!worker.draining && now - signal.last_seen > scaler.stale_after)
+        state = "stalled";
+      w->set_queue_depth(signal.queue_depth);
+      w->set_queue_capacity(signal.queue_capacity);
+      w->set_elements_per_second(signal.elements_per_second);
+      w->set_elements_per_busy_second(signal.elements_per_busy_second);
+      if (signal.registered != absl::InfinitePast())
+        w->set_age_seconds(absl::ToDoubleSeconds(now - signal.registered));
+    }
+    w->set_state(state);
+  }
+  int alive = 0;
+  for (const auto& [id, worker] : state_.workers()) {
+    if (!worker.draining) ++alive;
+  }
+  response->set_desired_workers(desired_workers_);
+  response->set_current_workers(decided_ ? decision_.current_workers
+                                         : alive + starting_workers_);
+  response->set_reason(decided_ ? decision_.reason : "no decision yet");
+  response->set_scaler(
+      options_.scaler == DispatcherOptions::Scaler::kLocal ? "local" : "none");
+  for (uint64_t id : decision_.drain) response->add_drain(id);
+  response->set_min_workers(options_.min_workers);
+  response->set_max_workers(options_.max_workers);
+  for (const auto& [id, job] : state_.jobs()) {
+    proto::JobStatus* j = response->add_jobs();
+    j->set_job_id(id);
+    j->set_job_name(job.name);
+    const DispatcherState::Dataset* dataset =
+        state_.FindDataset(job.dataset_id);
+    j->set_batch_size(dataset != nullptr ? dataset->batch_size : 0);
+    j->set_num_epochs(job.config.num_epochs());
+    for (const JobEstimate& e : decision_.jobs) {
+      if (e.job_id != id) continue;
+      j->set_demand_elements_per_second(e.demand);
+      j->set_capacity_elements_per_second(e.capacity);
+      j->set_need_workers(e.need);
+    }
+    for (const DispatcherState::Consumer& c : job.consumers) {
+      proto::ConsumerStatus* cs = j->add_consumers();
+      cs->set_consumer_index(c.index);
+      cs->set_epoch(c.epoch);
+      cs->set_finished(c.finished);
+      cs->set_splits_done(c.done);
+      cs->set_splits(c.slots.size());
+      auto it = consumer_signals_.find({id, c.index});
+      if (it != consumer_signals_.end()) {
+        cs->set_batches_per_second(it->second.batches_per_second);
+        cs->set_wait_fraction(it->second.window_wait_fraction);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+int DispatcherImpl::desired_workers() const {
+  absl::MutexLock lock(&mu_);
+  return desired_workers_;
+}
+
+}  // namespace sluice::dispatcher

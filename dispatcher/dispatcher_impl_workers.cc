@@ -1,0 +1,277 @@
+// DispatcherImpl, continued: workers (registration, the worker heartbeat and
+// the splits it hands out, losing a worker, drains).
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/logging.h"
+#include "common/base/status_macros.h"
+#include "dispatcher/dispatcher_impl.h"
+
+namespace sluice::dispatcher {
+
+absl::Status DispatcherImpl::DoWorkerRegister(
+    const proto::WorkerRegisterRequest& request,
+    proto::WorkerRegisterResponse* response) {
+  RETURN_IF_ERROR(Admit(request.protocol_version()));
+  if (request.address().empty()) {
+    return absl::InvalidArgumentError(
+        "WorkerRegister: address (host:port) is empty");
+  }
+  absl::MutexLock lock(&mu_);
+  std::vector<uint64_t> replaced;
+  for (const auto& [id, worker] : state_.workers()) {
+    if (worker.address == request.address()) replaced.push_back(id);
+  }
+  for (uint64_t id : replaced)
+    RETURN_IF_ERROR(LoseWorker(id, "restarted", "re-registered (restarted)"));
+  proto::Update update;
+  proto::UpdateRegisterWorker* u = update.mutable_register_worker();
+  u->set_worker_id(state_.NextWorkerId());
+  u->set_address(request.address());
+  u->set_capacity(std::max<uint32_t>(1, request.capacity()));
+  RETURN_IF_ERROR(Commit(update));
+  worker_signals_[u->worker_id()] = {.last_seen = clock_->Now(),
+                                     .registered = clock_->Now()};
+  logger_->info("worker {} registered at {} (capacity {})", u->worker_id(),
+                u->address(), u->capacity());
+  response->set_worker_id(u->worker_id());
+  response->set_incarnation(incarnation_);
+  response->set_heartbeat_interval_seconds(
+      absl::ToDoubleSeconds(options_.heartbeat_interval));
+  UpdateGauges();
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherImpl::AssignSplits(uint64_t worker_id, int free,
+                                          proto::WorkerHeartbeatResponse* out) {
+  // Each pick: the consumer with the fewest splits in production, ties to the
+  // lowest (job, consumer); its lowest pending position. The state's indexes
+  // (Consumer::pending, in_production) make a pick one pass over the consumers.
+  while (free > 0) {
+    const DispatcherState::Job* best_job = nullptr;
+    const DispatcherState::Consumer* best = nullptr;
+    for (const auto& [job_id, job] : state_.jobs()) {
+      if (job.config.mode() != proto::PROCESSING_MODE_DISTRIBUTED_EPOCH)
+        continue;
+      for (const DispatcherState::Consumer& consumer : job.consumers) {
+        if (consumer.pending.empty()) continue;
+        if (best == nullptr || consumer.in_production < best->in_production) {
+          best = &consumer;
+          best_job = &job;
+        }
+      }
+    }
+    if (best == nullptr) break;
+    const DispatcherState::Job& job = *best_job;
+    const SlotKey key{job.id, best->index, best->epoch, *best->pending.begin()};
+    const DispatcherState::Slot* slot = state_.FindSlot(key);
+    const bool reassigned = slot->assignments > 0;
+    proto::Update update;
+    proto::UpdateAssignSplit* u = update.mutable_assign_split();
+    *u->mutable_key() = key.ToProto();
+    u->set_worker_id(worker_id);
+    u->set_skip_batches(slot->skip_batches);
+    RETURN_IF_ERROR(Commit(update));
+    proto::SplitAssignment* a = out->add_start();
+    *a = MakeAssignment(job, key);
+    a->set_skip_batches(u->skip_batches());
+    (reassigned ? splits_reassigned_ : splits_assigned_).Increment();
+    if (reassigned) MetricsFor(job).splits_reassigned->Increment();
+    --free;
+  }
+  return absl::OkStatus();
+}
+
+void DispatcherImpl::FillJobInfo(const DispatcherState::Job& job,
+                                 proto::JobInfo* info) const {
+  info->set_job_id(job.id);
+  info->set_job_name(job.name);
+  info->set_dataset_id(job.dataset_id);
+  const DispatcherState::Dataset* dataset = state_.FindDataset(job.dataset_id);
+  if (dataset != nullptr) {
+    info->set_pipeline(dataset->pipeline);
+    info->set_batch_size(dataset->batch_size);
+  }
+  *info->mutable_config() = job.config;
+}
+
+absl::Status DispatcherImpl::DoWorkerHeartbeat(
+    const proto::WorkerHeartbeatRequest& request,
+    proto::WorkerHeartbeatResponse* response) {
+  RETURN_IF_ERROR(Admit(request.protocol_version()));
+  absl::MutexLock lock(&mu_);
+  if (state_.FindWorker(request.worker_id()) == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("worker ", request.worker_id(),
+                     " is not registered (timed out?): drop all splits "
+                     "and call WorkerRegister again"));
+  }
+  {
+    WorkerSignal& signal = worker_signals_[request.worker_id()];
+    signal.last_seen = clock_->Now();
+    if (signal.registered == absl::InfinitePast())
+      signal.registered = signal.last_seen;
+    signal.elements_per_second = request.elements_per_second();
+    signal.queue_depth = request.queue_depth();
+    signal.queue_capacity = request.queue_capacity();
+    signal.blocked_producers = request.blocked_producers();
+    if (request.elements_total() < signal.elements_total ||
+        request.busy_seconds_total() < signal.busy_seconds_total) {
+      signal.window_set = false;  // the worker restarted
+    }
+    signal.elements_total = request.elements_total();
+    signal.busy_seconds_total = request.busy_seconds_total();
+    if (!signal.window_set) {
+      signal.window_set = true;
+      signal.window_elements = signal.elements_total;
+      signal.window_busy = signal.busy_seconds_total;
+    }
+  }
+  response->set_incarnation(incarnation_);
+  if (!request.splits().empty()) {
+    proto::Update update;
+    proto::UpdateWorkerProgress* u = update.mutable_worker_progress();
+    u->set_worker_id(request.worker_id());
+    *u->mutable_splits() = request.splits();
+    // Production counts are soft state (reported again every heartbeat); a split that
+    // finished producing changes what a drain hands back, so that is journaled.
+    bool finishes = false;
+    for (const proto::WorkerSplitProgress& p : request.splits()) {
+      const DispatcherState::Slot* slot =
+          state_.FindSlot(SlotKey::FromProto(p.key()));
+      finishes = finishes ||
+                 (slot != nullptr && slot->worker_id == request.worker_id() &&
+                  p.finished_producing() && !slot->finished_producing);
+    }
+    RETURN_IF_ERROR(finishes ? Commit(update) : ApplySoft(update));
+  }
+  const DispatcherState::Worker& worker =
+      *state_.FindWorker(request.worker_id());
+  // Whatever it reports but no longer holds: done, handed back, or its job is
+  // gone.
+  std::set<SlotKey> reported;
+  for (const proto::WorkerSplitProgress& p : request.splits()) {
+    reported.insert(SlotKey::FromProto(p.key()));
+    if (!worker.slots.contains(SlotKey::FromProto(p.key())))
+      *response->add_drop() = p.key();
+  }
+  // Whatever it holds but did not report (the response that assigned it was
+  // lost, or the worker restarted its pipeline): handed back like a lost
+  // worker's splits.
+  proto::Update release;
+  for (const SlotKey& key : worker.slots) {
+    if (!reported.contains(key))
+      *release.mutable_release_splits()->add_keys() = key.ToProto();
+  }
+  if (release.has_release_splits()) {
+    release.mutable_release_splits()->set_worker_id(worker.id);
+    logger_->warn(
+        "worker {} no longer reports {} of its splits: they are handed back",
+        worker.id, release.release_splits().keys_size());
+    RETURN_IF_ERROR(Commit(release));
+  }
+  std::set<uint64_t> referenced_jobs;
+  if (!worker.draining) {
+    int in_production = 0;
+    for (const SlotKey& key : worker.slots) {
+      const DispatcherState::Slot* slot = state_.FindSlot(key);
+      if (slot != nullptr && !slot->finished_producing) ++in_production;
+    }
+    RETURN_IF_ERROR(AssignSplits(
+        worker.id, static_cast<int>(worker.capacity) - in_production,
+        response));
+    for (const proto::SplitAssignment& a : response->start())
+      referenced_jobs.insert(a.key().job_id());
+    // PARALLEL_EPOCHS: one task per (job, consumer) that the worker is not
+    // running yet.
+    std::set<std::pair<uint64_t, uint32_t>> running;
+    for (const proto::ParallelTask& t : request.parallel_tasks()) {
+      running.insert({t.job_id(), t.consumer_index()});
+    }
+    for (const auto& [job_id, job] : state_.jobs()) {
+      if (job.config.mode() != proto::PROCESSING_MODE_PARALLEL_EPOCHS) continue;
+      for (uint32_t c = 0; c < job.consumers.size(); ++c) {
+        if (running.contains({job_id, c})) continue;
+        proto::ParallelTask* t = response->add_start_parallel();
+        t->set_job_id(job_id);
+        t->set_consumer_index(c);
+        referenced_jobs.insert(job_id);
+      }
+    }
+  }
+  const std::set<uint64_t> known(request.known_job_ids().begin(),
+                                 request.known_job_ids().end());
+  for (uint64_t job_id : referenced_jobs) {
+    if (known.contains(job_id)) continue;
+    FillJobInfo(*state_.FindJob(job_id), response->add_jobs());
+  }
+  // Jobs the worker caches that are over: it frees their pipelines, splits and queues.
+  for (uint64_t job_id : known) {
+    const DispatcherState::Job* job = state_.FindJob(job_id);
+    if (job == nullptr || job->finished())
+      response->add_finished_job_ids(job_id);
+  }
+  response->set_draining(worker.draining);
+  response->set_may_exit(worker.draining && worker.slots.empty());
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherImpl::LoseWorker(uint64_t worker_id, const char* reason,
+                                        const std::string& why) {
+  const DispatcherState::Worker* worker = state_.FindWorker(worker_id);
+  if (worker == nullptr) return absl::OkStatus();
+  logger_->warn(
+      "worker {} at {} {}: {} splits wait for their consumers' progress",
+      worker_id, worker->address, why, worker->slots.size());
+  proto::Update update;
+  update.mutable_worker_lost()->set_worker_id(worker_id);
+  RETURN_IF_ERROR(Commit(update));
+  worker_signals_.erase(worker_id);
+  workers_lost_.Add({{"reason", reason}}).Increment();
+  UpdateGauges();
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherImpl::DoWorkerUnregister(
+    const proto::WorkerUnregisterRequest& request,
+    proto::WorkerUnregisterResponse* /*response*/) {
+  RETURN_IF_ERROR(Admit(request.protocol_version()));
+  absl::MutexLock lock(&mu_);
+  if (state_.FindWorker(request.worker_id()) == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("worker ", request.worker_id(), " is not registered"));
+  }
+  return LoseWorker(request.worker_id(), "unregistered", "unregistered");
+}
+
+absl::Status DispatcherImpl::DoDrainWorker(
+    const proto::DrainWorkerRequest& request,
+    proto::DrainWorkerResponse* response) {
+  RETURN_IF_ERROR(Admit(request.protocol_version()));
+  absl::MutexLock lock(&mu_);
+  const DispatcherState::Worker* worker =
+      state_.FindWorker(request.worker_id());
+  if (worker == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("worker ", request.worker_id(), " is not registered"));
+  }
+  uint32_t handed_back = 0;
+  for (const SlotKey& key : worker->slots) {
+    const DispatcherState::Slot* slot = state_.FindSlot(key);
+    if (slot != nullptr && !slot->finished_producing) ++handed_back;
+  }
+  proto::Update update;
+  update.mutable_drain_worker()->set_worker_id(request.worker_id());
+  RETURN_IF_ERROR(Commit(update));
+  logger_->info("worker {} drains: {} splits handed back", request.worker_id(),
+                handed_back);
+  response->set_handed_back(handed_back);
+  UpdateGauges();
+  return absl::OkStatus();
+}
+
+}  // namespace sluice::dispatcher
