@@ -1,6 +1,5 @@
 #include "sluice/client.h"
 
-#include <filesystem>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -8,14 +7,16 @@
 #include "client/internal/channel_options.h"
 #include "common/base/clock.h"
 #include "common/base/logging.h"
+#include "common/base/retry.h"
 #include "common/base/status_macros.h"
-#include "common/record/dataset.h"
 #include "common/service/channel_factory.h"
+#include "common/service/grpc_status.h"
 #include "common/tensor_kernels/finish.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/dispatcher.grpc.pb.h"
+#include "proto/worker_service.grpc.pb.h"
 
 namespace sluice {
 namespace {
@@ -36,36 +37,52 @@ std::string SerializeDeterministic(const proto::Pipeline& pipeline) {
   return out;
 }
 
+// Asks the worker at `address` for the shard record counts of the dataset
+// `pipeline` (serialized) reads.
+absl::StatusOr<std::vector<uint64_t>> DescribeDatasetAt(
+    const std::string& address, const std::string& pipeline,
+    const ClientOptions& options) {
+  ASSIGN_OR_RETURN(
+      std::shared_ptr<grpc::Channel> channel,
+      service::CreateChannel(address, client::ToChannelOptions(options, 0)));
+  std::unique_ptr<proto::WorkerService::Stub> worker =
+      proto::WorkerService::NewStub(channel);
+  proto::DescribeDatasetRequest request;
+  request.set_protocol_version(kProtocolVersion);
+  request.set_pipeline(pipeline);
+  proto::DescribeDatasetResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + options.rpc_timeout));
+  const grpc::Status status =
+      worker->DescribeDataset(&context, request, &response);
+  if (!status.ok()) {
+    return service::FromGrpcStatus(
+        status, absl::StrCat("data worker at ", address, ": DescribeDataset"));
+  }
+  return std::vector<uint64_t>(response.shard_record_counts().begin(),
+                               response.shard_record_counts().end());
+}
+
 // Records per shard of the pipeline's source, as the dispatcher cuts splits
-// from them.
+// from them. A synthetic source states its size. A dataset's sizes are in its
+// manifest, which a data worker reads (DescribeDataset): trainers need not
+// mount the data, and the dispatcher never opens it. The active workers the
+// dispatcher lists are asked in turn; while none answers (a cluster starting,
+// workers restarting) the client waits up to options.connect_timeout. A
+// verdict on the dataset (no manifest, outside the worker's --data-root, ...)
+// is returned at once, naming the worker.
 absl::StatusOr<std::vector<uint64_t>> ShardRecordCounts(
-    const proto::Pipeline& pipeline) {
-  const proto::SourceNode& source = pipeline.source();
+    const proto::Pipeline& spec, const std::string& pipeline,
+    const ClientOptions& options,
+    proto::DispatcherService::StubInterface& dispatcher) {
+  const proto::SourceNode& source = spec.source();
   switch (source.kind_case()) {
-    case proto::SourceNode::kDataset: {
-      const std::string& dir = source.dataset().path();
-      if (dir.empty()) {
+    case proto::SourceNode::kDataset:
+      if (source.dataset().path().empty()) {
         return absl::InvalidArgumentError(
             "pipeline source.dataset.path is empty");
       }
-      const std::string manifest_path =
-          (std::filesystem::path(dir) / record::kManifestName).string();
-      absl::StatusOr<record::Manifest> manifest =
-          record::Manifest::ReadFile(manifest_path);
-      if (!manifest.ok()) {
-        return absl::Status(
-            manifest.status().code(),
-            absl::StrCat("pipeline source '", dir,
-                         "' is not a readable Unirecord dataset folder "
-                         "(convert it first with "
-                         "`sluice record convert`): ",
-                         manifest.status().message()));
-      }
-      std::vector<uint64_t> counts;
-      for (const record::ShardInfo& shard : manifest->shards)
-        counts.push_back(shard.records);
-      return counts;
-    }
+      break;
     case proto::SourceNode::kImageFolder:
       return absl::InvalidArgumentError(
           absl::StrCat("pipeline source '", source.image_folder().path(),
@@ -82,6 +99,48 @@ absl::StatusOr<std::vector<uint64_t>> ShardRecordCounts(
     default:
       return absl::InvalidArgumentError("the pipeline has no source");
   }
+  // One round: every active worker the dispatcher lists, until one answers.
+  std::vector<uint64_t> counts;
+  auto ask_workers = [&]() -> absl::Status {
+    proto::GetStatusRequest request;
+    request.set_protocol_version(kProtocolVersion);
+    request.set_starting_workers(-1);
+    proto::GetStatusResponse status;
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + options.rpc_timeout));
+    RETURN_IF_ERROR(
+        DispatcherError(dispatcher.GetStatus(&context, request, &status),
+                        options.dispatcher_address, "GetStatus"));
+    absl::Status last = absl::UnavailableError("no data worker is registered");
+    for (const proto::WorkerStatus& worker : status.workers()) {
+      if (worker.state() != "active") continue;
+      absl::StatusOr<std::vector<uint64_t>> answer =
+          DescribeDatasetAt(worker.address(), pipeline, options);
+      if (answer.ok()) {
+        counts = *std::move(answer);
+        return absl::OkStatus();
+      }
+      // A worker that is going away or overloaded; another may answer.
+      if (!service::IsRetryable(answer.status().code())) return answer.status();
+      last = absl::UnavailableError(answer.status().message());
+    }
+    return last;
+  };
+  RetryOptions retry;
+  retry.initial_backoff = absl::Milliseconds(50);
+  retry.max_backoff = absl::Seconds(1);
+  retry.deadline = options.connect_timeout;
+  const absl::Status asked =
+      RetryWithBackoff(ask_workers, retry, options.clock);
+  if (asked.ok()) return counts;
+  if (asked.code() != absl::StatusCode::kUnavailable) return asked;
+  return absl::UnavailableError(absl::StrCat(
+      "no data worker of the dispatcher at ", options.dispatcher_address,
+      " read the manifest of dataset '", source.dataset().path(), "' within ",
+      absl::FormatDuration(options.connect_timeout),
+      " (the dataset's shard sizes come from a worker; is one running with a "
+      "--data-root that holds the dataset?): ",
+      asked.message()));
 }
 
 absl::StatusOr<uint64_t> BatchSize(const proto::Pipeline& pipeline) {
@@ -164,13 +223,15 @@ class DataServiceClientImpl final : public DataServiceClient {
     if (!job.restore_state.empty()) {
       ASSIGN_OR_RETURN(restore, ParseCheckpoint(job));
     }
-    ASSIGN_OR_RETURN(std::vector<uint64_t> counts,
-                     ShardRecordCounts(job.pipeline));
     ASSIGN_OR_RETURN(uint64_t batch_size, BatchSize(job.pipeline));
+    const std::string pipeline = SerializeDeterministic(job.pipeline);
+    ASSIGN_OR_RETURN(
+        std::vector<uint64_t> counts,
+        ShardRecordCounts(job.pipeline, pipeline, options_, *stub_));
 
     proto::RegisterDatasetRequest reg;
     reg.set_protocol_version(kProtocolVersion);
-    reg.set_pipeline(SerializeDeterministic(job.pipeline));
+    reg.set_pipeline(pipeline);
     for (uint64_t c : counts) reg.add_shard_record_counts(c);
     reg.set_batch_size(batch_size);
     proto::RegisterDatasetResponse dataset;

@@ -188,7 +188,7 @@ absl::StatusOr<std::unique_ptr<BatchIteratorImpl>> BatchIteratorImpl::Create(
       new BatchIteratorImpl(std::move(params)));
   {
     absl::MutexLock lock(&it->mu_);
-    it->last_heartbeat_ok_ = absl::Now();
+    it->last_heartbeat_ok_ = it->clock_->Now();
   }
   absl::Status first = it->Heartbeat();
   if (!first.ok()) return first;
@@ -405,7 +405,7 @@ absl::Status BatchIteratorImpl::Heartbeat() {
     if (!was_started) epoch_ = response.epoch();
     if (!cancelled_ && error_.ok()) SyncReaders(lists_.addresses());
     ++heartbeats_;
-    last_heartbeat_ok_ = absl::Now();
+    last_heartbeat_ok_ = clock_->Now();
     cv_.SignalAll();
     to_join.swap(finished_readers_);
   }
@@ -460,7 +460,7 @@ void BatchIteratorImpl::HeartbeatLoop() {
         Fail(status);
         return;
       }
-      if (absl::Now() - last_heartbeat_ok_ >
+      if (clock_->Now() - last_heartbeat_ok_ >
           params_.options.dispatcher_lost_timeout) {
         Fail(absl::UnavailableError(absl::StrCat(
             "no answer from the sluice dispatcher at ",

@@ -149,4 +149,14 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GrpcWorkerService::GetBatches(
   return new BatchWriter(impl_, *request);
 }
 
+grpc::ServerUnaryReactor* GrpcWorkerService::DescribeDataset(
+    grpc::CallbackServerContext* context,
+    const proto::DescribeDatasetRequest* request,
+    proto::DescribeDatasetResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(
+      service::ToGrpcStatus(impl_->DescribeDataset(*request, response)));
+  return reactor;
+}
+
 }  // namespace sluice::data_worker

@@ -18,12 +18,14 @@
 
 namespace sluice::data_worker {
 
-// GetBatches, the service's only method, is a raw callback method (it writes frames of
-// slices, common/service/batch_codec.h), so the base is the plain Service: over
-// CallbackService the raw method would hide the typed one (-Woverloaded-virtual).
+// GetBatches is a raw callback method (it writes frames of slices,
+// common/service/batch_codec.h), DescribeDataset a typed one; each is added to
+// the plain Service by name: over CallbackService the raw method would hide the
+// typed one (-Woverloaded-virtual).
 class GrpcWorkerService final
-    : public proto::WorkerService::WithRawCallbackMethod_GetBatches<
-          proto::WorkerService::Service> {
+    : public proto::WorkerService::WithCallbackMethod_DescribeDataset<
+          proto::WorkerService::WithRawCallbackMethod_GetBatches<
+              proto::WorkerService::Service>> {
  public:
   explicit GrpcWorkerService(WorkerImpl* impl) : impl_(impl) {}
 
@@ -31,6 +33,12 @@ class GrpcWorkerService final
   grpc::ServerWriteReactor<grpc::ByteBuffer>* GetBatches(
       grpc::CallbackServerContext* context,
       const grpc::ByteBuffer* request) override;
+
+  // Answered at once in gRPC's thread (reads one manifest file).
+  grpc::ServerUnaryReactor* DescribeDataset(
+      grpc::CallbackServerContext* context,
+      const proto::DescribeDatasetRequest* request,
+      proto::DescribeDatasetResponse* response) override;
 
  private:
   WorkerImpl* const impl_;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/base/status_macros.h"
+#include "common/record/dataset.h"
 #include "data_worker/ops/op.h"
 
 namespace sluice::data_worker {
@@ -104,6 +105,36 @@ absl::Status JobRegistry::CheckDataRoot(const proto::Pipeline& spec) const {
       canonical != path ? absl::StrCat(" (resolved: '", canonical, "')") : "",
       " is outside the worker's --data-root (",
       absl::StrJoin(data_roots_, ", "), ")"));
+}
+
+absl::StatusOr<std::vector<uint64_t>> JobRegistry::ShardRecordCounts(
+    const std::string& pipeline) const {
+  RETURN_IF_ERROR(service::CheckPipelineBytes(
+      static_cast<int64_t>(pipeline.size()), limits_));
+  proto::Pipeline spec;
+  if (!spec.ParseFromString(pipeline)) {
+    return absl::InvalidArgumentError("pipeline: not a serialized Pipeline");
+  }
+  if (!spec.source().has_dataset()) {
+    return absl::InvalidArgumentError(
+        "DescribeDataset: the pipeline's source is not a dataset");
+  }
+  RETURN_IF_ERROR(CheckDataRoot(spec));
+  const std::string& dir = spec.source().dataset().path();
+  absl::StatusOr<record::Manifest> manifest = record::Manifest::ReadFile(
+      (std::filesystem::path(dir) / record::kManifestName).string());
+  if (!manifest.ok()) {
+    return absl::Status(
+        manifest.status().code(),
+        absl::StrCat("pipeline source '", dir,
+                     "' is not a readable Unirecord dataset folder (convert it "
+                     "first with `sluice record convert`): ",
+                     manifest.status().message()));
+  }
+  std::vector<uint64_t> counts;
+  for (const record::ShardInfo& shard : manifest->shards)
+    counts.push_back(shard.records);
+  return counts;
 }
 
 std::shared_ptr<Job> JobRegistry::Build(const proto::JobInfo& info) const {

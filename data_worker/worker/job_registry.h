@@ -96,6 +96,11 @@ class JobRegistry {
   // PermissionDenied unless the pipeline's source lies under a data root (exposed for tests).
   absl::Status CheckDataRoot(const proto::Pipeline& spec) const;
 
+  // The shard record counts of the dataset `pipeline` (serialized) reads, from its manifest
+  // (proto/worker_service.proto: DescribeDataset has the errors).
+  absl::StatusOr<std::vector<uint64_t>> ShardRecordCounts(
+      const std::string& pipeline) const;
+
   const service::ServiceLimits& limits() const { return limits_; }
 
  private:

@@ -279,6 +279,17 @@ bool WorkerImpl::draining() const {
   return draining_;
 }
 
+absl::Status WorkerImpl::DescribeDataset(
+    const proto::DescribeDatasetRequest& request,
+    proto::DescribeDatasetResponse* response) const {
+  RETURN_IF_ERROR(service::CheckProtocolVersion(request.protocol_version(),
+                                                "client", "worker"));
+  ASSIGN_OR_RETURN(std::vector<uint64_t> counts,
+                   jobs_.ShardRecordCounts(request.pipeline()));
+  for (uint64_t count : counts) response->add_shard_record_counts(count);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<uint64_t> WorkerImpl::OpenStream(
     const proto::GetBatchesRequest& request, std::function<void()> notify) {
   RETURN_IF_ERROR(service::CheckProtocolVersion(request.protocol_version(),

@@ -155,6 +155,11 @@ class WorkerImpl {
   absl::StatusOr<uint64_t> OpenStream(const proto::GetBatchesRequest& request,
                                       std::function<void()> notify)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // DescribeDataset (proto/worker_service.proto): the shard record counts of a dataset under
+  // this worker's --data-root, for a client about to register it.
+  absl::Status DescribeDataset(const proto::DescribeDatasetRequest& request,
+                               proto::DescribeDatasetResponse* response) const;
+
   // Never blocks. After kEnd, further polls return kEnd again.
   StreamEvent PollStream(uint64_t stream_id) { return queues_.Poll(stream_id); }
   // A batch PollStream returned that was not delivered (the write failed): put it back at the

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "common/base/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
@@ -546,20 +547,58 @@ TEST(DataServiceClient, GetNextReportsAJobLostLater) {
   EXPECT_EQ((*it)->GetNext().status().code(), absl::StatusCode::kNotFound);
 }
 
-TEST(DataServiceClient, OpenRejectsASourceThatIsNotAUnirecordDataset) {
+// dispatcher_lost_timeout is measured on the injected clock: no test waits two minutes.
+TEST(DataServiceClient, GivesUpOnALostDispatcherAfterTheTimeoutOnItsClock) {
   FakeDispatcher dispatcher(/*num_epochs=*/1, /*positions=*/1);
   TestServer dispatcher_server(&dispatcher);
-  auto client = DataServiceClient::Create(Options(dispatcher_server.address()));
+  FakeClock clock(absl::Now());
+  ClientOptions options = Options(dispatcher_server.address());
+  options.clock = &clock;
+  auto client = DataServiceClient::Create(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto it = (*client)->Open(Job());  // no worker listed: GetNext waits
+  ASSERT_TRUE(it.ok()) << it.status();
+  dispatcher.SetHeartbeatError(
+      grpc::Status(grpc::StatusCode::UNAVAILABLE, "dispatcher restarting"));
+  absl::SleepFor(absl::Milliseconds(200));  // failed heartbeats, not yet lost
+  clock.Advance(options.dispatcher_lost_timeout + absl::Seconds(1));
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::optional<Batch>> batch = (*it)->GetNext();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  EXPECT_EQ(batch.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(
+      batch.status().message(),
+      HasSubstr(absl::StrCat("no answer from the sluice dispatcher at ",
+                             dispatcher_server.address(), " for 2m: ")));
+  EXPECT_THAT(batch.status().message(), HasSubstr("dispatcher restarting"));
+}
+
+// A dataset's shard sizes come from a data worker (DescribeDataset, tested with the worker),
+// not from the trainer's file system: with no worker registered, Open waits connect_timeout
+// and says what it waited for. An image folder is refused before anything is asked.
+TEST(DataServiceClient, OpenAsksADataWorkerForTheDatasetsShardSizes) {
+  FakeDispatcher dispatcher(/*num_epochs=*/1, /*positions=*/1);
+  TestServer dispatcher_server(&dispatcher);
+  ClientOptions options = Options(dispatcher_server.address());
+  options.connect_timeout = absl::Milliseconds(300);
+  auto client = DataServiceClient::Create(options);
   ASSERT_TRUE(client.ok()) << client.status();
 
-  const std::string dir = ::testing::TempDir() + "/not_a_dataset";
-  std::filesystem::create_directories(dir);
+  const std::string dir = ::testing::TempDir() + "/not_mounted_here";
   JobOptions job = Job();
   job.pipeline.mutable_source()->mutable_dataset()->set_path(dir);
+  const absl::Time start = absl::Now();
   absl::StatusOr<std::unique_ptr<BatchIterator>> it = (*client)->Open(job);
-  EXPECT_EQ(it.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(it.status().message(), HasSubstr(dir));
-  EXPECT_THAT(it.status().message(), HasSubstr("sluice record convert"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ(it.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(
+      it.status().message(),
+      HasSubstr(absl::StrCat(
+          "no data worker of the dispatcher at ", dispatcher_server.address(),
+          " read the manifest of dataset '", dir, "' within 300ms")));
+  EXPECT_THAT(it.status().message(), HasSubstr("no data worker is registered"));
+  EXPECT_GT(dispatcher.status_calls(), 2);  // asked again while waiting
+  EXPECT_TRUE(dispatcher.registered().pipeline().empty());
 
   job.pipeline.mutable_source()->mutable_image_folder()->set_path(dir);
   it = (*client)->Open(job);

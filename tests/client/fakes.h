@@ -100,6 +100,19 @@ class FakeDispatcher final : public proto::DispatcherService::Service {
     absl::MutexLock lock(&mu_);
     return heartbeats_;
   }
+  int status_calls() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return status_calls_;
+  }
+
+  // A dispatcher without data workers (the client asks them for a dataset's shard sizes).
+  grpc::Status GetStatus(grpc::ServerContext*,
+                         const proto::GetStatusRequest* request,
+                         proto::GetStatusResponse*) override {
+    absl::MutexLock lock(&mu_);
+    ++status_calls_;
+    return CheckVersion(request->protocol_version());
+  }
 
   grpc::Status RegisterDataset(
       grpc::ServerContext*, const proto::RegisterDatasetRequest* request,
@@ -206,6 +219,7 @@ class FakeDispatcher final : public proto::DispatcherService::Service {
   proto::GetOrCreateJobRequest job_request_ ABSL_GUARDED_BY(mu_);
   std::vector<proto::ClientSplitProgress> last_progress_ ABSL_GUARDED_BY(mu_);
   int heartbeats_ ABSL_GUARDED_BY(mu_) = 0;
+  int status_calls_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   std::set<uint64_t> done_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;

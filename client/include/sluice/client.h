@@ -54,7 +54,8 @@ struct ClientOptions {
   std::string dispatcher_address;
   // Deadline of every unary call to the dispatcher.
   absl::Duration rpc_timeout = absl::Seconds(10);
-  // How long Create() waits for the dispatcher's channel to connect.
+  // How long Create() waits for the dispatcher's channel to connect, and Open()
+  // for a data worker to describe the dataset.
   absl::Duration connect_timeout = absl::Seconds(10);
   // Period of the ClientHeartbeat that reports progress and learns epochs and
   // workers.
@@ -66,7 +67,11 @@ struct ClientOptions {
   absl::Duration dispatcher_lost_timeout = absl::Minutes(2);
   std::shared_ptr<spdlog::logger> logger;    // null: no logging
   prometheus::Registry* registry = nullptr;  // null: no metrics
-  Clock* clock = nullptr;  // null: RealClock::Get(); measures wait time
+  // null: RealClock::Get(). Measures the trainer's wait time and the time
+  // since the last answered heartbeat (dispatcher_lost_timeout), and paces
+  // Open()'s wait for a worker. gRPC deadlines and the heartbeat period are
+  // wall-clock.
+  Clock* clock = nullptr;
 
   // Transport security (docs/security.md), for the dispatcher and the workers alike.
   // tls_ca: PEM file of the CA that signed the servers' certificates; set: connect with TLS.
@@ -205,12 +210,15 @@ class DataServiceClient {
 
   virtual ~DataServiceClient() = default;
 
-  // Registers the pipeline's dataset (shard record counts come from the
-  // source's Unirecord manifest), gets or creates the job named job.job_name,
-  // and starts iterating. InvalidArgument/NotFound naming the path when the
-  // source is not a Unirecord dataset folder; FailedPrecondition when a job of
-  // that name exists with another config; the dispatcher's error (code kept)
-  // otherwise.
+  // Registers the pipeline's dataset, gets or creates the job named
+  // job.job_name, and starts iterating. A dataset's shard record counts come
+  // from its Unirecord manifest, read by a data worker (the trainer need not
+  // mount the data): Open waits up to connect_timeout for an active worker.
+  // The worker's verdict names the path: NotFound when the source is not a
+  // Unirecord dataset folder, PermissionDenied outside its --data-root;
+  // InvalidArgument for an image folder; Unavailable when no worker answered;
+  // FailedPrecondition when a job of that name exists with another config; the
+  // dispatcher's error (code kept) otherwise.
   virtual absl::StatusOr<std::unique_ptr<BatchIterator>> Open(
       const JobOptions& job) = 0;
 };

@@ -1,6 +1,7 @@
 #include "data_worker/worker/grpc_worker_service.h"
 
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -8,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "common/base/clock.h"
+#include "common/record/dataset.h"
 #include "common/service/batch_codec.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
@@ -200,6 +202,73 @@ nodes:
     EXPECT_EQ(reader->Finish().error_code(),
               grpc::StatusCode::FAILED_PRECONDITION);
   }
+}
+
+// DescribeDataset: the shard sizes of a dataset under the worker's --data-root, from its
+// manifest, for a client that does not mount the data.
+TEST_F(GrpcWorkerServiceTest, DescribeDatasetReadsTheManifestUnderTheDataRoot) {
+  pipeline::testing::MakeDataset(dir_.Join("sharded"), 40, /*classes=*/4, {},
+                                 /*fixed=*/48, /*shard_size=*/4096);
+  std::filesystem::create_directories(dir_.Join("empty"));
+  StartWorker(/*queue_batches=*/8);
+  std::unique_ptr<proto::WorkerService::Stub> stub =
+      proto::WorkerService::NewStub(channel_);
+  auto describe = [&](const std::string& path, uint32_t version,
+                      proto::DescribeDatasetResponse* response) {
+    proto::Pipeline spec;
+    spec.mutable_source()->mutable_dataset()->set_path(path);
+    proto::DescribeDatasetRequest request;
+    request.set_protocol_version(version);
+    request.set_pipeline(spec.SerializeAsString());
+    grpc::ClientContext context;
+    return stub->DescribeDataset(&context, request, response);
+  };
+
+  absl::StatusOr<record::Manifest> manifest = record::Manifest::ReadFile(
+      dir_.Join("sharded") + "/" + record::kManifestName);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  std::vector<uint64_t> expected;
+  uint64_t total = 0;
+  for (const record::ShardInfo& shard : manifest->shards) {
+    expected.push_back(shard.records);
+    total += shard.records;
+  }
+  ASSERT_GT(expected.size(), 2u);
+  ASSERT_EQ(total, 40u);
+  proto::DescribeDatasetResponse response;
+  grpc::Status status =
+      describe(dir_.Join("sharded"), kProtocolVersion, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_THAT(response.shard_record_counts(),
+              ::testing::ElementsAreArray(expected));
+
+  status = describe(dir_.Join("empty"), kProtocolVersion, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(
+      status.error_message(),
+      ::testing::HasSubstr(absl::StrCat("pipeline source '", dir_.Join("empty"),
+                                        "' is not a readable Unirecord "
+                                        "dataset folder")));
+  EXPECT_THAT(status.error_message(),
+              ::testing::HasSubstr("sluice record convert"));
+
+  status = describe("/etc", kProtocolVersion, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(status.error_message(),
+              ::testing::HasSubstr("pipeline source '/etc' is outside the "
+                                   "worker's --data-root"));
+
+  status = describe(dir_.Join("sharded"), kProtocolVersion + 1, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+
+  proto::DescribeDatasetRequest garbage;
+  garbage.set_protocol_version(kProtocolVersion);
+  garbage.set_pipeline("\xff\xff\xff");
+  grpc::ClientContext context;
+  status = stub->DescribeDataset(&context, garbage, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(),
+              ::testing::HasSubstr("not a serialized Pipeline"));
 }
 
 TEST_F(GrpcWorkerServiceTest, SlowReaderKeepsWorkerMemoryBounded) {
