@@ -8,6 +8,9 @@
 // decisions (which split goes to which worker, when a worker is lost) are
 // DispatcherImpl's; Apply only records them and checks they are consistent. See
 // dispatcher_impl.h for the protocol.
+//
+// Size: dispatcher_state.cc is ~650 lines: one Apply case and one consistency
+// check per Update kind, kept together so that replay has a single home.
 #ifndef SLUICE_DISPATCHER_DISPATCHER_STATE_H_
 #define SLUICE_DISPATCHER_DISPATCHER_STATE_H_
 

@@ -21,6 +21,9 @@
 // Consumers echo the versions of the lists they hold, as the client does
 // (--full-lists: as clients before versions).
 //
+// One file (~820 lines): simulated peers, the phase schedule and the report are one driver
+// that nothing else links.
+//
 //   dispatcher_scale --dispatcher build/bin/sluice-dispatcher
 //       --workers 250,500,1000,1500,2000,3000 --consumers 200 --duration 15s
 //

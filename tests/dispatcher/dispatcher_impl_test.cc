@@ -1,3 +1,6 @@
+// DispatcherImpl's protocol on a FakeClock, without gRPC: datasets and jobs, split hand-out and
+// progress, lost and draining workers, durability of answers. One file (~850 lines) because
+// the cases share one fixture of scripted workers and consumers.
 #include "dispatcher/dispatcher_impl.h"
 
 #include <algorithm>

@@ -35,7 +35,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "proto/pipeline.pb.h"  // proto::Pipeline, what PipelineBuilder builds
+// The one generated header here, on purpose: a job's pipeline is the proto::Pipeline message
+// that PipelineBuilder, the YAML loader and the Python binding produce, and the dataset's
+// identity is its deterministic serialization (as tf.data service's DatasetDef). Wrapping it
+// would add a copy and a second schema to keep in step.
+#include "proto/pipeline.pb.h"
 
 // Declared only: pass your own logger, registry or clock, or leave them null.
 namespace spdlog {
