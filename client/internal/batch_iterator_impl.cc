@@ -55,15 +55,15 @@ DType ToDType(proto::TensorDType dtype) {
 // ops) to the device here. InvalidArgument if the ops or the column are not what the client
 // can run.
 absl::Status FinishOnHost(const service::ReceivedBatch& wire,
-                          const proto::ColumnFinish& finish, Column* column) {
+                          const proto::ColumnFinish& finish,
+                          BufferPool& buffers, Column* column) {
   const proto::Column& c = wire.header.columns(finish.column());
   ASSIGN_OR_RETURN(record::DType dtype, service::FromWireDType(c.dtype()));
   const std::vector<proto::OpSpec> ops(finish.ops().begin(),
                                        finish.ops().end());
   ASSIGN_OR_RETURN(kernels::Finisher finisher,
                    kernels::Finisher::Create(ops, dtype, c.shape()));
-  std::shared_ptr<uint8_t[]> out =
-      std::make_shared_for_overwrite<uint8_t[]>(finisher.out_bytes());
+  std::shared_ptr<uint8_t[]> out = buffers.Get(finisher.out_bytes());
   finisher.Run(wire.pieces[finish.column()],
                reinterpret_cast<float*>(out.get()));
   column->dtype = DType::kFloat32;
@@ -76,8 +76,10 @@ absl::Status FinishOnHost(const service::ReceivedBatch& wire,
 
 // The trainer's batch from a received frame: a column that arrived in one slice (aligned for
 // its dtype) is handed over as is, sharing the slices' ownership; any other column is copied
-// once into a buffer the batch owns (service::Gather), or finished on the way (FinishOnHost).
-absl::StatusOr<Batch> FromWire(const service::ReceivedBatch& wire) {
+// once into a buffer the batch owns (service::Gather), or finished on the way (FinishOnHost)
+// into a buffer from `buffers`.
+absl::StatusOr<Batch> FromWire(const service::ReceivedBatch& wire,
+                               BufferPool& buffers) {
   const proto::Batch& header = wire.header;
   Batch batch;
   batch.epoch = header.key().epoch();
@@ -96,7 +98,7 @@ absl::StatusOr<Batch> FromWire(const service::ReceivedBatch& wire) {
     Column column;
     column.name = c.name();
     if (finish[i] != nullptr) {
-      RETURN_IF_ERROR(FinishOnHost(wire, *finish[i], &column));
+      RETURN_IF_ERROR(FinishOnHost(wire, *finish[i], buffers, &column));
       batch.columns.push_back(std::move(column));
       continue;
     }
@@ -500,7 +502,7 @@ BatchIteratorImpl::DeliverResult BatchIteratorImpl::Deliver(
   // The one copy (or none) into the trainer's memory, outside the lock.
   std::optional<Batch> ready;
   if (ours && !wire->end_of_split()) {
-    absl::StatusOr<Batch> batch = FromWire(*received);
+    absl::StatusOr<Batch> batch = FromWire(*received, *buffers_);
     if (!batch.ok()) {
       absl::MutexLock lock(&mu_);
       Fail(absl::DataLossError(

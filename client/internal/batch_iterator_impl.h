@@ -37,6 +37,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "client/internal/buffer_pool.h"
 #include "client/internal/iterator_state.h"
 #include "common/service/protocol.h"
 #include "grpcpp/grpcpp.h"
@@ -133,6 +134,10 @@ class BatchIteratorImpl final : public BatchIterator {
   prometheus::Counter* batches_counter_ = nullptr;
   prometheus::Counter* duplicates_counter_ = nullptr;
   prometheus::Gauge* fill_gauge_ = nullptr;
+  // Finished batches' buffers, reused (buffer_pool.h says why). A few beyond the ones the
+  // trainer and the prefetch buffer hold keep the steady state free of new allocations.
+  const std::shared_ptr<BufferPool> buffers_ =
+      BufferPool::Create(/*max_free=*/4);
 
   mutable absl::Mutex mu_;
   mutable absl::CondVar cv_;  // SaveState() waits on it too
