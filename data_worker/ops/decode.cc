@@ -223,8 +223,10 @@ absl::StatusOr<Tensor> DecodeJpegRegion(std::string_view encoded,
   if (!Guard(dec, [&] {
         cinfo.scale_num = n;
         cinfo.scale_denom = 8;
-        cinfo.dct_method = JDCT_ISLOW;
-        cinfo.do_fancy_upsampling = TRUE;
+        cinfo.dct_method = p.idct == proto::DecodeOp::IDCT_FAST    ? JDCT_IFAST
+                           : p.idct == proto::DecodeOp::IDCT_FLOAT ? JDCT_FLOAT
+                                                                   : JDCT_ISLOW;
+        cinfo.do_fancy_upsampling = p.fast_upsampling ? FALSE : TRUE;
         cinfo.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
         jpeg_start_decompress(&cinfo);
       })) {
@@ -345,18 +347,34 @@ absl::Status CheckEncoded(const OpLabel& label, const Tensor& input) {
                           input);
 }
 
+// `plan` with the JPEG settings of `spec`.
+DecodePlan WithSettings(DecodePlan plan, const proto::DecodeOp& spec) {
+  plan.idct = spec.idct();
+  plan.fast_upsampling = spec.fast_upsampling();
+  return plan;
+}
+
 class DecodeOpImpl final : public Op {
  public:
-  explicit DecodeOpImpl(OpLabel label) : label_(std::move(label)) {}
+  DecodeOpImpl(OpLabel label, proto::DecodeOp spec)
+      : label_(std::move(label)), spec_(std::move(spec)) {}
   std::string_view name() const override { return label_.name; }
   absl::StatusOr<Tensor> Apply(Tensor input,
                                const ElementContext&) const override {
     RETURN_IF_ERROR(CheckEncoded(label_, input));
-    return DecodeImage(input.bytes());
+    return DecodeImageRegion(
+        input.bytes(), [&](int h, int w) -> absl::StatusOr<DecodePlan> {
+          DecodePlan p;
+          p.box = CropBox{0, 0, h, w};
+          p.out_height = h;
+          p.out_width = w;
+          return WithSettings(p, spec_);
+        });
   }
 
  private:
   OpLabel label_;
+  proto::DecodeOp spec_;
 };
 
 // Decode followed by an op that becomes a DecodePlan; name "Decode+<second>".
@@ -364,8 +382,10 @@ class FusedDecodeOp final : public Op {
  public:
   using MakePlan = std::function<absl::StatusOr<DecodePlan>(
       int height, int width, const ElementContext& ctx)>;
-  FusedDecodeOp(OpLabel decode, OpLabel second, MakePlan make_plan)
+  FusedDecodeOp(OpLabel decode, proto::DecodeOp decode_spec, OpLabel second,
+                MakePlan make_plan)
       : decode_(std::move(decode)),
+        decode_spec_(std::move(decode_spec)),
         second_(std::move(second)),
         name_(absl::StrCat(decode_.name, "+", second_.name)),
         make_plan_(std::move(make_plan)) {}
@@ -374,11 +394,15 @@ class FusedDecodeOp final : public Op {
                                const ElementContext& ctx) const override {
     RETURN_IF_ERROR(CheckEncoded(decode_, input));
     return DecodeImageRegion(
-        input.bytes(), [&](int h, int w) { return make_plan_(h, w, ctx); });
+        input.bytes(), [&](int h, int w) -> absl::StatusOr<DecodePlan> {
+          ASSIGN_OR_RETURN(DecodePlan p, make_plan_(h, w, ctx));
+          return WithSettings(p, decode_spec_);
+        });
   }
 
  private:
   OpLabel decode_;
+  proto::DecodeOp decode_spec_;
   OpLabel second_;
   std::string name_;
   MakePlan make_plan_;
@@ -406,15 +430,16 @@ absl::StatusOr<Tensor> DecodeImageRegion(std::string_view encoded,
   return DecodeImageRegionImpl(encoded, plan);
 }
 
-absl::StatusOr<std::unique_ptr<Op>> MakeDecode(const proto::DecodeOp&,
+absl::StatusOr<std::unique_ptr<Op>> MakeDecode(const proto::DecodeOp& spec,
                                                OpLabel label) {
-  return std::make_unique<DecodeOpImpl>(std::move(label));
+  return std::make_unique<DecodeOpImpl>(std::move(label), spec);
 }
 
-std::unique_ptr<Op> MakeDecodeResize(OpLabel decode, OpLabel resize,
-                                     ResizeSpec spec) {
+std::unique_ptr<Op> MakeDecodeResize(OpLabel decode,
+                                     const proto::DecodeOp& decode_spec,
+                                     OpLabel resize, ResizeSpec spec) {
   return std::make_unique<FusedDecodeOp>(
-      std::move(decode), std::move(resize),
+      std::move(decode), decode_spec, std::move(resize),
       [spec](int h, int w,
              const ElementContext&) -> absl::StatusOr<DecodePlan> {
         DecodePlan p;
@@ -426,10 +451,11 @@ std::unique_ptr<Op> MakeDecodeResize(OpLabel decode, OpLabel resize,
       });
 }
 
-std::unique_ptr<Op> MakeDecodeCenterCrop(OpLabel decode, OpLabel crop,
-                                         CenterCropSpec spec) {
+std::unique_ptr<Op> MakeDecodeCenterCrop(OpLabel decode,
+                                         const proto::DecodeOp& decode_spec,
+                                         OpLabel crop, CenterCropSpec spec) {
   return std::make_unique<FusedDecodeOp>(
-      std::move(decode), crop,
+      std::move(decode), decode_spec, crop,
       [spec, crop](int h, int w,
                    const ElementContext&) -> absl::StatusOr<DecodePlan> {
         DecodePlan p;
@@ -440,11 +466,12 @@ std::unique_ptr<Op> MakeDecodeCenterCrop(OpLabel decode, OpLabel crop,
       });
 }
 
-std::unique_ptr<Op> MakeDecodeRandomResizedCrop(OpLabel decode, OpLabel crop,
-                                                RandomResizedCropSpec spec) {
+std::unique_ptr<Op> MakeDecodeRandomResizedCrop(
+    OpLabel decode, const proto::DecodeOp& decode_spec, OpLabel crop,
+    RandomResizedCropSpec spec) {
   const int position = crop.position;
   return std::make_unique<FusedDecodeOp>(
-      std::move(decode), std::move(crop),
+      std::move(decode), decode_spec, std::move(crop),
       [spec, position](int h, int w, const ElementContext& ctx)
           -> absl::StatusOr<DecodePlan> {
         Rng rng = ctx.RngFor(position);

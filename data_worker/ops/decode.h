@@ -62,6 +62,9 @@ struct DecodePlan {
   bool allow_dct_scaling = false;
   // Which DCT scales to pick from (see DctScaleRule).
   DctScaleRule dct_rule = DctScaleRule::kPowerOfTwo;
+  // JPEG decoding settings (proto::DecodeOp): the IDCT and chroma upsampling.
+  proto::DecodeOp::Idct idct = proto::DecodeOp::IDCT_ACCURATE;
+  bool fast_upsampling = false;
 };
 // Computes the plan from the full image height and width; an error aborts the
 // decode.
@@ -76,12 +79,15 @@ absl::StatusOr<Tensor> DecodeImageRegion(std::string_view encoded,
 absl::StatusOr<std::unique_ptr<Op>> MakeDecode(const proto::DecodeOp& spec,
                                                OpLabel label);
 // Fused ops; `decode` and the second op keep their own labels/positions.
-std::unique_ptr<Op> MakeDecodeResize(OpLabel decode, OpLabel resize,
-                                     ResizeSpec spec);
-std::unique_ptr<Op> MakeDecodeCenterCrop(OpLabel decode, OpLabel crop,
-                                         CenterCropSpec spec);
-std::unique_ptr<Op> MakeDecodeRandomResizedCrop(OpLabel decode, OpLabel crop,
-                                                RandomResizedCropSpec spec);
+std::unique_ptr<Op> MakeDecodeResize(OpLabel decode,
+                                     const proto::DecodeOp& decode_spec,
+                                     OpLabel resize, ResizeSpec spec);
+std::unique_ptr<Op> MakeDecodeCenterCrop(OpLabel decode,
+                                         const proto::DecodeOp& decode_spec,
+                                         OpLabel crop, CenterCropSpec spec);
+std::unique_ptr<Op> MakeDecodeRandomResizedCrop(
+    OpLabel decode, const proto::DecodeOp& decode_spec, OpLabel crop,
+    RandomResizedCropSpec spec);
 
 }  // namespace sluice::data_worker
 

@@ -204,16 +204,18 @@ FusedOp FuseDecode(const std::vector<proto::OpSpec>& specs, size_t i,
   const OpLabel& decode = labels[i];
   const OpLabel& next = labels[i + 1];
   if (b.has_resize()) {
-    return {MakeDecodeResize(decode, next, *ParseResize(b.resize(), next)), 2};
+    return {MakeDecodeResize(decode, specs[i].decode(), next,
+                             *ParseResize(b.resize(), next)),
+            2};
   }
   if (b.has_center_crop()) {
-    return {MakeDecodeCenterCrop(decode, next,
+    return {MakeDecodeCenterCrop(decode, specs[i].decode(), next,
                                  *ParseCenterCrop(b.center_crop(), next)),
             2};
   }
   if (b.has_random_resized_crop()) {
     return {MakeDecodeRandomResizedCrop(
-                decode, next,
+                decode, specs[i].decode(), next,
                 *ParseRandomResizedCrop(b.random_resized_crop(), next)),
             2};
   }

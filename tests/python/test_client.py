@@ -126,6 +126,17 @@ def test_pipeline_builder_matches_the_yaml_spec():
             _sluice.pipeline_json(yaml_path, True))
 
 
+
+def test_decode_settings_reach_the_spec():
+    ops = sluice.ops
+    assert ops.decode() == {"decode": {}}
+    assert ops.decode(idct="fast", fast_upsampling=True) == {
+        "decode": {"idct": "IDCT_FAST", "fast_upsampling": True}}
+    built = sluice.Pipeline().synthetic(8).map(["image"], [ops.decode(idct="float")])
+    from sluice import _sluice
+    assert '{"decode":{"idct":"IDCT_FLOAT"}}' in _sluice.pipeline_json(built.to_json(), False)
+
+
 def test_spec_as_text_dict_and_builder_are_the_same(cluster, dataset, spec_file, job):
     pipeline = small_pipeline()
     client = sluice.Client(cluster)

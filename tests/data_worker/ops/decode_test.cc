@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -236,6 +237,44 @@ TEST(Decode, BmpAndWebpDecodeOtherFormatsAreRefused) {
                 HasSubstr("unsupported image format (first bytes '"));
     EXPECT_THAT(out.status().message(),
                 HasSubstr("sluice decodes JPEG, PNG, BMP and WebP"));
+  }
+}
+
+// The faster JPEG settings (DecodeOp.idct, fast_upsampling) reach libjpeg in the plain and the
+// fused decode: the pixels change, but stay close to the accurate decode.
+TEST(Decode, FasterJpegSettingsChangeThePixelsSlightly) {
+  const cv::Mat rgb = MakeRgb(200, 300);
+  const std::string jpeg = EncodeJpegRgb(rgb);  // 4:2:0, as most photos
+  // 200 -> 150 decodes at DCT scale 1: at 1/2 and below libjpeg scales the chroma in the IDCT
+  // and has nothing to upsample.
+  proto::OpSpec resize;
+  resize.mutable_resize()->set_size(150);
+  for (const bool fuse : {false, true}) {
+    SCOPED_TRACE(fuse ? "fused with resize" : "plain decode");
+    auto build = [&](proto::OpSpec decode) {
+      return fuse ? Build({decode, resize}, /*fuse=*/true)
+                  : Build({decode}, /*fuse=*/false);
+    };
+    absl::StatusOr<Tensor> accurate =
+        build(DecodeSpec())->Apply(Bytes(jpeg), ElementContext{});
+    ASSERT_TRUE(accurate.ok()) << accurate.status();
+    for (const auto& [name, idct, fast_upsampling] :
+         std::vector<std::tuple<std::string, proto::DecodeOp::Idct, bool>>{
+             {"ifast", proto::DecodeOp::IDCT_FAST, false},
+             {"float", proto::DecodeOp::IDCT_FLOAT, false},
+             {"fast upsampling", proto::DecodeOp::IDCT_ACCURATE, true}}) {
+      SCOPED_TRACE(name);
+      proto::OpSpec decode = DecodeSpec();
+      decode.mutable_decode()->set_idct(idct);
+      decode.mutable_decode()->set_fast_upsampling(fast_upsampling);
+      absl::StatusOr<Tensor> out =
+          build(decode)->Apply(Bytes(jpeg), ElementContext{});
+      ASSERT_TRUE(out.ok()) << out.status();
+      ASSERT_EQ(out->shape(), accurate->shape());
+      const Diff diff = Compare(MatOf(*out), MatOf(*accurate));
+      EXPECT_GT(diff.max, 0);  // the setting took effect
+      EXPECT_LT(diff.mean, 4.0);  // decode_test's tolerance for the region decode
+    }
   }
 }
 
