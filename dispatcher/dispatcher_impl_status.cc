@@ -97,21 +97,22 @@ absl::Status DispatcherImpl::Autoscale(absl::Time now) {
       w.queue_depth = signal.queue_depth;
       w.queue_capacity = signal.queue_capacity;
       w.blocked_producers = static_cast<int>(signal.blocked_producers);
-      // Capacity over the window; a window with too little busy time to
-      // measure keeps the last value and stays open.
-      const double busy = signal.busy_seconds_total - signal.window_busy;
-      if (signal.window_set && busy >= 0.05) {
-        signal.elements_per_busy_second =
-            static_cast<double>(signal.elements_total -
-                                signal.window_elements) /
-            busy;
-        signal.window_elements = signal.elements_total;
-        signal.window_busy = signal.busy_seconds_total;
+      // Capacity over the window, per job when the worker reports jobs: a
+      // worker that has not produced job j has no measurement of j (its
+      // other jobs' cost says nothing about j's). Only a worker that
+      // reports totals alone gives them for every job.
+      signal.all.Measure();
+      for (auto& [job_id, counter] : signal.jobs) {
+        counter.Measure();
+        if (counter.elements_per_busy_second > 0)
+          w.capacity.push_back(
+              {.job_id = job_id,
+               .elements_per_busy_second = counter.elements_per_busy_second});
       }
-      if (signal.elements_per_busy_second > 0)
+      if (signal.jobs.empty() && signal.all.elements_per_busy_second > 0)
         w.capacity.push_back(
             {.job_id = kAllJobs,
-             .elements_per_busy_second = signal.elements_per_busy_second});
+             .elements_per_busy_second = signal.all.elements_per_busy_second});
     }
     in.workers.push_back(std::move(w));
   }
@@ -192,7 +193,7 @@ absl::Status DispatcherImpl::DoGetStatus(const proto::GetStatusRequest& request,
       w->set_queue_depth(signal.queue_depth);
       w->set_queue_capacity(signal.queue_capacity);
       w->set_elements_per_second(signal.elements_per_second);
-      w->set_elements_per_busy_second(signal.elements_per_busy_second);
+      w->set_elements_per_busy_second(signal.all.elements_per_busy_second);
       if (signal.registered != absl::InfinitePast())
         w->set_age_seconds(absl::ToDoubleSeconds(now - signal.registered));
     }

@@ -146,6 +146,18 @@ uint64_t TaskRunner::elements_run() const {
   return elements_run_;
 }
 
+std::map<uint64_t, TaskRunner::JobBusy> TaskRunner::busy_by_job() const {
+  absl::MutexLock lock(&mu_);
+  std::map<uint64_t, JobBusy> out = run_busy_by_job_;
+  for (auto& [job_id, busy] : out) busy.busy_seconds /= std::max(1, producers_);
+  return out;
+}
+
+void TaskRunner::ForgetJob(uint64_t job_id) {
+  absl::MutexLock lock(&mu_);
+  run_busy_by_job_.erase(job_id);
+}
+
 int64_t TaskRunner::peak_bytes() const {
   absl::MutexLock lock(&mu_);
   return peak_bytes_;
@@ -307,6 +319,9 @@ bool TaskRunner::RunEpoch(const Work& work, const Job& job,
   absl::MutexLock lock(&mu_);
   run_busy_seconds_ += busy;
   elements_run_ += stats.elements_out;
+  JobBusy& job_busy = run_busy_by_job_[a.key().job_id()];
+  job_busy.busy_seconds += busy;
+  job_busy.elements += stats.elements_out;
   running_.erase(std::find(running_.begin(), running_.end(), &ex));
   return ok;
 }

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -75,6 +76,15 @@ class TaskRunner {
   double busy_seconds() const ABSL_LOCKS_EXCLUDED(mu_);
   // Elements (inside batches) of the runs busy_seconds() counts.
   uint64_t elements_run() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The same two counters per job (busy seconds divided by the producer count like the total),
+  // so that jobs of different cost sharing this worker each get their own capacity.
+  struct JobBusy {
+    uint64_t elements = 0;
+    double busy_seconds = 0;
+  };
+  std::map<uint64_t, JobBusy> busy_by_job() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Stops reporting a job that is over, so the per-job counters stay bounded.
+  void ForgetJob(uint64_t job_id) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Work {
@@ -105,6 +115,8 @@ class TaskRunner {
   int producers_ ABSL_GUARDED_BY(mu_) = 0;
   double run_busy_seconds_ ABSL_GUARDED_BY(mu_) = 0;  // summed over runs
   uint64_t elements_run_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<uint64_t, JobBusy> run_busy_by_job_
+      ABSL_GUARDED_BY(mu_);           // busy summed over runs
   std::vector<std::thread> threads_;  // started by Start, joined by Stop
 };
 

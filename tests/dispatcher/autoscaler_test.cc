@@ -174,6 +174,36 @@ TEST_F(AutoscalerTest, SecondJobAddsItsNeed) {
   EXPECT_DOUBLE_EQ(d.jobs[1].capacity, 50);
 }
 
+// Two jobs of different cost on the same 14 workers: job 1 (batch 64) wants
+// 512 el/s at 100 el per busy second (5.12 workers), job 2 (batch 10) 200 el/s
+// at 25 (a pipeline 4x costlier: 8 workers). Σ need 13.12, x 1.05 = 13.78 ->
+// 14. Worker 14 has produced only job 1: it measures nothing for job 2.
+TEST_F(AutoscalerTest,
+       JobsOfDifferentCostSharingWorkersEachUseTheirOwnCapacity) {
+  AutoscalerInput in = Input(13, 0, 8, 8);
+  for (WorkerSample& w : in.workers) w.capacity = {{1, 100}, {2, 25}};
+  in.workers.push_back(Worker(14, 100, 1));
+  in.jobs.push_back({.job_id = 2, .batch_size = 10});
+  in.consumers.push_back(Consumer(2, 0, 20, 20));
+  AutoscalerDecision d = Next(in);
+  EXPECT_DOUBLE_EQ(d.need, 5.12 + 8);
+  EXPECT_EQ(d.desired_workers, 14);
+  ASSERT_EQ(d.jobs.size(), 2u);
+  EXPECT_DOUBLE_EQ(d.jobs[0].capacity, 100);
+  EXPECT_DOUBLE_EQ(d.jobs[1].capacity, 25);
+  EXPECT_EQ(d.reason,
+            "hold 14: need 13.12 workers (job 1: 512 el/s / 100 el/s per "
+            "worker; job 2: 200 el/s / 25 el/s per worker) x 1.05 headroom = "
+            "14");
+  // Job 2's trainer now wants twice as much and waits half the time: only
+  // job 2's need doubles (16), Σ 21.12 x 1.05 = 22.18 -> 23 in one step.
+  in.consumers[1] = Consumer(2, 0, 40, 20);
+  d = Next(in);
+  EXPECT_DOUBLE_EQ(d.need, 5.12 + 16);
+  EXPECT_EQ(d.desired_workers, 23);
+  EXPECT_THAT(d.reason, StartsWith("up 14 -> 23:"));
+}
+
 TEST_F(AutoscalerTest, AllConsumersLeaveScalesToTheMinimumAtOnce) {
   Next(Steady());
   AutoscalerInput in = Steady();
