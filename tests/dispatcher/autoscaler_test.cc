@@ -304,9 +304,23 @@ TEST_F(AutoscalerTest, WarmingWorkersAreNotMeasured) {
   EXPECT_THAT(d.reason, HasSubstr("6 warming up"));
 }
 
+// A cluster that just started: its only worker is warming up but measured
+// 100 el per busy second; the trainer wants 160 el/s (2.5 batches of 64) and
+// gets 100. Nothing warm measured the job, so the warming worker's figure is
+// used at once rather than after the warm-up: need 1.6, x 1.05 -> 2.
+TEST_F(AutoscalerTest, WarmingWorkersAreMeasuredWhenNoWorkerIsWarm) {
+  AutoscalerInput in = Input(1, 100, 2.5, 100.0 / 64);
+  in.workers[0].registered = clock_.Now() - absl::Seconds(1);
+  AutoscalerDecision d = Next(in);
+  EXPECT_DOUBLE_EQ(d.need, 1.6);
+  EXPECT_EQ(d.desired_workers, 2);
+  EXPECT_THAT(d.reason, StartsWith("up 1 -> 2: need 1.60 workers"));
+  EXPECT_THAT(d.reason, HasSubstr("1 job(s) measured on warming workers only"));
+}
+
 TEST_F(AutoscalerTest, NoCapacityYetHoldsAndStartsOne) {
   // The first worker registered 1 s ago; nothing was ever measured.
-  AutoscalerInput in = Input(1, 40, 8, 1);
+  AutoscalerInput in = Input(1, 0, 8, 1);
   in.workers[0].registered = clock_.Now() - absl::Seconds(1);
   AutoscalerDecision d = Next(in);
   EXPECT_EQ(d.desired_workers, 1);
