@@ -447,6 +447,15 @@ class DispatcherImpl {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One autoscaling decision from the window's signals (and, kLocal, drains).
   absl::Status Autoscale(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether consumer `index` of `job_id` counts as demand: it is not
+  // finished, it has reported, and not longer than consumer_timeout ago.
+  bool LiveConsumer(uint64_t job_id, const DispatcherState::Consumer& consumer,
+                    absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // True when a job the last decision counted has no live consumer any more
+  // (it finished, its consumers finished or left): Tick() then decides at
+  // once instead of at the end of the period, since demand that left is a
+  // fact, not a measurement to confirm.
+  bool DemandLeft(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MaintenanceLoop() ABSL_LOCKS_EXCLUDED(mu_);
 
   const DispatcherOptions options_;

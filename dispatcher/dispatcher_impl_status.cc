@@ -74,6 +74,33 @@ DispatcherImpl::JobMetrics& DispatcherImpl::MetricsFor(
   return it->second;
 }
 
+bool DispatcherImpl::LiveConsumer(uint64_t job_id,
+                                  const DispatcherState::Consumer& consumer,
+                                  absl::Time now) const {
+  if (consumer.finished) return false;
+  auto it = consumer_signals_.find({job_id, consumer.index});
+  // Never reported, or gone.
+  return it != consumer_signals_.end() &&
+         it->second.window_start != absl::InfinitePast() &&
+         now - it->second.last_report < options_.consumer_timeout;
+}
+
+bool DispatcherImpl::DemandLeft(absl::Time now) const {
+  if (!decided_) return false;
+  for (const JobEstimate& e : decision_.jobs) {
+    if (e.consumers == 0) continue;
+    const DispatcherState::Job* job = state_.FindJob(e.job_id);
+    if (job == nullptr || job->finished() ||
+        std::none_of(job->consumers.begin(), job->consumers.end(),
+                     [&](const DispatcherState::Consumer& c) {
+                       return LiveConsumer(e.job_id, c, now);
+                     })) {
+      return true;
+    }
+  }
+  return false;
+}
+
 absl::Status DispatcherImpl::Autoscale(absl::Time now) {
   AutoscalerInput in;
   in.now = now;
@@ -124,23 +151,23 @@ absl::Status DispatcherImpl::Autoscale(absl::Time now) {
         {.job_id = id,
          .batch_size = dataset != nullptr ? dataset->batch_size : uint64_t{1}});
     for (const DispatcherState::Consumer& c : job.consumers) {
-      if (c.finished) continue;
-      auto it = consumer_signals_.find({id, c.index});
-      if (it == consumer_signals_.end()) continue;
-      ConsumerSignal& signal = it->second;
-      if (signal.window_start == absl::InfinitePast() ||
-          now - signal.last_report >= options_.consumer_timeout) {
-        continue;  // never reported, or gone
-      }
-      const double dt = absl::ToDoubleSeconds(now - signal.window_start);
-      if (dt > 0 && signal.last_report > signal.window_start) {
+      if (!LiveConsumer(id, c, now)) continue;
+      ConsumerSignal& signal = consumer_signals_.at({id, c.index});
+      // The window runs from one report to the newest one, not to `now`:
+      // the counters are as of the report, and counting the time since then
+      // (up to a heartbeat interval) would understate both the rate and
+      // the wait, and demand with them, most in a short first window right
+      // after a step.
+      const double dt =
+          absl::ToDoubleSeconds(signal.last_report - signal.window_start);
+      if (dt > 0) {
         signal.batches_per_second =
             static_cast<double>(signal.batches_returned_total -
                                 signal.window_batches) /
             dt;
         signal.window_wait_fraction = std::clamp(
             (signal.wait_seconds_total - signal.window_wait) / dt, 0.0, 1.0);
-        signal.window_start = now;
+        signal.window_start = signal.last_report;
         signal.window_batches = signal.batches_returned_total;
         signal.window_wait = signal.wait_seconds_total;
       }

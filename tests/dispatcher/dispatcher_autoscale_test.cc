@@ -311,5 +311,33 @@ TEST_F(DispatcherAutoscaleTest, DecidesOncePerScalePeriod) {
   EXPECT_EQ(impl_->desired_workers(), 5);
 }
 
+// Demand that left is decided at once, not at the end of the period: the
+// consumer completes all 10 splits of its single epoch half a second after
+// the decision for 5 workers, and the next tick scales down to the minimum.
+TEST_F(DispatcherAutoscaleTest, AJobWhoseConsumersLeftIsDecidedAtOnce) {
+  Start(DispatcherOptions::Scaler::kNone);
+  TwoWarmWorkersAndAWaitingConsumer();
+  ASSERT_EQ(impl_->desired_workers(), 5);
+  clock_.Advance(absl::Milliseconds(500));
+  proto::ClientHeartbeatRequest request;
+  request.set_protocol_version(kProtocolVersion);
+  request.set_job_id(job_);
+  request.set_batches_returned_total(100);
+  request.set_wait_seconds_total(1.0);
+  for (uint64_t position = 0; position < 10; ++position) {
+    proto::ClientSplitProgress* p = request.add_progress();
+    p->set_epoch(0);
+    p->set_position(position);
+    p->set_delivered_batches(10);
+    p->set_complete(true);
+  }
+  proto::ClientHeartbeatResponse response;
+  ASSERT_TRUE(impl_->ClientHeartbeat(request, &response).ok());
+  ASSERT_TRUE(response.finished());
+  ASSERT_TRUE(impl_->Tick().ok());
+  EXPECT_EQ(impl_->desired_workers(), 1);
+  EXPECT_THAT(Status().reason(), StartsWith("down 2 -> 1: no live consumer"));
+}
+
 }  // namespace
 }  // namespace sluice::dispatcher
