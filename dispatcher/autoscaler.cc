@@ -253,6 +253,18 @@ AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
       if (desired < target) {
         absl::StrAppend(&verdict, ", capped at x", o.max_scale_up_factor);
       }
+      // Workers were lost since the last decision but the need is still
+      // within the band that held that count: replace them one for one.
+      // Rounding need x headroom up again would add a worker whenever the
+      // noise lifts the need past count / headroom (8.53 workers of need
+      // read as 8.6 x 1.05 = 9.03 -> 10 instead of the 9 there were).
+      if (current < last_desired_ && need <= last_desired_ &&
+          desired > last_desired_) {
+        desired = last_desired_;
+        verdict = absl::StrFormat(
+            "up %d -> %d: replace lost workers, %s within the band of %d",
+            current, desired, estimate, last_desired_);
+      }
     }
   } else {
     const int stable_target = std::clamp(CeilWorkers(stable_need * o.headroom),
@@ -302,6 +314,7 @@ AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
   }
   if (desired < current) last_scale_down_ = now;
   d.desired_workers = desired;
+  last_desired_ = desired;
 
   // Who is least useful.
   for (uint64_t id : stalled) d.replace.push_back(id);

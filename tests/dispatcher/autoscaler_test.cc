@@ -147,6 +147,20 @@ TEST_F(AutoscalerTest, LostWorkerIsReplaced) {
   EXPECT_THAT(d.reason, StartsWith("up 5 -> 6:"));
 }
 
+// The need reads 5.75 right after a worker of the 6 was lost (noise: the 6
+// held it, 5.75 <= 6): one replacement, not ceil(5.75 x 1.05) = 7.
+TEST_F(AutoscalerTest, LostWorkerIsReplacedOneForOneWithinTheBand) {
+  Next(Steady());
+  AutoscalerDecision d = Next(Input(5, 100, 575.0 / 64, 500.0 / 64));
+  EXPECT_DOUBLE_EQ(d.need, 5.75);
+  EXPECT_EQ(d.desired_workers, 6);
+  EXPECT_THAT(d.reason, StartsWith("up 5 -> 6: replace lost workers"));
+  // Beyond the band (the need grew too: 6.5), the law rounds up as usual.
+  d = Next(Input(5, 100, 650.0 / 64, 500.0 / 64));
+  EXPECT_EQ(d.desired_workers, 7);
+  EXPECT_THAT(d.reason, StartsWith("up 5 -> 7: need 6.50 workers"));
+}
+
 TEST_F(AutoscalerTest, SecondJobAddsItsNeed) {
   Next(Steady());
   // Job 2 (batch 32) arrives: its consumer wants 20 batches/s = 640 el/s and
