@@ -18,6 +18,7 @@
 #include "absl/time/clock.h"
 #include "common/record/dataset.h"
 #include "data_worker/pipeline/spec.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sluice/client.h"
 #include "tests/testing/temp_dir.h"
@@ -103,6 +104,16 @@ class AutoscaledCluster {
   int exited() {
     absl::MutexLock lock(&mu_);
     return exited_;
+  }
+  // SIGKILLs the worker process serving `address`; false if none does.
+  bool Kill(const std::string& address) {
+    absl::MutexLock lock(&mu_);
+    for (int i = 0; i < cluster_->num_workers(); ++i) {
+      if (cluster_->worker(i).address != address) continue;
+      cluster_->SignalWorker(i, SIGKILL);
+      return true;
+    }
+    return false;
   }
   void Signal(int worker, int signal) {
     absl::MutexLock lock(&mu_);
@@ -266,6 +277,57 @@ TEST_F(AutoscaleTest, AWorkerKilledDuringItsDrainLosesNothing) {
                              cluster->Signal(0, SIGKILL);  // dies mid-drain
                            });
   ExpectEveryRecordOncePerEpoch(ids, 2);
+}
+
+// The dispatcher, not the worker, starts the drain: "short" (never sleeps)
+// pulls the pool up to 3 workers, and when it ends the dispatcher drains the
+// surplus while "long" (a 100 ms step: workers run ahead of it, so each holds
+// splits it produced and "long" has not read yet) still reads. The first worker seen
+// draining while it still holds splits is SIGKILLed: its queued batches are
+// gone, the dispatcher times it out and hands its splits over with the
+// consumer's prefix skipped, and both consumers still get every record of
+// every epoch exactly once.
+TEST_F(AutoscaleTest, AWorkerKilledDuringADispatcherDrainLosesNothing) {
+  auto cluster = Start(/*min=*/1, /*max=*/3);
+  ASSERT_NE(cluster, nullptr);
+  std::atomic<bool> reading{true};
+  std::string killed;  // written by the watcher, read after it joined
+  std::string killed_reason;
+  std::thread watcher([&] {
+    while (reading && killed.empty()) {
+      absl::StatusOr<proto::GetStatusResponse> status =
+          tools::FetchStatus(cluster->address());
+      if (status.ok()) {
+        for (const proto::WorkerStatus& w : status->workers()) {
+          if (w.state() != "draining" || w.splits() == 0) continue;
+          if (cluster->Kill(w.address())) {
+            killed = w.address();
+            killed_reason = status->reason();
+          }
+          break;
+        }
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  });
+  std::map<uint64_t, std::vector<uint64_t>> long_ids, short_ids;
+  std::thread short_job([&] {
+    short_ids = Consume(cluster->address(), "short", /*epochs=*/6,
+                        /*sleep_micros=*/20000);
+  });
+  long_ids = Consume(cluster->address(), "long", /*epochs=*/4,
+                     /*sleep_micros=*/20000, [&](int) {
+                       absl::SleepFor(absl::Milliseconds(100));  // a step
+                     });
+  reading = false;
+  short_job.join();
+  watcher.join();
+  ASSERT_FALSE(killed.empty())
+      << "no worker was seen draining while it held splits (max live "
+      << cluster->max_live() << ")";
+  EXPECT_THAT(killed_reason, ::testing::StartsWith("down "));
+  ExpectEveryRecordOncePerEpoch(short_ids, 6);
+  ExpectEveryRecordOncePerEpoch(long_ids, 4);
 }
 
 // The done-when of issue 8: a load step answered with the right worker count
