@@ -90,13 +90,11 @@ bool DispatcherImpl::DemandLeft(absl::Time now) const {
   for (const JobEstimate& e : decision_.jobs) {
     if (e.consumers == 0) continue;
     const DispatcherState::Job* job = state_.FindJob(e.job_id);
-    if (job == nullptr || job->finished() ||
-        std::none_of(job->consumers.begin(), job->consumers.end(),
-                     [&](const DispatcherState::Consumer& c) {
-                       return LiveConsumer(e.job_id, c, now);
-                     })) {
-      return true;
-    }
+    if (job == nullptr || job->finished()) return true;
+    bool live = false;
+    for (const DispatcherState::Consumer& c : job->consumers)
+      live = live || LiveConsumer(e.job_id, c, now);
+    if (!live) return true;
   }
   return false;
 }
