@@ -6,7 +6,10 @@
 # epochs, ending around t=${END:-75}s; the run is sampled until t=${TOTAL:-100}s.
 # Every second `sluice status --json` is recorded; bench/autoscale/plot.py draws workers, desired
 # workers, throughput and trainer wait over time into docs/img/autoscale.png, and prints the
-# per-step convergence (periods from a load step to the final desired count).
+# per-step convergence (periods from a load step to the final desired count). Next to the run it
+# draws the simulator's prediction for the same trace (autoscale_sim --bench-trace: the same
+# demands, join and end times as measured here, a worker start-up of ${STARTUP:-0.5} s: decision
+# to registration measured 0.31-0.70 s on the 2026-11-25 run, see the dispatcher log).
 #
 #   bench/autoscale.sh                 (builds sluice in ${SLUICE_BUILD_DIR:-build})
 set -euo pipefail
@@ -14,7 +17,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${SLUICE_BUILD_DIR:-$root/build}"
 out="${OUT:-/tmp/sluice_autoscale_bench}"
 JOIN="${JOIN:-30}"; TOTAL="${TOTAL:-100}"
-cmake --build "$build" --target sluice sluice-dispatcher sluice-worker -j2 >/dev/null
+cmake --build "$build" --target sluice sluice-dispatcher sluice-worker autoscale_sim -j2 >/dev/null
 bin="$build/bin"
 rm -rf "$out"; mkdir -p "$out"
 echo "# $(date -u +%FT%TZ)  nproc=$(nproc)  load: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -60,4 +63,12 @@ done
 wait $a_pid $b_pid || true
 echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 tail -n 2 "$out/consumeA.log" "$out/consumeB.log"
-/usr/bin/python3 "$root/bench/autoscale/plot.py" "$out/status.jsonl" "$root/docs/img/autoscale.png" "$JOIN"
+# When each job ran out of epochs, from its own log ("consumed ... in 79.41s"), in the bench's time.
+a_end=$(sed -n 's/.* in \([0-9.]*\)s; first batch.*/\1/p' "$out/consumeA.log")
+b_end=$(sed -n 's/.* in \([0-9.]*\)s; first batch.*/\1/p' "$out/consumeB.log")
+b_end=$(awk -v j="$JOIN" -v b="$b_end" 'BEGIN { printf "%.2f", j + b }')
+"$build/bin/autoscale_sim" --seeds 0 --bench-trace "$out/simulated.csv" --bench-join "$JOIN" \
+  --bench-a-end "$a_end" --bench-b-end "$b_end" --bench-startup "${STARTUP:-0.5}" \
+  | sed -n '/^bench\/autoscale.sh replayed/,$p'
+/usr/bin/python3 "$root/bench/autoscale/plot.py" "$out/status.jsonl" "$root/docs/img/autoscale.png" \
+  "$JOIN" "$out/simulated.csv"

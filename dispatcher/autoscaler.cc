@@ -54,7 +54,7 @@ AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
 
   // Workers: who counts, who is measured.
   int registered = 0, warming = 0;
-  std::vector<const WorkerSample*> warm;
+  std::vector<const WorkerSample*> warm, warming_workers;
   std::set<uint64_t> stalled;
   for (const WorkerSample& w : input.workers) {
     if (w.draining) continue;
@@ -65,6 +65,7 @@ AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
       stalled.insert(w.worker_id);
     } else if (now - w.registered < o.warmup) {
       ++warming;
+      warming_workers.push_back(&w);
     } else {
       warm.push_back(&w);
     }
@@ -109,14 +110,27 @@ AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
   }
 
   // Capacity per job: the mean over warm workers with outliers replaced by
-  // the median.
+  // the median. When no warm worker measured the job (the first workers of
+  // a cluster that just started, all of them new), the warming workers'
+  // measurements are used rather than none: waiting out the warm-up would
+  // delay the first decision after a step by `warmup` (3 periods), and a
+  // cold worker's lower rate errs towards more workers, which the next
+  // periods correct.
   std::set<uint64_t> slow;
   std::vector<double> all_values;
+  int jobs_measured_warming = 0;
   for (auto& [job_id, e] : jobs) {
     std::vector<std::pair<uint64_t, double>> values;
     for (const WorkerSample* w : warm) {
       const double c = CapacityFor(*w, job_id);
       if (c > 0) values.emplace_back(w->worker_id, c);
+    }
+    if (values.empty()) {
+      for (const WorkerSample* w : warming_workers) {
+        const double c = CapacityFor(*w, job_id);
+        if (c > 0) values.emplace_back(w->worker_id, c);
+      }
+      if (!values.empty()) ++jobs_measured_warming;
     }
     if (values.empty()) continue;
     std::vector<double> raw;
@@ -239,6 +253,18 @@ AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
       if (desired < target) {
         absl::StrAppend(&verdict, ", capped at x", o.max_scale_up_factor);
       }
+      // Workers were lost since the last decision but the need is still
+      // within the band that held that count: replace them one for one.
+      // Rounding need x headroom up again would add a worker whenever the
+      // noise lifts the need past count / headroom (8.53 workers of need
+      // read as 8.6 x 1.05 = 9.03 -> 10 instead of the 9 there were).
+      if (current < last_desired_ && need <= last_desired_ &&
+          desired > last_desired_) {
+        desired = last_desired_;
+        verdict = absl::StrFormat(
+            "up %d -> %d: replace lost workers, %s within the band of %d",
+            current, desired, estimate, last_desired_);
+      }
     }
   } else {
     const int stable_target = std::clamp(CeilWorkers(stable_need * o.headroom),
@@ -288,6 +314,7 @@ AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
   }
   if (desired < current) last_scale_down_ = now;
   d.desired_workers = desired;
+  last_desired_ = desired;
 
   // Who is least useful.
   for (uint64_t id : stalled) d.replace.push_back(id);
@@ -302,6 +329,10 @@ AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
   }
   if (warming > 0 && need_known) {
     notes.push_back(absl::StrCat(warming, " warming up"));
+  }
+  if (jobs_measured_warming > 0) {
+    notes.push_back(absl::StrCat(jobs_measured_warming,
+                                 " job(s) measured on warming workers only"));
   }
   const int surplus = registered - desired;
   if (surplus > 0) {

@@ -195,6 +195,9 @@ class Autoscaler {
   // warm worker measured one.
   std::map<uint64_t, double> last_capacity_;
   double last_any_capacity_ = 0;
+  // The last decision: while the need stays within its hold band, workers
+  // lost since are replaced one for one.
+  int last_desired_ = 0;
   absl::Time last_scale_down_ = absl::InfinitePast();
   absl::Time first_call_ = absl::InfinitePast();
 };

@@ -483,7 +483,7 @@ absl::Status DispatcherImpl::DoTick() {
   }
   RETURN_IF_ERROR(CollectJobs(now));
   if (last_decision_ == absl::InfinitePast() ||
-      now - last_decision_ >= options_.scale_period) {
+      now - last_decision_ >= options_.scale_period || DemandLeft(now)) {
     RETURN_IF_ERROR(Autoscale(now));
   }
   UpdateGauges();

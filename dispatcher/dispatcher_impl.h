@@ -316,6 +316,23 @@ class DispatcherImpl {
     prometheus::Counter* splits_reassigned = nullptr;
     prometheus::Gauge* consumers = nullptr;
   };
+  // A worker's cumulative elements and busy seconds (for all jobs or one),
+  // and the capacity measured over the window since the previous decision.
+  struct BusyCounter {
+    uint64_t elements_total = 0;
+    double busy_seconds_total = 0;
+    uint64_t window_elements = 0;
+    double window_busy = 0;
+    bool window_set = false;
+    double elements_per_busy_second = 0;
+
+    // A heartbeat's cumulative counters; smaller than the last ones means
+    // the worker restarted (or forgot the job): the window starts again.
+    void Report(uint64_t elements, double busy_seconds);
+    // Ends the window if it holds enough busy time to measure (0.05 s);
+    // otherwise the last capacity stays and the window stays open.
+    void Measure();
+  };
   struct WorkerSignal {
     absl::Time last_seen;
     absl::Time registered = absl::InfinitePast();
@@ -323,13 +340,10 @@ class DispatcherImpl {
     uint64_t queue_depth = 0;
     uint64_t queue_capacity = 0;
     uint32_t blocked_producers = 0;
-    uint64_t elements_total = 0;
-    double busy_seconds_total = 0;
-    // At the previous scale decision; capacity measured over that window.
-    uint64_t window_elements = 0;
-    double window_busy = 0;
-    bool window_set = false;
-    double elements_per_busy_second = 0;
+    // All jobs together, and per job (WorkerHeartbeatRequest.job_busy; empty
+    // from a worker that reports only totals).
+    BusyCounter all;
+    std::map<uint64_t, BusyCounter> jobs;
   };
 
   explicit DispatcherImpl(DispatcherOptions options);
@@ -433,6 +447,15 @@ class DispatcherImpl {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One autoscaling decision from the window's signals (and, kLocal, drains).
   absl::Status Autoscale(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether consumer `index` of `job_id` counts as demand: it is not
+  // finished, it has reported, and not longer than consumer_timeout ago.
+  bool LiveConsumer(uint64_t job_id, const DispatcherState::Consumer& consumer,
+                    absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // True when a job the last decision counted has no live consumer any more
+  // (it finished, its consumers finished or left): Tick() then decides at
+  // once instead of at the end of the period, since demand that left is a
+  // fact, not a measurement to confirm.
+  bool DemandLeft(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MaintenanceLoop() ABSL_LOCKS_EXCLUDED(mu_);
 
   const DispatcherOptions options_;

@@ -74,6 +74,31 @@ DispatcherImpl::JobMetrics& DispatcherImpl::MetricsFor(
   return it->second;
 }
 
+bool DispatcherImpl::LiveConsumer(uint64_t job_id,
+                                  const DispatcherState::Consumer& consumer,
+                                  absl::Time now) const {
+  if (consumer.finished) return false;
+  auto it = consumer_signals_.find({job_id, consumer.index});
+  // Never reported, or gone.
+  return it != consumer_signals_.end() &&
+         it->second.window_start != absl::InfinitePast() &&
+         now - it->second.last_report < options_.consumer_timeout;
+}
+
+bool DispatcherImpl::DemandLeft(absl::Time now) const {
+  if (!decided_) return false;
+  for (const JobEstimate& e : decision_.jobs) {
+    if (e.consumers == 0) continue;
+    const DispatcherState::Job* job = state_.FindJob(e.job_id);
+    if (job == nullptr || job->finished()) return true;
+    bool live = false;
+    for (const DispatcherState::Consumer& c : job->consumers)
+      live = live || LiveConsumer(e.job_id, c, now);
+    if (!live) return true;
+  }
+  return false;
+}
+
 absl::Status DispatcherImpl::Autoscale(absl::Time now) {
   AutoscalerInput in;
   in.now = now;
@@ -97,21 +122,22 @@ absl::Status DispatcherImpl::Autoscale(absl::Time now) {
       w.queue_depth = signal.queue_depth;
       w.queue_capacity = signal.queue_capacity;
       w.blocked_producers = static_cast<int>(signal.blocked_producers);
-      // Capacity over the window; a window with too little busy time to
-      // measure keeps the last value and stays open.
-      const double busy = signal.busy_seconds_total - signal.window_busy;
-      if (signal.window_set && busy >= 0.05) {
-        signal.elements_per_busy_second =
-            static_cast<double>(signal.elements_total -
-                                signal.window_elements) /
-            busy;
-        signal.window_elements = signal.elements_total;
-        signal.window_busy = signal.busy_seconds_total;
+      // Capacity over the window, per job when the worker reports jobs: a
+      // worker that has not produced job j has no measurement of j (its
+      // other jobs' cost says nothing about j's). Only a worker that
+      // reports totals alone gives them for every job.
+      signal.all.Measure();
+      for (auto& [job_id, counter] : signal.jobs) {
+        counter.Measure();
+        if (counter.elements_per_busy_second > 0)
+          w.capacity.push_back(
+              {.job_id = job_id,
+               .elements_per_busy_second = counter.elements_per_busy_second});
       }
-      if (signal.elements_per_busy_second > 0)
+      if (signal.jobs.empty() && signal.all.elements_per_busy_second > 0)
         w.capacity.push_back(
             {.job_id = kAllJobs,
-             .elements_per_busy_second = signal.elements_per_busy_second});
+             .elements_per_busy_second = signal.all.elements_per_busy_second});
     }
     in.workers.push_back(std::move(w));
   }
@@ -123,23 +149,23 @@ absl::Status DispatcherImpl::Autoscale(absl::Time now) {
         {.job_id = id,
          .batch_size = dataset != nullptr ? dataset->batch_size : uint64_t{1}});
     for (const DispatcherState::Consumer& c : job.consumers) {
-      if (c.finished) continue;
-      auto it = consumer_signals_.find({id, c.index});
-      if (it == consumer_signals_.end()) continue;
-      ConsumerSignal& signal = it->second;
-      if (signal.window_start == absl::InfinitePast() ||
-          now - signal.last_report >= options_.consumer_timeout) {
-        continue;  // never reported, or gone
-      }
-      const double dt = absl::ToDoubleSeconds(now - signal.window_start);
-      if (dt > 0 && signal.last_report > signal.window_start) {
+      if (!LiveConsumer(id, c, now)) continue;
+      ConsumerSignal& signal = consumer_signals_.at({id, c.index});
+      // The window runs from one report to the newest one, not to `now`:
+      // the counters are as of the report, and counting the time since then
+      // (up to a heartbeat interval) would understate both the rate and
+      // the wait, and demand with them, most in a short first window right
+      // after a step.
+      const double dt =
+          absl::ToDoubleSeconds(signal.last_report - signal.window_start);
+      if (dt > 0) {
         signal.batches_per_second =
             static_cast<double>(signal.batches_returned_total -
                                 signal.window_batches) /
             dt;
         signal.window_wait_fraction = std::clamp(
             (signal.wait_seconds_total - signal.window_wait) / dt, 0.0, 1.0);
-        signal.window_start = now;
+        signal.window_start = signal.last_report;
         signal.window_batches = signal.batches_returned_total;
         signal.window_wait = signal.wait_seconds_total;
       }
@@ -192,7 +218,7 @@ absl::Status DispatcherImpl::DoGetStatus(const proto::GetStatusRequest& request,
       w->set_queue_depth(signal.queue_depth);
       w->set_queue_capacity(signal.queue_capacity);
       w->set_elements_per_second(signal.elements_per_second);
-      w->set_elements_per_busy_second(signal.elements_per_busy_second);
+      w->set_elements_per_busy_second(signal.all.elements_per_busy_second);
       if (signal.registered != absl::InfinitePast())
         w->set_age_seconds(absl::ToDoubleSeconds(now - signal.registered));
     }

@@ -13,6 +13,28 @@
 
 namespace sluice::dispatcher {
 
+void DispatcherImpl::BusyCounter::Report(uint64_t elements,
+                                         double busy_seconds) {
+  if (elements < elements_total || busy_seconds < busy_seconds_total)
+    window_set = false;
+  elements_total = elements;
+  busy_seconds_total = busy_seconds;
+  if (!window_set) {
+    window_set = true;
+    window_elements = elements_total;
+    window_busy = busy_seconds_total;
+  }
+}
+
+void DispatcherImpl::BusyCounter::Measure() {
+  const double busy = busy_seconds_total - window_busy;
+  if (!window_set || busy < 0.05) return;
+  elements_per_busy_second =
+      static_cast<double>(elements_total - window_elements) / busy;
+  window_elements = elements_total;
+  window_busy = busy_seconds_total;
+}
+
 absl::Status DispatcherImpl::DoWorkerRegister(
     const proto::WorkerRegisterRequest& request,
     proto::WorkerRegisterResponse* response) {
@@ -119,17 +141,16 @@ absl::Status DispatcherImpl::DoWorkerHeartbeat(
     signal.queue_depth = request.queue_depth();
     signal.queue_capacity = request.queue_capacity();
     signal.blocked_producers = request.blocked_producers();
-    if (request.elements_total() < signal.elements_total ||
-        request.busy_seconds_total() < signal.busy_seconds_total) {
-      signal.window_set = false;  // the worker restarted
+    signal.all.Report(request.elements_total(), request.busy_seconds_total());
+    std::map<uint64_t, BusyCounter> jobs;
+    for (const proto::JobBusy& b : request.job_busy()) {
+      auto it = signal.jobs.find(b.job_id());
+      BusyCounter& counter = jobs[b.job_id()];
+      if (it != signal.jobs.end()) counter = it->second;
+      counter.Report(b.elements_total(), b.busy_seconds_total());
     }
-    signal.elements_total = request.elements_total();
-    signal.busy_seconds_total = request.busy_seconds_total();
-    if (!signal.window_set) {
-      signal.window_set = true;
-      signal.window_elements = signal.elements_total;
-      signal.window_busy = signal.busy_seconds_total;
-    }
+    // Jobs the worker no longer reports (over, forgotten) go.
+    signal.jobs = std::move(jobs);
   }
   response->set_incarnation(incarnation_);
   if (!request.splits().empty()) {

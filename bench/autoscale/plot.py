@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Plots bench/autoscale.sh's `sluice status --json` samples.
 
-usage: plot.py status.jsonl out.png join_seconds
+usage: plot.py status.jsonl out.png join_seconds [simulated.csv]
 
 Draws workers (registered, not draining), desired workers, throughput (elements/s returned to
 the trainers, from batches/s x batch size) and mean trainer wait over time, and prints a summary:
@@ -19,6 +19,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 def main() -> None:
     path, png, join = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    # The simulator's prediction for the same trace (autoscale_sim --bench-trace): per period,
+    # the workers it provisioned (started or running) and its decision.
+    sim_t, sim_workers = [], []
+    if len(sys.argv) > 4:
+        for row in list(open(sys.argv[4]))[1:]:
+            f = row.strip().split(",")
+            sim_t.append(float(f[0]))
+            sim_workers.append(int(f[2]))
     t, workers, desired, throughput, wait = [], [], [], [], []
     for line in open(path):
         row = json.loads(line)
@@ -38,6 +46,9 @@ def main() -> None:
     fig, ax = plt.subplots(3, 1, figsize=(8, 7), sharex=True)
     ax[0].step(t, workers, where="post", label="workers (not draining)")
     ax[0].step(t, desired, where="post", linestyle="--", label="desired")
+    if sim_t:
+        ax[0].step(sim_t, sim_workers, where="post", linestyle=":", linewidth=2,
+                   label="simulator's prediction (workers)")
     ax[0].set_ylabel("workers")
     ax[0].legend(loc="upper left")
     ax[1].plot(t, throughput)

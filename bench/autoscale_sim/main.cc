@@ -6,6 +6,7 @@
 //
 //   autoscale_sim [--csv out.csv] [--series series.csv] [--seed 1]
 //                 [--seeds 20] [--headroom 1.05] [--reasons]
+//                 [--bench-trace bench.csv --bench-startup 0.6 ...]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -74,6 +75,39 @@ Scenario Combined() {
                 {.at = 161, .kind = Kind::kLoseWorker},
                 {.at = 201, .kind = Kind::kAllStop}},
       .duration = 260,
+      .measure_from = 0};
+}
+
+// bench/autoscale.sh's run, replayed: one worker from the start (min 1, max
+// 6), a sleep pipeline of ~198 elements per busy second per worker (20 ms per
+// element on 2 threads, 2 splits at a time) with no cold phase (sleeping is
+// as fast cold as warm), job A (1 consumer, batch 8, 40 ms step: 200 el/s)
+// from t=0, job B (batch 8, 20 ms step: 400 el/s) from t=join; B runs out of
+// epochs at b_end, A at a_end. The simulator's clock starts `lead` seconds
+// before the bench's t=0 (the worker registered that long before consumer A
+// started); the trace is written in the bench's time.
+struct BenchTrace {
+  double join = 30, a_end = 82, b_end = 78, lead = 1, duration = 100;
+};
+
+Scenario BenchScenario(const BenchTrace& b) {
+  const JobSpec a{.id = 1,
+                  .consumers = 1,
+                  .batch_size = 8,
+                  .step_seconds = 0.04,
+                  .cost = 1.0 / 198};
+  JobSpec j = a;
+  j.id = 2;
+  j.step_seconds = 0.02;
+  return Scenario{
+      .name = "bench/autoscale.sh",
+      .jobs = {},
+      .steps = {{.at = b.lead, .kind = Kind::kAddJob, .job_spec = a},
+                {.at = b.lead + b.join, .kind = Kind::kAddJob, .job_spec = j},
+                {.at = b.lead + b.b_end, .kind = Kind::kJobStop, .job = 2},
+                {.at = b.lead + b.a_end, .kind = Kind::kJobStop, .job = 1}},
+      .duration = b.lead + b.duration,
+      .initial_workers = 1,
       .measure_from = 0};
 }
 
@@ -177,6 +211,17 @@ int Main(int argc, char** argv) {
   bool reasons = false;
   app.add_flag("--reasons", reasons,
                "print sluice's reason at each change in the combined trace");
+  std::string bench_path;
+  app.add_option("--bench-trace", bench_path,
+                 "replay bench/autoscale.sh's load with sluice's policy and "
+                 "write its per-period trace (CSV) here");
+  BenchTrace bench;
+  double bench_startup = 0.6;
+  app.add_option("--bench-join", bench.join, "job B joins (s)");
+  app.add_option("--bench-a-end", bench.a_end, "job A ends (s)");
+  app.add_option("--bench-b-end", bench.b_end, "job B ends (s)");
+  app.add_option("--bench-startup", bench_startup,
+                 "worker start-up delay measured on the real run (s)");
   CLI11_PARSE(app, argc, argv);
 
   dispatcher::AutoscalerOptions sluice_options;
@@ -306,6 +351,33 @@ int Main(int argc, char** argv) {
                 n > 0 ? 100 * wait / n : 0);
   }
   if (!series_path.empty()) std::ofstream(series_path) << series;
+
+  if (!bench_path.empty()) {
+    WorldOptions bo = o;
+    bo.startup_delay = bench_startup;
+    bo.cold_seconds = 0;
+    bo.min_workers = 1;
+    bo.max_workers = 6;
+    dispatcher::AutoscalerOptions bench_options = sluice_options;
+    bench_options.min_workers = 1;
+    bench_options.max_workers = 6;
+    std::unique_ptr<Policy> policy = MakeSluicePolicy(bench_options);
+    const RunResult r = Run(BenchScenario(bench), *policy, bo);
+    std::string out = "time,desired,provisioned,ready,oracle,wait\n";
+    absl::PrintF("\nbench/autoscale.sh replayed (start-up %.1f s), sluice:\n",
+                 bench_startup);
+    int last = -1;
+    for (const PeriodRecord& p : r.periods) {
+      const double t = p.time - bench.lead;
+      absl::StrAppendFormat(&out, "%.2f,%d,%d,%d,%.0f,%.4f\n", t, p.desired,
+                            p.provisioned, p.ready, p.oracle, p.wait);
+      if (p.desired != last) {
+        absl::PrintF("  t=%5.1f  desired %d  %s\n", t, p.desired, p.reason);
+      }
+      last = p.desired;
+    }
+    std::ofstream(bench_path) << out;
+  }
   return 0;
 }
 

@@ -27,6 +27,7 @@ class SluicePolicy : public Policy {
     return {d.desired_workers, d.drain};
   }
   std::string last_reason() const override { return last_reason_; }
+  bool decides_when_demand_leaves() const override { return true; }
 
  private:
   dispatcher::Autoscaler scaler_;

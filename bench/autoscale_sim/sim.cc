@@ -38,6 +38,9 @@ struct Worker {
 struct Job {
   JobSpec spec;
   bool active = true;
+  // When it arrived: a new consumer's first window starts at its first
+  // report, as the dispatcher's does, not at the last tick.
+  double arrived = -kInf;
   double buffer = 0;  // elements
   // This period:
   double consumed = 0;
@@ -87,11 +90,18 @@ class World {
       // same time changes anything.
       if (t >= next_tick - kEps) {
         Tick(t);
+        last_tick_ = t;
         next_tick += o_.period;
       }
       while (next_step < s_.steps.size() &&
              s_.steps[next_step].at <= t + kEps) {
-        Apply(s_.steps[next_step++], t);
+        const LoadStep& step = s_.steps[next_step++];
+        Apply(step, t);
+        if ((step.kind == LoadStep::Kind::kAllStop ||
+             step.kind == LoadStep::Kind::kJobStop) &&
+            policy_.decides_when_demand_leaves() && t > last_tick_ + kEps) {
+          Decide(t, t - last_tick_);
+        }
       }
     }
     return result_;
@@ -205,7 +215,9 @@ class World {
     }
   }
 
-  void Tick(double t) {
+  // What the heartbeats carried over the last `window` seconds (the period,
+  // or less for a decision between ticks).
+  Observation Observe(double t, double window) const {
     const int64_t k = PeriodIndex(t);
     Observation obs;
     obs.now = t;
@@ -253,19 +265,18 @@ class World {
       ws.blocked_producers = all_full ? 1 : 0;
       ws.held_splits = 1;
       in.workers.push_back(ws);
-      const double up = std::min(o_.period, t - w.ready_at);
+      const double up = std::min(window, t - w.ready_at);
       obs.busy_fraction.push_back(up > kEps ? std::min(1.0, busy / up) : 0);
     }
     in.starting_workers = obs.starting;
     obs.provisioned = obs.ready + obs.starting;
-    double wait = 0, demand = 0, served = 0;
-    int consumers = 0;
     for (const Job& j : jobs_) {
       if (!j.active) continue;
       in.jobs.push_back({.job_id = j.spec.id, .batch_size = j.spec.batch_size});
+      const double measured = std::max(kEps, std::min(window, t - j.arrived));
       const double per_consumer = j.consumed / j.spec.consumers /
                                   static_cast<double>(j.spec.batch_size) /
-                                  o_.period;
+                                  measured;
       for (int c = 0; c < j.spec.consumers; ++c) {
         dispatcher::ConsumerSample cs;
         cs.job_id = j.spec.id;
@@ -273,28 +284,44 @@ class World {
         cs.batches_per_second =
             per_consumer *
             Noise(o_, kConsumer, j.spec.id * 1000 + c, k, o_.measure_noise);
-        cs.wait_fraction = std::clamp(j.wait / o_.period, 0.0, 1.0);
+        cs.wait_fraction = std::clamp(j.wait / measured, 0.0, 1.0);
         in.consumers.push_back(cs);
         obs.batch_seconds.push_back(
             cs.batches_per_second > 0 ? 1 / cs.batches_per_second : kInf);
       }
+    }
+    return obs;
+  }
+
+  // Asks the policy and actuates; returns the clamped count.
+  int Decide(double t, double window) {
+    PolicyDecision decision = policy_.Decide(Observe(t, window));
+    const int desired =
+        std::clamp(decision.desired, o_.min_workers, o_.max_workers);
+    Actuate(desired, decision.drain, t);
+    return desired;
+  }
+
+  void Tick(double t) {
+    int ready = 0;
+    for (const Worker& w : workers_) ready += w.ready_at > t + kEps ? 0 : 1;
+    const int desired = Decide(t, o_.period);
+    double wait = 0, demand = 0, served = 0;
+    int consumers = 0;
+    for (const Job& j : jobs_) {
+      if (!j.active) continue;
       wait += j.wait / o_.period * j.spec.consumers;
       consumers += j.spec.consumers;
       demand += j.demand();
       served += j.consumed / o_.period;
     }
 
-    PolicyDecision decision = policy_.Decide(obs);
-    const int desired =
-        std::clamp(decision.desired, o_.min_workers, o_.max_workers);
-    Actuate(desired, decision.drain, t);
-
     PeriodRecord r;
     r.time = t;
     r.desired = desired;
     r.reason = policy_.last_reason();
     r.provisioned = static_cast<int>(workers_.size());
-    r.ready = obs.ready;
+    r.ready = ready;
     r.need = Need();
     r.oracle = OracleWorkers(r.need, o_);
     r.wait = consumers > 0 ? wait / consumers : 0;
@@ -363,12 +390,17 @@ class World {
         }
         break;
       case LoadStep::Kind::kAddJob: {
-        Job j{.spec = step.job_spec};
+        Job j{.spec = step.job_spec, .arrived = t};
         jobs_.push_back(j);
         break;
       }
       case LoadStep::Kind::kAllStop:
         for (Job& j : jobs_) j.active = false;
+        break;
+      case LoadStep::Kind::kJobStop:
+        for (Job& j : jobs_) {
+          if (j.spec.id == step.job) j.active = false;
+        }
         break;
     }
   }
@@ -378,6 +410,7 @@ class World {
   const WorldOptions& o_;
   std::vector<Job> jobs_;
   std::vector<Worker> workers_;
+  double last_tick_ = 0;
   uint64_t next_id_ = 1;
   RunResult result_;
 };

@@ -53,6 +53,7 @@ struct LoadStep {
     kSlowWorker,   // the oldest ready worker's speed × factor
     kAddJob,       // `job_spec` arrives
     kAllStop,      // every consumer leaves
+    kJobStop,      // job `job`'s consumers leave (it ran its epochs)
   };
   double at = 0;
   Kind kind = Kind::kDemandTimes;
@@ -112,6 +113,10 @@ class Policy {
   virtual PolicyDecision Decide(const Observation& obs) = 0;
   // Why the last decision was taken, if the policy says.
   virtual std::string last_reason() const { return ""; }
+  // Whether the policy is also asked at once when every consumer of a job
+  // leaves, between ticks (sluice's dispatcher does: DemandLeft), with what
+  // the heartbeats carried since the last tick.
+  virtual bool decides_when_demand_leaves() const { return false; }
 };
 
 std::unique_ptr<Policy> MakeSluicePolicy(dispatcher::AutoscalerOptions o);

@@ -245,13 +245,17 @@ absl::StatusOr<std::optional<Batch>> BatchIteratorImpl::GetNext() {
   absl::MutexLock lock(&mu_);
   auto account_wait = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (!waited) return;
+    waiting_since_ = absl::InfinitePast();
     const double seconds =
         std::max(0.0, absl::ToDoubleSeconds(clock_->Now() - start));
     wait_seconds_ += seconds;
     if (wait_counter_ != nullptr) wait_counter_->Increment(seconds);
   };
   while (true) {
-    if (!error_.ok()) return error_;
+    if (!error_.ok()) {
+      waiting_since_ = absl::InfinitePast();
+      return error_;
+    }
     std::optional<Batch> batch = state_.Pop();
     if (batch.has_value()) {
       epoch_ = batch->epoch;
@@ -267,8 +271,11 @@ absl::StatusOr<std::optional<Batch>> BatchIteratorImpl::GetNext() {
       account_wait();
       return std::optional<Batch>();
     }
-    if (cancelled_)
+    if (cancelled_) {
+      waiting_since_ = absl::InfinitePast();
       return absl::CancelledError("the iterator is being destroyed");
+    }
+    if (!waited) waiting_since_ = start;
     waited = true;
     cv_.Wait(&mu_);
   }
@@ -362,7 +369,14 @@ absl::Status BatchIteratorImpl::Heartbeat() {
     request.set_buffer_fill(
         std::min(1.0, static_cast<double>(state_.buffered()) /
                           std::max(1, params_.options.prefetch_batches)));
-    request.set_wait_seconds_total(wait_seconds_);
+    // A wait in progress counts up to now; when it ends, the whole wait is
+    // added to wait_seconds_, so the total never goes back.
+    request.set_wait_seconds_total(
+        wait_seconds_ +
+        (waiting_since_ == absl::InfinitePast()
+             ? 0.0
+             : std::max(0.0, absl::ToDoubleSeconds(clock_->Now() -
+                                                   waiting_since_))));
     request.set_batches_returned_total(batches_returned_);
     for (const SlotProgress& p : state_.Progress()) {
       proto::ClientSplitProgress* out = request.add_progress();

@@ -160,6 +160,10 @@ class BatchIteratorImpl final : public BatchIterator {
   grpc::ClientContext* heartbeat_context_ ABSL_GUARDED_BY(mu_) = nullptr;
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   double wait_seconds_ ABSL_GUARDED_BY(mu_) = 0;
+  // When the GetNext() waiting now began (InfinitePast: none waits). The
+  // heartbeat counts a wait in progress, so that a long wait is reported in
+  // the windows it spans rather than all in the one where it ends.
+  absl::Time waiting_since_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   uint64_t batches_returned_ ABSL_GUARDED_BY(mu_) =
       0;  // by GetNext, cumulative
   uint64_t duplicates_ ABSL_GUARDED_BY(mu_) = 0;

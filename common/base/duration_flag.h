@@ -20,12 +20,16 @@ inline CLI::Option* AddDurationOption(CLI::App& app, const std::string& name,
   return app.add_option_function<std::string>(
       name,
       [name, value](const std::string& text) {
-        if (!absl::ParseDuration(text, value) ||
-            *value < absl::ZeroDuration()) {
-          // CLI11 reports its own exception type as a usage error naming the
-          // flag.
+        // CLI11 reports its own exception type as a usage error naming the
+        // flag.
+        if (!absl::ParseDuration(text, value)) {
           throw CLI::ValidationError(
               name, "'" + text + "' is not a duration like 250ms, 10s or 1m");
+        }
+        if (*value < absl::ZeroDuration()) {
+          throw CLI::ValidationError(
+              name, "'" + text +
+                        "' is negative: give a duration like 250ms, 10s or 1m");
         }
       },
       help + " (e.g. 250ms, 10s; default " + absl::FormatDuration(*value) +

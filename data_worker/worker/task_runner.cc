@@ -37,6 +37,16 @@ uint64_t FirstSplitId(const proto::SplitAssignment& a) {
 }
 
 // "slot 3 (split 12 positions 0..256, split 4 positions 0..32)"
+// A run's busy time: the thread-seconds of its bottleneck stage (the most
+// busy time per thread) divided by that stage's threads.
+double RunBusySeconds(const pipeline::PipelineStats& stats) {
+  double busy = 0;
+  for (const pipeline::StageStats& stage : stats.stages) {
+    busy = std::max(busy, stage.busy_seconds / std::max(1, stage.threads));
+  }
+  return busy;
+}
+
 std::string DescribeSlot(const proto::SplitAssignment& a) {
   std::string out = absl::StrCat("slot ", a.key().position(), " (");
   for (int i = 0; i < a.pieces_size(); ++i) {
@@ -138,12 +148,33 @@ void TaskRunner::Enqueue(uint64_t task_id, proto::SplitAssignment assignment,
 
 double TaskRunner::busy_seconds() const {
   absl::MutexLock lock(&mu_);
-  return run_busy_seconds_ / std::max(1, producers_);
+  double busy = run_busy_seconds_;
+  for (const Running& r : running_) busy += RunBusySeconds(r.ex->stats());
+  return busy / std::max(1, producers_);
 }
 
 uint64_t TaskRunner::elements_run() const {
   absl::MutexLock lock(&mu_);
-  return elements_run_;
+  uint64_t elements = elements_run_;
+  for (const Running& r : running_) elements += r.ex->stats().elements_out;
+  return elements;
+}
+
+std::map<uint64_t, TaskRunner::JobBusy> TaskRunner::busy_by_job() const {
+  absl::MutexLock lock(&mu_);
+  std::map<uint64_t, JobBusy> out = run_busy_by_job_;
+  for (const Running& r : running_) {
+    const pipeline::PipelineStats stats = r.ex->stats();
+    out[r.job_id].busy_seconds += RunBusySeconds(stats);
+    out[r.job_id].elements += stats.elements_out;
+  }
+  for (auto& [job_id, busy] : out) busy.busy_seconds /= std::max(1, producers_);
+  return out;
+}
+
+void TaskRunner::ForgetJob(uint64_t job_id) {
+  absl::MutexLock lock(&mu_);
+  run_busy_by_job_.erase(job_id);
 }
 
 int64_t TaskRunner::peak_bytes() const {
@@ -155,7 +186,7 @@ void TaskRunner::UpdatePeak() {
   const int64_t queued = queues_->queued_bytes();
   absl::MutexLock lock(&mu_);
   int64_t total = queued;
-  for (const pipeline::Executor* ex : running_) total += ex->live_bytes();
+  for (const Running& r : running_) total += r.ex->live_bytes();
   peak_bytes_ = std::max(peak_bytes_, total);
 }
 
@@ -237,7 +268,7 @@ bool TaskRunner::RunEpoch(const Work& work, const Job& job,
   }
   {
     absl::MutexLock lock(&mu_);
-    running_.push_back(&ex);
+    running_.push_back({&ex, a.key().job_id()});
   }
   bool ok = true;
   while (ok) {
@@ -300,14 +331,15 @@ bool TaskRunner::RunEpoch(const Work& work, const Job& job,
   }
   ex.Stop();
   const pipeline::PipelineStats stats = ex.stats();
-  double busy = 0;
-  for (const pipeline::StageStats& stage : stats.stages) {
-    busy = std::max(busy, stage.busy_seconds / std::max(1, stage.threads));
-  }
+  const double busy = RunBusySeconds(stats);
   absl::MutexLock lock(&mu_);
   run_busy_seconds_ += busy;
   elements_run_ += stats.elements_out;
-  running_.erase(std::find(running_.begin(), running_.end(), &ex));
+  JobBusy& job_busy = run_busy_by_job_[a.key().job_id()];
+  job_busy.busy_seconds += busy;
+  job_busy.elements += stats.elements_out;
+  running_.erase(std::find_if(running_.begin(), running_.end(),
+                              [&](const Running& r) { return r.ex == &ex; }));
   return ok;
 }
 

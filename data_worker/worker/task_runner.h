@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -65,8 +66,9 @@ class TaskRunner {
   // Peak over time of queued bytes plus the live bytes of every running Executor.
   int64_t peak_bytes() const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Busy time, for the autoscaler's capacity measurement (cumulative, counted when a split or
-  // epoch ends). A pipeline run is busy for the thread-seconds of its bottleneck stage (the
+  // Busy time, for the autoscaler's capacity measurement (cumulative: the runs that ended plus
+  // the running ones so far, so that a worker's first report does not wait for its first
+  // split to end). A pipeline run is busy for the thread-seconds of its bottleneck stage (the
   // stage with the most busy time per thread) divided by that stage's threads: the time that
   // stage would need alone. Time blocked on a full queue or idle without a split is not busy.
   // The worker's busy seconds are the runs' busy seconds divided by the producer count, so
@@ -75,6 +77,15 @@ class TaskRunner {
   double busy_seconds() const ABSL_LOCKS_EXCLUDED(mu_);
   // Elements (inside batches) of the runs busy_seconds() counts.
   uint64_t elements_run() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The same two counters per job (busy seconds divided by the producer count like the total),
+  // so that jobs of different cost sharing this worker each get their own capacity.
+  struct JobBusy {
+    uint64_t elements = 0;
+    double busy_seconds = 0;
+  };
+  std::map<uint64_t, JobBusy> busy_by_job() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Stops reporting a job that is over, so the per-job counters stay bounded.
+  void ForgetJob(uint64_t job_id) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Work {
@@ -100,11 +111,17 @@ class TaskRunner {
   absl::CondVar work_available_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<Work> pending_ ABSL_GUARDED_BY(mu_);
-  std::vector<pipeline::Executor*> running_ ABSL_GUARDED_BY(mu_);
+  struct Running {
+    pipeline::Executor* ex;
+    uint64_t job_id;
+  };
+  std::vector<Running> running_ ABSL_GUARDED_BY(mu_);
   int64_t peak_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int producers_ ABSL_GUARDED_BY(mu_) = 0;
   double run_busy_seconds_ ABSL_GUARDED_BY(mu_) = 0;  // summed over runs
   uint64_t elements_run_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<uint64_t, JobBusy> run_busy_by_job_
+      ABSL_GUARDED_BY(mu_);           // busy summed over runs
   std::vector<std::thread> threads_;  // started by Start, joined by Stop
 };
 

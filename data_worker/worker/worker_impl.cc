@@ -165,6 +165,12 @@ absl::Status WorkerImpl::Heartbeat() {
         static_cast<uint32_t>(queues_.blocked_producers()));
     request.set_elements_total(runner_.elements_run());
     request.set_busy_seconds_total(runner_.busy_seconds());
+    for (const auto& [job_id, busy] : runner_.busy_by_job()) {
+      proto::JobBusy* b = request.add_job_busy();
+      b->set_job_id(job_id);
+      b->set_elements_total(busy.elements);
+      b->set_busy_seconds_total(busy.busy_seconds);
+    }
     const absl::Time now = clock_->Now();
     const double dt = absl::ToDoubleSeconds(now - last_heartbeat_time_);
     if (dt > 0) {
@@ -210,6 +216,7 @@ absl::Status WorkerImpl::Heartbeat() {
   for (uint64_t job_id : response.finished_job_ids()) {
     queues_.DropJob(job_id);
     jobs_.Remove(job_id);
+    runner_.ForgetJob(job_id);
   }
   for (const proto::SplitKey& key : response.drop())
     queues_.DropTask(KeyOf(key));

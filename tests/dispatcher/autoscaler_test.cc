@@ -147,6 +147,20 @@ TEST_F(AutoscalerTest, LostWorkerIsReplaced) {
   EXPECT_THAT(d.reason, StartsWith("up 5 -> 6:"));
 }
 
+// The need reads 5.75 right after a worker of the 6 was lost (noise: the 6
+// held it, 5.75 <= 6): one replacement, not ceil(5.75 x 1.05) = 7.
+TEST_F(AutoscalerTest, LostWorkerIsReplacedOneForOneWithinTheBand) {
+  Next(Steady());
+  AutoscalerDecision d = Next(Input(5, 100, 575.0 / 64, 500.0 / 64));
+  EXPECT_DOUBLE_EQ(d.need, 5.75);
+  EXPECT_EQ(d.desired_workers, 6);
+  EXPECT_THAT(d.reason, StartsWith("up 5 -> 6: replace lost workers"));
+  // Beyond the band (the need grew too: 6.5), the law rounds up as usual.
+  d = Next(Input(5, 100, 650.0 / 64, 500.0 / 64));
+  EXPECT_EQ(d.desired_workers, 7);
+  EXPECT_THAT(d.reason, StartsWith("up 5 -> 7: need 6.50 workers"));
+}
+
 TEST_F(AutoscalerTest, SecondJobAddsItsNeed) {
   Next(Steady());
   // Job 2 (batch 32) arrives: its consumer wants 20 batches/s = 640 el/s and
@@ -172,6 +186,36 @@ TEST_F(AutoscalerTest, SecondJobAddsItsNeed) {
   EXPECT_EQ(d.desired_workers, 19);  // ceil(18.816)
   ASSERT_EQ(d.jobs.size(), 2u);
   EXPECT_DOUBLE_EQ(d.jobs[1].capacity, 50);
+}
+
+// Two jobs of different cost on the same 14 workers: job 1 (batch 64) wants
+// 512 el/s at 100 el per busy second (5.12 workers), job 2 (batch 10) 200 el/s
+// at 25 (a pipeline 4x costlier: 8 workers). Σ need 13.12, x 1.05 = 13.78 ->
+// 14. Worker 14 has produced only job 1: it measures nothing for job 2.
+TEST_F(AutoscalerTest,
+       JobsOfDifferentCostSharingWorkersEachUseTheirOwnCapacity) {
+  AutoscalerInput in = Input(13, 0, 8, 8);
+  for (WorkerSample& w : in.workers) w.capacity = {{1, 100}, {2, 25}};
+  in.workers.push_back(Worker(14, 100, 1));
+  in.jobs.push_back({.job_id = 2, .batch_size = 10});
+  in.consumers.push_back(Consumer(2, 0, 20, 20));
+  AutoscalerDecision d = Next(in);
+  EXPECT_DOUBLE_EQ(d.need, 5.12 + 8);
+  EXPECT_EQ(d.desired_workers, 14);
+  ASSERT_EQ(d.jobs.size(), 2u);
+  EXPECT_DOUBLE_EQ(d.jobs[0].capacity, 100);
+  EXPECT_DOUBLE_EQ(d.jobs[1].capacity, 25);
+  EXPECT_EQ(d.reason,
+            "hold 14: need 13.12 workers (job 1: 512 el/s / 100 el/s per "
+            "worker; job 2: 200 el/s / 25 el/s per worker) x 1.05 headroom = "
+            "14");
+  // Job 2's trainer now wants twice as much and waits half the time: only
+  // job 2's need doubles (16), Σ 21.12 x 1.05 = 22.18 -> 23 in one step.
+  in.consumers[1] = Consumer(2, 0, 40, 20);
+  d = Next(in);
+  EXPECT_DOUBLE_EQ(d.need, 5.12 + 16);
+  EXPECT_EQ(d.desired_workers, 23);
+  EXPECT_THAT(d.reason, StartsWith("up 14 -> 23:"));
 }
 
 TEST_F(AutoscalerTest, AllConsumersLeaveScalesToTheMinimumAtOnce) {
@@ -274,9 +318,23 @@ TEST_F(AutoscalerTest, WarmingWorkersAreNotMeasured) {
   EXPECT_THAT(d.reason, HasSubstr("6 warming up"));
 }
 
+// A cluster that just started: its only worker is warming up but measured
+// 100 el per busy second; the trainer wants 160 el/s (2.5 batches of 64) and
+// gets 100. Nothing warm measured the job, so the warming worker's figure is
+// used at once rather than after the warm-up: need 1.6, x 1.05 -> 2.
+TEST_F(AutoscalerTest, WarmingWorkersAreMeasuredWhenNoWorkerIsWarm) {
+  AutoscalerInput in = Input(1, 100, 2.5, 100.0 / 64);
+  in.workers[0].registered = clock_.Now() - absl::Seconds(1);
+  AutoscalerDecision d = Next(in);
+  EXPECT_DOUBLE_EQ(d.need, 1.6);
+  EXPECT_EQ(d.desired_workers, 2);
+  EXPECT_THAT(d.reason, StartsWith("up 1 -> 2: need 1.60 workers"));
+  EXPECT_THAT(d.reason, HasSubstr("1 job(s) measured on warming workers only"));
+}
+
 TEST_F(AutoscalerTest, NoCapacityYetHoldsAndStartsOne) {
   // The first worker registered 1 s ago; nothing was ever measured.
-  AutoscalerInput in = Input(1, 40, 8, 1);
+  AutoscalerInput in = Input(1, 0, 8, 1);
   in.workers[0].registered = clock_.Now() - absl::Seconds(1);
   AutoscalerDecision d = Next(in);
   EXPECT_EQ(d.desired_workers, 1);

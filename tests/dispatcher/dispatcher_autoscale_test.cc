@@ -1,9 +1,12 @@
 // DispatcherImpl's autoscaling on the fake clock: heartbeats in, Autoscaler's
 // decision out (sluice_desired_workers, GetStatus) and, with Scaler::kLocal,
 // the victims drained.
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/base/clock.h"
 #include "dispatcher/dispatcher_impl.h"
 #include "gmock/gmock.h"
@@ -33,7 +36,7 @@ class DispatcherAutoscaleTest : public ::testing::Test {
   }
 
   // A job of one consumer over 1000 records, batches of 10.
-  uint64_t Job() {
+  uint64_t Job(const std::string& name = "j") {
     proto::RegisterDatasetRequest dataset;
     dataset.set_protocol_version(kProtocolVersion);
     dataset.set_pipeline("pipe");
@@ -43,7 +46,7 @@ class DispatcherAutoscaleTest : public ::testing::Test {
     EXPECT_TRUE(impl_->RegisterDataset(dataset, &registered).ok());
     proto::GetOrCreateJobRequest request;
     request.set_protocol_version(kProtocolVersion);
-    request.set_job_name("j");
+    request.set_job_name(name);
     request.set_dataset_id(registered.dataset_id());
     request.mutable_config()->set_num_epochs(1);
     request.mutable_config()->set_split_size(100);
@@ -62,15 +65,29 @@ class DispatcherAutoscaleTest : public ::testing::Test {
     return response.worker_id();
   }
 
-  // A heartbeat with the worker's cumulative elements and busy seconds; it
-  // reports the splits the dispatcher handed it so far, unfinished.
-  proto::WorkerHeartbeatResponse WorkerBeat(uint64_t worker, uint64_t elements,
-                                            double busy) {
+  struct JobBusy {
+    uint64_t job_id;
+    uint64_t elements;
+    double busy;
+  };
+
+  // A heartbeat with the worker's cumulative elements and busy seconds (in
+  // total and, if `jobs` is not empty, per job); it reports the splits the
+  // dispatcher handed it so far, unfinished.
+  proto::WorkerHeartbeatResponse WorkerBeat(
+      uint64_t worker, uint64_t elements, double busy,
+      const std::vector<JobBusy>& jobs = {}) {
     proto::WorkerHeartbeatRequest request;
     request.set_protocol_version(kProtocolVersion);
     request.set_worker_id(worker);
     request.set_elements_total(elements);
     request.set_busy_seconds_total(busy);
+    for (const JobBusy& j : jobs) {
+      proto::JobBusy* b = request.add_job_busy();
+      b->set_job_id(j.job_id);
+      b->set_elements_total(j.elements);
+      b->set_busy_seconds_total(j.busy);
+    }
     for (const proto::SplitKey& key : held_[worker]) {
       proto::WorkerSplitProgress* p = request.add_splits();
       *p->mutable_key() = key;
@@ -158,6 +175,72 @@ TEST_F(DispatcherAutoscaleTest, SizesFromDemandAndBusyTimeCapacity) {
   EXPECT_TRUE(found);
 }
 
+// Two jobs share two workers. "cheap" (batch 10) wants 200 el/s and each
+// worker makes 200 of its elements per busy second; "dear" gets 20 el/s while
+// its trainer waits half the time (demand 40 el/s), at 20 el per busy second.
+// Per job: 1 + 2 = 3 workers, x 1.05 -> 4. The totals (160 elements per 1.25
+// busy seconds = 128 el/s) would give 240 / 128 = 1.88 -> 2: the mix the
+// workers produced in the window is not the mix the trainers demand.
+TEST_F(DispatcherAutoscaleTest, HeartbeatPerJobCapacitySizesEachJob) {
+  Start(DispatcherOptions::Scaler::kNone);
+  const uint64_t cheap = Job("cheap");
+  const uint64_t dear = Job("dear");
+  a_ = Worker("a:1");
+  b_ = Worker("b:1");
+  ASSERT_TRUE(impl_->Tick().ok());
+  clock_.Advance(absl::Seconds(6));
+  for (uint64_t w : {a_, b_})
+    WorkerBeat(w, 0, 0, {{cheap, 0, 0}, {dear, 0, 0}});
+  ClientBeat(cheap, 0, 0);
+  ClientBeat(dear, 0, 0);
+  ASSERT_TRUE(impl_->Tick().ok());
+  clock_.Advance(absl::Seconds(2));
+  for (uint64_t w : {a_, b_}) {
+    WorkerBeat(w, 160, 1.25, {{cheap, 150, 0.75}, {dear, 10, 0.5}});
+  }
+  ClientBeat(cheap, 40, 0);
+  ClientBeat(dear, 4, 1.0);
+  ASSERT_TRUE(impl_->Tick().ok());
+  EXPECT_EQ(impl_->desired_workers(), 4);
+  const proto::GetStatusResponse status = Status();
+  EXPECT_THAT(status.reason(), StartsWith(absl::StrCat(
+                                   "up 2 -> 4: need 3.00 workers (job ", cheap,
+                                   ": 200 el/s / 200 el/s per worker; job ",
+                                   dear, ": 40 el/s / 20 el/s per worker)")));
+  ASSERT_EQ(status.jobs_size(), 2);
+  EXPECT_DOUBLE_EQ(status.jobs(0).capacity_elements_per_second(), 200);
+  EXPECT_DOUBLE_EQ(status.jobs(1).capacity_elements_per_second(), 20);
+  EXPECT_DOUBLE_EQ(status.jobs(1).demand_elements_per_second(), 40);
+  // The worker's own figure stays the total: 160 elements / 1.25 busy s.
+  EXPECT_DOUBLE_EQ(status.workers(0).elements_per_busy_second(), 128);
+}
+
+// A worker that reports only totals (no job_busy: an older worker, the same
+// protocol version) is measured for every job by its totals.
+TEST_F(DispatcherAutoscaleTest, TotalsAloneServeEveryJob) {
+  Start(DispatcherOptions::Scaler::kNone);
+  const uint64_t one = Job("one");
+  const uint64_t two = Job("two");
+  a_ = Worker("a:1");
+  ASSERT_TRUE(impl_->Tick().ok());
+  clock_.Advance(absl::Seconds(6));
+  WorkerBeat(a_, 0, 0);
+  ClientBeat(one, 0, 0);
+  ClientBeat(two, 0, 0);
+  ASSERT_TRUE(impl_->Tick().ok());
+  clock_.Advance(absl::Seconds(2));
+  WorkerBeat(a_, 200, 2.0);
+  ClientBeat(one, 20, 0);  // 100 el/s
+  ClientBeat(two, 40, 0);  // 200 el/s
+  ASSERT_TRUE(impl_->Tick().ok());
+  // 300 el/s at 100 el/s per worker: 3, x 1.05 -> 4.
+  EXPECT_EQ(impl_->desired_workers(), 4);
+  const proto::GetStatusResponse status = Status();
+  ASSERT_EQ(status.jobs_size(), 2);
+  EXPECT_DOUBLE_EQ(status.jobs(0).capacity_elements_per_second(), 100);
+  EXPECT_DOUBLE_EQ(status.jobs(1).capacity_elements_per_second(), 100);
+}
+
 TEST_F(DispatcherAutoscaleTest, StartingWorkersCountAsCurrent) {
   // (kNone: with kLocal the first decision, before the consumer reported,
   // would already have drained b for lack of demand.)
@@ -226,6 +309,34 @@ TEST_F(DispatcherAutoscaleTest, DecidesOncePerScalePeriod) {
   clock_.Advance(absl::Seconds(1));
   ASSERT_TRUE(impl_->Tick().ok());
   EXPECT_EQ(impl_->desired_workers(), 5);
+}
+
+// Demand that left is decided at once, not at the end of the period: the
+// consumer completes all 10 splits of its single epoch half a second after
+// the decision for 5 workers, and the next tick scales down to the minimum.
+TEST_F(DispatcherAutoscaleTest, AJobWhoseConsumersLeftIsDecidedAtOnce) {
+  Start(DispatcherOptions::Scaler::kNone);
+  TwoWarmWorkersAndAWaitingConsumer();
+  ASSERT_EQ(impl_->desired_workers(), 5);
+  clock_.Advance(absl::Milliseconds(500));
+  proto::ClientHeartbeatRequest request;
+  request.set_protocol_version(kProtocolVersion);
+  request.set_job_id(job_);
+  request.set_batches_returned_total(100);
+  request.set_wait_seconds_total(1.0);
+  for (uint64_t position = 0; position < 10; ++position) {
+    proto::ClientSplitProgress* p = request.add_progress();
+    p->set_epoch(0);
+    p->set_position(position);
+    p->set_delivered_batches(10);
+    p->set_complete(true);
+  }
+  proto::ClientHeartbeatResponse response;
+  ASSERT_TRUE(impl_->ClientHeartbeat(request, &response).ok());
+  ASSERT_TRUE(response.finished());
+  ASSERT_TRUE(impl_->Tick().ok());
+  EXPECT_EQ(impl_->desired_workers(), 1);
+  EXPECT_THAT(Status().reason(), StartsWith("down 2 -> 1: no live consumer"));
 }
 
 }  // namespace

@@ -1,8 +1,11 @@
 // The `sluice` binary as a user runs it: exit codes and the messages bad flags
 // and bad data give.
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -10,6 +13,7 @@
 #include "common/record/dataset.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/testing/temp_dir.h"
 
 namespace sluice {
@@ -43,13 +47,13 @@ class CliTest : public ::testing::Test {
     return {code.value_or(-1), ReadFile(log)};
   }
 
-  // A 40-image dataset made through the CLI itself.
-  std::string MakeDataset() {
+  // A dataset of `n` images made through the CLI itself.
+  std::string MakeDataset(int n = 40) {
     const std::string images = tmp_.Join("images"), ds = tmp_.Join("ds");
-    EXPECT_EQ(
-        Run({"datagen", "--output", images, "--images", "40", "--classes", "4"})
-            .exit_code,
-        0);
+    EXPECT_EQ(Run({"datagen", "--output", images, "--images", std::to_string(n),
+                   "--classes", "4"})
+                  .exit_code,
+              0);
     EXPECT_EQ(
         Run({"record", "convert", "--input", images, "--output", ds}).exit_code,
         0);
@@ -225,6 +229,125 @@ TEST_F(CliTest, LocalTlsServesASecuredConsumerAndRefusesAPlaintextOne) {
 
   (*local)->Signal(SIGTERM);
   auto code = (*local)->Wait(absl::Seconds(60));
+  ASSERT_TRUE(code.ok()) << code.status() << TailOfFile(log);
+  EXPECT_EQ(*code, 0) << TailOfFile(log);
+}
+
+// `sluice consume --step-time` refuses what is not a duration, naming the
+// flag, before it connects anywhere.
+TEST_F(CliTest, StepTimeThatIsNotADurationIsAUsageErrorNamingTheFlag) {
+  for (const char* bad : {"-1s", "abc"}) {
+    const Result r = Run({"consume", "--dispatcher", "127.0.0.1:1", "--spec",
+                          tmp_.Join("none.yaml"), "--step-time", bad});
+    EXPECT_NE(r.exit_code, 0) << bad;
+    EXPECT_THAT(r.output, HasSubstr(absl::StrCat("--step-time: '", bad, "'")));
+  }
+  EXPECT_THAT(Run({"consume", "--dispatcher", "127.0.0.1:1", "--spec", "x",
+                   "--step-time", "-1s"})
+                  .output,
+              HasSubstr("is negative"));
+}
+
+// The interface issue 8 names, on real processes: a consumer that takes a
+// batch of 8 every 40 ms (`--step-time 40ms`) reads at most 8 / 0.04 = 200
+// images/s from its first batch on (each later batch needs a whole step
+// first) and, since the workers are far faster (labels only), not much less
+// (160: 20% for the epoch boundary and scheduling on a loaded machine). The
+// dispatcher measures batch / step time as the job's demand: at most 200
+// el/s plus 5% (one batch more or less in a 2 s window of 50), at least 160.
+// `sluice status --json` meanwhile has exactly the keys docs/autoscaling.md
+// documents.
+TEST_F(CliTest, ConsumeStepTimeSetsTheDemandAndStatusJsonHasTheDocumentedKeys) {
+  const std::string ds = MakeDataset(400);
+  const std::string spec = tmp_.Join("labels.yaml");
+  WriteFile(spec,
+            "source: {dataset: {path: /not/used}, columns: [label]}\n"
+            "nodes:\n  - batch: {size: 8}\n");
+  const std::string log = tmp_.Join("local.log");
+  auto local = Subprocess::Start(
+      {Bin(), "local", "--autoscale", "--min-workers", "1", "--max-workers",
+       "2", "--scale-interval", "2s", "--threads-per-worker", "1",
+       "--data-root", tmp_.path(), "--work-dir", tmp_.Join("local"),
+       "--address-file", tmp_.Join("address")},
+      {.log_file = log});
+  ASSERT_TRUE(local.ok()) << local.status();
+  auto address =
+      WaitForAddressFile(tmp_.Join("address"), **local, absl::Seconds(60));
+  ASSERT_TRUE(address.ok()) << address.status();
+
+  // 400 images x 4 epochs = 200 batches: 8 s at 40 ms.
+  const std::string consume_log = tmp_.Join("consume.log");
+  auto consume =
+      Subprocess::Start({Bin(), "consume", "--dispatcher", *address, "--spec",
+                         spec, "--data", ds, "--job", "steps", "--epochs", "4",
+                         "--split-size", "200", "--step-time", "40ms"},
+                        {.log_file = consume_log});
+  ASSERT_TRUE(consume.ok()) << consume.status();
+  nlohmann::json status, job;
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (absl::Now() < deadline) {
+    const Result r = Run({"status", "--dispatcher", *address, "--json"});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    status = nlohmann::json::parse(r.output, nullptr, false);
+    ASSERT_FALSE(status.is_discarded()) << r.output;
+    if (!status["jobs"].empty() &&
+        status["jobs"][0]["demand_elements_per_second"].get<double>() > 0) {
+      job = status["jobs"][0];
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(300));
+  }
+  ASSERT_FALSE(job.is_null()) << status.dump();
+  auto keys = [](const nlohmann::json& object) {
+    std::set<std::string> out;
+    for (const auto& [key, value] : object.items()) out.insert(key);
+    return out;
+  };
+  EXPECT_EQ(keys(status),
+            (std::set<std::string>{
+                "workers", "desired_workers", "current_workers", "reason",
+                "scaler", "min_workers", "max_workers", "drain", "jobs"}));
+  ASSERT_FALSE(status["workers"].empty());
+  EXPECT_EQ(keys(status["workers"][0]),
+            (std::set<std::string>{"worker_id", "address", "state", "splits",
+                                   "queue_depth", "queue_capacity",
+                                   "elements_per_second",
+                                   "elements_per_busy_second", "age_seconds"}));
+  EXPECT_EQ(keys(job),
+            (std::set<std::string>{"job_id", "job_name", "batch_size",
+                                   "num_epochs", "demand_elements_per_second",
+                                   "capacity_elements_per_second",
+                                   "need_workers", "consumers"}));
+  ASSERT_EQ(job["consumers"].size(), 1u);
+  EXPECT_EQ(keys(job["consumers"][0]),
+            (std::set<std::string>{"consumer_index", "epoch", "finished",
+                                   "splits_done", "splits",
+                                   "batches_per_second", "wait_fraction"}));
+  EXPECT_EQ(job["job_name"], "steps");
+  EXPECT_EQ(job["batch_size"], 8);
+  EXPECT_EQ(job["num_epochs"], 4);
+  EXPECT_EQ(status["scaler"], "local");
+  // Demand = batch / step time, measured by the dispatcher over a period.
+  const double demand = job["demand_elements_per_second"].get<double>();
+  RecordProperty("demand_elements_per_second", std::to_string(demand));
+  EXPECT_GE(demand, 160) << job.dump();
+  EXPECT_LE(demand, 210) << job.dump();
+
+  auto code = (*consume)->Wait(absl::Seconds(60));
+  ASSERT_TRUE(code.ok()) << code.status();
+  ASSERT_EQ(*code, 0) << ReadFile(consume_log);
+  const std::string out = ReadFile(consume_log);
+  EXPECT_THAT(out, HasSubstr("consumed 1600 images in 200 batches"));
+  const size_t at = out.find("throughput from first batch: ");
+  ASSERT_NE(at, std::string::npos) << out;
+  const double rate =
+      std::stod(out.substr(at + std::strlen("throughput from first batch: ")));
+  RecordProperty("images_per_second_from_first_batch", std::to_string(rate));
+  EXPECT_LE(rate, 200.0) << out;
+  EXPECT_GE(rate, 160.0) << out;
+
+  (*local)->Signal(SIGTERM);
+  code = (*local)->Wait(absl::Seconds(60));
   ASSERT_TRUE(code.ok()) << code.status() << TailOfFile(log);
   EXPECT_EQ(*code, 0) << TailOfFile(log);
 }

@@ -8,6 +8,7 @@
 // (tools/local_cluster/autoscale.h).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -140,7 +141,11 @@ absl::Status RunLocal(const LocalFlags& flags) {
       return absl::OkStatus();
     }
     if (flags.autoscale && absl::Now() >= next_step) {
-      next_step = absl::Now() + flags.scale_interval;
+      // The actuator polls faster than the dispatcher decides (a GetStatus
+      // is cheap), so that a decision's workers start within 0.5 s instead
+      // of up to a whole interval later.
+      next_step =
+          absl::Now() + std::min(flags.scale_interval, absl::Milliseconds(500));
       absl::StatusOr<tools::AutoscaleStep> step = scaler.Step();
       if (!step.ok()) {
         std::fprintf(stderr, "sluice local: autoscale: %s\n",

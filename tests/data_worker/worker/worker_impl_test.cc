@@ -281,6 +281,20 @@ TEST_F(WorkerImplTest, SplitYieldsItsGlobalIndicesInOrderAfterSkippedBatches) {
   EXPECT_THAT(hb.known_job_ids(), ElementsAre(1));
   EXPECT_DOUBLE_EQ(hb.elements_per_second(), 3.0);  // 6 elements in 2 s
   EXPECT_EQ(hb.worker_id(), 101u);
+  // The autoscaler's counters: with one job, its entry is the totals.
+  ASSERT_EQ(hb.job_busy_size(), 1);
+  EXPECT_EQ(hb.job_busy(0).job_id(), 1u);
+  EXPECT_GT(hb.elements_total(), 0u);
+  EXPECT_EQ(hb.job_busy(0).elements_total(), hb.elements_total());
+  EXPECT_DOUBLE_EQ(hb.job_busy(0).busy_seconds_total(),
+                   hb.busy_seconds_total());
+  // A job that is over is no longer reported; the totals keep it.
+  proto::WorkerHeartbeatResponse over;
+  over.add_finished_job_ids(1);
+  Deliver(*w, over);
+  ASSERT_TRUE(w->Heartbeat().ok());
+  EXPECT_EQ(w->last_heartbeat().job_busy_size(), 0);
+  EXPECT_EQ(w->last_heartbeat().elements_total(), hb.elements_total());
 }
 
 TEST_F(WorkerImplTest, ShuffledSplitFollowsTheSeededPermutationOfItsRange) {
