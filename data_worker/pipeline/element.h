@@ -28,6 +28,11 @@ struct Element {
   // One per element of the batch (one if unbatched).
   std::vector<uint64_t> global_indices;
   uint64_t epoch = 0;
+  // Inside the executor only: the marker that follows the last record of a run
+  // (executor.h) through every stage, so that the batch stage cuts the run's
+  // last batch there and the reader knows where the run's outputs end. No
+  // columns.
+  bool end_of_run = false;
 };
 
 inline int64_t BytesOf(const Element& e) {
