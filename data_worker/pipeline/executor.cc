@@ -69,16 +69,18 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
       new Executor(std::move(lp), std::move(plan), options));
 }
 
-absl::Status Executor::Start(uint64_t epoch) {
+std::vector<uint64_t> Executor::EpochOrder(uint64_t epoch) const {
   const uint64_t n = logical_.source->size();
-  std::vector<uint64_t> order;
   if (logical_.shuffle) {
-    order = record::Permutation(n, logical_.shuffle_seed, epoch);
-  } else {
-    order.resize(n);
-    for (uint64_t i = 0; i < n; ++i) order[i] = i;
+    return record::Permutation(n, logical_.shuffle_seed, epoch);
   }
-  return Start(std::move(order), epoch);
+  std::vector<uint64_t> order(n);
+  for (uint64_t i = 0; i < n; ++i) order[i] = i;
+  return order;
+}
+
+absl::Status Executor::Start(uint64_t epoch) {
+  return Start(EpochOrder(epoch), epoch);
 }
 
 absl::Status Executor::Start(std::vector<uint64_t> global_indices,

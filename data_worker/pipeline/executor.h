@@ -135,6 +135,9 @@ class Executor {
   // Starts epoch `epoch` over the whole source (shuffled if the pipeline
   // shuffles).
   absl::Status Start(uint64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
+  // The record order of epoch `epoch` over the whole source: the seeded
+  // permutation if the pipeline shuffles, else 0..size()-1.
+  std::vector<uint64_t> EpochOrder(uint64_t epoch) const;
   // Starts an epoch over `global_indices` in this order. InvalidArgument for an
   // index >= size().
   absl::Status Start(std::vector<uint64_t> global_indices, uint64_t epoch)

@@ -151,6 +151,13 @@ int64_t TaskRunner::peak_bytes() const {
   return peak_bytes_;
 }
 
+uint64_t TaskRunner::pipeline_thread_starts() const {
+  absl::MutexLock lock(&mu_);
+  uint64_t n = retired_thread_starts_;
+  for (const pipeline::Executor* ex : running_) n += ex->thread_starts();
+  return n;
+}
+
 void TaskRunner::UpdatePeak() {
   const int64_t queued = queues_->queued_bytes();
   absl::MutexLock lock(&mu_);
@@ -159,156 +166,263 @@ void TaskRunner::UpdatePeak() {
   peak_bytes_ = std::max(peak_bytes_, total);
 }
 
+std::optional<TaskRunner::Work> TaskRunner::Take(bool wait) {
+  absl::MutexLock lock(&mu_);
+  if (wait) {
+    ++idle_;
+    while (!cancelled_ && pending_.empty()) work_available_.Wait(&mu_);
+    --idle_;
+  }
+  // Look-ahead leaves a task to an idle producer, which starts it now instead of after this
+  // producer's current run.
+  if (cancelled_ || pending_.size() <= static_cast<size_t>(wait ? 0 : idle_)) {
+    return std::nullopt;
+  }
+  Work work = std::move(pending_.front());
+  pending_.pop_front();
+  return work;
+}
+
 void TaskRunner::ProducerLoop() {
+  Lane lane;
   while (true) {
-    Work work;
     {
       absl::MutexLock lock(&mu_);
-      while (!cancelled_ && pending_.empty()) work_available_.Wait(&mu_);
-      if (cancelled_) return;
-      work = std::move(pending_.front());
-      pending_.pop_front();
+      if (cancelled_) break;
     }
-    if (!queues_->IsLive(work.task_id)) continue;
-    const uint64_t job_id = work.assignment.key().job_id();
-    std::shared_ptr<const Job> job = jobs_->Get(job_id);
-    // An unknown job's tasks stay held and unproduced. A refused job's fail with its status
-    // (its streams carry it too), so that they stop holding the worker's capacity.
-    if (job == nullptr) continue;
-    if (!job->status.ok()) {
-      queues_->Fail(work.task_id, job->status);
+    if (lane.runs.empty()) {
+      Retire(lane, /*all=*/false);  // before waiting: no parked threads of a removed job
+      std::optional<Work> work = Take(/*wait=*/true);
+      if (!work.has_value()) break;
+      Begin(lane, *std::move(work));
       continue;
     }
-    if (!work.parallel) splits_started_.Increment();
-    absl::StatusOr<std::unique_ptr<pipeline::Executor>> ex =
-        jobs_->AcquireExecutor(job_id);
-    if (!ex.ok()) {
-      queues_->Fail(work.task_id, ex.status());
+    InFlight& run = lane.runs.front();
+    absl::StatusOr<std::optional<pipeline::Element>> next = run.pipeline->ex->Next();
+    if (!next.ok()) {
+      // Batches before the error have gone out; the stream then ends with the error, naming
+      // the split (the cause names the record). The run's end follows.
+      const proto::SplitAssignment& a = run.work.assignment;
+      if (!run.stopped) {
+        const absl::Status failed(
+            next.status().code(),
+            absl::StrCat("job ", a.key().job_id(), " ", DescribeSlot(a), " (epoch ", run.epoch,
+                         "): ", next.status().message()));
+        logger_->error("consumer {}: {}", a.key().consumer_index(), failed.ToString());
+        queues_->Fail(run.work.task_id, failed);
+        StopTask(lane, run.work.task_id);
+      }
       continue;
     }
-    Run(work, *job, **ex);
-    jobs_->ReleaseExecutor(job_id, std::move(*ex));
-  }
-}
-
-void TaskRunner::Run(const Work& work, const Job& job, pipeline::Executor& ex) {
-  uint64_t batch_index = 0;
-  if (work.parallel) {
-    const uint64_t epochs = job.info.config().num_epochs();
-    uint64_t epoch = 0;
-    for (; epochs == 0 || epoch < epochs; ++epoch) {
-      batch_index = 0;
-      if (!RunEpoch(work, job, ex, epoch, &batch_index)) return;
+    if (!next->has_value()) {
+      EndRun(lane);
+      continue;
     }
-    service::WireBatch marker;
-    *marker.header.mutable_key() = work.assignment.key();
-    marker.header.mutable_key()->set_epoch(epoch == 0 ? 0 : epoch - 1);
-    marker.header.set_batch_index(batch_index);
-    marker.header.set_end_of_split(true);
-    queues_->Push(work.task_id, std::move(marker));
-    return;
+    Deliver(lane, run, std::move(**next));
+    Lookahead(lane);
   }
-  if (!RunEpoch(work, job, ex, work.assignment.key().epoch(), &batch_index))
-    return;
-  service::WireBatch marker;
-  *marker.header.mutable_key() = work.assignment.key();
-  marker.header.set_split_id(FirstSplitId(work.assignment));
-  marker.header.set_batch_index(batch_index);
-  marker.header.set_end_of_split(true);
-  queues_->Push(work.task_id, std::move(marker));
+  // Cancelled: a run still in flight is dropped with its pipeline.
+  lane.runs.clear();
+  Retire(lane, /*all=*/true);
 }
 
-bool TaskRunner::RunEpoch(const Work& work, const Job& job,
-                          pipeline::Executor& ex, uint64_t epoch,
-                          uint64_t* batch_index) {
-  const proto::SplitAssignment& a = work.assignment;
-  absl::Status started;
-  if (work.parallel) {
-    started = ex.Start(epoch);
+void TaskRunner::Begin(Lane& lane, Work work) {
+  if (!queues_->IsLive(work.task_id)) return;
+  const uint64_t job_id = work.assignment.key().job_id();
+  std::shared_ptr<const Job> job = jobs_->Get(job_id);
+  // An unknown job's tasks stay held and unproduced. A refused job's fail with its status
+  // (its streams carry it too), so that they stop holding the worker's capacity.
+  if (job == nullptr) return;
+  if (!job->status.ok()) {
+    queues_->Fail(work.task_id, job->status);
+    return;
+  }
+  if (!work.parallel) splits_started_.Increment();
+  absl::StatusOr<Pipeline*> pipeline = PipelineFor(lane, job_id);
+  if (!pipeline.ok()) {
+    queues_->Fail(work.task_id, pipeline.status());
+    return;
+  }
+  InFlight run;
+  run.epoch = work.parallel ? 0 : work.assignment.key().epoch();
+  run.work = std::move(work);
+  run.job = std::move(job);
+  run.pipeline = *pipeline;
+  Submit(lane, std::move(run));
+}
+
+void TaskRunner::Submit(Lane& lane, InFlight run) {
+  pipeline::Executor& ex = *run.pipeline->ex;
+  absl::StatusOr<uint64_t> id;
+  if (run.work.parallel) {
+    id = ex.Submit(ex.EpochOrder(run.epoch), run.epoch);
   } else {
     absl::StatusOr<std::vector<uint64_t>> records =
-        SlotRecordOrder(a, job, epoch);
-    started =
-        records.ok() ? ex.Start(*std::move(records), epoch) : records.status();
+        SlotRecordOrder(run.work.assignment, *run.job, run.epoch);
+    id = records.ok() ? ex.Submit(*std::move(records), run.epoch) : records.status();
   }
-  if (!started.ok()) {
-    queues_->Fail(work.task_id, started);
-    return false;
+  if (!id.ok()) {
+    queues_->Fail(run.work.task_id, id.status());
+    return;
+  }
+  run.run = *id;
+  lane.runs.push_back(std::move(run));
+}
+
+void TaskRunner::Lookahead(Lane& lane) {
+  if (lane.runs.size() != 1) return;
+  InFlight& last = lane.runs.back();
+  if (!last.pipeline->ex->FeedIdle()) return;
+  const uint64_t epochs = last.job->info.config().num_epochs();
+  if (last.work.parallel && !last.stopped && !last.continued &&
+      (epochs == 0 || last.epoch + 1 < epochs)) {
+    last.continued = true;
+    InFlight next;
+    next.work = last.work;
+    next.job = last.job;
+    next.pipeline = last.pipeline;
+    next.epoch = last.epoch + 1;
+    Submit(lane, std::move(next));
+    return;
+  }
+  std::optional<Work> work = Take(/*wait=*/false);
+  if (work.has_value()) Begin(lane, *std::move(work));
+}
+
+void TaskRunner::StopTask(Lane& lane, uint64_t task_id) {
+  for (InFlight& run : lane.runs) {
+    if (run.work.task_id != task_id || run.stopped) continue;
+    run.stopped = true;
+    run.pipeline->ex->CancelRun(run.run);
+  }
+}
+
+void TaskRunner::Deliver(Lane& lane, InFlight& run, pipeline::Element element) {
+  run.elements += element.global_indices.size();
+  if (run.stopped) return;
+  const proto::SplitAssignment& a = run.work.assignment;
+  const Job& job = *run.job;
+  const uint64_t index = run.batch_index++;
+  if (index < a.skip_batches()) {
+    // The consumer holds it already.
+    if (!queues_->IsLive(run.work.task_id)) StopTask(lane, run.work.task_id);
+    return;
+  }
+  absl::StatusOr<std::optional<proto::ColumnFinish>> finish = FinishOrShip(job, &element);
+  if (!finish.ok()) {
+    queues_->Fail(run.work.task_id, finish.status());
+    StopTask(lane, run.work.task_id);
+    return;
+  }
+  // Refused before encoding: the consumer is told which flag, instead of a message gRPC will
+  // not send.
+  if (absl::Status s = service::CheckBatchLimit(pipeline::BytesOf(element), jobs_->limits());
+      !s.ok()) {
+    queues_->Fail(run.work.task_id,
+                  absl::Status(s.code(), absl::StrCat("job ", a.key().job_id(), " ",
+                                                      DescribeSlot(a), " batch ", index, ": ",
+                                                      s.message())));
+    StopTask(lane, run.work.task_id);
+    return;
+  }
+  absl::StatusOr<service::WireBatch> batch = ToWireBatch(std::move(element), job);
+  if (!batch.ok()) {
+    queues_->Fail(run.work.task_id, batch.status());
+    StopTask(lane, run.work.task_id);
+    return;
+  }
+  proto::Batch& header = batch->header;
+  if (finish->has_value()) *header.add_finish() = std::move(**finish);
+  *header.mutable_key() = a.key();
+  if (run.work.parallel) header.mutable_key()->set_epoch(run.epoch);
+  header.set_split_id(FirstSplitId(a));
+  header.set_batch_index(index);
+  UpdatePeak();
+  const bool pushed = queues_->Push(run.work.task_id, *std::move(batch));
+  UpdatePeak();
+  if (!pushed) StopTask(lane, run.work.task_id);
+}
+
+void TaskRunner::EndRun(Lane& lane) {
+  InFlight run = std::move(lane.runs.front());
+  lane.runs.pop_front();
+  // Busy time of the bottleneck stage since the previous run's end (runs overlap at their
+  // boundaries; the sum over runs is exact).
+  Pipeline& p = *run.pipeline;
+  const pipeline::PipelineStats stats = p.ex->stats();
+  p.busy.resize(stats.stages.size(), 0);
+  double busy = 0;
+  for (size_t i = 0; i < stats.stages.size(); ++i) {
+    const pipeline::StageStats& stage = stats.stages[i];
+    busy = std::max(busy, (stage.busy_seconds - p.busy[i]) / std::max(1, stage.threads));
+    p.busy[i] = stage.busy_seconds;
   }
   {
     absl::MutexLock lock(&mu_);
-    running_.push_back(&ex);
+    run_busy_seconds_ += busy;
+    elements_run_ += run.elements;
   }
-  bool ok = true;
-  while (ok) {
-    absl::StatusOr<std::optional<pipeline::Element>> next = ex.GetNext();
-    if (!next.ok()) {
-      // Batches before the error have gone out; the stream then ends with the error, naming
-      // the split (the cause names the record).
-      const absl::Status failed(
-          next.status().code(),
-          absl::StrCat("job ", a.key().job_id(), " ", DescribeSlot(a),
-                       " (epoch ", epoch, "): ", next.status().message()));
-      logger_->error("consumer {}: {}", a.key().consumer_index(),
-                     failed.ToString());
-      queues_->Fail(work.task_id, failed);
-      ok = false;
-      break;
+  if (run.stopped || run.continued) return;
+  service::WireBatch marker;
+  *marker.header.mutable_key() = run.work.assignment.key();
+  marker.header.set_batch_index(run.batch_index);
+  marker.header.set_end_of_split(true);
+  if (run.work.parallel) {
+    const uint64_t epochs = run.job->info.config().num_epochs();
+    if (epochs == 0 || run.epoch + 1 < epochs) {
+      InFlight next;
+      next.work = std::move(run.work);
+      next.job = std::move(run.job);
+      next.pipeline = run.pipeline;
+      next.epoch = run.epoch + 1;
+      Submit(lane, std::move(next));
+      return;
     }
-    if (!next->has_value()) break;
-    const uint64_t index = (*batch_index)++;
-    if (index < a.skip_batches()) {
-      ok = queues_->IsLive(work.task_id);  // the consumer holds it already
+    marker.header.mutable_key()->set_epoch(run.epoch);
+  } else {
+    marker.header.set_split_id(FirstSplitId(run.work.assignment));
+  }
+  queues_->Push(run.work.task_id, std::move(marker));
+}
+
+absl::StatusOr<TaskRunner::Pipeline*> TaskRunner::PipelineFor(Lane& lane, uint64_t job_id) {
+  auto it = lane.pipelines.find(job_id);
+  if (it != lane.pipelines.end()) return &it->second;
+  Retire(lane, /*all=*/false);
+  absl::StatusOr<std::unique_ptr<pipeline::Executor>> ex = jobs_->AcquireExecutor(job_id);
+  if (!ex.ok()) return ex.status();
+  if (absl::Status s = (*ex)->Open(); !s.ok()) {
+    jobs_->ReleaseExecutor(job_id, *std::move(ex));
+    return s;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    running_.push_back(ex->get());
+  }
+  Pipeline& p = lane.pipelines[job_id];
+  p.job_id = job_id;
+  p.ex = *std::move(ex);
+  return &p;
+}
+
+void TaskRunner::Retire(Lane& lane, bool all) {
+  for (auto it = lane.pipelines.begin(); it != lane.pipelines.end();) {
+    Pipeline& p = it->second;
+    const bool used = std::any_of(lane.runs.begin(), lane.runs.end(),
+                                  [&](const InFlight& r) { return r.pipeline == &p; });
+    if (used || (!all && jobs_->Get(p.job_id) != nullptr)) {
+      ++it;
       continue;
     }
-    absl::StatusOr<std::optional<proto::ColumnFinish>> finish =
-        FinishOrShip(job, &**next);
-    if (!finish.ok()) {
-      queues_->Fail(work.task_id, finish.status());
-      ok = false;
-      break;
+    p.ex->Stop();
+    {
+      absl::MutexLock lock(&mu_);
+      running_.erase(std::find(running_.begin(), running_.end(), p.ex.get()));
+      retired_thread_starts_ += p.ex->thread_starts();
     }
-    // Refused before encoding: the consumer is told which flag, instead of a
-    // message gRPC will not send.
-    if (absl::Status s = service::CheckBatchLimit(pipeline::BytesOf(**next),
-                                                  jobs_->limits());
-        !s.ok()) {
-      queues_->Fail(
-          work.task_id,
-          absl::Status(s.code(), absl::StrCat("job ", a.key().job_id(), " ",
-                                              DescribeSlot(a), " batch ", index,
-                                              ": ", s.message())));
-      ok = false;
-      break;
-    }
-    absl::StatusOr<service::WireBatch> batch =
-        ToWireBatch(std::move(**next), job);
-    if (!batch.ok()) {
-      queues_->Fail(work.task_id, batch.status());
-      ok = false;
-      break;
-    }
-    proto::Batch& header = batch->header;
-    if (finish->has_value()) *header.add_finish() = std::move(**finish);
-    *header.mutable_key() = a.key();
-    if (work.parallel) header.mutable_key()->set_epoch(epoch);
-    header.set_split_id(FirstSplitId(a));
-    header.set_batch_index(index);
-    UpdatePeak();
-    ok = queues_->Push(work.task_id, std::move(*batch));
-    UpdatePeak();
+    jobs_->ReleaseExecutor(p.job_id, std::move(p.ex));
+    it = lane.pipelines.erase(it);
   }
-  ex.Stop();
-  const pipeline::PipelineStats stats = ex.stats();
-  double busy = 0;
-  for (const pipeline::StageStats& stage : stats.stages) {
-    busy = std::max(busy, stage.busy_seconds / std::max(1, stage.threads));
-  }
-  absl::MutexLock lock(&mu_);
-  run_busy_seconds_ += busy;
-  elements_run_ += stats.elements_out;
-  running_.erase(std::find(running_.begin(), running_.end(), &ex));
-  return ok;
 }
 
 }  // namespace sluice::data_worker

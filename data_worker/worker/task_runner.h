@@ -1,6 +1,19 @@
 // TaskRunner: the worker's producers. `threads` producer threads take tasks from a FIFO, run
-// each on one of its job's Executors (JobRegistry's pool), encode every output element as a
-// wire batch and Push() it into ConsumerQueues; a split ends with its end-of-split marker.
+// each through its job's long-lived Executor, encode every output element as a wire batch and
+// Push() it into ConsumerQueues; a split ends with its end-of-split marker.
+//
+// Long-lived executors. Each producer thread keeps one Executor stream (executor.h: Open,
+// Submit, Next) per job it has served, from JobRegistry's pool, until the job is removed: a
+// split is a run submitted to the running pipeline, so its stage threads, their autotuned
+// counts and full queues carry over from split to split. While the thread delivers a run's
+// batches it submits the next run as soon as the current one's records have all entered the
+// pipeline (look-ahead: the next epoch of a PARALLEL_EPOCHS walk, else the next task of the
+// FIFO), so the stages never drain between splits. It takes a task for look-ahead only when
+// no other producer is idle, so a producer blocked by a slow consumer holds at most one task
+// besides its own. Runs come out in submission order and each run is its own epoch: batches
+// never mix records of two splits, and a run's output is the same as a fresh executor's. One
+// thread, not one executor for all producers, per job: each producer's runs come out in its
+// own order, so a consumer that stops reading blocks one producer, not the job.
 //
 // Progress counts output batches. A task with skip_batches = k runs its split from the first
 // record (the output is a pure function of seed, epoch and records) and discards batches
@@ -16,6 +29,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -64,6 +78,9 @@ class TaskRunner {
 
   // Peak over time of queued bytes plus the live bytes of every running Executor.
   int64_t peak_bytes() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Stage threads the producers' executors have started (Executor::thread_starts): flat
+  // while split after split of a job runs on its long-lived executors (tests).
+  uint64_t pipeline_thread_starts() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Busy time, for the autoscaler's capacity measurement (cumulative, counted when a split or
   // epoch ends). A pipeline run is busy for the thread-seconds of its bottleneck stage (the
@@ -82,13 +99,53 @@ class TaskRunner {
     proto::SplitAssignment assignment;
     bool parallel = false;
   };
+  // A job's long-lived executor on one producer thread.
+  struct Pipeline {
+    uint64_t job_id = 0;
+    std::unique_ptr<pipeline::Executor> ex;
+    // Each stage's busy seconds when the previous run ended.
+    std::vector<double> busy;
+  };
+  // A run submitted to a producer's pipeline: one split (or one epoch of a parallel walk).
+  struct InFlight {
+    Work work;
+    std::shared_ptr<const Job> job;
+    Pipeline* pipeline = nullptr;
+    uint64_t epoch = 0;
+    uint64_t run = 0;  // the executor's run id
+    uint64_t batch_index = 0;
+    uint64_t elements = 0;  // inside the run's batches, skipped ones included
+    bool stopped = false;   // the task stopped: the run's outputs are dropped
+    bool continued = false;  // a parallel walk's next epoch is submitted
+  };
+  // One producer thread's state; touched by that thread only.
+  struct Lane {
+    std::map<uint64_t, Pipeline> pipelines;  // by job id
+    std::deque<InFlight> runs;               // in the order their outputs come
+  };
 
   void ProducerLoop() ABSL_LOCKS_EXCLUDED(mu_);
-  void Run(const Work& work, const Job& job, pipeline::Executor& ex)
+  // The next task: waits for one if `wait`, else takes one only if no producer is idle.
+  std::optional<Work> Take(bool wait) ABSL_LOCKS_EXCLUDED(mu_);
+  // Checks the task's job and submits the task's first run.
+  void Begin(Lane& lane, Work work) ABSL_LOCKS_EXCLUDED(mu_);
+  // Submits `run` to its pipeline and appends it to the lane, or fails the task.
+  void Submit(Lane& lane, InFlight run) ABSL_LOCKS_EXCLUDED(mu_);
+  // Submits the lane's next run if the last one's records have all entered its pipeline.
+  void Lookahead(Lane& lane) ABSL_LOCKS_EXCLUDED(mu_);
+  // Encodes one output of the lane's oldest run and queues it (or skips it).
+  void Deliver(Lane& lane, InFlight& run, pipeline::Element element)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // One pass over the split (or one epoch of a parallel walk). False: stop the task.
-  bool RunEpoch(const Work& work, const Job& job, pipeline::Executor& ex,
-                uint64_t epoch, uint64_t* batch_index) ABSL_LOCKS_EXCLUDED(mu_);
+  // The lane's oldest run ended: its marker, or the walk's next epoch.
+  void EndRun(Lane& lane) ABSL_LOCKS_EXCLUDED(mu_);
+  // Drops the rest of the task's runs on this lane (it failed or is gone).
+  void StopTask(Lane& lane, uint64_t task_id);
+  // The lane's executor for `job_id`, opened on first use.
+  absl::StatusOr<Pipeline*> PipelineFor(Lane& lane, uint64_t job_id)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Stops and returns to the registry the pipelines of jobs the registry dropped (all of them
+  // if `all`), unless a run of the lane still uses them.
+  void Retire(Lane& lane, bool all) ABSL_LOCKS_EXCLUDED(mu_);
   void UpdatePeak() ABSL_LOCKS_EXCLUDED(mu_);
 
   ConsumerQueues* const queues_;
@@ -100,7 +157,10 @@ class TaskRunner {
   absl::CondVar work_available_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<Work> pending_ ABSL_GUARDED_BY(mu_);
+  int idle_ ABSL_GUARDED_BY(mu_) = 0;  // producers waiting for a task
+  // Every lane's pipelines.
   std::vector<pipeline::Executor*> running_ ABSL_GUARDED_BY(mu_);
+  uint64_t retired_thread_starts_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t peak_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int producers_ ABSL_GUARDED_BY(mu_) = 0;
   double run_busy_seconds_ ABSL_GUARDED_BY(mu_) = 0;  // summed over runs

@@ -170,6 +170,10 @@ class WorkerImpl {
   int64_t queued_bytes() const { return queues_.queued_bytes(); }
   // Peak over time of queued_bytes() plus the live bytes of every running Executor.
   int64_t peak_bytes() const { return runner_.peak_bytes(); }
+  // Stage threads the producers' pipelines have started (tests).
+  uint64_t pipeline_thread_starts() const {
+    return runner_.pipeline_thread_starts();
+  }
   // Producers blocked on a full consumer queue right now.
   int blocked_producers() const { return queues_.blocked_producers(); }
   // Cumulative busy worker-seconds and the elements of those runs (task_runner.h).
