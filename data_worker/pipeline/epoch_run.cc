@@ -98,6 +98,13 @@ bool EpochRun::FeedIdle() const {
 
 ItemQueue::PopResult EpochRun::PopInput(int stage, Item* item, uint64_t* seq) {
   if (stage > 0) return queues_[stage - 1]->Pop(item, seq);
+  if (ctx_.budget != nullptr) {
+    // Under a full worker budget the pipeline runs at most one output ahead of
+    // its reader; a reader that waits for it always gets it.
+    ctx_.budget->WaitForRoom([this] {
+      return budget_cancelled_.load() || outputs_waiting_.load() == 0;
+    });
+  }
   absl::MutexLock lock(&feed_mu_);
   auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(feed_mu_) {
     return feed_cancelled_ || feed_closed_ || !runs_.empty();
@@ -232,6 +239,7 @@ void EpochRun::ElementWorker(int si) {
       }
     }
     const int64_t bytes = item.bytes();
+    if (si + 1 == static_cast<int>(queues_.size())) outputs_waiting_.fetch_add(1);
     if (!out.Push(seq, std::move(item), bytes)) return;
   }
 }
@@ -301,6 +309,7 @@ void EpochRun::EmitBatch(int si, uint64_t k, absl::StatusOr<Element> batch) {
     out = status.ok() ? Item(std::move(e), ctx_.live) : Item::Error(status);
   }
   const int64_t bytes = out.bytes();
+  if (si + 1 == static_cast<int>(queues_.size())) outputs_waiting_.fetch_add(1);
   queues_[si]->Push(k, std::move(out), bytes);
 }
 
@@ -413,11 +422,18 @@ void EpochRun::Autotune() {
   }
 }
 
+void EpochRun::Popped() {
+  outputs_waiting_.fetch_sub(1);
+  if (ctx_.budget != nullptr) ctx_.budget->Poke();
+}
+
 void EpochRun::Cancel() {
   {
     absl::MutexLock lock(&mu_);
     cancelled_ = true;
   }
+  budget_cancelled_ = true;
+  if (ctx_.budget != nullptr) ctx_.budget->Poke();
   {
     absl::MutexLock lock(&feed_mu_);
     feed_cancelled_ = true;

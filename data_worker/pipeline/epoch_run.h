@@ -83,6 +83,8 @@ struct EpochContext {
   absl::Duration autotune_interval;
   // Counts every worker thread started (Executor::thread_starts); not owned.
   std::atomic<uint64_t>* thread_starts = nullptr;
+  // The worker's budget the feed waits on (memory_budget.h); null: none.
+  MemoryBudget* budget = nullptr;
 };
 
 class EpochRun {
@@ -124,6 +126,9 @@ class EpochRun {
   bool FeedIdle() const ABSL_LOCKS_EXCLUDED(feed_mu_);
   // The queue GetNext pops.
   ItemQueue& output() { return *queues_.back(); }
+  // The reader popped an output (the feed may admit again under a full
+  // budget).
+  void Popped();
   void Cancel() ABSL_LOCKS_EXCLUDED(mu_);
   void Join() ABSL_LOCKS_EXCLUDED(mu_);
   // Frees queued items and partial batches. REQUIRES: Join() returned.
@@ -185,6 +190,10 @@ class EpochRun {
 
   std::vector<std::unique_ptr<Stage>> stages_;
   std::vector<std::unique_ptr<ItemQueue>> queues_;  // queue i = stage i's out
+  // Items pushed to the output queue and not yet popped; and Cancel() was
+  // called: what the feed's budget wait checks besides the budget.
+  std::atomic<int64_t> outputs_waiting_{0};
+  std::atomic<bool> budget_cancelled_{false};
 
   mutable absl::Mutex mu_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;

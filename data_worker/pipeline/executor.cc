@@ -110,6 +110,7 @@ absl::Status Executor::Open() {
   ctx.autotune = options_.autotune;
   ctx.autotune_interval = options_.autotune_interval;
   ctx.thread_starts = &thread_starts_;
+  ctx.budget = options_.worker_budget;
   auto run = std::make_unique<EpochRun>(ctx);
   const int ns = static_cast<int>(plan_.stages.size());
   // Initial threads: the spec's count, or 1 per AUTOTUNE stage (autotune grows
@@ -202,6 +203,7 @@ absl::StatusOr<std::optional<Element>> Executor::Next() {
       // Cancelled: the feed never closes while runs are unfinished.
       return absl::CancelledError("the executor was stopped");
     }
+    run->Popped();
     if (item.is_hole()) continue;
     if (!item.status().ok()) {
       if (run->skipping) continue;  // the run's first error was reported

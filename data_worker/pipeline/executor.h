@@ -94,6 +94,11 @@ struct ExecutorOptions {
   absl::Duration autotune_interval = absl::Milliseconds(50);
   prometheus::Registry* registry = nullptr;  // null: no metrics
   Clock* clock = nullptr;                    // null: RealClock
+  // The worker's budget (memory_budget.h), shared with its other executors and
+  // its consumer queues: the executor's live bytes are charged to it, and its
+  // feed waits for room while an output waits for the reader. Not owned; null:
+  // none.
+  MemoryBudget* worker_budget = nullptr;
 };
 
 struct StageStats {
@@ -197,7 +202,7 @@ class Executor {
   std::vector<bool> index_mask_;
 
   // Declared before run_: the run's items count into live_ until destroyed.
-  LiveBytes live_;
+  LiveBytes live_{options_.worker_budget};
   std::unique_ptr<ExecutorMetrics> metrics_;  // null without a registry
 
   mutable absl::Mutex mu_;

@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -670,6 +671,70 @@ TEST_F(WorkerImplTest, AJobsPipelineThreadsAreNotRestartedPerSplit) {
   EXPECT_EQ(w.pipeline_thread_starts(), started);
   reader.reset();
   w.Stop();
+}
+
+// One budget for the whole worker, pipelines included: sixteen consumers with
+// eight-batch queues and 98 KB batches would hold 16 x 8 batches (12.6 MB)
+// under per-consumer bounds. With a budget of two batches, the queues hold
+// the budget plus one batch per consumer whose queue was empty (so that every
+// consumer progresses; before anyone reads, only the two whose splits the two
+// producers run), and each producer's pipeline stops feeding once an output
+// waits for its reader, keeping what was already in flight behind it. For
+// this pipeline (2 threads, batch 8) that is at most, in batches: 2 in the
+// output queue, 2 held by batch threads waiting to push, 2 being filled, 3 of
+// records in the batch window (2 x 8 + 4 x 2 threads), and under 1 of
+// elements in the stage queue and threads: 10 per producer (measured: 1.1).
+// Every consumer then gets all its records.
+TEST_F(WorkerImplTest, OneMemoryBudgetBoundsQueuesAndPipelinesOfAllConsumers) {
+  constexpr char kBig[] = R"(
+on_error: fail
+source: {dataset: {path: DIR}, columns: [image, label]}
+nodes:
+  - map: {input_columns: [image], ops: [{decode: {}}, {resize: {height: 64, width: 64}}]}
+  - batch: {size: 8}
+)";
+  const int64_t batch_bytes = 8 * 64 * 64 * 3 + 8 * 8;
+  const int64_t budget = 2 * batch_bytes;
+  constexpr int kConsumers = 16;
+  constexpr int kProducers = 2;  // MakeWorker's capacity
+  auto w = MakeWorker(/*queue_batches=*/8, /*roots=*/{}, budget);
+  proto::WorkerHeartbeatResponse r;
+  *r.add_jobs() =
+      MakeJob(1, Yaml(kBig), 8, /*seed=*/7, /*consumers=*/kConsumers);
+  std::map<uint32_t, std::map<uint64_t, std::vector<uint64_t>>> want;
+  for (uint64_t pos = 0; pos < 2; ++pos) {  // 2 splits of 3 batches each
+    for (uint32_t c = 0; c < kConsumers; ++c) {
+      const uint64_t id = pos * kConsumers + c;
+      const uint64_t begin = (id * 5) % 16;
+      *r.add_start() = MakeSplit(1, c, pos, id, begin, begin + 24, begin, 0);
+      want[c][pos] = record::SplitRecordOrder(begin, 24, false, 7, id, 0);
+    }
+  }
+  Deliver(*w, r);
+  ASSERT_TRUE(Eventually([&] { return w->blocked_producers() == kProducers; }));
+  const int64_t bound = budget + kProducers * batch_bytes  // empty queues
+                        + kProducers * 10 * batch_bytes;   // in flight
+  EXPECT_LE(w->queued_bytes(), budget + kProducers * batch_bytes);
+  EXPECT_LE(w->budget_peak_bytes(), bound);
+  // The trainers read all at once (a producer waits for the consumer it
+  // serves).
+  std::vector<std::map<uint64_t, std::vector<uint64_t>>> got(kConsumers);
+  std::vector<std::thread> trainers;
+  for (uint32_t c = 0; c < kConsumers; ++c) {
+    trainers.emplace_back([&, c] {
+      auto reader = Open(*w, 1, c);
+      if (reader != nullptr) {
+        got[c] = ReadSplits([&] { return reader->Next(); }, 2, 8);
+      }
+    });
+  }
+  for (std::thread& t : trainers) t.join();
+  for (uint32_t c = 0; c < kConsumers; ++c) EXPECT_EQ(got[c], want[c]) << c;
+  // While they read, a producer moves on from a consumer whose last batches
+  // are still queued, so every consumer may hold one batch the budget let in.
+  const int64_t reading = bound + (kConsumers - kProducers) * batch_bytes;
+  EXPECT_LE(w->budget_peak_bytes(), reading);
+  EXPECT_LE(w->peak_bytes(), reading);
 }
 
 TEST_F(WorkerImplTest, NewerStreamSupersedesTheOlderOne) {
