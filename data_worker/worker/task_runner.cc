@@ -227,6 +227,8 @@ void TaskRunner::ProducerLoop() {
 }
 
 void TaskRunner::Begin(Lane& lane, Work work) {
+  // The threads of a removed job's pipeline end before this producer goes on.
+  Retire(lane, /*all=*/false);
   if (!queues_->IsLive(work.task_id)) return;
   const uint64_t job_id = work.assignment.key().job_id();
   std::shared_ptr<const Job> job = jobs_->Get(job_id);
@@ -388,7 +390,6 @@ void TaskRunner::EndRun(Lane& lane) {
 absl::StatusOr<TaskRunner::Pipeline*> TaskRunner::PipelineFor(Lane& lane, uint64_t job_id) {
   auto it = lane.pipelines.find(job_id);
   if (it != lane.pipelines.end()) return &it->second;
-  Retire(lane, /*all=*/false);
   absl::StatusOr<std::unique_ptr<pipeline::Executor>> ex = jobs_->AcquireExecutor(job_id);
   if (!ex.ok()) return ex.status();
   if (absl::Status s = (*ex)->Open(); !s.ok()) {
