@@ -102,10 +102,12 @@ absl::StatusOr<std::optional<proto::ColumnFinish>> FinishOrShip(
 
 TaskRunner::TaskRunner(ConsumerQueues* queues, JobRegistry* jobs,
                        prometheus::Registry& registry,
-                       std::shared_ptr<spdlog::logger> logger)
+                       std::shared_ptr<spdlog::logger> logger,
+                       int cpu_budget)
     : queues_(queues),
       jobs_(jobs),
       logger_(std::move(logger)),
+      cpu_budget_(std::max(1, cpu_budget)),
       splits_started_(AddCounter(registry, "sluice_worker_splits_total",
                                  "Splits by event.", {{"event", "started"}})) {}
 
@@ -185,11 +187,7 @@ std::optional<TaskRunner::Work> TaskRunner::Take(bool wait) {
 
 void TaskRunner::ProducerLoop() {
   Lane lane;
-  while (true) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (cancelled_) break;
-    }
+  while (Share(lane)) {
     if (lane.runs.empty()) {
       Retire(lane, /*all=*/false);  // before waiting: no parked threads of a removed job
       std::optional<Work> work = Take(/*wait=*/true);
@@ -223,7 +221,25 @@ void TaskRunner::ProducerLoop() {
   }
   // Cancelled: a run still in flight is dropped with its pipeline.
   lane.runs.clear();
+  Share(lane);
   Retire(lane, /*all=*/true);
+}
+
+bool TaskRunner::Share(Lane& lane) {
+  int share;
+  {
+    absl::MutexLock lock(&mu_);
+    const bool busy = !lane.runs.empty();
+    if (busy != lane.busy) busy_lanes_ += busy ? 1 : -1;
+    lane.busy = busy;
+    share = std::max(1, cpu_budget_ / std::max(1, busy_lanes_));
+    if (cancelled_) return false;
+  }
+  if (share != lane.cpu_share) {
+    lane.cpu_share = share;
+    for (auto& [job_id, p] : lane.pipelines) p.ex->SetCpuBudget(share);
+  }
+  return true;
 }
 
 void TaskRunner::Begin(Lane& lane, Work work) {
@@ -392,6 +408,8 @@ absl::StatusOr<TaskRunner::Pipeline*> TaskRunner::PipelineFor(Lane& lane, uint64
   if (it != lane.pipelines.end()) return &it->second;
   absl::StatusOr<std::unique_ptr<pipeline::Executor>> ex = jobs_->AcquireExecutor(job_id);
   if (!ex.ok()) return ex.status();
+  // Its first threads fit the lane's share (no run is in flight yet when the lane was idle).
+  (*ex)->SetCpuBudget(lane.cpu_share > 0 ? lane.cpu_share : cpu_budget_);
   if (absl::Status s = (*ex)->Open(); !s.ok()) {
     jobs_->ReleaseExecutor(job_id, *std::move(ex));
     return s;

@@ -15,6 +15,10 @@
 // thread, not one executor for all producers, per job: each producer's runs come out in its
 // own order, so a consumer that stops reading blocks one producer, not the job.
 //
+// CPU: the producers that have runs in flight share `cpu_budget` threads (Executor::
+// SetCpuBudget on their pipelines), so two splits produced at once do not each size themselves
+// to every core; a producer alone gets all of them.
+//
 // Progress counts output batches. A task with skip_batches = k runs its split from the first
 // record (the output is a pure function of seed, epoch and records) and discards batches
 // 0..k-1 instead of sending them: filters and skipped records cannot shift what a replacement
@@ -64,9 +68,11 @@ absl::StatusOr<std::optional<proto::ColumnFinish>> FinishOrShip(
 
 class TaskRunner {
  public:
+  // `cpu_budget`: the stage threads of all pipelines together (the worker's --threads,
+  // resolved).
   TaskRunner(ConsumerQueues* queues, JobRegistry* jobs,
              prometheus::Registry& registry,
-             std::shared_ptr<spdlog::logger> logger);
+             std::shared_ptr<spdlog::logger> logger, int cpu_budget);
   ~TaskRunner();  // Stop()s
 
   void Start(int threads) ABSL_LOCKS_EXCLUDED(mu_);
@@ -122,9 +128,14 @@ class TaskRunner {
   struct Lane {
     std::map<uint64_t, Pipeline> pipelines;  // by job id
     std::deque<InFlight> runs;               // in the order their outputs come
+    bool busy = false;                       // counted in busy_lanes_
+    int cpu_share = 0;                       // its pipelines' CPU budget
   };
 
   void ProducerLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  // Counts the lane busy or idle and gives its pipelines their share of the CPU budget. False
+  // once Stop() was called.
+  bool Share(Lane& lane) ABSL_LOCKS_EXCLUDED(mu_);
   // The next task: waits for one if `wait`, else takes one only if no producer is idle.
   std::optional<Work> Take(bool wait) ABSL_LOCKS_EXCLUDED(mu_);
   // Checks the task's job and submits the task's first run.
@@ -151,6 +162,7 @@ class TaskRunner {
   ConsumerQueues* const queues_;
   JobRegistry* const jobs_;
   const std::shared_ptr<spdlog::logger> logger_;
+  const int cpu_budget_;
   prometheus::Counter& splits_started_;
 
   mutable absl::Mutex mu_;
@@ -158,6 +170,7 @@ class TaskRunner {
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<Work> pending_ ABSL_GUARDED_BY(mu_);
   int idle_ ABSL_GUARDED_BY(mu_) = 0;  // producers waiting for a task
+  int busy_lanes_ ABSL_GUARDED_BY(mu_) = 0;  // producers with runs in flight
   // Every lane's pipelines.
   std::vector<pipeline::Executor*> running_ ABSL_GUARDED_BY(mu_);
   uint64_t retired_thread_starts_ ABSL_GUARDED_BY(mu_) = 0;

@@ -41,7 +41,10 @@ WorkerImpl::WorkerImpl(WorkerOptions options,
             options_.limits),
       queues_(options_.queue_batches, options_.queue_bytes, registry_,
               &budget_),
-      runner_(&queues_, &jobs_, registry_, logger_),
+      runner_(&queues_, &jobs_, registry_, logger_,
+              options_.threads > 0
+                  ? options_.threads
+                  : static_cast<int>(std::thread::hardware_concurrency())),
       address_(options_.address),
       heartbeat_interval_(options_.heartbeat_interval) {
   last_heartbeat_time_ = clock_->Now();
