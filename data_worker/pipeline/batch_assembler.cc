@@ -74,57 +74,77 @@ void BatchAssembler::Commit(std::vector<Action>* actions) {
     Item item = std::move(pending_.begin()->second);
     pending_.erase(pending_.begin());
     ++next_commit_;
+    if (options_.runs && item.element() != nullptr &&
+        item.element()->end_of_run) {
+      const uint64_t marker = CutLastBatch(actions);
+      actions->push_back(Action{Action::kMarker, marker, 0, std::move(item)});
+      base_ = marker + 1;
+      count_ = 0;
+      stopped_ = false;
+      continue;
+    }
     if (stopped_ || item.is_hole()) continue;
     if (!item.status().ok()) {
       // The error takes the place of the rest of its batch and ends the
-      // output after it.
-      const uint64_t k = count_ / B;
+      // output (with runs: the run's output) after it.
+      const uint64_t k = base_ + count_ / B;
       Batch& b = batches_[k];
       b.error = item.status();
       b.expected = b.assigned;
       stopped_ = true;
-      set_end_(k + 1);
+      if (!options_.runs) set_end_(k + 1);
       if (b.filled == b.expected) {
         actions->push_back(Action{Action::kFinish, k, 0, Item()});
       }
       continue;
     }
     const uint64_t pos = count_++;
-    const uint64_t k = pos / B;
+    const uint64_t k = base_ + pos / B;
     Batch& b = batches_[k];
     if (b.expected == 0) b.expected = B;
     ++b.assigned;
     actions->push_back(Action{Action::kWrite, k, static_cast<int64_t>(pos % B),
                               std::move(item)});
   }
-  if (!stopped_ && input_end_ && next_commit_ >= *input_end_) {
+  if (!input_end_ || next_commit_ < *input_end_) return;
+  if (options_.runs) {
+    // Every run ended with its marker: the markers counted the outputs.
+    if (!ended_) set_end_(base_);
+    ended_ = true;
+  } else if (!stopped_) {
+    set_end_(CutLastBatch(actions));
     stopped_ = true;
-    const uint64_t full = count_ / B;
-    const uint64_t rem = count_ % B;
-    const bool partial = rem != 0 && !options_.drop_remainder;
-    set_end_(full + (partial ? 1 : 0));
-    if (rem != 0) {
-      Batch& b = batches_[full];
-      if (partial) {
-        b.expected = rem;
-        if (b.filled == b.expected) {
-          actions->push_back(Action{Action::kFinish, full, 0, Item()});
-        }
-      } else {
-        b.discard = true;
-        if (b.filled == b.assigned) {
-          AddLive(-b.counted);
-          batches_.erase(full);
-        }
-      }
-    }
   }
+}
+
+uint64_t BatchAssembler::CutLastBatch(std::vector<Action>* actions) {
+  const int64_t B = options_.batch_size;
+  if (stopped_) return base_ + count_ / B + 1;  // after the error's batch
+  const uint64_t full = base_ + count_ / B;
+  const uint64_t rem = count_ % B;
+  if (rem == 0) return full;
+  Batch& b = batches_[full];
+  if (!options_.drop_remainder) {
+    b.expected = rem;
+    if (b.filled == b.expected) {
+      actions->push_back(Action{Action::kFinish, full, 0, Item()});
+    }
+    return full + 1;
+  }
+  b.discard = true;
+  if (b.filled == b.assigned) {
+    AddLive(-b.counted);
+    batches_.erase(full);
+  }
+  return full;
 }
 
 void BatchAssembler::Run(std::vector<Action>* actions) {
   for (Action& a : *actions) {
     if (a.kind == Action::kFinish) {
       Finish(a.batch);
+    } else if (a.kind == Action::kMarker) {
+      emit_(a.batch, std::move(*a.item.Take()));
     } else {
       Write(a);
     }
@@ -142,6 +162,7 @@ void BatchAssembler::Write(Action& a) {
     if (!b->allocated) {
       // The first element committed to the batch fixes its column types.
       b->allocated = true;
+      b->epoch = e.epoch;
       b->buffer.ids.assign(B, 0);
       int64_t bytes = 0;
       for (const Tensor& t : e.columns) {
@@ -209,6 +230,7 @@ void BatchAssembler::Finish(uint64_t k) {
     return;
   }
   Element e;
+  e.epoch = b.epoch;
   const int64_t n = b.expected;
   b.buffer.ids.resize(n);
   e.global_indices = std::move(b.buffer.ids);

@@ -26,6 +26,13 @@
 // element whose dtype/shape differs from the batch's first element turns the
 // batch into an InvalidArgument error naming the column (through `wrap`).
 //
+// Runs (Options::runs): the input is a sequence of runs, each ending with a
+// marker element (Element::end_of_run). The marker cuts its run's last batch
+// as the input end does (short, or discarded with drop_remainder) and is
+// emitted itself at the next index, so batches never mix records of two runs;
+// an error ends only its run (the run's items up to its marker are dropped);
+// `set_end` counts batches and markers. The input must end with a marker.
+//
 // Memory: batch buffers are counted in Options::live while they are being
 // filled. Reserve() bounds the items popped but not committed to `window`.
 //
@@ -65,8 +72,9 @@ class BatchAssembler {
     // Column names, for shape errors.
     std::vector<std::string> column_names;
     LiveBytes* live = nullptr;  // null: not counted
+    bool runs = false;          // the input carries end-of-run markers
   };
-  // Batch `index` is complete: the batch (epoch not set) or the error at its
+  // Batch `index` is complete: the batch (the epoch of its first element), a run's marker or the error at its
   // place. Called outside the lock, once per batch, in any order.
   using EmitFn =
       std::function<void(uint64_t index, absl::StatusOr<Element> batch)>;
@@ -105,16 +113,22 @@ class BatchAssembler {
     bool discard = false;  // short last batch under drop_remainder
     absl::Status error;
     int64_t counted = 0;  // live bytes counted for the buffer
+    uint64_t epoch = 0;   // of its first element
   };
   // Work decided under the lock, done outside it.
   struct Action {
-    enum Kind { kWrite, kFinish } kind;
+    // kMarker: emit `item` (a run's marker) as output `batch`.
+    enum Kind { kWrite, kFinish, kMarker } kind;
     uint64_t batch;
     int64_t slot = 0;
     Item item;
   };
 
   void Commit(std::vector<Action>* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Cuts the current run's last batch (as the input end does) and returns the
+  // number of the first output after the run's batches.
+  uint64_t CutLastBatch(std::vector<Action>* actions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Run(std::vector<Action>* actions) ABSL_LOCKS_EXCLUDED(mu_);
   void Write(Action& a) ABSL_LOCKS_EXCLUDED(mu_);
   void Finish(uint64_t k) ABSL_LOCKS_EXCLUDED(mu_);
@@ -131,9 +145,14 @@ class BatchAssembler {
   std::map<uint64_t, Item> pending_ ABSL_GUARDED_BY(mu_);  // by input seq
   uint64_t reserved_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_commit_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t count_ ABSL_GUARDED_BY(mu_) = 0;  // elements committed
+  // Elements committed (with runs: in the current run).
+  uint64_t count_ ABSL_GUARDED_BY(mu_) = 0;
+  // The current run's first batch index (0 without runs).
+  uint64_t base_ ABSL_GUARDED_BY(mu_) = 0;
   std::optional<uint64_t> input_end_ ABSL_GUARDED_BY(mu_);
-  bool stopped_ ABSL_GUARDED_BY(mu_) = false;  // end or error committed
+  // End or error committed (with runs: an error of the current run).
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;  // with runs: set_end called
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   // Batches being filled. Node-based: a Batch stays put while its slots are
   // written outside the lock.

@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "data_worker/ops/tensor.h"
+#include "data_worker/pipeline/memory_budget.h"
 
 namespace sluice::data_worker::pipeline {
 
@@ -28,6 +29,11 @@ struct Element {
   // One per element of the batch (one if unbatched).
   std::vector<uint64_t> global_indices;
   uint64_t epoch = 0;
+  // Inside the executor only: the marker that follows the last record of a run
+  // (executor.h) through every stage, so that the batch stage cuts the run's
+  // last batch there and the reader knows where the run's outputs end. No
+  // columns.
+  bool end_of_run = false;
 };
 
 inline int64_t BytesOf(const Element& e) {
@@ -36,10 +42,13 @@ inline int64_t BytesOf(const Element& e) {
   return n;
 }
 
-// Bytes of elements alive in an executor, and their peak. Thread-safe.
+// Bytes of elements alive in an executor, and their peak; also charged to the
+// worker's MemoryBudget if given (not owned). Thread-safe.
 class LiveBytes {
  public:
+  explicit LiveBytes(MemoryBudget* budget = nullptr) : budget_(budget) {}
   void Add(int64_t delta) {
+    if (budget_ != nullptr) budget_->Add(delta);
     const int64_t now = live_.fetch_add(delta) + delta;
     int64_t p = peak_.load();
     while (now > p && !peak_.compare_exchange_weak(p, now)) {
@@ -49,6 +58,7 @@ class LiveBytes {
   int64_t peak() const { return peak_.load(); }
 
  private:
+  MemoryBudget* const budget_;
   std::atomic<int64_t> live_{0};
   std::atomic<int64_t> peak_{0};
 };

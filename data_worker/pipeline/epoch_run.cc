@@ -15,12 +15,8 @@ absl::string_view Sv(std::string_view s) {
 
 }  // namespace
 
-EpochRun::EpochRun(const EpochContext& ctx, uint64_t epoch,
-                   std::vector<uint64_t> indices)
-    : ctx_(ctx),
-      epoch_(epoch),
-      indices_(std::move(indices)),
-      start_(ctx.clock->Now()) {
+EpochRun::EpochRun(const EpochContext& ctx)
+    : ctx_(ctx), start_(ctx.clock->Now()) {
   const PhysicalPlan& plan = *ctx_.plan;
   const int ns = static_cast<int>(plan.stages.size());
   const int64_t share = ctx_.memory_budget_bytes / std::max(1, ns);
@@ -39,6 +35,7 @@ EpochRun::EpochRun(const EpochContext& ctx, uint64_t epoch,
                  4 * static_cast<uint64_t>(ctx_.cpu_budget);
       o.column_names = ctx_.logical->column_names;
       o.live = ctx_.live;
+      o.runs = true;
       s->assembler = std::make_unique<BatchAssembler>(
           std::move(o),
           [this, i](uint64_t k, absl::StatusOr<Element> batch) {
@@ -76,19 +73,56 @@ int EpochRun::peak_threads() const {
   return peak_threads_;
 }
 
+void EpochRun::Submit(uint64_t id, std::vector<uint64_t> indices,
+                      uint64_t epoch) {
+  absl::MutexLock lock(&feed_mu_);
+  runs_.push_back(Run{id, std::move(indices), epoch});
+}
+
+void EpochRun::CloseFeed() {
+  absl::MutexLock lock(&feed_mu_);
+  feed_closed_ = true;
+}
+
+void EpochRun::CancelRun(uint64_t id) {
+  absl::MutexLock lock(&feed_mu_);
+  for (Run& r : runs_) {
+    if (r.id == id) r.cancelled = true;
+  }
+}
+
+bool EpochRun::FeedIdle() const {
+  absl::MutexLock lock(&feed_mu_);
+  return runs_.empty();
+}
+
 ItemQueue::PopResult EpochRun::PopInput(int stage, Item* item, uint64_t* seq) {
   if (stage > 0) return queues_[stage - 1]->Pop(item, seq);
-  absl::MutexLock lock(&feed_mu_);
-  if (feed_cancelled_) return ItemQueue::PopResult::kCancelled;
-  if (next_feed_ >= indices_.size()) {
-    *seq = indices_.size();
-    return ItemQueue::PopResult::kEnd;
+  if (ctx_.budget != nullptr) {
+    // Under a full worker budget the pipeline runs at most one output ahead of
+    // its reader; a reader that waits for it always gets it.
+    ctx_.budget->WaitForRoom([this] {
+      return budget_cancelled_.load() || outputs_waiting_.load() == 0;
+    });
   }
+  absl::MutexLock lock(&feed_mu_);
+  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(feed_mu_) {
+    return feed_cancelled_ || feed_closed_ || !runs_.empty();
+  };
+  feed_mu_.Await(absl::Condition(&ready));
+  if (feed_cancelled_) return ItemQueue::PopResult::kCancelled;
   *seq = next_feed_;
-  auto e = std::make_unique<Element>();
-  e->global_indices.push_back(indices_[next_feed_]);
-  e->epoch = epoch_;
+  if (runs_.empty()) return ItemQueue::PopResult::kEnd;  // closed
   ++next_feed_;
+  Run& run = runs_.front();
+  auto e = std::make_unique<Element>();
+  e->epoch = run.epoch;
+  if (run.cancelled || run.next >= run.indices.size()) {
+    e->end_of_run = true;
+    runs_.pop_front();
+  } else {
+    e->global_indices.push_back(run.indices[run.next++]);
+  }
   *item = Item(std::move(e), ctx_.live);
   return ItemQueue::PopResult::kItem;
 }
@@ -106,7 +140,7 @@ void EpochRun::Process(Stage& stage, Item* item) {
   Element& e = *item->element();
   const LogicalPipeline& lp = *ctx_.logical;
   const uint64_t global = e.global_indices[0];
-  const ElementContext ctx{lp.seed, epoch_, global};
+  const ElementContext ctx{lp.seed, e.epoch, global};
   ExecutorMetrics* m = ctx_.metrics;
   auto fail = [&](const absl::Status& s) {
     if (lp.skip_errors && s.code() == absl::StatusCode::kDataLoss) {
@@ -197,7 +231,7 @@ void EpochRun::ElementWorker(int si) {
       stage.finished = true;
       return;
     }
-    if (item.element() != nullptr) {
+    if (item.element() != nullptr && !item.element()->end_of_run) {
       TimedProcess(si, &item);
       stage.elements.fetch_add(1);
       if (ExecutorMetrics* m = ctx_.metrics) {
@@ -205,6 +239,7 @@ void EpochRun::ElementWorker(int si) {
       }
     }
     const int64_t bytes = item.bytes();
+    if (si + 1 == static_cast<int>(queues_.size())) outputs_waiting_.fetch_add(1);
     if (!out.Push(seq, std::move(item), bytes)) return;
   }
 }
@@ -230,7 +265,9 @@ void EpochRun::BatchWorker(int si) {
     // time the steps alone).
     const absl::Time t0 = ctx_.clock->Now();
     ExecutorMetrics* m = ctx_.metrics;
-    if (item.element() != nullptr && !s.plan->steps.empty()) {
+    const bool marker =
+        item.element() != nullptr && item.element()->end_of_run;
+    if (item.element() != nullptr && !marker && !s.plan->steps.empty()) {
       Process(s, &item);
       if (m != nullptr) {
         const double steps = absl::ToDoubleSeconds(ctx_.clock->Now() - t0);
@@ -238,7 +275,7 @@ void EpochRun::BatchWorker(int si) {
         m->stages[si].latency->Observe(steps);
       }
     }
-    if (item.element() != nullptr || !item.status().ok()) {
+    if ((item.element() != nullptr && !marker) || !item.status().ok()) {
       s.elements.fetch_add(1);
       if (m != nullptr) m->stages[si].elements->Increment();
     }
@@ -251,9 +288,10 @@ void EpochRun::EmitBatch(int si, uint64_t k, absl::StatusOr<Element> batch) {
   Item out;
   if (!batch.ok()) {
     out = Item::Error(batch.status());
+  } else if (batch->end_of_run) {
+    out = Item(std::make_unique<Element>(*std::move(batch)), ctx_.live);
   } else {
     auto e = std::make_unique<Element>(std::move(*batch));
-    e->epoch = epoch_;
     absl::Status status;
     for (const auto& [slot, ops] : stages_[si]->plan->vectorized) {
       for (const auto& op : ops) {
@@ -271,6 +309,7 @@ void EpochRun::EmitBatch(int si, uint64_t k, absl::StatusOr<Element> batch) {
     out = status.ok() ? Item(std::move(e), ctx_.live) : Item::Error(status);
   }
   const int64_t bytes = out.bytes();
+  if (si + 1 == static_cast<int>(queues_.size())) outputs_waiting_.fetch_add(1);
   queues_[si]->Push(k, std::move(out), bytes);
 }
 
@@ -290,6 +329,7 @@ void EpochRun::AddWorker(int si) {
     return;  // a worker that was about to leave stays instead
   }
   s.threads.fetch_add(1);
+  if (ctx_.thread_starts != nullptr) ctx_.thread_starts->fetch_add(1);
   if (stages_[si]->plan->batch) {
     workers_.emplace_back([this, si] { BatchWorker(si); });
   } else {
@@ -352,6 +392,11 @@ void EpochRun::Autotune() {
         last = now;
       }
     }
+    // Between runs the stages wait for the feed: nothing to learn from the
+    // interval, and the thread counts stay for the next run.
+    uint64_t processed = 0;
+    for (const StageSample& sample : in.stages) processed += sample.elements;
+    if (processed == 0 && FeedIdle()) continue;
     absl::MutexLock lock(&mu_);
     if (cancelled_) return;
     if (!ctx_.autotune) continue;  // metrics only
@@ -377,11 +422,18 @@ void EpochRun::Autotune() {
   }
 }
 
+void EpochRun::Popped() {
+  outputs_waiting_.fetch_sub(1);
+  if (ctx_.budget != nullptr) ctx_.budget->Poke();
+}
+
 void EpochRun::Cancel() {
   {
     absl::MutexLock lock(&mu_);
     cancelled_ = true;
   }
+  budget_cancelled_ = true;
+  if (ctx_.budget != nullptr) ctx_.budget->Poke();
   {
     absl::MutexLock lock(&feed_mu_);
     feed_cancelled_ = true;

@@ -1,11 +1,20 @@
-// EpochRun: one epoch of an Executor (executor.h): the stage workers, the
-// queues between them, the batch assembler and the autotune thread.
-// Internal to the executor; exposed in a header for the executor and tests.
+// EpochRun: the running pipeline of an Executor (executor.h): the stage
+// workers, the queues between them, the batch assembler and the autotune
+// thread. Internal to the executor; exposed in a header for the executor and
+// tests.
 //
-// Stage i's workers pop from queue i-1 (stage 0: from the feed, the epoch's
-// list of global indices), run the stage's steps (Process) and push to queue
-// i at the same sequence number; a batch stage hands its items to its
-// BatchAssembler, which pushes batch k at sequence k:
+// Its input is a feed of runs (Submit: a list of global indices and an
+// epoch), fed one after the other as one sequence; each run's records are
+// followed by its end-of-run marker (Element::end_of_run), which every stage
+// passes on untouched and the batch stage uses to cut the run's last batch.
+// The threads outlive the runs: while the feed is open (until CloseFeed) and
+// has nothing to give, stage 0 waits for the next Submit, and the later
+// stages wait for it, with their thread counts as autotune left them.
+//
+// Stage i's workers pop from queue i-1 (stage 0: from the feed), run the
+// stage's steps (Process) and push to queue i at the same sequence number; a
+// batch stage hands its items to its BatchAssembler, which pushes batch k at
+// sequence k:
 //
 //   feed ─▶ [stage 0: Read, Map…] ─▶ queue 0 ─▶ … ─▶ [batch stage] ─▶ queue n-1 ─▶ GetNext
 //            N threads each                         BatchAssembler
@@ -19,6 +28,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -71,6 +81,10 @@ struct EpochContext {
   int64_t memory_budget_bytes = 0;
   bool autotune = true;
   absl::Duration autotune_interval;
+  // Counts every worker thread started (Executor::thread_starts); not owned.
+  std::atomic<uint64_t>* thread_starts = nullptr;
+  // The worker's budget the feed waits on (memory_budget.h); null: none.
+  MemoryBudget* budget = nullptr;
 };
 
 class EpochRun {
@@ -91,9 +105,8 @@ class EpochRun {
     std::unique_ptr<BatchAssembler> assembler;  // batch stages only
   };
 
-  // Builds the queues; starts nothing.
-  EpochRun(const EpochContext& ctx, uint64_t epoch,
-           std::vector<uint64_t> indices);
+  // Builds the queues; starts nothing. The feed is open and empty.
+  explicit EpochRun(const EpochContext& ctx);
   ~EpochRun();
   EpochRun(const EpochRun&) = delete;
   EpochRun& operator=(const EpochRun&) = delete;
@@ -102,14 +115,25 @@ class EpochRun {
   // `autotuner`.
   void Start(const std::vector<int>& threads, bool autotuner)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Appends run `id`: `indices` (valid global indices) of epoch `epoch`.
+  void Submit(uint64_t id, std::vector<uint64_t> indices, uint64_t epoch)
+      ABSL_LOCKS_EXCLUDED(feed_mu_);
+  // No more runs: the input ends after the submitted ones.
+  void CloseFeed() ABSL_LOCKS_EXCLUDED(feed_mu_);
+  // The feed gives run `id` no more records (its marker comes next).
+  void CancelRun(uint64_t id) ABSL_LOCKS_EXCLUDED(feed_mu_);
+  // Every submitted run has been fed, marker included.
+  bool FeedIdle() const ABSL_LOCKS_EXCLUDED(feed_mu_);
   // The queue GetNext pops.
   ItemQueue& output() { return *queues_.back(); }
+  // The reader popped an output (the feed may admit again under a full
+  // budget).
+  void Popped();
   void Cancel() ABSL_LOCKS_EXCLUDED(mu_);
   void Join() ABSL_LOCKS_EXCLUDED(mu_);
   // Frees queued items and partial batches. REQUIRES: Join() returned.
   void Clear();
 
-  uint64_t epoch() const { return epoch_; }
   absl::Time start_time() const { return start_; }
   const std::vector<std::unique_ptr<Stage>>& stages() const { return stages_; }
   const std::vector<std::unique_ptr<ItemQueue>>& queues() const {
@@ -120,6 +144,9 @@ class EpochRun {
   // Consumer-side state, used by the executor's consumer thread only.
   bool stopped = false;  // guarded by the executor's mutex
   bool done = false;     // GetNext saw the end or an error
+  // The oldest unfinished run failed: its outputs up to its marker are
+  // dropped.
+  bool skipping = false;
   std::atomic<uint64_t> elements_out{0};
   std::atomic<uint64_t> batches_out{0};
 
@@ -144,17 +171,29 @@ class EpochRun {
   bool LeaveIfAboveTarget(int si);
   void Autotune() ABSL_LOCKS_EXCLUDED(mu_);
 
+  struct Run {
+    uint64_t id = 0;
+    std::vector<uint64_t> indices;
+    uint64_t epoch = 0;
+    size_t next = 0;  // the next index to feed
+    bool cancelled = false;
+  };
+
   const EpochContext ctx_;
-  const uint64_t epoch_;
-  const std::vector<uint64_t> indices_;
   const absl::Time start_;
 
-  absl::Mutex feed_mu_;
-  uint64_t next_feed_ ABSL_GUARDED_BY(feed_mu_) = 0;
+  mutable absl::Mutex feed_mu_;
+  std::deque<Run> runs_ ABSL_GUARDED_BY(feed_mu_);  // not yet fully fed
+  uint64_t next_feed_ ABSL_GUARDED_BY(feed_mu_) = 0;  // sequence number
+  bool feed_closed_ ABSL_GUARDED_BY(feed_mu_) = false;
   bool feed_cancelled_ ABSL_GUARDED_BY(feed_mu_) = false;
 
   std::vector<std::unique_ptr<Stage>> stages_;
   std::vector<std::unique_ptr<ItemQueue>> queues_;  // queue i = stage i's out
+  // Items pushed to the output queue and not yet popped; and Cancel() was
+  // called: what the feed's budget wait checks besides the budget.
+  std::atomic<int64_t> outputs_waiting_{0};
+  std::atomic<bool> budget_cancelled_{false};
 
   mutable absl::Mutex mu_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;

@@ -69,32 +69,35 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
       new Executor(std::move(lp), std::move(plan), options));
 }
 
-absl::Status Executor::Start(uint64_t epoch) {
+std::vector<uint64_t> Executor::EpochOrder(uint64_t epoch) const {
   const uint64_t n = logical_.source->size();
-  std::vector<uint64_t> order;
   if (logical_.shuffle) {
-    order = record::Permutation(n, logical_.shuffle_seed, epoch);
-  } else {
-    order.resize(n);
-    for (uint64_t i = 0; i < n; ++i) order[i] = i;
+    return record::Permutation(n, logical_.shuffle_seed, epoch);
   }
-  return Start(std::move(order), epoch);
+  std::vector<uint64_t> order(n);
+  for (uint64_t i = 0; i < n; ++i) order[i] = i;
+  return order;
+}
+
+absl::Status Executor::Start(uint64_t epoch) {
+  return Start(EpochOrder(epoch), epoch);
 }
 
 absl::Status Executor::Start(std::vector<uint64_t> global_indices,
                              uint64_t epoch) {
-  Stop();
-  const uint64_t n = logical_.source->size();
-  std::vector<uint64_t> indices;
-  indices.reserve(global_indices.size());
-  for (uint64_t g : global_indices) {
-    if (g >= n) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("global index ", g, " is out of range: the source has ",
-                       n, " records"));
-    }
-    if (index_mask_.empty() || index_mask_[g]) indices.push_back(g);
+  RETURN_IF_ERROR(Open());
+  const absl::StatusOr<uint64_t> run = Submit(std::move(global_indices), epoch);
+  if (!run.ok()) {
+    Stop();
+    return run.status();
   }
+  absl::MutexLock lock(&mu_);
+  run_->CloseFeed();
+  return absl::OkStatus();
+}
+
+absl::Status Executor::Open() {
+  Stop();
   EpochContext ctx;
   ctx.logical = &logical_;
   ctx.plan = &plan_;
@@ -106,7 +109,9 @@ absl::Status Executor::Start(std::vector<uint64_t> global_indices,
   ctx.memory_budget_bytes = options_.memory_budget_bytes;
   ctx.autotune = options_.autotune;
   ctx.autotune_interval = options_.autotune_interval;
-  auto run = std::make_unique<EpochRun>(ctx, epoch, std::move(indices));
+  ctx.thread_starts = &thread_starts_;
+  ctx.budget = options_.worker_budget;
+  auto run = std::make_unique<EpochRun>(ctx);
   const int ns = static_cast<int>(plan_.stages.size());
   // Initial threads: the spec's count, or 1 per AUTOTUNE stage (autotune grows
   // them), or an even share of the budget when autotune is off.
@@ -139,42 +144,108 @@ absl::Status Executor::Start(std::vector<uint64_t> global_indices,
       /*autotuner=*/(options_.autotune && tunable > 0) || metrics_ != nullptr);
   absl::MutexLock lock(&mu_);
   run_ = std::move(run);
+  unfinished_runs_.clear();
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::optional<Element>> Executor::GetNext() {
+absl::StatusOr<uint64_t> Executor::Submit(std::vector<uint64_t> global_indices,
+                                          uint64_t epoch) {
+  const uint64_t n = logical_.source->size();
+  std::vector<uint64_t> indices;
+  indices.reserve(global_indices.size());
+  for (uint64_t g : global_indices) {
+    if (g >= n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("global index ", g, " is out of range: the source has ",
+                       n, " records"));
+    }
+    if (index_mask_.empty() || index_mask_[g]) indices.push_back(g);
+  }
+  absl::MutexLock lock(&mu_);
+  if (run_ == nullptr || run_->stopped) {
+    return absl::FailedPreconditionError("Submit before Open");
+  }
+  const uint64_t id = next_run_id_++;
+  unfinished_runs_.push_back(id);
+  run_->Submit(id, std::move(indices), epoch);
+  return id;
+}
+
+void Executor::CancelRun(uint64_t run) {
+  absl::MutexLock lock(&mu_);
+  if (run_ != nullptr && !run_->stopped) run_->CancelRun(run);
+}
+
+bool Executor::FeedIdle() const {
+  absl::MutexLock lock(&mu_);
+  return run_ == nullptr || run_->stopped || run_->FeedIdle();
+}
+
+absl::StatusOr<std::optional<Element>> Executor::Next() {
   EpochRun* run;
+  uint64_t current;
   {
     absl::MutexLock lock(&mu_);
     run = run_.get();
+    if (run == nullptr || run->stopped) {
+      return absl::FailedPreconditionError("Next before Open");
+    }
+    if (unfinished_runs_.empty()) {
+      return absl::FailedPreconditionError("Next without a submitted run");
+    }
+    current = unfinished_runs_.front();
   }
-  if (run == nullptr)
-    return absl::FailedPreconditionError("GetNext before Start");
-  if (run->done) return std::optional<Element>();
   ItemQueue& out = run->output();
   while (true) {
     Item item;
     uint64_t seq = 0;
-    const auto r = out.Pop(&item, &seq);
-    if (r != ItemQueue::PopResult::kItem) {
-      run->done = true;
-      Stop();
-      if (r == ItemQueue::PopResult::kCancelled)
-        return absl::CancelledError("the epoch was stopped");
+    if (out.Pop(&item, &seq) != ItemQueue::PopResult::kItem) {
+      // Cancelled: the feed never closes while runs are unfinished.
+      return absl::CancelledError("the executor was stopped");
+    }
+    run->Popped();
+    if (item.is_hole()) continue;
+    if (!item.status().ok()) {
+      if (run->skipping) continue;  // the run's first error was reported
+      // The rest of the run is dropped: the feed stops giving its records and
+      // its outputs up to its marker are skipped.
+      run->skipping = true;
+      CancelRun(current);
+      return item.status();
+    }
+    std::unique_ptr<Element> e = item.Take();
+    if (e->end_of_run) {
+      run->skipping = false;
+      absl::MutexLock lock(&mu_);
+      unfinished_runs_.pop_front();
       return std::optional<Element>();
     }
-    if (!item.status().ok()) {
-      run->done = true;
-      const absl::Status s = item.status();
-      Stop();
-      return s;
-    }
-    if (item.is_hole()) continue;
-    std::unique_ptr<Element> e = item.Take();
+    if (run->skipping) continue;
     run->elements_out += e->global_indices.size();
     if (plan_.stages.back().batch) ++run->batches_out;
     return std::optional<Element>(std::move(*e));
   }
+}
+
+absl::StatusOr<std::optional<Element>> Executor::GetNext() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (run_ == nullptr)
+      return absl::FailedPreconditionError("GetNext before Start");
+    if (run_->done) return std::optional<Element>();
+  }
+  absl::StatusOr<std::optional<Element>> next = Next();
+  if (next.ok() && next->has_value()) return next;
+  // The end of the epoch's one run, its error, or the stop.
+  {
+    absl::MutexLock lock(&mu_);
+    run_->done = true;
+  }
+  Stop();
+  if (absl::IsFailedPrecondition(next.status())) {
+    return absl::CancelledError("the epoch was stopped");
+  }
+  return next;
 }
 
 absl::Status Executor::Run(std::vector<uint64_t> global_indices, uint64_t epoch,

@@ -1,5 +1,5 @@
-// Executor: runs a validated, optimized pipeline (plan.h) for one epoch at a
-// time.
+// Executor: runs a validated, optimized pipeline (plan.h), one epoch at a time
+// or as a long-lived stream of runs.
 //
 // Where the pieces live: validation spec.h, optimizer plan.h, one epoch's
 // threads and queues epoch_run.h, batching batch_assembler.h, the queues
@@ -30,14 +30,36 @@
 // by GetNext in its place in the sequence, and the epoch ends; with skip the
 // element is dropped and counted.
 //
-// Threads: Start() starts the stage workers and the autotuner (an EpochRun
-// owns them); Stop() (or the next Start, or the destructor) cancels and joins
-// them. GetNext/Start/Stop must be called from one thread at a time.
+// Streams of runs: a worker serves many splits of a job, one after the other.
+// Open() starts the stage threads once; each Submit() appends a run (a split's
+// record indices and epoch) to the feed, which the running pipeline takes up
+// as soon as the previous run's records are in: the threads, their autotuned
+// counts and the full queues carry over from split to split, instead of a
+// start, a ramp-up from one thread and a drain per split. Runs come out in
+// submission order; each run's outputs are exactly what an epoch over its
+// indices gives (its own batches, cut at its end; the same RNG, order,
+// filters and errors), followed by the end of the run:
+//
+//   RETURN_IF_ERROR(ex->Open());
+//   ASSIGN_OR_RETURN(uint64_t a, ex->Submit(split_a, /*epoch=*/0));
+//   ASSIGN_OR_RETURN(uint64_t b, ex->Submit(split_b, /*epoch=*/0));
+//   // Next(): split_a's batches, nullopt, split_b's batches, nullopt.
+//
+// A run's error is returned by Next in its place; the rest of that run is
+// dropped (the feed stops giving its records) and its end follows, while the
+// next runs go on. Start(indices, epoch) is Open, Submit and a closed feed:
+// the threads end with the epoch.
+//
+// Threads: Start()/Open() start the stage workers and the autotuner (an
+// EpochRun owns them); Stop() (or the next Start/Open, or the destructor)
+// cancels and joins them. GetNext/Next/Start/Open/Stop must be called from one
+// thread at a time; Submit, CancelRun and FeedIdle from any thread.
 #ifndef SLUICE_DATA_WORKER_PIPELINE_EXECUTOR_H_
 #define SLUICE_DATA_WORKER_PIPELINE_EXECUTOR_H_
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -72,6 +94,11 @@ struct ExecutorOptions {
   absl::Duration autotune_interval = absl::Milliseconds(50);
   prometheus::Registry* registry = nullptr;  // null: no metrics
   Clock* clock = nullptr;                    // null: RealClock
+  // The worker's budget (memory_budget.h), shared with its other executors and
+  // its consumer queues: the executor's live bytes are charged to it, and its
+  // feed waits for room while an output waits for the reader. Not owned; null:
+  // none.
+  MemoryBudget* worker_budget = nullptr;
 };
 
 struct StageStats {
@@ -113,6 +140,9 @@ class Executor {
   // Starts epoch `epoch` over the whole source (shuffled if the pipeline
   // shuffles).
   absl::Status Start(uint64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
+  // The record order of epoch `epoch` over the whole source: the seeded
+  // permutation if the pipeline shuffles, else 0..size()-1.
+  std::vector<uint64_t> EpochOrder(uint64_t epoch) const;
   // Starts an epoch over `global_indices` in this order. InvalidArgument for an
   // index >= size().
   absl::Status Start(std::vector<uint64_t> global_indices, uint64_t epoch)
@@ -120,6 +150,24 @@ class Executor {
   // The next element or batch; nullopt at the end of the epoch.
   // FailedPrecondition before Start.
   absl::StatusOr<std::optional<Element>> GetNext() ABSL_LOCKS_EXCLUDED(mu_);
+  // Starts the stage threads with an open feed and no run (stops a running
+  // epoch or stream first).
+  absl::Status Open() ABSL_LOCKS_EXCLUDED(mu_);
+  // Appends a run over `global_indices` (in this order) of epoch `epoch` to
+  // the open feed; returns its id. InvalidArgument for an index >= size();
+  // FailedPrecondition unless Open.
+  absl::StatusOr<uint64_t> Submit(std::vector<uint64_t> global_indices,
+                                  uint64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
+  // The feed gives run `run` no more records; what is in flight still comes
+  // out of Next, then its end.
+  void CancelRun(uint64_t run) ABSL_LOCKS_EXCLUDED(mu_);
+  // Every submitted run's records have entered the pipeline: the time to
+  // Submit the next one so that the stages never run dry.
+  bool FeedIdle() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The next output of the oldest unfinished run; nullopt at its end; its
+  // error (then its end). FailedPrecondition without an open stream or an
+  // unfinished run; Cancelled after Stop.
+  absl::StatusOr<std::optional<Element>> Next() ABSL_LOCKS_EXCLUDED(mu_);
   // Runs an epoch over `global_indices`, handing each output to `sink` until it
   // returns false.
   absl::Status Run(std::vector<uint64_t> global_indices, uint64_t epoch,
@@ -140,6 +188,9 @@ class Executor {
   // back-pressure tests.
   int64_t live_bytes() const { return live_.live(); }
   int64_t peak_live_bytes() const { return live_.peak(); }
+  // Stage worker threads started since creation: flat while a stream serves
+  // split after split (tests).
+  uint64_t thread_starts() const { return thread_starts_.load(); }
 
  private:
   Executor(LogicalPipeline logical, PhysicalPlan plan, ExecutorOptions options);
@@ -151,11 +202,14 @@ class Executor {
   std::vector<bool> index_mask_;
 
   // Declared before run_: the run's items count into live_ until destroyed.
-  LiveBytes live_;
+  LiveBytes live_{options_.worker_budget};
   std::unique_ptr<ExecutorMetrics> metrics_;  // null without a registry
 
   mutable absl::Mutex mu_;
   std::unique_ptr<EpochRun> run_ ABSL_GUARDED_BY(mu_);
+  // Submitted runs whose end Next has not returned yet, oldest first.
+  std::deque<uint64_t> unfinished_runs_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_run_id_ ABSL_GUARDED_BY(mu_) = 1;
   PipelineStats last_stats_ ABSL_GUARDED_BY(mu_);
   // Thread counts autotune reached in the previous epoch; the next epoch starts
   // from them.
@@ -163,6 +217,7 @@ class Executor {
 
   Clock* clock_ = nullptr;
   std::atomic<int> cpu_budget_{1};
+  std::atomic<uint64_t> thread_starts_{0};
 
   PipelineStats CollectStats(const EpochRun& run) const;
 };

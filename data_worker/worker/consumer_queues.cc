@@ -23,9 +23,11 @@ TaskKey KeyOf(const proto::SplitKey& key) {
 }
 
 ConsumerQueues::ConsumerQueues(size_t queue_batches, int64_t queue_bytes,
-                               prometheus::Registry& registry)
+                               prometheus::Registry& registry,
+                               pipeline::MemoryBudget* budget)
     : queue_batches_(queue_batches),
       queue_bytes_(queue_bytes),
+      budget_(budget),
       elements_total_(AddCounter(registry, "sluice_worker_elements_total",
                                  "Elements produced into consumer queues.")),
       bytes_total_(AddCounter(registry, "sluice_worker_bytes_total",
@@ -72,7 +74,7 @@ ConsumerQueues::Task* ConsumerQueues::FindTask(uint64_t task_id) {
 
 std::deque<ConsumerQueues::Queued>::iterator ConsumerQueues::Unqueue(
     Queue& q, std::deque<Queued>::iterator it) {
-  queued_bytes_ -= service::BatchBytes(it->batch);
+  Charge(-service::BatchBytes(it->batch));
   --queued_batches_;
   return q.batches.erase(it);
 }
@@ -218,7 +220,7 @@ bool ConsumerQueues::Push(uint64_t task_id, service::WireBatch batch) {
       batches_total_.Increment();
     }
     q->batches.push_back(Queued{task_id, std::move(batch)});
-    queued_bytes_ += bytes;
+    Charge(bytes);
     ++queued_batches_;
     UpdateGauge();
     notify = q->notify;
@@ -352,7 +354,7 @@ StreamEvent ConsumerQueues::Poll(uint64_t stream_id) {
       task->sent = std::max(task->sent, front.batch.header.batch_index() + 1);
     event.kind = StreamEvent::kBatch;
     event.batch = std::move(front.batch);
-    queued_bytes_ -= service::BatchBytes(event.batch);
+    Charge(-service::BatchBytes(event.batch));
     --queued_batches_;
     q.batches.pop_front();
     UpdateGauge();
@@ -383,7 +385,7 @@ void ConsumerQueues::Return(uint64_t stream_id, service::WireBatch batch) {
   Task& task = t->second;
   task.sent = std::min(task.sent, batch.header.batch_index());
   Queue& q = queues_[s->second];
-  queued_bytes_ += service::BatchBytes(batch);
+  Charge(service::BatchBytes(batch));
   ++queued_batches_;
   q.batches.push_front(Queued{task.id, std::move(batch)});
   UpdateGauge();
@@ -400,6 +402,11 @@ void ConsumerQueues::Close(uint64_t stream_id) {
   }
   streams_.erase(s);
   ended_.erase(stream_id);
+}
+
+void ConsumerQueues::Charge(int64_t delta) {
+  queued_bytes_ += delta;
+  if (budget_ != nullptr) budget_->Add(delta);
 }
 
 void ConsumerQueues::NotifyAllLocked(std::vector<std::function<void()>>* out) {

@@ -43,6 +43,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/service/batch_codec.h"
+#include "data_worker/pipeline/memory_budget.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
 #include "prometheus/registry.h"
@@ -82,9 +83,11 @@ class ConsumerQueues {
   // the column bytes of all queues together (every consumer and job of the worker); a Push
   // that would exceed it waits, unless its consumer's queue is empty (so every consumer keeps
   // progressing whatever the others hold; the bound is passed by at most one batch per such
-  // consumer). 0: no byte bound.
+  // consumer). 0: no byte bound. `budget`: the worker's (memory_budget.h; not owned; null:
+  // none), charged with the queued bytes so that the pipelines' feeds wait while it is full.
   ConsumerQueues(size_t queue_batches, int64_t queue_bytes,
-                 prometheus::Registry& registry);
+                 prometheus::Registry& registry,
+                 pipeline::MemoryBudget* budget = nullptr);
 
   // ---- tasks (heartbeat thread) ----
   // Makes `assignment` live (no-op returning 0 if its key already is). `parallel`: a
@@ -180,9 +183,12 @@ class ConsumerQueues {
   void NotifyAllLocked(std::vector<std::function<void()>>* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGauge() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queued bytes change by `delta`, here and in the worker's budget.
+  void Charge(int64_t delta) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const size_t queue_batches_;
   const int64_t queue_bytes_;
+  pipeline::MemoryBudget* const budget_;
   prometheus::Counter& elements_total_;
   prometheus::Counter& bytes_total_;
   prometheus::Counter& batches_total_;

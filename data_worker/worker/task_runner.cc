@@ -37,12 +37,17 @@ uint64_t FirstSplitId(const proto::SplitAssignment& a) {
 }
 
 // "slot 3 (split 12 positions 0..256, split 4 positions 0..32)"
-// A run's busy time: the thread-seconds of its bottleneck stage (the most
-// busy time per thread) divided by that stage's threads.
-double RunBusySeconds(const pipeline::PipelineStats& stats) {
+// A pipeline's busy time since `base` (each stage's busy seconds then): the
+// thread-seconds of its bottleneck stage (the most busy time per thread)
+// divided by that stage's threads.
+double BusySince(const pipeline::PipelineStats& stats,
+                 const std::vector<double>& base) {
   double busy = 0;
-  for (const pipeline::StageStats& stage : stats.stages) {
-    busy = std::max(busy, stage.busy_seconds / std::max(1, stage.threads));
+  for (size_t i = 0; i < stats.stages.size(); ++i) {
+    const pipeline::StageStats& stage = stats.stages[i];
+    const double before = i < base.size() ? base[i] : 0;
+    busy = std::max(busy, (stage.busy_seconds - before) /
+                              std::max(1, stage.threads));
   }
   return busy;
 }
@@ -112,10 +117,12 @@ absl::StatusOr<std::optional<proto::ColumnFinish>> FinishOrShip(
 
 TaskRunner::TaskRunner(ConsumerQueues* queues, JobRegistry* jobs,
                        prometheus::Registry& registry,
-                       std::shared_ptr<spdlog::logger> logger)
+                       std::shared_ptr<spdlog::logger> logger,
+                       int cpu_budget)
     : queues_(queues),
       jobs_(jobs),
       logger_(std::move(logger)),
+      cpu_budget_(std::max(1, cpu_budget)),
       splits_started_(AddCounter(registry, "sluice_worker_splits_total",
                                  "Splits by event.", {{"event", "started"}})) {}
 
@@ -149,14 +156,15 @@ void TaskRunner::Enqueue(uint64_t task_id, proto::SplitAssignment assignment,
 double TaskRunner::busy_seconds() const {
   absl::MutexLock lock(&mu_);
   double busy = run_busy_seconds_;
-  for (const Running& r : running_) busy += RunBusySeconds(r.ex->stats());
+  for (const Running& r : running_) busy += BusySince(r.ex->stats(), r.busy_base);
   return busy / std::max(1, producers_);
 }
 
 uint64_t TaskRunner::elements_run() const {
   absl::MutexLock lock(&mu_);
   uint64_t elements = elements_run_;
-  for (const Running& r : running_) elements += r.ex->stats().elements_out;
+  for (const Running& r : running_)
+    elements += r.ex->stats().elements_out - r.elements_base;
   return elements;
 }
 
@@ -164,12 +172,31 @@ std::map<uint64_t, TaskRunner::JobBusy> TaskRunner::busy_by_job() const {
   absl::MutexLock lock(&mu_);
   std::map<uint64_t, JobBusy> out = run_busy_by_job_;
   for (const Running& r : running_) {
+    // A pipeline parked after its job ended (ForgetJob) has nothing new and stays unreported.
     const pipeline::PipelineStats stats = r.ex->stats();
-    out[r.job_id].busy_seconds += RunBusySeconds(stats);
-    out[r.job_id].elements += stats.elements_out;
+    const double busy = BusySince(stats, r.busy_base);
+    const uint64_t elements = stats.elements_out - r.elements_base;
+    if (busy <= 0 && elements == 0) continue;
+    out[r.job_id].busy_seconds += busy;
+    out[r.job_id].elements += elements;
   }
   for (auto& [job_id, busy] : out) busy.busy_seconds /= std::max(1, producers_);
   return out;
+}
+
+void TaskRunner::CountBusy(Running& r) {
+  const pipeline::PipelineStats stats = r.ex->stats();
+  const double busy = BusySince(stats, r.busy_base);
+  const uint64_t elements = stats.elements_out - r.elements_base;
+  run_busy_seconds_ += busy;
+  elements_run_ += elements;
+  JobBusy& job = run_busy_by_job_[r.job_id];
+  job.busy_seconds += busy;
+  job.elements += elements;
+  r.busy_base.assign(stats.stages.size(), 0);
+  for (size_t i = 0; i < stats.stages.size(); ++i)
+    r.busy_base[i] = stats.stages[i].busy_seconds;
+  r.elements_base = stats.elements_out;
 }
 
 void TaskRunner::ForgetJob(uint64_t job_id) {
@@ -182,6 +209,13 @@ int64_t TaskRunner::peak_bytes() const {
   return peak_bytes_;
 }
 
+uint64_t TaskRunner::pipeline_thread_starts() const {
+  absl::MutexLock lock(&mu_);
+  uint64_t n = retired_thread_starts_;
+  for (const Running& r : running_) n += r.ex->thread_starts();
+  return n;
+}
+
 void TaskRunner::UpdatePeak() {
   const int64_t queued = queues_->queued_bytes();
   absl::MutexLock lock(&mu_);
@@ -190,157 +224,281 @@ void TaskRunner::UpdatePeak() {
   peak_bytes_ = std::max(peak_bytes_, total);
 }
 
+std::optional<TaskRunner::Work> TaskRunner::Take(bool wait) {
+  absl::MutexLock lock(&mu_);
+  if (wait) {
+    ++idle_;
+    while (!cancelled_ && pending_.empty()) work_available_.Wait(&mu_);
+    --idle_;
+  }
+  // Look-ahead leaves a task to an idle producer, which starts it now instead of after this
+  // producer's current run.
+  if (cancelled_ || pending_.size() <= static_cast<size_t>(wait ? 0 : idle_)) {
+    return std::nullopt;
+  }
+  Work work = std::move(pending_.front());
+  pending_.pop_front();
+  return work;
+}
+
 void TaskRunner::ProducerLoop() {
-  while (true) {
-    Work work;
-    {
-      absl::MutexLock lock(&mu_);
-      while (!cancelled_ && pending_.empty()) work_available_.Wait(&mu_);
-      if (cancelled_) return;
-      work = std::move(pending_.front());
-      pending_.pop_front();
-    }
-    if (!queues_->IsLive(work.task_id)) continue;
-    const uint64_t job_id = work.assignment.key().job_id();
-    std::shared_ptr<const Job> job = jobs_->Get(job_id);
-    // An unknown job's tasks stay held and unproduced. A refused job's fail with its status
-    // (its streams carry it too), so that they stop holding the worker's capacity.
-    if (job == nullptr) continue;
-    if (!job->status.ok()) {
-      queues_->Fail(work.task_id, job->status);
+  Lane lane;
+  while (Share(lane)) {
+    if (lane.runs.empty()) {
+      Retire(lane, /*all=*/false);  // before waiting: no parked threads of a removed job
+      std::optional<Work> work = Take(/*wait=*/true);
+      if (!work.has_value()) break;
+      Begin(lane, *std::move(work));
       continue;
     }
-    if (!work.parallel) splits_started_.Increment();
-    absl::StatusOr<std::unique_ptr<pipeline::Executor>> ex =
-        jobs_->AcquireExecutor(job_id);
-    if (!ex.ok()) {
-      queues_->Fail(work.task_id, ex.status());
+    InFlight& run = lane.runs.front();
+    absl::StatusOr<std::optional<pipeline::Element>> next = run.pipeline->ex->Next();
+    if (!next.ok()) {
+      // Batches before the error have gone out; the stream then ends with the error, naming
+      // the split (the cause names the record). The run's end follows.
+      const proto::SplitAssignment& a = run.work.assignment;
+      if (!run.stopped) {
+        const absl::Status failed(
+            next.status().code(),
+            absl::StrCat("job ", a.key().job_id(), " ", DescribeSlot(a), " (epoch ", run.epoch,
+                         "): ", next.status().message()));
+        logger_->error("consumer {}: {}", a.key().consumer_index(), failed.ToString());
+        queues_->Fail(run.work.task_id, failed);
+        StopTask(lane, run.work.task_id);
+      }
       continue;
     }
-    Run(work, *job, **ex);
-    jobs_->ReleaseExecutor(job_id, std::move(*ex));
-  }
-}
-
-void TaskRunner::Run(const Work& work, const Job& job, pipeline::Executor& ex) {
-  uint64_t batch_index = 0;
-  if (work.parallel) {
-    const uint64_t epochs = job.info.config().num_epochs();
-    uint64_t epoch = 0;
-    for (; epochs == 0 || epoch < epochs; ++epoch) {
-      batch_index = 0;
-      if (!RunEpoch(work, job, ex, epoch, &batch_index)) return;
+    if (!next->has_value()) {
+      EndRun(lane);
+      continue;
     }
-    service::WireBatch marker;
-    *marker.header.mutable_key() = work.assignment.key();
-    marker.header.mutable_key()->set_epoch(epoch == 0 ? 0 : epoch - 1);
-    marker.header.set_batch_index(batch_index);
-    marker.header.set_end_of_split(true);
-    queues_->Push(work.task_id, std::move(marker));
-    return;
+    Deliver(lane, run, std::move(**next));
+    Lookahead(lane);
   }
-  if (!RunEpoch(work, job, ex, work.assignment.key().epoch(), &batch_index))
-    return;
-  service::WireBatch marker;
-  *marker.header.mutable_key() = work.assignment.key();
-  marker.header.set_split_id(FirstSplitId(work.assignment));
-  marker.header.set_batch_index(batch_index);
-  marker.header.set_end_of_split(true);
-  queues_->Push(work.task_id, std::move(marker));
+  // Cancelled: a run still in flight is dropped with its pipeline.
+  lane.runs.clear();
+  Share(lane);
+  Retire(lane, /*all=*/true);
 }
 
-bool TaskRunner::RunEpoch(const Work& work, const Job& job,
-                          pipeline::Executor& ex, uint64_t epoch,
-                          uint64_t* batch_index) {
-  const proto::SplitAssignment& a = work.assignment;
-  absl::Status started;
-  if (work.parallel) {
-    started = ex.Start(epoch);
+bool TaskRunner::Share(Lane& lane) {
+  int share;
+  {
+    absl::MutexLock lock(&mu_);
+    const bool busy = !lane.runs.empty();
+    if (busy != lane.busy) busy_lanes_ += busy ? 1 : -1;
+    lane.busy = busy;
+    share = std::max(1, cpu_budget_ / std::max(1, busy_lanes_));
+    if (cancelled_) return false;
+  }
+  if (share != lane.cpu_share) {
+    lane.cpu_share = share;
+    for (auto& [job_id, p] : lane.pipelines) p.ex->SetCpuBudget(share);
+  }
+  return true;
+}
+
+void TaskRunner::Begin(Lane& lane, Work work) {
+  // The threads of a removed job's pipeline end before this producer goes on.
+  Retire(lane, /*all=*/false);
+  if (!queues_->IsLive(work.task_id)) return;
+  const uint64_t job_id = work.assignment.key().job_id();
+  std::shared_ptr<const Job> job = jobs_->Get(job_id);
+  // An unknown job's tasks stay held and unproduced. A refused job's fail with its status
+  // (its streams carry it too), so that they stop holding the worker's capacity.
+  if (job == nullptr) return;
+  if (!job->status.ok()) {
+    queues_->Fail(work.task_id, job->status);
+    return;
+  }
+  if (!work.parallel) splits_started_.Increment();
+  absl::StatusOr<Pipeline*> pipeline = PipelineFor(lane, job_id);
+  if (!pipeline.ok()) {
+    queues_->Fail(work.task_id, pipeline.status());
+    return;
+  }
+  InFlight run;
+  run.epoch = work.parallel ? 0 : work.assignment.key().epoch();
+  run.work = std::move(work);
+  run.job = std::move(job);
+  run.pipeline = *pipeline;
+  Submit(lane, std::move(run));
+}
+
+void TaskRunner::Submit(Lane& lane, InFlight run) {
+  pipeline::Executor& ex = *run.pipeline->ex;
+  absl::StatusOr<uint64_t> id;
+  if (run.work.parallel) {
+    id = ex.Submit(ex.EpochOrder(run.epoch), run.epoch);
   } else {
     absl::StatusOr<std::vector<uint64_t>> records =
-        SlotRecordOrder(a, job, epoch);
-    started =
-        records.ok() ? ex.Start(*std::move(records), epoch) : records.status();
+        SlotRecordOrder(run.work.assignment, *run.job, run.epoch);
+    id = records.ok() ? ex.Submit(*std::move(records), run.epoch) : records.status();
   }
-  if (!started.ok()) {
-    queues_->Fail(work.task_id, started);
-    return false;
+  if (!id.ok()) {
+    queues_->Fail(run.work.task_id, id.status());
+    return;
+  }
+  run.run = *id;
+  lane.runs.push_back(std::move(run));
+}
+
+void TaskRunner::Lookahead(Lane& lane) {
+  if (lane.runs.size() != 1) return;
+  InFlight& last = lane.runs.back();
+  if (!last.pipeline->ex->FeedIdle()) return;
+  const uint64_t epochs = last.job->info.config().num_epochs();
+  if (last.work.parallel && !last.stopped && !last.continued &&
+      (epochs == 0 || last.epoch + 1 < epochs)) {
+    last.continued = true;
+    InFlight next;
+    next.work = last.work;
+    next.job = last.job;
+    next.pipeline = last.pipeline;
+    next.epoch = last.epoch + 1;
+    Submit(lane, std::move(next));
+    return;
+  }
+  std::optional<Work> work = Take(/*wait=*/false);
+  if (work.has_value()) Begin(lane, *std::move(work));
+}
+
+void TaskRunner::StopTask(Lane& lane, uint64_t task_id) {
+  for (InFlight& run : lane.runs) {
+    if (run.work.task_id != task_id || run.stopped) continue;
+    run.stopped = true;
+    run.pipeline->ex->CancelRun(run.run);
+  }
+}
+
+void TaskRunner::Deliver(Lane& lane, InFlight& run, pipeline::Element element) {
+  if (run.stopped) return;
+  const proto::SplitAssignment& a = run.work.assignment;
+  const Job& job = *run.job;
+  const uint64_t index = run.batch_index++;
+  if (index < a.skip_batches()) {
+    // The consumer holds it already.
+    if (!queues_->IsLive(run.work.task_id)) StopTask(lane, run.work.task_id);
+    return;
+  }
+  absl::StatusOr<std::optional<proto::ColumnFinish>> finish = FinishOrShip(job, &element);
+  if (!finish.ok()) {
+    queues_->Fail(run.work.task_id, finish.status());
+    StopTask(lane, run.work.task_id);
+    return;
+  }
+  // Refused before encoding: the consumer is told which flag, instead of a message gRPC will
+  // not send.
+  if (absl::Status s = service::CheckBatchLimit(pipeline::BytesOf(element), jobs_->limits());
+      !s.ok()) {
+    queues_->Fail(run.work.task_id,
+                  absl::Status(s.code(), absl::StrCat("job ", a.key().job_id(), " ",
+                                                      DescribeSlot(a), " batch ", index, ": ",
+                                                      s.message())));
+    StopTask(lane, run.work.task_id);
+    return;
+  }
+  absl::StatusOr<service::WireBatch> batch = ToWireBatch(std::move(element), job);
+  if (!batch.ok()) {
+    queues_->Fail(run.work.task_id, batch.status());
+    StopTask(lane, run.work.task_id);
+    return;
+  }
+  proto::Batch& header = batch->header;
+  if (finish->has_value()) *header.add_finish() = std::move(**finish);
+  *header.mutable_key() = a.key();
+  if (run.work.parallel) header.mutable_key()->set_epoch(run.epoch);
+  header.set_split_id(FirstSplitId(a));
+  header.set_batch_index(index);
+  UpdatePeak();
+  const bool pushed = queues_->Push(run.work.task_id, *std::move(batch));
+  UpdatePeak();
+  if (!pushed) StopTask(lane, run.work.task_id);
+}
+
+void TaskRunner::EndRun(Lane& lane) {
+  InFlight run = std::move(lane.runs.front());
+  lane.runs.pop_front();
+  // Busy time of the bottleneck stage and elements since the previous run's end (runs overlap
+  // at their boundaries; the sum over runs is exact).
+  {
+    absl::MutexLock lock(&mu_);
+    CountBusy(RunningOf(run.pipeline->ex.get()));
+  }
+  if (run.stopped || run.continued) return;
+  service::WireBatch marker;
+  *marker.header.mutable_key() = run.work.assignment.key();
+  marker.header.set_batch_index(run.batch_index);
+  marker.header.set_end_of_split(true);
+  if (run.work.parallel) {
+    const uint64_t epochs = run.job->info.config().num_epochs();
+    if (epochs == 0 || run.epoch + 1 < epochs) {
+      InFlight next;
+      next.work = std::move(run.work);
+      next.job = std::move(run.job);
+      next.pipeline = run.pipeline;
+      next.epoch = run.epoch + 1;
+      Submit(lane, std::move(next));
+      return;
+    }
+    marker.header.mutable_key()->set_epoch(run.epoch);
+  } else {
+    marker.header.set_split_id(FirstSplitId(run.work.assignment));
+  }
+  queues_->Push(run.work.task_id, std::move(marker));
+}
+
+absl::StatusOr<TaskRunner::Pipeline*> TaskRunner::PipelineFor(Lane& lane, uint64_t job_id) {
+  auto it = lane.pipelines.find(job_id);
+  if (it != lane.pipelines.end()) return &it->second;
+  absl::StatusOr<std::unique_ptr<pipeline::Executor>> ex = jobs_->AcquireExecutor(job_id);
+  if (!ex.ok()) return ex.status();
+  // Its first threads fit the lane's share (no run is in flight yet when the lane was idle).
+  (*ex)->SetCpuBudget(lane.cpu_share > 0 ? lane.cpu_share : cpu_budget_);
+  if (absl::Status s = (*ex)->Open(); !s.ok()) {
+    jobs_->ReleaseExecutor(job_id, *std::move(ex));
+    return s;
   }
   {
     absl::MutexLock lock(&mu_);
-    running_.push_back({&ex, a.key().job_id()});
+    // Counted from now: a pooled executor's stats include its earlier life.
+    const pipeline::PipelineStats stats = (*ex)->stats();
+    Running r{ex->get(), job_id, {}, stats.elements_out};
+    for (const pipeline::StageStats& stage : stats.stages)
+      r.busy_base.push_back(stage.busy_seconds);
+    running_.push_back(std::move(r));
   }
-  bool ok = true;
-  while (ok) {
-    absl::StatusOr<std::optional<pipeline::Element>> next = ex.GetNext();
-    if (!next.ok()) {
-      // Batches before the error have gone out; the stream then ends with the error, naming
-      // the split (the cause names the record).
-      const absl::Status failed(
-          next.status().code(),
-          absl::StrCat("job ", a.key().job_id(), " ", DescribeSlot(a),
-                       " (epoch ", epoch, "): ", next.status().message()));
-      logger_->error("consumer {}: {}", a.key().consumer_index(),
-                     failed.ToString());
-      queues_->Fail(work.task_id, failed);
-      ok = false;
-      break;
-    }
-    if (!next->has_value()) break;
-    const uint64_t index = (*batch_index)++;
-    if (index < a.skip_batches()) {
-      ok = queues_->IsLive(work.task_id);  // the consumer holds it already
+  Pipeline& p = lane.pipelines[job_id];
+  p.job_id = job_id;
+  p.ex = *std::move(ex);
+  return &p;
+}
+
+void TaskRunner::Retire(Lane& lane, bool all) {
+  for (auto it = lane.pipelines.begin(); it != lane.pipelines.end();) {
+    Pipeline& p = it->second;
+    const bool used = std::any_of(lane.runs.begin(), lane.runs.end(),
+                                  [&](const InFlight& r) { return r.pipeline == &p; });
+    if (used || (!all && jobs_->Get(p.job_id) != nullptr)) {
+      ++it;
       continue;
     }
-    absl::StatusOr<std::optional<proto::ColumnFinish>> finish =
-        FinishOrShip(job, &**next);
-    if (!finish.ok()) {
-      queues_->Fail(work.task_id, finish.status());
-      ok = false;
-      break;
+    p.ex->Stop();
+    {
+      absl::MutexLock lock(&mu_);
+      Running& r = RunningOf(p.ex.get());
+      CountBusy(r);
+      running_.erase(running_.begin() + (&r - running_.data()));
+      retired_thread_starts_ += p.ex->thread_starts();
     }
-    // Refused before encoding: the consumer is told which flag, instead of a
-    // message gRPC will not send.
-    if (absl::Status s = service::CheckBatchLimit(pipeline::BytesOf(**next),
-                                                  jobs_->limits());
-        !s.ok()) {
-      queues_->Fail(
-          work.task_id,
-          absl::Status(s.code(), absl::StrCat("job ", a.key().job_id(), " ",
-                                              DescribeSlot(a), " batch ", index,
-                                              ": ", s.message())));
-      ok = false;
-      break;
-    }
-    absl::StatusOr<service::WireBatch> batch =
-        ToWireBatch(std::move(**next), job);
-    if (!batch.ok()) {
-      queues_->Fail(work.task_id, batch.status());
-      ok = false;
-      break;
-    }
-    proto::Batch& header = batch->header;
-    if (finish->has_value()) *header.add_finish() = std::move(**finish);
-    *header.mutable_key() = a.key();
-    if (work.parallel) header.mutable_key()->set_epoch(epoch);
-    header.set_split_id(FirstSplitId(a));
-    header.set_batch_index(index);
-    UpdatePeak();
-    ok = queues_->Push(work.task_id, std::move(*batch));
-    UpdatePeak();
+    jobs_->ReleaseExecutor(p.job_id, std::move(p.ex));
+    it = lane.pipelines.erase(it);
   }
-  ex.Stop();
-  const pipeline::PipelineStats stats = ex.stats();
-  const double busy = RunBusySeconds(stats);
-  absl::MutexLock lock(&mu_);
-  run_busy_seconds_ += busy;
-  elements_run_ += stats.elements_out;
-  JobBusy& job_busy = run_busy_by_job_[a.key().job_id()];
-  job_busy.busy_seconds += busy;
-  job_busy.elements += stats.elements_out;
-  running_.erase(std::find_if(running_.begin(), running_.end(),
-                              [&](const Running& r) { return r.ex == &ex; }));
-  return ok;
+}
+
+TaskRunner::Running& TaskRunner::RunningOf(const pipeline::Executor* ex) {
+  return *std::find_if(running_.begin(), running_.end(),
+                       [&](const Running& r) { return r.ex == ex; });
 }
 
 }  // namespace sluice::data_worker

@@ -1,6 +1,23 @@
 // TaskRunner: the worker's producers. `threads` producer threads take tasks from a FIFO, run
-// each on one of its job's Executors (JobRegistry's pool), encode every output element as a
-// wire batch and Push() it into ConsumerQueues; a split ends with its end-of-split marker.
+// each through its job's long-lived Executor, encode every output element as a wire batch and
+// Push() it into ConsumerQueues; a split ends with its end-of-split marker.
+//
+// Long-lived executors. Each producer thread keeps one Executor stream (executor.h: Open,
+// Submit, Next) per job it has served, from JobRegistry's pool, until the job is removed: a
+// split is a run submitted to the running pipeline, so its stage threads, their autotuned
+// counts and full queues carry over from split to split. While the thread delivers a run's
+// batches it submits the next run as soon as the current one's records have all entered the
+// pipeline (look-ahead: the next epoch of a PARALLEL_EPOCHS walk, else the next task of the
+// FIFO), so the stages never drain between splits. It takes a task for look-ahead only when
+// no other producer is idle, so a producer blocked by a slow consumer holds at most one task
+// besides its own. Runs come out in submission order and each run is its own epoch: batches
+// never mix records of two splits, and a run's output is the same as a fresh executor's. One
+// thread, not one executor for all producers, per job: each producer's runs come out in its
+// own order, so a consumer that stops reading blocks one producer, not the job.
+//
+// CPU: the producers that have runs in flight share `cpu_budget` threads (Executor::
+// SetCpuBudget on their pipelines), so two splits produced at once do not each size themselves
+// to every core; a producer alone gets all of them.
 //
 // Progress counts output batches. A task with skip_batches = k runs its split from the first
 // record (the output is a pure function of seed, epoch and records) and discards batches
@@ -51,9 +68,11 @@ absl::StatusOr<std::optional<proto::ColumnFinish>> FinishOrShip(
 
 class TaskRunner {
  public:
+  // `cpu_budget`: the stage threads of all pipelines together (the worker's --threads,
+  // resolved).
   TaskRunner(ConsumerQueues* queues, JobRegistry* jobs,
              prometheus::Registry& registry,
-             std::shared_ptr<spdlog::logger> logger);
+             std::shared_ptr<spdlog::logger> logger, int cpu_budget);
   ~TaskRunner();  // Stop()s
 
   void Start(int threads) ABSL_LOCKS_EXCLUDED(mu_);
@@ -65,10 +84,13 @@ class TaskRunner {
 
   // Peak over time of queued bytes plus the live bytes of every running Executor.
   int64_t peak_bytes() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Stage threads the producers' executors have started (Executor::thread_starts): flat
+  // while split after split of a job runs on its long-lived executors (tests).
+  uint64_t pipeline_thread_starts() const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Busy time, for the autoscaler's capacity measurement (cumulative: the runs that ended plus
-  // the running ones so far, so that a worker's first report does not wait for its first
-  // split to end). A pipeline run is busy for the thread-seconds of its bottleneck stage (the
+  // Busy time, for the autoscaler's capacity measurement (cumulative: every long-lived
+  // pipeline's busy time so far, counted up at each run's end and read live in between, so that
+  // a worker's first report does not wait for its first split to end). A pipeline is busy for the thread-seconds of its bottleneck stage (the
   // stage with the most busy time per thread) divided by that stage's threads: the time that
   // stage would need alone. Time blocked on a full queue or idle without a split is not busy.
   // The worker's busy seconds are the runs' busy seconds divided by the producer count, so
@@ -93,29 +115,83 @@ class TaskRunner {
     proto::SplitAssignment assignment;
     bool parallel = false;
   };
+  // A job's long-lived executor on one producer thread.
+  struct Pipeline {
+    uint64_t job_id = 0;
+    std::unique_ptr<pipeline::Executor> ex;
+  };
+  // A run submitted to a producer's pipeline: one split (or one epoch of a parallel walk).
+  struct InFlight {
+    Work work;
+    std::shared_ptr<const Job> job;
+    Pipeline* pipeline = nullptr;
+    uint64_t epoch = 0;
+    uint64_t run = 0;  // the executor's run id
+    uint64_t batch_index = 0;
+    bool stopped = false;   // the task stopped: the run's outputs are dropped
+    bool continued = false;  // a parallel walk's next epoch is submitted
+  };
+  // One producer thread's state; touched by that thread only.
+  struct Lane {
+    std::map<uint64_t, Pipeline> pipelines;  // by job id
+    std::deque<InFlight> runs;               // in the order their outputs come
+    bool busy = false;                       // counted in busy_lanes_
+    int cpu_share = 0;                       // its pipelines' CPU budget
+  };
 
   void ProducerLoop() ABSL_LOCKS_EXCLUDED(mu_);
-  void Run(const Work& work, const Job& job, pipeline::Executor& ex)
+  // Counts the lane busy or idle and gives its pipelines their share of the CPU budget. False
+  // once Stop() was called.
+  bool Share(Lane& lane) ABSL_LOCKS_EXCLUDED(mu_);
+  // The next task: waits for one if `wait`, else takes one only if no producer is idle.
+  std::optional<Work> Take(bool wait) ABSL_LOCKS_EXCLUDED(mu_);
+  // Checks the task's job and submits the task's first run.
+  void Begin(Lane& lane, Work work) ABSL_LOCKS_EXCLUDED(mu_);
+  // Submits `run` to its pipeline and appends it to the lane, or fails the task.
+  void Submit(Lane& lane, InFlight run) ABSL_LOCKS_EXCLUDED(mu_);
+  // Submits the lane's next run if the last one's records have all entered its pipeline.
+  void Lookahead(Lane& lane) ABSL_LOCKS_EXCLUDED(mu_);
+  // Encodes one output of the lane's oldest run and queues it (or skips it).
+  void Deliver(Lane& lane, InFlight& run, pipeline::Element element)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // One pass over the split (or one epoch of a parallel walk). False: stop the task.
-  bool RunEpoch(const Work& work, const Job& job, pipeline::Executor& ex,
-                uint64_t epoch, uint64_t* batch_index) ABSL_LOCKS_EXCLUDED(mu_);
+  // The lane's oldest run ended: its marker, or the walk's next epoch.
+  void EndRun(Lane& lane) ABSL_LOCKS_EXCLUDED(mu_);
+  // Drops the rest of the task's runs on this lane (it failed or is gone).
+  void StopTask(Lane& lane, uint64_t task_id);
+  // The lane's executor for `job_id`, opened on first use.
+  absl::StatusOr<Pipeline*> PipelineFor(Lane& lane, uint64_t job_id)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Stops and returns to the registry the pipelines of jobs the registry dropped (all of them
+  // if `all`), unless a run of the lane still uses them.
+  void Retire(Lane& lane, bool all) ABSL_LOCKS_EXCLUDED(mu_);
   void UpdatePeak() ABSL_LOCKS_EXCLUDED(mu_);
+  struct Running;
+  // Adds `r`'s busy time and elements since they were last counted to the totals.
+  void CountBusy(Running& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Running& RunningOf(const pipeline::Executor* ex)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   ConsumerQueues* const queues_;
   JobRegistry* const jobs_;
   const std::shared_ptr<spdlog::logger> logger_;
+  const int cpu_budget_;
   prometheus::Counter& splits_started_;
 
   mutable absl::Mutex mu_;
   absl::CondVar work_available_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<Work> pending_ ABSL_GUARDED_BY(mu_);
+  int idle_ ABSL_GUARDED_BY(mu_) = 0;  // producers waiting for a task
+  int busy_lanes_ ABSL_GUARDED_BY(mu_) = 0;  // producers with runs in flight
+  // Every lane's pipelines, with what their stats were when busy time was last counted.
   struct Running {
     pipeline::Executor* ex;
     uint64_t job_id;
+    std::vector<double> busy_base;  // per stage
+    uint64_t elements_base;
   };
   std::vector<Running> running_ ABSL_GUARDED_BY(mu_);
+  uint64_t retired_thread_starts_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t peak_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int producers_ ABSL_GUARDED_BY(mu_) = 0;
   double run_busy_seconds_ ABSL_GUARDED_BY(mu_) = 0;  // summed over runs

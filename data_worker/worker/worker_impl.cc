@@ -36,10 +36,15 @@ WorkerImpl::WorkerImpl(WorkerOptions options,
                         : nullptr),
       registry_(options_.registry != nullptr ? *options_.registry
                                              : *own_registry_),
+      budget_(options_.queue_bytes),
       jobs_(std::move(data_roots), MakeExecutorOptions(), logger_,
             options_.limits),
-      queues_(options_.queue_batches, options_.queue_bytes, registry_),
-      runner_(&queues_, &jobs_, registry_, logger_),
+      queues_(options_.queue_batches, options_.queue_bytes, registry_,
+              &budget_),
+      runner_(&queues_, &jobs_, registry_, logger_,
+              options_.threads > 0
+                  ? options_.threads
+                  : static_cast<int>(std::thread::hardware_concurrency())),
       address_(options_.address),
       heartbeat_interval_(options_.heartbeat_interval) {
   last_heartbeat_time_ = clock_->Now();
@@ -47,12 +52,13 @@ WorkerImpl::WorkerImpl(WorkerOptions options,
 
 WorkerImpl::~WorkerImpl() { Stop(); }
 
-pipeline::ExecutorOptions WorkerImpl::MakeExecutorOptions() const {
+pipeline::ExecutorOptions WorkerImpl::MakeExecutorOptions() {
   pipeline::ExecutorOptions o;
   o.cpu_budget = options_.threads;
   o.memory_budget_bytes =
       options_.memory_budget_bytes / std::max<uint32_t>(1, options_.capacity);
   o.registry = &registry_;
+  o.worker_budget = &budget_;
   return o;
 }
 

@@ -58,6 +58,7 @@
 #include "common/service/limits.h"
 #include "common/service/protocol.h"
 #include "data_worker/pipeline/executor.h"
+#include "data_worker/pipeline/memory_budget.h"
 #include "data_worker/worker/consumer_queues.h"
 #include "data_worker/worker/job_registry.h"
 #include "data_worker/worker/task_runner.h"
@@ -101,7 +102,10 @@ struct WorkerOptions {
   int threads = 0;           // each Executor's cpu_budget; 0 = all cores
   uint32_t capacity = 2;     // splits produced concurrently (producer threads)
   size_t queue_batches = 8;  // per consumer
-  // Column bytes all consumer queues may hold together (ConsumerQueues; 0: no byte bound).
+  // The worker's one memory budget (pipeline/memory_budget.h; 0: none): column bytes all
+  // consumer queues may hold together (ConsumerQueues), and, charged to the same budget, the
+  // elements and batches in flight in every job's pipelines, whose feeds wait while it is
+  // full (one output ahead of their reader at most).
   int64_t queue_bytes = int64_t{1} << 30;
   // Bytes the pipelines may hold in their stage queues, all producers together
   // (each Executor gets memory_budget_bytes / capacity). Output queues
@@ -175,6 +179,12 @@ class WorkerImpl {
   int64_t queued_bytes() const { return queues_.queued_bytes(); }
   // Peak over time of queued_bytes() plus the live bytes of every running Executor.
   int64_t peak_bytes() const { return runner_.peak_bytes(); }
+  // Peak of the worker's budget in use: queued batches plus every pipeline's live bytes.
+  int64_t budget_peak_bytes() const { return budget_.peak(); }
+  // Stage threads the producers' pipelines have started (tests).
+  uint64_t pipeline_thread_starts() const {
+    return runner_.pipeline_thread_starts();
+  }
   // Producers blocked on a full consumer queue right now.
   int blocked_producers() const { return queues_.blocked_producers(); }
   // Cumulative busy worker-seconds and the elements of those runs (task_runner.h).
@@ -193,7 +203,7 @@ class WorkerImpl {
       ABSL_LOCKS_EXCLUDED(mu_);
   // A new dispatcher incarnation: forget every job and task.
   void ForgetEverything() ABSL_LOCKS_EXCLUDED(mu_);
-  pipeline::ExecutorOptions MakeExecutorOptions() const;
+  pipeline::ExecutorOptions MakeExecutorOptions();
 
   const WorkerOptions options_;
   Clock* const clock_;
@@ -202,6 +212,7 @@ class WorkerImpl {
   std::unique_ptr<prometheus::Registry> own_registry_;
   prometheus::Registry& registry_;
 
+  pipeline::MemoryBudget budget_;  // options_.queue_bytes; before its users
   JobRegistry jobs_;
   ConsumerQueues queues_;
   TaskRunner runner_;

@@ -4,6 +4,7 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -314,6 +315,127 @@ nodes:
     }
     EXPECT_TRUE(counted);
   }
+}
+
+// Outputs of the stream's oldest run up to its end.
+absl::StatusOr<Output> NextRun(Executor& ex) {
+  Output out;
+  while (true) {
+    auto e = ex.Next();
+    if (!e.ok()) return e.status();
+    if (!e->has_value()) return out;
+    ++out.outputs;
+    for (uint64_t g : (*e)->global_indices) out.ids.push_back(g);
+    for (const Tensor& t : (*e)->columns) {
+      out.bytes.append(ShapeToString(t.shape()));
+      out.bytes.append(reinterpret_cast<const char*>(t.data()), t.num_bytes());
+    }
+  }
+}
+
+// Splits fed one after the other into one running pipeline give, run by run,
+// exactly what a fresh executor gives for each (batches cut at each run's end,
+// short or dropped; the same filters and augmentation bytes), and no thread is
+// started after Open.
+TEST_F(ExecutorTest, StreamRunsGiveWhatAnEpochPerRunGivesWithoutRestartingThreads) {
+  struct Split {
+    std::vector<uint64_t> indices;
+    uint64_t epoch;
+  };
+  std::vector<Split> splits;
+  for (auto [first, n, epoch] : std::vector<std::tuple<int, int, int>>{
+           {0, 12, 0}, {12, 8, 0}, {20, 17, 1}, {3, 9, 2}}) {
+    Split s{{}, static_cast<uint64_t>(epoch)};
+    for (int i = n - 1; i >= 0; --i) s.indices.push_back(first + i);
+    splits.push_back(s);
+  }
+  for (const bool drop : {false, true}) {
+    const std::string spec =
+        drop ? absl::StrReplaceAll(
+                   kTrain, {{"{size: 5}", "{size: 5, drop_remainder: true}"}})
+             : kTrain;
+    std::vector<Output> want;
+    for (const Split& s : splits) {
+      auto ex = Executor::Create(Spec(spec), Fixed(3, true));
+      ASSERT_TRUE(ex.ok());
+      ASSERT_TRUE((*ex)->Start(s.indices, s.epoch).ok());
+      Output out;
+      while (true) {
+        auto e = (*ex)->GetNext();
+        ASSERT_TRUE(e.ok()) << e.status();
+        if (!e->has_value()) break;
+        ++out.outputs;
+        for (uint64_t g : (*e)->global_indices) out.ids.push_back(g);
+        for (const Tensor& t : (*e)->columns) {
+          out.bytes.append(ShapeToString(t.shape()));
+          out.bytes.append(reinterpret_cast<const char*>(t.data()),
+                           t.num_bytes());
+        }
+      }
+      want.push_back(out);
+    }
+    auto ex = Executor::Create(Spec(spec), Fixed(3, true));
+    ASSERT_TRUE(ex.ok());
+    ASSERT_TRUE((*ex)->Open().ok());
+    const uint64_t started = (*ex)->thread_starts();
+    EXPECT_GT(started, 0u);
+    // Two runs ahead of the reader, then one more per run read.
+    ASSERT_TRUE((*ex)->Submit(splits[0].indices, splits[0].epoch).ok());
+    ASSERT_TRUE((*ex)->Submit(splits[1].indices, splits[1].epoch).ok());
+    for (size_t i = 0; i < splits.size(); ++i) {
+      SCOPED_TRACE(::testing::Message() << "drop " << drop << " run " << i);
+      if (i + 2 < splits.size()) {
+        ASSERT_TRUE(
+            (*ex)->Submit(splits[i + 2].indices, splits[i + 2].epoch).ok());
+      }
+      auto got = NextRun(**ex);
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_EQ(got->ids, want[i].ids);
+      EXPECT_EQ(got->outputs, want[i].outputs);
+      EXPECT_TRUE(got->bytes == want[i].bytes);
+    }
+    EXPECT_EQ((*ex)->thread_starts(), started);
+    EXPECT_TRUE((*ex)->FeedIdle());
+    EXPECT_EQ((*ex)->Next().status().code(),
+              absl::StatusCode::kFailedPrecondition);  // no run submitted
+  }
+}
+
+// A run's error ends that run (after its batches before the error); the next
+// run comes out whole.
+TEST_F(ExecutorTest, AFailingRunEndsAloneAndTheNextRunGoesOn) {
+  sluice::testing::TempDir dir;
+  testing::MakeDataset(dir.Join("bad"), 20, 4, {7});
+  auto spec = ParsePipeline(absl::StrReplaceAll(R"(
+on_error: fail
+source: {dataset: {path: BAD}, columns: [image, label]}
+nodes:
+  - map: {input_columns: [image], ops: [{decode: {}}, {resize: {height: 8, width: 8}}]}
+  - batch: {size: 4}
+)",
+                                                {{"BAD", dir.Join("bad")}}));
+  ASSERT_TRUE(spec.ok());
+  auto ex = Executor::Create(*spec, Fixed(3, true));
+  ASSERT_TRUE(ex.ok());
+  ASSERT_TRUE((*ex)->Open().ok());
+  std::vector<uint64_t> first, second;
+  for (uint64_t g = 0; g < 12; ++g) first.push_back(g);
+  for (uint64_t g = 12; g < 20; ++g) second.push_back(g);
+  ASSERT_TRUE((*ex)->Submit(first, 0).ok());
+  ASSERT_TRUE((*ex)->Submit(second, 0).ok());
+  auto b = (*ex)->Next();
+  ASSERT_TRUE(b.ok() && b->has_value()) << b.status();
+  EXPECT_EQ((*b)->global_indices, (std::vector<uint64_t>{0, 1, 2, 3}));
+  auto error = (*ex)->Next();
+  EXPECT_EQ(error.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(error.status().message(), HasSubstr("record 7"));
+  auto end = (*ex)->Next();
+  ASSERT_TRUE(end.ok()) << end.status();
+  EXPECT_FALSE(end->has_value());
+  auto rest = NextRun(**ex);
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  EXPECT_EQ(rest->ids, second);
+  EXPECT_EQ(rest->outputs, 2);
 }
 
 TEST_F(ExecutorTest, StoppedConsumerKeepsMemoryBounded) {

@@ -1,7 +1,10 @@
 #include "data_worker/worker/worker_impl.h"
 
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -574,6 +577,178 @@ TEST_F(WorkerImplTest, DrainingEndsAStreamOkOnceItsSplitsAreSent) {
   exit.set_may_exit(true);
   Deliver(*w, exit);
   EXPECT_TRUE(w->may_exit());
+}
+
+// Reads `consumer`'s stream until `splits` end-of-split markers came; returns
+// each split's record ids by position, checking that batches come in order,
+// never mix two splits and hold `batch` records but the split's last.
+std::map<uint64_t, std::vector<uint64_t>> ReadSplits(
+    std::function<StreamEvent()> next, int splits, uint64_t batch) {
+  std::map<uint64_t, std::vector<uint64_t>> got;
+  std::map<uint64_t, uint64_t> batches;
+  for (int ended = 0; ended < splits;) {
+    StreamEvent e = next();
+    EXPECT_EQ(e.kind, StreamEvent::kBatch) << e.status;
+    if (e.kind != StreamEvent::kBatch) break;
+    const proto::Batch& h = e.batch.header;
+    const uint64_t pos = h.key().position();
+    EXPECT_EQ(h.batch_index(), batches[pos]) << "position " << pos;
+    if (h.end_of_split()) {
+      ++ended;
+      continue;
+    }
+    EXPECT_EQ(got[pos].size(), batches[pos] * batch) << "a short batch inside";
+    ++batches[pos];
+    got[pos].insert(got[pos].end(), h.global_indices().begin(),
+                    h.global_indices().end());
+  }
+  return got;
+}
+
+// Twelve splits of two jobs (one shuffled), two consumers each, of sizes that
+// are not multiples of the batch, come in one heartbeat and run one after the
+// other on the producers' long-lived executors: each consumer gets exactly its
+// splits' records in each split's order, nothing lost, repeated or moved to
+// another split.
+TEST_F(WorkerImplTest, SplitsOfTwoJobsInterleaveOnLongLivedExecutors) {
+  auto w = MakeWorker(/*queue_batches=*/64);
+  proto::WorkerHeartbeatResponse r;
+  *r.add_jobs() = MakeJob(1, Yaml(kLabels), 4, /*seed=*/7, /*consumers=*/2);
+  *r.add_jobs() =
+      MakeJob(2, Yaml(kShuffledLabels), 4, /*seed=*/11, /*consumers=*/2);
+  std::map<std::pair<uint64_t, uint32_t>,
+           std::map<uint64_t, std::vector<uint64_t>>>
+      want;
+  uint64_t split_id = 0;
+  for (uint64_t pos = 0; pos < 3; ++pos) {
+    for (uint64_t job : {1, 2}) {
+      for (uint32_t consumer : {0, 1}) {
+        const uint64_t begin = (split_id * 7) % 30;
+        const uint64_t n = 3 + (split_id % 3) * 4;  // 3, 7 or 11 records
+        *r.add_start() =
+            MakeSplit(job, consumer, pos, split_id, begin, begin + n, begin, 0);
+        want[{job, consumer}][pos] = record::SplitRecordOrder(
+            begin, n, /*shuffle=*/job == 2, job == 1 ? 7 : 11, split_id, 0);
+        ++split_id;
+      }
+    }
+  }
+  Deliver(*w, r);
+  for (uint64_t job : {1, 2}) {
+    for (uint32_t consumer : {0, 1}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "job " << job << " consumer " << consumer);
+      auto reader = Open(*w, job, consumer);
+      ASSERT_NE(reader, nullptr);
+      EXPECT_EQ(ReadSplits([&] { return reader->Next(); }, 3, 4),
+                (want[{job, consumer}]));
+    }
+  }
+}
+
+// A job's pipeline threads start once per producer, not once per split: with
+// one producer, twelve more splits start no thread.
+TEST_F(WorkerImplTest, AJobsPipelineThreadsAreNotRestartedPerSplit) {
+  WorkerOptions options;
+  options.address = "127.0.0.1:1";
+  options.data_roots = {dir_.path()};
+  options.threads = 1;  // no room for autotune to add one
+  options.capacity = 1;
+  options.heartbeat_thread = false;
+  options.clock = &clock_;
+  auto created =
+      WorkerImpl::Create(options, std::make_unique<FakeDispatcher>(&fake_));
+  ASSERT_TRUE(created.ok()) << created.status();
+  WorkerImpl& w = **created;
+  ASSERT_TRUE(w.Start().ok());
+  proto::WorkerHeartbeatResponse first;
+  *first.add_jobs() = MakeJob(1, Yaml(kImages), 4);
+  *first.add_start() = MakeSplit(1, 0, 0, 0, 0, 10, 0, 0);
+  Deliver(w, first);
+  auto reader = Open(w, 1, 0);
+  ASSERT_NE(reader, nullptr);
+  std::map<uint64_t, std::vector<uint64_t>> want = {
+      {0, record::SplitRecordOrder(0, 10, false, 7, 0, 0)}};
+  EXPECT_EQ(ReadSplits([&] { return reader->Next(); }, 1, 4), want);
+  const uint64_t started = w.pipeline_thread_starts();
+  EXPECT_GT(started, 0u);
+
+  proto::WorkerHeartbeatResponse more;
+  want.clear();
+  for (uint64_t pos = 1; pos <= 12; ++pos) {
+    const uint64_t begin = (pos * 3) % 30;
+    *more.add_start() = MakeSplit(1, 0, pos, pos, begin, begin + 10, begin, 0);
+    want[pos] = record::SplitRecordOrder(begin, 10, false, 7, pos, 0);
+  }
+  Deliver(w, more);
+  EXPECT_EQ(ReadSplits([&] { return reader->Next(); }, 12, 4), want);
+  EXPECT_EQ(w.pipeline_thread_starts(), started);
+  reader.reset();
+  w.Stop();
+}
+
+// One budget for the whole worker, pipelines included: sixteen consumers with
+// eight-batch queues and 98 KB batches would hold 16 x 8 batches (12.6 MB)
+// under per-consumer bounds. With a budget of two batches, the queues hold
+// the budget plus one batch per consumer whose queue was empty (so that every
+// consumer progresses; before anyone reads, only the two whose splits the two
+// producers run), and each producer's pipeline stops feeding once an output
+// waits for its reader, keeping what was already in flight behind it. For
+// this pipeline (2 threads, batch 8) that is at most, in batches: 2 in the
+// output queue, 2 held by batch threads waiting to push, 2 being filled, 3 of
+// records in the batch window (2 x 8 + 4 x 2 threads), and under 1 of
+// elements in the stage queue and threads: 10 per producer (measured: 1.1).
+// Every consumer then gets all its records.
+TEST_F(WorkerImplTest, OneMemoryBudgetBoundsQueuesAndPipelinesOfAllConsumers) {
+  constexpr char kBig[] = R"(
+on_error: fail
+source: {dataset: {path: DIR}, columns: [image, label]}
+nodes:
+  - map: {input_columns: [image], ops: [{decode: {}}, {resize: {height: 64, width: 64}}]}
+  - batch: {size: 8}
+)";
+  const int64_t batch_bytes = 8 * 64 * 64 * 3 + 8 * 8;
+  const int64_t budget = 2 * batch_bytes;
+  constexpr int kConsumers = 16;
+  constexpr int kProducers = 2;  // MakeWorker's capacity
+  auto w = MakeWorker(/*queue_batches=*/8, /*roots=*/{}, budget);
+  proto::WorkerHeartbeatResponse r;
+  *r.add_jobs() =
+      MakeJob(1, Yaml(kBig), 8, /*seed=*/7, /*consumers=*/kConsumers);
+  std::map<uint32_t, std::map<uint64_t, std::vector<uint64_t>>> want;
+  for (uint64_t pos = 0; pos < 2; ++pos) {  // 2 splits of 3 batches each
+    for (uint32_t c = 0; c < kConsumers; ++c) {
+      const uint64_t id = pos * kConsumers + c;
+      const uint64_t begin = (id * 5) % 16;
+      *r.add_start() = MakeSplit(1, c, pos, id, begin, begin + 24, begin, 0);
+      want[c][pos] = record::SplitRecordOrder(begin, 24, false, 7, id, 0);
+    }
+  }
+  Deliver(*w, r);
+  ASSERT_TRUE(Eventually([&] { return w->blocked_producers() == kProducers; }));
+  const int64_t bound = budget + kProducers * batch_bytes  // empty queues
+                        + kProducers * 10 * batch_bytes;   // in flight
+  EXPECT_LE(w->queued_bytes(), budget + kProducers * batch_bytes);
+  EXPECT_LE(w->budget_peak_bytes(), bound);
+  // The trainers read all at once (a producer waits for the consumer it
+  // serves).
+  std::vector<std::map<uint64_t, std::vector<uint64_t>>> got(kConsumers);
+  std::vector<std::thread> trainers;
+  for (uint32_t c = 0; c < kConsumers; ++c) {
+    trainers.emplace_back([&, c] {
+      auto reader = Open(*w, 1, c);
+      if (reader != nullptr) {
+        got[c] = ReadSplits([&] { return reader->Next(); }, 2, 8);
+      }
+    });
+  }
+  for (std::thread& t : trainers) t.join();
+  for (uint32_t c = 0; c < kConsumers; ++c) EXPECT_EQ(got[c], want[c]) << c;
+  // While they read, a producer moves on from a consumer whose last batches
+  // are still queued, so every consumer may hold one batch the budget let in.
+  const int64_t reading = bound + (kConsumers - kProducers) * batch_bytes;
+  EXPECT_LE(w->budget_peak_bytes(), reading);
+  EXPECT_LE(w->peak_bytes(), reading);
 }
 
 TEST_F(WorkerImplTest, NewerStreamSupersedesTheOlderOne) {
