@@ -58,9 +58,10 @@ if [[ "${SLUICE_SKIP_SANITIZERS:-0}" != 1 && "${SLUICE_RUN_TSAN:-1}" != 0 ]]; th
       --timeout 600 -E '^deploy_'
   else
     # Worker: ConsumerQueues, TaskRunner, JobRegistry, WorkerImpl (fake dispatcher); the
-    # executor and its queues; the dispatcher's handlers and state; the client's iterator state.
+    # executor and its queues; the dispatcher's handlers and state; the client's iterator state
+    # and buffer pool.
     tsan_tests=(worker_impl_test pipeline_executor_test batch_assembler_test ordered_queue_test
-                dispatcher_impl_test dispatcher_state_test iterator_state_test)
+                dispatcher_impl_test dispatcher_state_test iterator_state_test buffer_pool_test)
     cmake --build build-tsan --target "${tsan_tests[@]}"
     for t in "${tsan_tests[@]}"; do
       echo "-- $t (TSan)"
