@@ -96,32 +96,37 @@ class WorkerImplTest : public ::testing::Test {
   }
 
   // A reader of one consumer's stream: waits (on the notify callback) for each
-  // event.
-  struct Reader {
+  // event. WorkerImpl may call notify even after CloseStream (a producer that
+  // read the callback just before): the callback holds the wakeup counter, not
+  // the Reader.
+  struct Wakeups {
     absl::Mutex mu;
-    int wakeups ABSL_GUARDED_BY(mu) = 0;
+    int count ABSL_GUARDED_BY(mu) = 0;
+  };
+  struct Reader {
+    std::shared_ptr<Wakeups> wakeups = std::make_shared<Wakeups>();
     uint64_t id = 0;
     WorkerImpl* w = nullptr;
     ~Reader() {
-      if (w != nullptr && id != 0)
-        w->CloseStream(id);  // no notify() after this
+      if (w != nullptr && id != 0) w->CloseStream(id);
     }
 
     StreamEvent Next() {
       const absl::Time deadline = absl::Now() + absl::Seconds(20);
+      Wakeups& wk = *wakeups;
       while (true) {
         int seen;
         {
-          absl::MutexLock lock(&mu);
-          seen = wakeups;
+          absl::MutexLock lock(&wk.mu);
+          seen = wk.count;
         }
         StreamEvent e = w->PollStream(id);
         if (e.kind != StreamEvent::kPending) return e;
-        absl::MutexLock lock(&mu);
-        auto changed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-          return wakeups != seen;
+        absl::MutexLock lock(&wk.mu);
+        auto changed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(wk.mu) {
+          return wk.count != seen;
         };
-        if (!mu.AwaitWithDeadline(absl::Condition(&changed), deadline))
+        if (!wk.mu.AwaitWithDeadline(absl::Condition(&changed), deadline))
           return e;
       }
     }
@@ -135,10 +140,9 @@ class WorkerImplTest : public ::testing::Test {
     request.set_protocol_version(kProtocolVersion);
     request.set_job_id(job);
     request.set_consumer_index(consumer);
-    Reader* raw = r.get();
-    auto id = w.OpenStream(request, [raw] {
-      absl::MutexLock lock(&raw->mu);
-      ++raw->wakeups;
+    auto id = w.OpenStream(request, [wakeups = r->wakeups] {
+      absl::MutexLock lock(&wakeups->mu);
+      ++wakeups->count;
     });
     if (status != nullptr) *status = id.status();
     if (!id.ok()) return nullptr;
