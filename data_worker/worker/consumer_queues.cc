@@ -184,6 +184,7 @@ bool ConsumerQueues::IsLive(uint64_t task_id) const {
 
 bool ConsumerQueues::Push(uint64_t task_id, service::WireBatch batch) {
   std::function<void()> notify;
+  bool split_ended = false;
   {
     absl::MutexLock lock(&mu_);
     Task* task = FindTask(task_id);
@@ -212,7 +213,8 @@ bool ConsumerQueues::Push(uint64_t task_id, service::WireBatch batch) {
     task->produced = batch.header.batch_index() + 1;
     if (marker) {
       task->finished = true;
-      if (!task->parallel) splits_finished_.Increment();
+      split_ended = !task->parallel;
+      if (split_ended) splits_finished_.Increment();
     } else {
       elements_produced_ += elements;
       elements_total_.Increment(static_cast<double>(elements));
@@ -226,6 +228,7 @@ bool ConsumerQueues::Push(uint64_t task_id, service::WireBatch batch) {
     notify = q->notify;
   }
   if (notify) notify();
+  if (split_ended && on_split_end_) on_split_end_();
   return true;
 }
 
@@ -242,6 +245,7 @@ void ConsumerQueues::Fail(uint64_t task_id, const absl::Status& status) {
     notify = q.notify;
   }
   if (notify) notify();
+  if (on_split_end_) on_split_end_();
 }
 
 ConsumerQueues::Opened ConsumerQueues::Open(

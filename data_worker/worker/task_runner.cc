@@ -172,7 +172,7 @@ std::map<uint64_t, TaskRunner::JobBusy> TaskRunner::busy_by_job() const {
   absl::MutexLock lock(&mu_);
   std::map<uint64_t, JobBusy> out = run_busy_by_job_;
   for (const Running& r : running_) {
-    // A pipeline parked after its job ended (ForgetJob) has nothing new and stays unreported.
+    if (r.forgotten) continue;  // parked after its job ended
     const pipeline::PipelineStats stats = r.ex->stats();
     const double busy = BusySince(stats, r.busy_base);
     const uint64_t elements = stats.elements_out - r.elements_base;
@@ -190,9 +190,11 @@ void TaskRunner::CountBusy(Running& r) {
   const uint64_t elements = stats.elements_out - r.elements_base;
   run_busy_seconds_ += busy;
   elements_run_ += elements;
-  JobBusy& job = run_busy_by_job_[r.job_id];
-  job.busy_seconds += busy;
-  job.elements += elements;
+  if (!r.forgotten) {
+    JobBusy& job = run_busy_by_job_[r.job_id];
+    job.busy_seconds += busy;
+    job.elements += elements;
+  }
   r.busy_base.assign(stats.stages.size(), 0);
   for (size_t i = 0; i < stats.stages.size(); ++i)
     r.busy_base[i] = stats.stages[i].busy_seconds;
@@ -201,6 +203,11 @@ void TaskRunner::CountBusy(Running& r) {
 
 void TaskRunner::ForgetJob(uint64_t job_id) {
   absl::MutexLock lock(&mu_);
+  for (Running& r : running_) {
+    if (r.job_id != job_id) continue;
+    CountBusy(r);  // its last work into the totals; nothing more per job
+    r.forgotten = true;
+  }
   run_busy_by_job_.erase(job_id);
 }
 

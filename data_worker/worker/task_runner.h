@@ -189,6 +189,7 @@ class TaskRunner {
     uint64_t job_id;
     std::vector<double> busy_base;  // per stage
     uint64_t elements_base;
+    bool forgotten = false;  // its job is over (ForgetJob): counted in the totals only
   };
   std::vector<Running> running_ ABSL_GUARDED_BY(mu_);
   uint64_t retired_thread_starts_ ABSL_GUARDED_BY(mu_) = 0;

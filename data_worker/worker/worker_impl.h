@@ -41,6 +41,7 @@
 #ifndef SLUICE_DATA_WORKER_WORKER_WORKER_IMPL_H_
 #define SLUICE_DATA_WORKER_WORKER_WORKER_IMPL_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -231,6 +232,10 @@ class WorkerImpl {
   uint64_t elements_at_last_heartbeat_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_heartbeat_time_ ABSL_GUARDED_BY(mu_);
   proto::WorkerHeartbeatRequest last_request_ ABSL_GUARDED_BY(mu_);
+
+  // A split stopped producing since the last heartbeat: the heartbeat thread sends the next
+  // one at once (ConsumerQueues::set_on_split_end).
+  std::atomic<bool> heartbeat_due_{false};
 
   absl::Mutex lifecycle_mu_;  // serializes Start/Stop
   std::thread heartbeat_thread_ ABSL_GUARDED_BY(lifecycle_mu_);

@@ -609,6 +609,44 @@ std::map<uint64_t, std::vector<uint64_t>> ReadSplits(
   return got;
 }
 
+// A split that ends is reported at once, not at the next heartbeat period, so
+// that the dispatcher hands the freed capacity its next split now (with splits
+// that last about one period, producers stood idle for up to half the time).
+TEST_F(WorkerImplTest, ASplitThatEndsIsReportedBeforeTheHeartbeatPeriod) {
+  WorkerOptions options;
+  options.address = "127.0.0.1:1";
+  options.data_roots = {dir_.path()};
+  options.threads = 1;
+  options.capacity = 1;
+  options.heartbeat_interval = absl::Hours(1);
+  options.clock = RealClock::Get();
+  proto::WorkerHeartbeatResponse first;
+  *first.add_jobs() = MakeJob(1, Yaml(kLabels), 4);
+  *first.add_start() = MakeSplit(1, 0, 0, 0, 0, 10, 0, 0);
+  Script(first);
+  auto created =
+      WorkerImpl::Create(options, std::make_unique<FakeDispatcher>(&fake_));
+  ASSERT_TRUE(created.ok()) << created.status();
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE((*created)->Start().ok());  // registers, heartbeats, gets the split
+  auto finished_reported = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(fake_.mu) {
+    for (const proto::WorkerHeartbeatRequest& h : fake_.heartbeats) {
+      for (const proto::WorkerSplitProgress& p : h.splits()) {
+        if (p.finished_producing()) return true;
+      }
+    }
+    return false;
+  };
+  {
+    absl::MutexLock lock(&fake_.mu);
+    EXPECT_TRUE(fake_.mu.AwaitWithTimeout(absl::Condition(&finished_reported),
+                                          absl::Seconds(20)));
+    EXPECT_GE(fake_.heartbeats.size(), 2u);
+  }
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));  // not the hour
+  (*created)->Stop();
+}
+
 // Twelve splits of two jobs (one shuffled), two consumers each, of sizes that
 // are not multiples of the batch, come in one heartbeat and run one after the
 // other on the producers' long-lived executors: each consumer gets exactly its
