@@ -70,7 +70,8 @@ class Client:
         Args:
             spec: the pipeline: a path to a .yaml/.yml/.json file, YAML/JSON text, a dict in that
                 layout, or a sluice.Pipeline.
-            data: a Unirecord dataset folder replacing the spec's source.
+            data: a Unirecord dataset folder replacing the spec's source, as the data workers
+                see it (a worker reads its manifest; this process need not have the folder).
             job: the job's name; consumers of one run share it.
             epochs: epochs to read (0: until the iterator is closed).
             seed: the job seed (order and augmentation).
@@ -89,6 +90,7 @@ class Client:
         Raises:
             sluice.InvalidArgument: a bad spec (naming the node and field) or argument.
             sluice.NotFound: the spec file or the dataset does not exist.
+            sluice.PermissionDenied: the dataset is outside the workers' --data-root.
             sluice.FailedPrecondition: a job of that name exists with another config.
             sluice.Unavailable: the dispatcher cannot be reached.
         """
