@@ -1,3 +1,6 @@
+// The C++ client against a fake dispatcher and fake workers over real gRPC: delivery exactly
+// once, ordering, back-pressure, frames, errors with their codes, the dataset's description,
+// timeouts on the client's clock. One file (~620 lines) around one set of fakes (fakes.h).
 #include "sluice/client.h"
 
 #include <netinet/in.h>

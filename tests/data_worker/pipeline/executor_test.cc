@@ -1,3 +1,5 @@
+// The executor end to end on small datasets: epochs, order, errors, budgets, autotune and the
+// long-lived streams of runs. One file (~610 lines) sharing one fixture of test datasets.
 #include "data_worker/pipeline/executor.h"
 
 #include <filesystem>

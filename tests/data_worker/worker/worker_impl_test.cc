@@ -1,3 +1,7 @@
+// WorkerImpl with a scripted fake dispatcher and in-process stream readers: splits, skips,
+// drops, refused jobs, limits, finishing, the heartbeat's counters, long-lived executors and the
+// memory budget. One file (~800 lines) because every case drives the same fixture (worker,
+// fake dispatcher, reader); splitting it would copy the fixture.
 #include "data_worker/worker/worker_impl.h"
 
 #include <functional>
