@@ -1,5 +1,6 @@
 #include "data_worker/ops/decode.h"
 
+#include <algorithm>
 #include <csetjmp>
 #include <cstdio>
 #include <utility>
@@ -113,10 +114,10 @@ absl::Status CheckPngChunks(std::string_view data) {
     const uint32_t length = BigEndian32(data.data() + at);
     const std::string_view type = data.substr(at + 4, 4);
     if (length > data.size() - at - 12) {
-      return DecodeError(absl::StrCat(
-          "PNG chunk '", absl::CHexEscape(Sv(type)), "' at byte ", at,
-          " declares ", length, " data bytes, past the end of the data (",
-          data.size(), " bytes)"));
+      return DecodeError(absl::StrCat("PNG chunk '", absl::CHexEscape(Sv(type)),
+                                      "' at byte ", at, " declares ", length,
+                                      " data bytes, past the end of the data (",
+                                      data.size(), " bytes)"));
     }
     if (first) {
       if (type != "IHDR" || length != 13) {
@@ -141,15 +142,35 @@ bool IsWebp(std::string_view data) {
          data.substr(8, 4) == "WEBP";
 }
 
+// A BMP's size from its info header (width and height are little-endian int32
+// at bytes 18 and 22; a negative height means top-down rows). WebP needs no
+// check: its dimensions are at most 16383 x 16383 < kMaxImagePixels.
+absl::Status CheckBmpSize(std::string_view data) {
+  if (data.size() < 26) return DecodeError("BMP header is truncated");
+  auto le32 = [&](size_t at) {
+    const auto* u = reinterpret_cast<const uint8_t*>(data.data() + at);
+    return static_cast<int32_t>(uint32_t{u[0]} | uint32_t{u[1]} << 8 |
+                                uint32_t{u[2]} << 16 | uint32_t{u[3]} << 24);
+  };
+  const int64_t width = le32(18);
+  const int64_t height = le32(22);
+  return CheckImageSize(static_cast<uint32_t>(std::min<int64_t>(
+                            height < 0 ? -height : height, UINT32_MAX)),
+                        static_cast<uint32_t>(std::min<int64_t>(
+                            width < 0 ? -width : width, UINT32_MAX)));
+}
+
 // Full decode through OpenCV for PNG, BMP and WebP: 8-bit RGB.
 absl::StatusOr<Tensor> DecodeWithOpenCv(std::string_view encoded) {
   if (IsPng(encoded)) {
     RETURN_IF_ERROR(CheckPngChunks(encoded));
-  } else if (!IsBmp(encoded) && !IsWebp(encoded)) {
-    return DecodeError(absl::StrCat(
-        "unsupported image format (first bytes '",
-        absl::CHexEscape(Sv(encoded.substr(0, 4))),
-        "'); sluice decodes JPEG, PNG, BMP and WebP"));
+  } else if (IsBmp(encoded)) {
+    RETURN_IF_ERROR(CheckBmpSize(encoded));
+  } else if (!IsWebp(encoded)) {
+    return DecodeError(
+        absl::StrCat("unsupported image format (first bytes '",
+                     absl::CHexEscape(Sv(encoded.substr(0, 4))),
+                     "'); sluice decodes JPEG, PNG, BMP and WebP"));
   }
   cv::Mat bgr;
   try {
@@ -362,14 +383,14 @@ class DecodeOpImpl final : public Op {
   absl::StatusOr<Tensor> Apply(Tensor input,
                                const ElementContext&) const override {
     RETURN_IF_ERROR(CheckEncoded(label_, input));
-    return DecodeImageRegion(
-        input.bytes(), [&](int h, int w) -> absl::StatusOr<DecodePlan> {
-          DecodePlan p;
-          p.box = CropBox{0, 0, h, w};
-          p.out_height = h;
-          p.out_width = w;
-          return WithSettings(p, spec_);
-        });
+    return DecodeImageRegion(input.bytes(),
+                             [&](int h, int w) -> absl::StatusOr<DecodePlan> {
+                               DecodePlan p;
+                               p.box = CropBox{0, 0, h, w};
+                               p.out_height = h;
+                               p.out_width = w;
+                               return WithSettings(p, spec_);
+                             });
   }
 
  private:

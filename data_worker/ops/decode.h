@@ -20,8 +20,8 @@
 // ..., abort or over-allocate on corrupt data). Before a PNG reaches OpenCV its
 // chunk list is walked: a chunk running past the end of the data is DataLoss
 // (libpng would otherwise allocate the declared length, up to 2 GiB, first).
-// An image whose header declares more than kMaxImagePixels pixels is DataLoss
-// too, before any pixel buffer is allocated.
+// An image (JPEG, PNG, BMP) whose header declares more than kMaxImagePixels
+// pixels is DataLoss too, before any pixel buffer is allocated.
 #ifndef SLUICE_DATA_WORKER_OPS_DECODE_H_
 #define SLUICE_DATA_WORKER_OPS_DECODE_H_
 

@@ -58,10 +58,13 @@ printf 'score >= 0.5' >"$out/filter_fuzzer/float"
 printf 'big != -9007199254740993' >"$out/filter_fuzzer/big"
 
 # decode: 8 plan bytes, then the image. The images are CPython's test images (Lib/test/
-# imghdrdata, PSF license), small and valid.
+# imghdrdata, PSF license), small and valid; python.bmp and python.webp are python.png scaled to
+# 24x16 and saved by PIL (every format the decoder accepts has a seed).
 cp "$root/tests/fuzz/seed_images/python.jpg" "$tmp/a.jpg"
 cp "$root/tests/fuzz/seed_images/python.png" "$tmp/c.png"
-for f in a.jpg c.png; do
+cp "$root/tests/fuzz/seed_images/python.bmp" "$tmp/b.bmp"
+cp "$root/tests/fuzz/seed_images/python.webp" "$tmp/d.webp"
+for f in a.jpg c.png b.bmp d.webp; do
   { printf '\x01\x02\x05\x07\x08\x06\x01\x03'; cat "$tmp/$f"; } >"$out/decode_fuzzer/$f"
 done
 

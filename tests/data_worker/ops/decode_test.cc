@@ -163,7 +163,8 @@ TEST(Decode, HeadersPromisingMoreThanTheDataHoldAreDataLoss) {
   const std::string png = testing::Encode(rgb, ".png");
   ASSERT_EQ(png.substr(12, 4), "IHDR");  // signature(8) + length(4)
   auto put32 = [](std::string* s, size_t at, uint32_t v) {
-    for (int i = 0; i < 4; ++i) (*s)[at + i] = static_cast<char>(v >> (24 - 8 * i));
+    for (int i = 0; i < 4; ++i)
+      (*s)[at + i] = static_cast<char>(v >> (24 - 8 * i));
   };
   // A tEXt chunk after IHDR (8 + 25 bytes) declaring 1,644,167,168 bytes.
   std::string huge_chunk = png;
@@ -174,6 +175,13 @@ TEST(Decode, HeadersPromisingMoreThanTheDataHoldAreDataLoss) {
   std::string huge_png = png;
   put32(&huge_png, 16, 20000);
   put32(&huge_png, 20, 20000);
+  // A BMP whose info header says 30000 × -30000 (top-down).
+  std::string huge_bmp = testing::Encode(rgb, ".bmp");
+  for (int i = 0; i < 4; ++i) {
+    huge_bmp[18 + i] = static_cast<char>(30000 >> (8 * i));
+    huge_bmp[22 + i] =
+        static_cast<char>(static_cast<uint32_t>(-30000) >> (8 * i));
+  }
   // SOF0 says 60000 × 60000.
   std::string huge_jpeg = EncodeJpegRgb(rgb);
   const size_t sof = huge_jpeg.find("\xFF\xC0");
@@ -186,10 +194,13 @@ TEST(Decode, HeadersPromisingMoreThanTheDataHoldAreDataLoss) {
       {huge_chunk,
        "PNG chunk 'tEXt' at byte 33 declares 1644167168 data bytes, past the "
        "end of the data"},
-      {huge_png, "the header declares 20000x20000 pixels, more than the "
-                 "decoder's limit of 268435456"},
+      {huge_png,
+       "the header declares 20000x20000 pixels, more than the "
+       "decoder's limit of 268435456"},
       {png.substr(0, png.size() - 12), "PNG ends at byte"},
       {huge_jpeg, "the header declares 60000x60000 pixels"},
+      {huge_bmp, "the header declares 30000x30000 pixels"},
+      {huge_bmp.substr(0, 20), "BMP header is truncated"},
   };
   proto::OpSpec resize;
   resize.mutable_resize()->set_size(50);
@@ -273,7 +284,8 @@ TEST(Decode, FasterJpegSettingsChangeThePixelsSlightly) {
       ASSERT_EQ(out->shape(), accurate->shape());
       const Diff diff = Compare(MatOf(*out), MatOf(*accurate));
       EXPECT_GT(diff.max, 0);  // the setting took effect
-      EXPECT_LT(diff.mean, 4.0);  // decode_test's tolerance for the region decode
+      EXPECT_LT(diff.mean,
+                4.0);  // decode_test's tolerance for the region decode
     }
   }
 }
