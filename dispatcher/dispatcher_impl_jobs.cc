@@ -401,14 +401,8 @@ absl::Status DispatcherImpl::DoGetJobState(
     for (uint64_t pos = 0; pos < consumer.slots.size(); ++pos) {
       const DispatcherState::Slot& slot = consumer.slots[pos];
       proto::SplitState* s = c->add_splits();
-      s->set_position(pos);
+      slot.ToProto(pos, s);
       AddPieces(*job, slot.pieces, s->mutable_pieces());
-      s->set_status(slot.status);
-      s->set_worker_id(slot.worker_id);
-      s->set_delivered_batches(slot.delivered_batches);
-      s->set_produced_batches(slot.produced_batches);
-      s->set_skip_batches(slot.skip_batches);
-      s->set_assignments(slot.assignments);
     }
   }
   return absl::OkStatus();

@@ -13,6 +13,17 @@ SlotKey SlotKey::FromProto(const proto::SplitKey& key) {
   return {key.job_id(), key.consumer_index(), key.epoch(), key.position()};
 }
 
+void DispatcherState::Slot::ToProto(uint64_t position,
+                                    proto::SplitState* out) const {
+  out->set_position(position);
+  out->set_status(status);
+  out->set_worker_id(worker_id);
+  out->set_delivered_batches(delivered_batches);
+  out->set_produced_batches(produced_batches);
+  out->set_skip_batches(skip_batches);
+  out->set_assignments(assignments);
+}
+
 proto::SplitKey SlotKey::ToProto() const {
   proto::SplitKey key;
   key.set_job_id(job_id);
@@ -627,13 +638,7 @@ proto::DispatcherSnapshot DispatcherState::Snapshot() const {
       for (size_t pos = 0; pos < c.slots.size(); ++pos) {
         const Slot& slot = c.slots[pos];
         proto::SplitState* s = cs->add_slots();
-        s->set_position(pos);
-        s->set_status(slot.status);
-        s->set_worker_id(slot.worker_id);
-        s->set_delivered_batches(slot.delivered_batches);
-        s->set_produced_batches(slot.produced_batches);
-        s->set_skip_batches(slot.skip_batches);
-        s->set_assignments(slot.assignments);
+        slot.ToProto(pos, s);
         s->set_finished_producing(slot.finished_producing);
       }
     }

@@ -60,6 +60,10 @@ class DispatcherState {
     bool finished_producing = false;
     uint64_t skip_batches = 0;  // of the current/last assignment
     uint32_t assignments = 0;
+
+    // Position, status, worker and counters into `out` (what the journal's snapshot and
+    // GetJobState both carry; each adds its own fields).
+    void ToProto(uint64_t position, proto::SplitState* out) const;
   };
 
   struct Consumer {
