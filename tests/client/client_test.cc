@@ -336,30 +336,40 @@ TEST(DataServiceClient, HandsOverColumnBytesExactlyAsTheWorkerSentThem) {
   EXPECT_NE(payload.owner, nullptr);
 }
 
-TEST(DataServiceClient, AMalformedFrameIsDataLossNamingTheWorker) {
+// The status of the first GetNext of a one-split job whose worker sends `frame` first;
+// `worker_address` gets the worker's address.
+absl::Status FirstGetNextAfterFrame(const std::string& frame,
+                                    std::string* worker_address) {
   FakeWorker worker;
   worker.AddSplit(0, 0, 1);
-  // A header length beyond the frame.
-  worker.SetFirstFrame(
-      std::string("\xff\x00\x00\x00"
-                  "abc",
-                  7));
+  worker.SetFirstFrame(frame);
   TestServer worker_server(&worker);
+  *worker_address = worker_server.address();
   FakeDispatcher dispatcher(/*num_epochs=*/1, /*positions=*/1);
   dispatcher.SetTasks({worker_server.address()});
   TestServer dispatcher_server(&dispatcher);
   auto client = DataServiceClient::Create(Options(dispatcher_server.address()));
-  ASSERT_TRUE(client.ok()) << client.status();
+  if (!client.ok()) return client.status();
   auto it = (*client)->Open(Job());
-  ASSERT_TRUE(it.ok()) << it.status();
+  if (!it.ok()) return it.status();
   absl::StatusOr<std::optional<Batch>> batch = (*it)->GetNext();
-  ASSERT_FALSE(batch.ok());
-  EXPECT_EQ(batch.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_FALSE(batch.ok());
+  return batch.status();
+}
+
+TEST(DataServiceClient, AMalformedFrameIsDataLossNamingTheWorker) {
+  std::string address;
+  // A header length beyond the frame.
+  const absl::Status status =
+      FirstGetNextAfterFrame(std::string("\xff\x00\x00\x00"
+                                         "abc",
+                                         7),
+                             &address);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(
-      batch.status().message(),
+      status.message(),
       ::testing::HasSubstr("malformed batch: batch frame header length"));
-  EXPECT_THAT(batch.status().message(),
-              ::testing::HasSubstr(worker_server.address()));
+  EXPECT_THAT(status.message(), ::testing::HasSubstr(address));
 }
 
 TEST(DataServiceClient, AFinishTheClientCannotRunIsDataLoss) {
@@ -383,21 +393,10 @@ TEST(DataServiceClient, AFinishTheClientCannotRunIsDataLoss) {
   for (const grpc::Slice& slice : slices) {
     frame.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
   }
-  FakeWorker worker;
-  worker.AddSplit(0, 0, 1);
-  worker.SetFirstFrame(frame);
-  TestServer worker_server(&worker);
-  FakeDispatcher dispatcher(/*num_epochs=*/1, /*positions=*/1);
-  dispatcher.SetTasks({worker_server.address()});
-  TestServer dispatcher_server(&dispatcher);
-  auto client = DataServiceClient::Create(Options(dispatcher_server.address()));
-  ASSERT_TRUE(client.ok()) << client.status();
-  auto it = (*client)->Open(Job());
-  ASSERT_TRUE(it.ok()) << it.status();
-  absl::StatusOr<std::optional<Batch>> batch = (*it)->GetNext();
-  ASSERT_FALSE(batch.ok());
-  EXPECT_EQ(batch.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(batch.status().message(),
+  std::string address;
+  const absl::Status status = FirstGetNextAfterFrame(frame, &address);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(status.message(),
               ::testing::HasSubstr("cannot finish: finish ops are not a tail"));
 }
 
