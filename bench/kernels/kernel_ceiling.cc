@@ -376,7 +376,8 @@ int main(int argc, char** argv) {
         p.interpolation = train ? rrc.interpolation : resize.interpolation;
         p.allow_dct_scaling = true;
         p.dct_rule = rule;
-        p.idct = ops[0].decode().idct();  // the spec's JPEG settings, as the engine
+        p.idct =
+            ops[0].decode().idct();  // the spec's JPEG settings, as the engine
         p.fast_upsampling = ops[0].decode().fast_upsampling();
         return p;
       };

@@ -239,7 +239,8 @@ void EpochRun::ElementWorker(int si) {
       }
     }
     const int64_t bytes = item.bytes();
-    if (si + 1 == static_cast<int>(queues_.size())) outputs_waiting_.fetch_add(1);
+    if (si + 1 == static_cast<int>(queues_.size()))
+      outputs_waiting_.fetch_add(1);
     if (!out.Push(seq, std::move(item), bytes)) return;
   }
 }
@@ -265,8 +266,7 @@ void EpochRun::BatchWorker(int si) {
     // time the steps alone).
     const absl::Time t0 = ctx_.clock->Now();
     ExecutorMetrics* m = ctx_.metrics;
-    const bool marker =
-        item.element() != nullptr && item.element()->end_of_run;
+    const bool marker = item.element() != nullptr && item.element()->end_of_run;
     if (item.element() != nullptr && !marker && !s.plan->steps.empty()) {
       Process(s, &item);
       if (m != nullptr) {

@@ -27,8 +27,8 @@
 
 #include <atomic>
 #include <cstdint>
-#include <functional>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -183,7 +183,7 @@ class EpochRun {
   const absl::Time start_;
 
   mutable absl::Mutex feed_mu_;
-  std::deque<Run> runs_ ABSL_GUARDED_BY(feed_mu_);  // not yet fully fed
+  std::deque<Run> runs_ ABSL_GUARDED_BY(feed_mu_);    // not yet fully fed
   uint64_t next_feed_ ABSL_GUARDED_BY(feed_mu_) = 0;  // sequence number
   bool feed_closed_ ABSL_GUARDED_BY(feed_mu_) = false;
   bool feed_cancelled_ ABSL_GUARDED_BY(feed_mu_) = false;

@@ -89,11 +89,12 @@ int Run(int argc, char** argv) {
   app.add_option("--queue-batches", queue_batches,
                  "bounded queue per consumer, in batches")
       ->capture_default_str();
-  app.add_option("--queue-mb", queue_mb,
-                 "MB of batches the worker holds: all consumer queues together, "
-                 "and the pipelines' elements and batches in flight, which wait "
-                 "when it is full (one budget per worker, whatever the "
-                 "consumers and jobs; 0: none)")
+  app.add_option(
+         "--queue-mb", queue_mb,
+         "MB of batches the worker holds: all consumer queues together, "
+         "and the pipelines' elements and batches in flight, which wait "
+         "when it is full (one budget per worker, whatever the "
+         "consumers and jobs; 0: none)")
       ->capture_default_str();
   app.add_option("--max-pipeline-bytes", limits.max_pipeline_bytes,
                  "Largest serialized pipeline spec accepted")

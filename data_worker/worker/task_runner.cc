@@ -46,8 +46,8 @@ double BusySince(const pipeline::PipelineStats& stats,
   for (size_t i = 0; i < stats.stages.size(); ++i) {
     const pipeline::StageStats& stage = stats.stages[i];
     const double before = i < base.size() ? base[i] : 0;
-    busy = std::max(busy, (stage.busy_seconds - before) /
-                              std::max(1, stage.threads));
+    busy = std::max(busy,
+                    (stage.busy_seconds - before) / std::max(1, stage.threads));
   }
   return busy;
 }
@@ -117,8 +117,7 @@ absl::StatusOr<std::optional<proto::ColumnFinish>> FinishOrShip(
 
 TaskRunner::TaskRunner(ConsumerQueues* queues, JobRegistry* jobs,
                        prometheus::Registry& registry,
-                       std::shared_ptr<spdlog::logger> logger,
-                       int cpu_budget)
+                       std::shared_ptr<spdlog::logger> logger, int cpu_budget)
     : queues_(queues),
       jobs_(jobs),
       logger_(std::move(logger)),
@@ -156,7 +155,8 @@ void TaskRunner::Enqueue(uint64_t task_id, proto::SplitAssignment assignment,
 double TaskRunner::busy_seconds() const {
   absl::MutexLock lock(&mu_);
   double busy = run_busy_seconds_;
-  for (const Running& r : running_) busy += BusySince(r.ex->stats(), r.busy_base);
+  for (const Running& r : running_)
+    busy += BusySince(r.ex->stats(), r.busy_base);
   return busy / std::max(1, producers_);
 }
 
@@ -252,14 +252,17 @@ void TaskRunner::ProducerLoop() {
   Lane lane;
   while (Share(lane)) {
     if (lane.runs.empty()) {
-      Retire(lane, /*all=*/false);  // before waiting: no parked threads of a removed job
+      Retire(
+          lane,
+          /*all=*/false);  // before waiting: no parked threads of a removed job
       std::optional<Work> work = Take(/*wait=*/true);
       if (!work.has_value()) break;
       Begin(lane, *std::move(work));
       continue;
     }
     InFlight& run = lane.runs.front();
-    absl::StatusOr<std::optional<pipeline::Element>> next = run.pipeline->ex->Next();
+    absl::StatusOr<std::optional<pipeline::Element>> next =
+        run.pipeline->ex->Next();
     if (!next.ok()) {
       // Batches before the error have gone out; the stream then ends with the error, naming
       // the split (the cause names the record). The run's end follows.
@@ -267,9 +270,11 @@ void TaskRunner::ProducerLoop() {
       if (!run.stopped) {
         const absl::Status failed(
             next.status().code(),
-            absl::StrCat("job ", a.key().job_id(), " ", DescribeSlot(a), " (epoch ", run.epoch,
+            absl::StrCat("job ", a.key().job_id(), " ", DescribeSlot(a),
+                         " (epoch ", run.epoch,
                          "): ", next.status().message()));
-        logger_->error("consumer {}: {}", a.key().consumer_index(), failed.ToString());
+        logger_->error("consumer {}: {}", a.key().consumer_index(),
+                       failed.ToString());
         queues_->Fail(run.work.task_id, failed);
         StopTask(lane, run.work.task_id);
       }
@@ -340,7 +345,8 @@ void TaskRunner::Submit(Lane& lane, InFlight run) {
   } else {
     absl::StatusOr<std::vector<uint64_t>> records =
         SlotRecordOrder(run.work.assignment, *run.job, run.epoch);
-    id = records.ok() ? ex.Submit(*std::move(records), run.epoch) : records.status();
+    id = records.ok() ? ex.Submit(*std::move(records), run.epoch)
+                      : records.status();
   }
   if (!id.ok()) {
     queues_->Fail(run.work.task_id, id.status());
@@ -388,7 +394,8 @@ void TaskRunner::Deliver(Lane& lane, InFlight& run, pipeline::Element element) {
     if (!queues_->IsLive(run.work.task_id)) StopTask(lane, run.work.task_id);
     return;
   }
-  absl::StatusOr<std::optional<proto::ColumnFinish>> finish = FinishOrShip(job, &element);
+  absl::StatusOr<std::optional<proto::ColumnFinish>> finish =
+      FinishOrShip(job, &element);
   if (!finish.ok()) {
     queues_->Fail(run.work.task_id, finish.status());
     StopTask(lane, run.work.task_id);
@@ -396,16 +403,19 @@ void TaskRunner::Deliver(Lane& lane, InFlight& run, pipeline::Element element) {
   }
   // Refused before encoding: the consumer is told which flag, instead of a message gRPC will
   // not send.
-  if (absl::Status s = service::CheckBatchLimit(pipeline::BytesOf(element), jobs_->limits());
+  if (absl::Status s =
+          service::CheckBatchLimit(pipeline::BytesOf(element), jobs_->limits());
       !s.ok()) {
-    queues_->Fail(run.work.task_id,
-                  absl::Status(s.code(), absl::StrCat("job ", a.key().job_id(), " ",
-                                                      DescribeSlot(a), " batch ", index, ": ",
-                                                      s.message())));
+    queues_->Fail(
+        run.work.task_id,
+        absl::Status(s.code(), absl::StrCat("job ", a.key().job_id(), " ",
+                                            DescribeSlot(a), " batch ", index,
+                                            ": ", s.message())));
     StopTask(lane, run.work.task_id);
     return;
   }
-  absl::StatusOr<service::WireBatch> batch = ToWireBatch(std::move(element), job);
+  absl::StatusOr<service::WireBatch> batch =
+      ToWireBatch(std::move(element), job);
   if (!batch.ok()) {
     queues_->Fail(run.work.task_id, batch.status());
     StopTask(lane, run.work.task_id);
@@ -455,10 +465,12 @@ void TaskRunner::EndRun(Lane& lane) {
   queues_->Push(run.work.task_id, std::move(marker));
 }
 
-absl::StatusOr<TaskRunner::Pipeline*> TaskRunner::PipelineFor(Lane& lane, uint64_t job_id) {
+absl::StatusOr<TaskRunner::Pipeline*> TaskRunner::PipelineFor(Lane& lane,
+                                                              uint64_t job_id) {
   auto it = lane.pipelines.find(job_id);
   if (it != lane.pipelines.end()) return &it->second;
-  absl::StatusOr<std::unique_ptr<pipeline::Executor>> ex = jobs_->AcquireExecutor(job_id);
+  absl::StatusOr<std::unique_ptr<pipeline::Executor>> ex =
+      jobs_->AcquireExecutor(job_id);
   if (!ex.ok()) return ex.status();
   // Its first threads fit the lane's share (no run is in flight yet when the lane was idle).
   (*ex)->SetCpuBudget(lane.cpu_share > 0 ? lane.cpu_share : cpu_budget_);
@@ -484,8 +496,9 @@ absl::StatusOr<TaskRunner::Pipeline*> TaskRunner::PipelineFor(Lane& lane, uint64
 void TaskRunner::Retire(Lane& lane, bool all) {
   for (auto it = lane.pipelines.begin(); it != lane.pipelines.end();) {
     Pipeline& p = it->second;
-    const bool used = std::any_of(lane.runs.begin(), lane.runs.end(),
-                                  [&](const InFlight& r) { return r.pipeline == &p; });
+    const bool used =
+        std::any_of(lane.runs.begin(), lane.runs.end(),
+                    [&](const InFlight& r) { return r.pipeline == &p; });
     if (used || (!all && jobs_->Get(p.job_id) != nullptr)) {
       ++it;
       continue;

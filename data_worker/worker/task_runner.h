@@ -128,7 +128,7 @@ class TaskRunner {
     uint64_t epoch = 0;
     uint64_t run = 0;  // the executor's run id
     uint64_t batch_index = 0;
-    bool stopped = false;   // the task stopped: the run's outputs are dropped
+    bool stopped = false;    // the task stopped: the run's outputs are dropped
     bool continued = false;  // a parallel walk's next epoch is submitted
   };
   // One producer thread's state; touched by that thread only.
@@ -181,7 +181,7 @@ class TaskRunner {
   absl::CondVar work_available_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<Work> pending_ ABSL_GUARDED_BY(mu_);
-  int idle_ ABSL_GUARDED_BY(mu_) = 0;  // producers waiting for a task
+  int idle_ ABSL_GUARDED_BY(mu_) = 0;        // producers waiting for a task
   int busy_lanes_ ABSL_GUARDED_BY(mu_) = 0;  // producers with runs in flight
   // Every lane's pipelines, with what their stats were when busy time was last counted.
   struct Running {
@@ -189,7 +189,8 @@ class TaskRunner {
     uint64_t job_id;
     std::vector<double> busy_base;  // per stage
     uint64_t elements_base;
-    bool forgotten = false;  // its job is over (ForgetJob): counted in the totals only
+    bool forgotten =
+        false;  // its job is over (ForgetJob): counted in the totals only
   };
   std::vector<Running> running_ ABSL_GUARDED_BY(mu_);
   uint64_t retired_thread_starts_ ABSL_GUARDED_BY(mu_) = 0;

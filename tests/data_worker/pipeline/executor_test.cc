@@ -339,7 +339,8 @@ absl::StatusOr<Output> NextRun(Executor& ex) {
 // exactly what a fresh executor gives for each (batches cut at each run's end,
 // short or dropped; the same filters and augmentation bytes), and no thread is
 // started after Open.
-TEST_F(ExecutorTest, StreamRunsGiveWhatAnEpochPerRunGivesWithoutRestartingThreads) {
+TEST_F(ExecutorTest,
+       StreamRunsGiveWhatAnEpochPerRunGivesWithoutRestartingThreads) {
   struct Split {
     std::vector<uint64_t> indices;
     uint64_t epoch;

@@ -632,7 +632,8 @@ TEST_F(WorkerImplTest, ASplitThatEndsIsReportedBeforeTheHeartbeatPeriod) {
       WorkerImpl::Create(options, std::make_unique<FakeDispatcher>(&fake_));
   ASSERT_TRUE(created.ok()) << created.status();
   const absl::Time start = absl::Now();
-  ASSERT_TRUE((*created)->Start().ok());  // registers, heartbeats, gets the split
+  ASSERT_TRUE(
+      (*created)->Start().ok());  // registers, heartbeats, gets the split
   auto finished_reported = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(fake_.mu) {
     for (const proto::WorkerHeartbeatRequest& h : fake_.heartbeats) {
       for (const proto::WorkerSplitProgress& p : h.splits()) {
