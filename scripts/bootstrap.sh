@@ -12,7 +12,7 @@ packages=(
   clang libclang-rt-14-dev clang-format
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev prometheus-cpp-dev
-  libopencv-dev libjpeg62-turbo-dev
+  libopencv-dev libjpeg62-turbo-dev libwebp-dev
   libgtest-dev libgmock-dev
   libsqlite3-dev libxxhash-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libarchive-dev zlib1g-dev
   pybind11-dev python3-dev python3-numpy python3-torch python3-torchvision python3-matplotlib python3-pytest

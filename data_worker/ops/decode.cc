@@ -9,6 +9,7 @@
 // jpeglib.h needs size_t/FILE declared first.
 #include <jerror.h>
 #include <jpeglib.h>
+#include <webp/decode.h>
 
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
@@ -132,10 +133,14 @@ absl::Status CheckPngChunks(std::string_view data) {
   }
 }
 
-// The other formats handed to cv::imdecode, by signature. OpenCV also reads
-// DICOM, JPEG 2000, TIFF, OpenEXR, PNM, ..., whose libraries assert or
-// allocate what a corrupt header says (the decode fuzzer aborted in gdcm);
-// training datasets hold JPEG, PNG, BMP and WebP.
+// PNG and BMP go to cv::imdecode, which picks a decoder by probing every
+// codec's signature in turn: BMP's and PNG's are probed before any other
+// codec could claim the data. OpenCV also reads DICOM, JPEG 2000, TIFF,
+// OpenEXR, PNM, ..., whose libraries assert or allocate what a corrupt header
+// says, so nothing else reaches imdecode (training datasets hold JPEG, PNG,
+// BMP and WebP). WebP is decoded by libwebp directly: OpenCV probes WebP with
+// libwebp's header check, and a corrupt WebP that fails it fell through to the
+// DICOM codec (the decode fuzzer aborted in gdcm on one).
 bool IsBmp(std::string_view data) { return data.substr(0, 2) == "BM"; }
 bool IsWebp(std::string_view data) {
   return data.size() >= 12 && data.substr(0, 4) == "RIFF" &&
@@ -143,8 +148,7 @@ bool IsWebp(std::string_view data) {
 }
 
 // A BMP's size from its info header (width and height are little-endian int32
-// at bytes 18 and 22; a negative height means top-down rows). WebP needs no
-// check: its dimensions are at most 16383 x 16383 < kMaxImagePixels.
+// at bytes 18 and 22; a negative height means top-down rows).
 absl::Status CheckBmpSize(std::string_view data) {
   if (data.size() < 26) return DecodeError("BMP header is truncated");
   auto le32 = [&](size_t at) {
@@ -160,13 +164,33 @@ absl::Status CheckBmpSize(std::string_view data) {
                             width < 0 ? -width : width, UINT32_MAX)));
 }
 
-// Full decode through OpenCV for PNG, BMP and WebP: 8-bit RGB.
-absl::StatusOr<Tensor> DecodeWithOpenCv(std::string_view encoded) {
+// WebP through libwebp, straight into the RGB tensor. Its dimensions are at
+// most 16383 x 16383 < kMaxImagePixels.
+absl::StatusOr<Tensor> DecodeWebp(std::string_view encoded) {
+  const auto* data = reinterpret_cast<const uint8_t*>(encoded.data());
+  int width = 0;
+  int height = 0;
+  if (!WebPGetInfo(data, encoded.size(), &width, &height)) {
+    return DecodeError("corrupt WebP header");
+  }
+  RETURN_IF_ERROR(CheckImageSize(height, width));
+  Tensor out = Tensor::Allocate(DType::kUint8, {height, width, 3});
+  const size_t size = size_t{3} * width * height;
+  if (WebPDecodeRGBInto(data, encoded.size(), out.data(), size,
+                        3 * width) == nullptr) {
+    return DecodeError("corrupt WebP data");
+  }
+  return out;
+}
+
+// Full decode of PNG, BMP and WebP: 8-bit RGB.
+absl::StatusOr<Tensor> DecodeFull(std::string_view encoded) {
+  if (IsWebp(encoded)) return DecodeWebp(encoded);
   if (IsPng(encoded)) {
     RETURN_IF_ERROR(CheckPngChunks(encoded));
   } else if (IsBmp(encoded)) {
     RETURN_IF_ERROR(CheckBmpSize(encoded));
-  } else if (!IsWebp(encoded)) {
+  } else {
     return DecodeError(
         absl::StrCat("unsupported image format (first bytes '",
                      absl::CHexEscape(Sv(encoded.substr(0, 4))),
@@ -343,7 +367,7 @@ absl::StatusOr<Tensor> DecodeImageRegionImpl(std::string_view encoded,
                                              const PlanFn& plan) {
   if (encoded.empty()) return DecodeError("empty input");
   if (IsJpeg(encoded)) return DecodeJpegRegion(encoded, plan);
-  ASSIGN_OR_RETURN(Tensor full, DecodeWithOpenCv(encoded));
+  ASSIGN_OR_RETURN(Tensor full, DecodeFull(encoded));
   ASSIGN_OR_RETURN(const DecodePlan p, plan(static_cast<int>(full.dim(0)),
                                             static_cast<int>(full.dim(1))));
   if (p.box.top == 0 && p.box.left == 0 && p.box.height == full.dim(0) &&

@@ -251,6 +251,37 @@ TEST(Decode, BmpAndWebpDecodeOtherFormatsAreRefused) {
   }
 }
 
+// WebP is decoded by libwebp, not cv::imdecode: OpenCV probes every codec's signature and a WebP
+// whose header libwebp rejects went on to the DICOM codec, whose library asserts (the decode
+// fuzzer's crash: a RIFF/WEBP header with "DICM" at byte 128). Lossy WebP equals OpenCV's decode.
+TEST(Decode, WebpIsDecodedByLibwebpAndACorruptOneNeverReachesAnotherCodec) {
+  auto op = Build({DecodeSpec()}, /*fuse=*/false);
+  cv::Mat bgr;
+  cv::cvtColor(MakeRgb(40, 30), bgr, cv::COLOR_RGB2BGR);
+  const std::string lossy =
+      testing::Encode(bgr, ".webp", {cv::IMWRITE_WEBP_QUALITY, 80});
+  absl::StatusOr<Tensor> out = op->Apply(Bytes(lossy), ElementContext{});
+  ASSERT_TRUE(out.ok()) << out.status();
+  cv::Mat reference_rgb;
+  cv::cvtColor(cv::imdecode(std::vector<uint8_t>(lossy.begin(), lossy.end()),
+                            cv::IMREAD_COLOR),
+               reference_rgb, cv::COLOR_BGR2RGB);
+  EXPECT_EQ(Compare(MatOf(*out), reference_rgb).max, 0);
+
+  std::string corrupt = "RIFF\xff\xd8\xff\x01WEBP";
+  corrupt.resize(128, '\x10');
+  corrupt += "DICM";
+  corrupt.resize(160, '\x10');
+  out = op->Apply(Bytes(corrupt), ElementContext{});
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(out.status().message(), "cannot decode image: corrupt WebP header");
+
+  std::string truncated = lossy.substr(0, lossy.size() / 2);
+  out = op->Apply(Bytes(truncated), ElementContext{});
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(out.status().message(), "cannot decode image: corrupt WebP data");
+}
+
 // The faster JPEG settings (DecodeOp.idct, fast_upsampling) reach libjpeg in the plain and the
 // fused decode: the pixels change, but stay close to the accurate decode.
 TEST(Decode, FasterJpegSettingsChangeThePixelsSlightly) {
