@@ -20,6 +20,39 @@ double Median(std::vector<double> v) {
   return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+// The relative spread of measurements that should agree (the workers'
+// capacities for a job, a job's consumers' demands), pooled over the jobs:
+// each sample's deviation from its job's mean, relative to that mean, so a job
+// with one consumer borrows the spread the others show.
+class PooledSpread {
+ public:
+  void Add(uint64_t job_id, const std::vector<double>& samples) {
+    n_[job_id] = samples.size();
+    if (samples.size() < 2) return;
+    double mean = 0;
+    for (double x : samples) mean += x;
+    mean /= static_cast<double>(samples.size());
+    if (mean <= 0) return;
+    for (double x : samples) squares_ += (x / mean - 1) * (x / mean - 1);
+    degrees_of_freedom_ += samples.size() - 1;
+  }
+
+  // The standard error of job_id's mean, relative to it; -1 when fewer than
+  // two degrees of freedom were pooled (two equal measurements by chance
+  // would read as no noise at all).
+  double StandardError(uint64_t job_id) const {
+    auto n = n_.find(job_id);
+    if (degrees_of_freedom_ < 2 || n == n_.end() || n->second == 0) return -1;
+    return std::sqrt(squares_ / static_cast<double>(degrees_of_freedom_) /
+                     static_cast<double>(n->second));
+  }
+
+ private:
+  double squares_ = 0;
+  size_t degrees_of_freedom_ = 0;
+  std::map<uint64_t, size_t> n_;
+};
+
 // The capacity a worker reports for `job_id`: its own entry, else its
 // all-jobs entry, else 0 (not measured).
 double CapacityFor(const WorkerSample& w, uint64_t job_id) {
@@ -80,6 +113,7 @@ AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
   }
   std::map<uint64_t, JobEstimate> jobs;
   std::map<std::pair<uint64_t, uint32_t>, double> consumer_demand;
+  std::map<uint64_t, std::vector<double>> demands_by_job;
   int unknown_job_consumers = 0;
   for (const ConsumerSample& c : input.consumers) {
     auto bs = batch_size.find(c.job_id);
@@ -98,6 +132,7 @@ AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
       demand = previous->second;
     }
     consumer_demand[key] = demand;
+    demands_by_job[c.job_id].push_back(demand);
     JobEstimate& e = jobs[c.job_id];
     e.job_id = c.job_id;
     ++e.consumers;
@@ -117,6 +152,7 @@ AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
   // cold worker's lower rate errs towards more workers, which the next
   // periods correct.
   std::set<uint64_t> slow;
+  PooledSpread capacity_spread;
   std::vector<double> all_values;
   int jobs_measured_warming = 0;
   for (auto& [job_id, e] : jobs) {
@@ -136,18 +172,21 @@ AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
     std::vector<double> raw;
     for (const auto& v : values) raw.push_back(v.second);
     const double median = Median(raw);
-    double sum = 0;
+    std::vector<double> counted;
     for (const auto& [id, c] : values) {
       if (c < median * o.outlier_ratio) {
         slow.insert(id);
-        sum += median;
+        counted.push_back(median);
       } else if (c * o.outlier_ratio > median) {
-        sum += median;
+        counted.push_back(median);
       } else {
-        sum += c;
+        counted.push_back(c);
       }
     }
+    double sum = 0;
+    for (double c : counted) sum += c;
     e.capacity = sum / static_cast<double>(values.size());
+    capacity_spread.Add(job_id, counted);
     last_capacity_[job_id] = e.capacity;
     all_values.push_back(e.capacity);
   }
@@ -185,21 +224,67 @@ AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
   for (const auto& [id, e] : jobs) d.jobs.push_back(e);
   d.need = need;
 
+  // Headroom from the measurements' own noise: need's relative standard
+  // error, from the spread of the workers' capacities and of the consumers'
+  // demands (data-parallel trainers of a job share a step time), × noise_z,
+  // within [min_headroom, headroom]. Fewer than three workers or consumers of
+  // a job measured give no spread to read. The same margin widens the band
+  // in which the count holds: up only when need exceeds the count by more
+  // than the noise.
+  double headroom = o.headroom;
+  double noise = 0;  // z × need's relative standard error, as measured
+  if (o.noise_z > 0 && need > 0) {
+    // For the headroom, a spread that cannot be read counts as the one the
+    // fixed headroom stands for, so a job with one consumer keeps `headroom`
+    // and another job's measured noise still narrows the pool's. The band
+    // (below) widens only by what was measured.
+    const double assumed = (o.headroom - 1) / o.noise_z;
+    PooledSpread demand_spread;
+    for (const auto& [job_id, demands] : demands_by_job) {
+      demand_spread.Add(job_id, demands);
+    }
+    double variance = 0;
+    double measured_variance = 0;
+    for (const auto& [job_id, e] : jobs) {
+      if (e.need <= 0) continue;
+      const double weight = e.need * e.need;
+      for (double error : {demand_spread.StandardError(job_id),
+                           capacity_spread.StandardError(job_id)}) {
+        if (error < 0) {
+          variance += weight * assumed * assumed;
+        } else {
+          variance += weight * error * error;
+          measured_variance += weight * error * error;
+        }
+      }
+    }
+    headroom = std::clamp(1 + o.noise_z * std::sqrt(variance) / need,
+                          std::min(o.min_headroom, o.headroom), o.headroom);
+    noise = o.noise_z * std::sqrt(measured_variance) / need;
+  }
+  d.headroom = headroom;
+
   // History for scale-downs: only jobs that still have consumers count, so
   // demand that left leaves at once.
   if (first_call_ == absl::InfinitePast()) first_call_ = now;
-  if (need_known) history_.push_back({now, need_by_job});
+  if (need_known) history_.push_back({now, need_by_job, headroom});
   while (!history_.empty() &&
          now - history_.front().time >= o.scale_down_window) {
     history_.pop_front();
   }
+  // The largest need × headroom over the window: a scale-up's own target
+  // (taken with the noisier headroom of a step) holds for the whole window.
   double stable_need = need;
+  double stable_headroom = headroom;
   for (const HistoryEntry& h : history_) {
     double sum = 0;
     for (const auto& [job_id, n] : h.need_by_job) {
       if (jobs.contains(job_id)) sum += n;
     }
-    stable_need = std::max(stable_need, sum);
+    if (sum * h.headroom > stable_need * stable_headroom) {
+      stable_need = sum;
+      stable_headroom = h.headroom;
+    }
   }
 
   // Why: the estimate in one line.
@@ -216,16 +301,17 @@ AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
   }
   const std::string estimate = absl::StrFormat(
       "need %.2f workers (%s) x %.2f headroom", need,
-      parts.empty() ? "no consumer" : absl::StrJoin(parts, "; "), o.headroom);
+      parts.empty() ? "no consumer" : absl::StrJoin(parts, "; "), headroom);
 
   int desired = current;
   std::string verdict;
-  const int target = CeilWorkers(need * o.headroom);
+  const int target = CeilWorkers(need * headroom);
   if (!need_known) {
     desired = std::max(current, jobs.empty() ? 0 : 1);
     verdict = absl::StrCat("capacity not measured yet (", warming,
                            " warming up, ", warm.size(), " warm); ", estimate);
-  } else if (need > current * o.scale_up_utilization && target > current) {
+  } else if (need > current * o.scale_up_utilization * (1 + noise) &&
+             target > current) {
     // Veto: trainers do not wait and every warm worker's queue is full.
     bool any_wait = false;
     for (const ConsumerSample& c : input.consumers) {
@@ -267,8 +353,16 @@ AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
       }
     }
   } else {
-    const int stable_target = std::clamp(CeilWorkers(stable_need * o.headroom),
-                                         min_workers, max_workers);
+    int stable_target = std::clamp(CeilWorkers(stable_need * stable_headroom),
+                                   min_workers, max_workers);
+    // The down band mirrors the up band: a count is given up only if the new
+    // one keeps a noise margin too, else a scale-up whose measurement came
+    // out a little high is trimmed by one worker a window later (a direction
+    // change). Demand that left is always acted on.
+    if (!jobs.empty() && stable_target < current &&
+        stable_need * stable_headroom > stable_target * (1 - noise)) {
+      stable_target = current;
+    }
     // Until a whole window was seen (a restarted dispatcher), only demand
     // that left can scale down.
     const bool window_seen = now - first_call_ >= o.scale_down_window;
@@ -288,7 +382,7 @@ AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
                             "%.2f workers x %.2f headroom; now %s",
                             current, desired,
                             absl::FormatDuration(o.scale_down_window),
-                            stable_need, o.headroom, estimate);
+                            stable_need, stable_headroom, estimate);
       } else {
         verdict =
             absl::StrCat("hold ", current,
@@ -299,7 +393,8 @@ AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
       if (stable_target > target) {
         absl::StrAppend(
             &verdict,
-            absl::StrFormat(" (%.2f seen in the last %s)", stable_need,
+            absl::StrFormat(" (%.2f x %.2f seen in the last %s)", stable_need,
+                            stable_headroom,
                             absl::FormatDuration(o.scale_down_window)));
       }
     }

@@ -16,12 +16,17 @@
 //   capacity_j = robust mean over warm, healthy workers of the elements of j
 //                they produce per BUSY second (outliers replaced by the median)
 //   need       = Σ_j demand_j / capacity_j                     [workers, real]
+//   noise      = noise_z × need's relative standard error, from the spread of
+//                the capacities and of the demands (pooled over the jobs)
+//   headroom   = 1 + noise within [min_headroom, headroom]; the fixed
+//                headroom where no spread can be read
 //   target     = ceil(need × headroom), within [min_workers, max_workers]
-//   up         when need > current × scale_up_utilization: at once, to target,
-//              at most × max_scale_up_factor per call
-//   down       to ceil(max need over the stabilization window × headroom),
-//              at most one step per period; demand that left (a job with no
-//              consumer) leaves the window at once
+//   up         when need > current × scale_up_utilization × (1 + noise): at
+//              once, to target, at most × max_scale_up_factor per call
+//   down       to ceil(max need × headroom over the stabilization window), if
+//              that count keeps the noise margin, at most one step per
+//              period; demand that left (a job with no consumer) leaves the
+//              window at once
 //
 // Worked example (headroom 1.05): one job, batch 64, 2 consumers each returning
 // 4 batches/s and waiting 50% of the time → demand 2 × 4 / 0.5 × 64 = 1024
@@ -50,8 +55,16 @@ struct AutoscalerOptions {
   int max_workers = 64;
   // Provision need × headroom workers: at most 1/1.05 = 95% busy, so noise
   // in the measurements and in the pipeline's speed (a few %) does not make
-  // trainers wait, and rounding up to whole workers adds the rest.
+  // trainers wait, and rounding up to whole workers adds the rest. This is
+  // the headroom when the noise cannot be measured, and the most it can be.
   double headroom = 1.05;
+  // When every job has at least three workers and three consumers measured, the
+  // headroom is 1 + noise_z × need's relative standard error (from the
+  // spread of the capacities and demands), within [min_headroom, headroom]:
+  // the mean of 60 workers is known to a fraction of a percent, and 5% of 60
+  // is 3 idle workers. noise_z = 0: always `headroom`.
+  double noise_z = 2.0;
+  double min_headroom = 1.01;
   // Scale up only when the measured need passes this fraction of the current
   // workers: between 1/headroom and this (95-100% busy) noise cannot add a
   // worker, and above it the trainers are short of data.
@@ -167,7 +180,8 @@ struct AutoscalerDecision {
   // the actuator may replace them.
   std::vector<uint64_t> replace;
   std::vector<JobEstimate> jobs;
-  double need = 0;  // Σ jobs' need
+  double need = 0;      // Σ jobs' need
+  double headroom = 0;  // the headroom this decision used
 };
 
 class Autoscaler {
@@ -185,6 +199,7 @@ class Autoscaler {
   struct HistoryEntry {
     absl::Time time;
     std::map<uint64_t, double> need_by_job;
+    double headroom = 0;
   };
 
   AutoscalerOptions options_;

@@ -200,6 +200,8 @@ int Main(int argc, char** argv) {
   std::string csv_path, series_path;
   WorldOptions o;
   double headroom = dispatcher::AutoscalerOptions{}.headroom;
+  double noise_z = dispatcher::AutoscalerOptions{}.noise_z;
+  double min_headroom = dispatcher::AutoscalerOptions{}.min_headroom;
   app.add_option("--csv", csv_path, "write the table as CSV here");
   app.add_option("--series", series_path,
                  "write the combined trace (per period, per policy) here");
@@ -207,7 +209,14 @@ int Main(int argc, char** argv) {
   int seeds = 20;
   app.add_option("--seeds", seeds,
                  "also run seeds 1..N and print min-max over them (0: skip)");
-  app.add_option("--headroom", headroom, "sluice's headroom");
+  app.add_option("--headroom", headroom,
+                 "sluice's headroom (the most it uses; all it uses with "
+                 "--noise-z 0)");
+  app.add_option("--noise-z", noise_z,
+                 "sluice's headroom from the measured noise: 1 + z x need's "
+                 "relative standard error (0: fixed --headroom)");
+  app.add_option("--min-headroom", min_headroom,
+                 "the least headroom the noise can give");
   bool reasons = false;
   app.add_flag("--reasons", reasons,
                "print sluice's reason at each change in the combined trace");
@@ -229,6 +238,8 @@ int Main(int argc, char** argv) {
   sluice_options.max_workers = o.max_workers;
   sluice_options.period = absl::Seconds(o.period);
   sluice_options.headroom = headroom;
+  sluice_options.noise_z = noise_z;
+  sluice_options.min_headroom = min_headroom;
   const std::vector<PolicyFactory> policies = {
       {"sluice", [&] { return MakeSluicePolicy(sluice_options); }},
       {"cachew",
@@ -246,10 +257,10 @@ int Main(int argc, char** argv) {
   std::printf(
       "# period %.0f s, start-up %.0f s, cold %.0f s at %.0f%%, speed jitter "
       "+-%.0f%%, measurement noise +-%.0f%%, seed %llu, sluice headroom "
-      "%.2f\n\n",
+      "%.2f (noise z %.1f, at least %.2f)\n\n",
       o.period, o.startup_delay, o.cold_seconds, o.cold_speed * 100,
       o.speed_jitter * 100, o.measure_noise * 100,
-      static_cast<unsigned long long>(o.seed), headroom);
+      static_cast<unsigned long long>(o.seed), headroom, noise_z, min_headroom);
   std::printf(
       "| step | policy | periods to converge | trainer wait after | "
       "trainer wait, whole run | worker-s / oracle | direction changes "
@@ -284,12 +295,13 @@ int Main(int argc, char** argv) {
     absl::PrintF(
         "\nover seeds 1..%d:\n\n| step | policy | periods to converge | "
         "never converged | trainer wait, whole run (mean) | worker-s / oracle "
-        "| direction changes (max) |\n|---|---|---|---|---|---|---|\n",
+        "(min-max) | worker-s / oracle (mean) | direction changes (max) "
+        "|\n|---|---|---|---|---|---|---|---|\n",
         seeds);
     for (const Scenario& s : StepScenarios()) {
       for (const PolicyFactory& f : policies) {
         int conv_min = 1 << 30, conv_max = -1, never = 0, changes = 0;
-        double wait = 0, ratio_min = 1e9, ratio_max = 0;
+        double wait = 0, ratio_min = 1e9, ratio_max = 0, ratio_sum = 0;
         for (int seed = 1; seed <= seeds; ++seed) {
           WorldOptions so = o;
           so.seed = static_cast<uint64_t>(seed);
@@ -304,15 +316,16 @@ int Main(int argc, char** argv) {
           wait += m.wait_all / seeds;
           ratio_min = std::min(ratio_min, m.cost_ratio);
           ratio_max = std::max(ratio_max, m.cost_ratio);
+          ratio_sum += m.cost_ratio;
           changes = std::max(changes, m.direction_changes);
         }
         const std::string conv = conv_max < 0 ? "-"
                                  : conv_min == conv_max
                                      ? absl::StrCat(conv_min)
                                      : absl::StrCat(conv_min, "-", conv_max);
-        absl::PrintF("| %s | %s | %s | %d | %.1f%% | %.2f-%.2f | %d |\n",
+        absl::PrintF("| %s | %s | %s | %d | %.1f%% | %.2f-%.2f | %.3f | %d |\n",
                      s.name, f.name, conv, never, 100 * wait, ratio_min,
-                     ratio_max, changes);
+                     ratio_max, ratio_sum / seeds, changes);
       }
     }
   }
@@ -351,6 +364,37 @@ int Main(int argc, char** argv) {
                 n > 0 ? 100 * wait / n : 0);
   }
   if (!series_path.empty()) std::ofstream(series_path) << series;
+  if (seeds > 0) {
+    std::printf(
+        "\ncombined trace over seeds 1..%d: worker-s / oracle mean (min-max), "
+        "mean trainer wait\n",
+        seeds);
+    for (const PolicyFactory& f : policies) {
+      double ratio_sum = 0, ratio_min = 1e9, ratio_max = 0, wait_sum = 0;
+      for (int seed = 1; seed <= seeds; ++seed) {
+        WorldOptions so = o;
+        so.seed = static_cast<uint64_t>(seed);
+        std::unique_ptr<Policy> policy = f.make();
+        const RunResult r = Run(combined, *policy, so);
+        const double ratio = r.worker_seconds / r.oracle_worker_seconds;
+        ratio_sum += ratio;
+        ratio_min = std::min(ratio_min, ratio);
+        ratio_max = std::max(ratio_max, ratio);
+        double wait = 0;
+        int n = 0;
+        for (const PeriodRecord& p : r.periods) {
+          if (p.time <= 202) {
+            wait += p.wait;
+            ++n;
+          }
+        }
+        wait_sum += n > 0 ? wait / n : 0;
+      }
+      std::printf("  %-9s %.3f (%.2f-%.2f)  %.2f%%\n", f.name.c_str(),
+                  ratio_sum / seeds, ratio_min, ratio_max,
+                  100 * wait_sum / seeds);
+    }
+  }
 
   if (!bench_path.empty()) {
     WorldOptions bo = o;

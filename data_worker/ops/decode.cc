@@ -176,8 +176,8 @@ absl::StatusOr<Tensor> DecodeWebp(std::string_view encoded) {
   RETURN_IF_ERROR(CheckImageSize(height, width));
   Tensor out = Tensor::Allocate(DType::kUint8, {height, width, 3});
   const size_t size = size_t{3} * width * height;
-  if (WebPDecodeRGBInto(data, encoded.size(), out.data(), size,
-                        3 * width) == nullptr) {
+  if (WebPDecodeRGBInto(data, encoded.size(), out.data(), size, 3 * width) ==
+      nullptr) {
     return DecodeError("corrupt WebP data");
   }
   return out;

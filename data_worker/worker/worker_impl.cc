@@ -47,7 +47,7 @@ WorkerImpl::WorkerImpl(WorkerOptions options,
                   : static_cast<int>(std::thread::hardware_concurrency())),
       address_(options_.address),
       heartbeat_interval_(options_.heartbeat_interval) {
-  last_heartbeat_time_ = clock_->Now();
+  rate_since_ = clock_->Now();
   queues_.set_on_split_end([this] { heartbeat_due_.store(true); });
 }
 
@@ -178,14 +178,18 @@ absl::Status WorkerImpl::Heartbeat() {
       b->set_elements_total(busy.elements);
       b->set_busy_seconds_total(busy.busy_seconds);
     }
+    // The rate over at least kMinRateSpan: a heartbeat sent early (a split
+    // ended) would divide one batch, or none, by a few milliseconds (`sluice
+    // status` showed 0 and 2,700 el/s in turn for a worker making 160).
     const absl::Time now = clock_->Now();
-    const double dt = absl::ToDoubleSeconds(now - last_heartbeat_time_);
-    if (dt > 0) {
-      request.set_elements_per_second(
-          static_cast<double>(elements - elements_at_last_heartbeat_) / dt);
+    if (now - rate_since_ >= kMinRateSpan) {
+      elements_per_second_ =
+          static_cast<double>(elements - elements_at_rate_since_) /
+          absl::ToDoubleSeconds(now - rate_since_);
+      rate_since_ = now;
+      elements_at_rate_since_ = elements;
     }
-    last_heartbeat_time_ = now;
-    elements_at_last_heartbeat_ = elements;
+    request.set_elements_per_second(elements_per_second_);
     for (uint64_t id : jobs_.ids()) request.add_known_job_ids(id);
     last_request_ = request;
   }

@@ -229,8 +229,12 @@ class WorkerImpl {
       0;  // of the dispatcher; 0 = none seen yet
   std::string address_ ABSL_GUARDED_BY(mu_);
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_);
-  uint64_t elements_at_last_heartbeat_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Time last_heartbeat_time_ ABSL_GUARDED_BY(mu_);
+  // elements_per_second in the heartbeat: elements produced since
+  // `rate_since_`, renewed once kMinRateSpan has passed.
+  static constexpr absl::Duration kMinRateSpan = absl::Seconds(1);
+  absl::Time rate_since_ ABSL_GUARDED_BY(mu_);
+  uint64_t elements_at_rate_since_ ABSL_GUARDED_BY(mu_) = 0;
+  double elements_per_second_ ABSL_GUARDED_BY(mu_) = 0;
   proto::WorkerHeartbeatRequest last_request_ ABSL_GUARDED_BY(mu_);
 
   // A split stopped producing since the last heartbeat: the heartbeat thread sends the next

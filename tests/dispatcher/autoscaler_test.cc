@@ -1,5 +1,6 @@
 #include "dispatcher/autoscaler.h"
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -190,8 +191,11 @@ TEST_F(AutoscalerTest, SecondJobAddsItsNeed) {
 
 // Two jobs of different cost on the same 14 workers: job 1 (batch 64) wants
 // 512 el/s at 100 el per busy second (5.12 workers), job 2 (batch 10) 200 el/s
-// at 25 (a pipeline 4x costlier: 8 workers). Σ need 13.12, x 1.05 = 13.78 ->
-// 14. Worker 14 has produced only job 1: it measures nothing for job 2.
+// at 25 (a pipeline 4x costlier: 8 workers). Σ need 13.12. Each job has one
+// consumer (its demand's spread unreadable: the 2.5% the fixed headroom stands
+// for) and workers that agree exactly; two independent errors partly cancel:
+// headroom 1 + 2 × 2.5% × √(5.12² + 8²) / 13.12 = 1.036, 13.59 -> 14. Worker
+// 14 has produced only job 1: it measures nothing for job 2.
 TEST_F(AutoscalerTest,
        JobsOfDifferentCostSharingWorkersEachUseTheirOwnCapacity) {
   AutoscalerInput in = Input(13, 0, 8, 8);
@@ -207,15 +211,17 @@ TEST_F(AutoscalerTest,
   EXPECT_DOUBLE_EQ(d.jobs[1].capacity, 25);
   EXPECT_EQ(d.reason,
             "hold 14: need 13.12 workers (job 1: 512 el/s / 100 el/s per "
-            "worker; job 2: 200 el/s / 25 el/s per worker) x 1.05 headroom = "
+            "worker; job 2: 200 el/s / 25 el/s per worker) x 1.04 headroom = "
             "14");
+  EXPECT_NEAR(d.headroom, 1 + 0.05 * std::hypot(5.12, 8) / 13.12, 1e-12);
   // Job 2's trainer now wants twice as much and waits half the time: only
-  // job 2's need doubles (16), Σ 21.12 x 1.05 = 22.18 -> 23 in one step.
+  // job 2's need doubles (16), Σ 21.12 x 1.0398 = 21.96 -> 22 in one step.
   in.consumers[1] = Consumer(2, 0, 40, 20);
   d = Next(in);
   EXPECT_DOUBLE_EQ(d.need, 5.12 + 16);
-  EXPECT_EQ(d.desired_workers, 23);
-  EXPECT_THAT(d.reason, StartsWith("up 14 -> 23:"));
+  EXPECT_NEAR(d.headroom, 1 + 0.05 * std::hypot(5.12, 16) / 21.12, 1e-12);
+  EXPECT_EQ(d.desired_workers, 22);
+  EXPECT_THAT(d.reason, StartsWith("up 14 -> 22:"));
 }
 
 TEST_F(AutoscalerTest, AllConsumersLeaveScalesToTheMinimumAtOnce) {
@@ -422,6 +428,158 @@ TEST_F(AutoscalerTest, NoThrashOnNoise) {
     AutoscalerDecision d = Next(in);
     ASSERT_EQ(d.desired_workers, 6) << "period " << i << ": " << d.reason;
   }
+}
+
+// 16 workers around 100 elements per busy second and 4 trainers each waiting
+// 25% for 6 batches/s of 64 (demand 4 × 512 = 2048 el/s): need 20.48. The
+// headroom is 1 + 2 × need's relative standard error, within [1.01, 1.05].
+AutoscalerInput ManySamples(double low, double high, int workers = 16,
+                            double served = 6) {
+  AutoscalerInput in;
+  for (int i = 0; i < workers; ++i) {
+    WorkerSample w;
+    w.worker_id = static_cast<uint64_t>(i + 1);
+    w.registered = absl::FromUnixSeconds(0);
+    w.last_heartbeat = absl::FromUnixSeconds(1000);
+    w.capacity.push_back({kAllJobs, i % 2 == 0 ? low : high});
+    w.queue_capacity = 8;
+    in.workers.push_back(w);
+  }
+  for (uint32_t c = 0; c < 4; ++c) {
+    ConsumerSample s;
+    s.job_id = 1;
+    s.consumer_index = c;
+    s.batches_per_second = served;
+    s.wait_fraction = 1 - served / 8;
+    in.consumers.push_back(s);
+  }
+  in.jobs.push_back({.job_id = 1, .batch_size = 64});
+  return in;
+}
+
+TEST_F(AutoscalerTest, HeadroomFollowsTheMeasuredNoise) {
+  {
+    // Capacities 99/101: standard error 0.26% of the mean, 2 × that under
+    // the floor.
+    Autoscaler scaler({.max_workers = 64});
+    AutoscalerInput in = ManySamples(99, 101);
+    in.now = absl::FromUnixSeconds(1000);
+    AutoscalerDecision d = scaler.Decide(in);
+    EXPECT_DOUBLE_EQ(d.need, 20.48);
+    EXPECT_DOUBLE_EQ(d.headroom, 1.01);
+    EXPECT_EQ(d.desired_workers, 21);  // 20.68; 1.05 would give 22
+    EXPECT_EQ(d.reason,
+              "up 16 -> 21: need 20.48 workers (job 1: 2048 el/s / 100 el/s "
+              "per worker) x 1.01 headroom = 21");
+  }
+  {
+    // 96/104: sd 4.13, standard error 1.03% → headroom 1.0207 → 20.90.
+    Autoscaler scaler({.max_workers = 64});
+    AutoscalerInput in = ManySamples(96, 104);
+    in.now = absl::FromUnixSeconds(1000);
+    AutoscalerDecision d = scaler.Decide(in);
+    EXPECT_NEAR(d.headroom, 1 + 2 * std::sqrt(16.0 * 16 / 15) / 100 / 4, 1e-12);
+    EXPECT_EQ(d.desired_workers, 21);
+  }
+  {
+    // 80/120: standard error 5.2%: capped at the fixed 1.05.
+    Autoscaler scaler({.max_workers = 64});
+    AutoscalerInput in = ManySamples(80, 120);
+    in.now = absl::FromUnixSeconds(1000);
+    AutoscalerDecision d = scaler.Decide(in);
+    EXPECT_DOUBLE_EQ(d.headroom, 1.05);
+    EXPECT_EQ(d.desired_workers, 22);  // 21.5
+  }
+  {
+    // Two workers measured: no spread to read, the fixed headroom.
+    Autoscaler scaler({.max_workers = 64});
+    AutoscalerInput in = ManySamples(99, 101, /*workers=*/2);
+    in.now = absl::FromUnixSeconds(1000);
+    AutoscalerDecision d = scaler.Decide(in);
+    EXPECT_DOUBLE_EQ(d.headroom, 1.05);
+    EXPECT_EQ(d.desired_workers, 8);  // 2 × 4 cap; need 20.48 × 1.05 = 22
+  }
+  {
+    // noise_z = 0: always the fixed headroom.
+    Autoscaler scaler({.max_workers = 64, .noise_z = 0});
+    AutoscalerInput in = ManySamples(99, 101);
+    in.now = absl::FromUnixSeconds(1000);
+    EXPECT_EQ(scaler.Decide(in).desired_workers, 22);
+  }
+}
+
+// The consumers' spread is pooled over the jobs: job 2's single trainer
+// borrows the spread job 1's four show (each ±2% from their mean: pooled
+// relative variance 4 × 0.02² / 3 degrees of freedom), instead of the 2.5%
+// assumed when no job shows a spread. The workers agree exactly: 0.
+TEST_F(AutoscalerTest, AJobWithOneConsumerBorrowsTheOthersSpread) {
+  Autoscaler scaler({.max_workers = 64});
+  AutoscalerInput in;
+  in.now = absl::FromUnixSeconds(1000);
+  for (int i = 0; i < 20; ++i) {
+    WorkerSample w = Worker(static_cast<uint64_t>(i + 1), 0);
+    w.capacity = {{1, 100}, {2, 100}};
+    in.workers.push_back(w);
+  }
+  for (uint32_t c = 0; c < 4; ++c) {
+    const double rate = c % 2 == 0 ? 8 * 1.02 : 8 * 0.98;
+    in.consumers.push_back(Consumer(1, c, rate, rate));
+  }
+  in.consumers.push_back(Consumer(2, 0, 8, 8));
+  in.jobs.push_back({.job_id = 1, .batch_size = 64});
+  in.jobs.push_back({.job_id = 2, .batch_size = 64});
+  AutoscalerDecision d = scaler.Decide(in);
+  EXPECT_DOUBLE_EQ(d.need, 20.48 + 5.12);
+  const double pooled = 4 * 0.02 * 0.02 / 3;
+  const double variance = 20.48 * 20.48 * pooled / 4 + 5.12 * 5.12 * pooled / 1;
+  EXPECT_NEAR(d.headroom, 1 + 2 * std::sqrt(variance) / 25.6, 1e-9);
+  EXPECT_EQ(d.desired_workers, 27);  // 25.6 x 1.0207 = 26.13
+}
+
+// With 21 workers (need 20.48 × 1.01 = 20.68) and ±5% noise on every
+// measurement for 500 periods, the count never moves: a need that noise lifts
+// past 21 is within the band (up only past 21 × (1 + the noise margin)), and a
+// scale-down needs the new count to keep its own margin.
+TEST_F(AutoscalerTest, NoThrashOnNoiseWithTheNoiseHeadroom) {
+  Rng rng(11);
+  Autoscaler scaler({.max_workers = 64});
+  for (int i = 0; i < 500; ++i) {
+    AutoscalerInput in = ManySamples(100, 100, /*workers=*/21, /*served=*/8);
+    in.now = absl::FromUnixSeconds(1000 + 2 * i);
+    for (WorkerSample& w : in.workers) {
+      w.last_heartbeat = in.now;
+      w.capacity[0].elements_per_busy_second = 100 * rng.Uniform(0.95, 1.05);
+    }
+    for (ConsumerSample& c : in.consumers) {
+      c.batches_per_second = 8 * rng.Uniform(0.95, 1.05);
+    }
+    AutoscalerDecision d = scaler.Decide(in);
+    ASSERT_EQ(d.desired_workers, 21) << "period " << i << ": " << d.reason;
+  }
+}
+
+// The down band mirrors the up band: 22 workers, capacities 97/103 (headroom
+// 1.0131), need 20.48 → 20.75 → 21 workers, but 20.75 is within the noise of
+// 21 (21 × (1 - 0.0131) = 20.72): the count holds. A need of 20.22 (20.49) is
+// clear of it: down to 21 once the window no longer holds the larger need.
+TEST_F(AutoscalerTest, ScaleDownOnlyToACountThatKeepsItsNoiseMargin) {
+  Autoscaler scaler({.max_workers = 64});
+  int period = 0;
+  auto decide = [&](double served) {
+    AutoscalerInput in = ManySamples(97, 103, /*workers=*/22, served);
+    for (ConsumerSample& c : in.consumers) c.wait_fraction = 0;
+    in.now = absl::FromUnixSeconds(1000 + 2 * period++);
+    for (WorkerSample& w : in.workers) w.last_heartbeat = in.now;
+    return scaler.Decide(in);
+  };
+  for (int i = 0; i < 20; ++i) {
+    AutoscalerDecision d = decide(8);
+    ASSERT_EQ(d.desired_workers, 22) << "period " << i << ": " << d.reason;
+  }
+  std::vector<int> counts;
+  for (int i = 0; i < 20; ++i) counts.push_back(decide(7.9).desired_workers);
+  EXPECT_THAT(counts, ElementsAre(22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22,
+                                  22, 22, 22, 21, 21, 21, 21, 21, 21));
 }
 
 TEST_F(AutoscalerTest, DrainingWorkersDoNotCount) {

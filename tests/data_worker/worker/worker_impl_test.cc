@@ -291,6 +291,11 @@ TEST_F(WorkerImplTest, SplitYieldsItsGlobalIndicesInOrderAfterSkippedBatches) {
   EXPECT_TRUE(hb.splits(0).finished_producing());
   EXPECT_THAT(hb.known_job_ids(), ElementsAre(1));
   EXPECT_DOUBLE_EQ(hb.elements_per_second(), 3.0);  // 6 elements in 2 s
+  // A heartbeat 10 ms later (sent early: a split ended) repeats the rate
+  // instead of dividing nothing by 10 ms.
+  clock_.Advance(absl::Milliseconds(10));
+  ASSERT_TRUE(w->Heartbeat().ok());
+  EXPECT_DOUBLE_EQ(w->last_heartbeat().elements_per_second(), 3.0);
   EXPECT_EQ(hb.worker_id(), 101u);
   // The autoscaler's counters: with one job, its entry is the totals.
   ASSERT_EQ(hb.job_busy_size(), 1);
