@@ -227,10 +227,11 @@ AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
   // Headroom from the measurements' own noise: need's relative standard
   // error, from the spread of the workers' capacities and of the consumers'
   // demands (data-parallel trainers of a job share a step time), × noise_z,
-  // within [min_headroom, headroom]. Fewer than three workers or consumers of
-  // a job measured give no spread to read. The same margin widens the band
-  // in which the count holds: up only when need exceeds the count by more
-  // than the noise.
+  // within [min_headroom, headroom]. The same margin, at most headroom - 1,
+  // widens the band in which the count holds: up only when need exceeds the
+  // count by more than the noise, down only to a count that keeps it. The cap
+  // keeps trainers that genuinely differ (one paused, another job's step
+  // time) from reading as noise so large that nothing scales up.
   double headroom = o.headroom;
   double noise = 0;  // z × need's relative standard error, as measured
   if (o.noise_z > 0 && need > 0) {
@@ -260,7 +261,8 @@ AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
     }
     headroom = std::clamp(1 + o.noise_z * std::sqrt(variance) / need,
                           std::min(o.min_headroom, o.headroom), o.headroom);
-    noise = o.noise_z * std::sqrt(measured_variance) / need;
+    noise = std::clamp(o.noise_z * std::sqrt(measured_variance) / need, 0.0,
+                       std::max(0.0, o.headroom - 1));
   }
   d.headroom = headroom;
 
@@ -353,16 +355,12 @@ AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
       }
     }
   } else {
-    int stable_target = std::clamp(CeilWorkers(stable_need * stable_headroom),
-                                   min_workers, max_workers);
-    // The down band mirrors the up band: a count is given up only if the new
-    // one keeps a noise margin too, else a scale-up whose measurement came
-    // out a little high is trimmed by one worker a window later (a direction
-    // change). Demand that left is always acted on.
-    if (!jobs.empty() && stable_target < current &&
-        stable_need * stable_headroom > stable_target * (1 - noise)) {
-      stable_target = current;
-    }
+    // The down band mirrors the up band: the count scaled down to keeps a
+    // noise margin too, else a scale-up whose measurement came out a little
+    // high is trimmed by one worker a window later (a direction change).
+    const int stable_target =
+        std::clamp(CeilWorkers(stable_need * stable_headroom / (1 - noise)),
+                   min_workers, max_workers);
     // Until a whole window was seen (a restarted dispatcher), only demand
     // that left can scale down.
     const bool window_seen = now - first_call_ >= o.scale_down_window;

@@ -23,10 +23,10 @@
 //   target     = ceil(need × headroom), within [min_workers, max_workers]
 //   up         when need > current × scale_up_utilization × (1 + noise): at
 //              once, to target, at most × max_scale_up_factor per call
-//   down       to ceil(max need × headroom over the stabilization window), if
-//              that count keeps the noise margin, at most one step per
-//              period; demand that left (a job with no consumer) leaves the
-//              window at once
+//   down       to ceil(max need × headroom over the stabilization window ÷
+//              (1 - noise)), at most one step per period; demand that left (a
+//              job with no consumer) leaves the window at once
+//   (the noise in the band is the measured part only, at most headroom - 1)
 //
 // Worked example (headroom 1.05): one job, batch 64, 2 consumers each returning
 // 4 batches/s and waiting 50% of the time → demand 2 × 4 / 0.5 × 64 = 1024

@@ -536,6 +536,21 @@ TEST_F(AutoscalerTest, AJobWithOneConsumerBorrowsTheOthersSpread) {
   EXPECT_EQ(d.desired_workers, 27);  // 25.6 x 1.0207 = 26.13
 }
 
+// Trainers that genuinely differ (one of four at a quarter of the others'
+// rate) are not noise to wait out: the band is at most the fixed headroom's
+// 5%, so 12 workers for a need of 16.64 still scale up (a band of the raw
+// spread, ±46%, would hold 12).
+TEST_F(AutoscalerTest, TrainersThatDifferDoNotBlockAScaleUp) {
+  Autoscaler scaler({.max_workers = 64});
+  AutoscalerInput in = ManySamples(100, 100, /*workers=*/12, /*served=*/8);
+  in.now = absl::FromUnixSeconds(1000);
+  for (WorkerSample& w : in.workers) w.last_heartbeat = in.now;
+  in.consumers[3] = Consumer(1, 3, 2, 2);
+  AutoscalerDecision d = scaler.Decide(in);
+  EXPECT_DOUBLE_EQ(d.need, 16.64);
+  EXPECT_EQ(d.desired_workers, 18);  // 16.64 x 1.05 = 17.47
+}
+
 // With 21 workers (need 20.48 × 1.01 = 20.68) and ±5% noise on every
 // measurement for 500 periods, the count never moves: a need that noise lifts
 // past 21 is within the band (up only past 21 × (1 + the noise margin)), and a
