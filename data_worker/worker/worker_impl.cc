@@ -154,6 +154,15 @@ absl::Status WorkerImpl::Heartbeat() {
     request.set_protocol_version(kProtocolVersion);
     request.set_worker_id(worker_id_);
     request.set_incarnation(incarnation_);
+    uint32_t producing = 0;
+    bool parallel = false;
+    for (const TaskProgress& p : progress) {
+      parallel = parallel || p.parallel;
+      if (!p.parallel && !p.finished && !p.failed) ++producing;
+    }
+    wants_splits_ = !parallel && !draining_ && producing < options_.capacity &&
+                    queues_.open_streams() > 0;
+    if (!wants_splits_) idle_wait_ = kFirstIdleWait;
     for (const TaskProgress& p : progress) {
       if (p.parallel) {
         proto::ParallelTask* t = request.add_parallel_tasks();
@@ -234,6 +243,7 @@ absl::Status WorkerImpl::Heartbeat() {
   StartTasks(response);
   if (response.draining()) queues_.SetDraining();
   absl::MutexLock lock(&mu_);
+  if (response.start_size() > 0) idle_wait_ = kFirstIdleWait;
   draining_ = draining_ || response.draining();
   may_exit_ = response.may_exit();
   return absl::OkStatus();
@@ -333,6 +343,9 @@ absl::StatusOr<uint64_t> WorkerImpl::OpenStream(
                                      request.held().end());
   ConsumerQueues::Opened opened = queues_.Open(
       {request.job_id(), request.consumer_index()}, held, std::move(notify));
+  // A consumer attached: if this worker has room for splits it asks for them
+  // sooner from now on (see wants_splits_), starting with a heartbeat now.
+  heartbeat_due_.store(true);
   for (const proto::SplitAssignment& a : opened.restart) {
     logger_->info(
         "job {} consumer {}: split at epoch {} position {} lost batches in "
@@ -370,6 +383,10 @@ void WorkerImpl::HeartbeatLoop() {
     {
       absl::MutexLock lock(&mu_);
       interval = heartbeat_interval_;
+      if (failures == 0 && wants_splits_) {
+        interval = std::min(interval, idle_wait_);
+        idle_wait_ = std::min(2 * idle_wait_, heartbeat_interval_);
+      }
     }
     if (failures > 0) {
       RetryOptions backoff;

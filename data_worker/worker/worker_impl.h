@@ -240,6 +240,14 @@ class WorkerImpl {
   // A split stopped producing since the last heartbeat: the heartbeat thread sends the next
   // one at once (ConsumerQueues::set_on_split_end).
   std::atomic<bool> heartbeat_due_{false};
+  // While the worker could produce more splits than it holds and a consumer is attached, the
+  // next split may appear at any moment (the consumer finishing an epoch makes the dispatcher
+  // hand out the next one): heartbeats come sooner, kFirstIdleWait then doubling up to the
+  // interval, so an idle episode costs a handful of extra heartbeats. A split received or a
+  // full worker starts the next episode at kFirstIdleWait again.
+  static constexpr absl::Duration kFirstIdleWait = absl::Milliseconds(20);
+  bool wants_splits_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Duration idle_wait_ ABSL_GUARDED_BY(mu_) = kFirstIdleWait;
 
   absl::Mutex lifecycle_mu_;  // serializes Start/Stop
   std::thread heartbeat_thread_ ABSL_GUARDED_BY(lifecycle_mu_);

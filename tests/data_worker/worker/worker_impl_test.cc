@@ -657,6 +657,69 @@ TEST_F(WorkerImplTest, ASplitThatEndsIsReportedBeforeTheHeartbeatPeriod) {
   (*created)->Stop();
 }
 
+// A worker that could produce more and has a consumer attached asks for its
+// next split soon instead of at its interval (an hour here): at an epoch
+// boundary the consumer reports the epoch done after the worker's split
+// ended, and the next epoch's split is handed out then. The extra heartbeats
+// back off (20 ms, doubling), so a long idle episode costs a handful.
+TEST_F(WorkerImplTest, AnIdleWorkerWithAConsumerAsksForItsNextSplitSoon) {
+  WorkerOptions options;
+  options.address = "127.0.0.1:1";
+  options.data_roots = {dir_.path()};
+  options.threads = 1;
+  options.capacity = 1;
+  options.heartbeat_interval = absl::Hours(1);
+  options.clock = RealClock::Get();
+  proto::WorkerHeartbeatResponse first;
+  *first.add_jobs() = MakeJob(1, Yaml(kLabels), 4);
+  *first.add_start() = MakeSplit(1, 0, 0, 0, 0, 6, 0, 0);
+  Script(first);
+  auto created =
+      WorkerImpl::Create(options, std::make_unique<FakeDispatcher>(&fake_));
+  ASSERT_TRUE(created.ok()) << created.status();
+  WorkerImpl& w = **created;
+  ASSERT_TRUE(w.Start().ok());  // registers; its thread heartbeats
+  std::unique_ptr<Reader> reader;
+  absl::Status open;
+  for (int i = 0; i < 2000 && reader == nullptr; ++i) {  // the job arrives
+    reader = Open(w, 1, 0, &open);
+    if (reader == nullptr) absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_NE(reader, nullptr) << open;
+  std::vector<uint64_t> ids;
+  while (true) {  // split 0 to its end: the worker is idle from here
+    StreamEvent e = reader->Next();
+    ASSERT_EQ(e.kind, StreamEvent::kBatch) << e.status;
+    if (e.batch.header.end_of_split()) break;
+    for (uint64_t id : Ids(e.batch.header)) ids.push_back(id);
+  }
+  EXPECT_THAT(ids, ElementsAre(0, 1, 2, 3, 4, 5));
+  absl::SleepFor(absl::Milliseconds(400));  // the consumer finishing its epoch
+  const absl::Time handed_out = absl::Now();
+  Script([] {
+    proto::WorkerHeartbeatResponse next;
+    *next.add_start() = MakeSplit(1, 0, 0, 1, 6, 10, 6, 0, /*epoch=*/1);
+    return next;
+  }());
+  ids.clear();
+  while (true) {
+    StreamEvent e = reader->Next();
+    ASSERT_EQ(e.kind, StreamEvent::kBatch) << e.status;
+    if (e.batch.header.end_of_split()) break;
+    for (uint64_t id : Ids(e.batch.header)) ids.push_back(id);
+  }
+  EXPECT_THAT(ids, ElementsAre(6, 7, 8, 9));
+  // Idle for 0.4 s: heartbeats at 20, 40, 80, 160, 320 ms steps, then the
+  // next split within the step after it was handed out.
+  EXPECT_LT(absl::Now() - handed_out, absl::Seconds(5));
+  {
+    absl::MutexLock lock(&fake_.mu);
+    EXPECT_LE(fake_.heartbeats.size(), 12u);
+  }
+  reader.reset();
+  w.Stop();
+}
+
 // Twelve splits of two jobs (one shuffled), two consumers each, of sizes that
 // are not multiples of the batch, come in one heartbeat and run one after the
 // other on the producers' long-lived executors: each consumer gets exactly its
