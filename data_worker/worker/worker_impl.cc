@@ -162,7 +162,7 @@ absl::Status WorkerImpl::Heartbeat() {
     }
     wants_splits_ = !parallel && !draining_ && producing < options_.capacity &&
                     queues_.open_streams() > 0;
-    if (!wants_splits_) idle_wait_ = kFirstIdleWait;
+    if (!wants_splits_) idle_wait_ = absl::ZeroDuration();
     for (const TaskProgress& p : progress) {
       if (p.parallel) {
         proto::ParallelTask* t = request.add_parallel_tasks();
@@ -243,7 +243,6 @@ absl::Status WorkerImpl::Heartbeat() {
   StartTasks(response);
   if (response.draining()) queues_.SetDraining();
   absl::MutexLock lock(&mu_);
-  if (response.start_size() > 0) idle_wait_ = kFirstIdleWait;
   draining_ = draining_ || response.draining();
   may_exit_ = response.may_exit();
   return absl::OkStatus();
@@ -374,6 +373,7 @@ void WorkerImpl::HeartbeatLoop() {
   // the interval up to 5 s, with jitter, so that a restarted dispatcher is not met by every
   // worker at once; the first success returns to the interval.
   int failures = 0;
+  bool early = false;  // this heartbeat: a split ended or a consumer attached
   while (true) {
     absl::Status status = Heartbeat();
     if (!status.ok())
@@ -383,7 +383,11 @@ void WorkerImpl::HeartbeatLoop() {
     {
       absl::MutexLock lock(&mu_);
       interval = heartbeat_interval_;
+      if (early) idle_wait_ = absl::ZeroDuration();  // a new idle episode
       if (failures == 0 && wants_splits_) {
+        if (idle_wait_ == absl::ZeroDuration()) {
+          idle_wait_ = std::max(absl::Milliseconds(10), interval / 8);
+        }
         interval = std::min(interval, idle_wait_);
         idle_wait_ = std::min(2 * idle_wait_, heartbeat_interval_);
       }
@@ -397,12 +401,16 @@ void WorkerImpl::HeartbeatLoop() {
     // Until the interval has passed, or a split ended (while the dispatcher answers): the
     // freed capacity gets its next split now. Checked every 5 ms.
     const absl::Time next = clock_->Now() + interval;
+    early = false;
     while (true) {
       {
         absl::MutexLock lock(&mu_);
         if (cancelled_) return;
       }
-      if (failures == 0 && heartbeat_due_.exchange(false)) break;
+      if (failures == 0 && heartbeat_due_.exchange(false)) {
+        early = true;
+        break;
+      }
       const absl::Time now = clock_->Now();
       if (now >= next) break;
       clock_->SleepFor(std::min(next - now, absl::Milliseconds(5)));

@@ -658,17 +658,17 @@ TEST_F(WorkerImplTest, ASplitThatEndsIsReportedBeforeTheHeartbeatPeriod) {
 }
 
 // A worker that could produce more and has a consumer attached asks for its
-// next split soon instead of at its interval (an hour here): at an epoch
-// boundary the consumer reports the epoch done after the worker's split
-// ended, and the next epoch's split is handed out then. The extra heartbeats
-// back off (20 ms, doubling), so a long idle episode costs a handful.
+// next split soon instead of at its interval (8 s here): at an epoch boundary
+// the consumer reports the epoch done after the worker's split ended, and the
+// next epoch's split is handed out then. The extra heartbeats back off (1 s,
+// 2 s, 4 s, then the interval), so a long idle episode costs three.
 TEST_F(WorkerImplTest, AnIdleWorkerWithAConsumerAsksForItsNextSplitSoon) {
   WorkerOptions options;
   options.address = "127.0.0.1:1";
   options.data_roots = {dir_.path()};
   options.threads = 1;
   options.capacity = 1;
-  options.heartbeat_interval = absl::Hours(1);
+  options.heartbeat_interval = absl::Seconds(8);
   options.clock = RealClock::Get();
   proto::WorkerHeartbeatResponse first;
   *first.add_jobs() = MakeJob(1, Yaml(kLabels), 4);
@@ -709,12 +709,12 @@ TEST_F(WorkerImplTest, AnIdleWorkerWithAConsumerAsksForItsNextSplitSoon) {
     for (uint64_t id : Ids(e.batch.header)) ids.push_back(id);
   }
   EXPECT_THAT(ids, ElementsAre(6, 7, 8, 9));
-  // Idle for 0.4 s: heartbeats at 20, 40, 80, 160, 320 ms steps, then the
-  // next split within the step after it was handed out.
-  EXPECT_LT(absl::Now() - handed_out, absl::Seconds(5));
+  // Handed out 0.4 s into the idle episode: taken by the heartbeat 1 s into
+  // it (the periodic one would come at 8 s).
+  EXPECT_LT(absl::Now() - handed_out, absl::Seconds(4));
   {
     absl::MutexLock lock(&fake_.mu);
-    EXPECT_LE(fake_.heartbeats.size(), 12u);
+    EXPECT_LE(fake_.heartbeats.size(), 8u);
   }
   reader.reset();
   w.Stop();
