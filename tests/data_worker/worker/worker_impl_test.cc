@@ -93,6 +93,28 @@ class WorkerImplTest : public ::testing::Test {
     fake_.script.push_back(std::move(response));
   }
 
+  // A worker with its own heartbeat thread on the real clock (not started),
+  // capacity 1, whose first heartbeat brings job 1 and its split 0 of
+  // `records` records.
+  std::unique_ptr<WorkerImpl> MakeThreadedWorker(absl::Duration interval,
+                                                 uint64_t records) {
+    WorkerOptions options;
+    options.address = "127.0.0.1:1";
+    options.data_roots = {dir_.path()};
+    options.threads = 1;
+    options.capacity = 1;
+    options.heartbeat_interval = interval;
+    options.clock = RealClock::Get();
+    proto::WorkerHeartbeatResponse first;
+    *first.add_jobs() = MakeJob(1, Yaml(kLabels), 4);
+    *first.add_start() = MakeSplit(1, 0, 0, 0, 0, records, 0, 0);
+    Script(first);
+    auto w =
+        WorkerImpl::Create(options, std::make_unique<FakeDispatcher>(&fake_));
+    EXPECT_TRUE(w.ok()) << w.status();
+    return w.ok() ? std::move(*w) : nullptr;
+  }
+
   // Scripts `response`, heartbeats once.
   void Deliver(WorkerImpl& w, proto::WorkerHeartbeatResponse response) {
     Script(std::move(response));
@@ -622,23 +644,10 @@ std::map<uint64_t, std::vector<uint64_t>> ReadSplits(
 // that the dispatcher hands the freed capacity its next split now (with splits
 // that last about one period, producers stood idle for up to half the time).
 TEST_F(WorkerImplTest, ASplitThatEndsIsReportedBeforeTheHeartbeatPeriod) {
-  WorkerOptions options;
-  options.address = "127.0.0.1:1";
-  options.data_roots = {dir_.path()};
-  options.threads = 1;
-  options.capacity = 1;
-  options.heartbeat_interval = absl::Hours(1);
-  options.clock = RealClock::Get();
-  proto::WorkerHeartbeatResponse first;
-  *first.add_jobs() = MakeJob(1, Yaml(kLabels), 4);
-  *first.add_start() = MakeSplit(1, 0, 0, 0, 0, 10, 0, 0);
-  Script(first);
-  auto created =
-      WorkerImpl::Create(options, std::make_unique<FakeDispatcher>(&fake_));
-  ASSERT_TRUE(created.ok()) << created.status();
+  std::unique_ptr<WorkerImpl> w = MakeThreadedWorker(absl::Hours(1), 10);
+  ASSERT_NE(w, nullptr);
   const absl::Time start = absl::Now();
-  ASSERT_TRUE(
-      (*created)->Start().ok());  // registers, heartbeats, gets the split
+  ASSERT_TRUE(w->Start().ok());  // registers, heartbeats, gets the split
   auto finished_reported = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(fake_.mu) {
     for (const proto::WorkerHeartbeatRequest& h : fake_.heartbeats) {
       for (const proto::WorkerSplitProgress& p : h.splits()) {
@@ -654,7 +663,7 @@ TEST_F(WorkerImplTest, ASplitThatEndsIsReportedBeforeTheHeartbeatPeriod) {
     EXPECT_GE(fake_.heartbeats.size(), 2u);
   }
   EXPECT_LT(absl::Now() - start, absl::Seconds(20));  // not the hour
-  (*created)->Stop();
+  w->Stop();
 }
 
 // A worker that could produce more and has a consumer attached asks for its
@@ -663,21 +672,9 @@ TEST_F(WorkerImplTest, ASplitThatEndsIsReportedBeforeTheHeartbeatPeriod) {
 // next epoch's split is handed out then. The extra heartbeats back off (1 s,
 // 2 s, 4 s, then the interval), so a long idle episode costs three.
 TEST_F(WorkerImplTest, AnIdleWorkerWithAConsumerAsksForItsNextSplitSoon) {
-  WorkerOptions options;
-  options.address = "127.0.0.1:1";
-  options.data_roots = {dir_.path()};
-  options.threads = 1;
-  options.capacity = 1;
-  options.heartbeat_interval = absl::Seconds(8);
-  options.clock = RealClock::Get();
-  proto::WorkerHeartbeatResponse first;
-  *first.add_jobs() = MakeJob(1, Yaml(kLabels), 4);
-  *first.add_start() = MakeSplit(1, 0, 0, 0, 0, 6, 0, 0);
-  Script(first);
-  auto created =
-      WorkerImpl::Create(options, std::make_unique<FakeDispatcher>(&fake_));
-  ASSERT_TRUE(created.ok()) << created.status();
-  WorkerImpl& w = **created;
+  std::unique_ptr<WorkerImpl> created = MakeThreadedWorker(absl::Seconds(8), 6);
+  ASSERT_NE(created, nullptr);
+  WorkerImpl& w = *created;
   ASSERT_TRUE(w.Start().ok());  // registers; its thread heartbeats
   std::unique_ptr<Reader> reader;
   absl::Status open;
@@ -686,13 +683,18 @@ TEST_F(WorkerImplTest, AnIdleWorkerWithAConsumerAsksForItsNextSplitSoon) {
     if (reader == nullptr) absl::SleepFor(absl::Milliseconds(10));
   }
   ASSERT_NE(reader, nullptr) << open;
+  // The ids of the next split, to its end-of-split marker.
+  auto read_split = [&](std::vector<uint64_t>* ids) {
+    while (true) {
+      StreamEvent e = reader->Next();
+      ASSERT_EQ(e.kind, StreamEvent::kBatch) << e.status;
+      if (e.batch.header.end_of_split()) return;
+      for (uint64_t id : Ids(e.batch.header)) ids->push_back(id);
+    }
+  };
   std::vector<uint64_t> ids;
-  while (true) {  // split 0 to its end: the worker is idle from here
-    StreamEvent e = reader->Next();
-    ASSERT_EQ(e.kind, StreamEvent::kBatch) << e.status;
-    if (e.batch.header.end_of_split()) break;
-    for (uint64_t id : Ids(e.batch.header)) ids.push_back(id);
-  }
+  read_split(&ids);  // split 0: the worker is idle from its end
+  ASSERT_FALSE(HasFatalFailure());
   EXPECT_THAT(ids, ElementsAre(0, 1, 2, 3, 4, 5));
   absl::SleepFor(absl::Milliseconds(400));  // the consumer finishing its epoch
   const absl::Time handed_out = absl::Now();
@@ -702,12 +704,8 @@ TEST_F(WorkerImplTest, AnIdleWorkerWithAConsumerAsksForItsNextSplitSoon) {
     return next;
   }());
   ids.clear();
-  while (true) {
-    StreamEvent e = reader->Next();
-    ASSERT_EQ(e.kind, StreamEvent::kBatch) << e.status;
-    if (e.batch.header.end_of_split()) break;
-    for (uint64_t id : Ids(e.batch.header)) ids.push_back(id);
-  }
+  read_split(&ids);
+  ASSERT_FALSE(HasFatalFailure());
   EXPECT_THAT(ids, ElementsAre(6, 7, 8, 9));
   // Handed out 0.4 s into the idle episode: taken by the heartbeat 1 s into
   // it (the periodic one would come at 8 s).
