@@ -78,6 +78,19 @@ Scenario Combined() {
       .measure_from = 0};
 }
 
+// The combined trace's mean trainer wait, until every trainer left (202 s).
+double CombinedMeanWait(const RunResult& r) {
+  double wait = 0;
+  int n = 0;
+  for (const PeriodRecord& p : r.periods) {
+    if (p.time <= 202) {
+      wait += p.wait;
+      ++n;
+    }
+  }
+  return n > 0 ? wait / n : 0;
+}
+
 // bench/autoscale.sh's run, replayed: one worker from the start (min 1, max
 // 6), a sleep pipeline of ~198 elements per busy second per worker (20 ms per
 // element on 2 threads, 2 splits at a time) with no cold phase (sleeping is
@@ -339,16 +352,10 @@ int Main(int argc, char** argv) {
   for (const PolicyFactory& f : policies) {
     std::unique_ptr<Policy> policy = f.make();
     const RunResult r = Run(combined, *policy, o);
-    double wait = 0;
-    int n = 0;
     for (const PeriodRecord& p : r.periods) {
       absl::StrAppendFormat(&series, "%s,%.1f,%d,%d,%d,%.0f,%.4f\n", f.name,
                             p.time, p.desired, p.provisioned, p.ready, p.oracle,
                             p.wait);
-      if (p.time <= 202) {
-        wait += p.wait;
-        ++n;
-      }
     }
     if (reasons) {
       int last = -1;
@@ -361,7 +368,7 @@ int Main(int argc, char** argv) {
     }
     std::printf("  %-9s %.2f  %.1f%%\n", f.name.c_str(),
                 r.worker_seconds / r.oracle_worker_seconds,
-                n > 0 ? 100 * wait / n : 0);
+                100 * CombinedMeanWait(r));
   }
   if (!series_path.empty()) std::ofstream(series_path) << series;
   if (seeds > 0) {
@@ -380,15 +387,7 @@ int Main(int argc, char** argv) {
         ratio_sum += ratio;
         ratio_min = std::min(ratio_min, ratio);
         ratio_max = std::max(ratio_max, ratio);
-        double wait = 0;
-        int n = 0;
-        for (const PeriodRecord& p : r.periods) {
-          if (p.time <= 202) {
-            wait += p.wait;
-            ++n;
-          }
-        }
-        wait_sum += n > 0 ? wait / n : 0;
+        wait_sum += CombinedMeanWait(r);
       }
       std::printf("  %-9s %.3f (%.2f-%.2f)  %.2f%%\n", f.name.c_str(),
                   ratio_sum / seeds, ratio_min, ratio_max,
