@@ -61,6 +61,23 @@ class AutoscalerTest : public ::testing::Test {
     return in;
   }
 
+  // 16 workers around 100 elements per busy second and 4 trainers each waiting
+  // 25% for 6 batches/s of 64 (demand 4 × 512 = 2048 el/s): need 20.48. The
+  // headroom is 1 + 2 × need's relative standard error, within [1.01, 1.05].
+  AutoscalerInput ManySamples(double low, double high, int workers = 16,
+                              double served = 6) {
+    AutoscalerInput in;
+    for (int i = 0; i < workers; ++i) {
+      in.workers.push_back(
+          Worker(static_cast<uint64_t>(i + 1), i % 2 == 0 ? low : high));
+    }
+    for (uint32_t c = 0; c < 4; ++c) {
+      in.consumers.push_back(Consumer(1, c, 8, served));
+    }
+    in.jobs.push_back({.job_id = 1, .batch_size = 64});
+    return in;
+  }
+
   // The steady state: 6 workers serving the 512 elements/s.
   AutoscalerInput Steady() { return Input(6, 100, 8, 8); }
 
@@ -428,33 +445,6 @@ TEST_F(AutoscalerTest, NoThrashOnNoise) {
     AutoscalerDecision d = Next(in);
     ASSERT_EQ(d.desired_workers, 6) << "period " << i << ": " << d.reason;
   }
-}
-
-// 16 workers around 100 elements per busy second and 4 trainers each waiting
-// 25% for 6 batches/s of 64 (demand 4 × 512 = 2048 el/s): need 20.48. The
-// headroom is 1 + 2 × need's relative standard error, within [1.01, 1.05].
-AutoscalerInput ManySamples(double low, double high, int workers = 16,
-                            double served = 6) {
-  AutoscalerInput in;
-  for (int i = 0; i < workers; ++i) {
-    WorkerSample w;
-    w.worker_id = static_cast<uint64_t>(i + 1);
-    w.registered = absl::FromUnixSeconds(0);
-    w.last_heartbeat = absl::FromUnixSeconds(1000);
-    w.capacity.push_back({kAllJobs, i % 2 == 0 ? low : high});
-    w.queue_capacity = 8;
-    in.workers.push_back(w);
-  }
-  for (uint32_t c = 0; c < 4; ++c) {
-    ConsumerSample s;
-    s.job_id = 1;
-    s.consumer_index = c;
-    s.batches_per_second = served;
-    s.wait_fraction = 1 - served / 8;
-    in.consumers.push_back(s);
-  }
-  in.jobs.push_back({.job_id = 1, .batch_size = 64});
-  return in;
 }
 
 TEST_F(AutoscalerTest, HeadroomFollowsTheMeasuredNoise) {
