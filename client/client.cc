@@ -11,6 +11,7 @@
 #include "common/base/status_macros.h"
 #include "common/service/channel_factory.h"
 #include "common/service/grpc_status.h"
+#include "common/service/retry_policy.h"
 #include "common/tensor_kernels/finish.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
@@ -387,10 +388,6 @@ absl::StatusOr<std::unique_ptr<DataServiceClient>> DataServiceClient::Create(
     case grpc::StatusCode::NOT_FOUND:
     case grpc::StatusCode::INVALID_ARGUMENT:
       break;
-    case grpc::StatusCode::UNIMPLEMENTED:
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the gRPC server at ", address,
-          " is not a sluice dispatcher (DispatcherService is unimplemented)"));
     default:
       return DispatcherError(status, address, "GetJobState");
   }

@@ -4,9 +4,12 @@
 // The caller (the dispatcher, once per scale period) gathers what heartbeats
 // reported over the last window into an AutoscalerInput and calls Decide().
 // Decide() does no I/O and reads no clock: time comes from `input.now` and the
-// timestamps in the samples. The only state it keeps between calls is the
-// history that slows scale-downs; a test or the simulator
-// (bench/autoscale_sim) drives it with made-up inputs.
+// timestamps in the samples. It is not a pure function: between calls it keeps
+// the needs of the stabilization window (which slow scale-downs), the last
+// demand per consumer and capacity per job (for periods that measure none),
+// the last decision (for one-for-one replacement) and the times of the first
+// call and the last scale-down. A test or the simulator (bench/autoscale_sim)
+// drives it with made-up inputs.
 //
 // The law, in one step (no +1 probing):
 //   demand_j   = Σ over job j's consumers of batches_per_second / (1 - wait)

@@ -266,14 +266,6 @@ void DispatcherImpl::MarkDurable(uint64_t ticket, const absl::Status& status) {
 }
 
 template <typename Request, typename Response>
-absl::Status DispatcherImpl::RunSync(Method<Request, Response> method,
-                                     const Request& request,
-                                     Response* response) {
-  RETURN_IF_ERROR((this->*method)(request, response));
-  return WaitDurable();
-}
-
-template <typename Request, typename Response>
 void DispatcherImpl::RunAsync(Method<Request, Response> method,
                               const Request& request, Response* response,
                               Done done) {
@@ -287,23 +279,11 @@ void DispatcherImpl::RunAsync(Method<Request, Response> method,
   acks_->Add(static_cast<uint64_t>(ticket), std::move(status), std::move(done));
 }
 
-absl::Status DispatcherImpl::RegisterDataset(
-    const proto::RegisterDatasetRequest& request,
-    proto::RegisterDatasetResponse* response) {
-  return RunSync(&DispatcherImpl::DoRegisterDataset, request, response);
-}
-
 void DispatcherImpl::RegisterDataset(
     const proto::RegisterDatasetRequest& request,
     proto::RegisterDatasetResponse* response, Done done) {
   RunAsync(&DispatcherImpl::DoRegisterDataset, request, response,
            std::move(done));
-}
-
-absl::Status DispatcherImpl::GetOrCreateJob(
-    const proto::GetOrCreateJobRequest& request,
-    proto::GetOrCreateJobResponse* response) {
-  return RunSync(&DispatcherImpl::DoGetOrCreateJob, request, response);
 }
 
 void DispatcherImpl::GetOrCreateJob(const proto::GetOrCreateJobRequest& request,
@@ -313,23 +293,11 @@ void DispatcherImpl::GetOrCreateJob(const proto::GetOrCreateJobRequest& request,
            std::move(done));
 }
 
-absl::Status DispatcherImpl::ClientHeartbeat(
-    const proto::ClientHeartbeatRequest& request,
-    proto::ClientHeartbeatResponse* response) {
-  return RunSync(&DispatcherImpl::DoClientHeartbeat, request, response);
-}
-
 void DispatcherImpl::ClientHeartbeat(
     const proto::ClientHeartbeatRequest& request,
     proto::ClientHeartbeatResponse* response, Done done) {
   RunAsync(&DispatcherImpl::DoClientHeartbeat, request, response,
            std::move(done));
-}
-
-absl::Status DispatcherImpl::WorkerRegister(
-    const proto::WorkerRegisterRequest& request,
-    proto::WorkerRegisterResponse* response) {
-  return RunSync(&DispatcherImpl::DoWorkerRegister, request, response);
 }
 
 void DispatcherImpl::WorkerRegister(const proto::WorkerRegisterRequest& request,
@@ -339,23 +307,11 @@ void DispatcherImpl::WorkerRegister(const proto::WorkerRegisterRequest& request,
            std::move(done));
 }
 
-absl::Status DispatcherImpl::WorkerHeartbeat(
-    const proto::WorkerHeartbeatRequest& request,
-    proto::WorkerHeartbeatResponse* response) {
-  return RunSync(&DispatcherImpl::DoWorkerHeartbeat, request, response);
-}
-
 void DispatcherImpl::WorkerHeartbeat(
     const proto::WorkerHeartbeatRequest& request,
     proto::WorkerHeartbeatResponse* response, Done done) {
   RunAsync(&DispatcherImpl::DoWorkerHeartbeat, request, response,
            std::move(done));
-}
-
-absl::Status DispatcherImpl::WorkerUnregister(
-    const proto::WorkerUnregisterRequest& request,
-    proto::WorkerUnregisterResponse* response) {
-  return RunSync(&DispatcherImpl::DoWorkerUnregister, request, response);
 }
 
 void DispatcherImpl::WorkerUnregister(
@@ -365,33 +321,16 @@ void DispatcherImpl::WorkerUnregister(
            std::move(done));
 }
 
-absl::Status DispatcherImpl::DrainWorker(
-    const proto::DrainWorkerRequest& request,
-    proto::DrainWorkerResponse* response) {
-  return RunSync(&DispatcherImpl::DoDrainWorker, request, response);
-}
-
 void DispatcherImpl::DrainWorker(const proto::DrainWorkerRequest& request,
                                  proto::DrainWorkerResponse* response,
                                  Done done) {
   RunAsync(&DispatcherImpl::DoDrainWorker, request, response, std::move(done));
 }
 
-absl::Status DispatcherImpl::GetJobState(
-    const proto::GetJobStateRequest& request,
-    proto::GetJobStateResponse* response) {
-  return RunSync(&DispatcherImpl::DoGetJobState, request, response);
-}
-
 void DispatcherImpl::GetJobState(const proto::GetJobStateRequest& request,
                                  proto::GetJobStateResponse* response,
                                  Done done) {
   RunAsync(&DispatcherImpl::DoGetJobState, request, response, std::move(done));
-}
-
-absl::Status DispatcherImpl::GetStatus(const proto::GetStatusRequest& request,
-                                       proto::GetStatusResponse* response) {
-  return RunSync(&DispatcherImpl::DoGetStatus, request, response);
 }
 
 void DispatcherImpl::GetStatus(const proto::GetStatusRequest& request,

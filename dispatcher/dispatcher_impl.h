@@ -16,9 +16,8 @@
 // Durability. Every state change is validated, enqueued to the journal, then
 // applied, under the mutex (Journal::Enqueue: no I/O); the answer waits, outside
 // the mutex, until the journal holds every update enqueued so far, so no answer
-// ever reveals state a crash could take back. The synchronous methods wait in
-// the caller's thread; the asynchronous ones (the gRPC adapter's) leave that to
-// DurableAcks, so the heartbeats of one moment share one commit. A failed commit
+// ever reveals state a crash could take back. That wait is DurableAcks', so the
+// heartbeats of one moment share one commit. A failed commit
 // leaves the memory state ahead of the disk: every later RPC answers Unavailable
 // until the dispatcher is restarted (it replays what reached the disk).
 //
@@ -210,65 +209,37 @@ class DispatcherImpl {
   absl::Status Start() ABSL_LOCKS_EXCLUDED(mu_);
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
+  // The RPCs. Each runs in the caller's thread (a short critical section, no
+  // I/O); `done` then receives the status, at once or from the DurableAcks
+  // thread once the journal holds everything the call changed (so no answer
+  // reveals state a crash could take back). `response` must stay valid until
+  // then; `done` must not call back into this object. Tests that want the
+  // answer in hand wrap this in tests/testing/sync_dispatcher.h.
+  //
   // Every RPC: FAILED_PRECONDITION if request.protocol_version !=
-  // kProtocolVersion. InvalidArgument: empty pipeline, batch_size 0, no
-  // records.
-  absl::Status RegisterDataset(const proto::RegisterDatasetRequest& request,
-                               proto::RegisterDatasetResponse* response)
+  // kProtocolVersion; UNAVAILABLE once a journal commit failed.
+  // InvalidArgument: empty pipeline, batch_size 0, no records.
+  void RegisterDataset(const proto::RegisterDatasetRequest& request,
+                       proto::RegisterDatasetResponse* response, Done done)
       ABSL_LOCKS_EXCLUDED(mu_);
   // NotFound: unknown dataset. FailedPrecondition: name taken by another
   // config. InvalidArgument: DROP leaves a consumer no split.
   // InvalidArgument: num_consumers above limits.max_consumers_per_job.
-  absl::Status GetOrCreateJob(const proto::GetOrCreateJobRequest& request,
-                              proto::GetOrCreateJobResponse* response)
+  void GetOrCreateJob(const proto::GetOrCreateJobRequest& request,
+                      proto::GetOrCreateJobResponse* response, Done done)
       ABSL_LOCKS_EXCLUDED(mu_);
   // NotFound: unknown job. InvalidArgument: consumer_index >= num_consumers.
   // `tasks` and `splits` are omitted when the request's tasks_version /
   // splits_version name the current lists (proto/dispatcher.proto).
-  absl::Status ClientHeartbeat(const proto::ClientHeartbeatRequest& request,
-                               proto::ClientHeartbeatResponse* response)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  // InvalidArgument: empty address. A live worker with the same address is
-  // replaced (lost).
-  absl::Status WorkerRegister(const proto::WorkerRegisterRequest& request,
-                              proto::WorkerRegisterResponse* response)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  // NotFound: unknown or timed-out worker (register again).
-  absl::Status WorkerHeartbeat(const proto::WorkerHeartbeatRequest& request,
-                               proto::WorkerHeartbeatResponse* response)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status WorkerUnregister(const proto::WorkerUnregisterRequest& request,
-                                proto::WorkerUnregisterResponse* response)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status DrainWorker(const proto::DrainWorkerRequest& request,
-                           proto::DrainWorkerResponse* response)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status GetJobState(const proto::GetJobStateRequest& request,
-                           proto::GetJobStateResponse* response)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  // Workers, jobs, the last autoscaling decision. A request with
-  // starting_workers >= 0 (the local actuator) sets the count the next
-  // decision adds to the current workers.
-  absl::Status GetStatus(const proto::GetStatusRequest& request,
-                         proto::GetStatusResponse* response)
-      ABSL_LOCKS_EXCLUDED(mu_);
-
-  // The same RPCs for a server that must not block: the work is done in the
-  // calling thread (a short critical section, no I/O), then `done` receives the
-  // status, at once or from the DurableAcks thread once the journal is durable.
-  // `response` must stay valid until then.
-  void RegisterDataset(const proto::RegisterDatasetRequest& request,
-                       proto::RegisterDatasetResponse* response, Done done)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  void GetOrCreateJob(const proto::GetOrCreateJobRequest& request,
-                      proto::GetOrCreateJobResponse* response, Done done)
-      ABSL_LOCKS_EXCLUDED(mu_);
   void ClientHeartbeat(const proto::ClientHeartbeatRequest& request,
                        proto::ClientHeartbeatResponse* response, Done done)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // InvalidArgument: empty address. A live worker with the same address is
+  // replaced (lost).
   void WorkerRegister(const proto::WorkerRegisterRequest& request,
                       proto::WorkerRegisterResponse* response, Done done)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // NotFound: unknown or timed-out worker (register again).
   void WorkerHeartbeat(const proto::WorkerHeartbeatRequest& request,
                        proto::WorkerHeartbeatResponse* response, Done done)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -281,6 +252,9 @@ class DispatcherImpl {
   void GetJobState(const proto::GetJobStateRequest& request,
                    proto::GetJobStateResponse* response, Done done)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Workers, jobs, the last autoscaling decision. A request with
+  // starting_workers >= 0 (the local actuator) sets the count the next
+  // decision adds to the current workers.
   void GetStatus(const proto::GetStatusRequest& request,
                  proto::GetStatusResponse* response, Done done)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -382,9 +356,6 @@ class DispatcherImpl {
 
   template <typename Request, typename Response>
   using Method = absl::Status (DispatcherImpl::*)(const Request&, Response*);
-  template <typename Request, typename Response>
-  absl::Status RunSync(Method<Request, Response> method, const Request& request,
-                       Response* response) ABSL_LOCKS_EXCLUDED(mu_);
   template <typename Request, typename Response>
   void RunAsync(Method<Request, Response> method, const Request& request,
                 Response* response, Done done) ABSL_LOCKS_EXCLUDED(mu_);

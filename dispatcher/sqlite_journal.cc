@@ -212,7 +212,7 @@ absl::Status SqliteJournal::Initialize(const Options& options) {
                           "COMMIT;")
                  .c_str()));
   } else {
-    // Takes the exclusive lock now, not at the first Append.
+    // Takes the exclusive lock now, not at the first commit.
     RETURN_IF_ERROR(Exec("BEGIN EXCLUSIVE; COMMIT;"));
     {
       Statement check;
@@ -415,11 +415,6 @@ absl::Status SqliteJournal::BrokenError() const {
                    broken_.message()));
 }
 
-absl::Status SqliteJournal::Append(const proto::Update& update) {
-  ASSIGN_OR_RETURN(const uint64_t ticket, Enqueue(update));
-  return WaitDurable(ticket);
-}
-
 absl::StatusOr<uint64_t> SqliteJournal::Enqueue(const proto::Update& update) {
   Pending pending;
   if (!update.SerializeToString(&pending.bytes)) {
@@ -448,8 +443,7 @@ absl::Status SqliteJournal::WaitDurable(uint64_t ticket) {
       continue;
     }
     // Become the leader: commit everything queued by the time we hold the
-    // database in one transaction (a WriteSnapshot() in between may take
-    // the queue first).
+    // database in one transaction.
     writing_ = true;
     mu_.Unlock();
     db_mu_.Lock();
@@ -499,36 +493,6 @@ absl::StatusOr<Journal::Contents> SqliteJournal::Read() {
     return contents;
   }
   return ReadLocked();
-}
-
-absl::Status SqliteJournal::WriteSnapshot(const std::string& snapshot) {
-  absl::MutexLock db_lock(&db_mu_);
-  uint64_t covered_end = 0;
-  uint64_t covered = 0;
-  {
-    // Updates enqueued but not yet written are covered by the snapshot: they
-    // are never written, and their WaitDurable() returns with the snapshot.
-    absl::MutexLock lock(&mu_);
-    if (!broken_.ok()) return BrokenError();
-    covered = queue_.size();
-    queue_.clear();
-    covered_end = next_ticket_;
-  }
-  absl::Status status = WriteSnapshotLocked(snapshot);
-  if (!status.ok() && !sqlite3_get_autocommit(db_)) {
-    Exec("ROLLBACK").IgnoreError();
-  }
-  absl::MutexLock lock(&mu_);
-  done_ = std::max(done_, covered_end);
-  if (!status.ok()) {
-    if (broken_.ok()) {
-      broken_ = status;
-      first_failed_ticket_ = covered_end - covered;
-    }
-    return status;
-  }
-  updates_since_snapshot_ = 0;
-  return absl::OkStatus();
 }
 
 absl::Status SqliteJournal::WriteSnapshotLocked(const std::string& snapshot) {

@@ -2,8 +2,8 @@
 // `<work_dir>/journal.sqlite3` in WAL mode.
 //
 // Durability (the default, SyncMode::kFull = PRAGMA synchronous=FULL): every
-// Append() commits a transaction whose WAL frames are fsync()ed before it
-// returns. An update whose Append() returned OK survives a crash of the
+// commit is a transaction whose WAL frames are fsync()ed before WaitDurable()
+// returns. An update whose WaitDurable() returned OK survives a crash of the
 // dispatcher process (SIGKILL, OOM kill) AND an OS crash or power loss,
 // provided the storage honours fsync (a disk whose volatile write cache
 // ignores flushes defeats any database). SyncMode::kNormal
@@ -27,15 +27,15 @@
 //           bytes BLOB,                        -- serialized proto::Update
 //           checksum INTEGER)                  -- XXH3-64 of bytes, as int64
 //
-// Example: Append(u1) Append(u2) WriteSnapshot(S) Append(u3) leaves
-// snapshot = (1, last_seq 2, S) and updates = {(3, u3)}.
+// Example: Enqueue(u1) Enqueue(u2) EnqueueSnapshot(S) Enqueue(u3), then
+// WaitDurable(3), leaves snapshot = (1, last_seq 2, S) and updates = {(3, u3)}.
 //
-// Group commit: Appends (or Enqueue()s) that arrive while a commit is being
-// written wait and go into the next transaction together (one fsync for
-// all); each Append()/WaitDurable() still returns only once its own row is
-// durable. This pays when several threads append at once; a caller that
-// Append()s under one lock gets one transaction, one fsync, per update: use
-// Enqueue() under the lock and WaitDurable() outside it instead.
+// Group commit: the first WaitDurable() caller commits everything enqueued so
+// far in one transaction (one fsync for all); updates enqueued while it writes
+// go into the next one. Each WaitDurable() returns only once its own row is
+// durable. This pays when several threads enqueue at once; a caller that waits
+// for each update before enqueueing the next gets one transaction, one fsync,
+// per update.
 // EnqueueSnapshot() puts a snapshot in the same queue: the leader writes the
 // updates before it, then the snapshot (which deletes them), then the rest.
 //
@@ -57,8 +57,8 @@
 // and so does the sqlite3 shell (inspect a copy, or the file once the
 // dispatcher has stopped). A snapshot is at most 1 GB (SQLite's blob limit).
 //
-// Thread-safe. After a failed write the journal refuses every later Append
-// and WriteSnapshot (the caller must restart and replay what did reach the
+// Thread-safe. After a failed write the journal refuses every later Enqueue
+// and EnqueueSnapshot (the caller must restart and replay what did reach the
 // disk): after a failed fsync the file's state is not known.
 #ifndef SLUICE_DISPATCHER_SQLITE_JOURNAL_H_
 #define SLUICE_DISPATCHER_SQLITE_JOURNAL_H_
@@ -105,10 +105,6 @@ class SqliteJournal : public Journal {
   SqliteJournal(const SqliteJournal&) = delete;
   SqliteJournal& operator=(const SqliteJournal&) = delete;
 
-  // Errors: Internal or Unavailable (disk full: ResourceExhausted) from
-  // SQLite; FailedPrecondition after an earlier failed write.
-  absl::Status Append(const proto::Update& update) override
-      ABSL_LOCKS_EXCLUDED(mu_, db_mu_);
   // Errors: DataLoss naming the seq of a row that fails its checksum or does
   // not parse.
   absl::StatusOr<Contents> Read() override ABSL_LOCKS_EXCLUDED(mu_, db_mu_);
@@ -117,6 +113,8 @@ class SqliteJournal : public Journal {
   absl::StatusOr<uint64_t> Enqueue(const proto::Update& update) override
       ABSL_LOCKS_EXCLUDED(mu_);
   // Commits the queue (as the leader) or waits for the commit in progress.
+  // Errors: Internal or Unavailable (disk full: ResourceExhausted) from
+  // SQLite; FailedPrecondition after an earlier failed write.
   absl::Status WaitDurable(uint64_t ticket) override
       ABSL_LOCKS_EXCLUDED(mu_, db_mu_);
   // Queues the snapshot behind the updates enqueued so far; the leader of the
@@ -124,11 +122,6 @@ class SqliteJournal : public Journal {
   // then what follows it, each a transaction. Never blocks on I/O.
   absl::StatusOr<uint64_t> EnqueueSnapshot(std::string snapshot) override
       ABSL_LOCKS_EXCLUDED(mu_);
-  // One transaction: replaces the snapshot, deletes the updates, then hands
-  // the freed pages back to the file system (the file does not grow over
-  // snapshot cycles) and truncates the WAL.
-  absl::Status WriteSnapshot(const std::string& snapshot) override
-      ABSL_LOCKS_EXCLUDED(mu_, db_mu_);
   uint64_t updates_since_snapshot() const override ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::string& path() const { return path_; }
@@ -161,6 +154,9 @@ class SqliteJournal : public Journal {
   absl::Status WriteQueue(const std::deque<Pending>& queue,
                           uint64_t* after_snapshot, bool* snapshotted)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_);
+  // One transaction: replaces the snapshot, deletes the updates, then hands
+  // the freed pages back to the file system (the file does not grow over
+  // snapshot cycles) and truncates the WAL.
   absl::Status WriteSnapshotLocked(const std::string& snapshot)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_);
   absl::Status BrokenError() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -182,7 +178,7 @@ class SqliteJournal : public Journal {
   std::optional<Contents> opened_contents_ ABSL_GUARDED_BY(db_mu_);
 
   mutable absl::Mutex mu_;
-  // Group commit: each Append takes a ticket and queues its bytes; the first
+  // Group commit: each Enqueue takes a ticket and queues its bytes; the first
   // one that finds no leader becomes the leader and commits the whole queue.
   std::deque<Pending> queue_ ABSL_GUARDED_BY(mu_);
   uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 0;

@@ -6,7 +6,8 @@
 #        - the libFuzzer build (coverage instrumentation), and
 #        - the ASan+UBSan build (UBSan findings abort)
 #   3. the libFuzzer targets from build-san (tests/fuzz/run.sh: every parser of untrusted bytes),
-#      SLUICE_FUZZ_SECONDS each (default 30)
+#      a fixed number of inputs each after their kept corpus (SLUICE_FUZZ_RUNS, default 5000),
+#      with a fixed seed: the same inputs on every machine, whatever its load
 #   4. every CTest test (unit, integration with real processes, deploy) under ASan+UBSan
 #   5. a TSan build (build-tsan/) of the threaded components' unit tests, run against Debian's
 #      own Abseil rebuilt with -fsanitize=thread (scripts/build_tsan_abseil.sh; the programs'
@@ -35,7 +36,7 @@ if [[ "${SLUICE_SKIP_SANITIZERS:-0}" != 1 ]]; then
   cmake --build build-san
 
   stage "fuzzers"
-  SLUICE_FUZZ_BUILD_DIR="$PWD/build-san" tests/fuzz/run.sh "${SLUICE_FUZZ_SECONDS:-30}"
+  SLUICE_FUZZ_BUILD_DIR="$PWD/build-san" tests/fuzz/run.sh "${SLUICE_FUZZ_RUNS:-5000}"
 
   # Sanitizer runtime options; the suppression files list third-party code only, with reasons.
   stage "every test under ASan+UBSan (build-san)"

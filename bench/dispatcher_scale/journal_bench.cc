@@ -79,7 +79,10 @@ int main(int argc, char** argv) {
       for (int i = 0; i < per_thread; ++i) {
         const auto update = HeartbeatUpdate(t, i);
         const auto before = Clock::now();
-        if (absl::Status s = (*journal)->Append(update); !s.ok()) {
+        absl::StatusOr<uint64_t> ticket = (*journal)->Enqueue(update);
+        absl::Status s =
+            ticket.ok() ? (*journal)->WaitDurable(*ticket) : ticket.status();
+        if (!s.ok()) {
           std::fprintf(stderr, "%s\n", s.ToString().c_str());
           std::exit(1);
         }

@@ -44,6 +44,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/base/random.h"
+#include "common/pipeline_spec/parse.h"
 #include "common/record/dataset.h"
 #include "common/tensor_kernels/normalize_kernel.h"
 #include "data_worker/ops/decode.h"
@@ -153,7 +154,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   pl::ConfigureAllocatorForPipelines();  // as the CLI does
 
-  auto spec = pl::LoadPipelineFile(spec_path);
+  auto spec = sluice::pipeline_spec::LoadPipelineSpecFile(spec_path);
   if (!spec.ok()) {
     std::fprintf(stderr, "%s\n", std::string(spec.status().message()).c_str());
     return 1;

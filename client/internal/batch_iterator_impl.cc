@@ -13,6 +13,7 @@
 #include "common/service/batch_codec.h"
 #include "common/service/channel_factory.h"
 #include "common/service/grpc_status.h"
+#include "common/service/retry_policy.h"
 #include "common/tensor_kernels/finish.h"
 
 namespace sluice::client {
@@ -117,14 +118,6 @@ absl::StatusOr<Batch> FromWire(const service::ReceivedBatch& wire,
   return batch;
 }
 
-// Stream errors a reopened stream may not see again: the worker does not know the job yet
-// (NOT_FOUND), a newer stream superseded this one (ABORTED), the connection broke. Everything
-// else is a verdict on the job or its data and ends the iterator.
-bool IsRetryableStreamCode(grpc::StatusCode code) {
-  return code == grpc::StatusCode::NOT_FOUND ||
-         service::IsRetryable(static_cast<absl::StatusCode>(code));
-}
-
 // The wait before the next heartbeat after `failures` failed ones in a row: the interval, then
 // doubling up to 2 s, with jitter so that consumers do not all return at once after a
 // dispatcher restart.
@@ -140,15 +133,7 @@ absl::Duration HeartbeatWait(absl::Duration interval, int failures) {
 
 absl::Status DispatcherError(const grpc::Status& status,
                              const std::string& address, const char* rpc) {
-  if (status.ok()) return absl::OkStatus();
-  if (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-      status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot reach the sluice dispatcher at ", address, ": ",
-                     rpc, ": ", status.error_message()));
-  }
-  return service::FromGrpcStatus(
-      status, absl::StrCat("sluice dispatcher at ", address, ": ", rpc));
+  return service::PeerCallError(status, "sluice dispatcher", address, rpc);
 }
 
 BatchIteratorImpl::BatchIteratorImpl(IteratorParams params)
@@ -676,7 +661,8 @@ void BatchIteratorImpl::ReaderLoop(Reader* reader) {
       while (!cancelled_ && error_.ok() && heartbeats_ == seen) cv_.Wait(&mu_);
       continue;
     }
-    if (!IsRetryableStreamCode(status.error_code())) {
+    if (!service::IsRetryable(static_cast<absl::StatusCode>(status.error_code()),
+                              service::CallKind::kBatchStream)) {
       Fail(service::FromGrpcStatus(status,
                                    absl::StrCat("sluice worker at ", address)));
       reader->exited = true;

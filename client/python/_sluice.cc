@@ -29,8 +29,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
-#include "data_worker/pipeline/spec.h"
+#include "common/pipeline_spec/parse.h"
+#include "google/protobuf/descriptor.h"
 #include "google/protobuf/util/json_util.h"
+#include "proto/ops.pb.h"
 #include "sluice/client.h"
 
 namespace py = pybind11;
@@ -57,14 +59,12 @@ T ValueOrThrow(absl::StatusOr<T> result) {
 
 // YAML/JSON text (or a file holding it) → Pipeline; `data`, when not empty,
 // replaces the source with that Unirecord dataset folder.
-// TODO(lead): call ParsePipelineSpec / LoadPipelineSpecFile
-// (common/pipeline_spec/parse.h) once they are in main.
 absl::StatusOr<proto::Pipeline> ToPipeline(const std::string& spec,
                                            bool is_file,
                                            const std::string& data) {
   absl::StatusOr<proto::Pipeline> pipeline =
-      is_file ? data_worker::pipeline::LoadPipelineFile(spec)
-              : data_worker::pipeline::ParsePipeline(spec);
+      is_file ? sluice::pipeline_spec::LoadPipelineSpecFile(spec)
+              : sluice::pipeline_spec::ParsePipelineSpec(spec);
   if (!pipeline.ok()) return pipeline.status();
   if (!data.empty()) {
     std::error_code ec;
@@ -393,6 +393,19 @@ PYBIND11_MODULE(_sluice, m) {
       .def("last_addresses", &PyIterator::last_addresses);
   m.def("pipeline_json", &PipelineJson, py::arg("spec"), py::arg("is_file"),
         py::arg("data") = "");
+  m.def(
+      "op_fields",
+      [] {
+        std::vector<std::string> fields;
+        const google::protobuf::OneofDescriptor* op =
+            sluice::proto::OpSpec::descriptor()->FindOneofByName("op");
+        for (int i = 0; i < op->field_count(); ++i) {
+          fields.push_back(op->field(i)->name());
+        }
+        return fields;
+      },
+      "The spec name of every op (the cases of proto/ops.proto's OpSpec; "
+      "the worker's op registry has one row for each).");
   m.def(
       "raise_status",
       [](int code, const std::string& message) {

@@ -139,10 +139,6 @@ CreateServerCredentials(const ServerSecurityOptions& options) {
   return credentials;
 }
 
-std::shared_ptr<grpc::ServerCredentials> ServerCredentials() {
-  return grpc::InsecureServerCredentials();
-}
-
 absl::Status WaitForConnected(grpc::Channel& channel,
                               const std::string& address,
                               const ChannelOptions& options,

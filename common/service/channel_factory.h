@@ -77,9 +77,6 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>>
 CreateServerCredentials(const ServerSecurityOptions& options);
 
-// Plaintext server credentials (tests, in-process servers).
-std::shared_ptr<grpc::ServerCredentials> ServerCredentials();
-
 // Waits until `channel` (made by CreateChannel(address, options)) is connected, at most
 // until `deadline`: DeadlineExceeded "no gRPC connection to ADDR" then. A TLS mismatch is
 // Unavailable, reported as soon as a connection attempt fails (it will not heal by waiting):

@@ -25,16 +25,4 @@ absl::Status FromGrpcStatus(const grpc::Status& status,
                       absl::StrCat(what, ": ", status.error_message()));
 }
 
-bool IsRetryable(absl::StatusCode code) {
-  switch (code) {
-    case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kDeadlineExceeded:
-    case absl::StatusCode::kAborted:
-    case absl::StatusCode::kCancelled:
-      return true;
-    default:
-      return false;
-  }
-}
-
 }  // namespace sluice::service

@@ -16,10 +16,6 @@ absl::Status FromGrpcStatus(const grpc::Status& status);
 // FromGrpcStatus with the message prefixed: "<what>: <message>".
 absl::Status FromGrpcStatus(const grpc::Status& status, absl::string_view what);
 
-// Codes a caller should retry (with backoff): the peer may answer later. Everything else is a
-// verdict about the request or the data and is surfaced to the user.
-bool IsRetryable(absl::StatusCode code);
-
 }  // namespace sluice::service
 
 #endif  // SLUICE_COMMON_SERVICE_GRPC_STATUS_H_

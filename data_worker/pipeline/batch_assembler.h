@@ -15,8 +15,8 @@
 //
 // A batch owns one buffer per column, [batch_size, ...element shape], allocated
 // when its first element is committed; element i of the batch is written at
-// byte offset i * element_bytes of each column (BatchBuffer). So a later data
-// plane can hand the buffers on without another copy.
+// byte offset i * element_bytes of each column (BatchBuffer). The worker hands
+// those buffers to the wire without another copy (common/service/batch_codec.h).
 //
 // End of input (SetInputEnd): the last batch is short (emitted with its
 // leading dimension cut to the elements it has) or, with drop_remainder,

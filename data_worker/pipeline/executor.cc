@@ -248,19 +248,6 @@ absl::StatusOr<std::optional<Element>> Executor::GetNext() {
   return next;
 }
 
-absl::Status Executor::Run(std::vector<uint64_t> global_indices, uint64_t epoch,
-                           const std::function<bool(Element)>& sink) {
-  RETURN_IF_ERROR(Start(std::move(global_indices), epoch));
-  while (true) {
-    ASSIGN_OR_RETURN(std::optional<Element> e, GetNext());
-    if (!e) return absl::OkStatus();
-    if (!sink(std::move(*e))) {
-      Stop();
-      return absl::OkStatus();
-    }
-  }
-}
-
 void Executor::Stop() {
   {
     absl::MutexLock lock(&mu_);

@@ -1,8 +1,8 @@
 // Executor: runs a validated, optimized pipeline (plan.h), one epoch at a time
 // or as a long-lived stream of runs.
 //
-// Where the pieces live: validation spec.h, optimizer plan.h, one epoch's
-// threads and queues epoch_run.h, batching batch_assembler.h, the queues
+// Where the pieces live: validation spec.h, optimizer plan.h, the stage
+// threads and queues of a stream of runs epoch_run.h, batching batch_assembler.h, the queues
 // ordered_queue.h, thread counts autotune.h; docs/engine.md tells the story.
 //
 // Each stage of the plan has its own worker threads; stages are connected by
@@ -47,8 +47,8 @@
 //
 // A run's error is returned by Next in its place; the rest of that run is
 // dropped (the feed stops giving its records) and its end follows, while the
-// next runs go on. Start(indices, epoch) is Open, Submit and a closed feed:
-// the threads end with the epoch.
+// next runs go on. Start(epoch) is Open, Submit of the epoch's order and a
+// closed feed: the threads end with the epoch.
 //
 // Threads: Start()/Open() start the stage workers and the autotuner (an
 // EpochRun owns them); Stop() (or the next Start/Open, or the destructor)
@@ -60,7 +60,6 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -143,10 +142,6 @@ class Executor {
   // The record order of epoch `epoch` over the whole source: the seeded
   // permutation if the pipeline shuffles, else 0..size()-1.
   std::vector<uint64_t> EpochOrder(uint64_t epoch) const;
-  // Starts an epoch over `global_indices` in this order. InvalidArgument for an
-  // index >= size().
-  absl::Status Start(std::vector<uint64_t> global_indices, uint64_t epoch)
-      ABSL_LOCKS_EXCLUDED(mu_);
   // The next element or batch; nullopt at the end of the epoch.
   // FailedPrecondition before Start.
   absl::StatusOr<std::optional<Element>> GetNext() ABSL_LOCKS_EXCLUDED(mu_);
@@ -168,10 +163,6 @@ class Executor {
   // error (then its end). FailedPrecondition without an open stream or an
   // unfinished run; Cancelled after Stop.
   absl::StatusOr<std::optional<Element>> Next() ABSL_LOCKS_EXCLUDED(mu_);
-  // Runs an epoch over `global_indices`, handing each output to `sink` until it
-  // returns false.
-  absl::Status Run(std::vector<uint64_t> global_indices, uint64_t epoch,
-                   const std::function<bool(Element)>& sink);
   // Cancels the running epoch and joins its threads. Idempotent.
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -194,6 +185,10 @@ class Executor {
 
  private:
   Executor(LogicalPipeline logical, PhysicalPlan plan, ExecutorOptions options);
+  // Start(epoch) over `global_indices` in this order. InvalidArgument for an
+  // index >= size().
+  absl::Status Start(std::vector<uint64_t> global_indices, uint64_t epoch)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   const LogicalPipeline logical_;
   const PhysicalPlan plan_;

@@ -62,32 +62,35 @@ std::string PhysicalPlan::Describe() const {
   return absl::StrJoin(parts, " -> ");
 }
 
-absl::StatusOr<PhysicalPlan> Optimize(const LogicalPipeline& lp,
-                                      const OptimizerOptions& options) {
-  PhysicalPlan plan;
-  plan.prefetch = lp.prefetch;
-  std::vector<LogicalNode> nodes = lp.nodes;
+namespace {
 
-  // Filter pushdown.
-  if (options.filter_pushdown) {
-    std::vector<LogicalNode> kept;
-    for (auto& n : nodes) {
-      if (n.filter && n.filter->pushable) {
-        plan.source_filters.push_back(n.filter->filter);
-        plan.rewrites.push_back(
-            absl::StrCat("filter pushdown: ", n.filter->name));
-      } else {
-        kept.push_back(std::move(n));
-      }
+// A step with the parallelism its stage will get.
+struct PendingStep {
+  Step step;
+  int parallelism = kAutotune;
+};
+
+// Filter pushdown: filters the shard index can answer leave the node list.
+std::vector<LogicalNode> PushDownFilters(std::vector<LogicalNode> nodes,
+                                         PhysicalPlan& plan) {
+  std::vector<LogicalNode> kept;
+  for (auto& n : nodes) {
+    if (n.filter && n.filter->pushable) {
+      plan.source_filters.push_back(n.filter->filter);
+      plan.rewrites.push_back(
+          absl::StrCat("filter pushdown: ", n.filter->name));
+    } else {
+      kept.push_back(std::move(n));
     }
-    nodes = std::move(kept);
   }
+  return kept;
+}
 
-  // Turn nodes into steps, fusing adjacent filters / maps.
-  struct PendingStep {
-    Step step;
-    int parallelism = kAutotune;
-  };
+// Turns nodes into steps, fusing adjacent filters and adjacent maps over the
+// same columns, then builds each map step's ops (op fusion).
+absl::StatusOr<std::vector<PendingStep>> MakeSteps(
+    const std::vector<LogicalNode>& nodes, const OptimizerOptions& options,
+    PhysicalPlan& plan) {
   std::vector<PendingStep> steps;
   std::vector<LogicalMap>
       merged_maps;  // maps after map fusion, pending BuildOps
@@ -139,7 +142,14 @@ absl::StatusOr<PhysicalPlan> Optimize(const LogicalPipeline& lp,
     ASSIGN_OR_RETURN(steps[i].step, MakeMapStep(merged_maps[step_map_index[i]],
                                                 options.op_fusion));
   }
+  return steps;
+}
 
+// Places the read, the steps and the batch into stages: one stage for
+// everything (pipeline parallelism), or a stage per step with map+batch and
+// source fusion.
+void MakeStages(const LogicalPipeline& lp, std::vector<PendingStep> steps,
+                const OptimizerOptions& options, PhysicalPlan& plan) {
   Step read;
   read.kind = Step::kRead;
   if (options.pipeline_parallel) {
@@ -200,46 +210,61 @@ absl::StatusOr<PhysicalPlan> Optimize(const LogicalPipeline& lp,
     }
   }
 
-  // Vectorization: trailing batched-kernel ops of the map step right before
-  // batching.
-  if (options.vectorization && lp.batch) {
-    StagePlan& b = plan.stages.back();
-    Step* last_map = nullptr;
-    StagePlan* owner = nullptr;
-    if (!b.steps.empty() && b.steps.back().kind == Step::kMap) {
-      last_map = &b.steps.back();
-      owner = &b;
-    } else if (b.steps.empty() && plan.stages.size() > 1) {
-      StagePlan& prev = plan.stages[plan.stages.size() - 2];
-      if (!prev.steps.empty() && prev.steps.back().kind == Step::kMap) {
-        last_map = &prev.steps.back();
-        owner = &prev;
-      }
+}
+
+// Vectorization: trailing batched-kernel ops of the map step right before
+// batching run once per batch, after it.
+void Vectorize(PhysicalPlan& plan) {
+  StagePlan& b = plan.stages.back();
+  Step* last_map = nullptr;
+  StagePlan* owner = nullptr;
+  if (!b.steps.empty() && b.steps.back().kind == Step::kMap) {
+    last_map = &b.steps.back();
+    owner = &b;
+  } else if (b.steps.empty() && plan.stages.size() > 1) {
+    StagePlan& prev = plan.stages[plan.stages.size() - 2];
+    if (!prev.steps.empty() && prev.steps.back().kind == Step::kMap) {
+      last_map = &prev.steps.back();
+      owner = &prev;
     }
-    if (last_map != nullptr) {
-      auto& ops = last_map->map.ops;
-      size_t first = ops.size();
-      while (first > 0 && ops[first - 1]->has_batched_kernel()) --first;
-      if (first < ops.size()) {
-        std::vector<std::shared_ptr<const Op>> moved(ops.begin() + first,
-                                                     ops.end());
-        std::vector<std::string> names;
-        for (const auto& op : moved) names.emplace_back(op->name());
-        for (int slot : last_map->map.slots)
-          b.vectorized.emplace_back(slot, moved);
-        plan.rewrites.push_back(
-            absl::StrCat("vectorization: ", last_map->map.name, " ",
-                         absl::StrJoin(names, ","), " after batch"));
-        ops.erase(ops.begin() + first, ops.end());
-        if (ops.empty()) {
-          owner->steps.pop_back();
-          if (owner != &b && owner->steps.empty()) {
-            plan.stages.erase(plan.stages.end() - 2);
-          }
+  }
+  if (last_map != nullptr) {
+    auto& ops = last_map->map.ops;
+    size_t first = ops.size();
+    while (first > 0 && ops[first - 1]->has_batched_kernel()) --first;
+    if (first < ops.size()) {
+      std::vector<std::shared_ptr<const Op>> moved(ops.begin() + first,
+                                                   ops.end());
+      std::vector<std::string> names;
+      for (const auto& op : moved) names.emplace_back(op->name());
+      for (int slot : last_map->map.slots)
+        b.vectorized.emplace_back(slot, moved);
+      plan.rewrites.push_back(
+          absl::StrCat("vectorization: ", last_map->map.name, " ",
+                       absl::StrJoin(names, ","), " after batch"));
+      ops.erase(ops.begin() + first, ops.end());
+      if (ops.empty()) {
+        owner->steps.pop_back();
+        if (owner != &b && owner->steps.empty()) {
+          plan.stages.erase(plan.stages.end() - 2);
         }
       }
     }
   }
+}
+
+}  // namespace
+
+absl::StatusOr<PhysicalPlan> Optimize(const LogicalPipeline& lp,
+                                      const OptimizerOptions& options) {
+  PhysicalPlan plan;
+  plan.prefetch = lp.prefetch;
+  std::vector<LogicalNode> nodes = lp.nodes;
+  if (options.filter_pushdown) nodes = PushDownFilters(std::move(nodes), plan);
+  ASSIGN_OR_RETURN(std::vector<PendingStep> steps,
+                   MakeSteps(nodes, options, plan));
+  MakeStages(lp, std::move(steps), options, plan);
+  if (options.vectorization && lp.batch) Vectorize(plan);
   return plan;
 }
 

@@ -1,8 +1,7 @@
 // Validating a pipeline spec (proto/pipeline.proto).
 //
 // Parsing (YAML/JSON text → proto::Pipeline) lives in
-// common/pipeline_spec/parse.h; ParsePipeline and LoadPipelineFile below
-// forward to it for existing callers. Validate() checks order rules, columns,
+// common/pipeline_spec/parse.h. Validate() checks order rules, columns,
 // dtypes and shapes statically (as far as they are known; each op's type
 // inference is its registration in data_worker/ops/registry.h) and returns the
 // LogicalPipeline the optimizer rewrites. Nodes are named by kind and index
@@ -29,10 +28,6 @@
 namespace sluice::data_worker::pipeline {
 
 inline constexpr int kAutotune = -1;
-
-// Forward to pipeline_spec::ParsePipelineSpec / LoadPipelineSpecFile.
-absl::StatusOr<proto::Pipeline> ParsePipeline(std::string_view text);
-absl::StatusOr<proto::Pipeline> LoadPipelineFile(const std::string& path);
 
 struct LogicalMap {
   std::string name;        // "map[0]"

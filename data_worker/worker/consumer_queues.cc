@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "common/metrics/metrics.h"
-#include "common/service/batch_codec.h"
+#include "common/service/wire_batch.h"
 
 namespace sluice::data_worker {
 namespace {

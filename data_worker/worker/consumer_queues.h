@@ -42,7 +42,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "common/service/batch_codec.h"
+#include "common/service/wire_batch.h"
 #include "data_worker/pipeline/memory_budget.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"

@@ -7,6 +7,7 @@
 #include "common/base/retry.h"
 #include "common/service/channel_factory.h"
 #include "common/service/grpc_status.h"
+#include "common/service/retry_policy.h"
 
 namespace sluice::data_worker {
 
@@ -52,27 +53,13 @@ absl::Status GrpcDispatcherClient::Call(const char* name, Method method,
     retry_options.deadline = options_.connect_timeout;
     retry_options.max_backoff =
         std::min(absl::Seconds(2), options_.connect_timeout);
-    retry_options.retry_on = {absl::StatusCode::kUnavailable,
-                              absl::StatusCode::kDeadlineExceeded};
+    retry_options.retry_on = service::UnreachableCodes();
     status = RetryWithBackoff(attempt, retry_options, clock_);
   } else {
     status = attempt();
   }
-  if (status.ok()) return status;
-  if (absl::IsUnimplemented(status)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(name, " to ", options_.address, ": ", status.message(),
-                     " (is --dispatcher the address of a sluice-dispatcher?)"));
-  }
-  if (absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status)) {
-    return absl::Status(
-        status.code(), absl::StrCat(name, ": dispatcher ", options_.address,
-                                    " unreachable or not answering: ",
-                                    status.message(), " (check --dispatcher)"));
-  }
-  return absl::Status(status.code(),
-                      absl::StrCat(name, " (dispatcher ", options_.address,
-                                   "): ", status.message()));
+  return service::PeerCallError(status, "sluice dispatcher", options_.address,
+                                name);
 }
 
 absl::Status GrpcDispatcherClient::WorkerRegister(

@@ -31,7 +31,8 @@ class Notifier {
 };
 
 // One GetBatches call. Lock order: Notifier::mu_ -> BatchWriter::mu_ ->
-// WorkerImpl's mutex.
+// ConsumerQueues' mutex (PollStream and OpenStream reach it through WorkerImpl,
+// whose own mutex is never taken here).
 class BatchWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   // A request that does not parse ends the call at once.

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/metrics/metrics.h"
 #include "common/record/sharding.h"
-#include "common/service/batch_codec.h"
+#include "common/service/wire_batch.h"
 #include "common/service/limits.h"
 
 namespace sluice::data_worker {

@@ -42,7 +42,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "common/service/batch_codec.h"
+#include "common/service/wire_batch.h"
 #include "data_worker/pipeline/executor.h"
 #include "data_worker/worker/consumer_queues.h"
 #include "data_worker/worker/job_registry.h"

@@ -12,8 +12,11 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
+#include "tests/testing/sync_dispatcher.h"
 
 namespace sluice::dispatcher {
+
+using ::sluice::testonly::Sync;
 namespace {
 
 using ::testing::HasSubstr;
@@ -43,7 +46,7 @@ class DispatcherAutoscaleTest : public ::testing::Test {
     dataset.add_shard_record_counts(1000);
     dataset.set_batch_size(10);
     proto::RegisterDatasetResponse registered;
-    EXPECT_TRUE(impl_->RegisterDataset(dataset, &registered).ok());
+    EXPECT_TRUE(Sync(impl_).RegisterDataset(dataset, &registered).ok());
     proto::GetOrCreateJobRequest request;
     request.set_protocol_version(kProtocolVersion);
     request.set_job_name(name);
@@ -51,7 +54,7 @@ class DispatcherAutoscaleTest : public ::testing::Test {
     request.mutable_config()->set_num_epochs(1);
     request.mutable_config()->set_split_size(100);
     proto::GetOrCreateJobResponse response;
-    EXPECT_TRUE(impl_->GetOrCreateJob(request, &response).ok());
+    EXPECT_TRUE(Sync(impl_).GetOrCreateJob(request, &response).ok());
     return response.job_id();
   }
 
@@ -61,7 +64,7 @@ class DispatcherAutoscaleTest : public ::testing::Test {
     request.set_address(address);
     request.set_capacity(1);
     proto::WorkerRegisterResponse response;
-    EXPECT_TRUE(impl_->WorkerRegister(request, &response).ok());
+    EXPECT_TRUE(Sync(impl_).WorkerRegister(request, &response).ok());
     return response.worker_id();
   }
 
@@ -93,7 +96,7 @@ class DispatcherAutoscaleTest : public ::testing::Test {
       *p->mutable_key() = key;
     }
     proto::WorkerHeartbeatResponse response;
-    absl::Status s = impl_->WorkerHeartbeat(request, &response);
+    absl::Status s = Sync(impl_).WorkerHeartbeat(request, &response);
     EXPECT_TRUE(s.ok()) << s;
     for (const proto::SplitAssignment& a : response.start())
       held_[worker].push_back(a.key());
@@ -107,7 +110,7 @@ class DispatcherAutoscaleTest : public ::testing::Test {
     request.set_batches_returned_total(batches);
     request.set_wait_seconds_total(wait_seconds);
     proto::ClientHeartbeatResponse response;
-    absl::Status s = impl_->ClientHeartbeat(request, &response);
+    absl::Status s = Sync(impl_).ClientHeartbeat(request, &response);
     EXPECT_TRUE(s.ok()) << s;
   }
 
@@ -116,7 +119,7 @@ class DispatcherAutoscaleTest : public ::testing::Test {
     request.set_protocol_version(kProtocolVersion);
     request.set_starting_workers(starting);
     proto::GetStatusResponse response;
-    EXPECT_TRUE(impl_->GetStatus(request, &response).ok());
+    EXPECT_TRUE(Sync(impl_).GetStatus(request, &response).ok());
     return response;
   }
 
@@ -332,7 +335,7 @@ TEST_F(DispatcherAutoscaleTest, AJobWhoseConsumersLeftIsDecidedAtOnce) {
     p->set_complete(true);
   }
   proto::ClientHeartbeatResponse response;
-  ASSERT_TRUE(impl_->ClientHeartbeat(request, &response).ok());
+  ASSERT_TRUE(Sync(impl_).ClientHeartbeat(request, &response).ok());
   ASSERT_TRUE(response.finished());
   ASSERT_TRUE(impl_->Tick().ok());
   EXPECT_EQ(impl_->desired_workers(), 1);

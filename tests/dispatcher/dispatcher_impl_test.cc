@@ -18,8 +18,11 @@
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/sync_dispatcher.h"
 
 namespace sluice::dispatcher {
+
+using ::sluice::testonly::Sync;
 namespace {
 
 using ::testing::ElementsAre;
@@ -67,7 +70,7 @@ class DispatcherImplTest : public ::testing::Test {
     for (uint64_t c : counts) request.add_shard_record_counts(c);
     request.set_batch_size(batch);
     proto::RegisterDatasetResponse response;
-    EXPECT_TRUE(impl_->RegisterDataset(request, &response).ok());
+    EXPECT_TRUE(Sync(impl_).RegisterDataset(request, &response).ok());
     return response.dataset_id();
   }
 
@@ -91,7 +94,7 @@ class DispatcherImplTest : public ::testing::Test {
   proto::GetOrCreateJobResponse Job(
       const proto::GetOrCreateJobRequest& request) {
     proto::GetOrCreateJobResponse response;
-    absl::Status s = impl_->GetOrCreateJob(request, &response);
+    absl::Status s = Sync(impl_).GetOrCreateJob(request, &response);
     EXPECT_TRUE(s.ok()) << s;
     return response;
   }
@@ -102,7 +105,7 @@ class DispatcherImplTest : public ::testing::Test {
     request.set_address(address);
     request.set_capacity(capacity);
     proto::WorkerRegisterResponse response;
-    EXPECT_TRUE(impl_->WorkerRegister(request, &response).ok());
+    EXPECT_TRUE(Sync(impl_).WorkerRegister(request, &response).ok());
     return response.worker_id();
   }
 
@@ -119,7 +122,7 @@ class DispatcherImplTest : public ::testing::Test {
       s->set_finished_producing(p.finished);
     }
     proto::WorkerHeartbeatResponse response;
-    absl::Status s = impl_->WorkerHeartbeat(request, &response);
+    absl::Status s = Sync(impl_).WorkerHeartbeat(request, &response);
     if (!s.ok()) return s;
     return response;
   }
@@ -141,7 +144,7 @@ class DispatcherImplTest : public ::testing::Test {
       p->set_complete(d.complete);
     }
     proto::ClientHeartbeatResponse response;
-    absl::Status s = impl_->ClientHeartbeat(request, &response);
+    absl::Status s = Sync(impl_).ClientHeartbeat(request, &response);
     EXPECT_TRUE(s.ok()) << s;
     return response;
   }
@@ -151,7 +154,7 @@ class DispatcherImplTest : public ::testing::Test {
     request.set_protocol_version(kProtocolVersion);
     request.set_job_id(job);
     proto::GetJobStateResponse response;
-    EXPECT_TRUE(impl_->GetJobState(request, &response).ok());
+    EXPECT_TRUE(Sync(impl_).GetJobState(request, &response).ok());
     return response;
   }
 
@@ -319,7 +322,7 @@ TEST_F(DispatcherImplTest, SharesAreEqualInRecordsAndBatchesFor1To5Consumers) {
 TEST_F(DispatcherImplTest, DropWithFewerRecordsThanConsumersIsInvalid) {
   const uint64_t dataset = Dataset({2}, 1);
   proto::GetOrCreateJobResponse response;
-  absl::Status s = impl_->GetOrCreateJob(
+  absl::Status s = Sync(impl_).GetOrCreateJob(
       JobRequest("x", dataset, 3, proto::REMAINDER_MODE_DROP, 1), &response);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("fewer than the 3 consumers"));
@@ -496,7 +499,7 @@ TEST_F(DispatcherImplTest,
   drain.set_protocol_version(kProtocolVersion);
   drain.set_worker_id(w1);
   proto::DrainWorkerResponse drained;
-  ASSERT_TRUE(impl_->DrainWorker(drain, &drained).ok());
+  ASSERT_TRUE(Sync(impl_).DrainWorker(drain, &drained).ok());
   EXPECT_EQ(drained.handed_back(), 1u);
 
   auto r =
@@ -537,10 +540,10 @@ TEST_F(DispatcherImplTest, RestartedOrUnregisteredWorkerLosesItsSplits) {
   request.set_protocol_version(kProtocolVersion);
   request.set_worker_id(new_id);
   proto::WorkerUnregisterResponse response;
-  ASSERT_TRUE(impl_->WorkerUnregister(request, &response).ok());
+  ASSERT_TRUE(Sync(impl_).WorkerUnregister(request, &response).ok());
   EXPECT_EQ(State(job).consumers(0).splits(1).status(),
             proto::SPLIT_STATUS_AWAITING_PROGRESS);
-  EXPECT_EQ(impl_->WorkerUnregister(request, &response).code(),
+  EXPECT_EQ(Sync(impl_).WorkerUnregister(request, &response).code(),
             absl::StatusCode::kNotFound);
 }
 
@@ -549,14 +552,14 @@ TEST_F(DispatcherImplTest,
   proto::RegisterDatasetRequest request;
   request.set_protocol_version(99);
   proto::RegisterDatasetResponse response;
-  absl::Status s = impl_->RegisterDataset(request, &response);
+  absl::Status s = Sync(impl_).RegisterDataset(request, &response);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.message(),
               HasSubstr(absl::StrCat("client protocol version 99, dispatcher ",
                                      kProtocolVersion, ": upgrade")));
   proto::WorkerHeartbeatRequest beat;  // version 0
   proto::WorkerHeartbeatResponse beat_response;
-  EXPECT_EQ(impl_->WorkerHeartbeat(beat, &beat_response).code(),
+  EXPECT_EQ(Sync(impl_).WorkerHeartbeat(beat, &beat_response).code(),
             absl::StatusCode::kFailedPrecondition);
 }
 
@@ -571,7 +574,7 @@ TEST_F(DispatcherImplTest, LimitsAreRefusedNamingTheirFlags) {
   request.add_shard_record_counts(100);
   request.set_batch_size(10);
   proto::RegisterDatasetResponse response;
-  absl::Status s = impl_->RegisterDataset(request, &response);
+  absl::Status s = Sync(impl_).RegisterDataset(request, &response);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_EQ(s.message(),
             "RegisterDataset: pipeline spec is 9 bytes, more than "
@@ -579,14 +582,14 @@ TEST_F(DispatcherImplTest, LimitsAreRefusedNamingTheirFlags) {
 
   const uint64_t dataset = Dataset({100}, 10, "8 bytes!");
   proto::GetOrCreateJobResponse job;
-  s = impl_->GetOrCreateJob(
+  s = Sync(impl_).GetOrCreateJob(
       JobRequest("three", dataset, 3, proto::REMAINDER_MODE_PAD, 10), &job);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_EQ(s.message(),
             "num_consumers 3 is more than --max-consumers-per-job 2");
 
   Job(JobRequest("first", dataset, 2, proto::REMAINDER_MODE_PAD, 10));
-  s = impl_->GetOrCreateJob(
+  s = Sync(impl_).GetOrCreateJob(
       JobRequest("second", dataset, 1, proto::REMAINDER_MODE_PAD, 10), &job);
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
   EXPECT_THAT(s.message(), HasSubstr("(--max-jobs 1)"));
@@ -597,17 +600,17 @@ TEST_F(DispatcherImplTest, UnknownJobIsNotFound) {
   request.set_protocol_version(kProtocolVersion);
   request.set_job_id(42);
   proto::ClientHeartbeatResponse response;
-  EXPECT_EQ(impl_->ClientHeartbeat(request, &response).code(),
+  EXPECT_EQ(Sync(impl_).ClientHeartbeat(request, &response).code(),
             absl::StatusCode::kNotFound);
   proto::GetJobStateRequest state;
   state.set_protocol_version(kProtocolVersion);
   state.set_job_id(42);
   proto::GetJobStateResponse state_response;
-  EXPECT_EQ(impl_->GetJobState(state, &state_response).code(),
+  EXPECT_EQ(Sync(impl_).GetJobState(state, &state_response).code(),
             absl::StatusCode::kNotFound);
   proto::GetOrCreateJobResponse job;
-  EXPECT_EQ(impl_
-                ->GetOrCreateJob(
+  EXPECT_EQ(Sync(impl_)
+                .GetOrCreateJob(
                     JobRequest("x", 5, 1, proto::REMAINDER_MODE_PAD, 1), &job)
                 .code(),
             absl::StatusCode::kNotFound);
@@ -625,7 +628,7 @@ TEST_F(DispatcherImplTest, JobNameIsIdempotentForTheSameConfigOnly) {
   EXPECT_EQ(again.job_id(), first.job_id());
 
   proto::GetOrCreateJobResponse response;
-  absl::Status s = impl_->GetOrCreateJob(
+  absl::Status s = Sync(impl_).GetOrCreateJob(
       JobRequest("train", dataset, 3, proto::REMAINDER_MODE_PAD, 20),
       &response);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
@@ -645,7 +648,7 @@ TEST_F(DispatcherImplTest, RegisterDatasetIsIdempotentAndValidates) {
   request.set_pipeline("p");
   request.add_shard_record_counts(10);
   proto::RegisterDatasetResponse response;
-  EXPECT_EQ(impl_->RegisterDataset(request, &response).code(),
+  EXPECT_EQ(Sync(impl_).RegisterDataset(request, &response).code(),
             absl::StatusCode::kInvalidArgument);
 }
 
@@ -696,7 +699,7 @@ proto::ClientHeartbeatResponse VersionedBeat(
     p->set_complete(d.complete);
   }
   proto::ClientHeartbeatResponse response;
-  absl::Status s = impl.ClientHeartbeat(request, &response);
+  absl::Status s = Sync(impl).ClientHeartbeat(request, &response);
   EXPECT_TRUE(s.ok()) << s;
   return response;
 }
@@ -760,7 +763,7 @@ TEST_F(DispatcherImplTest, ClientHeartbeatSendsAListAgainWhenItChanged) {
   bye.set_protocol_version(kProtocolVersion);
   bye.set_worker_id(w2);
   proto::WorkerUnregisterResponse bye_response;
-  ASSERT_TRUE(impl_->WorkerUnregister(bye, &bye_response).ok());
+  ASSERT_TRUE(Sync(impl_).WorkerUnregister(bye, &bye_response).ok());
   r = VersionedBeat(*impl_, job, two_workers, r.splits_version());
   EXPECT_EQ(r.tasks_size(), 1);
   EXPECT_EQ(r.tasks_version(), first.tasks_version());

@@ -10,8 +10,11 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
+#include "tests/testing/sync_dispatcher.h"
 
 namespace sluice::dispatcher {
+
+using ::sluice::testonly::Sync;
 namespace {
 
 using ::testing::ElementsAre;
@@ -36,7 +39,7 @@ class DispatcherJobMetricsTest : public ::testing::Test {
     request.add_shard_record_counts(40);
     request.set_batch_size(10);
     proto::RegisterDatasetResponse response;
-    ASSERT_TRUE(impl_->RegisterDataset(request, &response).ok());
+    ASSERT_TRUE(Sync(impl_).RegisterDataset(request, &response).ok());
     dataset_ = response.dataset_id();
   }
 
@@ -50,7 +53,7 @@ class DispatcherJobMetricsTest : public ::testing::Test {
     request.mutable_config()->set_num_consumers(consumers);
     request.mutable_config()->set_split_size(10);
     proto::GetOrCreateJobResponse response;
-    absl::Status s = impl_->GetOrCreateJob(request, &response);
+    absl::Status s = Sync(impl_).GetOrCreateJob(request, &response);
     EXPECT_TRUE(s.ok()) << s;
     return response.job_id();
   }
@@ -64,7 +67,7 @@ class DispatcherJobMetricsTest : public ::testing::Test {
     request.set_batches_returned_total(batches);
     request.set_wait_seconds_total(wait_total);
     proto::ClientHeartbeatResponse response;
-    absl::Status s = impl_->ClientHeartbeat(request, &response);
+    absl::Status s = Sync(impl_).ClientHeartbeat(request, &response);
     EXPECT_TRUE(s.ok()) << s;
   }
 
@@ -74,7 +77,7 @@ class DispatcherJobMetricsTest : public ::testing::Test {
     request.set_address(address);
     request.set_capacity(4);
     proto::WorkerRegisterResponse response;
-    EXPECT_TRUE(impl_->WorkerRegister(request, &response).ok());
+    EXPECT_TRUE(Sync(impl_).WorkerRegister(request, &response).ok());
     return response.worker_id();
   }
 
@@ -84,7 +87,7 @@ class DispatcherJobMetricsTest : public ::testing::Test {
     request.set_protocol_version(kProtocolVersion);
     request.set_worker_id(worker);
     proto::WorkerHeartbeatResponse response;
-    absl::Status s = impl_->WorkerHeartbeat(request, &response);
+    absl::Status s = Sync(impl_).WorkerHeartbeat(request, &response);
     EXPECT_TRUE(s.ok()) << s;
     std::vector<uint64_t> out;
     for (const auto& a : response.start()) out.push_back(a.key().position());

@@ -18,8 +18,12 @@
 #include "common/record/checksum.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/journal_testing.h"
 
 namespace sluice::dispatcher {
+
+using ::sluice::testonly::AppendDurably;
+using ::sluice::testonly::SnapshotDurably;
 namespace {
 
 using ::testing::HasSubstr;
@@ -96,7 +100,7 @@ TEST(SqliteJournal, AppendedUpdatesReadBackInOrder) {
   ASSERT_TRUE(journal.ok()) << journal.status();
   EXPECT_EQ((*journal)->path(), dir + "/journal.sqlite3");
   for (uint64_t id = 1; id <= 3; ++id) {
-    ASSERT_TRUE((*journal)->Append(WorkerUpdate(id)).ok());
+    ASSERT_TRUE(AppendDurably(**journal, WorkerUpdate(id)).ok());
   }
   EXPECT_EQ((*journal)->updates_since_snapshot(), 3u);
   auto contents = (*journal)->Read();
@@ -115,14 +119,14 @@ TEST(SqliteJournal, ReopenedJournalHoldsEverythingAndContinues) {
     auto journal = SqliteJournal::Open(dir);
     ASSERT_TRUE(journal.ok()) << journal.status();
     for (uint64_t id = 1; id <= 4; ++id) {
-      ASSERT_TRUE((*journal)->Append(WorkerUpdate(id)).ok());
+      ASSERT_TRUE(AppendDurably(**journal, WorkerUpdate(id)).ok());
     }
   }
   {
     auto journal = SqliteJournal::Open(dir);
     ASSERT_TRUE(journal.ok()) << journal.status();
     EXPECT_EQ((*journal)->updates_since_snapshot(), 4u);
-    ASSERT_TRUE((*journal)->Append(WorkerUpdate(5)).ok());
+    ASSERT_TRUE(AppendDurably(**journal, WorkerUpdate(5)).ok());
   }
   auto journal = SqliteJournal::Open(dir);
   ASSERT_TRUE(journal.ok()) << journal.status();
@@ -139,12 +143,12 @@ TEST(SqliteJournal, SnapshotReplacesEarlierUpdatesAndDeletesTheirRows) {
     auto journal = SqliteJournal::Open(dir);
     ASSERT_TRUE(journal.ok()) << journal.status();
     for (uint64_t id = 1; id <= 5; ++id) {
-      ASSERT_TRUE((*journal)->Append(WorkerUpdate(id)).ok());
+      ASSERT_TRUE(AppendDurably(**journal, WorkerUpdate(id)).ok());
     }
-    ASSERT_TRUE((*journal)->WriteSnapshot("state through 5").ok());
+    ASSERT_TRUE(SnapshotDurably(**journal, "state through 5").ok());
     EXPECT_EQ((*journal)->updates_since_snapshot(), 0u);
-    ASSERT_TRUE((*journal)->Append(WorkerUpdate(6)).ok());
-    ASSERT_TRUE((*journal)->Append(WorkerUpdate(7)).ok());
+    ASSERT_TRUE(AppendDurably(**journal, WorkerUpdate(6)).ok());
+    ASSERT_TRUE(AppendDurably(**journal, WorkerUpdate(7)).ok());
     auto contents = (*journal)->Read();
     ASSERT_TRUE(contents.ok()) << contents.status();
     EXPECT_EQ(contents->snapshot, "state through 5");
@@ -156,8 +160,8 @@ TEST(SqliteJournal, SnapshotReplacesEarlierUpdatesAndDeletesTheirRows) {
   auto journal = SqliteJournal::Open(dir);
   ASSERT_TRUE(journal.ok()) << journal.status();
   EXPECT_EQ((*journal)->updates_since_snapshot(), 2u);
-  ASSERT_TRUE((*journal)->WriteSnapshot("state through 7").ok());
-  ASSERT_TRUE((*journal)->Append(WorkerUpdate(8)).ok());
+  ASSERT_TRUE(SnapshotDurably(**journal, "state through 7").ok());
+  ASSERT_TRUE(AppendDurably(**journal, WorkerUpdate(8)).ok());
   auto contents = (*journal)->Read();
   ASSERT_TRUE(contents.ok()) << contents.status();
   EXPECT_EQ(contents->snapshot, "state through 7");
@@ -177,10 +181,10 @@ TEST(SqliteJournal, FileDoesNotGrowOverSnapshotCycles) {
   uintmax_t size_after_first = 0;
   for (int cycle = 0; cycle < 50; ++cycle) {
     for (int i = 0; i < 200; ++i) {
-      ASSERT_TRUE((*journal)->Append(WorkerUpdate(++id, 500)).ok());
+      ASSERT_TRUE(AppendDurably(**journal, WorkerUpdate(++id, 500)).ok());
     }
     // Between snapshots the file holds the updates: 200 x 500 B.
-    ASSERT_TRUE((*journal)->WriteSnapshot(snapshot).ok());
+    ASSERT_TRUE(SnapshotDurably(**journal, snapshot).ok());
     EXPECT_EQ(std::filesystem::file_size(wal), 0u) << "cycle " << cycle;
     if (cycle == 0) size_after_first = std::filesystem::file_size(db);
   }
@@ -195,7 +199,7 @@ TEST(SqliteJournal, NewerFormatVersionIsRefused) {
   {
     auto journal = SqliteJournal::Open(dir);
     ASSERT_TRUE(journal.ok()) << journal.status();
-    ASSERT_TRUE((*journal)->Append(WorkerUpdate(1)).ok());
+    ASSERT_TRUE(AppendDurably(**journal, WorkerUpdate(1)).ok());
   }
   RawSql(dir, "UPDATE meta SET value = 2 WHERE key = 'format_version'");
   auto journal = SqliteJournal::Open(dir);
@@ -241,7 +245,7 @@ class SqliteJournalRows : public testing::Test {
     auto journal = SqliteJournal::Open(dir_);
     ASSERT_TRUE(journal.ok()) << journal.status();
     for (uint64_t id = 1; id <= 5; ++id) {
-      ASSERT_TRUE((*journal)->Append(WorkerUpdate(id)).ok());
+      ASSERT_TRUE(AppendDurably(**journal, WorkerUpdate(id)).ok());
     }
   }
   std::string dir_;
@@ -286,7 +290,7 @@ TEST(SqliteJournal, CorruptPageIsRefused) {
         SqliteJournal::Open(dir, {.sync = SqliteJournal::SyncMode::kNormal});
     ASSERT_TRUE(journal.ok()) << journal.status();
     for (uint64_t id = 1; id <= 2000; ++id) {
-      ASSERT_TRUE((*journal)->Append(WorkerUpdate(id, 100)).ok());
+      ASSERT_TRUE(AppendDurably(**journal, WorkerUpdate(id, 100)).ok());
     }
   }  // closing checkpoints everything into journal.sqlite3
   const std::string path = dir + "/journal.sqlite3";
@@ -310,12 +314,12 @@ TEST(SqliteJournal, SecondOpenOfTheSameWorkDirIsRefused) {
   const std::string dir = MakeTempDir();
   auto first = SqliteJournal::Open(dir);
   ASSERT_TRUE(first.ok()) << first.status();
-  ASSERT_TRUE((*first)->Append(WorkerUpdate(1)).ok());
+  ASSERT_TRUE(AppendDurably(**first, WorkerUpdate(1)).ok());
   auto second = SqliteJournal::Open(dir);
   EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(second.status().message(), HasSubstr("another process"));
   // The first one is unharmed.
-  ASSERT_TRUE((*first)->Append(WorkerUpdate(2)).ok());
+  ASSERT_TRUE(AppendDurably(**first, WorkerUpdate(2)).ok());
   auto contents = (*first)->Read();
   ASSERT_TRUE(contents.ok()) << contents.status();
   EXPECT_EQ(WorkerIds(contents->updates), Range(1, 2));
@@ -332,7 +336,7 @@ TEST(SqliteJournal, ConcurrentAppendsAreAllKeptInEachThreadsOrder) {
     for (int t = 0; t < kThreads; ++t) {
       threads.emplace_back([&journal, t] {
         for (uint64_t i = 1; i <= kPerThread; ++i) {
-          EXPECT_TRUE((*journal)->Append(WorkerUpdate(t * 1000 + i)).ok());
+          EXPECT_TRUE(AppendDurably(**journal, WorkerUpdate(t * 1000 + i)).ok());
         }
       });
     }
@@ -384,11 +388,11 @@ TEST(SqliteJournal, SnapshotCoversUpdatesEnqueuedBeforeIt) {
   {
     auto journal = SqliteJournal::Open(dir);
     ASSERT_TRUE(journal.ok()) << journal.status();
-    ASSERT_TRUE((*journal)->Append(WorkerUpdate(1)).ok());
+    ASSERT_TRUE(AppendDurably(**journal, WorkerUpdate(1)).ok());
     auto t2 = (*journal)->Enqueue(WorkerUpdate(2));
     auto t3 = (*journal)->Enqueue(WorkerUpdate(3));
     ASSERT_TRUE(t2.ok() && t3.ok());
-    ASSERT_TRUE((*journal)->WriteSnapshot("state through 3").ok());
+    ASSERT_TRUE(SnapshotDurably(**journal, "state through 3").ok());
     auto t4 = (*journal)->Enqueue(WorkerUpdate(4));
     ASSERT_TRUE(t4.ok());
     EXPECT_TRUE((*journal)->WaitDurable(*t2).ok());
@@ -408,7 +412,7 @@ TEST(SqliteJournal, AnEnqueuedSnapshotIsWrittenInQueueOrderByTheNextCommit) {
   {
     auto journal = SqliteJournal::Open(dir);
     ASSERT_TRUE(journal.ok()) << journal.status();
-    ASSERT_TRUE((*journal)->Append(WorkerUpdate(1)).ok());
+    ASSERT_TRUE(AppendDurably(**journal, WorkerUpdate(1)).ok());
     auto t2 = (*journal)->Enqueue(WorkerUpdate(2));
     auto snapshot = (*journal)->EnqueueSnapshot("state through 2");
     auto t3 = (*journal)->Enqueue(WorkerUpdate(3));
@@ -435,8 +439,8 @@ TEST(SqliteJournal, AnEnqueuedSnapshotIsWrittenInQueueOrderByTheNextCommit) {
 
 TEST(InMemoryJournal, SnapshotReplacesEarlierUpdates) {
   InMemoryJournal journal;
-  ASSERT_TRUE(journal.Append(WorkerUpdate(1)).ok());
-  ASSERT_TRUE(journal.WriteSnapshot("S").ok());
+  ASSERT_TRUE(AppendDurably(journal, WorkerUpdate(1)).ok());
+  ASSERT_TRUE(SnapshotDurably(journal, "S").ok());
   auto ticket = journal.Enqueue(WorkerUpdate(2));
   ASSERT_TRUE(ticket.ok());
   ASSERT_TRUE(journal.WaitDurable(*ticket).ok());
@@ -449,13 +453,13 @@ TEST(InMemoryJournal, SnapshotReplacesEarlierUpdates) {
 
 // The child appends workers 1, 2, ... and snapshots every 64 appends (the
 // snapshot names how many it covers); it writes each id to `ack_fd` once its
-// Append returned. Never returns.
+// AppendDurably returned. Never returns.
 [[noreturn]] void AppendUntilKilled(const std::string& dir, int ack_fd) {
   auto journal = SqliteJournal::Open(dir);
   if (!journal.ok()) _exit(2);
   for (uint64_t id = 1;; ++id) {
-    if (!(*journal)->Append(WorkerUpdate(id, 300)).ok()) _exit(3);
-    if (id % 64 == 0 && !(*journal)->WriteSnapshot(absl::StrCat(id)).ok()) {
+    if (!AppendDurably(**journal, WorkerUpdate(id, 300)).ok()) _exit(3);
+    if (id % 64 == 0 && !SnapshotDurably(**journal, absl::StrCat(id)).ok()) {
       _exit(4);
     }
     if (write(ack_fd, &id, sizeof(id)) != sizeof(id)) _exit(5);

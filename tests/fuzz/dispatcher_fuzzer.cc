@@ -25,8 +25,11 @@
 #include "dispatcher/journal.h"
 #include "proto/dispatcher.pb.h"
 #include "proto/worker.pb.h"
+#include "tests/testing/sync_dispatcher.h"
 
 namespace sluice::dispatcher {
+
+using ::sluice::testonly::Sync;
 namespace {
 
 void Check(const absl::Status& status) {
@@ -64,35 +67,35 @@ void Run(const uint8_t* data, size_t size) {
     switch (call) {
       case 0:
         Call<proto::RegisterDatasetRequest, proto::RegisterDatasetResponse>(
-            bytes, [&](auto& q, auto* r) { return d.RegisterDataset(q, r); });
+            bytes, [&](auto& q, auto* r) { return Sync(d).RegisterDataset(q, r); });
         break;
       case 1:
         Call<proto::GetOrCreateJobRequest, proto::GetOrCreateJobResponse>(
-            bytes, [&](auto& q, auto* r) { return d.GetOrCreateJob(q, r); });
+            bytes, [&](auto& q, auto* r) { return Sync(d).GetOrCreateJob(q, r); });
         break;
       case 2:
         Call<proto::ClientHeartbeatRequest, proto::ClientHeartbeatResponse>(
-            bytes, [&](auto& q, auto* r) { return d.ClientHeartbeat(q, r); });
+            bytes, [&](auto& q, auto* r) { return Sync(d).ClientHeartbeat(q, r); });
         break;
       case 3:
         Call<proto::WorkerRegisterRequest, proto::WorkerRegisterResponse>(
-            bytes, [&](auto& q, auto* r) { return d.WorkerRegister(q, r); });
+            bytes, [&](auto& q, auto* r) { return Sync(d).WorkerRegister(q, r); });
         break;
       case 4:
         Call<proto::WorkerHeartbeatRequest, proto::WorkerHeartbeatResponse>(
-            bytes, [&](auto& q, auto* r) { return d.WorkerHeartbeat(q, r); });
+            bytes, [&](auto& q, auto* r) { return Sync(d).WorkerHeartbeat(q, r); });
         break;
       case 5:
         Call<proto::WorkerUnregisterRequest, proto::WorkerUnregisterResponse>(
-            bytes, [&](auto& q, auto* r) { return d.WorkerUnregister(q, r); });
+            bytes, [&](auto& q, auto* r) { return Sync(d).WorkerUnregister(q, r); });
         break;
       case 6:
         Call<proto::DrainWorkerRequest, proto::DrainWorkerResponse>(
-            bytes, [&](auto& q, auto* r) { return d.DrainWorker(q, r); });
+            bytes, [&](auto& q, auto* r) { return Sync(d).DrainWorker(q, r); });
         break;
       case 7:
         Call<proto::GetJobStateRequest, proto::GetJobStateResponse>(
-            bytes, [&](auto& q, auto* r) { return d.GetJobState(q, r); });
+            bytes, [&](auto& q, auto* r) { return Sync(d).GetJobState(q, r); });
         break;
       default:
         clock.Advance(absl::Seconds(bytes.empty() ? 1 : uint8_t(bytes[0])));

@@ -7,13 +7,14 @@
 #include <cstdint>
 #include <string_view>
 
+#include "common/pipeline_spec/parse.h"
 #include "data_worker/pipeline/executor.h"
 #include "data_worker/pipeline/spec.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   namespace pl = sluice::data_worker::pipeline;
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  auto spec = pl::ParsePipeline(text);
+  auto spec = pl::sluice::pipeline_spec::ParsePipelineSpec(text);
   if (!spec.ok()) return 0;
   auto* synthetic = spec->mutable_source()->mutable_synthetic();
   synthetic->set_num_records(synthetic->num_records() % 64);

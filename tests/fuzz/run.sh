@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang in a separate build folder and runs each of them.
 #
-#   tests/fuzz/run.sh [SECONDS] [FUZZER...]   default 30 seconds per fuzzer, all fuzzers
+#   tests/fuzz/run.sh [RUNS] [FUZZER...]   default 5000 inputs per fuzzer, all fuzzers
+#
+# A run is deterministic: libFuzzer's seed is fixed (SLUICE_FUZZ_SEED, default 1) and each fuzzer
+# executes a fixed number of inputs (RUNS) after replaying its corpus, so CI explores exactly the
+# inputs the same command explores here, however loaded the machine is. To hunt for new bugs in a
+# development run, give a time budget and a random seed instead:
+#   SLUICE_FUZZ_SECONDS=600 SLUICE_FUZZ_SEED=0 tests/fuzz/run.sh 0 decode_fuzzer
+# and keep every crash input found in tests/fuzz/corpus/<fuzzer>/ so every later run replays it.
 #
 # Env: SLUICE_FUZZ_BUILD_DIR (default build-fuzz), JOBS (build parallelism, default 2),
 # FUZZ_ARGS (extra libFuzzer flags; e.g. FUZZ_ARGS="-fork=1 -ignore_crashes=1" keeps fuzzing past
@@ -14,11 +21,8 @@
 # $SLUICE_FUZZ_BUILD_DIR/fuzz/artifacts/<fuzzer>/crash-* and the script exits non-zero.
 # Reproduce one with: <build>/bin/<fuzzer> <crash file>.
 #
-# SLUICE_FUZZ_SEED (default 1) fixes libFuzzer's random seed, so a CI run explores the same inputs
-# as the same run here and a red CI is reproducible; SLUICE_FUZZ_SEED=0 lets libFuzzer pick one
-# (use it, with a longer time, to hunt for new bugs).
 set -euo pipefail
-seconds="${1:-30}"
+runs="${1:-5000}"
 shift || true
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 build="${SLUICE_FUZZ_BUILD_DIR:-$root/build-fuzz}"
@@ -35,6 +39,11 @@ fi
 cmake --build "$build" --target "${fuzzers[@]}" fuzz_corpus_gen -j "${JOBS:-2}"
 
 work="$build/fuzz"
+# A counted run starts from the kept seeds alone (a corpus grown by an earlier run would make it
+# explore other inputs than CI's); a time-budgeted hunt keeps growing its corpus.
+if [[ -z "${SLUICE_FUZZ_SECONDS:-}" ]]; then
+  for f in "${fuzzers[@]}"; do rm -rf "$work/corpus/$f"; done
+fi
 for f in "${fuzzers[@]}"; do mkdir -p "$work/corpus/$f"; done
 mkdir -p "$work/corpus/shard_reader_fuzzer" "$work/corpus/manifest_fuzzer"
 "$build/bin/fuzz_corpus_gen" "$work/corpus/shard_reader_fuzzer" "$work/corpus/manifest_fuzzer"
@@ -43,13 +52,19 @@ failed=()
 for f in "${fuzzers[@]}"; do
   mkdir -p "$work/artifacts/$f"
   touch "$work/$f.started"
-  echo "=== $f: ${seconds}s"
+  if [[ -n "${SLUICE_FUZZ_SECONDS:-}" ]]; then
+    budget=(-max_total_time="$SLUICE_FUZZ_SECONDS")
+    echo "=== $f: ${SLUICE_FUZZ_SECONDS}s (time budget)"
+  else
+    budget=(-runs="$runs")
+    echo "=== $f: $runs inputs"
+  fi
   count() { find "$work/artifacts/$f" -type f | wc -l; }
   before=$(count)
   seeds=()
   if [[ -d "$root/tests/fuzz/corpus/$f" ]]; then seeds=("$root/tests/fuzz/corpus/$f"); fi
   # shellcheck disable=SC2086  # FUZZ_ARGS is a list of flags
-  if ! "$build/bin/$f" -max_total_time="$seconds" -max_len=16384 -timeout=10 -rss_limit_mb=2048 \
+  if ! "$build/bin/$f" "${budget[@]}" -max_len=16384 -timeout=60 -rss_limit_mb=2048 \
       -print_final_stats=1 -seed="${SLUICE_FUZZ_SEED:-1}" -artifact_prefix="$work/artifacts/$f/" ${FUZZ_ARGS:-} \
       "$work/corpus/$f" "${seeds[@]}" 2>"$work/$f.log" || (($(count) > before)); then
     failed+=("$f")
@@ -63,4 +78,4 @@ if ((${#failed[@]})); then
   echo "FAILED: ${failed[*]} (logs in $work/)" >&2
   exit 1
 fi
-echo "OK: ${fuzzers[*]} ran ${seconds}s each without a crash"
+echo "OK: ${fuzzers[*]} ran without a crash"

@@ -3,6 +3,7 @@
 // through the client library; exact record ids checked per epoch. The
 // pipeline's cost is latency (the sleep op), so it fits on 2 cores. No timing
 // is asserted: waits are generous and only bound a test that would hang.
+#include "common/pipeline_spec/parse.h"
 #include "tools/local_cluster/autoscale.h"
 
 #include <signal.h>
@@ -27,7 +28,7 @@
 namespace sluice {
 namespace {
 
-using ::sluice::testing::TempDir;
+using ::sluice::testonly::TempDir;
 
 constexpr int kRecords = 480;  // 12 splits of 40, batches of 8
 constexpr int kSplit = 40;
@@ -56,7 +57,7 @@ void WriteDataset(const std::string& dir, int records = kRecords) {
 
 // label -> sleep per element -> batches of 8: latency, not CPU.
 proto::Pipeline SleepPipeline(const std::string& dataset, int micros) {
-  auto pipeline = data_worker::pipeline::ParsePipeline(absl::StrCat(
+  auto pipeline = sluice::pipeline_spec::ParsePipelineSpec(absl::StrCat(
       "seed: 3\nsource:\n  dataset: {path: ", dataset,
       "}\n  columns: [label]\nnodes:\n  - shuffle: {seed: 3}\n  - map:\n"
       "      input_columns: [label]\n      num_parallel_workers: 2\n"

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/base/process.h"
+#include "common/pipeline_spec/parse.h"
 #include "common/record/dataset.h"
 #include "data_worker/pipeline/spec.h"
 #include "gmock/gmock.h"
@@ -30,7 +31,7 @@
 namespace sluice {
 namespace {
 
-using ::sluice::testing::TempDir;
+using ::sluice::testonly::TempDir;
 using ::testing::HasSubstr;
 
 constexpr int kRecords = 480;  // "ds": 3 shards of 160; label = index % 10
@@ -93,7 +94,7 @@ proto::Pipeline MakePipeline(const std::string& dataset,
   absl::StrAppend(&yaml, "  - batch: {size: ", o.batch,
                   ", drop_remainder: ", o.drop_remainder ? "true" : "false",
                   "}\n");
-  auto pipeline = data_worker::pipeline::ParsePipeline(yaml);
+  auto pipeline = sluice::pipeline_spec::ParsePipelineSpec(yaml);
   EXPECT_TRUE(pipeline.ok()) << pipeline.status() << "\n" << yaml;
   return pipeline.value_or(proto::Pipeline());
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/pipeline_spec/parse.h"
 #include "common/record/dataset.h"
 #include "data_worker/pipeline/executor.h"
 #include "data_worker/pipeline/spec.h"
@@ -23,11 +24,12 @@
 #include "sluice/client.h"
 #include "tests/testing/temp_dir.h"
 #include "tools/local_cluster/local_cluster.h"
+#include "tests/testing/executor_testing.h"
 
 namespace sluice {
 namespace {
 
-using ::sluice::testing::TempDir;
+using ::sluice::testonly::TempDir;
 
 constexpr int kRecords = 96;
 constexpr int kBatch = 8;
@@ -65,7 +67,7 @@ void WriteDataset(const std::string& dir) {
 }
 
 proto::Pipeline MakePipeline(const std::string& dataset) {
-  auto pipeline = data_worker::pipeline::ParsePipeline(absl::StrCat(R"(
+  auto pipeline = sluice::pipeline_spec::ParsePipelineSpec(absl::StrCat(R"(
 seed: 5
 source:
   dataset: {path: )",
@@ -175,19 +177,15 @@ TEST(PayloadTest, ServiceBatchesCarryTheExecutorsPixelsAndTheRightLabels) {
     ASSERT_EQ(r.image_shape,
               (std::vector<int64_t>{static_cast<int64_t>(r.indices.size()), 3,
                                     16, 16}));
-    ASSERT_TRUE((*executor)->Start(r.indices, r.epoch).ok());
-    auto expected = (*executor)->GetNext();
+    auto expected = sluice::testonly::RunSplit(**executor, r.indices, r.epoch);
     ASSERT_TRUE(expected.ok()) << expected.status();
-    ASSERT_TRUE(expected->has_value());
-    EXPECT_EQ((*expected)->global_indices, r.indices);
-    ASSERT_EQ((*expected)->columns.size(), 2u);
-    const data_worker::Tensor& image = (*expected)->columns[0];
+    ASSERT_EQ(expected->size(), 1u) << "one batch expected";
+    EXPECT_EQ((*expected)[0].global_indices, r.indices);
+    ASSERT_EQ((*expected)[0].columns.size(), 2u);
+    const data_worker::Tensor& image = (*expected)[0].columns[0];
     EXPECT_EQ(r.image, std::string(reinterpret_cast<const char*>(image.data()),
                                    image.num_bytes()))
         << "pixel bytes differ from the in-process executor";
-    auto end = (*executor)->GetNext();
-    ASSERT_TRUE(end.ok()) << end.status();
-    EXPECT_FALSE(end->has_value()) << "one batch expected";
     (*executor)->Stop();
   }
 }

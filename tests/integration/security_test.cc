@@ -14,6 +14,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/base/process.h"
+#include "common/pipeline_spec/parse.h"
 #include "common/record/dataset.h"
 #include "common/service/channel_factory.h"
 #include "data_worker/pipeline/spec.h"
@@ -29,7 +30,7 @@
 namespace sluice {
 namespace {
 
-using ::sluice::testing::TempDir;
+using ::sluice::testonly::TempDir;
 using ::testing::HasSubstr;
 
 constexpr int kRecords = 64;
@@ -54,7 +55,7 @@ void WriteDataset(const std::string& dir) {
 }
 
 proto::Pipeline MakePipeline(const std::string& dataset) {
-  auto pipeline = data_worker::pipeline::ParsePipeline(
+  auto pipeline = sluice::pipeline_spec::ParsePipelineSpec(
       absl::StrCat("source:\n  dataset: {path: ", dataset,
                    "}\n  columns: [label]\nnodes:\n  - batch: {size: 8, "
                    "drop_remainder: false}\n"));

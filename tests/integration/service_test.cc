@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
+#include "common/pipeline_spec/parse.h"
 #include "common/record/dataset.h"
 #include "data_worker/pipeline/executor.h"
 #include "data_worker/pipeline/spec.h"
@@ -27,11 +28,12 @@
 #include "sluice/client.h"
 #include "tests/testing/temp_dir.h"
 #include "tools/local_cluster/local_cluster.h"
+#include "tests/testing/executor_testing.h"
 
 namespace sluice {
 namespace {
 
-using ::sluice::testing::TempDir;
+using ::sluice::testonly::TempDir;
 using ::testing::HasSubstr;
 
 constexpr int kRecords =
@@ -95,7 +97,7 @@ nodes:
   - batch: {size: )",
       kBatch, R"(, drop_remainder: false}
 )");
-  auto pipeline = data_worker::pipeline::ParsePipeline(yaml);
+  auto pipeline = sluice::pipeline_spec::ParsePipelineSpec(yaml);
   EXPECT_TRUE(pipeline.ok()) << pipeline.status() << "\n" << yaml;
   return pipeline.value_or(proto::Pipeline());
 }
@@ -245,7 +247,7 @@ TEST_F(ServiceTest, EveryRecordExactlyOncePerEpochAcrossConsumersAndWorkers) {
 // client (normalize + hwc2chw: uint8 -> float32).
 proto::Pipeline FinishPipeline(const std::string& dataset,
                                const std::string& finish) {
-  auto pipeline = data_worker::pipeline::ParsePipeline(absl::StrCat(
+  auto pipeline = sluice::pipeline_spec::ParsePipelineSpec(absl::StrCat(
       "seed: 5\nfinish: ", finish, "\nsource: {dataset: {path: ", dataset,
       R"(}, columns: [image, label]}
 nodes:
@@ -277,16 +279,14 @@ TEST_F(ServiceTest,
     for (uint64_t epoch : {0, 1}) {
       std::vector<uint64_t> order(kRecords);
       for (int i = 0; i < kRecords; ++i) order[i] = i;
-      ASSERT_TRUE((*ex)->Start(order, epoch).ok());
-      while (true) {
-        auto e = (*ex)->GetNext();
-        ASSERT_TRUE(e.ok()) << e.status();
-        if (!e->has_value()) break;
-        const data_worker::Tensor& image = (**e).columns[0];
+      auto outputs = sluice::testonly::RunSplit(**ex, order, epoch);
+      ASSERT_TRUE(outputs.ok()) << outputs.status();
+      for (const auto& e : *outputs) {
+        const data_worker::Tensor& image = e.columns[0];
         ASSERT_EQ(image.dtype(), record::DType::kFloat32);
-        const size_t each = image.num_bytes() / (**e).global_indices.size();
-        for (size_t k = 0; k < (**e).global_indices.size(); ++k) {
-          want[{epoch, (**e).global_indices[k]}] = std::string(
+        const size_t each = image.num_bytes() / e.global_indices.size();
+        for (size_t k = 0; k < e.global_indices.size(); ++k) {
+          want[{epoch, e.global_indices[k]}] = std::string(
               reinterpret_cast<const char*>(image.data()) + k * each, each);
         }
       }

@@ -18,6 +18,7 @@
 #include "common/base/duration_flag.h"
 #include "common/base/process.h"
 #include "common/base/status_macros.h"
+#include "common/pipeline_spec/parse.h"
 #include "common/record/dataset.h"
 #include "common/service/server_main.h"
 #include "data_worker/pipeline/spec.h"
@@ -48,7 +49,7 @@ struct ConsumeFlags {
 
 absl::Status RunConsume(const ConsumeFlags& flags) {
   ASSIGN_OR_RETURN(proto::Pipeline pipeline,
-                   data_worker::pipeline::LoadPipelineFile(flags.spec));
+                   sluice::pipeline_spec::LoadPipelineSpecFile(flags.spec));
   if (!flags.data.empty()) {
     if (!fs::exists(fs::path(flags.data) / record::kManifestName)) {
       return absl::InvalidArgumentError(absl::StrFormat(

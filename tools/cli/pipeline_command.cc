@@ -16,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/base/status_macros.h"
+#include "common/pipeline_spec/parse.h"
 #include "common/record/dataset.h"
 #include "data_worker/pipeline/executor.h"
 #include "data_worker/pipeline/spec.h"
@@ -118,7 +119,7 @@ void PrintStats(const PipelineStats& stats) {
 
 absl::Status RunPipeline(const PipelineFlags& flags) {
   ASSIGN_OR_RETURN(proto::Pipeline pipeline,
-                   data_worker::pipeline::LoadPipelineFile(flags.spec));
+                   sluice::pipeline_spec::LoadPipelineSpecFile(flags.spec));
   if (!flags.data.empty()) RETURN_IF_ERROR(ReplaceSource(flags.data, pipeline));
   if (flags.epochs == 0)
     return absl::InvalidArgumentError("--epochs must be > 0");

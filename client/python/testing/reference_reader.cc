@@ -13,7 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/base/status_macros.h"
-#include "data_worker/pipeline/spec.h"
+#include "common/pipeline_spec/parse.h"
 #include "sluice/client.h"
 
 namespace sluice {
@@ -21,7 +21,7 @@ namespace {
 
 absl::Status Run(char** argv) {
   ASSIGN_OR_RETURN(proto::Pipeline pipeline,
-                   data_worker::pipeline::LoadPipelineFile(argv[2]));
+                   sluice::pipeline_spec::LoadPipelineSpecFile(argv[2]));
   pipeline.mutable_source()->mutable_dataset()->set_path(argv[3]);
   ASSIGN_OR_RETURN(std::unique_ptr<DataServiceClient> client,
                    DataServiceClient::Create({.dispatcher_address = argv[1]}));

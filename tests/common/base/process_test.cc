@@ -9,7 +9,7 @@
 namespace sluice {
 namespace {
 
-using ::sluice::testing::TempDir;
+using ::sluice::testonly::TempDir;
 using ::testing::HasSubstr;
 
 TEST(Subprocess, WaitsForTheAddressAndStopsWithSigterm) {

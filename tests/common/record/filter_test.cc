@@ -7,7 +7,7 @@
 namespace sluice::record {
 namespace {
 
-using ::sluice::testing::TempDir;
+using ::sluice::testonly::TempDir;
 using ::testing::HasSubstr;
 
 class FilterTest : public ::testing::Test {

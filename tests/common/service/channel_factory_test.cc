@@ -106,7 +106,7 @@ class ChannelFactoryTest : public ::testing::Test {
     absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
         CreateServerCredentials(options);
     EXPECT_TRUE(credentials.ok()) << credentials.status();
-    return Server(credentials.ok() ? *credentials : ServerCredentials());
+    return Server(credentials.ok() ? *credentials : grpc::InsecureServerCredentials());
   }
 
   static testing::TempDir* dir_;
@@ -196,7 +196,7 @@ TEST_F(ChannelFactoryTest, PlaintextClientToTlsServerIsToldToUseTls) {
 }
 
 TEST_F(ChannelFactoryTest, TlsClientToPlaintextServerIsToldTheServerHasNoTls) {
-  Server server(ServerCredentials());
+  Server server(grpc::InsecureServerCredentials());
   ASSERT_TRUE(server.ok());
   const absl::Status s = Call(server.address(), {.tls_ca = certs_->ca});
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);

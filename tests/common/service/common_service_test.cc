@@ -1,9 +1,11 @@
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "common/service/channel_factory.h"
 #include "common/service/grpc_status.h"
 #include "common/service/protocol.h"
+#include "common/service/retry_policy.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -32,12 +34,51 @@ TEST(FromGrpcStatus, PrefixesTheMessageAndKeepsTheCode) {
   EXPECT_TRUE(FromGrpcStatus(grpc::Status::OK, "x").ok());
 }
 
-TEST(IsRetryable, OnlyTransientCodes) {
-  EXPECT_TRUE(IsRetryable(absl::StatusCode::kUnavailable));
-  EXPECT_TRUE(IsRetryable(absl::StatusCode::kDeadlineExceeded));
-  EXPECT_FALSE(IsRetryable(absl::StatusCode::kInternal));
-  EXPECT_FALSE(IsRetryable(absl::StatusCode::kDataLoss));
-  EXPECT_FALSE(IsRetryable(absl::StatusCode::kInvalidArgument));
+TEST(IsRetryable, FollowsTheTableForUnaryCallsAndStreams) {
+  using C = absl::StatusCode;
+  // code, unary, stream: the table in retry_policy.h, written out by hand.
+  const struct {
+    C code;
+    bool unary;
+    bool stream;
+  } table[] = {
+      {C::kUnavailable, true, true},      {C::kDeadlineExceeded, true, true},
+      {C::kAborted, true, true},          {C::kCancelled, true, true},
+      {C::kNotFound, false, true},        {C::kInternal, false, false},
+      {C::kDataLoss, false, false},       {C::kInvalidArgument, false, false},
+      {C::kPermissionDenied, false, false}, {C::kResourceExhausted, false, false},
+      {C::kFailedPrecondition, false, false}, {C::kUnimplemented, false, false},
+  };
+  for (const auto& row : table) {
+    EXPECT_EQ(IsRetryable(row.code), row.unary) << absl::StatusCodeToString(row.code);
+    EXPECT_EQ(IsRetryable(row.code, CallKind::kBatchStream), row.stream)
+        << absl::StatusCodeToString(row.code);
+  }
+  EXPECT_TRUE(IsUnreachable(C::kUnavailable));
+  EXPECT_TRUE(IsUnreachable(C::kDeadlineExceeded));
+  EXPECT_FALSE(IsUnreachable(C::kAborted));
+  EXPECT_EQ(UnreachableCodes(),
+            (std::vector<C>{C::kUnavailable, C::kDeadlineExceeded}));
+}
+
+TEST(PeerCallError, WordsUnreachableUnimplementedAndVerdictsForTheUser) {
+  const absl::Status away = PeerCallError(
+      grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline"),
+      "sluice dispatcher", "10.0.0.5:7070", "GetStatus");
+  EXPECT_EQ(away, absl::UnavailableError("cannot reach the sluice dispatcher at "
+                                         "10.0.0.5:7070: GetStatus: deadline"));
+  const absl::Status other =
+      PeerCallError(absl::UnimplementedError("no such method"),
+                    "sluice dispatcher", "10.0.0.5:7070", "WorkerRegister");
+  EXPECT_EQ(other, absl::FailedPreconditionError(
+                       "the gRPC server at 10.0.0.5:7070 is not a sluice "
+                       "dispatcher (WorkerRegister is unimplemented)"));
+  const absl::Status verdict = PeerCallError(
+      grpc::Status(grpc::StatusCode::NOT_FOUND, "job 7 not found"),
+      "sluice dispatcher", "d:1", "ClientHeartbeat");
+  EXPECT_EQ(verdict, absl::NotFoundError(
+                         "sluice dispatcher at d:1: ClientHeartbeat: job 7 not found"));
+  EXPECT_TRUE(PeerCallError(grpc::Status::OK, "x", "y", "z").ok());
 }
 
 TEST(CheckProtocolVersion, NamesBothVersionsAndWhoIsBehind) {

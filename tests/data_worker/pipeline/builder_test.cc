@@ -1,5 +1,6 @@
 #include <set>
 
+#include "common/pipeline_spec/parse.h"
 #include "data_worker/ops/registry.h"
 #include "data_worker/pipeline/spec.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -10,7 +11,7 @@ namespace sluice {
 namespace {
 
 TEST(PipelineBuilder, BuildsTheSameProtoAsTheShippedYaml) {
-  auto yaml = data_worker::pipeline::LoadPipelineFile(
+  auto yaml = sluice::pipeline_spec::LoadPipelineSpecFile(
       std::string(SLUICE_SOURCE_DIR) + "/bench/pipelines/imagenet_train.yaml");
   ASSERT_TRUE(yaml.ok()) << yaml.status();
   const proto::Pipeline built =

@@ -1,5 +1,6 @@
 // The executor end to end on small datasets: epochs, order, errors, budgets, autotune and the
 // long-lived streams of runs. One file (~610 lines) sharing one fixture of test datasets.
+#include "common/pipeline_spec/parse.h"
 #include "data_worker/pipeline/executor.h"
 
 #include <filesystem>
@@ -18,6 +19,7 @@
 #include "prometheus/registry.h"
 #include "tests/data_worker/pipeline/test_data.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/executor_testing.h"
 
 namespace sluice::data_worker::pipeline {
 namespace {
@@ -82,7 +84,7 @@ class ExecutorTest : public ::testing::Test {
   }
   proto::Pipeline Spec(const std::string& yaml) const {
     auto p =
-        ParsePipeline(absl::StrReplaceAll(yaml, {{"DIR", dir_.Join("ds")}}));
+        sluice::pipeline_spec::ParsePipelineSpec(absl::StrReplaceAll(yaml, {{"DIR", dir_.Join("ds")}}));
     EXPECT_TRUE(p.ok()) << p.status();
     return *p;
   }
@@ -95,7 +97,7 @@ class ExecutorTest : public ::testing::Test {
     EXPECT_TRUE(out.ok()) << out.status();
     return out.ok() ? *out : Output{};
   }
-  sluice::testing::TempDir dir_;
+  sluice::testonly::TempDir dir_;
 };
 
 ExecutorOptions Fixed(int threads, bool pipeline_parallel,
@@ -223,17 +225,16 @@ nodes:
   ASSERT_TRUE(ex.ok());
   const std::vector<uint64_t> split = {30, 2, 2, 17, 5, 36, 0};
   std::vector<uint64_t> seen;
-  ASSERT_TRUE((*ex)
-                  ->Run(split, 0,
-                        [&](Element e) {
-                          seen.push_back(e.global_indices[0]);
-                          EXPECT_EQ(e.columns[1].data_as<int64_t>()[0],
-                                    int64_t(e.global_indices[0] % 4));
-                          return true;
-                        })
-                  .ok());
+  auto outputs = sluice::testonly::RunSplit(**ex, split, 0);
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  for (const Element& e : *outputs) {
+    seen.push_back(e.global_indices[0]);
+    EXPECT_EQ(e.columns[1].data_as<int64_t>()[0],
+              int64_t(e.global_indices[0] % 4));
+  }
   EXPECT_EQ(seen, split);
-  EXPECT_EQ((*ex)->Start({37}, 0).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(sluice::testonly::RunSplit(**ex, {37}, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(ExecutorTest, BatchesCarryTheirIdsAndTheLastOneMayBeShort) {
@@ -266,7 +267,7 @@ nodes:
 }
 
 TEST_F(ExecutorTest, CorruptRecordFailsNamingTheRecordOrIsSkippedAndCounted) {
-  sluice::testing::TempDir dir;
+  sluice::testonly::TempDir dir;
   testing::MakeDataset(dir.Join("bad"), 20, 4, {7});
   const std::string spec = absl::StrReplaceAll(R"(
 on_error: POLICY
@@ -277,7 +278,7 @@ nodes:
 )",
                                                {{"BAD", dir.Join("bad")}});
   for (bool pipeline_parallel : {false, true}) {
-    auto fail = ParsePipeline(absl::StrReplaceAll(spec, {{"POLICY", "fail"}}));
+    auto fail = sluice::pipeline_spec::ParsePipelineSpec(absl::StrReplaceAll(spec, {{"POLICY", "fail"}}));
     ASSERT_TRUE(fail.ok());
     auto ex = Executor::Create(*fail, Fixed(3, pipeline_parallel));
     ASSERT_TRUE(ex.ok());
@@ -299,7 +300,7 @@ nodes:
     EXPECT_THAT(error.message(), HasSubstr("Decode"));
 
     prometheus::Registry registry;
-    auto skip = ParsePipeline(absl::StrReplaceAll(spec, {{"POLICY", "skip"}}));
+    auto skip = sluice::pipeline_spec::ParsePipelineSpec(absl::StrReplaceAll(spec, {{"POLICY", "skip"}}));
     ExecutorOptions options = Fixed(3, pipeline_parallel);
     options.registry = &registry;
     auto ex2 = Executor::Create(*skip, options);
@@ -361,15 +362,15 @@ TEST_F(ExecutorTest,
     for (const Split& s : splits) {
       auto ex = Executor::Create(Spec(spec), Fixed(3, true));
       ASSERT_TRUE(ex.ok());
-      ASSERT_TRUE((*ex)->Start(s.indices, s.epoch).ok());
+      // Each split alone, on a fresh executor (its own threads, autotuned
+      // from scratch): what the stream below must reproduce.
+      auto outputs = sluice::testonly::RunSplit(**ex, s.indices, s.epoch);
+      ASSERT_TRUE(outputs.ok()) << outputs.status();
       Output out;
-      while (true) {
-        auto e = (*ex)->GetNext();
-        ASSERT_TRUE(e.ok()) << e.status();
-        if (!e->has_value()) break;
+      for (const Element& e : *outputs) {
         ++out.outputs;
-        for (uint64_t g : (*e)->global_indices) out.ids.push_back(g);
-        for (const Tensor& t : (*e)->columns) {
+        for (uint64_t g : e.global_indices) out.ids.push_back(g);
+        for (const Tensor& t : e.columns) {
           out.bytes.append(ShapeToString(t.shape()));
           out.bytes.append(reinterpret_cast<const char*>(t.data()),
                            t.num_bytes());
@@ -407,9 +408,9 @@ TEST_F(ExecutorTest,
 // A run's error ends that run (after its batches before the error); the next
 // run comes out whole.
 TEST_F(ExecutorTest, AFailingRunEndsAloneAndTheNextRunGoesOn) {
-  sluice::testing::TempDir dir;
+  sluice::testonly::TempDir dir;
   testing::MakeDataset(dir.Join("bad"), 20, 4, {7});
-  auto spec = ParsePipeline(absl::StrReplaceAll(R"(
+  auto spec = sluice::pipeline_spec::ParsePipelineSpec(absl::StrReplaceAll(R"(
 on_error: fail
 source: {dataset: {path: BAD}, columns: [image, label]}
 nodes:
@@ -442,7 +443,7 @@ nodes:
 }
 
 TEST_F(ExecutorTest, StoppedConsumerKeepsMemoryBounded) {
-  sluice::testing::TempDir dir;
+  sluice::testonly::TempDir dir;
   testing::MakeDataset(dir.Join("big"), 300, 4, {}, /*fixed=*/64);
   const std::string spec = absl::StrReplaceAll(R"(
 source: {dataset: {path: BIG}, columns: [image, label]}
@@ -452,7 +453,7 @@ nodes:
   - prefetch: {buffer_size: 2}
 )",
                                                {{"BIG", dir.Join("big")}});
-  auto p = ParsePipeline(spec);
+  auto p = sluice::pipeline_spec::ParsePipelineSpec(spec);
   ASSERT_TRUE(p.ok());
   ExecutorOptions options = Fixed(6, false, OptimizerOptions::None());
   auto ex = Executor::Create(*p, options);
@@ -473,7 +474,7 @@ nodes:
 }
 
 TEST_F(ExecutorTest, AutotuneStaysWithinThreadAndMemoryBudgets) {
-  sluice::testing::TempDir dir;
+  sluice::testonly::TempDir dir;
   testing::MakeDataset(dir.Join("tune"), 120, 4, {}, /*fixed=*/48);
   const std::string spec = absl::StrReplaceAll(R"(
 source: {dataset: {path: TUNE}, columns: [image, label]}
@@ -482,7 +483,7 @@ nodes:
   - map: {input_columns: [image], ops: [{normalize: {mean: [0.5], std: [0.5]}}, {hwc2chw: {}}]}
 )",
                                                {{"TUNE", dir.Join("tune")}});
-  auto p = ParsePipeline(spec);
+  auto p = sluice::pipeline_spec::ParsePipelineSpec(spec);
   ASSERT_TRUE(p.ok());
   ExecutorOptions options;
   options.optimizer = OptimizerOptions::None();
@@ -519,7 +520,7 @@ nodes:
 }
 
 TEST_F(ExecutorTest, ImageFolderAndSyntheticSources) {
-  auto p = ParsePipeline(R"(
+  auto p = sluice::pipeline_spec::ParsePipelineSpec(R"(
 source: {synthetic: {num_records: 10, height: 40, width: 50}, columns: [image, label]}
 nodes:
   - map: {input_columns: [image], ops: [{decode: {}}]}
@@ -566,37 +567,36 @@ TEST_F(ExecutorTest, ExportsPerStageAndPerOpMetrics) {
 }
 
 TEST_F(ExecutorTest, ImageFolderIsNumberedLikeItsConvertedDataset) {
-  sluice::testing::TempDir dir;
+  sluice::testonly::TempDir dir;
   for (int i = 0; i < 9; ++i) {
     const std::string cls = dir.Join(absl::StrCat("imgs/class_", i % 3));
     std::filesystem::create_directories(cls + "/sub");
-    sluice::testing::WriteFile(
+    sluice::testonly::WriteFile(
         absl::StrCat(cls, i == 4 ? "/sub" : "", "/img_", i, ".jpg"),
         testing::Jpeg(i, 20 + i, 30));
   }
-  sluice::testing::WriteFile(dir.Join("imgs/class_0/notes.txt"),
+  sluice::testonly::WriteFile(dir.Join("imgs/class_0/notes.txt"),
                              "not an image");
   record::ConvertOptions convert;
   convert.input = dir.Join("imgs");
   convert.output = dir.Join("ds");
   ASSERT_TRUE(record::Convert(convert).ok());
   auto read_all = [&](const std::string& source) {
-    auto p = ParsePipeline(source);
+    auto p = sluice::pipeline_spec::ParsePipelineSpec(source);
     EXPECT_TRUE(p.ok()) << p.status();
     std::vector<std::string> rows;
     auto ex = Executor::Create(*p, Fixed(2, false));
     EXPECT_TRUE(ex.ok()) << ex.status();
-    EXPECT_TRUE((*ex)
-                    ->Run({0, 1, 2, 3, 4, 5, 6, 7, 8}, 0,
-                          [&](Element e) {
-                            rows.push_back(absl::StrCat(
-                                e.global_indices[0], " ",
-                                *e.columns[1].data_as<int64_t>(), " ",
-                                std::string(e.columns[2].bytes()), " ",
-                                e.columns[0].num_bytes()));
-                            return true;
-                          })
-                    .ok());
+    auto outputs =
+        sluice::testonly::RunSplit(**ex, {0, 1, 2, 3, 4, 5, 6, 7, 8}, 0);
+    EXPECT_TRUE(outputs.ok()) << outputs.status();
+    if (!outputs.ok()) return rows;
+    for (const Element& e : *outputs) {
+      rows.push_back(absl::StrCat(e.global_indices[0], " ",
+                                  *e.columns[1].data_as<int64_t>(), " ",
+                                  std::string(e.columns[2].bytes()), " ",
+                                  e.columns[0].num_bytes()));
+    }
     return rows;
   };
   const auto folder = read_all(

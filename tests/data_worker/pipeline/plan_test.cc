@@ -1,3 +1,4 @@
+#include "common/pipeline_spec/parse.h"
 #include "data_worker/pipeline/plan.h"
 
 #include <string>
@@ -33,13 +34,13 @@ class PlanTest : public ::testing::Test {
   void SetUp() override { testing::MakeDataset(dir_.Join("ds"), 8); }
   LogicalPipeline Logical(const std::string& yaml) {
     auto p =
-        ParsePipeline(absl::StrReplaceAll(yaml, {{"DIR", dir_.Join("ds")}}));
+        sluice::pipeline_spec::ParsePipelineSpec(absl::StrReplaceAll(yaml, {{"DIR", dir_.Join("ds")}}));
     EXPECT_TRUE(p.ok()) << p.status();
     auto lp = Validate(*p);
     EXPECT_TRUE(lp.ok()) << lp.status();
     return *lp;
   }
-  sluice::testing::TempDir dir_;
+  sluice::testonly::TempDir dir_;
 };
 
 TEST_F(PlanTest, EveryRewriteOn) {

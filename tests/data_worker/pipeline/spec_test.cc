@@ -1,3 +1,4 @@
+#include "common/pipeline_spec/parse.h"
 #include "data_worker/pipeline/spec.h"
 
 #include <string>
@@ -42,15 +43,15 @@ class SpecTest : public ::testing::Test {
     return absl::StrReplaceAll(text, {{"DIR", dir_.Join("ds")}});
   }
   absl::Status ValidateYaml(const std::string& text) const {
-    auto p = ParsePipeline(Yaml(text));
+    auto p = sluice::pipeline_spec::ParsePipelineSpec(Yaml(text));
     if (!p.ok()) return p.status();
     return Validate(*p).status();
   }
-  sluice::testing::TempDir dir_;
+  sluice::testonly::TempDir dir_;
 };
 
 TEST_F(SpecTest, YamlParsesIntoTheProto) {
-  auto p = ParsePipeline(Yaml(kTrain));
+  auto p = sluice::pipeline_spec::ParsePipelineSpec(Yaml(kTrain));
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->seed(), 3u);
   EXPECT_EQ(p->on_error(), "skip");
@@ -75,7 +76,7 @@ TEST_F(SpecTest, JsonIsAcceptedToo) {
     "nodes": [{"map": {"input_columns": ["image"], "ops": [{"decode": {}}, {"resize": {"height": 16, "width": 16}}],
                        "num_parallel_workers": "AUTOTUNE"}},
               {"batch": {"size": 4}}]})");
-  auto p = ParsePipeline(json);
+  auto p = sluice::pipeline_spec::ParsePipelineSpec(json);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->nodes(0).map().ops(1).resize().height(), 16);
   EXPECT_TRUE(Validate(*p).ok());
@@ -198,7 +199,7 @@ nodes:
       s.message(),
       HasSubstr(
           "map[0].ops[2] (CenterCrop): crop 48x48 is larger than the image"));
-  auto p = ParsePipeline(R"(
+  auto p = sluice::pipeline_spec::ParsePipelineSpec(R"(
 source: {synthetic: {num_records: 4, height: 64, width: 80}}
 nodes:
   - map: {input_columns: [image], ops: [{decode: {}}, {center_crop: {height: 70, width: 10}}]}
@@ -209,14 +210,14 @@ nodes:
 }
 
 TEST_F(SpecTest, MissingSourcePathIsNotFound) {
-  auto p = ParsePipeline("source: {dataset: {path: /nonexistent/sluice-ds}}\n");
+  auto p = sluice::pipeline_spec::ParsePipelineSpec("source: {dataset: {path: /nonexistent/sluice-ds}}\n");
   ASSERT_TRUE(p.ok());
   const absl::Status s = Validate(*p).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(
       s.message(),
       HasSubstr("source: path '/nonexistent/sluice-ds' does not exist"));
-  auto f = ParsePipeline("source: {image_folder: {path: /nonexistent/imgs}}\n");
+  auto f = sluice::pipeline_spec::ParsePipelineSpec("source: {image_folder: {path: /nonexistent/imgs}}\n");
   EXPECT_EQ(Validate(*f).status().code(), absl::StatusCode::kNotFound);
 }
 
@@ -263,7 +264,7 @@ nodes: [{teleport: {}}]
 }
 
 TEST_F(SpecTest, OutputsAreCheckedAgainstTheInferredTypes) {
-  auto p = ParsePipeline(R"(
+  auto p = sluice::pipeline_spec::ParsePipelineSpec(R"(
 source: {synthetic: {num_records: 4, height: 64, width: 80}, columns: [image, label]}
 nodes:
   - map: {input_columns: [image], ops: [decode, {resize: {size: 32}}, hwc2chw]}
@@ -294,7 +295,7 @@ nodes:
 
 TEST(SpecFileTest, ShippedBenchSpecsParse) {
   for (const char* name : {"imagenet_train.yaml", "imagenet_eval.yaml"}) {
-    auto p = LoadPipelineFile(
+    auto p = sluice::pipeline_spec::LoadPipelineSpecFile(
         absl::StrCat(SLUICE_SOURCE_DIR, "/bench/pipelines/", name));
     ASSERT_TRUE(p.ok()) << name << ": " << p.status();
     // Point them at a synthetic source: everything else must validate.

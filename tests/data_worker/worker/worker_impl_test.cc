@@ -2,6 +2,7 @@
 // drops, refused jobs, limits, finishing, the heartbeat's counters, long-lived executors and the
 // memory budget. One file (~800 lines) because every case drives the same fixture (worker,
 // fake dispatcher, reader); splitting it would copy the fixture.
+#include "common/pipeline_spec/parse.h"
 #include "data_worker/worker/worker_impl.h"
 
 #include <functional>
@@ -180,7 +181,7 @@ class WorkerImplTest : public ::testing::Test {
     return {b.global_indices().begin(), b.global_indices().end()};
   }
 
-  sluice::testing::TempDir dir_;
+  sluice::testonly::TempDir dir_;
   FakeClock clock_;
   FakeDispatcher::Shared fake_;
 };
@@ -441,7 +442,7 @@ TEST_F(WorkerImplTest, DropStopsProductionAndDiscardsQueuedBatches) {
 }
 
 TEST_F(WorkerImplTest, JobOutsideTheDataRootsIsRefusedNamingTheRoots) {
-  sluice::testing::TempDir other;
+  sluice::testonly::TempDir other;
   auto w = MakeWorker(8, {other.Join("a"), other.Join("b")});
   proto::WorkerHeartbeatResponse r;
   *r.add_jobs() = MakeJob(1, Yaml(kLabels), 4);
@@ -474,7 +475,7 @@ nodes:
   - batch: {size: 4}
 )",
                                                {{"DIR", dir_.Join("ds")}});
-  auto spec = pipeline::ParsePipeline(yaml);
+  auto spec = sluice::pipeline_spec::ParsePipelineSpec(yaml);
   ASSERT_TRUE(spec.ok()) << spec.status();
   auto expected = pipeline::Validate(*spec);
   ASSERT_FALSE(expected.ok());

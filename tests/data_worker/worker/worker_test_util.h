@@ -11,6 +11,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/pipeline_spec/parse.h"
 #include "data_worker/pipeline/spec.h"
 #include "data_worker/worker/worker_impl.h"
 #include "gtest/gtest.h"
@@ -69,7 +70,7 @@ class FakeDispatcher : public DispatcherClient {
 inline proto::JobInfo MakeJob(uint64_t job_id, const std::string& yaml,
                               uint64_t batch_size, uint64_t seed = 7,
                               uint32_t consumers = 1) {
-  auto spec = pipeline::ParsePipeline(yaml);
+  auto spec = sluice::pipeline_spec::ParsePipelineSpec(yaml);
   EXPECT_TRUE(spec.ok()) << spec.status();
   proto::JobInfo info;
   info.set_job_id(job_id);
