@@ -28,7 +28,7 @@
 namespace sluice {
 namespace {
 
-using ::sluice::testonly::TempDir;
+using ::sluice::testing::TempDir;
 
 constexpr int kRecords = 480;  // 12 splits of 40, batches of 8
 constexpr int kSplit = 40;

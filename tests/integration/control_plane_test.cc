@@ -31,7 +31,7 @@
 namespace sluice {
 namespace {
 
-using ::sluice::testonly::TempDir;
+using ::sluice::testing::TempDir;
 using ::testing::HasSubstr;
 
 constexpr int kRecords = 480;  // "ds": 3 shards of 160; label = index % 10

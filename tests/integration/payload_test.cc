@@ -29,7 +29,7 @@
 namespace sluice {
 namespace {
 
-using ::sluice::testonly::TempDir;
+using ::sluice::testing::TempDir;
 
 constexpr int kRecords = 96;
 constexpr int kBatch = 8;

@@ -30,7 +30,7 @@
 namespace sluice {
 namespace {
 
-using ::sluice::testonly::TempDir;
+using ::sluice::testing::TempDir;
 using ::testing::HasSubstr;
 
 constexpr int kRecords = 64;

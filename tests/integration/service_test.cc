@@ -33,7 +33,7 @@
 namespace sluice {
 namespace {
 
-using ::sluice::testonly::TempDir;
+using ::sluice::testing::TempDir;
 using ::testing::HasSubstr;
 
 constexpr int kRecords =

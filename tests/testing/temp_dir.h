@@ -8,7 +8,7 @@
 #include <sstream>
 #include <string>
 
-namespace sluice::testonly {
+namespace sluice::testing {
 
 class TempDir {
  public:
@@ -46,6 +46,6 @@ inline void WriteFile(const std::string& path, const std::string& content) {
   out << content;
 }
 
-}  // namespace sluice::testonly
+}  // namespace sluice::testing
 
 #endif  // SLUICE_TESTS_TESTING_TEMP_DIR_H_

@@ -26,8 +26,8 @@ namespace sluice::tools {
 namespace {
 
 namespace fs = std::filesystem;
-using ::sluice::testonly::ReadFile;
-using ::sluice::testonly::TempDir;
+using ::sluice::testing::ReadFile;
+using ::sluice::testing::TempDir;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 

@@ -9,7 +9,7 @@
 namespace sluice {
 namespace {
 
-using ::sluice::testonly::TempDir;
+using ::sluice::testing::TempDir;
 using ::testing::HasSubstr;
 
 TEST(Subprocess, WaitsForTheAddressAndStopsWithSigterm) {

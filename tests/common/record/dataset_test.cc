@@ -9,9 +9,9 @@
 namespace sluice::record {
 namespace {
 
-using ::sluice::testonly::ReadFile;
-using ::sluice::testonly::TempDir;
-using ::sluice::testonly::WriteFile;
+using ::sluice::testing::ReadFile;
+using ::sluice::testing::TempDir;
+using ::sluice::testing::WriteFile;
 using ::testing::HasSubstr;
 
 std::string Payload(int i) {

@@ -7,7 +7,7 @@
 namespace sluice::record {
 namespace {
 
-using ::sluice::testonly::TempDir;
+using ::sluice::testing::TempDir;
 using ::testing::HasSubstr;
 
 class FilterTest : public ::testing::Test {

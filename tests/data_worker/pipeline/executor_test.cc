@@ -97,7 +97,7 @@ class ExecutorTest : public ::testing::Test {
     EXPECT_TRUE(out.ok()) << out.status();
     return out.ok() ? *out : Output{};
   }
-  sluice::testonly::TempDir dir_;
+  sluice::testing::TempDir dir_;
 };
 
 ExecutorOptions Fixed(int threads, bool pipeline_parallel,
@@ -267,7 +267,7 @@ nodes:
 }
 
 TEST_F(ExecutorTest, CorruptRecordFailsNamingTheRecordOrIsSkippedAndCounted) {
-  sluice::testonly::TempDir dir;
+  sluice::testing::TempDir dir;
   testing::MakeDataset(dir.Join("bad"), 20, 4, {7});
   const std::string spec = absl::StrReplaceAll(R"(
 on_error: POLICY
@@ -408,7 +408,7 @@ TEST_F(ExecutorTest,
 // A run's error ends that run (after its batches before the error); the next
 // run comes out whole.
 TEST_F(ExecutorTest, AFailingRunEndsAloneAndTheNextRunGoesOn) {
-  sluice::testonly::TempDir dir;
+  sluice::testing::TempDir dir;
   testing::MakeDataset(dir.Join("bad"), 20, 4, {7});
   auto spec = sluice::pipeline_spec::ParsePipelineSpec(absl::StrReplaceAll(R"(
 on_error: fail
@@ -443,7 +443,7 @@ nodes:
 }
 
 TEST_F(ExecutorTest, StoppedConsumerKeepsMemoryBounded) {
-  sluice::testonly::TempDir dir;
+  sluice::testing::TempDir dir;
   testing::MakeDataset(dir.Join("big"), 300, 4, {}, /*fixed=*/64);
   const std::string spec = absl::StrReplaceAll(R"(
 source: {dataset: {path: BIG}, columns: [image, label]}
@@ -474,7 +474,7 @@ nodes:
 }
 
 TEST_F(ExecutorTest, AutotuneStaysWithinThreadAndMemoryBudgets) {
-  sluice::testonly::TempDir dir;
+  sluice::testing::TempDir dir;
   testing::MakeDataset(dir.Join("tune"), 120, 4, {}, /*fixed=*/48);
   const std::string spec = absl::StrReplaceAll(R"(
 source: {dataset: {path: TUNE}, columns: [image, label]}
@@ -567,15 +567,15 @@ TEST_F(ExecutorTest, ExportsPerStageAndPerOpMetrics) {
 }
 
 TEST_F(ExecutorTest, ImageFolderIsNumberedLikeItsConvertedDataset) {
-  sluice::testonly::TempDir dir;
+  sluice::testing::TempDir dir;
   for (int i = 0; i < 9; ++i) {
     const std::string cls = dir.Join(absl::StrCat("imgs/class_", i % 3));
     std::filesystem::create_directories(cls + "/sub");
-    sluice::testonly::WriteFile(
+    sluice::testing::WriteFile(
         absl::StrCat(cls, i == 4 ? "/sub" : "", "/img_", i, ".jpg"),
         testing::Jpeg(i, 20 + i, 30));
   }
-  sluice::testonly::WriteFile(dir.Join("imgs/class_0/notes.txt"),
+  sluice::testing::WriteFile(dir.Join("imgs/class_0/notes.txt"),
                              "not an image");
   record::ConvertOptions convert;
   convert.input = dir.Join("imgs");

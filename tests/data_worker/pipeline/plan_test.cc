@@ -40,7 +40,7 @@ class PlanTest : public ::testing::Test {
     EXPECT_TRUE(lp.ok()) << lp.status();
     return *lp;
   }
-  sluice::testonly::TempDir dir_;
+  sluice::testing::TempDir dir_;
 };
 
 TEST_F(PlanTest, EveryRewriteOn) {

@@ -58,7 +58,7 @@ TEST(SyntheticSource, ReadsFixedSizeJpegsAndCyclicLabels) {
 }
 
 TEST(ImageFolderSource, NumbersClassesAndFilesInSortedOrder) {
-  sluice::testonly::TempDir dir;
+  sluice::testing::TempDir dir;
   const std::string jpg = testing::Jpeg(0, 8, 8);
   WriteFile(dir.Join("cat/b.jpg"), jpg);
   WriteFile(dir.Join("cat/a.jpg"), jpg);
@@ -87,7 +87,7 @@ TEST(ImageFolderSource, NumbersClassesAndFilesInSortedOrder) {
 }
 
 TEST(DatasetSource, ReadsRecordsAndExposesTheDataset) {
-  sluice::testonly::TempDir dir;
+  sluice::testing::TempDir dir;
   testing::MakeDataset(dir.Join("ds"), 6, /*classes=*/4);
   proto::SourceNode node;
   node.mutable_dataset()->set_path(dir.Join("ds"));
@@ -120,7 +120,7 @@ TEST(OpenSource, BadSourcesAreRejectedWithTheirField) {
   zero.mutable_synthetic()->set_num_records(0);
   EXPECT_EQ(OpenSource(zero).status().message(),
             "source.synthetic: num_records must be > 0");
-  sluice::testonly::TempDir dir;
+  sluice::testing::TempDir dir;
   fs::create_directories(dir.Join("only/dirs"));
   proto::SourceNode no_images;
   no_images.mutable_image_folder()->set_path(dir.path());

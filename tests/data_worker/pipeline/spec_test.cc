@@ -47,7 +47,7 @@ class SpecTest : public ::testing::Test {
     if (!p.ok()) return p.status();
     return Validate(*p).status();
   }
-  sluice::testonly::TempDir dir_;
+  sluice::testing::TempDir dir_;
 };
 
 TEST_F(SpecTest, YamlParsesIntoTheProto) {

@@ -122,7 +122,7 @@ class GrpcWorkerServiceTest : public ::testing::Test {
         service::OpenBatchStream(channel_.get(), context, request));
   }
 
-  sluice::testonly::TempDir dir_;
+  sluice::testing::TempDir dir_;
   FakeClock clock_;
   FakeDispatcher::Shared fake_;
   std::unique_ptr<WorkerImpl> worker_;

@@ -181,7 +181,7 @@ class WorkerImplTest : public ::testing::Test {
     return {b.global_indices().begin(), b.global_indices().end()};
   }
 
-  sluice::testonly::TempDir dir_;
+  sluice::testing::TempDir dir_;
   FakeClock clock_;
   FakeDispatcher::Shared fake_;
 };
@@ -442,7 +442,7 @@ TEST_F(WorkerImplTest, DropStopsProductionAndDiscardsQueuedBatches) {
 }
 
 TEST_F(WorkerImplTest, JobOutsideTheDataRootsIsRefusedNamingTheRoots) {
-  sluice::testonly::TempDir other;
+  sluice::testing::TempDir other;
   auto w = MakeWorker(8, {other.Join("a"), other.Join("b")});
   proto::WorkerHeartbeatResponse r;
   *r.add_jobs() = MakeJob(1, Yaml(kLabels), 4);
