@@ -661,8 +661,9 @@ void BatchIteratorImpl::ReaderLoop(Reader* reader) {
       while (!cancelled_ && error_.ok() && heartbeats_ == seen) cv_.Wait(&mu_);
       continue;
     }
-    if (!service::IsRetryable(static_cast<absl::StatusCode>(status.error_code()),
-                              service::CallKind::kBatchStream)) {
+    if (!service::IsRetryable(
+            static_cast<absl::StatusCode>(status.error_code()),
+            service::CallKind::kBatchStream)) {
       Fail(service::FromGrpcStatus(status,
                                    absl::StrCat("sluice worker at ", address)));
       reader->exited = true;

@@ -33,8 +33,8 @@ absl::Status PeerCallError(const absl::Status& status, absl::string_view peer,
   if (status.ok()) return absl::OkStatus();
   if (IsUnreachable(status.code())) {
     return absl::UnavailableError(absl::StrCat("cannot reach the ", peer,
-                                               " at ", address, ": ", rpc,
-                                               ": ", status.message()));
+                                               " at ", address, ": ", rpc, ": ",
+                                               status.message()));
   }
   if (absl::IsUnimplemented(status)) {
     return absl::FailedPreconditionError(

@@ -209,7 +209,6 @@ void MakeStages(const LogicalPipeline& lp, std::vector<PendingStep> steps,
       plan.stages.erase(plan.stages.begin());
     }
   }
-
 }
 
 // Vectorization: trailing batched-kernel ops of the map step right before

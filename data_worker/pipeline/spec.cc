@@ -90,8 +90,7 @@ class Validator {
     ASSIGN_OR_RETURN(std::unique_ptr<Source> source,
                      OpenSource(spec_.source()));
     lp_.source = std::move(source);
-    lp_.source_parallelism =
-        Parallelism(spec_.source().num_parallel_workers());
+    lp_.source_parallelism = Parallelism(spec_.source().num_parallel_workers());
     const record::Schema& schema = lp_.source->schema();
     if (spec_.source().columns().empty()) {
       for (size_t c = 0; c < schema.columns.size(); ++c) {
@@ -244,10 +243,10 @@ class Validator {
     const ColumnType& t = types_[s];
     if ((t.dtype != DType::kInt64 && t.dtype != DType::kInt32) ||
         !t.shape.empty()) {
-      return SpecError(
-          pred_at, absl::StrCat("column '", column, "' is ", t.ToString(),
-                                ", filters need an int32/int64 scalar "
-                                "column"));
+      return SpecError(pred_at,
+                       absl::StrCat("column '", column, "' is ", t.ToString(),
+                                    ", filters need an int32/int64 scalar "
+                                    "column"));
     }
     record::Schema fs;
     fs.columns.push_back(

@@ -6,8 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/metrics/metrics.h"
 #include "common/record/sharding.h"
-#include "common/service/wire_batch.h"
 #include "common/service/limits.h"
+#include "common/service/wire_batch.h"
 
 namespace sluice::data_worker {
 namespace {

@@ -17,8 +17,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
-#include "tests/testing/temp_dir.h"
 #include "tests/testing/sync_dispatcher.h"
+#include "tests/testing/temp_dir.h"
 
 namespace sluice::dispatcher {
 

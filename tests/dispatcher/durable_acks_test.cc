@@ -28,7 +28,8 @@ class GatedJournal : public InMemoryJournal {
  public:
   absl::StatusOr<uint64_t> Enqueue(const proto::Update& update) override
       ABSL_LOCKS_EXCLUDED(gate_mu_) {
-    if (absl::StatusOr<uint64_t> t = InMemoryJournal::Enqueue(update); !t.ok()) {
+    if (absl::StatusOr<uint64_t> t = InMemoryJournal::Enqueue(update);
+        !t.ok()) {
       return t.status();
     }
     absl::MutexLock lock(&gate_mu_);

@@ -336,7 +336,8 @@ TEST(SqliteJournal, ConcurrentAppendsAreAllKeptInEachThreadsOrder) {
     for (int t = 0; t < kThreads; ++t) {
       threads.emplace_back([&journal, t] {
         for (uint64_t i = 1; i <= kPerThread; ++i) {
-          EXPECT_TRUE(AppendDurably(**journal, WorkerUpdate(t * 1000 + i)).ok());
+          EXPECT_TRUE(
+              AppendDurably(**journal, WorkerUpdate(t * 1000 + i)).ok());
         }
       });
     }

@@ -3,7 +3,6 @@
 // through the client library; exact record ids checked per epoch. The
 // pipeline's cost is latency (the sleep op), so it fits on 2 cores. No timing
 // is asserted: waits are generous and only bound a test that would hang.
-#include "common/pipeline_spec/parse.h"
 #include "tools/local_cluster/autoscale.h"
 
 #include <signal.h>
@@ -17,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/pipeline_spec/parse.h"
 #include "common/record/dataset.h"
 #include "data_worker/pipeline/spec.h"
 #include "gmock/gmock.h"

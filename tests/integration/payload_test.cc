@@ -22,9 +22,9 @@
 #include "opencv2/imgcodecs.hpp"
 #include "opencv2/imgproc.hpp"
 #include "sluice/client.h"
+#include "tests/testing/executor_testing.h"
 #include "tests/testing/temp_dir.h"
 #include "tools/local_cluster/local_cluster.h"
-#include "tests/testing/executor_testing.h"
 
 namespace sluice {
 namespace {
@@ -67,12 +67,13 @@ void WriteDataset(const std::string& dir) {
 }
 
 proto::Pipeline MakePipeline(const std::string& dataset) {
-  auto pipeline = sluice::pipeline_spec::ParsePipelineSpec(absl::StrCat(R"(
+  auto pipeline =
+      sluice::pipeline_spec::ParsePipelineSpec(absl::StrCat(R"(
 seed: 5
 source:
   dataset: {path: )",
-                                                                    dataset,
-                                                                    R"(}
+                                                            dataset,
+                                                            R"(}
   columns: [image, label]
 nodes:
   - shuffle: {seed: 9}
@@ -84,7 +85,7 @@ nodes:
         - random_horizontal_flip: {}
         - hwc2chw: {}
   - batch: {size: )",
-                                                                    kBatch, R"(}
+                                                            kBatch, R"(}
 )"));
   EXPECT_TRUE(pipeline.ok()) << pipeline.status();
   return pipeline.value_or(proto::Pipeline());

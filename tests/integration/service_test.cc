@@ -26,9 +26,9 @@
 #include "opencv2/imgproc.hpp"
 #include "proto/dispatcher.grpc.pb.h"
 #include "sluice/client.h"
+#include "tests/testing/executor_testing.h"
 #include "tests/testing/temp_dir.h"
 #include "tools/local_cluster/local_cluster.h"
-#include "tests/testing/executor_testing.h"
 
 namespace sluice {
 namespace {

@@ -26,7 +26,8 @@ inline absl::Status AppendDurably(dispatcher::Journal& journal,
 // EnqueueSnapshot(snapshot), then WaitDurable for it.
 inline absl::Status SnapshotDurably(dispatcher::Journal& journal,
                                     std::string snapshot) {
-  absl::StatusOr<uint64_t> ticket = journal.EnqueueSnapshot(std::move(snapshot));
+  absl::StatusOr<uint64_t> ticket =
+      journal.EnqueueSnapshot(std::move(snapshot));
   if (!ticket.ok()) return ticket.status();
   return journal.WaitDurable(*ticket);
 }

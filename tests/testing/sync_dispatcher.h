@@ -86,7 +86,8 @@ class SyncDispatcher {
 inline SyncDispatcher Sync(dispatcher::DispatcherImpl& impl) {
   return SyncDispatcher(&impl);
 }
-inline SyncDispatcher Sync(const std::unique_ptr<dispatcher::DispatcherImpl>& impl) {
+inline SyncDispatcher Sync(
+    const std::unique_ptr<dispatcher::DispatcherImpl>& impl) {
   return SyncDispatcher(impl.get());
 }
 

@@ -106,7 +106,8 @@ class ChannelFactoryTest : public ::testing::Test {
     absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
         CreateServerCredentials(options);
     EXPECT_TRUE(credentials.ok()) << credentials.status();
-    return Server(credentials.ok() ? *credentials : grpc::InsecureServerCredentials());
+    return Server(credentials.ok() ? *credentials
+                                   : grpc::InsecureServerCredentials());
   }
 
   static testing::TempDir* dir_;

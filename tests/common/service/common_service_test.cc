@@ -42,15 +42,22 @@ TEST(IsRetryable, FollowsTheTableForUnaryCallsAndStreams) {
     bool unary;
     bool stream;
   } table[] = {
-      {C::kUnavailable, true, true},      {C::kDeadlineExceeded, true, true},
-      {C::kAborted, true, true},          {C::kCancelled, true, true},
-      {C::kNotFound, false, true},        {C::kInternal, false, false},
-      {C::kDataLoss, false, false},       {C::kInvalidArgument, false, false},
-      {C::kPermissionDenied, false, false}, {C::kResourceExhausted, false, false},
-      {C::kFailedPrecondition, false, false}, {C::kUnimplemented, false, false},
+      {C::kUnavailable, true, true},
+      {C::kDeadlineExceeded, true, true},
+      {C::kAborted, true, true},
+      {C::kCancelled, true, true},
+      {C::kNotFound, false, true},
+      {C::kInternal, false, false},
+      {C::kDataLoss, false, false},
+      {C::kInvalidArgument, false, false},
+      {C::kPermissionDenied, false, false},
+      {C::kResourceExhausted, false, false},
+      {C::kFailedPrecondition, false, false},
+      {C::kUnimplemented, false, false},
   };
   for (const auto& row : table) {
-    EXPECT_EQ(IsRetryable(row.code), row.unary) << absl::StatusCodeToString(row.code);
+    EXPECT_EQ(IsRetryable(row.code), row.unary)
+        << absl::StatusCodeToString(row.code);
     EXPECT_EQ(IsRetryable(row.code, CallKind::kBatchStream), row.stream)
         << absl::StatusCodeToString(row.code);
   }
@@ -65,8 +72,9 @@ TEST(PeerCallError, WordsUnreachableUnimplementedAndVerdictsForTheUser) {
   const absl::Status away = PeerCallError(
       grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline"),
       "sluice dispatcher", "10.0.0.5:7070", "GetStatus");
-  EXPECT_EQ(away, absl::UnavailableError("cannot reach the sluice dispatcher at "
-                                         "10.0.0.5:7070: GetStatus: deadline"));
+  EXPECT_EQ(away,
+            absl::UnavailableError("cannot reach the sluice dispatcher at "
+                                   "10.0.0.5:7070: GetStatus: deadline"));
   const absl::Status other =
       PeerCallError(absl::UnimplementedError("no such method"),
                     "sluice dispatcher", "10.0.0.5:7070", "WorkerRegister");
@@ -76,8 +84,9 @@ TEST(PeerCallError, WordsUnreachableUnimplementedAndVerdictsForTheUser) {
   const absl::Status verdict = PeerCallError(
       grpc::Status(grpc::StatusCode::NOT_FOUND, "job 7 not found"),
       "sluice dispatcher", "d:1", "ClientHeartbeat");
-  EXPECT_EQ(verdict, absl::NotFoundError(
-                         "sluice dispatcher at d:1: ClientHeartbeat: job 7 not found"));
+  EXPECT_EQ(verdict,
+            absl::NotFoundError(
+                "sluice dispatcher at d:1: ClientHeartbeat: job 7 not found"));
   EXPECT_TRUE(PeerCallError(grpc::Status::OK, "x", "y", "z").ok());
 }
 

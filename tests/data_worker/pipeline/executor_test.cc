@@ -1,6 +1,5 @@
 // The executor end to end on small datasets: epochs, order, errors, budgets, autotune and the
 // long-lived streams of runs. One file (~610 lines) sharing one fixture of test datasets.
-#include "common/pipeline_spec/parse.h"
 #include "data_worker/pipeline/executor.h"
 
 #include <filesystem>
@@ -12,14 +11,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/pipeline_spec/parse.h"
 #include "common/record/convert/convert.h"
 #include "common/record/sharding.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
 #include "tests/data_worker/pipeline/test_data.h"
-#include "tests/testing/temp_dir.h"
 #include "tests/testing/executor_testing.h"
+#include "tests/testing/temp_dir.h"
 
 namespace sluice::data_worker::pipeline {
 namespace {
@@ -83,8 +83,8 @@ class ExecutorTest : public ::testing::Test {
     testing::MakeDataset(dir_.Join("ds"), 37, /*classes=*/4, {}, 0, 40000);
   }
   proto::Pipeline Spec(const std::string& yaml) const {
-    auto p =
-        sluice::pipeline_spec::ParsePipelineSpec(absl::StrReplaceAll(yaml, {{"DIR", dir_.Join("ds")}}));
+    auto p = sluice::pipeline_spec::ParsePipelineSpec(
+        absl::StrReplaceAll(yaml, {{"DIR", dir_.Join("ds")}}));
     EXPECT_TRUE(p.ok()) << p.status();
     return *p;
   }
@@ -278,7 +278,8 @@ nodes:
 )",
                                                {{"BAD", dir.Join("bad")}});
   for (bool pipeline_parallel : {false, true}) {
-    auto fail = sluice::pipeline_spec::ParsePipelineSpec(absl::StrReplaceAll(spec, {{"POLICY", "fail"}}));
+    auto fail = sluice::pipeline_spec::ParsePipelineSpec(
+        absl::StrReplaceAll(spec, {{"POLICY", "fail"}}));
     ASSERT_TRUE(fail.ok());
     auto ex = Executor::Create(*fail, Fixed(3, pipeline_parallel));
     ASSERT_TRUE(ex.ok());
@@ -300,7 +301,8 @@ nodes:
     EXPECT_THAT(error.message(), HasSubstr("Decode"));
 
     prometheus::Registry registry;
-    auto skip = sluice::pipeline_spec::ParsePipelineSpec(absl::StrReplaceAll(spec, {{"POLICY", "skip"}}));
+    auto skip = sluice::pipeline_spec::ParsePipelineSpec(
+        absl::StrReplaceAll(spec, {{"POLICY", "skip"}}));
     ExecutorOptions options = Fixed(3, pipeline_parallel);
     options.registry = &registry;
     auto ex2 = Executor::Create(*skip, options);
@@ -410,14 +412,15 @@ TEST_F(ExecutorTest,
 TEST_F(ExecutorTest, AFailingRunEndsAloneAndTheNextRunGoesOn) {
   sluice::testing::TempDir dir;
   testing::MakeDataset(dir.Join("bad"), 20, 4, {7});
-  auto spec = sluice::pipeline_spec::ParsePipelineSpec(absl::StrReplaceAll(R"(
+  auto spec = sluice::pipeline_spec::ParsePipelineSpec(
+      absl::StrReplaceAll(R"(
 on_error: fail
 source: {dataset: {path: BAD}, columns: [image, label]}
 nodes:
   - map: {input_columns: [image], ops: [{decode: {}}, {resize: {height: 8, width: 8}}]}
   - batch: {size: 4}
 )",
-                                                {{"BAD", dir.Join("bad")}}));
+                          {{"BAD", dir.Join("bad")}}));
   ASSERT_TRUE(spec.ok());
   auto ex = Executor::Create(*spec, Fixed(3, true));
   ASSERT_TRUE(ex.ok());
@@ -592,10 +595,9 @@ TEST_F(ExecutorTest, ImageFolderIsNumberedLikeItsConvertedDataset) {
     EXPECT_TRUE(outputs.ok()) << outputs.status();
     if (!outputs.ok()) return rows;
     for (const Element& e : *outputs) {
-      rows.push_back(absl::StrCat(e.global_indices[0], " ",
-                                  *e.columns[1].data_as<int64_t>(), " ",
-                                  std::string(e.columns[2].bytes()), " ",
-                                  e.columns[0].num_bytes()));
+      rows.push_back(absl::StrCat(
+          e.global_indices[0], " ", *e.columns[1].data_as<int64_t>(), " ",
+          std::string(e.columns[2].bytes()), " ", e.columns[0].num_bytes()));
     }
     return rows;
   };

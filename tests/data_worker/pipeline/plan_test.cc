@@ -1,10 +1,10 @@
-#include "common/pipeline_spec/parse.h"
 #include "data_worker/pipeline/plan.h"
 
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_replace.h"
+#include "common/pipeline_spec/parse.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/data_worker/pipeline/test_data.h"
@@ -33,8 +33,8 @@ class PlanTest : public ::testing::Test {
  protected:
   void SetUp() override { testing::MakeDataset(dir_.Join("ds"), 8); }
   LogicalPipeline Logical(const std::string& yaml) {
-    auto p =
-        sluice::pipeline_spec::ParsePipelineSpec(absl::StrReplaceAll(yaml, {{"DIR", dir_.Join("ds")}}));
+    auto p = sluice::pipeline_spec::ParsePipelineSpec(
+        absl::StrReplaceAll(yaml, {{"DIR", dir_.Join("ds")}}));
     EXPECT_TRUE(p.ok()) << p.status();
     auto lp = Validate(*p);
     EXPECT_TRUE(lp.ok()) << lp.status();

@@ -1,4 +1,3 @@
-#include "common/pipeline_spec/parse.h"
 #include "data_worker/pipeline/spec.h"
 
 #include <string>
@@ -6,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "common/pipeline_spec/location.h"
+#include "common/pipeline_spec/parse.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/data_worker/pipeline/test_data.h"
@@ -210,14 +210,16 @@ nodes:
 }
 
 TEST_F(SpecTest, MissingSourcePathIsNotFound) {
-  auto p = sluice::pipeline_spec::ParsePipelineSpec("source: {dataset: {path: /nonexistent/sluice-ds}}\n");
+  auto p = sluice::pipeline_spec::ParsePipelineSpec(
+      "source: {dataset: {path: /nonexistent/sluice-ds}}\n");
   ASSERT_TRUE(p.ok());
   const absl::Status s = Validate(*p).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(
       s.message(),
       HasSubstr("source: path '/nonexistent/sluice-ds' does not exist"));
-  auto f = sluice::pipeline_spec::ParsePipelineSpec("source: {image_folder: {path: /nonexistent/imgs}}\n");
+  auto f = sluice::pipeline_spec::ParsePipelineSpec(
+      "source: {image_folder: {path: /nonexistent/imgs}}\n");
   EXPECT_EQ(Validate(*f).status().code(), absl::StatusCode::kNotFound);
 }
 

@@ -2,7 +2,6 @@
 // drops, refused jobs, limits, finishing, the heartbeat's counters, long-lived executors and the
 // memory budget. One file (~800 lines) because every case drives the same fixture (worker,
 // fake dispatcher, reader); splitting it would copy the fixture.
-#include "common/pipeline_spec/parse.h"
 #include "data_worker/worker/worker_impl.h"
 
 #include <functional>
@@ -17,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/base/clock.h"
 #include "common/base/random.h"
+#include "common/pipeline_spec/parse.h"
 #include "common/record/sharding.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
