@@ -1,5 +1,5 @@
 // libFuzzer target for the pipeline spec path a client's YAML/JSON takes:
-// ParsePipeline (YAML/JSON → proto::Pipeline), then Executor::Create
+// ParsePipelineSpec (YAML/JSON → proto::Pipeline), then Executor::Create
 // (Validate: columns, dtypes, shapes; the optimizer; the op builder). Arbitrary
 // text must give a Status, never a crash or an escaped exception. The source is
 // replaced by a small synthetic one so that no input can make the fuzzer read
@@ -14,7 +14,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   namespace pl = sluice::data_worker::pipeline;
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  auto spec = pl::sluice::pipeline_spec::ParsePipelineSpec(text);
+  auto spec = sluice::pipeline_spec::ParsePipelineSpec(text);
   if (!spec.ok()) return 0;
   auto* synthetic = spec->mutable_source()->mutable_synthetic();
   synthetic->set_num_records(synthetic->num_records() % 64);
