@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/time/clock.h"
 #include "common/record/convert/convert.h"
 #include "common/record/sharding.h"
 #include "gmock/gmock.h"
@@ -459,8 +460,20 @@ nodes:
   ASSERT_TRUE(ex.ok());
   ASSERT_TRUE((*ex)->Start(0).ok());
   for (int i = 0; i < 3; ++i) ASSERT_TRUE((*ex)->GetNext().ok());
-  std::this_thread::sleep_for(
-      std::chrono::milliseconds(300));  // the consumer stops reading
+  // The consumer stops reading: every queue fills to its capacity and the
+  // stages wait for room (polled with a generous deadline, not timed).
+  auto full = [&] {
+    const PipelineStats s = (*ex)->stats();
+    for (const StageStats& stage : s.stages) {
+      if (stage.peak_queue_items < stage.queue_capacity) return false;
+    }
+    return true;
+  };
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (!full() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  ASSERT_TRUE(full()) << (*ex)->stats().plan;
   const PipelineStats st = (*ex)->stats();
   const int64_t element = 64 * 64 * 3 * 4;  // float32 image
   // 3 stages × (queue of 2 + 2 workers) elements at most, and nowhere near the
