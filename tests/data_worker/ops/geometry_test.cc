@@ -1,5 +1,6 @@
 #include "data_worker/ops/geometry.h"
 
+#include <cmath>
 #include <set>
 
 #include "gmock/gmock.h"
@@ -59,19 +60,48 @@ TEST(CenterCrop, MatchesRoiAndRejectsLargerCrop) {
   EXPECT_THAT(bad.status().message(), HasSubstr("11x20"));
 }
 
+// The expected box, independent of RandomResizedCropBox: torchvision's
+// RandomResizedCrop.get_params (scale [0.08, 1], ratio [3/4, 4/3], 10 attempts
+// of area x U(scale) and exp(U(log ratio)), sides rounded half to even, then
+// top and left uniform; otherwise the central crop with the ratio clamped),
+// drawing from the element's generator as the op is documented to.
+CropBox TorchvisionBox(int height, int width, Rng& rng) {
+  const double area = static_cast<double>(height) * width;
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    const double target_area = area * rng.Uniform(0.08, 1.0);
+    const double aspect =
+        std::exp(rng.Uniform(std::log(3.0 / 4.0), std::log(4.0 / 3.0)));
+    // std::nearbyint in the default rounding mode rounds half to even, as
+    // Python's round() does.
+    const int w = static_cast<int>(std::nearbyint(std::sqrt(target_area * aspect)));
+    const int h = static_cast<int>(std::nearbyint(std::sqrt(target_area / aspect)));
+    if (0 < w && w <= width && 0 < h && h <= height) {
+      const int top = static_cast<int>(rng.UniformInt(height - h + 1));
+      const int left = static_cast<int>(rng.UniformInt(width - w + 1));
+      return {top, left, h, w};
+    }
+  }
+  int w = width, h = height;
+  const double ratio = static_cast<double>(width) / height;
+  if (ratio < 3.0 / 4.0) {
+    h = static_cast<int>(std::nearbyint(w / (3.0 / 4.0)));
+  } else if (ratio > 4.0 / 3.0) {
+    w = static_cast<int>(std::nearbyint(h * (4.0 / 3.0)));
+  }
+  return {(height - h) / 2, (width - w) / 2, h, w};
+}
+
 TEST(RandomResizedCrop, MatchesOpenCvCropResizeAndIsDeterministic) {
   const cv::Mat img = MakeRgb(120, 160);
   proto::OpSpec spec;
   spec.mutable_random_resized_crop()->set_size(32);
   auto op = One(spec, /*position=*/4);
-  RandomResizedCropSpec params;
-  params.height = params.width = 32;
   std::set<std::string> distinct;
   for (uint64_t i = 0; i < 20; ++i) {
     const ElementContext ctx{3, 0, i};
     Tensor out = ApplyTo(*op, img, ctx);
     Rng rng = ctx.RngFor(4);
-    const CropBox b = RandomResizedCropBox(params, 120, 160, rng);
+    const CropBox b = TorchvisionBox(120, 160, rng);
     ASSERT_GT(b.height, 0);
     ASSERT_LE(b.top + b.height, 120);
     ASSERT_LE(b.left + b.width, 160);
@@ -83,6 +113,25 @@ TEST(RandomResizedCrop, MatchesOpenCvCropResizeAndIsDeterministic) {
     distinct.insert(std::string(out.bytes()));
   }
   EXPECT_GT(distinct.size(), 15u);
+}
+
+TEST(RandomResizedCrop, BoxesAreTorchvisionsGetParams) {
+  RandomResizedCropSpec spec;
+  spec.height = spec.width = 32;
+  // Images of every shape, 10 x 1000 strips (the fallback) included.
+  const std::pair<int, int> sizes[] = {{120, 160}, {300, 400}, {7, 5},
+                                       {10, 1000}, {1000, 10}, {1, 1}};
+  for (const auto& [h, w] : sizes) {
+    for (uint64_t seed = 0; seed < 100; ++seed) {
+      Rng rng(seed), reference(seed);
+      const CropBox got = RandomResizedCropBox(spec, h, w, rng);
+      const CropBox want = TorchvisionBox(h, w, reference);
+      EXPECT_EQ(got.top, want.top) << h << "x" << w << " seed " << seed;
+      EXPECT_EQ(got.left, want.left) << h << "x" << w << " seed " << seed;
+      EXPECT_EQ(got.height, want.height) << h << "x" << w << " seed " << seed;
+      EXPECT_EQ(got.width, want.width) << h << "x" << w << " seed " << seed;
+    }
+  }
 }
 
 TEST(RandomResizedCrop, BoxesFollowScaleAndRatioAndFallBackToCenter) {
