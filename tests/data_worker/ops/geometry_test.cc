@@ -6,12 +6,14 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/data_worker/ops/test_images.h"
+#include "tests/data_worker/ops/torchvision_reference.h"
 
 namespace sluice::data_worker {
 namespace {
 
 using ::sluice::data_worker::testing::Compare;
 using ::sluice::data_worker::testing::MakeRgb;
+using ::sluice::data_worker::testing::TorchvisionBox;
 using ::testing::HasSubstr;
 
 std::unique_ptr<Op> One(const proto::OpSpec& spec, int position = 0) {
@@ -58,37 +60,6 @@ TEST(CenterCrop, MatchesRoiAndRejectsLargerCrop) {
   EXPECT_THAT(bad.status().message(), HasSubstr("op 3 (CenterCrop)"));
   EXPECT_THAT(bad.status().message(), HasSubstr("12x5"));
   EXPECT_THAT(bad.status().message(), HasSubstr("11x20"));
-}
-
-// The expected box, independent of RandomResizedCropBox: torchvision's
-// RandomResizedCrop.get_params (scale [0.08, 1], ratio [3/4, 4/3], 10 attempts
-// of area x U(scale) and exp(U(log ratio)), sides rounded half to even, then
-// top and left uniform; otherwise the central crop with the ratio clamped),
-// drawing from the element's generator as the op is documented to.
-CropBox TorchvisionBox(int height, int width, Rng& rng) {
-  const double area = static_cast<double>(height) * width;
-  for (int attempt = 0; attempt < 10; ++attempt) {
-    const double target_area = area * rng.Uniform(0.08, 1.0);
-    const double aspect =
-        std::exp(rng.Uniform(std::log(3.0 / 4.0), std::log(4.0 / 3.0)));
-    // std::nearbyint in the default rounding mode rounds half to even, as
-    // Python's round() does.
-    const int w = static_cast<int>(std::nearbyint(std::sqrt(target_area * aspect)));
-    const int h = static_cast<int>(std::nearbyint(std::sqrt(target_area / aspect)));
-    if (0 < w && w <= width && 0 < h && h <= height) {
-      const int top = static_cast<int>(rng.UniformInt(height - h + 1));
-      const int left = static_cast<int>(rng.UniformInt(width - w + 1));
-      return {top, left, h, w};
-    }
-  }
-  int w = width, h = height;
-  const double ratio = static_cast<double>(width) / height;
-  if (ratio < 3.0 / 4.0) {
-    h = static_cast<int>(std::nearbyint(w / (3.0 / 4.0)));
-  } else if (ratio > 4.0 / 3.0) {
-    w = static_cast<int>(std::nearbyint(h * (4.0 / 3.0)));
-  }
-  return {(height - h) / 2, (width - w) / 2, h, w};
 }
 
 TEST(RandomResizedCrop, MatchesOpenCvCropResizeAndIsDeterministic) {
