@@ -8,8 +8,9 @@
 # a Python client opens a job of 25 MB float32 batches (8 x 3 x 512 x 512; the epoch is
 # IMAGES / 8 batches, 1.5 GB at the default 480), reads one batch, then reads nothing for
 # STALL seconds while the worker's RSS is sampled every 0.25 s. Per round: the RSS once the
-# stall is 2 s old (as the test measured), the growth over the rest of the stall, and the peak; ROUNDS rounds (>= 3),
-# each with a fresh worker; the figures are the median [min-max] of the rounds.
+# stall is 2 s old (as the test measured), the growth over the rest of the stall, and the peak;
+# ROUNDS rounds (>= 3), each with a fresh worker; the figures are the median [min-max] of the
+# rounds.
 # Reference: the 1.5 GB an unbounded worker would hold; the test's old bound was 30 MB of growth.
 #
 #   bench/stalled_client.sh          IMAGES=480 STALL=4 ROUNDS=3 by default (about 1 min)
