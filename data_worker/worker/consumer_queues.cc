@@ -37,9 +37,9 @@ ConsumerQueues::ConsumerQueues(size_t queue_batches, int64_t queue_bytes,
       queue_depth_(
           AddGauge(registry, "sluice_worker_queue_depth",
                    "Batches waiting in the worker's consumer queues.")),
-      blocked_producers_(AddGauge(
-          registry, "sluice_worker_blocked_producers",
-          "Producers waiting for room in a full consumer queue (back-pressure).")),
+      blocked_producers_(AddGauge(registry, "sluice_worker_blocked_producers",
+                                  "Producers waiting for room in a full "
+                                  "consumer queue (back-pressure).")),
       splits_finished_(AddCounter(registry, "sluice_worker_splits_total",
                                   "Splits by event.", {{"event", "finished"}})),
       splits_dropped_(AddCounter(registry, "sluice_worker_splits_total",

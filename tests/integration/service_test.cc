@@ -476,7 +476,8 @@ TEST_F(ServiceTest, ClientThatStopsReadingKeepsWorkerMemoryBounded) {
     absl::SleepFor(absl::Milliseconds(20));
   }
   ASSERT_GE(MetricValue(metrics, "sluice_worker_blocked_producers"), 1)
-      << "the worker's producers never waited for room:\n" << metrics;
+      << "the worker's producers never waited for room:\n"
+      << metrics;
   // Production stopped far short of the 60-batch epoch...
   const double produced = MetricValue(metrics, "sluice_worker_batches_total");
   EXPECT_GE(produced, 1);

@@ -84,7 +84,9 @@ ColorJitterParams TorchvisionDraws(float b, float c, float s, float h,
     const int j = static_cast<int>(rng.UniformInt(i + 1));
     std::swap(p.order[i], p.order[j]);
   }
-  auto factor = [&](float v) { return rng.Uniform(std::max(0.0, 1.0 - v), 1.0 + v); };
+  auto factor = [&](float v) {
+    return rng.Uniform(std::max(0.0, 1.0 - v), 1.0 + v);
+  };
   if (b > 0) {
     p.has_brightness = true;
     p.brightness = factor(b);

@@ -220,9 +220,9 @@ nodes:
 )";
   const Output o = Run(spec, Fixed(6, false), 3);
   // Shuffle seed 9, epoch 3 (pinned here: a change reorders existing jobs).
-  EXPECT_EQ(o.ids, (std::vector<uint64_t>{2,  18, 28, 22, 23, 27, 12, 8,  35, 29,
-                                          31, 26, 11, 19, 13, 10, 6,  4,  7,  21,
-                                          25, 36, 15, 20, 32, 0,  30, 5,  33, 16,
+  EXPECT_EQ(o.ids, (std::vector<uint64_t>{2,  18, 28, 22, 23, 27, 12, 8, 35, 29,
+                                          31, 26, 11, 19, 13, 10, 6,  4, 7,  21,
+                                          25, 36, 15, 20, 32, 0,  30, 5, 33, 16,
                                           17, 3,  24, 1,  14, 9,  34}));
   auto ex = Executor::Create(Spec(spec), Fixed(6, true));
   ASSERT_TRUE(ex.ok());

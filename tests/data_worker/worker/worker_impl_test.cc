@@ -717,7 +717,8 @@ TEST_F(WorkerImplTest, AnIdleWorkerWithAConsumerAsksForItsNextSplitSoon) {
                                           absl::Seconds(20)));
   }
   ASSERT_TRUE(manual_clock_.AwaitSleepsAbove(manual_clock_.sleeps()));
-  manual_clock_.Advance(absl::Milliseconds(400));  // the consumer finishing its epoch
+  // The consumer finishing its epoch.
+  manual_clock_.Advance(absl::Milliseconds(400));
   Script([] {
     proto::WorkerHeartbeatResponse next;
     *next.add_start() = MakeSplit(1, 0, 0, 1, 6, 10, 6, 0, /*epoch=*/1);

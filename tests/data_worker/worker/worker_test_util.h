@@ -135,9 +135,8 @@ class ManualClock : public Clock {
   // that polls between sleeps has gone once more round its loop.
   bool AwaitSleepsAbove(int64_t n) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
-    auto above = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return sleeps_ > n;
-    };
+    auto above = [this, n]()
+                     ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return sleeps_ > n; };
     return mu_.AwaitWithTimeout(absl::Condition(&above), absl::Seconds(20));
   }
 
