@@ -7,9 +7,16 @@
 #       sluice.torch.DataServiceDataset (the cluster's workers preprocess) vs the same loop fed by
 #       DataLoader + torchvision ImageFolder with the same transforms (RandomResizedCrop(224),
 #       RandomHorizontalFlip, ToTensor, Normalize), num_workers = nproc; both on all of this
-#       machine's cores; goal: sluice >= 3 x DataLoader.
+#       machine's cores; goal: sluice >= 3 x DataLoader. Both read the same LOOP_EPOCHS epochs,
+#       each in its own way: one DataServiceDataset iterator over all of them, the DataLoader
+#       iterated once per epoch (persistent workers). Both are timed over the whole run (from
+#       before the dataset is made to the last step) and from step 10 on; the images are those
+#       the loop stepped on.
+# ROUNDS rounds of each (>= 3); odd rounds run the C++ reader and the DataLoader first, even rounds
+# the Python reader and sluice first. Headline figures are the median of the rounds with their
+# range [min-max]; ratios are taken within a round, then their median.
 #
-#   bench/python_client.sh            IMAGES=1000 EPOCHS=2 ROUNDS=2 WORKERS=1 STEPS=150 by default
+#   bench/python_client.sh            IMAGES=1000 EPOCHS=2 ROUNDS=3 WORKERS=1 LOOP_EPOCHS=3
 # Needs build/bin and build/python (SLUICE_BUILD_DIR for another build folder).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -17,9 +24,10 @@ build="${SLUICE_BUILD_DIR:-$root/build}"
 bin="$build/bin"
 images="${IMAGES:-1000}"
 epochs="${EPOCHS:-2}"
-rounds="${ROUNDS:-2}"
+rounds="${ROUNDS:-3}"
 workers="${WORKERS:-1}"
-steps="${STEPS:-150}"
+loop_epochs="${LOOP_EPOCHS:-3}"
+if (( rounds < 3 )); then echo "ROUNDS must be >= 3 (a median of fewer is no headline)" >&2; exit 2; fi
 spec="$root/bench/pipelines/imagenet_train.yaml"
 py=/usr/bin/python3
 export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}"
@@ -31,7 +39,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "# $(date -u +%FT%TZ)  nproc=$(nproc)  $(lscpu | sed -n 's/^Model name: *//p')  load: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# $(date -u +%FT%TZ)  nproc=$(nproc)  $(lscpu | sed -n 's/^Model name: *//p')  uptime: $(uptime)"
+# "median [min-max]" of the numbers on stdin.
+summary() { sort -g | awk '{v[NR] = $1} END {
+  m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+  printf "%.2f [%.2f-%.2f]", m, v[1], v[NR] }'; }
 "$bin/sluice" datagen --output "$work/images" --images "$images" --seed 1 >/dev/null 2>&1
 "$bin/sluice" record convert --input "$work/images" --output "$work/ds" >/dev/null 2>&1
 echo "# data: $images JPEGs, $(du -sm "$work/images" | cut -f1) MB; cluster: sluice local --workers $workers"
@@ -72,10 +84,12 @@ PY
 for r in $(seq "$rounds"); do
   if (( r % 2 )); then run_cpp "$r"; run_py "$r"; else run_py "$r"; run_cpp "$r"; fi
 done
-cpp=$(printf '%s\n' "${cpp_rates[@]}" | awk '{s += $1} END {printf "%.1f", s / NR}')
-pyr=$(printf '%s\n' "${py_rates[@]}" | awk '{s += $1} END {printf "%.1f", s / NR}')
+reader_ratios=()
+for i in "${!cpp_rates[@]}"; do
+  reader_ratios+=("$(awk -v p="${py_rates[$i]}" -v c="${cpp_rates[$i]}" 'BEGIN {printf "%.4f", p / c}')")
+done
 
-echo "== (2) training-style loop, $steps steps of batch 64 after 10 warm-up steps"
+echo "== (2) training-style loop, $loop_epochs epochs of batch 64"
 cat > "$work/loop.py" <<'PY'
 import sys, time
 import torch
@@ -83,15 +97,20 @@ import torchvision
 from torch import nn
 from torchvision import transforms
 
-mode, steps = sys.argv[1], int(sys.argv[2])
+mode, epochs = sys.argv[1], int(sys.argv[2])
 torch.manual_seed(0)
 torch.set_num_threads(1)
+start = time.perf_counter()  # the whole run: making the dataset and loader included
 if mode == "sluice":
     from sluice.torch import DataServiceDataset
     dispatcher, spec, data = sys.argv[3:6]
-    ds = DataServiceDataset(dispatcher, spec, data=data, job="loop-%d" % time.time_ns(), epochs=0)
+    ds = DataServiceDataset(dispatcher, spec, data=data, job="loop-%d" % time.time_ns(),
+                            epochs=epochs)
     loader = torch.utils.data.DataLoader(ds, batch_size=None)
     key = lambda b: (b["image"], b["label"])
+
+    def batches():  # one iterator over every epoch
+        yield from loader
 else:
     folder, workers = sys.argv[3], int(sys.argv[4])
     tf = transforms.Compose([
@@ -102,37 +121,58 @@ else:
                                          persistent_workers=True, drop_last=True)
     key = lambda b: b
 
-def forever():
-    while True:
-        yield from loader
+    def batches():  # the DataLoader's own way: iterated again for each epoch
+        for _ in range(epochs):
+            yield from loader
 
 model = nn.Sequential(nn.AdaptiveAvgPool2d(4), nn.Flatten(), nn.Linear(48, 10))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-it = forever()
-n = 0
-for step in range(10 + max(steps, 1)):
-    if step == 10:
-        start, n, waited = time.perf_counter(), 0, 0.0
+it = batches()
+n = n10 = 0
+waited = 0.0
+step = 0
+while True:
     t0 = time.perf_counter()
-    x, y = key(next(it))
-    if step >= 10:
-        waited += time.perf_counter() - t0
+    b = next(it, None)
+    if b is None:
+        break
+    waited += time.perf_counter() - t0
+    x, y = key(b)
     loss = nn.functional.cross_entropy(model(x), y % 10)
     opt.zero_grad()
     loss.backward()
     opt.step()
     n += x.shape[0]
+    step += 1
+    if step == 10:
+        t10, n10 = time.perf_counter(), n
 secs = time.perf_counter() - start
-print("%.1f %.2f" % (n / secs, waited / secs))
+print("%.1f %.1f %.2f %d" % (n / secs, (n - n10) / (time.perf_counter() - t10), waited / secs, n))
 import os
-os._exit(0)  # skip tearing down the endless loader
+os._exit(0)  # skip tearing down the loader's workers
 PY
-read -r torch_rate torch_wait < <("$py" "$work/loop.py" torch "$steps" "$work/images" "$(nproc)")
-echo "DataLoader + ImageFolder (num_workers=$(nproc))  $torch_rate images/s, waited $torch_wait of the time"
-read -r sl_rate sl_wait < <("$py" "$work/loop.py" sluice "$steps" "$dispatcher" "$spec" "$work/ds")
-echo "DataServiceDataset                                $sl_rate images/s, waited $sl_wait of the time"
+torch_rates=(); torch_steady=(); sl_rates=(); sl_steady=(); loop_ratios=(); loop_steady_ratios=()
+run_torch() {
+  read -r rate steady wait n < <("$py" "$work/loop.py" torch "$loop_epochs" "$work/images" "$(nproc)")
+  echo "round $1  DataLoader + ImageFolder (num_workers=$(nproc))  $rate images/s whole run, $steady from step 10, waited $wait of the time, $n images"
+  torch_rates+=("$rate"); torch_steady+=("$steady")
+}
+run_sluice() {
+  read -r rate steady wait n < <("$py" "$work/loop.py" sluice "$loop_epochs" "$dispatcher" "$spec" "$work/ds")
+  echo "round $1  DataServiceDataset                                $rate images/s whole run, $steady from step 10, waited $wait of the time, $n images"
+  sl_rates+=("$rate"); sl_steady+=("$steady")
+}
+for r in $(seq "$rounds"); do
+  if (( r % 2 )); then run_torch "$r"; run_sluice "$r"; else run_sluice "$r"; run_torch "$r"; fi
+  i=$((r - 1))
+  loop_ratios+=("$(awk -v s="${sl_rates[$i]}" -v t="${torch_rates[$i]}" 'BEGIN {printf "%.4f", s / t}')")
+  loop_steady_ratios+=("$(awk -v s="${sl_steady[$i]}" -v t="${torch_steady[$i]}" 'BEGIN {printf "%.4f", s / t}')")
+done
 
 echo
-echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
-awk -v p="$pyr" -v c="$cpp" 'BEGIN {printf "reader: Python %.1f vs C++ %.1f images/s: ratio %.3f (goal >= 0.95)\n", p, c, p / c}'
-awk -v s="$sl_rate" -v t="$torch_rate" 'BEGIN {printf "training loop: sluice %.1f vs DataLoader %.1f images/s: ratio %.2f (goal >= 3)\n", s, t, s / t}'
+echo "== summary ($images images, $rounds rounds, median [min-max]; load after: $(cut -d' ' -f1-3 /proc/loadavg))"
+echo "reader ($epochs epochs): C++ $(printf '%s\n' "${cpp_rates[@]}" | summary), Python $(printf '%s\n' "${py_rates[@]}" | summary) images/s"
+echo "  ratio Python/C++                 $(printf '%s\n' "${reader_ratios[@]}" | summary)  (goal >= 0.95)"
+echo "training loop ($loop_epochs epochs each): DataLoader $(printf '%s\n' "${torch_rates[@]}" | summary), sluice $(printf '%s\n' "${sl_rates[@]}" | summary) images/s, whole run"
+echo "  ratio sluice/DataLoader, whole run       $(printf '%s\n' "${loop_ratios[@]}" | summary)  (goal >= 3)"
+echo "  ratio sluice/DataLoader, from step 10    $(printf '%s\n' "${loop_steady_ratios[@]}" | summary)"

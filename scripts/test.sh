@@ -19,9 +19,19 @@
 #   6. the offline deployment checks (deploy/check.sh: kustomize, schemas, promtool, dashboard)
 #   7. the Python client's pytest suite against real local clusters
 #   8. the Release build's CTest tests, last, so that its summary closes the run
-# SLUICE_SKIP_SANITIZERS=1 skips 2-5 (a quick local run).
+# SLUICE_SKIP_SANITIZERS=1 skips 2-5 (a quick local run). Under CI (CI=true, which .ci/run
+# sets) neither it nor SLUICE_RUN_TSAN=0 is accepted: the run stops instead of passing without
+# its sanitizer stages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [[ "${CI:-false}" != false && "${CI:-}" != 0 ]]; then
+  if [[ "${SLUICE_SKIP_SANITIZERS:-0}" != 0 || "${SLUICE_RUN_TSAN:-1}" == 0 ]]; then
+    echo "scripts/test.sh: CI=${CI} runs every sanitizer stage; unset SLUICE_SKIP_SANITIZERS" \
+      "(=${SLUICE_SKIP_SANITIZERS:-}) and SLUICE_RUN_TSAN (=${SLUICE_RUN_TSAN:-})" \
+      "(they are for local runs)" >&2
+    exit 2
+  fi
+fi
 # Each stage's header carries the time since the start, so a CI log shows what each one took.
 stage() { echo "== [+${SECONDS}s] $*"; }
 

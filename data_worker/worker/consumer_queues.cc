@@ -37,6 +37,9 @@ ConsumerQueues::ConsumerQueues(size_t queue_batches, int64_t queue_bytes,
       queue_depth_(
           AddGauge(registry, "sluice_worker_queue_depth",
                    "Batches waiting in the worker's consumer queues.")),
+      blocked_producers_(AddGauge(registry, "sluice_worker_blocked_producers",
+                                  "Producers waiting for room in a full "
+                                  "consumer queue (back-pressure).")),
       splits_finished_(AddCounter(registry, "sluice_worker_splits_total",
                                   "Splits by event.", {{"event", "finished"}})),
       splits_dropped_(AddCounter(registry, "sluice_worker_splits_total",
@@ -200,8 +203,12 @@ bool ConsumerQueues::Push(uint64_t task_id, service::WireBatch batch) {
              queued_bytes_ + incoming > queue_bytes_;
     };
     ++blocked_;
-    while (!stopped_ && FindTask(task_id) != nullptr && full()) {
-      space_.Wait(&mu_);
+    if (!stopped_ && FindTask(task_id) != nullptr && full()) {
+      blocked_producers_.Increment();
+      while (!stopped_ && FindTask(task_id) != nullptr && full()) {
+        space_.Wait(&mu_);
+      }
+      blocked_producers_.Decrement();
     }
     --blocked_;
     task = FindTask(task_id);

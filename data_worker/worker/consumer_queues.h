@@ -202,6 +202,7 @@ class ConsumerQueues {
   prometheus::Counter& bytes_total_;
   prometheus::Counter& batches_total_;
   prometheus::Gauge& queue_depth_;
+  prometheus::Gauge& blocked_producers_;
   prometheus::Counter& splits_finished_;
   prometheus::Counter& splits_dropped_;
   prometheus::Counter& splits_restarted_;

@@ -152,35 +152,26 @@ void TaskRunner::Enqueue(uint64_t task_id, proto::SplitAssignment assignment,
   work_available_.Signal();
 }
 
-double TaskRunner::busy_seconds() const {
+TaskRunner::Busy TaskRunner::busy() const {
   absl::MutexLock lock(&mu_);
-  double busy = run_busy_seconds_;
-  for (const Running& r : running_)
-    busy += BusySince(r.ex->stats(), r.busy_base);
-  return busy / std::max(1, producers_);
-}
-
-uint64_t TaskRunner::elements_run() const {
-  absl::MutexLock lock(&mu_);
-  uint64_t elements = elements_run_;
-  for (const Running& r : running_)
-    elements += r.ex->stats().elements_out - r.elements_base;
-  return elements;
-}
-
-std::map<uint64_t, TaskRunner::JobBusy> TaskRunner::busy_by_job() const {
-  absl::MutexLock lock(&mu_);
-  std::map<uint64_t, JobBusy> out = run_busy_by_job_;
+  Busy out;
+  out.busy_seconds = run_busy_seconds_;
+  out.elements = elements_run_;
+  out.by_job = run_busy_by_job_;
   for (const Running& r : running_) {
-    if (r.forgotten) continue;  // parked after its job ended
     const pipeline::PipelineStats stats = r.ex->stats();
     const double busy = BusySince(stats, r.busy_base);
     const uint64_t elements = stats.elements_out - r.elements_base;
+    out.busy_seconds += busy;
+    out.elements += elements;
+    if (r.forgotten) continue;  // parked after its job ended
     if (busy <= 0 && elements == 0) continue;
-    out[r.job_id].busy_seconds += busy;
-    out[r.job_id].elements += elements;
+    out.by_job[r.job_id].busy_seconds += busy;
+    out.by_job[r.job_id].elements += elements;
   }
-  for (auto& [job_id, busy] : out) busy.busy_seconds /= std::max(1, producers_);
+  const int producers = std::max(1, producers_);
+  out.busy_seconds /= producers;
+  for (auto& [job_id, job] : out.by_job) job.busy_seconds /= producers;
   return out;
 }
 

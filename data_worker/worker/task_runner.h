@@ -96,16 +96,21 @@ class TaskRunner {
   // The worker's busy seconds are the runs' busy seconds divided by the producer count, so
   // that they never exceed wall time: elements_run / busy_seconds is what the worker produces
   // per second when it never waits for its consumers.
-  double busy_seconds() const ABSL_LOCKS_EXCLUDED(mu_);
-  // Elements (inside batches) of the runs busy_seconds() counts.
-  uint64_t elements_run() const ABSL_LOCKS_EXCLUDED(mu_);
-  // The same two counters per job (busy seconds divided by the producer count like the total),
-  // so that jobs of different cost sharing this worker each get their own capacity.
+  // `elements` are the elements (inside batches) of the runs `busy_seconds` counts. `by_job`
+  // holds the same two counters per job (busy seconds divided by the producer count like the
+  // total), so that jobs of different cost sharing this worker each get their own capacity.
+  // All are read from one snapshot of each pipeline's counters (stage threads add busy time
+  // concurrently), so one job's entry equals the totals.
   struct JobBusy {
     uint64_t elements = 0;
     double busy_seconds = 0;
   };
-  std::map<uint64_t, JobBusy> busy_by_job() const ABSL_LOCKS_EXCLUDED(mu_);
+  struct Busy {
+    double busy_seconds = 0;
+    uint64_t elements = 0;
+    std::map<uint64_t, JobBusy> by_job;
+  };
+  Busy busy() const ABSL_LOCKS_EXCLUDED(mu_);
   // Stops reporting a job that is over, so the per-job counters stay bounded.
   void ForgetJob(uint64_t job_id) ABSL_LOCKS_EXCLUDED(mu_);
 

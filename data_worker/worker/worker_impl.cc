@@ -179,9 +179,10 @@ absl::Status WorkerImpl::Heartbeat() {
     request.set_queue_capacity(queues_.queue_capacity());
     request.set_blocked_producers(
         static_cast<uint32_t>(queues_.blocked_producers()));
-    request.set_elements_total(runner_.elements_run());
-    request.set_busy_seconds_total(runner_.busy_seconds());
-    for (const auto& [job_id, busy] : runner_.busy_by_job()) {
+    const TaskRunner::Busy totals = runner_.busy();
+    request.set_elements_total(totals.elements);
+    request.set_busy_seconds_total(totals.busy_seconds);
+    for (const auto& [job_id, busy] : totals.by_job) {
       proto::JobBusy* b = request.add_job_busy();
       b->set_job_id(job_id);
       b->set_elements_total(busy.elements);

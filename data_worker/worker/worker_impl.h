@@ -189,8 +189,8 @@ class WorkerImpl {
   // Producers blocked on a full consumer queue right now.
   int blocked_producers() const { return queues_.blocked_producers(); }
   // Cumulative busy worker-seconds and the elements of those runs (task_runner.h).
-  double busy_seconds() const { return runner_.busy_seconds(); }
-  uint64_t elements_run() const { return runner_.elements_run(); }
+  double busy_seconds() const { return runner_.busy().busy_seconds; }
+  uint64_t elements_run() const { return runner_.busy().elements; }
   // The last heartbeat request built (for tests).
   proto::WorkerHeartbeatRequest last_heartbeat() const ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <thread>
 #include <tuple>
@@ -87,6 +88,18 @@ std::vector<Origin> AllOrigins(uint64_t epochs, uint64_t positions,
   return out;
 }
 
+// Polls `done` until it holds or `timeout` passes (synchronisation with the
+// client's threads and the fakes' gRPC threads, not timing); false on timeout.
+bool Eventually(const std::function<bool()>& done,
+                absl::Duration timeout = absl::Seconds(30)) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!done()) {
+    if (absl::Now() >= deadline) return false;
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  return true;
+}
+
 TEST(DataServiceClient, DeliversEveryBatchOnceFromOneWorker) {
   FakeWorker worker;
   for (uint64_t p = 0; p < 3; ++p) worker.AddSplit(/*epoch=*/0, p, /*count=*/2);
@@ -155,8 +168,7 @@ TEST(DataServiceClient, KeepsTheListsADispatcherOmitsAndTakesChangedOnes) {
   auto it = (*client)->Open(Job());
   ASSERT_TRUE(it.ok()) << it.status();
   std::thread later([&] {
-    while (dispatcher.omitted_tasks() < 3)
-      absl::SleepFor(absl::Milliseconds(5));
+    EXPECT_TRUE(Eventually([&] { return dispatcher.omitted_tasks() >= 3; }));
     dispatcher.SetTasks({a_server.address(), b_server.address()});
   });
   std::vector<Origin> got = ReadAll(**it);
@@ -223,12 +235,11 @@ TEST(DataServiceClient, DropsBatchesResentAfterReassignment) {
                      (*batch)->batch_index);
   }
   // The dispatcher learns the prefix (2 batches) before it reassigns.
-  while (true) {
+  ASSERT_TRUE(Eventually([&] {
     std::vector<proto::ClientSplitProgress> progress =
         dispatcher.last_progress();
-    if (progress.size() == 1 && progress[0].delivered_batches() == 2) break;
-    absl::SleepFor(absl::Milliseconds(5));
-  }
+    return progress.size() == 1 && progress[0].delivered_batches() == 2;
+  }));
   dispatcher.SetTasks({b_server.address()});
   b_may_start.Notify();
 
@@ -276,7 +287,7 @@ TEST(DataServiceClient, DeterministicModeReleasesInSequenceOrder) {
   ASSERT_TRUE(client.ok()) << client.status();
   auto it = (*client)->Open(Job(/*deterministic=*/true));
   ASSERT_TRUE(it.ok()) << it.status();
-  while (!a.drained()) absl::SleepFor(absl::Milliseconds(5));
+  ASSERT_TRUE(Eventually([&] { return a.drained(); }));
   b_may_start.Notify();
 
   EXPECT_EQ(ReadAll(**it), AllOrigins(1, 4, 3));
@@ -299,9 +310,15 @@ TEST(DataServiceClient, FullBufferStallsTheWorkersStream) {
   auto it = (*client)->Open(Job());
   ASSERT_TRUE(it.ok()) << it.status();
 
-  while ((*it)->buffered_batches() < 4) absl::SleepFor(absl::Milliseconds(5));
-  absl::SleepFor(absl::Milliseconds(
-      300));  // time for a stream that does not stall to finish
+  // The client's buffer fills, then the worker's stream waits in a Write for
+  // flow-control credit that only the client's reads give back. A client that
+  // kept reading would let the worker write all its batches and end the
+  // stream (drained) instead.
+  ASSERT_TRUE(Eventually([&] {
+    return worker.drained() ||
+           ((*it)->buffered_batches() == 4 && worker.in_write());
+  }));
+  EXPECT_FALSE(worker.drained()) << "the worker was not stalled";
   EXPECT_EQ((*it)->buffered_batches(), 4);
   EXPECT_LT(worker.writes(), kBatches / 2) << "the worker was not stalled";
 
@@ -435,10 +452,13 @@ TEST(DataServiceClient, RetriesAWorkerThatDoesNotKnowTheJobYet) {
   ASSERT_TRUE(client.ok()) << client.status();
   auto it = (*client)->Open(Job());
   ASSERT_TRUE(it.ok()) << it.status();
-  absl::SleepFor(absl::Milliseconds(100));  // a few NOT_FOUND streams
+  // The client opens the stream again after each NOT_FOUND.
+  ASSERT_TRUE(Eventually([&] { return worker.failed_streams() >= 3; }))
+      << worker.failed_streams() << " NOT_FOUND streams";
   worker.SetFinalStatus(grpc::Status::OK);
   worker.AddSplit(0, 0, 2);
   EXPECT_EQ(ReadAll(**it), AllOrigins(1, 1, 2));
+  EXPECT_GE(worker.streams(), 4);  // three refused, at least one served
 }
 
 int UnusedPort() {
@@ -562,7 +582,8 @@ TEST(DataServiceClient, GivesUpOnALostDispatcherAfterTheTimeoutOnItsClock) {
   ASSERT_TRUE(it.ok()) << it.status();
   dispatcher.SetHeartbeatError(
       grpc::Status(grpc::StatusCode::UNAVAILABLE, "dispatcher restarting"));
-  absl::SleepFor(absl::Milliseconds(200));  // failed heartbeats, not yet lost
+  // Failed heartbeats, but the client's clock has not moved: not yet lost.
+  ASSERT_TRUE(Eventually([&] { return dispatcher.failed_heartbeats() >= 3; }));
   clock.Advance(options.dispatcher_lost_timeout + absl::Seconds(1));
   const absl::Time start = absl::Now();
   absl::StatusOr<std::optional<Batch>> batch = (*it)->GetNext();

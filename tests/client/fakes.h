@@ -104,6 +104,11 @@ class FakeDispatcher final : public proto::DispatcherService::Service {
     absl::MutexLock lock(&mu_);
     return status_calls_;
   }
+  // Heartbeats answered with the SetHeartbeatError status.
+  int failed_heartbeats() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return failed_heartbeats_;
+  }
 
   // A dispatcher without data workers (the client asks them for a dataset's shard sizes).
   grpc::Status GetStatus(grpc::ServerContext*,
@@ -151,7 +156,10 @@ class FakeDispatcher final : public proto::DispatcherService::Service {
     absl::MutexLock lock(&mu_);
     if (grpc::Status s = CheckVersion(request->protocol_version()); !s.ok())
       return s;
-    if (!heartbeat_error_.ok()) return heartbeat_error_;
+    if (!heartbeat_error_.ok()) {
+      ++failed_heartbeats_;
+      return heartbeat_error_;
+    }
     if (request->job_id() != kJobId) {
       return grpc::Status(grpc::StatusCode::NOT_FOUND, "job not found");
     }
@@ -220,6 +228,7 @@ class FakeDispatcher final : public proto::DispatcherService::Service {
   std::vector<proto::ClientSplitProgress> last_progress_ ABSL_GUARDED_BY(mu_);
   int heartbeats_ ABSL_GUARDED_BY(mu_) = 0;
   int status_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  int failed_heartbeats_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   std::set<uint64_t> done_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
@@ -289,6 +298,22 @@ class FakeWorker final : public grpc::Service {
     absl::MutexLock lock(&mu_);
     return next_ == script_.size();
   }
+  // GetBatches streams opened so far, and those that ended with a status
+  // other than OK.
+  int streams() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return streams_;
+  }
+  int failed_streams() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return failed_streams_;
+  }
+  // A Write() has begun and not returned: with a client that stopped reading,
+  // the stream's flow-control window is full and the write waits for it.
+  bool in_write() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return in_write_;
+  }
 
   grpc::Status GetBatches(grpc::ServerContext* context,
                           const proto::GetBatchesRequest* request,
@@ -297,6 +322,7 @@ class FakeWorker final : public grpc::Service {
     {
       absl::MutexLock lock(&mu_);
       gate = gate_;
+      ++streams_;
     }
     if (gate != nullptr) {
       while (!gate->WaitForNotificationWithTimeout(absl::Milliseconds(10))) {
@@ -318,7 +344,10 @@ class FakeWorker final : public grpc::Service {
             return grpc::Status::CANCELLED;
           continue;
         }
-        if (next_ == script_.size()) return final_status_;
+        if (next_ == script_.size()) {
+          if (!final_status_.ok()) ++failed_streams_;
+          return final_status_;
+        }
         const Item item = script_[next_++];
         batch.mutable_key()->set_job_id(request->job_id());
         batch.mutable_key()->set_consumer_index(request->consumer_index());
@@ -350,12 +379,14 @@ class FakeWorker final : public grpc::Service {
               &wire);
         }
         batch.add_global_indices(id);
+        in_write_ = true;
       }
-      if (!writer->Write(service::EncodeBatch(wire)))
-        return grpc::Status::CANCELLED;
-      if (marker.end_of_split() && !writer->Write(service::EncodeBatch(end)))
-        return grpc::Status::CANCELLED;
+      const bool written =
+          writer->Write(service::EncodeBatch(wire)) &&
+          (!marker.end_of_split() || writer->Write(service::EncodeBatch(end)));
       absl::MutexLock lock(&mu_);
+      in_write_ = false;
+      if (!written) return grpc::Status::CANCELLED;
       ++writes_;
     }
   }
@@ -365,6 +396,9 @@ class FakeWorker final : public grpc::Service {
   std::vector<Item> script_ ABSL_GUARDED_BY(mu_);
   size_t next_ ABSL_GUARDED_BY(mu_) = 0;
   int writes_ ABSL_GUARDED_BY(mu_) = 0;
+  bool in_write_ ABSL_GUARDED_BY(mu_) = false;
+  int streams_ ABSL_GUARDED_BY(mu_) = 0;
+  int failed_streams_ ABSL_GUARDED_BY(mu_) = 0;
   size_t payload_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Notification* gate_ ABSL_GUARDED_BY(mu_) = nullptr;
   grpc::Status final_status_ ABSL_GUARDED_BY(mu_) = grpc::Status::OK;

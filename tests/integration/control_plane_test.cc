@@ -3,7 +3,11 @@
 // connections, killed consumers, dispatcher restarts, stopped workers; errors that no retry
 // fixes reach GetNext; a consumer saved, killed and restored continues exactly once. One file
 // (~650 lines): every case uses the same real-process cluster fixture and exactly-once checks.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -361,6 +365,19 @@ TEST_F(ControlPlaneTest, FilterAndAWorkerKillStillDeliverEveryKeptRecordOnce) {
   ExpectExactly(r.ids[0], want);
 }
 
+// True iff nothing accepts a TCP connection on 127.0.0.1:`port`.
+bool Refuses(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool refused =
+      connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0;
+  close(fd);
+  return refused;
+}
+
 TEST_F(ControlPlaneTest, AResetConnectionToALiveWorkerLosesNothing) {
   auto port = tools::PickFreePort();
   ASSERT_TRUE(port.ok());
@@ -388,7 +405,8 @@ TEST_F(ControlPlaneTest, AResetConnectionToALiveWorkerLosesNothing) {
           relay->Signal(
               SIGKILL);  // every connection through it is cut, bytes in flight lost
           (void)relay->Wait(absl::Seconds(5));
-          absl::SleepFor(absl::Milliseconds(200));
+          // Down for real (its connections are gone) before it comes back.
+          EXPECT_TRUE(Refuses(*port));
           relay = start_relay();
           ++resets;
         }

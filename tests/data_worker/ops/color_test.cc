@@ -1,7 +1,10 @@
 #include "data_worker/ops/color.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <set>
+#include <utility>
 
 #include "gtest/gtest.h"
 #include "tests/data_worker/ops/test_images.h"
@@ -69,6 +72,68 @@ void Reference(const ColorJitterParams& p, cv::Mat& img) {
   f.convertTo(img, CV_8U);
 }
 
+// The expected draws, independent of DrawColorJitterParams: torchvision's
+// ColorJitter.get_params: torch.randperm(4) (Fisher-Yates from the last index
+// down), then one factor per enabled component in the order brightness,
+// contrast, saturation (uniform in [max(0, 1 - v), 1 + v]) and hue (uniform in
+// [-v, v]), from the element's generator as the op is documented to.
+ColorJitterParams TorchvisionDraws(float b, float c, float s, float h,
+                                   Rng& rng) {
+  ColorJitterParams p;
+  for (int i = 3; i > 0; --i) {
+    const int j = static_cast<int>(rng.UniformInt(i + 1));
+    std::swap(p.order[i], p.order[j]);
+  }
+  auto factor = [&](float v) {
+    return rng.Uniform(std::max(0.0, 1.0 - v), 1.0 + v);
+  };
+  if (b > 0) {
+    p.has_brightness = true;
+    p.brightness = factor(b);
+  }
+  if (c > 0) {
+    p.has_contrast = true;
+    p.contrast = factor(c);
+  }
+  if (s > 0) {
+    p.has_saturation = true;
+    p.saturation = factor(s);
+  }
+  if (h > 0) {
+    p.has_hue = true;
+    p.hue = rng.Uniform(-h, h);
+  }
+  return p;
+}
+
+TEST(ColorJitter, DrawsWhatTorchvisionsGetParamsDraws) {
+  proto::ColorJitterOp spec;
+  spec.set_brightness(0.4f);
+  spec.set_contrast(0.3f);
+  spec.set_saturation(1.5f);  // clamped below at 0
+  spec.set_hue(0.1f);
+  std::set<std::array<int, 4>> orders;
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    Rng rng(seed), reference(seed);
+    const ColorJitterParams p = DrawColorJitterParams(spec, rng);
+    const ColorJitterParams want =
+        TorchvisionDraws(0.4f, 0.3f, 1.5f, 0.1f, reference);
+    EXPECT_EQ(p.order, want.order);
+    EXPECT_EQ(p.brightness, want.brightness);
+    EXPECT_EQ(p.contrast, want.contrast);
+    EXPECT_EQ(p.saturation, want.saturation);
+    EXPECT_EQ(p.hue, want.hue);
+    EXPECT_GE(p.saturation, 0.0);
+    EXPECT_LE(p.saturation, 2.5);
+    EXPECT_GE(p.brightness, 0.6);
+    EXPECT_LE(p.brightness, 1.4);
+    EXPECT_GE(p.hue, -0.1f);
+    EXPECT_LE(p.hue, 0.1f);
+    orders.insert(p.order);
+  }
+  EXPECT_EQ(orders.size(), 24u);  // every order of the four components occurs
+}
+
 TEST(ColorJitter, MatchesPerPixelReferenceWithinTwoLevels) {
   const cv::Mat img = testing::MakeRgb(24, 32);
   const float none = 0;
@@ -91,8 +156,7 @@ TEST(ColorJitter, MatchesPerPixelReferenceWithinTwoLevels) {
       absl::StatusOr<Tensor> out = (*ops)[0]->Apply(Tensor::FromMat(img), ctx);
       ASSERT_TRUE(out.ok()) << out.status();
       Rng rng = ctx.RngFor(6);
-      const ColorJitterParams p =
-          DrawColorJitterParams(spec.color_jitter(), rng);
+      const ColorJitterParams p = TorchvisionDraws(k.b, k.c, k.s, k.h, rng);
       cv::Mat ref = img.clone();
       Reference(p, ref);
       const testing::Diff d = testing::Compare(out->AsMat(), ref);

@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/data_worker/ops/test_images.h"
+#include "tests/data_worker/ops/torchvision_reference.h"
 
 namespace sluice::data_worker {
 namespace {
@@ -344,8 +345,6 @@ TEST(FusedDecode, RandomResizedCropMatchesOpenCvReference) {
   EXPECT_EQ(fused->name(), "Decode+RandomResizedCrop");
   auto unfused = BuildOps({DecodeSpec(), rrc}, 0, /*fuse=*/false);
   ASSERT_TRUE(unfused.ok());
-  RandomResizedCropSpec spec;
-  spec.height = spec.width = 224;
   double worst_mean = 0;
   for (const Variant& v : JpegVariants()) {
     SCOPED_TRACE(v.name);
@@ -359,7 +358,7 @@ TEST(FusedDecode, RandomResizedCropMatchesOpenCvReference) {
       ASSERT_EQ(out->shape(), (std::vector<int64_t>{224, 224, 3}));
       Rng rng = ctx.RngFor(1);
       const CropBox box =
-          RandomResizedCropBox(spec, ref_full.rows, ref_full.cols, rng);
+          testing::TorchvisionBox(ref_full.rows, ref_full.cols, rng);
       cv::Mat ref;
       cv::resize(ref_full(cv::Rect(box.left, box.top, box.width, box.height)),
                  ref, cv::Size(224, 224), 0, 0, cv::INTER_LINEAR);

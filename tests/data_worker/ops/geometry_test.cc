@@ -1,16 +1,19 @@
 #include "data_worker/ops/geometry.h"
 
+#include <cmath>
 #include <set>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/data_worker/ops/test_images.h"
+#include "tests/data_worker/ops/torchvision_reference.h"
 
 namespace sluice::data_worker {
 namespace {
 
 using ::sluice::data_worker::testing::Compare;
 using ::sluice::data_worker::testing::MakeRgb;
+using ::sluice::data_worker::testing::TorchvisionBox;
 using ::testing::HasSubstr;
 
 std::unique_ptr<Op> One(const proto::OpSpec& spec, int position = 0) {
@@ -64,14 +67,12 @@ TEST(RandomResizedCrop, MatchesOpenCvCropResizeAndIsDeterministic) {
   proto::OpSpec spec;
   spec.mutable_random_resized_crop()->set_size(32);
   auto op = One(spec, /*position=*/4);
-  RandomResizedCropSpec params;
-  params.height = params.width = 32;
   std::set<std::string> distinct;
   for (uint64_t i = 0; i < 20; ++i) {
     const ElementContext ctx{3, 0, i};
     Tensor out = ApplyTo(*op, img, ctx);
     Rng rng = ctx.RngFor(4);
-    const CropBox b = RandomResizedCropBox(params, 120, 160, rng);
+    const CropBox b = TorchvisionBox(120, 160, rng);
     ASSERT_GT(b.height, 0);
     ASSERT_LE(b.top + b.height, 120);
     ASSERT_LE(b.left + b.width, 160);
@@ -83,6 +84,25 @@ TEST(RandomResizedCrop, MatchesOpenCvCropResizeAndIsDeterministic) {
     distinct.insert(std::string(out.bytes()));
   }
   EXPECT_GT(distinct.size(), 15u);
+}
+
+TEST(RandomResizedCrop, BoxesAreTorchvisionsGetParams) {
+  RandomResizedCropSpec spec;
+  spec.height = spec.width = 32;
+  // Images of every shape, 10 x 1000 strips (the fallback) included.
+  const std::pair<int, int> sizes[] = {{120, 160}, {300, 400}, {7, 5},
+                                       {10, 1000}, {1000, 10}, {1, 1}};
+  for (const auto& [h, w] : sizes) {
+    for (uint64_t seed = 0; seed < 100; ++seed) {
+      Rng rng(seed), reference(seed);
+      const CropBox got = RandomResizedCropBox(spec, h, w, rng);
+      const CropBox want = TorchvisionBox(h, w, reference);
+      EXPECT_EQ(got.top, want.top) << h << "x" << w << " seed " << seed;
+      EXPECT_EQ(got.left, want.left) << h << "x" << w << " seed " << seed;
+      EXPECT_EQ(got.height, want.height) << h << "x" << w << " seed " << seed;
+      EXPECT_EQ(got.width, want.width) << h << "x" << w << " seed " << seed;
+    }
+  }
 }
 
 TEST(RandomResizedCrop, BoxesFollowScaleAndRatioAndFallBackToCenter) {

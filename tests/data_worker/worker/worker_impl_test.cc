@@ -94,8 +94,8 @@ class WorkerImplTest : public ::testing::Test {
     fake_.script.push_back(std::move(response));
   }
 
-  // A worker with its own heartbeat thread on the real clock (not started),
-  // capacity 1, whose first heartbeat brings job 1 and its split 0 of
+  // A worker with its own heartbeat thread on manual_clock_ (not started):
+  // no heartbeat period passes unless the test advances it. Capacity 1, whose first heartbeat brings job 1 and its split 0 of
   // `records` records.
   std::unique_ptr<WorkerImpl> MakeThreadedWorker(absl::Duration interval,
                                                  uint64_t records) {
@@ -105,7 +105,7 @@ class WorkerImplTest : public ::testing::Test {
     options.threads = 1;
     options.capacity = 1;
     options.heartbeat_interval = interval;
-    options.clock = RealClock::Get();
+    options.clock = &manual_clock_;
     proto::WorkerHeartbeatResponse first;
     *first.add_jobs() = MakeJob(1, Yaml(kLabels), 4);
     *first.add_start() = MakeSplit(1, 0, 0, 0, 0, records, 0, 0);
@@ -183,6 +183,7 @@ class WorkerImplTest : public ::testing::Test {
 
   sluice::testing::TempDir dir_;
   FakeClock clock_;
+  testing::ManualClock manual_clock_;
   FakeDispatcher::Shared fake_;
 };
 
@@ -343,10 +344,13 @@ TEST_F(WorkerImplTest, ShuffledSplitFollowsTheSeededPermutationOfItsRange) {
   *r.add_start() =
       MakeSplit(1, 0, 0, /*split_id=*/2, 16, 28, 16, /*skip=*/1, /*epoch=*/3);
   Deliver(*w, r);
-  const std::vector<uint64_t> perm =
-      record::Permutation(12, MixSeed({11, 2}), 3);
-  std::vector<uint64_t> want;
-  for (size_t i = 4; i < 12; ++i) want.push_back(16 + perm[i]);
+  // The split's 12 records (16..27) in the order of
+  // Permutation(12, MixSeed({job seed 11, split 2}), epoch 3) =
+  // [3, 1, 10, 6, 8, 0, 11, 5, 9, 4, 7, 2] (pinned here: a change reorders
+  // existing jobs); batch 0 (its first 4) is skipped.
+  ASSERT_EQ(record::Permutation(12, MixSeed({11, 2}), 3),
+            (std::vector<uint64_t>{3, 1, 10, 6, 8, 0, 11, 5, 9, 4, 7, 2}));
+  const std::vector<uint64_t> want = {24, 16, 27, 21, 25, 20, 23, 18};
   auto reader = Open(*w, 1, 0);
   std::vector<uint64_t> got;
   for (int i = 0; i < 2; ++i) {
@@ -644,10 +648,12 @@ std::map<uint64_t, std::vector<uint64_t>> ReadSplits(
 // A split that ends is reported at once, not at the next heartbeat period, so
 // that the dispatcher hands the freed capacity its next split now (with splits
 // that last about one period, producers stood idle for up to half the time).
+// The worker's clock never moves here, so its hour-long period never passes:
+// only the early report can carry the finished split.
 TEST_F(WorkerImplTest, ASplitThatEndsIsReportedBeforeTheHeartbeatPeriod) {
   std::unique_ptr<WorkerImpl> w = MakeThreadedWorker(absl::Hours(1), 10);
   ASSERT_NE(w, nullptr);
-  const absl::Time start = absl::Now();
+  const absl::Time start = manual_clock_.Now();
   ASSERT_TRUE(w->Start().ok());  // registers, heartbeats, gets the split
   auto finished_reported = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(fake_.mu) {
     for (const proto::WorkerHeartbeatRequest& h : fake_.heartbeats) {
@@ -661,9 +667,11 @@ TEST_F(WorkerImplTest, ASplitThatEndsIsReportedBeforeTheHeartbeatPeriod) {
     absl::MutexLock lock(&fake_.mu);
     EXPECT_TRUE(fake_.mu.AwaitWithTimeout(absl::Condition(&finished_reported),
                                           absl::Seconds(20)));
-    EXPECT_GE(fake_.heartbeats.size(), 2u);
+    // The first heartbeat brought the split; a later one reports it finished.
+    ASSERT_GE(fake_.heartbeats.size(), 2u);
+    EXPECT_EQ(fake_.heartbeats[0].splits_size(), 0);
   }
-  EXPECT_LT(absl::Now() - start, absl::Seconds(20));  // not the hour
+  EXPECT_EQ(manual_clock_.Now(), start);  // no period passed
   w->Stop();
 }
 
@@ -671,7 +679,8 @@ TEST_F(WorkerImplTest, ASplitThatEndsIsReportedBeforeTheHeartbeatPeriod) {
 // next split soon instead of at its interval (8 s here): at an epoch boundary
 // the consumer reports the epoch done after the worker's split ended, and the
 // next epoch's split is handed out then. The extra heartbeats back off (1 s,
-// 2 s, 4 s, then the interval), so a long idle episode costs three.
+// 2 s, 4 s, then the interval), so a long idle episode costs three. The
+// worker's clock moves only when the test advances it.
 TEST_F(WorkerImplTest, AnIdleWorkerWithAConsumerAsksForItsNextSplitSoon) {
   std::unique_ptr<WorkerImpl> created = MakeThreadedWorker(absl::Seconds(8), 6);
   ASSERT_NE(created, nullptr);
@@ -679,11 +688,10 @@ TEST_F(WorkerImplTest, AnIdleWorkerWithAConsumerAsksForItsNextSplitSoon) {
   ASSERT_TRUE(w.Start().ok());  // registers; its thread heartbeats
   std::unique_ptr<Reader> reader;
   absl::Status open;
-  for (int i = 0; i < 2000 && reader == nullptr; ++i) {  // the job arrives
+  ASSERT_TRUE(Eventually([&] {  // the job arrives
     reader = Open(w, 1, 0, &open);
-    if (reader == nullptr) absl::SleepFor(absl::Milliseconds(10));
-  }
-  ASSERT_NE(reader, nullptr) << open;
+    return reader != nullptr;
+  })) << open;
   // The ids of the next split, to its end-of-split marker.
   auto read_split = [&](std::vector<uint64_t>* ids) {
     while (true) {
@@ -697,20 +705,33 @@ TEST_F(WorkerImplTest, AnIdleWorkerWithAConsumerAsksForItsNextSplitSoon) {
   read_split(&ids);  // split 0: the worker is idle from its end
   ASSERT_FALSE(HasFatalFailure());
   EXPECT_THAT(ids, ElementsAre(0, 1, 2, 3, 4, 5));
-  absl::SleepFor(absl::Milliseconds(400));  // the consumer finishing its epoch
-  const absl::Time handed_out = absl::Now();
+  // The early heartbeat reports split 0 finished and starts the idle episode;
+  // once the thread sleeps again, its next heartbeat is due 1 s later.
+  auto finished_reported = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(fake_.mu) {
+    return !fake_.heartbeats.empty() &&
+           fake_.heartbeats.back().splits_size() == 1 &&
+           fake_.heartbeats.back().splits(0).finished_producing();
+  };
+  {
+    absl::MutexLock lock(&fake_.mu);
+    ASSERT_TRUE(fake_.mu.AwaitWithTimeout(absl::Condition(&finished_reported),
+                                          absl::Seconds(20)));
+  }
+  ASSERT_TRUE(manual_clock_.AwaitSleepsAbove(manual_clock_.sleeps()));
+  // The consumer finishing its epoch.
+  manual_clock_.Advance(absl::Milliseconds(400));
   Script([] {
     proto::WorkerHeartbeatResponse next;
     *next.add_start() = MakeSplit(1, 0, 0, 1, 6, 10, 6, 0, /*epoch=*/1);
     return next;
   }());
+  // 1 s into the idle episode: the backed-off heartbeat takes the split (the
+  // periodic one would come at 8 s).
+  manual_clock_.Advance(absl::Milliseconds(600));
   ids.clear();
   read_split(&ids);
   ASSERT_FALSE(HasFatalFailure());
   EXPECT_THAT(ids, ElementsAre(6, 7, 8, 9));
-  // Handed out 0.4 s into the idle episode: taken by the heartbeat 1 s into
-  // it (the periodic one would come at 8 s).
-  EXPECT_LT(absl::Now() - handed_out, absl::Seconds(4));
   {
     absl::MutexLock lock(&fake_.mu);
     EXPECT_LE(fake_.heartbeats.size(), 8u);

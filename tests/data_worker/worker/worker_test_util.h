@@ -11,6 +11,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/base/clock.h"
 #include "common/pipeline_spec/parse.h"
 #include "data_worker/pipeline/spec.h"
 #include "data_worker/worker/worker_impl.h"
@@ -103,6 +104,48 @@ inline proto::SplitAssignment MakeSplit(uint64_t job_id, uint32_t consumer,
   a.set_skip_batches(skip_batches);
   return a;
 }
+
+// Time that moves only when the test calls Advance(). Unlike FakeClock, SleepFor
+// does not wait for time to be advanced: it counts the call, yields for a
+// millisecond of real time and returns, so a loop that polls a flag between
+// sleeps (the worker's heartbeat thread) keeps polling, but no period passes
+// that the test did not advance. Thread-safe.
+class ManualClock : public Clock {
+ public:
+  absl::Time Now() override ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return now_;
+  }
+  void SleepFor(absl::Duration) override ABSL_LOCKS_EXCLUDED(mu_) {
+    {
+      absl::MutexLock lock(&mu_);
+      ++sleeps_;
+    }
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  void Advance(absl::Duration d) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    now_ += d;
+  }
+  // SleepFor calls so far.
+  int64_t sleeps() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return sleeps_;
+  }
+  // Waits (up to 20 s) until SleepFor was called more than `n` times: a thread
+  // that polls between sleeps has gone once more round its loop.
+  bool AwaitSleepsAbove(int64_t n) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    auto above = [this, n]()
+                     ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return sleeps_ > n; };
+    return mu_.AwaitWithTimeout(absl::Condition(&above), absl::Seconds(20));
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::Time now_ ABSL_GUARDED_BY(mu_) = absl::UnixEpoch();
+  int64_t sleeps_ ABSL_GUARDED_BY(mu_) = 0;
+};
 
 // Polls `cond` until it holds or 20 s pass (synchronization with the worker's
 // threads, not timing).
