@@ -140,8 +140,10 @@ int HealthStatus(const std::string& address) {
 
 TEST(ServerMain, ServesHealthWritesTheAddressFileAndTurnsNotServing) {
   testing::TempDir dir;
-  auto main = ServerMain::Create(
-      "test", {.host = "0.0.0.0", .port = 0, .address_file = dir.Join("addr")});
+  auto main = ServerMain::Create("test", {.host = "0.0.0.0",
+                                          .port = 0,
+                                          .address_file = dir.Join("addr"),
+                                          .allow_insecure = true});
   ASSERT_TRUE(main.ok()) << main.status();
   grpc::ServerBuilder builder;
   proto::DispatcherService::Service
@@ -152,11 +154,40 @@ TEST(ServerMain, ServesHealthWritesTheAddressFileAndTurnsNotServing) {
   const std::string address =
       "127.0.0.1:" + std::to_string((*main)->bound_port());
   EXPECT_EQ((*main)->address(), address);  // the wildcard shown as loopback
+  EXPECT_EQ((*main)->bind_address(),
+            "0.0.0.0:" + std::to_string((*main)->bound_port()));
   EXPECT_EQ(testing::ReadFile(dir.Join("addr")), address + "\n");
   EXPECT_EQ(HealthStatus(address), 1);  // SERVING
   (*main)->SetServing(false);
   EXPECT_EQ(HealthStatus(address), 2);  // NOT_SERVING
   (*main)->Shutdown(absl::ZeroDuration());
+}
+
+TEST(ServerMain, NonLoopbackWithoutTlsAndTokensNeedsAllowInsecure) {
+  const absl::Status s =
+      ServerMain::Create("test", {.host = "0.0.0.0"}).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(),
+              HasSubstr("--host 0.0.0.0 is reachable from other machines and "
+                        "this port is plaintext and unauthenticated"));
+  EXPECT_THAT(s.message(), HasSubstr("--allow-insecure (SLUICE_ALLOW_INSECURE=1)"));
+  std::string warning;
+  EXPECT_TRUE(CheckListenSecurity({.host = "127.0.0.1"}, &warning).ok());
+  EXPECT_TRUE(warning.empty());
+  EXPECT_TRUE(CheckListenSecurity({.host = "::1"}, &warning).ok());
+  ServerFlags tls_only{.host = "10.1.2.3"};
+  tls_only.security.tls_cert = "c.pem";
+  tls_only.security.tls_key = "k.pem";
+  EXPECT_THAT(CheckListenSecurity(tls_only, &warning).message(),
+              HasSubstr("this port authenticates no caller"));
+  tls_only.allow_insecure = true;
+  ASSERT_TRUE(CheckListenSecurity(tls_only, &warning).ok());
+  EXPECT_THAT(warning, HasSubstr("(--allow-insecure)"));
+  ServerFlags secured = tls_only;
+  secured.allow_insecure = false;
+  secured.security.tokens_file = "tokens.csv";
+  ASSERT_TRUE(CheckListenSecurity(secured, &warning).ok());
+  EXPECT_TRUE(warning.empty());
 }
 
 TEST(ServerMain, BadFlagsAreInvalidArgumentNamingThem) {
