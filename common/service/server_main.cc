@@ -223,7 +223,11 @@ absl::StatusOr<std::unique_ptr<ServerMain>> ServerMain::Create(
   if (metrics_port >= 0) {
     const std::string bind = JoinHostPort(metrics_host, metrics_port);
     try {
-      main->exposer_ = std::make_unique<prometheus::Exposer>(bind);
+      // Slow and half-open clients must not block the scrapes autoscaling reads: more
+      // threads than prometheus-cpp's 2, and a read/write timeout that frees them.
+      main->exposer_ = std::make_unique<prometheus::Exposer>(
+          std::vector<std::string>{"listening_ports", bind, "num_threads", "8",
+                                   "request_timeout_ms", "5000"});
     } catch (const std::exception& e) {
       return absl::UnavailableError(
           absl::StrCat("--metrics-address/--metrics-port ", bind,
