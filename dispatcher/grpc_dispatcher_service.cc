@@ -1,93 +1,290 @@
 #include "dispatcher/grpc_dispatcher_service.h"
 
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
 #include "common/service/grpc_status.h"
+#include "common/service/identity.h"
 
 namespace sluice::dispatcher {
 namespace {
 
-// The reactor that the impl's `done` finishes (from this thread or DurableAcks').
+using service::Identity;
+using service::Role;
+
+// The caller of `context`'s call; the reactor is finished with the error when the caller
+// cannot be named.
+std::optional<Identity> Caller(grpc::CallbackServerContext* context,
+                               grpc::ServerUnaryReactor* reactor) {
+  const std::shared_ptr<const grpc::AuthContext> auth = context->auth_context();
+  absl::StatusOr<Identity> identity =
+      auth == nullptr ? Identity::Development() : service::IdentityOf(*auth);
+  if (!identity.ok()) {
+    reactor->Finish(service::ToGrpcStatus(identity.status()));
+    return std::nullopt;
+  }
+  return *identity;
+}
+
+// Forwards to the impl; `done` finishes the reactor (from this thread or DurableAcks').
 template <typename Request, typename Response>
-grpc::ServerUnaryReactor* Serve(
-    grpc::CallbackServerContext* context, const Request* request,
-    Response* response, DispatcherImpl* impl,
-    void (DispatcherImpl::*method)(const Request&, Response*,
-                                   DispatcherImpl::Done)) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  (impl->*method)(*request, response, [reactor](absl::Status status) {
-    reactor->Finish(service::ToGrpcStatus(status));
-  });
-  return reactor;
+void Forward(grpc::ServerUnaryReactor* reactor, const Request& request,
+             Response* response, DispatcherImpl* impl,
+             void (DispatcherImpl::*method)(const Request&, Response*,
+                                            DispatcherImpl::Done),
+             std::function<void()> on_ok = nullptr) {
+  (impl->*method)(request, response,
+                  [reactor, on_ok = std::move(on_ok)](absl::Status status) {
+                    if (status.ok() && on_ok) on_ok();
+                    reactor->Finish(service::ToGrpcStatus(status));
+                  });
 }
 
 }  // namespace
+
+void GrpcDispatcherService::WithJobOwner(
+    uint64_t job_id, std::function<void(std::optional<std::string>)> then) {
+  if (std::optional<std::string> owner = authorization_.JobOwner(job_id)) {
+    then(std::move(owner));
+    return;
+  }
+  auto request = std::make_shared<proto::GetStatusRequest>();
+  request->set_protocol_version(kProtocolVersion);
+  request->set_starting_workers(-1);
+  auto status = std::make_shared<proto::GetStatusResponse>();
+  impl_->GetStatus(*request, status.get(),
+                   [this, request, status, job_id,
+                    then = std::move(then)](absl::Status s) {
+                     if (s.ok()) authorization_.LearnJobs(*status);
+                     then(authorization_.JobOwner(job_id));
+                   });
+}
 
 grpc::ServerUnaryReactor* GrpcDispatcherService::RegisterDataset(
     grpc::CallbackServerContext* context,
     const proto::RegisterDatasetRequest* request,
     proto::RegisterDatasetResponse* response) {
-  return Serve(context, request, response, impl_,
-               &DispatcherImpl::RegisterDataset);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  std::optional<Identity> caller = Caller(context, reactor);
+  if (!caller) return reactor;
+  if (absl::Status s = authorization_.CheckRegisterDataset(*caller); !s.ok()) {
+    reactor->Finish(service::ToGrpcStatus(s));
+    return reactor;
+  }
+  Forward(reactor, *request, response, impl_, &DispatcherImpl::RegisterDataset,
+          [this, caller = *caller, response] {
+            authorization_.DatasetRegistered(caller, response->dataset_id());
+          });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* GrpcDispatcherService::GetOrCreateJob(
     grpc::CallbackServerContext* context,
     const proto::GetOrCreateJobRequest* request,
     proto::GetOrCreateJobResponse* response) {
-  return Serve(context, request, response, impl_,
-               &DispatcherImpl::GetOrCreateJob);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  std::optional<Identity> caller = Caller(context, reactor);
+  if (!caller) return reactor;
+  proto::GetOrCreateJobRequest scoped = *request;
+  const std::string anonymous_id =
+      absl::StrCat(impl_->incarnation(), "-", anonymous_jobs_.fetch_add(1));
+  if (absl::Status s =
+          authorization_.CheckGetOrCreateJob(*caller, anonymous_id, &scoped);
+      !s.ok()) {
+    reactor->Finish(service::ToGrpcStatus(s));
+    return reactor;
+  }
+  Forward(reactor, scoped, response, impl_, &DispatcherImpl::GetOrCreateJob,
+          [this, caller = *caller, response] {
+            authorization_.JobCreated(caller, response->job_id());
+          });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* GrpcDispatcherService::ClientHeartbeat(
     grpc::CallbackServerContext* context,
     const proto::ClientHeartbeatRequest* request,
     proto::ClientHeartbeatResponse* response) {
-  return Serve(context, request, response, impl_,
-               &DispatcherImpl::ClientHeartbeat);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  std::optional<Identity> caller = Caller(context, reactor);
+  if (!caller) return reactor;
+  if (caller->all_roles) {
+    Forward(reactor, *request, response, impl_,
+            &DispatcherImpl::ClientHeartbeat);
+    return reactor;
+  }
+  WithJobOwner(request->job_id(), [this, reactor, request, response,
+                                   caller = *caller](
+                                      std::optional<std::string> owner) {
+    if (owner) {
+      if (absl::Status s = authorization_.CheckJobAccess(
+              caller, Role::kTrainer, "ClientHeartbeat", request->job_id(),
+              *owner);
+          !s.ok()) {
+        reactor->Finish(service::ToGrpcStatus(s));
+        return;
+      }
+    } else if (absl::Status s = service::RequireRole(caller, Role::kTrainer,
+                                                     "ClientHeartbeat");
+               !s.ok()) {
+      reactor->Finish(service::ToGrpcStatus(s));
+      return;
+    }
+    Forward(reactor, *request, response, impl_,
+            &DispatcherImpl::ClientHeartbeat);  // an unknown job: NotFound
+  });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* GrpcDispatcherService::WorkerRegister(
     grpc::CallbackServerContext* context,
     const proto::WorkerRegisterRequest* request,
     proto::WorkerRegisterResponse* response) {
-  return Serve(context, request, response, impl_,
-               &DispatcherImpl::WorkerRegister);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  std::optional<Identity> caller = Caller(context, reactor);
+  if (!caller) return reactor;
+  uint64_t holder = 0;
+  if (absl::Status s =
+          authorization_.CheckWorkerRegister(*caller, *request, &holder);
+      !s.ok()) {
+    reactor->Finish(service::ToGrpcStatus(s));
+    return reactor;
+  }
+  auto forward = [this, reactor, request, response, caller = *caller] {
+    Forward(reactor, *request, response, impl_, &DispatcherImpl::WorkerRegister,
+            [this, caller, request, response] {
+              authorization_.WorkerRegistered(caller, response->worker_id(),
+                                              request->address());
+            });
+  };
+  if (holder == 0) {
+    forward();
+    return reactor;
+  }
+  // The address was last registered by another identity: refused while that worker lives.
+  auto status_request = std::make_shared<proto::GetStatusRequest>();
+  status_request->set_protocol_version(kProtocolVersion);
+  status_request->set_starting_workers(-1);
+  auto status = std::make_shared<proto::GetStatusResponse>();
+  impl_->GetStatus(
+      *status_request, status.get(),
+      [reactor, request, status_request, status, holder, caller = *caller,
+       forward = std::move(forward)](absl::Status s) {
+        if (!s.ok()) {
+          reactor->Finish(service::ToGrpcStatus(s));
+          return;
+        }
+        for (const proto::WorkerStatus& worker : status->workers()) {
+          if (worker.worker_id() != holder) continue;
+          reactor->Finish(service::ToGrpcStatus(absl::PermissionDeniedError(
+              absl::StrCat(caller.Describe(), " may not register at ",
+                           request->address(), ": live worker ", holder,
+                           " of another identity serves there"))));
+          return;
+        }
+        forward();
+      });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* GrpcDispatcherService::WorkerHeartbeat(
     grpc::CallbackServerContext* context,
     const proto::WorkerHeartbeatRequest* request,
     proto::WorkerHeartbeatResponse* response) {
-  return Serve(context, request, response, impl_,
-               &DispatcherImpl::WorkerHeartbeat);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  std::optional<Identity> caller = Caller(context, reactor);
+  if (!caller) return reactor;
+  if (absl::Status s = authorization_.CheckWorker(
+          *caller, request->worker_id(), "WorkerHeartbeat");
+      !s.ok()) {
+    reactor->Finish(service::ToGrpcStatus(s));
+    return reactor;
+  }
+  Forward(reactor, *request, response, impl_, &DispatcherImpl::WorkerHeartbeat);
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* GrpcDispatcherService::WorkerUnregister(
     grpc::CallbackServerContext* context,
     const proto::WorkerUnregisterRequest* request,
     proto::WorkerUnregisterResponse* response) {
-  return Serve(context, request, response, impl_,
-               &DispatcherImpl::WorkerUnregister);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  std::optional<Identity> caller = Caller(context, reactor);
+  if (!caller) return reactor;
+  if (absl::Status s = authorization_.CheckWorker(
+          *caller, request->worker_id(), "WorkerUnregister");
+      !s.ok()) {
+    reactor->Finish(service::ToGrpcStatus(s));
+    return reactor;
+  }
+  Forward(reactor, *request, response, impl_,
+          &DispatcherImpl::WorkerUnregister);
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* GrpcDispatcherService::DrainWorker(
     grpc::CallbackServerContext* context,
     const proto::DrainWorkerRequest* request,
     proto::DrainWorkerResponse* response) {
-  return Serve(context, request, response, impl_, &DispatcherImpl::DrainWorker);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  std::optional<Identity> caller = Caller(context, reactor);
+  if (!caller) return reactor;
+  if (absl::Status s = authorization_.CheckDrainWorker(*caller); !s.ok()) {
+    reactor->Finish(service::ToGrpcStatus(s));
+    return reactor;
+  }
+  Forward(reactor, *request, response, impl_, &DispatcherImpl::DrainWorker);
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* GrpcDispatcherService::GetJobState(
     grpc::CallbackServerContext* context,
     const proto::GetJobStateRequest* request,
     proto::GetJobStateResponse* response) {
-  return Serve(context, request, response, impl_, &DispatcherImpl::GetJobState);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  std::optional<Identity> caller = Caller(context, reactor);
+  if (!caller) return reactor;
+  if (caller->Has(Role::kOperator)) {
+    Forward(reactor, *request, response, impl_, &DispatcherImpl::GetJobState);
+    return reactor;
+  }
+  WithJobOwner(request->job_id(), [this, reactor, request, response,
+                                   caller = *caller](
+                                      std::optional<std::string> owner) {
+    absl::Status s =
+        owner ? authorization_.CheckJobAccess(caller, Role::kTrainer,
+                                              "GetJobState", request->job_id(),
+                                              *owner)
+              : service::RequireRole(caller, Role::kTrainer, "GetJobState");
+    if (!s.ok()) {
+      reactor->Finish(service::ToGrpcStatus(s));
+      return;
+    }
+    Forward(reactor, *request, response, impl_, &DispatcherImpl::GetJobState);
+  });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* GrpcDispatcherService::GetStatus(
     grpc::CallbackServerContext* context,
     const proto::GetStatusRequest* request,
     proto::GetStatusResponse* response) {
-  return Serve(context, request, response, impl_, &DispatcherImpl::GetStatus);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  std::optional<Identity> caller = Caller(context, reactor);
+  if (!caller) return reactor;
+  proto::GetStatusRequest allowed = *request;
+  if (absl::Status s = authorization_.CheckGetStatus(*caller, &allowed);
+      !s.ok()) {
+    reactor->Finish(service::ToGrpcStatus(s));
+    return reactor;
+  }
+  Forward(reactor, allowed, response, impl_, &DispatcherImpl::GetStatus,
+          [this, caller = *caller, response] {
+            authorization_.LearnJobs(*response);
+            authorization_.FilterStatus(caller, response);
+          });
+  return reactor;
 }
 
 }  // namespace sluice::dispatcher

@@ -8,12 +8,20 @@
 // started a thread per blocked call and convoyed on the dispatcher's mutex;
 // docs/BENCHMARKS.md "Control-plane scale").
 //
-// Converts absl::Status to grpc::Status with the same code. Thread-safe; does
+// Every call is authorized first (dispatcher/authorization.h: the caller's role, the job's
+// owner); a refused call never reaches the impl. Converts absl::Status to grpc::Status with
+// the same code. Thread-safe; does
 // not own the impl, which must outlive the server.
 #ifndef SLUICE_DISPATCHER_GRPC_DISPATCHER_SERVICE_H_
 #define SLUICE_DISPATCHER_GRPC_DISPATCHER_SERVICE_H_
 
+#include <atomic>
+#include <functional>
+#include <optional>
+#include <string>
+
 #include "absl/status/status.h"
+#include "dispatcher/authorization.h"
 #include "dispatcher/dispatcher_impl.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/dispatcher.grpc.pb.h"
@@ -23,7 +31,9 @@ namespace sluice::dispatcher {
 class GrpcDispatcherService final
     : public proto::DispatcherService::CallbackService {
  public:
-  explicit GrpcDispatcherService(DispatcherImpl* impl) : impl_(impl) {}
+  explicit GrpcDispatcherService(DispatcherImpl* impl,
+                                 Authorization::Options authorization = {})
+      : impl_(impl), authorization_(authorization) {}
 
   grpc::ServerUnaryReactor* RegisterDataset(
       grpc::CallbackServerContext* context,
@@ -63,7 +73,14 @@ class GrpcDispatcherService final
       proto::GetStatusResponse* response) override;
 
  private:
+  // Calls `then` with the owner of `job_id` (nullopt: no such job), asking the impl's
+  // GetStatus for the names of jobs not seen yet.
+  void WithJobOwner(uint64_t job_id,
+                    std::function<void(std::optional<std::string>)> then);
+
   DispatcherImpl* const impl_;
+  Authorization authorization_;
+  std::atomic<uint64_t> anonymous_jobs_{0};
 };
 
 }  // namespace sluice::dispatcher

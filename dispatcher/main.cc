@@ -29,7 +29,8 @@ namespace sluice::dispatcher {
 namespace {
 
 struct Flags {
-  service::ServerFlags server{.host = "0.0.0.0", .port = 7070};
+  service::ServerFlags server{.host = "127.0.0.1", .port = 7070};
+  uint32_t max_worker_capacity = 64;
   std::string work_dir;
   absl::Duration worker_timeout = absl::Seconds(10);
   absl::Duration heartbeat_interval = absl::Seconds(1);
@@ -103,7 +104,8 @@ int Run(const Flags& flags) {
     logger->error("dispatcher: {}", s.ToString());
     return 1;
   }
-  GrpcDispatcherService service(impl->get());
+  GrpcDispatcherService service(
+      impl->get(), {.max_worker_capacity = flags.max_worker_capacity});
   grpc::ServerBuilder builder;
   builder.RegisterService(&service);
   // A spec over --max-pipeline-bytes is refused by gRPC before it is parsed.
@@ -116,11 +118,19 @@ int Run(const Flags& flags) {
     return 1;
   }
   logger->info(
-      "sluice-dispatcher listening on {} (protocol version {}{})",
-      server.address(), kProtocolVersion,
+      "sluice-dispatcher listening on {} (bound to {}; protocol version {}{}{})",
+      server.address(), server.bind_address(), kProtocolVersion,
       flags.server.security.tls()
           ? (flags.server.security.tls_ca.empty() ? ", TLS" : ", mutual TLS")
-          : ", plaintext");
+          : ", plaintext",
+      !flags.server.security.tokens_file.empty()
+          ? ", identities from --tokens-file"
+          : (!flags.server.security.auth_token_file.empty()
+                 ? ", one token with every role (development mode)"
+                 : (flags.server.security.tls_ca.empty()
+                        ? ", no client authentication: every caller holds "
+                          "every role"
+                        : ", identities from client certificates")));
 
   while (!server.WaitForSignal(absl::Seconds(1))) {
   }
@@ -167,6 +177,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-jobs", flags.limits.max_jobs,
                  "Most jobs the dispatcher holds at once")
+      ->capture_default_str();
+  app.add_option("--max-worker-capacity", flags.max_worker_capacity,
+                 "Most splits a worker may register to produce at once")
       ->capture_default_str();
   app.add_option("--max-consumers-per-job", flags.limits.max_consumers_per_job,
                  "Most consumers (trainer processes) of one job")

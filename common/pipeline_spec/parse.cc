@@ -43,17 +43,41 @@ Json NumberJson(const std::string& s) {
   }
 }
 
-Json ToJson(const YAML::Node& node) {
+// Bounds of a spec's tree, so that no text can exhaust the parser: a number longer than
+// kMaxNumberChars is not a number (std::regex recurses per character), nesting deeper than
+// kMaxDepth and more than kMaxNodes values after alias expansion (a "billion laughs" alias
+// bomb) are refused.
+constexpr size_t kMaxNumberChars = 64;
+constexpr int kMaxDepth = 64;
+constexpr int64_t kMaxNodes = 1 << 20;
+
+struct TreeBudget {
+  int64_t nodes = 0;
+  std::string error;  // set once a bound is passed
+};
+
+Json ToJson(const YAML::Node& node, TreeBudget& budget, int depth = 0) {
+  if (!budget.error.empty()) return Json(nullptr);
+  if (++budget.nodes > kMaxNodes) {
+    budget.error = absl::StrCat("more than ", kMaxNodes,
+                                " values (after expanding aliases)");
+    return Json(nullptr);
+  }
+  if (depth > kMaxDepth) {
+    budget.error = absl::StrCat("nested deeper than ", kMaxDepth, " levels");
+    return Json(nullptr);
+  }
   if (node.IsMap()) {
     Json out = Json::object();
     for (const auto& kv : node) {
-      out[kv.first.as<std::string>()] = ToJson(kv.second);
+      out[kv.first.as<std::string>()] = ToJson(kv.second, budget, depth + 1);
     }
     return out;
   }
   if (node.IsSequence()) {
     Json out = Json::array();
-    for (size_t i = 0; i < node.size(); ++i) out.push_back(ToJson(node[i]));
+    for (size_t i = 0; i < node.size(); ++i)
+      out.push_back(ToJson(node[i], budget, depth + 1));
     return out;
   }
   if (node.IsScalar()) {
@@ -61,7 +85,8 @@ Json ToJson(const YAML::Node& node) {
     static const std::regex kNumber(R"([-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?)");
     if (IsAutotune(s)) return Json(-1);
     if (node.Tag() != "!") {
-      if (std::regex_match(s, kNumber)) return NumberJson(s);
+      if (s.size() <= kMaxNumberChars && std::regex_match(s, kNumber))
+        return NumberJson(s);
       if (s == "true") return Json(true);
       if (s == "false") return Json(false);
     }
@@ -227,7 +252,13 @@ bool TryJson(std::string_view text, Json* out) {
 
 absl::StatusOr<Json> YamlToJsonTree(std::string_view text) {
   try {
-    return ToJson(YAML::Load(std::string(text)));
+    TreeBudget budget;
+    Json tree = ToJson(YAML::Load(std::string(text)), budget);
+    if (!budget.error.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("pipeline: the spec is ", budget.error));
+    }
+    return tree;
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(
         absl::StrCat("pipeline: cannot parse YAML/JSON: ", e.what()));

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/service/certificate_checks.h"
+#include "common/service/tokens_file.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 
@@ -102,6 +103,11 @@ CreateServerCredentials(const ServerSecurityOptions& options) {
           "over plaintext can "
           "be read by anyone on the network");
     }
+    if (!options.tokens_file.empty()) {
+      return absl::InvalidArgumentError(
+          "--tokens-file needs --tls-cert and --tls-key: a bearer token over "
+          "plaintext can be read by anyone on the network");
+    }
     return grpc::InsecureServerCredentials();
   }
   if (absl::Status s = CheckCertificateFiles(options.tls_cert, options.tls_key,
@@ -129,7 +135,13 @@ CreateServerCredentials(const ServerSecurityOptions& options) {
   }
   std::shared_ptr<grpc::ServerCredentials> credentials =
       grpc::SslServerCredentials(ssl);
-  if (!options.auth_token_file.empty()) {
+  if (!options.tokens_file.empty()) {
+    absl::StatusOr<std::shared_ptr<TokensFile>> tokens =
+        TokensFile::Create(options.tokens_file);
+    if (!tokens.ok()) return tokens.status();
+    credentials->SetAuthMetadataProcessor(
+        MakeTokensProcessor(std::move(*tokens)));
+  } else if (!options.auth_token_file.empty()) {
     absl::StatusOr<std::shared_ptr<TokenFile>> token =
         TokenFile::Create(options.auth_token_file);
     if (!token.ok()) return token.status();

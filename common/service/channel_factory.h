@@ -5,6 +5,7 @@
 //   --tls-cert/--tls-key        TLS           tls_ca: the CA that signed the server's cert
 //   + --tls-ca                  mutual TLS    + tls_cert/tls_key: a cert signed by that CA
 //   --auth-token-file (TLS)     bearer token  auth_token_file: the same token
+//   --tokens-file (TLS)         identities    auth_token_file: a token listed there
 //
 // The bearer token travels as "authorization: Bearer <token>" on every call; the server
 // compares it in constant time and both sides re-read their token file when it changes, so
@@ -61,6 +62,10 @@ struct ServerSecurityOptions {
   std::string tls_key;   // --tls-key
   std::string tls_ca;    // --tls-ca: mutual TLS, client certs signed by this CA
   std::string auth_token_file;  // --auth-token-file: bearer token on every call
+  // --tokens-file: the callers accepted, each with its identity (tokens_file.h). Replaces
+  // --auth-token-file's check on this server; --auth-token-file is then only the token this
+  // process presents when it calls another.
+  std::string tokens_file;
 
   bool tls() const { return !tls_cert.empty(); }
 };

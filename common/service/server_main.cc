@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -38,6 +39,34 @@ void SetEnvNamesOf(CLI::App& app) {
 }
 
 }  // namespace
+
+bool IsLoopbackHost(const std::string& host) {
+  return host == "localhost" || host == "::1" || host == "[::1]" ||
+         absl::StartsWith(host, "127.");
+}
+
+absl::Status CheckListenSecurity(const ServerFlags& flags,
+                                 std::string* warning) {
+  warning->clear();
+  if (IsLoopbackHost(flags.host)) return absl::OkStatus();
+  const ServerSecurityOptions& s = flags.security;
+  const bool authenticated = s.tls() && (!s.tls_ca.empty() ||
+                                         !s.tokens_file.empty() ||
+                                         !s.auth_token_file.empty());
+  if (authenticated) return absl::OkStatus();
+  const std::string what = absl::StrCat(
+      "--host ", flags.host, " is reachable from other machines and this port ",
+      s.tls() ? "authenticates no caller" : "is plaintext and unauthenticated",
+      ": anyone who can reach it may read and change every job");
+  if (!flags.allow_insecure) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ". Give --tls-cert/--tls-key with --tokens-file (or --tls-ca), "
+              "listen on 127.0.0.1, or accept the risk with --allow-insecure "
+              "(SLUICE_ALLOW_INSECURE=1)"));
+  }
+  *warning = absl::StrCat(what, " (--allow-insecure)");
+  return absl::OkStatus();
+}
 
 std::string EnvName(const std::string& long_name) {
   std::string name(absl::StripPrefix(long_name, "--"));
@@ -93,6 +122,9 @@ void AddServerFlags(CLI::App& app, ServerFlags* flags) {
       ->capture_default_str();
   app.add_option("--port", flags->port, "gRPC port; 0 = any free port")
       ->capture_default_str();
+  app.add_flag("--allow-insecure", flags->allow_insecure,
+               "Allow a non-loopback --host without TLS and client "
+               "authentication (logs a warning)");
   app.add_option("--address-file", flags->address_file,
                  "Write host:port here (atomically) once listening");
   app.add_option("--metrics-port", flags->metrics_port,
@@ -123,7 +155,14 @@ void AddServerFlags(CLI::App& app, ServerFlags* flags) {
   app.add_option("--auth-token-file", flags->security.auth_token_file,
                  "File with the bearer token every call must carry (re-read "
                  "when it changes; "
-                 "needs TLS)");
+                 "needs TLS). Development mode: the one token holds every "
+                 "role. With --tokens-file, only the token this process "
+                 "presents when it calls another");
+  app.add_option("--tokens-file", flags->security.tokens_file,
+                 "Callers accepted, one 'token,user,uid[,\"group1,group2\"]' "
+                 "a line (Kubernetes static token file; groups "
+                 "sluice:trainers, sluice:workers, sluice:operators grant "
+                 "roles; re-read when it changes; needs TLS)");
 }
 
 void AddClientSecurityFlags(CLI::App& app, ChannelOptions* options) {
@@ -162,6 +201,10 @@ absl::StatusOr<std::unique_ptr<ServerMain>> ServerMain::Create(
   if (!format.ok()) return format.status();
   main->logger_ = MakeStderrLogger(main->name_, *level, *format);
 
+  std::string warning;
+  if (absl::Status s = CheckListenSecurity(f, &warning); !s.ok()) return s;
+  if (!warning.empty()) main->logger_->warn("{}", warning);
+
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
       CreateServerCredentials(f.security);
   if (!credentials.ok()) return credentials.status();
@@ -180,7 +223,11 @@ absl::StatusOr<std::unique_ptr<ServerMain>> ServerMain::Create(
   if (metrics_port >= 0) {
     const std::string bind = JoinHostPort(metrics_host, metrics_port);
     try {
-      main->exposer_ = std::make_unique<prometheus::Exposer>(bind);
+      // Slow and half-open clients must not block the scrapes autoscaling reads: more
+      // threads than prometheus-cpp's 2, and a read/write timeout that frees them.
+      main->exposer_ = std::make_unique<prometheus::Exposer>(
+          std::vector<std::string>{"listening_ports", bind, "num_threads", "8",
+                                   "request_timeout_ms", "5000"});
     } catch (const std::exception& e) {
       return absl::UnavailableError(
           absl::StrCat("--metrics-address/--metrics-port ", bind,
@@ -211,6 +258,7 @@ absl::Status ServerMain::Start(grpc::ServerBuilder& builder) {
   SetServing(true);
   address_ = JoinHostPort(IsWildcard(flags_.host) ? "127.0.0.1" : flags_.host,
                           bound_port_);
+  bind_address_ = JoinHostPort(flags_.host, bound_port_);
   if (!flags_.address_file.empty()) {
     if (absl::Status s =
             WriteFileAtomically(flags_.address_file, address_ + "\n");

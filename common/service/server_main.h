@@ -18,7 +18,11 @@
 // Lines on stdout (tests and scripts parse them):
 //   metrics on HOST:PORT        once /metrics serves (with --metrics-port >= 0)
 //   listening on HOST:PORT      once gRPC serves; HOST:PORT also goes to --address-file
-// HOST is --host, except that a wildcard (0.0.0.0, ::) is shown as 127.0.0.1.
+// HOST is --host, except that a wildcard (0.0.0.0, ::) is shown as 127.0.0.1 (an address to
+// connect to); the log line names the address actually bound (bind_address()).
+//
+// Secure by default: --host is loopback unless set. A non-loopback --host without TLS and client
+// authentication is refused (InvalidArgument naming --allow-insecure) unless --allow-insecure.
 //
 // Thread-safety: one owner thread (main).
 #ifndef SLUICE_COMMON_SERVICE_SERVER_MAIN_H_
@@ -51,7 +55,10 @@ struct ServerFlags {
   std::string log_level = "info";   // --log-level
   std::string log_format = "text";  // --log-format text|json
   ServerSecurityOptions
-      security;  // --tls-cert --tls-key --tls-ca --auth-token-file
+      security;  // --tls-cert --tls-key --tls-ca --auth-token-file --tokens-file
+  // --allow-insecure (SLUICE_ALLOW_INSECURE): listen on a non-loopback --host without TLS and
+  // client authentication (--tokens-file, --auth-token-file or --tls-ca); logs a warning.
+  bool allow_insecure = false;
 };
 
 // Registers the flags above on `app`; `flags` holds their defaults and receives the values.
@@ -102,6 +109,8 @@ class ServerMain {
   const std::string& address() const {
     return address_;
   }  // HOST:PORT as printed
+  // --host:PORT as bound ("0.0.0.0:7070"), for logs.
+  const std::string& bind_address() const { return bind_address_; }
 
   // grpc.health.v1 status of every service ("" included). REQUIRES: Start() succeeded.
   void SetServing(bool serving);
@@ -126,7 +135,16 @@ class ServerMain {
   int metrics_port_ = -1;
   int bound_port_ = 0;
   std::string address_;
+  std::string bind_address_;
 };
+
+// True for 127.0.0.0/8, ::1 and "localhost".
+bool IsLoopbackHost(const std::string& host);
+
+// The --allow-insecure rule: InvalidArgument when `flags` listen on a non-loopback host without
+// TLS and client authentication and --allow-insecure is not set; sets *warning (empty
+// otherwise) when it is set and the port is insecure.
+absl::Status CheckListenSecurity(const ServerFlags& flags, std::string* warning);
 
 }  // namespace sluice::service
 

@@ -159,6 +159,22 @@ void BatchAssembler::Write(Action& a) {
   {
     absl::MutexLock lock(&mu_);
     b = &batches_[a.batch];
+    if (!b->allocated && options_.max_buffer_bytes > 0) {
+      // Checked before anything is allocated: a batch size of 1e9 must fail its job, not
+      // the worker.
+      int64_t per_element = static_cast<int64_t>(sizeof(uint64_t));
+      for (const Tensor& t : e.columns) per_element += t.num_bytes();
+      if (B > options_.max_buffer_bytes / std::max<int64_t>(1, per_element)) {
+        b->allocated = true;
+        b->epoch = e.epoch;
+        b->error = absl::ResourceExhaustedError(absl::StrCat(
+            "a batch of ", B, " elements of ", per_element,
+            " bytes is more than this worker's memory budget of ",
+            options_.max_buffer_bytes,
+            " bytes (--memory-mb): use a smaller batch size or smaller "
+            "images"));
+      }
+    }
     if (!b->allocated) {
       // The first element committed to the batch fixes its column types.
       b->allocated = true;
@@ -178,7 +194,16 @@ void BatchAssembler::Write(Action& a) {
   // Slots are disjoint: threads write one batch concurrently without the
   // lock.
   absl::Status shape_error;
-  for (size_t c = 0; c < e.columns.size(); ++c) {
+  const bool unallocated = b->buffer.columns.size() != e.columns.size() ||
+                           b->buffer.ids.empty();
+  if (unallocated && !b->buffer.ids.empty()) {
+    shape_error = wrap_(absl::InvalidArgumentError(absl::StrCat(
+                            "an element has ", e.columns.size(),
+                            " columns but the batch holds ",
+                            b->buffer.columns.size())),
+                        e.global_indices[0]);
+  }
+  for (size_t c = 0; !unallocated && c < e.columns.size(); ++c) {
     const Tensor& t = e.columns[c];
     Tensor& dst = b->buffer.columns[c];
     const bool same =
@@ -199,7 +224,7 @@ void BatchAssembler::Write(Action& a) {
     }
     std::memcpy(dst.data() + a.slot * t.num_bytes(), t.data(), t.num_bytes());
   }
-  b->buffer.ids[a.slot] = e.global_indices[0];
+  if (!unallocated) b->buffer.ids[a.slot] = e.global_indices[0];
   a.item = Item();
   bool finish = false;
   {

@@ -73,6 +73,9 @@ class BatchAssembler {
     std::vector<std::string> column_names;
     LiveBytes* live = nullptr;  // null: not counted
     bool runs = false;          // the input carries end-of-run markers
+    // A batch whose buffer (batch_size x the first element's bytes, plus its ids) would be
+    // larger is not allocated: RESOURCE_EXHAUSTED at its place. 0: no bound.
+    int64_t max_buffer_bytes = 0;
   };
   // Batch `index` is complete: the batch (the epoch of its first element), a run's marker or the error at its
   // place. Called outside the lock, once per batch, in any order.

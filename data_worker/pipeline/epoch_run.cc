@@ -36,6 +36,7 @@ EpochRun::EpochRun(const EpochContext& ctx)
       o.column_names = ctx_.logical->column_names;
       o.live = ctx_.live;
       o.runs = true;
+      o.max_buffer_bytes = ctx_.memory_budget_bytes;
       s->assembler = std::make_unique<BatchAssembler>(
           std::move(o),
           [this, i](uint64_t k, absl::StatusOr<Element> batch) {

@@ -270,6 +270,16 @@ absl::StatusOr<std::unique_ptr<Source>> OpenSource(
         return absl::InvalidArgumentError(
             "source.synthetic: height, width and num_classes must be >= 0");
       }
+      // Checked before anything is allocated: an image of 100000 x 100000 would take 30 GB.
+      constexpr int kMaxSide = 16384;
+      constexpr int64_t kMaxPixels = int64_t{4096} * 4096;
+      if (h > kMaxSide || w > kMaxSide ||
+          static_cast<int64_t>(h) * w > kMaxPixels) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "source.synthetic: ", h, " x ", w,
+            " is too large (at most ", kMaxSide, " a side and ", kMaxPixels,
+            " pixels)"));
+      }
       ASSIGN_OR_RETURN(auto images, MakeSyntheticImages(h, w));
       return std::make_unique<SyntheticSourceImpl>(s.num_records(), h, w,
                                                    classes, std::move(images));

@@ -7,12 +7,21 @@
 #include "absl/synchronization/mutex.h"
 #include "common/service/batch_codec.h"
 #include "common/service/grpc_status.h"
+#include "common/service/identity.h"
 #include "data_worker/worker/grpc_dispatcher_client.h"
 
 namespace sluice::data_worker {
 namespace {
 
 class BatchWriter;
+
+// The caller of a call (common/service/identity.h).
+absl::StatusOr<service::Identity> CallerOf(
+    const grpc::CallbackServerContext& context) {
+  const std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
+  if (auth == nullptr) return service::Identity::Development();
+  return service::IdentityOf(*auth);
+}
 
 // The producer's way to reach a reactor that may already be gone: WorkerImpl
 // keeps a copy of the notify function (which holds this by shared_ptr) until
@@ -36,7 +45,8 @@ class Notifier {
 class BatchWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   // A request that does not parse ends the call at once.
-  BatchWriter(WorkerImpl* impl, const grpc::ByteBuffer& raw_request)
+  BatchWriter(WorkerImpl* impl, const grpc::ByteBuffer& raw_request,
+              const absl::StatusOr<service::Identity>& caller)
       : impl_(impl), notifier_(std::make_shared<Notifier>()) {
     proto::GetBatchesRequest request;
     grpc::ByteBuffer copy(raw_request);  // shares the slices
@@ -50,9 +60,15 @@ class BatchWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
                        "GetBatches: the request is not a GetBatchesRequest"));
       return;
     }
+    if (!caller.ok()) {
+      absl::MutexLock lock(&mu_);
+      finished_ = true;
+      Finish(service::ToGrpcStatus(caller.status()));
+      return;
+    }
     notifier_->Set(this);
-    absl::StatusOr<uint64_t> id =
-        impl_->OpenStream(request, [n = notifier_] { n->Notify(); });
+    absl::StatusOr<uint64_t> id = impl_->OpenStream(
+        request, *caller, [n = notifier_] { n->Notify(); });
     absl::MutexLock lock(&mu_);
     if (!id.ok()) {
       finished_ = true;
@@ -146,8 +162,8 @@ void Notifier::Notify() {
 }  // namespace
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* GrpcWorkerService::GetBatches(
-    grpc::CallbackServerContext* /*context*/, const grpc::ByteBuffer* request) {
-  return new BatchWriter(impl_, *request);
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
+  return new BatchWriter(impl_, *request, CallerOf(*context));
 }
 
 grpc::ServerUnaryReactor* GrpcWorkerService::DescribeDataset(
@@ -155,6 +171,15 @@ grpc::ServerUnaryReactor* GrpcWorkerService::DescribeDataset(
     const proto::DescribeDatasetRequest* request,
     proto::DescribeDatasetResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<service::Identity> caller = CallerOf(*context);
+  absl::Status allowed =
+      caller.ok() ? service::RequireRole(*caller, service::Role::kTrainer,
+                                         "DescribeDataset")
+                  : caller.status();
+  if (!allowed.ok()) {
+    reactor->Finish(service::ToGrpcStatus(allowed));
+    return reactor;
+  }
   reactor->Finish(
       service::ToGrpcStatus(impl_->DescribeDataset(*request, response)));
   return reactor;

@@ -212,7 +212,8 @@ int Run(int argc, char** argv) {
     logger->error("{} (--host/--port)", std::string(s.message()));
     return 1;
   }
-  logger->info("data plane listening on {}", server.address());
+  logger->info("data plane listening on {} (bound to {})", server.address(),
+               server.bind_address());
 
   std::string advertised = server.address();
   if (!advertise.empty()) {

@@ -319,9 +319,14 @@ absl::Status WorkerImpl::DescribeDataset(
 }
 
 absl::StatusOr<uint64_t> WorkerImpl::OpenStream(
-    const proto::GetBatchesRequest& request, std::function<void()> notify) {
+    const proto::GetBatchesRequest& request, const service::Identity& caller,
+    std::function<void()> notify) {
   RETURN_IF_ERROR(service::CheckProtocolVersion(request.protocol_version(),
                                                 "client", "worker"));
+  if (!caller.Has(service::Role::kOperator)) {
+    RETURN_IF_ERROR(
+        service::RequireRole(caller, service::Role::kTrainer, "GetBatches"));
+  }
   RETURN_IF_ERROR(service::CheckStreamLimit(
       static_cast<int64_t>(queues_.open_streams()), options_.limits));
   std::shared_ptr<const Job> job = jobs_.Get(request.job_id());
@@ -330,6 +335,14 @@ absl::StatusOr<uint64_t> WorkerImpl::OpenStream(
         absl::StrCat("job ", request.job_id(),
                      " is not known to this worker yet: retry after its "
                      "next heartbeat"));
+  }
+  const std::string owner = service::JobOwner(job->info.job_name());
+  if (!caller.MayActFor(owner)) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        caller.Describe(), " may not call GetBatches for job ",
+        request.job_id(), ": the job belongs to ",
+        owner.empty() ? "no identity (made in development mode)" : owner,
+        " (only its owner or an operator, sluice:operators, may)"));
   }
   if (!job->status.ok()) return job->status;
   const uint32_t consumers =

@@ -56,6 +56,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/base/clock.h"
+#include "common/service/identity.h"
 #include "common/service/limits.h"
 #include "common/service/protocol.h"
 #include "data_worker/pipeline/executor.h"
@@ -156,8 +157,11 @@ class WorkerImpl {
   // may be called from any thread, also after CloseStream, until the WorkerImpl is destroyed;
   // it must not block. Errors: FailedPrecondition for a protocol version mismatch, NotFound
   // for an unknown job, the job's refusal status (PermissionDenied/InvalidArgument/
-  // FailedPrecondition), InvalidArgument for consumer_index >= num_consumers.
+  // FailedPrecondition), InvalidArgument for consumer_index >= num_consumers,
+  // PermissionDenied when `caller` is not a trainer or operator, or the job (its owner is in
+  // its name, service::JobOwner) is not the caller's and the caller is no operator.
   absl::StatusOr<uint64_t> OpenStream(const proto::GetBatchesRequest& request,
+                                      const service::Identity& caller,
                                       std::function<void()> notify)
       ABSL_LOCKS_EXCLUDED(mu_);
   // DescribeDataset (proto/worker_service.proto): the shard record counts of a dataset under

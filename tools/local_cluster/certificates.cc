@@ -24,7 +24,10 @@ printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,c
 serial=1
 for name in server client; do
   serial=$((serial + 1))
-  ossl req $key -keyout $name.key -out $name.csr -subj "/CN=sluice $name"
+  # O fields are groups (docs/security.md): the workers present the server certificate.
+  groups="/O=sluice:workers"
+  [ $name = client ] && groups="/O=sluice:trainers/O=sluice:operators"
+  ossl req $key -keyout $name.key -out $name.csr -subj "$groups/CN=sluice $name"
   ossl x509 -req -in $name.csr -CA ca.pem -CAkey ca.key -set_serial $serial -days 30 \
     -extfile ext.cnf -out $name.pem
 done

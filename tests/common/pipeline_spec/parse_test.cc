@@ -120,6 +120,35 @@ TEST(YamlToJson, EmitsTypedScalars) {
   EXPECT_EQ(*j, R"({"a":1,"b":2.5,"c":true,"d":"x","e":"7","f":-1})");
 }
 
+TEST(YamlToJson, AHugeNumberStaysAStringInsteadOfCrashing) {
+  const std::string digits(200000, '7');
+  auto j = YamlToJson("{a: " + digits + "}");
+  ASSERT_TRUE(j.ok()) << j.status();
+  EXPECT_EQ(*j, "{\"a\":\"" + digits + "\"}");
+}
+
+TEST(YamlToJson, AliasBombIsRefused) {
+  // Nine levels of nine aliases: 9^9 = 387 M values once expanded.
+  std::string yaml = "a0: &a0 [x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i <= 9; ++i) {
+    yaml += absl::StrCat("a", i, ": &a", i, " [");
+    for (int k = 0; k < 9; ++k) yaml += absl::StrCat(k ? ", " : "", "*a", i - 1);
+    yaml += "]\n";
+  }
+  const absl::Status s = YamlToJson(yaml).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "pipeline: the spec is more than 1048576 values (after expanding "
+            "aliases)");
+}
+
+TEST(YamlToJson, DeepNestingIsRefused) {
+  const std::string yaml = std::string(100, '[') + std::string(100, ']');
+  const absl::Status s = YamlToJson(yaml).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "pipeline: the spec is nested deeper than 64 levels");
+}
+
 TEST(LoadPipelineSpecFile, MissingFileIsNotFound) {
   const absl::Status s =
       LoadPipelineSpecFile("/nonexistent/sluice/spec.yaml").status();

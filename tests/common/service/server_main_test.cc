@@ -1,6 +1,11 @@
 // The shared flag plumbing of the server main()s and the service limits.
 #include "common/service/server_main.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cstdlib>
 
 #include "absl/synchronization/notification.h"
@@ -140,8 +145,10 @@ int HealthStatus(const std::string& address) {
 
 TEST(ServerMain, ServesHealthWritesTheAddressFileAndTurnsNotServing) {
   testing::TempDir dir;
-  auto main = ServerMain::Create(
-      "test", {.host = "0.0.0.0", .port = 0, .address_file = dir.Join("addr")});
+  auto main = ServerMain::Create("test", {.host = "0.0.0.0",
+                                          .port = 0,
+                                          .address_file = dir.Join("addr"),
+                                          .allow_insecure = true});
   ASSERT_TRUE(main.ok()) << main.status();
   grpc::ServerBuilder builder;
   proto::DispatcherService::Service
@@ -152,11 +159,87 @@ TEST(ServerMain, ServesHealthWritesTheAddressFileAndTurnsNotServing) {
   const std::string address =
       "127.0.0.1:" + std::to_string((*main)->bound_port());
   EXPECT_EQ((*main)->address(), address);  // the wildcard shown as loopback
+  EXPECT_EQ((*main)->bind_address(),
+            "0.0.0.0:" + std::to_string((*main)->bound_port()));
   EXPECT_EQ(testing::ReadFile(dir.Join("addr")), address + "\n");
   EXPECT_EQ(HealthStatus(address), 1);  // SERVING
   (*main)->SetServing(false);
   EXPECT_EQ(HealthStatus(address), 2);  // NOT_SERVING
   (*main)->Shutdown(absl::ZeroDuration());
+}
+
+TEST(ServerMain, NonLoopbackWithoutTlsAndTokensNeedsAllowInsecure) {
+  const absl::Status s =
+      ServerMain::Create("test", {.host = "0.0.0.0"}).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(),
+              HasSubstr("--host 0.0.0.0 is reachable from other machines and "
+                        "this port is plaintext and unauthenticated"));
+  EXPECT_THAT(s.message(), HasSubstr("--allow-insecure (SLUICE_ALLOW_INSECURE=1)"));
+  std::string warning;
+  EXPECT_TRUE(CheckListenSecurity({.host = "127.0.0.1"}, &warning).ok());
+  EXPECT_TRUE(warning.empty());
+  EXPECT_TRUE(CheckListenSecurity({.host = "::1"}, &warning).ok());
+  ServerFlags tls_only{.host = "10.1.2.3"};
+  tls_only.security.tls_cert = "c.pem";
+  tls_only.security.tls_key = "k.pem";
+  EXPECT_THAT(CheckListenSecurity(tls_only, &warning).message(),
+              HasSubstr("this port authenticates no caller"));
+  tls_only.allow_insecure = true;
+  ASSERT_TRUE(CheckListenSecurity(tls_only, &warning).ok());
+  EXPECT_THAT(warning, HasSubstr("(--allow-insecure)"));
+  ServerFlags secured = tls_only;
+  secured.allow_insecure = false;
+  secured.security.tokens_file = "tokens.csv";
+  ASSERT_TRUE(CheckListenSecurity(secured, &warning).ok());
+  EXPECT_TRUE(warning.empty());
+}
+
+// A TCP connection to 127.0.0.1:`port` that sent `text`; -1 if it cannot connect.
+int ConnectAndSend(int port, const std::string& text) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  // Under the server's 5 s request timeout, which would otherwise free a blocked thread and
+  // hide the failure; a failure, not a hang.
+  timeval timeout{.tv_sec = 4, .tv_usec = 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    close(fd);
+    return -1;
+  }
+  if (send(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+TEST(ServerMain, MetricsAnswerWhileHalfOpenClientsHoldConnections) {
+  auto main = ServerMain::Create("test", {.metrics_port = 0});
+  ASSERT_TRUE(main.ok()) << main.status();
+  const int port = (*main)->metrics_port();
+  std::vector<int> half_open;
+  for (int i = 0; i < 4; ++i) {  // more than prometheus-cpp's 2 default threads
+    const int fd = ConnectAndSend(port, "GET /metrics HTTP/1.1\r\nHost: x\r\n");
+    ASSERT_GE(fd, 0);
+    half_open.push_back(fd);
+  }
+  const int fd = ConnectAndSend(
+      port, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  ASSERT_GE(fd, 0);
+  std::string answer;
+  char buffer[4096];
+  ssize_t n;
+  while (answer.find("\r\n\r\n") == std::string::npos &&
+         (n = recv(fd, buffer, sizeof(buffer), 0)) > 0) {
+    answer.append(buffer, n);
+  }
+  close(fd);
+  for (int h : half_open) close(h);
+  EXPECT_THAT(answer, HasSubstr("HTTP/1.1 200 OK"));
 }
 
 TEST(ServerMain, BadFlagsAreInvalidArgumentNamingThem) {

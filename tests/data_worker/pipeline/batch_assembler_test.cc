@@ -25,8 +25,10 @@ struct Sink {
 
 std::unique_ptr<BatchAssembler> Make(Sink* sink, int64_t batch_size,
                                      bool drop_remainder = false,
-                                     uint64_t window = 100) {
+                                     uint64_t window = 100,
+                                     int64_t max_buffer_bytes = 0) {
   BatchAssembler::Options o;
+  o.max_buffer_bytes = max_buffer_bytes;
   o.batch_size = batch_size;
   o.drop_remainder = drop_remainder;
   o.window = window;
@@ -152,6 +154,32 @@ TEST(BatchAssembler, ShapeMismatchNamesTheColumnAndRecord) {
             "record 1: column 'image' is uint8[3,3] but the batch holds "
             "uint8[2,2]; resize or crop to a fixed size first");
   EXPECT_EQ(sink.live.live(), 0);
+}
+
+TEST(BatchAssembler, ABatchOverTheBudgetIsRefusedBeforeItsBufferIsAllocated) {
+  Sink sink;
+  // An element is 8 (id) + 4 (int32) + 4 (2x2 uint8) = 16 bytes: a batch of 1e9 would be 16 GB.
+  auto a = Make(&sink, /*batch_size=*/1000000000, /*drop_remainder=*/false,
+                /*window=*/100, /*max_buffer_bytes=*/1 << 20);
+  a->Add(0, Elem(0, &sink.live));
+  a->Add(1, Elem(1, &sink.live));
+  a->SetInputEnd(2);
+  ASSERT_EQ(sink.batches.size(), 1u);
+  const absl::Status s = sink.batches.at(0).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(s.message(),
+            "a batch of 1000000000 elements of 16 bytes is more than this "
+            "worker's memory budget of 1048576 bytes (--memory-mb): use a "
+            "smaller batch size or smaller images");
+  EXPECT_EQ(sink.live.live(), 0);
+
+  Sink fits;  // 65536 x 16 bytes = the budget exactly
+  auto b = Make(&fits, /*batch_size=*/65536, /*drop_remainder=*/false,
+                /*window=*/100, /*max_buffer_bytes=*/1 << 20);
+  b->Add(0, Elem(0, &fits.live));
+  b->SetInputEnd(1);
+  ASSERT_EQ(fits.batches.size(), 1u);
+  EXPECT_TRUE(fits.batches.at(0).ok()) << fits.batches.at(0).status();
 }
 
 TEST(BatchAssembler, ClearFreesPartialBatchesAndPendingItems) {

@@ -29,6 +29,22 @@ void WriteFile(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;
 }
 
+TEST(SyntheticSource, RefusesHugeImagesBeforeAllocating) {
+  proto::SourceNode node;
+  node.mutable_synthetic()->set_num_records(1);
+  node.mutable_synthetic()->set_height(100000);
+  node.mutable_synthetic()->set_width(100000);
+  const absl::Status s = OpenSource(node).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "source.synthetic: 100000 x 100000 is too large (at most 16384 a "
+            "side and 16777216 pixels)");
+  node.mutable_synthetic()->set_height(16384);
+  node.mutable_synthetic()->set_width(2048);  // 32 M pixels
+  EXPECT_EQ(OpenSource(node).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(SyntheticSource, ReadsFixedSizeJpegsAndCyclicLabels) {
   proto::SourceNode node;
   node.mutable_synthetic()->set_num_records(20);

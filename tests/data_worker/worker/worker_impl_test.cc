@@ -167,7 +167,7 @@ class WorkerImplTest : public ::testing::Test {
     request.set_protocol_version(kProtocolVersion);
     request.set_job_id(job);
     request.set_consumer_index(consumer);
-    auto id = w.OpenStream(request, [wakeups = r->wakeups] {
+    auto id = w.OpenStream(request, service::Identity::Development(), [wakeups = r->wakeups] {
       absl::MutexLock lock(&wakeups->mu);
       ++wakeups->count;
     });
@@ -569,7 +569,7 @@ TEST_F(WorkerImplTest, UnknownJobAndWrongVersionAndConsumerAreRejected) {
   proto::GetBatchesRequest request;
   request.set_protocol_version(kProtocolVersion + 1);
   request.set_job_id(1);
-  EXPECT_EQ(w->OpenStream(request, [] {}).status().code(),
+  EXPECT_EQ(w->OpenStream(request, service::Identity::Development(), [] {}).status().code(),
             absl::StatusCode::kFailedPrecondition);
 }
 

@@ -1,0 +1,276 @@
+// The attacks of a trainer on other teams, replayed against real processes: a dispatcher and a
+// worker with --tokens-file listing two trainers (alice, bob), a worker identity, a second worker
+// identity (rogue) and an operator. Each attack is refused with PERMISSION_DENIED (or
+// INVALID_ARGUMENT) naming the role or the owner, and alice's job still reads every record
+// exactly once.
+#include <fstream>
+#include <memory>
+#include <set>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/record/dataset.h"
+#include "common/service/channel_factory.h"
+#include "common/service/protocol.h"
+#include "common/pipeline_spec/parse.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "proto/dispatcher.grpc.pb.h"
+#include "proto/worker_service.grpc.pb.h"
+#include "sluice/client.h"
+#include "tests/testing/temp_dir.h"
+#include "tools/local_cluster/certificates.h"
+#include "tools/local_cluster/local_cluster.h"
+
+namespace sluice {
+namespace {
+
+using ::sluice::testing::TempDir;
+using ::testing::HasSubstr;
+
+constexpr int kRecords = 64;
+
+std::string BinDir() {
+  const char* dir = std::getenv("SLUICE_BIN_DIR");
+  return dir != nullptr ? dir : tools::BinDir();
+}
+
+class TenancyTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    auto writer = record::DatasetWriter::Create(
+        dir_->Join("root/ds"), record::ImageClassificationSchema(), {});
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    for (int i = 0; i < kRecords; ++i) {
+      ASSERT_TRUE((*writer)
+                      ->Add({record::Tensor::Bytes("x"),
+                             record::Tensor::Int64(i % 10),
+                             record::Tensor::Bytes("k")})
+                      .ok());
+    }
+    ASSERT_TRUE((*writer)->Finish().ok());
+    auto certs = tools::MakeCertificates(dir_->Join("tls"));
+    ASSERT_TRUE(certs.ok()) << certs.status();
+    certs_ = new tools::Certificates(*certs);
+    for (const char* name : {"alice", "bob", "worker", "rogue", "ops"})
+      std::ofstream(Token(name)) << "token-of-" << name << "\n";
+    std::ofstream(dir_->Join("tokens.csv"))
+        << "token-of-alice,alice,1001,sluice:trainers\n"
+           "token-of-bob,bob,1002,sluice:trainers\n"
+           "token-of-worker,worker,2001,sluice:workers\n"
+           "token-of-rogue,rogue,2002,sluice:workers\n"
+           "token-of-ops,ops,3001,\"sluice:operators,sluice:trainers\"\n";
+    const std::vector<std::string> tokens = {"--tokens-file",
+                                             dir_->Join("tokens.csv")};
+    auto cluster = tools::LocalCluster::Start(
+        {.bin_dir = BinDir(),
+         .workers = 1,
+         .data_roots = {dir_->Join("root")},
+         .work_dir = dir_->Join("cluster"),
+         .worker_threads = 1,
+         .heartbeat_interval = absl::Milliseconds(100),
+         .extra_worker_flags = tokens,
+         .extra_dispatcher_flags = tokens,
+         .tls_cert = certs_->server_cert,
+         .tls_key = certs_->server_key,
+         .tls_ca = certs_->ca,
+         .auth_token_file = Token("worker")});
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = cluster->release();
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    delete certs_;
+    delete dir_;
+  }
+
+  static std::string Token(const std::string& name) {
+    return dir_->Join("token-" + name);
+  }
+  static service::ChannelOptions As(const std::string& name) {
+    return {.tls_ca = certs_->ca,
+            .tls_cert = certs_->client_cert,
+            .tls_key = certs_->client_key,
+            .auth_token_file = Token(name)};
+  }
+  static ClientOptions Client(const std::string& name) {
+    return {.dispatcher_address = cluster_->dispatcher_address(),
+            .connect_timeout = absl::Seconds(20),
+            .tls_ca = certs_->ca,
+            .tls_cert = certs_->client_cert,
+            .tls_key = certs_->client_key,
+            .auth_token_file = Token(name)};
+  }
+  static std::unique_ptr<proto::DispatcherService::Stub> Dispatcher(
+      const std::string& name) {
+    auto channel = service::CreateChannel(cluster_->dispatcher_address(), As(name));
+    EXPECT_TRUE(channel.ok()) << channel.status();
+    return proto::DispatcherService::NewStub(*channel);
+  }
+  static proto::Pipeline Pipeline() {
+    auto pipeline = pipeline_spec::ParsePipelineSpec(absl::StrCat(
+        "source:\n  dataset: {path: ", dir_->Join("root/ds"),
+        "}\n  columns: [label]\nnodes:\n  - batch: {size: 8, "
+        "drop_remainder: false}\n"));
+    EXPECT_TRUE(pipeline.ok()) << pipeline.status();
+    return pipeline.value_or(proto::Pipeline());
+  }
+  // The id of the job stored as `name`, as the operator sees it (0: none).
+  static uint64_t JobId(const std::string& name) {
+    grpc::ClientContext context;
+    proto::GetStatusRequest request;
+    request.set_protocol_version(service::kProtocolVersion);
+    request.set_starting_workers(-1);
+    proto::GetStatusResponse response;
+    EXPECT_TRUE(Dispatcher("ops")->GetStatus(&context, request, &response).ok());
+    for (const proto::JobStatus& job : response.jobs())
+      if (job.job_name() == name) return job.job_id();
+    return 0;
+  }
+
+  static TempDir* dir_;
+  static tools::Certificates* certs_;
+  static tools::LocalCluster* cluster_;
+};
+
+TempDir* TenancyTest::dir_ = nullptr;
+tools::Certificates* TenancyTest::certs_ = nullptr;
+tools::LocalCluster* TenancyTest::cluster_ = nullptr;
+
+// Bob marks alice's slots complete (and reads her state, and streams her batches from the
+// worker): each refused; alice then reads every record exactly once.
+TEST_F(TenancyTest, AnotherTrainerCannotTruncateReadOrStreamAJob) {
+  auto alice = DataServiceClient::Create(Client("alice"));
+  ASSERT_TRUE(alice.ok()) << alice.status();
+  auto it = (*alice)->Open({.job_name = "train", .pipeline = Pipeline()});
+  ASSERT_TRUE(it.ok()) << it.status();
+  std::multiset<uint64_t> ids;
+  auto first = (*it)->GetNext();
+  ASSERT_TRUE(first.ok() && first->has_value()) << first.status();
+  ids.insert((*first)->global_indices.begin(), (*first)->global_indices.end());
+
+  const uint64_t job = JobId("alice/train");
+  ASSERT_NE(job, 0u);
+  {
+    grpc::ClientContext context;
+    proto::GetJobStateRequest request;
+    request.set_protocol_version(service::kProtocolVersion);
+    request.set_job_id(job);
+    proto::GetJobStateResponse response;
+    const grpc::Status s = Dispatcher("bob")->GetJobState(&context, request, &response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_THAT(s.error_message(),
+                HasSubstr(absl::StrCat("bob (groups: sluice:trainers) may not call "
+                                       "GetJobState for job ", job,
+                                       ": the job belongs to alice")));
+  }
+  {
+    grpc::ClientContext context;
+    proto::ClientHeartbeatRequest request;
+    request.set_protocol_version(service::kProtocolVersion);
+    request.set_job_id(job);
+    for (uint64_t position = 0; position < 8; ++position) {
+      proto::ClientSplitProgress* p = request.add_progress();
+      p->set_position(position);
+      p->set_delivered_batches(1);
+      p->set_complete(true);
+    }
+    proto::ClientHeartbeatResponse response;
+    const grpc::Status s =
+        Dispatcher("bob")->ClientHeartbeat(&context, request, &response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_THAT(s.error_message(), HasSubstr("the job belongs to alice"));
+  }
+  {
+    auto channel =
+        service::CreateChannel(cluster_->worker(0).address, As("bob"));
+    ASSERT_TRUE(channel.ok());
+    grpc::ClientContext context;
+    proto::GetBatchesRequest request;
+    request.set_protocol_version(service::kProtocolVersion);
+    request.set_job_id(job);
+    auto reader = proto::WorkerService::NewStub(*channel)->GetBatches(&context, request);
+    proto::Batch batch;
+    while (reader->Read(&batch)) {
+    }
+    const grpc::Status s = reader->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_THAT(s.error_message(),
+                HasSubstr(absl::StrCat("may not call GetBatches for job ", job,
+                                       ": the job belongs to alice")));
+  }
+  while (true) {
+    auto batch = (*it)->GetNext();
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    if (!batch->has_value()) break;
+    ids.insert((*batch)->global_indices.begin(), (*batch)->global_indices.end());
+  }
+  ASSERT_EQ(ids.size(), static_cast<size_t>(kRecords));
+  for (int i = 0; i < kRecords; ++i) EXPECT_EQ(ids.count(i), 1u) << i;
+}
+
+TEST_F(TenancyTest, TrainerCannotDrainOrRegisterWorkers) {
+  grpc::ClientContext drain_context;
+  proto::DrainWorkerRequest drain;
+  drain.set_protocol_version(service::kProtocolVersion);
+  drain.set_worker_id(1);
+  proto::DrainWorkerResponse drained;
+  grpc::Status s = Dispatcher("bob")->DrainWorker(&drain_context, drain, &drained);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(s.error_message(), HasSubstr("needs the role sluice:operators"));
+
+  grpc::ClientContext register_context;
+  proto::WorkerRegisterRequest request;
+  request.set_protocol_version(service::kProtocolVersion);
+  request.set_address("127.0.0.1:1");
+  proto::WorkerRegisterResponse response;
+  s = Dispatcher("bob")->WorkerRegister(&register_context, request, &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(s.error_message(), HasSubstr("needs the role sluice:workers"));
+}
+
+TEST_F(TenancyTest, HugeCapacityAndAddressTakeoverAreRefused) {
+  grpc::ClientContext context;
+  proto::WorkerRegisterRequest request;
+  request.set_protocol_version(service::kProtocolVersion);
+  request.set_address("127.0.0.1:2");
+  request.set_capacity(2147483647);
+  proto::WorkerRegisterResponse response;
+  grpc::Status s = Dispatcher("rogue")->WorkerRegister(&context, request, &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("capacity 2147483647 is more than --max-worker-capacity 64"));
+
+  grpc::ClientContext takeover;
+  request.set_address(cluster_->worker(0).address);
+  request.set_capacity(2);
+  s = Dispatcher("rogue")->WorkerRegister(&takeover, request, &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(s.error_message(),
+              HasSubstr(absl::StrCat("may not register at ",
+                                     cluster_->worker(0).address,
+                                     ": live worker")));
+}
+
+TEST_F(TenancyTest, GetStatusShowsATrainerOnlyItsOwnJobs) {
+  auto bob = DataServiceClient::Create(Client("bob"));
+  ASSERT_TRUE(bob.ok()) << bob.status();
+  auto it = (*bob)->Open({.job_name = "train", .pipeline = Pipeline()});
+  ASSERT_TRUE(it.ok()) << it.status();
+  ASSERT_NE(JobId("bob/train"), 0u);  // the same name as alice's: another job
+
+  grpc::ClientContext context;
+  proto::GetStatusRequest request;
+  request.set_protocol_version(service::kProtocolVersion);
+  request.set_starting_workers(-1);
+  proto::GetStatusResponse response;
+  ASSERT_TRUE(Dispatcher("bob")->GetStatus(&context, request, &response).ok());
+  ASSERT_GE(response.jobs_size(), 1);
+  for (const proto::JobStatus& job : response.jobs())
+    EXPECT_EQ(job.job_name().rfind("bob/", 0), 0u) << job.job_name();
+}
+
+}  // namespace
+}  // namespace sluice
