@@ -2,8 +2,11 @@
 # Offline checks of everything under deploy/ (no cluster, no build, no image needed):
 #   1. kubectl kustomize renders every overlay (dev, production, hpa) and the example trainer Job;
 #   2. every rendered object validates against the Kubernetes and CRD schemas (KEDA, Prometheus
-#      operator) with no unknown field; selectors match labels, named ports exist, references
-#      resolve, pods are locked down (deploy/checks/validate.mjs, itself tested by node --test);
+#      operator, cert-manager) with no unknown field; selectors match labels, named ports exist,
+#      references resolve, pods are locked down, autoscaled Deployments set no replicas
+#      (deploy/checks/validate.mjs, itself tested by node --test); every overlay but dev runs a
+#      registry-qualified, tagged image and `kustomize edit set image sluice=REG/sluice:TAG`
+#      takes effect in each overlay (deploy/checks/images.py);
 #      the worker autoscalers' replica bounds are the dispatcher's --min/--max-workers
 #      (deploy/checks/scale_bounds.py);
 #   3. prometheusrule.yaml is the rendering of rules/sluice.rules.yaml; promtool check rules and
@@ -99,6 +102,8 @@ run "schemas and cross-references" node deploy/checks/validate.mjs \
   "dev=$out/dev.yaml,$out/trainer.yaml" "production=$out/production.yaml" "hpa=$out/hpa.yaml"
 run "validate.mjs catches what it claims (node --test)" env KUBECTL="$kubectl" \
   node --test deploy/checks/test/
+run "images: registry-qualified and tagged outside dev; kustomize edit set image works" \
+  /usr/bin/python3 deploy/checks/images.py "$kubectl" deploy/kubernetes dev production hpa
 run "autoscalers' replica bounds = the dispatcher's --min/--max-workers" /usr/bin/python3 \
   deploy/checks/scale_bounds.py "$out/production.yaml" "$out/hpa.yaml"
 run "prometheus-adapter values parse" /usr/bin/python3 -c \
