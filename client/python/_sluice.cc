@@ -172,6 +172,9 @@ absl::Status SetTls(O& options, const py::dict& tls) {
     options.tls_cert = get("cert");
     options.tls_key = get("key");
     options.auth_token_file = get("token_file");
+    if constexpr (requires { options.tls_server_name; }) {
+      options.tls_server_name = get("server_name");
+    }
     return absl::OkStatus();
   } else {
     (void)get;

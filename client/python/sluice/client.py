@@ -24,13 +24,28 @@ class TLS:
     """Transport security for Client: PEM file paths and a bearer-token file.
 
     ca: the CA that signed the dispatcher's and workers' certificates; cert/key: this client's
-    certificate and key (mutual TLS); token_file: a file holding the token sent with every call.
+    certificate and key (mutual TLS); token_file: a file holding the token sent with every call;
+    server_name: the name the servers' certificates carry, checked instead of the host dialled
+    (on Kubernetes workers are dialled by pod IP and share one certificate naming a service).
     """
 
     ca: Optional[str] = None
     cert: Optional[str] = None
     key: Optional[str] = None
     token_file: Optional[str] = None
+    server_name: Optional[str] = None
+
+    @classmethod
+    def from_env(cls) -> Optional["TLS"]:
+        """The SLUICE_TLS_CA, SLUICE_TLS_CERT, SLUICE_TLS_KEY, SLUICE_AUTH_TOKEN_FILE and
+        SLUICE_TLS_SERVER_NAME environment variables (the sluice CLI's), or None without
+        SLUICE_TLS_CA."""
+        env = os.environ.get
+        if not env("SLUICE_TLS_CA"):
+            return None
+        return cls(ca=env("SLUICE_TLS_CA"), cert=env("SLUICE_TLS_CERT"),
+                   key=env("SLUICE_TLS_KEY"), token_file=env("SLUICE_AUTH_TOKEN_FILE"),
+                   server_name=env("SLUICE_TLS_SERVER_NAME"))
 
 
 class Client:
