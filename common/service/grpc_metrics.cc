@@ -84,7 +84,8 @@ GrpcServerMetrics::GrpcServerMetrics(prometheus::Registry& registry,
                   .Name("sluice_" + program + "_errors_total")
                   .Help("Calls this " + program +
                         " answered with an error, by status code (grpc_code of "
-                        "sluice_grpc_server_handled_total, summed over methods).")
+                        "sluice_grpc_server_handled_total summed over methods, less OK "
+                        "and CANCELLED: the caller hung up).")
                   .Register(registry)) {}
 
 void GrpcServerMetrics::Started(const std::string& service, const std::string& method) {
@@ -120,7 +121,8 @@ void GrpcServerMetrics::Handled(const std::string& service, const std::string& m
                         LatencyBuckets());
     }
     histogram = s;
-    if (code != grpc::StatusCode::OK) {
+    // CANCELLED is the caller hanging up (a trainer closing its stream), not an error here.
+    if (code != grpc::StatusCode::OK && code != grpc::StatusCode::CANCELLED) {
       prometheus::Counter*& e = errors_children_[static_cast<int>(code)];
       if (e == nullptr) e = &errors_.Add({{"code", GrpcCodeName(code)}});
       error = e;

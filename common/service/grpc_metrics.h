@@ -6,7 +6,9 @@
 //   sluice_grpc_server_handling_seconds{grpc_service, grpc_method}         start to status sent
 //                                                                          (a stream: its life)
 //   sluice_<program>_errors_total{code}                                    calls that ended with
-//                                                                          any code but OK
+//                                                                          any code but OK and
+//                                                                          CANCELLED (the caller
+//                                                                          hung up)
 //
 // grpc_service is the full service name ("sluice.proto.WorkerService"), grpc_method the method
 // ("GetBatches"), code the canonical name ("UNAVAILABLE"). Cardinality: methods x codes seen.
