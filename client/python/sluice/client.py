@@ -55,6 +55,8 @@ class Client:
         dispatcher: "host:port" of the dispatcher (`sluice local` prints it).
         timeout: seconds to connect, and the deadline of each call to the dispatcher.
         tls: transport security (see TLS); None: plaintext.
+        dispatcher_lost_timeout: seconds without an answered heartbeat after which an
+            iterator's next() raises sluice.Unavailable (None: 120).
 
     Raises:
         sluice.Unavailable: nothing (or no sluice dispatcher) answers at `dispatcher` within
@@ -64,11 +66,16 @@ class Client:
     """
 
     def __init__(self, dispatcher: str, *, timeout: float = 10.0,
-                 tls: Optional[TLS] = None) -> None:
+                 tls: Optional[TLS] = None,
+                 dispatcher_lost_timeout: Optional[float] = None) -> None:
         tls_fields = {} if tls is None else {
             k: str(v) for k, v in dataclasses.asdict(tls).items() if v is not None}
         self.dispatcher = dispatcher
-        self._client = _sluice.Client(dispatcher, float(timeout), tls_fields)
+        if dispatcher_lost_timeout is not None and not dispatcher_lost_timeout > 0:
+            raise errors.InvalidArgument("dispatcher_lost_timeout must be > 0 seconds, got %r"
+                                         % (dispatcher_lost_timeout,))
+        self._client = _sluice.Client(dispatcher, float(timeout), tls_fields,
+                                      float(dispatcher_lost_timeout or 0.0))
 
     def open(self, spec: Spec, *, data: Optional[str] = None, job: str, epochs: int = 1,
              seed: int = 0, consumer_index: int = 0, num_consumers: int = 1,
