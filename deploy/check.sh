@@ -110,6 +110,7 @@ run "validate.mjs catches what it claims (node --test)" env KUBECTL="$kubectl" \
   node --test deploy/checks/test/
 run "images: registry-qualified and tagged outside dev; kustomize edit set image works" \
   /usr/bin/python3 deploy/checks/images.py "$kubectl" deploy/kubernetes dev production hpa
+run "images.py catches what it claims" /usr/bin/python3 deploy/checks/test/images_test.py "$kubectl"
 run "autoscalers' replica bounds = the dispatcher's --min/--max-workers" /usr/bin/python3 \
   deploy/checks/scale_bounds.py "$out/production.yaml" "$out/hpa.yaml"
 run "prometheus-adapter values parse" /usr/bin/python3 -c \
