@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Offline checks of everything under deploy/ (no cluster, no build, no image needed):
-#   1. kubectl kustomize renders every overlay (dev, production, hpa) and the example trainer Job;
+#   1. kubectl kustomize renders every overlay (dev, production, hpa) and the examples (the
+#      trainer Job, the PyTorch DDP Job);
 #   2. every rendered object validates against the Kubernetes and CRD schemas (KEDA, Prometheus
-#      operator) with no unknown field; selectors match labels, named ports exist, references
-#      resolve, pods are locked down (deploy/checks/validate.mjs, itself tested by node --test);
+#      operator, cert-manager) with no unknown field; selectors match labels, named ports exist,
+#      references resolve, pods are locked down, autoscaled Deployments set no replicas
+#      (deploy/checks/validate.mjs, itself tested by node --test); every overlay but dev runs a
+#      registry-qualified, tagged image and `kustomize edit set image sluice=REG/sluice:TAG`
+#      takes effect in each overlay (deploy/checks/images.py);
 #      the worker autoscalers' replica bounds are the dispatcher's --min/--max-workers
 #      (deploy/checks/scale_bounds.py);
 #   3. prometheusrule.yaml is the rendering of rules/sluice.rules.yaml; promtool check rules and
@@ -91,14 +95,22 @@ for overlay in dev production hpa; do
   run "kustomize overlays/$overlay" render "deploy/kubernetes/overlays/$overlay" "$out/$overlay.yaml"
 done
 run "kustomize examples/trainer" render deploy/kubernetes/examples/trainer "$out/trainer.yaml"
+run "kustomize examples/pytorch-ddp" render deploy/kubernetes/examples/pytorch-ddp "$out/pytorch-ddp.yaml"
+run "examples/pytorch-ddp/train.py parses" /usr/bin/python3 -c \
+  'import ast, sys; ast.parse(open(sys.argv[1]).read(), sys.argv[1])' \
+  deploy/kubernetes/examples/pytorch-ddp/train.py
 run "kustomize deploy/monitoring" render deploy/monitoring "$out/monitoring.yaml"
 
-# 2. Schemas, unknown fields, selectors, ports, references. The trainer Job is checked with the
-# dev overlay it is applied next to.
+# 2. Schemas, unknown fields, selectors, ports, references. Each example is checked with the
+# overlay it is applied next to: the trainer Job with dev, the PyTorch DDP Job with production.
 run "schemas and cross-references" node deploy/checks/validate.mjs \
-  "dev=$out/dev.yaml,$out/trainer.yaml" "production=$out/production.yaml" "hpa=$out/hpa.yaml"
+  "dev=$out/dev.yaml,$out/trainer.yaml" "production=$out/production.yaml,$out/pytorch-ddp.yaml" \
+  "hpa=$out/hpa.yaml"
 run "validate.mjs catches what it claims (node --test)" env KUBECTL="$kubectl" \
   node --test deploy/checks/test/
+run "images: registry-qualified and tagged outside dev; kustomize edit set image works" \
+  /usr/bin/python3 deploy/checks/images.py "$kubectl" deploy/kubernetes dev production hpa
+run "images.py catches what it claims" /usr/bin/python3 deploy/checks/test/images_test.py "$kubectl"
 run "autoscalers' replica bounds = the dispatcher's --min/--max-workers" /usr/bin/python3 \
   deploy/checks/scale_bounds.py "$out/production.yaml" "$out/hpa.yaml"
 run "prometheus-adapter values parse" /usr/bin/python3 -c \

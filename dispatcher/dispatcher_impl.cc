@@ -159,6 +159,13 @@ DispatcherImpl::DispatcherImpl(DispatcherOptions options)
                     "clients (label sluice_job).")
               .Register(options_.registry ? *options_.registry
                                           : *own_registry_)),
+      job_elements_returned_(
+          prometheus::BuildCounter()
+              .Name("sluice_dispatcher_job_elements_returned_total")
+              .Help("Elements (images) returned to the job's trainers: batches "
+                    "reported by clients times the batch size (label sluice_job).")
+              .Register(options_.registry ? *options_.registry
+                                          : *own_registry_)),
       job_consumer_wait_(
           prometheus::BuildCounter()
               .Name("sluice_dispatcher_job_consumer_wait_seconds_total")

@@ -286,6 +286,7 @@ class DispatcherImpl {
   };
   struct JobMetrics {
     prometheus::Counter* batches_returned = nullptr;
+    prometheus::Counter* elements_returned = nullptr;
     prometheus::Counter* consumer_wait = nullptr;
     prometheus::Counter* splits_reassigned = nullptr;
     prometheus::Gauge* consumers = nullptr;
@@ -447,6 +448,7 @@ class DispatcherImpl {
   prometheus::Counter& jobs_collected_;
   // Per training job (label sluice_job); a job's series go when it is collected.
   prometheus::Family<prometheus::Counter>& job_batches_returned_;
+  prometheus::Family<prometheus::Counter>& job_elements_returned_;
   prometheus::Family<prometheus::Counter>& job_consumer_wait_;
   prometheus::Family<prometheus::Counter>& job_splits_reassigned_;
   prometheus::Family<prometheus::Gauge>& job_consumers_;

@@ -295,10 +295,16 @@ absl::Status DispatcherImpl::DoClientHeartbeat(
     consumer_wait_.Increment(wait_delta);
     job_metrics.consumer_wait->Increment(wait_delta);
   }
-  job_metrics.batches_returned->Increment(static_cast<double>(
+  const uint64_t batches_delta =
       request.batches_returned_total() >= signal.batches_returned_total
           ? request.batches_returned_total() - signal.batches_returned_total
-          : request.batches_returned_total()));  // the client restarted
+          : request.batches_returned_total();  // the client restarted
+  job_metrics.batches_returned->Increment(static_cast<double>(batches_delta));
+  // Elements (images) at the dataset's batch size: an epoch's last, smaller batch counts full.
+  if (const DispatcherState::Dataset* dataset = state_.FindDataset(job->dataset_id)) {
+    job_metrics.elements_returned->Increment(
+        static_cast<double>(batches_delta * dataset->batch_size));
+  }
   if (signal.last_report != absl::InfinitePast() && now > signal.last_report) {
     signal.wait_fraction = std::clamp(
         wait_delta / absl::ToDoubleSeconds(now - signal.last_report), 0.0, 1.0);

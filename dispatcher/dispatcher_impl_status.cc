@@ -54,6 +54,7 @@ void DispatcherImpl::UpdateGauges() {
     }
     // The job was collected: its series go, so they stay bounded.
     job_batches_returned_.Remove(it->second.batches_returned);
+    job_elements_returned_.Remove(it->second.elements_returned);
     job_consumer_wait_.Remove(it->second.consumer_wait);
     job_splits_reassigned_.Remove(it->second.splits_reassigned);
     job_consumers_.Remove(it->second.consumers);
@@ -67,6 +68,7 @@ DispatcherImpl::JobMetrics& DispatcherImpl::MetricsFor(
   if (inserted) {
     const MetricLabels labels = {{"sluice_job", it->first}};
     it->second.batches_returned = &job_batches_returned_.Add(labels);
+    it->second.elements_returned = &job_elements_returned_.Add(labels);
     it->second.consumer_wait = &job_consumer_wait_.Add(labels);
     it->second.splits_reassigned = &job_splits_reassigned_.Add(labels);
     it->second.consumers = &job_consumers_.Add(labels);

@@ -158,6 +158,7 @@ int main(int argc, char** argv) {
       "(docs/architecture.md). Every flag can also be set as SLUICE_<FLAG>, "
       "e.g. SLUICE_METRICS_ADDRESS=0.0.0.0"};
   sluice::service::AddServerFlags(app, &flags.server);
+  sluice::service::AddVersionFlag(app, "sluice-dispatcher");
   app.add_option("--work-dir", flags.work_dir,
                  "Folder for the dispatcher's durable state");
   sluice::AddDurationOption(app, "--worker-timeout", &flags.worker_timeout,

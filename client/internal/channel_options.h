@@ -17,6 +17,7 @@ inline service::ChannelOptions ToChannelOptions(const ClientOptions& options,
   channel.tls_cert = options.tls_cert;
   channel.tls_key = options.tls_key;
   channel.auth_token_file = options.auth_token_file;
+  channel.tls_server_name = options.tls_server_name;
   return channel;
 }
 

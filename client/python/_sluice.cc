@@ -172,6 +172,9 @@ absl::Status SetTls(O& options, const py::dict& tls) {
     options.tls_cert = get("cert");
     options.tls_key = get("key");
     options.auth_token_file = get("token_file");
+    if constexpr (requires { options.tls_server_name; }) {
+      options.tls_server_name = get("server_name");
+    }
     return absl::OkStatus();
   } else {
     (void)get;
@@ -287,7 +290,8 @@ class PyIterator {
 
 std::unique_ptr<PyClient> CreateClient(const std::string& dispatcher,
                                        double timeout_seconds,
-                                       const py::dict& tls) {
+                                       const py::dict& tls,
+                                       double dispatcher_lost_timeout_seconds) {
   ClientOptions options;
   options.dispatcher_address = dispatcher;
   if (timeout_seconds <= 0) {
@@ -296,6 +300,13 @@ std::unique_ptr<PyClient> CreateClient(const std::string& dispatcher,
   }
   options.rpc_timeout = absl::Seconds(timeout_seconds);
   options.connect_timeout = absl::Seconds(timeout_seconds);
+  if (dispatcher_lost_timeout_seconds < 0) {
+    ThrowStatus(absl::InvalidArgumentError(absl::StrCat(
+        "dispatcher_lost_timeout must be > 0 seconds, got ", dispatcher_lost_timeout_seconds)));
+  }
+  if (dispatcher_lost_timeout_seconds > 0) {  // 0: the C++ default (2 minutes)
+    options.dispatcher_lost_timeout = absl::Seconds(dispatcher_lost_timeout_seconds);
+  }
   if (!tls.empty()) {
     absl::Status status = SetTls(options, tls);
     if (!status.ok()) ThrowStatus(status);
@@ -372,7 +383,7 @@ PYBIND11_MODULE(_sluice, m) {
       "this module.";
   py::class_<PyClient>(m, "Client")
       .def(py::init(&CreateClient), py::arg("dispatcher"), py::arg("timeout"),
-           py::arg("tls"))
+           py::arg("tls"), py::arg("dispatcher_lost_timeout") = 0.0)
       .def("open", &Open, py::arg("spec"), py::arg("spec_is_file"),
            py::arg("data"), py::arg("job"), py::arg("epochs"), py::arg("seed"),
            py::arg("consumer_index"), py::arg("num_consumers"),

@@ -12,6 +12,8 @@
 #include "absl/strings/strip.h"
 #include "common/base/process.h"
 #include "common/base/signals.h"
+#include "common/base/version.h"
+#include "common/metrics/metrics.h"
 #include "grpcpp/health_check_service_interface.h"
 
 namespace sluice::service {
@@ -181,6 +183,11 @@ void AddClientSecurityFlags(CLI::App& app, ChannelOptions* options) {
       "File with the bearer token to present on every call (needs --tls-ca)");
 }
 
+void AddVersionFlag(CLI::App& app, std::string_view program) {
+  app.set_version_flag("--version", VersionLine(program),
+                       "Print the version and git revision, then exit");
+}
+
 ServerMain::ServerMain(std::string name, ServerFlags flags)
     : name_(std::move(name)), flags_(std::move(flags)) {}
 
@@ -211,6 +218,12 @@ absl::StatusOr<std::unique_ptr<ServerMain>> ServerMain::Create(
   main->credentials_ = std::move(*credentials);
 
   main->registry_ = std::make_shared<prometheus::Registry>();
+  AddGauge(*main->registry_, "sluice_build_info",
+           "1, labelled with the version and git revision of this binary.",
+           {{"version", Version()}, {"revision", Revision()}})
+      .Set(1);
+  main->grpc_metrics_ =
+      std::make_unique<GrpcServerMetrics>(*main->registry_, main->name_);
   std::string metrics_host;
   int metrics_port = f.metrics_port;
   int address_port = -1;
@@ -246,6 +259,11 @@ absl::StatusOr<std::unique_ptr<ServerMain>> ServerMain::Create(
 
 absl::Status ServerMain::Start(grpc::ServerBuilder& builder) {
   grpc::EnableDefaultHealthCheckService(true);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+      interceptors;
+  interceptors.push_back(
+      std::make_unique<GrpcMetricsInterceptorFactory>(grpc_metrics_.get()));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   const std::string listen = JoinHostPort(flags_.host, flags_.port);
   builder.AddListeningPort(listen, credentials_, &bound_port_);
   server_ = builder.BuildAndStart();

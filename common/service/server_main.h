@@ -15,6 +15,9 @@
 //   while (!server->WaitForSignal(absl::Seconds(1))) {}
 //   server->Shutdown(absl::Milliseconds(500));
 //
+// Metrics every server exports: sluice_build_info{version,revision} (1), and the request
+// metrics of grpc_metrics.h (sluice_grpc_server_*, sluice_<name>_errors_total{code}).
+//
 // Lines on stdout (tests and scripts parse them):
 //   metrics on HOST:PORT        once /metrics serves (with --metrics-port >= 0)
 //   listening on HOST:PORT      once gRPC serves; HOST:PORT also goes to --address-file
@@ -30,6 +33,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
@@ -37,6 +41,7 @@
 #include "absl/time/time.h"
 #include "common/base/logging.h"
 #include "common/service/channel_factory.h"
+#include "common/service/grpc_metrics.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "prometheus/exposer.h"
@@ -67,6 +72,9 @@ void AddServerFlags(CLI::App& app, ServerFlags* flags);
 // Registers --tls-ca --tls-cert --tls-key --tls-server-name --auth-token-file for a program
 // (or subcommand) that is only a client.
 void AddClientSecurityFlags(CLI::App& app, ChannelOptions* options);
+
+// --version: prints "PROGRAM 0.1.0 (revision c5dfcc8)" (common/base/version.h) and exits 0.
+void AddVersionFlag(CLI::App& app, std::string_view program);
 
 // Makes every long option of `app` (and of its subcommands) also settable from the
 // environment: --advertise-address ← SLUICE_ADVERTISE_ADDRESS. A flag on the command line wins.
@@ -128,6 +136,8 @@ class ServerMain {
   const ServerFlags flags_;
   std::shared_ptr<spdlog::logger> logger_;
   std::shared_ptr<prometheus::Registry> registry_;
+  // Request metrics of every call (grpc_metrics.h), registered in registry_.
+  std::unique_ptr<GrpcServerMetrics> grpc_metrics_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::shared_ptr<grpc::ServerCredentials> credentials_;
   std::unique_ptr<grpc::Server> server_;

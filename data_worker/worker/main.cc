@@ -67,6 +67,7 @@ int Run(int argc, char** argv) {
   app.add_option("--dispatcher", dispatcher, "host:port of sluice-dispatcher")
       ->required();
   service::AddServerFlags(app, &server_flags);
+  service::AddVersionFlag(app, "sluice-worker");
   app.add_option("--advertise-address", advertise,
                  "HOST[:PORT] told to the dispatcher, that trainers connect to "
                  "(in pods: the pod IP); PORT defaults to the bound port "

@@ -16,7 +16,9 @@
 //               ConfigMaps/PVCs/ServiceAccounts/scale targets exist, pods run non-root with
 //               seccomp RuntimeDefault, a read-only root, no privilege escalation, requests and
 //               limits, the app.kubernetes.io/ labels, and workers' grace period exceeds their
-//               drain timeout.
+//               drain timeout; a StatefulSet's serviceName is a headless Service; a Deployment
+//               that a ScaledObject or HPA scales sets no replicas; priority classes exist;
+//               secret volumes name a Certificate's secret or a Secret the docs tell you to make.
 // Prints one line per problem and exits 1 if there is any.
 import fs from "node:fs";
 import path from "node:path";
@@ -32,6 +34,7 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 const CRD_PACKAGES = {
   "keda.sh": "@kubernetes-models/keda",
   "monitoring.coreos.com": "@kubernetes-models/prometheus-operator",
+  "cert-manager.io": "@kubernetes-models/cert-manager",
 };
 
 function modelPath(apiVersion, kind) {
@@ -185,6 +188,10 @@ const parseSeconds = (s) => {
   return m ? Number(m[1]) * { ms: 0.001, s: 1, m: 60, h: 3600 }[m[2]] : null;
 };
 
+// Secrets the operator creates by hand (they hold secrets, so they are not in git): the
+// tokens (components/mtls, docs/kubernetes.md).
+const USER_SECRETS = new Set(["sluice-tokens", "sluice-trainer-token"]);
+
 function checkSet(objs) {
   const out = [];
   const id = (o) => `${o.kind}/${o.metadata?.name}`;
@@ -267,6 +274,25 @@ function checkSet(objs) {
   for (const s of byKind("StatefulSet")) {
     const svc = named("Service", s.spec.serviceName);
     if (!svc) out.push(`${id(s)}: serviceName ${s.spec.serviceName} is not a Service in the set`);
+    else if (svc.spec?.clusterIP !== "None") out.push(`${id(s)}: serviceName ${s.spec.serviceName} is not headless (clusterIP: None)`);
+  }
+  // Re-applying the manifests must not reset what the autoscaler chose.
+  for (const a of [...byKind("ScaledObject"), ...byKind("HorizontalPodAutoscaler")]) {
+    const target = named(a.spec.scaleTargetRef.kind || "Deployment", a.spec.scaleTargetRef.name);
+    if (target && target.spec?.replicas !== undefined) {
+      out.push(`${id(target)}: sets replicas (${target.spec.replicas}) but ${id(a)} scales it: drop spec.replicas`);
+    }
+  }
+  for (const w of workloads) {
+    const pc = podTemplate(w).spec?.priorityClassName;
+    if (pc && !named("PriorityClass", pc)) out.push(`${id(w)}: PriorityClass ${pc} is not in the set`);
+    const certSecrets = new Set(byKind("Certificate").map((c) => c.spec.secretName));
+    for (const v of podTemplate(w).spec?.volumes || []) {
+      const name = v.secret?.secretName;
+      if (name && !certSecrets.has(name) && !named("Secret", name) && !USER_SECRETS.has(name)) {
+        out.push(`${id(w)}: volume ${v.name}: Secret ${name} is neither a Certificate's secretName nor a Secret docs/kubernetes.md tells you to create`);
+      }
+    }
   }
   for (const p of byKind("PodDisruptionBudget")) {
     if (!podsOf(p.spec.selector, labelSelectorMatches).length) out.push(`${id(p)}: selector matches no pod template`);

@@ -4,9 +4,16 @@
 The plain rules file is the one source: promtool and the Prometheus test read it, this wraps it.
 
     deploy/monitoring/render-prometheusrule.py           # rewrite prometheusrule.yaml
-    deploy/monitoring/render-prometheusrule.py --check   # exit 1 if prometheusrule.yaml is stale
+    deploy/monitoring/render-prometheusrule.py --check   # exit 1 if prometheusrule.yaml is stale,
+                                                         # or a runbook_url is not absolute or
+                                                         # names no heading of docs/deploy.md
+    deploy/monitoring/render-prometheusrule.py --runbook-base URL [--output FILE]
+        # the PrometheusRule with every runbook_url under URL (where your copy of
+        # docs/deploy.md is served), e.g. https://git.example.com/ml/sluice/-/blob/main/docs/deploy.md
 """
+import argparse
 import pathlib
+import re
 import sys
 
 import yaml
@@ -27,9 +34,44 @@ def _block_strings(dumper: yaml.SafeDumper, text: str) -> yaml.Node:
 yaml.SafeDumper.add_representer(str, _block_strings)
 
 
-def render() -> str:
+# The base every runbook_url of rules/sluice.rules.yaml starts with.
+DEFAULT_RUNBOOK_BASE = "https://sluice.example.com/docs/deploy.md"
+
+
+def runbook_problems(groups) -> list:
+    """runbook_urls that are not absolute or whose anchor is no heading of docs/deploy.md."""
+    doc = (HERE.parent.parent / "docs" / "deploy.md").read_text()
+    anchors = {re.sub(r"[^a-z0-9 -]", "", h.strip().lower()).replace(" ", "-")
+               for h in re.findall(r"^#+ (.*)$", doc, re.M)}
+    problems = []
+    for group in groups:
+        for rule in group["rules"]:
+            if "alert" not in rule:
+                continue
+            url = rule.get("annotations", {}).get("runbook_url", "")
+            base, _, anchor = url.partition("#")
+            if base != DEFAULT_RUNBOOK_BASE:
+                problems.append(f"{rule['alert']}: runbook_url {url!r} does not start with "
+                                f"{DEFAULT_RUNBOOK_BASE}#")
+            elif anchor not in anchors:
+                problems.append(f"{rule['alert']}: runbook_url anchor #{anchor} is no heading "
+                                f"of docs/deploy.md")
+    return problems
+
+
+def load_groups():
+    return yaml.safe_load((HERE / "rules" / "sluice.rules.yaml").read_text())["groups"]
+
+
+def render(runbook_base: str = DEFAULT_RUNBOOK_BASE) -> str:
     """Returns the PrometheusRule manifest text for the current rules file."""
-    groups = yaml.safe_load((HERE / "rules" / "sluice.rules.yaml").read_text())["groups"]
+    groups = load_groups()
+    for group in groups:
+        for rule in group["rules"]:
+            annotations = rule.get("annotations", {})
+            if "runbook_url" in annotations:
+                annotations["runbook_url"] = annotations["runbook_url"].replace(
+                    DEFAULT_RUNBOOK_BASE, runbook_base.rstrip("/"), 1)
     rule = {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
@@ -48,14 +90,25 @@ def render() -> str:
 
 def main() -> int:
     """Writes or checks prometheusrule.yaml; returns the exit code."""
-    target = HERE / "prometheusrule.yaml"
-    text = render()
-    if sys.argv[1:] == ["--check"]:
-        if not target.exists() or target.read_text() != text:
-            print(f"{target} is stale: run deploy/monitoring/render-prometheusrule.py", file=sys.stderr)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true")
+    parser.add_argument("--runbook-base", default=DEFAULT_RUNBOOK_BASE)
+    parser.add_argument("--output", type=pathlib.Path, default=HERE / "prometheusrule.yaml")
+    args = parser.parse_args()
+    if not re.match(r"^https?://", args.runbook_base):
+        print(f"--runbook-base {args.runbook_base!r}: not an absolute http(s) URL", file=sys.stderr)
+        return 2
+    text = render(args.runbook_base)
+    if args.check:
+        problems = runbook_problems(load_groups())
+        for p in problems:
+            print(p, file=sys.stderr)
+        if not args.output.exists() or args.output.read_text() != text:
+            print(f"{args.output} is stale: run deploy/monitoring/render-prometheusrule.py",
+                  file=sys.stderr)
             return 1
-        return 0
-    target.write_text(text)
+        return 1 if problems else 0
+    args.output.write_text(text)
     return 0
 
 

@@ -128,6 +128,9 @@ TEST_F(DispatcherJobMetricsTest, ClientHeartbeatsAddUpPerJob) {
 
   EXPECT_THAT(Series("sluice_dispatcher_job_batches_returned_total"),
               UnorderedElementsAre(Pair("a", 11), Pair("b", 4)));
+  // Images: batches times the dataset's batch size (10).
+  EXPECT_THAT(Series("sluice_dispatcher_job_elements_returned_total"),
+              UnorderedElementsAre(Pair("a", 110), Pair("b", 40)));
   EXPECT_THAT(Series("sluice_dispatcher_job_consumer_wait_seconds_total"),
               UnorderedElementsAre(Pair("a", 2.5), Pair("b", 0.25)));
   EXPECT_THAT(Series("sluice_dispatcher_consumers"),
@@ -186,6 +189,7 @@ TEST_F(DispatcherJobMetricsTest, ACollectedJobsSeriesGo) {
   ASSERT_TRUE(impl_->Tick().ok());
 
   for (const char* name : {"sluice_dispatcher_job_batches_returned_total",
+                           "sluice_dispatcher_job_elements_returned_total",
                            "sluice_dispatcher_job_consumer_wait_seconds_total",
                            "sluice_dispatcher_job_splits_reassigned_total",
                            "sluice_dispatcher_consumers"}) {
@@ -196,6 +200,8 @@ TEST_F(DispatcherJobMetricsTest, ACollectedJobsSeriesGo) {
   ASSERT_TRUE(impl_->Tick().ok());
   EXPECT_THAT(Series("sluice_dispatcher_consumers"), IsEmpty());
   EXPECT_THAT(Series("sluice_dispatcher_job_batches_returned_total"),
+              IsEmpty());
+  EXPECT_THAT(Series("sluice_dispatcher_job_elements_returned_total"),
               IsEmpty());
 
   // A new job of the same name starts its series again.

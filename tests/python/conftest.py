@@ -63,14 +63,15 @@ def dataset(work):
     return str(work / "ds")
 
 
-def start_cluster(work, name):
-    """Starts `sluice local --workers 2` reading `work`; returns (process, address, log)."""
+def start_cluster(work, name, *extra):
+    """Starts `sluice local --workers 2 [extra...]` reading `work`; returns (process, address,
+    log)."""
     address_file = work / (name + ".address")
     log = open(work / (name + ".log"), "w")
     proc = subprocess.Popen(
         [str(BIN / "sluice"), "local", "--workers", "2", "--data-root", str(work),
          "--address-file", str(address_file), "--work-dir", str(work / name),
-         "--log-level", "warn"], stdout=log, stderr=subprocess.STDOUT,
+         "--log-level", "warn", *extra], stdout=log, stderr=subprocess.STDOUT,
         start_new_session=True)  # its own process group, so that stop_cluster can end it all
     deadline = time.monotonic() + 60
     while not address_file.exists():

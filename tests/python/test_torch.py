@@ -21,7 +21,8 @@ dispatcher, spec, data, job, num_workers, split_size = sys.argv[1:]
 ds = DataServiceDataset(dispatcher, spec, data=data, job=job, split_size=int(split_size))
 ids, shapes = [], set()
 for batch in DataLoader(ds, batch_size=None, num_workers=int(num_workers)):
-    assert set(batch) == {"image", "label", "index"}, set(batch)
+    assert set(batch) == {"image", "label", "index", "epoch"}, set(batch)
+    assert batch["epoch"] == 0
     assert isinstance(batch["image"], torch.Tensor)
     assert batch["image"].dtype == torch.float32 and batch["index"].dtype == torch.int64
     shapes.add(tuple(batch["image"].shape[1:]))
@@ -70,3 +71,44 @@ def test_dataset_is_picklable_and_useful_in_help():
     ds = DataServiceDataset("127.0.0.1:1", "x.yaml", job="j")
     assert pickle.loads(pickle.dumps(ds)).job == "j"
     assert "num_workers" in DataServiceDataset.__doc__
+
+
+def test_epoch_state_round_trips_without_a_cluster():
+    ds = DataServiceDataset("127.0.0.1:1", "x.yaml", job="j")
+    assert ds.state_dict() == {"job": "j", "epoch": 0}
+    ds.set_epoch(5)
+    assert ds.state_dict() == {"job": "j", "epoch": 5}
+    assert ds.job_name(5) == "j/epoch-5"
+    other = DataServiceDataset("127.0.0.1:1", "x.yaml", job="j")
+    other.load_state_dict(ds.state_dict())
+    assert other.epoch == 5
+    import sluice
+    with pytest.raises(sluice.InvalidArgument, match="state of job 'j', this dataset reads 'k'"):
+        DataServiceDataset("127.0.0.1:1", "x.yaml", job="k").load_state_dict({"job": "j"})
+    with pytest.raises(sluice.InvalidArgument, match="epoch must be >= 0"):
+        ds.set_epoch(-1)
+
+
+def test_a_pass_after_the_last_epoch_yields_nothing():
+    ds = DataServiceDataset("127.0.0.1:1", "x.yaml", job="j", epochs=2)
+    ds.set_epoch(2)
+    assert list(ds) == []  # no connection attempted either
+
+
+def test_bad_dispatcher_lost_timeout_is_invalid_argument():
+    import sluice
+    with pytest.raises(sluice.InvalidArgument, match="dispatcher_lost_timeout must be > 0"):
+        sluice.Client("127.0.0.1:1", dispatcher_lost_timeout=0)
+
+
+def test_tls_from_env(monkeypatch):
+    import sluice
+    monkeypatch.delenv("SLUICE_TLS_CA", raising=False)
+    assert sluice.TLS.from_env() is None
+    monkeypatch.setenv("SLUICE_TLS_CA", "/t/ca.crt")
+    monkeypatch.setenv("SLUICE_TLS_SERVER_NAME", "sluice.sluice.svc")
+    monkeypatch.setenv("SLUICE_AUTH_TOKEN_FILE", "/t/token")
+    monkeypatch.delenv("SLUICE_TLS_CERT", raising=False)
+    monkeypatch.delenv("SLUICE_TLS_KEY", raising=False)
+    assert sluice.TLS.from_env() == sluice.TLS(ca="/t/ca.crt", token_file="/t/token",
+                                               server_name="sluice.sluice.svc")

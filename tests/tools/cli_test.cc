@@ -211,6 +211,9 @@ TEST_F(CliTest, LocalTlsServesASecuredConsumerAndRefusesAPlaintextOne) {
                                       "--ids-out",
                                       tmp_.Join("ids")};
   consume.insert(consume.end(), secured.begin(), secured.end());
+  // The servers' certificate names 127.0.0.1 and localhost: dialled at 127.0.0.1, the client
+  // verifies the name it is told (the dispatcher's and the worker's certificate alike).
+  consume.insert(consume.end(), {"--tls-server-name", "localhost"});
   const Result ok = Run(consume);
   ASSERT_EQ(ok.exit_code, 0) << ok.output;
   std::ifstream ids(tmp_.Join("ids"));
@@ -219,6 +222,30 @@ TEST_F(CliTest, LocalTlsServesASecuredConsumerAndRefusesAPlaintextOne) {
   EXPECT_EQ(seen, std::vector<int>(40, 1));
   EXPECT_THAT(ReadFile(log), HasSubstr("consumers pass:\n              " +
                                        absl::StrJoin(secured, " ")));
+
+  consume.back() = "sluice.example";  // --tls-server-name sluice.example
+  const Result wrong_consumer = Run(consume);
+  EXPECT_EQ(wrong_consumer.exit_code, 1) << wrong_consumer.output;
+  EXPECT_THAT(wrong_consumer.output, HasSubstr("sluice.example"));
+
+  // status and health take the same flags.
+  std::vector<std::string> status = {"status", "--dispatcher", *address, "--json"};
+  status.insert(status.end(), secured.begin(), secured.end());
+  const Result status_ok = Run(status);
+  EXPECT_EQ(status_ok.exit_code, 0) << status_ok.output;
+  EXPECT_THAT(status_ok.output, HasSubstr("\"workers\""));
+  std::vector<std::string> health = {"health", "--address", *address};
+  health.insert(health.end(), secured.begin(), secured.end());
+  const Result health_ok = Run(health);
+  EXPECT_EQ(health_ok.exit_code, 0) << health_ok.output;
+  EXPECT_EQ(health_ok.output, *address + ": SERVING\n");
+  health.insert(health.end(), {"--tls-server-name", "sluice.example"});
+  const Result wrong_name = Run(health);
+  EXPECT_EQ(wrong_name.exit_code, 1) << wrong_name.output;
+  EXPECT_THAT(wrong_name.output, HasSubstr("health check of " + *address));
+  EXPECT_THAT(wrong_name.output, HasSubstr("sluice.example"));
+  const Result plain_status = Run({"status", "--dispatcher", *address});
+  EXPECT_EQ(plain_status.exit_code, 1) << plain_status.output;
 
   const Result plain = Run({"consume", "--dispatcher", *address, "--spec", spec,
                             "--data", ds, "--job", "plaintext"});

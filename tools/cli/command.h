@@ -25,6 +25,7 @@ void AddPipelineCommands(CLI::App& app);
 void AddLocalCommand(CLI::App& app);
 void AddConsumeCommand(CLI::App& app);
 void AddStatusCommand(CLI::App& app);
+void AddHealthCommand(CLI::App& app);
 
 }  // namespace sluice::cli
 

@@ -6,7 +6,8 @@
 // service. --stop-after-batches N --save-state FILE returns N batches, saves the iterator's
 // state and exits 0 (a training run checkpointing and stopping); --restore-state FILE
 // continues from such a state, in a new process.
-// TLS and token: --tls-ca --tls-cert --tls-key --auth-token-file (docs/security.md).
+// TLS and token: --tls-ca --tls-cert --tls-key --tls-server-name --auth-token-file
+// (docs/security.md), also as SLUICE_TLS_CA, ... like every flag.
 
 #include <cstdio>
 #include <filesystem>
@@ -40,7 +41,7 @@ struct ConsumeFlags {
   uint32_t num_consumers = 1;
   bool deterministic = false;
   bool drop_remainder = false;
-  std::string tls_ca, tls_cert, tls_key, auth_token_file;
+  service::ChannelOptions security;  // --tls-* --auth-token-file
   // Sleep after each batch: a training step's stand-in (demand = batch ÷ step).
   absl::Duration step_time = absl::ZeroDuration();
   uint64_t split_size = 0;  // 0: the dispatcher's default
@@ -74,10 +75,11 @@ absl::Status RunConsume(const ConsumeFlags& flags) {
   ASSIGN_OR_RETURN(
       std::unique_ptr<DataServiceClient> client,
       DataServiceClient::Create({.dispatcher_address = flags.dispatcher,
-                                 .tls_ca = flags.tls_ca,
-                                 .tls_cert = flags.tls_cert,
-                                 .tls_key = flags.tls_key,
-                                 .auth_token_file = flags.auth_token_file}));
+                                 .tls_ca = flags.security.tls_ca,
+                                 .tls_cert = flags.security.tls_cert,
+                                 .tls_key = flags.security.tls_key,
+                                 .auth_token_file = flags.security.auth_token_file,
+                                 .tls_server_name = flags.security.tls_server_name}));
   JobOptions job{.job_name = flags.job,
                  .pipeline = pipeline,
                  .seed = flags.seed,
@@ -204,15 +206,7 @@ void AddConsumeCommand(CLI::App& app) {
                   "Continue from a state --save-state wrote: the rest of the "
                   "epoch, each record "
                   "once");
-  cmd->add_option("--tls-ca", flags->tls_ca,
-                  "PEM CA that signed the servers' certificates: connect with "
-                  "TLS");
-  cmd->add_option(
-      "--tls-cert", flags->tls_cert,
-      "PEM client certificate, for servers that require mutual TLS");
-  cmd->add_option("--tls-key", flags->tls_key, "PEM private key of --tls-cert");
-  cmd->add_option("--auth-token-file", flags->auth_token_file,
-                  "File with the bearer token to present (needs --tls-ca)");
+  service::AddClientSecurityFlags(*cmd, &flags->security);
   // SLUICE_DISPATCHER, SLUICE_TLS_CA, ... (handy in a trainer pod).
   service::SetEnvNames(*cmd);
   cmd->add_option("--finish", flags->finish,

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "common/service/server_main.h"
 #include "data_worker/pipeline/allocator.h"
 #include "tools/cli/command.h"
 
@@ -24,12 +25,14 @@ int main(int argc, char** argv) {
       "sluice: disaggregated data preprocessing for deep-learning training"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show help for every subcommand");
+  sluice::service::AddVersionFlag(app, "sluice");
   sluice::cli::AddDatagenCommand(app);
   sluice::cli::AddRecordCommands(app);
   sluice::cli::AddPipelineCommands(app);
   sluice::cli::AddLocalCommand(app);
   sluice::cli::AddConsumeCommand(app);
   sluice::cli::AddStatusCommand(app);
+  sluice::cli::AddHealthCommand(app);
   sluice::cli::AddDemoCommand(app);
   try {
     app.parse(argc, argv);

@@ -25,10 +25,18 @@ void PrintFromFirstBatch(double seconds, uint64_t images, double cpu_seconds) {
 }
 
 ProgressBar::ProgressBar(std::string label, uint64_t total)
+    : ProgressBar(std::move(label), total, Options()) {}
+
+ProgressBar::ProgressBar(std::string label, uint64_t total, Options options)
     : label_(std::move(label)),
-      tty_(isatty(STDERR_FILENO)),
-      start_(absl::Now()),
-      total_(total) {}
+      clock_(options.clock != nullptr ? options.clock : RealClock::Get()),
+      out_(options.out != nullptr ? options.out : stderr),
+      tty_(options.terminal >= 0 ? options.terminal == 1 : isatty(fileno(out_)) == 1),
+      line_interval_(options.line_interval),
+      start_(clock_->Now()),
+      total_(total) {
+  if (!tty_) last_draw_ = start_;  // the first line after one interval, not at once
+}
 
 ProgressBar::~ProgressBar() { Done(); }
 
@@ -36,8 +44,8 @@ void ProgressBar::Update(uint64_t done, uint64_t total) {
   absl::MutexLock lock(&mu_);
   done_ = done;
   if (total > 0) total_ = total;
-  if (tty_ && absl::Now() - last_draw_ >= absl::Milliseconds(100))
-    Draw(/*final=*/false);
+  const absl::Duration interval = tty_ ? absl::Milliseconds(100) : line_interval_;
+  if (clock_->Now() - last_draw_ >= interval) Draw(/*final=*/false);
 }
 
 void ProgressBar::Done() {
@@ -48,7 +56,7 @@ void ProgressBar::Done() {
 }
 
 void ProgressBar::Draw(bool final) {
-  last_draw_ = absl::Now();
+  last_draw_ = clock_->Now();
   const double seconds = absl::ToDoubleSeconds(last_draw_ - start_);
   const double rate = seconds > 0 ? done_ / seconds : 0;
   std::string line;
@@ -66,9 +74,9 @@ void ProgressBar::Draw(bool final) {
     line = absl::StrFormat("%-10s %d  %.1f/s", label_, done_, rate);
   }
   if (final) line += absl::StrFormat("  (%.2fs)", seconds);
-  std::fprintf(stderr, "%s%s%s", tty_ ? "\r" : "", line.c_str(),
-               final ? "\n" : "");
-  std::fflush(stderr);
+  // A terminal redraws one line in place; a log gets whole lines.
+  std::fprintf(out_, "%s%s%s", tty_ ? "\r" : "", line.c_str(), final || !tty_ ? "\n" : "");
+  std::fflush(out_);
 }
 
 }  // namespace sluice::cli

@@ -39,9 +39,10 @@ Json Number(double v) {
 
 absl::StatusOr<proto::GetStatusResponse> FetchStatus(const std::string& address,
                                                      int starting_workers,
-                                                     absl::Duration timeout) {
+                                                     absl::Duration timeout,
+                                                     const service::ChannelOptions& security) {
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
-                   service::CreateChannel(address));
+                   service::CreateChannel(address, security));
   auto stub = proto::DispatcherService::NewStub(channel);
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));

@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/service/channel_factory.h"
 #include "proto/dispatcher.pb.h"
 #include "tools/local_cluster/local_cluster.h"
 
@@ -26,10 +27,12 @@ namespace sluice::tools {
 
 // GetStatus from the dispatcher at `address`. starting_workers >= 0 reports the
 // actuator's workers that have not registered yet; -1 leaves it alone. The
-// RPC's error (Unavailable when the dispatcher cannot be reached).
+// RPC's error (Unavailable when the dispatcher cannot be reached). `channel`: transport
+// security (TLS, token) of the call.
 absl::StatusOr<proto::GetStatusResponse> FetchStatus(
     const std::string& address, int starting_workers = -1,
-    absl::Duration timeout = absl::Seconds(5));
+    absl::Duration timeout = absl::Seconds(5),
+    const service::ChannelOptions& security = {});
 
 // `sluice status --json`: the stable form documented in docs/autoscaling.md
 // (top-level keys workers, desired_workers, current_workers, reason, scaler,

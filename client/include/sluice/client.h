@@ -86,6 +86,10 @@ struct ClientOptions {
   // File holding the bearer token presented on every call, re-read when it changes (needs
   // tls_ca).
   std::string auth_token_file;
+  // The name the servers' certificates must carry, checked instead of the host dialled (the
+  // dispatcher's and every worker's: workers are dialled by IP, so on Kubernetes they share one
+  // certificate naming a service, docs/kubernetes.md). Empty: the host dialled.
+  std::string tls_server_name;
 };
 
 struct JobOptions {

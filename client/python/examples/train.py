@@ -58,13 +58,20 @@ def main() -> None:
                                  ops.hwc2chw()])
                 .batch(args.batch, drop_remainder=True)
                 .prefetch(sluice.AUTOTUNE))
-    # epochs=0: as many epochs as the loop asks for.
-    dataset = DataServiceDataset(args.dispatcher, pipeline, job=args.job, epochs=0)
+    # One pass over the dataset is one epoch; as many epochs as the steps need.
+    dataset = DataServiceDataset(args.dispatcher, pipeline, job=args.job)
     loader = DataLoader(dataset, batch_size=None, num_workers=args.loader_workers)
+
+    def epochs():
+        epoch = 0
+        while True:
+            dataset.set_epoch(epoch)
+            yield from loader
+            epoch += 1
 
     model = small_cnn(args.classes)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    batches = iter(loader)
+    batches = epochs()
     start = window_start = time.perf_counter()
     waited = window_waited = 0.0
     images = window_images = 0

@@ -24,13 +24,28 @@ class TLS:
     """Transport security for Client: PEM file paths and a bearer-token file.
 
     ca: the CA that signed the dispatcher's and workers' certificates; cert/key: this client's
-    certificate and key (mutual TLS); token_file: a file holding the token sent with every call.
+    certificate and key (mutual TLS); token_file: a file holding the token sent with every call;
+    server_name: the name the servers' certificates carry, checked instead of the host dialled
+    (on Kubernetes workers are dialled by pod IP and share one certificate naming a service).
     """
 
     ca: Optional[str] = None
     cert: Optional[str] = None
     key: Optional[str] = None
     token_file: Optional[str] = None
+    server_name: Optional[str] = None
+
+    @classmethod
+    def from_env(cls) -> Optional["TLS"]:
+        """The SLUICE_TLS_CA, SLUICE_TLS_CERT, SLUICE_TLS_KEY, SLUICE_AUTH_TOKEN_FILE and
+        SLUICE_TLS_SERVER_NAME environment variables (the sluice CLI's), or None without
+        SLUICE_TLS_CA."""
+        env = os.environ.get
+        if not env("SLUICE_TLS_CA"):
+            return None
+        return cls(ca=env("SLUICE_TLS_CA"), cert=env("SLUICE_TLS_CERT"),
+                   key=env("SLUICE_TLS_KEY"), token_file=env("SLUICE_AUTH_TOKEN_FILE"),
+                   server_name=env("SLUICE_TLS_SERVER_NAME"))
 
 
 class Client:
@@ -40,6 +55,8 @@ class Client:
         dispatcher: "host:port" of the dispatcher (`sluice local` prints it).
         timeout: seconds to connect, and the deadline of each call to the dispatcher.
         tls: transport security (see TLS); None: plaintext.
+        dispatcher_lost_timeout: seconds without an answered heartbeat after which an
+            iterator's next() raises sluice.Unavailable (None: 120).
 
     Raises:
         sluice.Unavailable: nothing (or no sluice dispatcher) answers at `dispatcher` within
@@ -49,11 +66,16 @@ class Client:
     """
 
     def __init__(self, dispatcher: str, *, timeout: float = 10.0,
-                 tls: Optional[TLS] = None) -> None:
+                 tls: Optional[TLS] = None,
+                 dispatcher_lost_timeout: Optional[float] = None) -> None:
         tls_fields = {} if tls is None else {
             k: str(v) for k, v in dataclasses.asdict(tls).items() if v is not None}
         self.dispatcher = dispatcher
-        self._client = _sluice.Client(dispatcher, float(timeout), tls_fields)
+        if dispatcher_lost_timeout is not None and not dispatcher_lost_timeout > 0:
+            raise errors.InvalidArgument("dispatcher_lost_timeout must be > 0 seconds, got %r"
+                                         % (dispatcher_lost_timeout,))
+        self._client = _sluice.Client(dispatcher, float(timeout), tls_fields,
+                                      float(dispatcher_lost_timeout or 0.0))
 
     def open(self, spec: Spec, *, data: Optional[str] = None, job: str, epochs: int = 1,
              seed: int = 0, consumer_index: int = 0, num_consumers: int = 1,

@@ -4,9 +4,12 @@
     from sluice.torch import DataServiceDataset
 
     ds = DataServiceDataset("127.0.0.1:7000", "bench/pipelines/imagenet_train.yaml",
-                            data="/data/imagenet-train-ur", job="resnet50-run3", epochs=90)
-    for batch in DataLoader(ds, batch_size=None, num_workers=2):
-        loss = model(batch["image"]).loss(batch["label"])
+                            data="/data/imagenet-train-ur", job="resnet50-run3")
+    loader = DataLoader(ds, batch_size=None, num_workers=2)
+    for epoch in range(90):
+        ds.set_epoch(epoch)                       # one pass = one epoch
+        for batch in loader:
+            loss = model(batch["image"]).loss(batch["label"])
 """
 from __future__ import annotations
 
@@ -23,43 +26,60 @@ from sluice.client import TLS, BatchIterator, Client, Spec
 class DataServiceDataset(torch.utils.data.IterableDataset):
     """Batches of a sluice job as dicts of tensors, for ``DataLoader(ds, batch_size=None)``.
 
-    Each item is one batch already made by the service: ``{column: tensor, ..., "index": int64
-    tensor of global record indices}``; tensors come from ``torch.from_numpy`` over the received
-    buffers (no copy). Iterating once reads all ``epochs`` epochs; every record is delivered
-    exactly once per epoch to the job's consumers.
+    One pass over the dataset is one epoch, as with a DistributedSampler: ``for epoch in
+    range(n): ds.set_epoch(epoch); for batch in loader: ...``. Each item is one batch already
+    made by the service: ``{column: tensor, ..., "index": int64 tensor of global record indices,
+    "epoch": int}``; tensors come from ``torch.from_numpy`` over the received buffers (no copy).
+    Every record is delivered exactly once per epoch to the job's consumers, and every consumer
+    gets the same number of batches (a few records read twice, unless ``drop_remainder``), so
+    DDP ranks stay in step.
 
-    Consumers: each process that iterates is one consumer of the job. With ``num_workers=k``
-    every DataLoader worker is its own consumer, and under ``torch.distributed`` every rank's
-    workers are too: consumer index = rank * k + worker id, out of world_size * k. All of them
-    must use the same ``job`` name, spec and num_workers.
+    Epochs: epoch e reads the service job ``"<job>/epoch-<e>"`` (one epoch, its seed mixed from
+    ``seed`` and e, so each epoch has its own order and augmentation). Without ``set_epoch`` a
+    process counts its own passes (``num_workers=0``, or ``persistent_workers=True``); with
+    non-persistent DataLoader workers call ``set_epoch`` before each epoch, as for a
+    DistributedSampler, since each epoch's workers are new copies of the dataset.
+
+    Consumers: each process that iterates is one consumer of the epoch's job. With
+    ``num_workers=k`` every DataLoader worker is its own consumer, and under
+    ``torch.distributed`` (when initialised) every rank's workers are too: consumer index =
+    rank * k + worker id, out of world_size * k. All of them must use the same ``job`` name,
+    spec and num_workers.
 
     Fork safety: the gRPC client is created in ``__iter__``, inside the process that iterates,
     never in the constructor (gRPC does not survive ``fork``); the dataset pickles without it.
 
-    Resumption follows torchdata's StatefulDataLoader convention: ``state_dict()`` (called in the
-    process that iterates, after an item was yielded) returns what was yielded so far, and
-    ``load_state_dict(state)`` (before iterating) makes the next ``__iter__`` continue from it.
+    Resumption: ``state_dict()`` in the training process (``{"job", "epoch"}``: the epoch the
+    next pass reads) and ``load_state_dict(state)`` in the new one resume at an epoch boundary,
+    with any number of ranks and workers. In the process that iterates (``num_workers=0``)
+    ``state_dict()`` after an item was yielded also holds the iterator's position
+    (``"iterator_state"``), and the next pass continues that epoch exactly where it stopped
+    (torchdata's StatefulDataLoader convention).
 
     Args:
         dispatcher: "host:port" of the sluice dispatcher.
         spec: the pipeline (file path, YAML/JSON text, dict or sluice.Pipeline).
         data: a Unirecord dataset folder replacing the spec's source.
-        job: the job's name, shared by every consumer of this training run.
-        epochs: epochs per iteration of the dataset (0: until the iteration stops).
-        seed: the job seed (order and augmentation).
+        job: the training run's name, shared by every rank and worker of it.
+        epochs: epochs the dataset allows (None or 0: no limit); a pass after them yields
+            nothing.
+        seed: the run's seed (order and augmentation).
         deterministic: batches in split order, the same for a seed whatever the worker count.
         drop_remainder: equal shares by dropping the epoch's tail instead of padding.
         split_size: records per split (0: the dispatcher's default).
         timeout: seconds to connect and per call to the dispatcher.
-        tls: transport security (sluice.TLS), None for plaintext.
+        tls: transport security (sluice.TLS, e.g. sluice.TLS.from_env()), None for plaintext.
+        dispatcher_lost_timeout: seconds without the dispatcher after which iterating raises
+            sluice.Unavailable (None: the client's default, 120).
 
     Raises (while iterating): sluice.Error subclasses, as sluice.Client.open and its iterator.
     """
 
     def __init__(self, dispatcher: str, spec: Spec, *, data: Optional[str] = None, job: str,
-                 epochs: int = 1, seed: int = 0, deterministic: bool = False,
+                 epochs: Optional[int] = None, seed: int = 0, deterministic: bool = False,
                  drop_remainder: bool = False, split_size: int = 0, timeout: float = 10.0,
-                 tls: Optional[TLS] = None) -> None:
+                 tls: Optional[TLS] = None,
+                 dispatcher_lost_timeout: Optional[float] = None) -> None:
         super().__init__()
         self.dispatcher = dispatcher
         self.spec = spec
@@ -72,10 +92,28 @@ class DataServiceDataset(torch.utils.data.IterableDataset):
         self.split_size = split_size
         self.timeout = timeout
         self.tls = tls
+        self.dispatcher_lost_timeout = dispatcher_lost_timeout
+        self._epoch = 0  # the epoch the next pass reads
         self._iterator: Optional[BatchIterator] = None
-        self._pending_state: Optional[Dict[str, Any]] = None
-        # After an iteration ended: its last state, or the error that prevented saving it.
+        self._iterator_epoch = 0
+        self._pending_state: Optional[Dict[str, Any]] = None  # an iterator_state to continue
+        # After a pass ended: its last state, or the error that prevented saving it.
         self._final_state: Optional[Any] = None
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch the next pass reads (as DistributedSampler.set_epoch)."""
+        if epoch < 0:
+            raise errors.InvalidArgument("set_epoch: epoch must be >= 0, got %d" % epoch)
+        self._epoch = int(epoch)
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next pass reads."""
+        return self._epoch
+
+    def job_name(self, epoch: int) -> str:
+        """The service job that reads `epoch`: "<job>/epoch-<epoch>"."""
+        return "%s/epoch-%d" % (self.job, epoch)
 
     def consumer(self) -> Tuple[int, int]:
         """(consumer_index, num_consumers) of the calling process (see the class comment)."""
@@ -87,51 +125,71 @@ class DataServiceDataset(torch.utils.data.IterableDataset):
         return rank * num_workers + worker_id, world * num_workers
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
-        consumer_index, num_consumers = self.consumer()
-        client = Client(self.dispatcher, timeout=self.timeout, tls=self.tls)
-        state, self._pending_state = self._pending_state, None
-        if state is not None and not state.get("iterator_state"):
-            state = None  # saved before anything was yielded: start fresh
+        epoch = self._epoch
         self._close()
-        self._iterator = client.open(
-            self.spec, data=self.data, job=self.job, epochs=self.epochs, seed=self.seed,
-            consumer_index=consumer_index, num_consumers=num_consumers,
-            deterministic=self.deterministic, drop_remainder=self.drop_remainder,
-            split_size=self.split_size,
-            restore_state=None if state is None else state["iterator_state"])
         self._final_state = None
-        return self._generate(self._iterator)
+        if self.epochs and epoch >= self.epochs:
+            return iter(())
+        consumer_index, num_consumers = self.consumer()
+        state, self._pending_state = self._pending_state, None
+        restore = None
+        if state is not None and state.get("iterator_state") and state.get("epoch", 0) == epoch:
+            restore = state["iterator_state"]
+        client = Client(self.dispatcher, timeout=self.timeout, tls=self.tls,
+                        dispatcher_lost_timeout=self.dispatcher_lost_timeout)
+        self._iterator = client.open(
+            self.spec, data=self.data, job=self.job_name(epoch), epochs=1,
+            seed=_epoch_seed(self.seed, epoch), consumer_index=consumer_index,
+            num_consumers=num_consumers, deterministic=self.deterministic,
+            drop_remainder=self.drop_remainder, split_size=self.split_size,
+            restore_state=restore)
+        self._iterator_epoch = epoch
+        return self._generate(self._iterator, epoch)
 
-    def _generate(self, it: BatchIterator) -> Iterator[Dict[str, Any]]:
+    def _generate(self, it: BatchIterator, epoch: int) -> Iterator[Dict[str, Any]]:
+        completed = False
         try:
             for batch in it:
-                yield {k: torch.from_numpy(v) if hasattr(v, "__array_interface__") else v
+                out = {k: torch.from_numpy(v) if hasattr(v, "__array_interface__") else v
                        for k, v in batch.items()}
+                out["epoch"] = epoch
+                yield out
+            completed = True
+            self._epoch = epoch + 1
         finally:
-            try:  # what was yielded, for a state_dict() after the iteration ended
-                self._final_state = {"job": self.job, "iterator_state": it.state_dict()}
-            except errors.Error as e:
-                self._final_state = e
+            if completed:
+                self._final_state = {"job": self.job, "epoch": epoch + 1}
+            else:
+                try:  # where this epoch stopped, for a state_dict() after the pass ended
+                    self._final_state = {"job": self.job, "epoch": epoch,
+                                         "iterator_state": it.state_dict()}
+                except errors.Error as e:
+                    self._final_state = e
             it.close()
             if self._iterator is it:
                 self._iterator = None
 
     def state_dict(self) -> Dict[str, Any]:
-        """What this process's iteration has yielded so far (picklable; {} before iterating).
+        """Where to resume (picklable): {"job", "epoch"} and, in the process that iterates,
+        mid-epoch, "iterator_state".
 
         Raises:
             sluice.Unimplemented: the C++ client of this build cannot save state.
         """
-        if self._iterator is None:
-            if isinstance(self._final_state, errors.Error):
-                raise self._final_state
-            if self._final_state is not None:
-                return dict(self._final_state)
-            return dict(self._pending_state) if self._pending_state else {}
-        return {"job": self.job, "iterator_state": self._iterator.state_dict()}
+        if self._iterator is not None:
+            return {"job": self.job, "epoch": self._iterator_epoch,
+                    "iterator_state": self._iterator.state_dict()}
+        if isinstance(self._final_state, errors.Error):
+            raise self._final_state
+        if self._final_state is not None:
+            return dict(self._final_state)
+        if self._pending_state is not None:
+            return dict(self._pending_state)
+        return {"job": self.job, "epoch": self._epoch}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Makes the next __iter__ continue after what `state` had yielded ({}: from the start).
+        """Makes the next pass continue from `state` ({}: from epoch 0): at its epoch, and,
+        if it holds an iterator_state, where that epoch stopped.
 
         Raises:
             sluice.InvalidArgument: the state belongs to another job.
@@ -139,7 +197,8 @@ class DataServiceDataset(torch.utils.data.IterableDataset):
         if state and state.get("job") != self.job:
             raise errors.InvalidArgument("load_state_dict: state of job %r, this dataset reads %r"
                                          % (state.get("job"), self.job))
-        self._pending_state = dict(state) if state else None
+        self._epoch = int(state.get("epoch", 0)) if state else 0
+        self._pending_state = dict(state) if state and state.get("iterator_state") else None
         self._final_state = None
 
     def _close(self) -> None:
@@ -153,8 +212,13 @@ class DataServiceDataset(torch.utils.data.IterableDataset):
         return state
 
     def __repr__(self) -> str:
-        return "DataServiceDataset(dispatcher=%r, job=%r, epochs=%d)" % (
-            self.dispatcher, self.job, self.epochs)
+        return "DataServiceDataset(dispatcher=%r, job=%r, epoch=%d)" % (
+            self.dispatcher, self.job, self._epoch)
+
+
+def _epoch_seed(seed: int, epoch: int) -> int:
+    """The seed of the job that reads `epoch`: a different, fixed one per (seed, epoch)."""
+    return (seed * 1_000_003 + epoch) % (1 << 64)
 
 
 __all__ = ["DataServiceDataset"]

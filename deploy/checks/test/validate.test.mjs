@@ -97,3 +97,37 @@ test("a kind without a schema fails", async () => {
   const problems = await checkObjects(objs);
   assert.ok(problems.some((p) => p.startsWith("Widget/w: schema: no schema for example.com/v1 Widget")), problems.join("\n"));
 });
+
+test("replicas on an autoscaled Deployment fail", async () => {
+  const objs = fresh();
+  worker(objs).spec.replicas = 2;
+  assert.deepEqual(await checkObjects(objs), [
+    "Deployment/sluice-worker: sets replicas (2) but ScaledObject/sluice-worker scales it: drop spec.replicas",
+  ]);
+});
+
+test("a StatefulSet governed by a ClusterIP Service fails", async () => {
+  const objs = fresh();
+  find(objs, "StatefulSet", "sluice-dispatcher").spec.serviceName = "sluice-dispatcher";
+  assert.deepEqual(await checkObjects(objs), [
+    "StatefulSet/sluice-dispatcher: serviceName sluice-dispatcher is not headless (clusterIP: None)",
+  ]);
+});
+
+test("a missing priority class and an unknown secret fail", async () => {
+  const objs = fresh();
+  objs.splice(objs.findIndex((o) => o.kind === "PriorityClass"), 1);
+  find(objs, "Certificate", "sluice-worker").spec.secretName = "sluice-workers-tls";
+  assert.deepEqual(await checkObjects(objs), [
+    "Deployment/sluice-worker: volume tls: Secret sluice-worker-tls is neither a Certificate's secretName nor a Secret docs/kubernetes.md tells you to create",
+    "StatefulSet/sluice-dispatcher: PriorityClass sluice-dispatcher is not in the set",
+  ]);
+});
+
+test("an unknown field of a cert-manager Certificate is rejected", async () => {
+  const objs = fresh();
+  find(objs, "Certificate", "sluice-worker").spec.dnsName = ["sluice.sluice.svc"];
+  assert.deepEqual(await checkObjects(objs), [
+    "Certificate/sluice-worker: spec.dnsName: unknown field (CertificateSpec has no such field)",
+  ]);
+});

@@ -10,11 +10,13 @@
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/base/version.h"
 #include "common/service/channel_factory.h"
 #include "common/service/limits.h"
 #include "gmock/gmock.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
+#include "prometheus/text_serializer.h"
 #include "proto/dispatcher.grpc.pb.h"
 #include "tests/testing/temp_dir.h"
 
@@ -22,6 +24,7 @@ namespace sluice::service {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 TEST(EnvName, IsUpperSnakeCaseWithThePrefix) {
   EXPECT_EQ(EnvName("--advertise-address"), "SLUICE_ADVERTISE_ADDRESS");
@@ -240,6 +243,44 @@ TEST(ServerMain, MetricsAnswerWhileHalfOpenClientsHoldConnections) {
   close(fd);
   for (int h : half_open) close(h);
   EXPECT_THAT(answer, HasSubstr("HTTP/1.1 200 OK"));
+}
+
+TEST(ServerMain, ExportsBuildInfoRequestsByMethodAndCodeAndErrorsByCode) {
+  auto main = ServerMain::Create("test", {.host = "127.0.0.1", .port = 0});
+  ASSERT_TRUE(main.ok()) << main.status();
+  grpc::ServerBuilder builder;
+  proto::DispatcherService::Service unimplemented;
+  builder.RegisterService(&unimplemented);
+  ASSERT_TRUE((*main)->Start(builder).ok());
+  const std::string address = (*main)->address();
+  EXPECT_EQ(HealthStatus(address), 1);
+  EXPECT_EQ(HealthStatus(address), 1);
+  {
+    auto channel = CreateChannel(address);
+    ASSERT_TRUE(channel.ok());
+    auto stub = proto::DispatcherService::NewStub(*channel);
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    proto::GetStatusResponse response;
+    EXPECT_EQ(stub->GetStatus(&context, {}, &response).error_code(),
+              grpc::StatusCode::UNIMPLEMENTED);
+  }
+  const std::string text =
+      prometheus::TextSerializer().Serialize((*main)->registry().Collect());
+  (*main)->Shutdown(absl::ZeroDuration());
+  EXPECT_THAT(text, HasSubstr(std::string("sluice_build_info{revision=\"") + Revision() +
+                              "\",version=\"" + Version() + "\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("sluice_grpc_server_started_total{grpc_method=\"Check\","
+                              "grpc_service=\"grpc.health.v1.Health\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("sluice_grpc_server_handled_total{grpc_code=\"OK\","
+                              "grpc_method=\"Check\",grpc_service=\"grpc.health.v1.Health\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("sluice_grpc_server_handled_total{grpc_code=\"UNIMPLEMENTED\","
+                              "grpc_method=\"GetStatus\","
+                              "grpc_service=\"sluice.proto.DispatcherService\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("sluice_grpc_server_handling_seconds_count{grpc_method=\"Check\","
+                              "grpc_service=\"grpc.health.v1.Health\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("sluice_test_errors_total{code=\"UNIMPLEMENTED\"} 1\n"));
+  EXPECT_THAT(text, Not(HasSubstr("sluice_test_errors_total{code=\"OK\"}")));
 }
 
 TEST(ServerMain, BadFlagsAreInvalidArgumentNamingThem) {
