@@ -416,6 +416,11 @@ class DispatcherImpl {
   absl::Status RestoreConsumer(const DispatcherState::Job& job,
                                const proto::ClientHeartbeatRequest& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ClientHeartbeatRequest.consumer_token/claim: a claim makes the request's process the
+  // consumer's owner; any other process's heartbeat is FailedPrecondition (fenced).
+  absl::Status CheckConsumerOwner(const DispatcherState::Job& job,
+                                  const proto::ClientHeartbeatRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Collects jobs whose consumers are all gone or finished.
   absl::Status CollectJobs(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Journals the job's removal and forgets its consumers' signals.
@@ -486,6 +491,10 @@ class DispatcherImpl {
   std::map<std::pair<uint64_t, uint32_t>, ConsumerSignal> consumer_signals_
       ABSL_GUARDED_BY(mu_);
   std::map<std::string, JobMetrics> job_metrics_ ABSL_GUARDED_BY(mu_);
+  // (job, consumer index) -> the owning process's consumer_token. Not journaled: after a
+  // restart the first token heard is adopted.
+  std::map<std::pair<uint64_t, uint32_t>, uint64_t> consumer_owners_
+      ABSL_GUARDED_BY(mu_);
   int desired_workers_ ABSL_GUARDED_BY(mu_) = 0;
   Autoscaler autoscaler_ ABSL_GUARDED_BY(mu_);
   AutoscalerDecision decision_ ABSL_GUARDED_BY(mu_);

@@ -283,6 +283,7 @@ absl::Status DispatcherImpl::DoClientHeartbeat(
                      " must be < num_consumers ", job->consumers.size(),
                      " of job ", job->id));
   }
+  RETURN_IF_ERROR(CheckConsumerOwner(*job, request));
   // Signals for the autoscaler.
   const absl::Time now = clock_->Now();
   ConsumerSignal& signal =
@@ -383,6 +384,29 @@ absl::Status DispatcherImpl::DoClientHeartbeat(
   return absl::OkStatus();
 }
 
+absl::Status DispatcherImpl::CheckConsumerOwner(
+    const DispatcherState::Job& job,
+    const proto::ClientHeartbeatRequest& request) {
+  if (request.consumer_token() == 0) return absl::OkStatus();
+  uint64_t& owner = consumer_owners_[{job.id, request.consumer_index()}];
+  if (request.claim() || owner == 0) {
+    if (owner != 0 && owner != request.consumer_token()) {
+      logger_->warn(
+          "job {} '{}' consumer {} claimed by another process: the previous "
+          "one is fenced off",
+          job.id, job.name, request.consumer_index());
+    }
+    owner = request.consumer_token();
+    return absl::OkStatus();
+  }
+  if (owner == request.consumer_token()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "consumer ", request.consumer_index(), " of job '", job.name,
+      "' was claimed by another process (a second trainer started with the "
+      "same consumer index, or a restart of this one): this process is fenced "
+      "off and stops here; give every trainer its own consumer index"));
+}
+
 absl::Status DispatcherImpl::DoGetJobState(
     const proto::GetJobStateRequest& request,
     proto::GetJobStateResponse* response) {
@@ -450,6 +474,8 @@ absl::Status DispatcherImpl::RemoveJob(uint64_t job_id) {
     it =
         it->first.first == job_id ? consumer_signals_.erase(it) : std::next(it);
   }
+  consumer_owners_.erase(consumer_owners_.lower_bound({job_id, 0}),
+                         consumer_owners_.lower_bound({job_id + 1, 0}));
   return absl::OkStatus();
 }
 

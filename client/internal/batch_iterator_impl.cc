@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -28,6 +29,15 @@ RetryOptions StreamBackoff() {
   backoff.initial_backoff = absl::Milliseconds(50);
   backoff.max_backoff = absl::Seconds(2);
   return backoff;
+}
+
+// ClientHeartbeatRequest.consumer_token: random, never 0.
+uint64_t RandomToken() {
+  std::random_device device;
+  const uint64_t token =
+      (static_cast<uint64_t>(device()) << 32) ^ device() ^
+      static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
+  return token == 0 ? 1 : token;
 }
 
 DType ToDType(proto::TensorDType dtype) {
@@ -155,6 +165,7 @@ BatchIteratorImpl::BatchIteratorImpl(IteratorParams params)
     : params_(std::move(params)),
       clock_(params_.options.clock),
       logger_(params_.options.logger),
+      consumer_token_(RandomToken()),
       state_(params_.deterministic, /*track_splits=*/!params_.parallel_epochs,
              params_.options.prefetch_batches) {
   if (params_.restore.has_value()) {
@@ -178,6 +189,11 @@ BatchIteratorImpl::BatchIteratorImpl(IteratorParams params)
     duplicates_counter_ =
         &AddCounter(registry, "sluice_client_duplicate_batches_total",
                     "Batches dropped because the consumer already held them.");
+    reopens_counter_ = &AddCounter(
+        registry, "sluice_client_stream_reopens_total",
+        "Worker streams reopened because a batch arrived ahead of what the "
+        "consumer holds (lost in flight, or dropped by the deterministic "
+        "bound).");
     fill_gauge_ =
         &AddGauge(registry, "sluice_client_buffer_fill",
                   "Fraction (0..1) of the client's prefetch buffer in use.");
@@ -322,6 +338,7 @@ absl::StatusOr<std::string> BatchIteratorImpl::SaveState() const {
   checkpoint.set_job_name(params_.job_name);
   checkpoint.set_consumer_index(params_.consumer_index);
   checkpoint.set_num_consumers(params_.num_consumers);
+  checkpoint.set_job_fingerprint(params_.job_fingerprint);
   absl::MutexLock lock(&mu_);
   if (params_.parallel_epochs) {
     return absl::FailedPreconditionError(
@@ -385,6 +402,8 @@ absl::Status BatchIteratorImpl::Heartbeat() {
       out->set_delivered_batches(p.batches);
       out->set_complete(p.complete);
     }
+    request.set_consumer_token(consumer_token_);
+    request.set_claim(claim_pending_);
     if (restore_pending_) {
       request.set_restore(true);
       request.set_restore_epoch(params_.restore->epoch());
@@ -400,7 +419,7 @@ absl::Status BatchIteratorImpl::Heartbeat() {
   {
     absl::MutexLock lock(&mu_);
     heartbeat_context_ = nullptr;
-    if (status.ok()) restore_pending_ = false;
+    if (status.ok()) restore_pending_ = claim_pending_ = false;
     if (!status.ok()) {
       return DispatcherError(status, params_.options.dispatcher_address,
                              "ClientHeartbeat");
@@ -641,6 +660,7 @@ void BatchIteratorImpl::ReaderLoop(Reader* reader) {
       }
       if (result == DeliverResult::kReopen) {
         reopen = true;
+        if (reopens_counter_ != nullptr) reopens_counter_->Increment();
         context->TryCancel();
         break;
       }
