@@ -287,13 +287,21 @@ class PyIterator {
 
 std::unique_ptr<PyClient> CreateClient(const std::string& dispatcher,
                                        double timeout_seconds,
-                                       const py::dict& tls) {
+                                       const py::dict& tls,
+                                       double dispatcher_lost_timeout_seconds) {
   ClientOptions options;
   options.dispatcher_address = dispatcher;
   if (timeout_seconds <= 0) {
     ThrowStatus(absl::InvalidArgumentError(
         absl::StrCat("timeout must be > 0 seconds, got ", timeout_seconds)));
   }
+  if (dispatcher_lost_timeout_seconds <= 0) {
+    ThrowStatus(absl::InvalidArgumentError(
+        absl::StrCat("dispatcher_lost_timeout must be > 0 seconds, got ",
+                     dispatcher_lost_timeout_seconds)));
+  }
+  options.dispatcher_lost_timeout =
+      absl::Seconds(dispatcher_lost_timeout_seconds);
   options.rpc_timeout = absl::Seconds(timeout_seconds);
   options.connect_timeout = absl::Seconds(timeout_seconds);
   if (!tls.empty()) {
@@ -372,7 +380,9 @@ PYBIND11_MODULE(_sluice, m) {
       "this module.";
   py::class_<PyClient>(m, "Client")
       .def(py::init(&CreateClient), py::arg("dispatcher"), py::arg("timeout"),
-           py::arg("tls"))
+           py::arg("tls"),
+           py::arg("dispatcher_lost_timeout") = absl::ToDoubleSeconds(
+               ClientOptions().dispatcher_lost_timeout))
       .def("open", &Open, py::arg("spec"), py::arg("spec_is_file"),
            py::arg("data"), py::arg("job"), py::arg("epochs"), py::arg("seed"),
            py::arg("consumer_index"), py::arg("num_consumers"),

@@ -52,6 +52,8 @@ class DataServiceDataset(torch.utils.data.IterableDataset):
         split_size: records per split (0: the dispatcher's default).
         timeout: seconds to connect and per call to the dispatcher.
         tls: transport security (sluice.TLS), None for plaintext.
+        dispatcher_lost_timeout: seconds to keep reading and retrying an unreachable
+            dispatcher before raising sluice.Unavailable.
 
     Raises (while iterating): sluice.Error subclasses, as sluice.Client.open and its iterator.
     """
@@ -59,7 +61,7 @@ class DataServiceDataset(torch.utils.data.IterableDataset):
     def __init__(self, dispatcher: str, spec: Spec, *, data: Optional[str] = None, job: str,
                  epochs: int = 1, seed: int = 0, deterministic: bool = False,
                  drop_remainder: bool = False, split_size: int = 0, timeout: float = 10.0,
-                 tls: Optional[TLS] = None) -> None:
+                 tls: Optional[TLS] = None, dispatcher_lost_timeout: float = 600.0) -> None:
         super().__init__()
         self.dispatcher = dispatcher
         self.spec = spec
@@ -72,6 +74,7 @@ class DataServiceDataset(torch.utils.data.IterableDataset):
         self.split_size = split_size
         self.timeout = timeout
         self.tls = tls
+        self.dispatcher_lost_timeout = dispatcher_lost_timeout
         self._iterator: Optional[BatchIterator] = None
         self._pending_state: Optional[Dict[str, Any]] = None
         # After an iteration ended: its last state, or the error that prevented saving it.
@@ -88,7 +91,8 @@ class DataServiceDataset(torch.utils.data.IterableDataset):
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
         consumer_index, num_consumers = self.consumer()
-        client = Client(self.dispatcher, timeout=self.timeout, tls=self.tls)
+        client = Client(self.dispatcher, timeout=self.timeout, tls=self.tls,
+                        dispatcher_lost_timeout=self.dispatcher_lost_timeout)
         state, self._pending_state = self._pending_state, None
         if state is not None and not state.get("iterator_state"):
             state = None  # saved before anything was yielded: start fresh
