@@ -379,6 +379,10 @@ class DispatcherImpl {
                            proto::GetStatusResponse* response)
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status DoTick() ABSL_LOCKS_EXCLUDED(mu_);
+  // The maintenance loop's last pass was at `last_tick`: if it is far longer ago than its
+  // period, the process was stopped or paused, and every lease restarts at `now`.
+  void RestartLeasesAfterPause(absl::Time last_tick, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   template <typename Request, typename Response>
   using Method = absl::Status (DispatcherImpl::*)(const Request&, Response*);

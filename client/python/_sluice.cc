@@ -382,7 +382,7 @@ PYBIND11_MODULE(_sluice, m) {
       .def(py::init(&CreateClient), py::arg("dispatcher"), py::arg("timeout"),
            py::arg("tls"),
            py::arg("dispatcher_lost_timeout") = absl::ToDoubleSeconds(
-               ClientOptions().dispatcher_lost_timeout))
+               sluice::ClientOptions().dispatcher_lost_timeout))
       .def("open", &Open, py::arg("spec"), py::arg("spec_is_file"),
            py::arg("data"), py::arg("job"), py::arg("epochs"), py::arg("seed"),
            py::arg("consumer_index"), py::arg("num_consumers"),

@@ -879,5 +879,30 @@ TEST_F(ControlPlaneTest, ASecondProcessWithTheSameConsumerIndexFencesTheFirst) {
     cluster->SignalWorker(i, SIGKILL);
 }
 
+
+TEST_F(ControlPlaneTest, ADispatcherPausedLongerThanEveryLeaseCollectsNothing) {
+  // SIGSTOP for 4 s mid-epoch: longer than --consumer-timeout (2 s) and --worker-timeout (1 s).
+  // The consumer and the workers kept trying; on resuming the dispatcher restarts their leases
+  // instead of collecting the job ("its consumers are gone": the trainer used to fail with
+  // "job not found").
+  auto cluster = StartCluster(2, {"--consumer-timeout", "2s"});
+  ASSERT_NE(cluster, nullptr);
+  bool paused = false;
+  Received r = Consume(
+      cluster->dispatcher_address(),
+      Job("paused", MakePipeline(data_->Join("ds"), {.sleep_micros = 3000})),
+      [&](int batches) {
+        if (batches == 10) {
+          cluster->SignalDispatcher(SIGSTOP);
+          absl::SleepFor(absl::Seconds(4));  // the pause itself
+          cluster->SignalDispatcher(SIGCONT);
+          paused = true;
+        }
+      });
+  ASSERT_TRUE(paused);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  ExpectExactly(r.ids[0], Range(kRecords));
+}
+
 }  // namespace
 }  // namespace sluice
