@@ -420,6 +420,11 @@ class DispatcherImpl {
   absl::Status RestoreConsumer(const DispatcherState::Job& job,
                                const proto::ClientHeartbeatRequest& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The consumer's done positions, as the request asks (a list, or ranges).
+  void AddDonePositions(const proto::ClientHeartbeatRequest& request,
+                        const DispatcherState::Consumer& consumer,
+                        proto::ClientHeartbeatResponse* response) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // ClientHeartbeatRequest.consumer_token/claim: a claim makes the request's process the
   // consumer's owner; any other process's heartbeat is FailedPrecondition (fenced).
   absl::Status CheckConsumerOwner(const DispatcherState::Job& job,

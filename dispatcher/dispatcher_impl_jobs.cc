@@ -357,13 +357,12 @@ absl::Status DispatcherImpl::DoClientHeartbeat(
   response->set_incarnation(incarnation_);
   response->set_epoch(consumer.epoch);
   response->set_finished(consumer.finished);
-  for (uint64_t pos = 0; pos < consumer.slots.size(); ++pos) {
-    if (consumer.slots[pos].status == proto::SPLIT_STATUS_DONE)
-      response->add_done_positions(pos);
-  }
+  AddDonePositions(request, consumer, response);
   // The two long lists only when the client does not hold them already.
   response->set_splits_version(SplitsVersion(job->id, consumer));
-  if (request.splits_version() != response->splits_version()) {
+  if (request.splits_count_only()) {
+    response->set_num_splits(consumer.slots.size());
+  } else if (request.splits_version() != response->splits_version()) {
     response->mutable_splits()->Reserve(
         static_cast<int>(consumer.slots.size()));
     for (uint64_t pos = 0; pos < consumer.slots.size(); ++pos) {
@@ -382,6 +381,26 @@ absl::Status DispatcherImpl::DoClientHeartbeat(
     }
   }
   return absl::OkStatus();
+}
+
+void DispatcherImpl::AddDonePositions(
+    const proto::ClientHeartbeatRequest& request,
+    const DispatcherState::Consumer& consumer,
+    proto::ClientHeartbeatResponse* response) const {
+  const uint64_t n = consumer.slots.size();
+  for (uint64_t pos = 0; pos < n; ++pos) {
+    if (consumer.slots[pos].status != proto::SPLIT_STATUS_DONE) continue;
+    if (!request.done_as_ranges()) {
+      response->add_done_positions(pos);
+      continue;
+    }
+    const uint64_t begin = pos;
+    while (pos + 1 < n &&
+           consumer.slots[pos + 1].status == proto::SPLIT_STATUS_DONE)
+      ++pos;
+    response->add_done_ranges(begin);
+    response->add_done_ranges(pos + 1);
+  }
 }
 
 absl::Status DispatcherImpl::CheckConsumerOwner(

@@ -360,7 +360,7 @@ absl::StatusOr<std::string> BatchIteratorImpl::SaveState() const {
   checkpoint.set_finished(state_.Done() || (params_.num_epochs != 0 &&
                                             epoch >= params_.num_epochs));
   if (checkpoint.finished()) return checkpoint.SerializeAsString();
-  for (const SlotProgress& p : state_.Progress()) {
+  for (const SlotProgress& p : state_.Progress(/*acknowledged=*/true)) {
     if (p.epoch != epoch || (p.batches == 0 && !p.complete)) continue;
     proto::ClientSplitProgress* out = checkpoint.add_splits();
     out->set_epoch(p.epoch);
@@ -408,6 +408,8 @@ absl::Status BatchIteratorImpl::Heartbeat() {
       request.set_restore(true);
       request.set_restore_epoch(params_.restore->epoch());
     }
+    request.set_splits_count_only(true);
+    request.set_done_as_ranges(true);
     request.set_tasks_version(lists_.tasks_version());
     request.set_splits_version(lists_.splits_version());
     heartbeat_context_ = &context;
@@ -426,10 +428,18 @@ absl::Status BatchIteratorImpl::Heartbeat() {
     }
     std::vector<uint64_t> done(response.done_positions().begin(),
                                response.done_positions().end());
+    for (int i = 0; i + 1 < response.done_ranges_size(); i += 2) {
+      for (uint64_t p = response.done_ranges(i);
+           p < response.done_ranges(i + 1); ++p)
+        done.push_back(p);
+    }
+    // A dispatcher that knows splits_count_only sends num_splits; an older one the list.
     HeldLists::Response lists{
         .tasks_version = response.tasks_version(),
         .splits_version = response.splits_version(),
-        .num_splits = static_cast<uint64_t>(response.splits_size())};
+        .num_splits = response.num_splits() != 0
+                          ? response.num_splits()
+                          : static_cast<uint64_t>(response.splits_size())};
     for (const proto::Task& task : response.tasks())
       lists.addresses.push_back(task.address());
     lists_.Apply(request.tasks_version(), request.splits_version(),

@@ -904,5 +904,40 @@ TEST_F(ControlPlaneTest, ADispatcherPausedLongerThanEveryLeaseCollectsNothing) {
   ExpectExactly(r.ids[0], Range(kRecords));
 }
 
+
+TEST_F(ControlPlaneTest, AJobOfAMillionOneRecordSlotsStarts) {
+  // 1,000,000 slots of one record each (a legal split size): every answer stays bounded (the
+  // split sequence as a count, done positions as ranges, progress without acknowledged
+  // slots). 200,000 such slots used to make the first ClientHeartbeat answer 6.1 MB, over
+  // gRPC's 4 MB limit, and the job could not start.
+  auto cluster = StartCluster(1);
+  ASSERT_NE(cluster, nullptr);
+  auto pipeline = data_worker::pipeline::ParsePipeline(
+      "source: {synthetic: {num_records: 1000000, height: 4, width: 4}, "
+      "columns: [label]}\nnodes:\n  - batch: {size: 1}\n");
+  ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+  JobOptions job = Job("million", *pipeline);
+  job.split_size = 1;
+  auto client = DataServiceClient::Create(
+      {.dispatcher_address = cluster->dispatcher_address(),
+       .rpc_timeout = absl::Seconds(60),
+       .connect_timeout = absl::Seconds(30),
+       .heartbeat_interval = absl::Milliseconds(100)});
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto it = (*client)->Open(job);
+  ASSERT_TRUE(it.ok()) << it.status();
+  std::set<uint64_t> ids;
+  for (int i = 0; i < 50; ++i) {
+    auto batch = (*it)->GetNext();
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    ASSERT_TRUE(batch->has_value());
+    ASSERT_EQ((*batch)->global_indices.size(), 1u);
+    ids.insert((*batch)->global_indices[0]);
+  }
+  EXPECT_EQ(ids.size(), 50u);
+  auto state = (*it)->SaveState();
+  ASSERT_TRUE(state.ok()) << state.status();
+}
+
 }  // namespace
 }  // namespace sluice
