@@ -34,9 +34,8 @@ RetryOptions StreamBackoff() {
 // ClientHeartbeatRequest.consumer_token: random, never 0.
 uint64_t RandomToken() {
   std::random_device device;
-  const uint64_t token =
-      (static_cast<uint64_t>(device()) << 32) ^ device() ^
-      static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
+  const uint64_t token = (static_cast<uint64_t>(device()) << 32) ^ device() ^
+                         static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
   return token == 0 ? 1 : token;
 }
 

@@ -641,7 +641,6 @@ TEST_F(ControlPlaneTest, TheNumberOfConsumersChangesAtAnEpochBoundary) {
   EXPECT_THAT(text, HasSubstr("can change only at an epoch boundary"));
 }
 
-
 // Waits (on the dispatcher's own report, up to 60 s) until it declared `lost` workers lost
 // for want of heartbeats.
 bool AwaitWorkersLost(tools::LocalCluster& cluster, double lost) {
@@ -649,9 +648,9 @@ bool AwaitWorkersLost(tools::LocalCluster& cluster, double lost) {
   while (absl::Now() < deadline) {
     absl::StatusOr<std::string> text =
         tools::ScrapeMetrics(cluster.dispatcher_metrics_port());
-    if (text.ok() && tools::SumByLabel(*text,
-                                       "sluice_dispatcher_workers_lost_total",
-                                       "reason")["timeout"] >= lost)
+    if (text.ok() &&
+        tools::SumByLabel(*text, "sluice_dispatcher_workers_lost_total",
+                          "reason")["timeout"] >= lost)
       return true;
     absl::SleepFor(absl::Milliseconds(20));
   }
@@ -682,37 +681,36 @@ TEST_F(ControlPlaneTest,
   auto port = tools::PickFreePort();
   ASSERT_TRUE(port.ok());
   const std::string relay_address = absl::StrCat("127.0.0.1:", *port);
-  auto cluster =
-      StartCluster(1, {}, {"--queue-batches", "2", "--advertise-address",
-                           relay_address});
+  auto cluster = StartCluster(
+      1, {}, {"--queue-batches", "2", "--advertise-address", relay_address});
   ASSERT_NE(cluster, nullptr);
   auto start_relay = [&](const std::string& to) {
-    auto relay = Subprocess::Start(
-        {BinDir() + "/tcp_relay", "--listen", std::to_string(*port), "--to", to},
-        {.log_file = tmp_.Join("relay.log")});
+    auto relay = Subprocess::Start({BinDir() + "/tcp_relay", "--listen",
+                                    std::to_string(*port), "--to", to},
+                                   {.log_file = tmp_.Join("relay.log")});
     EXPECT_TRUE(relay.ok()) << relay.status();
     return relay.ok() ? *std::move(relay) : nullptr;
   };
   std::unique_ptr<Subprocess> relay = start_relay(cluster->worker(0).address);
   ASSERT_NE(relay, nullptr);
   JobOptions job = Job("replaced", MakePipeline(data_->Join("ds"), {}));
-  job.split_size = kRecords;  // one split: every queued batch is of the split the trainer holds
+  job.split_size =
+      kRecords;  // one split: every queued batch is of the split the trainer holds
   bool replaced = false;
-  Received r =
-      Consume(cluster->dispatcher_address(), job, [&](int batches) {
-        if (batches == 6) {
-          cluster->SignalWorker(0, SIGKILL);
-          relay->Signal(SIGKILL);
-          (void)relay->Wait(absl::Seconds(5));
-          ASSERT_TRUE(AwaitWorkersLost(*cluster, 1));
-          absl::StatusOr<int> added = cluster->AddWorker();
-          ASSERT_TRUE(added.ok()) << added.status();
-          ASSERT_TRUE(AwaitQueueDepth(cluster->worker(*added).metrics_port, 2));
-          relay = start_relay(cluster->worker(*added).address);
-          replaced = true;
-        }
-        absl::SleepFor(absl::Milliseconds(30));  // the slow trainer's step
-      });
+  Received r = Consume(cluster->dispatcher_address(), job, [&](int batches) {
+    if (batches == 6) {
+      cluster->SignalWorker(0, SIGKILL);
+      relay->Signal(SIGKILL);
+      (void)relay->Wait(absl::Seconds(5));
+      ASSERT_TRUE(AwaitWorkersLost(*cluster, 1));
+      absl::StatusOr<int> added = cluster->AddWorker();
+      ASSERT_TRUE(added.ok()) << added.status();
+      ASSERT_TRUE(AwaitQueueDepth(cluster->worker(*added).metrics_port, 2));
+      relay = start_relay(cluster->worker(*added).address);
+      replaced = true;
+    }
+    absl::SleepFor(absl::Milliseconds(30));  // the slow trainer's step
+  });
   ASSERT_TRUE(replaced);
   ASSERT_TRUE(r.status.ok()) << r.status;
   ExpectExactly(r.ids[0], Range(kRecords));
@@ -832,28 +830,29 @@ TEST_F(ControlPlaneTest, ASecondProcessWithTheSameConsumerIndexFencesTheFirst) {
   ASSERT_NE(cluster, nullptr);
   const std::string spec = WriteResizeSpec();
   auto args = [&](const std::string& ids) {
-    return std::vector<std::string>{BinDir() + "/sluice",
-                                    "consume",
-                                    "--dispatcher",
-                                    cluster->dispatcher_address(),
-                                    "--spec",
-                                    spec,
-                                    "--job",
-                                    "dup",
-                                    "--consumer-index",
-                                    "0",
-                                    "--num-consumers",
-                                    "2",
-                                    "--epochs",
-                                    "0",  // until stopped: only fencing ends the first
-                                    "--step-time",
-                                    "40ms",
-                                    "--ids-out",
-                                    ids};
+    return std::vector<std::string>{
+        BinDir() + "/sluice",
+        "consume",
+        "--dispatcher",
+        cluster->dispatcher_address(),
+        "--spec",
+        spec,
+        "--job",
+        "dup",
+        "--consumer-index",
+        "0",
+        "--num-consumers",
+        "2",
+        "--epochs",
+        "0",  // until stopped: only fencing ends the first
+        "--step-time",
+        "40ms",
+        "--ids-out",
+        ids};
   };
   const std::string first_ids = tmp_.Join("first.ids");
-  auto first = Subprocess::Start(args(first_ids),
-                                 {.log_file = tmp_.Join("first.log")});
+  auto first =
+      Subprocess::Start(args(first_ids), {.log_file = tmp_.Join("first.log")});
   ASSERT_TRUE(first.ok()) << first.status();
   // The second starts once the first returned a batch, and stops after 5 batches.
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
@@ -879,7 +878,6 @@ TEST_F(ControlPlaneTest, ASecondProcessWithTheSameConsumerIndexFencesTheFirst) {
     cluster->SignalWorker(i, SIGKILL);
 }
 
-
 TEST_F(ControlPlaneTest, ADispatcherPausedLongerThanEveryLeaseCollectsNothing) {
   // SIGSTOP for 4 s mid-epoch: longer than --consumer-timeout (2 s) and --worker-timeout (1 s).
   // The consumer and the workers kept trying; on resuming the dispatcher restarts their leases
@@ -903,7 +901,6 @@ TEST_F(ControlPlaneTest, ADispatcherPausedLongerThanEveryLeaseCollectsNothing) {
   ASSERT_TRUE(r.status.ok()) << r.status;
   ExpectExactly(r.ids[0], Range(kRecords));
 }
-
 
 TEST_F(ControlPlaneTest, AJobOfAMillionOneRecordSlotsStarts) {
   // 1,000,000 slots of one record each (a legal split size): every answer stays bounded (the

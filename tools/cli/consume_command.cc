@@ -45,7 +45,8 @@ struct ConsumeFlags {
   absl::Duration step_time = absl::ZeroDuration();
   uint64_t split_size = 0;  // 0: the dispatcher's default
   std::string finish;       // empty: the spec's
-  absl::Duration dispatcher_lost_timeout = ClientOptions().dispatcher_lost_timeout;
+  absl::Duration dispatcher_lost_timeout =
+      ClientOptions().dispatcher_lost_timeout;
 };
 
 absl::Status RunConsume(const ConsumeFlags& flags) {
@@ -74,13 +75,13 @@ absl::Status RunConsume(const ConsumeFlags& flags) {
 
   ASSIGN_OR_RETURN(
       std::unique_ptr<DataServiceClient> client,
-      DataServiceClient::Create({.dispatcher_address = flags.dispatcher,
-                                 .dispatcher_lost_timeout =
-                                     flags.dispatcher_lost_timeout,
-                                 .tls_ca = flags.tls_ca,
-                                 .tls_cert = flags.tls_cert,
-                                 .tls_key = flags.tls_key,
-                                 .auth_token_file = flags.auth_token_file}));
+      DataServiceClient::Create(
+          {.dispatcher_address = flags.dispatcher,
+           .dispatcher_lost_timeout = flags.dispatcher_lost_timeout,
+           .tls_ca = flags.tls_ca,
+           .tls_cert = flags.tls_cert,
+           .tls_key = flags.tls_key,
+           .auth_token_file = flags.auth_token_file}));
   JobOptions job{.job_name = flags.job,
                  .pipeline = pipeline,
                  .seed = flags.seed,

@@ -50,9 +50,8 @@ TEST(ConsumerQueues, AProducerBlockedOnAFullQueueWakesWhenAResumeDiscardsIt) {
   const uint64_t task = queues.AddTask(Assignment(0, 0), /*parallel=*/false);
   ASSERT_TRUE(queues.Push(task, Batch(0, 0)));
   ASSERT_TRUE(queues.Push(task, Batch(0, 1)));
-  std::future<bool> third = std::async(std::launch::async, [&] {
-    return queues.Push(task, Batch(0, 2));
-  });
+  std::future<bool> third = std::async(
+      std::launch::async, [&] { return queues.Push(task, Batch(0, 2)); });
   while (queues.blocked_producers() == 0) std::this_thread::yield();
   const ConsumerQueues::Opened opened =
       queues.Open({kJob, 0}, {Held(0, 3)}, [] {});
