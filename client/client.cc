@@ -1,5 +1,6 @@
 #include "sluice/client.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -9,6 +10,7 @@
 #include "common/base/logging.h"
 #include "common/base/retry.h"
 #include "common/base/status_macros.h"
+#include "common/record/checksum.h"
 #include "common/service/channel_factory.h"
 #include "common/service/grpc_status.h"
 #include "common/service/retry_policy.h"
@@ -157,6 +159,35 @@ absl::StatusOr<uint64_t> BatchSize(const proto::Pipeline& pipeline) {
   return size;
 }
 
+// ConsumerCheckpoint.job_fingerprint of `job` over a dataset of `counts` records per shard.
+// Not num_epochs (a run may be extended) nor the consumer count (it may change at an epoch
+// boundary; ParseCheckpoint checks it mid-epoch).
+uint64_t JobFingerprint(const JobOptions& job, const std::string& pipeline,
+                        const std::vector<uint64_t>& counts) {
+  std::string bytes = pipeline;
+  for (uint64_t c : counts) absl::StrAppend(&bytes, ",", c);
+  absl::StrAppend(&bytes, ";seed=", job.seed, ";split=", job.split_size,
+                  ";drop=", job.drop_remainder ? 1 : 0,
+                  ";parallel=", job.parallel_epochs ? 1 : 0);
+  return std::max<uint64_t>(record::Checksum(bytes), 1);
+}
+
+// A state saved from another job or spec would silently skip or repeat records.
+absl::Status CheckSameJob(const proto::ConsumerCheckpoint& checkpoint,
+                          const JobOptions& job, uint64_t fingerprint) {
+  if (checkpoint.job_fingerprint() == 0 ||
+      checkpoint.job_fingerprint() == fingerprint)
+    return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "JobOptions.restore_state was saved by job '", checkpoint.job_name(),
+      "' over another pipeline, dataset, seed, split size or remainder mode "
+      "than this job '",
+      job.job_name, "' has (fingerprint ",
+      record::ChecksumHex(checkpoint.job_fingerprint()), ", this job ",
+      record::ChecksumHex(fingerprint),
+      "): restore a state only into the job and spec it was saved from"));
+}
+
 bool AtEpochBoundary(const proto::ConsumerCheckpoint& checkpoint) {
   return !checkpoint.finished() && checkpoint.splits().empty();
 }
@@ -229,6 +260,9 @@ class DataServiceClientImpl final : public DataServiceClient {
     ASSIGN_OR_RETURN(
         std::vector<uint64_t> counts,
         ShardRecordCounts(job.pipeline, pipeline, options_, *stub_));
+    const uint64_t fingerprint = JobFingerprint(job, pipeline, counts);
+    if (restore.has_value())
+      RETURN_IF_ERROR(CheckSameJob(*restore, job, fingerprint));
 
     proto::RegisterDatasetRequest reg;
     reg.set_protocol_version(kProtocolVersion);
@@ -288,6 +322,7 @@ class DataServiceClientImpl final : public DataServiceClient {
     params.job_name = job.job_name;
     params.num_consumers = job.num_consumers;
     params.num_epochs = job.num_epochs;
+    params.job_fingerprint = fingerprint;
     params.restore = std::move(restore);
     ASSIGN_OR_RETURN(std::unique_ptr<client::BatchIteratorImpl> it,
                      client::BatchIteratorImpl::Create(std::move(params)));

@@ -219,16 +219,38 @@ void DispatcherImpl::Stop() {
 }
 
 void DispatcherImpl::MaintenanceLoop() {
+  absl::Time last_tick = clock_->Now();
   while (true) {
     {
       absl::MutexLock lock(&mu_);
       mu_.AwaitWithTimeout(absl::Condition(&cancelled_),
                            options_.heartbeat_interval);
       if (cancelled_) return;
+      RestartLeasesAfterPause(last_tick, clock_->Now());
     }
     if (absl::Status s = Tick(); !s.ok())
       logger_->error("dispatcher tick: {}", s.ToString());
+    last_tick = clock_->Now();
   }
+}
+
+void DispatcherImpl::RestartLeasesAfterPause(absl::Time last_tick,
+                                             absl::Time now) {
+  // This loop wakes every heartbeat_interval; a much longer gap means the process was not
+  // running (SIGSTOP, a paused VM, a frozen node). Nobody could reach it meanwhile: workers
+  // and consumers that kept trying must not lose their leases for that time.
+  const absl::Duration gap = now - last_tick;
+  if (gap <= 3 * options_.heartbeat_interval + absl::Seconds(1)) return;
+  for (auto& [id, signal] : worker_signals_)
+    signal.last_seen = std::max(signal.last_seen, now);
+  for (auto& [consumer, signal] : consumer_signals_) {
+    if (signal.last_report != absl::InfinitePast())
+      signal.last_report = std::max(signal.last_report, now);
+  }
+  logger_->warn(
+      "the dispatcher did not run for {} (stopped or paused): every worker "
+      "and consumer lease restarts now",
+      absl::FormatDuration(gap));
 }
 
 absl::Status DispatcherImpl::Admit(uint32_t protocol_version) const {

@@ -354,6 +354,10 @@ class DispatcherImpl {
                            proto::GetStatusResponse* response)
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status DoTick() ABSL_LOCKS_EXCLUDED(mu_);
+  // The maintenance loop's last pass was at `last_tick`: if it is far longer ago than its
+  // period, the process was stopped or paused, and every lease restarts at `now`.
+  void RestartLeasesAfterPause(absl::Time last_tick, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   template <typename Request, typename Response>
   using Method = absl::Status (DispatcherImpl::*)(const Request&, Response*);
@@ -387,6 +391,16 @@ class DispatcherImpl {
   // The consumer continues from a checkpoint (ClientHeartbeatRequest.restore).
   absl::Status RestoreConsumer(const DispatcherState::Job& job,
                                const proto::ClientHeartbeatRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The consumer's done positions, as the request asks (a list, or ranges).
+  void AddDonePositions(const proto::ClientHeartbeatRequest& request,
+                        const DispatcherState::Consumer& consumer,
+                        proto::ClientHeartbeatResponse* response) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ClientHeartbeatRequest.consumer_token/claim: a claim makes the request's process the
+  // consumer's owner; any other process's heartbeat is FailedPrecondition (fenced).
+  absl::Status CheckConsumerOwner(const DispatcherState::Job& job,
+                                  const proto::ClientHeartbeatRequest& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Collects jobs whose consumers are all gone or finished.
   absl::Status CollectJobs(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -459,6 +473,10 @@ class DispatcherImpl {
   std::map<std::pair<uint64_t, uint32_t>, ConsumerSignal> consumer_signals_
       ABSL_GUARDED_BY(mu_);
   std::map<std::string, JobMetrics> job_metrics_ ABSL_GUARDED_BY(mu_);
+  // (job, consumer index) -> the owning process's consumer_token. Not journaled: after a
+  // restart the first token heard is adopted.
+  std::map<std::pair<uint64_t, uint32_t>, uint64_t> consumer_owners_
+      ABSL_GUARDED_BY(mu_);
   int desired_workers_ ABSL_GUARDED_BY(mu_) = 0;
   Autoscaler autoscaler_ ABSL_GUARDED_BY(mu_);
   AutoscalerDecision decision_ ABSL_GUARDED_BY(mu_);

@@ -283,6 +283,7 @@ absl::Status DispatcherImpl::DoClientHeartbeat(
                      " must be < num_consumers ", job->consumers.size(),
                      " of job ", job->id));
   }
+  RETURN_IF_ERROR(CheckConsumerOwner(*job, request));
   // Signals for the autoscaler.
   const absl::Time now = clock_->Now();
   ConsumerSignal& signal =
@@ -362,13 +363,12 @@ absl::Status DispatcherImpl::DoClientHeartbeat(
   response->set_incarnation(incarnation_);
   response->set_epoch(consumer.epoch);
   response->set_finished(consumer.finished);
-  for (uint64_t pos = 0; pos < consumer.slots.size(); ++pos) {
-    if (consumer.slots[pos].status == proto::SPLIT_STATUS_DONE)
-      response->add_done_positions(pos);
-  }
+  AddDonePositions(request, consumer, response);
   // The two long lists only when the client does not hold them already.
   response->set_splits_version(SplitsVersion(job->id, consumer));
-  if (request.splits_version() != response->splits_version()) {
+  if (request.splits_count_only()) {
+    response->set_num_splits(consumer.slots.size());
+  } else if (request.splits_version() != response->splits_version()) {
     response->mutable_splits()->Reserve(
         static_cast<int>(consumer.slots.size()));
     for (uint64_t pos = 0; pos < consumer.slots.size(); ++pos) {
@@ -387,6 +387,49 @@ absl::Status DispatcherImpl::DoClientHeartbeat(
     }
   }
   return absl::OkStatus();
+}
+
+void DispatcherImpl::AddDonePositions(
+    const proto::ClientHeartbeatRequest& request,
+    const DispatcherState::Consumer& consumer,
+    proto::ClientHeartbeatResponse* response) const {
+  const uint64_t n = consumer.slots.size();
+  for (uint64_t pos = 0; pos < n; ++pos) {
+    if (consumer.slots[pos].status != proto::SPLIT_STATUS_DONE) continue;
+    if (!request.done_as_ranges()) {
+      response->add_done_positions(pos);
+      continue;
+    }
+    const uint64_t begin = pos;
+    while (pos + 1 < n &&
+           consumer.slots[pos + 1].status == proto::SPLIT_STATUS_DONE)
+      ++pos;
+    response->add_done_ranges(begin);
+    response->add_done_ranges(pos + 1);
+  }
+}
+
+absl::Status DispatcherImpl::CheckConsumerOwner(
+    const DispatcherState::Job& job,
+    const proto::ClientHeartbeatRequest& request) {
+  if (request.consumer_token() == 0) return absl::OkStatus();
+  uint64_t& owner = consumer_owners_[{job.id, request.consumer_index()}];
+  if (request.claim() || owner == 0) {
+    if (owner != 0 && owner != request.consumer_token()) {
+      logger_->warn(
+          "job {} '{}' consumer {} claimed by another process: the previous "
+          "one is fenced off",
+          job.id, job.name, request.consumer_index());
+    }
+    owner = request.consumer_token();
+    return absl::OkStatus();
+  }
+  if (owner == request.consumer_token()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "consumer ", request.consumer_index(), " of job '", job.name,
+      "' was claimed by another process (a second trainer started with the "
+      "same consumer index, or a restart of this one): this process is fenced "
+      "off and stops here; give every trainer its own consumer index"));
 }
 
 absl::Status DispatcherImpl::DoGetJobState(
@@ -456,6 +499,8 @@ absl::Status DispatcherImpl::RemoveJob(uint64_t job_id) {
     it =
         it->first.first == job_id ? consumer_signals_.erase(it) : std::next(it);
   }
+  consumer_owners_.erase(consumer_owners_.lower_bound({job_id, 0}),
+                         consumer_owners_.lower_bound({job_id + 1, 0}));
   return absl::OkStatus();
 }
 

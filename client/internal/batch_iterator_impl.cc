@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -29,6 +30,14 @@ RetryOptions StreamBackoff() {
   backoff.initial_backoff = absl::Milliseconds(50);
   backoff.max_backoff = absl::Seconds(2);
   return backoff;
+}
+
+// ClientHeartbeatRequest.consumer_token: random, never 0.
+uint64_t RandomToken() {
+  std::random_device device;
+  const uint64_t token = (static_cast<uint64_t>(device()) << 32) ^ device() ^
+                         static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
+  return token == 0 ? 1 : token;
 }
 
 DType ToDType(proto::TensorDType dtype) {
@@ -140,6 +149,7 @@ BatchIteratorImpl::BatchIteratorImpl(IteratorParams params)
     : params_(std::move(params)),
       clock_(params_.options.clock),
       logger_(params_.options.logger),
+      consumer_token_(RandomToken()),
       state_(params_.deterministic, /*track_splits=*/!params_.parallel_epochs,
              params_.options.prefetch_batches) {
   if (params_.restore.has_value()) {
@@ -163,6 +173,11 @@ BatchIteratorImpl::BatchIteratorImpl(IteratorParams params)
     duplicates_counter_ =
         &AddCounter(registry, "sluice_client_duplicate_batches_total",
                     "Batches dropped because the consumer already held them.");
+    reopens_counter_ = &AddCounter(
+        registry, "sluice_client_stream_reopens_total",
+        "Worker streams reopened because a batch arrived ahead of what the "
+        "consumer holds (lost in flight, or dropped by the deterministic "
+        "bound).");
     fill_gauge_ =
         &AddGauge(registry, "sluice_client_buffer_fill",
                   "Fraction (0..1) of the client's prefetch buffer in use.");
@@ -307,6 +322,7 @@ absl::StatusOr<std::string> BatchIteratorImpl::SaveState() const {
   checkpoint.set_job_name(params_.job_name);
   checkpoint.set_consumer_index(params_.consumer_index);
   checkpoint.set_num_consumers(params_.num_consumers);
+  checkpoint.set_job_fingerprint(params_.job_fingerprint);
   absl::MutexLock lock(&mu_);
   if (params_.parallel_epochs) {
     return absl::FailedPreconditionError(
@@ -328,7 +344,7 @@ absl::StatusOr<std::string> BatchIteratorImpl::SaveState() const {
   checkpoint.set_finished(state_.Done() || (params_.num_epochs != 0 &&
                                             epoch >= params_.num_epochs));
   if (checkpoint.finished()) return checkpoint.SerializeAsString();
-  for (const SlotProgress& p : state_.Progress()) {
+  for (const SlotProgress& p : state_.Progress(/*acknowledged=*/true)) {
     if (p.epoch != epoch || (p.batches == 0 && !p.complete)) continue;
     proto::ClientSplitProgress* out = checkpoint.add_splits();
     out->set_epoch(p.epoch);
@@ -370,10 +386,14 @@ absl::Status BatchIteratorImpl::Heartbeat() {
       out->set_delivered_batches(p.batches);
       out->set_complete(p.complete);
     }
+    request.set_consumer_token(consumer_token_);
+    request.set_claim(claim_pending_);
     if (restore_pending_) {
       request.set_restore(true);
       request.set_restore_epoch(params_.restore->epoch());
     }
+    request.set_splits_count_only(true);
+    request.set_done_as_ranges(true);
     request.set_tasks_version(lists_.tasks_version());
     request.set_splits_version(lists_.splits_version());
     heartbeat_context_ = &context;
@@ -385,17 +405,25 @@ absl::Status BatchIteratorImpl::Heartbeat() {
   {
     absl::MutexLock lock(&mu_);
     heartbeat_context_ = nullptr;
-    if (status.ok()) restore_pending_ = false;
+    if (status.ok()) restore_pending_ = claim_pending_ = false;
     if (!status.ok()) {
       return DispatcherError(status, params_.options.dispatcher_address,
                              "ClientHeartbeat");
     }
     std::vector<uint64_t> done(response.done_positions().begin(),
                                response.done_positions().end());
+    for (int i = 0; i + 1 < response.done_ranges_size(); i += 2) {
+      for (uint64_t p = response.done_ranges(i);
+           p < response.done_ranges(i + 1); ++p)
+        done.push_back(p);
+    }
+    // A dispatcher that knows splits_count_only sends num_splits; an older one the list.
     HeldLists::Response lists{
         .tasks_version = response.tasks_version(),
         .splits_version = response.splits_version(),
-        .num_splits = static_cast<uint64_t>(response.splits_size())};
+        .num_splits = response.num_splits() != 0
+                          ? response.num_splits()
+                          : static_cast<uint64_t>(response.splits_size())};
     for (const proto::Task& task : response.tasks())
       lists.addresses.push_back(task.address());
     lists_.Apply(request.tasks_version(), request.splits_version(),
@@ -626,6 +654,7 @@ void BatchIteratorImpl::ReaderLoop(Reader* reader) {
       }
       if (result == DeliverResult::kReopen) {
         reopen = true;
+        if (reopens_counter_ != nullptr) reopens_counter_->Increment();
         context->TryCancel();
         break;
       }

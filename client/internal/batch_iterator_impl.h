@@ -69,6 +69,7 @@ struct IteratorParams {
   std::string job_name;
   uint32_t num_consumers = 1;
   uint64_t num_epochs = 1;  // 0: until destroyed
+  uint64_t job_fingerprint = 0;  // ConsumerCheckpoint.job_fingerprint
   // Continue from this checkpoint (SaveState of an earlier iterator of this consumer).
   std::optional<proto::ConsumerCheckpoint> restore;
 };
@@ -133,6 +134,7 @@ class BatchIteratorImpl final : public BatchIterator {
   prometheus::Counter* wait_counter_ = nullptr;
   prometheus::Counter* batches_counter_ = nullptr;
   prometheus::Counter* duplicates_counter_ = nullptr;
+  prometheus::Counter* reopens_counter_ = nullptr;
   prometheus::Gauge* fill_gauge_ = nullptr;
   // Finished batches' buffers, reused (buffer_pool.h says why). A few beyond the ones the
   // trainer and the prefetch buffer hold keep the steady state free of new allocations.
@@ -143,6 +145,10 @@ class BatchIteratorImpl final : public BatchIterator {
   mutable absl::CondVar cv_;  // SaveState() waits on it too
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   bool heartbeat_due_ ABSL_GUARDED_BY(mu_) = false;
+  // ClientHeartbeatRequest.consumer_token: this iterator's identity as the consumer's owner;
+  // claim_pending_ until a heartbeat was answered.
+  const uint64_t consumer_token_;
+  bool claim_pending_ ABSL_GUARDED_BY(mu_) = true;
   bool restore_pending_ ABSL_GUARDED_BY(mu_) =
       false;  // until a heartbeat carried it
   absl::Status error_ ABSL_GUARDED_BY(mu_);

@@ -141,6 +141,7 @@ void IteratorState::ApplyHeartbeat(uint64_t epoch, uint64_t num_positions,
       slot.complete = true;
       slot.done_elsewhere = slot.received == 0;
     }
+    slot.acknowledged = true;
   }
   // Older epochs are done; deterministic mode still needs their slots until the cursor passed.
   Forget(deterministic_ ? std::min(epoch, std::get<0>(cursor_)) : epoch);
@@ -176,11 +177,12 @@ IteratorState::Returned IteratorState::EpochReturned(uint64_t epoch) const {
   return out;
 }
 
-std::vector<SlotProgress> IteratorState::Progress() const {
+std::vector<SlotProgress> IteratorState::Progress(bool acknowledged) const {
   std::vector<SlotProgress> out;
   if (!track_splits_) return out;
   for (auto it = slots_.lower_bound({epoch_, 0}); it != slots_.end(); ++it) {
     if (it->second.done_elsewhere) continue;
+    if (it->second.acknowledged && !acknowledged) continue;
     out.push_back({.epoch = std::get<0>(it->first),
                    .position = std::get<1>(it->first),
                    .batches = it->second.returned,

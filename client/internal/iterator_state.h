@@ -89,8 +89,10 @@ class IteratorState {
   void Restore(uint64_t epoch, const std::vector<SlotProgress>& returned);
 
   // Returned counts of every slot of the current (and any later) epoch the consumer holds, for
-  // the next ClientHeartbeat, and for SaveState().
-  std::vector<SlotProgress> Progress() const;
+  // the next ClientHeartbeat (`acknowledged` false: without the slots a heartbeat answer
+  // already listed done, so reports grow with the slots in flight, not with the epoch), and
+  // for SaveState() (`acknowledged` true: all of them).
+  std::vector<SlotProgress> Progress(bool acknowledged = false) const;
   // Received counts of every slot not yet complete, for a (re)opened worker stream.
   std::vector<SlotProgress> Held() const;
 
@@ -122,6 +124,7 @@ class IteratorState {
     bool complete = false;  // marker received (or done elsewhere)
     bool done_elsewhere =
         false;  // listed done by the dispatcher, not held here
+    bool acknowledged = false;  // listed done by the dispatcher
     bool FullyReturned() const { return complete && returned == received; }
   };
 

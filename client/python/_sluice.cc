@@ -298,15 +298,15 @@ std::unique_ptr<PyClient> CreateClient(const std::string& dispatcher,
     ThrowStatus(absl::InvalidArgumentError(
         absl::StrCat("timeout must be > 0 seconds, got ", timeout_seconds)));
   }
+  if (dispatcher_lost_timeout_seconds <= 0) {
+    ThrowStatus(absl::InvalidArgumentError(
+        absl::StrCat("dispatcher_lost_timeout must be > 0 seconds, got ",
+                     dispatcher_lost_timeout_seconds)));
+  }
+  options.dispatcher_lost_timeout =
+      absl::Seconds(dispatcher_lost_timeout_seconds);
   options.rpc_timeout = absl::Seconds(timeout_seconds);
   options.connect_timeout = absl::Seconds(timeout_seconds);
-  if (dispatcher_lost_timeout_seconds < 0) {
-    ThrowStatus(absl::InvalidArgumentError(absl::StrCat(
-        "dispatcher_lost_timeout must be > 0 seconds, got ", dispatcher_lost_timeout_seconds)));
-  }
-  if (dispatcher_lost_timeout_seconds > 0) {  // 0: the C++ default (2 minutes)
-    options.dispatcher_lost_timeout = absl::Seconds(dispatcher_lost_timeout_seconds);
-  }
   if (!tls.empty()) {
     absl::Status status = SetTls(options, tls);
     if (!status.ok()) ThrowStatus(status);
@@ -383,7 +383,9 @@ PYBIND11_MODULE(_sluice, m) {
       "this module.";
   py::class_<PyClient>(m, "Client")
       .def(py::init(&CreateClient), py::arg("dispatcher"), py::arg("timeout"),
-           py::arg("tls"), py::arg("dispatcher_lost_timeout") = 0.0)
+           py::arg("tls"),
+           py::arg("dispatcher_lost_timeout") = absl::ToDoubleSeconds(
+               sluice::ClientOptions().dispatcher_lost_timeout))
       .def("open", &Open, py::arg("spec"), py::arg("spec_is_file"),
            py::arg("data"), py::arg("job"), py::arg("epochs"), py::arg("seed"),
            py::arg("consumer_index"), py::arg("num_consumers"),

@@ -79,6 +79,9 @@ std::deque<ConsumerQueues::Queued>::iterator ConsumerQueues::Unqueue(
     Queue& q, std::deque<Queued>::iterator it) {
   Charge(-service::BatchBytes(it->batch));
   --queued_batches_;
+  // A producer may be waiting for exactly this space (Open() discards held batches of a full
+  // queue that no stream will ever Poll()).
+  space_.SignalAll();
   return q.batches.erase(it);
 }
 
@@ -281,10 +284,15 @@ ConsumerQueues::Opened ConsumerQueues::Open(
                                     b->batch.header.batch_index() < has;
           b = held_already ? Unqueue(q, b) : std::next(b);
         }
-        if (task.sent > has && task.sent > task.assignment.skip_batches()) {
-          // Batches [has, sent) went to an earlier stream and never arrived.
+        const uint64_t skip = task.assignment.skip_batches();
+        // Batches [has, sent) went to an earlier stream and never arrived; or the client holds
+        // fewer than the task skips (it restored a state older than the split's last
+        // reassignment), so the batches it needs next would never be produced and every
+        // stream would be rejected at the same position.
+        const bool lost_in_flight = task.sent > has && task.sent > skip;
+        if (lost_in_flight || has < skip) {
           proto::SplitAssignment again = task.assignment;
-          again.set_skip_batches(std::max(has, task.assignment.skip_batches()));
+          again.set_skip_batches(has);
           opened.restart.push_back(std::move(again));
           splits_restarted_.Increment();
           EraseTask(it);

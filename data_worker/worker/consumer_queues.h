@@ -17,8 +17,11 @@
 // (GetBatchesRequest.held): for a split whose batches left this queue (were written to an
 // earlier stream) beyond what the client holds, those batches were lost in flight, so the
 // split must be produced again from the client's count: Open() drops the task and returns
-// its assignment with skip_batches = held, for the caller to restart. Batches still queued
-// that the client already holds are discarded.
+// its assignment with skip_batches = held, for the caller to restart. The same happens when
+// the client holds fewer batches than the task skips (it restored a state saved before the
+// split's last reassignment): the task would never produce the batch the client needs next.
+// Batches still queued that the client already holds are discarded, and producers waiting
+// for that space wake up.
 //
 // Streams end. Poll() returns kEnd with OK when the consumer will get nothing more from this
 // worker: the worker stopped, or drains and every task of the consumer is finished and sent,

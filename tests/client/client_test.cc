@@ -569,7 +569,8 @@ TEST(DataServiceClient, GetNextReportsAJobLostLater) {
   EXPECT_EQ((*it)->GetNext().status().code(), absl::StatusCode::kNotFound);
 }
 
-// dispatcher_lost_timeout is measured on the injected clock: no test waits two minutes.
+// dispatcher_lost_timeout (10 minutes by default: a trainer outlasts a paused or restarting
+// dispatcher) is measured on the injected clock: no test waits ten minutes.
 TEST(DataServiceClient, GivesUpOnALostDispatcherAfterTheTimeoutOnItsClock) {
   FakeDispatcher dispatcher(/*num_epochs=*/1, /*positions=*/1);
   TestServer dispatcher_server(&dispatcher);
@@ -592,7 +593,7 @@ TEST(DataServiceClient, GivesUpOnALostDispatcherAfterTheTimeoutOnItsClock) {
   EXPECT_THAT(
       batch.status().message(),
       HasSubstr(absl::StrCat("no answer from the sluice dispatcher at ",
-                             dispatcher_server.address(), " for 2m: ")));
+                             dispatcher_server.address(), " for 10m: ")));
   EXPECT_THAT(batch.status().message(), HasSubstr("dispatcher restarting"));
 }
 

@@ -143,10 +143,15 @@ TEST(IteratorState, RestoreContinuesFromWhatWasReturned) {
   ASSERT_TRUE(b.has_value());
   EXPECT_EQ(b->position, 1u);
   EXPECT_EQ(b->batch_index, 1u);
-  std::vector<SlotProgress> progress = state.Progress();
+  // SaveState() gets every slot; a heartbeat only those not listed done yet (position 0 was).
+  std::vector<SlotProgress> progress = state.Progress(/*acknowledged=*/true);
   ASSERT_EQ(progress.size(), 2u);
   EXPECT_EQ(progress[1].batches, 2u);
   EXPECT_TRUE(progress[1].complete);
+  progress = state.Progress();
+  ASSERT_EQ(progress.size(), 1u);
+  EXPECT_EQ(progress[0].position, 1u);
+  EXPECT_EQ(progress[0].batches, 2u);
 }
 
 TEST(IteratorState, TreatsBatchesOfAFinishedEpochAsDuplicates) {

@@ -28,6 +28,7 @@
 #include "gtest/gtest.h"
 #include "opencv2/imgcodecs.hpp"
 #include "opencv2/imgproc.hpp"
+#include "prometheus/registry.h"
 #include "sluice/client.h"
 #include "tests/testing/temp_dir.h"
 #include "tools/local_cluster/local_cluster.h"
@@ -657,6 +658,301 @@ TEST_F(ControlPlaneTest, TheNumberOfConsumersChangesAtAnEpochBoundary) {
   const std::string text((std::istreambuf_iterator<char>(log)),
                          std::istreambuf_iterator<char>());
   EXPECT_THAT(text, HasSubstr("can change only at an epoch boundary"));
+}
+
+// Waits (on the dispatcher's own report, up to 60 s) until it declared `lost` workers lost
+// for want of heartbeats.
+bool AwaitWorkersLost(tools::LocalCluster& cluster, double lost) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (absl::Now() < deadline) {
+    absl::StatusOr<std::string> text =
+        tools::ScrapeMetrics(cluster.dispatcher_metrics_port());
+    if (text.ok() &&
+        tools::SumByLabel(*text, "sluice_dispatcher_workers_lost_total",
+                          "reason")["timeout"] >= lost)
+      return true;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return false;
+}
+
+// Waits (up to 60 s) until the worker whose metrics are on `port` has `depth` batches queued.
+bool AwaitQueueDepth(int port, double depth) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (absl::Now() < deadline) {
+    absl::StatusOr<std::string> text = tools::ScrapeMetrics(port);
+    if (text.ok() && text->find(absl::StrCat("\nsluice_worker_queue_depth ",
+                                             depth, "\n")) != std::string::npos)
+      return true;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return false;
+}
+
+TEST_F(ControlPlaneTest,
+       AReplacementWorkerStartedAfterALossUnderASlowTrainerDeliversEverything) {
+  // The only worker is SIGKILLed while the trainer is in a slow step (4 batches in its
+  // prefetch buffer), and a replacement starts once the dispatcher declared the loss. It gets
+  // the split from the trainer's returned counts and fills its 2-batch queue with batches the
+  // trainer holds already; only then can the trainer's stream attach (through a relay started
+  // late), and those batches are discarded. The producer waiting for queue space must wake up
+  // (it used to sleep forever: a hang).
+  auto port = tools::PickFreePort();
+  ASSERT_TRUE(port.ok());
+  const std::string relay_address = absl::StrCat("127.0.0.1:", *port);
+  auto cluster = StartCluster(
+      1, {}, {"--queue-batches", "2", "--advertise-address", relay_address});
+  ASSERT_NE(cluster, nullptr);
+  auto start_relay = [&](const std::string& to) {
+    auto relay = Subprocess::Start({BinDir() + "/tcp_relay", "--listen",
+                                    std::to_string(*port), "--to", to},
+                                   {.log_file = tmp_.Join("relay.log")});
+    EXPECT_TRUE(relay.ok()) << relay.status();
+    return relay.ok() ? *std::move(relay) : nullptr;
+  };
+  std::unique_ptr<Subprocess> relay = start_relay(cluster->worker(0).address);
+  ASSERT_NE(relay, nullptr);
+  JobOptions job = Job("replaced", MakePipeline(data_->Join("ds"), {}));
+  job.split_size =
+      kRecords;  // one split: every queued batch is of the split the trainer holds
+  bool replaced = false;
+  Received r = Consume(cluster->dispatcher_address(), job, [&](int batches) {
+    if (batches == 6) {
+      cluster->SignalWorker(0, SIGKILL);
+      relay->Signal(SIGKILL);
+      (void)relay->Wait(absl::Seconds(5));
+      ASSERT_TRUE(AwaitWorkersLost(*cluster, 1));
+      absl::StatusOr<int> added = cluster->AddWorker();
+      ASSERT_TRUE(added.ok()) << added.status();
+      ASSERT_TRUE(AwaitQueueDepth(cluster->worker(*added).metrics_port, 2));
+      relay = start_relay(cluster->worker(*added).address);
+      replaced = true;
+    }
+    absl::SleepFor(absl::Milliseconds(30));  // the slow trainer's step
+  });
+  ASSERT_TRUE(replaced);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  ExpectExactly(r.ids[0], Range(kRecords));
+  relay->Stop(absl::Seconds(1));
+}
+
+TEST_F(ControlPlaneTest,
+       RestoringAStateOlderThanASplitsReassignmentFinishesExactlyOnce) {
+  // A state saved after 5 batches; the trainer reads on to batch 15, its only worker dies and a
+  // replacement takes the two splits over from the returned counts the dispatcher knew (more
+  // than the state's). A new iterator restores the older state: the replacement must produce
+  // from what the restored iterator holds (every stream used to be rejected at the same
+  // position, a livelock).
+  auto cluster = StartCluster(1);
+  ASSERT_NE(cluster, nullptr);
+  JobOptions job =
+      Job("older", MakePipeline(data_->Join("ds"), {.sleep_micros = 1000}));
+  job.split_size = 240;  // 2 splits of 30 batches
+  auto client = DataServiceClient::Create(
+      {.dispatcher_address = cluster->dispatcher_address(),
+       .heartbeat_interval = absl::Milliseconds(100),
+       .prefetch_batches = 4});
+  ASSERT_TRUE(client.ok()) << client.status();
+  std::vector<uint64_t> ids;
+  std::string state;
+  {
+    auto it = (*client)->Open(job);
+    ASSERT_TRUE(it.ok()) << it.status();
+    auto read = [&](int n, bool keep) {
+      for (int i = 0; i < n; ++i) {
+        auto batch = (*it)->GetNext();
+        ASSERT_TRUE(batch.ok()) << batch.status();
+        ASSERT_TRUE(batch->has_value());
+        if (keep)
+          ids.insert(ids.end(), (*batch)->global_indices.begin(),
+                     (*batch)->global_indices.end());
+      }
+    };
+    read(5, /*keep=*/true);
+    auto saved = (*it)->SaveState();
+    ASSERT_TRUE(saved.ok()) << saved.status();
+    state = *saved;
+    read(10, /*keep=*/false);
+    cluster->SignalWorker(0, SIGKILL);
+    ASSERT_TRUE(AwaitWorkersLost(*cluster, 1));
+    absl::StatusOr<int> added = cluster->AddWorker();
+    ASSERT_TRUE(added.ok()) << added.status();
+    read(5, /*keep=*/false);
+  }
+  job.restore_state = state;
+  prometheus::Registry registry;
+  auto restored = DataServiceClient::Create(
+      {.dispatcher_address = cluster->dispatcher_address(),
+       .heartbeat_interval = absl::Milliseconds(100),
+       .prefetch_batches = 4,
+       .registry = &registry});
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  auto it = (*restored)->Open(job);
+  ASSERT_TRUE(it.ok()) << it.status();
+  for (;;) {
+    auto batch = (*it)->GetNext();
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    if (!batch->has_value()) break;
+    ids.insert(ids.end(), (*batch)->global_indices.begin(),
+               (*batch)->global_indices.end());
+  }
+  ExpectExactly(ids, Range(kRecords));
+  // Each restart of a stream makes progress: the replacement produces from what the restored
+  // iterator holds at once (it used to be reopened hundreds of times at the same position).
+  double reopens = -1;
+  for (const prometheus::MetricFamily& family : registry.Collect()) {
+    if (family.name == "sluice_client_stream_reopens_total")
+      reopens = family.metric.at(0).counter.value;
+  }
+  EXPECT_GE(reopens, 0);
+  EXPECT_LE(reopens, 2);
+}
+
+TEST_F(ControlPlaneTest, AStateRestoresOnlyIntoTheJobAndSpecItWasSavedFrom) {
+  // A state saved mid-epoch by job "foreign" over 480 records is refused by a job of the same
+  // name over a 240-record dataset (it used to end "successfully" without the records it
+  // never delivered), and taken by the job it came from.
+  WriteDataset(data_->Join("ds240"), 240);
+  auto cluster = StartCluster(1);
+  ASSERT_NE(cluster, nullptr);
+  const std::string spec = WriteResizeSpec();
+  const std::vector<std::string> common = {
+      "--dispatcher", cluster->dispatcher_address(), "--spec", spec, "--job",
+      "foreign"};
+  auto args = [&](std::vector<std::string> extra) {
+    std::vector<std::string> out = common;
+    out.insert(out.end(), extra.begin(), extra.end());
+    return out;
+  };
+  ASSERT_EQ(RunConsume(args({"--stop-after-batches", "3", "--save-state",
+                             tmp_.Join("state")})),
+            0);
+  ASSERT_EQ(RunConsume(args({"--data", data_->Join("ds240"), "--restore-state",
+                             tmp_.Join("state")})),
+            1);
+  std::ifstream log(tmp_.Join(absl::StrCat("consume", runs_.load(), ".log")));
+  const std::string text((std::istreambuf_iterator<char>(log)),
+                         std::istreambuf_iterator<char>());
+  EXPECT_THAT(text, HasSubstr("restore a state only into the job and spec it "
+                              "was saved from"));
+  ASSERT_EQ(RunConsume(args({"--restore-state", tmp_.Join("state"), "--ids-out",
+                             tmp_.Join("rest.ids")})),
+            0);
+  EXPECT_EQ(ReadIds(tmp_.Join("rest.ids")).size(), kRecords - 3u * 8);
+}
+
+TEST_F(ControlPlaneTest, ASecondProcessWithTheSameConsumerIndexFencesTheFirst) {
+  // Two trainers started with --consumer-index 0: the second claims the index, and the first
+  // fails loudly (exit 1, naming the cause) instead of both ending "successfully" with part
+  // of one share each (the first reads epochs without end: nothing else stops it).
+  auto cluster = StartCluster(2);
+  ASSERT_NE(cluster, nullptr);
+  const std::string spec = WriteResizeSpec();
+  auto args = [&](const std::string& ids) {
+    return std::vector<std::string>{
+        BinDir() + "/sluice",
+        "consume",
+        "--dispatcher",
+        cluster->dispatcher_address(),
+        "--spec",
+        spec,
+        "--job",
+        "dup",
+        "--consumer-index",
+        "0",
+        "--num-consumers",
+        "2",
+        "--epochs",
+        "0",  // until stopped: only fencing ends the first
+        "--step-time",
+        "40ms",
+        "--ids-out",
+        ids};
+  };
+  const std::string first_ids = tmp_.Join("first.ids");
+  auto first =
+      Subprocess::Start(args(first_ids), {.log_file = tmp_.Join("first.log")});
+  ASSERT_TRUE(first.ok()) << first.status();
+  // The second starts once the first returned a batch, and stops after 5 batches.
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  std::error_code ec;
+  while ((std::filesystem::file_size(first_ids, ec) == 0 || ec) &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  std::vector<std::string> second = args(tmp_.Join("second.ids"));
+  second.erase(second.begin(), second.begin() + 2);
+  second.insert(second.end(), {"--stop-after-batches", "5", "--save-state",
+                               tmp_.Join("second.state")});
+  EXPECT_EQ(RunConsume(second), 0);
+  auto code = (*first)->Wait(absl::Seconds(60));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 1);
+  std::ifstream log(tmp_.Join("first.log"));
+  const std::string text((std::istreambuf_iterator<char>(log)),
+                         std::istreambuf_iterator<char>());
+  EXPECT_THAT(text, HasSubstr("was claimed by another process"));
+  // The job has no end: workers would drain until their grace runs out.
+  for (int i = 0; i < cluster->num_workers(); ++i)
+    cluster->SignalWorker(i, SIGKILL);
+}
+
+TEST_F(ControlPlaneTest, ADispatcherPausedLongerThanEveryLeaseCollectsNothing) {
+  // SIGSTOP for 4 s mid-epoch: longer than --consumer-timeout (2 s) and --worker-timeout (1 s).
+  // The consumer and the workers kept trying; on resuming the dispatcher restarts their leases
+  // instead of collecting the job ("its consumers are gone": the trainer used to fail with
+  // "job not found").
+  auto cluster = StartCluster(2, {"--consumer-timeout", "2s"});
+  ASSERT_NE(cluster, nullptr);
+  bool paused = false;
+  Received r = Consume(
+      cluster->dispatcher_address(),
+      Job("paused", MakePipeline(data_->Join("ds"), {.sleep_micros = 3000})),
+      [&](int batches) {
+        if (batches == 10) {
+          cluster->SignalDispatcher(SIGSTOP);
+          absl::SleepFor(absl::Seconds(4));  // the pause itself
+          cluster->SignalDispatcher(SIGCONT);
+          paused = true;
+        }
+      });
+  ASSERT_TRUE(paused);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  ExpectExactly(r.ids[0], Range(kRecords));
+}
+
+TEST_F(ControlPlaneTest, AJobOfAMillionOneRecordSlotsStarts) {
+  // 1,000,000 slots of one record each (a legal split size): every answer stays bounded (the
+  // split sequence as a count, done positions as ranges, progress without acknowledged
+  // slots). 200,000 such slots used to make the first ClientHeartbeat answer 6.1 MB, over
+  // gRPC's 4 MB limit, and the job could not start.
+  auto cluster = StartCluster(1);
+  ASSERT_NE(cluster, nullptr);
+  auto pipeline = data_worker::pipeline::ParsePipeline(
+      "source: {synthetic: {num_records: 1000000, height: 4, width: 4}, "
+      "columns: [label]}\nnodes:\n  - batch: {size: 1}\n");
+  ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+  JobOptions job = Job("million", *pipeline);
+  job.split_size = 1;
+  auto client = DataServiceClient::Create(
+      {.dispatcher_address = cluster->dispatcher_address(),
+       .rpc_timeout = absl::Seconds(60),
+       .connect_timeout = absl::Seconds(30),
+       .heartbeat_interval = absl::Milliseconds(100)});
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto it = (*client)->Open(job);
+  ASSERT_TRUE(it.ok()) << it.status();
+  std::set<uint64_t> ids;
+  for (int i = 0; i < 50; ++i) {
+    auto batch = (*it)->GetNext();
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    ASSERT_TRUE(batch->has_value());
+    ASSERT_EQ((*batch)->global_indices.size(), 1u);
+    ids.insert((*batch)->global_indices[0]);
+  }
+  EXPECT_EQ(ids.size(), 50u);
+  auto state = (*it)->SaveState();
+  ASSERT_TRUE(state.ok()) << state.status();
 }
 
 }  // namespace

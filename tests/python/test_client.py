@@ -171,3 +171,12 @@ def test_a_bad_finish_is_invalid_argument_naming_the_field(cluster, dataset, spe
     with pytest.raises(sluice.InvalidArgument, match="finish: 'gpu' is not one of"):
         client.open(spec_file, data=dataset, job=job, finish="gpu")
     assert sluice.Pipeline().finish("client").to_dict()["finish"] == "client"
+
+
+def test_the_lost_dispatcher_timeout_is_settable_and_checked(cluster, dataset, spec_file, job):
+    with pytest.raises(sluice.InvalidArgument, match="dispatcher_lost_timeout must be > 0"):
+        sluice.Client(cluster, dispatcher_lost_timeout=0)
+    client = sluice.Client(cluster, dispatcher_lost_timeout=900.0)
+    with client.open(spec_file, data=dataset, job=job, split_size=SPLIT_SIZE) as it:
+        ids = [i for batch in it for i in batch["index"].tolist()]
+    assert sorted(ids) == list(range(NUM_IMAGES))

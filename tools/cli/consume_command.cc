@@ -2,6 +2,7 @@
 //   [--step-time 40ms]
 //   [--consumer-index I --num-consumers N] [--deterministic] [--ids-out FILE]
 //   [--stop-after-batches N --save-state FILE] [--restore-state FILE]
+//   [--dispatcher-lost-timeout 10m]
 // A trainer without the training: reads this consumer's share of every epoch through the
 // service. --stop-after-batches N --save-state FILE returns N batches, saves the iterator's
 // state and exits 0 (a training run checkpointing and stopping); --restore-state FILE
@@ -46,6 +47,8 @@ struct ConsumeFlags {
   absl::Duration step_time = absl::ZeroDuration();
   uint64_t split_size = 0;  // 0: the dispatcher's default
   std::string finish;       // empty: the spec's
+  absl::Duration dispatcher_lost_timeout =
+      ClientOptions().dispatcher_lost_timeout;
 };
 
 absl::Status RunConsume(const ConsumeFlags& flags) {
@@ -75,6 +78,7 @@ absl::Status RunConsume(const ConsumeFlags& flags) {
   ASSIGN_OR_RETURN(
       std::unique_ptr<DataServiceClient> client,
       DataServiceClient::Create({.dispatcher_address = flags.dispatcher,
+                                 .dispatcher_lost_timeout = flags.dispatcher_lost_timeout,
                                  .tls_ca = flags.security.tls_ca,
                                  .tls_cert = flags.security.tls_cert,
                                  .tls_key = flags.security.tls_key,
@@ -218,6 +222,10 @@ void AddConsumeCommand(CLI::App& app) {
   AddDurationOption(*cmd, "--step-time", &flags->step_time,
                     "Sleep this long after each batch, standing in for a "
                     "training step (e.g. 40ms)");
+  AddDurationOption(*cmd, "--dispatcher-lost-timeout",
+                    &flags->dispatcher_lost_timeout,
+                    "Keep reading the splits held and retrying the dispatcher "
+                    "this long before failing");
   cmd->callback([flags] { Finish(RunConsume(*flags)); });
 }
 

@@ -234,6 +234,10 @@ absl::StatusOr<int> LocalCluster::AddWorker() {
   return static_cast<int>(workers_.size()) - 1;
 }
 
+void LocalCluster::SignalDispatcher(int signal) {
+  dispatcher_.process->Signal(signal);
+}
+
 void LocalCluster::SignalWorker(int i, int signal) {
   workers_[i].process->Signal(signal);
 }

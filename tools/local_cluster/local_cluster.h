@@ -72,6 +72,8 @@ class LocalCluster {
   // SIGKILLs the dispatcher and starts it again on the same port with the same --work-dir, so
   // it recovers from its journal.
   absl::Status RestartDispatcher();
+  // Sends `signal` to the dispatcher (SIGSTOP/SIGCONT: a paused node).
+  void SignalDispatcher(int signal);
   // Starts one more worker; returns its index.
   absl::StatusOr<int> AddWorker();
   // Sends `signal` to worker i (SIGKILL to kill it for real, SIGTERM to drain

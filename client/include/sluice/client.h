@@ -67,8 +67,10 @@ struct ClientOptions {
   // Bound of the prefetch buffer, in batches. Readers stop reading their worker
   // streams (and so stop the workers, through flow control) when it is full.
   int prefetch_batches = 16;
-  // GetNext() fails with Unavailable when no heartbeat succeeded for this long.
-  absl::Duration dispatcher_lost_timeout = absl::Minutes(2);
+  // GetNext() fails with Unavailable when no heartbeat succeeded for this long. Until then the
+  // iterator keeps reading the splits it holds and retrying the dispatcher (stopped, paused,
+  // restarting): a trainer outlives a dispatcher restart or a node pause of several minutes.
+  absl::Duration dispatcher_lost_timeout = absl::Minutes(10);
   std::shared_ptr<spdlog::logger> logger;    // null: no logging
   prometheus::Registry* registry = nullptr;  // null: no metrics
   // null: RealClock::Get(). Measures the trainer's wait time and the time

@@ -55,8 +55,9 @@ class Client:
         dispatcher: "host:port" of the dispatcher (`sluice local` prints it).
         timeout: seconds to connect, and the deadline of each call to the dispatcher.
         tls: transport security (see TLS); None: plaintext.
-        dispatcher_lost_timeout: seconds without an answered heartbeat after which an
-            iterator's next() raises sluice.Unavailable (None: 120).
+        dispatcher_lost_timeout: seconds an iterator keeps reading the splits it holds and
+            retrying an unreachable dispatcher (stopped, paused, restarting) before it raises
+            sluice.Unavailable.
 
     Raises:
         sluice.Unavailable: nothing (or no sluice dispatcher) answers at `dispatcher` within
@@ -67,15 +68,15 @@ class Client:
 
     def __init__(self, dispatcher: str, *, timeout: float = 10.0,
                  tls: Optional[TLS] = None,
-                 dispatcher_lost_timeout: Optional[float] = None) -> None:
+                 dispatcher_lost_timeout: float = 600.0) -> None:
         tls_fields = {} if tls is None else {
             k: str(v) for k, v in dataclasses.asdict(tls).items() if v is not None}
         self.dispatcher = dispatcher
-        if dispatcher_lost_timeout is not None and not dispatcher_lost_timeout > 0:
+        if not dispatcher_lost_timeout > 0:
             raise errors.InvalidArgument("dispatcher_lost_timeout must be > 0 seconds, got %r"
                                          % (dispatcher_lost_timeout,))
         self._client = _sluice.Client(dispatcher, float(timeout), tls_fields,
-                                      float(dispatcher_lost_timeout or 0.0))
+                                      float(dispatcher_lost_timeout))
 
     def open(self, spec: Spec, *, data: Optional[str] = None, job: str, epochs: int = 1,
              seed: int = 0, consumer_index: int = 0, num_consumers: int = 1,

@@ -69,8 +69,8 @@ class DataServiceDataset(torch.utils.data.IterableDataset):
         split_size: records per split (0: the dispatcher's default).
         timeout: seconds to connect and per call to the dispatcher.
         tls: transport security (sluice.TLS, e.g. sluice.TLS.from_env()), None for plaintext.
-        dispatcher_lost_timeout: seconds without the dispatcher after which iterating raises
-            sluice.Unavailable (None: the client's default, 120).
+        dispatcher_lost_timeout: seconds to keep reading and retrying an unreachable
+            dispatcher before raising sluice.Unavailable.
 
     Raises (while iterating): sluice.Error subclasses, as sluice.Client.open and its iterator.
     """
@@ -78,8 +78,7 @@ class DataServiceDataset(torch.utils.data.IterableDataset):
     def __init__(self, dispatcher: str, spec: Spec, *, data: Optional[str] = None, job: str,
                  epochs: Optional[int] = None, seed: int = 0, deterministic: bool = False,
                  drop_remainder: bool = False, split_size: int = 0, timeout: float = 10.0,
-                 tls: Optional[TLS] = None,
-                 dispatcher_lost_timeout: Optional[float] = None) -> None:
+                 tls: Optional[TLS] = None, dispatcher_lost_timeout: float = 600.0) -> None:
         super().__init__()
         self.dispatcher = dispatcher
         self.spec = spec

@@ -111,12 +111,20 @@ class GrpcWorkerServiceTest : public ::testing::Test {
     service::ReceivedBatch last_;
   };
 
+  // `held_batches` > 0: the consumer holds that many batches of epoch 0 position 0.
   std::unique_ptr<FrameReader> Open(grpc::ClientContext* context,
-                                    uint32_t version = kProtocolVersion) {
+                                    uint32_t version = kProtocolVersion,
+                                    uint64_t held_batches = 0) {
     proto::GetBatchesRequest request;
     request.set_protocol_version(version);
     request.set_job_id(1);
     request.set_consumer_index(0);
+    if (held_batches > 0) {
+      proto::HeldSplit* h = request.add_held();
+      h->mutable_key()->set_job_id(1);
+      h->mutable_key()->set_consumer_index(0);
+      h->set_batches(held_batches);
+    }
     context->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
     return std::make_unique<FrameReader>(
         service::OpenBatchStream(channel_.get(), context, request));
@@ -140,7 +148,7 @@ nodes:
 )",
          MakeSplit(1, 0, 0, /*split_id=*/1, 12, 24, 12, /*skip=*/1));
   grpc::ClientContext context;
-  auto reader = Open(&context);
+  auto reader = Open(&context, kProtocolVersion, /*held_batches=*/1);
   proto::Batch b;
   ASSERT_TRUE(reader->Read(&b));
   EXPECT_EQ(b.batch_index(), 1u);

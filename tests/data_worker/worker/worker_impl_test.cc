@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -159,14 +160,30 @@ class WorkerImplTest : public ::testing::Test {
     }
   };
 
+  // `held`: the consumer holds that many batches of the split at (epoch, position); a split
+  // whose task skips batches is one it holds them of.
+  struct Holds {
+    uint64_t epoch = 0;
+    uint64_t position = 0;
+    uint64_t batches = 0;
+  };
   std::unique_ptr<Reader> Open(WorkerImpl& w, uint64_t job, uint32_t consumer,
-                               absl::Status* status = nullptr) {
+                               absl::Status* status = nullptr,
+                               std::optional<Holds> held = std::nullopt) {
     auto r = std::make_unique<Reader>();
     r->w = &w;
     proto::GetBatchesRequest request;
     request.set_protocol_version(kProtocolVersion);
     request.set_job_id(job);
     request.set_consumer_index(consumer);
+    if (held.has_value()) {
+      proto::HeldSplit* h = request.add_held();
+      h->mutable_key()->set_job_id(job);
+      h->mutable_key()->set_consumer_index(consumer);
+      h->mutable_key()->set_epoch(held->epoch);
+      h->mutable_key()->set_position(held->position);
+      h->set_batches(held->batches);
+    }
     auto id = w.OpenStream(request, service::Identity::Development(), [wakeups = r->wakeups] {
       absl::MutexLock lock(&wakeups->mu);
       ++wakeups->count;
@@ -274,7 +291,7 @@ TEST_F(WorkerImplTest, SplitYieldsItsGlobalIndicesInOrderAfterSkippedBatches) {
   *r.add_start() =
       MakeSplit(1, 0, /*position=*/5, /*split_id=*/3, 10, 20, 10, /*skip=*/1);
   Deliver(*w, r);
-  auto reader = Open(*w, 1, 0);
+  auto reader = Open(*w, 1, 0, nullptr, Holds{.position = 5, .batches = 1});
   ASSERT_NE(reader, nullptr);
 
   StreamEvent b1 = reader->Next();
@@ -351,7 +368,7 @@ TEST_F(WorkerImplTest, ShuffledSplitFollowsTheSeededPermutationOfItsRange) {
   ASSERT_EQ(record::Permutation(12, MixSeed({11, 2}), 3),
             (std::vector<uint64_t>{3, 1, 10, 6, 8, 0, 11, 5, 9, 4, 7, 2}));
   const std::vector<uint64_t> want = {24, 16, 27, 21, 25, 20, 23, 18};
-  auto reader = Open(*w, 1, 0);
+  auto reader = Open(*w, 1, 0, nullptr, Holds{.epoch = 3, .batches = 1});
   std::vector<uint64_t> got;
   for (int i = 0; i < 2; ++i) {
     StreamEvent e = reader->Next();
