@@ -143,6 +143,10 @@ struct ConsumerSample {
 struct JobSample {
   uint64_t job_id = 0;
   uint64_t batch_size = 1;  // elements per batch
+  // Job options for dividing a bounded pool (AllocateWorkers): a higher
+  // priority is served first; min_workers is reserved before any need.
+  int priority = 0;
+  int min_workers = 0;
 };
 
 struct AutoscalerInput {
@@ -162,6 +166,12 @@ struct JobEstimate {
   double demand = 0;    // elements/s
   double capacity = 0;  // elements/s per worker (0: not measured)
   double need = 0;      // workers (real)
+  int priority = 0;
+  int min_workers = 0;
+  // The share of the pool this job's splits go to, in workers (real), and
+  // why (AllocateWorkers).
+  double allocated = 0;
+  std::string allocation_reason;
 };
 
 struct AutoscalerDecision {
@@ -182,7 +192,29 @@ struct AutoscalerDecision {
   std::vector<JobEstimate> jobs;
   double need = 0;      // Σ jobs' need
   double headroom = 0;  // the headroom this decision used
+  // Σ need × headroom exceeds desired_workers (max_workers binds): the pool
+  // is divided by AllocateWorkers, and splits should be handed out in
+  // proportion to each job's `allocated`. False: every job gets its need.
+  bool pool_bound = false;
 };
+
+// Divides `pool` workers among `jobs` (their need, consumers, priority and
+// min_workers set) and sets each job's `allocated` and `allocation_reason`:
+//   1. min_workers first, higher priority first, until the pool runs out;
+//   2. then the next worker goes where it removes the most trainer wait:
+//      a job's trainers wait (1 - allocated / need) of the time, so one more
+//      worker removes consumers / need trainer-seconds per second until the
+//      job has need × headroom; higher priority first, then the largest
+//      consumers / need, then the lowest job id (the job that came first
+//      finishes first rather than all finishing late);
+//   3. what is left when every job has need × headroom goes to the jobs in
+//      proportion to it.
+// Example (pool 10, headroom 1): job 1 (2 consumers, need 4), job 2 (2
+// consumers, need 8), job 3 (1 consumer, need 6, min_workers 1). Job 3 gets
+// its minimum 1; job 1 removes 2/4 per worker: 4; job 2 removes 2/8 and job 3
+// 1/6: job 2 gets the remaining 5 of its 8, job 3 stays at 1.
+void AllocateWorkers(double pool, double headroom,
+                     std::vector<JobEstimate>& jobs);
 
 class Autoscaler {
  public:
@@ -201,6 +233,25 @@ class Autoscaler {
     std::map<uint64_t, double> need_by_job;
     double headroom = 0;
   };
+
+  struct Census;
+  struct Estimate;
+
+  // One step each of Decide(), in order.
+  Census CountWorkers(const AutoscalerInput& input) const;
+  void EstimateDemand(const AutoscalerInput& input, Estimate& e,
+                      std::vector<std::string>& notes);
+  void EstimateCapacity(const Census& census, Estimate& e);
+  void FillUnmeasuredCapacity(Estimate& e) const;
+  void SumNeed(Estimate& e) const;
+  void MeasureNoise(Estimate& e) const;
+  void RecordHistory(absl::Time now, Estimate& e);
+  std::string ScaleUp(const AutoscalerInput& input, const Census& census,
+                      const Estimate& e, int& desired) const;
+  std::string ScaleDownOrHold(absl::Time now, const Estimate& e, int& desired);
+  std::vector<uint64_t> DrainVictims(const AutoscalerInput& input,
+                                     const Census& census, const Estimate& e,
+                                     int surplus) const;
 
   AutoscalerOptions options_;
   std::deque<HistoryEntry> history_;
