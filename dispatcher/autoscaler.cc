@@ -152,6 +152,7 @@ void Autoscaler::EstimateDemand(const AutoscalerInput& input, Estimate& e,
   std::map<uint64_t, const JobSample*> job_samples;
   for (const JobSample& j : input.jobs) job_samples[j.job_id] = &j;
   std::map<std::pair<uint64_t, uint32_t>, double> consumer_demand;
+  std::map<uint64_t, double> remaining_elements;
   int unknown_job_consumers = 0;
   for (const ConsumerSample& c : input.consumers) {
     auto sample = job_samples.find(c.job_id);
@@ -176,10 +177,17 @@ void Autoscaler::EstimateDemand(const AutoscalerInput& input, Estimate& e,
     job.job_id = c.job_id;
     job.priority = sample->second->priority;
     job.min_workers = std::max(0, sample->second->min_workers);
+    remaining_elements[c.job_id] = sample->second->remaining_elements;
     ++job.consumers;
     job.demand += demand;
   }
   consumer_demand_ = std::move(consumer_demand);
+  for (auto& [job_id, job] : e.jobs) {
+    const double remaining = remaining_elements[job_id];
+    if (remaining > 0 && job.demand > 0) {
+      job.remaining_seconds = remaining / job.demand;
+    }
+  }
   if (unknown_job_consumers > 0) {
     notes.push_back(absl::StrCat(unknown_job_consumers,
                                  " consumer(s) of unknown jobs ignored"));
@@ -553,6 +561,12 @@ void AllocateWorkers(double pool, double headroom,
   auto gain = [](const JobEstimate* j) {
     return j->need > 0 ? j->consumers / j->need : 0.0;
   };
+  // 1 / the worker-seconds the job still needs (0: its end unknown).
+  auto smith = [](const JobEstimate* j) {
+    return j->remaining_seconds > 0 && j->need > 0
+               ? 1 / (j->need * j->remaining_seconds)
+               : 0.0;
+  };
   // 1. min_workers, higher priority first.
   std::stable_sort(order.begin(), order.end(),
                    [](const JobEstimate* a, const JobEstimate* b) {
@@ -569,6 +583,7 @@ void AllocateWorkers(double pool, double headroom,
                      if (a->priority != b->priority) {
                        return a->priority > b->priority;
                      }
+                     if (smith(a) != smith(b)) return smith(a) > smith(b);
                      return gain(a) > gain(b);
                    });
   double wanted = 0;

@@ -625,6 +625,33 @@ TEST(AllocateWorkers, WorkedExampleFromTheHeader) {
             "removed per worker");
 }
 
+TEST(AllocateWorkers, JobsWhoseEndIsKnownGoFewestWorkerSecondsFirst) {
+  // The header's example with job 2 60 s from its end and job 1 200 s:
+  // 8 x 60 = 480 < 4 x 200 = 800 worker-seconds: job 2 gets its 8, job 1
+  // the last 1.
+  std::vector<JobEstimate> jobs = {Job(1, 2, 4), Job(2, 2, 8),
+                                   Job(3, 1, 6, /*priority=*/0,
+                                       /*min_workers=*/1)};
+  jobs[0].remaining_seconds = 200;
+  jobs[1].remaining_seconds = 60;
+  AllocateWorkers(/*pool=*/10, /*headroom=*/1, jobs);
+  EXPECT_DOUBLE_EQ(jobs[0].allocated, 1);
+  EXPECT_DOUBLE_EQ(jobs[1].allocated, 8);
+  EXPECT_DOUBLE_EQ(jobs[2].allocated, 1);
+}
+
+TEST(AutoscalerAllocation, RemainingElementsGiveTheSecondsToTheEnd) {
+  Autoscaler scaler(AutoscalerOptions{.noise_z = 0});
+  AutoscalerInput in;
+  in.now = absl::FromUnixSeconds(1000);
+  in.jobs = {{.job_id = 1, .batch_size = 64, .remaining_elements = 51200}};
+  in.consumers = {{.job_id = 1, .batches_per_second = 4, .wait_fraction = 0.5}};
+  AutoscalerDecision d = scaler.Decide(in);
+  ASSERT_EQ(d.jobs.size(), 1u);
+  // demand 4 / 0.5 x 64 = 512 el/s: 51200 elements are 100 s.
+  EXPECT_DOUBLE_EQ(d.jobs[0].remaining_seconds, 100);
+}
+
 TEST(AllocateWorkers, HigherPriorityIsServedFirstWhateverItsGain) {
   // Job 1 removes 4/4 = 1 trainer-second per worker, job 2 only 1/5, but job
   // 2 has priority 1: it gets its 5 x 1.2 = 6 of the 7, job 1 the last one.
