@@ -153,6 +153,7 @@ void Autoscaler::EstimateDemand(const AutoscalerInput& input, Estimate& e,
   for (const JobSample& j : input.jobs) job_samples[j.job_id] = &j;
   std::map<std::pair<uint64_t, uint32_t>, double> consumer_demand;
   std::map<uint64_t, double> remaining_elements;
+  std::set<uint64_t> starved_jobs;
   int unknown_job_consumers = 0;
   for (const ConsumerSample& c : input.consumers) {
     auto sample = job_samples.find(c.job_id);
@@ -167,9 +168,15 @@ void Autoscaler::EstimateDemand(const AutoscalerInput& input, Estimate& e,
     double demand = std::max(0.0, c.batches_per_second) / busy *
                     static_cast<double>(batch_size);
     auto previous = consumer_demand_.find(key);
-    if (input.now - c.epoch_started < o.epoch_grace &&
+    // A trainer that got nothing and waited throughout (its job was given
+    // no worker) shows no demand: the last estimate stands, if any.
+    const bool starved = c.batches_per_second <= 0 &&
+                         c.wait_fraction >= 1 - o.min_busy_fraction;
+    if ((input.now - c.epoch_started < o.epoch_grace || starved) &&
         previous != consumer_demand_.end()) {
       demand = previous->second;
+    } else if (starved) {
+      starved_jobs.insert(c.job_id);
     }
     consumer_demand[key] = demand;
     e.demands_by_job[c.job_id].push_back(demand);
@@ -183,6 +190,7 @@ void Autoscaler::EstimateDemand(const AutoscalerInput& input, Estimate& e,
   }
   consumer_demand_ = std::move(consumer_demand);
   for (auto& [job_id, job] : e.jobs) {
+    job.starved = starved_jobs.contains(job_id) && job.demand <= 0;
     const double remaining = remaining_elements[job_id];
     if (remaining > 0 && job.demand > 0) {
       job.remaining_seconds = remaining / job.demand;
@@ -577,6 +585,12 @@ void AllocateWorkers(double pool, double headroom,
     j->allocated = given;
     left -= given;
   }
+  for (JobEstimate* j : order) {
+    if (!j->starved || j->allocated >= 1) continue;
+    const double given = std::min(1 - j->allocated, left);
+    j->allocated += given;
+    left -= given;
+  }
   // 2. Up to need × headroom, the most wait removed per worker first.
   std::stable_sort(order.begin(), order.end(),
                    [&](const JobEstimate* a, const JobEstimate* b) {
@@ -593,7 +607,11 @@ void AllocateWorkers(double pool, double headroom,
     const double given = std::clamp(want - j->allocated, 0.0, left);
     j->allocated += given;
     left -= given;
-    if (j->allocated >= want - 1e-9) {
+    if (j->starved) {
+      j->allocation_reason = absl::StrFormat(
+          "%.2f to read its demand: its trainers got nothing yet",
+          j->allocated);
+    } else if (j->allocated >= want - 1e-9) {
       j->allocation_reason = absl::StrFormat(
           "its need %.2f x %.2f headroom", j->need, headroom);
     } else if (j->allocated > 0 && j->allocated <= j->min_workers) {

@@ -174,6 +174,10 @@ struct JobEstimate {
   // Seconds the job still runs if its trainers never wait: remaining
   // elements ÷ demand; 0 = unknown or endless.
   double remaining_seconds = 0;
+  // Its trainers received nothing and waited all window, and no earlier
+  // estimate exists (a new job the pool gave nothing yet): its demand cannot
+  // be read; AllocateWorkers gives it one worker to read it.
+  bool starved = false;
   // The share of the pool this job's splits go to, in workers (real), and
   // why (AllocateWorkers).
   double allocated = 0;
@@ -208,6 +212,7 @@ struct AutoscalerDecision {
 // min_workers and remaining_seconds set) and sets each job's `allocated` and
 // `allocation_reason`:
 //   1. min_workers first, higher priority first, until the pool runs out;
+//      then one worker to each starved job (its demand is read from it);
 //   2. then the next worker goes where it removes the most trainer wait,
 //      each job up to need × headroom. A job's trainers wait (1 - allocated
 //      / need) of the time, so a worker removes consumers / need

@@ -315,6 +315,7 @@ class DispatcherImpl {
     prometheus::Counter* consumer_wait = nullptr;
     prometheus::Counter* splits_reassigned = nullptr;
     prometheus::Gauge* consumers = nullptr;
+    prometheus::Gauge* allocated_workers = nullptr;
   };
   // A worker's cumulative elements and busy seconds (for all jobs or one),
   // and the capacity measured over the window since the previous decision.
@@ -445,6 +446,10 @@ class DispatcherImpl {
   // the label: live jobs never share a name).
   JobMetrics& MetricsFor(const DispatcherState::Job& job)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Splits in production for `job` per worker the allocation gives it (0
+  // when the pool is not bounded; infinite when it is given none).
+  double AllocationLoad(const DispatcherState::Job& job) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One autoscaling decision from the window's signals (and, kLocal, drains).
   absl::Status Autoscale(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether consumer `index` of `job_id` counts as demand: it is not
@@ -479,6 +484,7 @@ class DispatcherImpl {
   prometheus::Family<prometheus::Counter>& job_consumer_wait_;
   prometheus::Family<prometheus::Counter>& job_splits_reassigned_;
   prometheus::Family<prometheus::Gauge>& job_consumers_;
+  prometheus::Family<prometheus::Gauge>& job_allocated_workers_;
 
   mutable absl::Mutex mu_;
   DispatcherState state_ ABSL_GUARDED_BY(mu_);
@@ -490,6 +496,9 @@ class DispatcherImpl {
   Autoscaler autoscaler_ ABSL_GUARDED_BY(mu_);
   AutoscalerDecision decision_ ABSL_GUARDED_BY(mu_);
   bool decided_ ABSL_GUARDED_BY(mu_) = false;
+  // While the pool is bounded (decision_.pool_bound): each job's share of
+  // the workers, which AssignSplits follows. Empty: splits by consumer only.
+  std::map<uint64_t, double> allocation_ ABSL_GUARDED_BY(mu_);
   absl::Time last_decision_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   int starting_workers_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t incarnation_ =

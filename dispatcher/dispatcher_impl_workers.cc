@@ -2,6 +2,7 @@
 // the splits it hands out, losing a worker, drains).
 
 #include <algorithm>
+#include <limits>
 #include <set>
 #include <string>
 #include <vector>
@@ -68,22 +69,44 @@ absl::Status DispatcherImpl::DoWorkerRegister(
   return absl::OkStatus();
 }
 
+double DispatcherImpl::AllocationLoad(const DispatcherState::Job& job) const {
+  if (allocation_.empty()) return 0;
+  auto it = allocation_.find(job.id);
+  if (it == allocation_.end() || it->second <= 0) {
+    return std::numeric_limits<double>::infinity();
+  }
+  uint32_t in_production = 0;
+  for (const DispatcherState::Consumer& c : job.consumers) {
+    in_production += c.in_production;
+  }
+  return static_cast<double>(in_production) / it->second;
+}
+
 absl::Status DispatcherImpl::AssignSplits(uint64_t worker_id, int free,
                                           proto::WorkerHeartbeatResponse* out) {
   // Each pick: the consumer with the fewest splits in production, ties to the
   // lowest (job, consumer); its lowest pending position. The state's indexes
   // (Consumer::pending, in_production) make a pick one pass over the consumers.
+  // While the pool is bounded (allocation_ set), the job comes first: the one
+  // with the fewest splits in production per allocated worker, so the
+  // workers' time follows the allocation; a job allocated nothing gets splits
+  // only when no allocated job has one pending.
   while (free > 0) {
     const DispatcherState::Job* best_job = nullptr;
     const DispatcherState::Consumer* best = nullptr;
+    double best_load = 0;
     for (const auto& [job_id, job] : state_.jobs()) {
       if (job.config.mode() != proto::PROCESSING_MODE_DISTRIBUTED_EPOCH)
         continue;
+      const double load = AllocationLoad(job);
       for (const DispatcherState::Consumer& consumer : job.consumers) {
         if (consumer.pending.empty()) continue;
-        if (best == nullptr || consumer.in_production < best->in_production) {
+        if (best == nullptr || load < best_load ||
+            (load == best_load &&
+             consumer.in_production < best->in_production)) {
           best = &consumer;
           best_job = &job;
+          best_load = load;
         }
       }
     }

@@ -652,6 +652,41 @@ TEST(AutoscalerAllocation, RemainingElementsGiveTheSecondsToTheEnd) {
   EXPECT_DOUBLE_EQ(d.jobs[0].remaining_seconds, 100);
 }
 
+TEST(AllocateWorkers, AStarvedJobGetsOneWorkerToReadItsDemand) {
+  std::vector<JobEstimate> jobs = {Job(1, 2, 8), Job(2, 1, 0)};
+  jobs[1].starved = true;
+  AllocateWorkers(/*pool=*/6, /*headroom=*/1, jobs);
+  EXPECT_DOUBLE_EQ(jobs[0].allocated, 5);
+  EXPECT_DOUBLE_EQ(jobs[1].allocated, 1);
+  EXPECT_EQ(jobs[1].allocation_reason,
+            "1.00 to read its demand: its trainers got nothing yet");
+}
+
+TEST(AutoscalerAllocation, AStarvedTrainerKeepsItsLastDemand) {
+  Autoscaler scaler(AutoscalerOptions{.noise_z = 0});
+  AutoscalerInput in;
+  in.now = absl::FromUnixSeconds(1000);
+  in.jobs = {{.job_id = 1, .batch_size = 64}};
+  // New and given nothing: demand unknown, the job starved.
+  in.consumers = {{.job_id = 1, .batches_per_second = 0, .wait_fraction = 1}};
+  AutoscalerDecision d = scaler.Decide(in);
+  ASSERT_EQ(d.jobs.size(), 1u);
+  EXPECT_TRUE(d.jobs[0].starved);
+  // Served: 4 batches/s at 50% wait = 512 el/s.
+  in.now += absl::Seconds(2);
+  in.consumers[0].batches_per_second = 4;
+  in.consumers[0].wait_fraction = 0.5;
+  d = scaler.Decide(in);
+  EXPECT_DOUBLE_EQ(d.jobs[0].demand, 512);
+  // Starved again: the 512 stands.
+  in.now += absl::Seconds(2);
+  in.consumers[0].batches_per_second = 0;
+  in.consumers[0].wait_fraction = 1;
+  d = scaler.Decide(in);
+  EXPECT_DOUBLE_EQ(d.jobs[0].demand, 512);
+  EXPECT_FALSE(d.jobs[0].starved);
+}
+
 TEST(AllocateWorkers, HigherPriorityIsServedFirstWhateverItsGain) {
   // Job 1 removes 4/4 = 1 trainer-second per worker, job 2 only 1/5, but job
   // 2 has priority 1: it gets its 5 x 1.2 = 6 of the 7, job 1 the last one.
