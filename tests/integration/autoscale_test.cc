@@ -173,7 +173,8 @@ class AutoscaleTest : public ::testing::Test {
   // Every id of each epoch, in delivery order; `after_batch` runs after each.
   static std::map<uint64_t, std::vector<uint64_t>> Consume(
       const std::string& address, const std::string& job, uint64_t epochs,
-      int sleep_micros, const std::function<void(int)>& after_batch = {}) {
+      int sleep_micros, const std::function<void(int)>& after_batch = {},
+      int priority = 0) {
     std::map<uint64_t, std::vector<uint64_t>> ids;
     auto client = DataServiceClient::Create(
         {.dispatcher_address = address,
@@ -186,7 +187,8 @@ class AutoscaleTest : public ::testing::Test {
          .pipeline = SleepPipeline(data_->Join("ds"), sleep_micros),
          .seed = 5,
          .num_epochs = epochs,
-         .split_size = kSplit});
+         .split_size = kSplit,
+         .priority = priority});
     EXPECT_TRUE(it.ok()) << it.status();
     if (!it.ok()) return ids;
     for (int n = 0;;) {
@@ -399,6 +401,70 @@ TEST_F(AutoscaleTest, ADemandStepReachesItsWorkerCountWithinTwoPeriods) {
   EXPECT_LE(decided, 2 * kPeriod) << decisions;
   EXPECT_LE(reached, 2 * kPeriod + absl::Seconds(1)) << decisions;
   EXPECT_EQ(max_desired, 3) << decisions;
+}
+
+// Issue 22's real-process check: a pool of at most 4 workers and three jobs
+// of different cost (sleep 10, 20 and 40 ms per element) and step time (none,
+// 10 ms, 20 ms per batch); each wants more than the pool, so it is divided.
+// Within 2 periods of the third job's start every job has its allocation (and
+// a reason) in `sluice status`; "high" (priority 1) is served first: its share
+// is the largest of the three; every record of every epoch arrives exactly
+// once.
+TEST_F(AutoscaleTest, ThreeJobsShareABoundedPoolHigherPriorityFirst) {
+  constexpr absl::Duration kPeriod = absl::Seconds(2);
+  auto cluster = Start(/*min=*/1, /*max=*/4, kPeriod);
+  ASSERT_NE(cluster, nullptr);
+  std::map<uint64_t, std::vector<uint64_t>> low_ids, mid_ids, high_ids;
+  auto step = [](int millis) {
+    return [millis](int) { absl::SleepFor(absl::Milliseconds(millis)); };
+  };
+  std::thread low([&] {
+    low_ids = Consume(cluster->address(), "low", /*epochs=*/3,
+                      /*sleep_micros=*/40000, step(20));
+  });
+  std::thread mid([&] {
+    mid_ids = Consume(cluster->address(), "mid", /*epochs=*/3,
+                      /*sleep_micros=*/20000, step(10));
+  });
+  const absl::Time started = absl::Now();
+  std::thread high([&] {
+    high_ids = Consume(cluster->address(), "high", /*epochs=*/3,
+                       /*sleep_micros=*/10000, {}, /*priority=*/1);
+  });
+  absl::Duration allocated_at = absl::InfiniteDuration();
+  std::map<std::string, double> shares;
+  std::string last;
+  while (absl::Now() - started < 4 * kPeriod) {
+    absl::StatusOr<proto::GetStatusResponse> status =
+        tools::FetchStatus(cluster->address());
+    if (status.ok() && status->pool_bound() && status->jobs_size() == 3) {
+      last = tools::StatusText(*status);
+      std::map<std::string, double> now;
+      bool all = true;
+      for (const proto::JobStatus& j : status->jobs()) {
+        now[j.job_name()] = j.allocated_workers();
+        all &= !j.allocation_reason().empty();
+      }
+      if (all) {
+        allocated_at = absl::Now() - started;
+        shares = now;
+        break;
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_LE(allocated_at, 2 * kPeriod) << last;
+  ASSERT_EQ(shares.size(), 3u) << last;
+  EXPECT_GE(shares["high"], shares["mid"]) << last;
+  EXPECT_GE(shares["high"], shares["low"]) << last;
+  EXPECT_GT(shares["high"], 0) << last;
+  EXPECT_NEAR(shares["high"] + shares["mid"] + shares["low"], 4, 1e-9) << last;
+  high.join();
+  mid.join();
+  low.join();
+  ExpectEveryRecordOncePerEpoch(high_ids, 3);
+  ExpectEveryRecordOncePerEpoch(mid_ids, 3);
+  ExpectEveryRecordOncePerEpoch(low_ids, 3);
 }
 
 }  // namespace
