@@ -1,5 +1,6 @@
 """sluice.Client and its iterator against a real local cluster."""
 import collections
+import json
 import sys
 import threading
 
@@ -171,3 +172,17 @@ def test_a_bad_finish_is_invalid_argument_naming_the_field(cluster, dataset, spe
     with pytest.raises(sluice.InvalidArgument, match="finish: 'gpu' is not one of"):
         client.open(spec_file, data=dataset, job=job, finish="gpu")
     assert sluice.Pipeline().finish("client").to_dict()["finish"] == "client"
+
+
+def test_priority_and_min_workers_reach_the_dispatcher(cluster, dataset, spec_file, job):
+    client = sluice.Client(cluster)
+    with client.open(spec_file, data=dataset, job=job, split_size=SPLIT_SIZE, priority=2,
+                     min_workers=1) as it:
+        next(it)
+        status = json.loads(run(BIN / "sluice", "status", "--dispatcher", cluster,
+                                "--json").stdout)
+        drain(it)
+    jobs = [j for j in status["jobs"] if j["job_name"] == job]
+    assert len(jobs) == 1, status
+    assert jobs[0]["priority"] == 2
+    assert jobs[0]["min_workers"] == 1
