@@ -241,8 +241,7 @@ class TfDataPolicy : public Policy {
     }
     for (const auto& c : obs.input.consumers) {
       const double rate = c.batches_per_second /
-                          std::max(0.02, 1 - c.wait_fraction) *
-                          batch[c.job_id];
+                          std::max(0.02, 1 - c.wait_fraction) * batch[c.job_id];
       if (rate > 0) iterations_[c.job_id].rates[c.consumer_index] = rate;
     }
     // RemoveWorker: workers that left.
@@ -260,8 +259,8 @@ class TfDataPolicy : public Policy {
       const double mean = std::accumulate(tput.begin(), tput.end(), 0.0) /
                           static_cast<double>(tput.size());
       optimal = std::max(
-          optimal, std::max<int64_t>(1, static_cast<int64_t>(
-                                            std::ceil(demand / mean))));
+          optimal,
+          std::max<int64_t>(1, static_cast<int64_t>(std::ceil(demand / mean))));
     }
     const int64_t current = std::max(1, obs.provisioned);
     // No estimate (nullopt): the metric keeps its last value.
@@ -286,13 +285,13 @@ class TfDataPolicy : public Policy {
     std::vector<double> sorted = v;
     std::sort(sorted.begin(), sorted.end());
     const double median = sorted[sorted.size() / 2];
-    const double mean =
-        std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+    const double mean = std::accumulate(v.begin(), v.end(), 0.0) /
+                        static_cast<double>(v.size());
     double squares = 0;
     for (double x : v) squares += (x - mean) * (x - mean);
-    const double sd = v.size() <= 1 ? 0
-                                    : std::sqrt(squares / static_cast<double>(
-                                                              v.size() - 1));
+    const double sd =
+        v.size() <= 1 ? 0
+                      : std::sqrt(squares / static_cast<double>(v.size() - 1));
     for (double& x : v) {
       if (x < mean - sd || x > mean + sd) x = median;
     }

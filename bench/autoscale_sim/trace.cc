@@ -39,8 +39,8 @@ class LineParser {
   // "x2" -> 2 (a positive factor).
   absl::StatusOr<double> Factor(absl::string_view token) const {
     if (!absl::ConsumePrefix(&token, "x")) {
-      return Error(absl::StrCat("expected a factor like x2, got '", token,
-                                "'"));
+      return Error(
+          absl::StrCat("expected a factor like x2, got '", token, "'"));
     }
     absl::StatusOr<double> f = Number(token, "the factor");
     if (f.ok() && *f <= 0) return Error("the factor must be positive");
@@ -50,8 +50,8 @@ class LineParser {
   absl::StatusOr<uint64_t> JobId(absl::string_view token) const {
     uint64_t id = 0;
     if (!absl::SimpleAtoi(token, &id) || id == 0) {
-      return Error(absl::StrCat("a job id is a positive integer, got '",
-                                token, "'"));
+      return Error(
+          absl::StrCat("a job id is a positive integer, got '", token, "'"));
     }
     return id;
   }
@@ -243,9 +243,9 @@ absl::StatusOr<Scenario> ParseTrace(absl::string_view text,
         absl::StrCat(name, ": 'duration D' is required"));
   }
   if (!s.steps.empty() && s.steps.back().at >= s.duration) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, ": an event at ", s.steps.back().at, " s is past duration ",
-        s.duration));
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": an event at ", s.steps.back().at,
+                     " s is past duration ", s.duration));
   }
   return s;
 }

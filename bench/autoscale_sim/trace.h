@@ -35,9 +35,9 @@
 #define SLUICE_BENCH_AUTOSCALE_SIM_TRACE_H_
 
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "bench/autoscale_sim/sim.h"
 
 namespace sluice::autoscale_sim {
