@@ -7,6 +7,11 @@
 //   autoscale_sim [--csv out.csv] [--series series.csv] [--seed 1]
 //                 [--seeds 20] [--headroom 1.05] [--reasons]
 //                 [--bench-trace bench.csv --bench-startup 0.6 ...]
+//   autoscale_sim --trace FILE... [--seeds 5]
+//                 replays trace files (trace.h) instead: per trace and
+//                 policy, worker-seconds / oracle, trainer wait, periods to
+//                 converge, direction changes, mean and p90 job completion
+//                 time, and the goals against the best peer.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>

@@ -17,9 +17,13 @@
 //
 // Every control period the simulator builds, from what the period's
 // heartbeats would carry, the same AutoscalerInput the dispatcher builds, and
-// asks a Policy for a worker count. The actuator (the same for every policy)
-// starts workers (ready after `startup_delay`), or cancels starting ones and
-// removes the policy's drain victims (else the newest workers).
+// asks a Policy for a worker count (and, for a policy that divides a bounded
+// pool, each job's share: the ready workers' time then goes to the jobs in
+// that proportion). Every policy is also asked at once when a job's trainers
+// leave or its epochs end. The actuator (the same for every policy) starts
+// workers (ready after `startup_delay`), or cancels starting ones and removes
+// the policy's drain victims (else the newest workers). A job with `work`
+// completes once its trainers consumed that many elements (its JCT).
 //
 // Deterministic: all noise comes from Rng(MixSeed({seed, worker or job,
 // period})), so every policy sees the same noise on the same trace.
