@@ -172,8 +172,9 @@ void Autoscaler::EstimateDemand(const AutoscalerInput& input, Estimate& e,
     // no worker) shows no demand: the last estimate stands, if any.
     const bool starved = c.batches_per_second <= 0 &&
                          c.wait_fraction >= 1 - o.min_busy_fraction;
-    if ((input.now - c.epoch_started < o.epoch_grace || starved) &&
-        previous != consumer_demand_.end()) {
+    const bool known =
+        previous != consumer_demand_.end() && previous->second > 0;
+    if ((input.now - c.epoch_started < o.epoch_grace || starved) && known) {
       demand = previous->second;
     } else if (starved) {
       starved_jobs.insert(c.job_id);

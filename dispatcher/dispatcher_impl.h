@@ -446,8 +446,8 @@ class DispatcherImpl {
   // the label: live jobs never share a name).
   JobMetrics& MetricsFor(const DispatcherState::Job& job)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Splits in production for `job` per worker the allocation gives it (0
-  // when the pool is not bounded; infinite when it is given none).
+  // Where `job` comes in the hand-out: infinite when the pool is bounded and
+  // the last decision gave it nothing, else 0 (also for a job new since).
   double AllocationLoad(const DispatcherState::Job& job) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One autoscaling decision from the window's signals (and, kLocal, drains).

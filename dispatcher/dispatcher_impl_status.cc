@@ -215,8 +215,8 @@ absl::Status DispatcherImpl::Autoscale(absl::Time now) {
   for (const JobEstimate& e : decision_.jobs) allocated[e.job_id] = e.allocated;
   for (const auto& [id, job] : state_.jobs()) {
     MetricsFor(job).allocated_workers->Set(allocated[id]);
-    if (decision_.pool_bound) allocation_[id] = allocated[id];
   }
+  if (decision_.pool_bound) allocation_ = std::move(allocated);
   if (options_.scaler == DispatcherOptions::Scaler::kLocal) {
     for (uint64_t id : decision_.drain) {
       const DispatcherState::Worker* worker = state_.FindWorker(id);

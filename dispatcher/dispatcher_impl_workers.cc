@@ -71,15 +71,12 @@ absl::Status DispatcherImpl::DoWorkerRegister(
 
 double DispatcherImpl::AllocationLoad(const DispatcherState::Job& job) const {
   if (allocation_.empty()) return 0;
+  // A job the last decision did not see (new since) is not held back: its
+  // first splits are what its demand is read from.
   auto it = allocation_.find(job.id);
-  if (it == allocation_.end() || it->second <= 0) {
-    return std::numeric_limits<double>::infinity();
-  }
-  uint32_t in_production = 0;
-  for (const DispatcherState::Consumer& c : job.consumers) {
-    in_production += c.in_production;
-  }
-  return static_cast<double>(in_production) / it->second;
+  return it != allocation_.end() && it->second <= 0
+             ? std::numeric_limits<double>::infinity()
+             : 0;
 }
 
 absl::Status DispatcherImpl::AssignSplits(uint64_t worker_id, int free,
@@ -87,10 +84,11 @@ absl::Status DispatcherImpl::AssignSplits(uint64_t worker_id, int free,
   // Each pick: the consumer with the fewest splits in production, ties to the
   // lowest (job, consumer); its lowest pending position. The state's indexes
   // (Consumer::pending, in_production) make a pick one pass over the consumers.
-  // While the pool is bounded (allocation_ set), the job comes first: the one
-  // with the fewest splits in production per allocated worker, so the
-  // workers' time follows the allocation; a job allocated nothing gets splits
-  // only when no allocated job has one pending.
+  // While the pool is bounded (allocation_ set), a job allocated nothing gets
+  // splits only when no allocated job has one pending. (Among allocated jobs
+  // the rule stays per consumer: weighting splits in production by the
+  // allocation starves a slow job's read-ahead without saving worker time,
+  // since its producers block on a full queue.)
   while (free > 0) {
     const DispatcherState::Job* best_job = nullptr;
     const DispatcherState::Consumer* best = nullptr;

@@ -672,6 +672,10 @@ TEST(AutoscalerAllocation, AStarvedTrainerKeepsItsLastDemand) {
   AutoscalerDecision d = scaler.Decide(in);
   ASSERT_EQ(d.jobs.size(), 1u);
   EXPECT_TRUE(d.jobs[0].starved);
+  // Still nothing: still starved (its 0 is no estimate).
+  in.now += absl::Seconds(2);
+  d = scaler.Decide(in);
+  EXPECT_TRUE(d.jobs[0].starved);
   // Served: 4 batches/s at 50% wait = 512 el/s.
   in.now += absl::Seconds(2);
   in.consumers[0].batches_per_second = 4;
