@@ -5,6 +5,11 @@
 #
 #   bench/autoscale_sim.sh [autoscale_sim flags]        e.g. --seed 2, --headroom 1.1
 #
+# Then it replays the traces in bench/autoscale_sim/traces/: tune/ (the ones sluice's policy was
+# tuned on) and heldout/ (never tuned on), reported separately, over ${SEEDS:-5} noise seeds:
+# worker-seconds / oracle, trainer wait, periods to converge, direction changes, mean/p90 job
+# completion time, and the goals' ratios against the best faithful peer.
+#
 # Builds the autoscale_sim target in ${SLUICE_BUILD_DIR:-build} (configure it first:
 # cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release), writes the table as CSV and the combined
 # trace to ${OUT:-/tmp/autoscale_sim}/, and plots it into docs/img/autoscale_sim.png with Debian's
@@ -19,3 +24,8 @@ echo "# $(date -u +%FT%TZ)  nproc=$(nproc)  load: $(cut -d' ' -f1-3 /proc/loadav
 "$build/bin/autoscale_sim" --csv "$out/table.csv" --series "$out/series.csv" "$@"
 /usr/bin/python3 "$root/bench/autoscale_sim/plot.py" "$out/series.csv" "$root/docs/img/autoscale_sim.png"
 echo "wrote $out/table.csv $out/series.csv docs/img/autoscale_sim.png"
+for set in tune heldout; do
+  echo
+  echo "## traces/$set"
+  "$build/bin/autoscale_sim" --seeds "${SEEDS:-5}" --trace "$root"/bench/autoscale_sim/traces/$set/*.trace
+done

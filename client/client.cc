@@ -294,6 +294,8 @@ class DataServiceClientImpl final : public DataServiceClient {
     config->set_remainder(job.drop_remainder ? proto::REMAINDER_MODE_DROP
                                              : proto::REMAINDER_MODE_PAD);
     config->set_split_size(job.split_size);
+    config->set_priority(job.priority);
+    config->set_min_workers(job.min_workers);
     if (restore.has_value() && AtEpochBoundary(*restore)) {
       get_job.set_restore_at_boundary(true);
       get_job.set_restore_epoch(restore->epoch());

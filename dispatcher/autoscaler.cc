@@ -72,101 +72,158 @@ int CeilWorkers(double x) {
   return static_cast<int>(std::ceil(x - 1e-9));
 }
 
+// The estimate in one line: "need 8.00 workers (job 1: 1024 el/s / 128 el/s
+// per worker) x 1.05 headroom".
+std::string Describe(const std::map<uint64_t, JobEstimate>& jobs, double need,
+                     double headroom) {
+  std::vector<std::string> parts;
+  for (const auto& [job_id, job] : jobs) {
+    if (job.capacity > 0) {
+      parts.push_back(
+          absl::StrFormat("job %d: %.0f el/s / %.0f el/s per worker", job_id,
+                          job.demand, job.capacity));
+    } else {
+      parts.push_back(absl::StrFormat("job %d: %.0f el/s, capacity unknown",
+                                      job_id, job.demand));
+    }
+  }
+  return absl::StrFormat(
+      "need %.2f workers (%s) x %.2f headroom", need,
+      parts.empty() ? "no consumer" : absl::StrJoin(parts, "; "), headroom);
+}
+
 }  // namespace
+
+// What CountWorkers() found: who counts, who is measured.
+struct Autoscaler::Census {
+  int registered = 0;
+  int warming = 0;
+  std::vector<const WorkerSample*> warm;
+  std::vector<const WorkerSample*> warming_workers;
+  std::set<uint64_t> stalled;
+};
+
+// What the estimate steps of Decide() fill in, in order.
+struct Autoscaler::Estimate {
+  std::map<uint64_t, JobEstimate> jobs;  // jobs with live consumers
+  std::map<uint64_t, std::vector<double>> demands_by_job;
+  std::set<uint64_t> slow;  // outlier-slow workers
+  PooledSpread capacity_spread;
+  std::vector<double> measured_capacities;  // one per measured job
+  int jobs_measured_warming = 0;
+  bool need_known = true;
+  double need = 0;
+  std::map<uint64_t, double> need_by_job;
+  double headroom = 0;
+  double noise = 0;  // z × need's relative standard error, as measured
+  // The largest need × headroom over the scale-down window.
+  double stable_need = 0;
+  double stable_headroom = 0;
+  std::string description;  // "need 8.00 workers (...) x 1.05 headroom"
+};
 
 Autoscaler::Autoscaler(AutoscalerOptions options)
     : options_(std::move(options)) {}
 
-AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
+Autoscaler::Census Autoscaler::CountWorkers(
+    const AutoscalerInput& input) const {
   const AutoscalerOptions& o = options_;
-  const absl::Time now = input.now;
-  const int min_workers = std::max(0, o.min_workers);
-  const int max_workers = std::max(min_workers, o.max_workers);
-  AutoscalerDecision d;
-  std::vector<std::string> notes;
-
-  // Workers: who counts, who is measured.
-  int registered = 0, warming = 0;
-  std::vector<const WorkerSample*> warm, warming_workers;
-  std::set<uint64_t> stalled;
+  Census census;
   for (const WorkerSample& w : input.workers) {
     if (w.draining) continue;
-    ++registered;
-    const bool stale = now - w.last_heartbeat > o.stale_after &&
-                       now - w.registered > o.stale_after;
+    ++census.registered;
+    const bool stale = input.now - w.last_heartbeat > o.stale_after &&
+                       input.now - w.registered > o.stale_after;
     if (stale) {
-      stalled.insert(w.worker_id);
-    } else if (now - w.registered < o.warmup) {
-      ++warming;
-      warming_workers.push_back(&w);
+      census.stalled.insert(w.worker_id);
+    } else if (input.now - w.registered < o.warmup) {
+      ++census.warming;
+      census.warming_workers.push_back(&w);
     } else {
-      warm.push_back(&w);
+      census.warm.push_back(&w);
     }
   }
-  d.current_workers = registered + std::max(0, input.starting_workers);
-  const int current = d.current_workers;
+  return census;
+}
 
-  // Jobs with live consumers, and their demand.
-  std::map<uint64_t, uint64_t> batch_size;
-  for (const JobSample& j : input.jobs) {
-    batch_size[j.job_id] = std::max<uint64_t>(1, j.batch_size);
-  }
-  std::map<uint64_t, JobEstimate> jobs;
+void Autoscaler::EstimateDemand(const AutoscalerInput& input, Estimate& e,
+                                std::vector<std::string>& notes) {
+  const AutoscalerOptions& o = options_;
+  std::map<uint64_t, const JobSample*> job_samples;
+  for (const JobSample& j : input.jobs) job_samples[j.job_id] = &j;
   std::map<std::pair<uint64_t, uint32_t>, double> consumer_demand;
-  std::map<uint64_t, std::vector<double>> demands_by_job;
+  std::map<uint64_t, double> remaining_elements;
+  std::set<uint64_t> starved_jobs;
   int unknown_job_consumers = 0;
   for (const ConsumerSample& c : input.consumers) {
-    auto bs = batch_size.find(c.job_id);
-    if (bs == batch_size.end()) {
+    auto sample = job_samples.find(c.job_id);
+    if (sample == job_samples.end()) {
       ++unknown_job_consumers;
       continue;
     }
     const auto key = std::make_pair(c.job_id, c.consumer_index);
     const double busy = std::max(o.min_busy_fraction,
                                  1.0 - std::clamp(c.wait_fraction, 0.0, 1.0));
+    const uint64_t batch_size = std::max<uint64_t>(1, sample->second->batch_size);
     double demand = std::max(0.0, c.batches_per_second) / busy *
-                    static_cast<double>(bs->second);
+                    static_cast<double>(batch_size);
     auto previous = consumer_demand_.find(key);
-    if (now - c.epoch_started < o.epoch_grace &&
-        previous != consumer_demand_.end()) {
+    // A trainer that got nothing and waited throughout (its job was given
+    // no worker) shows no demand: the last estimate stands, if any.
+    const bool starved = c.batches_per_second <= 0 &&
+                         c.wait_fraction >= 1 - o.min_busy_fraction;
+    const bool known =
+        previous != consumer_demand_.end() && previous->second > 0;
+    if ((input.now - c.epoch_started < o.epoch_grace || starved) && known) {
       demand = previous->second;
+    } else if (starved) {
+      starved_jobs.insert(c.job_id);
     }
     consumer_demand[key] = demand;
-    demands_by_job[c.job_id].push_back(demand);
-    JobEstimate& e = jobs[c.job_id];
-    e.job_id = c.job_id;
-    ++e.consumers;
-    e.demand += demand;
+    e.demands_by_job[c.job_id].push_back(demand);
+    JobEstimate& job = e.jobs[c.job_id];
+    job.job_id = c.job_id;
+    job.priority = sample->second->priority;
+    job.min_workers = std::max(0, sample->second->min_workers);
+    remaining_elements[c.job_id] = sample->second->remaining_elements;
+    ++job.consumers;
+    job.demand += demand;
   }
   consumer_demand_ = std::move(consumer_demand);
+  for (auto& [job_id, job] : e.jobs) {
+    job.starved = starved_jobs.contains(job_id) && job.demand <= 0;
+    const double remaining = remaining_elements[job_id];
+    if (remaining > 0 && job.demand > 0) {
+      job.remaining_seconds = remaining / job.demand;
+    }
+  }
   if (unknown_job_consumers > 0) {
     notes.push_back(absl::StrCat(unknown_job_consumers,
                                  " consumer(s) of unknown jobs ignored"));
   }
+}
 
-  // Capacity per job: the mean over warm workers with outliers replaced by
-  // the median. When no warm worker measured the job (the first workers of
-  // a cluster that just started, all of them new), the warming workers'
-  // measurements are used rather than none: waiting out the warm-up would
-  // delay the first decision after a step by `warmup` (3 periods), and a
-  // cold worker's lower rate errs towards more workers, which the next
-  // periods correct.
-  std::set<uint64_t> slow;
-  PooledSpread capacity_spread;
-  std::vector<double> all_values;
-  int jobs_measured_warming = 0;
-  for (auto& [job_id, e] : jobs) {
+// Capacity per job: the mean over warm workers with outliers replaced by the
+// median. When no warm worker measured the job (the first workers of a
+// cluster that just started, all of them new), the warming workers'
+// measurements are used rather than none: waiting out the warm-up would delay
+// the first decision after a step by `warmup` (3 periods), and a cold
+// worker's lower rate errs towards more workers, which the next periods
+// correct.
+void Autoscaler::EstimateCapacity(const Census& census, Estimate& e) {
+  const AutoscalerOptions& o = options_;
+  for (auto& [job_id, job] : e.jobs) {
     std::vector<std::pair<uint64_t, double>> values;
-    for (const WorkerSample* w : warm) {
+    for (const WorkerSample* w : census.warm) {
       const double c = CapacityFor(*w, job_id);
       if (c > 0) values.emplace_back(w->worker_id, c);
     }
     if (values.empty()) {
-      for (const WorkerSample* w : warming_workers) {
+      for (const WorkerSample* w : census.warming_workers) {
         const double c = CapacityFor(*w, job_id);
         if (c > 0) values.emplace_back(w->worker_id, c);
       }
-      if (!values.empty()) ++jobs_measured_warming;
+      if (!values.empty()) ++e.jobs_measured_warming;
     }
     if (values.empty()) continue;
     std::vector<double> raw;
@@ -175,7 +232,7 @@ AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
     std::vector<double> counted;
     for (const auto& [id, c] : values) {
       if (c < median * o.outlier_ratio) {
-        slow.insert(id);
+        e.slow.insert(id);
         counted.push_back(median);
       } else if (c * o.outlier_ratio > median) {
         counted.push_back(median);
@@ -185,217 +242,276 @@ AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
     }
     double sum = 0;
     for (double c : counted) sum += c;
-    e.capacity = sum / static_cast<double>(values.size());
-    capacity_spread.Add(job_id, counted);
-    last_capacity_[job_id] = e.capacity;
-    all_values.push_back(e.capacity);
+    job.capacity = sum / static_cast<double>(values.size());
+    e.capacity_spread.Add(job_id, counted);
+    last_capacity_[job_id] = job.capacity;
+    e.measured_capacities.push_back(job.capacity);
   }
-  if (!all_values.empty()) last_any_capacity_ = Median(all_values);
-  // Jobs no warm worker measured: their last capacity, else what the other
-  // jobs cost (a new job's first period), else the last one seen at all.
-  std::vector<uint64_t> unmeasured;
-  for (auto& [job_id, e] : jobs) {
-    if (e.capacity > 0) continue;
+  if (!e.measured_capacities.empty()) {
+    last_any_capacity_ = Median(e.measured_capacities);
+  }
+}
+
+// Jobs no warm worker measured: their last capacity, else what the other jobs
+// cost (a new job's first period), else the last one seen at all.
+void Autoscaler::FillUnmeasuredCapacity(Estimate& e) const {
+  for (auto& [job_id, job] : e.jobs) {
+    if (job.capacity > 0) continue;
     auto last = last_capacity_.find(job_id);
     if (last != last_capacity_.end()) {
-      e.capacity = last->second;
-    } else if (!all_values.empty()) {
-      e.capacity = Median(all_values);
-      unmeasured.push_back(job_id);
+      job.capacity = last->second;
+    } else if (!e.measured_capacities.empty()) {
+      job.capacity = Median(e.measured_capacities);
     } else if (last_any_capacity_ > 0) {
-      e.capacity = last_any_capacity_;
-      unmeasured.push_back(job_id);
-    } else if (e.demand > 0) {
-      unmeasured.push_back(job_id);
+      job.capacity = last_any_capacity_;
     }
   }
-  bool need_known = true;
-  double need = 0;
-  std::map<uint64_t, double> need_by_job;
-  for (auto& [job_id, e] : jobs) {
-    if (e.demand > 0 && e.capacity <= 0) {
-      need_known = false;
+}
+
+void Autoscaler::SumNeed(Estimate& e) const {
+  for (auto& [job_id, job] : e.jobs) {
+    if (job.demand > 0 && job.capacity <= 0) {
+      e.need_known = false;
       continue;
     }
-    e.need = e.demand > 0 ? e.demand / e.capacity : 0;
-    need += e.need;
-    need_by_job[job_id] = e.need;
+    job.need = job.demand > 0 ? job.demand / job.capacity : 0;
+    e.need += job.need;
+    e.need_by_job[job_id] = job.need;
   }
-  for (const auto& [id, e] : jobs) d.jobs.push_back(e);
-  d.need = need;
+}
 
-  // Headroom from the measurements' own noise: need's relative standard
-  // error, from the spread of the workers' capacities and of the consumers'
-  // demands (data-parallel trainers of a job share a step time), × noise_z,
-  // within [min_headroom, headroom]. The same margin, at most headroom - 1,
-  // widens the band in which the count holds: up only when need exceeds the
-  // count by more than the noise, down only to a count that keeps it. The cap
-  // keeps trainers that genuinely differ (one paused, another job's step
-  // time) from reading as noise so large that nothing scales up.
-  double headroom = o.headroom;
-  double noise = 0;  // z × need's relative standard error, as measured
-  if (o.noise_z > 0 && need > 0) {
-    // For the headroom, a spread that cannot be read counts as the one the
-    // fixed headroom stands for, so a job with one consumer keeps `headroom`
-    // and another job's measured noise still narrows the pool's. The band
-    // (below) widens only by what was measured.
-    const double assumed = (o.headroom - 1) / o.noise_z;
-    PooledSpread demand_spread;
-    for (const auto& [job_id, demands] : demands_by_job) {
-      demand_spread.Add(job_id, demands);
-    }
-    double variance = 0;
-    double measured_variance = 0;
-    for (const auto& [job_id, e] : jobs) {
-      if (e.need <= 0) continue;
-      const double weight = e.need * e.need;
-      for (double error : {demand_spread.StandardError(job_id),
-                           capacity_spread.StandardError(job_id)}) {
-        if (error < 0) {
-          variance += weight * assumed * assumed;
-        } else {
-          variance += weight * error * error;
-          measured_variance += weight * error * error;
-        }
+// Headroom from the measurements' own noise: need's relative standard error,
+// from the spread of the workers' capacities and of the consumers' demands
+// (data-parallel trainers of a job share a step time), × noise_z, within
+// [min_headroom, headroom]. The same margin, at most headroom - 1, widens the
+// band in which the count holds: up only when need exceeds the count by more
+// than the noise, down only to a count that keeps it. The cap keeps trainers
+// that genuinely differ (one paused, another job's step time) from reading as
+// noise so large that nothing scales up.
+void Autoscaler::MeasureNoise(Estimate& e) const {
+  const AutoscalerOptions& o = options_;
+  e.headroom = o.headroom;
+  e.noise = 0;
+  if (o.noise_z <= 0 || e.need <= 0) return;
+  // For the headroom, a spread that cannot be read counts as the one the
+  // fixed headroom stands for, so a job with one consumer keeps `headroom`
+  // and another job's measured noise still narrows the pool's. The band
+  // widens only by what was measured.
+  const double assumed = (o.headroom - 1) / o.noise_z;
+  PooledSpread demand_spread;
+  for (const auto& [job_id, demands] : e.demands_by_job) {
+    demand_spread.Add(job_id, demands);
+  }
+  double variance = 0;
+  double measured_variance = 0;
+  for (const auto& [job_id, job] : e.jobs) {
+    if (job.need <= 0) continue;
+    const double weight = job.need * job.need;
+    for (double error : {demand_spread.StandardError(job_id),
+                         e.capacity_spread.StandardError(job_id)}) {
+      if (error < 0) {
+        variance += weight * assumed * assumed;
+      } else {
+        variance += weight * error * error;
+        measured_variance += weight * error * error;
       }
     }
-    headroom = std::clamp(1 + o.noise_z * std::sqrt(variance) / need,
-                          std::min(o.min_headroom, o.headroom), o.headroom);
-    noise = std::clamp(o.noise_z * std::sqrt(measured_variance) / need, 0.0,
-                       std::max(0.0, o.headroom - 1));
   }
-  d.headroom = headroom;
+  e.headroom = std::clamp(1 + o.noise_z * std::sqrt(variance) / e.need,
+                          std::min(o.min_headroom, o.headroom), o.headroom);
+  e.noise = std::clamp(o.noise_z * std::sqrt(measured_variance) / e.need, 0.0,
+                       std::max(0.0, o.headroom - 1));
+}
 
-  // History for scale-downs: only jobs that still have consumers count, so
-  // demand that left leaves at once.
+// History for scale-downs: only jobs that still have consumers count, so
+// demand that left leaves at once. The largest need × headroom over the
+// window: a scale-up's own target (taken with the noisier headroom of a step)
+// holds for the whole window.
+void Autoscaler::RecordHistory(absl::Time now, Estimate& e) {
   if (first_call_ == absl::InfinitePast()) first_call_ = now;
-  if (need_known) history_.push_back({now, need_by_job, headroom});
+  if (e.need_known) history_.push_back({now, e.need_by_job, e.headroom});
   while (!history_.empty() &&
-         now - history_.front().time >= o.scale_down_window) {
+         now - history_.front().time >= options_.scale_down_window) {
     history_.pop_front();
   }
-  // The largest need × headroom over the window: a scale-up's own target
-  // (taken with the noisier headroom of a step) holds for the whole window.
-  double stable_need = need;
-  double stable_headroom = headroom;
+  e.stable_need = e.need;
+  e.stable_headroom = e.headroom;
   for (const HistoryEntry& h : history_) {
     double sum = 0;
     for (const auto& [job_id, n] : h.need_by_job) {
-      if (jobs.contains(job_id)) sum += n;
+      if (e.jobs.contains(job_id)) sum += n;
     }
-    if (sum * h.headroom > stable_need * stable_headroom) {
-      stable_need = sum;
-      stable_headroom = h.headroom;
+    if (sum * h.headroom > e.stable_need * e.stable_headroom) {
+      e.stable_need = sum;
+      e.stable_headroom = h.headroom;
     }
   }
+}
 
-  // Why: the estimate in one line.
-  std::vector<std::string> parts;
-  for (const auto& [job_id, e] : jobs) {
-    if (e.capacity > 0) {
-      parts.push_back(
-          absl::StrFormat("job %d: %.0f el/s / %.0f el/s per worker", job_id,
-                          e.demand, e.capacity));
-    } else {
-      parts.push_back(absl::StrFormat("job %d: %.0f el/s, capacity unknown",
-                                      job_id, e.demand));
-    }
+std::string Autoscaler::ScaleUp(const AutoscalerInput& input,
+                                const Census& census, const Estimate& e,
+                                int& desired) const {
+  const AutoscalerOptions& o = options_;
+  const int current = desired;
+  const int target = CeilWorkers(e.need * e.headroom);
+  // Veto: trainers do not wait and every warm worker's queue is full.
+  bool any_wait = false;
+  for (const ConsumerSample& c : input.consumers) {
+    any_wait |= c.wait_fraction > o.idle_wait_fraction;
   }
-  const std::string estimate = absl::StrFormat(
-      "need %.2f workers (%s) x %.2f headroom", need,
-      parts.empty() ? "no consumer" : absl::StrJoin(parts, "; "), headroom);
+  bool all_full = !census.warm.empty();
+  for (const WorkerSample* w : census.warm) {
+    const bool full =
+        w->blocked_producers > 0 ||
+        (w->queue_capacity > 0 &&
+         static_cast<double>(w->queue_depth) >=
+             o.full_queue_fraction * static_cast<double>(w->queue_capacity));
+    all_full &= full;
+  }
+  if (!any_wait && all_full) {
+    return absl::StrCat(
+        "hold ", current, ": ", e.description, " = ", target,
+        ", but no trainer waits and every worker's output queue is full");
+  }
+  const int cap = static_cast<int>(
+      std::floor(std::max(1, current) * o.max_scale_up_factor + 1e-9));
+  desired = std::min(target, cap);
+  std::string verdict = absl::StrCat("up ", current, " -> ", desired, ": ",
+                                     e.description, " = ", target);
+  if (desired < target) {
+    absl::StrAppend(&verdict, ", capped at x", o.max_scale_up_factor);
+  }
+  // Workers were lost since the last decision but the need is still within
+  // the band that held that count: replace them one for one. Rounding need x
+  // headroom up again would add a worker whenever the noise lifts the need
+  // past count / headroom (8.53 workers of need read as 8.6 x 1.05 = 9.03 ->
+  // 10 instead of the 9 there were).
+  if (current < last_desired_ && e.need <= last_desired_ &&
+      desired > last_desired_) {
+    desired = last_desired_;
+    verdict = absl::StrFormat(
+        "up %d -> %d: replace lost workers, %s within the band of %d", current,
+        desired, e.description, last_desired_);
+  }
+  return verdict;
+}
+
+std::string Autoscaler::ScaleDownOrHold(absl::Time now, const Estimate& e,
+                                        int& desired) {
+  const AutoscalerOptions& o = options_;
+  const int current = desired;
+  const int min_workers = std::max(0, o.min_workers);
+  const int max_workers = std::max(min_workers, o.max_workers);
+  const int target = CeilWorkers(e.need * e.headroom);
+  // The down band mirrors the up band: the count scaled down to keeps a noise
+  // margin too, else a scale-up whose measurement came out a little high is
+  // trimmed by one worker a window later (a direction change).
+  const int stable_target = std::clamp(
+      CeilWorkers(e.stable_need * e.stable_headroom / (1 - e.noise)),
+      min_workers, max_workers);
+  // Until a whole window was seen (a restarted dispatcher), only demand that
+  // left can scale down.
+  const bool window_seen = now - first_call_ >= o.scale_down_window;
+  if (stable_target < current && !window_seen && !e.jobs.empty()) {
+    return absl::StrCat("hold ", current, ": ", e.description, " = ", target,
+                        "; no scale-down before ",
+                        absl::FormatDuration(o.scale_down_window),
+                        " of measurements");
+  }
+  if (stable_target < current) {
+    if (now - last_scale_down_ < o.period) {
+      return absl::StrCat("hold ", current,
+                          ": scaled down less than a period ago; ",
+                          e.description);
+    }
+    desired = stable_target;
+    if (e.jobs.empty()) {
+      return absl::StrFormat("down %d -> %d: no live consumer", current,
+                             desired);
+    }
+    return absl::StrFormat(
+        "down %d -> %d: largest need over the last %s %.2f workers x %.2f "
+        "headroom; now %s",
+        current, desired, absl::FormatDuration(o.scale_down_window),
+        e.stable_need, e.stable_headroom, e.description);
+  }
+  std::string verdict =
+      absl::StrCat("hold ", current, ": ", e.description, " = ", target);
+  if (stable_target > target) {
+    absl::StrAppend(&verdict,
+                    absl::StrFormat(" (%.2f x %.2f seen in the last %s)",
+                                    e.stable_need, e.stable_headroom,
+                                    absl::FormatDuration(o.scale_down_window)));
+  }
+  return verdict;
+}
+
+// The least useful first: stalled, then slow outliers, then fewest held
+// splits, fewest undelivered batches, then the newest (it has the least warm
+// state), then the highest id.
+std::vector<uint64_t> Autoscaler::DrainVictims(const AutoscalerInput& input,
+                                               const Census& census,
+                                               const Estimate& e,
+                                               int surplus) const {
+  std::vector<const WorkerSample*> order;
+  for (const WorkerSample& w : input.workers) {
+    if (!w.draining) order.push_back(&w);
+  }
+  auto rank = [&](const WorkerSample* w) {
+    return std::make_tuple(!census.stalled.contains(w->worker_id),
+                           !e.slow.contains(w->worker_id), w->held_splits,
+                           w->undelivered_batches);
+  };
+  std::sort(order.begin(), order.end(),
+            [&](const WorkerSample* a, const WorkerSample* b) {
+              if (rank(a) != rank(b)) return rank(a) < rank(b);
+              if (a->registered != b->registered) {
+                return a->registered > b->registered;
+              }
+              return a->worker_id > b->worker_id;
+            });
+  std::vector<uint64_t> drain;
+  for (int i = 0; i < surplus && i < static_cast<int>(order.size()); ++i) {
+    drain.push_back(order[i]->worker_id);
+  }
+  return drain;
+}
+
+AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
+  const AutoscalerOptions& o = options_;
+  const absl::Time now = input.now;
+  const int min_workers = std::max(0, o.min_workers);
+  const int max_workers = std::max(min_workers, o.max_workers);
+  AutoscalerDecision d;
+  std::vector<std::string> notes;
+
+  const Census census = CountWorkers(input);
+  d.current_workers = census.registered + std::max(0, input.starting_workers);
+  const int current = d.current_workers;
+
+  Estimate e;
+  EstimateDemand(input, e, notes);
+  EstimateCapacity(census, e);
+  FillUnmeasuredCapacity(e);
+  SumNeed(e);
+  MeasureNoise(e);
+  RecordHistory(now, e);
+  e.description = Describe(e.jobs, e.need, e.headroom);
+  d.need = e.need;
+  d.headroom = e.headroom;
 
   int desired = current;
   std::string verdict;
-  const int target = CeilWorkers(need * headroom);
-  if (!need_known) {
-    desired = std::max(current, jobs.empty() ? 0 : 1);
-    verdict = absl::StrCat("capacity not measured yet (", warming,
-                           " warming up, ", warm.size(), " warm); ", estimate);
-  } else if (need > current * o.scale_up_utilization * (1 + noise) &&
-             target > current) {
-    // Veto: trainers do not wait and every warm worker's queue is full.
-    bool any_wait = false;
-    for (const ConsumerSample& c : input.consumers) {
-      any_wait |= c.wait_fraction > o.idle_wait_fraction;
-    }
-    bool all_full = !warm.empty();
-    for (const WorkerSample* w : warm) {
-      const bool full =
-          w->blocked_producers > 0 ||
-          (w->queue_capacity > 0 &&
-           static_cast<double>(w->queue_depth) >=
-               o.full_queue_fraction * static_cast<double>(w->queue_capacity));
-      all_full &= full;
-    }
-    if (!any_wait && all_full) {
-      verdict = absl::StrCat(
-          "hold ", current, ": ", estimate, " = ", target,
-          ", but no trainer waits and every worker's output queue is full");
-    } else {
-      const int cap = static_cast<int>(
-          std::floor(std::max(1, current) * o.max_scale_up_factor + 1e-9));
-      desired = std::min(target, cap);
-      verdict = absl::StrCat("up ", current, " -> ", desired, ": ", estimate,
-                             " = ", target);
-      if (desired < target) {
-        absl::StrAppend(&verdict, ", capped at x", o.max_scale_up_factor);
-      }
-      // Workers were lost since the last decision but the need is still
-      // within the band that held that count: replace them one for one.
-      // Rounding need x headroom up again would add a worker whenever the
-      // noise lifts the need past count / headroom (8.53 workers of need
-      // read as 8.6 x 1.05 = 9.03 -> 10 instead of the 9 there were).
-      if (current < last_desired_ && need <= last_desired_ &&
-          desired > last_desired_) {
-        desired = last_desired_;
-        verdict = absl::StrFormat(
-            "up %d -> %d: replace lost workers, %s within the band of %d",
-            current, desired, estimate, last_desired_);
-      }
-    }
+  if (!e.need_known) {
+    desired = std::max(current, e.jobs.empty() ? 0 : 1);
+    verdict = absl::StrCat("capacity not measured yet (", census.warming,
+                           " warming up, ", census.warm.size(), " warm); ",
+                           e.description);
+  } else if (e.need > current * o.scale_up_utilization * (1 + e.noise) &&
+             CeilWorkers(e.need * e.headroom) > current) {
+    verdict = ScaleUp(input, census, e, desired);
   } else {
-    // The down band mirrors the up band: the count scaled down to keeps a
-    // noise margin too, else a scale-up whose measurement came out a little
-    // high is trimmed by one worker a window later (a direction change).
-    const int stable_target =
-        std::clamp(CeilWorkers(stable_need * stable_headroom / (1 - noise)),
-                   min_workers, max_workers);
-    // Until a whole window was seen (a restarted dispatcher), only demand
-    // that left can scale down.
-    const bool window_seen = now - first_call_ >= o.scale_down_window;
-    if (stable_target < current && !window_seen && !jobs.empty()) {
-      verdict = absl::StrCat("hold ", current, ": ", estimate, " = ", target,
-                             "; no scale-down before ",
-                             absl::FormatDuration(o.scale_down_window),
-                             " of measurements");
-    } else if (stable_target < current) {
-      if (now - last_scale_down_ >= o.period) {
-        desired = stable_target;
-        verdict = jobs.empty()
-                      ? absl::StrFormat("down %d -> %d: no live consumer",
-                                        current, desired)
-                      : absl::StrFormat(
-                            "down %d -> %d: largest need over the last %s "
-                            "%.2f workers x %.2f headroom; now %s",
-                            current, desired,
-                            absl::FormatDuration(o.scale_down_window),
-                            stable_need, stable_headroom, estimate);
-      } else {
-        verdict =
-            absl::StrCat("hold ", current,
-                         ": scaled down less than a period ago; ", estimate);
-      }
-    } else {
-      verdict = absl::StrCat("hold ", current, ": ", estimate, " = ", target);
-      if (stable_target > target) {
-        absl::StrAppend(
-            &verdict,
-            absl::StrFormat(" (%.2f x %.2f seen in the last %s)", stable_need,
-                            stable_headroom,
-                            absl::FormatDuration(o.scale_down_window)));
-      }
-    }
+    verdict = ScaleDownOrHold(now, e, desired);
   }
   if (desired > max_workers) {
     desired = max_workers;
@@ -409,51 +525,115 @@ AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
   d.desired_workers = desired;
   last_desired_ = desired;
 
-  // Who is least useful.
-  for (uint64_t id : stalled) d.replace.push_back(id);
-  for (uint64_t id : slow) d.replace.push_back(id);
-  if (!stalled.empty()) {
+  for (const auto& [id, job] : e.jobs) d.jobs.push_back(job);
+  if (e.need_known) {
+    d.pool_bound = e.need * e.headroom > desired + 1e-9;
+    AllocateWorkers(desired, e.headroom, d.jobs);
+  }
+
+  for (uint64_t id : census.stalled) d.replace.push_back(id);
+  for (uint64_t id : e.slow) d.replace.push_back(id);
+  if (!census.stalled.empty()) {
     notes.push_back(absl::StrCat("stalled (no heartbeat): worker ",
-                                 absl::StrJoin(stalled, ", ")));
+                                 absl::StrJoin(census.stalled, ", ")));
   }
-  if (!slow.empty()) {
+  if (!e.slow.empty()) {
     notes.push_back(absl::StrCat("slow outlier counted as the median: worker ",
-                                 absl::StrJoin(slow, ", ")));
+                                 absl::StrJoin(e.slow, ", ")));
   }
-  if (warming > 0 && need_known) {
-    notes.push_back(absl::StrCat(warming, " warming up"));
+  if (census.warming > 0 && e.need_known) {
+    notes.push_back(absl::StrCat(census.warming, " warming up"));
   }
-  if (jobs_measured_warming > 0) {
-    notes.push_back(absl::StrCat(jobs_measured_warming,
+  if (e.jobs_measured_warming > 0) {
+    notes.push_back(absl::StrCat(e.jobs_measured_warming,
                                  " job(s) measured on warming workers only"));
   }
-  const int surplus = registered - desired;
-  if (surplus > 0) {
-    std::vector<const WorkerSample*> order;
-    for (const WorkerSample& w : input.workers) {
-      if (!w.draining) order.push_back(&w);
-    }
-    auto rank = [&](const WorkerSample* w) {
-      return std::make_tuple(!stalled.contains(w->worker_id),
-                             !slow.contains(w->worker_id), w->held_splits,
-                             w->undelivered_batches);
-    };
-    std::sort(order.begin(), order.end(),
-              [&](const WorkerSample* a, const WorkerSample* b) {
-                if (rank(a) != rank(b)) return rank(a) < rank(b);
-                // Then the newest (it has the least warm state), then the
-                // highest id.
-                if (a->registered != b->registered) {
-                  return a->registered > b->registered;
-                }
-                return a->worker_id > b->worker_id;
-              });
-    for (int i = 0; i < surplus; ++i) d.drain.push_back(order[i]->worker_id);
+  if (census.registered > desired) {
+    d.drain = DrainVictims(input, census, e, census.registered - desired);
   }
   d.reason = verdict;
   if (!notes.empty())
     absl::StrAppend(&d.reason, "; ", absl::StrJoin(notes, "; "));
   return d;
+}
+
+void AllocateWorkers(double pool, double headroom,
+                     std::vector<JobEstimate>& jobs) {
+  double left = std::max(0.0, pool);
+  std::vector<JobEstimate*> order;
+  for (JobEstimate& job : jobs) {
+    job.allocated = 0;
+    job.allocation_reason.clear();
+    order.push_back(&job);
+  }
+  // Trainer-seconds of waiting one more worker removes per second.
+  auto gain = [](const JobEstimate* j) {
+    return j->need > 0 ? j->consumers / j->need : 0.0;
+  };
+  // 1 / the worker-seconds the job still needs (0: its end unknown).
+  auto smith = [](const JobEstimate* j) {
+    return j->remaining_seconds > 0 && j->need > 0
+               ? 1 / (j->need * j->remaining_seconds)
+               : 0.0;
+  };
+  // 1. min_workers, higher priority first.
+  std::stable_sort(order.begin(), order.end(),
+                   [](const JobEstimate* a, const JobEstimate* b) {
+                     return a->priority > b->priority;
+                   });
+  for (JobEstimate* j : order) {
+    const double given = std::min<double>(j->min_workers, left);
+    j->allocated = given;
+    left -= given;
+  }
+  for (JobEstimate* j : order) {
+    if (!j->starved || j->allocated >= 1) continue;
+    const double given = std::min(1 - j->allocated, left);
+    j->allocated += given;
+    left -= given;
+  }
+  // 2. Up to need × headroom, the most wait removed per worker first.
+  std::stable_sort(order.begin(), order.end(),
+                   [&](const JobEstimate* a, const JobEstimate* b) {
+                     if (a->priority != b->priority) {
+                       return a->priority > b->priority;
+                     }
+                     if (smith(a) != smith(b)) return smith(a) > smith(b);
+                     return gain(a) > gain(b);
+                   });
+  double wanted = 0;
+  for (JobEstimate* j : order) {
+    const double want = j->need * headroom;
+    wanted += std::max(want, j->allocated);
+    const double given = std::clamp(want - j->allocated, 0.0, left);
+    j->allocated += given;
+    left -= given;
+    if (j->starved) {
+      j->allocation_reason = absl::StrFormat(
+          "%.2f to read its demand: its trainers got nothing yet",
+          j->allocated);
+    } else if (j->allocated >= want - 1e-9) {
+      j->allocation_reason = absl::StrFormat(
+          "its need %.2f x %.2f headroom", j->need, headroom);
+    } else if (j->allocated > 0 && j->allocated <= j->min_workers) {
+      j->allocation_reason =
+          absl::StrFormat("min_workers %d of its need %.2f: priority %d, %.2f "
+                          "trainers' wait removed per worker",
+                          j->min_workers, j->need, j->priority, gain(j));
+    } else {
+      j->allocation_reason = absl::StrFormat(
+          "%.2f of its need %.2f: the pool ran out (priority %d, %.2f "
+          "trainers' wait removed per worker)",
+          j->allocated, j->need, j->priority, gain(j));
+    }
+  }
+  // 3. The rest in proportion to what each job wanted.
+  if (left > 1e-9 && wanted > 0) {
+    for (JobEstimate* j : order) {
+      j->allocated +=
+          left * std::max(j->need * headroom, j->allocated) / wanted;
+    }
+  }
 }
 
 }  // namespace sluice::dispatcher

@@ -146,6 +146,13 @@ struct ConsumerSample {
 struct JobSample {
   uint64_t job_id = 0;
   uint64_t batch_size = 1;  // elements per batch
+  // Job options for dividing a bounded pool (AllocateWorkers): a higher
+  // priority is served first; min_workers is reserved before any need.
+  int priority = 0;
+  int min_workers = 0;
+  // Elements its consumers have still to read before the job completes (the
+  // splits of its remaining epochs); 0: unknown or endless.
+  double remaining_elements = 0;
 };
 
 struct AutoscalerInput {
@@ -165,6 +172,19 @@ struct JobEstimate {
   double demand = 0;    // elements/s
   double capacity = 0;  // elements/s per worker (0: not measured)
   double need = 0;      // workers (real)
+  int priority = 0;
+  int min_workers = 0;
+  // Seconds the job still runs if its trainers never wait: remaining
+  // elements ÷ demand; 0 = unknown or endless.
+  double remaining_seconds = 0;
+  // Its trainers received nothing and waited all window, and no earlier
+  // estimate exists (a new job the pool gave nothing yet): its demand cannot
+  // be read; AllocateWorkers gives it one worker to read it.
+  bool starved = false;
+  // The share of the pool this job's splits go to, in workers (real), and
+  // why (AllocateWorkers).
+  double allocated = 0;
+  std::string allocation_reason;
 };
 
 struct AutoscalerDecision {
@@ -185,7 +205,40 @@ struct AutoscalerDecision {
   std::vector<JobEstimate> jobs;
   double need = 0;      // Σ jobs' need
   double headroom = 0;  // the headroom this decision used
+  // Σ need × headroom exceeds desired_workers (max_workers binds): the pool
+  // is divided by AllocateWorkers, and splits should be handed out in
+  // proportion to each job's `allocated`. False: every job gets its need.
+  bool pool_bound = false;
 };
+
+// Divides `pool` workers among `jobs` (their need, consumers, priority,
+// min_workers and remaining_seconds set) and sets each job's `allocated` and
+// `allocation_reason`:
+//   1. min_workers first, higher priority first, until the pool runs out;
+//      then one worker to each starved job (its demand is read from it);
+//   2. then the next worker goes where it removes the most trainer wait,
+//      each job up to need × headroom. A job's trainers wait (1 - allocated
+//      / need) of the time, so a worker removes consumers / need
+//      trainer-seconds per second now; over the rest of the run, a job that
+//      gets its need sooner also finishes sooner and frees its workers. Jobs
+//      whose end is known are served shortest first by the worker-seconds
+//      they still need (need × remaining_seconds): the order that minimises
+//      their mean completion time (weighting by consumers instead, Smith's
+//      rule for total trainer-seconds, measured worse on the mean JCT of
+//      bench/autoscale_sim's tuning traces). Order: higher priority; then
+//      jobs whose end is known, fewest worker-seconds first; then the others
+//      by consumers / need; then the lower job id (the job that came first
+//      finishes first rather than all late);
+//   3. what is left when every job has need × headroom goes to the jobs in
+//      proportion to it.
+// Example (pool 10, headroom 1, no end known): job 1 (2 consumers, need 4),
+// job 2 (2 consumers, need 8), job 3 (1 consumer, need 6, min_workers 1).
+// Job 3 gets its minimum 1; job 1 removes 2/4 per worker: 4; job 2 removes
+// 2/8 and job 3 1/6: job 2 gets the remaining 5 of its 8, job 3 stays at 1.
+// Had job 2 60 s left (8 × 60 = 480 worker-seconds) and job 1 200 s (4 ×
+// 200 = 800), job 2 would get its 8 first and job 1 the last 1.
+void AllocateWorkers(double pool, double headroom,
+                     std::vector<JobEstimate>& jobs);
 
 class Autoscaler {
  public:
@@ -204,6 +257,25 @@ class Autoscaler {
     std::map<uint64_t, double> need_by_job;
     double headroom = 0;
   };
+
+  struct Census;
+  struct Estimate;
+
+  // One step each of Decide(), in order.
+  Census CountWorkers(const AutoscalerInput& input) const;
+  void EstimateDemand(const AutoscalerInput& input, Estimate& e,
+                      std::vector<std::string>& notes);
+  void EstimateCapacity(const Census& census, Estimate& e);
+  void FillUnmeasuredCapacity(Estimate& e) const;
+  void SumNeed(Estimate& e) const;
+  void MeasureNoise(Estimate& e) const;
+  void RecordHistory(absl::Time now, Estimate& e);
+  std::string ScaleUp(const AutoscalerInput& input, const Census& census,
+                      const Estimate& e, int& desired) const;
+  std::string ScaleDownOrHold(absl::Time now, const Estimate& e, int& desired);
+  std::vector<uint64_t> DrainVictims(const AutoscalerInput& input,
+                                     const Census& census, const Estimate& e,
+                                     int surplus) const;
 
   AutoscalerOptions options_;
   std::deque<HistoryEntry> history_;

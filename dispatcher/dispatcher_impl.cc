@@ -187,6 +187,13 @@ DispatcherImpl::DispatcherImpl(DispatcherOptions options)
                     "(label sluice_job).")
               .Register(options_.registry ? *options_.registry
                                           : *own_registry_)),
+      job_allocated_workers_(
+          prometheus::BuildGauge()
+              .Name("sluice_job_allocated_workers")
+              .Help("The job's share of the autoscaler's pool, in workers "
+                    "(label sluice_job); sluice status says why.")
+              .Register(options_.registry ? *options_.registry
+                                          : *own_registry_)),
       autoscaler_(AutoscalerOptions{
           .min_workers = static_cast<int>(options_.min_workers),
           .max_workers = static_cast<int>(

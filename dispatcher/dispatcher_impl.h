@@ -290,6 +290,7 @@ class DispatcherImpl {
     prometheus::Counter* consumer_wait = nullptr;
     prometheus::Counter* splits_reassigned = nullptr;
     prometheus::Gauge* consumers = nullptr;
+    prometheus::Gauge* allocated_workers = nullptr;
   };
   // A worker's cumulative elements and busy seconds (for all jobs or one),
   // and the capacity measured over the window since the previous decision.
@@ -431,6 +432,10 @@ class DispatcherImpl {
   // the label: live jobs never share a name).
   JobMetrics& MetricsFor(const DispatcherState::Job& job)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Where `job` comes in the hand-out: infinite when the pool is bounded and
+  // the last decision gave it nothing, else 0 (also for a job new since).
+  double AllocationLoad(const DispatcherState::Job& job) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One autoscaling decision from the window's signals (and, kLocal, drains).
   absl::Status Autoscale(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether consumer `index` of `job_id` counts as demand: it is not
@@ -466,6 +471,7 @@ class DispatcherImpl {
   prometheus::Family<prometheus::Counter>& job_consumer_wait_;
   prometheus::Family<prometheus::Counter>& job_splits_reassigned_;
   prometheus::Family<prometheus::Gauge>& job_consumers_;
+  prometheus::Family<prometheus::Gauge>& job_allocated_workers_;
 
   mutable absl::Mutex mu_;
   DispatcherState state_ ABSL_GUARDED_BY(mu_);
@@ -481,6 +487,9 @@ class DispatcherImpl {
   Autoscaler autoscaler_ ABSL_GUARDED_BY(mu_);
   AutoscalerDecision decision_ ABSL_GUARDED_BY(mu_);
   bool decided_ ABSL_GUARDED_BY(mu_) = false;
+  // While the pool is bounded (decision_.pool_bound): each job's share of
+  // the workers, which AssignSplits follows. Empty: splits by consumer only.
+  std::map<uint64_t, double> allocation_ ABSL_GUARDED_BY(mu_);
   absl::Time last_decision_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   int starting_workers_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t incarnation_ =

@@ -18,6 +18,27 @@ std::string JobLabel(const DispatcherState::Job& job) {
   return job.name.empty() ? absl::StrCat("id-", job.id) : job.name;
 }
 
+// Records the job's consumers have still to read before it completes: the
+// slots of this epoch not done and of the epochs after it, a split's records
+// each; 0 when it runs forever (num_epochs 0) or its consumers have no slot
+// list (parallel epochs). What AllocateWorkers ranks jobs by.
+double RemainingRecords(const DispatcherState::Job& job) {
+  const uint64_t epochs = job.config.num_epochs();
+  if (epochs == 0) return 0;
+  double slots = 0;
+  for (const DispatcherState::Consumer& c : job.consumers) {
+    if (c.finished) continue;
+    if (c.slots.empty()) return 0;
+    const double per_epoch = static_cast<double>(c.slots.size());
+    slots += per_epoch - static_cast<double>(std::min<uint64_t>(
+                             c.done, c.slots.size()));
+    if (c.epoch + 1 < epochs) {
+      slots += per_epoch * static_cast<double>(epochs - c.epoch - 1);
+    }
+  }
+  return slots * static_cast<double>(job.config.split_size());
+}
+
 }  // namespace
 
 void DispatcherImpl::UpdateGauges() {
@@ -58,6 +79,7 @@ void DispatcherImpl::UpdateGauges() {
     job_consumer_wait_.Remove(it->second.consumer_wait);
     job_splits_reassigned_.Remove(it->second.splits_reassigned);
     job_consumers_.Remove(it->second.consumers);
+    job_allocated_workers_.Remove(it->second.allocated_workers);
     it = job_metrics_.erase(it);
   }
 }
@@ -72,6 +94,7 @@ DispatcherImpl::JobMetrics& DispatcherImpl::MetricsFor(
     it->second.consumer_wait = &job_consumer_wait_.Add(labels);
     it->second.splits_reassigned = &job_splits_reassigned_.Add(labels);
     it->second.consumers = &job_consumers_.Add(labels);
+    it->second.allocated_workers = &job_allocated_workers_.Add(labels);
   }
   return it->second;
 }
@@ -149,7 +172,10 @@ absl::Status DispatcherImpl::Autoscale(absl::Time now) {
         state_.FindDataset(job.dataset_id);
     in.jobs.push_back(
         {.job_id = id,
-         .batch_size = dataset != nullptr ? dataset->batch_size : uint64_t{1}});
+         .batch_size = dataset != nullptr ? dataset->batch_size : uint64_t{1},
+         .priority = job.config.priority(),
+         .min_workers = static_cast<int>(job.config.min_workers()),
+         .remaining_elements = RemainingRecords(job)});
     for (const DispatcherState::Consumer& c : job.consumers) {
       if (!LiveConsumer(id, c, now)) continue;
       ConsumerSignal& signal = consumer_signals_.at({id, c.index});
@@ -185,6 +211,14 @@ absl::Status DispatcherImpl::Autoscale(absl::Time now) {
   decision_ = std::move(decision);
   decided_ = true;
   last_decision_ = now;
+  // A job that left is in no decision: its share is 0 from now on.
+  allocation_.clear();
+  std::map<uint64_t, double> allocated;
+  for (const JobEstimate& e : decision_.jobs) allocated[e.job_id] = e.allocated;
+  for (const auto& [id, job] : state_.jobs()) {
+    MetricsFor(job).allocated_workers->Set(allocated[id]);
+  }
+  if (decision_.pool_bound) allocation_ = std::move(allocated);
   if (options_.scaler == DispatcherOptions::Scaler::kLocal) {
     for (uint64_t id : decision_.drain) {
       const DispatcherState::Worker* worker = state_.FindWorker(id);
@@ -239,6 +273,7 @@ absl::Status DispatcherImpl::DoGetStatus(const proto::GetStatusRequest& request,
   for (uint64_t id : decision_.drain) response->add_drain(id);
   response->set_min_workers(options_.min_workers);
   response->set_max_workers(options_.max_workers);
+  response->set_pool_bound(decided_ && decision_.pool_bound);
   for (const auto& [id, job] : state_.jobs()) {
     proto::JobStatus* j = response->add_jobs();
     j->set_job_id(id);
@@ -252,7 +287,11 @@ absl::Status DispatcherImpl::DoGetStatus(const proto::GetStatusRequest& request,
       j->set_demand_elements_per_second(e.demand);
       j->set_capacity_elements_per_second(e.capacity);
       j->set_need_workers(e.need);
+      j->set_allocated_workers(e.allocated);
+      j->set_allocation_reason(e.allocation_reason);
     }
+    j->set_priority(job.config.priority());
+    j->set_min_workers(job.config.min_workers());
     for (const DispatcherState::Consumer& c : job.consumers) {
       proto::ConsumerStatus* cs = j->add_consumers();
       cs->set_consumer_index(c.index);

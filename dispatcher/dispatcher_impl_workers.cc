@@ -2,6 +2,7 @@
 // the splits it hands out, losing a worker, drains).
 
 #include <algorithm>
+#include <limits>
 #include <set>
 #include <string>
 #include <vector>
@@ -68,22 +69,42 @@ absl::Status DispatcherImpl::DoWorkerRegister(
   return absl::OkStatus();
 }
 
+double DispatcherImpl::AllocationLoad(const DispatcherState::Job& job) const {
+  if (allocation_.empty()) return 0;
+  // A job the last decision did not see (new since) is not held back: its
+  // first splits are what its demand is read from.
+  auto it = allocation_.find(job.id);
+  return it != allocation_.end() && it->second <= 0
+             ? std::numeric_limits<double>::infinity()
+             : 0;
+}
+
 absl::Status DispatcherImpl::AssignSplits(uint64_t worker_id, int free,
                                           proto::WorkerHeartbeatResponse* out) {
   // Each pick: the consumer with the fewest splits in production, ties to the
   // lowest (job, consumer); its lowest pending position. The state's indexes
   // (Consumer::pending, in_production) make a pick one pass over the consumers.
+  // While the pool is bounded (allocation_ set), a job allocated nothing gets
+  // splits only when no allocated job has one pending. (Among allocated jobs
+  // the rule stays per consumer: weighting splits in production by the
+  // allocation starves a slow job's read-ahead without saving worker time,
+  // since its producers block on a full queue.)
   while (free > 0) {
     const DispatcherState::Job* best_job = nullptr;
     const DispatcherState::Consumer* best = nullptr;
+    double best_load = 0;
     for (const auto& [job_id, job] : state_.jobs()) {
       if (job.config.mode() != proto::PROCESSING_MODE_DISTRIBUTED_EPOCH)
         continue;
+      const double load = AllocationLoad(job);
       for (const DispatcherState::Consumer& consumer : job.consumers) {
         if (consumer.pending.empty()) continue;
-        if (best == nullptr || consumer.in_production < best->in_production) {
+        if (best == nullptr || load < best_load ||
+            (load == best_load &&
+             consumer.in_production < best->in_production)) {
           best = &consumer;
           best_job = &job;
+          best_load = load;
         }
       }
     }

@@ -9,6 +9,7 @@
 // SERVING while it serves. Shared flags (--metrics-address, --log-format,
 // --tls-*, --auth-token-file, SLUICE_<FLAG> environment variables):
 // common/service/server_main.h; security: docs/security.md.
+#include <cmath>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -40,6 +41,10 @@ struct Flags {
   std::string scaler = "none";
   uint32_t min_workers = 1;
   uint32_t max_workers = 64;
+  // A CPU budget for the pool: at most floor(max_cpus / worker_cpus)
+  // workers (0: no CPU budget).
+  double max_cpus = 0;
+  double worker_cpus = 1;
   absl::Duration scale_period = absl::Seconds(2);
   absl::Duration scale_down_window = absl::Seconds(30);
 };
@@ -89,6 +94,26 @@ int Run(const Flags& flags) {
                                            : DispatcherOptions::Scaler::kNone;
   options.min_workers = flags.min_workers;
   options.max_workers = flags.max_workers;
+  if (flags.max_cpus < 0 || !(flags.worker_cpus > 0)) {
+    logger->error("--max-cpus must be >= 0 and --worker-cpus positive");
+    return 2;
+  }
+  if (flags.max_cpus > 0) {
+    const double by_cpus = std::floor(flags.max_cpus / flags.worker_cpus);
+    if (by_cpus < flags.min_workers) {
+      logger->error(
+          "--max-cpus {} holds {} workers of --worker-cpus {}, fewer than "
+          "--min-workers {}",
+          flags.max_cpus, by_cpus, flags.worker_cpus, flags.min_workers);
+      return 2;
+    }
+    options.max_workers = static_cast<uint32_t>(
+        std::min<double>(by_cpus, flags.max_workers));
+    logger->info("autoscaler: at most {} workers (--max-cpus {} / "
+                 "--worker-cpus {}, --max-workers {})",
+                 options.max_workers, flags.max_cpus, flags.worker_cpus,
+                 flags.max_workers);
+  }
   options.scale_period = flags.scale_period;
   options.scale_down_window = flags.scale_down_window;
 
@@ -194,6 +219,14 @@ int main(int argc, char** argv) {
   app.add_option("--min-workers", flags.min_workers, "Autoscaler lower bound")
       ->capture_default_str();
   app.add_option("--max-workers", flags.max_workers, "Autoscaler upper bound")
+      ->capture_default_str();
+  app.add_option("--max-cpus", flags.max_cpus,
+                 "CPU budget for the workers: at most max-cpus / worker-cpus "
+                 "of them (0: none); the pool is divided among the jobs when "
+                 "it binds")
+      ->capture_default_str();
+  app.add_option("--worker-cpus", flags.worker_cpus,
+                 "CPUs one worker uses, for --max-cpus")
       ->capture_default_str();
   sluice::AddDurationOption(app, "--scale-period", &flags.scale_period,
                             "How often the autoscaler decides");

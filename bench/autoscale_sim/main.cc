@@ -7,11 +7,17 @@
 //   autoscale_sim [--csv out.csv] [--series series.csv] [--seed 1]
 //                 [--seeds 20] [--headroom 1.05] [--reasons]
 //                 [--bench-trace bench.csv --bench-startup 0.6 ...]
+//   autoscale_sim --trace FILE... [--seeds 5]
+//                 replays trace files (trace.h) instead: per trace and
+//                 policy, worker-seconds / oracle, trainer wait, periods to
+//                 converge, direction changes, mean and p90 job completion
+//                 time, and the goals against the best peer.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/autoscale_sim/sim.h"
+#include "bench/autoscale_sim/trace.h"
 
 namespace sluice::autoscale_sim {
 namespace {
@@ -205,8 +212,257 @@ Metrics Measure(const Scenario& s, const RunResult& r, const WorldOptions& o) {
 
 struct PolicyFactory {
   std::string name;
-  std::function<std::unique_ptr<Policy>()> make;
+  // The policy for a pool of at most `max_workers` (the dispatcher's
+  // --max-workers).
+  std::function<std::unique_ptr<Policy>(int max_workers)> make;
 };
+
+// What --trace reports for one run.
+struct TraceMetrics {
+  double cost_ratio = 0;   // worker-seconds / oracle's
+  double wait = 0;         // trainer-seconds waiting / trainer-seconds
+  double converge = 0;     // mean periods to converge over converged events
+  int events = 0;
+  int never = 0;           // events after which it never converged
+  int direction_changes = 0;
+  double jct_mean = 0;     // over jobs with work that completed
+  double jct_p90 = 0;
+  int jobs_with_work = 0;
+  int unfinished = 0;      // jobs with work that did not complete
+};
+
+// Periods from each event (a load step, a job completing) until the decision
+// enters the oracle's band and stays there until the next event.
+void MeasureConvergence(const Scenario& s, const RunResult& r,
+                        const WorldOptions& o, TraceMetrics& m) {
+  std::vector<double> events;
+  for (const LoadStep& step : s.steps) events.push_back(step.at);
+  for (const JobRecord& j : r.jobs) {
+    if (j.completed >= 0) events.push_back(j.completed);
+  }
+  std::sort(events.begin(), events.end());
+  events.erase(std::unique(events.begin(), events.end(),
+                           [](double a, double b) { return b - a < 1e-6; }),
+               events.end());
+  const int max_workers = s.max_workers > 0 ? s.max_workers : o.max_workers;
+  WorldOptions bounded = o;
+  bounded.max_workers = max_workers;
+  double sum = 0;
+  for (size_t e = 0; e < events.size(); ++e) {
+    const double end = e + 1 < events.size() ? events[e + 1] : s.duration + 1;
+    std::vector<const PeriodRecord*> segment;
+    for (const PeriodRecord& p : r.periods) {
+      if (p.time > events[e] + 1e-9 && p.time <= end + 1e-9) {
+        segment.push_back(&p);
+      }
+    }
+    if (segment.empty()) continue;
+    const double need = segment.back()->need;
+    const int low = OracleWorkers(need, bounded);
+    const int high = std::min(max_workers,
+                              std::max(OracleWorkers(need * 1.25, bounded),
+                                       low + 1));
+    int first_ok = -1;
+    for (size_t i = 0; i < segment.size(); ++i) {
+      const bool ok =
+          segment[i]->desired >= low && segment[i]->desired <= high;
+      if (!ok) {
+        first_ok = -1;
+      } else if (first_ok < 0) {
+        first_ok = static_cast<int>(i);
+      }
+    }
+    ++m.events;
+    if (first_ok < 0) {
+      ++m.never;
+    } else {
+      sum += first_ok + 1;
+    }
+  }
+  const int converged = m.events - m.never;
+  m.converge = converged > 0 ? sum / converged : 0;
+}
+
+TraceMetrics MeasureTrace(const Scenario& s, const RunResult& r,
+                          const WorldOptions& o) {
+  TraceMetrics m;
+  m.cost_ratio = r.oracle_worker_seconds > 0
+                     ? r.worker_seconds / r.oracle_worker_seconds
+                     : 0;
+  m.wait = r.trainer_seconds > 0 ? r.wait_seconds / r.trainer_seconds : 0;
+  MeasureConvergence(s, r, o, m);
+  int last_sign = 0, previous = -1;
+  for (const PeriodRecord& p : r.periods) {
+    if (previous >= 0 && p.desired != previous) {
+      const int sign = p.desired > previous ? 1 : -1;
+      if (last_sign != 0 && sign != last_sign) ++m.direction_changes;
+      last_sign = sign;
+    }
+    previous = p.desired;
+  }
+  std::vector<double> jct;
+  std::map<uint64_t, double> work;
+  for (const JobSpec& j : s.jobs) work[j.id] = j.work;
+  for (const LoadStep& step : s.steps) {
+    if (step.kind == LoadStep::Kind::kAddJob) {
+      work[step.job_spec.id] = step.job_spec.work;
+    }
+  }
+  for (const JobRecord& j : r.jobs) {
+    if (work[j.id] <= 0) continue;
+    ++m.jobs_with_work;
+    if (j.completed < 0) {
+      ++m.unfinished;
+      // Counted as running to the end: a lower bound on its JCT.
+      jct.push_back(s.duration - j.arrived);
+    } else {
+      jct.push_back(j.completed - j.arrived);
+    }
+  }
+  if (!jct.empty()) {
+    double sum = 0;
+    for (double x : jct) sum += x;
+    m.jct_mean = sum / static_cast<double>(jct.size());
+    std::sort(jct.begin(), jct.end());
+    // Nearest rank.
+    const size_t rank = static_cast<size_t>(
+        std::ceil(0.9 * static_cast<double>(jct.size())));
+    m.jct_p90 = jct[std::max<size_t>(rank, 1) - 1];
+  }
+  return m;
+}
+
+struct Range {
+  double sum = 0, min = 1e300, max = -1e300;
+  int n = 0;
+  void Add(double x) {
+    sum += x;
+    min = std::min(min, x);
+    max = std::max(max, x);
+    ++n;
+  }
+  double mean() const { return n > 0 ? sum / n : 0; }
+};
+
+int RunTraces(const std::vector<std::string>& paths,
+              const std::vector<PolicyFactory>& policies,
+              const WorldOptions& o, int seeds,
+              const dispatcher::AutoscalerOptions& sluice_options) {
+  std::vector<Scenario> scenarios;
+  for (const std::string& path : paths) {
+    absl::StatusOr<Scenario> s = ReadTrace(path);
+    if (!s.ok()) {
+      std::fprintf(stderr, "autoscale_sim: %s\n",
+                   std::string(s.status().message()).c_str());
+      return 2;
+    }
+    scenarios.push_back(*std::move(s));
+  }
+  absl::PrintF(
+      "# period %.0f s, start-up %.0f s, cold %.0f s at %.0f%%, speed jitter "
+      "+-%.0f%%, measurement noise +-%.0f%%, seeds 1..%d, sluice headroom "
+      "%.2f (noise z %.1f, at least %.2f)\n",
+      o.period, o.startup_delay, o.cold_seconds, o.cold_speed * 100,
+      o.speed_jitter * 100, o.measure_noise * 100, seeds,
+      sluice_options.headroom, sluice_options.noise_z,
+      sluice_options.min_headroom);
+  absl::PrintF(
+      "# per policy: mean over seeds (min-max); converge = mean periods from "
+      "an event until the count stays in the oracle's band (never: events it "
+      "never settled after, over all seeds)\n");
+  for (const Scenario& s : scenarios) {
+    absl::PrintF(
+        "\n%s (max_workers %d)\n\n| policy | worker-s / oracle | trainer "
+        "wait | periods to converge | never | direction changes | mean JCT s "
+        "| p90 JCT s | unfinished |\n|---|---|---|---|---|---|---|---|---|\n",
+        s.name, s.max_workers > 0 ? s.max_workers : o.max_workers);
+    struct Summary {
+      std::string name;
+      Range cost, wait, converge, changes, jct, p90;
+      int never = 0, events = 0, unfinished = 0, jobs = 0;
+    };
+    std::vector<Summary> summaries;
+    for (const PolicyFactory& f : policies) {
+      Summary sum{.name = f.name};
+      for (int seed = 1; seed <= seeds; ++seed) {
+        WorldOptions so = o;
+        so.seed = static_cast<uint64_t>(seed);
+        std::unique_ptr<Policy> policy =
+            f.make(s.max_workers > 0 ? s.max_workers : o.max_workers);
+        const RunResult r = Run(s, *policy, so);
+        const TraceMetrics m = MeasureTrace(s, r, so);
+        sum.cost.Add(m.cost_ratio);
+        sum.wait.Add(100 * m.wait);
+        if (m.events > m.never) sum.converge.Add(m.converge);
+        sum.never += m.never;
+        sum.events += m.events;
+        sum.changes.Add(m.direction_changes);
+        sum.jobs = m.jobs_with_work;
+        if (m.jobs_with_work > 0) {
+          sum.jct.Add(m.jct_mean);
+          sum.p90.Add(m.jct_p90);
+        }
+        sum.unfinished += m.unfinished;
+      }
+      const std::string jct =
+          sum.jobs > 0 ? absl::StrFormat("%.1f (%.1f-%.1f)", sum.jct.mean(),
+                                         sum.jct.min, sum.jct.max)
+                       : "-";
+      const std::string p90 =
+          sum.jobs > 0 ? absl::StrFormat("%.1f", sum.p90.mean()) : "-";
+      absl::PrintF(
+          "| %s | %.3f (%.2f-%.2f) | %.1f%% (%.1f-%.1f) | %s | %d/%d | %.1f "
+          "(max %.0f) | %s | %s | %d |\n",
+          f.name, sum.cost.mean(), sum.cost.min, sum.cost.max, sum.wait.mean(),
+          sum.wait.min, sum.wait.max,
+          sum.converge.n > 0 ? absl::StrFormat("%.1f", sum.converge.mean())
+                             : "-",
+          sum.never, sum.events, sum.changes.mean(), sum.changes.max, jct, p90,
+          sum.unfinished);
+      summaries.push_back(sum);
+    }
+    // The goals, against the best faithful peer.
+    const Summary& sl = summaries[0];
+    if (sl.jobs >= 2) {
+      double best = 1e300;
+      std::string who;
+      for (size_t i = 1; i < summaries.size(); ++i) {
+        if (summaries[i].jct.mean() < best) {
+          best = summaries[i].jct.mean();
+          who = summaries[i].name;
+        }
+      }
+      absl::PrintF(
+          "\nmean JCT: best peer (%s) %.1f s / sluice %.1f s = %.2fx\n", who,
+          best, sl.jct.mean(), best / sl.jct.mean());
+    } else {
+      // The best peer that feeds the trainers as well (trainer wait at most
+      // one point above sluice's): fewer worker-seconds bought with waiting
+      // trainers is not a saving.
+      double best = 1e300;
+      std::string who;
+      for (size_t i = 1; i < summaries.size(); ++i) {
+        if (summaries[i].wait.mean() <= sl.wait.mean() + 1 &&
+            summaries[i].cost.mean() < best) {
+          best = summaries[i].cost.mean();
+          who = summaries[i].name;
+        }
+      }
+      if (who.empty()) {
+        absl::PrintF(
+            "\nworker-seconds: sluice %.3f; no peer keeps trainer wait within "
+            "1 point of sluice's %.1f%%\n",
+            sl.cost.mean(), sl.wait.mean());
+      } else {
+        absl::PrintF(
+            "\nworker-seconds: sluice %.3f / best peer at no more wait (%s) "
+            "%.3f = %.3f\n",
+            sl.cost.mean(), who, best, sl.cost.mean() / best);
+      }
+    }
+  }
+  return 0;
+}
 
 int Main(int argc, char** argv) {
   CLI::App app{"sluice autoscaling policies in a discrete-event simulator"};
@@ -244,6 +500,11 @@ int Main(int argc, char** argv) {
   app.add_option("--bench-b-end", bench.b_end, "job B ends (s)");
   app.add_option("--bench-startup", bench_startup,
                  "worker start-up delay measured on the real run (s)");
+  std::vector<std::string> trace_paths;
+  app.add_option("--trace", trace_paths,
+                 "replay these trace files (bench/autoscale_sim/trace.h) "
+                 "instead of the built-in steps; per policy over --seeds")
+      ->check(CLI::ExistingFile);
   CLI11_PARSE(app, argc, argv);
 
   dispatcher::AutoscalerOptions sluice_options;
@@ -254,18 +515,29 @@ int Main(int argc, char** argv) {
   sluice_options.noise_z = noise_z;
   sluice_options.min_headroom = min_headroom;
   const std::vector<PolicyFactory> policies = {
-      {"sluice", [&] { return MakeSluicePolicy(sluice_options); }},
+      {"sluice",
+       [&](int max_workers) {
+         dispatcher::AutoscalerOptions so = sluice_options;
+         so.max_workers = max_workers;
+         return MakeSluicePolicy(so);
+       }},
       {"cachew",
-       [&] { return MakeCachewPolicy(o.min_workers, o.max_workers); }},
-      {"cachew-up",
-       [&] {
-         return MakeCachewPolicy(o.min_workers, o.max_workers,
-                                 /*probe_down=*/false);
+       [&](int max_workers) {
+         return MakeCachewPolicy(o.min_workers, max_workers);
        }},
       {"tf.data",
-       [&] { return MakeTfDataPolicy(o.min_workers, o.max_workers); }},
-      {"hpa-cpu", [&] { return MakeHpaPolicy(o.min_workers, o.max_workers); }},
+       [&](int max_workers) {
+         return MakeTfDataPolicy(o.min_workers, max_workers);
+       }},
+      {"hpa-cpu",
+       [&](int max_workers) {
+         return MakeHpaPolicy(o.min_workers, max_workers, o.period);
+       }},
   };
+  if (!trace_paths.empty()) {
+    return RunTraces(trace_paths, policies, o, std::max(1, seeds),
+                     sluice_options);
+  }
 
   std::printf(
       "# period %.0f s, start-up %.0f s, cold %.0f s at %.0f%%, speed jitter "
@@ -283,7 +555,7 @@ int Main(int argc, char** argv) {
       "worker_seconds_ratio,direction_changes\n";
   for (const Scenario& s : StepScenarios()) {
     for (const PolicyFactory& f : policies) {
-      std::unique_ptr<Policy> policy = f.make();
+      std::unique_ptr<Policy> policy = f.make(o.max_workers);
       const RunResult r = Run(s, *policy, o);
       const Metrics m = Measure(s, r, o);
       const std::string converge =
@@ -318,7 +590,7 @@ int Main(int argc, char** argv) {
         for (int seed = 1; seed <= seeds; ++seed) {
           WorldOptions so = o;
           so.seed = static_cast<uint64_t>(seed);
-          std::unique_ptr<Policy> policy = f.make();
+          std::unique_ptr<Policy> policy = f.make(o.max_workers);
           const Metrics m = Measure(s, Run(s, *policy, so), so);
           if (m.converge < 0) {
             ++never;
@@ -350,7 +622,7 @@ int Main(int argc, char** argv) {
               "demand x2 @41 s, second job @81 s, cost x3 @121 s, worker lost "
               "@161 s, all stop @201 s");
   for (const PolicyFactory& f : policies) {
-    std::unique_ptr<Policy> policy = f.make();
+    std::unique_ptr<Policy> policy = f.make(o.max_workers);
     const RunResult r = Run(combined, *policy, o);
     for (const PeriodRecord& p : r.periods) {
       absl::StrAppendFormat(&series, "%s,%.1f,%d,%d,%d,%.0f,%.4f\n", f.name,
@@ -381,7 +653,7 @@ int Main(int argc, char** argv) {
       for (int seed = 1; seed <= seeds; ++seed) {
         WorldOptions so = o;
         so.seed = static_cast<uint64_t>(seed);
-        std::unique_ptr<Policy> policy = f.make();
+        std::unique_ptr<Policy> policy = f.make(o.max_workers);
         const RunResult r = Run(combined, *policy, so);
         const double ratio = r.worker_seconds / r.oracle_worker_seconds;
         ratio_sum += ratio;

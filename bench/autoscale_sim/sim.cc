@@ -42,6 +42,8 @@ struct Job {
   // report, as the dispatcher's does, not at the last tick.
   double arrived = -kInf;
   double buffer = 0;  // elements
+  double consumed_total = 0;
+  double completed = -1;
   // This period:
   double consumed = 0;
   double wait = 0;  // seconds a consumer waited (all consumers alike)
@@ -60,7 +62,9 @@ class World {
  public:
   World(const Scenario& s, Policy& policy, const WorldOptions& o)
       : s_(s), policy_(policy), o_(o) {
-    for (const JobSpec& j : s.jobs) jobs_.push_back(Job{.spec = j});
+    for (const JobSpec& j : s.jobs) {
+      jobs_.push_back(Job{.spec = j, .arrived = 0});
+    }
     for (Job& j : jobs_) j.buffer = j.capacity();  // steady state: full
     int n = s.initial_workers;
     if (n <= 0) n = OracleWorkers(Need(), o);
@@ -84,7 +88,13 @@ class World {
         const double warm = w.ready_at + o_.cold_seconds;
         if (warm > t + kEps) t_next = std::min(t_next, warm);
       }
-      Advance(t, t_next);
+      const double reached = Advance(t, t_next);
+      if (reached < t_next - kEps) {
+        // A job ran its epochs: its consumers left.
+        t = reached;
+        if (t > last_tick_ + kEps) Decide(t, t - last_tick_, /*tick=*/false);
+        continue;
+      }
       t = t_next;
       // A tick measures the period that ends now, before a step at the
       // same time changes anything.
@@ -99,10 +109,14 @@ class World {
         Apply(step, t);
         if ((step.kind == LoadStep::Kind::kAllStop ||
              step.kind == LoadStep::Kind::kJobStop) &&
-            policy_.decides_when_demand_leaves() && t > last_tick_ + kEps) {
-          Decide(t, t - last_tick_);
+            t > last_tick_ + kEps) {
+          Decide(t, t - last_tick_, /*tick=*/false);
         }
       }
+    }
+    for (const Job& j : jobs_) {
+      result_.jobs.push_back(
+          {.id = j.spec.id, .arrived = j.arrived, .completed = j.completed});
     }
     return result_;
   }
@@ -126,37 +140,49 @@ class World {
     return s;
   }
 
-  // Max-min fair shares of `total` worker-seconds/s among jobs capped at
-  // `caps`.
+  // Shares of `total` worker-seconds/s among jobs capped at `caps`, in
+  // proportion to `weights` (water-filling: what a capped job leaves goes to
+  // the others); then what is left max-min fairly among the jobs of weight 0.
   static std::vector<double> Share(double total,
-                                   const std::vector<double>& caps) {
+                                   const std::vector<double>& caps,
+                                   const std::vector<double>& weights) {
     std::vector<double> a(caps.size(), 0);
-    std::vector<size_t> open;
-    for (size_t i = 0; i < caps.size(); ++i) {
-      if (caps[i] > 0) open.push_back(i);
-    }
     double remaining = total;
-    while (!open.empty()) {
-      const double share = remaining / static_cast<double>(open.size());
-      std::vector<size_t> next;
-      for (size_t i : open) {
-        if (caps[i] <= share) {
-          a[i] = caps[i];
-          remaining -= caps[i];
-        } else {
-          next.push_back(i);
+    auto fill = [&](const std::vector<double>& w) {
+      std::vector<size_t> open;
+      for (size_t i = 0; i < caps.size(); ++i) {
+        if (caps[i] > 0 && w[i] > 0 && a[i] == 0) open.push_back(i);
+      }
+      while (!open.empty() && remaining > kEps) {
+        double sum = 0;
+        for (size_t i : open) sum += w[i];
+        std::vector<size_t> next;
+        for (size_t i : open) {
+          if (caps[i] <= remaining * w[i] / sum) {
+            a[i] = caps[i];
+          } else {
+            next.push_back(i);
+          }
         }
+        if (next.size() == open.size()) {
+          for (size_t i : open) a[i] = remaining * w[i] / sum;
+          remaining = 0;
+          break;
+        }
+        for (size_t i : open) {
+          if (a[i] > 0) remaining -= a[i];
+        }
+        open = std::move(next);
       }
-      if (next.size() == open.size()) {
-        for (size_t i : open) a[i] = share;
-        break;
-      }
-      open = std::move(next);
-    }
+    };
+    fill(weights);
+    fill(std::vector<double>(caps.size(), 1.0));
     return a;
   }
 
-  void Advance(double t0, double t1) {
+  // Runs the world from t0 towards t1; returns where it stopped: t1, or
+  // earlier when a job completed.
+  double Advance(double t0, double t1) {
     // Speeds are constant on (t0, t1): every change is an event.
     const double mid = (t0 + t1) / 2;
     std::vector<double> speed(workers_.size());
@@ -167,6 +193,11 @@ class World {
     }
     int provisioned = static_cast<int>(workers_.size());
     const int oracle = OracleWorkers(Need(), o_);
+    std::vector<double> weights(jobs_.size(), allocation_.empty() ? 1.0 : 0);
+    for (size_t j = 0; j < jobs_.size(); ++j) {
+      auto it = allocation_.find(jobs_[j].spec.id);
+      if (it != allocation_.end()) weights[j] = it->second;
+    }
     int guard = 0;
     while (t0 < t1 - kEps && guard++ < 1000) {
       std::vector<double> caps(jobs_.size());
@@ -175,7 +206,7 @@ class World {
         const bool full = job.buffer >= job.capacity() - kEps;
         caps[j] = !job.active ? 0 : full ? job.demand() * job.spec.cost : kInf;
       }
-      const std::vector<double> a = Share(total, caps);
+      const std::vector<double> a = Share(total, caps, weights);
       double dt = t1 - t0;
       std::vector<double> produced(jobs_.size()), consumed(jobs_.size());
       for (size_t j = 0; j < jobs_.size(); ++j) {
@@ -190,15 +221,34 @@ class World {
         } else if (rate < -kEps && !empty) {
           dt = std::min(dt, job.buffer / -rate);
         }
+        if (job.active && job.spec.work > 0 && consumed[j] > kEps) {
+          dt = std::min(dt, (job.spec.work - job.consumed_total) / consumed[j]);
+        }
       }
       dt = std::max(dt, kEps);
+      bool completed = false;
       for (size_t j = 0; j < jobs_.size(); ++j) {
         Job& job = jobs_[j];
         job.buffer += (produced[j] - consumed[j]) * dt;
         if (job.buffer < kEps) job.buffer = 0;
         if (job.buffer > job.capacity() - kEps) job.buffer = job.capacity();
         job.consumed += consumed[j] * dt;
-        if (job.demand() > 0) job.wait += (1 - consumed[j] / job.demand()) * dt;
+        job.consumed_total += consumed[j] * dt;
+        if (job.demand() > 0) {
+          const double waited = (1 - consumed[j] / job.demand()) * dt;
+          job.wait += waited;
+          if (t0 >= s_.measure_from - kEps) {
+            result_.wait_seconds += waited * job.spec.consumers;
+            result_.trainer_seconds += dt * job.spec.consumers;
+          }
+        }
+        if (job.active && job.spec.work > 0 &&
+            job.consumed_total >= job.spec.work - 1e-6) {
+          job.active = false;
+          job.completed = t0 + dt;
+          jobs_left_.push_back(job.spec.id);
+          completed = true;
+        }
         if (total <= 0) continue;
         for (size_t i = 0; i < workers_.size(); ++i) {
           if (speed[i] <= 0) continue;
@@ -212,15 +262,19 @@ class World {
         result_.oracle_worker_seconds += oracle * dt;
       }
       t0 += dt;
+      if (completed) return t0;
     }
+    return t1;
   }
 
   // What the heartbeats carried over the last `window` seconds (the period,
   // or less for a decision between ticks).
-  Observation Observe(double t, double window) const {
+  Observation Observe(double t, double window, bool tick) const {
     const int64_t k = PeriodIndex(t);
     Observation obs;
     obs.now = t;
+    obs.tick = tick;
+    obs.jobs_left = jobs_left_;
     dispatcher::AutoscalerInput& in = obs.input;
     in.now = At(t);
     bool all_full = true;
@@ -246,6 +300,7 @@ class World {
       double busy = 0, elements = 0;
       for (const auto& [job, b] : w.busy) {
         busy += b;
+        obs.workers_used[job] += b / std::max(kEps, window);
         elements += w.elements.at(job);
         if (b > kEps) {
           ws.capacity.push_back(
@@ -272,7 +327,14 @@ class World {
     obs.provisioned = obs.ready + obs.starting;
     for (const Job& j : jobs_) {
       if (!j.active) continue;
-      in.jobs.push_back({.job_id = j.spec.id, .batch_size = j.spec.batch_size});
+      in.jobs.push_back({.job_id = j.spec.id,
+                         .batch_size = j.spec.batch_size,
+                         .priority = j.spec.priority,
+                         .min_workers = j.spec.min_workers,
+                         .remaining_elements =
+                             j.spec.work > 0 ? j.spec.work - j.consumed_total
+                                             : 0});
+      obs.queued_elements[j.spec.id] = j.buffer;
       const double measured = std::max(kEps, std::min(window, t - j.arrived));
       const double per_consumer = j.consumed / j.spec.consumers /
                                   static_cast<double>(j.spec.batch_size) /
@@ -294,18 +356,20 @@ class World {
   }
 
   // Asks the policy and actuates; returns the clamped count.
-  int Decide(double t, double window) {
-    PolicyDecision decision = policy_.Decide(Observe(t, window));
+  int Decide(double t, double window, bool tick) {
+    PolicyDecision decision = policy_.Decide(Observe(t, window, tick));
+    jobs_left_.clear();
     const int desired =
         std::clamp(decision.desired, o_.min_workers, o_.max_workers);
     Actuate(desired, decision.drain, t);
+    allocation_ = std::move(decision.allocation);
     return desired;
   }
 
   void Tick(double t) {
     int ready = 0;
     for (const Worker& w : workers_) ready += w.ready_at > t + kEps ? 0 : 1;
-    const int desired = Decide(t, o_.period);
+    const int desired = Decide(t, o_.period, /*tick=*/true);
     double wait = 0, demand = 0, served = 0;
     int consumers = 0;
     for (const Job& j : jobs_) {
@@ -395,11 +459,17 @@ class World {
         break;
       }
       case LoadStep::Kind::kAllStop:
-        for (Job& j : jobs_) j.active = false;
+        for (Job& j : jobs_) {
+          if (j.active) jobs_left_.push_back(j.spec.id);
+          j.active = false;
+        }
         break;
       case LoadStep::Kind::kJobStop:
         for (Job& j : jobs_) {
-          if (j.spec.id == step.job) j.active = false;
+          if (j.spec.id == step.job && j.active) {
+            j.active = false;
+            jobs_left_.push_back(j.spec.id);
+          }
         }
         break;
     }
@@ -412,6 +482,8 @@ class World {
   std::vector<Worker> workers_;
   double last_tick_ = 0;
   uint64_t next_id_ = 1;
+  std::map<uint64_t, double> allocation_;  // the last decision's
+  std::vector<uint64_t> jobs_left_;        // since the last decision
   RunResult result_;
 };
 
@@ -433,7 +505,9 @@ int OracleWorkers(double need, const WorldOptions& options) {
 
 RunResult Run(const Scenario& scenario, Policy& policy,
               const WorldOptions& options) {
-  World world(scenario, policy, options);
+  WorldOptions o = options;
+  if (scenario.max_workers > 0) o.max_workers = scenario.max_workers;
+  World world(scenario, policy, o);
   return world.Run();
 }
 

@@ -17,9 +17,13 @@
 //
 // Every control period the simulator builds, from what the period's
 // heartbeats would carry, the same AutoscalerInput the dispatcher builds, and
-// asks a Policy for a worker count. The actuator (the same for every policy)
-// starts workers (ready after `startup_delay`), or cancels starting ones and
-// removes the policy's drain victims (else the newest workers).
+// asks a Policy for a worker count (and, for a policy that divides a bounded
+// pool, each job's share: the ready workers' time then goes to the jobs in
+// that proportion). Every policy is also asked at once when a job's trainers
+// leave or its epochs end. The actuator (the same for every policy) starts
+// workers (ready after `startup_delay`), or cancels starting ones and removes
+// the policy's drain victims (else the newest workers). A job with `work`
+// completes once its trainers consumed that many elements (its JCT).
 //
 // Deterministic: all noise comes from Rng(MixSeed({seed, worker or job,
 // period})), so every policy sees the same noise on the same trace.
@@ -27,6 +31,7 @@
 #define SLUICE_BENCH_AUTOSCALE_SIM_SIM_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,6 +47,11 @@ struct JobSpec {
   double step_seconds = 0.25;  // per consumer: demand = batch / step
   double cost = 1.0 / 120;     // worker-seconds per element
   int buffer_batches = 8;      // per consumer
+  // Elements the job consumes before it completes (its epochs); 0: runs
+  // until a kJobStop or the end of the trace.
+  double work = 0;
+  int priority = 0;     // job option: a higher one is served first
+  int min_workers = 0;  // job option: reserved before any need
 };
 
 // A change of the load at time `at` (seconds).
@@ -70,6 +80,8 @@ struct Scenario {
   int initial_workers = 0;  // 0: the oracle's count for the initial load
   // Metrics are taken from this time (the step) to the end.
   double measure_from = 30;
+  // The pool's bound for this trace (0: WorldOptions::max_workers).
+  int max_workers = 0;
 };
 
 struct WorldOptions {
@@ -99,11 +111,25 @@ struct Observation {
   // Per ready worker that was busy: elements (all jobs) per busy second,
   // with the same measurement noise.
   std::vector<double> throughput;
+  // Per live job: elements in its buffer (the clients' result queues) and
+  // how many workers' time it got over the period (Σ busy / period).
+  std::map<uint64_t, double> queued_elements;
+  std::map<uint64_t, double> workers_used;
+  // Jobs that left since the last call (ran their epochs or stopped).
+  std::vector<uint64_t> jobs_left;
+  // Whether this call is the periodic tick (false: an event between ticks,
+  // every job's consumers of which left).
+  bool tick = true;
 };
 
 struct PolicyDecision {
   int desired = 0;
   std::vector<uint64_t> drain;  // victims in order; empty: newest first
+  // Workers per job (real) for a policy that divides the pool: the ready
+  // workers' time goes to the jobs in proportion to it (a job whose buffer
+  // is full passes its surplus on). Empty: shared max-min fairly, as
+  // workers that serve every job's splits in turn do.
+  std::map<uint64_t, double> allocation;
 };
 
 class Policy {
@@ -113,18 +139,16 @@ class Policy {
   virtual PolicyDecision Decide(const Observation& obs) = 0;
   // Why the last decision was taken, if the policy says.
   virtual std::string last_reason() const { return ""; }
-  // Whether the policy is also asked at once when every consumer of a job
-  // leaves, between ticks (sluice's dispatcher does: DemandLeft), with what
-  // the heartbeats carried since the last tick.
-  virtual bool decides_when_demand_leaves() const { return false; }
 };
 
+// Every policy is asked every period and, with Observation::tick false, at
+// once when a job's consumers leave between ticks (what each does with that
+// is its own: the peers below react as their source does).
 std::unique_ptr<Policy> MakeSluicePolicy(dispatcher::AutoscalerOptions o);
-// probe_down false: Cachew's scale-up probing only ("cachew-up").
-std::unique_ptr<Policy> MakeCachewPolicy(int min_workers, int max_workers,
-                                         bool probe_down = true);
+std::unique_ptr<Policy> MakeCachewPolicy(int min_workers, int max_workers);
 std::unique_ptr<Policy> MakeTfDataPolicy(int min_workers, int max_workers);
-std::unique_ptr<Policy> MakeHpaPolicy(int min_workers, int max_workers);
+std::unique_ptr<Policy> MakeHpaPolicy(int min_workers, int max_workers,
+                                      double period);
 
 // One sample per control period.
 struct PeriodRecord {
@@ -140,10 +164,21 @@ struct PeriodRecord {
   double served = 0;  // elements/s consumed
 };
 
+struct JobRecord {
+  uint64_t id = 0;
+  double arrived = 0;
+  double completed = -1;  // -1: did not complete (no work, or trace ended)
+};
+
 struct RunResult {
   std::vector<PeriodRecord> periods;
+  std::vector<JobRecord> jobs;
   double worker_seconds = 0;  // from measure_from to the end
   double oracle_worker_seconds = 0;
+  // Trainer-seconds spent waiting and trainer-seconds in all, from
+  // measure_from to the end.
+  double wait_seconds = 0;
+  double trainer_seconds = 0;
 };
 
 // The fewest workers the true load needs (no noise, no start-up delay).

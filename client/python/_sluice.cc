@@ -327,7 +327,8 @@ std::unique_ptr<PyIterator> Open(PyClient& client, const std::string& spec,
                                  uint32_t num_consumers, bool deterministic,
                                  bool drop_remainder, uint64_t split_size,
                                  const std::optional<py::bytes>& restore,
-                                 const std::string& finish) {
+                                 const std::string& finish, int32_t priority,
+                                 uint32_t min_workers) {
   if (num_consumers == 0 || consumer_index >= num_consumers) {
     ThrowStatus(absl::InvalidArgumentError(absl::StrCat(
         "consumer_index ", consumer_index, " must be < num_consumers ",
@@ -344,6 +345,8 @@ std::unique_ptr<PyIterator> Open(PyClient& client, const std::string& spec,
   options.deterministic = deterministic;
   options.drop_remainder = drop_remainder;
   options.split_size = split_size;
+  options.priority = priority;
+  options.min_workers = min_workers;
   if (restore.has_value()) {
     options.restore_state = std::string(*restore);
   }
@@ -391,7 +394,8 @@ PYBIND11_MODULE(_sluice, m) {
            py::arg("consumer_index"), py::arg("num_consumers"),
            py::arg("deterministic"), py::arg("drop_remainder"),
            py::arg("split_size"), py::arg("restore_state"),
-           py::arg("finish") = "");
+           py::arg("finish") = "", py::arg("priority") = 0,
+           py::arg("min_workers") = 0);
   py::class_<PyIterator>(m, "Iterator")
       .def("next", &PyIterator::Next)
       .def("save_state", &PyIterator::SaveState)

@@ -597,5 +597,194 @@ TEST_F(AutoscalerTest, DrainingWorkersDoNotCount) {
   EXPECT_EQ(d.desired_workers, 7);  // within the window: no scale-down yet
 }
 
+JobEstimate Job(uint64_t id, int consumers, double need, int priority = 0,
+                int min_workers = 0) {
+  JobEstimate j;
+  j.job_id = id;
+  j.consumers = consumers;
+  j.need = need;
+  j.priority = priority;
+  j.min_workers = min_workers;
+  return j;
+}
+
+TEST(AllocateWorkers, WorkedExampleFromTheHeader) {
+  std::vector<JobEstimate> jobs = {Job(1, 2, 4), Job(2, 2, 8),
+                                   Job(3, 1, 6, /*priority=*/0,
+                                       /*min_workers=*/1)};
+  AllocateWorkers(/*pool=*/10, /*headroom=*/1, jobs);
+  EXPECT_DOUBLE_EQ(jobs[0].allocated, 4);
+  EXPECT_DOUBLE_EQ(jobs[1].allocated, 5);
+  EXPECT_DOUBLE_EQ(jobs[2].allocated, 1);
+  EXPECT_EQ(jobs[0].allocation_reason, "its need 4.00 x 1.00 headroom");
+  EXPECT_EQ(jobs[1].allocation_reason,
+            "5.00 of its need 8.00: the pool ran out (priority 0, 0.25 "
+            "trainers' wait removed per worker)");
+  EXPECT_EQ(jobs[2].allocation_reason,
+            "min_workers 1 of its need 6.00: priority 0, 0.17 trainers' wait "
+            "removed per worker");
+}
+
+TEST(AllocateWorkers, JobsWhoseEndIsKnownGoFewestWorkerSecondsFirst) {
+  // The header's example with job 2 60 s from its end and job 1 200 s:
+  // 8 x 60 = 480 < 4 x 200 = 800 worker-seconds: job 2 gets its 8, job 1
+  // the last 1.
+  std::vector<JobEstimate> jobs = {Job(1, 2, 4), Job(2, 2, 8),
+                                   Job(3, 1, 6, /*priority=*/0,
+                                       /*min_workers=*/1)};
+  jobs[0].remaining_seconds = 200;
+  jobs[1].remaining_seconds = 60;
+  AllocateWorkers(/*pool=*/10, /*headroom=*/1, jobs);
+  EXPECT_DOUBLE_EQ(jobs[0].allocated, 1);
+  EXPECT_DOUBLE_EQ(jobs[1].allocated, 8);
+  EXPECT_DOUBLE_EQ(jobs[2].allocated, 1);
+}
+
+TEST(AutoscalerAllocation, RemainingElementsGiveTheSecondsToTheEnd) {
+  Autoscaler scaler(AutoscalerOptions{.noise_z = 0});
+  AutoscalerInput in;
+  in.now = absl::FromUnixSeconds(1000);
+  in.jobs = {{.job_id = 1, .batch_size = 64, .remaining_elements = 51200}};
+  in.consumers = {{.job_id = 1, .batches_per_second = 4, .wait_fraction = 0.5}};
+  AutoscalerDecision d = scaler.Decide(in);
+  ASSERT_EQ(d.jobs.size(), 1u);
+  // demand 4 / 0.5 x 64 = 512 el/s: 51200 elements are 100 s.
+  EXPECT_DOUBLE_EQ(d.jobs[0].remaining_seconds, 100);
+}
+
+TEST(AllocateWorkers, AStarvedJobGetsOneWorkerToReadItsDemand) {
+  std::vector<JobEstimate> jobs = {Job(1, 2, 8), Job(2, 1, 0)};
+  jobs[1].starved = true;
+  AllocateWorkers(/*pool=*/6, /*headroom=*/1, jobs);
+  EXPECT_DOUBLE_EQ(jobs[0].allocated, 5);
+  EXPECT_DOUBLE_EQ(jobs[1].allocated, 1);
+  EXPECT_EQ(jobs[1].allocation_reason,
+            "1.00 to read its demand: its trainers got nothing yet");
+}
+
+TEST(AutoscalerAllocation, AStarvedTrainerKeepsItsLastDemand) {
+  Autoscaler scaler(AutoscalerOptions{.noise_z = 0});
+  AutoscalerInput in;
+  in.now = absl::FromUnixSeconds(1000);
+  in.jobs = {{.job_id = 1, .batch_size = 64}};
+  // New and given nothing: demand unknown, the job starved.
+  in.consumers = {{.job_id = 1, .batches_per_second = 0, .wait_fraction = 1}};
+  AutoscalerDecision d = scaler.Decide(in);
+  ASSERT_EQ(d.jobs.size(), 1u);
+  EXPECT_TRUE(d.jobs[0].starved);
+  // Still nothing: still starved (its 0 is no estimate).
+  in.now += absl::Seconds(2);
+  d = scaler.Decide(in);
+  EXPECT_TRUE(d.jobs[0].starved);
+  // Served: 4 batches/s at 50% wait = 512 el/s.
+  in.now += absl::Seconds(2);
+  in.consumers[0].batches_per_second = 4;
+  in.consumers[0].wait_fraction = 0.5;
+  d = scaler.Decide(in);
+  EXPECT_DOUBLE_EQ(d.jobs[0].demand, 512);
+  // Starved again: the 512 stands.
+  in.now += absl::Seconds(2);
+  in.consumers[0].batches_per_second = 0;
+  in.consumers[0].wait_fraction = 1;
+  d = scaler.Decide(in);
+  EXPECT_DOUBLE_EQ(d.jobs[0].demand, 512);
+  EXPECT_FALSE(d.jobs[0].starved);
+}
+
+TEST(AllocateWorkers, HigherPriorityIsServedFirstWhateverItsGain) {
+  // Job 1 removes 4/4 = 1 trainer-second per worker, job 2 only 1/5, but job
+  // 2 has priority 1: it gets its 5 x 1.2 = 6 of the 7, job 1 the last one.
+  std::vector<JobEstimate> jobs = {Job(1, 4, 4), Job(2, 1, 5, 1)};
+  AllocateWorkers(/*pool=*/7, /*headroom=*/1.2, jobs);
+  EXPECT_DOUBLE_EQ(jobs[0].allocated, 1);
+  EXPECT_DOUBLE_EQ(jobs[1].allocated, 6);
+}
+
+TEST(AllocateWorkers, MinWorkersGoToTheHigherPriorityFirst) {
+  std::vector<JobEstimate> jobs = {Job(1, 1, 4, 0, 2), Job(2, 1, 4, 1, 2)};
+  AllocateWorkers(/*pool=*/3, /*headroom=*/1, jobs);
+  EXPECT_DOUBLE_EQ(jobs[0].allocated, 1);
+  EXPECT_DOUBLE_EQ(jobs[1].allocated, 2);
+}
+
+TEST(AllocateWorkers, EqualGainsGoToTheEarlierJob) {
+  std::vector<JobEstimate> jobs = {Job(1, 2, 4), Job(2, 2, 4)};
+  AllocateWorkers(/*pool=*/6, /*headroom=*/1, jobs);
+  EXPECT_DOUBLE_EQ(jobs[0].allocated, 4);
+  EXPECT_DOUBLE_EQ(jobs[1].allocated, 2);
+}
+
+TEST(AllocateWorkers, WhatIsLeftGoesInProportionToTheNeed) {
+  // Σ need 8 of a pool of 10: the 2 left are split 2:6.
+  std::vector<JobEstimate> jobs = {Job(1, 1, 2), Job(2, 1, 6)};
+  AllocateWorkers(/*pool=*/10, /*headroom=*/1, jobs);
+  EXPECT_DOUBLE_EQ(jobs[0].allocated, 2.5);
+  EXPECT_DOUBLE_EQ(jobs[1].allocated, 7.5);
+}
+
+// Two jobs on 10 workers with max_workers 10 (fixed headroom 1.05): job 1
+// needs 512 / 100 = 5.12 workers (5.376 with headroom), job 2 640 / 50 = 12.8
+// (13.44). Job 1 removes 1/5.12 trainer-seconds of wait per worker, job 2
+// 1/12.8: job 1 gets its 5.376, job 2 the other 4.624. With priority 1, job 2
+// would take all 10; job 1's min_workers 2 keeps 2 of them.
+TEST(AutoscalerAllocation, BoundedPoolIsDividedByGainThenPriority) {
+  Autoscaler scaler(AutoscalerOptions{
+      .min_workers = 1, .max_workers = 10, .noise_z = 0});
+  AutoscalerInput in;
+  in.now = absl::FromUnixSeconds(1000);
+  for (uint64_t id = 1; id <= 10; ++id) {
+    WorkerSample w;
+    w.worker_id = id;
+    w.registered = absl::FromUnixSeconds(0);
+    w.last_heartbeat = in.now;
+    w.capacity = {{1, 100}, {2, 50}};
+    in.workers.push_back(w);
+  }
+  in.jobs = {{.job_id = 1, .batch_size = 64}, {.job_id = 2, .batch_size = 32}};
+  in.consumers = {{.job_id = 1, .batches_per_second = 8, .wait_fraction = 0},
+                  {.job_id = 2, .batches_per_second = 10, .wait_fraction = 0.5}};
+  AutoscalerDecision d = scaler.Decide(in);
+  EXPECT_EQ(d.desired_workers, 10);
+  EXPECT_TRUE(d.pool_bound);
+  ASSERT_EQ(d.jobs.size(), 2u);
+  EXPECT_DOUBLE_EQ(d.jobs[0].allocated, 5.12 * 1.05);
+  EXPECT_DOUBLE_EQ(d.jobs[1].allocated, 10 - 5.12 * 1.05);
+
+  in.jobs[1].priority = 1;
+  d = scaler.Decide(in);
+  EXPECT_DOUBLE_EQ(d.jobs[0].allocated, 0);
+  EXPECT_DOUBLE_EQ(d.jobs[1].allocated, 10);
+
+  in.jobs[0].min_workers = 2;
+  d = scaler.Decide(in);
+  EXPECT_DOUBLE_EQ(d.jobs[0].allocated, 2);
+  EXPECT_DOUBLE_EQ(d.jobs[1].allocated, 8);
+  EXPECT_EQ(d.jobs[0].min_workers, 2);
+  EXPECT_EQ(d.jobs[1].priority, 1);
+}
+
+TEST(AutoscalerAllocation, UnboundedPoolGivesEveryJobItsNeed) {
+  Autoscaler scaler(AutoscalerOptions{
+      .min_workers = 1, .max_workers = 64, .noise_z = 0});
+  AutoscalerInput in;
+  in.now = absl::FromUnixSeconds(1000);
+  for (uint64_t id = 1; id <= 6; ++id) {
+    WorkerSample w;
+    w.worker_id = id;
+    w.registered = absl::FromUnixSeconds(0);
+    w.last_heartbeat = in.now;
+    w.capacity = {{1, 100}};
+    in.workers.push_back(w);
+  }
+  in.jobs = {{.job_id = 1, .batch_size = 64}};
+  in.consumers = {{.job_id = 1, .batches_per_second = 8, .wait_fraction = 0}};
+  AutoscalerDecision d = scaler.Decide(in);
+  // need 5.12 x 1.05 = 5.376 -> 6 workers, all of them job 1's.
+  EXPECT_EQ(d.desired_workers, 6);
+  EXPECT_FALSE(d.pool_bound);
+  ASSERT_EQ(d.jobs.size(), 1u);
+  EXPECT_DOUBLE_EQ(d.jobs[0].allocated, 6);
+}
+
 }  // namespace
 }  // namespace sluice::dispatcher

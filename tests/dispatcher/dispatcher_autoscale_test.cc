@@ -24,14 +24,14 @@ using ::testing::StartsWith;
 
 class DispatcherAutoscaleTest : public ::testing::Test {
  protected:
-  void Start(DispatcherOptions::Scaler scaler) {
+  void Start(DispatcherOptions::Scaler scaler, uint32_t max_workers = 16) {
     DispatcherOptions options;
     options.clock = &clock_;
     options.registry = &registry_;
     options.worker_timeout = absl::Seconds(60);
     options.scaler = scaler;
     options.min_workers = 1;
-    options.max_workers = 16;
+    options.max_workers = max_workers;
     options.scale_period = absl::Seconds(2);
     auto impl = DispatcherImpl::Create(options);
     ASSERT_TRUE(impl.ok()) << impl.status();
@@ -39,7 +39,7 @@ class DispatcherAutoscaleTest : public ::testing::Test {
   }
 
   // A job of one consumer over 1000 records, batches of 10.
-  uint64_t Job(const std::string& name = "j") {
+  uint64_t Job(const std::string& name = "j", int priority = 0) {
     proto::RegisterDatasetRequest dataset;
     dataset.set_protocol_version(kProtocolVersion);
     dataset.set_pipeline("pipe");
@@ -53,6 +53,7 @@ class DispatcherAutoscaleTest : public ::testing::Test {
     request.set_dataset_id(registered.dataset_id());
     request.mutable_config()->set_num_epochs(1);
     request.mutable_config()->set_split_size(100);
+    request.mutable_config()->set_priority(priority);
     proto::GetOrCreateJobResponse response;
     EXPECT_TRUE(Sync(impl_).GetOrCreateJob(request, &response).ok());
     return response.job_id();
@@ -340,6 +341,60 @@ TEST_F(DispatcherAutoscaleTest, AJobWhoseConsumersLeftIsDecidedAtOnce) {
   ASSERT_TRUE(impl_->Tick().ok());
   EXPECT_EQ(impl_->desired_workers(), 1);
   EXPECT_THAT(Status().reason(), StartsWith("down 2 -> 1: no live consumer"));
+}
+
+// A pool bounded at 2 workers, two jobs that each need 4 (a consumer
+// returning 20 batches/s of 10 while waiting half the time: 400 el/s, at 100
+// el per busy second): "high" has priority 1 and gets both workers, "low"
+// none. The headroom is 1 + 2 x 2.5% x sqrt(4^2 + 4^2) / 8 = 1.035, so high
+// wants 4.14 and is short of it. A third worker's split then comes from high,
+// where without the allocation the lower job id (low) would have had it.
+TEST_F(DispatcherAutoscaleTest, BoundedPoolGoesToTheHigherPriorityJobFirst) {
+  Start(DispatcherOptions::Scaler::kNone, /*max_workers=*/2);
+  const uint64_t low = Job("low");
+  const uint64_t high = Job("high", /*priority=*/1);
+  a_ = Worker("a:1");
+  b_ = Worker("b:1");
+  ASSERT_TRUE(impl_->Tick().ok());
+  clock_.Advance(absl::Seconds(6));
+  for (uint64_t w : {a_, b_}) WorkerBeat(w, 0, 0, {{low, 0, 0}, {high, 0, 0}});
+  ClientBeat(low, 0, 0);
+  ClientBeat(high, 0, 0);
+  ASSERT_TRUE(impl_->Tick().ok());
+  clock_.Advance(absl::Seconds(2));
+  for (uint64_t w : {a_, b_}) {
+    WorkerBeat(w, 200, 2.0, {{low, 100, 1.0}, {high, 100, 1.0}});
+  }
+  ClientBeat(low, 40, 1.0);
+  ClientBeat(high, 40, 1.0);
+  ASSERT_TRUE(impl_->Tick().ok());
+  EXPECT_EQ(impl_->desired_workers(), 2);
+  const proto::GetStatusResponse status = Status();
+  EXPECT_TRUE(status.pool_bound());
+  EXPECT_THAT(status.reason(), HasSubstr("limited to max_workers 2"));
+  ASSERT_EQ(status.jobs_size(), 2);
+  EXPECT_EQ(status.jobs(0).job_id(), low);
+  EXPECT_EQ(status.jobs(0).priority(), 0);
+  EXPECT_DOUBLE_EQ(status.jobs(0).allocated_workers(), 0);
+  EXPECT_EQ(status.jobs(0).allocation_reason(),
+            "0.00 of its need 4.00: the pool ran out (priority 0, 0.25 "
+            "trainers' wait removed per worker)");
+  EXPECT_EQ(status.jobs(1).priority(), 1);
+  EXPECT_DOUBLE_EQ(status.jobs(1).allocated_workers(), 2);
+  std::map<std::string, double> allocated;
+  for (const auto& family : registry_.Collect()) {
+    if (family.name != "sluice_job_allocated_workers") continue;
+    for (const auto& metric : family.metric) {
+      for (const auto& label : metric.label) {
+        if (label.name == "sluice_job") allocated[label.value] = metric.gauge.value;
+      }
+    }
+  }
+  EXPECT_EQ(allocated, (std::map<std::string, double>{{"high", 2}, {"low", 0}}));
+  const uint64_t c = Worker("c:1");
+  const proto::WorkerHeartbeatResponse response = WorkerBeat(c, 0, 0);
+  ASSERT_EQ(response.start_size(), 1);
+  EXPECT_EQ(response.start(0).key().job_id(), high);
 }
 
 }  // namespace

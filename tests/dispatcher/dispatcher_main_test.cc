@@ -162,5 +162,39 @@ TEST(DispatcherMain, TakesFlagsFromTheEnvironmentAndPrintsItsAddresses) {
                        R"("level":"info","logger":"dispatcher","thread":)"));
 }
 
+// A CPU budget smaller than --min-workers workers is a usage error naming the
+// flags; a valid one bounds the pool (the log says by how much).
+TEST(DispatcherMain, MaxCpusBoundsThePoolOrIsAClearUsageError) {
+  testing::TempDir dir;
+  const std::string binary = BinDir() + "/sluice-dispatcher";
+  auto bad = Subprocess::Start({binary, "--port", "0", "--metrics-port", "0",
+                                "--max-cpus", "1", "--worker-cpus", "2"},
+                               {.log_file = dir.Join("bad.log")});
+  ASSERT_TRUE(bad.ok()) << bad.status();
+  absl::StatusOr<int> code = (*bad)->Wait(absl::Seconds(20));
+  ASSERT_TRUE(code.ok()) << "the dispatcher did not exit";
+  EXPECT_EQ(*code, 2);
+  EXPECT_THAT(testing::ReadFile(dir.Join("bad.log")),
+              ::testing::HasSubstr("--max-cpus 1 holds 0 workers of "
+                                   "--worker-cpus 2, fewer than --min-workers "
+                                   "1"));
+  auto good = Subprocess::Start({binary, "--port", "0", "--metrics-port", "0",
+                                 "--max-cpus", "7", "--worker-cpus", "2"},
+                                {.log_file = dir.Join("good.log")});
+  ASSERT_TRUE(good.ok()) << good.status();
+  const std::string expected =
+      "autoscaler: at most 3 workers (--max-cpus 7 / --worker-cpus 2, "
+      "--max-workers 64)";
+  for (int i = 0; i < 200; ++i) {
+    if (testing::ReadFile(dir.Join("good.log")).find(expected) !=
+        std::string::npos)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_THAT(testing::ReadFile(dir.Join("good.log")),
+              ::testing::HasSubstr(expected));
+  EXPECT_EQ((*good)->Stop(absl::Seconds(10)), 0);
+}
+
 }  // namespace
 }  // namespace sluice::dispatcher

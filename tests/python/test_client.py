@@ -1,5 +1,6 @@
 """sluice.Client and its iterator against a real local cluster."""
 import collections
+import json
 import sys
 import threading
 
@@ -180,3 +181,17 @@ def test_the_lost_dispatcher_timeout_is_settable_and_checked(cluster, dataset, s
     with client.open(spec_file, data=dataset, job=job, split_size=SPLIT_SIZE) as it:
         ids = [i for batch in it for i in batch["index"].tolist()]
     assert sorted(ids) == list(range(NUM_IMAGES))
+
+
+def test_priority_and_min_workers_reach_the_dispatcher(cluster, dataset, spec_file, job):
+    client = sluice.Client(cluster)
+    with client.open(spec_file, data=dataset, job=job, split_size=SPLIT_SIZE, priority=2,
+                     min_workers=1) as it:
+        next(it)
+        status = json.loads(run(BIN / "sluice", "status", "--dispatcher", cluster,
+                                "--json").stdout)
+        drain(it)
+    jobs = [j for j in status["jobs"] if j["job_name"] == job]
+    assert len(jobs) == 1, status
+    assert jobs[0]["priority"] == 2
+    assert jobs[0]["min_workers"] == 1

@@ -333,7 +333,8 @@ TEST_F(CliTest, ConsumeStepTimeSetsTheDemandAndStatusJsonHasTheDocumentedKeys) {
   EXPECT_EQ(keys(status),
             (std::set<std::string>{
                 "workers", "desired_workers", "current_workers", "reason",
-                "scaler", "min_workers", "max_workers", "drain", "jobs"}));
+                "scaler", "min_workers", "max_workers", "pool_bound", "drain",
+                "jobs"}));
   ASSERT_FALSE(status["workers"].empty());
   EXPECT_EQ(keys(status["workers"][0]),
             (std::set<std::string>{"worker_id", "address", "state", "splits",
@@ -344,7 +345,9 @@ TEST_F(CliTest, ConsumeStepTimeSetsTheDemandAndStatusJsonHasTheDocumentedKeys) {
             (std::set<std::string>{"job_id", "job_name", "batch_size",
                                    "num_epochs", "demand_elements_per_second",
                                    "capacity_elements_per_second",
-                                   "need_workers", "consumers"}));
+                                   "need_workers", "priority", "min_workers",
+                                   "allocated_workers", "allocation_reason",
+                                   "consumers"}));
   ASSERT_EQ(job["consumers"].size(), 1u);
   EXPECT_EQ(keys(job["consumers"][0]),
             (std::set<std::string>{"consumer_index", "epoch", "finished",

@@ -303,17 +303,19 @@ TEST(StatusJson, RendersAFixedStatusExactly) {
       R"("elements_per_busy_second":0,"age_seconds":1e-05}],)"
       R"("desired_workers":3,"current_workers":2,)"
       R"("reason":"hold 3: \"quoted\" \\ and\na newline","scaler":"local",)"
-      R"("min_workers":1,"max_workers":4,"drain":[2,5],)"
+      R"("min_workers":1,"max_workers":4,"pool_bound":false,"drain":[2,5],)"
       R"("jobs":[{"job_id":7,"job_name":"j1","batch_size":8,"num_epochs":30,)"
       R"("demand_elements_per_second":821,"capacity_elements_per_second":396.8,)"
-      R"("need_workers":2.07031,"consumers":[)"
+      R"("need_workers":2.07031,"priority":0,"min_workers":0,)"
+      R"("allocated_workers":0,"allocation_reason":"","consumers":[)"
       R"({"consumer_index":0,"epoch":7,"finished":false,"splits_done":3,)"
       R"("splits":12,"batches_per_second":24.99,"wait_fraction":0.799},)"
       R"({"consumer_index":1,"epoch":30,"finished":true,"splits_done":0,)"
       R"("splits":0,"batches_per_second":0,"wait_fraction":0}]},)"
       R"({"job_id":8,"job_name":"j2 ünïcode","batch_size":0,"num_epochs":0,)"
       R"("demand_elements_per_second":0,"capacity_elements_per_second":0,)"
-      R"("need_workers":0,"consumers":[]}]})");
+      R"("need_workers":0,"priority":0,"min_workers":0,)"
+      R"("allocated_workers":0,"allocation_reason":"","consumers":[]}]})");
 }
 
 // Whatever a client named its job, the line parses, and so does a rate that is
@@ -339,7 +341,7 @@ TEST(StatusJson, EmptyStatusHasEveryKey) {
   EXPECT_EQ(StatusJson(proto::GetStatusResponse()),
             R"({"workers":[],"desired_workers":0,"current_workers":0,)"
             R"("reason":"","scaler":"","min_workers":0,"max_workers":0,)"
-            R"("drain":[],"jobs":[]})");
+            R"("pool_bound":false,"drain":[],"jobs":[]})");
 }
 
 TEST(StatusText, RendersAFixedStatusExactly) {

@@ -46,6 +46,8 @@ struct ConsumeFlags {
   // Sleep after each batch: a training step's stand-in (demand = batch ÷ step).
   absl::Duration step_time = absl::ZeroDuration();
   uint64_t split_size = 0;  // 0: the dispatcher's default
+  int32_t priority = 0;
+  uint32_t min_workers = 0;
   std::string finish;       // empty: the spec's
   absl::Duration dispatcher_lost_timeout =
       ClientOptions().dispatcher_lost_timeout;
@@ -92,7 +94,9 @@ absl::Status RunConsume(const ConsumeFlags& flags) {
                  .consumer_index = flags.consumer_index,
                  .deterministic = flags.deterministic,
                  .drop_remainder = flags.drop_remainder,
-                 .split_size = flags.split_size};
+                 .split_size = flags.split_size,
+                 .priority = flags.priority,
+                 .min_workers = flags.min_workers};
   if (!flags.restore_state.empty()) {
     std::ifstream in(flags.restore_state, std::ios::binary);
     if (!in)
@@ -216,6 +220,13 @@ void AddConsumeCommand(CLI::App& app) {
   cmd->add_option("--finish", flags->finish,
                   "Where normalize/hwc2chw/cast before the batch run: auto, "
                   "worker or client (default: the spec's `finish`, auto)");
+  cmd->add_option("--priority", flags->priority,
+                  "When the worker pool is bounded, a higher priority job "
+                  "gets its need first")
+      ->capture_default_str();
+  cmd->add_option("--min-workers", flags->min_workers,
+                  "Workers reserved for this job when the pool is bounded")
+      ->capture_default_str();
   cmd->add_option("--split-size", flags->split_size,
                   "Records per split (0: the dispatcher's default, 1024)")
       ->capture_default_str();

@@ -95,6 +95,10 @@ std::string StatusJson(const proto::GetStatusResponse& s) {
          {"capacity_elements_per_second",
           Number(j.capacity_elements_per_second())},
          {"need_workers", Number(j.need_workers())},
+         {"priority", j.priority()},
+         {"min_workers", j.min_workers()},
+         {"allocated_workers", Number(j.allocated_workers())},
+         {"allocation_reason", j.allocation_reason()},
          {"consumers", std::move(consumers)}});
   }
   const Json status = {
@@ -105,6 +109,7 @@ std::string StatusJson(const proto::GetStatusResponse& s) {
       {"scaler", s.scaler()},
       {"min_workers", s.min_workers()},
       {"max_workers", s.max_workers()},
+      {"pool_bound", s.pool_bound()},
       {"drain", std::vector<uint64_t>(s.drain().begin(), s.drain().end())},
       {"jobs", std::move(jobs)}};
   // Bytes that are not UTF-8 (a job name is the client's) become U+FFFD
@@ -138,6 +143,12 @@ std::string StatusText(const proto::GetStatusResponse& s) {
                             : absl::StrCat("epochs: ", j.num_epochs()),
         j.demand_elements_per_second(), j.capacity_elements_per_second(),
         j.need_workers());
+    if (s.pool_bound()) {
+      absl::StrAppendFormat(
+          &out, "  allocated %.2f workers (priority %d, min_workers %d): %s\n",
+          j.allocated_workers(), j.priority(), j.min_workers(),
+          j.allocation_reason());
+    }
     absl::StrAppendFormat(&out, "  %-9s %6s %12s %10s %8s\n", "CONSUMER",
                           "EPOCH", "PROGRESS", "BATCHES/S", "WAIT");
     for (const proto::ConsumerStatus& c : j.consumers()) {

@@ -113,6 +113,11 @@ struct JobOptions {
   bool drop_remainder = false;
   uint64_t split_size = 0;  // records per split; 0: the dispatcher's default
   bool parallel_epochs = false;
+  // When the autoscaler's pool is bounded (--max-workers), a job of higher
+  // priority gets its need first, and min_workers are reserved for it
+  // (docs/autoscaling.md, "Many jobs, one pool").
+  int32_t priority = 0;
+  uint32_t min_workers = 0;
   // BatchIterator::SaveState() of an earlier iterator of this consumer (another process,
   // another number of workers): continue with what it had not returned, each record of the
   // epoch exactly once; in deterministic mode the continuation is the exact tail of the

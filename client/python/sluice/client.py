@@ -82,7 +82,8 @@ class Client:
              seed: int = 0, consumer_index: int = 0, num_consumers: int = 1,
              deterministic: bool = False, drop_remainder: bool = False, split_size: int = 0,
              restore_state: Optional[Mapping[str, Any]] = None,
-             finish: Optional[str] = None) -> "BatchIterator":
+             finish: Optional[str] = None, priority: int = 0,
+             min_workers: int = 0) -> "BatchIterator":
         """Starts reading this consumer's share of the job named `job`.
 
         Consumers of one training run open the same `job` with the same spec, each with its own
@@ -106,6 +107,9 @@ class Client:
                 "auto" (in this process when the column is uint8: 4x fewer bytes on the wire),
                 "worker" or "client"; None keeps the spec's `finish` (default auto). The arrays
                 are the same either way.
+            priority: when the dispatcher's worker pool is bounded (--max-workers), a job of
+                higher priority gets its need first (default 0).
+            min_workers: workers reserved for this job when the pool is bounded.
 
         Returns:
             A BatchIterator yielding dicts {column: numpy array, ..., "index": int64 array}.
@@ -122,7 +126,8 @@ class Client:
                        job=job, epochs=epochs, seed=seed, consumer_index=consumer_index,
                        num_consumers=num_consumers, deterministic=deterministic,
                        drop_remainder=drop_remainder, split_size=split_size,
-                       finish="" if finish is None else finish)
+                       finish="" if finish is None else finish, priority=priority,
+                       min_workers=min_workers)
         return BatchIterator(self, options, restore_state)
 
 
