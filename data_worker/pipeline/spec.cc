@@ -176,8 +176,10 @@ absl::StatusOr<LogicalPipeline> Validate(const proto::Pipeline& spec) {
                               std::string(OpTypeName(op.op_case())), at};
           // Builds the op alone: its factory validates the fields.
           RETURN_IF_ERROR(BuildOps({op}, {label}, /*fuse=*/false).status());
-          for (int s : lm.slots) {
-            RETURN_IF_ERROR(InferOpType(op, label, infer_ctx, &types[s]));
+          for (size_t k = 0; k < lm.slots.size(); ++k) {
+            infer_ctx.column = static_cast<int>(k);
+            RETURN_IF_ERROR(
+                InferOpType(op, label, infer_ctx, &types[lm.slots[k]]));
           }
         }
         lm.ops.assign(m.ops().begin(), m.ops().end());
