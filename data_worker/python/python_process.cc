@@ -141,14 +141,26 @@ absl::StatusOr<std::unique_ptr<PythonProcess>> PythonProcess::Start(
   std::vector<char*> envp;
   for (std::string& e : env) envp.push_back(e.data());
   envp.push_back(nullptr);
+  // The child starts with no signal blocked (the worker blocks its shutdown
+  // signals) and in its own process group (a terminal's Ctrl-C goes to the
+  // worker, which stops its children).
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setpgroup(&attr, 0);
+  posix_spawnattr_setflags(&attr,
+                           POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP);
   std::string interpreter = options.interpreter;
   std::string dash_c = "-c";
   std::string source = kRunnerSource;
   char* argv[] = {interpreter.data(), dash_c.data(), source.data(), nullptr};
   pid_t pid = 0;
-  const int rc = posix_spawn(&pid, interpreter.c_str(), &actions, nullptr,
-                             argv, envp.data());
+  const int rc = posix_spawn(&pid, interpreter.c_str(), &actions, &attr, argv,
+                             envp.data());
   posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
   cleanup();
   if (rc != 0) {
     close(shm);
