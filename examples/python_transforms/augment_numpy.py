@@ -11,22 +11,28 @@ Draw every random number from ``rng``, never from ``numpy.random`` or ``random``
 """
 import numpy as np
 
+_GRAY = np.float32([0.299, 0.587, 0.114])  # ITU-R 601 luma, as torchvision
+
 
 def color_jitter(image: np.ndarray, rng: np.random.Generator, brightness: float = 0.4,
                  contrast: float = 0.4, saturation: float = 0.4) -> np.ndarray:
-    """ColorJitter(brightness, contrast, saturation) on a float32 H×W×3 image in [0, 255]."""
+    """ColorJitter(brightness, contrast, saturation) in a random order: float32 H×W×3 in
+    [0, 255]. In place on one float32 copy (numpy's temporaries cost more than the math)."""
     x = image.astype(np.float32)
     for op in rng.permutation(3):
         if op == 0:
-            x *= rng.uniform(1 - brightness, 1 + brightness)
-        elif op == 1:
-            gray = (x @ np.float32([0.299, 0.587, 0.114])).mean()
-            f = rng.uniform(1 - contrast, 1 + contrast)
-            x = gray + f * (x - gray)
-        else:
-            gray = (x @ np.float32([0.299, 0.587, 0.114]))[..., None]
-            f = rng.uniform(1 - saturation, 1 + saturation)
-            x = gray + f * (x - gray)
+            x *= np.float32(rng.uniform(1 - brightness, 1 + brightness))
+        elif op == 1:  # blend with the mean gray level
+            mean = np.float32(x.mean(axis=(0, 1)) @ _GRAY)
+            f = np.float32(rng.uniform(1 - contrast, 1 + contrast))
+            x *= f
+            x += (1 - f) * mean
+        else:  # blend with the per-pixel gray image
+            gray = (x @ _GRAY)[..., None]
+            f = np.float32(rng.uniform(1 - saturation, 1 + saturation))
+            x *= f
+            gray *= 1 - f
+            x += gray
         np.clip(x, 0, 255, out=x)
     return x
 
