@@ -136,7 +136,8 @@ absl::StatusOr<std::unique_ptr<Op>> MakePython(const proto::PythonOp& spec,
   if (pool == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
         label.ToString(),
-        ": python ops are disabled on this worker; start sluice-worker with "
+        ": python ops are disabled on this worker; start sluice-worker (or "
+        "sluice pipeline run) with "
         "--allow-python-ops (and --python-path for the team's modules)"));
   }
   return std::make_unique<PythonOpImpl>(std::move(label), spec,

@@ -273,8 +273,8 @@ TEST_F(PythonOpTest, WorkersRefusePythonOpsUnlessAllowed) {
   EXPECT_EQ(out.status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(out.status.message(),
               HasSubstr("map[1].ops[0] (Python): python ops are disabled on "
-                        "this worker; start sluice-worker with "
-                        "--allow-python-ops"));
+                        "this worker; start sluice-worker (or sluice pipeline "
+                        "run) with --allow-python-ops"));
 }
 
 TEST_F(PythonOpTest, NamesThatAreNotPythonIdentifiersAreRefused) {
