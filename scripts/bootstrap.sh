@@ -15,7 +15,7 @@ packages=(
   libopencv-dev libjpeg62-turbo-dev libwebp-dev
   libgtest-dev libgmock-dev
   libsqlite3-dev libxxhash-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libarchive-dev zlib1g-dev
-  pybind11-dev python3-dev python3-numpy python3-torch python3-torchvision python3-matplotlib python3-pytest
+  pybind11-dev python3-dev python3-numpy python3-pil python3-torch python3-torchvision python3-matplotlib python3-pytest
   prometheus python3-yaml python3-grpcio
   python3-build python3-wheel python3-setuptools python3-venv python3-pip
 )

@@ -16,6 +16,12 @@ absl::StatusOr<Tensor> Op::ApplyBatch(Tensor) const {
       absl::StrCat(Sv(name()), " has no batched kernel; apply it per element"));
 }
 
+absl::StatusOr<std::vector<Tensor>> Op::ApplyColumns(
+    std::vector<Tensor>, const ElementContext&) const {
+  return absl::UnimplementedError(
+      absl::StrCat(Sv(name()), " works on one column at a time"));
+}
+
 absl::StatusOr<std::vector<std::unique_ptr<Op>>> BuildOps(
     const std::vector<proto::OpSpec>& specs, int first_position, bool fuse) {
   std::vector<OpLabel> labels;

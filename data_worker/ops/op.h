@@ -67,6 +67,14 @@ class Op {
   virtual bool has_batched_kernel() const { return false; }
   // Default: Unimplemented.
   virtual absl::StatusOr<Tensor> ApplyBatch(Tensor batch) const;
+  // Ops that take all of a map's input columns at once (the python op) return
+  // true and implement ApplyColumns; the map stage then gives them every
+  // column of the element, in input_columns order, and takes one tensor per
+  // column back.
+  virtual bool takes_all_columns() const { return false; }
+  // Default: Unimplemented.
+  virtual absl::StatusOr<std::vector<Tensor>> ApplyColumns(
+      std::vector<Tensor> columns, const ElementContext& ctx) const;
 };
 
 // Validates and builds the ops of one map stage. `first_position` is the

@@ -11,6 +11,7 @@
 #include "data_worker/ops/label.h"
 #include "data_worker/ops/synthetic_load.h"
 #include "data_worker/ops/tensor_ops.h"
+#include "data_worker/python/python_op.h"
 
 namespace sluice::data_worker {
 namespace {
@@ -291,6 +292,8 @@ const std::vector<OpRegistration>& Table() {
        SLUICE_FACTORY(MakeSpin, spin), InferPassThrough, false},
       {S::kSleep, "Sleep", "sleep",
        SLUICE_FACTORY(MakeSleep, sleep), InferPassThrough, false},
+      {S::kPython, "Python", "python",
+       SLUICE_FACTORY(MakePython, python), InferPython, false},
       // clang-format on
   };
   return *table;

@@ -49,6 +49,9 @@ struct ColumnType {
 struct InferContext {
   // Shape Decode produces: {H, W, 3}, -1 where images differ.
   std::vector<int64_t> source_image_shape = {-1, -1, 3};
+  // Index of the column in its map's input_columns (the python op's
+  // output_dtypes are per column).
+  int column = 0;
 };
 
 // A fused op and the number of specs it replaces (>= 2), or {nullptr, 0}.

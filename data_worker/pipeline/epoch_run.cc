@@ -167,27 +167,57 @@ void EpochRun::Process(Stage& stage, Item* item) {
         e.columns = std::move(*cols);
         break;
       }
-      case Step::kMap:
-        for (int slot : step.map.slots) {
-          Tensor t = std::move(e.columns[slot]);
-          for (const auto& op : step.map.ops) {
+      case Step::kMap: {
+        // Runs of per-column ops go column by column; an op that takes all
+        // columns (python) gets them together.
+        const auto& ops = step.map.ops;
+        for (size_t begin = 0; begin < ops.size();) {
+          auto observe = [&](const Op& op, absl::Time t0) {
+            if (!m) return;
+            auto it = m->ops.find(op.name());
+            if (it != m->ops.end()) {
+              it->second->Observe(absl::ToDoubleSeconds(ctx_.clock->Now() - t0));
+            }
+          };
+          if (ops[begin]->takes_all_columns()) {
+            const Op& op = *ops[begin];
+            std::vector<Tensor> cols;
+            for (int slot : step.map.slots) {
+              cols.push_back(std::move(e.columns[slot]));
+            }
             const absl::Time t0 = m ? ctx_.clock->Now() : absl::InfinitePast();
-            auto r = op->Apply(std::move(t), ctx);
-            if (m) {
-              auto it = m->ops.find(op->name());
-              if (it != m->ops.end()) {
-                it->second->Observe(
-                    absl::ToDoubleSeconds(ctx_.clock->Now() - t0));
-              }
-            }
+            auto r = op.ApplyColumns(std::move(cols), ctx);
+            observe(op, t0);
             if (!r.ok()) {
-              return fail(Wrap(r.status(), global, step.map.name, op->name()));
+              return fail(Wrap(r.status(), global, step.map.name, op.name()));
             }
-            t = std::move(*r);
+            for (size_t k = 0; k < step.map.slots.size(); ++k) {
+              e.columns[step.map.slots[k]] = std::move((*r)[k]);
+            }
+            ++begin;
+            continue;
           }
-          e.columns[slot] = std::move(t);
+          size_t end = begin;
+          while (end < ops.size() && !ops[end]->takes_all_columns()) ++end;
+          for (int slot : step.map.slots) {
+            Tensor t = std::move(e.columns[slot]);
+            for (size_t i = begin; i < end; ++i) {
+              const Op& op = *ops[i];
+              const absl::Time t0 =
+                  m ? ctx_.clock->Now() : absl::InfinitePast();
+              auto r = op.Apply(std::move(t), ctx);
+              observe(op, t0);
+              if (!r.ok()) {
+                return fail(Wrap(r.status(), global, step.map.name, op.name()));
+              }
+              t = std::move(*r);
+            }
+            e.columns[slot] = std::move(t);
+          }
+          begin = end;
         }
         break;
+      }
       case Step::kFilter:
         for (const auto& [slot, filter] : step.filter.predicates) {
           const Tensor& t = e.columns[slot];

@@ -191,8 +191,9 @@ class Validator {
       const OpLabel label{position_ + j, std::string(OpTypeName(op.op_case())),
                           at};
       RETURN_IF_ERROR(BuildOps({op}, {label}, /*fuse=*/false).status());
-      for (int s : lm.slots) {
-        RETURN_IF_ERROR(InferOpType(op, label, infer_ctx_, &types_[s]));
+      for (size_t k = 0; k < lm.slots.size(); ++k) {
+        infer_ctx_.column = static_cast<int>(k);
+        RETURN_IF_ERROR(InferOpType(op, label, infer_ctx_, &types_[lm.slots[k]]));
       }
     }
     lm.ops.assign(m.ops().begin(), m.ops().end());

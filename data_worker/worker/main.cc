@@ -30,6 +30,7 @@
 #include "common/service/limits.h"
 #include "common/service/server_main.h"
 #include "data_worker/pipeline/allocator.h"
+#include "data_worker/python/python_pool.h"
 #include "data_worker/worker/grpc_dispatcher_client.h"
 #include "data_worker/worker/grpc_worker_service.h"
 #include "data_worker/worker/worker_impl.h"
@@ -64,6 +65,8 @@ int Run(int argc, char** argv) {
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration connect_timeout = absl::Seconds(10);
   absl::Duration drain_timeout = absl::Seconds(30);
+  sluice::data_worker::python::PythonOptions python;
+  python.timeout = absl::Seconds(60);
   app.add_option("--dispatcher", dispatcher, "host:port of sluice-dispatcher")
       ->required();
   service::AddServerFlags(app, &server_flags);
@@ -117,8 +120,25 @@ int Run(int argc, char** argv) {
                     "How long to keep retrying an unreachable dispatcher");
   AddDurationOption(app, "--drain-timeout", &drain_timeout,
                     "How long a drain may take");
+  app.add_flag("--allow-python-ops", python.allow,
+               "Run pipelines' python ops (user functions named by module "
+               "and function, imported from this worker's image or "
+               "--python-path; never code sent by a client). Off: such "
+               "pipelines are refused");
+  app.add_option("--python-path", python.python_path,
+                 "Folder searched for the python ops' modules, before the "
+                 "image's packages (repeatable)")
+      ->check(CLI::ExistingDirectory);
+  AddDurationOption(app, "--python-op-timeout", &python.timeout,
+                    "A python op call that takes longer is killed and redone "
+                    "on a fresh process, like a crash (0: no limit)");
   service::SetEnvNames(app);
   CLI11_PARSE(app, argc, argv);
+  if (python.timeout == absl::ZeroDuration()) {
+    python.timeout = absl::InfiniteDuration();
+  }
+  // Before any pipeline is built: the python op takes the pool then.
+  sluice::data_worker::python::ConfigurePython(python);
 
   std::string advertise_host;
   int advertise_port = -1;

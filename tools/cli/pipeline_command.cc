@@ -1,5 +1,5 @@
 // sluice pipeline run --spec FILE.yaml [--data DIR] [--epochs E] [--threads N]
-//                     [--ids-out FILE]
+//                     [--ids-out FILE] [--allow-python-ops --python-path DIR]
 // Runs a pipeline in this process (no service), checks every output's dtype
 // and shape against what validation inferred from the spec, and reports
 // per-stage statistics, the autotuned parallelism and, last,
@@ -20,6 +20,7 @@
 #include "common/record/dataset.h"
 #include "data_worker/pipeline/executor.h"
 #include "data_worker/pipeline/spec.h"
+#include "data_worker/python/python_pool.h"
 #include "tools/cli/command.h"
 #include "tools/cli/progress.h"
 
@@ -39,6 +40,8 @@ struct PipelineFlags {
   int threads = 0;
   int64_t memory_mb = 1024;
   bool no_optimize = false;
+  bool allow_python_ops = false;
+  std::vector<std::string> python_path;
 };
 
 // Points the pipeline's source at `data`: a Unirecord dataset folder or an
@@ -125,6 +128,10 @@ absl::Status RunPipeline(const PipelineFlags& flags) {
     return absl::InvalidArgumentError("--epochs must be > 0");
   if (flags.memory_mb <= 0)
     return absl::InvalidArgumentError("--memory-mb must be > 0");
+  data_worker::python::PythonOptions python;
+  python.allow = flags.allow_python_ops;
+  python.python_path = flags.python_path;
+  data_worker::python::ConfigurePython(python);
   ExecutorOptions options;
   ASSIGN_OR_RETURN(options.optimizer, ParseOptimizer(flags));
   options.cpu_budget = flags.threads;
@@ -239,6 +246,11 @@ void AddPipelineCommands(CLI::App& app) {
   run->add_option(
       "--disable", flags->disable,
       "Rewrites to turn off, comma-separated (e.g. vectorization,op_fusion)");
+  run->add_flag("--allow-python-ops", flags->allow_python_ops,
+                "Run the spec's python ops (as sluice-worker's flag)");
+  run->add_option("--python-path", flags->python_path,
+                  "Folder searched for the python ops' modules (repeatable)")
+      ->check(CLI::ExistingDirectory);
   run->callback([flags] { Finish(RunPipeline(*flags)); });
 }
 

@@ -134,6 +134,21 @@ inline proto::OpSpec Sleep(int64_t micros) {
   op.mutable_sleep()->set_micros(micros);
   return op;
 }
+// module.function(*columns, rng=numpy.random.Generator) in the worker's Python
+// processes, on all of the map's input columns (docs/python.md, "Python
+// transforms"). `output_dtypes`: one per column, "" or none = the input's.
+// Only the names travel: the module must be importable on the worker.
+inline proto::OpSpec Python(const std::string& module,
+                            const std::string& function,
+                            const std::vector<std::string>& output_dtypes = {}) {
+  proto::OpSpec op;
+  op.mutable_python()->set_module(module);
+  op.mutable_python()->set_function(function);
+  for (const std::string& d : output_dtypes) {
+    op.mutable_python()->add_output_dtypes(d);
+  }
+  return op;
+}
 
 // Builds a Pipeline node by node, in the order written. Not thread-safe; cheap
 // to copy.

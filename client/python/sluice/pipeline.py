@@ -235,6 +235,23 @@ class ops:  # noqa: N801 (a namespace, like the C++ free functions)
         """Sleeps (tests, benchmarks)."""
         return {"sleep": {"micros": micros}}
 
+    @staticmethod
+    def python(module: str, function: str,
+               output_dtypes: Optional[Sequence[str]] = None) -> Op:
+        """A user function run in the workers' Python processes (docs/python.md).
+
+        The worker imports ``module`` (from its image or ``--python-path``; it refuses the op
+        unless started with ``--allow-python-ops``) and calls
+        ``function(*columns, rng=numpy.random.Generator)`` with the map's input columns as
+        numpy arrays; it returns one array or a tuple, one per column. Only the two names are
+        sent, never code. ``output_dtypes``: one per column (default: each input's dtype).
+        Returns the op as a dict.
+        """
+        fields: Dict[str, Any] = {"module": module, "function": function}
+        if output_dtypes:
+            fields["output_dtypes"] = list(output_dtypes)
+        return {"python": fields}
+
 
 def _fields(**kwargs: Any) -> Dict[str, Any]:
     return {k: v for k, v in kwargs.items() if v is not None}

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "common/pipeline_spec/location.h"
+#include "data_worker/python/python_pool.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -54,6 +55,14 @@ TEST(Registry, BatchedKernelFlagMatchesTheBuiltOps) {
     }
     if (spec.has_cast()) spec.mutable_cast()->set_dtype("float32");
     if (spec.has_one_hot()) spec.mutable_one_hot()->set_num_classes(3);
+    if (spec.has_python()) {
+      // Built only (no process starts before the first Apply).
+      python::PythonOptions allow;
+      allow.allow = true;
+      python::ConfigurePython(allow);
+      spec.mutable_python()->set_module("m");
+      spec.mutable_python()->set_function("f");
+    }
     auto op = r.make(spec, OpLabel{0, std::string(r.type)});
     ASSERT_TRUE(op.ok()) << r.type << ": " << op.status();
     EXPECT_EQ((*op)->has_batched_kernel(), r.batched_kernel) << r.type;

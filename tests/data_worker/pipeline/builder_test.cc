@@ -63,7 +63,8 @@ TEST(PipelineBuilder, HasAFunctionForEveryRegisteredOp) {
       Cast("float16"),
       OneHot(10),
       Spin(1),
-      Sleep(1)};
+      Sleep(1),
+      Python("my_team.augment", "jitter", {"float32"})};
   std::set<int> built;
   for (const auto& op : ops) built.insert(op.op_case());
   for (const auto& r : data_worker::RegisteredOps()) {

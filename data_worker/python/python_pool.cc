@@ -1,0 +1,91 @@
+#include "data_worker/python/python_pool.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "data_worker/python/runner_source.h"
+
+namespace sluice::data_worker::python {
+namespace {
+
+ABSL_CONST_INIT absl::Mutex g_mu(absl::kConstInit);
+std::shared_ptr<PythonPool>* g_pool ABSL_GUARDED_BY(g_mu) = nullptr;
+
+}  // namespace
+
+PythonPool::PythonPool(PythonOptions options) : options_(std::move(options)) {}
+
+PythonPool::~PythonPool() = default;
+
+absl::StatusOr<std::unique_ptr<PythonProcess>> PythonPool::Acquire() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!idle_.empty()) {
+      std::unique_ptr<PythonProcess> p = std::move(idle_.back());
+      idle_.pop_back();
+      return p;
+    }
+    ++started_;
+  }
+  ProcessOptions po;
+  po.interpreter = options_.interpreter.empty() ? kDefaultInterpreter
+                                                : options_.interpreter;
+  po.python_path = options_.python_path;
+  return PythonProcess::Start(po);
+}
+
+void PythonPool::Release(std::unique_ptr<PythonProcess> p) {
+  absl::MutexLock lock(&mu_);
+  if (static_cast<int>(idle_.size()) < options_.max_idle) {
+    idle_.push_back(std::move(p));
+  }
+}
+
+absl::StatusOr<std::vector<Tensor>> PythonPool::Call(
+    const std::string& module, const std::string& function, uint64_t seed,
+    const std::vector<const Tensor*>& columns) {
+  absl::Status last;
+  for (int attempt = 0; attempt < options_.max_attempts; ++attempt) {
+    absl::StatusOr<std::unique_ptr<PythonProcess>> p = Acquire();
+    if (!p.ok()) return p.status();
+    absl::StatusOr<std::vector<Tensor>> out =
+        (*p)->Call(module, function, seed, columns, options_.timeout);
+    if (out.ok() || absl::IsDataLoss(out.status()) ||
+        absl::IsInvalidArgument(out.status())) {
+      Release(*std::move(p));  // the process is fine: the user's code failed
+      return out;
+    }
+    if (!absl::IsUnavailable(out.status())) return out;  // drops the process
+    last = out.status();
+    absl::MutexLock lock(&mu_);
+    ++replaced_;
+  }
+  return absl::DataLossError(absl::StrCat(
+      "the Python process died ", options_.max_attempts,
+      " times on this element (last: ", last.message(), ")"));
+}
+
+int PythonPool::processes_started() const {
+  absl::MutexLock lock(&mu_);
+  return started_;
+}
+
+int PythonPool::processes_replaced() const {
+  absl::MutexLock lock(&mu_);
+  return replaced_;
+}
+
+void ConfigurePython(PythonOptions options) {
+  auto pool = options.allow ? std::make_shared<PythonPool>(std::move(options))
+                            : nullptr;
+  absl::MutexLock lock(&g_mu);
+  if (g_pool == nullptr) g_pool = new std::shared_ptr<PythonPool>();
+  *g_pool = std::move(pool);
+}
+
+std::shared_ptr<PythonPool> ConfiguredPythonPool() {
+  absl::MutexLock lock(&g_mu);
+  return g_pool != nullptr ? *g_pool : nullptr;
+}
+
+}  // namespace sluice::data_worker::python

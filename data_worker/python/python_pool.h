@@ -1,0 +1,99 @@
+// PythonPool: the Python processes of one data worker, which run the python
+// op's user functions (docs/python.md, "Python transforms").
+//
+// Debian's Python has a GIL, so user functions run in separate processes
+// (python_process.h), never in the worker's threads. A pipeline thread that
+// applies a python op takes an idle process (starting one if none is idle),
+// makes the call and gives it back: there are as many busy processes as
+// threads in python-op stages, and those threads are what the autotuner sizes
+// like any stage's, so the pool grows and shrinks with the autotuner's
+// decisions. Idle processes beyond `max_idle` are stopped.
+//
+// Failures: a process that dies during a call (signal, exit, out of memory) or
+// does not answer within `timeout` (then it is killed) is replaced and the call
+// is made again on a fresh process with the same inputs and seed, so the
+// element is computed once from the caller's point of view: never lost, never
+// delivered twice. After `max_attempts` such failures on one call, the call
+// fails with DataLoss (the record is bad under on_error: skip).
+//
+// Thread-safe.
+//
+//   PythonPool pool(options);
+//   ASSIGN_OR_RETURN(std::vector<Tensor> out,
+//                    pool.Call("my_aug", "jitter", seed, {&image}));
+#ifndef SLUICE_DATA_WORKER_PYTHON_PYTHON_POOL_H_
+#define SLUICE_DATA_WORKER_PYTHON_PYTHON_POOL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "data_worker/ops/tensor.h"
+#include "data_worker/python/python_process.h"
+
+namespace sluice::data_worker::python {
+
+struct PythonOptions {
+  // Python ops are refused unless true (sluice-worker --allow-python-ops).
+  bool allow = false;
+  // Folders searched for user modules before the image's own packages
+  // (--python-path).
+  std::vector<std::string> python_path;
+  // A call that takes longer is treated like a crash (--python-op-timeout).
+  absl::Duration timeout = absl::InfiniteDuration();
+  // Empty: the python3 sluice was built against (CMake SLUICE_PYTHON_EXECUTABLE).
+  std::string interpreter;
+  int max_attempts = 3;
+  int max_idle = 64;
+};
+
+class PythonPool {
+ public:
+  explicit PythonPool(PythonOptions options);
+  ~PythonPool();
+  PythonPool(const PythonPool&) = delete;
+  PythonPool& operator=(const PythonPool&) = delete;
+
+  // Runs module.function on `columns` (PythonProcess::Call's contract), on an
+  // idle or new process, again on a new process after a crash or a timeout.
+  // Errors: as PythonProcess::Call, except that Unavailable becomes DataLoss
+  // ("... died N times on this element: <last reason>") after max_attempts;
+  // FailedPrecondition if the interpreter cannot start.
+  absl::StatusOr<std::vector<Tensor>> Call(
+      const std::string& module, const std::string& function, uint64_t seed,
+      const std::vector<const Tensor*>& columns) ABSL_LOCKS_EXCLUDED(mu_);
+
+  const PythonOptions& options() const { return options_; }
+  // Processes started so far (replacements included), and processes replaced
+  // after a crash or timeout: for tests and metrics.
+  int processes_started() const ABSL_LOCKS_EXCLUDED(mu_);
+  int processes_replaced() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  absl::StatusOr<std::unique_ptr<PythonProcess>> Acquire()
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void Release(std::unique_ptr<PythonProcess> p) ABSL_LOCKS_EXCLUDED(mu_);
+
+  const PythonOptions options_;
+  mutable absl::Mutex mu_;
+  std::vector<std::unique_ptr<PythonProcess>> idle_ ABSL_GUARDED_BY(mu_);
+  int started_ ABSL_GUARDED_BY(mu_) = 0;
+  int replaced_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// The worker's pool, configured once by main() from its flags (and by tests)
+// before pipelines are built; the python op takes it when it is built, so a
+// later ConfigurePython affects only ops built after it. Not configured:
+// python ops are refused.
+void ConfigurePython(PythonOptions options);
+// The configured pool, or null if python ops are not allowed.
+std::shared_ptr<PythonPool> ConfiguredPythonPool();
+
+}  // namespace sluice::data_worker::python
+
+#endif  // SLUICE_DATA_WORKER_PYTHON_PYTHON_POOL_H_

@@ -1,0 +1,368 @@
+#include "data_worker/python/python_process.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "data_worker/python/runner_source.h"
+
+extern char** environ;
+
+namespace sluice::data_worker::python {
+namespace {
+
+constexpr size_t kInitialShm = size_t{1} << 20;
+constexpr size_t kAlign = 64;
+
+size_t Align(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+absl::Status Errno(const std::string& what) {
+  return absl::InternalError(absl::StrCat(what, ": ", std::strerror(errno)));
+}
+
+// The child's environment: ours, with PYTHONPATH extended and the numeric
+// libraries held to one thread each (the pool owns the parallelism).
+std::vector<std::string> ChildEnv(const ProcessOptions& options) {
+  std::vector<std::string> env;
+  std::string pythonpath = absl::StrJoin(options.python_path, ":");
+  bool omp = false, blas = false;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string_view v(*e);
+    if (v.rfind("PYTHONPATH=", 0) == 0) {
+      const std::string old(v.substr(11));
+      if (!old.empty()) {
+        pythonpath = pythonpath.empty() ? old : pythonpath + ":" + old;
+      }
+      continue;
+    }
+    if (v.rfind("OMP_NUM_THREADS=", 0) == 0) omp = true;
+    if (v.rfind("OPENBLAS_NUM_THREADS=", 0) == 0) blas = true;
+    env.emplace_back(v);
+  }
+  if (!pythonpath.empty()) env.push_back("PYTHONPATH=" + pythonpath);
+  if (!omp) env.push_back("OMP_NUM_THREADS=1");
+  if (!blas) env.push_back("OPENBLAS_NUM_THREADS=1");
+  return env;
+}
+
+std::string DescribeWait(int status) {
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    return absl::StrCat("killed by signal ", sig, " (", strsignal(sig), ")");
+  }
+  if (WIFEXITED(status)) {
+    return absl::StrCat("exited with status ", WEXITSTATUS(status));
+  }
+  return "ended";
+}
+
+// "uint8 0 150528 3 224 224 3" → dtype, offset, nbytes, shape.
+struct Layout {
+  DType dtype;
+  size_t offset = 0;
+  size_t nbytes = 0;
+  std::vector<int64_t> shape;
+};
+
+absl::StatusOr<Layout> ParseLayout(const std::string& line) {
+  std::vector<std::string> f = absl::StrSplit(line, ' ');
+  Layout l;
+  int64_t ndim = -1;
+  auto dtype = f.empty() ? absl::InvalidArgumentError("empty")
+                         : record::ParseDType(f[0]);
+  if (!dtype.ok() || f.size() < 4 || !absl::SimpleAtoi(f[1], &l.offset) ||
+      !absl::SimpleAtoi(f[2], &l.nbytes) || !absl::SimpleAtoi(f[3], &ndim) ||
+      ndim < 0 || f.size() != 4 + static_cast<size_t>(ndim)) {
+    return absl::InternalError(
+        absl::StrCat("bad result line from the Python process: '", line, "'"));
+  }
+  l.dtype = *dtype;
+  for (int64_t d = 0; d < ndim; ++d) {
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(f[4 + d], &v) || v < 0) {
+      return absl::InternalError(absl::StrCat(
+          "bad result line from the Python process: '", line, "'"));
+    }
+    l.shape.push_back(v);
+  }
+  return l;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<PythonProcess>> PythonProcess::Start(
+    const ProcessOptions& options) {
+  int shm = memfd_create("sluice-python", MFD_CLOEXEC);
+  if (shm < 0) return Errno("memfd_create");
+  if (ftruncate(shm, kInitialShm) != 0) {
+    close(shm);
+    return Errno("ftruncate(memfd)");
+  }
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    close(shm);
+    return Errno("socketpair");
+  }
+  // Above the child's target numbers, so that each dup2 below copies.
+  const int shm_hi = fcntl(shm, F_DUPFD_CLOEXEC, 10);
+  const int child_hi = fcntl(sv[1], F_DUPFD_CLOEXEC, 10);
+  close(sv[1]);
+  auto cleanup = [&] {
+    if (shm_hi >= 0) close(shm_hi);
+    if (child_hi >= 0) close(child_hi);
+  };
+  if (shm_hi < 0 || child_hi < 0) {
+    cleanup();
+    close(shm);
+    close(sv[0]);
+    return Errno("fcntl(F_DUPFD_CLOEXEC)");
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, shm_hi, 3);
+  posix_spawn_file_actions_adddup2(&actions, child_hi, 4);
+  posix_spawn_file_actions_adddup2(&actions, 2, 1);
+  std::vector<std::string> env = ChildEnv(options);
+  std::vector<char*> envp;
+  for (std::string& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  // The child starts with no signal blocked (the worker blocks its shutdown
+  // signals) and in its own process group (a terminal's Ctrl-C goes to the
+  // worker, which stops its children).
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setpgroup(&attr, 0);
+  posix_spawnattr_setflags(&attr,
+                           POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP);
+  std::string interpreter = options.interpreter;
+  std::string dash_c = "-c";
+  std::string source = kRunnerSource;
+  char* argv[] = {interpreter.data(), dash_c.data(), source.data(), nullptr};
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, interpreter.c_str(), &actions, &attr, argv,
+                             envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  cleanup();
+  if (rc != 0) {
+    close(shm);
+    close(sv[0]);
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot start the Python interpreter ", interpreter, ": ",
+                     std::strerror(rc)));
+  }
+  auto p = std::unique_ptr<PythonProcess>(new PythonProcess(pid, shm, sv[0]));
+  if (absl::Status s = p->MapShm(kInitialShm); !s.ok()) return s;
+  return p;
+}
+
+PythonProcess::~PythonProcess() {
+  if (shm_ != nullptr) munmap(shm_, shm_size_);
+  close(socket_fd_);
+  close(shm_fd_);
+  if (!reaped_) {
+    kill(pid_, SIGKILL);
+    int status = 0;
+    while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
+}
+
+absl::Status PythonProcess::MapShm(size_t size) {
+  struct stat st;
+  if (fstat(shm_fd_, &st) != 0) return Errno("fstat(memfd)");
+  size_t have = static_cast<size_t>(st.st_size);
+  if (size > have) {
+    if (ftruncate(shm_fd_, size) != 0) return Errno("ftruncate(memfd)");
+    have = size;
+  }
+  if (shm_ != nullptr && have == shm_size_) return absl::OkStatus();
+  if (shm_ != nullptr) munmap(shm_, shm_size_);
+  void* p = mmap(nullptr, have, PROT_READ | PROT_WRITE, MAP_SHARED, shm_fd_, 0);
+  if (p == MAP_FAILED) {
+    shm_ = nullptr;
+    shm_size_ = 0;
+    return Errno("mmap(memfd)");
+  }
+  shm_ = static_cast<uint8_t*>(p);
+  shm_size_ = have;
+  return absl::OkStatus();
+}
+
+absl::Status PythonProcess::Dead(const std::string& what, bool exiting) {
+  int status = 0;
+  pid_t r = waitpid(pid_, &status, WNOHANG);
+  // A process that closed its socket is normally on its way out: give it a
+  // moment to end, so that the message says how (signal, exit status).
+  for (int i = 0; exiting && r == 0 && i < 100; ++i) {
+    usleep(2000);
+    r = waitpid(pid_, &status, WNOHANG);
+  }
+  std::string how;
+  if (r == pid_) {
+    how = DescribeWait(status);
+  } else {
+    kill(pid_, SIGKILL);
+    while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+    how = absl::StrCat(what, "; killed it");
+  }
+  reaped_ = true;
+  return absl::UnavailableError(
+      absl::StrCat("the Python process (pid ", pid_, ") ", how));
+}
+
+absl::Status PythonProcess::Send(const std::string& data) {
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n =
+        send(socket_fd_, data.data() + done, data.size() - done, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return Dead("stopped reading", /*exiting=*/true);
+    done += static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PythonProcess::Fill(absl::Time deadline) {
+  while (true) {
+    int ms = -1;
+    if (deadline != absl::InfiniteFuture()) {
+      const absl::Duration left = deadline - absl::Now();
+      if (left <= absl::ZeroDuration()) {
+        return Dead(absl::StrCat("did not answer within ",
+                                 absl::FormatDuration(timeout_)),
+                    /*exiting=*/false);
+      }
+      ms = static_cast<int>(
+          std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 1 << 30));
+    }
+    pollfd p{socket_fd_, POLLIN, 0};
+    const int r = poll(&p, 1, ms);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return Errno("poll");
+    if (r == 0) continue;  // the deadline check above decides
+    char buf[1 << 16];
+    const ssize_t n = read(socket_fd_, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return Dead("closed its socket", /*exiting=*/true);
+    in_.append(buf, static_cast<size_t>(n));
+    return absl::OkStatus();
+  }
+}
+
+absl::StatusOr<std::string> PythonProcess::ReadLine(absl::Time deadline) {
+  while (true) {
+    const size_t nl = in_.find('\n');
+    if (nl != std::string::npos) {
+      std::string line = in_.substr(0, nl);
+      in_.erase(0, nl + 1);
+      return line;
+    }
+    if (absl::Status s = Fill(deadline); !s.ok()) return s;
+  }
+}
+
+absl::StatusOr<std::string> PythonProcess::ReadBytes(size_t n,
+                                                     absl::Time deadline) {
+  while (in_.size() < n) {
+    if (absl::Status s = Fill(deadline); !s.ok()) return s;
+  }
+  std::string out = in_.substr(0, n);
+  in_.erase(0, n);
+  return out;
+}
+
+absl::StatusOr<std::vector<Tensor>> PythonProcess::Call(
+    const std::string& module, const std::string& function, uint64_t seed,
+    const std::vector<const Tensor*>& columns, absl::Duration timeout) {
+  timeout_ = timeout;
+  // Inputs, 64-byte aligned from offset 0.
+  size_t end = 0;
+  std::vector<size_t> offsets;
+  for (const Tensor* t : columns) {
+    offsets.push_back(end);
+    end = Align(end + t->num_bytes());
+  }
+  if (absl::Status s = MapShm(std::max(end, shm_size_)); !s.ok()) return s;
+  std::string request = absl::StrCat("CALL ", module, " ", function, " ", seed,
+                                     " ", columns.size(), "\n");
+  for (size_t i = 0; i < columns.size(); ++i) {
+    const Tensor& t = *columns[i];
+    if (t.num_bytes() > 0) {
+      std::memcpy(shm_ + offsets[i], t.data(), t.num_bytes());
+    }
+    const bool bytes = !record::IsNumeric(t.dtype());
+    std::vector<int64_t> shape =
+        bytes ? std::vector<int64_t>{static_cast<int64_t>(t.num_bytes())}
+              : t.shape();
+    absl::StrAppend(&request, bytes ? "uint8" : record::DTypeName(t.dtype()),
+                    " ", offsets[i], " ", t.num_bytes(), " ", shape.size());
+    for (int64_t d : shape) absl::StrAppend(&request, " ", d);
+    absl::StrAppend(&request, "\n");
+  }
+  const absl::Time deadline = timeout == absl::InfiniteDuration()
+                                  ? absl::InfiniteFuture()
+                                  : absl::Now() + timeout;
+  if (absl::Status s = Send(request); !s.ok()) return s;
+  absl::StatusOr<std::string> head = ReadLine(deadline);
+  if (!head.ok()) return head.status();
+  std::vector<std::string> f = absl::StrSplit(*head, ' ');
+  if (f.size() == 3 && f[0] == "ERR") {
+    size_t n = 0;
+    if (!absl::SimpleAtoi(f[2], &n)) {
+      return absl::InternalError(absl::StrCat(
+          "bad error line from the Python process: '", *head, "'"));
+    }
+    absl::StatusOr<std::string> text = ReadBytes(n, deadline);
+    if (!text.ok()) return text.status();
+    if (f[1] == "import") return absl::InvalidArgumentError(*text);
+    if (f[1] == "result") return absl::InvalidArgumentError(*text);
+    return absl::DataLossError(*text);
+  }
+  size_t nouts = 0, size = 0;
+  if (f.size() != 3 || f[0] != "OK" || !absl::SimpleAtoi(f[1], &nouts) ||
+      !absl::SimpleAtoi(f[2], &size)) {
+    return absl::InternalError(absl::StrCat(
+        "bad answer line from the Python process: '", *head, "'"));
+  }
+  std::vector<Layout> layouts;
+  for (size_t k = 0; k < nouts; ++k) {
+    absl::StatusOr<std::string> line = ReadLine(deadline);
+    if (!line.ok()) return line.status();
+    absl::StatusOr<Layout> l = ParseLayout(*line);
+    if (!l.ok()) return l.status();
+    layouts.push_back(*std::move(l));
+  }
+  if (absl::Status s = MapShm(size); !s.ok()) return s;
+  std::vector<Tensor> out;
+  for (const Layout& l : layouts) {
+    Tensor t = Tensor::Allocate(l.dtype, l.shape);
+    if (t.num_bytes() != l.nbytes || l.offset + l.nbytes > shm_size_) {
+      return absl::InternalError("a result's layout does not fit its shape");
+    }
+    if (l.nbytes > 0) std::memcpy(t.data(), shm_ + l.offset, l.nbytes);
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+}  // namespace sluice::data_worker::python

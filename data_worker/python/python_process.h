@@ -1,0 +1,87 @@
+// PythonProcess: one child Python process that runs user functions for the
+// python op, with tensors passed through shared memory.
+//
+// The child is `<interpreter> -c <runner.py>` (runner.py explains the wire
+// format) started with posix_spawn: fd 3 is a memfd both sides map, fd 4 a
+// stream socket that carries one request line per call and the layout of the
+// results; stdout goes to the worker's stderr, so a user's print() cannot
+// corrupt the protocol. Inputs are copied once into the memfd and are numpy
+// views there; outputs are copied once out of it.
+//
+// Not thread-safe: one caller at a time (PythonPool hands a process to one
+// thread). A process whose call returns Unavailable (it died, or was killed
+// after the timeout) is dead and must be dropped.
+#ifndef SLUICE_DATA_WORKER_PYTHON_PYTHON_PROCESS_H_
+#define SLUICE_DATA_WORKER_PYTHON_PYTHON_PROCESS_H_
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "data_worker/ops/tensor.h"
+
+namespace sluice::data_worker::python {
+
+struct ProcessOptions {
+  std::string interpreter;  // absolute path of python3 (needs numpy)
+  // Prepended to the child's PYTHONPATH.
+  std::vector<std::string> python_path;
+};
+
+class PythonProcess {
+ public:
+  // Starts the child. Internal if the memfd, socket or spawn fail.
+  static absl::StatusOr<std::unique_ptr<PythonProcess>> Start(
+      const ProcessOptions& options);
+  // Kills (SIGKILL) and reaps the child.
+  ~PythonProcess();
+  PythonProcess(const PythonProcess&) = delete;
+  PythonProcess& operator=(const PythonProcess&) = delete;
+
+  // Calls module.function(*columns, rng=Generator(PCG64(seed))). Returns one
+  // tensor per result array. Errors, each with the Python text:
+  //   InvalidArgument     the module or function cannot be imported/found, or
+  //                       a result is not an array of a supported dtype
+  //   DataLoss            the function raised (the traceback)
+  //   Unavailable         the process died (signal, exit) or did not answer
+  //                       within `timeout` (then it was killed): drop it
+  // REQUIRES: numeric or bytes columns (bytes go as 1-D uint8 arrays).
+  absl::StatusOr<std::vector<Tensor>> Call(
+      const std::string& module, const std::string& function, uint64_t seed,
+      const std::vector<const Tensor*>& columns, absl::Duration timeout);
+
+  pid_t pid() const { return pid_; }
+
+ private:
+  PythonProcess(pid_t pid, int shm_fd, int socket_fd)
+      : pid_(pid), shm_fd_(shm_fd), socket_fd_(socket_fd) {}
+
+  // Maps at least `size` bytes of the memfd (growing it if needed).
+  absl::Status MapShm(size_t size);
+  absl::Status Send(const std::string& data);
+  // Reads one line (without '\n') or `n` bytes before `deadline`.
+  absl::StatusOr<std::string> ReadLine(absl::Time deadline);
+  absl::StatusOr<std::string> ReadBytes(size_t n, absl::Time deadline);
+  absl::Status Fill(absl::Time deadline);
+  // The process is gone (`exiting`) or hung: kill it and say why
+  // (Unavailable).
+  absl::Status Dead(const std::string& what, bool exiting);
+
+  pid_t pid_;
+  int shm_fd_;
+  int socket_fd_;
+  bool reaped_ = false;
+  uint8_t* shm_ = nullptr;
+  size_t shm_size_ = 0;
+  std::string in_;  // bytes read from the socket, not yet consumed
+  absl::Duration timeout_ = absl::InfiniteDuration();
+};
+
+}  // namespace sluice::data_worker::python
+
+#endif  // SLUICE_DATA_WORKER_PYTHON_PYTHON_PROCESS_H_

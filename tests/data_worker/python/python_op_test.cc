@@ -1,0 +1,303 @@
+// The python op end to end through the executor, with real Python processes
+// running tests/data_worker/python/sluice_test_fns.py: exact bytes, the same
+// random draws at any parallelism, user exceptions, and processes that exit,
+// segfault or hang being replaced with their element redone once.
+#include "data_worker/python/python_pool.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "common/base/random.h"
+#include "data_worker/pipeline/executor.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "common/pipeline_spec/parse.h"
+#include "tests/testing/executor_testing.h"
+#include "tests/testing/temp_dir.h"
+
+namespace sluice::data_worker {
+namespace {
+
+using ::testing::HasSubstr;
+namespace pl = pipeline;
+
+constexpr int kRecords = 8;
+constexpr char kInt32[] = ", output_dtypes: [int32]";
+
+// source → decode → python (module sluice_test_fns, function `fn`) on
+// [image, label], label = record index.
+std::string Spec(const std::string& fn, int threads,
+                 const std::string& on_error = "fail",
+                 const std::string& extra = "") {
+  return absl::StrReplaceAll(R"(
+seed: 11
+on_error: ON_ERROR
+source: {synthetic: {num_records: 8, height: 6, width: 5, num_classes: 1000}, columns: [image, label]}
+nodes:
+  - map: {input_columns: [image], ops: [{decode: {}}]}
+  - map:
+      input_columns: [image, label]
+      ops: [{python: {module: sluice_test_fns, function: FNEXTRA}}]
+      num_parallel_workers: THREADS
+)",
+                             {{"FNEXTRA", fn + extra},
+                              {"THREADS", absl::StrCat(threads)},
+                              {"ON_ERROR", on_error}});
+}
+
+python::PythonOptions Options() {
+  python::PythonOptions o;
+  o.allow = true;
+  o.python_path = {SLUICE_TEST_PYTHON_DIR};
+  o.interpreter = SLUICE_PYTHON_EXECUTABLE;
+  return o;
+}
+
+struct Out {
+  std::map<uint64_t, std::string> images;  // global index → image bytes
+  std::map<uint64_t, int64_t> labels;
+  int deliveries = 0;
+  absl::Status status;
+  pl::PipelineStats stats;
+};
+
+Out RunSpec(const std::string& yaml) {
+  Out out;
+  auto spec = sluice::pipeline_spec::ParsePipelineSpec(yaml);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  pl::ExecutorOptions eo;
+  eo.cpu_budget = 4;
+  eo.autotune = false;
+  auto ex = pl::Executor::Create(*spec, eo);
+  if (!ex.ok()) {
+    out.status = ex.status();
+    return out;
+  }
+  auto outputs = testonly::RunSplit(**ex, (*ex)->EpochOrder(0), 0);
+  out.status = outputs.status();
+  if (outputs.ok()) {
+    for (const pl::Element& e : *outputs) {
+      ++out.deliveries;
+      out.images[e.global_indices[0]] = std::string(e.columns[0].bytes());
+      out.labels[e.global_indices[0]] = *e.columns[1].data_as<int64_t>();
+    }
+  }
+  out.stats = (*ex)->stats();
+  return out;
+}
+
+// The decoded images, without any python op.
+std::map<uint64_t, std::string> Decoded() {
+  python::ConfigurePython(Options());
+  std::string yaml = Spec("invert", 1);
+  yaml = yaml.substr(0, yaml.find("  - map:\n      input_columns: [image, label]"));
+  return RunSpec(yaml).images;
+}
+
+std::string Inverted(std::string s) {
+  for (char& c : s) c = static_cast<char>(255 - static_cast<uint8_t>(c));
+  return s;
+}
+
+class PythonOpTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    setenv("SLUICE_TEST_MARKERS", markers_.path().c_str(), 1);
+    python::ConfigurePython(Options());
+    decoded_ = Decoded();
+    ASSERT_EQ(decoded_.size(), static_cast<size_t>(kRecords));
+  }
+  void TearDown() override { python::ConfigurePython({}); }
+
+  // Every record once, inverted, labels intact.
+  void ExpectAllInverted(const Out& out) {
+    ASSERT_TRUE(out.status.ok()) << out.status;
+    EXPECT_EQ(out.deliveries, kRecords);
+    for (int g = 0; g < kRecords; ++g) {
+      ASSERT_EQ(out.images.count(g), 1u) << g;
+      EXPECT_EQ(out.images.at(g), Inverted(decoded_.at(g))) << g;
+      EXPECT_EQ(out.labels.at(g), g);
+    }
+  }
+
+  testing::TempDir markers_;
+  std::map<uint64_t, std::string> decoded_;
+};
+
+TEST_F(PythonOpTest, ReturnsTheFunctionsExactBytes) {
+  ExpectAllInverted(RunSpec(Spec("invert", 1)));
+}
+
+TEST_F(PythonOpTest, OutputIsByteIdenticalAtAnyParallelism) {
+  const Out one = RunSpec(Spec("draws", 1, "fail", kInt32));
+  const Out three = RunSpec(Spec("draws", 3, "fail", kInt32));
+  ASSERT_TRUE(one.status.ok()) << one.status;
+  ASSERT_TRUE(three.status.ok()) << three.status;
+  EXPECT_EQ(one.images, three.images);
+  EXPECT_EQ(one.images.size(), static_cast<size_t>(kRecords));
+}
+
+// The generator is numpy's PCG64 seeded with MixSeed({seed, epoch, record,
+// op position}): checked against numpy itself, outside sluice.
+TEST_F(PythonOpTest, TheGeneratorIsSeededFromSeedEpochAndRecord) {
+  const Out out = RunSpec(Spec("draws", 2, "fail", kInt32));
+  ASSERT_TRUE(out.status.ok()) << out.status;
+  for (uint64_t g : {0, 5}) {
+    const uint64_t seed = MixSeed({11, 0, g, 1});
+    const std::string cmd = absl::StrCat(
+        SLUICE_PYTHON_EXECUTABLE,
+        " -c 'import numpy as np, sys; sys.stdout.buffer.write("
+        "np.random.Generator(np.random.PCG64(",
+        seed, ")).integers(0, 1 << 30, size=4).astype(np.int32).tobytes())'");
+    FILE* p = popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    char buf[16];
+    ASSERT_EQ(fread(buf, 1, sizeof(buf), p), sizeof(buf));
+    pclose(p);
+    EXPECT_EQ(out.images.at(g), std::string(buf, sizeof(buf))) << g;
+  }
+}
+
+TEST_F(PythonOpTest, DeclaredOutputDtypesAreChecked) {
+  const std::string yaml =
+      Spec("to_float", 1, "fail", ", output_dtypes: [float32]");
+  auto spec = sluice::pipeline_spec::ParsePipelineSpec(yaml);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto lp = pl::Validate(*spec);
+  ASSERT_TRUE(lp.ok()) << lp.status();
+  EXPECT_EQ(lp->column_types[0].ToString(), "float32[-1,-1,-1]");
+  EXPECT_EQ(lp->column_types[1].ToString(), "int64[]");
+  // Undeclared, float32 is not the input's uint8.
+  const Out out = RunSpec(Spec("to_float", 1));
+  EXPECT_EQ(out.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(out.status.message(),
+              HasSubstr("op 1 (Python): sluice_test_fns.to_float returned "
+                        "float32[6,5,3] for column 0, expected uint8 of rank "
+                        "3"));
+}
+
+TEST_F(PythonOpTest, UnsupportedResultDtypeNamesIt) {
+  const Out out = RunSpec(Spec("wrong_dtype", 1));
+  EXPECT_EQ(out.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(out.status.message(), HasSubstr("result 0 is float64[6, 5, 3]; return one of uint8, "
+                        "int32, int64, float16, float32"));
+}
+
+TEST_F(PythonOpTest, WrongNumberOfResultsIsAnError) {
+  const Out out = RunSpec(Spec("one_result", 1));
+  EXPECT_EQ(out.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(out.status.message(), HasSubstr("returned 1 arrays for 2 columns"));
+}
+
+TEST_F(PythonOpTest, AnExceptionEndsTheRunWithTheTraceback) {
+  const Out out = RunSpec(Spec("raises_on_3", 2));
+  EXPECT_EQ(out.status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(out.status.message(), HasSubstr("record 3: map[1] (Python)"));
+  EXPECT_THAT(out.status.message(),
+              HasSubstr("Traceback (most recent call last)"));
+  EXPECT_THAT(out.status.message(), HasSubstr("ValueError: bad record 3"));
+}
+
+TEST_F(PythonOpTest, OnErrorSkipDropsAndCountsTheRecord) {
+  const Out out = RunSpec(Spec("raises_on_3", 2, "skip"));
+  ASSERT_TRUE(out.status.ok()) << out.status;
+  EXPECT_EQ(out.deliveries, kRecords - 1);
+  EXPECT_EQ(out.images.count(3), 0u);
+  EXPECT_EQ(out.stats.skipped, 1u);
+  for (uint64_t g : {0, 2, 4, 7}) {
+    EXPECT_EQ(out.images.at(g), Inverted(decoded_.at(g)));
+  }
+}
+
+TEST_F(PythonOpTest, AProcessThatExitsIsReplacedAndItsElementRedoneOnce) {
+  auto pool = python::ConfiguredPythonPool();
+  ExpectAllInverted(RunSpec(Spec("exits_once_on_3", 2)));
+  EXPECT_EQ(pool->processes_replaced(), 1);
+}
+
+TEST_F(PythonOpTest, AProcessThatSegfaultsIsReplacedAndItsElementRedoneOnce) {
+  auto pool = python::ConfiguredPythonPool();
+  ExpectAllInverted(RunSpec(Spec("segfaults_once_on_5", 2)));
+  EXPECT_EQ(pool->processes_replaced(), 1);
+}
+
+TEST_F(PythonOpTest, AHangPastTheTimeoutIsKilledAndItsElementRedoneOnce) {
+  python::PythonOptions o = Options();
+  o.timeout = absl::Seconds(1);
+  python::ConfigurePython(o);
+  auto pool = python::ConfiguredPythonPool();
+  ExpectAllInverted(RunSpec(Spec("hangs_once_on_2", 2)));
+  EXPECT_EQ(pool->processes_replaced(), 1);
+}
+
+TEST_F(PythonOpTest, AnElementThatAlwaysKillsItsProcessFailsAfterThreeTries) {
+  auto pool = python::ConfiguredPythonPool();
+  const Out out = RunSpec(Spec("always_exits_on_4", 1));
+  EXPECT_EQ(out.status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(out.status.message(),
+              HasSubstr("record 4: map[1] (Python): op 1 (Python): "
+                        "sluice_test_fns.always_exits_on_4: the Python process "
+                        "died 3 times on this element (last: the Python "
+                        "process (pid "));
+  EXPECT_THAT(out.status.message(), HasSubstr("exited with status 9)"));
+  EXPECT_EQ(pool->processes_replaced(), 3);
+  // Under skip it is one skipped record.
+  const Out skipped = RunSpec(Spec("always_exits_on_4", 1, "skip"));
+  ASSERT_TRUE(skipped.status.ok()) << skipped.status;
+  EXPECT_EQ(skipped.deliveries, kRecords - 1);
+  EXPECT_EQ(skipped.stats.skipped, 1u);
+}
+
+TEST_F(PythonOpTest, AMissingModuleIsInvalidArgumentWithTheImportError) {
+  std::string yaml = absl::StrReplaceAll(
+      Spec("invert", 1), {{"module: sluice_test_fns", "module: no_such_mod"}});
+  const Out out = RunSpec(yaml);
+  EXPECT_EQ(out.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(out.status.message(),
+              HasSubstr("ModuleNotFoundError: No module named 'no_such_mod'"));
+  // on_error: skip does not hide it.
+  yaml = absl::StrReplaceAll(yaml, {{"on_error: fail", "on_error: skip"}});
+  EXPECT_EQ(RunSpec(yaml).status.code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(PythonOpTest, ANonCallableIsInvalidArgument) {
+  const Out out = RunSpec(Spec("not_callable", 1));
+  EXPECT_EQ(out.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(out.status.message(),
+              HasSubstr("sluice_test_fns.not_callable is not callable"));
+}
+
+TEST_F(PythonOpTest, WorkersRefusePythonOpsUnlessAllowed) {
+  python::ConfigurePython({});
+  const Out out = RunSpec(Spec("invert", 1));
+  EXPECT_EQ(out.status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(out.status.message(),
+              HasSubstr("map[1].ops[0] (Python): python ops are disabled on "
+                        "this worker; start sluice-worker (or sluice pipeline "
+                        "run) with --allow-python-ops"));
+}
+
+TEST_F(PythonOpTest, NamesThatAreNotPythonIdentifiersAreRefused) {
+  std::string yaml = absl::StrReplaceAll(
+      Spec("invert", 1),
+      {{"module: sluice_test_fns", "module: \"os; import x\""}});
+  Out out = RunSpec(yaml);
+  EXPECT_EQ(out.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(out.status.message(),
+              HasSubstr("module must be a dotted Python module name, got "
+                        "'os; import x'"));
+  yaml = absl::StrReplaceAll(Spec("invert", 1),
+                             {{"function: invert", "function: \"a.b\""}});
+  out = RunSpec(yaml);
+  EXPECT_EQ(out.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(out.status.message(),
+              HasSubstr("function must be a Python identifier, got 'a.b'"));
+}
+
+}  // namespace
+}  // namespace sluice::data_worker

@@ -1,0 +1,72 @@
+"""User functions for python_op_test: what a team's module on --python-path looks like.
+
+Functions that fail once write a marker file in $SLUICE_TEST_MARKERS first, so that the
+redone call (on a fresh process) succeeds.
+"""
+import ctypes
+import os
+import time
+
+import numpy as np
+
+
+def invert(image, label, rng):
+    return 255 - image, label
+
+
+def draws(image, label, rng):
+    """The first four draws of the element's generator, in the image's place."""
+    return rng.integers(0, 1 << 30, size=(1, 1, 4)).astype(np.int32), label
+
+
+def to_float(image, label, rng):
+    return image.astype(np.float32) / 255, label
+
+
+def wrong_dtype(image, label, rng):
+    return image.astype(np.float64), label
+
+
+def one_result(image, label, rng):
+    return image
+
+
+def raises_on_3(image, label, rng):
+    if int(label) == 3:
+        raise ValueError("bad record %d" % int(label))
+    return 255 - image, label
+
+
+def _first_time(tag, label):
+    path = os.path.join(os.environ["SLUICE_TEST_MARKERS"], "%s-%d" % (tag, int(label)))
+    if os.path.exists(path):
+        return False
+    open(path, "w").close()
+    return True
+
+
+def exits_once_on_3(image, label, rng):
+    if int(label) == 3 and _first_time("exit", label):
+        os._exit(7)
+    return 255 - image, label
+
+
+def segfaults_once_on_5(image, label, rng):
+    if int(label) == 5 and _first_time("segv", label):
+        ctypes.string_at(0)
+    return 255 - image, label
+
+
+def hangs_once_on_2(image, label, rng):
+    if int(label) == 2 and _first_time("hang", label):
+        time.sleep(3600)
+    return 255 - image, label
+
+
+def always_exits_on_4(image, label, rng):
+    if int(label) == 4:
+        os._exit(9)
+    return 255 - image, label
+
+
+not_callable = 3
