@@ -19,6 +19,9 @@
 #            than the engine does, and none of its start-up).
 # Reports per round sluice/strict and sluice/pytorch, then per photo set and workload the median
 # over the rounds with the range [min-max], and the 1-minute load before and after each round.
+# cpu-eff = the strict ceiling's CPU µs per image / the whole sluice run's (user + system time of
+# the process over the images it delivered): the figure that other jobs on the machine disturb
+# least.
 # Small records: `sluice pipeline run --spec bench/pipelines/small_records.yaml` vs
 # small_records_bench's plain loop, one thread; overhead = 1/sluice - 1/loop, µs per element.
 #
@@ -94,20 +97,24 @@ for ((r = 1; r <= rounds; r++)); do
       /usr/bin/python3 "$root/bench/pytorch_loader.py" --data "$work/$set/images" \
         --workers "$threads" --epochs "$epochs" --warmup-epochs 0 $eval_flag >/dev/null
       t1="$(now)"
-      "$build/bin/sluice" pipeline run --spec "$spec" --data "$work/$set/ds" \
-        --threads "$threads" --warmup-epochs 0 --epochs "$epochs" >/dev/null 2>&1
+      /usr/bin/time -f "%U %S" -o "$work/time" "$build/bin/sluice" pipeline run --spec "$spec" \
+        --data "$work/$set/ds" --threads "$threads" --warmup-epochs 0 --epochs "$epochs" \
+        >/dev/null 2>&1
       t2="$(now)"
+      bc="$(awk -v n="$n" -v e="$epochs" '{printf "%.0f", 1e6*($1+$2)/(n*e)}' "$work/time")"
       out_c="$("$build/bin/kernel_ceiling_bench" --spec "$spec" --data "$work/$set/ds" \
                --threads "$threads" --epochs "$epochs" --chain strict)"
       c="$(echo "$out_c" | rate strict)"
+      cc="$(echo "$out_c" | sed -n 's/^strict: .*, \([0-9.]*\) us CPU\/image.*$/\1/p')"
       l1="$(load)"
       a="$(awk -v n="$n" -v e="$epochs" -v s="$t0" -v t="$t1" 'BEGIN{printf "%.1f", n*e/(t-s)}')"
       b="$(awk -v n="$n" -v e="$epochs" -v s="$t1" -v t="$t2" 'BEGIN{printf "%.1f", n*e/(t-s)}')"
       printf 'round %d %-5s %-5s pytorch %7.1f  sluice %7.1f  strict %7.1f images/s' \
         "$r" "$set" "$workload" "$a" "$b" "$c"
-      awk -v a="$a" -v b="$b" -v c="$c" -v l0="$l0" -v l1="$l1" \
-        'BEGIN{printf "  sluice/strict %.3f  sluice/pytorch %.2f  (load %s -> %s)\n", b/c, b/a, l0, l1}'
-      rows+=("$set $workload $r $a $b $c $l0 $l1")
+      awk -v a="$a" -v b="$b" -v c="$c" -v l0="$l0" -v l1="$l1" -v bc="$bc" -v cc="$cc" \
+        'BEGIN{printf "  sluice/strict %.3f  sluice/pytorch %.2f  cpu-eff %.3f (%s/%s us)  (load %s -> %s)\n",
+               b/c, b/a, cc/bc, cc, bc, l0, l1}'
+      rows+=("$set $workload $r $a $b $c $l0 $l1 $bc $cc")
     done
   done
 done
@@ -123,8 +130,9 @@ for set in repo large; do
     printf '%-5s %-5s pytorch %s  sluice %s  strict %s images/s\n' "$set" "$workload" \
       "$(echo "$sel" | awk '{print $4}' | stats)" "$(echo "$sel" | awk '{print $5}' | stats)" \
       "$(echo "$sel" | awk '{print $6}' | stats)"
-    printf '%-5s %-5s sluice/strict %s  sluice/pytorch %s  load %s\n' "$set" "$workload" \
-      "$(echo "$sel" | awk '{print $5/$6}' | stats)" "$(echo "$sel" | awk '{print $5/$4}' | stats)" \
+    printf '%-5s %-5s sluice/strict %s  sluice/pytorch %s  cpu-eff %s  load %s\n' "$set" \
+      "$workload" "$(echo "$sel" | awk '{print $5/$6}' | stats)" \
+      "$(echo "$sel" | awk '{print $5/$4}' | stats)" "$(echo "$sel" | awk '{print $10/$9}' | stats)" \
       "$(echo "$sel" | awk '{print $7; print $8}' | stats)"
   done
 done
@@ -146,7 +154,7 @@ fi
 
 if [[ -n "$csv" ]]; then
   {
-    echo "set,workload,round,pytorch,sluice,strict,load_before,load_after"
+    echo "set,workload,round,pytorch,sluice,strict,load_before,load_after,sluice_cpu_us,strict_cpu_us"
     for r in "${rows[@]}"; do echo "${r// /,}"; done
   } > "$csv"
 fi
