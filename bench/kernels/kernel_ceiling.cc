@@ -484,8 +484,7 @@ int main(int argc, char** argv) {
                              : dw::DctScaleRuleOf(ops[0].decode().dct_scale());
     if (dct_rule != "engine" && dct_rule != "eighth" && dct_rule != "pow2" &&
         dct_rule != "cost") {
-      std::fprintf(stderr, "--dct-rule: unknown rule '%s'\n",
-                   dct_rule.c_str());
+      std::fprintf(stderr, "--dct-rule: unknown rule '%s'\n", dct_rule.c_str());
       return 1;
     }
     float scale[3], bias[3];
@@ -565,8 +564,8 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "--dump-boxes needs the train spec\n");
         return 1;
       }
-      if (!DumpBoxes(dump_boxes, records, dump_count, box_draws, lp->seed,
-                     rrc, flip_p)) {
+      if (!DumpBoxes(dump_boxes, records, dump_count, box_draws, lp->seed, rrc,
+                     flip_p)) {
         std::fprintf(stderr, "--dump-boxes: cannot write %s\n",
                      dump_boxes.c_str());
         return 1;
@@ -588,9 +587,10 @@ int main(int argc, char** argv) {
     if (chain == "strict" || chain == "all") {
       strict_rate = RunStrict(records, threads, batch_size, epochs,
                               {3, out_h, out_w}, fast_element, &strict_cpu);
-      std::printf("strict: %.1f images/s, %.0f us CPU/image (%d processes, "
-                  "dct rule %s)\n",
-                  strict_rate, strict_cpu, threads, dct_rule.c_str());
+      std::printf(
+          "strict: %.1f images/s, %.0f us CPU/image (%d processes, "
+          "dct rule %s)\n",
+          strict_rate, strict_cpu, threads, dct_rule.c_str());
     }
   }
   std::printf("ceiling: %.1f images/s\n",

@@ -267,12 +267,12 @@ absl::StatusOr<Tensor> DecodeJpegRegion(std::string_view encoded,
   RETURN_IF_ERROR(CheckImageSize(cinfo.image_height, cinfo.image_width));
   ASSIGN_OR_RETURN(const DecodePlan p, plan(full_h, full_w));
 
-  const int n = p.allow_dct_scaling
-                    ? ChooseDctScale(p.dct_rule, p.box.height, p.box.width,
-                                     p.out_height, p.out_width,
-                                     cinfo.max_h_samp_factor,
-                                     cinfo.max_v_samp_factor)
-                    : 8;
+  const int n =
+      p.allow_dct_scaling
+          ? ChooseDctScale(p.dct_rule, p.box.height, p.box.width, p.out_height,
+                           p.out_width, cinfo.max_h_samp_factor,
+                           cinfo.max_v_samp_factor)
+          : 8;
   const bool cmyk =
       cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
   if (!Guard(dec, [&] {

@@ -340,11 +340,11 @@ TEST(DctScale, FixedRulesPickTheSmallestScaleKeepingTheBoxAtLeastTheOutput) {
        }) {
     SCOPED_TRACE(absl::StrCat(c.box_h, "x", c.box_w, " -> ", c.out));
     for (const auto& [h_samp, v_samp] : {std::pair{2, 2}, std::pair{1, 1}}) {
-      EXPECT_EQ(ChooseDctScale(DctScaleRule::kPowerOfTwo, c.box_h, c.box_w, c.out, c.out,
-                               h_samp, v_samp),
+      EXPECT_EQ(ChooseDctScale(DctScaleRule::kPowerOfTwo, c.box_h, c.box_w,
+                               c.out, c.out, h_samp, v_samp),
                 c.pow2);
-      EXPECT_EQ(ChooseDctScale(DctScaleRule::kSmallestEighth, c.box_h, c.box_w, c.out, c.out,
-                               h_samp, v_samp),
+      EXPECT_EQ(ChooseDctScale(DctScaleRule::kSmallestEighth, c.box_h, c.box_w,
+                               c.out, c.out, h_samp, v_samp),
                 c.eighth);
     }
   }
@@ -362,22 +362,27 @@ TEST(DctScale, CostModelPicksTheCheapestScaleKeepingTheBoundForTheSampling) {
   for (const Case& c : std::vector<Case>{
            {2000, 2000, 224, 224, 1, 1},  // (1)
            {1000, 1000, 224, 224, 2, 2},  // (2)
-           {700, 700, 224, 224, 4, 3},    // (3): 3.69 < 3.81 at 4:2:0, 4.42 < 4.89 at 4:4:4
-           {448, 448, 224, 224, 4, 4},    // (4)
-           {447, 447, 224, 224, 5, 5},    // (5): 5.39 < 5.53, 6.30 < 6.46
-           {350, 350, 224, 224, 8, 8},    // (6): 6.21 > 5.53, 7.07 > 6.46
-           {280, 900, 224, 224, 8, 8},    // (7), the short side decides
-           {100, 150, 224, 224, 8, 8},    // an upscale decodes at full size
-           {375, 500, 100, 133, 4, 3},    // Resize(100) of 375x500: (3)
+           {700, 700, 224, 224, 4,
+            3},  // (3): 3.69 < 3.81 at 4:2:0, 4.42 < 4.89 at 4:4:4
+           {448, 448, 224, 224, 4, 4},  // (4)
+           {447, 447, 224, 224, 5, 5},  // (5): 5.39 < 5.53, 6.30 < 6.46
+           {350, 350, 224, 224, 8, 8},  // (6): 6.21 > 5.53, 7.07 > 6.46
+           {280, 900, 224, 224, 8, 8},  // (7), the short side decides
+           {100, 150, 224, 224, 8, 8},  // an upscale decodes at full size
+           {375, 500, 100, 133, 4, 3},  // Resize(100) of 375x500: (3)
        }) {
-    SCOPED_TRACE(absl::StrCat(c.box_h, "x", c.box_w, " -> ", c.out_h, "x", c.out_w));
-    EXPECT_EQ(ChooseDctScale(DctScaleRule::kCostModel, c.box_h, c.box_w, c.out_h, c.out_w,
+    SCOPED_TRACE(
+        absl::StrCat(c.box_h, "x", c.box_w, " -> ", c.out_h, "x", c.out_w));
+    EXPECT_EQ(ChooseDctScale(DctScaleRule::kCostModel, c.box_h, c.box_w,
+                             c.out_h, c.out_w,
                              /*max_h_samp=*/2, /*max_v_samp=*/2),
               c.subsampled);
-    EXPECT_EQ(ChooseDctScale(DctScaleRule::kCostModel, c.box_h, c.box_w, c.out_h, c.out_w,
+    EXPECT_EQ(ChooseDctScale(DctScaleRule::kCostModel, c.box_h, c.box_w,
+                             c.out_h, c.out_w,
                              /*max_h_samp=*/2, /*max_v_samp=*/1),  // 4:2:2
               c.subsampled);
-    EXPECT_EQ(ChooseDctScale(DctScaleRule::kCostModel, c.box_h, c.box_w, c.out_h, c.out_w,
+    EXPECT_EQ(ChooseDctScale(DctScaleRule::kCostModel, c.box_h, c.box_w,
+                             c.out_h, c.out_w,
                              /*max_h_samp=*/1, /*max_v_samp=*/1),
               c.full);
   }
@@ -392,14 +397,15 @@ TEST(DctScale, TheDecodeSettingSelectsTheRule) {
   proto::OpSpec resize;
   resize.mutable_resize()->set_size(100);
   for (const auto& [name, h_samp, cost_picks_pow2] :
-       std::vector<std::tuple<std::string, int, bool>>{{"420", 2, true}, {"444", 1, false}}) {
+       std::vector<std::tuple<std::string, int, bool>>{{"420", 2, true},
+                                                       {"444", 1, false}}) {
     SCOPED_TRACE(name);
     const std::string jpeg = testing::EncodeJpegSampling(rgb, h_samp, h_samp);
     auto run = [&](proto::DecodeOp::DctScale setting) {
       proto::OpSpec decode = DecodeSpec();
       decode.mutable_decode()->set_dct_scale(setting);
-      absl::StatusOr<Tensor> out =
-          Build({decode, resize}, /*fuse=*/true)->Apply(Bytes(jpeg), ElementContext{});
+      absl::StatusOr<Tensor> out = Build({decode, resize}, /*fuse=*/true)
+                                       ->Apply(Bytes(jpeg), ElementContext{});
       EXPECT_TRUE(out.ok()) << out.status();
       return out.ok() ? std::string(out->bytes()) : std::string();
     };
