@@ -2,12 +2,25 @@
 """Does a model trained on torchvision's preprocessing see the same pixels from sluice?
 
     PYTHONPATH=build/python /usr/bin/python3 bench/fidelity.py [--images N] [--jpegs DIR]
+    /usr/bin/python3 bench/fidelity.py --train [--images N] [--jpegs DIR] [--draws 10000]
 
-Runs bench/pipelines/imagenet_eval.yaml (Decode → Resize(256) → CenterCrop(224) → Normalize →
+Eval (default): runs bench/pipelines/imagenet_eval.yaml (Decode → Resize(256) → CenterCrop(224) → Normalize →
 HWC2CHW) through a local cluster and the Python client, and torchvision's Resize(256),
 CenterCrop(224), ToTensor(), Normalize(ImageNet) on the same JPEG bytes (read back from the
 dataset, decoded by PIL). Differences are in pixel units (the normalized value times std, times
 255): mean absolute difference (goal <= 2/255), max, and PSNR over [0, 1].
+
+Train (--train): bench/pipelines/imagenet_train.yaml (Decode → RandomResizedCrop(224) →
+RandomHorizontalFlip → Normalize → HWC2CHW) through the engine's own physical plan
+(`kernel_ceiling_bench --chain plan --dump`: the optimizer's fused Decode+RandomResizedCrop and
+flip ops, epoch 0, dataset order), with the crop box and flip sluice drew for each image
+(`--dump-boxes`). torchvision applies the same boxes: `F.resized_crop(img, top, left, h, w, 224,
+BILINEAR)`, `F.hflip` when sluice flipped, ToTensor, on the PIL decode of the same JPEG bytes.
+Prints the same pixel statistics (goal: mean <= 2/255). Then the box distribution: sluice's boxes
+for --draws elements on image 0's size against as many `RandomResizedCrop.get_params` draws on the
+same size, compared by two-sample Kolmogorov-Smirnov tests on the area scale (h·w / H·W) and the
+log aspect ratio (log w/h), once per torch seed in --tv-seeds; goal: median p > 0.01 for both
+(indistinguishable).
 """
 import argparse
 import io
@@ -28,19 +41,32 @@ from torchvision import transforms
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = Path(os.environ.get("SLUICE_BUILD_DIR", ROOT / "build"))
 sys.path.insert(0, str(BUILD / "python"))
-import sluice  # noqa: E402
 
-MEAN = np.array(sluice.IMAGENET_MEAN, dtype=np.float64).reshape(3, 1, 1)
-STD = np.array(sluice.IMAGENET_STD, dtype=np.float64).reshape(3, 1, 1)
+# ImageNet's normalization (sluice.IMAGENET_MEAN/STD; the train path needs no client package).
+MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float64).reshape(3, 1, 1)
+STD = np.array([0.229, 0.224, 0.225], dtype=np.float64).reshape(3, 1, 1)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--images", type=int, default=200, help="synthetic JPEGs (sluice datagen)")
     ap.add_argument("--jpegs", help="an ImageFolder of real JPEGs instead of synthetic ones")
-    ap.add_argument("--spec", default=str(ROOT / "bench/pipelines/imagenet_eval.yaml"))
+    ap.add_argument("--spec", default=None,
+                    help="pipeline spec (default bench/pipelines/imagenet_{eval,train}.yaml)")
+    ap.add_argument("--train", action="store_true", help="the train pipeline and its crop boxes")
+    ap.add_argument("--draws", type=int, default=10000,
+                    help="crop boxes per side of the distribution test (--train)")
+    ap.add_argument("--tv-seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4],
+                    help="torch seeds of the torchvision samples (--train)")
     args = ap.parse_args()
     bin_dir = BUILD / "bin"
+    if args.spec is None:
+        args.spec = str(ROOT / "bench/pipelines" /
+                        ("imagenet_train.yaml" if args.train else "imagenet_eval.yaml"))
+    if args.train:
+        with tempfile.TemporaryDirectory(prefix="sluice-fidelity-") as tmp:
+            train(bin_dir, Path(tmp), args)
+        return
     with tempfile.TemporaryDirectory(prefix="sluice-fidelity-") as tmp:
         work = Path(tmp)
         jpegs = args.jpegs
@@ -69,6 +95,7 @@ def main() -> None:
 
 
 def compare(bin_dir: Path, dispatcher: str, spec: str, data: str) -> None:
+    import sluice
     reference = transforms.Compose([
         transforms.Resize(256), transforms.CenterCrop(224), transforms.ToTensor(),
         transforms.Normalize(mean=list(sluice.IMAGENET_MEAN), std=list(sluice.IMAGENET_STD))])
@@ -101,6 +128,117 @@ def compare(bin_dir: Path, dispatcher: str, spec: str, data: str) -> None:
     print("max abs diff: %.1f/255" % (worst * 255))
     print("PSNR: %.1f dB" % psnr)
     print("verdict: %s" % ("PASS" if mean <= 2 / 255 else "FAIL"))
+
+
+def make_dataset(bin_dir: Path, work: Path, args) -> str:
+    """Writes (or takes) the JPEG ImageFolder, converts it; returns the ImageFolder path."""
+    jpegs = args.jpegs
+    if jpegs is None:
+        jpegs = str(work / "images")
+        subprocess.run([str(bin_dir / "sluice"), "datagen", "--output", jpegs, "--images",
+                        str(args.images), "--seed", "3"], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run([str(bin_dir / "sluice"), "record", "convert", "--input", jpegs,
+                    "--output", str(work / "ds"), "--format", "imagefolder"], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return jpegs
+
+
+def train(bin_dir: Path, work: Path, args) -> None:
+    import torchvision
+    from torchvision.transforms import InterpolationMode
+    from torchvision.transforms import functional as F
+
+    jpegs = make_dataset(bin_dir, work, args)
+    dataset = torchvision.datasets.ImageFolder(jpegs)  # the order `record convert` numbers
+    count = min(args.images, len(dataset))
+    dump, boxes_file = work / "train.f32", work / "boxes.txt"
+    subprocess.run([str(bin_dir / "kernel_ceiling_bench"), "--spec", args.spec, "--data",
+                    str(work / "ds"), "--chain", "plan", "--epochs", "0", "--threads", "1",
+                    "--dump", str(dump), "--dump-count", str(count),
+                    "--dump-boxes", str(boxes_file), "--box-draws", str(args.draws)],
+                   check=True, stdout=subprocess.DEVNULL)
+    boxes, draws, size = [], [], None
+    for line in boxes_file.read_text().splitlines():
+        f = line.split()
+        if f[0] == "index":
+            boxes.append(tuple(int(v) for v in f[2:7]))
+        elif f[0] == "size":
+            size = (int(f[1]), int(f[2]))
+        elif f[0] == "draw":
+            draws.append(tuple(int(v) for v in f[1:5]))
+    ours_all = np.fromfile(dump, dtype=np.float32).reshape(-1, 3, 224, 224)
+    abs_sum = sq_sum = 0.0
+    n_values = 0
+    worst = 0.0
+    per_image = []
+    for i, (top, left, h, w, flip) in enumerate(boxes):
+        img = Image.open(dataset.samples[i][0]).convert("RGB")
+        ref = F.resized_crop(img, top, left, h, w, [224, 224], InterpolationMode.BILINEAR)
+        if flip:
+            ref = F.hflip(ref)
+        theirs = F.to_tensor(ref).numpy().astype(np.float64)
+        ours = ours_all[i].astype(np.float64) * STD + MEAN
+        diff = np.abs(ours - theirs)
+        abs_sum += diff.sum()
+        sq_sum += (diff ** 2).sum()
+        n_values += diff.size
+        worst = max(worst, diff.max())
+        per_image.append(diff.mean())
+    mean = abs_sum / n_values
+    mse = sq_sum / n_values
+    psnr = 10 * math.log10(1.0 / mse) if mse > 0 else float("inf")
+    first = Image.open(dataset.samples[0][0])
+    print("train images: %d (first %dx%d), same boxes and flips as sluice drew" % (
+        len(per_image), *first.size))
+    print("mean abs diff: %.3f/255 (goal <= 2/255)  worst image %.3f/255" % (
+        mean * 255, max(per_image) * 255))
+    print("max abs diff: %.1f/255" % (worst * 255))
+    print("PSNR: %.1f dB" % psnr)
+
+    # The box distribution on image 0's size, sluice vs torchvision. One torchvision sample of
+    # len(draws) boxes per seed in --tv-seeds: under the hypothesis that the distributions are the
+    # same, each p-value is uniform on [0, 1], so the verdict reads the median over the seeds.
+    H, W = size
+    ours_b = np.array(draws, dtype=np.float64)  # top, left, h, w
+    dummy = torch.empty((3, H, W), dtype=torch.uint8)
+    features = (("scale", lambda b: b[:, 2] * b[:, 3] / (H * W)),
+                ("log-ratio", lambda b: np.log(b[:, 3] / b[:, 2])))
+    pvalues = {name: [] for name, _ in features}
+    for seed in args.tv_seeds:
+        torch.manual_seed(seed)
+        tv_b = np.array([transforms.RandomResizedCrop.get_params(
+            dummy, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0)) for _ in range(len(draws))],
+            dtype=np.float64)  # i, j, h, w
+        for name, fn in features:
+            stat, p = ks_2samp(fn(ours_b), fn(tv_b))
+            pvalues[name].append(p)
+            print("box %s: torch seed %d: KS D=%.4f p=%.3f over %d + %d draws on %dx%d" % (
+                name, seed, stat, p, len(ours_b), len(tv_b), W, H))
+    medians = {name: float(np.median(ps)) for name, ps in pvalues.items()}
+    for name, m in medians.items():
+        print("box %s: median p %.3f over %d torchvision samples (goal p > 0.01)" % (
+            name, m, len(pvalues[name])))
+    ok = mean <= 2 / 255 and min(medians.values()) > 0.01
+    print("verdict: %s" % ("PASS" if ok else "FAIL"))
+
+
+def ks_2samp(a: np.ndarray, b: np.ndarray):
+    """Two-sample Kolmogorov-Smirnov statistic and asymptotic p-value (scipy's when present)."""
+    try:
+        from scipy import stats
+        r = stats.ks_2samp(a, b)
+        return float(r.statistic), float(r.pvalue)
+    except ImportError:
+        pass
+    a, b = np.sort(a), np.sort(b)
+    values = np.concatenate([a, b])
+    d = float(np.max(np.abs(np.searchsorted(a, values, side="right") / a.size -
+                            np.searchsorted(b, values, side="right") / b.size)))
+    en = math.sqrt(a.size * b.size / (a.size + b.size))
+    lam = (en + 0.12 + 0.11 / en) * d
+    p = 2 * sum((-1) ** (k - 1) * math.exp(-2 * (k * lam) ** 2) for k in range(1, 101))
+    return d, min(1.0, max(0.0, p))
 
 
 def _size(data: str, bin_dir: Path):

@@ -223,6 +223,22 @@ void CmykToRgb(const uint8_t* cmyk, uint8_t* rgb, size_t pixels) {
   }
 }
 
+// The cost model of DctScaleRule::kCostModel, in CPU nanoseconds per source
+// pixel of the box: decoding at scale n/8 costs kDctDecodeCost*[n - 1] (the
+// time to decode a whole image at n/8 over its full-size pixel count; entropy
+// decoding is the same at every scale, so only the differences matter) plus
+// kResizeCost per decoded pixel, (n/8)² per source pixel, for the resize that
+// follows. Measured by bench/kernels/dct_scale_cost_bench on photo-like
+// 800-1,200 px JPEGs (bench/make_photos.py), 2026-11-25, docs/BENCHMARKS.md
+// ("The strict ceiling"); with chroma subsampled (4:2:0) and at full
+// resolution (4:4:4). The odd-size IDCTs cost more than the next power of two
+// up, and 5/8-7/8 about as much as or more than a full-size decode.
+constexpr double kDctDecodeCostSubsampled[8] = {2.44, 3.08, 3.68, 3.46,
+                                                5.03, 5.69, 7.12, 4.61};
+constexpr double kDctDecodeCostFull[8] = {3.13, 3.91, 4.29, 4.66,
+                                          5.94, 6.55, 8.75, 5.54};
+constexpr double kResizeCost = 0.92;
+
 // [lo, hi) = box edges scaled by n/8, rounded, clamped into [0, limit),
 // non-empty.
 void ScaleSpan(int start, int length, int n, int limit, int* lo, int* hi) {
@@ -251,18 +267,12 @@ absl::StatusOr<Tensor> DecodeJpegRegion(std::string_view encoded,
   RETURN_IF_ERROR(CheckImageSize(cinfo.image_height, cinfo.image_width));
   ASSIGN_OR_RETURN(const DecodePlan p, plan(full_h, full_w));
 
-  // Smallest allowed DCT scale n/8 keeping the box at least as large as the
-  // output.
-  int n = 8;
-  if (p.allow_dct_scaling) {
-    const int step_pow2 = p.dct_rule == DctScaleRule::kPowerOfTwo;
-    for (n = 1; n < 8; n = step_pow2 ? n * 2 : n + 1) {
-      if (int64_t{p.box.width} * n >= int64_t{p.out_width} * 8 &&
-          int64_t{p.box.height} * n >= int64_t{p.out_height} * 8) {
-        break;
-      }
-    }
-  }
+  const int n =
+      p.allow_dct_scaling
+          ? ChooseDctScale(p.dct_rule, p.box.height, p.box.width, p.out_height,
+                           p.out_width, cinfo.max_h_samp_factor,
+                           cinfo.max_v_samp_factor)
+          : 8;
   const bool cmyk =
       cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
   if (!Guard(dec, [&] {
@@ -396,6 +406,7 @@ absl::Status CheckEncoded(const OpLabel& label, const Tensor& input) {
 DecodePlan WithSettings(DecodePlan plan, const proto::DecodeOp& spec) {
   plan.idct = spec.idct();
   plan.fast_upsampling = spec.fast_upsampling();
+  plan.dct_rule = DctScaleRuleOf(spec.dct_scale());
   return plan;
 }
 
@@ -458,6 +469,50 @@ bool DctScalingAllowed(int interpolation) {
 }
 
 }  // namespace
+
+int ChooseDctScale(DctScaleRule rule, int box_height, int box_width,
+                   int out_height, int out_width, int max_h_samp,
+                   int max_v_samp) {
+  // The fidelity bound: the decoded box covers the output on both axes.
+  auto keeps = [&](int n) {
+    return int64_t{box_width} * n >= int64_t{out_width} * 8 &&
+           int64_t{box_height} * n >= int64_t{out_height} * 8;
+  };
+  switch (rule) {
+    case DctScaleRule::kPowerOfTwo:
+      for (int n = 1; n < 8; n *= 2) {
+        if (keeps(n)) return n;
+      }
+      return 8;
+    case DctScaleRule::kSmallestEighth:
+      for (int n = 1; n < 8; ++n) {
+        if (keeps(n)) return n;
+      }
+      return 8;
+    case DctScaleRule::kCostModel:
+      break;
+  }
+  const double* decode = max_h_samp > 1 || max_v_samp > 1
+                             ? kDctDecodeCostSubsampled
+                             : kDctDecodeCostFull;
+  auto cost = [&](int n) { return decode[n - 1] + kResizeCost * n * n / 64; };
+  int best = 8;
+  for (int n = 7; n >= 1; --n) {
+    if (keeps(n) && cost(n) < cost(best)) best = n;
+  }
+  return best;
+}
+
+DctScaleRule DctScaleRuleOf(proto::DecodeOp::DctScale setting) {
+  switch (setting) {
+    case proto::DecodeOp::DCT_SCALE_POWER_OF_TWO:
+      return DctScaleRule::kPowerOfTwo;
+    case proto::DecodeOp::DCT_SCALE_EIGHTH:
+      return DctScaleRule::kSmallestEighth;
+    default:
+      return DctScaleRule::kCostModel;
+  }
+}
 
 absl::StatusOr<Tensor> DecodeImage(std::string_view encoded) {
   return DecodeImageRegion(encoded,

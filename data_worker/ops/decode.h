@@ -3,8 +3,9 @@
 //
 // JPEGs go through libjpeg-turbo directly (straight to RGB, JDCT_ISLOW, fancy
 // upsampling). The fused ops read the header, compute the crop box on the full
-// W×H exactly as the unfused op would (same random draws), pick the smallest
-// DCT scale M/8 that keeps the box at least as large as the output, and decode
+// W×H exactly as the unfused op would (same random draws), pick a
+// DCT scale n/8 by DctScaleRule (below) among those keeping the box at least as
+// large as the output, and decode
 // only the box's rows (jpeg_skip_scanlines) and columns (jpeg_crop_scanline,
 // widened to iMCU boundaries), then cv::resize the box to the output size
 // (INTER_LINEAR, or INTER_AREA when still shrinking by 2× or more). Against
@@ -42,14 +43,36 @@ namespace sluice::data_worker {
 // 2^28 pixels, a 768 MiB RGB buffer (16384 × 16384 fits).
 inline constexpr int64_t kMaxImagePixels = int64_t{1} << 28;
 
-// How the DCT scale of a region decode is chosen: the smallest scale keeping
-// the decoded box at least as large as the output, among
-//   kPowerOfTwo:      1/8, 1/4, 1/2, 1 (libjpeg-turbo's fast IDCT paths; the
-//                     rest of the reduction is left to the resize)
-//   kSmallestEighth:  any n/8 (fewest decoded pixels, slow odd-size IDCTs)
-// docs/BENCHMARKS.md ("The engine at the hardware limit") has the measured
-// rates and errors of both.
-enum class DctScaleRule { kPowerOfTwo, kSmallestEighth };
+// How the DCT scale n/8 of a region decode is chosen. Every rule keeps the
+// fidelity bound: the decoded box is at least as large as the output on both
+// axes (nothing is upsampled after the IDCT), so the resize only shrinks.
+//   kCostModel:       the scale with the lowest modelled cost among those that
+//                     keep the bound: the measured CPU time per source pixel
+//                     of decoding at that scale, with the table for the
+//                     image's chroma sampling, plus the resize of the decoded
+//                     pixels (kDctDecodeCost*, decode.cc). The default. With
+//                     4:2:0 it decodes at 4/8 where the n/8 rule would use 3/8
+//                     and at 8/8 where it would use 6/8 or 7/8.
+//   kPowerOfTwo:      the smallest of 1/8, 1/4, 1/2, 1 (libjpeg-turbo's fast
+//                     IDCT paths; the rest of the reduction is left to the
+//                     resize). The rule before kCostModel.
+//   kSmallestEighth:  the smallest n/8 (fewest decoded pixels, slow odd-size
+//                     IDCTs).
+// docs/BENCHMARKS.md ("The engine at the hardware limit" and "The strict
+// ceiling") has the measured rates and errors of each.
+enum class DctScaleRule { kPowerOfTwo, kSmallestEighth, kCostModel };
+
+// The n (1..8) of the DCT scale n/8 `rule` picks to decode a box_height ×
+// box_width region that is then resized to out_height × out_width, for a JPEG
+// whose largest sampling factors are max_h_samp × max_v_samp (2 × 2 for
+// 4:2:0, 1 × 1 for 4:4:4). 8 when no scale keeps the bound (the output is
+// larger than the box). REQUIRES: all sizes > 0.
+int ChooseDctScale(DctScaleRule rule, int box_height, int box_width,
+                   int out_height, int out_width, int max_h_samp,
+                   int max_v_samp);
+
+// The DecodeOp setting as a rule (DCT_SCALE_COST → kCostModel, ...).
+DctScaleRule DctScaleRuleOf(proto::DecodeOp::DctScale setting);
 
 // What to produce from an image once its full size is known.
 struct DecodePlan {
@@ -60,8 +83,8 @@ struct DecodePlan {
   // Whether the box may be downscaled in the DCT domain (only for bilinear/area
   // resizes).
   bool allow_dct_scaling = false;
-  // Which DCT scales to pick from (see DctScaleRule).
-  DctScaleRule dct_rule = DctScaleRule::kPowerOfTwo;
+  // How to pick the DCT scale (see DctScaleRule).
+  DctScaleRule dct_rule = DctScaleRule::kCostModel;
   // JPEG decoding settings (proto::DecodeOp): the IDCT and chroma upsampling.
   proto::DecodeOp::Idct idct = proto::DecodeOp::IDCT_ACCURATE;
   bool fast_upsampling = false;

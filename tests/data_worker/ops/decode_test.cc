@@ -322,6 +322,103 @@ TEST(Decode, FasterJpegSettingsChangeThePixelsSlightly) {
   }
 }
 
+// ChooseDctScale's fixed rules, values worked out by hand: the bound is box·n >= out·8 on both
+// axes (224·8 = 1792).
+TEST(DctScale, FixedRulesPickTheSmallestScaleKeepingTheBoxAtLeastTheOutput) {
+  struct Case {
+    int box_h, box_w, out;
+    int pow2, eighth;
+  };
+  for (const Case& c : std::vector<Case>{
+           {1000, 1000, 224, 2, 2},  // 1000·2 = 2000 >= 1792 > 1000
+           {700, 700, 224, 4, 3},    // 700·3 = 2100 >= 1792 > 1400
+           {448, 448, 224, 4, 4},    // 448·4 = 1792 exactly
+           {447, 447, 224, 8, 5},    // 447·4 = 1788 < 1792
+           {1800, 500, 224, 4, 4},   // the narrow side decides: 500·4 = 2000
+           {224, 224, 224, 8, 8},    // no reduction
+           {100, 150, 224, 8, 8},    // an upscale decodes at full size
+           {2000, 2000, 224, 1, 1},  // 2000·1 >= 1792
+       }) {
+    SCOPED_TRACE(absl::StrCat(c.box_h, "x", c.box_w, " -> ", c.out));
+    for (const auto& [h_samp, v_samp] : {std::pair{2, 2}, std::pair{1, 1}}) {
+      EXPECT_EQ(ChooseDctScale(DctScaleRule::kPowerOfTwo, c.box_h, c.box_w,
+                               c.out, c.out, h_samp, v_samp),
+                c.pow2);
+      EXPECT_EQ(ChooseDctScale(DctScaleRule::kSmallestEighth, c.box_h, c.box_w,
+                               c.out, c.out, h_samp, v_samp),
+                c.eighth);
+    }
+  }
+}
+
+// The cost model, values worked out by hand from decode.cc's tables: cost(n) = decode[n-1] +
+// 0.92·n²/64 ns per source pixel. 4:2:0: 2.45, 3.14, 3.81, 3.69, 5.39, 6.21, 7.82, 5.53;
+// 4:4:4: 3.14, 3.97, 4.42, 4.89, 6.30, 7.07, 9.45, 6.46. The cheapest scale at or above the
+// smallest one keeping the bound (in parentheses) wins.
+TEST(DctScale, CostModelPicksTheCheapestScaleKeepingTheBoundForTheSampling) {
+  struct Case {
+    int box_h, box_w, out_h, out_w;
+    int subsampled, full;
+  };
+  for (const Case& c : std::vector<Case>{
+           {2000, 2000, 224, 224, 1, 1},  // (1)
+           {1000, 1000, 224, 224, 2, 2},  // (2)
+           {700, 700, 224, 224, 4, 3},    // (3): 3.69 < 3.81; 4.42 < 4.89
+           {448, 448, 224, 224, 4, 4},    // (4)
+           {447, 447, 224, 224, 5, 5},    // (5): 5.39 < 5.53, 6.30 < 6.46
+           {350, 350, 224, 224, 8, 8},    // (6): 6.21 > 5.53, 7.07 > 6.46
+           {280, 900, 224, 224, 8, 8},    // (7), the short side decides
+           {100, 150, 224, 224, 8, 8},    // an upscale decodes at full size
+           {375, 500, 100, 133, 4, 3},    // Resize(100) of 375x500: (3)
+       }) {
+    SCOPED_TRACE(
+        absl::StrCat(c.box_h, "x", c.box_w, " -> ", c.out_h, "x", c.out_w));
+    EXPECT_EQ(ChooseDctScale(DctScaleRule::kCostModel, c.box_h, c.box_w,
+                             c.out_h, c.out_w,
+                             /*max_h_samp=*/2, /*max_v_samp=*/2),
+              c.subsampled);
+    EXPECT_EQ(ChooseDctScale(DctScaleRule::kCostModel, c.box_h, c.box_w,
+                             c.out_h, c.out_w,
+                             /*max_h_samp=*/2, /*max_v_samp=*/1),  // 4:2:2
+              c.subsampled);
+    EXPECT_EQ(ChooseDctScale(DctScaleRule::kCostModel, c.box_h, c.box_w,
+                             c.out_h, c.out_w,
+                             /*max_h_samp=*/1, /*max_v_samp=*/1),
+              c.full);
+  }
+}
+
+// DecodeOp.dct_scale reaches the fused decode: 375x500 -> Resize(100) (100x133) decodes at 4/8
+// under the power-of-two rule and at 3/8 under the n/8 rule (375·3 = 1125 >= 800), which changes
+// the pixels; the default (the cost model) gives exactly the bytes of 4/8 for a 4:2:0 JPEG and
+// of 3/8 for a 4:4:4 one (the values of the test above).
+TEST(DctScale, TheDecodeSettingSelectsTheRule) {
+  const cv::Mat rgb = MakeRgb(375, 500);
+  proto::OpSpec resize;
+  resize.mutable_resize()->set_size(100);
+  for (const auto& [name, h_samp, cost_picks_pow2] :
+       std::vector<std::tuple<std::string, int, bool>>{{"420", 2, true},
+                                                       {"444", 1, false}}) {
+    SCOPED_TRACE(name);
+    const std::string jpeg = testing::EncodeJpegSampling(rgb, h_samp, h_samp);
+    auto run = [&](proto::DecodeOp::DctScale setting) {
+      proto::OpSpec decode = DecodeSpec();
+      decode.mutable_decode()->set_dct_scale(setting);
+      absl::StatusOr<Tensor> out = Build({decode, resize}, /*fuse=*/true)
+                                       ->Apply(Bytes(jpeg), ElementContext{});
+      EXPECT_TRUE(out.ok()) << out.status();
+      return out.ok() ? std::string(out->bytes()) : std::string();
+    };
+    const std::string pow2 = run(proto::DecodeOp::DCT_SCALE_POWER_OF_TWO);
+    const std::string eighth = run(proto::DecodeOp::DCT_SCALE_EIGHTH);
+    const std::string cost = run(proto::DecodeOp::DCT_SCALE_COST);
+    ASSERT_EQ(pow2.size(), size_t{100 * 133 * 3});
+    ASSERT_EQ(eighth.size(), pow2.size());
+    EXPECT_NE(pow2, eighth);
+    EXPECT_EQ(cost, cost_picks_pow2 ? pow2 : eighth);
+  }
+}
+
 TEST(Decode, RejectsNonBytesInput) {
   auto op = Build({DecodeSpec()}, /*fuse=*/false);
   absl::StatusOr<Tensor> out =
