@@ -928,7 +928,7 @@ TEST_F(ControlPlaneTest, AJobOfAMillionOneRecordSlotsStarts) {
   // gRPC's 4 MB limit, and the job could not start.
   auto cluster = StartCluster(1);
   ASSERT_NE(cluster, nullptr);
-  auto pipeline = data_worker::pipeline::ParsePipeline(
+  auto pipeline = sluice::pipeline_spec::ParsePipelineSpec(
       "source: {synthetic: {num_records: 1000000, height: 4, width: 4}, "
       "columns: [label]}\nnodes:\n  - batch: {size: 1}\n");
   ASSERT_TRUE(pipeline.ok()) << pipeline.status();
