@@ -58,8 +58,12 @@ absl::Status GrpcDispatcherClient::Call(const char* name, Method method,
   } else {
     status = attempt();
   }
-  return service::PeerCallError(status, "sluice dispatcher", options_.address,
-                                name);
+  status = service::PeerCallError(status, "sluice dispatcher", options_.address,
+                                  name);
+  if (status.ok()) return status;
+  // The address came from this worker's --dispatcher flag: say which flag to check.
+  return absl::Status(status.code(),
+                      absl::StrCat(status.message(), " (check --dispatcher)"));
 }
 
 absl::Status GrpcDispatcherClient::WorkerRegister(

@@ -21,7 +21,7 @@ TEST(GrpcDispatcherClient,
   proto::WorkerRegisterResponse response;
   absl::Status status = (*client)->WorkerRegister(request, &response);
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(status.message(), HasSubstr("dispatcher 127.0.0.1:1"));
+  EXPECT_THAT(status.message(), HasSubstr("cannot reach the sluice dispatcher at 127.0.0.1:1: WorkerRegister"));
   EXPECT_THAT(status.message(), HasSubstr("--dispatcher"));
 }
 
