@@ -403,14 +403,25 @@ TEST_F(ServiceTest, WorkerAddedMidEpochReceivesSplits) {
     if (!batch->has_value()) break;
     ids.insert(ids.end(), (*batch)->global_indices.begin(),
                (*batch)->global_indices.end());
+    auto see_workers = [&] {
+      const proto::GetJobStateResponse state =
+          JobState(cluster->dispatcher_address(), job_id);
+      for (const auto& consumer : state.consumers()) {
+        for (const auto& split : consumer.splits()) {
+          if (split.worker_id() != 0) workers_seen.insert(split.worker_id());
+        }
+      }
+    };
+    see_workers();
     if (batches == 4) {
       ASSERT_TRUE(cluster->AddWorker().ok());
-    }
-    const proto::GetJobStateResponse state =
-        JobState(cluster->dispatcher_address(), job_id);
-    for (const auto& consumer : state.consumers()) {
-      for (const auto& split : consumer.splits()) {
-        if (split.worker_id() != 0) workers_seen.insert(split.worker_id());
+      // Stop reading until the new worker holds a split: the first worker blocks on the full
+      // buffers, so splits remain to be handed out however slowly the new worker starts (a
+      // sanitizer build on a loaded machine takes seconds).
+      const absl::Time deadline = absl::Now() + absl::Seconds(60);
+      while (workers_seen.size() < 2 && absl::Now() < deadline) {
+        absl::SleepFor(absl::Milliseconds(50));
+        see_workers();
       }
     }
   }
