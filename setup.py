@@ -60,6 +60,11 @@ class CMakeBuild(build_ext):
         shutil.copyfile(package / "_build_info.py", target.parent / "_build_info.py")
 
 
+# Keep setuptools' scratch out of the source tree (build/ is CMake's and ignored); egg_info
+# refuses a folder that does not exist yet, as in a fresh clone.
+SCRATCH = ROOT / "build" / "setuptools"
+SCRATCH.mkdir(parents=True, exist_ok=True)
+
 setup(
     version=project_version(),
     packages=["sluice"],
@@ -69,7 +74,6 @@ setup(
     ext_modules=[Extension("sluice._sluice", sources=[])],
     cmdclass={"build_ext": CMakeBuild},
     zip_safe=False,
-    # Keep setuptools' scratch out of the source tree (build/ is CMake's and ignored).
-    options={"build": {"build_base": "build/setuptools"},
-             "egg_info": {"egg_base": "build/setuptools"}},
+    options={"build": {"build_base": str(SCRATCH)},
+             "egg_info": {"egg_base": str(SCRATCH)}},
 )
