@@ -7,7 +7,7 @@
 #include "common/base/status_macros.h"
 #include "common/metrics/metrics.h"
 #include "common/record/sharding.h"
-#include "data_worker/pipeline/epoch_run.h"
+#include "data_worker/pipeline/run_stream.h"
 
 namespace sluice::data_worker::pipeline {
 
@@ -111,7 +111,7 @@ absl::Status Executor::Open() {
   ctx.autotune_interval = options_.autotune_interval;
   ctx.thread_starts = &thread_starts_;
   ctx.budget = options_.worker_budget;
-  auto run = std::make_unique<EpochRun>(ctx);
+  auto run = std::make_unique<RunStream>(ctx);
   const int ns = static_cast<int>(plan_.stages.size());
   // Initial threads: the spec's count, or 1 per AUTOTUNE stage (autotune grows
   // them), or an even share of the budget when autotune is off.
@@ -182,7 +182,7 @@ bool Executor::FeedIdle() const {
 }
 
 absl::StatusOr<std::optional<Element>> Executor::Next() {
-  EpochRun* run;
+  RunStream* run;
   uint64_t current;
   {
     absl::MutexLock lock(&mu_);
@@ -255,7 +255,7 @@ void Executor::Stop() {
     if (run_->stopped) return;
     run_->stopped = true;
   }
-  EpochRun* r;
+  RunStream* r;
   {
     absl::MutexLock lock(&mu_);
     r = run_.get();
@@ -270,7 +270,7 @@ void Executor::Stop() {
   last_stats_ = std::move(st);
 }
 
-PipelineStats Executor::CollectStats(const EpochRun& r) const {
+PipelineStats Executor::CollectStats(const RunStream& r) const {
   PipelineStats st;
   st.plan = plan_.Describe();
   st.rewrites = plan_.rewrites;

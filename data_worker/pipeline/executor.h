@@ -2,7 +2,7 @@
 // or as a long-lived stream of runs.
 //
 // Where the pieces live: validation spec.h, optimizer plan.h, the stage
-// threads and queues of a stream of runs epoch_run.h, batching batch_assembler.h, the queues
+// threads and queues of a stream of runs run_stream.h, batching batch_assembler.h, the queues
 // ordered_queue.h, thread counts autotune.h; docs/engine.md tells the story.
 //
 // Each stage of the plan has its own worker threads; stages are connected by
@@ -51,7 +51,7 @@
 // closed feed: the threads end with the epoch.
 //
 // Threads: Start()/Open() start the stage workers and the autotuner (an
-// EpochRun owns them); Stop() (or the next Start/Open, or the destructor)
+// RunStream owns them); Stop() (or the next Start/Open, or the destructor)
 // cancels and joins them. GetNext/Next/Start/Open/Stop must be called from one
 // thread at a time; Submit, CancelRun and FeedIdle from any thread.
 #ifndef SLUICE_DATA_WORKER_PIPELINE_EXECUTOR_H_
@@ -78,7 +78,7 @@
 
 namespace sluice::data_worker::pipeline {
 
-class EpochRun;  // epoch_run.h
+class RunStream;  // run_stream.h
 struct ExecutorMetrics;
 
 struct ExecutorOptions {
@@ -201,7 +201,7 @@ class Executor {
   std::unique_ptr<ExecutorMetrics> metrics_;  // null without a registry
 
   mutable absl::Mutex mu_;
-  std::unique_ptr<EpochRun> run_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<RunStream> run_ ABSL_GUARDED_BY(mu_);
   // Submitted runs whose end Next has not returned yet, oldest first.
   std::deque<uint64_t> unfinished_runs_ ABSL_GUARDED_BY(mu_);
   uint64_t next_run_id_ ABSL_GUARDED_BY(mu_) = 1;
@@ -214,7 +214,7 @@ class Executor {
   std::atomic<int> cpu_budget_{1};
   std::atomic<uint64_t> thread_starts_{0};
 
-  PipelineStats CollectStats(const EpochRun& run) const;
+  PipelineStats CollectStats(const RunStream& run) const;
 };
 
 }  // namespace sluice::data_worker::pipeline

@@ -63,8 +63,8 @@ uint64_t ConsumerQueues::AddTask(const proto::SplitAssignment& assignment,
   task.sent = assignment.skip_batches();
   task_ids_[task.id] = key;
   tasks_.emplace(key, std::move(task));
-  queues_[{std::get<0>(key),
-           std::get<1>(key)}];  // the consumer's queue exists from now on
+  queues_[{key.job_id,
+           key.consumer_index}];  // the consumer's queue exists from now on
   return id;
 }
 
@@ -88,7 +88,7 @@ std::deque<ConsumerQueues::Queued>::iterator ConsumerQueues::Unqueue(
 void ConsumerQueues::EraseTask(std::map<TaskKey, Task>::iterator it) {
   const uint64_t id = it->second.id;
   if (!it->second.finished) splits_dropped_.Increment();
-  Queue& q = queues_[{std::get<0>(it->first), std::get<1>(it->first)}];
+  Queue& q = queues_[{it->first.job_id, it->first.consumer_index}];
   for (auto b = q.batches.begin(); b != q.batches.end();) {
     b = b->task_id == id ? Unqueue(q, b) : std::next(b);
   }
@@ -105,7 +105,7 @@ void ConsumerQueues::DropTask(const TaskKey& key) {
     auto it = tasks_.find(key);
     if (it == tasks_.end()) return;
     EraseTask(it);
-    notify = queues_[{std::get<0>(key), std::get<1>(key)}].notify;
+    notify = queues_[{key.job_id, key.consumer_index}].notify;
   }
   if (notify) notify();
 }
@@ -126,7 +126,7 @@ void ConsumerQueues::DropJob(uint64_t job_id) {
   {
     absl::MutexLock lock(&mu_);
     for (auto it = tasks_.lower_bound({job_id, 0, 0, 0});
-         it != tasks_.end() && std::get<0>(it->first) == job_id;) {
+         it != tasks_.end() && it->first.job_id == job_id;) {
       auto next = std::next(it);
       EraseTask(it);
       it = next;
@@ -195,8 +195,8 @@ bool ConsumerQueues::Push(uint64_t task_id, service::WireBatch batch) {
     absl::MutexLock lock(&mu_);
     Task* task = FindTask(task_id);
     if (task == nullptr || stopped_) return false;
-    const ConsumerKey consumer{std::get<0>(task_ids_[task_id]),
-                               std::get<1>(task_ids_[task_id])};
+    const ConsumerKey consumer{task_ids_[task_id].job_id,
+                               task_ids_[task_id].consumer_index};
     Queue* q = &queues_[consumer];
     const int64_t incoming = service::BatchBytes(batch);
     auto full = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -249,8 +249,8 @@ void ConsumerQueues::Fail(uint64_t task_id, const absl::Status& status) {
     Task* task = FindTask(task_id);
     if (task == nullptr || stopped_) return;
     task->failed = true;
-    Queue& q = queues_[{std::get<0>(task_ids_[task_id]),
-                        std::get<1>(task_ids_[task_id])}];
+    Queue& q = queues_[{task_ids_[task_id].job_id,
+                        task_ids_[task_id].consumer_index}];
     if (q.error.ok()) q.error = status;
     notify = q.notify;
   }
@@ -269,8 +269,8 @@ ConsumerQueues::Opened ConsumerQueues::Open(
     for (const proto::HeldSplit& h : held) holds[KeyOf(h.key())] = &h;
     Queue& q = queues_[consumer];
     for (auto it = tasks_.lower_bound({consumer.first, consumer.second, 0, 0});
-         it != tasks_.end() && std::get<0>(it->first) == consumer.first &&
-         std::get<1>(it->first) == consumer.second;) {
+         it != tasks_.end() && it->first.job_id == consumer.first &&
+         it->first.consumer_index == consumer.second;) {
       auto next = std::next(it);
       Task& task = it->second;
       auto h = holds.find(it->first);
@@ -319,8 +319,8 @@ bool ConsumerQueues::ConsumerDone(const ConsumerKey& consumer) const {
   bool any = false;
   bool all_finished = true;
   for (auto it = tasks_.lower_bound({consumer.first, consumer.second, 0, 0});
-       it != tasks_.end() && std::get<0>(it->first) == consumer.first &&
-       std::get<1>(it->first) == consumer.second;
+       it != tasks_.end() && it->first.job_id == consumer.first &&
+       it->first.consumer_index == consumer.second;
        ++it) {
     any = true;
     if (it->second.parallel && it->second.finished) return true;
@@ -399,7 +399,7 @@ void ConsumerQueues::Return(uint64_t stream_id, service::WireBatch batch) {
   TaskKey key = KeyOf(batch.header.key());
   auto t = tasks_.find(key);
   if (t == tasks_.end())
-    t = tasks_.find({std::get<0>(key), std::get<1>(key), 0, 0});
+    t = tasks_.find({key.job_id, key.consumer_index, 0, 0});
   if (t == tasks_.end()) return;
   Task& task = t->second;
   task.sent = std::min(task.sent, batch.header.batch_index());

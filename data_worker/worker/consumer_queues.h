@@ -55,8 +55,14 @@
 
 namespace sluice::data_worker {
 
-// (job, consumer, epoch, position). A parallel task is (job, consumer, 0, 0).
-using TaskKey = std::tuple<uint64_t, uint32_t, uint64_t, uint64_t>;
+// A task's slot (proto::SplitKey as a map key). A parallel task is (job, consumer, 0, 0).
+struct TaskKey {
+  uint64_t job_id = 0;
+  uint32_t consumer_index = 0;
+  uint64_t epoch = 0;
+  uint64_t position = 0;
+  auto operator<=>(const TaskKey&) const = default;
+};
 using ConsumerKey = std::pair<uint64_t, uint32_t>;
 TaskKey KeyOf(const proto::SplitKey& key);
 

@@ -148,7 +148,7 @@ void TaskRunner::Stop() {
 void TaskRunner::Enqueue(uint64_t task_id, proto::SplitAssignment assignment,
                          bool parallel) {
   absl::MutexLock lock(&mu_);
-  pending_.push_back(Work{task_id, std::move(assignment), parallel});
+  pending_.push_back(QueuedTask{task_id, std::move(assignment), parallel});
   work_available_.Signal();
 }
 
@@ -158,7 +158,7 @@ TaskRunner::Busy TaskRunner::busy() const {
   out.busy_seconds = run_busy_seconds_;
   out.elements = elements_run_;
   out.by_job = run_busy_by_job_;
-  for (const Running& r : running_) {
+  for (const PipelineCounters& r : counters_) {
     const pipeline::PipelineStats stats = r.ex->stats();
     const double busy = BusySince(stats, r.busy_base);
     const uint64_t elements = stats.elements_out - r.elements_base;
@@ -175,7 +175,7 @@ TaskRunner::Busy TaskRunner::busy() const {
   return out;
 }
 
-void TaskRunner::CountBusy(Running& r) {
+void TaskRunner::CountBusy(PipelineCounters& r) {
   const pipeline::PipelineStats stats = r.ex->stats();
   const double busy = BusySince(stats, r.busy_base);
   const uint64_t elements = stats.elements_out - r.elements_base;
@@ -194,9 +194,9 @@ void TaskRunner::CountBusy(Running& r) {
 
 void TaskRunner::ForgetJob(uint64_t job_id) {
   absl::MutexLock lock(&mu_);
-  for (Running& r : running_) {
+  for (PipelineCounters& r : counters_) {
     if (r.job_id != job_id) continue;
-    CountBusy(r);  // its last work into the totals; nothing more per job
+    CountBusy(r);  // its last task into the totals; nothing more per job
     r.forgotten = true;
   }
   run_busy_by_job_.erase(job_id);
@@ -210,7 +210,7 @@ int64_t TaskRunner::peak_bytes() const {
 uint64_t TaskRunner::pipeline_thread_starts() const {
   absl::MutexLock lock(&mu_);
   uint64_t n = retired_thread_starts_;
-  for (const Running& r : running_) n += r.ex->thread_starts();
+  for (const PipelineCounters& r : counters_) n += r.ex->thread_starts();
   return n;
 }
 
@@ -218,11 +218,11 @@ void TaskRunner::UpdatePeak() {
   const int64_t queued = queues_->queued_bytes();
   absl::MutexLock lock(&mu_);
   int64_t total = queued;
-  for (const Running& r : running_) total += r.ex->live_bytes();
+  for (const PipelineCounters& r : counters_) total += r.ex->live_bytes();
   peak_bytes_ = std::max(peak_bytes_, total);
 }
 
-std::optional<TaskRunner::Work> TaskRunner::Take(bool wait) {
+std::optional<TaskRunner::QueuedTask> TaskRunner::Take(bool wait) {
   absl::MutexLock lock(&mu_);
   if (wait) {
     ++idle_;
@@ -234,30 +234,30 @@ std::optional<TaskRunner::Work> TaskRunner::Take(bool wait) {
   if (cancelled_ || pending_.size() <= static_cast<size_t>(wait ? 0 : idle_)) {
     return std::nullopt;
   }
-  Work work = std::move(pending_.front());
+  QueuedTask task = std::move(pending_.front());
   pending_.pop_front();
-  return work;
+  return task;
 }
 
 void TaskRunner::ProducerLoop() {
-  Lane lane;
-  while (Share(lane)) {
-    if (lane.runs.empty()) {
+  Producer producer;
+  while (Share(producer)) {
+    if (producer.runs.empty()) {
       Retire(
-          lane,
+          producer,
           /*all=*/false);  // before waiting: no parked threads of a removed job
-      std::optional<Work> work = Take(/*wait=*/true);
-      if (!work.has_value()) break;
-      Begin(lane, *std::move(work));
+      std::optional<QueuedTask> task = Take(/*wait=*/true);
+      if (!task.has_value()) break;
+      Begin(producer, *std::move(task));
       continue;
     }
-    InFlight& run = lane.runs.front();
+    SubmittedRun& run = producer.runs.front();
     absl::StatusOr<std::optional<pipeline::Element>> next =
         run.pipeline->ex->Next();
     if (!next.ok()) {
       // Batches before the error have gone out; the stream then ends with the error, naming
       // the split (the cause names the record). The run's end follows.
-      const proto::SplitAssignment& a = run.work.assignment;
+      const proto::SplitAssignment& a = run.task.assignment;
       if (!run.stopped) {
         const absl::Status failed(
             next.status().code(),
@@ -266,130 +266,130 @@ void TaskRunner::ProducerLoop() {
                          "): ", next.status().message()));
         logger_->error("consumer {}: {}", a.key().consumer_index(),
                        failed.ToString());
-        queues_->Fail(run.work.task_id, failed);
-        StopTask(lane, run.work.task_id);
+        queues_->Fail(run.task.task_id, failed);
+        StopTask(producer, run.task.task_id);
       }
       continue;
     }
     if (!next->has_value()) {
-      EndRun(lane);
+      EndRun(producer);
       continue;
     }
-    Deliver(lane, run, std::move(**next));
-    Lookahead(lane);
+    Deliver(producer, run, std::move(**next));
+    Lookahead(producer);
   }
   // Cancelled: a run still in flight is dropped with its pipeline.
-  lane.runs.clear();
-  Share(lane);
-  Retire(lane, /*all=*/true);
+  producer.runs.clear();
+  Share(producer);
+  Retire(producer, /*all=*/true);
 }
 
-bool TaskRunner::Share(Lane& lane) {
+bool TaskRunner::Share(Producer& producer) {
   int share;
   {
     absl::MutexLock lock(&mu_);
-    const bool busy = !lane.runs.empty();
-    if (busy != lane.busy) busy_lanes_ += busy ? 1 : -1;
-    lane.busy = busy;
-    share = std::max(1, cpu_budget_ / std::max(1, busy_lanes_));
+    const bool busy = !producer.runs.empty();
+    if (busy != producer.busy) busy_producers_ += busy ? 1 : -1;
+    producer.busy = busy;
+    share = std::max(1, cpu_budget_ / std::max(1, busy_producers_));
     if (cancelled_) return false;
   }
-  if (share != lane.cpu_share) {
-    lane.cpu_share = share;
-    for (auto& [job_id, p] : lane.pipelines) p.ex->SetCpuBudget(share);
+  if (share != producer.cpu_share) {
+    producer.cpu_share = share;
+    for (auto& [job_id, p] : producer.pipelines) p.ex->SetCpuBudget(share);
   }
   return true;
 }
 
-void TaskRunner::Begin(Lane& lane, Work work) {
+void TaskRunner::Begin(Producer& producer, QueuedTask task) {
   // The threads of a removed job's pipeline end before this producer goes on.
-  Retire(lane, /*all=*/false);
-  if (!queues_->IsLive(work.task_id)) return;
-  const uint64_t job_id = work.assignment.key().job_id();
+  Retire(producer, /*all=*/false);
+  if (!queues_->IsLive(task.task_id)) return;
+  const uint64_t job_id = task.assignment.key().job_id();
   std::shared_ptr<const Job> job = jobs_->Get(job_id);
   // An unknown job's tasks stay held and unproduced. A refused job's fail with its status
   // (its streams carry it too), so that they stop holding the worker's capacity.
   if (job == nullptr) return;
   if (!job->status.ok()) {
-    queues_->Fail(work.task_id, job->status);
+    queues_->Fail(task.task_id, job->status);
     return;
   }
-  if (!work.parallel) splits_started_.Increment();
-  absl::StatusOr<Pipeline*> pipeline = PipelineFor(lane, job_id);
+  if (!task.parallel) splits_started_.Increment();
+  absl::StatusOr<Pipeline*> pipeline = PipelineFor(producer, job_id);
   if (!pipeline.ok()) {
-    queues_->Fail(work.task_id, pipeline.status());
+    queues_->Fail(task.task_id, pipeline.status());
     return;
   }
-  InFlight run;
-  run.epoch = work.parallel ? 0 : work.assignment.key().epoch();
-  run.work = std::move(work);
+  SubmittedRun run;
+  run.epoch = task.parallel ? 0 : task.assignment.key().epoch();
+  run.task = std::move(task);
   run.job = std::move(job);
   run.pipeline = *pipeline;
-  Submit(lane, std::move(run));
+  Submit(producer, std::move(run));
 }
 
-void TaskRunner::Submit(Lane& lane, InFlight run) {
+void TaskRunner::Submit(Producer& producer, SubmittedRun run) {
   pipeline::Executor& ex = *run.pipeline->ex;
   absl::StatusOr<uint64_t> id;
-  if (run.work.parallel) {
+  if (run.task.parallel) {
     id = ex.Submit(ex.EpochOrder(run.epoch), run.epoch);
   } else {
     absl::StatusOr<std::vector<uint64_t>> records =
-        SlotRecordOrder(run.work.assignment, *run.job, run.epoch);
+        SlotRecordOrder(run.task.assignment, *run.job, run.epoch);
     id = records.ok() ? ex.Submit(*std::move(records), run.epoch)
                       : records.status();
   }
   if (!id.ok()) {
-    queues_->Fail(run.work.task_id, id.status());
+    queues_->Fail(run.task.task_id, id.status());
     return;
   }
   run.run = *id;
-  lane.runs.push_back(std::move(run));
+  producer.runs.push_back(std::move(run));
 }
 
-void TaskRunner::Lookahead(Lane& lane) {
-  if (lane.runs.size() != 1) return;
-  InFlight& last = lane.runs.back();
+void TaskRunner::Lookahead(Producer& producer) {
+  if (producer.runs.size() != 1) return;
+  SubmittedRun& last = producer.runs.back();
   if (!last.pipeline->ex->FeedIdle()) return;
   const uint64_t epochs = last.job->info.config().num_epochs();
-  if (last.work.parallel && !last.stopped && !last.continued &&
+  if (last.task.parallel && !last.stopped && !last.continued &&
       (epochs == 0 || last.epoch + 1 < epochs)) {
     last.continued = true;
-    InFlight next;
-    next.work = last.work;
+    SubmittedRun next;
+    next.task = last.task;
     next.job = last.job;
     next.pipeline = last.pipeline;
     next.epoch = last.epoch + 1;
-    Submit(lane, std::move(next));
+    Submit(producer, std::move(next));
     return;
   }
-  std::optional<Work> work = Take(/*wait=*/false);
-  if (work.has_value()) Begin(lane, *std::move(work));
+  std::optional<QueuedTask> task = Take(/*wait=*/false);
+  if (task.has_value()) Begin(producer, *std::move(task));
 }
 
-void TaskRunner::StopTask(Lane& lane, uint64_t task_id) {
-  for (InFlight& run : lane.runs) {
-    if (run.work.task_id != task_id || run.stopped) continue;
+void TaskRunner::StopTask(Producer& producer, uint64_t task_id) {
+  for (SubmittedRun& run : producer.runs) {
+    if (run.task.task_id != task_id || run.stopped) continue;
     run.stopped = true;
     run.pipeline->ex->CancelRun(run.run);
   }
 }
 
-void TaskRunner::Deliver(Lane& lane, InFlight& run, pipeline::Element element) {
+void TaskRunner::Deliver(Producer& producer, SubmittedRun& run, pipeline::Element element) {
   if (run.stopped) return;
-  const proto::SplitAssignment& a = run.work.assignment;
+  const proto::SplitAssignment& a = run.task.assignment;
   const Job& job = *run.job;
   const uint64_t index = run.batch_index++;
   if (index < a.skip_batches()) {
     // The consumer holds it already.
-    if (!queues_->IsLive(run.work.task_id)) StopTask(lane, run.work.task_id);
+    if (!queues_->IsLive(run.task.task_id)) StopTask(producer, run.task.task_id);
     return;
   }
   absl::StatusOr<std::optional<proto::ColumnFinish>> finish =
       FinishOrShip(job, &element);
   if (!finish.ok()) {
-    queues_->Fail(run.work.task_id, finish.status());
-    StopTask(lane, run.work.task_id);
+    queues_->Fail(run.task.task_id, finish.status());
+    StopTask(producer, run.task.task_id);
     return;
   }
   // Refused before encoding: the consumer is told which flag, instead of a message gRPC will
@@ -398,73 +398,73 @@ void TaskRunner::Deliver(Lane& lane, InFlight& run, pipeline::Element element) {
           service::CheckBatchLimit(pipeline::BytesOf(element), jobs_->limits());
       !s.ok()) {
     queues_->Fail(
-        run.work.task_id,
+        run.task.task_id,
         absl::Status(s.code(), absl::StrCat("job ", a.key().job_id(), " ",
                                             DescribeSlot(a), " batch ", index,
                                             ": ", s.message())));
-    StopTask(lane, run.work.task_id);
+    StopTask(producer, run.task.task_id);
     return;
   }
   absl::StatusOr<service::WireBatch> batch =
       ToWireBatch(std::move(element), job);
   if (!batch.ok()) {
-    queues_->Fail(run.work.task_id, batch.status());
-    StopTask(lane, run.work.task_id);
+    queues_->Fail(run.task.task_id, batch.status());
+    StopTask(producer, run.task.task_id);
     return;
   }
   proto::Batch& header = batch->header;
   if (finish->has_value()) *header.add_finish() = std::move(**finish);
   *header.mutable_key() = a.key();
-  if (run.work.parallel) header.mutable_key()->set_epoch(run.epoch);
+  if (run.task.parallel) header.mutable_key()->set_epoch(run.epoch);
   header.set_split_id(FirstSplitId(a));
   header.set_batch_index(index);
   UpdatePeak();
-  const bool pushed = queues_->Push(run.work.task_id, *std::move(batch));
+  const bool pushed = queues_->Push(run.task.task_id, *std::move(batch));
   UpdatePeak();
-  if (!pushed) StopTask(lane, run.work.task_id);
+  if (!pushed) StopTask(producer, run.task.task_id);
 }
 
-void TaskRunner::EndRun(Lane& lane) {
-  InFlight run = std::move(lane.runs.front());
-  lane.runs.pop_front();
+void TaskRunner::EndRun(Producer& producer) {
+  SubmittedRun run = std::move(producer.runs.front());
+  producer.runs.pop_front();
   // Busy time of the bottleneck stage and elements since the previous run's end (runs overlap
   // at their boundaries; the sum over runs is exact).
   {
     absl::MutexLock lock(&mu_);
-    CountBusy(RunningOf(run.pipeline->ex.get()));
+    CountBusy(CountersOf(run.pipeline->ex.get()));
   }
   if (run.stopped || run.continued) return;
   service::WireBatch marker;
-  *marker.header.mutable_key() = run.work.assignment.key();
+  *marker.header.mutable_key() = run.task.assignment.key();
   marker.header.set_batch_index(run.batch_index);
   marker.header.set_end_of_split(true);
-  if (run.work.parallel) {
+  if (run.task.parallel) {
     const uint64_t epochs = run.job->info.config().num_epochs();
     if (epochs == 0 || run.epoch + 1 < epochs) {
-      InFlight next;
-      next.work = std::move(run.work);
+      SubmittedRun next;
+      next.task = std::move(run.task);
       next.job = std::move(run.job);
       next.pipeline = run.pipeline;
       next.epoch = run.epoch + 1;
-      Submit(lane, std::move(next));
+      Submit(producer, std::move(next));
       return;
     }
     marker.header.mutable_key()->set_epoch(run.epoch);
   } else {
-    marker.header.set_split_id(FirstSplitId(run.work.assignment));
+    marker.header.set_split_id(FirstSplitId(run.task.assignment));
   }
-  queues_->Push(run.work.task_id, std::move(marker));
+  queues_->Push(run.task.task_id, std::move(marker));
 }
 
-absl::StatusOr<TaskRunner::Pipeline*> TaskRunner::PipelineFor(Lane& lane,
+absl::StatusOr<TaskRunner::Pipeline*> TaskRunner::PipelineFor(Producer& producer,
                                                               uint64_t job_id) {
-  auto it = lane.pipelines.find(job_id);
-  if (it != lane.pipelines.end()) return &it->second;
+  auto it = producer.pipelines.find(job_id);
+  if (it != producer.pipelines.end()) return &it->second;
   absl::StatusOr<std::unique_ptr<pipeline::Executor>> ex =
       jobs_->AcquireExecutor(job_id);
   if (!ex.ok()) return ex.status();
-  // Its first threads fit the lane's share (no run is in flight yet when the lane was idle).
-  (*ex)->SetCpuBudget(lane.cpu_share > 0 ? lane.cpu_share : cpu_budget_);
+  // Its first threads fit the producer's share (no run is in flight yet when the producer was idle).
+  (*ex)->SetCpuBudget(producer.cpu_share > 0 ? producer.cpu_share : cpu_budget_);
   if (absl::Status s = (*ex)->Open(); !s.ok()) {
     jobs_->ReleaseExecutor(job_id, *std::move(ex));
     return s;
@@ -473,23 +473,23 @@ absl::StatusOr<TaskRunner::Pipeline*> TaskRunner::PipelineFor(Lane& lane,
     absl::MutexLock lock(&mu_);
     // Counted from now: a pooled executor's stats include its earlier life.
     const pipeline::PipelineStats stats = (*ex)->stats();
-    Running r{ex->get(), job_id, {}, stats.elements_out};
+    PipelineCounters r{ex->get(), job_id, {}, stats.elements_out};
     for (const pipeline::StageStats& stage : stats.stages)
       r.busy_base.push_back(stage.busy_seconds);
-    running_.push_back(std::move(r));
+    counters_.push_back(std::move(r));
   }
-  Pipeline& p = lane.pipelines[job_id];
+  Pipeline& p = producer.pipelines[job_id];
   p.job_id = job_id;
   p.ex = *std::move(ex);
   return &p;
 }
 
-void TaskRunner::Retire(Lane& lane, bool all) {
-  for (auto it = lane.pipelines.begin(); it != lane.pipelines.end();) {
+void TaskRunner::Retire(Producer& producer, bool all) {
+  for (auto it = producer.pipelines.begin(); it != producer.pipelines.end();) {
     Pipeline& p = it->second;
     const bool used =
-        std::any_of(lane.runs.begin(), lane.runs.end(),
-                    [&](const InFlight& r) { return r.pipeline == &p; });
+        std::any_of(producer.runs.begin(), producer.runs.end(),
+                    [&](const SubmittedRun& r) { return r.pipeline == &p; });
     if (used || (!all && jobs_->Get(p.job_id) != nullptr)) {
       ++it;
       continue;
@@ -497,19 +497,19 @@ void TaskRunner::Retire(Lane& lane, bool all) {
     p.ex->Stop();
     {
       absl::MutexLock lock(&mu_);
-      Running& r = RunningOf(p.ex.get());
+      PipelineCounters& r = CountersOf(p.ex.get());
       CountBusy(r);
-      running_.erase(running_.begin() + (&r - running_.data()));
+      counters_.erase(counters_.begin() + (&r - counters_.data()));
       retired_thread_starts_ += p.ex->thread_starts();
     }
     jobs_->ReleaseExecutor(p.job_id, std::move(p.ex));
-    it = lane.pipelines.erase(it);
+    it = producer.pipelines.erase(it);
   }
 }
 
-TaskRunner::Running& TaskRunner::RunningOf(const pipeline::Executor* ex) {
-  return *std::find_if(running_.begin(), running_.end(),
-                       [&](const Running& r) { return r.ex == ex; });
+TaskRunner::PipelineCounters& TaskRunner::CountersOf(const pipeline::Executor* ex) {
+  return *std::find_if(counters_.begin(), counters_.end(),
+                       [&](const PipelineCounters& r) { return r.ex == ex; });
 }
 
 }  // namespace sluice::data_worker

@@ -115,7 +115,7 @@ class TaskRunner {
   void ForgetJob(uint64_t job_id) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  struct Work {
+  struct QueuedTask {
     uint64_t task_id = 0;
     proto::SplitAssignment assignment;
     bool parallel = false;
@@ -126,8 +126,8 @@ class TaskRunner {
     std::unique_ptr<pipeline::Executor> ex;
   };
   // A run submitted to a producer's pipeline: one split (or one epoch of a parallel walk).
-  struct InFlight {
-    Work work;
+  struct SubmittedRun {
+    QueuedTask task;
     std::shared_ptr<const Job> job;
     Pipeline* pipeline = nullptr;
     uint64_t epoch = 0;
@@ -137,43 +137,43 @@ class TaskRunner {
     bool continued = false;  // a parallel walk's next epoch is submitted
   };
   // One producer thread's state; touched by that thread only.
-  struct Lane {
+  struct Producer {
     std::map<uint64_t, Pipeline> pipelines;  // by job id
-    std::deque<InFlight> runs;               // in the order their outputs come
-    bool busy = false;                       // counted in busy_lanes_
+    std::deque<SubmittedRun> runs;               // in the order their outputs come
+    bool busy = false;                       // counted in busy_producers_
     int cpu_share = 0;                       // its pipelines' CPU budget
   };
 
   void ProducerLoop() ABSL_LOCKS_EXCLUDED(mu_);
-  // Counts the lane busy or idle and gives its pipelines their share of the CPU budget. False
+  // Counts the producer busy or idle and gives its pipelines their share of the CPU budget. False
   // once Stop() was called.
-  bool Share(Lane& lane) ABSL_LOCKS_EXCLUDED(mu_);
+  bool Share(Producer& producer) ABSL_LOCKS_EXCLUDED(mu_);
   // The next task: waits for one if `wait`, else takes one only if no producer is idle.
-  std::optional<Work> Take(bool wait) ABSL_LOCKS_EXCLUDED(mu_);
+  std::optional<QueuedTask> Take(bool wait) ABSL_LOCKS_EXCLUDED(mu_);
   // Checks the task's job and submits the task's first run.
-  void Begin(Lane& lane, Work work) ABSL_LOCKS_EXCLUDED(mu_);
-  // Submits `run` to its pipeline and appends it to the lane, or fails the task.
-  void Submit(Lane& lane, InFlight run) ABSL_LOCKS_EXCLUDED(mu_);
-  // Submits the lane's next run if the last one's records have all entered its pipeline.
-  void Lookahead(Lane& lane) ABSL_LOCKS_EXCLUDED(mu_);
-  // Encodes one output of the lane's oldest run and queues it (or skips it).
-  void Deliver(Lane& lane, InFlight& run, pipeline::Element element)
+  void Begin(Producer& producer, QueuedTask task) ABSL_LOCKS_EXCLUDED(mu_);
+  // Submits `run` to its pipeline and appends it to the producer, or fails the task.
+  void Submit(Producer& producer, SubmittedRun run) ABSL_LOCKS_EXCLUDED(mu_);
+  // Submits the producer's next run if the last one's records have all entered its pipeline.
+  void Lookahead(Producer& producer) ABSL_LOCKS_EXCLUDED(mu_);
+  // Encodes one output of the producer's oldest run and queues it (or skips it).
+  void Deliver(Producer& producer, SubmittedRun& run, pipeline::Element element)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // The lane's oldest run ended: its marker, or the walk's next epoch.
-  void EndRun(Lane& lane) ABSL_LOCKS_EXCLUDED(mu_);
-  // Drops the rest of the task's runs on this lane (it failed or is gone).
-  void StopTask(Lane& lane, uint64_t task_id);
-  // The lane's executor for `job_id`, opened on first use.
-  absl::StatusOr<Pipeline*> PipelineFor(Lane& lane, uint64_t job_id)
+  // The producer's oldest run ended: its marker, or the walk's next epoch.
+  void EndRun(Producer& producer) ABSL_LOCKS_EXCLUDED(mu_);
+  // Drops the rest of the task's runs on this producer (it failed or is gone).
+  void StopTask(Producer& producer, uint64_t task_id);
+  // The producer's executor for `job_id`, opened on first use.
+  absl::StatusOr<Pipeline*> PipelineFor(Producer& producer, uint64_t job_id)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Stops and returns to the registry the pipelines of jobs the registry dropped (all of them
-  // if `all`), unless a run of the lane still uses them.
-  void Retire(Lane& lane, bool all) ABSL_LOCKS_EXCLUDED(mu_);
+  // if `all`), unless a run of the producer still uses them.
+  void Retire(Producer& producer, bool all) ABSL_LOCKS_EXCLUDED(mu_);
   void UpdatePeak() ABSL_LOCKS_EXCLUDED(mu_);
-  struct Running;
+  struct PipelineCounters;
   // Adds `r`'s busy time and elements since they were last counted to the totals.
-  void CountBusy(Running& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  Running& RunningOf(const pipeline::Executor* ex)
+  void CountBusy(PipelineCounters& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  PipelineCounters& CountersOf(const pipeline::Executor* ex)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   ConsumerQueues* const queues_;
@@ -185,11 +185,11 @@ class TaskRunner {
   mutable absl::Mutex mu_;
   absl::CondVar work_available_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
-  std::deque<Work> pending_ ABSL_GUARDED_BY(mu_);
+  std::deque<QueuedTask> pending_ ABSL_GUARDED_BY(mu_);
   int idle_ ABSL_GUARDED_BY(mu_) = 0;        // producers waiting for a task
-  int busy_lanes_ ABSL_GUARDED_BY(mu_) = 0;  // producers with runs in flight
-  // Every lane's pipelines, with what their stats were when busy time was last counted.
-  struct Running {
+  int busy_producers_ ABSL_GUARDED_BY(mu_) = 0;  // producers with runs in flight
+  // Every producer's pipelines, with what their stats were when busy time was last counted.
+  struct PipelineCounters {
     pipeline::Executor* ex;
     uint64_t job_id;
     std::vector<double> busy_base;  // per stage
@@ -197,7 +197,7 @@ class TaskRunner {
     bool forgotten =
         false;  // its job is over (ForgetJob): counted in the totals only
   };
-  std::vector<Running> running_ ABSL_GUARDED_BY(mu_);
+  std::vector<PipelineCounters> counters_ ABSL_GUARDED_BY(mu_);
   uint64_t retired_thread_starts_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t peak_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int producers_ ABSL_GUARDED_BY(mu_) = 0;

@@ -1,4 +1,4 @@
-#include "data_worker/pipeline/epoch_run.h"
+#include "data_worker/pipeline/run_stream.h"
 
 #include <algorithm>
 #include <utility>
@@ -15,7 +15,7 @@ absl::string_view Sv(std::string_view s) {
 
 }  // namespace
 
-EpochRun::EpochRun(const EpochContext& ctx)
+RunStream::RunStream(const EpochContext& ctx)
     : ctx_(ctx), start_(ctx.clock->Now()) {
   const PhysicalPlan& plan = *ctx_.plan;
   const int ns = static_cast<int>(plan.stages.size());
@@ -53,13 +53,13 @@ EpochRun::EpochRun(const EpochContext& ctx)
   }
 }
 
-EpochRun::~EpochRun() {
+RunStream::~RunStream() {
   Cancel();
   Join();
   Clear();
 }
 
-void EpochRun::Start(const std::vector<int>& threads, bool autotuner) {
+void RunStream::Start(const std::vector<int>& threads, bool autotuner) {
   {
     absl::MutexLock lock(&mu_);
     for (size_t i = 0; i < stages_.size(); ++i) {
@@ -69,35 +69,35 @@ void EpochRun::Start(const std::vector<int>& threads, bool autotuner) {
   if (autotuner) autotuner_ = std::thread([this] { Autotune(); });
 }
 
-int EpochRun::peak_threads() const {
+int RunStream::peak_threads() const {
   absl::MutexLock lock(&mu_);
   return peak_threads_;
 }
 
-void EpochRun::Submit(uint64_t id, std::vector<uint64_t> indices,
+void RunStream::Submit(uint64_t id, std::vector<uint64_t> indices,
                       uint64_t epoch) {
   absl::MutexLock lock(&feed_mu_);
   runs_.push_back(Run{id, std::move(indices), epoch});
 }
 
-void EpochRun::CloseFeed() {
+void RunStream::CloseFeed() {
   absl::MutexLock lock(&feed_mu_);
   feed_closed_ = true;
 }
 
-void EpochRun::CancelRun(uint64_t id) {
+void RunStream::CancelRun(uint64_t id) {
   absl::MutexLock lock(&feed_mu_);
   for (Run& r : runs_) {
     if (r.id == id) r.cancelled = true;
   }
 }
 
-bool EpochRun::FeedIdle() const {
+bool RunStream::FeedIdle() const {
   absl::MutexLock lock(&feed_mu_);
   return runs_.empty();
 }
 
-ItemQueue::PopResult EpochRun::PopInput(int stage, Item* item, uint64_t* seq) {
+ItemQueue::PopResult RunStream::PopInput(int stage, Item* item, uint64_t* seq) {
   if (stage > 0) return queues_[stage - 1]->Pop(item, seq);
   if (ctx_.budget != nullptr) {
     // Under a full worker budget the pipeline runs at most one output ahead of
@@ -128,7 +128,7 @@ ItemQueue::PopResult EpochRun::PopInput(int stage, Item* item, uint64_t* seq) {
   return ItemQueue::PopResult::kItem;
 }
 
-absl::Status EpochRun::Wrap(const absl::Status& s, uint64_t global,
+absl::Status RunStream::Wrap(const absl::Status& s, uint64_t global,
                             std::string_view node, std::string_view op) const {
   std::string where =
       absl::StrCat(ctx_.logical->source->Describe(global), ": record ", global);
@@ -137,7 +137,7 @@ absl::Status EpochRun::Wrap(const absl::Status& s, uint64_t global,
   return absl::Status(s.code(), absl::StrCat(where, ": ", s.message()));
 }
 
-void EpochRun::Process(Stage& stage, Item* item) {
+void RunStream::Process(Stage& stage, Item* item) {
   Element& e = *item->element();
   const LogicalPipeline& lp = *ctx_.logical;
   const uint64_t global = e.global_indices[0];
@@ -236,7 +236,7 @@ void EpochRun::Process(Stage& stage, Item* item) {
   item->Recount();
 }
 
-void EpochRun::TimedProcess(int si, Item* item) {
+void RunStream::TimedProcess(int si, Item* item) {
   Stage& stage = *stages_[si];
   const absl::Time t0 = ctx_.clock->Now();
   Process(stage, item);
@@ -248,7 +248,7 @@ void EpochRun::TimedProcess(int si, Item* item) {
   }
 }
 
-void EpochRun::ElementWorker(int si) {
+void RunStream::ElementWorker(int si) {
   Stage& stage = *stages_[si];
   ItemQueue& out = *queues_[si];
   while (true) {
@@ -276,7 +276,7 @@ void EpochRun::ElementWorker(int si) {
   }
 }
 
-void EpochRun::BatchWorker(int si) {
+void RunStream::BatchWorker(int si) {
   Stage& s = *stages_[si];
   BatchAssembler& assembler = *s.assembler;
   while (true) {
@@ -315,7 +315,7 @@ void EpochRun::BatchWorker(int si) {
   }
 }
 
-void EpochRun::EmitBatch(int si, uint64_t k, absl::StatusOr<Element> batch) {
+void RunStream::EmitBatch(int si, uint64_t k, absl::StatusOr<Element> batch) {
   Item out;
   if (!batch.ok()) {
     out = Item::Error(batch.status());
@@ -344,7 +344,7 @@ void EpochRun::EmitBatch(int si, uint64_t k, absl::StatusOr<Element> batch) {
   queues_[si]->Push(k, std::move(out), bytes);
 }
 
-bool EpochRun::LeaveIfAboveTarget(int si) {
+bool RunStream::LeaveIfAboveTarget(int si) {
   Stage& s = *stages_[si];
   int now = s.threads.load();
   while (now > s.target.load()) {
@@ -353,7 +353,7 @@ bool EpochRun::LeaveIfAboveTarget(int si) {
   return false;
 }
 
-void EpochRun::AddWorker(int si) {
+void RunStream::AddWorker(int si) {
   if (cancelled_ || stages_[si]->finished) return;
   Stage& s = *stages_[si];
   if (s.threads.load() > s.target.fetch_add(1)) {
@@ -374,7 +374,7 @@ void EpochRun::AddWorker(int si) {
 // Every autotune_interval: samples the stages' counters and queues, sets the
 // queue-depth gauges and, with autotune on, applies DecideAutotune (more
 // threads, queue limits).
-void EpochRun::Autotune() {
+void RunStream::Autotune() {
   const int n = static_cast<int>(stages_.size());
   std::vector<uint64_t> last_elements(n, 0);
   std::vector<int64_t> last_busy(n, 0);
@@ -453,12 +453,12 @@ void EpochRun::Autotune() {
   }
 }
 
-void EpochRun::Popped() {
+void RunStream::Popped() {
   outputs_waiting_.fetch_sub(1);
   if (ctx_.budget != nullptr) ctx_.budget->Poke();
 }
 
-void EpochRun::Cancel() {
+void RunStream::Cancel() {
   {
     absl::MutexLock lock(&mu_);
     cancelled_ = true;
@@ -475,7 +475,7 @@ void EpochRun::Cancel() {
   }
 }
 
-void EpochRun::Join() {
+void RunStream::Join() {
   if (autotuner_.joinable()) autotuner_.join();
   std::vector<std::thread> ws;
   {
@@ -485,7 +485,7 @@ void EpochRun::Join() {
   for (auto& t : ws) t.join();
 }
 
-void EpochRun::Clear() {
+void RunStream::Clear() {
   for (auto& q : queues_) q->Clear();
   for (auto& s : stages_) {
     if (s->assembler) s->assembler->Clear();

@@ -1,4 +1,4 @@
-// EpochRun: the running pipeline of an Executor (executor.h): the stage
+// RunStream: the running pipeline of an Executor (executor.h): the stage
 // workers, the queues between them, the batch assembler and the autotune
 // thread. Internal to the executor; exposed in a header for the executor and
 // tests.
@@ -21,9 +21,9 @@
 //
 // Threads: workers are started by AddWorker (Start, then the autotune thread
 // when it decides a stage needs one more); Cancel wakes everything, Join joins
-// them, Clear frees what is left. All owned by the EpochRun.
-#ifndef SLUICE_DATA_WORKER_PIPELINE_EPOCH_RUN_H_
-#define SLUICE_DATA_WORKER_PIPELINE_EPOCH_RUN_H_
+// them, Clear frees what is left. All owned by the RunStream.
+#ifndef SLUICE_DATA_WORKER_PIPELINE_RUN_STREAM_H_
+#define SLUICE_DATA_WORKER_PIPELINE_RUN_STREAM_H_
 
 #include <atomic>
 #include <cstdint>
@@ -87,7 +87,7 @@ struct EpochContext {
   MemoryBudget* budget = nullptr;
 };
 
-class EpochRun {
+class RunStream {
  public:
   // Counters of one stage; read by the autotuner and the executor's stats.
   struct Stage {
@@ -106,10 +106,10 @@ class EpochRun {
   };
 
   // Builds the queues; starts nothing. The feed is open and empty.
-  explicit EpochRun(const EpochContext& ctx);
-  ~EpochRun();
-  EpochRun(const EpochRun&) = delete;
-  EpochRun& operator=(const EpochRun&) = delete;
+  explicit RunStream(const EpochContext& ctx);
+  ~RunStream();
+  RunStream(const RunStream&) = delete;
+  RunStream& operator=(const RunStream&) = delete;
 
   // Starts threads[i] workers for stage i, and the autotune thread if
   // `autotuner`.
@@ -204,4 +204,4 @@ class EpochRun {
 
 }  // namespace sluice::data_worker::pipeline
 
-#endif  // SLUICE_DATA_WORKER_PIPELINE_EPOCH_RUN_H_
+#endif  // SLUICE_DATA_WORKER_PIPELINE_RUN_STREAM_H_
