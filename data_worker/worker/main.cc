@@ -46,12 +46,9 @@ using sluice::data_worker::WorkerImpl;
 using sluice::data_worker::WorkerOptions;
 namespace service = sluice::service;
 
-int Run(int argc, char** argv) {
-  CLI::App app{
-      "sluice-worker: runs preprocessing pipelines on splits and streams "
-      "batches. Every flag can also be set as SLUICE_<FLAG>, e.g. "
-      "SLUICE_ADVERTISE_ADDRESS=$(POD_IP)"};
-  service::ServerFlags server_flags{.host = "127.0.0.1", .port = 0};
+// Every flag of sluice-worker but the shared ones (common/service/server_main.h).
+struct WorkerFlags {
+  service::ServerFlags server{.host = "127.0.0.1", .port = 0};
   service::ServiceLimits limits;
   std::string dispatcher;
   std::string advertise;
@@ -65,207 +62,163 @@ int Run(int argc, char** argv) {
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration connect_timeout = absl::Seconds(10);
   absl::Duration drain_timeout = absl::Seconds(30);
-  sluice::data_worker::python::PythonOptions python;
-  python.timeout = absl::Seconds(60);
-  app.add_option("--dispatcher", dispatcher, "host:port of sluice-dispatcher")
+  sluice::data_worker::python::PythonOptions python{.timeout = absl::Seconds(60)};
+};
+
+void AddWorkerFlags(CLI::App& app, WorkerFlags* f) {
+  app.add_option("--dispatcher", f->dispatcher, "host:port of sluice-dispatcher")
       ->required();
-  service::AddServerFlags(app, &server_flags);
+  service::AddServerFlags(app, &f->server);
   service::AddVersionFlag(app, "sluice-worker");
-  app.add_option("--advertise-address", advertise,
+  app.add_option("--advertise-address", f->advertise,
                  "HOST[:PORT] told to the dispatcher, that trainers connect to "
                  "(in pods: the pod IP); PORT defaults to the bound port "
                  "(default: --host:bound port)");
-  app.add_option("--tls-server-name", tls_server_name,
+  app.add_option("--tls-server-name", f->tls_server_name,
                  "Name the dispatcher's certificate carries, when it is not "
                  "the host of --dispatcher");
-  app.add_option("--data-root", data_roots,
+  app.add_option("--data-root", f->data_roots,
                  "folder pipelines may read (repeatable)")
       ->required();
-  app.add_option("--threads", threads,
+  app.add_option("--threads", f->threads,
                  "CPU budget of each pipeline; 0 = all cores")
       ->capture_default_str();
-  app.add_option("--capacity", capacity, "splits produced concurrently")
+  app.add_option("--capacity", f->capacity, "splits produced concurrently")
       ->capture_default_str();
   app.add_option(
-         "--memory-mb", memory_mb,
+         "--memory-mb", f->memory_mb,
          "MB the pipelines may hold in their queues (all splits together)")
       ->capture_default_str();
-  app.add_option("--queue-batches", queue_batches,
+  app.add_option("--queue-batches", f->queue_batches,
                  "bounded queue per consumer, in batches")
       ->capture_default_str();
   app.add_option(
-         "--queue-mb", queue_mb,
+         "--queue-mb", f->queue_mb,
          "MB of batches the worker holds: all consumer queues together, "
          "and the pipelines' elements and batches in flight, which wait "
          "when it is full (one budget per worker, whatever the "
          "consumers and jobs; 0: none)")
       ->capture_default_str();
-  app.add_option("--max-pipeline-bytes", limits.max_pipeline_bytes,
+  app.add_option("--max-pipeline-bytes", f->limits.max_pipeline_bytes,
                  "Largest serialized pipeline spec accepted")
       ->capture_default_str();
-  app.add_option("--max-pipeline-nodes", limits.max_pipeline_nodes,
+  app.add_option("--max-pipeline-nodes", f->limits.max_pipeline_nodes,
                  "Most nodes (plus map ops) in a pipeline spec")
       ->capture_default_str();
-  app.add_option("--max-batch-bytes", limits.max_batch_bytes,
+  app.add_option("--max-batch-bytes", f->limits.max_batch_bytes,
                  "Largest batch (column bytes) served; sets gRPC's message "
                  "size limit")
       ->capture_default_str();
-  app.add_option("--max-streams", limits.max_streams,
+  app.add_option("--max-streams", f->limits.max_streams,
                  "Most GetBatches streams open at once")
       ->capture_default_str();
   AddDurationOption(
-      app, "--heartbeat-interval", &heartbeat_interval,
+      app, "--heartbeat-interval", &f->heartbeat_interval,
       "Time between heartbeats until the dispatcher says otherwise");
-  AddDurationOption(app, "--connect-timeout", &connect_timeout,
+  AddDurationOption(app, "--connect-timeout", &f->connect_timeout,
                     "How long to keep retrying an unreachable dispatcher");
-  AddDurationOption(app, "--drain-timeout", &drain_timeout,
+  AddDurationOption(app, "--drain-timeout", &f->drain_timeout,
                     "How long a drain may take");
-  app.add_flag("--allow-python-ops", python.allow,
+  app.add_flag("--allow-python-ops", f->python.allow,
                "Run pipelines' python ops (user functions named by module "
                "and function, imported from this worker's image or "
                "--python-path; never code sent by a client). Off: such "
                "pipelines are refused");
-  app.add_option("--python-path", python.python_path,
+  app.add_option("--python-path", f->python.python_path,
                  "Folder searched for the python ops' modules, before the "
                  "image's packages (repeatable)")
       ->check(CLI::ExistingDirectory);
-  AddDurationOption(app, "--python-op-timeout", &python.timeout,
+  AddDurationOption(app, "--python-op-timeout", &f->python.timeout,
                     "A python op call that takes longer is killed and redone "
                     "on a fresh process, like a crash (0: no limit)");
   service::SetEnvNames(app);
-  CLI11_PARSE(app, argc, argv);
-  if (python.timeout == absl::ZeroDuration()) {
-    python.timeout = absl::InfiniteDuration();
-  }
-  // Before any pipeline is built: the python op takes the pool then.
-  sluice::data_worker::python::ConfigurePython(python);
+}
 
-  std::string advertise_host;
-  int advertise_port = -1;
-  if (!advertise.empty()) {
-    if (absl::Status s = service::ParseHostPort(
-            advertise, "--advertise-address", &advertise_host, &advertise_port);
-        !s.ok()) {
-      std::fprintf(stderr, "sluice-worker: %s\n",
-                   std::string(s.message()).c_str());
-      return 2;
-    }
-  }
+// The worker's exit code for a failed step: 2 for a bad flag (InvalidArgument), else 1.
+int ExitCode(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+}
 
-  // Blocks the shutdown signals before any thread starts.
-  absl::StatusOr<std::unique_ptr<service::ServerMain>> main =
-      service::ServerMain::Create("worker", server_flags);
-  if (!main.ok()) {
-    std::fprintf(stderr, "sluice-worker: %s\n",
-                 std::string(main.status().message()).c_str());
-    return main.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
-  }
-  service::ServerMain& server = **main;
-  const std::shared_ptr<spdlog::logger>& logger = server.logger();
-  // ServerMain printed "metrics on HOST:PORT" on stdout; stderr carries only log lines (JSON
-  // with --log-format json).
-
-  // The worker calls the dispatcher with its own certificate (mutual TLS) and
-  // the same CA and token as it requires of its callers.
-  GrpcDispatcherClientOptions client_options;
-  client_options.address = dispatcher;
-  client_options.connect_timeout = connect_timeout;
-  const service::ServerSecurityOptions& security = server_flags.security;
+// A client of the dispatcher that calls it with this worker's own certificate (mutual TLS) and
+// the same CA and token as the worker requires of its callers. Fails fast, saying why, when the
+// dispatcher's transport security does not match ours (a retry would never heal it):
+// InvalidArgument for a bad flag, FailedPrecondition when the dispatcher cannot be joined.
+absl::StatusOr<std::unique_ptr<GrpcDispatcherClient>> ConnectToDispatcher(
+    const WorkerFlags& f) {
+  GrpcDispatcherClientOptions options;
+  options.address = f.dispatcher;
+  options.connect_timeout = f.connect_timeout;
+  const service::ServerSecurityOptions& security = f.server.security;
   if (security.tls() && security.tls_ca.empty()) {
-    logger->error(
+    return absl::InvalidArgumentError(
         "--tls-cert needs --tls-ca on sluice-worker: it verifies the "
         "dispatcher's certificate with it (and requires client certificates "
         "signed by it)");
-    return 2;
   }
-  client_options.channel.tls_ca = security.tls_ca;
-  client_options.channel.tls_cert = security.tls_cert;
-  client_options.channel.tls_key = security.tls_key;
-  client_options.channel.tls_server_name = tls_server_name;
-  client_options.channel.auth_token_file = security.auth_token_file;
-  {
-    // Fail fast, saying why, when the dispatcher's transport security does
-    // not match ours (a retry would never heal it).
-    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-        service::CreateChannel(dispatcher, client_options.channel);
-    if (!channel.ok()) {
-      logger->error("{}", std::string(channel.status().message()));
-      return 2;
-    }
-    absl::Status tls = service::DiagnoseTls(dispatcher, client_options.channel,
-                                            absl::Seconds(3));
-    if (!tls.ok()) {
-      logger->error("cannot join the dispatcher: {}",
-                    std::string(tls.message()));
-      return 1;
-    }
+  options.channel.tls_ca = security.tls_ca;
+  options.channel.tls_cert = security.tls_cert;
+  options.channel.tls_key = security.tls_key;
+  options.channel.tls_server_name = f.tls_server_name;
+  options.channel.auth_token_file = security.auth_token_file;
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      service::CreateChannel(f.dispatcher, options.channel);
+  if (!channel.ok()) return absl::InvalidArgumentError(channel.status().message());
+  if (absl::Status tls = service::DiagnoseTls(f.dispatcher, options.channel, absl::Seconds(3));
+      !tls.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot join the dispatcher: ", tls.message()));
   }
-  auto client = GrpcDispatcherClient::Create(client_options);
-  if (!client.ok()) {
-    logger->error("{}", client.status().ToString());
-    return 2;
-  }
+  absl::StatusOr<std::unique_ptr<GrpcDispatcherClient>> client =
+      GrpcDispatcherClient::Create(options);
+  if (!client.ok()) return absl::InvalidArgumentError(client.status().ToString());
+  return client;
+}
 
+absl::StatusOr<std::unique_ptr<WorkerImpl>> CreateWorker(
+    const WorkerFlags& f, service::ServerMain& server,
+    std::unique_ptr<GrpcDispatcherClient> client) {
   WorkerOptions options;
-  options.data_roots = data_roots;
-  options.threads = threads;
-  options.capacity = capacity;
-  options.queue_batches = queue_batches;
-  options.memory_budget_bytes = memory_mb << 20;
-  options.queue_bytes = queue_mb << 20;
-  options.limits = limits;
-  options.heartbeat_interval = heartbeat_interval;
+  options.data_roots = f.data_roots;
+  options.threads = f.threads;
+  options.capacity = f.capacity;
+  options.queue_batches = f.queue_batches;
+  options.memory_budget_bytes = f.memory_mb << 20;
+  options.queue_bytes = f.queue_mb << 20;
+  options.limits = f.limits;
+  options.heartbeat_interval = f.heartbeat_interval;
   options.registry = &server.registry();
-  options.logger = logger;
-  auto impl = WorkerImpl::Create(options, std::move(*client));
-  if (!impl.ok()) {
-    logger->error("{}", impl.status().ToString());
-    return 2;
-  }
+  options.logger = server.logger();
+  return WorkerImpl::Create(options, std::move(client));
+}
 
-  GrpcWorkerService service(impl->get());
-  grpc::ServerBuilder builder;
-  builder.RegisterService(&service);
-  builder.SetMaxSendMessageSize(service::MaxMessageBytes(limits));
-  builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(
-      limits.max_pipeline_bytes + service::kMessageOverheadBytes, INT32_MAX)));
-  if (absl::Status s = server.Start(builder); !s.ok()) {
-    logger->error("{} (--host/--port)", std::string(s.message()));
-    return 1;
-  }
-  logger->info("data plane listening on {} (bound to {})", server.address(),
-               server.bind_address());
+// The host:port told to the dispatcher: --advertise-address, its port defaulting to the bound
+// one (`advertise_host`/`advertise_port` parsed from it), or the server's own address.
+std::string AdvertisedAddress(const WorkerFlags& f, const std::string& advertise_host,
+                              int advertise_port, const service::ServerMain& server) {
+  if (f.advertise.empty()) return server.address();
+  return absl::StrCat(advertise_host.find(':') != std::string::npos
+                          ? absl::StrCat("[", advertise_host, "]")
+                          : advertise_host,
+                      ":", advertise_port >= 0 ? advertise_port : server.bound_port());
+}
 
-  std::string advertised = server.address();
-  if (!advertise.empty()) {
-    advertised = absl::StrCat(
-        advertise_host.find(':') != std::string::npos
-            ? absl::StrCat("[", advertise_host, "]")
-            : advertise_host,
-        ":", advertise_port >= 0 ? advertise_port : server.bound_port());
-  }
-  absl::Status started = (*impl)->Start(advertised);
-  if (!started.ok()) {
-    logger->error("cannot join the dispatcher: {}", started.ToString());
-    server.Shutdown(absl::Seconds(1));
-    (*impl)->Stop();
-    return 1;
-  }
-  logger->info("registered as {}", advertised);
-
-  // grpc.health.v1 turns NOT_SERVING once the worker drains, whether a signal
-  // or the dispatcher started it, so probes and load balancers stop sending
-  // new trainers here. A worker the dispatcher drained (`--scaler local`)
-  // exits 0 once the dispatcher says may_exit, like after SIGTERM.
+// Serves until a signal or the dispatcher's drain, then drains and stops the worker.
+// grpc.health.v1 turns NOT_SERVING once the worker drains, whether a signal or the dispatcher
+// started it, so probes and load balancers stop sending new trainers here. A worker the
+// dispatcher drained (`--scaler local`) exits once the dispatcher says may_exit, like after
+// SIGTERM; a second signal or --drain-timeout cuts a drain short.
+void ServeThenDrain(service::ServerMain& server, WorkerImpl& impl,
+                    absl::Duration drain_timeout) {
+  const std::shared_ptr<spdlog::logger>& logger = server.logger();
   bool serving = true;
   bool drained_by_dispatcher = false;
   while (!server.WaitForSignal(absl::Milliseconds(200))) {
-    if (serving && (*impl)->draining()) {
+    if (serving && impl.draining()) {
       serving = false;
       server.SetServing(false);
       logger->info("draining (asked by the dispatcher): health NOT_SERVING");
     }
-    if ((*impl)->draining() && (*impl)->may_exit()) {
+    if (impl.draining() && impl.may_exit()) {
       drained_by_dispatcher = true;
       break;
     }
@@ -277,26 +230,101 @@ int Run(int argc, char** argv) {
   } else {
     logger->info("draining (up to {}; signal again to stop now)",
                  absl::FormatDuration(drain_timeout));
-    drained = (*impl)->Drain();
+    drained = impl.Drain();
   }
   if (!drained.ok()) logger->warn("DrainWorker failed: {}", drained.ToString());
   const absl::Time deadline = absl::Now() + drain_timeout;
   bool again = false;
-  while (drained.ok() && !(*impl)->may_exit() && absl::Now() < deadline) {
+  while (drained.ok() && !impl.may_exit() && absl::Now() < deadline) {
     if (server.WaitForSignal(absl::Milliseconds(100))) {
       again = true;
       break;
     }
   }
-  if (!(*impl)->may_exit()) {
+  if (!impl.may_exit()) {
     logger->warn("stopping before the dispatcher allowed it ({})",
                  again ? "second signal" : "drain timeout or error");
   }
-  (*impl)->Stop();  // ends the streams once their queues are empty
-  if (!(*impl)->may_exit()) {
-    absl::Status s = (*impl)->Unregister();
+  impl.Stop();  // ends the streams once their queues are empty
+  if (!impl.may_exit()) {
+    absl::Status s = impl.Unregister();
     if (!s.ok()) logger->warn("WorkerUnregister failed: {}", s.ToString());
   }
+}
+
+int Run(int argc, char** argv) {
+  CLI::App app{
+      "sluice-worker: runs preprocessing pipelines on splits and streams "
+      "batches. Every flag can also be set as SLUICE_<FLAG>, e.g. "
+      "SLUICE_ADVERTISE_ADDRESS=$(POD_IP)"};
+  WorkerFlags f;
+  AddWorkerFlags(app, &f);
+  CLI11_PARSE(app, argc, argv);
+  if (f.python.timeout == absl::ZeroDuration()) {
+    f.python.timeout = absl::InfiniteDuration();
+  }
+  // Before any pipeline is built: the python op takes the pool then.
+  sluice::data_worker::python::ConfigurePython(f.python);
+
+  std::string advertise_host;
+  int advertise_port = -1;
+  if (!f.advertise.empty()) {
+    if (absl::Status s = service::ParseHostPort(
+            f.advertise, "--advertise-address", &advertise_host, &advertise_port);
+        !s.ok()) {
+      std::fprintf(stderr, "sluice-worker: %s\n", std::string(s.message()).c_str());
+      return 2;
+    }
+  }
+
+  // Blocks the shutdown signals before any thread starts.
+  absl::StatusOr<std::unique_ptr<service::ServerMain>> main =
+      service::ServerMain::Create("worker", f.server);
+  if (!main.ok()) {
+    std::fprintf(stderr, "sluice-worker: %s\n",
+                 std::string(main.status().message()).c_str());
+    return ExitCode(main.status());
+  }
+  service::ServerMain& server = **main;
+  const std::shared_ptr<spdlog::logger>& logger = server.logger();
+  // ServerMain printed "metrics on HOST:PORT" on stdout; stderr carries only log lines (JSON
+  // with --log-format json).
+
+  absl::StatusOr<std::unique_ptr<GrpcDispatcherClient>> client = ConnectToDispatcher(f);
+  if (!client.ok()) {
+    logger->error("{}", std::string(client.status().message()));
+    return ExitCode(client.status());
+  }
+  absl::StatusOr<std::unique_ptr<WorkerImpl>> impl =
+      CreateWorker(f, server, *std::move(client));
+  if (!impl.ok()) {
+    logger->error("{}", impl.status().ToString());
+    return 2;
+  }
+
+  GrpcWorkerService service(impl->get());
+  grpc::ServerBuilder builder;
+  builder.RegisterService(&service);
+  builder.SetMaxSendMessageSize(service::MaxMessageBytes(f.limits));
+  builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(
+      f.limits.max_pipeline_bytes + service::kMessageOverheadBytes, INT32_MAX)));
+  if (absl::Status s = server.Start(builder); !s.ok()) {
+    logger->error("{} (--host/--port)", std::string(s.message()));
+    return 1;
+  }
+  logger->info("data plane listening on {} (bound to {})", server.address(),
+               server.bind_address());
+
+  const std::string advertised = AdvertisedAddress(f, advertise_host, advertise_port, server);
+  if (absl::Status started = (*impl)->Start(advertised); !started.ok()) {
+    logger->error("cannot join the dispatcher: {}", started.ToString());
+    server.Shutdown(absl::Seconds(1));
+    (*impl)->Stop();
+    return 1;
+  }
+  logger->info("registered as {}", advertised);
+
+  ServeThenDrain(server, **impl, f.drain_timeout);
   server.Shutdown(absl::Seconds(2));
   logger->info("stopped");
   return 0;
