@@ -110,100 +110,13 @@ DispatcherImpl::DispatcherImpl(DispatcherOptions options)
       own_registry_(options_.registry == nullptr
                         ? std::make_unique<prometheus::Registry>()
                         : nullptr),
-      splits_assigned_(
-          AddCounter(options_.registry ? *options_.registry : *own_registry_,
-                     "sluice_dispatcher_splits_assigned_total",
-                     "Splits handed to a worker (first assignments).")),
-      splits_reassigned_(
-          AddCounter(options_.registry ? *options_.registry : *own_registry_,
-                     "sluice_dispatcher_splits_reassigned_total",
-                     "Splits handed to another worker after a loss or drain.")),
-      splits_done_(
-          AddCounter(options_.registry ? *options_.registry : *own_registry_,
-                     "sluice_dispatcher_splits_done_total",
-                     "Splits whose consumer received every batch.")),
-      workers_lost_(
-          prometheus::BuildCounter()
-              .Name("sluice_dispatcher_workers_lost_total")
-              .Help("Workers removed, by reason: timeout (no heartbeat for "
-                    "--worker-timeout), unregistered (drained and left), "
-                    "restarted (registered again at the same address).")
-              .Register(options_.registry ? *options_.registry
-                                          : *own_registry_)),
-      consumer_wait_(AddCounter(
-          options_.registry ? *options_.registry : *own_registry_,
-          "sluice_dispatcher_consumer_wait_seconds_total",
-          "Time trainers waited for a batch, as reported by clients.")),
-      workers_alive_(
-          AddGauge(options_.registry ? *options_.registry : *own_registry_,
-                   "sluice_dispatcher_workers", "Registered, live workers.")),
-      jobs_active_(AddGauge(
-          options_.registry ? *options_.registry : *own_registry_,
-          "sluice_dispatcher_jobs", "Jobs with an unfinished consumer.")),
-      desired_workers_gauge_(
-          AddGauge(options_.registry ? *options_.registry : *own_registry_,
-                   "sluice_desired_workers",
-                   "Workers the autoscaling policy asks for.")),
-      journal_errors_(
-          AddCounter(options_.registry ? *options_.registry : *own_registry_,
-                     "sluice_dispatcher_journal_errors_total",
-                     "Journal appends or compactions that failed.")),
-      jobs_collected_(AddCounter(
-          options_.registry ? *options_.registry : *own_registry_,
-          "sluice_dispatcher_jobs_collected_total",
-          "Jobs forgotten because their consumers finished or left.")),
-      job_batches_returned_(
-          prometheus::BuildCounter()
-              .Name("sluice_dispatcher_job_batches_returned_total")
-              .Help("Batches returned to the job's trainers, as reported by "
-                    "clients (label sluice_job).")
-              .Register(options_.registry ? *options_.registry
-                                          : *own_registry_)),
-      job_elements_returned_(
-          prometheus::BuildCounter()
-              .Name("sluice_dispatcher_job_elements_returned_total")
-              .Help("Elements (images) returned to the job's trainers: batches "
-                    "reported by clients times the batch size (label sluice_job).")
-              .Register(options_.registry ? *options_.registry
-                                          : *own_registry_)),
-      job_consumer_wait_(
-          prometheus::BuildCounter()
-              .Name("sluice_dispatcher_job_consumer_wait_seconds_total")
-              .Help("Time the job's trainers waited for a batch, as reported "
-                    "by clients (label sluice_job).")
-              .Register(options_.registry ? *options_.registry
-                                          : *own_registry_)),
-      job_splits_reassigned_(
-          prometheus::BuildCounter()
-              .Name("sluice_dispatcher_job_splits_reassigned_total")
-              .Help("The job's splits handed to another worker after a loss "
-                    "or drain (label sluice_job).")
-              .Register(options_.registry ? *options_.registry
-                                          : *own_registry_)),
-      job_consumers_(
-          prometheus::BuildGauge()
-              .Name("sluice_dispatcher_consumers")
-              .Help("The job's consumers (trainers) that have not finished "
-                    "(label sluice_job).")
-              .Register(options_.registry ? *options_.registry
-                                          : *own_registry_)),
-      job_allocated_workers_(
-          prometheus::BuildGauge()
-              .Name("sluice_job_allocated_workers")
-              .Help("The job's share of the autoscaler's pool, in workers "
-                    "(label sluice_job); sluice status says why.")
-              .Register(options_.registry ? *options_.registry
-                                          : *own_registry_)),
+      metrics_(options_.registry != nullptr ? *options_.registry : *own_registry_),
       autoscaler_(AutoscalerOptions{
           .min_workers = static_cast<int>(options_.min_workers),
           .max_workers = static_cast<int>(
               std::max(options_.min_workers, options_.max_workers)),
           .period = options_.scale_period,
-          .scale_down_window = options_.scale_down_window}) {
-  // Every reason's series exists from the start (at 0), so rates and dashboards have data.
-  for (const char* reason : {"timeout", "unregistered", "restarted"})
-    workers_lost_.Add({{"reason", reason}});
-}
+          .scale_down_window = options_.scale_down_window}) {}
 
 DispatcherImpl::~DispatcherImpl() { Stop(); }
 
@@ -286,7 +199,7 @@ absl::Status DispatcherImpl::WaitDurable() {
 void DispatcherImpl::MarkDurable(uint64_t ticket, const absl::Status& status) {
   if (!status.ok()) {
     if (!journal_failed_.exchange(true)) {
-      journal_errors_.Increment();
+      metrics_.journal_errors.Increment();
       logger_->error(
           "journal commit failed; every RPC now answers Unavailable: restart "
           "the dispatcher: {}",
@@ -387,7 +300,7 @@ absl::Status DispatcherImpl::Commit(const proto::Update& update) {
   }
   absl::StatusOr<uint64_t> ticket = journal_->Enqueue(update);
   if (!ticket.ok()) {
-    journal_errors_.Increment();
+    metrics_.journal_errors.Increment();
     return absl::UnavailableError(absl::StrCat(
         "the dispatcher cannot journal a change: ", ticket.status().message()));
   }
@@ -406,7 +319,7 @@ absl::Status DispatcherImpl::Commit(const proto::Update& update) {
                          std::memory_order_release);
       updates_since_snapshot_ = 0;
     } else {
-      journal_errors_.Increment();
+      metrics_.journal_errors.Increment();
       logger_->warn("journal compaction failed (the journal keeps growing): {}",
                     snapshot.status().ToString());
     }

@@ -145,7 +145,9 @@
 #include "common/base/clock.h"
 #include "common/service/limits.h"
 #include "common/service/protocol.h"
+#include "dispatcher/autoscale_signals.h"
 #include "dispatcher/autoscaler.h"
+#include "dispatcher/dispatcher_metrics.h"
 #include "dispatcher/dispatcher_state.h"
 #include "dispatcher/durable_acks.h"
 #include "dispatcher/journal.h"
@@ -269,59 +271,6 @@ class DispatcherImpl {
   int desired_workers() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  struct ConsumerSignal {
-    double buffer_fill = 0;
-    double wait_seconds_total = 0;
-    double wait_fraction = 0;
-    absl::Time last_report = absl::InfinitePast();
-    uint64_t batches_returned_total = 0;
-    uint64_t epoch = 0;
-    absl::Time epoch_started = absl::InfinitePast();
-    // At the previous scale decision, and the rates over that window.
-    absl::Time window_start = absl::InfinitePast();
-    uint64_t window_batches = 0;
-    double window_wait = 0;
-    double batches_per_second = 0;
-    double window_wait_fraction = 0;
-  };
-  struct JobMetrics {
-    prometheus::Counter* batches_returned = nullptr;
-    prometheus::Counter* elements_returned = nullptr;
-    prometheus::Counter* consumer_wait = nullptr;
-    prometheus::Counter* splits_reassigned = nullptr;
-    prometheus::Gauge* consumers = nullptr;
-    prometheus::Gauge* allocated_workers = nullptr;
-  };
-  // A worker's cumulative elements and busy seconds (for all jobs or one),
-  // and the capacity measured over the window since the previous decision.
-  struct BusyCounter {
-    uint64_t elements_total = 0;
-    double busy_seconds_total = 0;
-    uint64_t window_elements = 0;
-    double window_busy = 0;
-    bool window_set = false;
-    double elements_per_busy_second = 0;
-
-    // A heartbeat's cumulative counters; smaller than the last ones means
-    // the worker restarted (or forgot the job): the window starts again.
-    void Report(uint64_t elements, double busy_seconds);
-    // Ends the window if it holds enough busy time to measure (0.05 s);
-    // otherwise the last capacity stays and the window stays open.
-    void Measure();
-  };
-  struct WorkerSignal {
-    absl::Time last_seen;
-    absl::Time registered = absl::InfinitePast();
-    double elements_per_second = 0;
-    uint64_t queue_depth = 0;
-    uint64_t queue_capacity = 0;
-    uint32_t blocked_producers = 0;
-    // All jobs together, and per job (WorkerHeartbeatRequest.job_busy; empty
-    // from a worker that reports only totals).
-    BusyCounter all;
-    std::map<uint64_t, BusyCounter> jobs;
-  };
-
   explicit DispatcherImpl(DispatcherOptions options);
 
   // The RPCs' work: each takes mu_, changes the state through Commit(), fills
@@ -427,11 +376,6 @@ class DispatcherImpl {
                           const std::string& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The job's series (label sluice_job = its name, or "id-<id>" when unnamed),
-  // made on first use; UpdateGauges drops those no job in state_ has (keyed by
-  // the label: live jobs never share a name).
-  JobMetrics& MetricsFor(const DispatcherState::Job& job)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Where `job` comes in the hand-out: infinite when the pool is bounded and
   // the last decision gave it nothing, else 0 (also for a job new since).
   double AllocationLoad(const DispatcherState::Job& job) const
@@ -455,30 +399,13 @@ class DispatcherImpl {
   std::shared_ptr<Journal> journal_;
   std::unique_ptr<prometheus::Registry> own_registry_;
 
-  prometheus::Counter& splits_assigned_;
-  prometheus::Counter& splits_reassigned_;
-  prometheus::Counter& splits_done_;
-  prometheus::Family<prometheus::Counter>& workers_lost_;  // label reason
-  prometheus::Counter& consumer_wait_;
-  prometheus::Gauge& workers_alive_;
-  prometheus::Gauge& jobs_active_;
-  prometheus::Gauge& desired_workers_gauge_;
-  prometheus::Counter& journal_errors_;
-  prometheus::Counter& jobs_collected_;
-  // Per training job (label sluice_job); a job's series go when it is collected.
-  prometheus::Family<prometheus::Counter>& job_batches_returned_;
-  prometheus::Family<prometheus::Counter>& job_elements_returned_;
-  prometheus::Family<prometheus::Counter>& job_consumer_wait_;
-  prometheus::Family<prometheus::Counter>& job_splits_reassigned_;
-  prometheus::Family<prometheus::Gauge>& job_consumers_;
-  prometheus::Family<prometheus::Gauge>& job_allocated_workers_;
+  DispatcherMetrics metrics_;  // used under mu_
 
   mutable absl::Mutex mu_;
   DispatcherState state_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, WorkerSignal> worker_signals_ ABSL_GUARDED_BY(mu_);
   std::map<std::pair<uint64_t, uint32_t>, ConsumerSignal> consumer_signals_
       ABSL_GUARDED_BY(mu_);
-  std::map<std::string, JobMetrics> job_metrics_ ABSL_GUARDED_BY(mu_);
   // (job, consumer index) -> the owning process's consumer_token. Not journaled: after a
   // restart the first token heard is adopted.
   std::map<std::pair<uint64_t, uint32_t>, uint64_t> consumer_owners_

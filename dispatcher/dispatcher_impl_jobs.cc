@@ -291,9 +291,9 @@ absl::Status DispatcherImpl::DoClientHeartbeat(
   double wait_delta = request.wait_seconds_total() - signal.wait_seconds_total;
   if (wait_delta < 0)
     wait_delta = request.wait_seconds_total();  // the client restarted
-  JobMetrics& job_metrics = MetricsFor(*job);
+  DispatcherMetrics::JobSeries& job_metrics = metrics_.ForJob(job->id, job->name);
   if (wait_delta > 0) {
-    consumer_wait_.Increment(wait_delta);
+    metrics_.consumer_wait.Increment(wait_delta);
     job_metrics.consumer_wait->Increment(wait_delta);
   }
   const uint64_t batches_delta =
@@ -353,7 +353,7 @@ absl::Status DispatcherImpl::DoClientHeartbeat(
     } else {
       RETURN_IF_ERROR(ApplySoft(update));
     }
-    if (newly_done > 0) splits_done_.Increment(newly_done);
+    if (newly_done > 0) metrics_.splits_done.Increment(newly_done);
   }
   // `job`/`consumer` stay valid: only Tick() removes jobs.
   if (consumer.epoch > signal.epoch) {
@@ -486,7 +486,7 @@ absl::Status DispatcherImpl::CollectJobs(absl::Time now) {
         state_.FindJob(id)->finished() ? "finished" : "are gone",
         absl::FormatDuration(options_.consumer_timeout));
     RETURN_IF_ERROR(RemoveJob(id));
-    jobs_collected_.Increment();
+    metrics_.jobs_collected.Increment();
   }
   return absl::OkStatus();
 }

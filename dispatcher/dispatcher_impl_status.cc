@@ -14,10 +14,6 @@
 namespace sluice::dispatcher {
 namespace {
 
-std::string JobLabel(const DispatcherState::Job& job) {
-  return job.name.empty() ? absl::StrCat("id-", job.id) : job.name;
-}
-
 // Records the job's consumers have still to read before it completes: the
 // slots of this epoch not done and of the epochs after it, a split's records
 // each; 0 when it runs forever (num_epochs 0) or its consumers have no slot
@@ -57,46 +53,18 @@ void DispatcherImpl::UpdateGauges() {
                             static_cast<int>(std::max(options_.min_workers,
                                                       options_.max_workers)));
   desired_workers_ = desired;
-  desired_workers_gauge_.Set(desired);
-  workers_alive_.Set(static_cast<double>(state_.workers().size()));
-  jobs_active_.Set(active_jobs);
+  metrics_.desired_workers.Set(desired);
+  metrics_.workers_alive.Set(static_cast<double>(state_.workers().size()));
+  metrics_.jobs_active.Set(active_jobs);
   std::set<std::string> live;
   for (const auto& [id, job] : state_.jobs()) {
     const double unfinished = static_cast<double>(std::count_if(
         job.consumers.begin(), job.consumers.end(),
         [](const DispatcherState::Consumer& c) { return !c.finished; }));
-    MetricsFor(job).consumers->Set(unfinished);
-    live.insert(JobLabel(job));
+    metrics_.ForJob(job.id, job.name).consumers->Set(unfinished);
+    live.insert(DispatcherMetrics::JobLabel(job.id, job.name));
   }
-  for (auto it = job_metrics_.begin(); it != job_metrics_.end();) {
-    if (live.contains(it->first)) {
-      ++it;
-      continue;
-    }
-    // The job was collected: its series go, so they stay bounded.
-    job_batches_returned_.Remove(it->second.batches_returned);
-    job_elements_returned_.Remove(it->second.elements_returned);
-    job_consumer_wait_.Remove(it->second.consumer_wait);
-    job_splits_reassigned_.Remove(it->second.splits_reassigned);
-    job_consumers_.Remove(it->second.consumers);
-    job_allocated_workers_.Remove(it->second.allocated_workers);
-    it = job_metrics_.erase(it);
-  }
-}
-
-DispatcherImpl::JobMetrics& DispatcherImpl::MetricsFor(
-    const DispatcherState::Job& job) {
-  auto [it, inserted] = job_metrics_.try_emplace(JobLabel(job));
-  if (inserted) {
-    const MetricLabels labels = {{"sluice_job", it->first}};
-    it->second.batches_returned = &job_batches_returned_.Add(labels);
-    it->second.elements_returned = &job_elements_returned_.Add(labels);
-    it->second.consumer_wait = &job_consumer_wait_.Add(labels);
-    it->second.splits_reassigned = &job_splits_reassigned_.Add(labels);
-    it->second.consumers = &job_consumers_.Add(labels);
-    it->second.allocated_workers = &job_allocated_workers_.Add(labels);
-  }
-  return it->second;
+  metrics_.KeepOnlyJobs(live);
 }
 
 bool DispatcherImpl::LiveConsumer(uint64_t job_id,
@@ -216,7 +184,7 @@ absl::Status DispatcherImpl::Autoscale(absl::Time now) {
   std::map<uint64_t, double> allocated;
   for (const JobEstimate& e : decision_.jobs) allocated[e.job_id] = e.allocated;
   for (const auto& [id, job] : state_.jobs()) {
-    MetricsFor(job).allocated_workers->Set(allocated[id]);
+    metrics_.ForJob(job.id, job.name).allocated_workers->Set(allocated[id]);
   }
   if (decision_.pool_bound) allocation_ = std::move(allocated);
   if (options_.scaler == DispatcherOptions::Scaler::kLocal) {

@@ -14,28 +14,6 @@
 
 namespace sluice::dispatcher {
 
-void DispatcherImpl::BusyCounter::Report(uint64_t elements,
-                                         double busy_seconds) {
-  if (elements < elements_total || busy_seconds < busy_seconds_total)
-    window_set = false;
-  elements_total = elements;
-  busy_seconds_total = busy_seconds;
-  if (!window_set) {
-    window_set = true;
-    window_elements = elements_total;
-    window_busy = busy_seconds_total;
-  }
-}
-
-void DispatcherImpl::BusyCounter::Measure() {
-  const double busy = busy_seconds_total - window_busy;
-  if (!window_set || busy < 0.05) return;
-  elements_per_busy_second =
-      static_cast<double>(elements_total - window_elements) / busy;
-  window_elements = elements_total;
-  window_busy = busy_seconds_total;
-}
-
 absl::Status DispatcherImpl::DoWorkerRegister(
     const proto::WorkerRegisterRequest& request,
     proto::WorkerRegisterResponse* response) {
@@ -122,8 +100,8 @@ absl::Status DispatcherImpl::AssignSplits(uint64_t worker_id, int free,
     proto::SplitAssignment* a = out->add_start();
     *a = MakeAssignment(job, key);
     a->set_skip_batches(u->skip_batches());
-    (reassigned ? splits_reassigned_ : splits_assigned_).Increment();
-    if (reassigned) MetricsFor(job).splits_reassigned->Increment();
+    (reassigned ? metrics_.splits_reassigned : metrics_.splits_assigned).Increment();
+    if (reassigned) metrics_.ForJob(job.id, job.name).splits_reassigned->Increment();
     --free;
   }
   return absl::OkStatus();
@@ -273,7 +251,7 @@ absl::Status DispatcherImpl::LoseWorker(uint64_t worker_id, const char* reason,
   update.mutable_worker_lost()->set_worker_id(worker_id);
   RETURN_IF_ERROR(Commit(update));
   worker_signals_.erase(worker_id);
-  workers_lost_.Add({{"reason", reason}}).Increment();
+  metrics_.workers_lost.Add({{"reason", reason}}).Increment();
   UpdateGauges();
   return absl::OkStatus();
 }
