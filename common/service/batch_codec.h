@@ -11,7 +11,8 @@
 // own (end_of_split, no columns), so a split that yields no batch still ends. Example, a batch of
 // 64 ImageNet-train elements:
 //   slice 0: [u32 H] key {job 3, consumer 0, epoch 1, position 7} split_id 12 batch_index 2
-//            columns { name: "image" dtype: FLOAT32 shape: [64, 3, 224, 224] data_length: 38535168 }
+//            columns { name: "image" dtype: FLOAT32 shape: [64, 3, 224, 224]
+//                      data_length: 38535168 }
 //            columns { name: "label" dtype: INT64   shape: [64]             data_length: 512 }
 //            global_indices: [64 record ids, in element order]
 //   slice 1: the 38.5 MB image buffer of the batch (the worker's tensor itself, not a copy)

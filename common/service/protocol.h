@@ -22,7 +22,8 @@ inline constexpr uint32_t kProtocolVersion = proto::PROTOCOL_VERSION_CURRENT;
 
 // OK if `peer_version` is ours. Otherwise FailedPrecondition naming both versions and the side
 // that is behind:
-//   "client protocol version 3, dispatcher 2: upgrade the dispatcher so both speak the same version"
+//   "client protocol version 3, dispatcher 2: upgrade the dispatcher so both speak the same
+//   version"
 // `peer` names the caller ("client", "client/worker"), `server` the side that checks.
 absl::Status CheckProtocolVersion(uint32_t peer_version, absl::string_view peer,
                                   absl::string_view server);

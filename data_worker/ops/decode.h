@@ -14,15 +14,14 @@
 // rounding of the box at scales below 1; at scale 1 the output is the same
 // crop/resize of the same decoded pixels.
 //
-// PNG, BMP and WebP go through cv::imdecode (BGR → RGB, alpha dropped, 16-bit → 8-bit, EXIF orientation
-// ignored), followed by the unfused crop/resize. Corrupt or truncated data →
-// DataLoss "cannot decode image: <reason>"; any other format is DataLoss
-// "unsupported image format" (OpenCV's other readers, DICOM, JPEG 2000, TIFF,
-// ..., abort or over-allocate on corrupt data). Before a PNG reaches OpenCV its
-// chunk list is walked: a chunk running past the end of the data is DataLoss
-// (libpng would otherwise allocate the declared length, up to 2 GiB, first).
-// An image (JPEG, PNG, BMP) whose header declares more than kMaxImagePixels
-// pixels is DataLoss too, before any pixel buffer is allocated.
+// PNG, BMP and WebP go through cv::imdecode (BGR → RGB, alpha dropped, 16-bit → 8-bit, EXIF
+// orientation ignored), followed by the unfused crop/resize. Corrupt or truncated data → DataLoss
+// "cannot decode image: <reason>"; any other format is DataLoss "unsupported image format"
+// (OpenCV's other readers, DICOM, JPEG 2000, TIFF, ..., abort or over-allocate on corrupt data).
+// Before a PNG reaches OpenCV its chunk list is walked: a chunk running past the end of the data is
+// DataLoss (libpng would otherwise allocate the declared length, up to 2 GiB, first). An image
+// (JPEG, PNG, BMP) whose header declares more than kMaxImagePixels pixels is DataLoss too, before
+// any pixel buffer is allocated.
 #ifndef SLUICE_DATA_WORKER_OPS_DECODE_H_
 #define SLUICE_DATA_WORKER_OPS_DECODE_H_
 

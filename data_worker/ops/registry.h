@@ -4,8 +4,8 @@
 // one row of the table in registry.cc:
 //
 //   proto case        type name            factory   type inference  batched  fusion rule
-//   kDecode           "Decode"             MakeDecode   bytes → uint8 HxWx3  no  +Resize/+CenterCrop/
-//                                                                              +RandomResizedCrop
+//   kDecode           "Decode"             MakeDecode   bytes → uint8 HxWx3  no  +Resize/
+//                                                              +CenterCrop/+RandomResizedCrop
 //   kNormalize        "Normalize"          MakeNormalize  → float32     yes  +HWC2CHW[+Cast]
 //   ...
 //

@@ -77,8 +77,8 @@ class BatchAssembler {
     // larger is not allocated: RESOURCE_EXHAUSTED at its place. 0: no bound.
     int64_t max_buffer_bytes = 0;
   };
-  // Batch `index` is complete: the batch (the epoch of its first element), a run's marker or the error at its
-  // place. Called outside the lock, once per batch, in any order.
+  // Batch `index` is complete: the batch (the epoch of its first element), a run's marker or the
+  // error at its place. Called outside the lock, once per batch, in any order.
   using EmitFn =
       std::function<void(uint64_t index, absl::StatusOr<Element> batch)>;
   // There will be `num_batches` batches (called once).

@@ -463,7 +463,8 @@ absl::StatusOr<TaskRunner::Pipeline*> TaskRunner::PipelineFor(Producer& producer
   absl::StatusOr<std::unique_ptr<pipeline::Executor>> ex =
       jobs_->AcquireExecutor(job_id);
   if (!ex.ok()) return ex.status();
-  // Its first threads fit the producer's share (no run is in flight yet when the producer was idle).
+  // Its first threads fit the producer's share (no run is in flight yet when the producer was
+  // idle).
   (*ex)->SetCpuBudget(producer.cpu_share > 0 ? producer.cpu_share : cpu_budget_);
   if (absl::Status s = (*ex)->Open(); !s.ok()) {
     jobs_->ReleaseExecutor(job_id, *std::move(ex));

@@ -88,19 +88,19 @@ class TaskRunner {
   // while split after split of a job runs on its long-lived executors (tests).
   uint64_t pipeline_thread_starts() const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Busy time, for the autoscaler's capacity measurement (cumulative: every long-lived
-  // pipeline's busy time so far, counted up at each run's end and read live in between, so that
-  // a worker's first report does not wait for its first split to end). A pipeline is busy for the thread-seconds of its bottleneck stage (the
-  // stage with the most busy time per thread) divided by that stage's threads: the time that
-  // stage would need alone. Time blocked on a full queue or idle without a split is not busy.
-  // The worker's busy seconds are the runs' busy seconds divided by the producer count, so
-  // that they never exceed wall time: elements_run / busy_seconds is what the worker produces
-  // per second when it never waits for its consumers.
-  // `elements` are the elements (inside batches) of the runs `busy_seconds` counts. `by_job`
-  // holds the same two counters per job (busy seconds divided by the producer count like the
-  // total), so that jobs of different cost sharing this worker each get their own capacity.
-  // All are read from one snapshot of each pipeline's counters (stage threads add busy time
-  // concurrently), so one job's entry equals the totals.
+  // Busy time, for the autoscaler's capacity measurement (cumulative: every long-lived pipeline's
+  // busy time so far, counted up at each run's end and read live in between, so that a worker's
+  // first report does not wait for its first split to end). A pipeline is busy for the
+  // thread-seconds of its bottleneck stage (the stage with the most busy time per thread) divided
+  // by that stage's threads: the time that stage would need alone. Time blocked on a full queue or
+  // idle without a split is not busy. The worker's busy seconds are the runs' busy seconds divided
+  // by the producer count, so that they never exceed wall time: elements_run / busy_seconds is what
+  // the worker produces per second when it never waits for its consumers. `elements` are the
+  // elements (inside batches) of the runs `busy_seconds` counts. `by_job` holds the same two
+  // counters per job (busy seconds divided by the producer count like the total), so that jobs of
+  // different cost sharing this worker each get their own capacity. All are read from one snapshot
+  // of each pipeline's counters (stage threads add busy time concurrently), so one job's entry
+  // equals the totals.
   struct JobBusy {
     uint64_t elements = 0;
     double busy_seconds = 0;

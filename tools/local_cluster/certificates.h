@@ -1,9 +1,10 @@
-// Throwaway certificates for a secured local cluster (`sluice local --tls`) and the tests:
-// a CA, a certificate for the servers and one for clients, both signed by the CA and naming
-// 127.0.0.1 and localhost, an already expired certificate signed by the same CA, and a random
-// bearer token. Under mutual TLS without a token the certificates name their holders
-// (common/service/identity.h): the server certificate (which workers also present) is in group
-// sluice:workers, the client's in sluice:trainers and sluice:operators. Made with Debian's `openssl` command; EC P-256 keys (fast to make).
+// Throwaway certificates for a secured local cluster (`sluice local --tls`) and the tests: a CA, a
+// certificate for the servers and one for clients, both signed by the CA and naming 127.0.0.1 and
+// localhost, an already expired certificate signed by the same CA, and a random bearer token. Under
+// mutual TLS without a token the certificates name their holders (common/service/identity.h): the
+// server certificate (which workers also present) is in group sluice:workers, the client's in
+// sluice:trainers and sluice:operators. Made with Debian's `openssl` command; EC P-256 keys (fast
+// to make).
 //
 //   ASSIGN_OR_RETURN(Certificates certs, MakeCertificates(work_dir + "/tls"));
 //   options.tls_cert = certs.server_cert; ...

@@ -153,9 +153,9 @@ TEST(CheckBatch, AcceptsExactlyTheBytesTheShapeSays) {
             absl::StatusCode::kInvalidArgument);
 }
 
-// Found while writing batch_fuzzer's invariant: 2^61 int64 elements are 2^64 bytes, which wrapped to
-// 0 and matched an empty data field, so the client would have read 2^61
-// elements from an empty buffer.
+// Found while writing batch_fuzzer's invariant: 2^61 int64 elements are 2^64 bytes, which wrapped
+// to 0 and matched an empty data field, so the client would have read 2^61 elements from an empty
+// buffer.
 TEST(CheckBatch, RefusesAShapeWhoseByteCountWrapsAround) {
   const absl::Status s = CheckBatch(
       OneElement(proto::TENSOR_DTYPE_INT64, {1, int64_t{1} << 61}, ""));

@@ -95,9 +95,9 @@ class WorkerImplTest : public ::testing::Test {
     fake_.script.push_back(std::move(response));
   }
 
-  // A worker with its own heartbeat thread on manual_clock_ (not started):
-  // no heartbeat period passes unless the test advances it. Capacity 1, whose first heartbeat brings job 1 and its split 0 of
-  // `records` records.
+  // A worker with its own heartbeat thread on manual_clock_ (not started): no heartbeat period
+  // passes unless the test advances it. Capacity 1, whose first heartbeat brings job 1 and its
+  // split 0 of `records` records.
   std::unique_ptr<WorkerImpl> MakeThreadedWorker(absl::Duration interval,
                                                  uint64_t records) {
     WorkerOptions options;
