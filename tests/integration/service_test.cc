@@ -383,8 +383,11 @@ TEST_F(ServiceTest, KilledWorkerMidEpochStillDeliversEveryRecordOnce) {
 }
 
 TEST_F(ServiceTest, WorkerAddedMidEpochReceivesSplits) {
+  // 25 ms a record: the one worker needs 12 s for the epoch, far longer than a new worker takes
+  // to register even under a sanitizer on a loaded machine. (At 3 ms it produced the whole epoch
+  // into the stream's buffers before a slow new worker registered, and the test failed.)
   const proto::Pipeline pipeline =
-      MakePipeline(data_->Join("ds"), /*sleep_micros=*/3000);
+      MakePipeline(data_->Join("ds"), /*sleep_micros=*/25000);
   auto cluster = StartCluster(1);
   ASSERT_NE(cluster, nullptr);
   std::set<uint64_t> workers_seen;
@@ -415,9 +418,7 @@ TEST_F(ServiceTest, WorkerAddedMidEpochReceivesSplits) {
     see_workers();
     if (batches == 4) {
       ASSERT_TRUE(cluster->AddWorker().ok());
-      // Stop reading until the new worker holds a split: the first worker blocks on the full
-      // buffers, so splits remain to be handed out however slowly the new worker starts (a
-      // sanitizer build on a loaded machine takes seconds).
+      // Stop reading until the new worker holds a split (or the deadline passes).
       const absl::Time deadline = absl::Now() + absl::Seconds(60);
       while (workers_seen.size() < 2 && absl::Now() < deadline) {
         absl::SleepFor(absl::Milliseconds(50));
