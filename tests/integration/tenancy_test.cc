@@ -272,5 +272,62 @@ TEST_F(TenancyTest, GetStatusShowsATrainerOnlyItsOwnJobs) {
     EXPECT_EQ(job.job_name().rfind("bob/", 0), 0u) << job.job_name();
 }
 
+// Bob's spec resizes 1 x 16384 images by their shorter side to 16384: 16384 x 268435456 pixels,
+// 12 TiB per element. The worker refuses it before allocating; bob's consumer gets
+// INVALID_ARGUMENT naming the op, the failed split is not handed to another worker, no process
+// dies, and alice's job beside it reads every record exactly once.
+TEST_F(TenancyTest, AHostileSpecFailsAloneAndItsSplitIsNotHandedOn) {
+  auto hostile = pipeline_spec::ParsePipelineSpec(R"(
+source: {synthetic: {num_records: 16, height: 1, width: 16384}, columns: [image]}
+nodes:
+  - map: {input_columns: [image], ops: [{decode: {}}, {resize: {size: 16384}}]}
+  - batch: {size: 2}
+)");
+  ASSERT_TRUE(hostile.ok()) << hostile.status();
+  auto bob = DataServiceClient::Create(Client("bob"));
+  ASSERT_TRUE(bob.ok()) << bob.status();
+  auto bad = (*bob)->Open({.job_name = "hostile", .pipeline = *hostile});
+  ASSERT_TRUE(bad.ok()) << bad.status();
+  auto alice = DataServiceClient::Create(Client("alice"));
+  ASSERT_TRUE(alice.ok()) << alice.status();
+  auto it = (*alice)->Open({.job_name = "beside", .pipeline = Pipeline()});
+  ASSERT_TRUE(it.ok()) << it.status();
+
+  auto failed = (*bad)->GetNext();
+  ASSERT_EQ(failed.status().code(), absl::StatusCode::kInvalidArgument)
+      << failed.status();
+  EXPECT_THAT(failed.status().message(),
+              HasSubstr("(Resize): an output of 16384x268435456 (HxW) is too "
+                        "large"));
+
+  std::multiset<uint64_t> ids;
+  while (true) {
+    auto batch = (*it)->GetNext();
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    if (!batch->has_value()) break;
+    ids.insert((*batch)->global_indices.begin(), (*batch)->global_indices.end());
+  }
+  ASSERT_EQ(ids.size(), static_cast<size_t>(kRecords));
+  for (int i = 0; i < kRecords; ++i) EXPECT_EQ(ids.count(i), 1u) << i;
+
+  const uint64_t job = JobId("bob/hostile");
+  ASSERT_NE(job, 0u);
+  grpc::ClientContext context;
+  proto::GetJobStateRequest request;
+  request.set_protocol_version(service::kProtocolVersion);
+  request.set_job_id(job);
+  proto::GetJobStateResponse state;
+  ASSERT_TRUE(Dispatcher("ops")->GetJobState(&context, request, &state).ok());
+  int assigned = 0;
+  for (const proto::ConsumerState& consumer : state.consumers()) {
+    for (const proto::SplitState& split : consumer.splits()) {
+      EXPECT_LE(split.assignments(), 1u) << split.position();
+      assigned += split.assignments();
+    }
+  }
+  EXPECT_GE(assigned, 1);
+  EXPECT_EQ(cluster_->FindExitedChild(), "");
+}
+
 }  // namespace
 }  // namespace sluice
