@@ -210,6 +210,10 @@ int main(int argc, char** argv) {
   app.add_option("--max-consumers-per-job", flags.limits.max_consumers_per_job,
                  "Most consumers (trainer processes) of one job")
       ->capture_default_str();
+  app.add_option("--max-splits-per-job", flags.limits.max_splits_per_job,
+                 "Most splits in one epoch of a job (bounds the dispatcher's "
+                 "memory per job)")
+      ->capture_default_str();
   app.add_option("--scaler", flags.scaler,
                  "none: sluice_desired_workers is advisory; local: the "
                  "dispatcher also drains the workers the autoscaler lets go "
