@@ -10,6 +10,7 @@
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "common/record/checksum.h"
+#include "common/service/identity.h"
 #include "dispatcher/dispatcher_impl.h"
 
 namespace sluice::dispatcher {
@@ -254,6 +255,16 @@ absl::Status DispatcherImpl::DoGetOrCreateJob(
   }
   RETURN_IF_ERROR(service::CheckJobLimit(
       static_cast<int64_t>(state_.jobs().size()), options_.limits));
+  if (const std::string owner = service::JobOwner(request.job_name());
+      !owner.empty()) {
+    int64_t held = 0;
+    for (const auto& [id, job] : state_.jobs()) {
+      if (service::JobOwner(job.name) == owner) ++held;
+    }
+    RETURN_IF_ERROR(service::CheckPerIdentityLimit(
+        owner, held, options_.limits.max_jobs_per_identity, "jobs",
+        "--max-jobs-per-identity"));
+  }
   RETURN_IF_ERROR(service::CheckSplitLimit(
       CountSplits(dataset->shard_record_counts, config.split_size()),
       config.split_size(), options_.limits));

@@ -638,6 +638,30 @@ TEST_F(DispatcherImplTest, AbsurdRecordCountsAndTooManySplitsAreRefused) {
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
 }
 
+TEST_F(DispatcherImplTest, JobsPerIdentityAreCappedByTheOwnerInTheirName) {
+  limits_.max_jobs_per_identity = 2;
+  Restart(std::make_shared<InMemoryJournal>());
+  const uint64_t dataset = Dataset({100}, 10);
+  Job(JobRequest("alice/a", dataset, 1, proto::REMAINDER_MODE_PAD, 20));
+  Job(JobRequest("alice/b", dataset, 1, proto::REMAINDER_MODE_PAD, 20));
+  proto::GetOrCreateJobResponse job;
+  absl::Status s = Sync(impl_).GetOrCreateJob(
+      JobRequest("alice/c", dataset, 1, proto::REMAINDER_MODE_PAD, 20), &job);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_EQ(s.message(),
+            "alice already holds 2 jobs (--max-jobs-per-identity 2): wait for "
+            "one to finish, or ask an operator to raise "
+            "--max-jobs-per-identity");
+  // An existing job is still answered; bob and unscoped (development) names are not counted.
+  EXPECT_FALSE(
+      Job(JobRequest("alice/a", dataset, 1, proto::REMAINDER_MODE_PAD, 20))
+          .created());
+  Job(JobRequest("bob/a", dataset, 1, proto::REMAINDER_MODE_PAD, 20));
+  Job(JobRequest("x", dataset, 1, proto::REMAINDER_MODE_PAD, 20));
+  Job(JobRequest("y", dataset, 1, proto::REMAINDER_MODE_PAD, 20));
+  Job(JobRequest("z", dataset, 1, proto::REMAINDER_MODE_PAD, 20));
+}
+
 TEST_F(DispatcherImplTest, UnknownJobIsNotFound) {
   proto::ClientHeartbeatRequest request;
   request.set_protocol_version(kProtocolVersion);
