@@ -57,17 +57,6 @@ constexpr uint64_t kMinSlotsPerConsumer = 4;
 // The most records a dataset may have (2^48): more is a forged count, not a dataset.
 constexpr uint64_t kMaxDatasetRecords = uint64_t{1} << 48;
 
-// What record::EnumerateSplits would return, counted without building it. REQUIRES:
-// split_size > 0 and the counts add up to at most kMaxDatasetRecords.
-uint64_t CountSplits(const std::vector<uint64_t>& shard_record_counts,
-                     uint64_t split_size) {
-  uint64_t splits = 0;
-  for (uint64_t n : shard_record_counts) {
-    splits += n / split_size + (n % split_size != 0 ? 1 : 0);
-  }
-  return splits;
-}
-
 uint64_t SplitSize(uint64_t requested, uint64_t default_size, uint64_t batch,
                    uint64_t share) {
   if (requested == 0) {
@@ -266,7 +255,7 @@ absl::Status DispatcherImpl::DoGetOrCreateJob(
         "--max-jobs-per-identity"));
   }
   RETURN_IF_ERROR(service::CheckSplitLimit(
-      CountSplits(dataset->shard_record_counts, config.split_size()),
+      record::CountSplits(dataset->shard_record_counts, config.split_size()),
       config.split_size(), options_.limits));
   ASSIGN_OR_RETURN(std::vector<record::Split> splits,
                    record::EnumerateSplits(dataset->shard_record_counts,
