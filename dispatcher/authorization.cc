@@ -16,7 +16,8 @@ namespace {
 // id), hashed.
 uint64_t DatasetKey(const proto::RegisterDatasetRequest& request) {
   std::string key = absl::StrCat(request.batch_size(), ":");
-  for (uint64_t n : request.shard_record_counts()) absl::StrAppend(&key, n, ",");
+  for (uint64_t n : request.shard_record_counts())
+    absl::StrAppend(&key, n, ",");
   absl::StrAppend(&key, ":", request.pipeline());
   return record::Checksum(key);
 }
@@ -24,7 +25,8 @@ uint64_t DatasetKey(const proto::RegisterDatasetRequest& request) {
 }  // namespace
 
 absl::Status Authorization::CheckRegisterDataset(
-    const Identity& caller, const proto::RegisterDatasetRequest& request) const {
+    const Identity& caller,
+    const proto::RegisterDatasetRequest& request) const {
   if (absl::Status s =
           service::RequireRole(caller, Role::kTrainer, "RegisterDataset");
       !s.ok() || caller.all_roles) {

@@ -56,9 +56,10 @@ class Authorization {
   // RegisterDataset: the role, and --max-datasets-per-identity (RESOURCE_EXHAUSTED naming it;
   // registering a dataset the caller registered before always passes). DatasetRegistered
   // records the caller as an owner.
-  absl::Status CheckRegisterDataset(const service::Identity& caller,
-                                    const proto::RegisterDatasetRequest& request)
-      const ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status CheckRegisterDataset(
+      const service::Identity& caller,
+      const proto::RegisterDatasetRequest& request) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   void DatasetRegistered(const service::Identity& caller,
                          const proto::RegisterDatasetRequest& request,
                          uint64_t dataset_id) ABSL_LOCKS_EXCLUDED(mu_);

@@ -206,16 +206,16 @@ absl::Status DispatcherState::ApplyCreateJob(const proto::UpdateCreateJob& u) {
   }
   if (u.config().num_consumers() == 0 ||
       u.config().num_consumers() > kMaxJobConsumers) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "num_consumers must be in [1, ", kMaxJobConsumers, "], got ",
-        u.config().num_consumers()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_consumers must be in [1, ", kMaxJobConsumers,
+                     "], got ", u.config().num_consumers()));
   }
   if (u.config().split_size() == 0 ||
       record::CountSplits(dataset->shard_record_counts,
                           u.config().split_size()) > kMaxJobSplits) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "split_size ", u.config().split_size(), " gives no splits or more than ",
-        kMaxJobSplits));
+    return absl::InvalidArgumentError(
+        absl::StrCat("split_size ", u.config().split_size(),
+                     " gives no splits or more than ", kMaxJobSplits));
   }
   Job job;
   job.id = u.job_id();

@@ -28,8 +28,8 @@ struct ServiceLimits {
   int64_t max_jobs = 1024;  // --max-jobs: jobs a dispatcher holds
   int64_t max_consumers_per_job = 4096;  // --max-consumers-per-job
   int64_t max_streams = 1024;  // --max-streams: open GetBatches per worker
-  int64_t max_splits_per_job = 1 << 20;  // --max-splits-per-job
-  int64_t max_jobs_per_identity = 256;    // --max-jobs-per-identity
+  int64_t max_splits_per_job = 1 << 20;    // --max-splits-per-job
+  int64_t max_jobs_per_identity = 256;     // --max-jobs-per-identity
   int64_t max_streams_per_identity = 256;  // --max-streams-per-identity
 };
 

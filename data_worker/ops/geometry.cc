@@ -23,8 +23,8 @@ absl::Status CheckSpecSize(int height, int width, const OpLabel& label) {
   }
   if (int64_t{height} * width > kMaxOpPixels) {
     return label.FieldError(
-        "size", absl::StrCat(height, "x", width, " is more than ",
-                             kMaxOpPixels, " pixels"));
+        "size", absl::StrCat(height, "x", width, " is more than ", kMaxOpPixels,
+                             " pixels"));
   }
   return absl::OkStatus();
 }
@@ -241,9 +241,9 @@ absl::StatusOr<ResizeSpec> ParseResize(const proto::ResizeOp& spec,
     }
     if (spec.size() < 0) return label.FieldError("size", "must be > 0");
     if (spec.size() > kMaxOpSide) {
-      return label.FieldError("size", absl::StrCat("must be at most ",
-                                                   kMaxOpSide, ", got ",
-                                                   spec.size()));
+      return label.FieldError(
+          "size",
+          absl::StrCat("must be at most ", kMaxOpSide, ", got ", spec.size()));
     }
     out.size = spec.size();
   } else {
@@ -298,9 +298,9 @@ void ResizeOutputSize(const ResizeSpec& spec, int height, int width,
   const int shorter = std::min(height, width), longer = std::max(height, width);
   const int new_short = spec.size;
   // Saturated, not wrapped: an extreme aspect ratio gives a size CheckOutputSize refuses.
-  const int new_long = static_cast<int>(std::clamp<int64_t>(
-      static_cast<int64_t>(new_short) * longer / shorter, 1,
-      std::numeric_limits<int>::max()));
+  const int new_long = static_cast<int>(
+      std::clamp<int64_t>(static_cast<int64_t>(new_short) * longer / shorter, 1,
+                          std::numeric_limits<int>::max()));
   if (width <= height) {
     *out_width = new_short;
     *out_height = new_long;
@@ -390,9 +390,9 @@ absl::StatusOr<std::unique_ptr<Op>> MakeRandomCrop(
   RETURN_IF_ERROR(
       ParseSize(spec.size(), spec.height(), spec.width(), label, &h, &w));
   if (spec.padding() < 0 || spec.padding() > kMaxOpSide) {
-    return label.FieldError("padding", absl::StrCat("must be in [0, ",
-                                                    kMaxOpSide, "], got ",
-                                                    spec.padding()));
+    return label.FieldError(
+        "padding",
+        absl::StrCat("must be in [0, ", kMaxOpSide, "], got ", spec.padding()));
   }
   return std::make_unique<RandomCropOpImpl>(
       std::move(label), h, w, spec.padding(), spec.pad_if_needed());

@@ -60,9 +60,9 @@ class OneHotOpImpl final : public Op {
 absl::StatusOr<std::unique_ptr<Op>> MakeOneHot(const proto::OneHotOp& spec,
                                                OpLabel label) {
   if (spec.num_classes() <= 0 || spec.num_classes() > kMaxOneHotClasses) {
-    return label.FieldError(
-        "num_classes", absl::StrCat("must be in [1, ", kMaxOneHotClasses,
-                                    "], got ", spec.num_classes()));
+    return label.FieldError("num_classes",
+                            absl::StrCat("must be in [1, ", kMaxOneHotClasses,
+                                         "], got ", spec.num_classes()));
   }
   return std::make_unique<OneHotOpImpl>(std::move(label), spec.num_classes());
 }

@@ -99,10 +99,10 @@ inline absl::Status CheckOutputSize(const OpLabel& label, int64_t height,
       height * width <= kMaxOpPixels) {
     return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      label.ToString(), ": an output of ", height, "x", width,
-      " (HxW) is too large (at most ", kMaxOpSide, " a side and ",
-      kMaxOpPixels, " pixels); use a smaller size"));
+  return absl::InvalidArgumentError(
+      absl::StrCat(label.ToString(), ": an output of ", height, "x", width,
+                   " (HxW) is too large (at most ", kMaxOpSide, " a side and ",
+                   kMaxOpPixels, " pixels); use a smaller size"));
 }
 
 // cv::INTER_* for `interp`, or `default_flag` for INTERPOLATION_DEFAULT.
@@ -131,8 +131,8 @@ absl::StatusOr<Tensor> CatchCv(const OpLabel& label, F&& fn) {
     return absl::InternalError(
         absl::StrCat(label.ToString(), ": OpenCV error: ", e.what()));
   } catch (const std::bad_alloc&) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        label.ToString(), ": out of memory for its output"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(label.ToString(), ": out of memory for its output"));
   }
 }
 

@@ -74,8 +74,7 @@ TEST(Authorization, DatasetsPerIdentityAreCappedButRegisteringAgainPasses) {
   // Bob's quota is his own; the development identity has none.
   request.set_pipeline("c");
   EXPECT_TRUE(auth.CheckRegisterDataset(kBob, request).ok());
-  EXPECT_TRUE(
-      auth.CheckRegisterDataset(Identity::Development(), request).ok());
+  EXPECT_TRUE(auth.CheckRegisterDataset(Identity::Development(), request).ok());
 }
 
 TEST(Authorization, OnlyTheOwnerOrAnOperatorReachesAJob) {

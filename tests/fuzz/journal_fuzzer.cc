@@ -11,14 +11,14 @@
 // and handed to DispatcherImpl::Create: replaying it must give a dispatcher or a Status
 // (DataLoss naming what does not replay), never a crash, a hang or an allocation sized by a
 // number in the journal. Seeds: tests/fuzz/corpus/journal_fuzzer/ (tests/fuzz/make_seeds.sh).
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
-
-#include <unistd.h>
 
 #include "common/base/clock.h"
 #include "dispatcher/dispatcher_impl.h"

@@ -54,8 +54,8 @@ class TenancyTest : public ::testing::Test {
     auto certs = tools::MakeCertificates(dir_->Join("tls"));
     ASSERT_TRUE(certs.ok()) << certs.status();
     certs_ = new tools::Certificates(*certs);
-    for (const char* name :
-         {"alice", "bob", "worker", "rogue", "ops", "mallory", "trudy", "carol"})
+    for (const char* name : {"alice", "bob", "worker", "rogue", "ops",
+                             "mallory", "trudy", "carol"})
       std::ofstream(Token(name)) << "token-of-" << name << "\n";
     std::ofstream(dir_->Join("tokens.csv"))
         << "token-of-alice,alice,1001,sluice:trainers\n"
@@ -72,9 +72,9 @@ class TenancyTest : public ::testing::Test {
     worker_flags.insert(worker_flags.end(),
                         {"--max-streams-per-identity", "2"});
     std::vector<std::string> dispatcher_flags = tokens;
-    dispatcher_flags.insert(dispatcher_flags.end(),
-                            {"--max-datasets-per-identity", "4",
-                             "--max-jobs-per-identity", "3"});
+    dispatcher_flags.insert(
+        dispatcher_flags.end(),
+        {"--max-datasets-per-identity", "4", "--max-jobs-per-identity", "3"});
     auto cluster = tools::LocalCluster::Start(
         {.bin_dir = BinDir(),
          .workers = 1,
@@ -350,7 +350,8 @@ nodes:
     auto batch = (*it)->GetNext();
     ASSERT_TRUE(batch.ok()) << batch.status();
     if (!batch->has_value()) break;
-    ids.insert((*batch)->global_indices.begin(), (*batch)->global_indices.end());
+    ids.insert((*batch)->global_indices.begin(),
+               (*batch)->global_indices.end());
   }
   ASSERT_EQ(ids.size(), static_cast<size_t>(kRecords));
   for (int i = 0; i < kRecords; ++i) EXPECT_EQ(ids.count(i), 1u) << i;
@@ -409,10 +410,10 @@ TEST_F(TenancyTest, OneTrainerCannotHoardDatasetsOrJobs) {
   uint64_t fifth = 0;
   grpc::Status s = RegisterAs(*trudy, {100}, 5, &fifth);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-  EXPECT_THAT(s.error_message(),
-              HasSubstr("trudy already holds 4 datasets "
-                        "(--max-datasets-per-identity 4)"));
-  ASSERT_TRUE(RegisterAs(*trudy, {100}, 4, &dataset).ok());  // again: the same one
+  EXPECT_THAT(s.error_message(), HasSubstr("trudy already holds 4 datasets "
+                                           "(--max-datasets-per-identity 4)"));
+  ASSERT_TRUE(
+      RegisterAs(*trudy, {100}, 4, &dataset).ok());  // again: the same one
 
   for (const char* name : {"h0", "h1", "h2"}) {
     s = CreateJobAs(*trudy, dataset, name);
@@ -420,8 +421,9 @@ TEST_F(TenancyTest, OneTrainerCannotHoardDatasetsOrJobs) {
   }
   s = CreateJobAs(*trudy, dataset, "h3");
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-  EXPECT_THAT(s.error_message(),
-              HasSubstr("trudy already holds 3 jobs (--max-jobs-per-identity 3)"));
+  EXPECT_THAT(
+      s.error_message(),
+      HasSubstr("trudy already holds 3 jobs (--max-jobs-per-identity 3)"));
 }
 
 // Mallory holds two streams without reading them and asks for a third: refused naming
@@ -458,7 +460,8 @@ TEST_F(TenancyTest, OneTrainerHoldingStreamsCannotStarveOthers) {
     auto batch = (*it)->GetNext();
     ASSERT_TRUE(batch.ok()) << batch.status();
     if (!batch->has_value()) break;
-    ids.insert((*batch)->global_indices.begin(), (*batch)->global_indices.end());
+    ids.insert((*batch)->global_indices.begin(),
+               (*batch)->global_indices.end());
   }
   ASSERT_EQ(ids.size(), static_cast<size_t>(kRecords));
   for (int i = 0; i < kRecords; ++i) EXPECT_EQ(ids.count(i), 1u) << i;

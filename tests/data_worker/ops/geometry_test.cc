@@ -53,9 +53,10 @@ TEST(Resize, AThinImageResizedByItsShorterSideIsRefusedBeforeAllocating) {
   spec.mutable_resize()->set_size(16384);
   absl::StatusOr<Tensor> out = One(spec, 1)->Apply(Tensor::FromMat(img), {});
   ASSERT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(out.status().message(),
-              HasSubstr("op 1 (Resize): an output of 16384x32768000 (HxW) is "
-                        "too large (at most 16384 a side and 67108864 pixels)"));
+  EXPECT_THAT(
+      out.status().message(),
+      HasSubstr("op 1 (Resize): an output of 16384x32768000 (HxW) is "
+                "too large (at most 16384 a side and 67108864 pixels)"));
   // Fused with the decode (Decode+Resize), the check comes before the decode's buffer.
   proto::OpSpec decode;
   decode.mutable_decode();

@@ -593,8 +593,8 @@ TEST_F(WorkerImplTest, UnknownJobAndWrongVersionAndConsumerAreRejected) {
 TEST_F(WorkerImplTest, StreamsPerIdentityAreCappedAndFreedWhenClosed) {
   service::ServiceLimits limits;
   limits.max_streams_per_identity = 2;
-  auto w = MakeWorker(/*queue_batches=*/8, /*roots=*/{}, /*queue_bytes=*/0,
-                      limits);
+  auto w =
+      MakeWorker(/*queue_batches=*/8, /*roots=*/{}, /*queue_bytes=*/0, limits);
   proto::WorkerHeartbeatResponse r;
   proto::JobInfo alices = MakeJob(1, Yaml(kLabels), 4, /*seed=*/7,
                                   /*consumers=*/3);
