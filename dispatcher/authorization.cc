@@ -2,21 +2,54 @@
 #include "dispatcher/authorization.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/record/checksum.h"
+#include "common/service/limits.h"
 
 namespace sluice::dispatcher {
 
 using service::Identity;
 using service::Role;
 
-absl::Status Authorization::CheckRegisterDataset(const Identity& caller) const {
-  return service::RequireRole(caller, Role::kTrainer, "RegisterDataset");
+namespace {
+
+// What makes two RegisterDataset calls the same dataset (DispatcherImpl answers both with one
+// id), hashed.
+uint64_t DatasetKey(const proto::RegisterDatasetRequest& request) {
+  std::string key = absl::StrCat(request.batch_size(), ":");
+  for (uint64_t n : request.shard_record_counts())
+    absl::StrAppend(&key, n, ",");
+  absl::StrAppend(&key, ":", request.pipeline());
+  return record::Checksum(key);
 }
 
-void Authorization::DatasetRegistered(const Identity& caller,
-                                      uint64_t dataset_id) {
+}  // namespace
+
+absl::Status Authorization::CheckRegisterDataset(
+    const Identity& caller,
+    const proto::RegisterDatasetRequest& request) const {
+  if (absl::Status s =
+          service::RequireRole(caller, Role::kTrainer, "RegisterDataset");
+      !s.ok() || caller.all_roles) {
+    return s;
+  }
+  absl::MutexLock lock(&mu_);
+  const auto it = registered_.find(caller.user);
+  if (it == registered_.end() || it->second.contains(DatasetKey(request))) {
+    return absl::OkStatus();
+  }
+  return service::CheckPerIdentityLimit(
+      caller.user, static_cast<int64_t>(it->second.size()),
+      options_.max_datasets_per_identity, "datasets",
+      "--max-datasets-per-identity");
+}
+
+void Authorization::DatasetRegistered(
+    const Identity& caller, const proto::RegisterDatasetRequest& request,
+    uint64_t dataset_id) {
   if (caller.all_roles) return;
   absl::MutexLock lock(&mu_);
   dataset_owners_[dataset_id].insert(caller.user);
+  registered_[caller.user].insert(DatasetKey(request));
 }
 
 absl::Status Authorization::CheckGetOrCreateJob(

@@ -46,14 +46,23 @@ class Authorization {
   struct Options {
     // --max-worker-capacity: the most splits a worker may say it produces at once.
     uint32_t max_worker_capacity = 64;
+    // --max-datasets-per-identity: the most distinct datasets (pipeline, shard counts, batch
+    // size) one identity may register since this process started.
+    int64_t max_datasets_per_identity = 256;
   };
 
   explicit Authorization(Options options) : options_(options) {}
 
-  // RegisterDataset: the role. DatasetRegistered records the caller as an owner.
-  absl::Status CheckRegisterDataset(const service::Identity& caller) const;
-  void DatasetRegistered(const service::Identity& caller, uint64_t dataset_id)
+  // RegisterDataset: the role, and --max-datasets-per-identity (RESOURCE_EXHAUSTED naming it;
+  // registering a dataset the caller registered before always passes). DatasetRegistered
+  // records the caller as an owner.
+  absl::Status CheckRegisterDataset(
+      const service::Identity& caller,
+      const proto::RegisterDatasetRequest& request) const
       ABSL_LOCKS_EXCLUDED(mu_);
+  void DatasetRegistered(const service::Identity& caller,
+                         const proto::RegisterDatasetRequest& request,
+                         uint64_t dataset_id) ABSL_LOCKS_EXCLUDED(mu_);
 
   // GetOrCreateJob: the role and the dataset's ownership (PERMISSION_DENIED "register the
   // dataset first"); rewrites request->job_name to its scoped form. `anonymous_id` names an
@@ -107,6 +116,8 @@ class Authorization {
   const Options options_;
   mutable absl::Mutex mu_;
   std::map<uint64_t, std::set<std::string>> dataset_owners_ ABSL_GUARDED_BY(mu_);
+  // user -> the datasets it registered, by content (DatasetKey).
+  std::map<std::string, std::set<uint64_t>> registered_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, std::string> job_owners_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, std::string> worker_owners_ ABSL_GUARDED_BY(mu_);
   // address -> (identity, worker id) of the last registration there.

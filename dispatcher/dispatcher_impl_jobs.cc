@@ -10,6 +10,7 @@
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "common/record/checksum.h"
+#include "common/service/identity.h"
 #include "dispatcher/dispatcher_impl.h"
 
 namespace sluice::dispatcher {
@@ -53,6 +54,9 @@ void SetShares(const proto::JobConfig& c, uint64_t records, uint64_t num_splits,
 // kMinSlotsPerConsumer slots (dynamic balancing across workers needs several), never below
 // one batch.
 constexpr uint64_t kMinSlotsPerConsumer = 4;
+// The most records a dataset may have (2^48): more is a forged count, not a dataset.
+constexpr uint64_t kMaxDatasetRecords = uint64_t{1} << 48;
+
 uint64_t SplitSize(uint64_t requested, uint64_t default_size, uint64_t batch,
                    uint64_t share) {
   if (requested == 0) {
@@ -119,7 +123,16 @@ absl::Status DispatcherImpl::DoRegisterDataset(
         "RegisterDataset: batch_size must be > 0");
   }
   uint64_t records = 0;
-  for (uint64_t n : request.shard_record_counts()) records += n;
+  for (uint64_t n : request.shard_record_counts()) {
+    if (n > kMaxDatasetRecords - records) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "RegisterDataset: shard_record_counts add up to more than ",
+          kMaxDatasetRecords,
+          " records, which no dataset has: send the counts the worker's "
+          "DescribeDataset reports"));
+    }
+    records += n;
+  }
   if (records == 0) {
     return absl::InvalidArgumentError(
         "RegisterDataset: shard_record_counts add up to 0 records (empty "
@@ -231,6 +244,19 @@ absl::Status DispatcherImpl::DoGetOrCreateJob(
   }
   RETURN_IF_ERROR(service::CheckJobLimit(
       static_cast<int64_t>(state_.jobs().size()), options_.limits));
+  if (const std::string owner = service::JobOwner(request.job_name());
+      !owner.empty()) {
+    int64_t held = 0;
+    for (const auto& [id, job] : state_.jobs()) {
+      if (service::JobOwner(job.name) == owner) ++held;
+    }
+    RETURN_IF_ERROR(service::CheckPerIdentityLimit(
+        owner, held, options_.limits.max_jobs_per_identity, "jobs",
+        "--max-jobs-per-identity"));
+  }
+  RETURN_IF_ERROR(service::CheckSplitLimit(
+      record::CountSplits(dataset->shard_record_counts, config.split_size()),
+      config.split_size(), options_.limits));
   ASSIGN_OR_RETURN(std::vector<record::Split> splits,
                    record::EnumerateSplits(dataset->shard_record_counts,
                                            config.split_size()));

@@ -204,8 +204,18 @@ absl::Status DispatcherState::ApplyCreateJob(const proto::UpdateCreateJob& u) {
     return absl::NotFoundError(
         absl::StrCat("dataset ", u.dataset_id(), " is not registered"));
   }
-  if (u.config().num_consumers() == 0) {
-    return absl::InvalidArgumentError("num_consumers must be > 0");
+  if (u.config().num_consumers() == 0 ||
+      u.config().num_consumers() > kMaxJobConsumers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_consumers must be in [1, ", kMaxJobConsumers,
+                     "], got ", u.config().num_consumers()));
+  }
+  if (u.config().split_size() == 0 ||
+      record::CountSplits(dataset->shard_record_counts,
+                          u.config().split_size()) > kMaxJobSplits) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("split_size ", u.config().split_size(),
+                     " gives no splits or more than ", kMaxJobSplits));
   }
   Job job;
   job.id = u.job_id();

@@ -29,6 +29,12 @@
 
 namespace sluice::dispatcher {
 
+// The most splits and consumers one job may have, whatever the flags say (--max-splits-per-job
+// and --max-consumers-per-job are checked against them at start): a journal record asking for
+// more does not replay (it would allocate by a number nobody checked).
+inline constexpr uint64_t kMaxJobSplits = uint64_t{1} << 24;
+inline constexpr uint32_t kMaxJobConsumers = uint32_t{1} << 16;
+
 // (job, consumer, epoch, position): one slot of a consumer's split sequence.
 struct SlotKey {
   uint64_t job_id = 0;

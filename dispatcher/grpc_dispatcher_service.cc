@@ -68,13 +68,15 @@ grpc::ServerUnaryReactor* GrpcDispatcherService::RegisterDataset(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   std::optional<Identity> caller = Caller(context, reactor);
   if (!caller) return reactor;
-  if (absl::Status s = authorization_.CheckRegisterDataset(*caller); !s.ok()) {
+  if (absl::Status s = authorization_.CheckRegisterDataset(*caller, *request);
+      !s.ok()) {
     reactor->Finish(service::ToGrpcStatus(s));
     return reactor;
   }
   Forward(reactor, *request, response, impl_, &DispatcherImpl::RegisterDataset,
-          [this, caller = *caller, response] {
-            authorization_.DatasetRegistered(caller, response->dataset_id());
+          [this, caller = *caller, request, response] {
+            authorization_.DatasetRegistered(caller, *request,
+                                             response->dataset_id());
           });
   return reactor;
 }

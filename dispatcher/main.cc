@@ -32,6 +32,7 @@ namespace {
 struct Flags {
   service::ServerFlags server{.host = "127.0.0.1", .port = 7070};
   uint32_t max_worker_capacity = 64;
+  int64_t max_datasets_per_identity = 256;
   std::string work_dir;
   absl::Duration worker_timeout = absl::Seconds(10);
   absl::Duration heartbeat_interval = absl::Seconds(1);
@@ -130,7 +131,9 @@ int Run(const Flags& flags) {
     return 1;
   }
   GrpcDispatcherService service(
-      impl->get(), {.max_worker_capacity = flags.max_worker_capacity});
+      impl->get(),
+      {.max_worker_capacity = flags.max_worker_capacity,
+       .max_datasets_per_identity = flags.max_datasets_per_identity});
   grpc::ServerBuilder builder;
   builder.RegisterService(&service);
   // A spec over --max-pipeline-bytes is refused by gRPC before it is parsed.
@@ -209,6 +212,21 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-consumers-per-job", flags.limits.max_consumers_per_job,
                  "Most consumers (trainer processes) of one job")
+      ->check(
+          CLI::Range(int64_t{1}, int64_t{sluice::dispatcher::kMaxJobConsumers}))
+      ->capture_default_str();
+  app.add_option("--max-jobs-per-identity", flags.limits.max_jobs_per_identity,
+                 "Most jobs one identity (--tokens-file user or certificate "
+                 "CN) holds at once")
+      ->capture_default_str();
+  app.add_option("--max-datasets-per-identity", flags.max_datasets_per_identity,
+                 "Most distinct datasets one identity may register")
+      ->capture_default_str();
+  app.add_option("--max-splits-per-job", flags.limits.max_splits_per_job,
+                 "Most splits in one epoch of a job (bounds the dispatcher's "
+                 "memory per job)")
+      ->check(CLI::Range(
+          int64_t{1}, static_cast<int64_t>(sluice::dispatcher::kMaxJobSplits)))
       ->capture_default_str();
   app.add_option("--scaler", flags.scaler,
                  "none: sluice_desired_workers is advisory; local: the "

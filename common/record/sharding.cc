@@ -17,6 +17,17 @@ std::vector<uint64_t> Permutation(uint64_t n, uint64_t seed, uint64_t epoch) {
   return perm;
 }
 
+uint64_t CountSplits(const std::vector<uint64_t>& shard_record_counts,
+                     uint64_t split_size) {
+  uint64_t splits = 0;
+  for (uint64_t n : shard_record_counts) {
+    const uint64_t more = n / split_size + (n % split_size != 0 ? 1 : 0);
+    if (more > ~uint64_t{0} - splits) return ~uint64_t{0};
+    splits += more;
+  }
+  return splits;
+}
+
 absl::StatusOr<std::vector<Split>> EnumerateSplits(
     const std::vector<uint64_t>& shard_record_counts, uint64_t split_size) {
   if (split_size == 0)

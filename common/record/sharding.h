@@ -34,6 +34,11 @@ struct Split {
   bool operator==(const Split&) const = default;
 };
 
+// How many splits EnumerateSplits would return, counted without building them (saturating at
+// UINT64_MAX). REQUIRES: split_size > 0.
+uint64_t CountSplits(const std::vector<uint64_t>& shard_record_counts,
+                     uint64_t split_size);
+
 // Cuts each shard into splits of `split_size` records (the last split of a
 // shard may be shorter). InvalidArgument if split_size == 0.
 absl::StatusOr<std::vector<Split>> EnumerateSplits(

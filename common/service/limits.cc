@@ -63,6 +63,26 @@ absl::Status CheckJobLimit(int64_t jobs, const ServiceLimits& limits) {
       limits.max_jobs, "): wait for one to finish or raise --max-jobs"));
 }
 
+absl::Status CheckSplitLimit(uint64_t splits, uint64_t split_size,
+                             const ServiceLimits& limits) {
+  if (splits <= static_cast<uint64_t>(limits.max_splits_per_job)) {
+    return absl::OkStatus();
+  }
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the job would have ", splits, " splits of ", split_size,
+      " records, more than --max-splits-per-job ", limits.max_splits_per_job,
+      ": set a larger split_size, or raise --max-splits-per-job"));
+}
+
+absl::Status CheckPerIdentityLimit(absl::string_view user, int64_t held,
+                                   int64_t limit, absl::string_view what,
+                                   absl::string_view flag) {
+  if (held < limit) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      user, " already holds ", held, " ", what, " (", flag, " ", limit,
+      "): wait for one to finish, or ask an operator to raise ", flag));
+}
+
 absl::Status CheckConsumerLimit(int64_t num_consumers,
                                 const ServiceLimits& limits) {
   if (num_consumers <= limits.max_consumers_per_job) return absl::OkStatus();

@@ -28,6 +28,9 @@ struct ServiceLimits {
   int64_t max_jobs = 1024;  // --max-jobs: jobs a dispatcher holds
   int64_t max_consumers_per_job = 4096;  // --max-consumers-per-job
   int64_t max_streams = 1024;  // --max-streams: open GetBatches per worker
+  int64_t max_splits_per_job = 1 << 20;    // --max-splits-per-job
+  int64_t max_jobs_per_identity = 256;     // --max-jobs-per-identity
+  int64_t max_streams_per_identity = 256;  // --max-streams-per-identity
 };
 
 // Slack for a message's non-payload fields (keys, shapes, indices) over max_batch_bytes.
@@ -55,6 +58,18 @@ absl::Status CheckSerializedPipelineLimits(absl::string_view serialized,
 
 // ResourceExhausted when a dispatcher holding `jobs` jobs may not create another.
 absl::Status CheckJobLimit(int64_t jobs, const ServiceLimits& limits);
+
+// ResourceExhausted when a job would have more splits (per epoch) than allowed: the dispatcher
+// keeps a few words per split and per slot, so the split count bounds a job's memory.
+//   "the job would have 976562500 splits of 1024 records, more than --max-splits-per-job ..."
+absl::Status CheckSplitLimit(uint64_t splits, uint64_t split_size,
+                             const ServiceLimits& limits);
+
+// ResourceExhausted when `user`, holding `held` of what `flag` counts, may not take another:
+//   "alice already holds 256 jobs (--max-jobs-per-identity 256): wait for one to finish ..."
+absl::Status CheckPerIdentityLimit(absl::string_view user, int64_t held,
+                                   int64_t limit, absl::string_view what,
+                                   absl::string_view flag);
 
 // InvalidArgument when a job asks for more consumers than allowed.
 absl::Status CheckConsumerLimit(int64_t num_consumers,

@@ -539,12 +539,13 @@ std::unique_ptr<Op> MakeDecodeResize(OpLabel decode,
                                      const proto::DecodeOp& decode_spec,
                                      OpLabel resize, ResizeSpec spec) {
   return std::make_unique<FusedDecodeOp>(
-      std::move(decode), decode_spec, std::move(resize),
-      [spec](int h, int w,
-             const ElementContext&) -> absl::StatusOr<DecodePlan> {
+      std::move(decode), decode_spec, resize,
+      [spec, resize](int h, int w,
+                     const ElementContext&) -> absl::StatusOr<DecodePlan> {
         DecodePlan p;
         p.box = CropBox{0, 0, h, w};
         ResizeOutputSize(spec, h, w, &p.out_height, &p.out_width);
+        RETURN_IF_ERROR(CheckOutputSize(resize, p.out_height, p.out_width));
         p.interpolation = spec.interpolation;
         p.allow_dct_scaling = DctScalingAllowed(spec.interpolation);
         return p;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -12,6 +13,22 @@
 namespace sluice::data_worker {
 namespace {
 
+// Checked when the op is built: an output size taken from the spec.
+absl::Status CheckSpecSize(int height, int width, const OpLabel& label) {
+  if (height > kMaxOpSide || width > kMaxOpSide) {
+    return label.FieldError(
+        height == width ? "size" : (height > kMaxOpSide ? "height" : "width"),
+        absl::StrCat("must be at most ", kMaxOpSide, ", got ",
+                     std::max(height, width)));
+  }
+  if (int64_t{height} * width > kMaxOpPixels) {
+    return label.FieldError(
+        "size", absl::StrCat(height, "x", width, " is more than ", kMaxOpPixels,
+                             " pixels"));
+  }
+  return absl::OkStatus();
+}
+
 // Reads `size` (square) or `height` + `width` into *h, *w.
 absl::Status ParseSize(int size, int height, int width, const OpLabel& label,
                        int* h, int* w) {
@@ -21,14 +38,14 @@ absl::Status ParseSize(int size, int height, int width, const OpLabel& label,
   if (size < 0) return label.FieldError("size", "must be > 0");
   if (size > 0) {
     *h = *w = size;
-    return absl::OkStatus();
+    return CheckSpecSize(size, size, label);
   }
   if (height == 0 && width == 0) return label.FieldError("size", "must be > 0");
   if (height <= 0) return label.FieldError("height", "must be > 0");
   if (width <= 0) return label.FieldError("width", "must be > 0");
   *h = height;
   *w = width;
-  return absl::OkStatus();
+  return CheckSpecSize(height, width, label);
 }
 
 // Python's round(): half to even (nearbyint in the default rounding mode).
@@ -44,6 +61,7 @@ class ResizeOpImpl final : public Op {
     if (!IsCvImage(input)) return label_.InputError(kCvImageExpectation, input);
     int oh, ow;
     ResizeOutputSize(spec_, input.dim(0), input.dim(1), &oh, &ow);
+    RETURN_IF_ERROR(CheckOutputSize(label_, oh, ow));
     const CropBox full{0, 0, static_cast<int>(input.dim(0)),
                        static_cast<int>(input.dim(1))};
     return CatchCv(label_, [&]() -> absl::StatusOr<Tensor> {
@@ -124,6 +142,7 @@ class RandomCropOpImpl final : public Op {
         right += width_ - (w + 2 * padding_);
       }
       const int ph = h + top + bottom, pw = w + left + right;
+      RETURN_IF_ERROR(CheckOutputSize(label_, ph, pw));
       if (ph < height_ || pw < width_) {
         return absl::InvalidArgumentError(absl::StrCat(
             label_.ToString(), ": crop ", height_, "x", width_,
@@ -221,6 +240,11 @@ absl::StatusOr<ResizeSpec> ParseResize(const proto::ResizeOp& spec,
       return label.SpecError("set either size or height and width, not both");
     }
     if (spec.size() < 0) return label.FieldError("size", "must be > 0");
+    if (spec.size() > kMaxOpSide) {
+      return label.FieldError(
+          "size",
+          absl::StrCat("must be at most ", kMaxOpSide, ", got ", spec.size()));
+    }
     out.size = spec.size();
   } else {
     RETURN_IF_ERROR(ParseSize(0, spec.height(), spec.width(), label,
@@ -273,8 +297,10 @@ void ResizeOutputSize(const ResizeSpec& spec, int height, int width,
   }
   const int shorter = std::min(height, width), longer = std::max(height, width);
   const int new_short = spec.size;
-  const int new_long = std::max(
-      1, static_cast<int>(static_cast<int64_t>(new_short) * longer / shorter));
+  // Saturated, not wrapped: an extreme aspect ratio gives a size CheckOutputSize refuses.
+  const int new_long = static_cast<int>(
+      std::clamp<int64_t>(static_cast<int64_t>(new_short) * longer / shorter, 1,
+                          std::numeric_limits<int>::max()));
   if (width <= height) {
     *out_width = new_short;
     *out_height = new_long;
@@ -363,7 +389,11 @@ absl::StatusOr<std::unique_ptr<Op>> MakeRandomCrop(
   int h = 0, w = 0;
   RETURN_IF_ERROR(
       ParseSize(spec.size(), spec.height(), spec.width(), label, &h, &w));
-  if (spec.padding() < 0) return label.FieldError("padding", "must be >= 0");
+  if (spec.padding() < 0 || spec.padding() > kMaxOpSide) {
+    return label.FieldError(
+        "padding",
+        absl::StrCat("must be in [0, ", kMaxOpSide, "], got ", spec.padding()));
+  }
   return std::make_unique<RandomCropOpImpl>(
       std::move(label), h, w, spec.padding(), spec.pad_if_needed());
 }

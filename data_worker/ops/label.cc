@@ -59,9 +59,10 @@ class OneHotOpImpl final : public Op {
 
 absl::StatusOr<std::unique_ptr<Op>> MakeOneHot(const proto::OneHotOp& spec,
                                                OpLabel label) {
-  if (spec.num_classes() <= 0) {
-    return label.FieldError(
-        "num_classes", absl::StrCat("must be > 0, got ", spec.num_classes()));
+  if (spec.num_classes() <= 0 || spec.num_classes() > kMaxOneHotClasses) {
+    return label.FieldError("num_classes",
+                            absl::StrCat("must be in [1, ", kMaxOneHotClasses,
+                                         "], got ", spec.num_classes()));
   }
   return std::make_unique<OneHotOpImpl>(std::move(label), spec.num_classes());
 }

@@ -3,6 +3,8 @@
 #ifndef SLUICE_DATA_WORKER_OPS_OP_UTIL_H_
 #define SLUICE_DATA_WORKER_OPS_OP_UTIL_H_
 
+#include <cstdint>
+#include <new>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -81,6 +83,28 @@ inline std::vector<int64_t> ImageShape(const Tensor& like, int height,
   return shape;
 }
 
+// The largest image an op may produce, and the widest one-hot vector. Spec numbers are checked
+// against them when the ops are built, and sizes that also depend on the input (Resize by its
+// shorter side, RandomCrop's padding) before the output buffer is allocated: a spec cannot make
+// a worker allocate gigabytes per element. 8192 x 8192 x 4 channels of float32 is 1 GiB.
+inline constexpr int kMaxOpSide = 16384;
+inline constexpr int64_t kMaxOpPixels = int64_t{8192} * 8192;
+inline constexpr int kMaxOneHotClasses = 1 << 20;
+
+// InvalidArgument naming the op when a `height` x `width` output is over kMaxOpSide a side or
+// kMaxOpPixels pixels.
+inline absl::Status CheckOutputSize(const OpLabel& label, int64_t height,
+                                    int64_t width) {
+  if (height <= kMaxOpSide && width <= kMaxOpSide &&
+      height * width <= kMaxOpPixels) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(label.ToString(), ": an output of ", height, "x", width,
+                   " (HxW) is too large (at most ", kMaxOpSide, " a side and ",
+                   kMaxOpPixels, " pixels); use a smaller size"));
+}
+
 // cv::INTER_* for `interp`, or `default_flag` for INTERPOLATION_DEFAULT.
 inline int CvInterpolation(proto::Interpolation interp, int default_flag) {
   switch (interp) {
@@ -98,7 +122,7 @@ inline int CvInterpolation(proto::Interpolation interp, int default_flag) {
 }
 
 // Runs `fn` (returning absl::StatusOr<Tensor>), turning a cv::Exception into
-// Internal naming the op.
+// Internal and a failed allocation into ResourceExhausted, naming the op.
 template <typename F>
 absl::StatusOr<Tensor> CatchCv(const OpLabel& label, F&& fn) {
   try {
@@ -106,6 +130,9 @@ absl::StatusOr<Tensor> CatchCv(const OpLabel& label, F&& fn) {
   } catch (const cv::Exception& e) {
     return absl::InternalError(
         absl::StrCat(label.ToString(), ": OpenCV error: ", e.what()));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(label.ToString(), ": out of memory for its output"));
   }
 }
 

@@ -23,6 +23,12 @@ namespace {
 
 int Parallelism(int v) { return v <= 0 ? kAutotune : v; }
 
+// The most threads a spec may ask one stage for: each is a real thread of the worker, so
+// 2^31-1 would end the process when the thread cannot be created.
+constexpr int kMaxParallelWorkers = 256;
+constexpr std::string_view kParallelismRule =
+    "must be > 0 or AUTOTUNE, and at most 256";
+
 SpecLocation Node(std::string kind, int index = -1, std::string field = "") {
   SpecLocation loc;
   loc.node = std::move(kind);
@@ -77,10 +83,11 @@ class Validator {
                        absl::StrCat("'", spec_.finish(),
                                     "' is not one of auto, worker, client"));
     }
-    if (spec_.source().num_parallel_workers() < -1) {
+    if (spec_.source().num_parallel_workers() < -1 ||
+        spec_.source().num_parallel_workers() > kMaxParallelWorkers) {
       // "source: num_parallel_workers must be ...", as the message always read.
-      return SpecError(Node("source"),
-                       "num_parallel_workers must be > 0 or AUTOTUNE");
+      return SpecError(Node("source"), absl::StrCat("num_parallel_workers ",
+                                                    Sv(kParallelismRule)));
     }
     return absl::OkStatus();
   }
@@ -159,9 +166,9 @@ class Validator {
     if (seen_batch_) {
       return SpecError(where(), "map after batch is not supported");
     }
-    if (m.num_parallel_workers() < -1) {
-      return SpecError(where("num_parallel_workers"),
-                       "must be > 0 or AUTOTUNE");
+    if (m.num_parallel_workers() < -1 ||
+        m.num_parallel_workers() > kMaxParallelWorkers) {
+      return SpecError(where("num_parallel_workers"), kParallelismRule);
     }
     lm.parallelism = Parallelism(m.num_parallel_workers());
     if (m.input_columns().empty()) {
@@ -282,9 +289,10 @@ class Validator {
     if (b.size() <= 0) {
       return SpecError(Node("batch", -1, "size"), "must be > 0");
     }
-    if (b.num_parallel_workers() < -1) {
+    if (b.num_parallel_workers() < -1 ||
+        b.num_parallel_workers() > kMaxParallelWorkers) {
       return SpecError(Node("batch", -1, "num_parallel_workers"),
-                       "must be > 0 or AUTOTUNE");
+                       kParallelismRule);
     }
     for (size_t s = 0; s < types_.size(); ++s) {
       if (!record::IsNumeric(types_[s].dtype)) {

@@ -354,8 +354,27 @@ absl::StatusOr<uint64_t> WorkerImpl::OpenStream(
   }
   std::vector<proto::HeldSplit> held(request.held().begin(),
                                      request.held().end());
+  // Counted per identity, so that one caller holding streams it does not read cannot take
+  // every --max-streams slot. Reserved before the open, so two opens cannot both pass.
+  const bool counted = !caller.all_roles;
+  if (counted) {
+    absl::MutexLock lock(&mu_);
+    int64_t& mine = streams_per_user_[caller.user];
+    if (absl::Status s = service::CheckPerIdentityLimit(
+            caller.user, mine, options_.limits.max_streams_per_identity,
+            "streams on this worker", "--max-streams-per-identity");
+        !s.ok()) {
+      if (mine == 0) streams_per_user_.erase(caller.user);
+      return s;
+    }
+    ++mine;
+  }
   ConsumerQueues::Opened opened = queues_.Open(
       {request.job_id(), request.consumer_index()}, held, std::move(notify));
+  if (counted) {
+    absl::MutexLock lock(&mu_);
+    stream_users_[opened.stream_id] = caller.user;
+  }
   // A consumer attached: if this worker has room for splits it asks for them
   // sooner from now on (see wants_splits_), starting with a heartbeat now.
   heartbeat_due_.store(true);
@@ -370,6 +389,15 @@ absl::StatusOr<uint64_t> WorkerImpl::OpenStream(
     if (id != 0) runner_.Enqueue(id, a, /*parallel=*/false);
   }
   return opened.stream_id;
+}
+
+void WorkerImpl::CloseStream(uint64_t stream_id) {
+  queues_.Close(stream_id);
+  absl::MutexLock lock(&mu_);
+  const auto it = stream_users_.find(stream_id);
+  if (it == stream_users_.end()) return;
+  if (--streams_per_user_[it->second] <= 0) streams_per_user_.erase(it->second);
+  stream_users_.erase(it);
 }
 
 uint64_t WorkerImpl::worker_id() const {

@@ -44,6 +44,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -158,6 +159,8 @@ class WorkerImpl {
   // it must not block. Errors: FailedPrecondition for a protocol version mismatch, NotFound
   // for an unknown job, the job's refusal status (PermissionDenied/InvalidArgument/
   // FailedPrecondition), InvalidArgument for consumer_index >= num_consumers,
+  // ResourceExhausted over --max-streams or, for an identity (not the development one), over
+  // --max-streams-per-identity streams that identity holds open here,
   // PermissionDenied when `caller` is not a trainer or operator, or the job (its owner is in
   // its name, service::JobOwner) is not the caller's and the caller is no operator.
   absl::StatusOr<uint64_t> OpenStream(const proto::GetBatchesRequest& request,
@@ -176,7 +179,7 @@ class WorkerImpl {
   void ReturnBatch(uint64_t stream_id, service::WireBatch batch) {
     queues_.Return(stream_id, std::move(batch));
   }
-  void CloseStream(uint64_t stream_id) { queues_.Close(stream_id); }
+  void CloseStream(uint64_t stream_id) ABSL_LOCKS_EXCLUDED(mu_);
 
   // For tests and metrics.
   uint64_t worker_id() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -229,6 +232,9 @@ class WorkerImpl {
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   bool may_exit_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t worker_id_ ABSL_GUARDED_BY(mu_) = 0;
+  // Open streams of identities (not the development one): stream id -> user, user -> count.
+  std::map<uint64_t, std::string> stream_users_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int64_t> streams_per_user_ ABSL_GUARDED_BY(mu_);
   uint64_t incarnation_ ABSL_GUARDED_BY(mu_) =
       0;  // of the dispatcher; 0 = none seen yet
   std::string address_ ABSL_GUARDED_BY(mu_);

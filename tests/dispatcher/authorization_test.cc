@@ -19,10 +19,11 @@ const Identity kOps{.user = "ops", .groups = {"sluice:operators"}};
 
 TEST(Authorization, JobsAreCreatedOnlyOverRegisteredDatasetsWithScopedNames) {
   Authorization auth({});
-  EXPECT_EQ(auth.CheckRegisterDataset(kWorker).code(),
+  const proto::RegisterDatasetRequest dataset;
+  EXPECT_EQ(auth.CheckRegisterDataset(kWorker, dataset).code(),
             absl::StatusCode::kPermissionDenied);
-  ASSERT_TRUE(auth.CheckRegisterDataset(kAlice).ok());
-  auth.DatasetRegistered(kAlice, 5);
+  ASSERT_TRUE(auth.CheckRegisterDataset(kAlice, dataset).ok());
+  auth.DatasetRegistered(kAlice, dataset, 5);
 
   proto::GetOrCreateJobRequest request;
   request.set_dataset_id(5);
@@ -35,7 +36,7 @@ TEST(Authorization, JobsAreCreatedOnlyOverRegisteredDatasetsWithScopedNames) {
   EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(s.message(), HasSubstr("did not register that dataset"));
 
-  auth.DatasetRegistered(kBob, 5);  // the same spec: bob owns it too
+  auth.DatasetRegistered(kBob, dataset, 5);  // the same spec: bob owns it too
   request.set_job_name("");
   ASSERT_TRUE(auth.CheckGetOrCreateJob(kBob, "1-2", &request).ok());
   EXPECT_EQ(request.job_name(), "bob/~1-2");
@@ -44,6 +45,36 @@ TEST(Authorization, JobsAreCreatedOnlyOverRegisteredDatasetsWithScopedNames) {
   ASSERT_TRUE(
       auth.CheckGetOrCreateJob(Identity::Development(), "1-3", &request).ok());
   EXPECT_EQ(request.job_name(), "train");
+}
+
+TEST(Authorization, DatasetsPerIdentityAreCappedButRegisteringAgainPasses) {
+  Authorization auth({.max_datasets_per_identity = 2});
+  proto::RegisterDatasetRequest request;
+  request.set_batch_size(8);
+  request.add_shard_record_counts(100);
+  for (const char* spec : {"a", "b"}) {
+    request.set_pipeline(spec);
+    ASSERT_TRUE(auth.CheckRegisterDataset(kAlice, request).ok()) << spec;
+    auth.DatasetRegistered(kAlice, request, spec[0]);
+  }
+  request.set_pipeline("c");
+  absl::Status s = auth.CheckRegisterDataset(kAlice, request);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(s.message(),
+            "alice already holds 2 datasets (--max-datasets-per-identity 2): "
+            "wait for one to finish, or ask an operator to raise "
+            "--max-datasets-per-identity");
+  // Another batch size is another dataset; the same one again passes.
+  request.set_pipeline("a");
+  request.set_batch_size(16);
+  EXPECT_EQ(auth.CheckRegisterDataset(kAlice, request).code(),
+            absl::StatusCode::kResourceExhausted);
+  request.set_batch_size(8);
+  EXPECT_TRUE(auth.CheckRegisterDataset(kAlice, request).ok());
+  // Bob's quota is his own; the development identity has none.
+  request.set_pipeline("c");
+  EXPECT_TRUE(auth.CheckRegisterDataset(kBob, request).ok());
+  EXPECT_TRUE(auth.CheckRegisterDataset(Identity::Development(), request).ok());
 }
 
 TEST(Authorization, OnlyTheOwnerOrAnOperatorReachesAJob) {

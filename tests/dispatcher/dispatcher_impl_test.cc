@@ -595,6 +595,73 @@ TEST_F(DispatcherImplTest, LimitsAreRefusedNamingTheirFlags) {
   EXPECT_THAT(s.message(), HasSubstr("(--max-jobs 1)"));
 }
 
+TEST_F(DispatcherImplTest, AbsurdRecordCountsAndTooManySplitsAreRefused) {
+  limits_.max_splits_per_job = 10;
+  Restart(std::make_shared<InMemoryJournal>());
+  proto::RegisterDatasetRequest request;
+  request.set_protocol_version(kProtocolVersion);
+  request.set_pipeline("spec");
+  request.add_shard_record_counts(uint64_t{1} << 47);
+  request.add_shard_record_counts(uint64_t{1} << 47);
+  request.add_shard_record_counts(1);
+  request.set_batch_size(10);
+  proto::RegisterDatasetResponse response;
+  absl::Status s = Sync(impl_).RegisterDataset(request, &response);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_EQ(s.message(),
+            "RegisterDataset: shard_record_counts add up to more than "
+            "281474976710656 records, which no dataset has: send the counts "
+            "the worker's DescribeDataset reports");
+  // A count that wraps uint64 around is refused the same way.
+  request.set_shard_record_counts(0, ~uint64_t{0});
+  request.set_shard_record_counts(1, 2);
+  EXPECT_EQ(Sync(impl_).RegisterDataset(request, &response).code(),
+            absl::StatusCode::kInvalidArgument);
+
+  // 10^12 records in splits of 20: refused before any split is enumerated.
+  const uint64_t huge = Dataset({1000000000000ull}, 10);
+  proto::GetOrCreateJobResponse job;
+  s = Sync(impl_).GetOrCreateJob(
+      JobRequest("huge", huge, 1, proto::REMAINDER_MODE_PAD, 20), &job);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_EQ(s.message(),
+            "the job would have 50000000000 splits of 20 records, more than "
+            "--max-splits-per-job 10: set a larger split_size, or raise "
+            "--max-splits-per-job");
+  // 10 splits of 20 are allowed; 11 are not.
+  const uint64_t small = Dataset({200}, 10, "small");
+  Job(JobRequest("ten", small, 1, proto::REMAINDER_MODE_PAD, 20));
+  s = Sync(impl_).GetOrCreateJob(
+      JobRequest("eleven", Dataset({201}, 10, "eleven"), 1,
+                 proto::REMAINDER_MODE_PAD, 20),
+      &job);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+}
+
+TEST_F(DispatcherImplTest, JobsPerIdentityAreCappedByTheOwnerInTheirName) {
+  limits_.max_jobs_per_identity = 2;
+  Restart(std::make_shared<InMemoryJournal>());
+  const uint64_t dataset = Dataset({100}, 10);
+  Job(JobRequest("alice/a", dataset, 1, proto::REMAINDER_MODE_PAD, 20));
+  Job(JobRequest("alice/b", dataset, 1, proto::REMAINDER_MODE_PAD, 20));
+  proto::GetOrCreateJobResponse job;
+  absl::Status s = Sync(impl_).GetOrCreateJob(
+      JobRequest("alice/c", dataset, 1, proto::REMAINDER_MODE_PAD, 20), &job);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_EQ(s.message(),
+            "alice already holds 2 jobs (--max-jobs-per-identity 2): wait for "
+            "one to finish, or ask an operator to raise "
+            "--max-jobs-per-identity");
+  // An existing job is still answered; bob and unscoped (development) names are not counted.
+  EXPECT_FALSE(
+      Job(JobRequest("alice/a", dataset, 1, proto::REMAINDER_MODE_PAD, 20))
+          .created());
+  Job(JobRequest("bob/a", dataset, 1, proto::REMAINDER_MODE_PAD, 20));
+  Job(JobRequest("x", dataset, 1, proto::REMAINDER_MODE_PAD, 20));
+  Job(JobRequest("y", dataset, 1, proto::REMAINDER_MODE_PAD, 20));
+  Job(JobRequest("z", dataset, 1, proto::REMAINDER_MODE_PAD, 20));
+}
+
 TEST_F(DispatcherImplTest, UnknownJobIsNotFound) {
   proto::ClientHeartbeatRequest request;
   request.set_protocol_version(kProtocolVersion);

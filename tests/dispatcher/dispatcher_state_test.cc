@@ -113,6 +113,20 @@ TEST(DispatcherState, RejectsUpdatesThatDoNotFit) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(DispatcherState, AJobRecordSizedToExhaustMemoryDoesNotReplay) {
+  DispatcherState state;
+  ASSERT_TRUE(state.Apply(RegisterDataset(1, {1000000000000ull}, 10)).ok());
+  absl::Status s = state.Apply(CreateJob(2, 1, 1, /*split_size=*/1024, 1));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_EQ(s.message(),
+            "split_size 1024 gives no splits or more than 16777216");
+  ASSERT_TRUE(state.Apply(RegisterDataset(3, {100}, 10)).ok());
+  s = state.Apply(CreateJob(4, 3, /*consumers=*/4000000000u, 50, 1));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_EQ(s.message(), "num_consumers must be in [1, 65536], got 4000000000");
+  EXPECT_EQ(state.jobs().size(), 0u);
+}
+
 TEST(DispatcherState, CompletingEverySplitAdvancesTheEpochThenFinishes) {
   DispatcherState state;
   ASSERT_TRUE(state.Apply(RegisterDataset(1, {100}, 10)).ok());

@@ -147,4 +147,18 @@ batch_frame "$tmp/f.bin" '\001\002\003\004\005\006\007\010\011\012\013\014\015\0
   >"$out/batch_fuzzer/finish_normalize"
 echo 'split_id: 4 batch_index: 2 end_of_split: true' | enc proto.Batch worker_service.proto >"$tmp/m.bin"
 batch_frame "$tmp/m.bin" '' >"$out/batch_fuzzer/end_of_split"
+# journal: u16le length | bytes records, as journal_fuzzer.cc reads them: the snapshot (empty:
+# none), then proto::Update records (a dataset, a job over it, a worker and an assignment).
+rec() { local n; n=$(stat -c %s "$1"); printf "\\x$(printf %02x $((n & 255)))\\x$(printf %02x $((n >> 8)))"; cat "$1"; }
+mkdir -p "$out/journal_fuzzer"
+: >"$tmp/j0"
+echo 'register_dataset { dataset_id: 1 fingerprint: 7 pipeline: "p" shard_record_counts: 60 shard_record_counts: 40 batch_size: 10 }' |
+  enc proto.Update dispatcher.proto >"$tmp/j1"
+echo 'create_job { job_id: 1 job_name: "alice/train" dataset_id: 1 config { mode: PROCESSING_MODE_DISTRIBUTED_EPOCH remainder: REMAINDER_MODE_PAD num_consumers: 2 split_size: 20 num_epochs: 2 } }' |
+  enc proto.Update dispatcher.proto >"$tmp/j2"
+echo 'register_worker { worker_id: 1 address: "w:1" capacity: 2 }' | enc proto.Update dispatcher.proto >"$tmp/j3"
+echo 'assign_split { key { job_id: 1 consumer_index: 0 epoch: 0 position: 0 } worker_id: 1 }' |
+  enc proto.Update dispatcher.proto >"$tmp/j4"
+{ rec "$tmp/j0"; rec "$tmp/j1"; rec "$tmp/j2"; rec "$tmp/j3"; rec "$tmp/j4"; } >"$out/journal_fuzzer/job_and_worker"
+
 echo "seeds in $out"

@@ -27,7 +27,8 @@ shift || true
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 build="${SLUICE_FUZZ_BUILD_DIR:-$root/build-fuzz}"
 fuzzers=(shard_reader_fuzzer manifest_fuzzer pipeline_spec_fuzzer worker_pipeline_fuzzer
-  filter_fuzzer decode_fuzzer tfrecord_fuzzer webdataset_fuzzer dispatcher_fuzzer batch_fuzzer)
+  filter_fuzzer decode_fuzzer tfrecord_fuzzer webdataset_fuzzer dispatcher_fuzzer batch_fuzzer
+  journal_fuzzer)
 if (($#)); then fuzzers=("$@"); fi
 
 # A build folder configured already (scripts/test.sh's build-san: SLUICE_FUZZ plus the lock
@@ -64,7 +65,7 @@ for f in "${fuzzers[@]}"; do
   seeds=()
   if [[ -d "$root/tests/fuzz/corpus/$f" ]]; then seeds=("$root/tests/fuzz/corpus/$f"); fi
   # shellcheck disable=SC2086  # FUZZ_ARGS is a list of flags
-  if ! "$build/bin/$f" "${budget[@]}" -max_len=16384 -timeout=60 -rss_limit_mb=2048 \
+  if ! "$build/bin/$f" "${budget[@]}" -max_len=1048576 -timeout=60 -rss_limit_mb=2048 \
       -print_final_stats=1 -seed="${SLUICE_FUZZ_SEED:-1}" -artifact_prefix="$work/artifacts/$f/" ${FUZZ_ARGS:-} \
       "$work/corpus/$f" "${seeds[@]}" 2>"$work/$f.log" || (($(count) > before)); then
     failed+=("$f")

@@ -54,16 +54,27 @@ class TenancyTest : public ::testing::Test {
     auto certs = tools::MakeCertificates(dir_->Join("tls"));
     ASSERT_TRUE(certs.ok()) << certs.status();
     certs_ = new tools::Certificates(*certs);
-    for (const char* name : {"alice", "bob", "worker", "rogue", "ops"})
+    for (const char* name : {"alice", "bob", "worker", "rogue", "ops",
+                             "mallory", "trudy", "carol"})
       std::ofstream(Token(name)) << "token-of-" << name << "\n";
     std::ofstream(dir_->Join("tokens.csv"))
         << "token-of-alice,alice,1001,sluice:trainers\n"
            "token-of-bob,bob,1002,sluice:trainers\n"
            "token-of-worker,worker,2001,sluice:workers\n"
            "token-of-rogue,rogue,2002,sluice:workers\n"
-           "token-of-ops,ops,3001,\"sluice:operators,sluice:trainers\"\n";
+           "token-of-ops,ops,3001,\"sluice:operators,sluice:trainers\"\n"
+           "token-of-mallory,mallory,1003,sluice:trainers\n"
+           "token-of-trudy,trudy,1004,sluice:trainers\n"
+           "token-of-carol,carol,1005,sluice:trainers\n";
     const std::vector<std::string> tokens = {"--tokens-file",
                                              dir_->Join("tokens.csv")};
+    std::vector<std::string> worker_flags = tokens;
+    worker_flags.insert(worker_flags.end(),
+                        {"--max-streams-per-identity", "2"});
+    std::vector<std::string> dispatcher_flags = tokens;
+    dispatcher_flags.insert(
+        dispatcher_flags.end(),
+        {"--max-datasets-per-identity", "4", "--max-jobs-per-identity", "3"});
     auto cluster = tools::LocalCluster::Start(
         {.bin_dir = BinDir(),
          .workers = 1,
@@ -71,8 +82,8 @@ class TenancyTest : public ::testing::Test {
          .work_dir = dir_->Join("cluster"),
          .worker_threads = 1,
          .heartbeat_interval = absl::Milliseconds(100),
-         .extra_worker_flags = tokens,
-         .extra_dispatcher_flags = tokens,
+         .extra_worker_flags = worker_flags,
+         .extra_dispatcher_flags = dispatcher_flags,
          .tls_cert = certs_->server_cert,
          .tls_key = certs_->server_key,
          .tls_ca = certs_->ca,
@@ -138,6 +149,33 @@ class TenancyTest : public ::testing::Test {
 TempDir* TenancyTest::dir_ = nullptr;
 tools::Certificates* TenancyTest::certs_ = nullptr;
 tools::LocalCluster* TenancyTest::cluster_ = nullptr;
+
+// RegisterDataset as `name` through the raw API (the client library asks a worker for the counts).
+grpc::Status RegisterAs(proto::DispatcherService::Stub& stub,
+                        std::vector<uint64_t> counts, uint64_t batch_size,
+                        uint64_t* dataset_id) {
+  grpc::ClientContext context;
+  proto::RegisterDatasetRequest request;
+  request.set_protocol_version(service::kProtocolVersion);
+  request.set_pipeline("spec of an attacker");
+  for (uint64_t c : counts) request.add_shard_record_counts(c);
+  request.set_batch_size(batch_size);
+  proto::RegisterDatasetResponse response;
+  grpc::Status s = stub.RegisterDataset(&context, request, &response);
+  *dataset_id = response.dataset_id();
+  return s;
+}
+
+grpc::Status CreateJobAs(proto::DispatcherService::Stub& stub,
+                         uint64_t dataset_id, const std::string& name) {
+  grpc::ClientContext context;
+  proto::GetOrCreateJobRequest request;
+  request.set_protocol_version(service::kProtocolVersion);
+  request.set_dataset_id(dataset_id);
+  request.set_job_name(name);
+  proto::GetOrCreateJobResponse response;
+  return stub.GetOrCreateJob(&context, request, &response);
+}
 
 // Bob marks alice's slots complete (and reads her state, and streams her batches from the
 // worker): each refused; alice then reads every record exactly once.
@@ -270,6 +308,163 @@ TEST_F(TenancyTest, GetStatusShowsATrainerOnlyItsOwnJobs) {
   ASSERT_GE(response.jobs_size(), 1);
   for (const proto::JobStatus& job : response.jobs())
     EXPECT_EQ(job.job_name().rfind("bob/", 0), 0u) << job.job_name();
+  // Read to the end: an abandoned consumer's full queue would hold the worker's one producer
+  // until the consumer timeout, and delay the jobs of the tests after this one.
+  while (true) {
+    auto batch = (*it)->GetNext();
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    if (!batch->has_value()) break;
+  }
+}
+
+// Bob's spec resizes 1 x 16384 images by their shorter side to 16384: 16384 x 268435456 pixels,
+// 12 TiB per element. The worker refuses it before allocating; bob's consumer gets
+// INVALID_ARGUMENT naming the op, the failed split is not handed to another worker, no process
+// dies, and alice's job beside it reads every record exactly once.
+TEST_F(TenancyTest, AHostileSpecFailsAloneAndItsSplitIsNotHandedOn) {
+  auto hostile = pipeline_spec::ParsePipelineSpec(R"(
+source: {synthetic: {num_records: 16, height: 1, width: 16384}, columns: [image]}
+nodes:
+  - map: {input_columns: [image], ops: [{decode: {}}, {resize: {size: 16384}}]}
+  - batch: {size: 2}
+)");
+  ASSERT_TRUE(hostile.ok()) << hostile.status();
+  auto bob = DataServiceClient::Create(Client("bob"));
+  ASSERT_TRUE(bob.ok()) << bob.status();
+  auto bad = (*bob)->Open({.job_name = "hostile", .pipeline = *hostile});
+  ASSERT_TRUE(bad.ok()) << bad.status();
+  auto alice = DataServiceClient::Create(Client("alice"));
+  ASSERT_TRUE(alice.ok()) << alice.status();
+  auto it = (*alice)->Open({.job_name = "beside", .pipeline = Pipeline()});
+  ASSERT_TRUE(it.ok()) << it.status();
+
+  auto failed = (*bad)->GetNext();
+  ASSERT_EQ(failed.status().code(), absl::StatusCode::kInvalidArgument)
+      << failed.status();
+  EXPECT_THAT(failed.status().message(),
+              HasSubstr("(Resize): an output of 16384x268435456 (HxW) is too "
+                        "large"));
+
+  std::multiset<uint64_t> ids;
+  while (true) {
+    auto batch = (*it)->GetNext();
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    if (!batch->has_value()) break;
+    ids.insert((*batch)->global_indices.begin(),
+               (*batch)->global_indices.end());
+  }
+  ASSERT_EQ(ids.size(), static_cast<size_t>(kRecords));
+  for (int i = 0; i < kRecords; ++i) EXPECT_EQ(ids.count(i), 1u) << i;
+
+  const uint64_t job = JobId("bob/hostile");
+  ASSERT_NE(job, 0u);
+  grpc::ClientContext context;
+  proto::GetJobStateRequest request;
+  request.set_protocol_version(service::kProtocolVersion);
+  request.set_job_id(job);
+  proto::GetJobStateResponse state;
+  ASSERT_TRUE(Dispatcher("ops")->GetJobState(&context, request, &state).ok());
+  int assigned = 0;
+  for (const proto::ConsumerState& consumer : state.consumers()) {
+    for (const proto::SplitState& split : consumer.splits()) {
+      EXPECT_LE(split.assignments(), 1u) << split.position();
+      assigned += split.assignments();
+    }
+  }
+  EXPECT_GE(assigned, 1);
+  EXPECT_EQ(cluster_->FindExitedChild(), "");
+}
+
+// shard_record_counts=[10^12] (the client sends the counts): the job that would enumerate a
+// billion splits is refused before anything is built, a sum past 2^48 already at registration;
+// the dispatcher stays up.
+TEST_F(TenancyTest, ForgedShardRecordCountsAreRefused) {
+  auto mallory = Dispatcher("mallory");
+  uint64_t dataset = 0;
+  grpc::Status s =
+      RegisterAs(*mallory, {uint64_t{1} << 62, uint64_t{1} << 62}, 8, &dataset);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("shard_record_counts add up to more than "
+                        "281474976710656 records"));
+  s = RegisterAs(*mallory, {1000000000000ull}, 8, &dataset);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  s = CreateJobAs(*mallory, dataset, "huge");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(s.error_message(),
+            "the job would have 976562500 splits of 1024 records, more than "
+            "--max-splits-per-job 1048576: set a larger split_size, or raise "
+            "--max-splits-per-job");
+  EXPECT_EQ(cluster_->FindExitedChild(), "");
+}
+
+// One trainer registering dataset after dataset and job after job (each a journal record
+// that survives restarts) is stopped at its own quota, naming the flag.
+TEST_F(TenancyTest, OneTrainerCannotHoardDatasetsOrJobs) {
+  auto trudy = Dispatcher("trudy");
+  uint64_t dataset = 0;
+  for (uint64_t batch = 1; batch <= 4; ++batch) {
+    grpc::Status s = RegisterAs(*trudy, {100}, batch, &dataset);
+    ASSERT_TRUE(s.ok()) << batch << ": " << s.error_message();
+  }
+  uint64_t fifth = 0;
+  grpc::Status s = RegisterAs(*trudy, {100}, 5, &fifth);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(s.error_message(), HasSubstr("trudy already holds 4 datasets "
+                                           "(--max-datasets-per-identity 4)"));
+  ASSERT_TRUE(
+      RegisterAs(*trudy, {100}, 4, &dataset).ok());  // again: the same one
+
+  for (const char* name : {"h0", "h1", "h2"}) {
+    s = CreateJobAs(*trudy, dataset, name);
+    ASSERT_TRUE(s.ok()) << name << ": " << s.error_message();
+  }
+  s = CreateJobAs(*trudy, dataset, "h3");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(
+      s.error_message(),
+      HasSubstr("trudy already holds 3 jobs (--max-jobs-per-identity 3)"));
+}
+
+// Mallory holds two streams without reading them and asks for a third: refused naming
+// --max-streams-per-identity; carol's job on the same worker reads every record exactly once.
+TEST_F(TenancyTest, OneTrainerHoldingStreamsCannotStarveOthers) {
+  auto mallory = DataServiceClient::Create(Client("mallory"));
+  ASSERT_TRUE(mallory.ok()) << mallory.status();
+  std::vector<std::unique_ptr<BatchIterator>> held;
+  for (uint32_t consumer = 0; consumer < 3; ++consumer) {
+    auto it = (*mallory)->Open({.job_name = "hoard",
+                                .pipeline = Pipeline(),
+                                .num_consumers = 3,
+                                .consumer_index = consumer});
+    ASSERT_TRUE(it.ok()) << it.status();
+    auto batch = (*it)->GetNext();
+    if (consumer < 2) {
+      ASSERT_TRUE(batch.ok() && batch->has_value()) << batch.status();
+    } else {
+      EXPECT_EQ(batch.status().code(), absl::StatusCode::kResourceExhausted)
+          << batch.status();
+      EXPECT_THAT(batch.status().message(),
+                  HasSubstr("mallory already holds 2 streams on this worker "
+                            "(--max-streams-per-identity 2)"));
+    }
+    held.push_back(std::move(*it));
+  }
+
+  auto carol = DataServiceClient::Create(Client("carol"));
+  ASSERT_TRUE(carol.ok()) << carol.status();
+  auto it = (*carol)->Open({.job_name = "train", .pipeline = Pipeline()});
+  ASSERT_TRUE(it.ok()) << it.status();
+  std::multiset<uint64_t> ids;
+  while (true) {
+    auto batch = (*it)->GetNext();
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    if (!batch->has_value()) break;
+    ids.insert((*batch)->global_indices.begin(),
+               (*batch)->global_indices.end());
+  }
+  ASSERT_EQ(ids.size(), static_cast<size_t>(kRecords));
+  for (int i = 0; i < kRecords; ++i) EXPECT_EQ(ids.count(i), 1u) << i;
 }
 
 }  // namespace

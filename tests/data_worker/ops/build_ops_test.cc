@@ -16,6 +16,42 @@ void ExpectInvalid(const absl::Status& s, const std::string& what) {
   EXPECT_THAT(s.message(), HasSubstr(what)) << s;
 }
 
+TEST(BuildOps, SizesOverTheCapsAreRefusedBeforeAnythingIsAllocated) {
+  proto::OpSpec resize;
+  resize.mutable_resize()->set_height(100000);
+  resize.mutable_resize()->set_width(100);
+  ExpectInvalid(BuildStatus({resize}),
+                "op 0 (Resize): height must be at most 16384, got 100000");
+  proto::OpSpec shorter;
+  shorter.mutable_resize()->set_size(20000);
+  ExpectInvalid(BuildStatus({shorter}),
+                "op 0 (Resize): size must be at most 16384, got 20000");
+  proto::OpSpec crop;
+  crop.mutable_center_crop()->set_size(16385);
+  ExpectInvalid(BuildStatus({crop}),
+                "op 0 (CenterCrop): size must be at most 16384, got 16385");
+  proto::OpSpec rrc;
+  rrc.mutable_random_resized_crop()->set_size(9000);
+  ExpectInvalid(BuildStatus({rrc}),
+                "op 0 (RandomResizedCrop): size 9000x9000 is more than "
+                "67108864 pixels");
+  proto::OpSpec pad;
+  pad.mutable_random_crop()->set_size(8);
+  pad.mutable_random_crop()->set_padding(1 << 30);
+  ExpectInvalid(BuildStatus({pad}),
+                "op 0 (RandomCrop): padding must be in [0, 16384], got "
+                "1073741824");
+  proto::OpSpec onehot;
+  onehot.mutable_one_hot()->set_num_classes(1 << 30);
+  ExpectInvalid(BuildStatus({onehot}),
+                "op 0 (OneHot): num_classes must be in [1, 1048576], got "
+                "1073741824");
+  // The caps themselves are allowed.
+  rrc.mutable_random_resized_crop()->set_size(8192);
+  onehot.mutable_one_hot()->set_num_classes(1 << 20);
+  EXPECT_TRUE(BuildStatus({rrc, onehot}).ok());
+}
+
 TEST(BuildOps, BadSpecsNameOpIndexTypeAndField) {
   std::vector<proto::OpSpec> specs(3);
   specs[0].mutable_decode();

@@ -46,6 +46,41 @@ TEST(Resize, ShorterSideLikeTorchvisionAndExactVsOpenCv) {
   EXPECT_EQ(Compare(out2.AsMat(), ref).max, 0);
 }
 
+TEST(Resize, AThinImageResizedByItsShorterSideIsRefusedBeforeAllocating) {
+  // 2 x 4000 resized to a shorter side of 16384: the longer side would be 32768000.
+  const cv::Mat img = MakeRgb(2, 4000);
+  proto::OpSpec spec;
+  spec.mutable_resize()->set_size(16384);
+  absl::StatusOr<Tensor> out = One(spec, 1)->Apply(Tensor::FromMat(img), {});
+  ASSERT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(
+      out.status().message(),
+      HasSubstr("op 1 (Resize): an output of 16384x32768000 (HxW) is "
+                "too large (at most 16384 a side and 67108864 pixels)"));
+  // Fused with the decode (Decode+Resize), the check comes before the decode's buffer.
+  proto::OpSpec decode;
+  decode.mutable_decode();
+  auto fused = BuildOps({decode, spec}, /*first_position=*/0, /*fuse=*/true);
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  ASSERT_EQ(fused->size(), 1u);
+  out = (*fused)[0]->Apply(testing::Bytes(testing::Encode(img, ".png")), {});
+  ASSERT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(out.status().message(),
+              HasSubstr("an output of 16384x32768000 (HxW) is too large"));
+}
+
+TEST(RandomCrop, PaddingThatMakesTheImageTooLargeIsRefusedBeforeAllocating) {
+  proto::OpSpec spec;
+  spec.mutable_random_crop()->set_size(8);
+  spec.mutable_random_crop()->set_padding(16384);
+  absl::StatusOr<Tensor> out =
+      One(spec, 2)->Apply(Tensor::FromMat(MakeRgb(8, 8)), {});
+  ASSERT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(out.status().message(),
+              HasSubstr("op 2 (RandomCrop): an output of 32776x32776 (HxW) is "
+                        "too large"));
+}
+
 TEST(CenterCrop, MatchesRoiAndRejectsLargerCrop) {
   const cv::Mat img = MakeRgb(11, 20);
   proto::OpSpec spec;

@@ -157,6 +157,32 @@ nodes: [{batch: {size: 0}}]
   EXPECT_THAT(batch.message(), HasSubstr("batch.size: must be > 0"));
 }
 
+TEST_F(SpecTest, ThreadCountsOverTheCapAreRejectedBeforeAnyThreadStarts) {
+  const absl::Status map = ValidateYaml(R"(
+source: {dataset: {path: DIR}}
+nodes:
+  - map: {input_columns: [image], ops: [{decode: {}}], num_parallel_workers: 2147483647}
+)");
+  EXPECT_EQ(map.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(map.message(),
+              HasSubstr("num_parallel_workers: must be > 0 or AUTOTUNE, and at "
+                        "most 256"));
+  const absl::Status source = ValidateYaml(R"(
+source: {dataset: {path: DIR}, num_parallel_workers: 257}
+)");
+  EXPECT_THAT(source.message(),
+              HasSubstr("num_parallel_workers must be > 0 or AUTOTUNE, and at "
+                        "most 256"));
+  const absl::Status batch = ValidateYaml(R"(
+source: {dataset: {path: DIR}, columns: [label]}
+nodes: [{batch: {size: 4, num_parallel_workers: 100000}}]
+)");
+  EXPECT_THAT(batch.message(), HasSubstr("batch.num_parallel_workers"));
+  EXPECT_TRUE(ValidateYaml(R"(
+source: {dataset: {path: DIR}, columns: [label], num_parallel_workers: 256}
+)").ok());
+}
+
 TEST_F(SpecTest, ValidationErrorsCarryAStructuredLocation) {
   const absl::Status op = ValidateYaml(R"(
 source: {dataset: {path: DIR}}

@@ -590,6 +590,50 @@ TEST_F(WorkerImplTest, UnknownJobAndWrongVersionAndConsumerAreRejected) {
             absl::StatusCode::kFailedPrecondition);
 }
 
+TEST_F(WorkerImplTest, StreamsPerIdentityAreCappedAndFreedWhenClosed) {
+  service::ServiceLimits limits;
+  limits.max_streams_per_identity = 2;
+  auto w =
+      MakeWorker(/*queue_batches=*/8, /*roots=*/{}, /*queue_bytes=*/0, limits);
+  proto::WorkerHeartbeatResponse r;
+  proto::JobInfo alices = MakeJob(1, Yaml(kLabels), 4, /*seed=*/7,
+                                  /*consumers=*/3);
+  alices.set_job_name("alice/train");
+  proto::JobInfo bobs = MakeJob(2, Yaml(kLabels), 4);
+  bobs.set_job_name("bob/train");
+  *r.add_jobs() = alices;
+  *r.add_jobs() = bobs;
+  Deliver(*w, r);
+  const service::Identity alice{.user = "alice", .groups = {"sluice:trainers"}};
+  const service::Identity bob{.user = "bob", .groups = {"sluice:trainers"}};
+  auto open = [&](const service::Identity& who, uint64_t job,
+                  uint32_t consumer) {
+    proto::GetBatchesRequest request;
+    request.set_protocol_version(kProtocolVersion);
+    request.set_job_id(job);
+    request.set_consumer_index(consumer);
+    return w->OpenStream(request, who, [] {});
+  };
+  absl::StatusOr<uint64_t> first = open(alice, 1, 0);
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::StatusOr<uint64_t> second = open(alice, 1, 1);
+  ASSERT_TRUE(second.ok()) << second.status();
+  absl::StatusOr<uint64_t> third = open(alice, 1, 2);
+  EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(third.status().message(),
+            "alice already holds 2 streams on this worker "
+            "(--max-streams-per-identity 2): wait for one to finish, or ask an "
+            "operator to raise --max-streams-per-identity");
+  absl::StatusOr<uint64_t> bobs_stream = open(bob, 2, 0);
+  ASSERT_TRUE(bobs_stream.ok()) << bobs_stream.status();
+  w->CloseStream(*first);
+  third = open(alice, 1, 2);
+  ASSERT_TRUE(third.ok()) << third.status();
+  w->CloseStream(*second);
+  w->CloseStream(*third);
+  w->CloseStream(*bobs_stream);
+}
+
 TEST_F(WorkerImplTest, LostWorkerDropsEverythingAndRegistersAgain) {
   auto w = MakeWorker(/*queue_batches=*/2);
   proto::WorkerHeartbeatResponse r;
