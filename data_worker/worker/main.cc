@@ -112,7 +112,7 @@ void AddWorkerFlags(CLI::App& app, WorkerFlags* f) {
   app.add_option("--max-streams", f->limits.max_streams,
                  "Most GetBatches streams open at once")
       ->capture_default_str();
-  app.add_option("--max-streams-per-identity", limits.max_streams_per_identity,
+  app.add_option("--max-streams-per-identity", f->limits.max_streams_per_identity,
                  "Most GetBatches streams one identity holds open on this "
                  "worker (so one caller cannot take every --max-streams)")
       ->capture_default_str();
