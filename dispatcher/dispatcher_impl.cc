@@ -194,6 +194,15 @@ DispatcherImpl::DispatcherImpl(DispatcherOptions options)
                     "(label sluice_job); sluice status says why.")
               .Register(options_.registry ? *options_.registry
                                           : *own_registry_)),
+      worker_heartbeats_(
+          AddCounter(options_.registry ? *options_.registry : *own_registry_,
+                     "sluice_dispatcher_worker_heartbeats_total",
+                     "WorkerHeartbeat calls answered.")),
+      assignment_wakeups_(AddCounter(
+          options_.registry ? *options_.registry : *own_registry_,
+          "sluice_dispatcher_assignment_wakeups_total",
+          "WatchAssignment calls answered work_available: a worker told of new "
+          "work before its next heartbeat.")),
       autoscaler_(AutoscalerOptions{
           .min_workers = static_cast<int>(options_.min_workers),
           .max_workers = static_cast<int>(
@@ -223,6 +232,7 @@ void DispatcherImpl::Stop() {
     thread = std::move(maintenance_);
   }
   if (thread.joinable()) thread.join();
+  AnswerWatches(/*stopping=*/true);
 }
 
 void DispatcherImpl::MaintenanceLoop() {
@@ -306,6 +316,7 @@ void DispatcherImpl::RunAsync(Method<Request, Response> method,
                               const Request& request, Response* response,
                               Done done) {
   absl::Status status = (this->*method)(request, response);
+  AnswerWatches();  // the call may have made work for a watching worker
   const int64_t ticket = last_ticket_.load(std::memory_order_acquire);
   if (!status.ok() ||
       ticket <= durable_ticket_.load(std::memory_order_acquire)) {
@@ -375,7 +386,9 @@ void DispatcherImpl::GetStatus(const proto::GetStatusRequest& request,
 }
 
 absl::Status DispatcherImpl::Tick() {
-  RETURN_IF_ERROR(DoTick());
+  absl::Status status = DoTick();
+  AnswerWatches();  // work made by the tick (a lost worker's splits), and deadlines
+  RETURN_IF_ERROR(status);
   return WaitDurable();
 }
 

@@ -146,6 +146,7 @@ absl::Status DispatcherImpl::DoWorkerHeartbeat(
     const proto::WorkerHeartbeatRequest& request,
     proto::WorkerHeartbeatResponse* response) {
   RETURN_IF_ERROR(Admit(request.protocol_version()));
+  worker_heartbeats_.Increment();
   absl::MutexLock lock(&mu_);
   if (state_.FindWorker(request.worker_id()) == nullptr) {
     return absl::NotFoundError(

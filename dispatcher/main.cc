@@ -163,8 +163,9 @@ int Run(const Flags& flags) {
   // Every RPC is a short unary call: a short grace is enough, and gRPC would
   // otherwise wait the whole grace for idle client connections.
   server.SetServing(false);
-  server.Shutdown(absl::Milliseconds(500));
+  // Stop() first: it answers the held WatchAssignment calls, which Shutdown would wait for.
   (*impl)->Stop();
+  server.Shutdown(absl::Milliseconds(500));
   logger->info("stopped");
   return 0;
 }

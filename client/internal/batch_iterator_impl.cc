@@ -25,6 +25,9 @@ constexpr absl::Duration kMarkerWait = absl::Seconds(2);
 
 // A worker stream that ended with a retryable error is reopened after 50 ms, doubling up to
 // 2 s, with jitter.
+// The longest the destructor waits for the dispatcher to hear that the consumer leaves.
+constexpr absl::Duration kLeaveWait = absl::Seconds(2);
+
 RetryOptions StreamBackoff() {
   RetryOptions backoff;
   backoff.initial_backoff = absl::Milliseconds(50);
@@ -210,6 +213,14 @@ BatchIteratorImpl::~BatchIteratorImpl() {
     cv_.SignalAll();
   }
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  bool report;
+  {
+    absl::MutexLock lock(&mu_);
+    report = error_.ok() && !params_.parallel_epochs;
+  }
+  // Say so at once: a job whose consumers all left frees its workers now, not when the lease
+  // runs out (ClientHeartbeatRequest.leaving). Best effort: a failure leaves it to the lease.
+  if (report) (void)Heartbeat(/*leaving=*/true);
   std::map<std::string, std::unique_ptr<Reader>> readers;
   std::vector<std::unique_ptr<Reader>> finished;
   {
@@ -355,15 +366,17 @@ absl::StatusOr<std::string> BatchIteratorImpl::SaveState() const {
   return checkpoint.SerializeAsString();
 }
 
-absl::Status BatchIteratorImpl::Heartbeat() {
+absl::Status BatchIteratorImpl::Heartbeat(bool leaving) {
   proto::ClientHeartbeatRequest request;
   grpc::ClientContext context;
-  context.set_deadline(
-      absl::ToChronoTime(absl::Now() + params_.options.rpc_timeout));
+  context.set_deadline(absl::ToChronoTime(
+      absl::Now() + (leaving ? std::min(params_.options.rpc_timeout, kLeaveWait)
+                             : params_.options.rpc_timeout)));
   {
     absl::MutexLock lock(&mu_);
-    if (cancelled_)
+    if (cancelled_ && !leaving)
       return absl::CancelledError("the iterator is being destroyed");
+    request.set_leaving(leaving);
     request.set_protocol_version(kProtocolVersion);
     request.set_job_id(params_.job_id);
     request.set_consumer_index(params_.consumer_index);
@@ -396,7 +409,7 @@ absl::Status BatchIteratorImpl::Heartbeat() {
     request.set_done_as_ranges(true);
     request.set_tasks_version(lists_.tasks_version());
     request.set_splits_version(lists_.splits_version());
-    heartbeat_context_ = &context;
+    if (!leaving) heartbeat_context_ = &context;
   }
   proto::ClientHeartbeatResponse response;
   const grpc::Status status =
@@ -404,7 +417,7 @@ absl::Status BatchIteratorImpl::Heartbeat() {
   std::vector<std::unique_ptr<Reader>> to_join;
   {
     absl::MutexLock lock(&mu_);
-    heartbeat_context_ = nullptr;
+    if (!leaving) heartbeat_context_ = nullptr;
     if (status.ok()) restore_pending_ = claim_pending_ = false;
     if (!status.ok()) {
       return DispatcherError(status, params_.options.dispatcher_address,
