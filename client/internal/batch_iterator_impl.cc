@@ -28,9 +28,11 @@ constexpr absl::Duration kMarkerWait = absl::Seconds(2);
 // The longest the destructor waits for the dispatcher to hear that the consumer leaves.
 constexpr absl::Duration kLeaveWait = absl::Seconds(2);
 
+// The first retry comes soon: the usual failure at a job's start is a worker that learns of the
+// job a few milliseconds after the client (NotFound), and that wait is the job's first batch.
 RetryOptions StreamBackoff() {
   RetryOptions backoff;
-  backoff.initial_backoff = absl::Milliseconds(50);
+  backoff.initial_backoff = absl::Milliseconds(10);
   backoff.max_backoff = absl::Seconds(2);
   return backoff;
 }

@@ -353,6 +353,7 @@ absl::StatusOr<uint64_t> WorkerImpl::OpenStream(
       static_cast<int64_t>(queues_.open_streams()), options_.limits));
   std::shared_ptr<const Job> job = jobs_.Get(request.job_id());
   if (job == nullptr) {
+    heartbeat_due_.store(true);  // a consumer knows of a job this worker has not heard of yet
     return absl::NotFoundError(
         absl::StrCat("job ", request.job_id(),
                      " is not known to this worker yet: retry after its "
