@@ -203,6 +203,10 @@ struct DispatcherOptions {
   // A consumer without a ClientHeartbeat this long is gone (its lease expired); a job all of
   // whose consumers are gone (or finished) is collected: workers drop its splits and pipeline.
   absl::Duration consumer_timeout = absl::Seconds(60);
+  // A consumer that returned no batch yet gets one split in production at a time, so its first
+  // batch gets all of the workers' CPU instead of a share (Assignable). sluice-dispatcher turns
+  // it on (--first-split-alone); off here, every pick is by the rule above.
+  bool first_split_alone = false;
   // Snapshot the state into the journal (compaction) after this many journaled updates.
   uint64_t snapshot_every = 10000;
   // Pipeline size, jobs and consumers per job (common/service/limits.h).
@@ -452,6 +456,14 @@ class DispatcherImpl {
   proto::SplitAssignment MakeAssignment(const DispatcherState::Job& job,
                                         const SlotKey& key) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a split of `consumer` may be handed out now: it has one pending, and (with
+  // options.first_split_alone) it is not starting up. Starting up = it returned no batch yet
+  // and has a split in production: until its first batch, one split gets all of the workers'
+  // CPU, so that batch comes about as soon as in-process (docs/architecture.md, "Work reaches
+  // workers at once").
+  bool Assignable(const DispatcherState::Job& job,
+                  const DispatcherState::Consumer& consumer) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Hands up to `free` pending splits to `worker_id`, appending them to `out`.
   absl::Status AssignSplits(uint64_t worker_id, int free,
                             proto::WorkerHeartbeatResponse* out)
@@ -492,7 +504,9 @@ class DispatcherImpl {
     Done done;
   };
   // Whether WorkerHeartbeat would hand `watch`'s worker something now.
-  // `any_pending`: some slot waits for a worker; `newest_parallel`: the newest
+  // Whether some consumer has a slot AssignSplits would hand out now.
+  bool AnyAssignableSlot() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `any_pending`: AnyAssignableSlot(); `newest_parallel`: the newest
   // PARALLEL_EPOCHS job (0: none).
   bool WorkWaitsFor(const Watch& watch, bool any_pending,
                     uint64_t newest_parallel) const

@@ -11,17 +11,6 @@
 namespace sluice::dispatcher {
 namespace {
 
-// Whether some consumer of a DISTRIBUTED_EPOCH job has a slot waiting for a worker.
-bool AnyPendingSlot(const DispatcherState& state) {
-  for (const auto& [job_id, job] : state.jobs()) {
-    if (job.config.mode() != proto::PROCESSING_MODE_DISTRIBUTED_EPOCH) continue;
-    for (const DispatcherState::Consumer& consumer : job.consumers) {
-      if (!consumer.pending.empty()) return true;
-    }
-  }
-  return false;
-}
-
 // The newest PARALLEL_EPOCHS job's id (0: none).
 uint64_t NewestParallelJob(const DispatcherState& state) {
   for (auto it = state.jobs().rbegin(); it != state.jobs().rend(); ++it) {
@@ -32,6 +21,16 @@ uint64_t NewestParallelJob(const DispatcherState& state) {
 }
 
 }  // namespace
+
+bool DispatcherImpl::AnyAssignableSlot() const {
+  for (const auto& [job_id, job] : state_.jobs()) {
+    if (job.config.mode() != proto::PROCESSING_MODE_DISTRIBUTED_EPOCH) continue;
+    for (const DispatcherState::Consumer& consumer : job.consumers) {
+      if (Assignable(job, consumer)) return true;
+    }
+  }
+  return false;
+}
 
 bool DispatcherImpl::WorkWaitsFor(const Watch& watch, bool any_pending,
                                   uint64_t newest_parallel) const {
@@ -75,7 +74,7 @@ void DispatcherImpl::WatchAssignment(
                                     : state_.jobs().rbegin()->first,
                   .deadline = clock_->Now() + wait,
                   .response = response};
-      if (WorkWaitsFor(watch, AnyPendingSlot(state_),
+      if (WorkWaitsFor(watch, AnyAssignableSlot(),
                        NewestParallelJob(state_))) {
         response->set_work_available(true);
         assignment_wakeups_.Increment();
@@ -95,7 +94,7 @@ void DispatcherImpl::AnswerWatches(bool stopping) {
     absl::MutexLock lock(&mu_);
     if (watches_.empty()) return;
     const absl::Time now = clock_->Now();
-    const bool any_pending = AnyPendingSlot(state_);
+    const bool any_pending = AnyAssignableSlot();
     const uint64_t newest_parallel = NewestParallelJob(state_);
     std::vector<Watch> held;
     for (Watch& watch : watches_) {

@@ -273,7 +273,10 @@ absl::StatusOr<std::optional<Batch>> BatchIteratorImpl::GetNext() {
     if (batch.has_value()) {
       epoch_ = batch->epoch;
       ++batches_returned_;
-      if (state_.TakeProgressDue()) heartbeat_due_ = true;
+      // The first batch returned tells the dispatcher that this consumer started: its other
+      // splits go out now (DispatcherImpl::Assignable).
+      if (state_.TakeProgressDue() || batches_returned_ == 1)
+        heartbeat_due_ = true;
       if (batches_counter_ != nullptr) batches_counter_->Increment();
       UpdateFillGauge();
       cv_.SignalAll();  // room in the buffer

@@ -31,6 +31,7 @@ class DispatcherWatchTest : public ::testing::Test {
     options.registry = &registry_;
     options.heartbeat_interval = absl::Seconds(30);
     options.worker_timeout = absl::Seconds(300);
+    options.first_split_alone = true;  // as sluice-dispatcher runs
     auto impl = DispatcherImpl::Create(options);
     ASSERT_TRUE(impl.ok()) << impl.status();
     impl_ = std::move(*impl);
@@ -90,6 +91,16 @@ class DispatcherWatchTest : public ::testing::Test {
                            [watch](absl::Status s) { watch->status = s; });
   }
 
+  // A heartbeat of the job's consumer that has returned `batches` batches.
+  void Returned(uint64_t job, uint64_t batches) {
+    proto::ClientHeartbeatRequest request;
+    request.set_protocol_version(kProtocolVersion);
+    request.set_job_id(job);
+    request.set_batches_returned_total(batches);
+    proto::ClientHeartbeatResponse response;
+    EXPECT_TRUE(Sync(impl_).ClientHeartbeat(request, &response).ok());
+  }
+
   void Leave(uint64_t job) {
     proto::ClientHeartbeatRequest request;
     request.set_protocol_version(kProtocolVersion);
@@ -115,18 +126,27 @@ TEST_F(DispatcherWatchTest, AHeldWatchIsAnsweredWhenANewJobMakesWork) {
   ASSERT_TRUE(watch.status.has_value());
   EXPECT_TRUE(watch.status->ok()) << *watch.status;
   EXPECT_TRUE(watch.response.work_available());
+  // Until the consumer returned a batch, one split at a time: it gets all the CPU.
   const proto::WorkerHeartbeatResponse beat = Beat(worker);
-  ASSERT_EQ(beat.start_size(), 2);
+  ASSERT_EQ(beat.start_size(), 1);
   EXPECT_EQ(beat.start(0).key().job_id(), job);
   EXPECT_EQ(beat.start(0).key().position(), 0u);
-  EXPECT_EQ(beat.start(1).key().position(), 1u);
+  HeldWatch second;
+  Watch(worker, &second);
+  EXPECT_FALSE(second.status.has_value());
+  Returned(job, /*batches=*/1);  // the consumer started: the rest may go out
+  ASSERT_TRUE(second.status.has_value());
+  EXPECT_TRUE(second.response.work_available());
+  const proto::WorkerHeartbeatResponse next = Beat(worker, {beat.start(0)});
+  ASSERT_EQ(next.start_size(), 1);
+  EXPECT_EQ(next.start(0).key().position(), 1u);
 }
 
 TEST_F(DispatcherWatchTest, AFullWorkerIsNotWokenAndHearsFalseAfterTheInterval) {
-  const uint64_t worker = Worker(/*capacity=*/2);
+  const uint64_t worker = Worker(/*capacity=*/1);
   Job("a");
   const proto::WorkerHeartbeatResponse beat = Beat(worker);
-  ASSERT_EQ(beat.start_size(), 2);
+  ASSERT_EQ(beat.start_size(), 1);
   HeldWatch watch;
   Watch(worker, &watch);
   Job("b");  // pending work, but no free capacity on this worker
@@ -142,10 +162,10 @@ TEST_F(DispatcherWatchTest, AFullWorkerIsNotWokenAndHearsFalseAfterTheInterval) 
 }
 
 TEST_F(DispatcherWatchTest, AJobWhoseConsumerLeavesFreesItsWorkerAtOnce) {
-  const uint64_t worker = Worker(/*capacity=*/2);
+  const uint64_t worker = Worker(/*capacity=*/1);
   const uint64_t left = Job("left");
   const proto::WorkerHeartbeatResponse first = Beat(worker);
-  ASSERT_EQ(first.start_size(), 2);
+  ASSERT_EQ(first.start_size(), 1);
   const std::vector<proto::SplitAssignment> held(first.start().begin(),
                                                  first.start().end());
   HeldWatch watch;
@@ -156,10 +176,10 @@ TEST_F(DispatcherWatchTest, AJobWhoseConsumerLeavesFreesItsWorkerAtOnce) {
   ASSERT_TRUE(watch.status.has_value());
   EXPECT_TRUE(watch.response.work_available());
   const proto::WorkerHeartbeatResponse beat = Beat(worker, held, {left});
-  EXPECT_EQ(beat.drop_size(), 2);
+  EXPECT_EQ(beat.drop_size(), 1);
   ASSERT_EQ(beat.finished_job_ids_size(), 1);
   EXPECT_EQ(beat.finished_job_ids(0), left);
-  ASSERT_EQ(beat.start_size(), 2);
+  ASSERT_EQ(beat.start_size(), 1);
   EXPECT_EQ(beat.start(0).key().job_id(), next);
 }
 
