@@ -69,13 +69,11 @@ void DispatcherImpl::WatchAssignment(
       if (request.max_wait_seconds() > 0)
         wait = std::min(wait, absl::Seconds(request.max_wait_seconds()));
       Watch watch{.worker_id = request.worker_id(),
-                  .max_job_id = state_.jobs().empty()
-                                    ? 0
-                                    : state_.jobs().rbegin()->first,
+                  .max_job_id =
+                      state_.jobs().empty() ? 0 : state_.jobs().rbegin()->first,
                   .deadline = clock_->Now() + wait,
                   .response = response};
-      if (WorkWaitsFor(watch, AnyAssignableSlot(),
-                       NewestParallelJob(state_))) {
+      if (WorkWaitsFor(watch, AnyAssignableSlot(), NewestParallelJob(state_))) {
         response->set_work_available(true);
         assignment_wakeups_.Increment();
       } else {
@@ -99,8 +97,9 @@ void DispatcherImpl::AnswerWatches(bool stopping) {
     std::vector<Watch> held;
     for (Watch& watch : watches_) {
       if (stopping) {
-        answers.emplace_back(std::move(watch.done),
-                             absl::UnavailableError("the dispatcher is stopping"));
+        answers.emplace_back(
+            std::move(watch.done),
+            absl::UnavailableError("the dispatcher is stopping"));
       } else if (state_.FindWorker(watch.worker_id) == nullptr) {
         answers.emplace_back(
             std::move(watch.done),

@@ -85,8 +85,7 @@ bool DispatcherImpl::Assignable(
   if (consumer.pending.empty()) return false;
   if (!options_.first_split_alone || consumer.in_production == 0) return true;
   auto it = consumer_signals_.find({job.id, consumer.index});
-  return it != consumer_signals_.end() &&
-         it->second.batches_returned_total > 0;
+  return it != consumer_signals_.end() && it->second.batches_returned_total > 0;
 }
 
 absl::Status DispatcherImpl::AssignSplits(uint64_t worker_id, int free,

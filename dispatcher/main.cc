@@ -194,9 +194,10 @@ int main(int argc, char** argv) {
   sluice::AddDurationOption(
       app, "--heartbeat-interval", &flags.heartbeat_interval,
       "Heartbeat period asked of workers and of timeout checks");
-  app.add_option("--first-split-alone", flags.first_split_alone,
-                 "A consumer that returned no batch yet has one split in production, "
-                 "so its first batch gets all of the workers' CPU (true/false)")
+  app.add_option(
+         "--first-split-alone", flags.first_split_alone,
+         "A consumer that returned no batch yet has one split in production, "
+         "so its first batch gets all of the workers' CPU (true/false)")
       ->capture_default_str();
   sluice::AddDurationOption(app, "--consumer-timeout", &flags.consumer_timeout,
                             "A consumer without a heartbeat this long is gone; "

@@ -106,19 +106,19 @@ absl::Status GrpcDispatcherClient::WatchAssignment(
       options_.rpc_timeout));
   {
     absl::MutexLock lock(&watch_mu_);
-    if (watch_cancelled_)
-      return absl::CancelledError("the worker is stopping");
+    if (watch_cancelled_) return absl::CancelledError("the worker is stopping");
     watch_context_ = &context;
   }
-  const grpc::Status status = stub_->WatchAssignment(&context, request, response);
+  const grpc::Status status =
+      stub_->WatchAssignment(&context, request, response);
   {
     absl::MutexLock lock(&watch_mu_);
     watch_context_ = nullptr;
   }
   if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
-    return absl::UnimplementedError(absl::StrCat(
-        "the sluice dispatcher at ", options_.address,
-        " has no WatchAssignment (an older version)"));
+    return absl::UnimplementedError(
+        absl::StrCat("the sluice dispatcher at ", options_.address,
+                     " has no WatchAssignment (an older version)"));
   }
   return service::PeerCallError(status, "sluice dispatcher", options_.address,
                                 "WatchAssignment");

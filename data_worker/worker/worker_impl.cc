@@ -13,9 +13,9 @@ namespace sluice::data_worker {
 namespace {
 
 constexpr char kHeartbeatsHelp[] =
-    "WorkerHeartbeat calls by what triggered them: start (the first), interval, "
-    "event (a split ended, a consumer attached, the dispatcher said work "
-    "waits).";
+    "WorkerHeartbeat calls by what triggered them: start (the first), "
+    "interval, event (a split ended, a consumer attached, the dispatcher said "
+    "work waits).";
 
 }  // namespace
 
@@ -59,10 +59,9 @@ WorkerImpl::WorkerImpl(WorkerOptions options,
       heartbeat_interval_(options_.heartbeat_interval),
       start_heartbeats_(AddCounter(registry_, "sluice_worker_heartbeats_total",
                                    kHeartbeatsHelp, {{"trigger", "start"}})),
-      interval_heartbeats_(AddCounter(registry_,
-                                      "sluice_worker_heartbeats_total",
-                                      kHeartbeatsHelp,
-                                      {{"trigger", "interval"}})),
+      interval_heartbeats_(
+          AddCounter(registry_, "sluice_worker_heartbeats_total",
+                     kHeartbeatsHelp, {{"trigger", "interval"}})),
       event_heartbeats_(AddCounter(registry_, "sluice_worker_heartbeats_total",
                                    kHeartbeatsHelp, {{"trigger", "event"}})) {
   rate_since_ = clock_->Now();
@@ -353,7 +352,8 @@ absl::StatusOr<uint64_t> WorkerImpl::OpenStream(
       static_cast<int64_t>(queues_.open_streams()), options_.limits));
   std::shared_ptr<const Job> job = jobs_.Get(request.job_id());
   if (job == nullptr) {
-    heartbeat_due_.store(true);  // a consumer knows of a job this worker has not heard of yet
+    // A consumer knows of a job this worker has not heard of yet.
+    heartbeat_due_.store(true);
     return absl::NotFoundError(
         absl::StrCat("job ", request.job_id(),
                      " is not known to this worker yet: retry after its "
@@ -487,12 +487,14 @@ void WorkerImpl::WatchLoop() {
       request.set_worker_id(worker_id_);
       request.set_max_wait_seconds(absl::ToDoubleSeconds(interval));
     }
-    if (request.worker_id() == 0) {  // registering again: after the heartbeat that does
+    if (request.worker_id() == 0) {
+      // Registering again: watch after the heartbeat that does.
       AwaitHeartbeat(seen, interval);
       continue;
     }
     proto::WatchAssignmentResponse response;
-    const absl::Status status = dispatcher_->WatchAssignment(request, &response);
+    const absl::Status status =
+        dispatcher_->WatchAssignment(request, &response);
     if (absl::IsUnimplemented(status)) {
       watching_.store(false);
       logger_->info("{}: new splits arrive with heartbeats",

@@ -142,7 +142,8 @@ TEST_F(DispatcherWatchTest, AHeldWatchIsAnsweredWhenANewJobMakesWork) {
   EXPECT_EQ(next.start(0).key().position(), 1u);
 }
 
-TEST_F(DispatcherWatchTest, AFullWorkerIsNotWokenAndHearsFalseAfterTheInterval) {
+TEST_F(DispatcherWatchTest,
+       AFullWorkerIsNotWokenAndHearsFalseAfterTheInterval) {
   const uint64_t worker = Worker(/*capacity=*/1);
   Job("a");
   const proto::WorkerHeartbeatResponse beat = Beat(worker);
@@ -172,7 +173,8 @@ TEST_F(DispatcherWatchTest, AJobWhoseConsumerLeavesFreesItsWorkerAtOnce) {
   Watch(worker, &watch);
   const uint64_t next = Job("next");
   EXPECT_FALSE(watch.status.has_value());
-  Leave(left);  // the only consumer closed its iterator: "left" is collected now
+  // The only consumer closed its iterator: "left" is collected now.
+  Leave(left);
   ASSERT_TRUE(watch.status.has_value());
   EXPECT_TRUE(watch.response.work_available());
   const proto::WorkerHeartbeatResponse beat = Beat(worker, held, {left});

@@ -40,12 +40,11 @@ void WriteDataset(const std::string& dir, int records) {
     cv::Mat image(16, 16, CV_8UC3, cv::Scalar(i % 256, (i * 7) % 256, 9));
     std::vector<uchar> jpeg;
     cv::imencode(".jpg", image, jpeg);
-    ASSERT_TRUE((*writer)
-                    ->Add({record::Tensor::Bytes(
-                               std::string(jpeg.begin(), jpeg.end())),
-                           record::Tensor::Int64(i % 10),
-                           record::Tensor::Bytes("")})
-                    .ok());
+    ASSERT_TRUE(
+        (*writer)
+            ->Add({record::Tensor::Bytes(std::string(jpeg.begin(), jpeg.end())),
+                   record::Tensor::Int64(i % 10), record::Tensor::Bytes("")})
+            .ok());
   }
   ASSERT_TRUE((*writer)->Finish().ok());
 }
@@ -167,7 +166,8 @@ TEST_F(AssignmentTest, NewJobsRunToTheEndWithoutAnIntervalHeartbeat) {
             3);
 }
 
-TEST_F(AssignmentTest, ATrainerThatSavesAndLeavesHoldsNoCapacityAndResumesOnce) {
+TEST_F(AssignmentTest,
+       ATrainerThatSavesAndLeavesHoldsNoCapacityAndResumesOnce) {
   // One worker producing one split at a time, leases of 10 minutes: job "left" holds the
   // worker's only producer (a split of 40 records, its queue full) when its trainer saves after
   // one batch and closes the iterator. Job "next" must get the worker at once, not after the
