@@ -316,7 +316,8 @@ void DispatcherImpl::RunAsync(Method<Request, Response> method,
                               const Request& request, Response* response,
                               Done done) {
   absl::Status status = (this->*method)(request, response);
-  AnswerWatches();  // the call may have made work for a watching worker
+  // The call may have made work for a watching worker.
+  if (recheck_watches_.exchange(false)) AnswerWatches();
   const int64_t ticket = last_ticket_.load(std::memory_order_acquire);
   if (!status.ok() ||
       ticket <= durable_ticket_.load(std::memory_order_acquire)) {
@@ -393,6 +394,7 @@ absl::Status DispatcherImpl::Tick() {
 }
 
 absl::Status DispatcherImpl::Commit(const proto::Update& update) {
+  recheck_watches_.store(true);
   if (absl::Status s = state_.Validate(update); !s.ok()) {
     return absl::InternalError(
         absl::StrCat("dispatcher refused its own update (",

@@ -561,6 +561,9 @@ class DispatcherImpl {
   absl::Time last_decision_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   int starting_workers_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<Watch> watches_ ABSL_GUARDED_BY(mu_);
+  // Something a held watch depends on changed (a commit, a consumer's first batch): the next
+  // RPC to finish re-checks the watches. Plain soft-state reports (most heartbeats) do not.
+  std::atomic<bool> recheck_watches_{false};
   uint64_t incarnation_ =
       0;  // the state's incarnation (UpdateIdFloor); set once in Create
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;

@@ -317,6 +317,9 @@ absl::Status DispatcherImpl::DoClientHeartbeat(
     signal.window_batches = 0;  // the client restarted
     signal.window_wait = 0;
   }
+  // The consumer's first batch: its other splits may go out now (Assignable).
+  if (signal.batches_returned_total == 0 && request.batches_returned_total() > 0)
+    recheck_watches_.store(true);
   signal.batches_returned_total = request.batches_returned_total();
   if (signal.window_start == absl::InfinitePast()) {
     signal.window_start = now;
