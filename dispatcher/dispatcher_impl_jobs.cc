@@ -318,7 +318,8 @@ absl::Status DispatcherImpl::DoClientHeartbeat(
     signal.window_wait = 0;
   }
   // The consumer's first batch: its other splits may go out now (Assignable).
-  if (signal.batches_returned_total == 0 && request.batches_returned_total() > 0)
+  if (signal.batches_returned_total == 0 &&
+      request.batches_returned_total() > 0)
     recheck_watches_.store(true);
   signal.batches_returned_total = request.batches_returned_total();
   if (signal.window_start == absl::InfinitePast()) {
