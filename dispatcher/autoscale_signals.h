@@ -27,6 +27,9 @@ struct ConsumerSignal {
   double window_wait = 0;
   double batches_per_second = 0;
   double window_wait_fraction = 0;
+  // Its iterator was closed (ClientHeartbeatRequest.leaving): away without waiting for the
+  // lease.
+  bool left = false;
 };
 // A worker's cumulative elements and busy seconds (for all jobs or one),
 // and the capacity measured over the window since the previous decision.

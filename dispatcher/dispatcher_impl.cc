@@ -136,6 +136,7 @@ void DispatcherImpl::Stop() {
     thread = std::move(maintenance_);
   }
   if (thread.joinable()) thread.join();
+  AnswerWatches(/*stopping=*/true);
 }
 
 void DispatcherImpl::MaintenanceLoop() {
@@ -219,6 +220,8 @@ void DispatcherImpl::RunAsync(Method<Request, Response> method,
                               const Request& request, Response* response,
                               Done done) {
   absl::Status status = (this->*method)(request, response);
+  // The call may have made work for a watching worker.
+  if (recheck_watches_.exchange(false)) AnswerWatches();
   const int64_t ticket = last_ticket_.load(std::memory_order_acquire);
   if (!status.ok() ||
       ticket <= durable_ticket_.load(std::memory_order_acquire)) {
@@ -288,11 +291,14 @@ void DispatcherImpl::GetStatus(const proto::GetStatusRequest& request,
 }
 
 absl::Status DispatcherImpl::Tick() {
-  RETURN_IF_ERROR(DoTick());
+  absl::Status status = DoTick();
+  AnswerWatches();  // work made by the tick (a lost worker's splits), and deadlines
+  RETURN_IF_ERROR(status);
   return WaitDurable();
 }
 
 absl::Status DispatcherImpl::Commit(const proto::Update& update) {
+  recheck_watches_.store(true);
   if (absl::Status s = state_.Validate(update); !s.ok()) {
     return absl::InternalError(
         absl::StrCat("dispatcher refused its own update (",

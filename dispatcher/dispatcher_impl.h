@@ -88,6 +88,13 @@
 // DONE, that consumer alone moves to epoch e + 1 (consumers do not wait for
 // each other); after num_epochs epochs it is finished.
 //
+// Leaving. A client whose iterator is closed (after saving its state, or breaking early)
+// sends one last ClientHeartbeat with `leaving`: its consumer is away at once instead of when
+// its lease (consumer_timeout) runs out, and a job whose consumers are all away or finished is
+// collected right then, so its splits stop holding worker capacity (the assignment channel
+// then gives that capacity to waiting jobs). The saved state continues the work exactly once:
+// restoring it recreates the job by name and produces everything the state had not returned.
+//
 // Exactly-once under worker loss. A worker with no heartbeat for worker_timeout
 // (Tick(), on the injected clock) is removed, and so is one that calls
 // WorkerUnregister. Its unfinished splits go to AWAITING_PROGRESS: they are not
@@ -106,6 +113,17 @@
 // counts as the worker's but that the heartbeat does not list (the response
 // assigning it was lost) is handed back the same way; one it lists but no
 // longer owns comes back in `drop`.
+//
+// Assignment channel. A worker learns of new splits when they exist, not at its next
+// heartbeat: it keeps one WatchAssignment call open (a long poll, held here without a thread),
+// which is answered work_available = true as soon as WorkerHeartbeat would hand it something
+// (a consumer has a pending slot and the worker, not draining, has free capacity; or a
+// PARALLEL_EPOCHS job newer than the call exists), and false after the heartbeat interval.
+// The worker then heartbeats at once and re-watches after that heartbeat. Every RPC that
+// changed the state and every Tick() re-check the held calls. Example: worker 1 (capacity 2,
+// idle) watches; GetOrCreateJob makes job 3 with 4 pending slots: the call returns at once,
+// worker 1's heartbeat gets positions 0 and 1, its next watch is held (no free capacity) until
+// a split finishes producing (the worker heartbeats then by itself) or the interval passes.
 //
 // Draining (scale-down, SIGTERM): DrainWorker marks the worker draining: it
 // gets no new splits, and the splits it has not finished producing are handed
@@ -136,6 +154,7 @@
 #include <memory>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -186,6 +205,10 @@ struct DispatcherOptions {
   // A consumer without a ClientHeartbeat this long is gone (its lease expired); a job all of
   // whose consumers are gone (or finished) is collected: workers drop its splits and pipeline.
   absl::Duration consumer_timeout = absl::Seconds(60);
+  // A consumer that returned no batch yet gets one split in production at a time, so its first
+  // batch gets all of the workers' CPU instead of a share (Assignable). sluice-dispatcher turns
+  // it on (--first-split-alone); off here, every pick is by the rule above.
+  bool first_split_alone = false;
   // Snapshot the state into the journal (compaction) after this many journaled updates.
   uint64_t snapshot_every = 10000;
   // Pipeline size, jobs and consumers per job (common/service/limits.h).
@@ -259,6 +282,14 @@ class DispatcherImpl {
   // decision adds to the current workers.
   void GetStatus(const proto::GetStatusRequest& request,
                  proto::GetStatusResponse* response, Done done)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The assignment channel (above; proto/dispatcher.proto WatchAssignmentRequest): `done`
+  // runs once work waits for the worker or after min(max_wait, heartbeat_interval), from a
+  // later RPC's thread or the maintenance thread. NotFound: unknown worker (register again).
+  // Unavailable: the dispatcher is stopping.
+  void WatchAssignment(const proto::WatchAssignmentRequest& request,
+                       proto::WatchAssignmentResponse* response, Done done)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   uint64_t incarnation() const { return incarnation_; }
@@ -352,6 +383,11 @@ class DispatcherImpl {
   absl::Status CheckConsumerOwner(const DispatcherState::Job& job,
                                   const proto::ClientHeartbeatRequest& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether some consumer of `job` is still there: not left, and reported within
+  // consumer_timeout (a quarter of it once finished). A consumer that never reported gets the
+  // timeout from now.
+  bool AnyConsumerPresent(const DispatcherState::Job& job, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Collects jobs whose consumers are all gone or finished.
   absl::Status CollectJobs(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Journals the job's removal and forgets its consumers' signals.
@@ -365,6 +401,14 @@ class DispatcherImpl {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   proto::SplitAssignment MakeAssignment(const DispatcherState::Job& job,
                                         const SlotKey& key) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a split of `consumer` may be handed out now: it has one pending, and (with
+  // options.first_split_alone) it is not starting up. Starting up = it returned no batch yet
+  // and has a split in production: until its first batch, one split gets all of the workers'
+  // CPU, so that batch comes about as soon as in-process (docs/architecture.md, "Work reaches
+  // workers at once").
+  bool Assignable(const DispatcherState::Job& job,
+                  const DispatcherState::Consumer& consumer) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Hands up to `free` pending splits to `worker_id`, appending them to `out`.
   absl::Status AssignSplits(uint64_t worker_id, int free,
@@ -392,6 +436,25 @@ class DispatcherImpl {
   // fact, not a measurement to confirm.
   bool DemandLeft(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MaintenanceLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  // A held WatchAssignment call.
+  struct Watch {
+    uint64_t worker_id = 0;
+    uint64_t max_job_id = 0;  // the newest job when the call came
+    absl::Time deadline;
+    proto::WatchAssignmentResponse* response = nullptr;
+    Done done;
+  };
+  // Whether WorkerHeartbeat would hand `watch`'s worker something now.
+  // Whether some consumer has a slot AssignSplits would hand out now.
+  bool AnyAssignableSlot() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `any_pending`: AnyAssignableSlot(); `newest_parallel`: the newest
+  // PARALLEL_EPOCHS job (0: none).
+  bool WorkWaitsFor(const Watch& watch, bool any_pending,
+                    uint64_t newest_parallel) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Answers the held calls whose worker has work (all of them with `stopping`), and those
+  // past their deadline.
+  void AnswerWatches(bool stopping = false) ABSL_LOCKS_EXCLUDED(mu_);
 
   const DispatcherOptions options_;
   Clock* const clock_;
@@ -419,6 +482,10 @@ class DispatcherImpl {
   std::map<uint64_t, double> allocation_ ABSL_GUARDED_BY(mu_);
   absl::Time last_decision_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   int starting_workers_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<Watch> watches_ ABSL_GUARDED_BY(mu_);
+  // Something a held watch depends on changed (a commit, a consumer's first batch): the next
+  // RPC to finish re-checks the watches. Plain soft-state reports (most heartbeats) do not.
+  std::atomic<bool> recheck_watches_{false};
   uint64_t incarnation_ =
       0;  // the state's incarnation (UpdateIdFloor); set once in Create
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;

@@ -343,6 +343,10 @@ absl::Status DispatcherImpl::DoClientHeartbeat(
     signal.window_batches = 0;  // the client restarted
     signal.window_wait = 0;
   }
+  // The consumer's first batch: its other splits may go out now (Assignable).
+  if (signal.batches_returned_total == 0 &&
+      request.batches_returned_total() > 0)
+    recheck_watches_.store(true);
   signal.batches_returned_total = request.batches_returned_total();
   if (signal.window_start == absl::InfinitePast()) {
     signal.window_start = now;
@@ -381,7 +385,7 @@ absl::Status DispatcherImpl::DoClientHeartbeat(
     }
     if (newly_done > 0) metrics_.splits_done.Increment(newly_done);
   }
-  // `job`/`consumer` stay valid: only Tick() removes jobs.
+  // `job`/`consumer` stay valid: only Tick() and a leaving report (at the end) remove jobs.
   if (consumer.epoch > signal.epoch) {
     signal.epoch = consumer.epoch;
     signal.epoch_started = now;  // the autoscaler's epoch grace
@@ -411,6 +415,16 @@ absl::Status DispatcherImpl::DoClientHeartbeat(
       task->set_worker_id(id);
       task->set_address(worker.address);
     }
+  }
+  // A closed iterator: the job goes now if nobody else is there (its splits free the workers).
+  signal.left = request.leaving();
+  if (request.leaving() && !AnyConsumerPresent(*job, now)) {
+    logger_->info(
+        "job {} '{}' collected: consumer {} closed its iterator and no other "
+        "consumer is there",
+        job->id, job->name, request.consumer_index());
+    metrics_.jobs_collected.Increment();
+    RETURN_IF_ERROR(RemoveJob(job->id));
   }
   return absl::OkStatus();
 }
@@ -483,27 +497,32 @@ absl::Status DispatcherImpl::DoGetJobState(
   return absl::OkStatus();
 }
 
+bool DispatcherImpl::AnyConsumerPresent(const DispatcherState::Job& job,
+                                        absl::Time now) {
+  bool any_alive = false;
+  for (const DispatcherState::Consumer& c : job.consumers) {
+    auto it = consumer_signals_.find({job.id, c.index});
+    // A consumer that never reported yet is given the timeout from the job's creation.
+    if (it == consumer_signals_.end()) {
+      consumer_signals_[{job.id, c.index}].last_report = now;
+      any_alive = true;
+      continue;
+    }
+    if (it->second.left) continue;
+    if (!c.finished && now - it->second.last_report < options_.consumer_timeout)
+      any_alive = true;
+    if (c.finished &&
+        now - it->second.last_report < options_.consumer_timeout / 4)
+      any_alive =
+          true;  // a finished consumer may still be reading its last batches
+  }
+  return any_alive;
+}
+
 absl::Status DispatcherImpl::CollectJobs(absl::Time now) {
   std::vector<uint64_t> gone;
   for (const auto& [id, job] : state_.jobs()) {
-    bool any_alive = false;
-    for (const DispatcherState::Consumer& c : job.consumers) {
-      auto it = consumer_signals_.find({id, c.index});
-      // A consumer that never reported yet is given the timeout from the job's creation.
-      if (it == consumer_signals_.end()) {
-        consumer_signals_[{id, c.index}].last_report = now;
-        any_alive = true;
-        continue;
-      }
-      if (!c.finished &&
-          now - it->second.last_report < options_.consumer_timeout)
-        any_alive = true;
-      if (c.finished &&
-          now - it->second.last_report < options_.consumer_timeout / 4)
-        any_alive =
-            true;  // a finished consumer may still be reading its last batches
-    }
-    if (!any_alive) gone.push_back(id);
+    if (!AnyConsumerPresent(job, now)) gone.push_back(id);
   }
   for (uint64_t id : gone) {
     logger_->info(

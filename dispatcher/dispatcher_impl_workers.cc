@@ -57,6 +57,15 @@ double DispatcherImpl::AllocationLoad(const DispatcherState::Job& job) const {
              : 0;
 }
 
+bool DispatcherImpl::Assignable(
+    const DispatcherState::Job& job,
+    const DispatcherState::Consumer& consumer) const {
+  if (consumer.pending.empty()) return false;
+  if (!options_.first_split_alone || consumer.in_production == 0) return true;
+  auto it = consumer_signals_.find({job.id, consumer.index});
+  return it != consumer_signals_.end() && it->second.batches_returned_total > 0;
+}
+
 absl::Status DispatcherImpl::AssignSplits(uint64_t worker_id, int free,
                                           proto::WorkerHeartbeatResponse* out) {
   // Each pick: the consumer with the fewest splits in production, ties to the
@@ -76,7 +85,7 @@ absl::Status DispatcherImpl::AssignSplits(uint64_t worker_id, int free,
         continue;
       const double load = AllocationLoad(job);
       for (const DispatcherState::Consumer& consumer : job.consumers) {
-        if (consumer.pending.empty()) continue;
+        if (!Assignable(job, consumer)) continue;
         if (best == nullptr || load < best_load ||
             (load == best_load &&
              consumer.in_production < best->in_production)) {
@@ -124,6 +133,7 @@ absl::Status DispatcherImpl::DoWorkerHeartbeat(
     const proto::WorkerHeartbeatRequest& request,
     proto::WorkerHeartbeatResponse* response) {
   RETURN_IF_ERROR(Admit(request.protocol_version()));
+  metrics_.worker_heartbeats.Increment();
   absl::MutexLock lock(&mu_);
   if (state_.FindWorker(request.worker_id()) == nullptr) {
     return absl::NotFoundError(

@@ -42,6 +42,11 @@ DispatcherMetrics::DispatcherMetrics(prometheus::Registry& registry)
                                 "Journal appends or compactions that failed.")),
       jobs_collected(AddCounter(registry, "sluice_dispatcher_jobs_collected_total",
                                 "Jobs forgotten because their consumers finished or left.")),
+      worker_heartbeats(AddCounter(registry, "sluice_dispatcher_worker_heartbeats_total",
+                                   "WorkerHeartbeat calls answered.")),
+      assignment_wakeups(AddCounter(registry, "sluice_dispatcher_assignment_wakeups_total",
+                                    "WatchAssignment calls answered work_available: a worker "
+                                    "told of new work before its next heartbeat.")),
       job_batches_returned_(CounterFamily(registry, "sluice_dispatcher_job_batches_returned_total",
                                           "Batches returned to the job's trainers, as reported by "
                                           "clients (label sluice_job).")),

@@ -51,6 +51,9 @@ class DispatcherMetrics {
   prometheus::Gauge& desired_workers;
   prometheus::Counter& journal_errors;
   prometheus::Counter& jobs_collected;
+  prometheus::Counter& worker_heartbeats;
+  // WatchAssignment calls answered work_available.
+  prometheus::Counter& assignment_wakeups;
 
  private:
   prometheus::Family<prometheus::Counter>& job_batches_returned_;

@@ -289,4 +289,21 @@ grpc::ServerUnaryReactor* GrpcDispatcherService::GetStatus(
   return reactor;
 }
 
+grpc::ServerUnaryReactor* GrpcDispatcherService::WatchAssignment(
+    grpc::CallbackServerContext* context,
+    const proto::WatchAssignmentRequest* request,
+    proto::WatchAssignmentResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  std::optional<Identity> caller = Caller(context, reactor);
+  if (!caller) return reactor;
+  if (absl::Status s = authorization_.CheckWorker(
+          *caller, request->worker_id(), "WatchAssignment");
+      !s.ok()) {
+    reactor->Finish(service::ToGrpcStatus(s));
+    return reactor;
+  }
+  Forward(reactor, *request, response, impl_, &DispatcherImpl::WatchAssignment);
+  return reactor;
+}
+
 }  // namespace sluice::dispatcher

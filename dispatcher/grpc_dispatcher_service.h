@@ -71,6 +71,10 @@ class GrpcDispatcherService final
       grpc::CallbackServerContext* context,
       const proto::GetStatusRequest* request,
       proto::GetStatusResponse* response) override;
+  grpc::ServerUnaryReactor* WatchAssignment(
+      grpc::CallbackServerContext* context,
+      const proto::WatchAssignmentRequest* request,
+      proto::WatchAssignmentResponse* response) override;
 
  private:
   // Calls `then` with the owner of `job_id` (nullopt: no such job), asking the impl's

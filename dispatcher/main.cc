@@ -38,6 +38,7 @@ struct Flags {
   absl::Duration heartbeat_interval = absl::Seconds(1);
   service::ServiceLimits limits;
   absl::Duration consumer_timeout = absl::Seconds(60);
+  bool first_split_alone = true;
   // Autoscaling (docs/autoscaling.md).
   std::string scaler = "none";
   uint32_t min_workers = 1;
@@ -84,6 +85,7 @@ int Run(const Flags& flags) {
         "jobs");
   }
   options.consumer_timeout = flags.consumer_timeout;
+  options.first_split_alone = flags.first_split_alone;
   options.limits = flags.limits;
   if (flags.min_workers > flags.max_workers ||
       flags.scale_period <= absl::ZeroDuration()) {
@@ -166,8 +168,9 @@ int Run(const Flags& flags) {
   // Every RPC is a short unary call: a short grace is enough, and gRPC would
   // otherwise wait the whole grace for idle client connections.
   server.SetServing(false);
-  server.Shutdown(absl::Milliseconds(500));
+  // Stop() first: it answers the held WatchAssignment calls, which Shutdown would wait for.
   (*impl)->Stop();
+  server.Shutdown(absl::Milliseconds(500));
   logger->info("stopped");
   return 0;
 }
@@ -194,6 +197,11 @@ int main(int argc, char** argv) {
   sluice::AddDurationOption(
       app, "--heartbeat-interval", &flags.heartbeat_interval,
       "Heartbeat period asked of workers and of timeout checks");
+  app.add_option(
+         "--first-split-alone", flags.first_split_alone,
+         "A consumer that returned no batch yet has one split in production, "
+         "so its first batch gets all of the workers' CPU (true/false)")
+      ->capture_default_str();
   sluice::AddDurationOption(app, "--consumer-timeout", &flags.consumer_timeout,
                             "A consumer without a heartbeat this long is gone; "
                             "a job with no consumer left is "

@@ -25,9 +25,14 @@ constexpr absl::Duration kMarkerWait = absl::Seconds(2);
 
 // A worker stream that ended with a retryable error is reopened after 50 ms, doubling up to
 // 2 s, with jitter.
+// The longest the destructor waits for the dispatcher to hear that the consumer leaves.
+constexpr absl::Duration kLeaveWait = absl::Seconds(2);
+
+// The first retry comes soon: the usual failure at a job's start is a worker that learns of the
+// job a few milliseconds after the client (NotFound), and that wait is the job's first batch.
 RetryOptions StreamBackoff() {
   RetryOptions backoff;
-  backoff.initial_backoff = absl::Milliseconds(50);
+  backoff.initial_backoff = absl::Milliseconds(10);
   backoff.max_backoff = absl::Seconds(2);
   return backoff;
 }
@@ -210,6 +215,14 @@ BatchIteratorImpl::~BatchIteratorImpl() {
     cv_.SignalAll();
   }
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  bool report;
+  {
+    absl::MutexLock lock(&mu_);
+    report = error_.ok() && !params_.parallel_epochs;
+  }
+  // Say so at once: a job whose consumers all left frees its workers now, not when the lease
+  // runs out (ClientHeartbeatRequest.leaving). Best effort: a failure leaves it to the lease.
+  if (report) (void)Heartbeat(/*leaving=*/true);
   std::map<std::string, std::unique_ptr<Reader>> readers;
   std::vector<std::unique_ptr<Reader>> finished;
   {
@@ -260,7 +273,10 @@ absl::StatusOr<std::optional<Batch>> BatchIteratorImpl::GetNext() {
     if (batch.has_value()) {
       epoch_ = batch->epoch;
       ++batches_returned_;
-      if (state_.TakeProgressDue()) heartbeat_due_ = true;
+      // The first batch returned tells the dispatcher that this consumer started: its other
+      // splits go out now (DispatcherImpl::Assignable).
+      if (state_.TakeProgressDue() || batches_returned_ == 1)
+        heartbeat_due_ = true;
       if (batches_counter_ != nullptr) batches_counter_->Increment();
       UpdateFillGauge();
       cv_.SignalAll();  // room in the buffer
@@ -355,15 +371,17 @@ absl::StatusOr<std::string> BatchIteratorImpl::SaveState() const {
   return checkpoint.SerializeAsString();
 }
 
-absl::Status BatchIteratorImpl::Heartbeat() {
+absl::Status BatchIteratorImpl::Heartbeat(bool leaving) {
   proto::ClientHeartbeatRequest request;
   grpc::ClientContext context;
-  context.set_deadline(
-      absl::ToChronoTime(absl::Now() + params_.options.rpc_timeout));
+  context.set_deadline(absl::ToChronoTime(
+      absl::Now() + (leaving ? std::min(params_.options.rpc_timeout, kLeaveWait)
+                             : params_.options.rpc_timeout)));
   {
     absl::MutexLock lock(&mu_);
-    if (cancelled_)
+    if (cancelled_ && !leaving)
       return absl::CancelledError("the iterator is being destroyed");
+    request.set_leaving(leaving);
     request.set_protocol_version(kProtocolVersion);
     request.set_job_id(params_.job_id);
     request.set_consumer_index(params_.consumer_index);
@@ -396,7 +414,7 @@ absl::Status BatchIteratorImpl::Heartbeat() {
     request.set_done_as_ranges(true);
     request.set_tasks_version(lists_.tasks_version());
     request.set_splits_version(lists_.splits_version());
-    heartbeat_context_ = &context;
+    if (!leaving) heartbeat_context_ = &context;
   }
   proto::ClientHeartbeatResponse response;
   const grpc::Status status =
@@ -404,7 +422,7 @@ absl::Status BatchIteratorImpl::Heartbeat() {
   std::vector<std::unique_ptr<Reader>> to_join;
   {
     absl::MutexLock lock(&mu_);
-    heartbeat_context_ = nullptr;
+    if (!leaving) heartbeat_context_ = nullptr;
     if (status.ok()) restore_pending_ = claim_pending_ = false;
     if (!status.ok()) {
       return DispatcherError(status, params_.options.dispatcher_address,

@@ -109,7 +109,9 @@ class BatchIteratorImpl final : public BatchIterator {
 
   // One ClientHeartbeat round trip and its application. Returns the RPC's
   // error.
-  absl::Status Heartbeat() ABSL_LOCKS_EXCLUDED(mu_);
+  // `leaving`: the destructor's last report (ClientHeartbeatRequest.leaving), sent after
+  // cancelled_ is set; its answer only returns the readers that ended.
+  absl::Status Heartbeat(bool leaving = false) ABSL_LOCKS_EXCLUDED(mu_);
   void HeartbeatLoop() ABSL_LOCKS_EXCLUDED(mu_);
   void ReaderLoop(Reader* reader) ABSL_LOCKS_EXCLUDED(mu_);
   enum class DeliverResult { kContinue, kReopen, kStop };

@@ -97,4 +97,37 @@ absl::Status GrpcDispatcherClient::WorkerUnregister(
               response, /*retry=*/true);
 }
 
+absl::Status GrpcDispatcherClient::WatchAssignment(
+    const proto::WatchAssignmentRequest& request,
+    proto::WatchAssignmentResponse* response) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(
+      absl::Now() + 2 * absl::Seconds(request.max_wait_seconds()) +
+      options_.rpc_timeout));
+  {
+    absl::MutexLock lock(&watch_mu_);
+    if (watch_cancelled_) return absl::CancelledError("the worker is stopping");
+    watch_context_ = &context;
+  }
+  const grpc::Status status =
+      stub_->WatchAssignment(&context, request, response);
+  {
+    absl::MutexLock lock(&watch_mu_);
+    watch_context_ = nullptr;
+  }
+  if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+    return absl::UnimplementedError(
+        absl::StrCat("the sluice dispatcher at ", options_.address,
+                     " has no WatchAssignment (an older version)"));
+  }
+  return service::PeerCallError(status, "sluice dispatcher", options_.address,
+                                "WatchAssignment");
+}
+
+void GrpcDispatcherClient::CancelWatch() {
+  absl::MutexLock lock(&watch_mu_);
+  watch_cancelled_ = true;
+  if (watch_context_ != nullptr) watch_context_->TryCancel();
+}
+
 }  // namespace sluice::data_worker

@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/base/clock.h"
 #include "common/service/channel_factory.h"
@@ -52,6 +53,11 @@ class GrpcDispatcherClient final : public DispatcherClient {
   absl::Status WorkerUnregister(
       const proto::WorkerUnregisterRequest& request,
       proto::WorkerUnregisterResponse* response) override;
+  // Tried once, with a deadline of 2 * max_wait_seconds + rpc_timeout.
+  absl::Status WatchAssignment(
+      const proto::WatchAssignmentRequest& request,
+      proto::WatchAssignmentResponse* response) override;
+  void CancelWatch() override;
 
  private:
   GrpcDispatcherClient(GrpcDispatcherClientOptions options,
@@ -64,6 +70,9 @@ class GrpcDispatcherClient final : public DispatcherClient {
   const GrpcDispatcherClientOptions options_;
   Clock* const clock_;
   std::unique_ptr<proto::DispatcherService::Stub> stub_;
+  absl::Mutex watch_mu_;
+  grpc::ClientContext* watch_context_ ABSL_GUARDED_BY(watch_mu_) = nullptr;
+  bool watch_cancelled_ ABSL_GUARDED_BY(watch_mu_) = false;
 };
 
 }  // namespace sluice::data_worker

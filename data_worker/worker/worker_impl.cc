@@ -7,8 +7,18 @@
 #include "common/base/logging.h"
 #include "common/base/retry.h"
 #include "common/base/status_macros.h"
+#include "common/metrics/metrics.h"
 
 namespace sluice::data_worker {
+namespace {
+
+constexpr char kHeartbeatsHelp[] =
+    "WorkerHeartbeat calls by what triggered them: start (the first), "
+    "interval, event (a split ended, a consumer attached, the dispatcher said "
+    "work waits).";
+
+}  // namespace
+
 
 absl::StatusOr<std::unique_ptr<WorkerImpl>> WorkerImpl::Create(
     WorkerOptions options, std::unique_ptr<DispatcherClient> dispatcher) {
@@ -46,7 +56,14 @@ WorkerImpl::WorkerImpl(WorkerOptions options,
                   ? options_.threads
                   : static_cast<int>(std::thread::hardware_concurrency())),
       address_(options_.address),
-      heartbeat_interval_(options_.heartbeat_interval) {
+      heartbeat_interval_(options_.heartbeat_interval),
+      start_heartbeats_(AddCounter(registry_, "sluice_worker_heartbeats_total",
+                                   kHeartbeatsHelp, {{"trigger", "start"}})),
+      interval_heartbeats_(
+          AddCounter(registry_, "sluice_worker_heartbeats_total",
+                     kHeartbeatsHelp, {{"trigger", "interval"}})),
+      event_heartbeats_(AddCounter(registry_, "sluice_worker_heartbeats_total",
+                                   kHeartbeatsHelp, {{"trigger", "event"}})) {
   rate_since_ = clock_->Now();
   queues_.set_on_split_end([this] { heartbeat_due_.store(true); });
 }
@@ -78,8 +95,10 @@ absl::Status WorkerImpl::Start(const std::string& address) {
     started_ = true;
   }
   runner_.Start(static_cast<int>(options_.capacity));
-  if (options_.heartbeat_thread)
+  if (options_.heartbeat_thread) {
     heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
+    watch_thread_ = std::thread([this] { WatchLoop(); });
+  }
   return absl::OkStatus();
 }
 
@@ -90,9 +109,11 @@ void WorkerImpl::Stop() {
     cancelled_ = true;
     stop_.SignalAll();
   }
+  dispatcher_->CancelWatch();
   queues_.Stop();
   runner_.Stop();
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  if (watch_thread_.joinable()) watch_thread_.join();
 }
 
 absl::Status WorkerImpl::Register() {
@@ -331,6 +352,8 @@ absl::StatusOr<uint64_t> WorkerImpl::OpenStream(
       static_cast<int64_t>(queues_.open_streams()), options_.limits));
   std::shared_ptr<const Job> job = jobs_.Get(request.job_id());
   if (job == nullptr) {
+    // A consumer knows of a job this worker has not heard of yet.
+    heartbeat_due_.store(true);
     return absl::NotFoundError(
         absl::StrCat("job ", request.job_id(),
                      " is not known to this worker yet: retry after its "
@@ -416,8 +439,17 @@ void WorkerImpl::HeartbeatLoop() {
   // worker at once; the first success returns to the interval.
   int failures = 0;
   bool early = false;  // this heartbeat: a split ended or a consumer attached
+  bool first = true;
   while (true) {
     absl::Status status = Heartbeat();
+    (first ? start_heartbeats_
+           : (early ? event_heartbeats_ : interval_heartbeats_))
+        .Increment();
+    first = false;
+    {
+      absl::MutexLock lock(&mu_);
+      ++heartbeats_;
+    }
     if (!status.ok())
       logger_->warn("WorkerHeartbeat failed: {}", status.ToString());
     failures = status.ok() ? 0 : failures + 1;
@@ -426,7 +458,7 @@ void WorkerImpl::HeartbeatLoop() {
       absl::MutexLock lock(&mu_);
       interval = heartbeat_interval_;
       if (early) idle_wait_ = absl::ZeroDuration();  // a new idle episode
-      if (failures == 0 && wants_splits_) {
+      if (failures == 0 && wants_splits_ && !watching_.load()) {
         if (idle_wait_ == absl::ZeroDuration()) {
           idle_wait_ = std::max(absl::Milliseconds(10), interval / 8);
         }
@@ -457,6 +489,69 @@ void WorkerImpl::HeartbeatLoop() {
       if (now >= next) break;
       clock_->SleepFor(std::min(next - now, absl::Milliseconds(5)));
     }
+  }
+}
+
+void WorkerImpl::AwaitHeartbeat(uint64_t seen, absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto passed = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return cancelled_ || heartbeats_ > seen;
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&passed), timeout);
+}
+
+void WorkerImpl::WatchLoop() {
+  int failures = 0;
+  while (true) {
+    proto::WatchAssignmentRequest request;
+    absl::Duration interval;
+    uint64_t seen;
+    {
+      absl::MutexLock lock(&mu_);
+      if (cancelled_) return;
+      interval = heartbeat_interval_;
+      seen = heartbeats_;
+      request.set_protocol_version(kProtocolVersion);
+      request.set_worker_id(worker_id_);
+      request.set_max_wait_seconds(absl::ToDoubleSeconds(interval));
+    }
+    if (request.worker_id() == 0) {
+      // Registering again: watch after the heartbeat that does.
+      AwaitHeartbeat(seen, interval);
+      continue;
+    }
+    proto::WatchAssignmentResponse response;
+    const absl::Status status =
+        dispatcher_->WatchAssignment(request, &response);
+    if (absl::IsUnimplemented(status)) {
+      watching_.store(false);
+      logger_->info("{}: new splits arrive with heartbeats",
+                    std::string(status.message()));
+      return;
+    }
+    if (status.ok()) {
+      failures = 0;
+      watching_.store(true);
+      if (!response.work_available()) continue;
+    } else if (absl::IsNotFound(status)) {
+      failures = 0;  // the heartbeat that follows registers again
+    } else {
+      // Unreachable or stopping: the heartbeat loop copes; try again after an interval.
+      ++failures;
+      watching_.store(false);
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(&cancelled_),
+                           std::min(interval * failures, absl::Seconds(5)));
+      continue;
+    }
+    // Heartbeat now; watch again once it was answered (the dispatcher would answer at once
+    // while the work still waits for this worker).
+    {
+      absl::MutexLock lock(&mu_);
+      seen = heartbeats_;
+    }
+    heartbeat_due_.store(true);
+    AwaitHeartbeat(seen, 2 * interval);
   }
 }
 

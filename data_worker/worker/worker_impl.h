@@ -29,6 +29,12 @@
 // task it held (the new dispatcher re-sends what is still wanted), so a job id reused by a
 // dispatcher that forgot its state can never run an old pipeline.
 //
+// Assignment channel. Besides heartbeats, a watch thread keeps one WatchAssignment call open;
+// when the dispatcher answers work_available, the next heartbeat goes at once (the splits come
+// in its response), and the watch is renewed after that heartbeat. Against a dispatcher
+// without the RPC (UNIMPLEMENTED) the thread ends and heartbeats alone bring work, with the
+// sooner idle heartbeats below (wants_splits_).
+//
 // Lost and draining. NOT_FOUND from WorkerHeartbeat (the dispatcher declared us lost): every
 // task and queued batch is dropped and the worker registers again. Drain(): DrainWorker RPC;
 // the dispatcher stops assigning and drops the splits we have not finished producing;
@@ -95,6 +101,16 @@ class DispatcherClient {
   virtual absl::Status WorkerUnregister(
       const proto::WorkerUnregisterRequest& request,
       proto::WorkerUnregisterResponse* response) = 0;
+  // The assignment channel's long poll (proto/dispatcher.proto WatchAssignmentRequest): may
+  // block up to twice request.max_wait_seconds. Unimplemented (the default, and an older
+  // dispatcher's answer): the worker learns of splits at its heartbeats only.
+  virtual absl::Status WatchAssignment(
+      const proto::WatchAssignmentRequest& /*request*/,
+      proto::WatchAssignmentResponse* /*response*/) {
+    return absl::UnimplementedError("WatchAssignment");
+  }
+  // Ends a WatchAssignment call in progress (and any started later) at once, Cancelled.
+  virtual void CancelWatch() {}
 };
 
 struct WorkerOptions {
@@ -206,6 +222,11 @@ class WorkerImpl {
              std::unique_ptr<DispatcherClient> dispatcher);
 
   void HeartbeatLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  // The assignment channel's thread (see the protocol above).
+  void WatchLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits until `heartbeats_` passes `seen`, the worker stops, or `timeout` passes.
+  void AwaitHeartbeat(uint64_t seen, absl::Duration timeout)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Adds the response's new tasks to the queues and the runner.
   void StartTasks(const proto::WorkerHeartbeatResponse& response)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -259,8 +280,19 @@ class WorkerImpl {
   bool wants_splits_ ABSL_GUARDED_BY(mu_) = false;
   absl::Duration idle_wait_ ABSL_GUARDED_BY(mu_);
 
+  // Heartbeats sent (answered or not), for the watch thread to renew its call after one.
+  uint64_t heartbeats_ ABSL_GUARDED_BY(mu_) = 0;
+  // The dispatcher answers WatchAssignment: the sooner idle heartbeats are not needed.
+  std::atomic<bool> watching_{false};
+  // sluice_worker_heartbeats_total by trigger: "start" (the first), "interval", "event" (a
+  // split ended, a consumer attached, or the dispatcher said work waits).
+  prometheus::Counter& start_heartbeats_;
+  prometheus::Counter& interval_heartbeats_;
+  prometheus::Counter& event_heartbeats_;
+
   absl::Mutex lifecycle_mu_;  // serializes Start/Stop
   std::thread heartbeat_thread_ ABSL_GUARDED_BY(lifecycle_mu_);
+  std::thread watch_thread_ ABSL_GUARDED_BY(lifecycle_mu_);
 };
 
 }  // namespace sluice::data_worker

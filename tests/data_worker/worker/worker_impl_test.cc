@@ -960,5 +960,39 @@ TEST_F(WorkerImplTest, NewerStreamSupersedesTheOlderOne) {
   EXPECT_EQ(w->PollStream(new_reader->id).kind, StreamEvent::kPending);
 }
 
+// The assignment channel: the dispatcher says work waits, and the worker heartbeats at once,
+// though its interval (an hour) never passes on its clock.
+TEST_F(WorkerImplTest, AWatchAnsweredWithWorkBringsAHeartbeatAtOnce) {
+  {
+    absl::MutexLock lock(&fake_.mu);
+    fake_.watch = true;
+    fake_.watch_script.push_back(true);
+  }
+  WorkerOptions options;
+  options.address = "127.0.0.1:1";
+  options.data_roots = {dir_.path()};
+  options.heartbeat_interval = absl::Hours(1);
+  options.clock = &manual_clock_;
+  auto w = WorkerImpl::Create(options, std::make_unique<FakeDispatcher>(&fake_));
+  ASSERT_TRUE(w.ok()) << w.status();
+  const absl::Time start = manual_clock_.Now();
+  ASSERT_TRUE((*w)->Start().ok());
+  auto second_heartbeat = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(fake_.mu) {
+    return fake_.heartbeats.size() >= 2;
+  };
+  {
+    absl::MutexLock lock(&fake_.mu);
+    EXPECT_TRUE(fake_.mu.AwaitWithTimeout(absl::Condition(&second_heartbeat),
+                                          absl::Seconds(20)));
+    ASSERT_GE(fake_.watches.size(), 1u);
+    EXPECT_EQ(fake_.watches[0].worker_id(), 101u);
+    EXPECT_EQ(fake_.watches[0].max_wait_seconds(), 3600);
+  }
+  EXPECT_EQ(manual_clock_.Now(), start);  // no interval passed
+  (*w)->Stop();  // ends the watch call in progress (CancelWatch)
+  absl::MutexLock lock(&fake_.mu);
+  EXPECT_TRUE(fake_.watch_cancelled);
+}
+
 }  // namespace
 }  // namespace sluice::data_worker

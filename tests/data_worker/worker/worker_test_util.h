@@ -30,6 +30,12 @@ class FakeDispatcher : public DispatcherClient {
     std::vector<proto::WorkerHeartbeatRequest> heartbeats ABSL_GUARDED_BY(mu);
     std::deque<absl::StatusOr<proto::WorkerHeartbeatResponse>> script
         ABSL_GUARDED_BY(mu);
+    // WatchAssignment: Unimplemented unless `watch` (an older dispatcher); otherwise each call
+    // waits for the next scripted work_available, or until CancelWatch.
+    bool watch ABSL_GUARDED_BY(mu) = false;
+    std::deque<bool> watch_script ABSL_GUARDED_BY(mu);
+    std::vector<proto::WatchAssignmentRequest> watches ABSL_GUARDED_BY(mu);
+    bool watch_cancelled ABSL_GUARDED_BY(mu) = false;
   };
   explicit FakeDispatcher(Shared* shared) : s_(shared) {}
 
@@ -62,6 +68,25 @@ class FakeDispatcher : public DispatcherClient {
   absl::Status WorkerUnregister(const proto::WorkerUnregisterRequest&,
                                 proto::WorkerUnregisterResponse*) override {
     return absl::OkStatus();
+  }
+  absl::Status WatchAssignment(
+      const proto::WatchAssignmentRequest& request,
+      proto::WatchAssignmentResponse* response) override {
+    absl::MutexLock lock(&s_->mu);
+    if (!s_->watch) return absl::UnimplementedError("WatchAssignment");
+    s_->watches.push_back(request);
+    auto answer = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s_->mu) {
+      return s_->watch_cancelled || !s_->watch_script.empty();
+    };
+    s_->mu.Await(absl::Condition(&answer));
+    if (s_->watch_cancelled) return absl::CancelledError("stopping");
+    response->set_work_available(s_->watch_script.front());
+    s_->watch_script.pop_front();
+    return absl::OkStatus();
+  }
+  void CancelWatch() override {
+    absl::MutexLock lock(&s_->mu);
+    s_->watch_cancelled = true;
   }
 
  private:

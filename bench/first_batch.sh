@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# A new job's first batch on a warm cluster, and a whole run, through the service vs in-process,
+# in one run (issue 20 item 1):
+#   cluster  real sluice-dispatcher + 2 sluice-worker with their default 1 s heartbeat, warmed
+#            by one job before anything is timed;
+#   (a)      JOBS (default 10) jobs started one after another, each leaving after one batch
+#            (`sluice consume --stop-after-batches 1 --save-state`, as a trainer that checkpoints
+#            and stops, or an evaluation loop that breaks early): "first batch after" of each,
+#            from opening the job; p50 and p90 of the round (goal p90 <= 0.15 s);
+#   (b)      the same pipeline in-process (`sluice pipeline run`): its first batch, from building
+#            the pipeline, and its whole run;
+#   (c)      the whole EPOCHS-epoch run of IMAGES images through the service (`sluice consume`,
+#            startup included) vs (b)'s whole run: the ratio (goal >= 0.9).
+# ROUNDS rounds (default 3, at least 3); odd rounds run the service first, even rounds
+# in-process first. Headlines are the median of the rounds with their range [min-max]; ratios
+# are taken within a round.
+#
+#   bench/first_batch.sh        IMAGES=2000 EPOCHS=2 JOBS=10 ROUNDS=3 (about 2 min on 2 cores)
+# Needs build/bin (or SLUICE_BIN_DIR).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+bin="${SLUICE_BIN_DIR:-$root/build/bin}"
+images="${IMAGES:-2000}"
+epochs="${EPOCHS:-2}"
+jobs="${JOBS:-10}"
+rounds="${ROUNDS:-3}"
+spec="${SPEC:-$root/bench/pipelines/imagenet_train.yaml}"
+if (( rounds < 3 )); then echo "ROUNDS must be >= 3 (a median of fewer is no headline)" >&2; exit 2; fi
+work="$(mktemp -d /tmp/sluice-first-batch-XXXXXX)"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+echo "# $(date -u +%FT%TZ)  nproc=$(nproc)  $(lscpu | sed -n 's/^Model name: *//p')  uptime: $(uptime)"
+echo "== data: $images synthetic JPEGs"
+"$bin/sluice" datagen --output "$work/jpegs" --images "$images" >/dev/null 2>&1
+"$bin/sluice" record convert --input "$work/jpegs" --output "$work/ds" >/dev/null 2>&1
+
+await_file() { for _ in $(seq 200); do [[ -s "$1" ]] && return 0; sleep 0.05; done; echo "no $1" >&2; exit 1; }
+echo "== cluster: sluice-dispatcher + 2 sluice-worker (default heartbeat interval)"
+mkdir -p "$work/dispatcher"
+"$bin/sluice-dispatcher" --port 0 --address-file "$work/dispatcher.address" \
+  --work-dir "$work/dispatcher" >"$work/dispatcher.log" 2>&1 &
+pids+=($!)
+await_file "$work/dispatcher.address"
+dispatcher="$(cat "$work/dispatcher.address")"
+for w in 1 2; do
+  "$bin/sluice-worker" --dispatcher "$dispatcher" --port 0 --address-file "$work/worker$w.address" \
+    --data-root "$work" >"$work/worker$w.log" 2>&1 &
+  pids+=($!)
+  await_file "$work/worker$w.address"
+done
+
+# The number after "<name>" on the last line that has it.
+field() { sed -n "s/.*$1 *\([0-9.]*\).*/\1/p" "$2" | tail -1; }
+# "median [min-max]" of the numbers on stdin.
+summary() { sort -g | awk '{v[NR] = $1} END {
+  m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+  printf "%.3f [%.3f-%.3f]", m, v[1], v[NR] }'; }
+# p50 and p90 (nearest rank) of the numbers on stdin: "p50 p90".
+percentiles() { sort -g | awk '{v[NR] = $1} END {
+  i = int(0.9 * NR); if (i < 0.9 * NR) i++
+  m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+  printf "%.4f %.4f\n", m, v[i] }'; }
+
+leave_after_one() {  # job name -> its first-batch seconds
+  "$bin/sluice" consume --dispatcher "$dispatcher" --spec "$spec" --data "$work/ds" --job "$1" \
+    --epochs 1 --stop-after-batches 1 --save-state "$work/$1.state" >"$work/$1.txt" 2>/dev/null
+  field "first batch after" "$work/$1.txt"
+}
+echo "== warm-up job"
+leave_after_one warmup >/dev/null
+
+service_round() {  # round
+  for j in $(seq "$jobs"); do leave_after_one "fb-$1-$j"; done >"$work/first.$1.txt"
+  "$bin/sluice" consume --dispatcher "$dispatcher" --spec "$spec" --data "$work/ds" \
+    --job "run-$1" --epochs "$epochs" >"$work/service.$1.txt" 2>/dev/null
+  read -r p50 p90 < <(percentiles <"$work/first.$1.txt")
+  echo "$p50" >"$work/p50.$1"; echo "$p90" >"$work/p90.$1"
+  printf 'round %s  service     first batch p50 %.3f s  p90 %.3f s (%s jobs)  whole run %s images/s\n' \
+    "$1" "$p50" "$p90" "$jobs" "$(field "throughput:" "$work/service.$1.txt")"
+}
+inproc_round() {  # round
+  "$bin/sluice" pipeline run --spec "$spec" --data "$work/ds" --epochs "$epochs" \
+    >"$work/inproc.$1.txt" 2>/dev/null
+  printf 'round %s  in-process  first batch %.3f s  whole run %s images/s\n' "$1" \
+    "$(field "first batch after" "$work/inproc.$1.txt")" "$(field "throughput:" "$work/inproc.$1.txt")"
+}
+for r in $(seq "$rounds"); do
+  if (( r % 2 )); then service_round "$r"; inproc_round "$r"; else inproc_round "$r"; service_round "$r"; fi
+done
+
+per_round() {  # command printing one number for round $r
+  for r in $(seq "$rounds"); do eval "$1"; echo; done | sed '/^$/d'
+}
+echo
+echo "== summary ($rounds rounds, median [min-max]; machine: $(nproc) cores; load after: $(cut -d' ' -f1-3 /proc/loadavg))"
+echo "service, $jobs new jobs on a warm cluster, each leaving after one batch"
+echo "  first batch p50                 $(per_round 'cat $work/p50.$r' | summary) s"
+echo "  first batch p90                 $(per_round 'cat $work/p90.$r' | summary) s  (goal <= 0.15 s)"
+echo "in-process"
+echo "  first batch                     $(per_round 'field "first batch after" $work/inproc.$r.txt' | summary) s"
+echo "  ratio service p50 / in-process first batch   $(per_round 'awk -v a=$(cat $work/p50.$r) -v b=$(field "first batch after" $work/inproc.$r.txt) "BEGIN {printf \"%.3f\", a / b}"' | summary)"
+echo "whole run, $images images x $epochs epochs (startup included)"
+echo "  service images/s                $(per_round 'field "throughput:" $work/service.$r.txt' | summary)"
+echo "  in-process images/s             $(per_round 'field "throughput:" $work/inproc.$r.txt' | summary)"
+echo "  ratio service/in-process        $(per_round 'awk -v a=$(field "throughput:" $work/service.$r.txt) -v b=$(field "throughput:" $work/inproc.$r.txt) "BEGIN {printf \"%.3f\", a / b}"' | summary)  (goal >= 0.9)"

@@ -1,0 +1,224 @@
+// The assignment channel with real processes: a worker learns of a new job's splits when they
+// exist, not at its next heartbeat (WatchAssignment, dispatcher/dispatcher_impl.h), and a trainer
+// that closes its iterator frees the workers at once (ClientHeartbeatRequest.leaving). The
+// cluster's heartbeat interval is a minute, so a run that needed an interval heartbeat could not
+// finish without one: the workers' own count of interval heartbeats proves it did not.
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <future>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/pipeline_spec/parse.h"
+#include "common/record/dataset.h"
+#include "gtest/gtest.h"
+#include "opencv2/imgcodecs.hpp"
+#include "sluice/client.h"
+#include "tests/testing/temp_dir.h"
+#include "tools/local_cluster/local_cluster.h"
+
+namespace sluice {
+namespace {
+
+using ::sluice::testing::TempDir;
+
+constexpr int kRecords = 240;
+
+std::string BinDir() {
+  const char* dir = std::getenv("SLUICE_BIN_DIR");
+  return dir != nullptr ? dir : tools::BinDir();
+}
+
+void WriteDataset(const std::string& dir, int records) {
+  auto writer = record::DatasetWriter::Create(
+      dir, record::ImageClassificationSchema(), {.shard_size_bytes = 40000});
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  for (int i = 0; i < records; ++i) {
+    cv::Mat image(16, 16, CV_8UC3, cv::Scalar(i % 256, (i * 7) % 256, 9));
+    std::vector<uchar> jpeg;
+    cv::imencode(".jpg", image, jpeg);
+    ASSERT_TRUE(
+        (*writer)
+            ->Add({record::Tensor::Bytes(std::string(jpeg.begin(), jpeg.end())),
+                   record::Tensor::Int64(i % 10), record::Tensor::Bytes("")})
+            .ok());
+  }
+  ASSERT_TRUE((*writer)->Finish().ok());
+}
+
+proto::Pipeline MakePipeline(const std::string& dataset) {
+  absl::StatusOr<proto::Pipeline> pipeline = pipeline_spec::ParsePipelineSpec(
+      absl::StrCat("seed: 3\nsource:\n  dataset: {path: ", dataset,
+                   "}\n  columns: [image, label]\nnodes:\n  - map:\n"
+                   "      input_columns: [image]\n      ops:\n"
+                   "        - decode: {}\n  - batch: {size: 8}\n"));
+  EXPECT_TRUE(pipeline.ok()) << pipeline.status();
+  return pipeline.ok() ? *pipeline : proto::Pipeline();
+}
+
+// One metric's samples summed by label, from the process whose metrics are on `port`.
+std::map<std::string, double> Scrape(int port, const std::string& metric,
+                                     const std::string& label) {
+  absl::StatusOr<std::string> text = tools::ScrapeMetrics(port);
+  EXPECT_TRUE(text.ok()) << text.status();
+  return text.ok() ? tools::SumByLabel(*text, metric, label)
+                   : std::map<std::string, double>();
+}
+
+// The value of an unlabelled metric from the process whose metrics are on `port` (-1: none).
+double ScrapeValue(int port, const std::string& metric) {
+  absl::StatusOr<std::string> text = tools::ScrapeMetrics(port);
+  EXPECT_TRUE(text.ok()) << text.status();
+  const std::string key = absl::StrCat("\n", metric, " ");
+  const size_t at = text.ok() ? text->find(key) : std::string::npos;
+  if (at == std::string::npos) return -1;
+  return std::stod(text->substr(at + key.size()));
+}
+
+JobOptions Job(const std::string& name, const proto::Pipeline& pipeline) {
+  return {.job_name = name, .pipeline = pipeline, .seed = 5, .split_size = 40};
+}
+
+absl::StatusOr<std::unique_ptr<DataServiceClient>> Client(
+    const std::string& address) {
+  return DataServiceClient::Create(
+      {.dispatcher_address = address,
+       .connect_timeout = absl::Seconds(5),
+       .heartbeat_interval = absl::Milliseconds(100)});
+}
+
+// Every record of the job's one epoch (what is left of it after `job.restore_state`), in
+// delivery order.
+absl::StatusOr<std::vector<uint64_t>> ConsumeAll(const std::string& address,
+                                                 const JobOptions& job) {
+  auto client = Client(address);
+  if (!client.ok()) return client.status();
+  auto it = (*client)->Open(job);
+  if (!it.ok()) return it.status();
+  std::vector<uint64_t> ids;
+  while (true) {
+    absl::StatusOr<std::optional<Batch>> batch = (*it)->GetNext();
+    if (!batch.ok()) return batch.status();
+    if (!batch->has_value()) return ids;
+    ids.insert(ids.end(), (*batch)->global_indices.begin(),
+               (*batch)->global_indices.end());
+  }
+}
+
+std::vector<uint64_t> Range(uint64_t n) {
+  std::vector<uint64_t> out(n);
+  for (uint64_t i = 0; i < n; ++i) out[i] = i;
+  return out;
+}
+
+class AssignmentTest : public ::testing::Test {
+ protected:
+  void SetUp() override { WriteDataset(data_.Join("ds"), kRecords); }
+
+  // Heartbeats every minute: a test that finishes sooner got its work through the channel.
+  std::unique_ptr<tools::LocalCluster> StartCluster(
+      int workers, std::vector<std::string> dispatcher_flags = {},
+      std::vector<std::string> worker_flags = {}) {
+    auto cluster = tools::LocalCluster::Start(
+        {.bin_dir = BinDir(),
+         .workers = workers,
+         .data_roots = {data_.path()},
+         .work_dir = tmp_.Join("cluster"),
+         .worker_threads = 1,
+         .heartbeat_interval = absl::Seconds(60),
+         .worker_timeout = absl::Seconds(300),
+         .extra_worker_flags = worker_flags,
+         .extra_dispatcher_flags = dispatcher_flags});
+    EXPECT_TRUE(cluster.ok()) << cluster.status();
+    return cluster.ok() ? *std::move(cluster) : nullptr;
+  }
+
+  TempDir data_;
+  TempDir tmp_;
+};
+
+TEST_F(AssignmentTest, NewJobsRunToTheEndWithoutAnIntervalHeartbeat) {
+  auto cluster = StartCluster(2);
+  ASSERT_NE(cluster, nullptr);
+  const proto::Pipeline pipeline = MakePipeline(data_.Join("ds"));
+  // Three jobs one after another on the warm cluster: each is created after every worker's
+  // first heartbeat, and has 6 slots for 2 workers of capacity 2.
+  for (const char* job : {"first", "second", "third"}) {
+    absl::StatusOr<std::vector<uint64_t>> ids =
+        ConsumeAll(cluster->dispatcher_address(), Job(job, pipeline));
+    ASSERT_TRUE(ids.ok()) << ids.status();
+    std::sort(ids->begin(), ids->end());
+    EXPECT_EQ(*ids, Range(kRecords)) << job;
+  }
+  // No worker waited for its 60 s heartbeat: the work came through the channel.
+  for (int i = 0; i < cluster->num_workers(); ++i) {
+    std::map<std::string, double> heartbeats =
+        Scrape(cluster->worker(i).metrics_port,
+               "sluice_worker_heartbeats_total", "trigger");
+    EXPECT_EQ(heartbeats["interval"], 0) << "worker " << i;
+    EXPECT_EQ(heartbeats["start"], 1) << "worker " << i;
+  }
+  EXPECT_GE(ScrapeValue(cluster->dispatcher_metrics_port(),
+                        "sluice_dispatcher_assignment_wakeups_total"),
+            3);
+}
+
+TEST_F(AssignmentTest,
+       ATrainerThatSavesAndLeavesHoldsNoCapacityAndResumesOnce) {
+  // One worker producing one split at a time, leases of 10 minutes: job "left" holds the
+  // worker's only producer (a split of 40 records, its queue full) when its trainer saves after
+  // one batch and closes the iterator. Job "next" must get the worker at once, not after the
+  // lease; "left" restored later returns each record it had not returned exactly once.
+  auto cluster = StartCluster(1, {"--consumer-timeout", "600s"},
+                              {"--capacity", "1", "--queue-batches", "2"});
+  ASSERT_NE(cluster, nullptr);
+  const proto::Pipeline pipeline = MakePipeline(data_.Join("ds"));
+  std::vector<uint64_t> left_ids;
+  std::string state;
+  {
+    auto client = Client(cluster->dispatcher_address());
+    ASSERT_TRUE(client.ok()) << client.status();
+    auto it = (*client)->Open(Job("left", pipeline));
+    ASSERT_TRUE(it.ok()) << it.status();
+    absl::StatusOr<std::optional<Batch>> batch = (*it)->GetNext();
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    ASSERT_TRUE(batch->has_value());
+    left_ids = (*batch)->global_indices;
+    absl::StatusOr<std::string> saved = (*it)->SaveState();
+    ASSERT_TRUE(saved.ok()) << saved.status();
+    state = *saved;
+  }  // closed: the trainer leaves
+  ASSERT_EQ(left_ids.size(), 8u);
+
+  // A hang guard only (the lease is 600 s): the job normally ends in a second or two.
+  std::future<absl::StatusOr<std::vector<uint64_t>>> next =
+      std::async(std::launch::async, [&] {
+        return ConsumeAll(cluster->dispatcher_address(), Job("next", pipeline));
+      });
+  ASSERT_EQ(next.wait_for(std::chrono::seconds(120)), std::future_status::ready)
+      << "the next job waited for the left job's lease";
+  absl::StatusOr<std::vector<uint64_t>> next_ids = next.get();
+  ASSERT_TRUE(next_ids.ok()) << next_ids.status();
+  std::sort(next_ids->begin(), next_ids->end());
+  EXPECT_EQ(*next_ids, Range(kRecords));
+
+  JobOptions restored = Job("left", pipeline);
+  restored.restore_state = state;
+  absl::StatusOr<std::vector<uint64_t>> rest =
+      ConsumeAll(cluster->dispatcher_address(), restored);
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  std::vector<uint64_t> all = left_ids;
+  all.insert(all.end(), rest->begin(), rest->end());
+  std::sort(all.begin(), all.end());
+  EXPECT_EQ(all, Range(kRecords));
+  // The worker never needed its one-minute heartbeat.
+  EXPECT_EQ(Scrape(cluster->worker(0).metrics_port,
+                   "sluice_worker_heartbeats_total", "trigger")["interval"],
+            0);
+}
+
+}  // namespace
+}  // namespace sluice
