@@ -508,7 +508,10 @@ bool DispatcherImpl::AnyConsumerPresent(const DispatcherState::Job& job,
       any_alive = true;
       continue;
     }
-    if (it->second.left) continue;
+    // A consumer that closed its iterator before the end is away at once (its job's splits free
+    // the workers); a finished one stays present for a quarter of the timeout like before, so
+    // that its job's series are still scraped after the end.
+    if (it->second.left && !c.finished) continue;
     if (!c.finished && now - it->second.last_report < options_.consumer_timeout)
       any_alive = true;
     if (c.finished &&
