@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test sluice has, from a fresh Debian 12 machine (as root):
-#   1. bootstrap: Debian packages + Release build with gcc (build/)
+#   1. bootstrap: Debian packages + Release build with gcc (build/); the format check
+#      (scripts/format.sh --check: every C++ file as clang-format writes it, 100 columns)
 #   2. one clang build (build-san/) that is at once
 #        - the lock-annotation check (-Wthread-safety -Werror),
 #        - the libFuzzer build (coverage instrumentation), and
@@ -37,6 +38,9 @@ stage() { echo "== [+${SECONDS}s] $*"; }
 
 stage "bootstrap: packages and the Release build (build/)"
 scripts/bootstrap.sh
+
+stage "format: clang-format --dry-run (scripts/format.sh --check)"
+scripts/format.sh --check
 
 if [[ "${SLUICE_SKIP_SANITIZERS:-0}" != 1 ]]; then
   stage "clang build: lock annotations, fuzzers, ASan+UBSan (build-san)"
