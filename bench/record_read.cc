@@ -90,8 +90,7 @@ std::string Size(uint64_t bytes) {
   if (bytes >= (1 << 20) && bytes % (1 << 20) == 0) {
     return absl::StrCat(bytes >> 20, " MiB");
   }
-  if (bytes >= 1024 && bytes % 1024 == 0)
-    return absl::StrCat(bytes >> 10, " KiB");
+  if (bytes >= 1024 && bytes % 1024 == 0) return absl::StrCat(bytes >> 10, " KiB");
   return absl::StrCat(bytes, " B");
 }
 
@@ -112,18 +111,15 @@ double RunThreads(int threads, const std::function<void(int)>& fn) {
 // Writes a one-column (bytes) dataset of `count` records of `record_bytes`
 // pseudo-random bytes each, plus an indexed int64 label if `with_label`.
 // Returns the time spent.
-absl::StatusOr<double> WriteBytesDataset(const std::string& dir,
-                                         uint64_t record_bytes, uint64_t count,
-                                         bool with_label) {
+absl::StatusOr<double> WriteBytesDataset(const std::string& dir, uint64_t record_bytes,
+                                         uint64_t count, bool with_label) {
   Schema schema{{{.name = "data", .dtype = DType::kBytes}}};
   if (with_label) {
-    schema.columns.push_back(
-        {.name = "label", .dtype = DType::kInt64, .indexed = true});
+    schema.columns.push_back({.name = "label", .dtype = DType::kInt64, .indexed = true});
   }
   const auto start = Clock::now();
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<DatasetWriter> writer,
-      DatasetWriter::Create(dir, schema, DatasetWriter::Options{}));
+  ASSIGN_OR_RETURN(std::unique_ptr<DatasetWriter> writer,
+                   DatasetWriter::Create(dir, schema, DatasetWriter::Options{}));
   std::string payload(record_bytes, '\0');
   Rng rng(MixSeed({record_bytes, count}));
   for (size_t i = 0; i + 8 <= payload.size(); i += 8) {
@@ -167,8 +163,7 @@ struct Subject {
   }
 };
 
-std::unique_ptr<Subject> OpenSubject(const std::string& dir,
-                                     uint64_t record_bytes) {
+std::unique_ptr<Subject> OpenSubject(const std::string& dir, uint64_t record_bytes) {
   auto s = std::make_unique<Subject>();
   s->record_bytes = record_bytes;
   auto dataset = Dataset::Open(dir);
@@ -199,8 +194,7 @@ void PreadOrDie(int fd, char* buf, size_t n, uint64_t offset) {
 
 // kFirstView runs as kView, on a freshly opened Subject.
 enum class Mode { kSequential, kView, kEncoded, kFirstView };
-constexpr Mode kModes[] = {Mode::kSequential, Mode::kView, Mode::kEncoded,
-                           Mode::kFirstView};
+constexpr Mode kModes[] = {Mode::kSequential, Mode::kView, Mode::kEncoded, Mode::kFirstView};
 
 const char* ModeName(Mode m) {
   switch (m) {
@@ -217,8 +211,7 @@ const char* ModeName(Mode m) {
 }
 
 // One timed pass over all records of `s`; returns MB/s.
-double Pass(const Subject& s, Mode mode, int threads,
-            const std::vector<uint64_t>& perm) {
+double Pass(const Subject& s, Mode mode, int threads, const std::vector<uint64_t>& perm) {
   std::vector<uint64_t> sink(threads, 0);
   double seconds = 0;
   if (mode == Mode::kSequential) {
@@ -233,8 +226,7 @@ double Pass(const Subject& s, Mode mode, int threads,
         const uint64_t lo = std::min(end, begin + part * t);
         const uint64_t hi = std::min(end, lo + part);
         for (uint64_t off = lo; off < hi; off += kChunk) {
-          const size_t n =
-              static_cast<size_t>(std::min<uint64_t>(kChunk, hi - off));
+          const size_t n = static_cast<size_t>(std::min<uint64_t>(kChunk, hi - off));
           PreadOrDie(s.fds[k], buf.data(), n, off);
           acc += static_cast<unsigned char>(buf[n - 1]);
         }
@@ -329,12 +321,11 @@ struct IndexLoad {
   std::vector<double> floor_ms;  // fresh mmap + Checksum of the index bytes
 };
 
-IndexLoad MeasureIndexLoad(const std::string& dir, const std::string& name,
-                           uint64_t records, bool with_label, int reps) {
+IndexLoad MeasureIndexLoad(const std::string& dir, const std::string& name, uint64_t records,
+                           bool with_label, int reps) {
   IndexLoad r;
   r.name = name;
-  auto written =
-      WriteBytesDataset(dir, /*record_bytes=*/1, records, with_label);
+  auto written = WriteBytesDataset(dir, /*record_bytes=*/1, records, with_label);
   if (!written.ok()) Die(written.status());
   r.write_seconds = *written;
   const std::string path = (fs::path(dir) / "shard-00000.urec").string();
@@ -361,8 +352,8 @@ IndexLoad MeasureIndexLoad(const std::string& dir, const std::string& name,
     const auto floor_start = Clock::now();
     void* map = mmap(nullptr, r.file_bytes, PROT_READ, MAP_SHARED, fd, 0);
     if (map == MAP_FAILED) Die(absl::InternalError("cannot mmap " + path));
-    const uint64_t sum = record::Checksum(std::string_view(
-        static_cast<const char*>(map) + index_offset, r.index_bytes));
+    const uint64_t sum = record::Checksum(
+        std::string_view(static_cast<const char*>(map) + index_offset, r.index_bytes));
     const double floor_ms = SecondsSince(floor_start) * 1e3;
     munmap(map, r.file_bytes);
     close(fd);
@@ -390,12 +381,10 @@ int Main(int argc, char** argv) {
   app.add_option("--dir", dir_flag,
                  "Scratch folder for the datasets (default: a new folder in "
                  "$TMPDIR or /tmp, removed at exit)");
-  app.add_option("--mib", mib, "Size of each record-size dataset, MiB")
-      ->check(CLI::PositiveNumber);
+  app.add_option("--mib", mib, "Size of each record-size dataset, MiB")->check(CLI::PositiveNumber);
   app.add_option("--reps", reps, "Timed runs per figure (median reported)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--index-records", index_records,
-                 "Records in the index-load shards")
+  app.add_option("--index-records", index_records, "Records in the index-load shards")
       ->check(CLI::PositiveNumber);
   app.add_option("--csv", csv, "Also write every figure to this CSV file");
   app.add_flag("--keep", keep, "Keep the scratch folder");
@@ -404,8 +393,7 @@ int Main(int argc, char** argv) {
   std::string dir = dir_flag;
   if (dir.empty()) {
     const char* tmp = std::getenv("TMPDIR");
-    std::string tmpl = absl::StrCat(tmp != nullptr ? tmp : "/tmp",
-                                    "/sluice-record-read-XXXXXX");
+    std::string tmpl = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/sluice-record-read-XXXXXX");
     if (mkdtemp(tmpl.data()) == nullptr) {
       Die(absl::InternalError("cannot create a scratch folder"));
     }
@@ -423,15 +411,13 @@ int Main(int argc, char** argv) {
     const uint64_t count = (mib << 20) / rb;
     auto written = WriteBytesDataset(sub, rb, count, /*with_label=*/false);
     if (!written.ok()) Die(written.status());
-    std::printf("wrote %llu x %s records (%s) in %.1f s\n",
-                static_cast<unsigned long long>(count), Size(rb).c_str(),
-                Size(mib << 20).c_str(), *written);
+    std::printf("wrote %llu x %s records (%s) in %.1f s\n", static_cast<unsigned long long>(count),
+                Size(rb).c_str(), Size(mib << 20).c_str(), *written);
     std::fflush(stdout);
     WarmCache(sub);
     auto subject = OpenSubject(sub, rb);
     for (int rep = 0; rep < reps; ++rep) {
-      const std::vector<uint64_t> perm =
-          record::Permutation(count, /*seed=*/1, /*epoch=*/rep);
+      const std::vector<uint64_t> perm = record::Permutation(count, /*seed=*/1, /*epoch=*/rep);
       for (int threads : thread_counts) {
         for (Mode mode : kModes) {
           double mbs = 0;
@@ -450,8 +436,8 @@ int Main(int argc, char** argv) {
   }
 
   std::vector<IndexLoad> loads;
-  loads.push_back(MeasureIndexLoad((fs::path(dir) / "index").string(),
-                                   "1 bytes column", index_records,
+  loads.push_back(MeasureIndexLoad((fs::path(dir) / "index").string(), "1 bytes column",
+                                   index_records,
                                    /*with_label=*/false, /*reps=*/9));
   loads.push_back(MeasureIndexLoad((fs::path(dir) / "index_label").string(),
                                    "bytes + indexed int64 label", index_records,
@@ -462,21 +448,19 @@ int Main(int argc, char** argv) {
       "\nRandom record reads vs sequential read(), warm page cache, %s per "
       "record size, median of %d runs (MB/s = 10^6 B/s)\n\n",
       Size(mib << 20).c_str(), reps);
-  std::printf("%-8s %7s %12s %12s %12s %8s %8s | %10s\n", "record", "threads",
-              "random", "random", "sequential", "ratio", "ratio", "ReadView");
-  std::printf("%-8s %7s %12s %12s %12s %8s %8s | %10s\n", "", "", "ReadView",
-              "ReadEncoded", "1MiB read()", "view/seq", "enc/seq", "1st pass");
-  auto median = [&](uint64_t rb, int t, Mode m) {
-    return Median(results[{rb, t, m}]);
-  };
+  std::printf("%-8s %7s %12s %12s %12s %8s %8s | %10s\n", "record", "threads", "random", "random",
+              "sequential", "ratio", "ratio", "ReadView");
+  std::printf("%-8s %7s %12s %12s %12s %8s %8s | %10s\n", "", "", "ReadView", "ReadEncoded",
+              "1MiB read()", "view/seq", "enc/seq", "1st pass");
+  auto median = [&](uint64_t rb, int t, Mode m) { return Median(results[{rb, t, m}]); };
   for (uint64_t rb : record_sizes) {
     for (int t : thread_counts) {
       const double view = median(rb, t, Mode::kView);
       const double enc = median(rb, t, Mode::kEncoded);
       const double seq = median(rb, t, Mode::kSequential);
-      std::printf("%-8s %7d %12.0f %12.0f %12.0f %7.0f%% %7.0f%% | %10.0f\n",
-                  Size(rb).c_str(), t, view, enc, seq, 100 * view / seq,
-                  100 * enc / seq, median(rb, t, Mode::kFirstView));
+      std::printf("%-8s %7d %12.0f %12.0f %12.0f %7.0f%% %7.0f%% | %10.0f\n", Size(rb).c_str(), t,
+                  view, enc, seq, 100 * view / seq, 100 * enc / seq,
+                  median(rb, t, Mode::kFirstView));
     }
   }
 
@@ -484,29 +468,24 @@ int Main(int argc, char** argv) {
       "\nShardReader::Open of a %llu-record shard, warm page cache, median of "
       "%zu runs\n\n",
       static_cast<unsigned long long>(index_records), loads[0].open_ms.size());
-  std::printf("%-28s %8s %9s %11s %11s %11s | %12s %7s\n", "shard", "file MiB",
-              "index MiB", "fresh proc", "same proc", "fresh max", "mmap+xxh3",
-              "write");
+  std::printf("%-28s %8s %9s %11s %11s %11s | %12s %7s\n", "shard", "file MiB", "index MiB",
+              "fresh proc", "same proc", "fresh max", "mmap+xxh3", "write");
   for (const IndexLoad& l : loads) {
-    std::printf(
-        "%-28s %8.1f %9.1f %8.1f ms %8.1f ms %8.1f ms | %9.1f ms %5.1f s\n",
-        l.name.c_str(), l.file_bytes / 1048576.0, l.index_bytes / 1048576.0,
-        Median(l.fresh_ms), Median(l.open_ms),
-        *std::max_element(l.fresh_ms.begin(), l.fresh_ms.end()),
-        Median(l.floor_ms), l.write_seconds);
+    std::printf("%-28s %8.1f %9.1f %8.1f ms %8.1f ms %8.1f ms | %9.1f ms %5.1f s\n", l.name.c_str(),
+                l.file_bytes / 1048576.0, l.index_bytes / 1048576.0, Median(l.fresh_ms),
+                Median(l.open_ms), *std::max_element(l.fresh_ms.begin(), l.fresh_ms.end()),
+                Median(l.floor_ms), l.write_seconds);
   }
 
   std::printf("\n");
   for (uint64_t rb : record_sizes) {
     if (rb < (64 << 10)) continue;
     for (int t : thread_counts) {
-      const double ratio =
-          median(rb, t, Mode::kView) / median(rb, t, Mode::kSequential);
+      const double ratio = median(rb, t, Mode::kView) / median(rb, t, Mode::kSequential);
       std::printf(
           "%s goal: random (ReadView) >= 80%% of sequential, %s records, %d "
           "thread%s: %.0f%%\n",
-          ratio >= 0.8 ? "PASS" : "MISS", Size(rb).c_str(), t, t > 1 ? "s" : "",
-          100 * ratio);
+          ratio >= 0.8 ? "PASS" : "MISS", Size(rb).c_str(), t, t > 1 ? "s" : "", 100 * ratio);
     }
   }
   for (const IndexLoad& l : loads) {
@@ -514,8 +493,8 @@ int Main(int argc, char** argv) {
     std::printf(
         "%s goal: %llu-record index load < 100 ms (%s, fresh process): %.1f "
         "ms\n",
-        ms < 100 ? "PASS" : "MISS",
-        static_cast<unsigned long long>(index_records), l.name.c_str(), ms);
+        ms < 100 ? "PASS" : "MISS", static_cast<unsigned long long>(index_records), l.name.c_str(),
+        ms);
   }
 
   if (!csv.empty()) {
@@ -524,17 +503,15 @@ int Main(int argc, char** argv) {
     for (uint64_t rb : record_sizes) {
       for (int t : thread_counts) {
         for (Mode m : kModes) {
-          out << "read," << rb << "," << t << "," << ModeName(m) << ","
-              << median(rb, t, m) << ",MB/s\n";
+          out << "read," << rb << "," << t << "," << ModeName(m) << "," << median(rb, t, m)
+              << ",MB/s\n";
         }
       }
     }
     for (const IndexLoad& l : loads) {
-      out << "index_fresh,0,1," << l.name << "," << Median(l.fresh_ms)
-          << ",ms\n";
+      out << "index_fresh,0,1," << l.name << "," << Median(l.fresh_ms) << ",ms\n";
       out << "index_open,0,1," << l.name << "," << Median(l.open_ms) << ",ms\n";
-      out << "index_floor,0,1," << l.name << "," << Median(l.floor_ms)
-          << ",ms\n";
+      out << "index_floor,0,1," << l.name << "," << Median(l.floor_ms) << ",ms\n";
     }
   }
   if (!keep) {

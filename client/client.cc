@@ -42,25 +42,22 @@ std::string SerializeDeterministic(const proto::Pipeline& pipeline) {
 
 // Asks the worker at `address` for the shard record counts of the dataset
 // `pipeline` (serialized) reads.
-absl::StatusOr<std::vector<uint64_t>> DescribeDatasetAt(
-    const std::string& address, const std::string& pipeline,
-    const ClientOptions& options) {
-  ASSIGN_OR_RETURN(
-      std::shared_ptr<grpc::Channel> channel,
-      service::CreateChannel(address, client::ToChannelOptions(options, 0)));
-  std::unique_ptr<proto::WorkerService::Stub> worker =
-      proto::WorkerService::NewStub(channel);
+absl::StatusOr<std::vector<uint64_t>> DescribeDatasetAt(const std::string& address,
+                                                        const std::string& pipeline,
+                                                        const ClientOptions& options) {
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
+                   service::CreateChannel(address, client::ToChannelOptions(options, 0)));
+  std::unique_ptr<proto::WorkerService::Stub> worker = proto::WorkerService::NewStub(channel);
   proto::DescribeDatasetRequest request;
   request.set_protocol_version(kProtocolVersion);
   request.set_pipeline(pipeline);
   proto::DescribeDatasetResponse response;
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + options.rpc_timeout));
-  const grpc::Status status =
-      worker->DescribeDataset(&context, request, &response);
+  const grpc::Status status = worker->DescribeDataset(&context, request, &response);
   if (!status.ok()) {
-    return service::FromGrpcStatus(
-        status, absl::StrCat("data worker at ", address, ": DescribeDataset"));
+    return service::FromGrpcStatus(status,
+                                   absl::StrCat("data worker at ", address, ": DescribeDataset"));
   }
   return std::vector<uint64_t>(response.shard_record_counts().begin(),
                                response.shard_record_counts().end());
@@ -75,15 +72,13 @@ absl::StatusOr<std::vector<uint64_t>> DescribeDatasetAt(
 // verdict on the dataset (no manifest, outside the worker's --data-root, ...)
 // is returned at once, naming the worker.
 absl::StatusOr<std::vector<uint64_t>> ShardRecordCounts(
-    const proto::Pipeline& spec, const std::string& pipeline,
-    const ClientOptions& options,
+    const proto::Pipeline& spec, const std::string& pipeline, const ClientOptions& options,
     proto::DispatcherService::StubInterface& dispatcher) {
   const proto::SourceNode& source = spec.source();
   switch (source.kind_case()) {
     case proto::SourceNode::kDataset:
       if (source.dataset().path().empty()) {
-        return absl::InvalidArgumentError(
-            "pipeline source.dataset.path is empty");
+        return absl::InvalidArgumentError("pipeline source.dataset.path is empty");
       }
       break;
     case proto::SourceNode::kImageFolder:
@@ -94,11 +89,9 @@ absl::StatusOr<std::vector<uint64_t>> ShardRecordCounts(
                        "with `sluice record convert`"));
     case proto::SourceNode::kSynthetic:
       if (source.synthetic().num_records() <= 0) {
-        return absl::InvalidArgumentError(
-            "pipeline source.synthetic.num_records must be > 0");
+        return absl::InvalidArgumentError("pipeline source.synthetic.num_records must be > 0");
       }
-      return std::vector<uint64_t>{
-          static_cast<uint64_t>(source.synthetic().num_records())};
+      return std::vector<uint64_t>{static_cast<uint64_t>(source.synthetic().num_records())};
     default:
       return absl::InvalidArgumentError("the pipeline has no source");
   }
@@ -111,9 +104,8 @@ absl::StatusOr<std::vector<uint64_t>> ShardRecordCounts(
     proto::GetStatusResponse status;
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + options.rpc_timeout));
-    RETURN_IF_ERROR(
-        DispatcherError(dispatcher.GetStatus(&context, request, &status),
-                        options.dispatcher_address, "GetStatus"));
+    RETURN_IF_ERROR(DispatcherError(dispatcher.GetStatus(&context, request, &status),
+                                    options.dispatcher_address, "GetStatus"));
     absl::Status last = absl::UnavailableError("no data worker is registered");
     for (const proto::WorkerStatus& worker : status.workers()) {
       if (worker.state() != "active") continue;
@@ -133,17 +125,16 @@ absl::StatusOr<std::vector<uint64_t>> ShardRecordCounts(
   retry.initial_backoff = absl::Milliseconds(50);
   retry.max_backoff = absl::Seconds(1);
   retry.deadline = options.connect_timeout;
-  const absl::Status asked =
-      RetryWithBackoff(ask_workers, retry, options.clock);
+  const absl::Status asked = RetryWithBackoff(ask_workers, retry, options.clock);
   if (asked.ok()) return counts;
   if (asked.code() != absl::StatusCode::kUnavailable) return asked;
-  return absl::UnavailableError(absl::StrCat(
-      "no data worker of the dispatcher at ", options.dispatcher_address,
-      " read the manifest of dataset '", source.dataset().path(), "' within ",
-      absl::FormatDuration(options.connect_timeout),
-      " (the dataset's shard sizes come from a worker; is one running with a "
-      "--data-root that holds the dataset?): ",
-      asked.message()));
+  return absl::UnavailableError(
+      absl::StrCat("no data worker of the dispatcher at ", options.dispatcher_address,
+                   " read the manifest of dataset '", source.dataset().path(), "' within ",
+                   absl::FormatDuration(options.connect_timeout),
+                   " (the dataset's shard sizes come from a worker; is one running with a "
+                   "--data-root that holds the dataset?): ",
+                   asked.message()));
 }
 
 absl::StatusOr<uint64_t> BatchSize(const proto::Pipeline& pipeline) {
@@ -151,8 +142,8 @@ absl::StatusOr<uint64_t> BatchSize(const proto::Pipeline& pipeline) {
   for (const proto::PipelineNode& node : pipeline.nodes()) {
     if (!node.has_batch()) continue;
     if (node.batch().size() <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "pipeline batch.size must be > 0, got ", node.batch().size()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("pipeline batch.size must be > 0, got ", node.batch().size()));
     }
     size = static_cast<uint64_t>(node.batch().size());
   }
@@ -167,24 +158,21 @@ uint64_t JobFingerprint(const JobOptions& job, const std::string& pipeline,
   std::string bytes = pipeline;
   for (uint64_t c : counts) absl::StrAppend(&bytes, ",", c);
   absl::StrAppend(&bytes, ";seed=", job.seed, ";split=", job.split_size,
-                  ";drop=", job.drop_remainder ? 1 : 0,
-                  ";parallel=", job.parallel_epochs ? 1 : 0);
+                  ";drop=", job.drop_remainder ? 1 : 0, ";parallel=", job.parallel_epochs ? 1 : 0);
   return std::max<uint64_t>(record::Checksum(bytes), 1);
 }
 
 // A state saved from another job or spec would silently skip or repeat records.
-absl::Status CheckSameJob(const proto::ConsumerCheckpoint& checkpoint,
-                          const JobOptions& job, uint64_t fingerprint) {
-  if (checkpoint.job_fingerprint() == 0 ||
-      checkpoint.job_fingerprint() == fingerprint)
+absl::Status CheckSameJob(const proto::ConsumerCheckpoint& checkpoint, const JobOptions& job,
+                          uint64_t fingerprint) {
+  if (checkpoint.job_fingerprint() == 0 || checkpoint.job_fingerprint() == fingerprint)
     return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
       "JobOptions.restore_state was saved by job '", checkpoint.job_name(),
       "' over another pipeline, dataset, seed, split size or remainder mode "
       "than this job '",
-      job.job_name, "' has (fingerprint ",
-      record::ChecksumHex(checkpoint.job_fingerprint()), ", this job ",
-      record::ChecksumHex(fingerprint),
+      job.job_name, "' has (fingerprint ", record::ChecksumHex(checkpoint.job_fingerprint()),
+      ", this job ", record::ChecksumHex(fingerprint),
       "): restore a state only into the job and spec it was saved from"));
 }
 
@@ -193,53 +181,47 @@ bool AtEpochBoundary(const proto::ConsumerCheckpoint& checkpoint) {
 }
 
 // JobOptions::restore_state, checked against the job it is meant to continue.
-absl::StatusOr<proto::ConsumerCheckpoint> ParseCheckpoint(
-    const JobOptions& job) {
+absl::StatusOr<proto::ConsumerCheckpoint> ParseCheckpoint(const JobOptions& job) {
   proto::ConsumerCheckpoint checkpoint;
-  if (!checkpoint.ParseFromString(job.restore_state) ||
-      checkpoint.version() == 0) {
+  if (!checkpoint.ParseFromString(job.restore_state) || checkpoint.version() == 0) {
     return absl::InvalidArgumentError(
         "JobOptions.restore_state is not a sluice iterator state "
         "(BatchIterator::SaveState)");
   }
   if (checkpoint.version() > client::kCheckpointVersion) {
     return absl::InvalidArgumentError(
-        absl::StrCat("JobOptions.restore_state has version ",
-                     checkpoint.version(), "; this client reads ",
-                     client::kCheckpointVersion, ": upgrade the client"));
+        absl::StrCat("JobOptions.restore_state has version ", checkpoint.version(),
+                     "; this client reads ", client::kCheckpointVersion, ": upgrade the client"));
   }
   if (checkpoint.job_name() != job.job_name) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("JobOptions.restore_state belongs to job '",
-                     checkpoint.job_name(), "', not job '", job.job_name, "'"));
+    return absl::InvalidArgumentError(absl::StrCat("JobOptions.restore_state belongs to job '",
+                                                   checkpoint.job_name(), "', not job '",
+                                                   job.job_name, "'"));
   }
   // At an epoch boundary (nothing of the epoch returned) any consumer of any world size may
   // start from it; mid-epoch only the same consumer of the same world size.
   if (AtEpochBoundary(checkpoint)) return checkpoint;
   if (checkpoint.num_consumers() != job.num_consumers) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "JobOptions.restore_state was saved mid-epoch ", checkpoint.epoch(),
-        " with ", checkpoint.num_consumers(), " consumers; this job has ",
-        job.num_consumers,
-        ": the number of consumers can change only at an epoch boundary"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("JobOptions.restore_state was saved mid-epoch ", checkpoint.epoch(), " with ",
+                     checkpoint.num_consumers(), " consumers; this job has ", job.num_consumers,
+                     ": the number of consumers can change only at an epoch boundary"));
   }
   if (checkpoint.consumer_index() != job.consumer_index) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "JobOptions.restore_state belongs to consumer ",
-        checkpoint.consumer_index(), ", not consumer ", job.consumer_index));
+    return absl::InvalidArgumentError(absl::StrCat("JobOptions.restore_state belongs to consumer ",
+                                                   checkpoint.consumer_index(), ", not consumer ",
+                                                   job.consumer_index));
   }
   return checkpoint;
 }
 
 class DataServiceClientImpl final : public DataServiceClient {
  public:
-  DataServiceClientImpl(
-      ClientOptions options,
-      std::shared_ptr<proto::DispatcherService::StubInterface> stub)
+  DataServiceClientImpl(ClientOptions options,
+                        std::shared_ptr<proto::DispatcherService::StubInterface> stub)
       : options_(std::move(options)), stub_(std::move(stub)) {}
 
-  absl::StatusOr<std::unique_ptr<BatchIterator>> Open(
-      const JobOptions& job) override {
+  absl::StatusOr<std::unique_ptr<BatchIterator>> Open(const JobOptions& job) override {
     if (job.num_consumers == 0 || job.consumer_index >= job.num_consumers) {
       return absl::InvalidArgumentError(
           absl::StrCat("JobOptions.consumer_index ", job.consumer_index,
@@ -248,8 +230,7 @@ class DataServiceClientImpl final : public DataServiceClient {
     if (absl::StatusOr<kernels::FinishMode> finish =
             kernels::ParseFinishMode(job.pipeline.finish());
         !finish.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("pipeline ", finish.status().message()));
+      return absl::InvalidArgumentError(absl::StrCat("pipeline ", finish.status().message()));
     }
     std::optional<proto::ConsumerCheckpoint> restore;
     if (!job.restore_state.empty()) {
@@ -257,12 +238,10 @@ class DataServiceClientImpl final : public DataServiceClient {
     }
     ASSIGN_OR_RETURN(uint64_t batch_size, BatchSize(job.pipeline));
     const std::string pipeline = SerializeDeterministic(job.pipeline);
-    ASSIGN_OR_RETURN(
-        std::vector<uint64_t> counts,
-        ShardRecordCounts(job.pipeline, pipeline, options_, *stub_));
+    ASSIGN_OR_RETURN(std::vector<uint64_t> counts,
+                     ShardRecordCounts(job.pipeline, pipeline, options_, *stub_));
     const uint64_t fingerprint = JobFingerprint(job, pipeline, counts);
-    if (restore.has_value())
-      RETURN_IF_ERROR(CheckSameJob(*restore, job, fingerprint));
+    if (restore.has_value()) RETURN_IF_ERROR(CheckSameJob(*restore, job, fingerprint));
 
     proto::RegisterDatasetRequest reg;
     reg.set_protocol_version(kProtocolVersion);
@@ -272,11 +251,9 @@ class DataServiceClientImpl final : public DataServiceClient {
     proto::RegisterDatasetResponse dataset;
     {
       grpc::ClientContext context;
-      context.set_deadline(
-          absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
-      RETURN_IF_ERROR(
-          DispatcherError(stub_->RegisterDataset(&context, reg, &dataset),
-                          options_.dispatcher_address, "RegisterDataset"));
+      context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+      RETURN_IF_ERROR(DispatcherError(stub_->RegisterDataset(&context, reg, &dataset),
+                                      options_.dispatcher_address, "RegisterDataset"));
     }
 
     proto::GetOrCreateJobRequest get_job;
@@ -284,9 +261,8 @@ class DataServiceClientImpl final : public DataServiceClient {
     get_job.set_job_name(job.job_name);
     get_job.set_dataset_id(dataset.dataset_id());
     proto::JobConfig* config = get_job.mutable_config();
-    config->set_mode(job.parallel_epochs
-                         ? proto::PROCESSING_MODE_PARALLEL_EPOCHS
-                         : proto::PROCESSING_MODE_DISTRIBUTED_EPOCH);
+    config->set_mode(job.parallel_epochs ? proto::PROCESSING_MODE_PARALLEL_EPOCHS
+                                         : proto::PROCESSING_MODE_DISTRIBUTED_EPOCH);
     config->set_seed(job.seed);
     config->set_num_epochs(job.num_epochs);
     config->set_num_consumers(job.num_consumers);
@@ -303,16 +279,13 @@ class DataServiceClientImpl final : public DataServiceClient {
     proto::GetOrCreateJobResponse created;
     {
       grpc::ClientContext context;
-      context.set_deadline(
-          absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
-      RETURN_IF_ERROR(
-          DispatcherError(stub_->GetOrCreateJob(&context, get_job, &created),
-                          options_.dispatcher_address, "GetOrCreateJob"));
+      context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+      RETURN_IF_ERROR(DispatcherError(stub_->GetOrCreateJob(&context, get_job, &created),
+                                      options_.dispatcher_address, "GetOrCreateJob"));
     }
-    options_.logger->info(
-        "sluice client: job {} ('{}', dataset {}), consumer {} of {}",
-        created.job_id(), job.job_name, dataset.dataset_id(),
-        job.consumer_index, job.num_consumers);
+    options_.logger->info("sluice client: job {} ('{}', dataset {}), consumer {} of {}",
+                          created.job_id(), job.job_name, dataset.dataset_id(), job.consumer_index,
+                          job.num_consumers);
 
     client::IteratorParams params;
     params.options = options_;
@@ -375,13 +348,11 @@ size_t DTypeSize(DType dtype) {
 absl::StatusOr<std::unique_ptr<DataServiceClient>> DataServiceClient::Create(
     ClientOptions options) {
   if (options.dispatcher_address.empty()) {
-    return absl::InvalidArgumentError(
-        "ClientOptions.dispatcher_address is empty");
+    return absl::InvalidArgumentError("ClientOptions.dispatcher_address is empty");
   }
   if (options.prefetch_batches < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("ClientOptions.prefetch_batches must be >= 1, got ",
-                     options.prefetch_batches));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ClientOptions.prefetch_batches must be >= 1, got ", options.prefetch_batches));
   }
   if (options.logger == nullptr) options.logger = NullLogger();
   if (options.clock == nullptr) options.clock = RealClock::Get();
@@ -394,16 +365,14 @@ absl::StatusOr<std::unique_ptr<DataServiceClient>> DataServiceClient::Create(
       client::ToChannelOptions(options, /*max_receive_message_bytes=*/0);
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
                    service::CreateChannel(address, channel_options));
-  if (absl::Status connected = service::WaitForConnected(
-          *channel, address, channel_options, deadline);
+  if (absl::Status connected =
+          service::WaitForConnected(*channel, address, channel_options, deadline);
       !connected.ok()) {
     // Unavailable: a TLS mismatch, with its reason.
-    if (connected.code() != absl::StatusCode::kDeadlineExceeded)
-      return connected;
+    if (connected.code() != absl::StatusCode::kDeadlineExceeded) return connected;
     return absl::UnavailableError(
         absl::StrCat("cannot reach the sluice dispatcher at ", address,
-                     ": no gRPC connection within ",
-                     absl::FormatDuration(options.connect_timeout),
+                     ": no gRPC connection within ", absl::FormatDuration(options.connect_timeout),
                      " (is sluice-dispatcher running there, and is the address "
                      "host:port right?)"));
   }
@@ -417,8 +386,7 @@ absl::StatusOr<std::unique_ptr<DataServiceClient>> DataServiceClient::Create(
   ping.set_job_id(0);
   proto::GetJobStateResponse ignored;
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(
-      std::min(deadline, absl::Now() + options.rpc_timeout)));
+  context.set_deadline(absl::ToChronoTime(std::min(deadline, absl::Now() + options.rpc_timeout)));
   const grpc::Status status = stub->GetJobState(&context, ping, &ignored);
   switch (status.error_code()) {
     case grpc::StatusCode::OK:

@@ -16,8 +16,7 @@ namespace {
 // id), hashed.
 uint64_t DatasetKey(const proto::RegisterDatasetRequest& request) {
   std::string key = absl::StrCat(request.batch_size(), ":");
-  for (uint64_t n : request.shard_record_counts())
-    absl::StrAppend(&key, n, ",");
+  for (uint64_t n : request.shard_record_counts()) absl::StrAppend(&key, n, ",");
   absl::StrAppend(&key, ":", request.pipeline());
   return record::Checksum(key);
 }
@@ -25,10 +24,8 @@ uint64_t DatasetKey(const proto::RegisterDatasetRequest& request) {
 }  // namespace
 
 absl::Status Authorization::CheckRegisterDataset(
-    const Identity& caller,
-    const proto::RegisterDatasetRequest& request) const {
-  if (absl::Status s =
-          service::RequireRole(caller, Role::kTrainer, "RegisterDataset");
+    const Identity& caller, const proto::RegisterDatasetRequest& request) const {
+  if (absl::Status s = service::RequireRole(caller, Role::kTrainer, "RegisterDataset");
       !s.ok() || caller.all_roles) {
     return s;
   }
@@ -37,27 +34,24 @@ absl::Status Authorization::CheckRegisterDataset(
   if (it == registered_.end() || it->second.contains(DatasetKey(request))) {
     return absl::OkStatus();
   }
-  return service::CheckPerIdentityLimit(
-      caller.user, static_cast<int64_t>(it->second.size()),
-      options_.max_datasets_per_identity, "datasets",
-      "--max-datasets-per-identity");
+  return service::CheckPerIdentityLimit(caller.user, static_cast<int64_t>(it->second.size()),
+                                        options_.max_datasets_per_identity, "datasets",
+                                        "--max-datasets-per-identity");
 }
 
-void Authorization::DatasetRegistered(
-    const Identity& caller, const proto::RegisterDatasetRequest& request,
-    uint64_t dataset_id) {
+void Authorization::DatasetRegistered(const Identity& caller,
+                                      const proto::RegisterDatasetRequest& request,
+                                      uint64_t dataset_id) {
   if (caller.all_roles) return;
   absl::MutexLock lock(&mu_);
   dataset_owners_[dataset_id].insert(caller.user);
   registered_[caller.user].insert(DatasetKey(request));
 }
 
-absl::Status Authorization::CheckGetOrCreateJob(
-    const Identity& caller, absl::string_view anonymous_id,
-    proto::GetOrCreateJobRequest* request) const {
-  if (absl::Status s =
-          service::RequireRole(caller, Role::kTrainer, "GetOrCreateJob");
-      !s.ok()) {
+absl::Status Authorization::CheckGetOrCreateJob(const Identity& caller,
+                                                absl::string_view anonymous_id,
+                                                proto::GetOrCreateJobRequest* request) const {
+  if (absl::Status s = service::RequireRole(caller, Role::kTrainer, "GetOrCreateJob"); !s.ok()) {
     return s;
   }
   if (!caller.all_roles && !caller.Has(Role::kOperator)) {
@@ -65,13 +59,11 @@ absl::Status Authorization::CheckGetOrCreateJob(
     const auto it = dataset_owners_.find(request->dataset_id());
     if (it == dataset_owners_.end() || !it->second.contains(caller.user)) {
       return absl::PermissionDeniedError(absl::StrCat(
-          caller.Describe(), " may not create a job over dataset ",
-          request->dataset_id(),
+          caller.Describe(), " may not create a job over dataset ", request->dataset_id(),
           ": it did not register that dataset (RegisterDataset it first)"));
     }
   }
-  request->set_job_name(
-      service::ScopedJobName(caller, request->job_name(), anonymous_id));
+  request->set_job_name(service::ScopedJobName(caller, request->job_name(), anonymous_id));
   return absl::OkStatus();
 }
 
@@ -95,42 +87,34 @@ void Authorization::LearnJobs(const proto::GetStatusResponse& status) {
 }
 
 absl::Status Authorization::CheckJobAccess(const Identity& caller, Role role,
-                                           absl::string_view method,
-                                           uint64_t job_id,
+                                           absl::string_view method, uint64_t job_id,
                                            absl::string_view owner) const {
   if (!caller.Has(Role::kOperator)) {
-    if (absl::Status s = service::RequireRole(caller, role, method); !s.ok())
-      return s;
+    if (absl::Status s = service::RequireRole(caller, role, method); !s.ok()) return s;
   }
   if (caller.MayActFor(owner)) return absl::OkStatus();
   return absl::PermissionDeniedError(absl::StrCat(
-      caller.Describe(), " may not call ", method, " for job ", job_id,
-      ": the job belongs to ",
-      owner.empty() ? std::string("no identity (made in development mode)")
-                    : std::string(owner),
+      caller.Describe(), " may not call ", method, " for job ", job_id, ": the job belongs to ",
+      owner.empty() ? std::string("no identity (made in development mode)") : std::string(owner),
       " (only its owner or an operator, sluice:operators, may)"));
 }
 
-absl::Status Authorization::CheckWorkerRegister(
-    const Identity& caller, const proto::WorkerRegisterRequest& request,
-    uint64_t* holder) const {
+absl::Status Authorization::CheckWorkerRegister(const Identity& caller,
+                                                const proto::WorkerRegisterRequest& request,
+                                                uint64_t* holder) const {
   *holder = 0;
-  if (absl::Status s =
-          service::RequireRole(caller, Role::kWorker, "WorkerRegister");
-      !s.ok()) {
+  if (absl::Status s = service::RequireRole(caller, Role::kWorker, "WorkerRegister"); !s.ok()) {
     return s;
   }
   if (request.capacity() > options_.max_worker_capacity) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "WorkerRegister: capacity ", request.capacity(),
-        " is more than --max-worker-capacity ", options_.max_worker_capacity,
-        " (splits a worker produces at once)"));
+        "WorkerRegister: capacity ", request.capacity(), " is more than --max-worker-capacity ",
+        options_.max_worker_capacity, " (splits a worker produces at once)"));
   }
   if (caller.all_roles) return absl::OkStatus();
   absl::MutexLock lock(&mu_);
   const auto it = addresses_.find(request.address());
-  if (it != addresses_.end() && it->second.first != caller.user)
-    *holder = it->second.second;
+  if (it != addresses_.end() && it->second.first != caller.user) *holder = it->second.second;
   return absl::OkStatus();
 }
 
@@ -142,45 +126,39 @@ void Authorization::WorkerRegistered(const Identity& caller, uint64_t worker_id,
   addresses_[address] = {caller.user, worker_id};
 }
 
-absl::Status Authorization::CheckWorker(const Identity& caller,
-                                        uint64_t worker_id,
+absl::Status Authorization::CheckWorker(const Identity& caller, uint64_t worker_id,
                                         absl::string_view method) {
-  if (absl::Status s = service::RequireRole(caller, Role::kWorker, method);
-      !s.ok()) {
+  if (absl::Status s = service::RequireRole(caller, Role::kWorker, method); !s.ok()) {
     return s;
   }
   if (caller.all_roles) return absl::OkStatus();
   absl::MutexLock lock(&mu_);
   const auto [it, inserted] = worker_owners_.emplace(worker_id, caller.user);
   if (inserted || it->second == caller.user) return absl::OkStatus();
-  return absl::PermissionDeniedError(
-      absl::StrCat(caller.Describe(), " may not call ", method, " for worker ",
-                   worker_id, ": that worker was registered by ", it->second));
+  return absl::PermissionDeniedError(absl::StrCat(caller.Describe(), " may not call ", method,
+                                                  " for worker ", worker_id,
+                                                  ": that worker was registered by ", it->second));
 }
 
 absl::Status Authorization::CheckDrainWorker(const Identity& caller) const {
   return service::RequireRole(caller, Role::kOperator, "DrainWorker");
 }
 
-absl::Status Authorization::CheckGetStatus(
-    const Identity& caller, proto::GetStatusRequest* request) const {
+absl::Status Authorization::CheckGetStatus(const Identity& caller,
+                                           proto::GetStatusRequest* request) const {
   if (caller.Has(Role::kOperator)) return absl::OkStatus();
-  if (absl::Status s =
-          service::RequireRole(caller, Role::kTrainer, "GetStatus");
-      !s.ok()) {
+  if (absl::Status s = service::RequireRole(caller, Role::kTrainer, "GetStatus"); !s.ok()) {
     return s;
   }
   request->set_starting_workers(-1);
   return absl::OkStatus();
 }
 
-void Authorization::FilterStatus(const Identity& caller,
-                                 proto::GetStatusResponse* response) const {
+void Authorization::FilterStatus(const Identity& caller, proto::GetStatusResponse* response) const {
   if (caller.Has(Role::kOperator)) return;
   auto* jobs = response->mutable_jobs();
   for (int i = jobs->size() - 1; i >= 0; --i) {
-    if (!caller.MayActFor(service::JobOwner(jobs->Get(i).job_name())))
-      jobs->DeleteSubrange(i, 1);
+    if (!caller.MayActFor(service::JobOwner(jobs->Get(i).job_name()))) jobs->DeleteSubrange(i, 1);
   }
   response->clear_drain();
 }

@@ -56,35 +56,29 @@ class Authorization {
   // RegisterDataset: the role, and --max-datasets-per-identity (RESOURCE_EXHAUSTED naming it;
   // registering a dataset the caller registered before always passes). DatasetRegistered
   // records the caller as an owner.
-  absl::Status CheckRegisterDataset(
-      const service::Identity& caller,
-      const proto::RegisterDatasetRequest& request) const
+  absl::Status CheckRegisterDataset(const service::Identity& caller,
+                                    const proto::RegisterDatasetRequest& request) const
       ABSL_LOCKS_EXCLUDED(mu_);
   void DatasetRegistered(const service::Identity& caller,
-                         const proto::RegisterDatasetRequest& request,
-                         uint64_t dataset_id) ABSL_LOCKS_EXCLUDED(mu_);
+                         const proto::RegisterDatasetRequest& request, uint64_t dataset_id)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // GetOrCreateJob: the role and the dataset's ownership (PERMISSION_DENIED "register the
   // dataset first"); rewrites request->job_name to its scoped form. `anonymous_id` names an
   // anonymous job uniquely. JobCreated records the owner of the answer's job.
-  absl::Status CheckGetOrCreateJob(const service::Identity& caller,
-                                   absl::string_view anonymous_id,
+  absl::Status CheckGetOrCreateJob(const service::Identity& caller, absl::string_view anonymous_id,
                                    proto::GetOrCreateJobRequest* request) const
       ABSL_LOCKS_EXCLUDED(mu_);
-  void JobCreated(const service::Identity& caller, uint64_t job_id)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  void JobCreated(const service::Identity& caller, uint64_t job_id) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The owner of `job_id` as far as known; nullopt when the adapter must LearnJobs first.
-  std::optional<std::string> JobOwner(uint64_t job_id) const
-      ABSL_LOCKS_EXCLUDED(mu_);
+  std::optional<std::string> JobOwner(uint64_t job_id) const ABSL_LOCKS_EXCLUDED(mu_);
   // Records the owner of every job in `status` (a full GetStatus answer).
-  void LearnJobs(const proto::GetStatusResponse& status)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  void LearnJobs(const proto::GetStatusResponse& status) ABSL_LOCKS_EXCLUDED(mu_);
   // ClientHeartbeat / GetJobState of a job whose owner is `owner`: `role` (an operator passes
   // too) and ownership. PERMISSION_DENIED naming the job and the method.
-  absl::Status CheckJobAccess(const service::Identity& caller,
-                              service::Role role, absl::string_view method,
-                              uint64_t job_id,
+  absl::Status CheckJobAccess(const service::Identity& caller, service::Role role,
+                              absl::string_view method, uint64_t job_id,
                               absl::string_view owner) const;
 
   // WorkerRegister: the role and the capacity (INVALID_ARGUMENT naming
@@ -92,8 +86,7 @@ class Authorization {
   // at the same address (0: none): the adapter refuses the call while that worker is live.
   absl::Status CheckWorkerRegister(const service::Identity& caller,
                                    const proto::WorkerRegisterRequest& request,
-                                   uint64_t* holder) const
-      ABSL_LOCKS_EXCLUDED(mu_);
+                                   uint64_t* holder) const ABSL_LOCKS_EXCLUDED(mu_);
   void WorkerRegistered(const service::Identity& caller, uint64_t worker_id,
                         const std::string& address) ABSL_LOCKS_EXCLUDED(mu_);
   // WorkerHeartbeat / WorkerUnregister: the role, and `worker_id` registered by the caller (an
@@ -109,8 +102,7 @@ class Authorization {
                               proto::GetStatusRequest* request) const;
   // What `caller` may see of a full answer: a non-operator keeps only its own jobs and no
   // drain list.
-  void FilterStatus(const service::Identity& caller,
-                    proto::GetStatusResponse* response) const;
+  void FilterStatus(const service::Identity& caller, proto::GetStatusResponse* response) const;
 
  private:
   const Options options_;
@@ -121,8 +113,7 @@ class Authorization {
   std::map<uint64_t, std::string> job_owners_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, std::string> worker_owners_ ABSL_GUARDED_BY(mu_);
   // address -> (identity, worker id) of the last registration there.
-  std::map<std::string, std::pair<std::string, uint64_t>> addresses_
-      ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::pair<std::string, uint64_t>> addresses_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace sluice::dispatcher

@@ -74,22 +74,18 @@ int CeilWorkers(double x) {
 
 // The estimate in one line: "need 8.00 workers (job 1: 1024 el/s / 128 el/s
 // per worker) x 1.05 headroom".
-std::string Describe(const std::map<uint64_t, JobEstimate>& jobs, double need,
-                     double headroom) {
+std::string Describe(const std::map<uint64_t, JobEstimate>& jobs, double need, double headroom) {
   std::vector<std::string> parts;
   for (const auto& [job_id, job] : jobs) {
     if (job.capacity > 0) {
-      parts.push_back(
-          absl::StrFormat("job %d: %.0f el/s / %.0f el/s per worker", job_id,
-                          job.demand, job.capacity));
+      parts.push_back(absl::StrFormat("job %d: %.0f el/s / %.0f el/s per worker", job_id,
+                                      job.demand, job.capacity));
     } else {
-      parts.push_back(absl::StrFormat("job %d: %.0f el/s, capacity unknown",
-                                      job_id, job.demand));
+      parts.push_back(absl::StrFormat("job %d: %.0f el/s, capacity unknown", job_id, job.demand));
     }
   }
-  return absl::StrFormat(
-      "need %.2f workers (%s) x %.2f headroom", need,
-      parts.empty() ? "no consumer" : absl::StrJoin(parts, "; "), headroom);
+  return absl::StrFormat("need %.2f workers (%s) x %.2f headroom", need,
+                         parts.empty() ? "no consumer" : absl::StrJoin(parts, "; "), headroom);
 }
 
 }  // namespace
@@ -122,18 +118,16 @@ struct Autoscaler::Estimate {
   std::string description;  // "need 8.00 workers (...) x 1.05 headroom"
 };
 
-Autoscaler::Autoscaler(AutoscalerOptions options)
-    : options_(std::move(options)) {}
+Autoscaler::Autoscaler(AutoscalerOptions options) : options_(std::move(options)) {}
 
-Autoscaler::Census Autoscaler::CountWorkers(
-    const AutoscalerInput& input) const {
+Autoscaler::Census Autoscaler::CountWorkers(const AutoscalerInput& input) const {
   const AutoscalerOptions& o = options_;
   Census census;
   for (const WorkerSample& w : input.workers) {
     if (w.draining) continue;
     ++census.registered;
-    const bool stale = input.now - w.last_heartbeat > o.stale_after &&
-                       input.now - w.registered > o.stale_after;
+    const bool stale =
+        input.now - w.last_heartbeat > o.stale_after && input.now - w.registered > o.stale_after;
     if (stale) {
       census.stalled.insert(w.worker_id);
     } else if (input.now - w.registered < o.warmup) {
@@ -162,18 +156,14 @@ void Autoscaler::EstimateDemand(const AutoscalerInput& input, Estimate& e,
       continue;
     }
     const auto key = std::make_pair(c.job_id, c.consumer_index);
-    const double busy = std::max(o.min_busy_fraction,
-                                 1.0 - std::clamp(c.wait_fraction, 0.0, 1.0));
+    const double busy = std::max(o.min_busy_fraction, 1.0 - std::clamp(c.wait_fraction, 0.0, 1.0));
     const uint64_t batch_size = std::max<uint64_t>(1, sample->second->batch_size);
-    double demand = std::max(0.0, c.batches_per_second) / busy *
-                    static_cast<double>(batch_size);
+    double demand = std::max(0.0, c.batches_per_second) / busy * static_cast<double>(batch_size);
     auto previous = consumer_demand_.find(key);
     // A trainer that got nothing and waited throughout (its job was given
     // no worker) shows no demand: the last estimate stands, if any.
-    const bool starved = c.batches_per_second <= 0 &&
-                         c.wait_fraction >= 1 - o.min_busy_fraction;
-    const bool known =
-        previous != consumer_demand_.end() && previous->second > 0;
+    const bool starved = c.batches_per_second <= 0 && c.wait_fraction >= 1 - o.min_busy_fraction;
+    const bool known = previous != consumer_demand_.end() && previous->second > 0;
     if ((input.now - c.epoch_started < o.epoch_grace || starved) && known) {
       demand = previous->second;
     } else if (starved) {
@@ -198,8 +188,7 @@ void Autoscaler::EstimateDemand(const AutoscalerInput& input, Estimate& e,
     }
   }
   if (unknown_job_consumers > 0) {
-    notes.push_back(absl::StrCat(unknown_job_consumers,
-                                 " consumer(s) of unknown jobs ignored"));
+    notes.push_back(absl::StrCat(unknown_job_consumers, " consumer(s) of unknown jobs ignored"));
   }
 }
 
@@ -307,8 +296,8 @@ void Autoscaler::MeasureNoise(Estimate& e) const {
   for (const auto& [job_id, job] : e.jobs) {
     if (job.need <= 0) continue;
     const double weight = job.need * job.need;
-    for (double error : {demand_spread.StandardError(job_id),
-                         e.capacity_spread.StandardError(job_id)}) {
+    for (double error :
+         {demand_spread.StandardError(job_id), e.capacity_spread.StandardError(job_id)}) {
       if (error < 0) {
         variance += weight * assumed * assumed;
       } else {
@@ -330,8 +319,7 @@ void Autoscaler::MeasureNoise(Estimate& e) const {
 void Autoscaler::RecordHistory(absl::Time now, Estimate& e) {
   if (first_call_ == absl::InfinitePast()) first_call_ = now;
   if (e.need_known) history_.push_back({now, e.need_by_job, e.headroom});
-  while (!history_.empty() &&
-         now - history_.front().time >= options_.scale_down_window) {
+  while (!history_.empty() && now - history_.front().time >= options_.scale_down_window) {
     history_.pop_front();
   }
   e.stable_need = e.need;
@@ -348,9 +336,8 @@ void Autoscaler::RecordHistory(absl::Time now, Estimate& e) {
   }
 }
 
-std::string Autoscaler::ScaleUp(const AutoscalerInput& input,
-                                const Census& census, const Estimate& e,
-                                int& desired) const {
+std::string Autoscaler::ScaleUp(const AutoscalerInput& input, const Census& census,
+                                const Estimate& e, int& desired) const {
   const AutoscalerOptions& o = options_;
   const int current = desired;
   const int target = CeilWorkers(e.need * e.headroom);
@@ -361,23 +348,20 @@ std::string Autoscaler::ScaleUp(const AutoscalerInput& input,
   }
   bool all_full = !census.warm.empty();
   for (const WorkerSample* w : census.warm) {
-    const bool full =
-        w->blocked_producers > 0 ||
-        (w->queue_capacity > 0 &&
-         static_cast<double>(w->queue_depth) >=
-             o.full_queue_fraction * static_cast<double>(w->queue_capacity));
+    const bool full = w->blocked_producers > 0 ||
+                      (w->queue_capacity > 0 &&
+                       static_cast<double>(w->queue_depth) >=
+                           o.full_queue_fraction * static_cast<double>(w->queue_capacity));
     all_full &= full;
   }
   if (!any_wait && all_full) {
-    return absl::StrCat(
-        "hold ", current, ": ", e.description, " = ", target,
-        ", but no trainer waits and every worker's output queue is full");
+    return absl::StrCat("hold ", current, ": ", e.description, " = ", target,
+                        ", but no trainer waits and every worker's output queue is full");
   }
-  const int cap = static_cast<int>(
-      std::floor(std::max(1, current) * o.max_scale_up_factor + 1e-9));
+  const int cap = static_cast<int>(std::floor(std::max(1, current) * o.max_scale_up_factor + 1e-9));
   desired = std::min(target, cap);
-  std::string verdict = absl::StrCat("up ", current, " -> ", desired, ": ",
-                                     e.description, " = ", target);
+  std::string verdict =
+      absl::StrCat("up ", current, " -> ", desired, ": ", e.description, " = ", target);
   if (desired < target) {
     absl::StrAppend(&verdict, ", capped at x", o.max_scale_up_factor);
   }
@@ -386,18 +370,15 @@ std::string Autoscaler::ScaleUp(const AutoscalerInput& input,
   // headroom up again would add a worker whenever the noise lifts the need
   // past count / headroom (8.53 workers of need read as 8.6 x 1.05 = 9.03 ->
   // 10 instead of the 9 there were).
-  if (current < last_desired_ && e.need <= last_desired_ &&
-      desired > last_desired_) {
+  if (current < last_desired_ && e.need <= last_desired_ && desired > last_desired_) {
     desired = last_desired_;
-    verdict = absl::StrFormat(
-        "up %d -> %d: replace lost workers, %s within the band of %d", current,
-        desired, e.description, last_desired_);
+    verdict = absl::StrFormat("up %d -> %d: replace lost workers, %s within the band of %d",
+                              current, desired, e.description, last_desired_);
   }
   return verdict;
 }
 
-std::string Autoscaler::ScaleDownOrHold(absl::Time now, const Estimate& e,
-                                        int& desired) {
+std::string Autoscaler::ScaleDownOrHold(absl::Time now, const Estimate& e, int& desired) {
   const AutoscalerOptions& o = options_;
   const int current = desired;
   const int min_workers = std::max(0, o.min_workers);
@@ -407,41 +388,35 @@ std::string Autoscaler::ScaleDownOrHold(absl::Time now, const Estimate& e,
   // margin too, else a scale-up whose measurement came out a little high is
   // trimmed by one worker a window later (a direction change).
   const int stable_target = std::clamp(
-      CeilWorkers(e.stable_need * e.stable_headroom / (1 - e.noise)),
-      min_workers, max_workers);
+      CeilWorkers(e.stable_need * e.stable_headroom / (1 - e.noise)), min_workers, max_workers);
   // Until a whole window was seen (a restarted dispatcher), only demand that
   // left can scale down.
   const bool window_seen = now - first_call_ >= o.scale_down_window;
   if (stable_target < current && !window_seen && !e.jobs.empty()) {
     return absl::StrCat("hold ", current, ": ", e.description, " = ", target,
-                        "; no scale-down before ",
-                        absl::FormatDuration(o.scale_down_window),
+                        "; no scale-down before ", absl::FormatDuration(o.scale_down_window),
                         " of measurements");
   }
   if (stable_target < current) {
     if (now - last_scale_down_ < o.period) {
-      return absl::StrCat("hold ", current,
-                          ": scaled down less than a period ago; ",
+      return absl::StrCat("hold ", current, ": scaled down less than a period ago; ",
                           e.description);
     }
     desired = stable_target;
     if (e.jobs.empty()) {
-      return absl::StrFormat("down %d -> %d: no live consumer", current,
-                             desired);
+      return absl::StrFormat("down %d -> %d: no live consumer", current, desired);
     }
     return absl::StrFormat(
         "down %d -> %d: largest need over the last %s %.2f workers x %.2f "
         "headroom; now %s",
-        current, desired, absl::FormatDuration(o.scale_down_window),
-        e.stable_need, e.stable_headroom, e.description);
+        current, desired, absl::FormatDuration(o.scale_down_window), e.stable_need,
+        e.stable_headroom, e.description);
   }
-  std::string verdict =
-      absl::StrCat("hold ", current, ": ", e.description, " = ", target);
+  std::string verdict = absl::StrCat("hold ", current, ": ", e.description, " = ", target);
   if (stable_target > target) {
     absl::StrAppend(&verdict,
-                    absl::StrFormat(" (%.2f x %.2f seen in the last %s)",
-                                    e.stable_need, e.stable_headroom,
-                                    absl::FormatDuration(o.scale_down_window)));
+                    absl::StrFormat(" (%.2f x %.2f seen in the last %s)", e.stable_need,
+                                    e.stable_headroom, absl::FormatDuration(o.scale_down_window)));
   }
   return verdict;
 }
@@ -449,27 +424,23 @@ std::string Autoscaler::ScaleDownOrHold(absl::Time now, const Estimate& e,
 // The least useful first: stalled, then slow outliers, then fewest held
 // splits, fewest undelivered batches, then the newest (it has the least warm
 // state), then the highest id.
-std::vector<uint64_t> Autoscaler::DrainVictims(const AutoscalerInput& input,
-                                               const Census& census,
-                                               const Estimate& e,
-                                               int surplus) const {
+std::vector<uint64_t> Autoscaler::DrainVictims(const AutoscalerInput& input, const Census& census,
+                                               const Estimate& e, int surplus) const {
   std::vector<const WorkerSample*> order;
   for (const WorkerSample& w : input.workers) {
     if (!w.draining) order.push_back(&w);
   }
   auto rank = [&](const WorkerSample* w) {
-    return std::make_tuple(!census.stalled.contains(w->worker_id),
-                           !e.slow.contains(w->worker_id), w->held_splits,
-                           w->undelivered_batches);
+    return std::make_tuple(!census.stalled.contains(w->worker_id), !e.slow.contains(w->worker_id),
+                           w->held_splits, w->undelivered_batches);
   };
-  std::sort(order.begin(), order.end(),
-            [&](const WorkerSample* a, const WorkerSample* b) {
-              if (rank(a) != rank(b)) return rank(a) < rank(b);
-              if (a->registered != b->registered) {
-                return a->registered > b->registered;
-              }
-              return a->worker_id > b->worker_id;
-            });
+  std::sort(order.begin(), order.end(), [&](const WorkerSample* a, const WorkerSample* b) {
+    if (rank(a) != rank(b)) return rank(a) < rank(b);
+    if (a->registered != b->registered) {
+      return a->registered > b->registered;
+    }
+    return a->worker_id > b->worker_id;
+  });
   std::vector<uint64_t> drain;
   for (int i = 0; i < surplus && i < static_cast<int>(order.size()); ++i) {
     drain.push_back(order[i]->worker_id);
@@ -504,9 +475,8 @@ AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
   std::string verdict;
   if (!e.need_known) {
     desired = std::max(current, e.jobs.empty() ? 0 : 1);
-    verdict = absl::StrCat("capacity not measured yet (", census.warming,
-                           " warming up, ", census.warm.size(), " warm); ",
-                           e.description);
+    verdict = absl::StrCat("capacity not measured yet (", census.warming, " warming up, ",
+                           census.warm.size(), " warm); ", e.description);
   } else if (e.need > current * o.scale_up_utilization * (1 + e.noise) &&
              CeilWorkers(e.need * e.headroom) > current) {
     verdict = ScaleUp(input, census, e, desired);
@@ -534,31 +504,29 @@ AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
   for (uint64_t id : census.stalled) d.replace.push_back(id);
   for (uint64_t id : e.slow) d.replace.push_back(id);
   if (!census.stalled.empty()) {
-    notes.push_back(absl::StrCat("stalled (no heartbeat): worker ",
-                                 absl::StrJoin(census.stalled, ", ")));
+    notes.push_back(
+        absl::StrCat("stalled (no heartbeat): worker ", absl::StrJoin(census.stalled, ", ")));
   }
   if (!e.slow.empty()) {
-    notes.push_back(absl::StrCat("slow outlier counted as the median: worker ",
-                                 absl::StrJoin(e.slow, ", ")));
+    notes.push_back(
+        absl::StrCat("slow outlier counted as the median: worker ", absl::StrJoin(e.slow, ", ")));
   }
   if (census.warming > 0 && e.need_known) {
     notes.push_back(absl::StrCat(census.warming, " warming up"));
   }
   if (e.jobs_measured_warming > 0) {
-    notes.push_back(absl::StrCat(e.jobs_measured_warming,
-                                 " job(s) measured on warming workers only"));
+    notes.push_back(
+        absl::StrCat(e.jobs_measured_warming, " job(s) measured on warming workers only"));
   }
   if (census.registered > desired) {
     d.drain = DrainVictims(input, census, e, census.registered - desired);
   }
   d.reason = verdict;
-  if (!notes.empty())
-    absl::StrAppend(&d.reason, "; ", absl::StrJoin(notes, "; "));
+  if (!notes.empty()) absl::StrAppend(&d.reason, "; ", absl::StrJoin(notes, "; "));
   return d;
 }
 
-void AllocateWorkers(double pool, double headroom,
-                     std::vector<JobEstimate>& jobs) {
+void AllocateWorkers(double pool, double headroom, std::vector<JobEstimate>& jobs) {
   double left = std::max(0.0, pool);
   std::vector<JobEstimate*> order;
   for (JobEstimate& job : jobs) {
@@ -567,20 +535,15 @@ void AllocateWorkers(double pool, double headroom,
     order.push_back(&job);
   }
   // Trainer-seconds of waiting one more worker removes per second.
-  auto gain = [](const JobEstimate* j) {
-    return j->need > 0 ? j->consumers / j->need : 0.0;
-  };
+  auto gain = [](const JobEstimate* j) { return j->need > 0 ? j->consumers / j->need : 0.0; };
   // 1 / the worker-seconds the job still needs (0: its end unknown).
   auto smith = [](const JobEstimate* j) {
-    return j->remaining_seconds > 0 && j->need > 0
-               ? 1 / (j->need * j->remaining_seconds)
-               : 0.0;
+    return j->remaining_seconds > 0 && j->need > 0 ? 1 / (j->need * j->remaining_seconds) : 0.0;
   };
   // 1. min_workers, higher priority first.
-  std::stable_sort(order.begin(), order.end(),
-                   [](const JobEstimate* a, const JobEstimate* b) {
-                     return a->priority > b->priority;
-                   });
+  std::stable_sort(order.begin(), order.end(), [](const JobEstimate* a, const JobEstimate* b) {
+    return a->priority > b->priority;
+  });
   for (JobEstimate* j : order) {
     const double given = std::min<double>(j->min_workers, left);
     j->allocated = given;
@@ -593,14 +556,13 @@ void AllocateWorkers(double pool, double headroom,
     left -= given;
   }
   // 2. Up to need × headroom, the most wait removed per worker first.
-  std::stable_sort(order.begin(), order.end(),
-                   [&](const JobEstimate* a, const JobEstimate* b) {
-                     if (a->priority != b->priority) {
-                       return a->priority > b->priority;
-                     }
-                     if (smith(a) != smith(b)) return smith(a) > smith(b);
-                     return gain(a) > gain(b);
-                   });
+  std::stable_sort(order.begin(), order.end(), [&](const JobEstimate* a, const JobEstimate* b) {
+    if (a->priority != b->priority) {
+      return a->priority > b->priority;
+    }
+    if (smith(a) != smith(b)) return smith(a) > smith(b);
+    return gain(a) > gain(b);
+  });
   double wanted = 0;
   for (JobEstimate* j : order) {
     const double want = j->need * headroom;
@@ -609,17 +571,15 @@ void AllocateWorkers(double pool, double headroom,
     j->allocated += given;
     left -= given;
     if (j->starved) {
-      j->allocation_reason = absl::StrFormat(
-          "%.2f to read its demand: its trainers got nothing yet",
-          j->allocated);
-    } else if (j->allocated >= want - 1e-9) {
-      j->allocation_reason = absl::StrFormat(
-          "its need %.2f x %.2f headroom", j->need, headroom);
-    } else if (j->allocated > 0 && j->allocated <= j->min_workers) {
       j->allocation_reason =
-          absl::StrFormat("min_workers %d of its need %.2f: priority %d, %.2f "
-                          "trainers' wait removed per worker",
-                          j->min_workers, j->need, j->priority, gain(j));
+          absl::StrFormat("%.2f to read its demand: its trainers got nothing yet", j->allocated);
+    } else if (j->allocated >= want - 1e-9) {
+      j->allocation_reason = absl::StrFormat("its need %.2f x %.2f headroom", j->need, headroom);
+    } else if (j->allocated > 0 && j->allocated <= j->min_workers) {
+      j->allocation_reason = absl::StrFormat(
+          "min_workers %d of its need %.2f: priority %d, %.2f "
+          "trainers' wait removed per worker",
+          j->min_workers, j->need, j->priority, gain(j));
     } else {
       j->allocation_reason = absl::StrFormat(
           "%.2f of its need %.2f: the pool ran out (priority %d, %.2f "
@@ -630,8 +590,7 @@ void AllocateWorkers(double pool, double headroom,
   // 3. The rest in proportion to what each job wanted.
   if (left > 1e-9 && wanted > 0) {
     for (JobEstimate* j : order) {
-      j->allocated +=
-          left * std::max(j->need * headroom, j->allocated) / wanted;
+      j->allocated += left * std::max(j->need * headroom, j->allocated) / wanted;
     }
   }
 }

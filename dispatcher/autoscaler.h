@@ -237,8 +237,7 @@ struct AutoscalerDecision {
 // 2/8 and job 3 1/6: job 2 gets the remaining 5 of its 8, job 3 stays at 1.
 // Had job 2 60 s left (8 × 60 = 480 worker-seconds) and job 1 200 s (4 ×
 // 200 = 800), job 2 would get its 8 first and job 1 the last 1.
-void AllocateWorkers(double pool, double headroom,
-                     std::vector<JobEstimate>& jobs);
+void AllocateWorkers(double pool, double headroom, std::vector<JobEstimate>& jobs);
 
 class Autoscaler {
  public:
@@ -263,19 +262,17 @@ class Autoscaler {
 
   // One step each of Decide(), in order.
   Census CountWorkers(const AutoscalerInput& input) const;
-  void EstimateDemand(const AutoscalerInput& input, Estimate& e,
-                      std::vector<std::string>& notes);
+  void EstimateDemand(const AutoscalerInput& input, Estimate& e, std::vector<std::string>& notes);
   void EstimateCapacity(const Census& census, Estimate& e);
   void FillUnmeasuredCapacity(Estimate& e) const;
   void SumNeed(Estimate& e) const;
   void MeasureNoise(Estimate& e) const;
   void RecordHistory(absl::Time now, Estimate& e);
-  std::string ScaleUp(const AutoscalerInput& input, const Census& census,
-                      const Estimate& e, int& desired) const;
+  std::string ScaleUp(const AutoscalerInput& input, const Census& census, const Estimate& e,
+                      int& desired) const;
   std::string ScaleDownOrHold(absl::Time now, const Estimate& e, int& desired);
-  std::vector<uint64_t> DrainVictims(const AutoscalerInput& input,
-                                     const Census& census, const Estimate& e,
-                                     int surplus) const;
+  std::vector<uint64_t> DrainVictims(const AutoscalerInput& input, const Census& census,
+                                     const Estimate& e, int surplus) const;
 
   AutoscalerOptions options_;
   std::deque<HistoryEntry> history_;

@@ -26,8 +26,7 @@ uint64_t Mix(uint64_t a, uint64_t b) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<DispatcherImpl>> DispatcherImpl::Create(
-    DispatcherOptions options) {
+absl::StatusOr<std::unique_ptr<DispatcherImpl>> DispatcherImpl::Create(DispatcherOptions options) {
   std::unique_ptr<DispatcherImpl> impl(new DispatcherImpl(std::move(options)));
   ASSIGN_OR_RETURN(Journal::Contents contents, impl->journal_->Read());
   {
@@ -36,14 +35,12 @@ absl::StatusOr<std::unique_ptr<DispatcherImpl>> DispatcherImpl::Create(
   }
   DispatcherImpl* raw = impl.get();
   impl->acks_ = std::make_unique<DurableAcks>(
-      impl->journal_.get(), [raw](uint64_t ticket, const absl::Status& s) {
-        raw->MarkDurable(ticket, s);
-      });
+      impl->journal_.get(),
+      [raw](uint64_t ticket, const absl::Status& s) { raw->MarkDurable(ticket, s); });
   {
     absl::MutexLock lock(&impl->mu_);
     const absl::Time now = impl->clock_->Now();
-    const uint64_t start_micros =
-        static_cast<uint64_t>(absl::ToUnixMicros(now));
+    const uint64_t start_micros = static_cast<uint64_t>(absl::ToUnixMicros(now));
     if (!contents.snapshot.empty()) {
       proto::DispatcherSnapshot snapshot;
       if (!snapshot.ParseFromString(contents.snapshot)) {
@@ -54,16 +51,14 @@ absl::StatusOr<std::unique_ptr<DispatcherImpl>> DispatcherImpl::Create(
       for (int i = 0; i < snapshot.updates_size(); ++i) {
         if (absl::Status s = impl->state_.Apply(snapshot.updates(i)); !s.ok()) {
           return absl::DataLossError(
-              absl::StrCat("the journal's snapshot record ", i,
-                           " does not apply: ", s.message()));
+              absl::StrCat("the journal's snapshot record ", i, " does not apply: ", s.message()));
         }
       }
     }
     for (size_t i = 0; i < contents.updates.size(); ++i) {
       if (absl::Status s = impl->state_.Apply(contents.updates[i]); !s.ok()) {
-        return absl::DataLossError(
-            absl::StrCat("journal record ", i,
-                         " after the snapshot does not apply: ", s.message()));
+        return absl::DataLossError(absl::StrCat(
+            "journal record ", i, " after the snapshot does not apply: ", s.message()));
       }
     }
     if (impl->state_.incarnation() == 0) {
@@ -91,8 +86,7 @@ absl::StatusOr<std::unique_ptr<DispatcherImpl>> DispatcherImpl::Create(
           "recovered {} jobs, {} workers from the journal ({} updates after "
           "the "
           "snapshot)",
-          impl->state_.jobs().size(), impl->state_.workers().size(),
-          contents.updates.size());
+          impl->state_.jobs().size(), impl->state_.workers().size(), contents.updates.size());
     }
     impl->updates_since_snapshot_ = impl->journal_->updates_since_snapshot();
     impl->UpdateGauges();
@@ -105,16 +99,13 @@ DispatcherImpl::DispatcherImpl(DispatcherOptions options)
     : options_(std::move(options)),
       clock_(options_.clock != nullptr ? options_.clock : RealClock::Get()),
       logger_(options_.logger != nullptr ? options_.logger : NullLogger()),
-      journal_(options_.journal != nullptr ? options_.journal
-                                           : std::make_shared<NullJournal>()),
-      own_registry_(options_.registry == nullptr
-                        ? std::make_unique<prometheus::Registry>()
-                        : nullptr),
+      journal_(options_.journal != nullptr ? options_.journal : std::make_shared<NullJournal>()),
+      own_registry_(options_.registry == nullptr ? std::make_unique<prometheus::Registry>()
+                                                 : nullptr),
       metrics_(options_.registry != nullptr ? *options_.registry : *own_registry_),
       autoscaler_(AutoscalerOptions{
           .min_workers = static_cast<int>(options_.min_workers),
-          .max_workers = static_cast<int>(
-              std::max(options_.min_workers, options_.max_workers)),
+          .max_workers = static_cast<int>(std::max(options_.min_workers, options_.max_workers)),
           .period = options_.scale_period,
           .scale_down_window = options_.scale_down_window}) {}
 
@@ -144,26 +135,22 @@ void DispatcherImpl::MaintenanceLoop() {
   while (true) {
     {
       absl::MutexLock lock(&mu_);
-      mu_.AwaitWithTimeout(absl::Condition(&cancelled_),
-                           options_.heartbeat_interval);
+      mu_.AwaitWithTimeout(absl::Condition(&cancelled_), options_.heartbeat_interval);
       if (cancelled_) return;
       RestartLeasesAfterPause(last_tick, clock_->Now());
     }
-    if (absl::Status s = Tick(); !s.ok())
-      logger_->error("dispatcher tick: {}", s.ToString());
+    if (absl::Status s = Tick(); !s.ok()) logger_->error("dispatcher tick: {}", s.ToString());
     last_tick = clock_->Now();
   }
 }
 
-void DispatcherImpl::RestartLeasesAfterPause(absl::Time last_tick,
-                                             absl::Time now) {
+void DispatcherImpl::RestartLeasesAfterPause(absl::Time last_tick, absl::Time now) {
   // This loop wakes every heartbeat_interval; a much longer gap means the process was not
   // running (SIGSTOP, a paused VM, a frozen node). Nobody could reach it meanwhile: workers
   // and consumers that kept trying must not lose their leases for that time.
   const absl::Duration gap = now - last_tick;
   if (gap <= 3 * options_.heartbeat_interval + absl::Seconds(1)) return;
-  for (auto& [id, signal] : worker_signals_)
-    signal.last_seen = std::max(signal.last_seen, now);
+  for (auto& [id, signal] : worker_signals_) signal.last_seen = std::max(signal.last_seen, now);
   for (auto& [consumer, signal] : consumer_signals_) {
     if (signal.last_report != absl::InfinitePast())
       signal.last_report = std::max(signal.last_report, now);
@@ -186,8 +173,7 @@ absl::Status DispatcherImpl::Admit(uint32_t protocol_version) const {
 
 absl::Status DispatcherImpl::WaitDurable() {
   const int64_t ticket = last_ticket_.load(std::memory_order_acquire);
-  if (ticket <= durable_ticket_.load(std::memory_order_acquire))
-    return absl::OkStatus();
+  if (ticket <= durable_ticket_.load(std::memory_order_acquire)) return absl::OkStatus();
   const absl::Status s = journal_->WaitDurable(static_cast<uint64_t>(ticket));
   MarkDurable(static_cast<uint64_t>(ticket), s);
   if (!s.ok()) {
@@ -210,78 +196,62 @@ void DispatcherImpl::MarkDurable(uint64_t ticket, const absl::Status& status) {
   }
   int64_t seen = durable_ticket_.load(std::memory_order_relaxed);
   const int64_t now = static_cast<int64_t>(ticket);
-  while (seen < now && !durable_ticket_.compare_exchange_weak(
-                           seen, now, std::memory_order_release)) {
+  while (seen < now &&
+         !durable_ticket_.compare_exchange_weak(seen, now, std::memory_order_release)) {
   }
 }
 
 template <typename Request, typename Response>
-void DispatcherImpl::RunAsync(Method<Request, Response> method,
-                              const Request& request, Response* response,
-                              Done done) {
+void DispatcherImpl::RunAsync(Method<Request, Response> method, const Request& request,
+                              Response* response, Done done) {
   absl::Status status = (this->*method)(request, response);
   // The call may have made work for a watching worker.
   if (recheck_watches_.exchange(false)) AnswerWatches();
   const int64_t ticket = last_ticket_.load(std::memory_order_acquire);
-  if (!status.ok() ||
-      ticket <= durable_ticket_.load(std::memory_order_acquire)) {
+  if (!status.ok() || ticket <= durable_ticket_.load(std::memory_order_acquire)) {
     done(std::move(status));
     return;
   }
   acks_->Add(static_cast<uint64_t>(ticket), std::move(status), std::move(done));
 }
 
-void DispatcherImpl::RegisterDataset(
-    const proto::RegisterDatasetRequest& request,
-    proto::RegisterDatasetResponse* response, Done done) {
-  RunAsync(&DispatcherImpl::DoRegisterDataset, request, response,
-           std::move(done));
+void DispatcherImpl::RegisterDataset(const proto::RegisterDatasetRequest& request,
+                                     proto::RegisterDatasetResponse* response, Done done) {
+  RunAsync(&DispatcherImpl::DoRegisterDataset, request, response, std::move(done));
 }
 
 void DispatcherImpl::GetOrCreateJob(const proto::GetOrCreateJobRequest& request,
-                                    proto::GetOrCreateJobResponse* response,
-                                    Done done) {
-  RunAsync(&DispatcherImpl::DoGetOrCreateJob, request, response,
-           std::move(done));
+                                    proto::GetOrCreateJobResponse* response, Done done) {
+  RunAsync(&DispatcherImpl::DoGetOrCreateJob, request, response, std::move(done));
 }
 
-void DispatcherImpl::ClientHeartbeat(
-    const proto::ClientHeartbeatRequest& request,
-    proto::ClientHeartbeatResponse* response, Done done) {
-  RunAsync(&DispatcherImpl::DoClientHeartbeat, request, response,
-           std::move(done));
+void DispatcherImpl::ClientHeartbeat(const proto::ClientHeartbeatRequest& request,
+                                     proto::ClientHeartbeatResponse* response, Done done) {
+  RunAsync(&DispatcherImpl::DoClientHeartbeat, request, response, std::move(done));
 }
 
 void DispatcherImpl::WorkerRegister(const proto::WorkerRegisterRequest& request,
-                                    proto::WorkerRegisterResponse* response,
-                                    Done done) {
-  RunAsync(&DispatcherImpl::DoWorkerRegister, request, response,
-           std::move(done));
+                                    proto::WorkerRegisterResponse* response, Done done) {
+  RunAsync(&DispatcherImpl::DoWorkerRegister, request, response, std::move(done));
 }
 
-void DispatcherImpl::WorkerHeartbeat(
-    const proto::WorkerHeartbeatRequest& request,
-    proto::WorkerHeartbeatResponse* response, Done done) {
-  RunAsync(&DispatcherImpl::DoWorkerHeartbeat, request, response,
-           std::move(done));
+void DispatcherImpl::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& request,
+                                     proto::WorkerHeartbeatResponse* response, Done done) {
+  RunAsync(&DispatcherImpl::DoWorkerHeartbeat, request, response, std::move(done));
 }
 
-void DispatcherImpl::WorkerUnregister(
-    const proto::WorkerUnregisterRequest& request,
-    proto::WorkerUnregisterResponse* response, Done done) {
-  RunAsync(&DispatcherImpl::DoWorkerUnregister, request, response,
-           std::move(done));
+void DispatcherImpl::WorkerUnregister(const proto::WorkerUnregisterRequest& request,
+                                      proto::WorkerUnregisterResponse* response, Done done) {
+  RunAsync(&DispatcherImpl::DoWorkerUnregister, request, response, std::move(done));
 }
 
 void DispatcherImpl::DrainWorker(const proto::DrainWorkerRequest& request,
-                                 proto::DrainWorkerResponse* response,
-                                 Done done) {
+                                 proto::DrainWorkerResponse* response, Done done) {
   RunAsync(&DispatcherImpl::DoDrainWorker, request, response, std::move(done));
 }
 
 void DispatcherImpl::GetJobState(const proto::GetJobStateRequest& request,
-                                 proto::GetJobStateResponse* response,
-                                 Done done) {
+                                 proto::GetJobStateResponse* response, Done done) {
   RunAsync(&DispatcherImpl::DoGetJobState, request, response, std::move(done));
 }
 
@@ -300,29 +270,26 @@ absl::Status DispatcherImpl::Tick() {
 absl::Status DispatcherImpl::Commit(const proto::Update& update) {
   recheck_watches_.store(true);
   if (absl::Status s = state_.Validate(update); !s.ok()) {
-    return absl::InternalError(
-        absl::StrCat("dispatcher refused its own update (",
-                     update.ShortDebugString(), "): ", s.message()));
+    return absl::InternalError(absl::StrCat("dispatcher refused its own update (",
+                                            update.ShortDebugString(), "): ", s.message()));
   }
   absl::StatusOr<uint64_t> ticket = journal_->Enqueue(update);
   if (!ticket.ok()) {
     metrics_.journal_errors.Increment();
-    return absl::UnavailableError(absl::StrCat(
-        "the dispatcher cannot journal a change: ", ticket.status().message()));
+    return absl::UnavailableError(
+        absl::StrCat("the dispatcher cannot journal a change: ", ticket.status().message()));
   }
   last_ticket_.store(static_cast<int64_t>(*ticket), std::memory_order_release);
   if (absl::Status s = state_.Apply(update); !s.ok()) {
-    return absl::InternalError(
-        absl::StrCat("dispatcher state rejected its own update (",
-                     update.ShortDebugString(), "): ", s.message()));
+    return absl::InternalError(absl::StrCat("dispatcher state rejected its own update (",
+                                            update.ShortDebugString(), "): ", s.message()));
   }
   if (++updates_since_snapshot_ >= options_.snapshot_every) {
     // Serialized here, written by the next commit outside mu_.
     absl::StatusOr<uint64_t> snapshot =
         journal_->EnqueueSnapshot(state_.Snapshot().SerializeAsString());
     if (snapshot.ok()) {
-      last_ticket_.store(static_cast<int64_t>(*snapshot),
-                         std::memory_order_release);
+      last_ticket_.store(static_cast<int64_t>(*snapshot), std::memory_order_release);
       updates_since_snapshot_ = 0;
     } else {
       metrics_.journal_errors.Increment();
@@ -338,22 +305,20 @@ uint64_t DispatcherImpl::TasksVersion() const {
   return v == 0 ? 1 : v;
 }
 
-uint64_t DispatcherImpl::SplitsVersion(
-    uint64_t job_id, const DispatcherState::Consumer& consumer) const {
+uint64_t DispatcherImpl::SplitsVersion(uint64_t job_id,
+                                       const DispatcherState::Consumer& consumer) const {
   // The sequence is a pure function of (job, consumer, epoch) (ConsumerSplitIds), empty once
   // the consumer finished.
   uint64_t v =
-      Mix(Mix(Mix(view_nonce_ ^ 0x5a5a5a5a5a5a5a5aULL, job_id), consumer.index),
-          consumer.epoch);
+      Mix(Mix(Mix(view_nonce_ ^ 0x5a5a5a5a5a5a5a5aULL, job_id), consumer.index), consumer.epoch);
   v = Mix(v, consumer.finished ? 1 : 0);
   return v == 0 ? 1 : v;
 }
 
 absl::Status DispatcherImpl::ApplySoft(const proto::Update& update) {
   if (absl::Status s = state_.Apply(update); !s.ok()) {
-    return absl::InternalError(
-        absl::StrCat("dispatcher state rejected its own update (",
-                     update.ShortDebugString(), "): ", s.message()));
+    return absl::InternalError(absl::StrCat("dispatcher state rejected its own update (",
+                                            update.ShortDebugString(), "): ", s.message()));
   }
   return absl::OkStatus();
 }
@@ -364,20 +329,18 @@ absl::Status DispatcherImpl::DoTick() {
   std::vector<uint64_t> expired;
   for (const auto& [id, worker] : state_.workers()) {
     auto it = worker_signals_.find(id);
-    if (it == worker_signals_.end() ||
-        now - it->second.last_seen >= options_.worker_timeout) {
+    if (it == worker_signals_.end() || now - it->second.last_seen >= options_.worker_timeout) {
       expired.push_back(id);
     }
   }
   for (uint64_t id : expired) {
     RETURN_IF_ERROR(LoseWorker(
         id, "timeout",
-        absl::StrCat("sent no heartbeat for ",
-                     absl::FormatDuration(options_.worker_timeout))));
+        absl::StrCat("sent no heartbeat for ", absl::FormatDuration(options_.worker_timeout))));
   }
   RETURN_IF_ERROR(CollectJobs(now));
-  if (last_decision_ == absl::InfinitePast() ||
-      now - last_decision_ >= options_.scale_period || DemandLeft(now)) {
+  if (last_decision_ == absl::InfinitePast() || now - last_decision_ >= options_.scale_period ||
+      DemandLeft(now)) {
     RETURN_IF_ERROR(Autoscale(now));
   }
   UpdateGauges();

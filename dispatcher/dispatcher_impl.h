@@ -183,15 +183,12 @@ namespace sluice::dispatcher {
 using service::kProtocolVersion;
 
 struct DispatcherOptions {
-  Clock* clock = nullptr;  // null: RealClock::Get()
-  prometheus::Registry* registry =
-      nullptr;  // null: a private registry (metrics not exported)
-  std::shared_ptr<spdlog::logger> logger;  // null: NullLogger()
-  std::shared_ptr<Journal>
-      journal;  // null: NullJournal (state lost on restart)
+  Clock* clock = nullptr;                    // null: RealClock::Get()
+  prometheus::Registry* registry = nullptr;  // null: a private registry (metrics not exported)
+  std::shared_ptr<spdlog::logger> logger;    // null: NullLogger()
+  std::shared_ptr<Journal> journal;          // null: NullJournal (state lost on restart)
   absl::Duration worker_timeout = absl::Seconds(10);
-  absl::Duration heartbeat_interval =
-      absl::Seconds(1);  // told to workers; Tick() period
+  absl::Duration heartbeat_interval = absl::Seconds(1);  // told to workers; Tick() period
   uint64_t default_split_size = 1024;
   // Autoscaling: kNone = sluice_desired_workers is advisory; kLocal = the
   // dispatcher also drains the workers the decision lets go.
@@ -222,8 +219,7 @@ class DispatcherImpl {
 
   // Replays options.journal. Errors: the journal's, or Internal if an update
   // does not apply.
-  static absl::StatusOr<std::unique_ptr<DispatcherImpl>> Create(
-      DispatcherOptions options);
+  static absl::StatusOr<std::unique_ptr<DispatcherImpl>> Create(DispatcherOptions options);
   ~DispatcherImpl();  // Stop()s
 
   DispatcherImpl(const DispatcherImpl&) = delete;
@@ -251,8 +247,7 @@ class DispatcherImpl {
   // config. InvalidArgument: DROP leaves a consumer no split.
   // InvalidArgument: num_consumers above limits.max_consumers_per_job.
   void GetOrCreateJob(const proto::GetOrCreateJobRequest& request,
-                      proto::GetOrCreateJobResponse* response, Done done)
-      ABSL_LOCKS_EXCLUDED(mu_);
+                      proto::GetOrCreateJobResponse* response, Done done) ABSL_LOCKS_EXCLUDED(mu_);
   // NotFound: unknown job. InvalidArgument: consumer_index >= num_consumers.
   // `tasks` and `splits` are omitted when the request's tasks_version /
   // splits_version name the current lists (proto/dispatcher.proto).
@@ -262,8 +257,7 @@ class DispatcherImpl {
   // InvalidArgument: empty address. A live worker with the same address is
   // replaced (lost).
   void WorkerRegister(const proto::WorkerRegisterRequest& request,
-                      proto::WorkerRegisterResponse* response, Done done)
-      ABSL_LOCKS_EXCLUDED(mu_);
+                      proto::WorkerRegisterResponse* response, Done done) ABSL_LOCKS_EXCLUDED(mu_);
   // NotFound: unknown or timed-out worker (register again).
   void WorkerHeartbeat(const proto::WorkerHeartbeatRequest& request,
                        proto::WorkerHeartbeatResponse* response, Done done)
@@ -271,18 +265,15 @@ class DispatcherImpl {
   void WorkerUnregister(const proto::WorkerUnregisterRequest& request,
                         proto::WorkerUnregisterResponse* response, Done done)
       ABSL_LOCKS_EXCLUDED(mu_);
-  void DrainWorker(const proto::DrainWorkerRequest& request,
-                   proto::DrainWorkerResponse* response, Done done)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  void GetJobState(const proto::GetJobStateRequest& request,
-                   proto::GetJobStateResponse* response, Done done)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  void DrainWorker(const proto::DrainWorkerRequest& request, proto::DrainWorkerResponse* response,
+                   Done done) ABSL_LOCKS_EXCLUDED(mu_);
+  void GetJobState(const proto::GetJobStateRequest& request, proto::GetJobStateResponse* response,
+                   Done done) ABSL_LOCKS_EXCLUDED(mu_);
   // Workers, jobs, the last autoscaling decision. A request with
   // starting_workers >= 0 (the local actuator) sets the count the next
   // decision adds to the current workers.
-  void GetStatus(const proto::GetStatusRequest& request,
-                 proto::GetStatusResponse* response, Done done)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  void GetStatus(const proto::GetStatusRequest& request, proto::GetStatusResponse* response,
+                 Done done) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The assignment channel (above; proto/dispatcher.proto WatchAssignmentRequest): `done`
   // runs once work waits for the worker or after min(max_wait, heartbeat_interval), from a
@@ -308,32 +299,24 @@ class DispatcherImpl {
   // the response. The public methods then wait for durability (WaitDurable) or
   // leave that to acks_.
   absl::Status DoRegisterDataset(const proto::RegisterDatasetRequest& request,
-                                 proto::RegisterDatasetResponse* response)
-      ABSL_LOCKS_EXCLUDED(mu_);
+                                 proto::RegisterDatasetResponse* response) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status DoGetOrCreateJob(const proto::GetOrCreateJobRequest& request,
-                                proto::GetOrCreateJobResponse* response)
-      ABSL_LOCKS_EXCLUDED(mu_);
+                                proto::GetOrCreateJobResponse* response) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status DoClientHeartbeat(const proto::ClientHeartbeatRequest& request,
-                                 proto::ClientHeartbeatResponse* response)
-      ABSL_LOCKS_EXCLUDED(mu_);
+                                 proto::ClientHeartbeatResponse* response) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status DoWorkerRegister(const proto::WorkerRegisterRequest& request,
-                                proto::WorkerRegisterResponse* response)
-      ABSL_LOCKS_EXCLUDED(mu_);
+                                proto::WorkerRegisterResponse* response) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status DoWorkerHeartbeat(const proto::WorkerHeartbeatRequest& request,
-                                 proto::WorkerHeartbeatResponse* response)
-      ABSL_LOCKS_EXCLUDED(mu_);
+                                 proto::WorkerHeartbeatResponse* response) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status DoWorkerUnregister(const proto::WorkerUnregisterRequest& request,
                                   proto::WorkerUnregisterResponse* response)
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status DoDrainWorker(const proto::DrainWorkerRequest& request,
-                             proto::DrainWorkerResponse* response)
-      ABSL_LOCKS_EXCLUDED(mu_);
+                             proto::DrainWorkerResponse* response) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status DoGetJobState(const proto::GetJobStateRequest& request,
-                             proto::GetJobStateResponse* response)
-      ABSL_LOCKS_EXCLUDED(mu_);
+                             proto::GetJobStateResponse* response) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status DoGetStatus(const proto::GetStatusRequest& request,
-                           proto::GetStatusResponse* response)
-      ABSL_LOCKS_EXCLUDED(mu_);
+                           proto::GetStatusResponse* response) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status DoTick() ABSL_LOCKS_EXCLUDED(mu_);
   // The maintenance loop's last pass was at `last_tick`: if it is far longer ago than its
   // period, the process was stopped or paused, and every lease restarts at `now`.
@@ -343,8 +326,8 @@ class DispatcherImpl {
   template <typename Request, typename Response>
   using Method = absl::Status (DispatcherImpl::*)(const Request&, Response*);
   template <typename Request, typename Response>
-  void RunAsync(Method<Request, Response> method, const Request& request,
-                Response* response, Done done) ABSL_LOCKS_EXCLUDED(mu_);
+  void RunAsync(Method<Request, Response> method, const Request& request, Response* response,
+                Done done) ABSL_LOCKS_EXCLUDED(mu_);
 
   // FailedPrecondition for another protocol version; Unavailable once a journal
   // commit failed.
@@ -356,19 +339,16 @@ class DispatcherImpl {
 
   // The versions of ClientHeartbeatResponse.tasks and .splits (never 0).
   uint64_t TasksVersion() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  uint64_t SplitsVersion(uint64_t job_id,
-                         const DispatcherState::Consumer& consumer) const;
+  uint64_t SplitsVersion(uint64_t job_id, const DispatcherState::Consumer& consumer) const;
 
   // Validates `update`, enqueues it to the journal, then applies it; compacts
   // the journal now and then. Internal if it does not apply after validating (a
   // bug in this class). The caller's answer must WaitDurable() (or go through
   // acks_) before it is sent.
-  absl::Status Commit(const proto::Update& update)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Commit(const proto::Update& update) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies `update` without journaling it: soft state that the next heartbeat reports again
   // (production counts, delivered prefixes that change nothing else).
-  absl::Status ApplySoft(const proto::Update& update)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ApplySoft(const proto::Update& update) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The consumer continues from a checkpoint (ClientHeartbeatRequest.restore).
   absl::Status RestoreConsumer(const DispatcherState::Job& job,
                                const proto::ClientHeartbeatRequest& request)
@@ -394,36 +374,30 @@ class DispatcherImpl {
   absl::Status RemoveJob(uint64_t job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // OK if no consumer of `job` returned anything of `epoch` or later (the job may change its
   // number of consumers there); FailedPrecondition naming the consumer otherwise.
-  absl::Status CheckResizable(const DispatcherState::Job& job,
-                              uint64_t epoch) const
+  absl::Status CheckResizable(const DispatcherState::Job& job, uint64_t epoch) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FillJobInfo(const DispatcherState::Job& job, proto::JobInfo* info) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  proto::SplitAssignment MakeAssignment(const DispatcherState::Job& job,
-                                        const SlotKey& key) const
+  proto::SplitAssignment MakeAssignment(const DispatcherState::Job& job, const SlotKey& key) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether a split of `consumer` may be handed out now: it has one pending, and (with
   // options.first_split_alone) it is not starting up. Starting up = it returned no batch yet
   // and has a split in production: until its first batch, one split gets all of the workers'
   // CPU, so that batch comes about as soon as in-process (docs/architecture.md, "Work reaches
   // workers at once").
-  bool Assignable(const DispatcherState::Job& job,
-                  const DispatcherState::Consumer& consumer) const
+  bool Assignable(const DispatcherState::Job& job, const DispatcherState::Consumer& consumer) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Hands up to `free` pending splits to `worker_id`, appending them to `out`.
-  absl::Status AssignSplits(uint64_t worker_id, int free,
-                            proto::WorkerHeartbeatResponse* out)
+  absl::Status AssignSplits(uint64_t worker_id, int free, proto::WorkerHeartbeatResponse* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes the worker; `reason` labels sluice_dispatcher_workers_lost_total ("timeout",
   // "unregistered", "restarted"), `why` is for the log.
-  absl::Status LoseWorker(uint64_t worker_id, const char* reason,
-                          const std::string& why)
+  absl::Status LoseWorker(uint64_t worker_id, const char* reason, const std::string& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Where `job` comes in the hand-out: infinite when the pool is bounded and
   // the last decision gave it nothing, else 0 (also for a job new since).
-  double AllocationLoad(const DispatcherState::Job& job) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  double AllocationLoad(const DispatcherState::Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One autoscaling decision from the window's signals (and, kLocal, drains).
   absl::Status Autoscale(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether consumer `index` of `job_id` counts as demand: it is not
@@ -449,8 +423,7 @@ class DispatcherImpl {
   bool AnyAssignableSlot() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `any_pending`: AnyAssignableSlot(); `newest_parallel`: the newest
   // PARALLEL_EPOCHS job (0: none).
-  bool WorkWaitsFor(const Watch& watch, bool any_pending,
-                    uint64_t newest_parallel) const
+  bool WorkWaitsFor(const Watch& watch, bool any_pending, uint64_t newest_parallel) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Answers the held calls whose worker has work (all of them with `stopping`), and those
   // past their deadline.
@@ -467,12 +440,10 @@ class DispatcherImpl {
   mutable absl::Mutex mu_;
   DispatcherState state_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, WorkerSignal> worker_signals_ ABSL_GUARDED_BY(mu_);
-  std::map<std::pair<uint64_t, uint32_t>, ConsumerSignal> consumer_signals_
-      ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<uint64_t, uint32_t>, ConsumerSignal> consumer_signals_ ABSL_GUARDED_BY(mu_);
   // (job, consumer index) -> the owning process's consumer_token. Not journaled: after a
   // restart the first token heard is adopted.
-  std::map<std::pair<uint64_t, uint32_t>, uint64_t> consumer_owners_
-      ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<uint64_t, uint32_t>, uint64_t> consumer_owners_ ABSL_GUARDED_BY(mu_);
   int desired_workers_ ABSL_GUARDED_BY(mu_) = 0;
   Autoscaler autoscaler_ ABSL_GUARDED_BY(mu_);
   AutoscalerDecision decision_ ABSL_GUARDED_BY(mu_);
@@ -486,8 +457,7 @@ class DispatcherImpl {
   // Something a held watch depends on changed (a commit, a consumer's first batch): the next
   // RPC to finish re-checks the watches. Plain soft-state reports (most heartbeats) do not.
   std::atomic<bool> recheck_watches_{false};
-  uint64_t incarnation_ =
-      0;  // the state's incarnation (UpdateIdFloor); set once in Create
+  uint64_t incarnation_ = 0;  // the state's incarnation (UpdateIdFloor); set once in Create
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   std::thread maintenance_ ABSL_GUARDED_BY(mu_);
   // Commits since the last snapshot was enqueued (the compaction policy).

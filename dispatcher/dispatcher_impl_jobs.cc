@@ -17,18 +17,16 @@ namespace sluice::dispatcher {
 namespace {
 
 std::string ConfigString(const proto::JobConfig& c) {
-  return absl::StrCat("{mode ", proto::ProcessingMode_Name(c.mode()), ", seed ",
-                      c.seed(), ", epochs ", c.num_epochs(), ", consumers ",
-                      c.num_consumers(), ", deterministic ",
-                      c.deterministic() ? "true" : "false", ", remainder ",
-                      proto::RemainderMode_Name(c.remainder()), ", split_size ",
-                      c.split_size(), "}");
+  return absl::StrCat("{mode ", proto::ProcessingMode_Name(c.mode()), ", seed ", c.seed(),
+                      ", epochs ", c.num_epochs(), ", consumers ", c.num_consumers(),
+                      ", deterministic ", c.deterministic() ? "true" : "false", ", remainder ",
+                      proto::RemainderMode_Name(c.remainder()), ", split_size ", c.split_size(),
+                      "}");
 }
 
 record::RemainderPolicy Remainder(const proto::JobConfig& c) {
-  return c.remainder() == proto::REMAINDER_MODE_DROP
-             ? record::RemainderPolicy::kDrop
-             : record::RemainderPolicy::kPad;
+  return c.remainder() == proto::REMAINDER_MODE_DROP ? record::RemainderPolicy::kDrop
+                                                     : record::RemainderPolicy::kPad;
 }
 
 uint64_t TotalRecords(const std::vector<uint64_t>& shard_record_counts) {
@@ -42,11 +40,9 @@ void SetShares(const proto::JobConfig& c, uint64_t records, uint64_t num_splits,
                proto::GetOrCreateJobResponse* response) {
   response->set_splits_per_epoch(num_splits);
   if (c.mode() != proto::PROCESSING_MODE_DISTRIBUTED_EPOCH) return;
-  const uint64_t share =
-      record::ShareSize(records, c.num_consumers(), Remainder(c));
+  const uint64_t share = record::ShareSize(records, c.num_consumers(), Remainder(c));
   response->set_records_per_consumer(share);
-  response->set_splits_per_consumer((share + c.split_size() - 1) /
-                                    c.split_size());
+  response->set_splits_per_consumer((share + c.split_size() - 1) / c.split_size());
 }
 
 // Records per split (and per slot): the requested size rounded to whole batches; by default
@@ -57,8 +53,7 @@ constexpr uint64_t kMinSlotsPerConsumer = 4;
 // The most records a dataset may have (2^48): more is a forged count, not a dataset.
 constexpr uint64_t kMaxDatasetRecords = uint64_t{1} << 48;
 
-uint64_t SplitSize(uint64_t requested, uint64_t default_size, uint64_t batch,
-                   uint64_t share) {
+uint64_t SplitSize(uint64_t requested, uint64_t default_size, uint64_t batch, uint64_t share) {
   if (requested == 0) {
     requested = std::min(default_size, share / kMinSlotsPerConsumer);
     return std::max<uint64_t>(1, requested / batch) * batch;
@@ -66,8 +61,7 @@ uint64_t SplitSize(uint64_t requested, uint64_t default_size, uint64_t batch,
   return std::max<uint64_t>(1, (requested + batch / 2) / batch) * batch;
 }
 
-void AddPieces(const DispatcherState::Job& job,
-               const record::SlotPieces& pieces,
+void AddPieces(const DispatcherState::Job& job, const record::SlotPieces& pieces,
                google::protobuf::RepeatedPtrField<proto::SplitPiece>* out) {
   for (const record::SplitPiece& piece : pieces) {
     const record::Split& split = job.splits[piece.split_id];
@@ -81,8 +75,7 @@ void AddPieces(const DispatcherState::Job& job,
 }
 
 // `config` with the world size of `other` (and the split size derived from it).
-proto::JobConfig WithWorldSizeOf(proto::JobConfig config,
-                                 const proto::JobConfig& other) {
+proto::JobConfig WithWorldSizeOf(proto::JobConfig config, const proto::JobConfig& other) {
   config.set_num_consumers(other.num_consumers());
   config.set_split_size(other.split_size());
   return config;
@@ -96,38 +89,32 @@ bool SameConfig(const proto::JobConfig& a, const proto::JobConfig& b) {
 
 }  // namespace
 
-absl::Status DispatcherImpl::DoRegisterDataset(
-    const proto::RegisterDatasetRequest& request,
-    proto::RegisterDatasetResponse* response) {
+absl::Status DispatcherImpl::DoRegisterDataset(const proto::RegisterDatasetRequest& request,
+                                               proto::RegisterDatasetResponse* response) {
   RETURN_IF_ERROR(Admit(request.protocol_version()));
   // The spec's size is limited before anything else; its nodes are counted when it parses as a
   // pipeline (what clients send). Workers check both again, and validate the spec.
-  if (absl::Status s = service::CheckPipelineBytes(
-          static_cast<int64_t>(request.pipeline().size()), options_.limits);
+  if (absl::Status s = service::CheckPipelineBytes(static_cast<int64_t>(request.pipeline().size()),
+                                                   options_.limits);
       !s.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("RegisterDataset: ", s.message()));
+    return absl::InvalidArgumentError(absl::StrCat("RegisterDataset: ", s.message()));
   }
   if (proto::Pipeline parsed; parsed.ParseFromString(request.pipeline())) {
-    if (absl::Status s = service::CheckPipelineLimits(parsed, options_.limits);
-        !s.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("RegisterDataset: ", s.message()));
+    if (absl::Status s = service::CheckPipelineLimits(parsed, options_.limits); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("RegisterDataset: ", s.message()));
     }
   }
   if (request.pipeline().empty()) {
     return absl::InvalidArgumentError("RegisterDataset: pipeline is empty");
   }
   if (request.batch_size() == 0) {
-    return absl::InvalidArgumentError(
-        "RegisterDataset: batch_size must be > 0");
+    return absl::InvalidArgumentError("RegisterDataset: batch_size must be > 0");
   }
   uint64_t records = 0;
   for (uint64_t n : request.shard_record_counts()) {
     if (n > kMaxDatasetRecords - records) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "RegisterDataset: shard_record_counts add up to more than ",
-          kMaxDatasetRecords,
+          "RegisterDataset: shard_record_counts add up to more than ", kMaxDatasetRecords,
           " records, which no dataset has: send the counts the worker's "
           "DescribeDataset reports"));
     }
@@ -144,8 +131,7 @@ absl::Status DispatcherImpl::DoRegisterDataset(
   absl::MutexLock lock(&mu_);
   for (const auto& [id, d] : state_.datasets()) {
     if (d.fingerprint == fingerprint && d.pipeline == request.pipeline() &&
-        d.shard_record_counts == counts &&
-        d.batch_size == request.batch_size()) {
+        d.shard_record_counts == counts && d.batch_size == request.batch_size()) {
       response->set_dataset_id(id);
       response->set_fingerprint(fingerprint);
       return absl::OkStatus();
@@ -159,26 +145,22 @@ absl::Status DispatcherImpl::DoRegisterDataset(
   *u->mutable_shard_record_counts() = request.shard_record_counts();
   u->set_batch_size(request.batch_size());
   RETURN_IF_ERROR(Commit(update));
-  logger_->info(
-      "registered dataset {} ({} shards, {} records, batch {}, fingerprint {})",
-      u->dataset_id(), counts.size(), records, request.batch_size(),
-      record::ChecksumHex(fingerprint));
+  logger_->info("registered dataset {} ({} shards, {} records, batch {}, fingerprint {})",
+                u->dataset_id(), counts.size(), records, request.batch_size(),
+                record::ChecksumHex(fingerprint));
   response->set_dataset_id(u->dataset_id());
   response->set_fingerprint(fingerprint);
   return absl::OkStatus();
 }
 
-absl::Status DispatcherImpl::DoGetOrCreateJob(
-    const proto::GetOrCreateJobRequest& request,
-    proto::GetOrCreateJobResponse* response) {
+absl::Status DispatcherImpl::DoGetOrCreateJob(const proto::GetOrCreateJobRequest& request,
+                                              proto::GetOrCreateJobResponse* response) {
   RETURN_IF_ERROR(Admit(request.protocol_version()));
   absl::MutexLock lock(&mu_);
-  const DispatcherState::Dataset* dataset =
-      state_.FindDataset(request.dataset_id());
+  const DispatcherState::Dataset* dataset = state_.FindDataset(request.dataset_id());
   if (dataset == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("dataset ", request.dataset_id(),
-                     " is not registered: call RegisterDataset first"));
+    return absl::NotFoundError(absl::StrCat("dataset ", request.dataset_id(),
+                                            " is not registered: call RegisterDataset first"));
   }
   proto::JobConfig config = request.config();
   if (config.mode() == proto::PROCESSING_MODE_UNSPECIFIED) {
@@ -188,53 +170,40 @@ absl::Status DispatcherImpl::DoGetOrCreateJob(
     config.set_remainder(proto::REMAINDER_MODE_PAD);
   }
   if (config.num_consumers() == 0) config.set_num_consumers(1);
-  RETURN_IF_ERROR(
-      service::CheckConsumerLimit(config.num_consumers(), options_.limits));
+  RETURN_IF_ERROR(service::CheckConsumerLimit(config.num_consumers(), options_.limits));
   const uint64_t records = TotalRecords(dataset->shard_record_counts);
-  const uint64_t share =
-      record::ShareSize(records, config.num_consumers(), Remainder(config));
+  const uint64_t share = record::ShareSize(records, config.num_consumers(), Remainder(config));
   if (config.mode() == proto::PROCESSING_MODE_DISTRIBUTED_EPOCH && share == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the dataset has ", records, " records, fewer than the ",
-        config.num_consumers(),
+        "the dataset has ", records, " records, fewer than the ", config.num_consumers(),
         " consumers: with remainder DROP some consumer gets nothing; use "
         "remainder PAD or fewer consumers"));
   }
-  config.set_split_size(SplitSize(config.split_size(),
-                                  options_.default_split_size,
-                                  dataset->batch_size, share));
-  uint64_t first_epoch =
-      0;  // a job replaced at an epoch boundary continues there
+  config.set_split_size(
+      SplitSize(config.split_size(), options_.default_split_size, dataset->batch_size, share));
+  uint64_t first_epoch = 0;  // a job replaced at an epoch boundary continues there
 
-  if (const DispatcherState::Job* job =
-          state_.FindJobByName(request.job_name());
-      job != nullptr) {
-    if (request.restore_at_boundary() &&
-        job->dataset_id == request.dataset_id() &&
+  if (const DispatcherState::Job* job = state_.FindJobByName(request.job_name()); job != nullptr) {
+    if (request.restore_at_boundary() && job->dataset_id == request.dataset_id() &&
         job->config.num_consumers() != config.num_consumers() &&
         SameConfig(WithWorldSizeOf(job->config, config), config)) {
       // The world size changes at an epoch boundary: a new job of this name continues (new
       // id, so no worker can mistake a batch of the old layout for one of the new); its
       // consumers restore to the boundary epoch.
       RETURN_IF_ERROR(CheckResizable(*job, request.restore_epoch()));
-      logger_->info(
-          "job {} '{}' continues at epoch {} with {} consumers instead of {}",
-          job->id, job->name, request.restore_epoch(), config.num_consumers(),
-          job->config.num_consumers());
+      logger_->info("job {} '{}' continues at epoch {} with {} consumers instead of {}", job->id,
+                    job->name, request.restore_epoch(), config.num_consumers(),
+                    job->config.num_consumers());
       RETURN_IF_ERROR(RemoveJob(job->id));
       first_epoch = request.restore_epoch();
     }
   }
-  if (const DispatcherState::Job* job =
-          state_.FindJobByName(request.job_name());
-      job != nullptr) {
-    if (job->dataset_id != request.dataset_id() ||
-        !SameConfig(job->config, config)) {
+  if (const DispatcherState::Job* job = state_.FindJobByName(request.job_name()); job != nullptr) {
+    if (job->dataset_id != request.dataset_id() || !SameConfig(job->config, config)) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "job '", request.job_name(), "' exists with dataset ",
-          job->dataset_id, " and config ", ConfigString(job->config),
-          "; this request has dataset ", request.dataset_id(), " and config ",
-          ConfigString(config), ": use another job name or the same settings"));
+          "job '", request.job_name(), "' exists with dataset ", job->dataset_id, " and config ",
+          ConfigString(job->config), "; this request has dataset ", request.dataset_id(),
+          " and config ", ConfigString(config), ": use another job name or the same settings"));
     }
     response->set_job_id(job->id);
     response->set_created(false);
@@ -242,24 +211,21 @@ absl::Status DispatcherImpl::DoGetOrCreateJob(
     SetShares(job->config, records, job->splits.size(), response);
     return absl::OkStatus();
   }
-  RETURN_IF_ERROR(service::CheckJobLimit(
-      static_cast<int64_t>(state_.jobs().size()), options_.limits));
-  if (const std::string owner = service::JobOwner(request.job_name());
-      !owner.empty()) {
+  RETURN_IF_ERROR(
+      service::CheckJobLimit(static_cast<int64_t>(state_.jobs().size()), options_.limits));
+  if (const std::string owner = service::JobOwner(request.job_name()); !owner.empty()) {
     int64_t held = 0;
     for (const auto& [id, job] : state_.jobs()) {
       if (service::JobOwner(job.name) == owner) ++held;
     }
     RETURN_IF_ERROR(service::CheckPerIdentityLimit(
-        owner, held, options_.limits.max_jobs_per_identity, "jobs",
-        "--max-jobs-per-identity"));
+        owner, held, options_.limits.max_jobs_per_identity, "jobs", "--max-jobs-per-identity"));
   }
   RETURN_IF_ERROR(service::CheckSplitLimit(
-      record::CountSplits(dataset->shard_record_counts, config.split_size()),
-      config.split_size(), options_.limits));
+      record::CountSplits(dataset->shard_record_counts, config.split_size()), config.split_size(),
+      options_.limits));
   ASSIGN_OR_RETURN(std::vector<record::Split> splits,
-                   record::EnumerateSplits(dataset->shard_record_counts,
-                                           config.split_size()));
+                   record::EnumerateSplits(dataset->shard_record_counts, config.split_size()));
   proto::Update update;
   proto::UpdateCreateJob* u = update.mutable_create_job();
   u->set_job_id(state_.NextJobId());
@@ -271,8 +237,8 @@ absl::Status DispatcherImpl::DoGetOrCreateJob(
   logger_->info(
       "created job {} '{}' on dataset {}: {} ({} splits, {} records per "
       "consumer)",
-      u->job_id(), request.job_name(), request.dataset_id(),
-      ConfigString(config), splits.size(), share);
+      u->job_id(), request.job_name(), request.dataset_id(), ConfigString(config), splits.size(),
+      share);
   response->set_job_id(u->job_id());
   response->set_created(true);
   *response->mutable_config() = config;
@@ -281,8 +247,8 @@ absl::Status DispatcherImpl::DoGetOrCreateJob(
   return absl::OkStatus();
 }
 
-proto::SplitAssignment DispatcherImpl::MakeAssignment(
-    const DispatcherState::Job& job, const SlotKey& key) const {
+proto::SplitAssignment DispatcherImpl::MakeAssignment(const DispatcherState::Job& job,
+                                                      const SlotKey& key) const {
   proto::SplitAssignment a;
   *a.mutable_key() = key.ToProto();
   const DispatcherState::Slot* slot = state_.FindSlot(key);
@@ -291,32 +257,27 @@ proto::SplitAssignment DispatcherImpl::MakeAssignment(
   return a;
 }
 
-absl::Status DispatcherImpl::DoClientHeartbeat(
-    const proto::ClientHeartbeatRequest& request,
-    proto::ClientHeartbeatResponse* response) {
+absl::Status DispatcherImpl::DoClientHeartbeat(const proto::ClientHeartbeatRequest& request,
+                                               proto::ClientHeartbeatResponse* response) {
   RETURN_IF_ERROR(Admit(request.protocol_version()));
   absl::MutexLock lock(&mu_);
   const DispatcherState::Job* job = state_.FindJob(request.job_id());
   if (job == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("job ", request.job_id(),
-                     " not found (dispatcher restarted without its "
-                     "journal?): call GetOrCreateJob again"));
+    return absl::NotFoundError(absl::StrCat("job ", request.job_id(),
+                                            " not found (dispatcher restarted without its "
+                                            "journal?): call GetOrCreateJob again"));
   }
   if (request.consumer_index() >= job->consumers.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("consumer_index ", request.consumer_index(),
-                     " must be < num_consumers ", job->consumers.size(),
-                     " of job ", job->id));
+    return absl::InvalidArgumentError(absl::StrCat("consumer_index ", request.consumer_index(),
+                                                   " must be < num_consumers ",
+                                                   job->consumers.size(), " of job ", job->id));
   }
   RETURN_IF_ERROR(CheckConsumerOwner(*job, request));
   // Signals for the autoscaler.
   const absl::Time now = clock_->Now();
-  ConsumerSignal& signal =
-      consumer_signals_[{job->id, request.consumer_index()}];
+  ConsumerSignal& signal = consumer_signals_[{job->id, request.consumer_index()}];
   double wait_delta = request.wait_seconds_total() - signal.wait_seconds_total;
-  if (wait_delta < 0)
-    wait_delta = request.wait_seconds_total();  // the client restarted
+  if (wait_delta < 0) wait_delta = request.wait_seconds_total();  // the client restarted
   DispatcherMetrics::JobSeries& job_metrics = metrics_.ForJob(job->id, job->name);
   if (wait_delta > 0) {
     metrics_.consumer_wait.Increment(wait_delta);
@@ -333,8 +294,8 @@ absl::Status DispatcherImpl::DoClientHeartbeat(
         static_cast<double>(batches_delta * dataset->batch_size));
   }
   if (signal.last_report != absl::InfinitePast() && now > signal.last_report) {
-    signal.wait_fraction = std::clamp(
-        wait_delta / absl::ToDoubleSeconds(now - signal.last_report), 0.0, 1.0);
+    signal.wait_fraction =
+        std::clamp(wait_delta / absl::ToDoubleSeconds(now - signal.last_report), 0.0, 1.0);
   }
   signal.wait_seconds_total = request.wait_seconds_total();
   signal.buffer_fill = request.buffer_fill();
@@ -344,8 +305,7 @@ absl::Status DispatcherImpl::DoClientHeartbeat(
     signal.window_wait = 0;
   }
   // The consumer's first batch: its other splits may go out now (Assignable).
-  if (signal.batches_returned_total == 0 &&
-      request.batches_returned_total() > 0)
+  if (signal.batches_returned_total == 0 && request.batches_returned_total() > 0)
     recheck_watches_.store(true);
   signal.batches_returned_total = request.batches_returned_total();
   if (signal.window_start == absl::InfinitePast()) {
@@ -355,20 +315,16 @@ absl::Status DispatcherImpl::DoClientHeartbeat(
   }
 
   if (request.restore()) RETURN_IF_ERROR(RestoreConsumer(*job, request));
-  const DispatcherState::Consumer& consumer =
-      job->consumers[request.consumer_index()];
+  const DispatcherState::Consumer& consumer = job->consumers[request.consumer_index()];
   if (!consumer.slots.empty()) {
     int newly_done = 0;
     bool awaiting = false;
     for (const DispatcherState::Slot& slot : consumer.slots)
-      awaiting =
-          awaiting || slot.status == proto::SPLIT_STATUS_AWAITING_PROGRESS;
+      awaiting = awaiting || slot.status == proto::SPLIT_STATUS_AWAITING_PROGRESS;
     for (const proto::ClientSplitProgress& p : request.progress()) {
       const DispatcherState::Slot* slot =
           state_.FindSlot({job->id, consumer.index, p.epoch(), p.position()});
-      if (p.complete() && slot != nullptr &&
-          slot->status != proto::SPLIT_STATUS_DONE)
-        ++newly_done;
+      if (p.complete() && slot != nullptr && slot->status != proto::SPLIT_STATUS_DONE) ++newly_done;
     }
     proto::Update update;
     proto::UpdateClientProgress* u = update.mutable_client_progress();
@@ -399,8 +355,7 @@ absl::Status DispatcherImpl::DoClientHeartbeat(
   if (request.splits_count_only()) {
     response->set_num_splits(consumer.slots.size());
   } else if (request.splits_version() != response->splits_version()) {
-    response->mutable_splits()->Reserve(
-        static_cast<int>(consumer.slots.size()));
+    response->mutable_splits()->Reserve(static_cast<int>(consumer.slots.size()));
     for (uint64_t pos = 0; pos < consumer.slots.size(); ++pos) {
       *response->add_splits() =
           MakeAssignment(*job, {job->id, consumer.index, consumer.epoch, pos});
@@ -408,8 +363,7 @@ absl::Status DispatcherImpl::DoClientHeartbeat(
   }
   response->set_tasks_version(TasksVersion());
   if (request.tasks_version() != response->tasks_version()) {
-    response->mutable_tasks()->Reserve(
-        static_cast<int>(state_.workers().size()));
+    response->mutable_tasks()->Reserve(static_cast<int>(state_.workers().size()));
     for (const auto& [id, worker] : state_.workers()) {
       proto::Task* task = response->add_tasks();
       task->set_worker_id(id);
@@ -429,10 +383,9 @@ absl::Status DispatcherImpl::DoClientHeartbeat(
   return absl::OkStatus();
 }
 
-void DispatcherImpl::AddDonePositions(
-    const proto::ClientHeartbeatRequest& request,
-    const DispatcherState::Consumer& consumer,
-    proto::ClientHeartbeatResponse* response) const {
+void DispatcherImpl::AddDonePositions(const proto::ClientHeartbeatRequest& request,
+                                      const DispatcherState::Consumer& consumer,
+                                      proto::ClientHeartbeatResponse* response) const {
   const uint64_t n = consumer.slots.size();
   for (uint64_t pos = 0; pos < n; ++pos) {
     if (consumer.slots[pos].status != proto::SPLIT_STATUS_DONE) continue;
@@ -441,17 +394,14 @@ void DispatcherImpl::AddDonePositions(
       continue;
     }
     const uint64_t begin = pos;
-    while (pos + 1 < n &&
-           consumer.slots[pos + 1].status == proto::SPLIT_STATUS_DONE)
-      ++pos;
+    while (pos + 1 < n && consumer.slots[pos + 1].status == proto::SPLIT_STATUS_DONE) ++pos;
     response->add_done_ranges(begin);
     response->add_done_ranges(pos + 1);
   }
 }
 
-absl::Status DispatcherImpl::CheckConsumerOwner(
-    const DispatcherState::Job& job,
-    const proto::ClientHeartbeatRequest& request) {
+absl::Status DispatcherImpl::CheckConsumerOwner(const DispatcherState::Job& job,
+                                                const proto::ClientHeartbeatRequest& request) {
   if (request.consumer_token() == 0) return absl::OkStatus();
   uint64_t& owner = consumer_owners_[{job.id, request.consumer_index()}];
   if (request.claim() || owner == 0) {
@@ -465,22 +415,20 @@ absl::Status DispatcherImpl::CheckConsumerOwner(
     return absl::OkStatus();
   }
   if (owner == request.consumer_token()) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      "consumer ", request.consumer_index(), " of job '", job.name,
-      "' was claimed by another process (a second trainer started with the "
-      "same consumer index, or a restart of this one): this process is fenced "
-      "off and stops here; give every trainer its own consumer index"));
+  return absl::FailedPreconditionError(
+      absl::StrCat("consumer ", request.consumer_index(), " of job '", job.name,
+                   "' was claimed by another process (a second trainer started with the "
+                   "same consumer index, or a restart of this one): this process is fenced "
+                   "off and stops here; give every trainer its own consumer index"));
 }
 
-absl::Status DispatcherImpl::DoGetJobState(
-    const proto::GetJobStateRequest& request,
-    proto::GetJobStateResponse* response) {
+absl::Status DispatcherImpl::DoGetJobState(const proto::GetJobStateRequest& request,
+                                           proto::GetJobStateResponse* response) {
   RETURN_IF_ERROR(Admit(request.protocol_version()));
   absl::MutexLock lock(&mu_);
   const DispatcherState::Job* job = state_.FindJob(request.job_id());
   if (job == nullptr)
-    return absl::NotFoundError(
-        absl::StrCat("job ", request.job_id(), " not found"));
+    return absl::NotFoundError(absl::StrCat("job ", request.job_id(), " not found"));
   FillJobInfo(*job, response->mutable_job());
   for (const DispatcherState::Consumer& consumer : job->consumers) {
     proto::ConsumerState* c = response->add_consumers();
@@ -497,8 +445,7 @@ absl::Status DispatcherImpl::DoGetJobState(
   return absl::OkStatus();
 }
 
-bool DispatcherImpl::AnyConsumerPresent(const DispatcherState::Job& job,
-                                        absl::Time now) {
+bool DispatcherImpl::AnyConsumerPresent(const DispatcherState::Job& job, absl::Time now) {
   bool any_alive = false;
   for (const DispatcherState::Consumer& c : job.consumers) {
     auto it = consumer_signals_.find({job.id, c.index});
@@ -512,12 +459,9 @@ bool DispatcherImpl::AnyConsumerPresent(const DispatcherState::Job& job,
     // the workers); a finished one stays present for a quarter of the timeout like before, so
     // that its job's series are still scraped after the end.
     if (it->second.left && !c.finished) continue;
-    if (!c.finished && now - it->second.last_report < options_.consumer_timeout)
-      any_alive = true;
-    if (c.finished &&
-        now - it->second.last_report < options_.consumer_timeout / 4)
-      any_alive =
-          true;  // a finished consumer may still be reading its last batches
+    if (!c.finished && now - it->second.last_report < options_.consumer_timeout) any_alive = true;
+    if (c.finished && now - it->second.last_report < options_.consumer_timeout / 4)
+      any_alive = true;  // a finished consumer may still be reading its last batches
   }
   return any_alive;
 }
@@ -528,11 +472,10 @@ absl::Status DispatcherImpl::CollectJobs(absl::Time now) {
     if (!AnyConsumerPresent(job, now)) gone.push_back(id);
   }
   for (uint64_t id : gone) {
-    logger_->info(
-        "job {} '{}' collected: its consumers {} (no heartbeat for {})", id,
-        state_.FindJob(id)->name,
-        state_.FindJob(id)->finished() ? "finished" : "are gone",
-        absl::FormatDuration(options_.consumer_timeout));
+    logger_->info("job {} '{}' collected: its consumers {} (no heartbeat for {})", id,
+                  state_.FindJob(id)->name,
+                  state_.FindJob(id)->finished() ? "finished" : "are gone",
+                  absl::FormatDuration(options_.consumer_timeout));
     RETURN_IF_ERROR(RemoveJob(id));
     metrics_.jobs_collected.Increment();
   }
@@ -544,32 +487,27 @@ absl::Status DispatcherImpl::RemoveJob(uint64_t job_id) {
   update.mutable_remove_job()->set_job_id(job_id);
   RETURN_IF_ERROR(Commit(update));
   for (auto it = consumer_signals_.begin(); it != consumer_signals_.end();) {
-    it =
-        it->first.first == job_id ? consumer_signals_.erase(it) : std::next(it);
+    it = it->first.first == job_id ? consumer_signals_.erase(it) : std::next(it);
   }
   consumer_owners_.erase(consumer_owners_.lower_bound({job_id, 0}),
                          consumer_owners_.lower_bound({job_id + 1, 0}));
   return absl::OkStatus();
 }
 
-absl::Status DispatcherImpl::CheckResizable(const DispatcherState::Job& job,
-                                            uint64_t epoch) const {
+absl::Status DispatcherImpl::CheckResizable(const DispatcherState::Job& job, uint64_t epoch) const {
   for (const DispatcherState::Consumer& c : job.consumers) {
     if (c.finished || c.epoch > epoch) {
       return absl::FailedPreconditionError(
-          absl::StrCat("job '", job.name, "' consumer ", c.index,
-                       " is already past epoch ", epoch,
+          absl::StrCat("job '", job.name, "' consumer ", c.index, " is already past epoch ", epoch,
                        ": the checkpoint is older than the job; restore every "
                        "consumer from checkpoints of the same step"));
     }
     if (c.epoch < epoch) continue;
     for (const DispatcherState::Slot& slot : c.slots) {
-      if (slot.delivered_batches > 0 ||
-          slot.status == proto::SPLIT_STATUS_DONE) {
+      if (slot.delivered_batches > 0 || slot.status == proto::SPLIT_STATUS_DONE) {
         return absl::FailedPreconditionError(absl::StrCat(
-            "job '", job.name, "' consumer ", c.index,
-            " has returned batches of epoch ", epoch, " with ",
-            job.config.num_consumers(),
+            "job '", job.name, "' consumer ", c.index, " has returned batches of epoch ", epoch,
+            " with ", job.config.num_consumers(),
             " consumers: the number of consumers can change only at an "
             "epoch boundary"));
       }
@@ -578,24 +516,20 @@ absl::Status DispatcherImpl::CheckResizable(const DispatcherState::Job& job,
   return absl::OkStatus();
 }
 
-absl::Status DispatcherImpl::RestoreConsumer(
-    const DispatcherState::Job& job,
-    const proto::ClientHeartbeatRequest& request) {
-  const DispatcherState::Consumer& consumer =
-      job.consumers[request.consumer_index()];
+absl::Status DispatcherImpl::RestoreConsumer(const DispatcherState::Job& job,
+                                             const proto::ClientHeartbeatRequest& request) {
+  const DispatcherState::Consumer& consumer = job.consumers[request.consumer_index()];
   const uint64_t epoch = request.restore_epoch();
   if (job.config.mode() != proto::PROCESSING_MODE_DISTRIBUTED_EPOCH) {
-    return absl::FailedPreconditionError(
-        "only distributed-epoch jobs can be restored");
+    return absl::FailedPreconditionError("only distributed-epoch jobs can be restored");
   }
   if (job.config.num_epochs() != 0 && epoch >= job.config.num_epochs()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("restore_state is at epoch ", epoch, " but the job has ",
-                     job.config.num_epochs(), " epochs"));
+    return absl::InvalidArgumentError(absl::StrCat("restore_state is at epoch ", epoch,
+                                                   " but the job has ", job.config.num_epochs(),
+                                                   " epochs"));
   }
   ASSIGN_OR_RETURN(std::vector<record::SlotPieces> slots,
-                   DispatcherState::ConsumerSlots(job.config, job.splits,
-                                                  consumer.index, epoch));
+                   DispatcherState::ConsumerSlots(job.config, job.splits, consumer.index, epoch));
   std::map<uint64_t, const proto::ClientSplitProgress*> saved;
   for (const proto::ClientSplitProgress& p : request.progress()) {
     if (p.epoch() == epoch) saved[p.position()] = &p;
@@ -609,8 +543,7 @@ absl::Status DispatcherImpl::RestoreConsumer(
     proto::SplitState* s = u->add_slots();
     s->set_position(pos);
     auto it = saved.find(pos);
-    const uint64_t returned =
-        it == saved.end() ? 0 : it->second->delivered_batches();
+    const uint64_t returned = it == saved.end() ? 0 : it->second->delivered_batches();
     s->set_delivered_batches(returned);
     if (it != saved.end() && it->second->complete()) {
       s->set_status(proto::SPLIT_STATUS_DONE);
@@ -619,9 +552,7 @@ absl::Status DispatcherImpl::RestoreConsumer(
     // A worker that still holds the split keeps it: the new process's stream tells it what
     // it holds, and it produces the split again from there. Anything else is produced anew.
     const DispatcherState::Slot* live =
-        consumer.epoch == epoch && pos < consumer.slots.size()
-            ? &consumer.slots[pos]
-            : nullptr;
+        consumer.epoch == epoch && pos < consumer.slots.size() ? &consumer.slots[pos] : nullptr;
     if (live != nullptr && live->status == proto::SPLIT_STATUS_ASSIGNED) {
       s->set_status(proto::SPLIT_STATUS_ASSIGNED);
       s->set_worker_id(live->worker_id);

@@ -26,8 +26,7 @@ double RemainingRecords(const DispatcherState::Job& job) {
     if (c.finished) continue;
     if (c.slots.empty()) return 0;
     const double per_epoch = static_cast<double>(c.slots.size());
-    slots += per_epoch - static_cast<double>(std::min<uint64_t>(
-                             c.done, c.slots.size()));
+    slots += per_epoch - static_cast<double>(std::min<uint64_t>(c.done, c.slots.size()));
     if (c.epoch + 1 < epochs) {
       slots += per_epoch * static_cast<double>(epochs - c.epoch - 1);
     }
@@ -50,31 +49,28 @@ void DispatcherImpl::UpdateGauges() {
   const int desired =
       decided_ ? decision_.desired_workers
                : std::clamp(alive, static_cast<int>(options_.min_workers),
-                            static_cast<int>(std::max(options_.min_workers,
-                                                      options_.max_workers)));
+                            static_cast<int>(std::max(options_.min_workers, options_.max_workers)));
   desired_workers_ = desired;
   metrics_.desired_workers.Set(desired);
   metrics_.workers_alive.Set(static_cast<double>(state_.workers().size()));
   metrics_.jobs_active.Set(active_jobs);
   std::set<std::string> live;
   for (const auto& [id, job] : state_.jobs()) {
-    const double unfinished = static_cast<double>(std::count_if(
-        job.consumers.begin(), job.consumers.end(),
-        [](const DispatcherState::Consumer& c) { return !c.finished; }));
+    const double unfinished = static_cast<double>(
+        std::count_if(job.consumers.begin(), job.consumers.end(),
+                      [](const DispatcherState::Consumer& c) { return !c.finished; }));
     metrics_.ForJob(job.id, job.name).consumers->Set(unfinished);
     live.insert(DispatcherMetrics::JobLabel(job.id, job.name));
   }
   metrics_.KeepOnlyJobs(live);
 }
 
-bool DispatcherImpl::LiveConsumer(uint64_t job_id,
-                                  const DispatcherState::Consumer& consumer,
+bool DispatcherImpl::LiveConsumer(uint64_t job_id, const DispatcherState::Consumer& consumer,
                                   absl::Time now) const {
   if (consumer.finished) return false;
   auto it = consumer_signals_.find({job_id, consumer.index});
   // Never reported, or gone.
-  return it != consumer_signals_.end() &&
-         it->second.window_start != absl::InfinitePast() &&
+  return it != consumer_signals_.end() && it->second.window_start != absl::InfinitePast() &&
          now - it->second.last_report < options_.consumer_timeout;
 }
 
@@ -104,8 +100,7 @@ absl::Status DispatcherImpl::Autoscale(absl::Time now) {
     for (const SlotKey& key : worker.slots) {
       const DispatcherState::Slot* slot = state_.FindSlot(key);
       if (slot != nullptr && slot->produced_batches > slot->delivered_batches)
-        w.undelivered_batches +=
-            slot->produced_batches - slot->delivered_batches;
+        w.undelivered_batches += slot->produced_batches - slot->delivered_batches;
     }
     auto it = worker_signals_.find(id);
     if (it != worker_signals_.end()) {
@@ -124,26 +119,22 @@ absl::Status DispatcherImpl::Autoscale(absl::Time now) {
         counter.Measure();
         if (counter.elements_per_busy_second > 0)
           w.capacity.push_back(
-              {.job_id = job_id,
-               .elements_per_busy_second = counter.elements_per_busy_second});
+              {.job_id = job_id, .elements_per_busy_second = counter.elements_per_busy_second});
       }
       if (signal.jobs.empty() && signal.all.elements_per_busy_second > 0)
         w.capacity.push_back(
-            {.job_id = kAllJobs,
-             .elements_per_busy_second = signal.all.elements_per_busy_second});
+            {.job_id = kAllJobs, .elements_per_busy_second = signal.all.elements_per_busy_second});
     }
     in.workers.push_back(std::move(w));
   }
   for (const auto& [id, job] : state_.jobs()) {
     if (job.finished()) continue;
-    const DispatcherState::Dataset* dataset =
-        state_.FindDataset(job.dataset_id);
-    in.jobs.push_back(
-        {.job_id = id,
-         .batch_size = dataset != nullptr ? dataset->batch_size : uint64_t{1},
-         .priority = job.config.priority(),
-         .min_workers = static_cast<int>(job.config.min_workers()),
-         .remaining_elements = RemainingRecords(job)});
+    const DispatcherState::Dataset* dataset = state_.FindDataset(job.dataset_id);
+    in.jobs.push_back({.job_id = id,
+                       .batch_size = dataset != nullptr ? dataset->batch_size : uint64_t{1},
+                       .priority = job.config.priority(),
+                       .min_workers = static_cast<int>(job.config.min_workers()),
+                       .remaining_elements = RemainingRecords(job)});
     for (const DispatcherState::Consumer& c : job.consumers) {
       if (!LiveConsumer(id, c, now)) continue;
       ConsumerSignal& signal = consumer_signals_.at({id, c.index});
@@ -152,15 +143,12 @@ absl::Status DispatcherImpl::Autoscale(absl::Time now) {
       // (up to a heartbeat interval) would understate both the rate and
       // the wait, and demand with them, most in a short first window right
       // after a step.
-      const double dt =
-          absl::ToDoubleSeconds(signal.last_report - signal.window_start);
+      const double dt = absl::ToDoubleSeconds(signal.last_report - signal.window_start);
       if (dt > 0) {
         signal.batches_per_second =
-            static_cast<double>(signal.batches_returned_total -
-                                signal.window_batches) /
-            dt;
-        signal.window_wait_fraction = std::clamp(
-            (signal.wait_seconds_total - signal.window_wait) / dt, 0.0, 1.0);
+            static_cast<double>(signal.batches_returned_total - signal.window_batches) / dt;
+        signal.window_wait_fraction =
+            std::clamp((signal.wait_seconds_total - signal.window_wait) / dt, 0.0, 1.0);
         signal.window_start = signal.last_report;
         signal.window_batches = signal.batches_returned_total;
         signal.window_wait = signal.wait_seconds_total;
@@ -205,8 +193,7 @@ absl::Status DispatcherImpl::DoGetStatus(const proto::GetStatusRequest& request,
   RETURN_IF_ERROR(Admit(request.protocol_version()));
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_->Now();
-  if (request.starting_workers() >= 0)
-    starting_workers_ = request.starting_workers();
+  if (request.starting_workers() >= 0) starting_workers_ = request.starting_workers();
   const AutoscalerOptions& scaler = autoscaler_.options();
   for (const auto& [id, worker] : state_.workers()) {
     proto::WorkerStatus* w = response->add_workers();
@@ -217,8 +204,7 @@ absl::Status DispatcherImpl::DoGetStatus(const proto::GetStatusRequest& request,
     auto it = worker_signals_.find(id);
     if (it != worker_signals_.end()) {
       const WorkerSignal& signal = it->second;
-      if (!worker.draining && now - signal.last_seen > scaler.stale_after)
-        state = "stalled";
+      if (!worker.draining && now - signal.last_seen > scaler.stale_after) state = "stalled";
       w->set_queue_depth(signal.queue_depth);
       w->set_queue_capacity(signal.queue_capacity);
       w->set_elements_per_second(signal.elements_per_second);
@@ -233,11 +219,9 @@ absl::Status DispatcherImpl::DoGetStatus(const proto::GetStatusRequest& request,
     if (!worker.draining) ++alive;
   }
   response->set_desired_workers(desired_workers_);
-  response->set_current_workers(decided_ ? decision_.current_workers
-                                         : alive + starting_workers_);
+  response->set_current_workers(decided_ ? decision_.current_workers : alive + starting_workers_);
   response->set_reason(decided_ ? decision_.reason : "no decision yet");
-  response->set_scaler(
-      options_.scaler == DispatcherOptions::Scaler::kLocal ? "local" : "none");
+  response->set_scaler(options_.scaler == DispatcherOptions::Scaler::kLocal ? "local" : "none");
   for (uint64_t id : decision_.drain) response->add_drain(id);
   response->set_min_workers(options_.min_workers);
   response->set_max_workers(options_.max_workers);
@@ -246,8 +230,7 @@ absl::Status DispatcherImpl::DoGetStatus(const proto::GetStatusRequest& request,
     proto::JobStatus* j = response->add_jobs();
     j->set_job_id(id);
     j->set_job_name(job.name);
-    const DispatcherState::Dataset* dataset =
-        state_.FindDataset(job.dataset_id);
+    const DispatcherState::Dataset* dataset = state_.FindDataset(job.dataset_id);
     j->set_batch_size(dataset != nullptr ? dataset->batch_size : 0);
     j->set_num_epochs(job.config.num_epochs());
     for (const JobEstimate& e : decision_.jobs) {

@@ -14,8 +14,7 @@ namespace {
 // The newest PARALLEL_EPOCHS job's id (0: none).
 uint64_t NewestParallelJob(const DispatcherState& state) {
   for (auto it = state.jobs().rbegin(); it != state.jobs().rend(); ++it) {
-    if (it->second.config.mode() == proto::PROCESSING_MODE_PARALLEL_EPOCHS)
-      return it->first;
+    if (it->second.config.mode() == proto::PROCESSING_MODE_PARALLEL_EPOCHS) return it->first;
   }
   return 0;
 }
@@ -46,9 +45,8 @@ bool DispatcherImpl::WorkWaitsFor(const Watch& watch, bool any_pending,
   return in_production < worker->capacity;
 }
 
-void DispatcherImpl::WatchAssignment(
-    const proto::WatchAssignmentRequest& request,
-    proto::WatchAssignmentResponse* response, Done done) {
+void DispatcherImpl::WatchAssignment(const proto::WatchAssignmentRequest& request,
+                                     proto::WatchAssignmentResponse* response, Done done) {
   if (absl::Status s = Admit(request.protocol_version()); !s.ok()) {
     done(std::move(s));
     return;
@@ -57,20 +55,18 @@ void DispatcherImpl::WatchAssignment(
   {
     absl::MutexLock lock(&mu_);
     if (cancelled_) {
-      status = absl::UnavailableError(
-          "the dispatcher is stopping: heartbeat at the usual interval");
+      status =
+          absl::UnavailableError("the dispatcher is stopping: heartbeat at the usual interval");
     } else if (state_.FindWorker(request.worker_id()) == nullptr) {
-      status = absl::NotFoundError(
-          absl::StrCat("worker ", request.worker_id(),
-                       " is not registered (timed out?): call "
-                       "WorkerRegister again"));
+      status = absl::NotFoundError(absl::StrCat("worker ", request.worker_id(),
+                                                " is not registered (timed out?): call "
+                                                "WorkerRegister again"));
     } else {
       absl::Duration wait = options_.heartbeat_interval;
       if (request.max_wait_seconds() > 0)
         wait = std::min(wait, absl::Seconds(request.max_wait_seconds()));
       Watch watch{.worker_id = request.worker_id(),
-                  .max_job_id =
-                      state_.jobs().empty() ? 0 : state_.jobs().rbegin()->first,
+                  .max_job_id = state_.jobs().empty() ? 0 : state_.jobs().rbegin()->first,
                   .deadline = clock_->Now() + wait,
                   .response = response};
       if (WorkWaitsFor(watch, AnyAssignableSlot(), NewestParallelJob(state_))) {
@@ -97,15 +93,13 @@ void DispatcherImpl::AnswerWatches(bool stopping) {
     std::vector<Watch> held;
     for (Watch& watch : watches_) {
       if (stopping) {
-        answers.emplace_back(
-            std::move(watch.done),
-            absl::UnavailableError("the dispatcher is stopping"));
+        answers.emplace_back(std::move(watch.done),
+                             absl::UnavailableError("the dispatcher is stopping"));
       } else if (state_.FindWorker(watch.worker_id) == nullptr) {
-        answers.emplace_back(
-            std::move(watch.done),
-            absl::NotFoundError(absl::StrCat(
-                "worker ", watch.worker_id,
-                " is no longer registered: call WorkerRegister again")));
+        answers.emplace_back(std::move(watch.done),
+                             absl::NotFoundError(absl::StrCat(
+                                 "worker ", watch.worker_id,
+                                 " is no longer registered: call WorkerRegister again")));
       } else if (WorkWaitsFor(watch, any_pending, newest_parallel)) {
         watch.response->set_work_available(true);
         metrics_.assignment_wakeups.Increment();

@@ -14,13 +14,11 @@
 
 namespace sluice::dispatcher {
 
-absl::Status DispatcherImpl::DoWorkerRegister(
-    const proto::WorkerRegisterRequest& request,
-    proto::WorkerRegisterResponse* response) {
+absl::Status DispatcherImpl::DoWorkerRegister(const proto::WorkerRegisterRequest& request,
+                                              proto::WorkerRegisterResponse* response) {
   RETURN_IF_ERROR(Admit(request.protocol_version()));
   if (request.address().empty()) {
-    return absl::InvalidArgumentError(
-        "WorkerRegister: address (host:port) is empty");
+    return absl::InvalidArgumentError("WorkerRegister: address (host:port) is empty");
   }
   absl::MutexLock lock(&mu_);
   std::vector<uint64_t> replaced;
@@ -35,14 +33,12 @@ absl::Status DispatcherImpl::DoWorkerRegister(
   u->set_address(request.address());
   u->set_capacity(std::max<uint32_t>(1, request.capacity()));
   RETURN_IF_ERROR(Commit(update));
-  worker_signals_[u->worker_id()] = {.last_seen = clock_->Now(),
-                                     .registered = clock_->Now()};
-  logger_->info("worker {} registered at {} (capacity {})", u->worker_id(),
-                u->address(), u->capacity());
+  worker_signals_[u->worker_id()] = {.last_seen = clock_->Now(), .registered = clock_->Now()};
+  logger_->info("worker {} registered at {} (capacity {})", u->worker_id(), u->address(),
+                u->capacity());
   response->set_worker_id(u->worker_id());
   response->set_incarnation(incarnation_);
-  response->set_heartbeat_interval_seconds(
-      absl::ToDoubleSeconds(options_.heartbeat_interval));
+  response->set_heartbeat_interval_seconds(absl::ToDoubleSeconds(options_.heartbeat_interval));
   UpdateGauges();
   return absl::OkStatus();
 }
@@ -52,14 +48,11 @@ double DispatcherImpl::AllocationLoad(const DispatcherState::Job& job) const {
   // A job the last decision did not see (new since) is not held back: its
   // first splits are what its demand is read from.
   auto it = allocation_.find(job.id);
-  return it != allocation_.end() && it->second <= 0
-             ? std::numeric_limits<double>::infinity()
-             : 0;
+  return it != allocation_.end() && it->second <= 0 ? std::numeric_limits<double>::infinity() : 0;
 }
 
-bool DispatcherImpl::Assignable(
-    const DispatcherState::Job& job,
-    const DispatcherState::Consumer& consumer) const {
+bool DispatcherImpl::Assignable(const DispatcherState::Job& job,
+                                const DispatcherState::Consumer& consumer) const {
   if (consumer.pending.empty()) return false;
   if (!options_.first_split_alone || consumer.in_production == 0) return true;
   auto it = consumer_signals_.find({job.id, consumer.index});
@@ -81,14 +74,12 @@ absl::Status DispatcherImpl::AssignSplits(uint64_t worker_id, int free,
     const DispatcherState::Consumer* best = nullptr;
     double best_load = 0;
     for (const auto& [job_id, job] : state_.jobs()) {
-      if (job.config.mode() != proto::PROCESSING_MODE_DISTRIBUTED_EPOCH)
-        continue;
+      if (job.config.mode() != proto::PROCESSING_MODE_DISTRIBUTED_EPOCH) continue;
       const double load = AllocationLoad(job);
       for (const DispatcherState::Consumer& consumer : job.consumers) {
         if (!Assignable(job, consumer)) continue;
         if (best == nullptr || load < best_load ||
-            (load == best_load &&
-             consumer.in_production < best->in_production)) {
+            (load == best_load && consumer.in_production < best->in_production)) {
           best = &consumer;
           best_job = &job;
           best_load = load;
@@ -116,8 +107,7 @@ absl::Status DispatcherImpl::AssignSplits(uint64_t worker_id, int free,
   return absl::OkStatus();
 }
 
-void DispatcherImpl::FillJobInfo(const DispatcherState::Job& job,
-                                 proto::JobInfo* info) const {
+void DispatcherImpl::FillJobInfo(const DispatcherState::Job& job, proto::JobInfo* info) const {
   info->set_job_id(job.id);
   info->set_job_name(job.name);
   info->set_dataset_id(job.dataset_id);
@@ -129,23 +119,20 @@ void DispatcherImpl::FillJobInfo(const DispatcherState::Job& job,
   *info->mutable_config() = job.config;
 }
 
-absl::Status DispatcherImpl::DoWorkerHeartbeat(
-    const proto::WorkerHeartbeatRequest& request,
-    proto::WorkerHeartbeatResponse* response) {
+absl::Status DispatcherImpl::DoWorkerHeartbeat(const proto::WorkerHeartbeatRequest& request,
+                                               proto::WorkerHeartbeatResponse* response) {
   RETURN_IF_ERROR(Admit(request.protocol_version()));
   metrics_.worker_heartbeats.Increment();
   absl::MutexLock lock(&mu_);
   if (state_.FindWorker(request.worker_id()) == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("worker ", request.worker_id(),
-                     " is not registered (timed out?): drop all splits "
-                     "and call WorkerRegister again"));
+    return absl::NotFoundError(absl::StrCat("worker ", request.worker_id(),
+                                            " is not registered (timed out?): drop all splits "
+                                            "and call WorkerRegister again"));
   }
   {
     WorkerSignal& signal = worker_signals_[request.worker_id()];
     signal.last_seen = clock_->Now();
-    if (signal.registered == absl::InfinitePast())
-      signal.registered = signal.last_seen;
+    if (signal.registered == absl::InfinitePast()) signal.registered = signal.last_seen;
     signal.elements_per_second = request.elements_per_second();
     signal.queue_depth = request.queue_depth();
     signal.queue_capacity = request.queue_capacity();
@@ -171,37 +158,31 @@ absl::Status DispatcherImpl::DoWorkerHeartbeat(
     // finished producing changes what a drain hands back, so that is journaled.
     bool finishes = false;
     for (const proto::WorkerSplitProgress& p : request.splits()) {
-      const DispatcherState::Slot* slot =
-          state_.FindSlot(SlotKey::FromProto(p.key()));
-      finishes = finishes ||
-                 (slot != nullptr && slot->worker_id == request.worker_id() &&
-                  p.finished_producing() && !slot->finished_producing);
+      const DispatcherState::Slot* slot = state_.FindSlot(SlotKey::FromProto(p.key()));
+      finishes = finishes || (slot != nullptr && slot->worker_id == request.worker_id() &&
+                              p.finished_producing() && !slot->finished_producing);
     }
     RETURN_IF_ERROR(finishes ? Commit(update) : ApplySoft(update));
   }
-  const DispatcherState::Worker& worker =
-      *state_.FindWorker(request.worker_id());
+  const DispatcherState::Worker& worker = *state_.FindWorker(request.worker_id());
   // Whatever it reports but no longer holds: done, handed back, or its job is
   // gone.
   std::set<SlotKey> reported;
   for (const proto::WorkerSplitProgress& p : request.splits()) {
     reported.insert(SlotKey::FromProto(p.key()));
-    if (!worker.slots.contains(SlotKey::FromProto(p.key())))
-      *response->add_drop() = p.key();
+    if (!worker.slots.contains(SlotKey::FromProto(p.key()))) *response->add_drop() = p.key();
   }
   // Whatever it holds but did not report (the response that assigned it was
   // lost, or the worker restarted its pipeline): handed back like a lost
   // worker's splits.
   proto::Update release;
   for (const SlotKey& key : worker.slots) {
-    if (!reported.contains(key))
-      *release.mutable_release_splits()->add_keys() = key.ToProto();
+    if (!reported.contains(key)) *release.mutable_release_splits()->add_keys() = key.ToProto();
   }
   if (release.has_release_splits()) {
     release.mutable_release_splits()->set_worker_id(worker.id);
-    logger_->warn(
-        "worker {} no longer reports {} of its splits: they are handed back",
-        worker.id, release.release_splits().keys_size());
+    logger_->warn("worker {} no longer reports {} of its splits: they are handed back", worker.id,
+                  release.release_splits().keys_size());
     RETURN_IF_ERROR(Commit(release));
   }
   std::set<uint64_t> referenced_jobs;
@@ -211,9 +192,8 @@ absl::Status DispatcherImpl::DoWorkerHeartbeat(
       const DispatcherState::Slot* slot = state_.FindSlot(key);
       if (slot != nullptr && !slot->finished_producing) ++in_production;
     }
-    RETURN_IF_ERROR(AssignSplits(
-        worker.id, static_cast<int>(worker.capacity) - in_production,
-        response));
+    RETURN_IF_ERROR(
+        AssignSplits(worker.id, static_cast<int>(worker.capacity) - in_production, response));
     for (const proto::SplitAssignment& a : response->start())
       referenced_jobs.insert(a.key().job_id());
     // PARALLEL_EPOCHS: one task per (job, consumer) that the worker is not
@@ -233,8 +213,7 @@ absl::Status DispatcherImpl::DoWorkerHeartbeat(
       }
     }
   }
-  const std::set<uint64_t> known(request.known_job_ids().begin(),
-                                 request.known_job_ids().end());
+  const std::set<uint64_t> known(request.known_job_ids().begin(), request.known_job_ids().end());
   for (uint64_t job_id : referenced_jobs) {
     if (known.contains(job_id)) continue;
     FillJobInfo(*state_.FindJob(job_id), response->add_jobs());
@@ -242,8 +221,7 @@ absl::Status DispatcherImpl::DoWorkerHeartbeat(
   // Jobs the worker caches that are over: it frees their pipelines, splits and queues.
   for (uint64_t job_id : known) {
     const DispatcherState::Job* job = state_.FindJob(job_id);
-    if (job == nullptr || job->finished())
-      response->add_finished_job_ids(job_id);
+    if (job == nullptr || job->finished()) response->add_finished_job_ids(job_id);
   }
   response->set_draining(worker.draining);
   response->set_may_exit(worker.draining && worker.slots.empty());
@@ -254,9 +232,8 @@ absl::Status DispatcherImpl::LoseWorker(uint64_t worker_id, const char* reason,
                                         const std::string& why) {
   const DispatcherState::Worker* worker = state_.FindWorker(worker_id);
   if (worker == nullptr) return absl::OkStatus();
-  logger_->warn(
-      "worker {} at {} {}: {} splits wait for their consumers' progress",
-      worker_id, worker->address, why, worker->slots.size());
+  logger_->warn("worker {} at {} {}: {} splits wait for their consumers' progress", worker_id,
+                worker->address, why, worker->slots.size());
   proto::Update update;
   update.mutable_worker_lost()->set_worker_id(worker_id);
   RETURN_IF_ERROR(Commit(update));
@@ -266,28 +243,23 @@ absl::Status DispatcherImpl::LoseWorker(uint64_t worker_id, const char* reason,
   return absl::OkStatus();
 }
 
-absl::Status DispatcherImpl::DoWorkerUnregister(
-    const proto::WorkerUnregisterRequest& request,
-    proto::WorkerUnregisterResponse* /*response*/) {
+absl::Status DispatcherImpl::DoWorkerUnregister(const proto::WorkerUnregisterRequest& request,
+                                                proto::WorkerUnregisterResponse* /*response*/) {
   RETURN_IF_ERROR(Admit(request.protocol_version()));
   absl::MutexLock lock(&mu_);
   if (state_.FindWorker(request.worker_id()) == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("worker ", request.worker_id(), " is not registered"));
+    return absl::NotFoundError(absl::StrCat("worker ", request.worker_id(), " is not registered"));
   }
   return LoseWorker(request.worker_id(), "unregistered", "unregistered");
 }
 
-absl::Status DispatcherImpl::DoDrainWorker(
-    const proto::DrainWorkerRequest& request,
-    proto::DrainWorkerResponse* response) {
+absl::Status DispatcherImpl::DoDrainWorker(const proto::DrainWorkerRequest& request,
+                                           proto::DrainWorkerResponse* response) {
   RETURN_IF_ERROR(Admit(request.protocol_version()));
   absl::MutexLock lock(&mu_);
-  const DispatcherState::Worker* worker =
-      state_.FindWorker(request.worker_id());
+  const DispatcherState::Worker* worker = state_.FindWorker(request.worker_id());
   if (worker == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("worker ", request.worker_id(), " is not registered"));
+    return absl::NotFoundError(absl::StrCat("worker ", request.worker_id(), " is not registered"));
   }
   uint32_t handed_back = 0;
   for (const SlotKey& key : worker->slots) {
@@ -297,8 +269,7 @@ absl::Status DispatcherImpl::DoDrainWorker(
   proto::Update update;
   update.mutable_drain_worker()->set_worker_id(request.worker_id());
   RETURN_IF_ERROR(Commit(update));
-  logger_->info("worker {} drains: {} splits handed back", request.worker_id(),
-                handed_back);
+  logger_->info("worker {} drains: {} splits handed back", request.worker_id(), handed_back);
   response->set_handed_back(handed_back);
   UpdateGauges();
   return absl::OkStatus();

@@ -34,10 +34,10 @@ DispatcherMetrics::DispatcherMetrics(prometheus::Registry& registry)
       consumer_wait(AddCounter(registry, "sluice_dispatcher_consumer_wait_seconds_total",
                                "Time trainers waited for a batch, as reported by clients.")),
       workers_alive(AddGauge(registry, "sluice_dispatcher_workers", "Registered, live workers.")),
-      jobs_active(AddGauge(registry, "sluice_dispatcher_jobs",
-                           "Jobs with an unfinished consumer.")),
-      desired_workers(AddGauge(registry, "sluice_desired_workers",
-                               "Workers the autoscaling policy asks for.")),
+      jobs_active(
+          AddGauge(registry, "sluice_dispatcher_jobs", "Jobs with an unfinished consumer.")),
+      desired_workers(
+          AddGauge(registry, "sluice_desired_workers", "Workers the autoscaling policy asks for.")),
       journal_errors(AddCounter(registry, "sluice_dispatcher_journal_errors_total",
                                 "Journal appends or compactions that failed.")),
       jobs_collected(AddCounter(registry, "sluice_dispatcher_jobs_collected_total",
@@ -54,7 +54,8 @@ DispatcherMetrics::DispatcherMetrics(prometheus::Registry& registry)
           registry, "sluice_dispatcher_job_elements_returned_total",
           "Elements (images) returned to the job's trainers: batches reported by clients times "
           "the batch size (label sluice_job).")),
-      job_consumer_wait_(CounterFamily(registry, "sluice_dispatcher_job_consumer_wait_seconds_total",
+      job_consumer_wait_(CounterFamily(registry,
+                                       "sluice_dispatcher_job_consumer_wait_seconds_total",
                                        "Time the job's trainers waited for a batch, as reported "
                                        "by clients (label sluice_job).")),
       job_splits_reassigned_(CounterFamily(

@@ -13,8 +13,7 @@ SlotKey SlotKey::FromProto(const proto::SplitKey& key) {
   return {key.job_id(), key.consumer_index(), key.epoch(), key.position()};
 }
 
-void DispatcherState::Slot::ToProto(uint64_t position,
-                                    proto::SplitState* out) const {
+void DispatcherState::Slot::ToProto(uint64_t position, proto::SplitState* out) const {
   out->set_position(position);
   out->set_status(status);
   out->set_worker_id(worker_id);
@@ -39,15 +38,13 @@ bool DispatcherState::Job::finished() const {
 }
 
 absl::StatusOr<std::vector<record::SlotPieces>> DispatcherState::ConsumerSlots(
-    const proto::JobConfig& config, const std::vector<record::Split>& splits,
-    uint32_t consumer, uint64_t epoch) {
-  const record::RemainderPolicy policy =
-      config.remainder() == proto::REMAINDER_MODE_DROP
-          ? record::RemainderPolicy::kDrop
-          : record::RemainderPolicy::kPad;
-  return record::ConsumerSlots(splits, config.num_consumers(), consumer,
-                               config.seed(), epoch, policy,
-                               config.split_size());
+    const proto::JobConfig& config, const std::vector<record::Split>& splits, uint32_t consumer,
+    uint64_t epoch) {
+  const record::RemainderPolicy policy = config.remainder() == proto::REMAINDER_MODE_DROP
+                                             ? record::RemainderPolicy::kDrop
+                                             : record::RemainderPolicy::kPad;
+  return record::ConsumerSlots(splits, config.num_consumers(), consumer, config.seed(), epoch,
+                               policy, config.split_size());
 }
 
 absl::Status DispatcherState::Apply(const proto::Update& update) {
@@ -83,8 +80,7 @@ absl::Status DispatcherState::Apply(const proto::Update& update) {
       "update has no kind set (journal written by a newer dispatcher?)");
 }
 
-const DispatcherState::Dataset* DispatcherState::FindDataset(
-    uint64_t id) const {
+const DispatcherState::Dataset* DispatcherState::FindDataset(uint64_t id) const {
   auto it = datasets_.find(id);
   return it == datasets_.end() ? nullptr : &it->second;
 }
@@ -94,8 +90,7 @@ const DispatcherState::Job* DispatcherState::FindJob(uint64_t id) const {
   return it == jobs_.end() ? nullptr : &it->second;
 }
 
-const DispatcherState::Job* DispatcherState::FindJobByName(
-    const std::string& name) const {
+const DispatcherState::Job* DispatcherState::FindJobByName(const std::string& name) const {
   if (name.empty()) return nullptr;
   for (const auto& [id, job] : jobs_) {
     if (job.name == name) return &job;
@@ -108,8 +103,7 @@ const DispatcherState::Worker* DispatcherState::FindWorker(uint64_t id) const {
   return it == workers_.end() ? nullptr : &it->second;
 }
 
-const DispatcherState::Slot* DispatcherState::FindSlot(
-    const SlotKey& key) const {
+const DispatcherState::Slot* DispatcherState::FindSlot(const SlotKey& key) const {
   return const_cast<DispatcherState*>(this)->MutableSlot(key);
 }
 
@@ -120,8 +114,7 @@ void DispatcherState::Reindex(Consumer& consumer) {
     const Slot& slot = consumer.slots[pos];
     if (slot.status == proto::SPLIT_STATUS_PENDING) {
       consumer.pending.insert(consumer.pending.end(), pos);
-    } else if (slot.status == proto::SPLIT_STATUS_ASSIGNED &&
-               !slot.finished_producing) {
+    } else if (slot.status == proto::SPLIT_STATUS_ASSIGNED && !slot.finished_producing) {
       ++consumer.in_production;
     }
   }
@@ -144,28 +137,24 @@ uint64_t DispatcherState::WorkerHash(uint64_t id, const std::string& address) {
 
 DispatcherState::Slot* DispatcherState::MutableSlot(const SlotKey& key) {
   auto it = jobs_.find(key.job_id);
-  if (it == jobs_.end() || key.consumer >= it->second.consumers.size())
-    return nullptr;
+  if (it == jobs_.end() || key.consumer >= it->second.consumers.size()) return nullptr;
   Consumer& consumer = it->second.consumers[key.consumer];
-  if (consumer.finished || consumer.epoch != key.epoch ||
-      key.position >= consumer.slots.size()) {
+  if (consumer.finished || consumer.epoch != key.epoch || key.position >= consumer.slots.size()) {
     return nullptr;
   }
   return &consumer.slots[key.position];
 }
 
-absl::Status DispatcherState::ApplyRegisterDataset(
-    const proto::UpdateRegisterDataset& u) {
+absl::Status DispatcherState::ApplyRegisterDataset(const proto::UpdateRegisterDataset& u) {
   if (u.dataset_id() == 0 || datasets_.contains(u.dataset_id())) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "dataset id ", u.dataset_id(), " is zero or already registered"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("dataset id ", u.dataset_id(), " is zero or already registered"));
   }
   Dataset& d = datasets_[u.dataset_id()];
   d.id = u.dataset_id();
   d.fingerprint = u.fingerprint();
   d.pipeline = u.pipeline();
-  d.shard_record_counts.assign(u.shard_record_counts().begin(),
-                               u.shard_record_counts().end());
+  d.shard_record_counts.assign(u.shard_record_counts().begin(), u.shard_record_counts().end());
   d.batch_size = u.batch_size();
   next_dataset_id_ = std::max(next_dataset_id_, u.dataset_id() + 1);
   return absl::OkStatus();
@@ -175,17 +164,14 @@ absl::Status DispatcherState::StartEpoch(Job& job, Consumer& consumer) {
   consumer.slots.clear();
   consumer.done = 0;
   Reindex(consumer);
-  if (job.config.num_epochs() != 0 &&
-      consumer.epoch >= job.config.num_epochs()) {
+  if (job.config.num_epochs() != 0 && consumer.epoch >= job.config.num_epochs()) {
     consumer.finished = true;
     return absl::OkStatus();
   }
-  ASSIGN_OR_RETURN(
-      std::vector<record::SlotPieces> slots,
-      ConsumerSlots(job.config, job.splits, consumer.index, consumer.epoch));
+  ASSIGN_OR_RETURN(std::vector<record::SlotPieces> slots,
+                   ConsumerSlots(job.config, job.splits, consumer.index, consumer.epoch));
   consumer.slots.resize(slots.size());
-  for (size_t i = 0; i < slots.size(); ++i)
-    consumer.slots[i].pieces = std::move(slots[i]);
+  for (size_t i = 0; i < slots.size(); ++i) consumer.slots[i].pieces = std::move(slots[i]);
   Reindex(consumer);
   return absl::OkStatus();
 }
@@ -196,26 +182,20 @@ absl::Status DispatcherState::ApplyCreateJob(const proto::UpdateCreateJob& u) {
         absl::StrCat("job id ", u.job_id(), " is zero or already exists"));
   }
   if (FindJobByName(u.job_name()) != nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job name '", u.job_name(), "' is taken"));
+    return absl::FailedPreconditionError(absl::StrCat("job name '", u.job_name(), "' is taken"));
   }
   const Dataset* dataset = FindDataset(u.dataset_id());
   if (dataset == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("dataset ", u.dataset_id(), " is not registered"));
+    return absl::NotFoundError(absl::StrCat("dataset ", u.dataset_id(), " is not registered"));
   }
-  if (u.config().num_consumers() == 0 ||
-      u.config().num_consumers() > kMaxJobConsumers) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("num_consumers must be in [1, ", kMaxJobConsumers,
-                     "], got ", u.config().num_consumers()));
+  if (u.config().num_consumers() == 0 || u.config().num_consumers() > kMaxJobConsumers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "num_consumers must be in [1, ", kMaxJobConsumers, "], got ", u.config().num_consumers()));
   }
   if (u.config().split_size() == 0 ||
-      record::CountSplits(dataset->shard_record_counts,
-                          u.config().split_size()) > kMaxJobSplits) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("split_size ", u.config().split_size(),
-                     " gives no splits or more than ", kMaxJobSplits));
+      record::CountSplits(dataset->shard_record_counts, u.config().split_size()) > kMaxJobSplits) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "split_size ", u.config().split_size(), " gives no splits or more than ", kMaxJobSplits));
   }
   Job job;
   job.id = u.job_id();
@@ -223,8 +203,7 @@ absl::Status DispatcherState::ApplyCreateJob(const proto::UpdateCreateJob& u) {
   job.dataset_id = u.dataset_id();
   job.config = u.config();
   ASSIGN_OR_RETURN(job.splits,
-                   record::EnumerateSplits(dataset->shard_record_counts,
-                                           u.config().split_size()));
+                   record::EnumerateSplits(dataset->shard_record_counts, u.config().split_size()));
   job.consumers.resize(u.config().num_consumers());
   for (uint32_t i = 0; i < job.consumers.size(); ++i) {
     job.consumers[i].index = i;
@@ -238,11 +217,10 @@ absl::Status DispatcherState::ApplyCreateJob(const proto::UpdateCreateJob& u) {
   return absl::OkStatus();
 }
 
-absl::Status DispatcherState::ApplyRegisterWorker(
-    const proto::UpdateRegisterWorker& u) {
+absl::Status DispatcherState::ApplyRegisterWorker(const proto::UpdateRegisterWorker& u) {
   if (u.worker_id() == 0 || workers_.contains(u.worker_id())) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "worker id ", u.worker_id(), " is zero or already registered"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker id ", u.worker_id(), " is zero or already registered"));
   }
   Worker& w = workers_[u.worker_id()];
   w.id = u.worker_id();
@@ -253,28 +231,25 @@ absl::Status DispatcherState::ApplyRegisterWorker(
   return absl::OkStatus();
 }
 
-absl::Status DispatcherState::ApplyAssignSplit(
-    const proto::UpdateAssignSplit& u) {
+absl::Status DispatcherState::ApplyAssignSplit(const proto::UpdateAssignSplit& u) {
   const SlotKey key = SlotKey::FromProto(u.key());
   auto wit = workers_.find(u.worker_id());
   if (wit == workers_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("worker ", u.worker_id(), " is not registered"));
+    return absl::NotFoundError(absl::StrCat("worker ", u.worker_id(), " is not registered"));
   }
   if (wit->second.draining) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("worker ", u.worker_id(), " is draining"));
+    return absl::FailedPreconditionError(absl::StrCat("worker ", u.worker_id(), " is draining"));
   }
   Slot* slot = MutableSlot(key);
   if (slot == nullptr) {
-    return absl::NotFoundError(absl::StrCat(
-        "job ", key.job_id, " consumer ", key.consumer,
-        " has no split at epoch ", key.epoch, " position ", key.position));
+    return absl::NotFoundError(absl::StrCat("job ", key.job_id, " consumer ", key.consumer,
+                                            " has no split at epoch ", key.epoch, " position ",
+                                            key.position));
   }
   if (slot->status != proto::SPLIT_STATUS_PENDING) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("split at position ", key.position, " is ",
-                     proto::SplitStatus_Name(slot->status), ", not pending"));
+    return absl::FailedPreconditionError(absl::StrCat("split at position ", key.position, " is ",
+                                                      proto::SplitStatus_Name(slot->status),
+                                                      ", not pending"));
   }
   slot->status = proto::SPLIT_STATUS_ASSIGNED;
   slot->worker_id = u.worker_id();
@@ -287,34 +262,29 @@ absl::Status DispatcherState::ApplyAssignSplit(
   return absl::OkStatus();
 }
 
-absl::Status DispatcherState::ApplyClientProgress(
-    const proto::UpdateClientProgress& u) {
+absl::Status DispatcherState::ApplyClientProgress(const proto::UpdateClientProgress& u) {
   auto jit = jobs_.find(u.job_id());
   if (jit == jobs_.end())
     return absl::NotFoundError(absl::StrCat("job ", u.job_id(), " not found"));
   Job& job = jit->second;
   if (u.consumer_index() >= job.consumers.size()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("consumer ", u.consumer_index(),
-                     " >= ", job.consumers.size(), " consumers"));
+        absl::StrCat("consumer ", u.consumer_index(), " >= ", job.consumers.size(), " consumers"));
   }
   Consumer& consumer = job.consumers[u.consumer_index()];
   if (consumer.finished || consumer.slots.empty()) return absl::OkStatus();
   for (const proto::ClientSplitProgress& p : u.progress()) {
     // Reports about an earlier epoch are stale (that epoch is done); later ones
     // cannot happen.
-    if (p.epoch() != consumer.epoch || p.position() >= consumer.slots.size())
-      continue;
+    if (p.epoch() != consumer.epoch || p.position() >= consumer.slots.size()) continue;
     Slot& slot = consumer.slots[p.position()];
     if (slot.status == proto::SPLIT_STATUS_DONE) continue;
-    slot.delivered_batches =
-        std::max(slot.delivered_batches, p.delivered_batches());
+    slot.delivered_batches = std::max(slot.delivered_batches, p.delivered_batches());
     if (p.complete()) {
       if (slot.status == proto::SPLIT_STATUS_ASSIGNED) {
         auto wit = workers_.find(slot.worker_id);
         if (wit != workers_.end()) {
-          wit->second.slots.erase(
-              {job.id, consumer.index, consumer.epoch, p.position()});
+          wit->second.slots.erase({job.id, consumer.index, consumer.epoch, p.position()});
         }
       }
       slot.status = proto::SPLIT_STATUS_DONE;
@@ -338,11 +308,9 @@ absl::Status DispatcherState::ApplyClientProgress(
   return absl::OkStatus();
 }
 
-absl::Status DispatcherState::ApplyWorkerProgress(
-    const proto::UpdateWorkerProgress& u) {
+absl::Status DispatcherState::ApplyWorkerProgress(const proto::UpdateWorkerProgress& u) {
   if (!workers_.contains(u.worker_id())) {
-    return absl::NotFoundError(
-        absl::StrCat("worker ", u.worker_id(), " is not registered"));
+    return absl::NotFoundError(absl::StrCat("worker ", u.worker_id(), " is not registered"));
   }
   for (const proto::WorkerSplitProgress& p : u.splits()) {
     Slot* slot = MutableSlot(SlotKey::FromProto(p.key()));
@@ -352,8 +320,7 @@ absl::Status DispatcherState::ApplyWorkerProgress(
         slot->worker_id != u.worker_id()) {
       continue;
     }
-    slot->produced_batches =
-        std::max(slot->produced_batches, p.produced_batches());
+    slot->produced_batches = std::max(slot->produced_batches, p.produced_batches());
     if (!slot->finished_producing && p.finished_producing()) {
       slot->finished_producing = true;
       Reindex(SlotKey::FromProto(p.key()));
@@ -372,12 +339,10 @@ void DispatcherState::Release(Worker& worker, const SlotKey& key) {
   Reindex(key);
 }
 
-absl::Status DispatcherState::ApplyWorkerLost(
-    const proto::UpdateWorkerLost& u) {
+absl::Status DispatcherState::ApplyWorkerLost(const proto::UpdateWorkerLost& u) {
   auto wit = workers_.find(u.worker_id());
   if (wit == workers_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("worker ", u.worker_id(), " is not registered"));
+    return absl::NotFoundError(absl::StrCat("worker ", u.worker_id(), " is not registered"));
   }
   const std::set<SlotKey> held = wit->second.slots;
   for (const SlotKey& key : held) Release(wit->second, key);
@@ -386,12 +351,10 @@ absl::Status DispatcherState::ApplyWorkerLost(
   return absl::OkStatus();
 }
 
-absl::Status DispatcherState::ApplyDrainWorker(
-    const proto::UpdateDrainWorker& u) {
+absl::Status DispatcherState::ApplyDrainWorker(const proto::UpdateDrainWorker& u) {
   auto wit = workers_.find(u.worker_id());
   if (wit == workers_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("worker ", u.worker_id(), " is not registered"));
+    return absl::NotFoundError(absl::StrCat("worker ", u.worker_id(), " is not registered"));
   }
   Worker& worker = wit->second;
   worker.draining = true;
@@ -403,12 +366,10 @@ absl::Status DispatcherState::ApplyDrainWorker(
   return absl::OkStatus();
 }
 
-absl::Status DispatcherState::ApplyReleaseSplits(
-    const proto::UpdateReleaseSplits& u) {
+absl::Status DispatcherState::ApplyReleaseSplits(const proto::UpdateReleaseSplits& u) {
   auto wit = workers_.find(u.worker_id());
   if (wit == workers_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("worker ", u.worker_id(), " is not registered"));
+    return absl::NotFoundError(absl::StrCat("worker ", u.worker_id(), " is not registered"));
   }
   for (const proto::SplitKey& key : u.keys()) {
     if (wit->second.slots.contains(SlotKey::FromProto(key))) {
@@ -420,14 +381,13 @@ absl::Status DispatcherState::ApplyReleaseSplits(
 
 absl::Status DispatcherState::Validate(const proto::Update& update) const {
   auto need_job = [&](uint64_t id) -> absl::Status {
-    return jobs_.contains(id)
-               ? absl::OkStatus()
-               : absl::NotFoundError(absl::StrCat("job ", id, " not found"));
+    return jobs_.contains(id) ? absl::OkStatus()
+                              : absl::NotFoundError(absl::StrCat("job ", id, " not found"));
   };
   auto need_worker = [&](uint64_t id) -> absl::Status {
-    return workers_.contains(id) ? absl::OkStatus()
-                                 : absl::NotFoundError(absl::StrCat(
-                                       "worker ", id, " is not registered"));
+    return workers_.contains(id)
+               ? absl::OkStatus()
+               : absl::NotFoundError(absl::StrCat("worker ", id, " is not registered"));
   };
   switch (update.kind_case()) {
     case proto::Update::kRegisterDataset:
@@ -444,18 +404,15 @@ absl::Status DispatcherState::Validate(const proto::Update& update) const {
         return absl::FailedPreconditionError(
             absl::StrCat("job name '", u.job_name(), "' is taken"));
       if (!datasets_.contains(u.dataset_id()))
-        return absl::NotFoundError(
-            absl::StrCat("dataset ", u.dataset_id(), " is not registered"));
+        return absl::NotFoundError(absl::StrCat("dataset ", u.dataset_id(), " is not registered"));
       if (u.config().num_consumers() == 0)
         return absl::InvalidArgumentError("num_consumers must be > 0");
       if (u.config().mode() != proto::PROCESSING_MODE_PARALLEL_EPOCHS) {
         uint64_t records = 0;
-        for (uint64_t c : datasets_.at(u.dataset_id()).shard_record_counts)
-          records += c;
-        const record::RemainderPolicy policy =
-            u.config().remainder() == proto::REMAINDER_MODE_DROP
-                ? record::RemainderPolicy::kDrop
-                : record::RemainderPolicy::kPad;
+        for (uint64_t c : datasets_.at(u.dataset_id()).shard_record_counts) records += c;
+        const record::RemainderPolicy policy = u.config().remainder() == proto::REMAINDER_MODE_DROP
+                                                   ? record::RemainderPolicy::kDrop
+                                                   : record::RemainderPolicy::kPad;
         if (record::ShareSize(records, u.config().num_consumers(), policy) == 0)
           return absl::InvalidArgumentError("a consumer's share is empty");
         if (u.config().split_size() == 0)
@@ -473,8 +430,7 @@ absl::Status DispatcherState::Validate(const proto::Update& update) const {
       const proto::UpdateAssignSplit& u = update.assign_split();
       RETURN_IF_ERROR(need_worker(u.worker_id()));
       if (workers_.at(u.worker_id()).draining)
-        return absl::FailedPreconditionError(
-            absl::StrCat("worker ", u.worker_id(), " drains"));
+        return absl::FailedPreconditionError(absl::StrCat("worker ", u.worker_id(), " drains"));
       const Slot* slot = FindSlot(SlotKey::FromProto(u.key()));
       if (slot == nullptr || slot->status != proto::SPLIT_STATUS_PENDING)
         return absl::FailedPreconditionError("the split is not pending");
@@ -503,17 +459,14 @@ absl::Status DispatcherState::Validate(const proto::Update& update) const {
         return absl::InvalidArgumentError("consumer index out of range");
       if (u.finished()) {
         return u.slots_size() == 0 ? absl::OkStatus()
-                                   : absl::InvalidArgumentError(
-                                         "a finished consumer has no slots");
+                                   : absl::InvalidArgumentError("a finished consumer has no slots");
       }
-      ASSIGN_OR_RETURN(
-          std::vector<record::SlotPieces> slots,
-          ConsumerSlots(job.config, job.splits, u.consumer_index(), u.epoch()));
+      ASSIGN_OR_RETURN(std::vector<record::SlotPieces> slots,
+                       ConsumerSlots(job.config, job.splits, u.consumer_index(), u.epoch()));
       if (slots.size() != static_cast<size_t>(u.slots_size())) {
         return absl::InvalidArgumentError(
-            absl::StrCat("consumer ", u.consumer_index(), " of job ", job.id,
-                         " has ", slots.size(), " slots in epoch ", u.epoch(),
-                         ", the update ", u.slots_size()));
+            absl::StrCat("consumer ", u.consumer_index(), " of job ", job.id, " has ", slots.size(),
+                         " slots in epoch ", u.epoch(), ", the update ", u.slots_size()));
       }
       return absl::OkStatus();
     }
@@ -527,8 +480,7 @@ absl::Status DispatcherState::Validate(const proto::Update& update) const {
   return absl::InvalidArgumentError("update has no kind set");
 }
 
-absl::Status DispatcherState::ApplyConsumerState(
-    const proto::UpdateConsumerState& u) {
+absl::Status DispatcherState::ApplyConsumerState(const proto::UpdateConsumerState& u) {
   auto jit = jobs_.find(u.job_id());
   if (jit == jobs_.end())
     return absl::NotFoundError(absl::StrCat("job ", u.job_id(), " not found"));
@@ -539,13 +491,11 @@ absl::Status DispatcherState::ApplyConsumerState(
   // The slots' pieces follow from (config, consumer, epoch): the update only carries state.
   std::vector<record::SlotPieces> pieces;
   if (!u.finished()) {
-    ASSIGN_OR_RETURN(pieces, ConsumerSlots(job.config, job.splits,
-                                           consumer.index, u.epoch()));
+    ASSIGN_OR_RETURN(pieces, ConsumerSlots(job.config, job.splits, consumer.index, u.epoch()));
     if (pieces.size() != static_cast<size_t>(u.slots_size())) {
       return absl::InvalidArgumentError(
-          absl::StrCat("consumer ", consumer.index, " of job ", job.id, " has ",
-                       pieces.size(), " slots in epoch ", u.epoch(),
-                       ", the update ", u.slots_size()));
+          absl::StrCat("consumer ", consumer.index, " of job ", job.id, " has ", pieces.size(),
+                       " slots in epoch ", u.epoch(), ", the update ", u.slots_size()));
     }
   } else if (u.slots_size() != 0) {
     return absl::InvalidArgumentError("a finished consumer has no slots");
@@ -553,9 +503,8 @@ absl::Status DispatcherState::ApplyConsumerState(
   // Whatever workers held of this consumer is replaced.
   for (auto& [id, worker] : workers_) {
     for (auto it = worker.slots.begin(); it != worker.slots.end();) {
-      it = it->job_id == job.id && it->consumer == consumer.index
-               ? worker.slots.erase(it)
-               : std::next(it);
+      it = it->job_id == job.id && it->consumer == consumer.index ? worker.slots.erase(it)
+                                                                  : std::next(it);
     }
   }
   consumer.epoch = u.epoch();

@@ -76,9 +76,8 @@ class DispatcherState {
     uint32_t index = 0;
     uint64_t epoch = 0;
     bool finished = false;
-    uint64_t done = 0;  // slots of `epoch` that are DONE
-    std::vector<Slot>
-        slots;  // of `epoch`; position = index (empty in PARALLEL_EPOCHS mode)
+    uint64_t done = 0;        // slots of `epoch` that are DONE
+    std::vector<Slot> slots;  // of `epoch`; position = index (empty in PARALLEL_EPOCHS mode)
     // Indexes of `slots`, kept by Apply, so that assigning a split does not walk every slot
     // of every consumer: positions of PENDING slots, and the ASSIGNED slots whose worker has
     // not finished producing them.
@@ -125,8 +124,8 @@ class DispatcherState {
   // over the job's splits with its seed, remainder mode and split size (equal shares at record
   // granularity). Pure; also used by tests.
   static absl::StatusOr<std::vector<record::SlotPieces>> ConsumerSlots(
-      const proto::JobConfig& config, const std::vector<record::Split>& splits,
-      uint32_t consumer, uint64_t epoch);
+      const proto::JobConfig& config, const std::vector<record::Split>& splits, uint32_t consumer,
+      uint64_t epoch);
 
   const Dataset* FindDataset(uint64_t id) const;
   const Job* FindJob(uint64_t id) const;

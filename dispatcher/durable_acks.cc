@@ -30,9 +30,8 @@ void DurableAcks::Loop() {
     std::vector<Waiter> round;
     {
       absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return cancelled_ || !queue_.empty();
-      };
+      auto ready = [this]()
+                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return cancelled_ || !queue_.empty(); };
       mu_.Await(absl::Condition(&ready));
       if (queue_.empty()) return;  // cancelled, everything answered
       round.swap(queue_);
@@ -44,8 +43,7 @@ void DurableAcks::Loop() {
     for (Waiter& w : round) {
       w.done(durable.ok() ? std::move(w.status)
                           : absl::UnavailableError(absl::StrCat(
-                                "the dispatcher cannot journal a change: ",
-                                durable.message())));
+                                "the dispatcher cannot journal a change: ", durable.message())));
     }
   }
 }

@@ -45,8 +45,7 @@ class DurableAcks {
 
   // Calls done(status) once journal ticket `ticket` (and all before it) is durable. Never
   // blocks on I/O; `done` runs on this object's thread and must not block either.
-  void Add(uint64_t ticket, absl::Status status, Done done)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  void Add(uint64_t ticket, absl::Status status, Done done) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Waiter {

@@ -29,22 +29,20 @@ std::optional<Identity> Caller(grpc::CallbackServerContext* context,
 
 // Forwards to the impl; `done` finishes the reactor (from this thread or DurableAcks').
 template <typename Request, typename Response>
-void Forward(grpc::ServerUnaryReactor* reactor, const Request& request,
-             Response* response, DispatcherImpl* impl,
-             void (DispatcherImpl::*method)(const Request&, Response*,
-                                            DispatcherImpl::Done),
+void Forward(grpc::ServerUnaryReactor* reactor, const Request& request, Response* response,
+             DispatcherImpl* impl,
+             void (DispatcherImpl::*method)(const Request&, Response*, DispatcherImpl::Done),
              std::function<void()> on_ok = nullptr) {
-  (impl->*method)(request, response,
-                  [reactor, on_ok = std::move(on_ok)](absl::Status status) {
-                    if (status.ok() && on_ok) on_ok();
-                    reactor->Finish(service::ToGrpcStatus(status));
-                  });
+  (impl->*method)(request, response, [reactor, on_ok = std::move(on_ok)](absl::Status status) {
+    if (status.ok() && on_ok) on_ok();
+    reactor->Finish(service::ToGrpcStatus(status));
+  });
 }
 
 }  // namespace
 
-void GrpcDispatcherService::WithJobOwner(
-    uint64_t job_id, std::function<void(std::optional<std::string>)> then) {
+void GrpcDispatcherService::WithJobOwner(uint64_t job_id,
+                                         std::function<void(std::optional<std::string>)> then) {
   if (std::optional<std::string> owner = authorization_.JobOwner(job_id)) {
     then(std::move(owner));
     return;
@@ -54,36 +52,31 @@ void GrpcDispatcherService::WithJobOwner(
   request->set_starting_workers(-1);
   auto status = std::make_shared<proto::GetStatusResponse>();
   impl_->GetStatus(*request, status.get(),
-                   [this, request, status, job_id,
-                    then = std::move(then)](absl::Status s) {
+                   [this, request, status, job_id, then = std::move(then)](absl::Status s) {
                      if (s.ok()) authorization_.LearnJobs(*status);
                      then(authorization_.JobOwner(job_id));
                    });
 }
 
 grpc::ServerUnaryReactor* GrpcDispatcherService::RegisterDataset(
-    grpc::CallbackServerContext* context,
-    const proto::RegisterDatasetRequest* request,
+    grpc::CallbackServerContext* context, const proto::RegisterDatasetRequest* request,
     proto::RegisterDatasetResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   std::optional<Identity> caller = Caller(context, reactor);
   if (!caller) return reactor;
-  if (absl::Status s = authorization_.CheckRegisterDataset(*caller, *request);
-      !s.ok()) {
+  if (absl::Status s = authorization_.CheckRegisterDataset(*caller, *request); !s.ok()) {
     reactor->Finish(service::ToGrpcStatus(s));
     return reactor;
   }
   Forward(reactor, *request, response, impl_, &DispatcherImpl::RegisterDataset,
           [this, caller = *caller, request, response] {
-            authorization_.DatasetRegistered(caller, *request,
-                                             response->dataset_id());
+            authorization_.DatasetRegistered(caller, *request, response->dataset_id());
           });
   return reactor;
 }
 
 grpc::ServerUnaryReactor* GrpcDispatcherService::GetOrCreateJob(
-    grpc::CallbackServerContext* context,
-    const proto::GetOrCreateJobRequest* request,
+    grpc::CallbackServerContext* context, const proto::GetOrCreateJobRequest* request,
     proto::GetOrCreateJobResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   std::optional<Identity> caller = Caller(context, reactor);
@@ -91,8 +84,7 @@ grpc::ServerUnaryReactor* GrpcDispatcherService::GetOrCreateJob(
   proto::GetOrCreateJobRequest scoped = *request;
   const std::string anonymous_id =
       absl::StrCat(impl_->incarnation(), "-", anonymous_jobs_.fetch_add(1));
-  if (absl::Status s =
-          authorization_.CheckGetOrCreateJob(*caller, anonymous_id, &scoped);
+  if (absl::Status s = authorization_.CheckGetOrCreateJob(*caller, anonymous_id, &scoped);
       !s.ok()) {
     reactor->Finish(service::ToGrpcStatus(s));
     return reactor;
@@ -105,30 +97,25 @@ grpc::ServerUnaryReactor* GrpcDispatcherService::GetOrCreateJob(
 }
 
 grpc::ServerUnaryReactor* GrpcDispatcherService::ClientHeartbeat(
-    grpc::CallbackServerContext* context,
-    const proto::ClientHeartbeatRequest* request,
+    grpc::CallbackServerContext* context, const proto::ClientHeartbeatRequest* request,
     proto::ClientHeartbeatResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   std::optional<Identity> caller = Caller(context, reactor);
   if (!caller) return reactor;
   if (caller->all_roles) {
-    Forward(reactor, *request, response, impl_,
-            &DispatcherImpl::ClientHeartbeat);
+    Forward(reactor, *request, response, impl_, &DispatcherImpl::ClientHeartbeat);
     return reactor;
   }
   WithJobOwner(request->job_id(), [this, reactor, request, response,
-                                   caller = *caller](
-                                      std::optional<std::string> owner) {
+                                   caller = *caller](std::optional<std::string> owner) {
     if (owner) {
-      if (absl::Status s = authorization_.CheckJobAccess(
-              caller, Role::kTrainer, "ClientHeartbeat", request->job_id(),
-              *owner);
+      if (absl::Status s = authorization_.CheckJobAccess(caller, Role::kTrainer, "ClientHeartbeat",
+                                                         request->job_id(), *owner);
           !s.ok()) {
         reactor->Finish(service::ToGrpcStatus(s));
         return;
       }
-    } else if (absl::Status s = service::RequireRole(caller, Role::kTrainer,
-                                                     "ClientHeartbeat");
+    } else if (absl::Status s = service::RequireRole(caller, Role::kTrainer, "ClientHeartbeat");
                !s.ok()) {
       reactor->Finish(service::ToGrpcStatus(s));
       return;
@@ -140,24 +127,20 @@ grpc::ServerUnaryReactor* GrpcDispatcherService::ClientHeartbeat(
 }
 
 grpc::ServerUnaryReactor* GrpcDispatcherService::WorkerRegister(
-    grpc::CallbackServerContext* context,
-    const proto::WorkerRegisterRequest* request,
+    grpc::CallbackServerContext* context, const proto::WorkerRegisterRequest* request,
     proto::WorkerRegisterResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   std::optional<Identity> caller = Caller(context, reactor);
   if (!caller) return reactor;
   uint64_t holder = 0;
-  if (absl::Status s =
-          authorization_.CheckWorkerRegister(*caller, *request, &holder);
-      !s.ok()) {
+  if (absl::Status s = authorization_.CheckWorkerRegister(*caller, *request, &holder); !s.ok()) {
     reactor->Finish(service::ToGrpcStatus(s));
     return reactor;
   }
   auto forward = [this, reactor, request, response, caller = *caller] {
     Forward(reactor, *request, response, impl_, &DispatcherImpl::WorkerRegister,
             [this, caller, request, response] {
-              authorization_.WorkerRegistered(caller, response->worker_id(),
-                                              request->address());
+              authorization_.WorkerRegistered(caller, response->worker_id(), request->address());
             });
   };
   if (holder == 0) {
@@ -180,9 +163,8 @@ grpc::ServerUnaryReactor* GrpcDispatcherService::WorkerRegister(
         for (const proto::WorkerStatus& worker : status->workers()) {
           if (worker.worker_id() != holder) continue;
           reactor->Finish(service::ToGrpcStatus(absl::PermissionDeniedError(
-              absl::StrCat(caller.Describe(), " may not register at ",
-                           request->address(), ": live worker ", holder,
-                           " of another identity serves there"))));
+              absl::StrCat(caller.Describe(), " may not register at ", request->address(),
+                           ": live worker ", holder, " of another identity serves there"))));
           return;
         }
         forward();
@@ -191,14 +173,12 @@ grpc::ServerUnaryReactor* GrpcDispatcherService::WorkerRegister(
 }
 
 grpc::ServerUnaryReactor* GrpcDispatcherService::WorkerHeartbeat(
-    grpc::CallbackServerContext* context,
-    const proto::WorkerHeartbeatRequest* request,
+    grpc::CallbackServerContext* context, const proto::WorkerHeartbeatRequest* request,
     proto::WorkerHeartbeatResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   std::optional<Identity> caller = Caller(context, reactor);
   if (!caller) return reactor;
-  if (absl::Status s = authorization_.CheckWorker(
-          *caller, request->worker_id(), "WorkerHeartbeat");
+  if (absl::Status s = authorization_.CheckWorker(*caller, request->worker_id(), "WorkerHeartbeat");
       !s.ok()) {
     reactor->Finish(service::ToGrpcStatus(s));
     return reactor;
@@ -208,26 +188,23 @@ grpc::ServerUnaryReactor* GrpcDispatcherService::WorkerHeartbeat(
 }
 
 grpc::ServerUnaryReactor* GrpcDispatcherService::WorkerUnregister(
-    grpc::CallbackServerContext* context,
-    const proto::WorkerUnregisterRequest* request,
+    grpc::CallbackServerContext* context, const proto::WorkerUnregisterRequest* request,
     proto::WorkerUnregisterResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   std::optional<Identity> caller = Caller(context, reactor);
   if (!caller) return reactor;
-  if (absl::Status s = authorization_.CheckWorker(
-          *caller, request->worker_id(), "WorkerUnregister");
+  if (absl::Status s =
+          authorization_.CheckWorker(*caller, request->worker_id(), "WorkerUnregister");
       !s.ok()) {
     reactor->Finish(service::ToGrpcStatus(s));
     return reactor;
   }
-  Forward(reactor, *request, response, impl_,
-          &DispatcherImpl::WorkerUnregister);
+  Forward(reactor, *request, response, impl_, &DispatcherImpl::WorkerUnregister);
   return reactor;
 }
 
 grpc::ServerUnaryReactor* GrpcDispatcherService::DrainWorker(
-    grpc::CallbackServerContext* context,
-    const proto::DrainWorkerRequest* request,
+    grpc::CallbackServerContext* context, const proto::DrainWorkerRequest* request,
     proto::DrainWorkerResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   std::optional<Identity> caller = Caller(context, reactor);
@@ -241,8 +218,7 @@ grpc::ServerUnaryReactor* GrpcDispatcherService::DrainWorker(
 }
 
 grpc::ServerUnaryReactor* GrpcDispatcherService::GetJobState(
-    grpc::CallbackServerContext* context,
-    const proto::GetJobStateRequest* request,
+    grpc::CallbackServerContext* context, const proto::GetJobStateRequest* request,
     proto::GetJobStateResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   std::optional<Identity> caller = Caller(context, reactor);
@@ -252,13 +228,10 @@ grpc::ServerUnaryReactor* GrpcDispatcherService::GetJobState(
     return reactor;
   }
   WithJobOwner(request->job_id(), [this, reactor, request, response,
-                                   caller = *caller](
-                                      std::optional<std::string> owner) {
-    absl::Status s =
-        owner ? authorization_.CheckJobAccess(caller, Role::kTrainer,
-                                              "GetJobState", request->job_id(),
-                                              *owner)
-              : service::RequireRole(caller, Role::kTrainer, "GetJobState");
+                                   caller = *caller](std::optional<std::string> owner) {
+    absl::Status s = owner ? authorization_.CheckJobAccess(caller, Role::kTrainer, "GetJobState",
+                                                           request->job_id(), *owner)
+                           : service::RequireRole(caller, Role::kTrainer, "GetJobState");
     if (!s.ok()) {
       reactor->Finish(service::ToGrpcStatus(s));
       return;
@@ -268,16 +241,14 @@ grpc::ServerUnaryReactor* GrpcDispatcherService::GetJobState(
   return reactor;
 }
 
-grpc::ServerUnaryReactor* GrpcDispatcherService::GetStatus(
-    grpc::CallbackServerContext* context,
-    const proto::GetStatusRequest* request,
-    proto::GetStatusResponse* response) {
+grpc::ServerUnaryReactor* GrpcDispatcherService::GetStatus(grpc::CallbackServerContext* context,
+                                                           const proto::GetStatusRequest* request,
+                                                           proto::GetStatusResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   std::optional<Identity> caller = Caller(context, reactor);
   if (!caller) return reactor;
   proto::GetStatusRequest allowed = *request;
-  if (absl::Status s = authorization_.CheckGetStatus(*caller, &allowed);
-      !s.ok()) {
+  if (absl::Status s = authorization_.CheckGetStatus(*caller, &allowed); !s.ok()) {
     reactor->Finish(service::ToGrpcStatus(s));
     return reactor;
   }
@@ -290,14 +261,12 @@ grpc::ServerUnaryReactor* GrpcDispatcherService::GetStatus(
 }
 
 grpc::ServerUnaryReactor* GrpcDispatcherService::WatchAssignment(
-    grpc::CallbackServerContext* context,
-    const proto::WatchAssignmentRequest* request,
+    grpc::CallbackServerContext* context, const proto::WatchAssignmentRequest* request,
     proto::WatchAssignmentResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   std::optional<Identity> caller = Caller(context, reactor);
   if (!caller) return reactor;
-  if (absl::Status s = authorization_.CheckWorker(
-          *caller, request->worker_id(), "WatchAssignment");
+  if (absl::Status s = authorization_.CheckWorker(*caller, request->worker_id(), "WatchAssignment");
       !s.ok()) {
     reactor->Finish(service::ToGrpcStatus(s));
     return reactor;

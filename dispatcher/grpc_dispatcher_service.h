@@ -28,59 +28,46 @@
 
 namespace sluice::dispatcher {
 
-class GrpcDispatcherService final
-    : public proto::DispatcherService::CallbackService {
+class GrpcDispatcherService final : public proto::DispatcherService::CallbackService {
  public:
-  explicit GrpcDispatcherService(DispatcherImpl* impl,
-                                 Authorization::Options authorization = {})
+  explicit GrpcDispatcherService(DispatcherImpl* impl, Authorization::Options authorization = {})
       : impl_(impl), authorization_(authorization) {}
 
-  grpc::ServerUnaryReactor* RegisterDataset(
-      grpc::CallbackServerContext* context,
-      const proto::RegisterDatasetRequest* request,
-      proto::RegisterDatasetResponse* response) override;
-  grpc::ServerUnaryReactor* GetOrCreateJob(
-      grpc::CallbackServerContext* context,
-      const proto::GetOrCreateJobRequest* request,
-      proto::GetOrCreateJobResponse* response) override;
-  grpc::ServerUnaryReactor* ClientHeartbeat(
-      grpc::CallbackServerContext* context,
-      const proto::ClientHeartbeatRequest* request,
-      proto::ClientHeartbeatResponse* response) override;
-  grpc::ServerUnaryReactor* WorkerRegister(
-      grpc::CallbackServerContext* context,
-      const proto::WorkerRegisterRequest* request,
-      proto::WorkerRegisterResponse* response) override;
-  grpc::ServerUnaryReactor* WorkerHeartbeat(
-      grpc::CallbackServerContext* context,
-      const proto::WorkerHeartbeatRequest* request,
-      proto::WorkerHeartbeatResponse* response) override;
-  grpc::ServerUnaryReactor* WorkerUnregister(
-      grpc::CallbackServerContext* context,
-      const proto::WorkerUnregisterRequest* request,
-      proto::WorkerUnregisterResponse* response) override;
-  grpc::ServerUnaryReactor* DrainWorker(
-      grpc::CallbackServerContext* context,
-      const proto::DrainWorkerRequest* request,
-      proto::DrainWorkerResponse* response) override;
-  grpc::ServerUnaryReactor* GetJobState(
-      grpc::CallbackServerContext* context,
-      const proto::GetJobStateRequest* request,
-      proto::GetJobStateResponse* response) override;
-  grpc::ServerUnaryReactor* GetStatus(
-      grpc::CallbackServerContext* context,
-      const proto::GetStatusRequest* request,
-      proto::GetStatusResponse* response) override;
-  grpc::ServerUnaryReactor* WatchAssignment(
-      grpc::CallbackServerContext* context,
-      const proto::WatchAssignmentRequest* request,
-      proto::WatchAssignmentResponse* response) override;
+  grpc::ServerUnaryReactor* RegisterDataset(grpc::CallbackServerContext* context,
+                                            const proto::RegisterDatasetRequest* request,
+                                            proto::RegisterDatasetResponse* response) override;
+  grpc::ServerUnaryReactor* GetOrCreateJob(grpc::CallbackServerContext* context,
+                                           const proto::GetOrCreateJobRequest* request,
+                                           proto::GetOrCreateJobResponse* response) override;
+  grpc::ServerUnaryReactor* ClientHeartbeat(grpc::CallbackServerContext* context,
+                                            const proto::ClientHeartbeatRequest* request,
+                                            proto::ClientHeartbeatResponse* response) override;
+  grpc::ServerUnaryReactor* WorkerRegister(grpc::CallbackServerContext* context,
+                                           const proto::WorkerRegisterRequest* request,
+                                           proto::WorkerRegisterResponse* response) override;
+  grpc::ServerUnaryReactor* WorkerHeartbeat(grpc::CallbackServerContext* context,
+                                            const proto::WorkerHeartbeatRequest* request,
+                                            proto::WorkerHeartbeatResponse* response) override;
+  grpc::ServerUnaryReactor* WorkerUnregister(grpc::CallbackServerContext* context,
+                                             const proto::WorkerUnregisterRequest* request,
+                                             proto::WorkerUnregisterResponse* response) override;
+  grpc::ServerUnaryReactor* DrainWorker(grpc::CallbackServerContext* context,
+                                        const proto::DrainWorkerRequest* request,
+                                        proto::DrainWorkerResponse* response) override;
+  grpc::ServerUnaryReactor* GetJobState(grpc::CallbackServerContext* context,
+                                        const proto::GetJobStateRequest* request,
+                                        proto::GetJobStateResponse* response) override;
+  grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
+                                      const proto::GetStatusRequest* request,
+                                      proto::GetStatusResponse* response) override;
+  grpc::ServerUnaryReactor* WatchAssignment(grpc::CallbackServerContext* context,
+                                            const proto::WatchAssignmentRequest* request,
+                                            proto::WatchAssignmentResponse* response) override;
 
  private:
   // Calls `then` with the owner of `job_id` (nullopt: no such job), asking the impl's
   // GetStatus for the names of jobs not seen yet.
-  void WithJobOwner(uint64_t job_id,
-                    std::function<void(std::optional<std::string>)> then);
+  void WithJobOwner(uint64_t job_id, std::function<void(std::optional<std::string>)> then);
 
   DispatcherImpl* const impl_;
   Authorization authorization_;

@@ -40,9 +40,8 @@ namespace sluice::dispatcher {
 class Journal {
  public:
   struct Contents {
-    std::string snapshot;  // latest snapshot; empty: none
-    std::vector<proto::Update>
-        updates;  // every update appended after it, in order
+    std::string snapshot;                // latest snapshot; empty: none
+    std::vector<proto::Update> updates;  // every update appended after it, in order
   };
 
   virtual ~Journal() = default;
@@ -80,15 +79,13 @@ class NullJournal : public Journal {
 // snapshots): for tests of replay. Survives only what the object survives.
 class InMemoryJournal : public Journal {
  public:
-  absl::StatusOr<uint64_t> Enqueue(const proto::Update& update) override
-      ABSL_LOCKS_EXCLUDED(mu_) {
+  absl::StatusOr<uint64_t> Enqueue(const proto::Update& update) override ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     contents_.updates.push_back(update);
     return next_ticket_++;
   }
   absl::Status WaitDurable(uint64_t) override { return absl::OkStatus(); }
-  absl::StatusOr<uint64_t> EnqueueSnapshot(std::string snapshot) override
-      ABSL_LOCKS_EXCLUDED(mu_) {
+  absl::StatusOr<uint64_t> EnqueueSnapshot(std::string snapshot) override ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     contents_.snapshot = std::move(snapshot);
     contents_.updates.clear();

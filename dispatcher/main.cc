@@ -69,16 +69,13 @@ int Run(const Flags& flags) {
   options.worker_timeout = flags.worker_timeout;
   options.heartbeat_interval = flags.heartbeat_interval;
   if (!flags.work_dir.empty()) {
-    absl::StatusOr<std::unique_ptr<SqliteJournal>> journal =
-        SqliteJournal::Open(flags.work_dir);
+    absl::StatusOr<std::unique_ptr<SqliteJournal>> journal = SqliteJournal::Open(flags.work_dir);
     if (!journal.ok()) {
-      logger->error("--work-dir {}: {}", flags.work_dir,
-                    journal.status().ToString());
+      logger->error("--work-dir {}: {}", flags.work_dir, journal.status().ToString());
       return 1;
     }
     options.journal = std::move(*journal);
-    logger->info("state journal: {}/journal.sqlite3 (SQLite, WAL)",
-                 flags.work_dir);
+    logger->info("state journal: {}/journal.sqlite3 (SQLite, WAL)", flags.work_dir);
   } else {
     logger->warn(
         "state journal: none (no --work-dir): a restart forgets datasets and "
@@ -87,10 +84,8 @@ int Run(const Flags& flags) {
   options.consumer_timeout = flags.consumer_timeout;
   options.first_split_alone = flags.first_split_alone;
   options.limits = flags.limits;
-  if (flags.min_workers > flags.max_workers ||
-      flags.scale_period <= absl::ZeroDuration()) {
-    logger->error(
-        "--min-workers must be <= --max-workers and --scale-period positive");
+  if (flags.min_workers > flags.max_workers || flags.scale_period <= absl::ZeroDuration()) {
+    logger->error("--min-workers must be <= --max-workers and --scale-period positive");
     return 2;
   }
   options.scaler = flags.scaler == "local" ? DispatcherOptions::Scaler::kLocal
@@ -110,20 +105,18 @@ int Run(const Flags& flags) {
           flags.max_cpus, by_cpus, flags.worker_cpus, flags.min_workers);
       return 2;
     }
-    options.max_workers = static_cast<uint32_t>(
-        std::min<double>(by_cpus, flags.max_workers));
-    logger->info("autoscaler: at most {} workers (--max-cpus {} / "
-                 "--worker-cpus {}, --max-workers {})",
-                 options.max_workers, flags.max_cpus, flags.worker_cpus,
-                 flags.max_workers);
+    options.max_workers = static_cast<uint32_t>(std::min<double>(by_cpus, flags.max_workers));
+    logger->info(
+        "autoscaler: at most {} workers (--max-cpus {} / "
+        "--worker-cpus {}, --max-workers {})",
+        options.max_workers, flags.max_cpus, flags.worker_cpus, flags.max_workers);
   }
   options.scale_period = flags.scale_period;
   options.scale_down_window = flags.scale_down_window;
 
   options.registry = &server.registry();
   options.logger = logger;
-  absl::StatusOr<std::unique_ptr<DispatcherImpl>> impl =
-      DispatcherImpl::Create(options);
+  absl::StatusOr<std::unique_ptr<DispatcherImpl>> impl = DispatcherImpl::Create(options);
   if (!impl.ok()) {
     logger->error("dispatcher: {}", impl.status().ToString());
     return 1;
@@ -132,35 +125,32 @@ int Run(const Flags& flags) {
     logger->error("dispatcher: {}", s.ToString());
     return 1;
   }
-  GrpcDispatcherService service(
-      impl->get(),
-      {.max_worker_capacity = flags.max_worker_capacity,
-       .max_datasets_per_identity = flags.max_datasets_per_identity});
+  GrpcDispatcherService service(impl->get(),
+                                {.max_worker_capacity = flags.max_worker_capacity,
+                                 .max_datasets_per_identity = flags.max_datasets_per_identity});
   grpc::ServerBuilder builder;
   builder.RegisterService(&service);
   // A spec over --max-pipeline-bytes is refused by gRPC before it is parsed.
   builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(
-      flags.limits.max_pipeline_bytes + service::kMessageOverheadBytes,
-      INT32_MAX)));
+      flags.limits.max_pipeline_bytes + service::kMessageOverheadBytes, INT32_MAX)));
   if (absl::Status s = server.Start(builder); !s.ok()) {
     logger->error("{}", std::string(s.message()));
     (*impl)->Stop();
     return 1;
   }
-  logger->info(
-      "sluice-dispatcher listening on {} (bound to {}; protocol version {}{}{})",
-      server.address(), server.bind_address(), kProtocolVersion,
-      flags.server.security.tls()
-          ? (flags.server.security.tls_ca.empty() ? ", TLS" : ", mutual TLS")
-          : ", plaintext",
-      !flags.server.security.tokens_file.empty()
-          ? ", identities from --tokens-file"
-          : (!flags.server.security.auth_token_file.empty()
-                 ? ", one token with every role (development mode)"
-                 : (flags.server.security.tls_ca.empty()
-                        ? ", no client authentication: every caller holds "
-                          "every role"
-                        : ", identities from client certificates")));
+  logger->info("sluice-dispatcher listening on {} (bound to {}; protocol version {}{}{})",
+               server.address(), server.bind_address(), kProtocolVersion,
+               flags.server.security.tls()
+                   ? (flags.server.security.tls_ca.empty() ? ", TLS" : ", mutual TLS")
+                   : ", plaintext",
+               !flags.server.security.tokens_file.empty()
+                   ? ", identities from --tokens-file"
+                   : (!flags.server.security.auth_token_file.empty()
+                          ? ", one token with every role (development mode)"
+                          : (flags.server.security.tls_ca.empty()
+                                 ? ", no client authentication: every caller holds "
+                                   "every role"
+                                 : ", identities from client certificates")));
 
   while (!server.WaitForSignal(absl::Seconds(1))) {
   }
@@ -190,17 +180,14 @@ int main(int argc, char** argv) {
       "e.g. SLUICE_METRICS_ADDRESS=0.0.0.0"};
   sluice::service::AddServerFlags(app, &flags.server);
   sluice::service::AddVersionFlag(app, "sluice-dispatcher");
-  app.add_option("--work-dir", flags.work_dir,
-                 "Folder for the dispatcher's durable state");
+  app.add_option("--work-dir", flags.work_dir, "Folder for the dispatcher's durable state");
   sluice::AddDurationOption(app, "--worker-timeout", &flags.worker_timeout,
                             "A worker without a heartbeat this long is lost");
-  sluice::AddDurationOption(
-      app, "--heartbeat-interval", &flags.heartbeat_interval,
-      "Heartbeat period asked of workers and of timeout checks");
-  app.add_option(
-         "--first-split-alone", flags.first_split_alone,
-         "A consumer that returned no batch yet has one split in production, "
-         "so its first batch gets all of the workers' CPU (true/false)")
+  sluice::AddDurationOption(app, "--heartbeat-interval", &flags.heartbeat_interval,
+                            "Heartbeat period asked of workers and of timeout checks");
+  app.add_option("--first-split-alone", flags.first_split_alone,
+                 "A consumer that returned no batch yet has one split in production, "
+                 "so its first batch gets all of the workers' CPU (true/false)")
       ->capture_default_str();
   sluice::AddDurationOption(app, "--consumer-timeout", &flags.consumer_timeout,
                             "A consumer without a heartbeat this long is gone; "
@@ -212,16 +199,14 @@ int main(int argc, char** argv) {
   app.add_option("--max-pipeline-nodes", flags.limits.max_pipeline_nodes,
                  "Most nodes (plus map ops) in a pipeline spec")
       ->capture_default_str();
-  app.add_option("--max-jobs", flags.limits.max_jobs,
-                 "Most jobs the dispatcher holds at once")
+  app.add_option("--max-jobs", flags.limits.max_jobs, "Most jobs the dispatcher holds at once")
       ->capture_default_str();
   app.add_option("--max-worker-capacity", flags.max_worker_capacity,
                  "Most splits a worker may register to produce at once")
       ->capture_default_str();
   app.add_option("--max-consumers-per-job", flags.limits.max_consumers_per_job,
                  "Most consumers (trainer processes) of one job")
-      ->check(
-          CLI::Range(int64_t{1}, int64_t{sluice::dispatcher::kMaxJobConsumers}))
+      ->check(CLI::Range(int64_t{1}, int64_t{sluice::dispatcher::kMaxJobConsumers}))
       ->capture_default_str();
   app.add_option("--max-jobs-per-identity", flags.limits.max_jobs_per_identity,
                  "Most jobs one identity (--tokens-file user or certificate "
@@ -233,8 +218,7 @@ int main(int argc, char** argv) {
   app.add_option("--max-splits-per-job", flags.limits.max_splits_per_job,
                  "Most splits in one epoch of a job (bounds the dispatcher's "
                  "memory per job)")
-      ->check(CLI::Range(
-          int64_t{1}, static_cast<int64_t>(sluice::dispatcher::kMaxJobSplits)))
+      ->check(CLI::Range(int64_t{1}, static_cast<int64_t>(sluice::dispatcher::kMaxJobSplits)))
       ->capture_default_str();
   app.add_option("--scaler", flags.scaler,
                  "none: sluice_desired_workers is advisory; local: the "
@@ -251,14 +235,12 @@ int main(int argc, char** argv) {
                  "of them (0: none); the pool is divided among the jobs when "
                  "it binds")
       ->capture_default_str();
-  app.add_option("--worker-cpus", flags.worker_cpus,
-                 "CPUs one worker uses, for --max-cpus")
+  app.add_option("--worker-cpus", flags.worker_cpus, "CPUs one worker uses, for --max-cpus")
       ->capture_default_str();
   sluice::AddDurationOption(app, "--scale-period", &flags.scale_period,
                             "How often the autoscaler decides");
-  sluice::AddDurationOption(
-      app, "--scale-down-window", &flags.scale_down_window,
-      "A scale-down goes to the largest need seen this long");
+  sluice::AddDurationOption(app, "--scale-down-window", &flags.scale_down_window,
+                            "A scale-down goes to the largest need seen this long");
   sluice::service::SetEnvNames(app);
   CLI11_PARSE(app, argc, argv);
   return sluice::dispatcher::Run(flags);

@@ -48,28 +48,27 @@ int64_t ChecksumAsInt(std::string_view bytes) {
 absl::Status SyncDirectory(const std::filesystem::path& dir) {
   const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cannot open directory ", dir.string(), ": ", std::strerror(errno)));
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot open directory ", dir.string(), ": ", std::strerror(errno)));
   }
   const int rc = fsync(fd);
   const int error = errno;
   close(fd);
   if (rc != 0) {
-    return absl::InternalError(absl::StrCat("fsync of directory ", dir.string(),
-                                            ": ", std::strerror(error)));
+    return absl::InternalError(
+        absl::StrCat("fsync of directory ", dir.string(), ": ", std::strerror(error)));
   }
   return absl::OkStatus();
 }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<SqliteJournal>> SqliteJournal::Open(
-    const std::string& work_dir) {
+absl::StatusOr<std::unique_ptr<SqliteJournal>> SqliteJournal::Open(const std::string& work_dir) {
   return Open(work_dir, Options{});
 }
 
-absl::StatusOr<std::unique_ptr<SqliteJournal>> SqliteJournal::Open(
-    const std::string& work_dir, const Options& options) {
+absl::StatusOr<std::unique_ptr<SqliteJournal>> SqliteJournal::Open(const std::string& work_dir,
+                                                                   const Options& options) {
   if (work_dir.empty()) {
     return absl::InvalidArgumentError("SqliteJournal: --work-dir is empty");
   }
@@ -82,23 +81,18 @@ absl::StatusOr<std::unique_ptr<SqliteJournal>> SqliteJournal::Open(
   std::string path = (std::filesystem::path(work_dir) / kFileName).string();
   sqlite3* db = nullptr;
   const int rc = sqlite3_open_v2(
-      path.c_str(), &db,
-      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-      nullptr);
+      path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) {
-    std::string message =
-        db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+    std::string message = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
     sqlite3_close(db);
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot open journal ", path, ": ", message));
+    return absl::FailedPreconditionError(absl::StrCat("cannot open journal ", path, ": ", message));
   }
   std::unique_ptr<SqliteJournal> journal(new SqliteJournal(path, db));
   {
     absl::MutexLock lock(&journal->db_mu_);
     RETURN_IF_ERROR(journal->Initialize(options));
   }
-  std::filesystem::path dir =
-      std::filesystem::absolute(work_dir).lexically_normal();
+  std::filesystem::path dir = std::filesystem::absolute(work_dir).lexically_normal();
   if (!dir.has_filename()) dir = dir.parent_path();  // "a/b/"
   RETURN_IF_ERROR(SyncDirectory(dir));
   RETURN_IF_ERROR(SyncDirectory(dir.parent_path()));
@@ -115,26 +109,25 @@ SqliteJournal::~SqliteJournal() {
 }
 
 absl::Status SqliteJournal::Error(int rc, const std::string& what) const {
-  const std::string message =
-      absl::StrCat("journal ", path_, ": ", what, ": ", sqlite3_errmsg(db_),
-                   " (SQLite code ", rc, ")");
+  const std::string message = absl::StrCat("journal ", path_, ": ", what, ": ", sqlite3_errmsg(db_),
+                                           " (SQLite code ", rc, ")");
   switch (rc & 0xff) {
     case SQLITE_NOTADB:
-      return absl::FailedPreconditionError(absl::StrCat(
-          message,
-          "; the file is not an SQLite database: point --work-dir at the "
-          "dispatcher's own folder"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(message,
+                       "; the file is not an SQLite database: point --work-dir at the "
+                       "dispatcher's own folder"));
     case SQLITE_CORRUPT:
-      return absl::DataLossError(absl::StrCat(
-          message,
-          "; the journal is corrupt: restore a backup of the work dir or "
-          "start with an empty one (all jobs are lost)"));
+      return absl::DataLossError(
+          absl::StrCat(message,
+                       "; the journal is corrupt: restore a backup of the work dir or "
+                       "start with an empty one (all jobs are lost)"));
     case SQLITE_BUSY:
     case SQLITE_LOCKED:
-      return absl::FailedPreconditionError(absl::StrCat(
-          message,
-          "; another process holds the journal (a second dispatcher on the "
-          "same --work-dir?)"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(message,
+                       "; another process holds the journal (a second dispatcher on the "
+                       "same --work-dir?)"));
     case SQLITE_FULL:
       return absl::ResourceExhaustedError(message);
     case SQLITE_CANTOPEN:
@@ -153,8 +146,7 @@ absl::Status SqliteJournal::Exec(const char* sql) {
 }
 
 absl::Status SqliteJournal::Prepare(const char* sql, sqlite3_stmt** stmt) {
-  const int rc = sqlite3_prepare_v3(db_, sql, -1, SQLITE_PREPARE_PERSISTENT,
-                                    stmt, nullptr);
+  const int rc = sqlite3_prepare_v3(db_, sql, -1, SQLITE_PREPARE_PERSISTENT, stmt, nullptr);
   if (rc != SQLITE_OK) return Error(rc, absl::StrCat("prepare ", sql));
   return absl::OkStatus();
 }
@@ -185,32 +177,29 @@ absl::Status SqliteJournal::Initialize(const Options& options) {
     RETURN_IF_ERROR(Prepare("PRAGMA journal_mode=WAL", mode.out()));
     const int rc = sqlite3_step(mode.get());
     if (rc != SQLITE_ROW) return Error(rc, "PRAGMA journal_mode=WAL");
-    const char* got =
-        reinterpret_cast<const char*>(sqlite3_column_text(mode.get(), 0));
+    const char* got = reinterpret_cast<const char*>(sqlite3_column_text(mode.get(), 0));
     if (got == nullptr || std::string_view(got) != "wal") {
-      return absl::FailedPreconditionError(
-          absl::StrCat("journal ", path_, ": cannot switch to WAL mode (got ",
-                       got == nullptr ? "nothing" : got, ")"));
+      return absl::FailedPreconditionError(absl::StrCat("journal ", path_,
+                                                        ": cannot switch to WAL mode (got ",
+                                                        got == nullptr ? "nothing" : got, ")"));
     }
   }
-  RETURN_IF_ERROR(Exec(options.sync == SyncMode::kFull
-                           ? "PRAGMA synchronous=FULL"
-                           : "PRAGMA synchronous=NORMAL"));
+  RETURN_IF_ERROR(Exec(options.sync == SyncMode::kFull ? "PRAGMA synchronous=FULL"
+                                                       : "PRAGMA synchronous=NORMAL"));
   if (num_tables == 0) {
-    RETURN_IF_ERROR(
-        Exec(absl::StrCat("BEGIN EXCLUSIVE;"
-                          "CREATE TABLE meta(key TEXT PRIMARY KEY, value "
-                          "INTEGER NOT NULL);"
-                          "INSERT INTO meta VALUES('format_version', ",
-                          kFormatVersion,
-                          ");"
-                          "CREATE TABLE snapshot(id INTEGER PRIMARY KEY "
-                          "CHECK (id = 1), last_seq INTEGER NOT NULL, "
-                          "bytes BLOB NOT NULL, checksum INTEGER NOT NULL);"
-                          "CREATE TABLE updates(seq INTEGER PRIMARY KEY, "
-                          "bytes BLOB NOT NULL, checksum INTEGER NOT NULL);"
-                          "COMMIT;")
-                 .c_str()));
+    RETURN_IF_ERROR(Exec(absl::StrCat("BEGIN EXCLUSIVE;"
+                                      "CREATE TABLE meta(key TEXT PRIMARY KEY, value "
+                                      "INTEGER NOT NULL);"
+                                      "INSERT INTO meta VALUES('format_version', ",
+                                      kFormatVersion,
+                                      ");"
+                                      "CREATE TABLE snapshot(id INTEGER PRIMARY KEY "
+                                      "CHECK (id = 1), last_seq INTEGER NOT NULL, "
+                                      "bytes BLOB NOT NULL, checksum INTEGER NOT NULL);"
+                                      "CREATE TABLE updates(seq INTEGER PRIMARY KEY, "
+                                      "bytes BLOB NOT NULL, checksum INTEGER NOT NULL);"
+                                      "COMMIT;")
+                             .c_str()));
   } else {
     // Takes the exclusive lock now, not at the first commit.
     RETURN_IF_ERROR(Exec("BEGIN EXCLUSIVE; COMMIT;"));
@@ -219,12 +208,10 @@ absl::Status SqliteJournal::Initialize(const Options& options) {
       RETURN_IF_ERROR(Prepare("PRAGMA quick_check", check.out()));
       const int rc = sqlite3_step(check.get());
       if (rc != SQLITE_ROW) return Error(rc, "PRAGMA quick_check");
-      const char* got =
-          reinterpret_cast<const char*>(sqlite3_column_text(check.get(), 0));
+      const char* got = reinterpret_cast<const char*>(sqlite3_column_text(check.get(), 0));
       if (got == nullptr || std::string_view(got) != "ok") {
         return absl::DataLossError(absl::StrCat(
-            "journal ", path_,
-            ": PRAGMA quick_check failed: ", got == nullptr ? "no answer" : got,
+            "journal ", path_, ": PRAGMA quick_check failed: ", got == nullptr ? "no answer" : got,
             "; restore a backup of the work dir or start with an empty one "
             "(all jobs are lost)"));
       }
@@ -242,17 +229,15 @@ absl::Status SqliteJournal::Initialize(const Options& options) {
     }
     const int rc = sqlite3_step(version.get());
     if (rc == SQLITE_DONE) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "journal ", path_, ": table meta has no format_version"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("journal ", path_, ": table meta has no format_version"));
     }
     if (rc != SQLITE_ROW) return Error(rc, "reading meta.format_version");
     const int64_t found = sqlite3_column_int64(version.get(), 0);
     if (found > kFormatVersion) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("journal ", path_,
-                       " was written by a newer dispatcher (format version ",
-                       found, "; this one reads up to ", kFormatVersion,
-                       "): run a newer sluice-dispatcher"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "journal ", path_, " was written by a newer dispatcher (format version ", found,
+          "; this one reads up to ", kFormatVersion, "): run a newer sluice-dispatcher"));
     }
     if (found < 1) {
       return absl::DataLossError(
@@ -263,16 +248,14 @@ absl::Status SqliteJournal::Initialize(const Options& options) {
   RETURN_IF_ERROR(Prepare("COMMIT", &commit_));
   RETURN_IF_ERROR(Prepare("ROLLBACK", &rollback_));
   RETURN_IF_ERROR(
-      Prepare("INSERT INTO updates(seq, bytes, checksum) VALUES(?1, ?2, ?3)",
-              &insert_));
+      Prepare("INSERT INTO updates(seq, bytes, checksum) VALUES(?1, ?2, ?3)", &insert_));
 
   // Every row is checked once at startup.
   uint64_t last_seq = 0;
   uint64_t num_updates = 0;
   {
     Statement snapshot;
-    RETURN_IF_ERROR(
-        Prepare("SELECT last_seq FROM snapshot WHERE id = 1", snapshot.out()));
+    RETURN_IF_ERROR(Prepare("SELECT last_seq FROM snapshot WHERE id = 1", snapshot.out()));
     const int rc = sqlite3_step(snapshot.get());
     if (rc == SQLITE_ROW) {
       last_seq = sqlite3_column_int64(snapshot.get(), 0);
@@ -297,16 +280,15 @@ absl::StatusOr<Journal::Contents> SqliteJournal::ReadLocked() {
   {
     Statement snapshot;
     RETURN_IF_ERROR(
-        Prepare("SELECT last_seq, bytes, checksum FROM snapshot WHERE id = 1",
-                snapshot.out()));
+        Prepare("SELECT last_seq, bytes, checksum FROM snapshot WHERE id = 1", snapshot.out()));
     const int rc = sqlite3_step(snapshot.get());
     if (rc == SQLITE_ROW) {
       const std::string_view bytes = BlobColumn(snapshot.get(), 1);
       if (ChecksumAsInt(bytes) != sqlite3_column_int64(snapshot.get(), 2)) {
-        return absl::DataLossError(absl::StrCat(
-            "journal ", path_,
-            ": the snapshot fails its checksum (corrupt journal); restore a "
-            "backup of the work dir or start with an empty one"));
+        return absl::DataLossError(
+            absl::StrCat("journal ", path_,
+                         ": the snapshot fails its checksum (corrupt journal); restore a "
+                         "backup of the work dir or start with an empty one"));
       }
       contents.snapshot = std::string(bytes);
       expected_seq = sqlite3_column_int64(snapshot.get(), 0) + 1;
@@ -315,43 +297,39 @@ absl::StatusOr<Journal::Contents> SqliteJournal::ReadLocked() {
     }
   }
   Statement rows;
-  RETURN_IF_ERROR(Prepare(
-      "SELECT seq, bytes, checksum FROM updates ORDER BY seq", rows.out()));
+  RETURN_IF_ERROR(Prepare("SELECT seq, bytes, checksum FROM updates ORDER BY seq", rows.out()));
   while (true) {
     const int rc = sqlite3_step(rows.get());
     if (rc == SQLITE_DONE) break;
     if (rc != SQLITE_ROW) {
-      return Error(
-          rc, absl::StrCat("reading updates after seq ", expected_seq - 1));
+      return Error(rc, absl::StrCat("reading updates after seq ", expected_seq - 1));
     }
     const uint64_t seq = sqlite3_column_int64(rows.get(), 0);
     if (seq != expected_seq) {
       return absl::DataLossError(absl::StrCat(
-          "journal ", path_, ": update row seq ", seq, " follows seq ",
-          expected_seq - 1,
+          "journal ", path_, ": update row seq ", seq, " follows seq ", expected_seq - 1,
           " (rows missing: corrupt journal); restore a backup of the work "
           "dir or start with an empty one"));
     }
     const std::string_view bytes = BlobColumn(rows.get(), 1);
     if (ChecksumAsInt(bytes) != sqlite3_column_int64(rows.get(), 2)) {
-      return absl::DataLossError(absl::StrCat(
-          "journal ", path_, ": update row seq ", seq,
-          " fails its checksum (corrupt journal); restore a backup of the "
-          "work dir or start with an empty one"));
+      return absl::DataLossError(
+          absl::StrCat("journal ", path_, ": update row seq ", seq,
+                       " fails its checksum (corrupt journal); restore a backup of the "
+                       "work dir or start with an empty one"));
     }
     proto::Update& update = contents.updates.emplace_back();
     if (!update.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
-      return absl::DataLossError(absl::StrCat(
-          "journal ", path_, ": update row seq ", seq, " (", bytes.size(),
-          " bytes) is not a valid sluice.proto.Update"));
+      return absl::DataLossError(absl::StrCat("journal ", path_, ": update row seq ", seq, " (",
+                                              bytes.size(),
+                                              " bytes) is not a valid sluice.proto.Update"));
     }
     ++expected_seq;
   }
   return contents;
 }
 
-absl::Status SqliteJournal::WriteQueue(const std::deque<Pending>& queue,
-                                       uint64_t* after_snapshot,
+absl::Status SqliteJournal::WriteQueue(const std::deque<Pending>& queue, uint64_t* after_snapshot,
                                        bool* snapshotted) {
   *after_snapshot = 0;
   *snapshotted = false;
@@ -371,9 +349,8 @@ absl::Status SqliteJournal::WriteQueue(const std::deque<Pending>& queue,
   return absl::OkStatus();
 }
 
-absl::Status SqliteJournal::WriteBatch(
-    std::deque<Pending>::const_iterator begin,
-    std::deque<Pending>::const_iterator end) {
+absl::Status SqliteJournal::WriteBatch(std::deque<Pending>::const_iterator begin,
+                                       std::deque<Pending>::const_iterator end) {
   opened_contents_.reset();
   auto step = [this](sqlite3_stmt* stmt, const char* what) -> absl::Status {
     const int rc = sqlite3_step(stmt);
@@ -387,8 +364,8 @@ absl::Status SqliteJournal::WriteBatch(
   for (auto it = begin; it != end; ++it) {
     const Pending& pending = *it;
     sqlite3_bind_int64(insert_, 1, static_cast<int64_t>(seq));
-    sqlite3_bind_blob(insert_, 2, pending.bytes.data(),
-                      static_cast<int>(pending.bytes.size()), SQLITE_STATIC);
+    sqlite3_bind_blob(insert_, 2, pending.bytes.data(), static_cast<int>(pending.bytes.size()),
+                      SQLITE_STATIC);
     sqlite3_bind_int64(insert_, 3, ChecksumAsInt(pending.bytes));
     status = step(insert_, "INSERT INTO updates");
     sqlite3_clear_bindings(insert_);
@@ -418,8 +395,7 @@ absl::Status SqliteJournal::BrokenError() const {
 absl::StatusOr<uint64_t> SqliteJournal::Enqueue(const proto::Update& update) {
   Pending pending;
   if (!update.SerializeToString(&pending.bytes)) {
-    return absl::InvalidArgumentError(
-        "SqliteJournal: the update does not serialize");
+    return absl::InvalidArgumentError("SqliteJournal: the update does not serialize");
   }
   absl::MutexLock lock(&mu_);
   if (!broken_.ok()) return BrokenError();
@@ -475,9 +451,8 @@ absl::Status SqliteJournal::WaitDurable(uint64_t ticket) {
   }
   absl::Status result = absl::OkStatus();
   if (ticket >= next_ticket_) {
-    result = absl::InvalidArgumentError(
-        absl::StrCat("SqliteJournal::WaitDurable: ticket ", ticket,
-                     " was never returned by Enqueue"));
+    result = absl::InvalidArgumentError(absl::StrCat("SqliteJournal::WaitDurable: ticket ", ticket,
+                                                     " was never returned by Enqueue"));
   } else if (!broken_.ok() && ticket >= first_failed_ticket_) {
     result = BrokenError();
   }
@@ -504,8 +479,8 @@ absl::Status SqliteJournal::WriteSnapshotLocked(const std::string& snapshot) {
               "VALUES(1, ?1, ?2, ?3)",
               replace.out()));
   sqlite3_bind_int64(replace.get(), 1, static_cast<int64_t>(next_seq_ - 1));
-  sqlite3_bind_blob(replace.get(), 2, snapshot.data(),
-                    static_cast<int>(snapshot.size()), SQLITE_STATIC);
+  sqlite3_bind_blob(replace.get(), 2, snapshot.data(), static_cast<int>(snapshot.size()),
+                    SQLITE_STATIC);
   sqlite3_bind_int64(replace.get(), 3, ChecksumAsInt(snapshot));
   if (const int rc = sqlite3_step(replace.get()); rc != SQLITE_DONE) {
     return Error(rc, "writing the snapshot");

@@ -96,10 +96,9 @@ class SqliteJournal : public Journal {
 
   // Opens `work_dir/journal.sqlite3`, creating the folder and the database if
   // absent, and checks it (see the header comment for the error codes).
-  static absl::StatusOr<std::unique_ptr<SqliteJournal>> Open(
-      const std::string& work_dir);
-  static absl::StatusOr<std::unique_ptr<SqliteJournal>> Open(
-      const std::string& work_dir, const Options& options);
+  static absl::StatusOr<std::unique_ptr<SqliteJournal>> Open(const std::string& work_dir);
+  static absl::StatusOr<std::unique_ptr<SqliteJournal>> Open(const std::string& work_dir,
+                                                             const Options& options);
   ~SqliteJournal() override;
 
   SqliteJournal(const SqliteJournal&) = delete;
@@ -110,18 +109,15 @@ class SqliteJournal : public Journal {
   absl::StatusOr<Contents> Read() override ABSL_LOCKS_EXCLUDED(mu_, db_mu_);
   // Never blocks on I/O. Errors: FailedPrecondition after an earlier failed
   // write.
-  absl::StatusOr<uint64_t> Enqueue(const proto::Update& update) override
-      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<uint64_t> Enqueue(const proto::Update& update) override ABSL_LOCKS_EXCLUDED(mu_);
   // Commits the queue (as the leader) or waits for the commit in progress.
   // Errors: Internal or Unavailable (disk full: ResourceExhausted) from
   // SQLite; FailedPrecondition after an earlier failed write.
-  absl::Status WaitDurable(uint64_t ticket) override
-      ABSL_LOCKS_EXCLUDED(mu_, db_mu_);
+  absl::Status WaitDurable(uint64_t ticket) override ABSL_LOCKS_EXCLUDED(mu_, db_mu_);
   // Queues the snapshot behind the updates enqueued so far; the leader of the
   // next commit writes those updates, then the snapshot (which deletes them),
   // then what follows it, each a transaction. Never blocks on I/O.
-  absl::StatusOr<uint64_t> EnqueueSnapshot(std::string snapshot) override
-      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<uint64_t> EnqueueSnapshot(std::string snapshot) override ABSL_LOCKS_EXCLUDED(mu_);
   uint64_t updates_since_snapshot() const override ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::string& path() const { return path_; }
@@ -132,14 +128,11 @@ class SqliteJournal : public Journal {
     bool snapshot = false;  // `bytes` is a snapshot, not an update
   };
 
-  SqliteJournal(std::string path, sqlite3* db)
-      : path_(std::move(path)), db_(db) {}
+  SqliteJournal(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
 
-  absl::Status Initialize(const Options& options)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_);
+  absl::Status Initialize(const Options& options) ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_);
   absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_);
-  absl::Status Prepare(const char* sql, sqlite3_stmt** stmt)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_);
+  absl::Status Prepare(const char* sql, sqlite3_stmt** stmt) ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_);
   // Status for SQLite result `rc` of `what`, with the file name and SQLite's
   // message.
   absl::Status Error(int rc, const std::string& what) const;
@@ -151,9 +144,8 @@ class SqliteJournal : public Journal {
   // Writes a leader's queue: runs of updates (WriteBatch) and snapshots in
   // order. *after_snapshot: updates written after the last snapshot in it;
   // *snapshotted: it held one.
-  absl::Status WriteQueue(const std::deque<Pending>& queue,
-                          uint64_t* after_snapshot, bool* snapshotted)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_);
+  absl::Status WriteQueue(const std::deque<Pending>& queue, uint64_t* after_snapshot,
+                          bool* snapshotted) ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_);
   // One transaction: replaces the snapshot, deletes the updates, then hands
   // the freed pages back to the file system (the file does not grow over
   // snapshot cycles) and truncates the WAL.

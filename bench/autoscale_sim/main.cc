@@ -34,21 +34,14 @@ namespace {
 JobSpec BaseJob() {
   // 4 trainers, batch 64, a 250 ms step: 1024 elements/s. A worker produces
   // 120 elements/s: 8.53 workers.
-  return JobSpec{.id = 1,
-                 .consumers = 4,
-                 .batch_size = 64,
-                 .step_seconds = 0.25,
-                 .cost = 1.0 / 120};
+  return JobSpec{
+      .id = 1, .consumers = 4, .batch_size = 64, .step_seconds = 0.25, .cost = 1.0 / 120};
 }
 
 JobSpec SecondJob() {
   // 2 trainers, batch 32, a 100 ms step: 640 elements/s at 80 elements/s
   // per worker: 8 more workers.
-  return JobSpec{.id = 2,
-                 .consumers = 2,
-                 .batch_size = 32,
-                 .step_seconds = 0.1,
-                 .cost = 1.0 / 80};
+  return JobSpec{.id = 2, .consumers = 2, .batch_size = 32, .step_seconds = 0.1, .cost = 1.0 / 80};
 }
 
 using Kind = LoadStep::Kind;
@@ -66,23 +59,21 @@ std::vector<Scenario> StepScenarios() {
       one("demand x2", {.kind = Kind::kDemandTimes, .factor = 2}),
       one("pipeline cost x3", {.kind = Kind::kCostTimes, .factor = 3}),
       one("a worker lost", {.kind = Kind::kLoseWorker}),
-      one("second job arrives",
-          {.kind = Kind::kAddJob, .job_spec = SecondJob()}),
+      one("second job arrives", {.kind = Kind::kAddJob, .job_spec = SecondJob()}),
       one("all consumers stop", {.kind = Kind::kAllStop}),
   };
 }
 
 Scenario Combined() {
-  return Scenario{
-      .name = "combined",
-      .jobs = {BaseJob()},
-      .steps = {{.at = 41, .kind = Kind::kDemandTimes, .factor = 2},
-                {.at = 81, .kind = Kind::kAddJob, .job_spec = SecondJob()},
-                {.at = 121, .kind = Kind::kCostTimes, .factor = 3},
-                {.at = 161, .kind = Kind::kLoseWorker},
-                {.at = 201, .kind = Kind::kAllStop}},
-      .duration = 260,
-      .measure_from = 0};
+  return Scenario{.name = "combined",
+                  .jobs = {BaseJob()},
+                  .steps = {{.at = 41, .kind = Kind::kDemandTimes, .factor = 2},
+                            {.at = 81, .kind = Kind::kAddJob, .job_spec = SecondJob()},
+                            {.at = 121, .kind = Kind::kCostTimes, .factor = 3},
+                            {.at = 161, .kind = Kind::kLoseWorker},
+                            {.at = 201, .kind = Kind::kAllStop}},
+                  .duration = 260,
+                  .measure_from = 0};
 }
 
 // The combined trace's mean trainer wait, until every trainer left (202 s).
@@ -111,24 +102,20 @@ struct BenchTrace {
 };
 
 Scenario BenchScenario(const BenchTrace& b) {
-  const JobSpec a{.id = 1,
-                  .consumers = 1,
-                  .batch_size = 8,
-                  .step_seconds = 0.04,
-                  .cost = 1.0 / 198};
+  const JobSpec a{
+      .id = 1, .consumers = 1, .batch_size = 8, .step_seconds = 0.04, .cost = 1.0 / 198};
   JobSpec j = a;
   j.id = 2;
   j.step_seconds = 0.02;
-  return Scenario{
-      .name = "bench/autoscale.sh",
-      .jobs = {},
-      .steps = {{.at = b.lead, .kind = Kind::kAddJob, .job_spec = a},
-                {.at = b.lead + b.join, .kind = Kind::kAddJob, .job_spec = j},
-                {.at = b.lead + b.b_end, .kind = Kind::kJobStop, .job = 2},
-                {.at = b.lead + b.a_end, .kind = Kind::kJobStop, .job = 1}},
-      .duration = b.lead + b.duration,
-      .initial_workers = 1,
-      .measure_from = 0};
+  return Scenario{.name = "bench/autoscale.sh",
+                  .jobs = {},
+                  .steps = {{.at = b.lead, .kind = Kind::kAddJob, .job_spec = a},
+                            {.at = b.lead + b.join, .kind = Kind::kAddJob, .job_spec = j},
+                            {.at = b.lead + b.b_end, .kind = Kind::kJobStop, .job = 2},
+                            {.at = b.lead + b.a_end, .kind = Kind::kJobStop, .job = 1}},
+                  .duration = b.lead + b.duration,
+                  .initial_workers = 1,
+                  .measure_from = 0};
 }
 
 // The true need after the scenario's (single) step.
@@ -161,9 +148,8 @@ Metrics Measure(const Scenario& s, const RunResult& r, const WorldOptions& o) {
   }
   const double need = NeedAfter(s, r.periods);
   const int low = OracleWorkers(need, o);
-  const int high = std::min(
-      o.max_workers,
-      std::max(OracleWorkers(need * 1.25, o), OracleWorkers(need, o) + 1));
+  const int high =
+      std::min(o.max_workers, std::max(OracleWorkers(need * 1.25, o), OracleWorkers(need, o) + 1));
   // The first period from which every decision stays in [low, high].
   int first_ok = -1;
   for (size_t i = 0; i < after.size(); ++i) {
@@ -179,8 +165,7 @@ Metrics Measure(const Scenario& s, const RunResult& r, const WorldOptions& o) {
   // start-up and the cold time, rounded to whole periods.
   double from = after.empty() ? 0 : after.back()->time - 10 * o.period;
   if (first_ok >= 0) {
-    from = after[static_cast<size_t>(first_ok)]->time + o.startup_delay +
-           o.cold_seconds;
+    from = after[static_cast<size_t>(first_ok)]->time + o.startup_delay + o.cold_seconds;
   }
   double wait = 0;
   int n = 0;
@@ -195,9 +180,7 @@ Metrics Measure(const Scenario& s, const RunResult& r, const WorldOptions& o) {
   m.wait_all = after.empty() ? 0 : all / static_cast<double>(after.size());
   m.wait_measured = n > 0 && first_ok >= 0;
   m.wait_after = n > 0 ? wait / n : 0;
-  m.cost_ratio = r.oracle_worker_seconds > 0
-                     ? r.worker_seconds / r.oracle_worker_seconds
-                     : 0;
+  m.cost_ratio = r.oracle_worker_seconds > 0 ? r.worker_seconds / r.oracle_worker_seconds : 0;
   int last_sign = 0, previous = before;
   for (const PeriodRecord* p : after) {
     const int diff = p->desired - previous;
@@ -219,31 +202,31 @@ struct PolicyFactory {
 
 // What --trace reports for one run.
 struct TraceMetrics {
-  double cost_ratio = 0;   // worker-seconds / oracle's
-  double wait = 0;         // trainer-seconds waiting / trainer-seconds
-  double converge = 0;     // mean periods to converge over converged events
+  double cost_ratio = 0;  // worker-seconds / oracle's
+  double wait = 0;        // trainer-seconds waiting / trainer-seconds
+  double converge = 0;    // mean periods to converge over converged events
   int events = 0;
-  int never = 0;           // events after which it never converged
+  int never = 0;  // events after which it never converged
   int direction_changes = 0;
-  double jct_mean = 0;     // over jobs with work that completed
+  double jct_mean = 0;  // over jobs with work that completed
   double jct_p90 = 0;
   int jobs_with_work = 0;
-  int unfinished = 0;      // jobs with work that did not complete
+  int unfinished = 0;  // jobs with work that did not complete
 };
 
 // Periods from each event (a load step, a job completing) until the decision
 // enters the oracle's band and stays there until the next event.
-void MeasureConvergence(const Scenario& s, const RunResult& r,
-                        const WorldOptions& o, TraceMetrics& m) {
+void MeasureConvergence(const Scenario& s, const RunResult& r, const WorldOptions& o,
+                        TraceMetrics& m) {
   std::vector<double> events;
   for (const LoadStep& step : s.steps) events.push_back(step.at);
   for (const JobRecord& j : r.jobs) {
     if (j.completed >= 0) events.push_back(j.completed);
   }
   std::sort(events.begin(), events.end());
-  events.erase(std::unique(events.begin(), events.end(),
-                           [](double a, double b) { return b - a < 1e-6; }),
-               events.end());
+  events.erase(
+      std::unique(events.begin(), events.end(), [](double a, double b) { return b - a < 1e-6; }),
+      events.end());
   const int max_workers = s.max_workers > 0 ? s.max_workers : o.max_workers;
   WorldOptions bounded = o;
   bounded.max_workers = max_workers;
@@ -259,13 +242,10 @@ void MeasureConvergence(const Scenario& s, const RunResult& r,
     if (segment.empty()) continue;
     const double need = segment.back()->need;
     const int low = OracleWorkers(need, bounded);
-    const int high = std::min(max_workers,
-                              std::max(OracleWorkers(need * 1.25, bounded),
-                                       low + 1));
+    const int high = std::min(max_workers, std::max(OracleWorkers(need * 1.25, bounded), low + 1));
     int first_ok = -1;
     for (size_t i = 0; i < segment.size(); ++i) {
-      const bool ok =
-          segment[i]->desired >= low && segment[i]->desired <= high;
+      const bool ok = segment[i]->desired >= low && segment[i]->desired <= high;
       if (!ok) {
         first_ok = -1;
       } else if (first_ok < 0) {
@@ -283,12 +263,9 @@ void MeasureConvergence(const Scenario& s, const RunResult& r,
   m.converge = converged > 0 ? sum / converged : 0;
 }
 
-TraceMetrics MeasureTrace(const Scenario& s, const RunResult& r,
-                          const WorldOptions& o) {
+TraceMetrics MeasureTrace(const Scenario& s, const RunResult& r, const WorldOptions& o) {
   TraceMetrics m;
-  m.cost_ratio = r.oracle_worker_seconds > 0
-                     ? r.worker_seconds / r.oracle_worker_seconds
-                     : 0;
+  m.cost_ratio = r.oracle_worker_seconds > 0 ? r.worker_seconds / r.oracle_worker_seconds : 0;
   m.wait = r.trainer_seconds > 0 ? r.wait_seconds / r.trainer_seconds : 0;
   MeasureConvergence(s, r, o, m);
   int last_sign = 0, previous = -1;
@@ -325,8 +302,7 @@ TraceMetrics MeasureTrace(const Scenario& s, const RunResult& r,
     m.jct_mean = sum / static_cast<double>(jct.size());
     std::sort(jct.begin(), jct.end());
     // Nearest rank.
-    const size_t rank = static_cast<size_t>(
-        std::ceil(0.9 * static_cast<double>(jct.size())));
+    const size_t rank = static_cast<size_t>(std::ceil(0.9 * static_cast<double>(jct.size())));
     m.jct_p90 = jct[std::max<size_t>(rank, 1) - 1];
   }
   return m;
@@ -344,16 +320,14 @@ struct Range {
   double mean() const { return n > 0 ? sum / n : 0; }
 };
 
-int RunTraces(const std::vector<std::string>& paths,
-              const std::vector<PolicyFactory>& policies,
+int RunTraces(const std::vector<std::string>& paths, const std::vector<PolicyFactory>& policies,
               const WorldOptions& o, int seeds,
               const dispatcher::AutoscalerOptions& sluice_options) {
   std::vector<Scenario> scenarios;
   for (const std::string& path : paths) {
     absl::StatusOr<Scenario> s = ReadTrace(path);
     if (!s.ok()) {
-      std::fprintf(stderr, "autoscale_sim: %s\n",
-                   std::string(s.status().message()).c_str());
+      std::fprintf(stderr, "autoscale_sim: %s\n", std::string(s.status().message()).c_str());
       return 2;
     }
     scenarios.push_back(*std::move(s));
@@ -362,9 +336,8 @@ int RunTraces(const std::vector<std::string>& paths,
       "# period %.0f s, start-up %.0f s, cold %.0f s at %.0f%%, speed jitter "
       "+-%.0f%%, measurement noise +-%.0f%%, seeds 1..%d, sluice headroom "
       "%.2f (noise z %.1f, at least %.2f)\n",
-      o.period, o.startup_delay, o.cold_seconds, o.cold_speed * 100,
-      o.speed_jitter * 100, o.measure_noise * 100, seeds,
-      sluice_options.headroom, sluice_options.noise_z,
+      o.period, o.startup_delay, o.cold_seconds, o.cold_speed * 100, o.speed_jitter * 100,
+      o.measure_noise * 100, seeds, sluice_options.headroom, sluice_options.noise_z,
       sluice_options.min_headroom);
   absl::PrintF(
       "# per policy: mean over seeds (min-max); converge = mean periods from "
@@ -387,8 +360,7 @@ int RunTraces(const std::vector<std::string>& paths,
       for (int seed = 1; seed <= seeds; ++seed) {
         WorldOptions so = o;
         so.seed = static_cast<uint64_t>(seed);
-        std::unique_ptr<Policy> policy =
-            f.make(s.max_workers > 0 ? s.max_workers : o.max_workers);
+        std::unique_ptr<Policy> policy = f.make(s.max_workers > 0 ? s.max_workers : o.max_workers);
         const RunResult r = Run(s, *policy, so);
         const TraceMetrics m = MeasureTrace(s, r, so);
         sum.cost.Add(m.cost_ratio);
@@ -404,21 +376,16 @@ int RunTraces(const std::vector<std::string>& paths,
         }
         sum.unfinished += m.unfinished;
       }
-      const std::string jct =
-          sum.jobs > 0 ? absl::StrFormat("%.1f (%.1f-%.1f)", sum.jct.mean(),
-                                         sum.jct.min, sum.jct.max)
-                       : "-";
-      const std::string p90 =
-          sum.jobs > 0 ? absl::StrFormat("%.1f", sum.p90.mean()) : "-";
+      const std::string jct = sum.jobs > 0 ? absl::StrFormat("%.1f (%.1f-%.1f)", sum.jct.mean(),
+                                                             sum.jct.min, sum.jct.max)
+                                           : "-";
+      const std::string p90 = sum.jobs > 0 ? absl::StrFormat("%.1f", sum.p90.mean()) : "-";
       absl::PrintF(
           "| %s | %.3f (%.2f-%.2f) | %.1f%% (%.1f-%.1f) | %s | %d/%d | %.1f "
           "(max %.0f) | %s | %s | %d |\n",
-          f.name, sum.cost.mean(), sum.cost.min, sum.cost.max, sum.wait.mean(),
-          sum.wait.min, sum.wait.max,
-          sum.converge.n > 0 ? absl::StrFormat("%.1f", sum.converge.mean())
-                             : "-",
-          sum.never, sum.events, sum.changes.mean(), sum.changes.max, jct, p90,
-          sum.unfinished);
+          f.name, sum.cost.mean(), sum.cost.min, sum.cost.max, sum.wait.mean(), sum.wait.min,
+          sum.wait.max, sum.converge.n > 0 ? absl::StrFormat("%.1f", sum.converge.mean()) : "-",
+          sum.never, sum.events, sum.changes.mean(), sum.changes.max, jct, p90, sum.unfinished);
       summaries.push_back(sum);
     }
     // The goals, against the best faithful peer.
@@ -432,9 +399,8 @@ int RunTraces(const std::vector<std::string>& paths,
           who = summaries[i].name;
         }
       }
-      absl::PrintF(
-          "\nmean JCT: best peer (%s) %.1f s / sluice %.1f s = %.2fx\n", who,
-          best, sl.jct.mean(), best / sl.jct.mean());
+      absl::PrintF("\nmean JCT: best peer (%s) %.1f s / sluice %.1f s = %.2fx\n", who, best,
+                   sl.jct.mean(), best / sl.jct.mean());
     } else {
       // The best peer that feeds the trainers as well (trainer wait at most
       // one point above sluice's): fewer worker-seconds bought with waiting
@@ -442,8 +408,7 @@ int RunTraces(const std::vector<std::string>& paths,
       double best = 1e300;
       std::string who;
       for (size_t i = 1; i < summaries.size(); ++i) {
-        if (summaries[i].wait.mean() <= sl.wait.mean() + 1 &&
-            summaries[i].cost.mean() < best) {
+        if (summaries[i].wait.mean() <= sl.wait.mean() + 1 && summaries[i].cost.mean() < best) {
           best = summaries[i].cost.mean();
           who = summaries[i].name;
         }
@@ -472,23 +437,19 @@ int Main(int argc, char** argv) {
   double noise_z = dispatcher::AutoscalerOptions{}.noise_z;
   double min_headroom = dispatcher::AutoscalerOptions{}.min_headroom;
   app.add_option("--csv", csv_path, "write the table as CSV here");
-  app.add_option("--series", series_path,
-                 "write the combined trace (per period, per policy) here");
+  app.add_option("--series", series_path, "write the combined trace (per period, per policy) here");
   app.add_option("--seed", o.seed, "noise seed");
   int seeds = 20;
-  app.add_option("--seeds", seeds,
-                 "also run seeds 1..N and print min-max over them (0: skip)");
+  app.add_option("--seeds", seeds, "also run seeds 1..N and print min-max over them (0: skip)");
   app.add_option("--headroom", headroom,
                  "sluice's headroom (the most it uses; all it uses with "
                  "--noise-z 0)");
   app.add_option("--noise-z", noise_z,
                  "sluice's headroom from the measured noise: 1 + z x need's "
                  "relative standard error (0: fixed --headroom)");
-  app.add_option("--min-headroom", min_headroom,
-                 "the least headroom the noise can give");
+  app.add_option("--min-headroom", min_headroom, "the least headroom the noise can give");
   bool reasons = false;
-  app.add_flag("--reasons", reasons,
-               "print sluice's reason at each change in the combined trace");
+  app.add_flag("--reasons", reasons, "print sluice's reason at each change in the combined trace");
   std::string bench_path;
   app.add_option("--bench-trace", bench_path,
                  "replay bench/autoscale.sh's load with sluice's policy and "
@@ -521,31 +482,22 @@ int Main(int argc, char** argv) {
          so.max_workers = max_workers;
          return MakeSluicePolicy(so);
        }},
-      {"cachew",
-       [&](int max_workers) {
-         return MakeCachewPolicy(o.min_workers, max_workers);
-       }},
-      {"tf.data",
-       [&](int max_workers) {
-         return MakeTfDataPolicy(o.min_workers, max_workers);
-       }},
+      {"cachew", [&](int max_workers) { return MakeCachewPolicy(o.min_workers, max_workers); }},
+      {"tf.data", [&](int max_workers) { return MakeTfDataPolicy(o.min_workers, max_workers); }},
       {"hpa-cpu",
-       [&](int max_workers) {
-         return MakeHpaPolicy(o.min_workers, max_workers, o.period);
-       }},
+       [&](int max_workers) { return MakeHpaPolicy(o.min_workers, max_workers, o.period); }},
   };
   if (!trace_paths.empty()) {
-    return RunTraces(trace_paths, policies, o, std::max(1, seeds),
-                     sluice_options);
+    return RunTraces(trace_paths, policies, o, std::max(1, seeds), sluice_options);
   }
 
   std::printf(
       "# period %.0f s, start-up %.0f s, cold %.0f s at %.0f%%, speed jitter "
       "+-%.0f%%, measurement noise +-%.0f%%, seed %llu, sluice headroom "
       "%.2f (noise z %.1f, at least %.2f)\n\n",
-      o.period, o.startup_delay, o.cold_seconds, o.cold_speed * 100,
-      o.speed_jitter * 100, o.measure_noise * 100,
-      static_cast<unsigned long long>(o.seed), headroom, noise_z, min_headroom);
+      o.period, o.startup_delay, o.cold_seconds, o.cold_speed * 100, o.speed_jitter * 100,
+      o.measure_noise * 100, static_cast<unsigned long long>(o.seed), headroom, noise_z,
+      min_headroom);
   std::printf(
       "| step | policy | periods to converge | trainer wait after | "
       "trainer wait, whole run | worker-s / oracle | direction changes "
@@ -558,16 +510,13 @@ int Main(int argc, char** argv) {
       std::unique_ptr<Policy> policy = f.make(o.max_workers);
       const RunResult r = Run(s, *policy, o);
       const Metrics m = Measure(s, r, o);
-      const std::string converge =
-          m.converge < 0 ? "never" : absl::StrCat(m.converge);
-      const std::string wait = absl::StrFormat(
-          "%.1f%%%s", 100 * m.wait_after, m.wait_measured ? "" : " (last 10)");
-      absl::PrintF("| %s | %s | %s | %s | %.1f%% | %.2f | %d |\n", s.name,
-                   f.name, converge, wait, 100 * m.wait_all, m.cost_ratio,
-                   m.direction_changes);
-      absl::StrAppendFormat(&csv, "%s,%s,%d,%.4f,%.4f,%.4f,%d\n", s.name,
-                            f.name, m.converge, m.wait_after, m.wait_all,
-                            m.cost_ratio, m.direction_changes);
+      const std::string converge = m.converge < 0 ? "never" : absl::StrCat(m.converge);
+      const std::string wait =
+          absl::StrFormat("%.1f%%%s", 100 * m.wait_after, m.wait_measured ? "" : " (last 10)");
+      absl::PrintF("| %s | %s | %s | %s | %.1f%% | %.2f | %d |\n", s.name, f.name, converge, wait,
+                   100 * m.wait_all, m.cost_ratio, m.direction_changes);
+      absl::StrAppendFormat(&csv, "%s,%s,%d,%.4f,%.4f,%.4f,%d\n", s.name, f.name, m.converge,
+                            m.wait_after, m.wait_all, m.cost_ratio, m.direction_changes);
     }
   }
   if (!csv_path.empty()) {
@@ -604,13 +553,11 @@ int Main(int argc, char** argv) {
           ratio_sum += m.cost_ratio;
           changes = std::max(changes, m.direction_changes);
         }
-        const std::string conv = conv_max < 0 ? "-"
-                                 : conv_min == conv_max
-                                     ? absl::StrCat(conv_min)
-                                     : absl::StrCat(conv_min, "-", conv_max);
-        absl::PrintF("| %s | %s | %s | %d | %.1f%% | %.2f-%.2f | %.3f | %d |\n",
-                     s.name, f.name, conv, never, 100 * wait, ratio_min,
-                     ratio_max, ratio_sum / seeds, changes);
+        const std::string conv = conv_max < 0           ? "-"
+                                 : conv_min == conv_max ? absl::StrCat(conv_min)
+                                                        : absl::StrCat(conv_min, "-", conv_max);
+        absl::PrintF("| %s | %s | %s | %d | %.1f%% | %.2f-%.2f | %.3f | %d |\n", s.name, f.name,
+                     conv, never, 100 * wait, ratio_min, ratio_max, ratio_sum / seeds, changes);
       }
     }
   }
@@ -625,9 +572,8 @@ int Main(int argc, char** argv) {
     std::unique_ptr<Policy> policy = f.make(o.max_workers);
     const RunResult r = Run(combined, *policy, o);
     for (const PeriodRecord& p : r.periods) {
-      absl::StrAppendFormat(&series, "%s,%.1f,%d,%d,%d,%.0f,%.4f\n", f.name,
-                            p.time, p.desired, p.provisioned, p.ready, p.oracle,
-                            p.wait);
+      absl::StrAppendFormat(&series, "%s,%.1f,%d,%d,%d,%.0f,%.4f\n", f.name, p.time, p.desired,
+                            p.provisioned, p.ready, p.oracle, p.wait);
     }
     if (reasons) {
       int last = -1;
@@ -638,8 +584,7 @@ int Main(int argc, char** argv) {
         last = p.desired;
       }
     }
-    std::printf("  %-9s %.2f  %.1f%%\n", f.name.c_str(),
-                r.worker_seconds / r.oracle_worker_seconds,
+    std::printf("  %-9s %.2f  %.1f%%\n", f.name.c_str(), r.worker_seconds / r.oracle_worker_seconds,
                 100 * CombinedMeanWait(r));
   }
   if (!series_path.empty()) std::ofstream(series_path) << series;
@@ -661,9 +606,8 @@ int Main(int argc, char** argv) {
         ratio_max = std::max(ratio_max, ratio);
         wait_sum += CombinedMeanWait(r);
       }
-      std::printf("  %-9s %.3f (%.2f-%.2f)  %.2f%%\n", f.name.c_str(),
-                  ratio_sum / seeds, ratio_min, ratio_max,
-                  100 * wait_sum / seeds);
+      std::printf("  %-9s %.3f (%.2f-%.2f)  %.2f%%\n", f.name.c_str(), ratio_sum / seeds, ratio_min,
+                  ratio_max, 100 * wait_sum / seeds);
     }
   }
 
@@ -679,13 +623,12 @@ int Main(int argc, char** argv) {
     std::unique_ptr<Policy> policy = MakeSluicePolicy(bench_options);
     const RunResult r = Run(BenchScenario(bench), *policy, bo);
     std::string out = "time,desired,provisioned,ready,oracle,wait\n";
-    absl::PrintF("\nbench/autoscale.sh replayed (start-up %.1f s), sluice:\n",
-                 bench_startup);
+    absl::PrintF("\nbench/autoscale.sh replayed (start-up %.1f s), sluice:\n", bench_startup);
     int last = -1;
     for (const PeriodRecord& p : r.periods) {
       const double t = p.time - bench.lead;
-      absl::StrAppendFormat(&out, "%.2f,%d,%d,%d,%.0f,%.4f\n", t, p.desired,
-                            p.provisioned, p.ready, p.oracle, p.wait);
+      absl::StrAppendFormat(&out, "%.2f,%d,%d,%d,%.0f,%.4f\n", t, p.desired, p.provisioned, p.ready,
+                            p.oracle, p.wait);
       if (p.desired != last) {
         absl::PrintF("  t=%5.1f  desired %d  %s\n", t, p.desired, p.reason);
       }
@@ -699,6 +642,4 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace sluice::autoscale_sim
 
-int main(int argc, char** argv) {
-  return sluice::autoscale_sim::Main(argc, argv);
-}
+int main(int argc, char** argv) { return sluice::autoscale_sim::Main(argc, argv); }

@@ -23,8 +23,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 class SluicePolicy : public Policy {
  public:
-  explicit SluicePolicy(dispatcher::AutoscalerOptions o)
-      : scaler_(std::move(o)) {}
+  explicit SluicePolicy(dispatcher::AutoscalerOptions o) : scaler_(std::move(o)) {}
   std::string name() const override { return "sluice"; }
   PolicyDecision Decide(const Observation& obs) override {
     dispatcher::AutoscalerDecision d = scaler_.Decide(obs.input);
@@ -71,8 +70,7 @@ class SluicePolicy : public Policy {
 // earlier job keeps its workers. A job that ends frees its workers.
 class CachewPolicy : public Policy {
  public:
-  CachewPolicy(int min_workers, int max_workers)
-      : min_(min_workers), max_(max_workers) {}
+  CachewPolicy(int min_workers, int max_workers) : min_(min_workers), max_(max_workers) {}
   std::string name() const override { return "cachew"; }
 
   PolicyDecision Decide(const Observation& obs) override {
@@ -99,8 +97,7 @@ class CachewPolicy : public Policy {
         for (double b : bt->second) mean += b;
         mean /= static_cast<double>(bt->second.size());
         auto q = obs.queued_elements.find(id);
-        Update(s, Metrics{actual.at(id), mean,
-                          q == obs.queued_elements.end() ? 0 : q->second});
+        Update(s, Metrics{actual.at(id), mean, q == obs.queued_elements.end() ? 0 : q->second});
       }
     }
     PolicyDecision out;
@@ -161,7 +158,7 @@ class CachewPolicy : public Policy {
       const Metrics& stl = s.history[static_cast<size_t>(i)];
       const double improvement = 1.0 - last.batch_seconds / stl.batch_seconds;
       if (!(improvement <= 1.2 && improvement >= -1.2)) return;  // 124-130
-      if (stl.workers < last.workers) {  // lines 132-149
+      if (stl.workers < last.workers) {                          // lines 132-149
         if (improvement > 0.07) {
           s.target = last.workers + 1;
         } else {
@@ -222,8 +219,7 @@ class CachewPolicy : public Policy {
 // iteration its elements per busy second for that job.
 class TfDataPolicy : public Policy {
  public:
-  TfDataPolicy(int min_workers, int max_workers)
-      : min_(min_workers), max_(max_workers) {}
+  TfDataPolicy(int min_workers, int max_workers) : min_(min_workers), max_(max_workers) {}
   std::string name() const override { return "tf.data"; }
   PolicyDecision Decide(const Observation& obs) override {
     for (uint64_t id : obs.jobs_left) iterations_.erase(id);
@@ -234,21 +230,19 @@ class TfDataPolicy : public Policy {
       live_workers.insert(w.worker_id);
       for (const auto& c : w.capacity) {
         if (c.elements_per_busy_second > 0 && batch.contains(c.job_id)) {
-          iterations_[c.job_id].throughputs[w.worker_id] =
-              c.elements_per_busy_second;
+          iterations_[c.job_id].throughputs[w.worker_id] = c.elements_per_busy_second;
         }
       }
     }
     for (const auto& c : obs.input.consumers) {
-      const double rate = c.batches_per_second /
-                          std::max(0.02, 1 - c.wait_fraction) * batch[c.job_id];
+      const double rate =
+          c.batches_per_second / std::max(0.02, 1 - c.wait_fraction) * batch[c.job_id];
       if (rate > 0) iterations_[c.job_id].rates[c.consumer_index] = rate;
     }
     // RemoveWorker: workers that left.
     for (auto& [id, it] : iterations_) {
-      std::erase_if(it.throughputs, [&](const auto& kv) {
-        return !live_workers.contains(kv.first);
-      });
+      std::erase_if(it.throughputs,
+                    [&](const auto& kv) { return !live_workers.contains(kv.first); });
     }
     int64_t optimal = 0;
     for (const auto& [id, it] : iterations_) {
@@ -256,11 +250,10 @@ class TfDataPolicy : public Policy {
       const std::vector<double> rates = WithoutOutliers(it.rates);
       const std::vector<double> tput = WithoutOutliers(it.throughputs);
       const double demand = std::accumulate(rates.begin(), rates.end(), 0.0);
-      const double mean = std::accumulate(tput.begin(), tput.end(), 0.0) /
-                          static_cast<double>(tput.size());
-      optimal = std::max(
-          optimal,
-          std::max<int64_t>(1, static_cast<int64_t>(std::ceil(demand / mean))));
+      const double mean =
+          std::accumulate(tput.begin(), tput.end(), 0.0) / static_cast<double>(tput.size());
+      optimal =
+          std::max(optimal, std::max<int64_t>(1, static_cast<int64_t>(std::ceil(demand / mean))));
     }
     const int64_t current = std::max(1, obs.provisioned);
     // No estimate (nullopt): the metric keeps its last value.
@@ -285,13 +278,10 @@ class TfDataPolicy : public Policy {
     std::vector<double> sorted = v;
     std::sort(sorted.begin(), sorted.end());
     const double median = sorted[sorted.size() / 2];
-    const double mean = std::accumulate(v.begin(), v.end(), 0.0) /
-                        static_cast<double>(v.size());
+    const double mean = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
     double squares = 0;
     for (double x : v) squares += (x - mean) * (x - mean);
-    const double sd =
-        v.size() <= 1 ? 0
-                      : std::sqrt(squares / static_cast<double>(v.size() - 1));
+    const double sd = v.size() <= 1 ? 0 : std::sqrt(squares / static_cast<double>(v.size() - 1));
     for (double& x : v) {
       if (x < mean - sd || x > mean + sd) x = median;
     }
@@ -376,8 +366,7 @@ std::unique_ptr<Policy> MakeCachewPolicy(int min_workers, int max_workers) {
 std::unique_ptr<Policy> MakeTfDataPolicy(int min_workers, int max_workers) {
   return std::make_unique<TfDataPolicy>(min_workers, max_workers);
 }
-std::unique_ptr<Policy> MakeHpaPolicy(int min_workers, int max_workers,
-                                      double period) {
+std::unique_ptr<Policy> MakeHpaPolicy(int min_workers, int max_workers, double period) {
   return std::make_unique<HpaPolicy>(min_workers, max_workers, period);
 }
 

@@ -16,16 +16,13 @@ constexpr double kEps = 1e-9;
 
 enum NoiseKind : uint64_t { kSpeed = 1, kCapacity = 2, kConsumer = 3 };
 
-double Noise(const WorldOptions& o, uint64_t kind, uint64_t id, int64_t period,
-             double amplitude) {
+double Noise(const WorldOptions& o, uint64_t kind, uint64_t id, int64_t period, double amplitude) {
   if (amplitude <= 0) return 1;
   Rng rng(MixSeed({o.seed, kind, id, static_cast<uint64_t>(period)}));
   return rng.Uniform(1 - amplitude, 1 + amplitude);
 }
 
-absl::Time At(double seconds) {
-  return absl::UnixEpoch() + absl::Seconds(seconds);
-}
+absl::Time At(double seconds) { return absl::UnixEpoch() + absl::Seconds(seconds); }
 
 struct Worker {
   uint64_t id = 0;
@@ -48,9 +45,7 @@ struct Job {
   double consumed = 0;
   double wait = 0;  // seconds a consumer waited (all consumers alike)
   double demand() const {
-    return active ? spec.consumers * static_cast<double>(spec.batch_size) /
-                        spec.step_seconds
-                  : 0;
+    return active ? spec.consumers * static_cast<double>(spec.batch_size) / spec.step_seconds : 0;
   }
   double capacity() const {
     return static_cast<double>(spec.consumers * spec.buffer_batches) *
@@ -60,8 +55,7 @@ struct Job {
 
 class World {
  public:
-  World(const Scenario& s, Policy& policy, const WorldOptions& o)
-      : s_(s), policy_(policy), o_(o) {
+  World(const Scenario& s, Policy& policy, const WorldOptions& o) : s_(s), policy_(policy), o_(o) {
     for (const JobSpec& j : s.jobs) {
       jobs_.push_back(Job{.spec = j, .arrived = 0});
     }
@@ -103,20 +97,17 @@ class World {
         last_tick_ = t;
         next_tick += o_.period;
       }
-      while (next_step < s_.steps.size() &&
-             s_.steps[next_step].at <= t + kEps) {
+      while (next_step < s_.steps.size() && s_.steps[next_step].at <= t + kEps) {
         const LoadStep& step = s_.steps[next_step++];
         Apply(step, t);
-        if ((step.kind == LoadStep::Kind::kAllStop ||
-             step.kind == LoadStep::Kind::kJobStop) &&
+        if ((step.kind == LoadStep::Kind::kAllStop || step.kind == LoadStep::Kind::kJobStop) &&
             t > last_tick_ + kEps) {
           Decide(t, t - last_tick_, /*tick=*/false);
         }
       }
     }
     for (const Job& j : jobs_) {
-      result_.jobs.push_back(
-          {.id = j.spec.id, .arrived = j.arrived, .completed = j.completed});
+      result_.jobs.push_back({.id = j.spec.id, .arrived = j.arrived, .completed = j.completed});
     }
     return result_;
   }
@@ -134,8 +125,7 @@ class World {
 
   double Speed(const Worker& w, double t) const {
     if (w.ready_at > t + kEps) return 0;
-    double s =
-        w.speed * Noise(o_, kSpeed, w.id, PeriodIndex(t), o_.speed_jitter);
+    double s = w.speed * Noise(o_, kSpeed, w.id, PeriodIndex(t), o_.speed_jitter);
     if (t < w.ready_at + o_.cold_seconds - kEps) s *= o_.cold_speed;
     return s;
   }
@@ -143,8 +133,7 @@ class World {
   // Shares of `total` worker-seconds/s among jobs capped at `caps`, in
   // proportion to `weights` (water-filling: what a capped job leaves goes to
   // the others); then what is left max-min fairly among the jobs of weight 0.
-  static std::vector<double> Share(double total,
-                                   const std::vector<double>& caps,
+  static std::vector<double> Share(double total, const std::vector<double>& caps,
                                    const std::vector<double>& weights) {
     std::vector<double> a(caps.size(), 0);
     double remaining = total;
@@ -213,8 +202,7 @@ class World {
         const Job& job = jobs_[j];
         produced[j] = a[j] / job.spec.cost;
         const bool empty = job.buffer <= kEps;
-        consumed[j] =
-            empty ? std::min(job.demand(), produced[j]) : job.demand();
+        consumed[j] = empty ? std::min(job.demand(), produced[j]) : job.demand();
         const double rate = produced[j] - consumed[j];
         if (rate > kEps && job.buffer < job.capacity() - kEps) {
           dt = std::min(dt, (job.capacity() - job.buffer) / rate);
@@ -242,8 +230,7 @@ class World {
             result_.trainer_seconds += dt * job.spec.consumers;
           }
         }
-        if (job.active && job.spec.work > 0 &&
-            job.consumed_total >= job.spec.work - 1e-6) {
+        if (job.active && job.spec.work > 0 && job.consumed_total >= job.spec.work - 1e-6) {
           job.active = false;
           job.completed = t0 + dt;
           jobs_left_.push_back(job.spec.id);
@@ -305,18 +292,15 @@ class World {
         if (b > kEps) {
           ws.capacity.push_back(
               {job, w.elements.at(job) / b *
-                        Noise(o_, kCapacity, w.id * 1000 + job, k,
-                              o_.measure_noise)});
+                        Noise(o_, kCapacity, w.id * 1000 + job, k, o_.measure_noise)});
         }
       }
       if (busy > kEps) {
-        obs.throughput.push_back(
-            elements / busy *
-            Noise(o_, kCapacity, w.id * 1000, k, o_.measure_noise));
+        obs.throughput.push_back(elements / busy *
+                                 Noise(o_, kCapacity, w.id * 1000, k, o_.measure_noise));
       }
       ws.queue_capacity = 8;
-      ws.queue_depth =
-          all_full ? 8 : static_cast<uint64_t>(std::floor(fill * 8));
+      ws.queue_depth = all_full ? 8 : static_cast<uint64_t>(std::floor(fill * 8));
       ws.blocked_producers = all_full ? 1 : 0;
       ws.held_splits = 1;
       in.workers.push_back(ws);
@@ -327,29 +311,25 @@ class World {
     obs.provisioned = obs.ready + obs.starting;
     for (const Job& j : jobs_) {
       if (!j.active) continue;
-      in.jobs.push_back({.job_id = j.spec.id,
-                         .batch_size = j.spec.batch_size,
-                         .priority = j.spec.priority,
-                         .min_workers = j.spec.min_workers,
-                         .remaining_elements =
-                             j.spec.work > 0 ? j.spec.work - j.consumed_total
-                                             : 0});
+      in.jobs.push_back(
+          {.job_id = j.spec.id,
+           .batch_size = j.spec.batch_size,
+           .priority = j.spec.priority,
+           .min_workers = j.spec.min_workers,
+           .remaining_elements = j.spec.work > 0 ? j.spec.work - j.consumed_total : 0});
       obs.queued_elements[j.spec.id] = j.buffer;
       const double measured = std::max(kEps, std::min(window, t - j.arrived));
-      const double per_consumer = j.consumed / j.spec.consumers /
-                                  static_cast<double>(j.spec.batch_size) /
-                                  measured;
+      const double per_consumer =
+          j.consumed / j.spec.consumers / static_cast<double>(j.spec.batch_size) / measured;
       for (int c = 0; c < j.spec.consumers; ++c) {
         dispatcher::ConsumerSample cs;
         cs.job_id = j.spec.id;
         cs.consumer_index = static_cast<uint32_t>(c);
         cs.batches_per_second =
-            per_consumer *
-            Noise(o_, kConsumer, j.spec.id * 1000 + c, k, o_.measure_noise);
+            per_consumer * Noise(o_, kConsumer, j.spec.id * 1000 + c, k, o_.measure_noise);
         cs.wait_fraction = std::clamp(j.wait / measured, 0.0, 1.0);
         in.consumers.push_back(cs);
-        obs.batch_seconds.push_back(
-            cs.batches_per_second > 0 ? 1 / cs.batches_per_second : kInf);
+        obs.batch_seconds.push_back(cs.batches_per_second > 0 ? 1 / cs.batches_per_second : kInf);
       }
     }
     return obs;
@@ -359,8 +339,7 @@ class World {
   int Decide(double t, double window, bool tick) {
     PolicyDecision decision = policy_.Decide(Observe(t, window, tick));
     jobs_left_.clear();
-    const int desired =
-        std::clamp(decision.desired, o_.min_workers, o_.max_workers);
+    const int desired = std::clamp(decision.desired, o_.min_workers, o_.max_workers);
     Actuate(desired, decision.drain, t);
     allocation_ = std::move(decision.allocation);
     return desired;
@@ -405,8 +384,7 @@ class World {
   void Actuate(int desired, const std::vector<uint64_t>& drain, double t) {
     int provisioned = static_cast<int>(workers_.size());
     while (provisioned < desired) {
-      workers_.push_back(
-          Worker{.id = next_id_++, .ready_at = t + o_.startup_delay});
+      workers_.push_back(Worker{.id = next_id_++, .ready_at = t + o_.startup_delay});
       ++provisioned;
     }
     // Cancel starting workers first, newest first.
@@ -492,8 +470,7 @@ class World {
 double TrueNeed(const std::vector<JobSpec>& jobs) {
   double need = 0;
   for (const JobSpec& j : jobs) {
-    need += j.consumers * static_cast<double>(j.batch_size) / j.step_seconds *
-            j.cost;
+    need += j.consumers * static_cast<double>(j.batch_size) / j.step_seconds * j.cost;
   }
   return need;
 }
@@ -503,8 +480,7 @@ int OracleWorkers(double need, const WorldOptions& options) {
   return std::clamp(n, options.min_workers, options.max_workers);
 }
 
-RunResult Run(const Scenario& scenario, Policy& policy,
-              const WorldOptions& options) {
+RunResult Run(const Scenario& scenario, Policy& policy, const WorldOptions& options) {
   WorldOptions o = options;
   if (scenario.max_workers > 0) o.max_workers = scenario.max_workers;
   World world(scenario, policy, o);

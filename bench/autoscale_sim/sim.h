@@ -89,7 +89,7 @@ struct WorldOptions {
   double startup_delay = 4;  // request to registered
   double cold_seconds = 3;   // after registering, at cold_speed
   double cold_speed = 0.4;
-  double speed_jitter = 0.05;  // speed × U(1 - j, 1 + j) per worker and period
+  double speed_jitter = 0.05;   // speed × U(1 - j, 1 + j) per worker and period
   double measure_noise = 0.03;  // each reported rate × U(1 - n, 1 + n)
   int min_workers = 1;
   int max_workers = 128;
@@ -147,8 +147,7 @@ class Policy {
 std::unique_ptr<Policy> MakeSluicePolicy(dispatcher::AutoscalerOptions o);
 std::unique_ptr<Policy> MakeCachewPolicy(int min_workers, int max_workers);
 std::unique_ptr<Policy> MakeTfDataPolicy(int min_workers, int max_workers);
-std::unique_ptr<Policy> MakeHpaPolicy(int min_workers, int max_workers,
-                                      double period);
+std::unique_ptr<Policy> MakeHpaPolicy(int min_workers, int max_workers, double period);
 
 // One sample per control period.
 struct PeriodRecord {
@@ -185,8 +184,7 @@ struct RunResult {
 double TrueNeed(const std::vector<JobSpec>& jobs);
 int OracleWorkers(double need, const WorldOptions& options);
 
-RunResult Run(const Scenario& scenario, Policy& policy,
-              const WorldOptions& options);
+RunResult Run(const Scenario& scenario, Policy& policy, const WorldOptions& options);
 
 }  // namespace sluice::autoscale_sim
 

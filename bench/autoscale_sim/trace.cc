@@ -23,12 +23,10 @@ class LineParser {
   LineParser(const std::string& name, int line) : name_(name), line_(line) {}
 
   absl::Status Error(absl::string_view what) const {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name_, ":", line_, ": ", what));
+    return absl::InvalidArgumentError(absl::StrCat(name_, ":", line_, ": ", what));
   }
 
-  absl::StatusOr<double> Number(absl::string_view token,
-                                absl::string_view what) const {
+  absl::StatusOr<double> Number(absl::string_view token, absl::string_view what) const {
     double x = 0;
     if (!absl::SimpleAtod(token, &x) || !std::isfinite(x)) {
       return Error(absl::StrCat(what, " must be a number, got '", token, "'"));
@@ -39,8 +37,7 @@ class LineParser {
   // "x2" -> 2 (a positive factor).
   absl::StatusOr<double> Factor(absl::string_view token) const {
     if (!absl::ConsumePrefix(&token, "x")) {
-      return Error(
-          absl::StrCat("expected a factor like x2, got '", token, "'"));
+      return Error(absl::StrCat("expected a factor like x2, got '", token, "'"));
     }
     absl::StatusOr<double> f = Number(token, "the factor");
     if (f.ok() && *f <= 0) return Error("the factor must be positive");
@@ -50,8 +47,7 @@ class LineParser {
   absl::StatusOr<uint64_t> JobId(absl::string_view token) const {
     uint64_t id = 0;
     if (!absl::SimpleAtoi(token, &id) || id == 0) {
-      return Error(
-          absl::StrCat("a job id is a positive integer, got '", token, "'"));
+      return Error(absl::StrCat("a job id is a positive integer, got '", token, "'"));
     }
     return id;
   }
@@ -61,8 +57,7 @@ class LineParser {
   const int line_;
 };
 
-absl::StatusOr<JobSpec> ParseJob(const LineParser& p,
-                                 const std::vector<std::string>& tokens) {
+absl::StatusOr<JobSpec> ParseJob(const LineParser& p, const std::vector<std::string>& tokens) {
   // at T job ID key=value...
   if (tokens.size() < 4) return p.Error("'job' needs an id");
   JobSpec j;
@@ -85,13 +80,11 @@ absl::StatusOr<JobSpec> ParseJob(const LineParser& p,
     }
   }
   if (kv.contains("rate") == kv.contains("cost")) {
-    return p.Error(
-        absl::StrCat("job ", j.id, " needs exactly one of rate= and cost="));
+    return p.Error(absl::StrCat("job ", j.id, " needs exactly one of rate= and cost="));
   }
   for (const auto& [key, value] : kv) {
-    const bool integer = key == "consumers" || key == "batch" ||
-                         key == "priority" || key == "min_workers" ||
-                         key == "buffer";
+    const bool integer = key == "consumers" || key == "batch" || key == "priority" ||
+                         key == "min_workers" || key == "buffer";
     if (integer && value != std::floor(value)) {
       return p.Error(absl::StrCat(key, " must be an integer"));
     }
@@ -118,8 +111,7 @@ absl::StatusOr<JobSpec> ParseJob(const LineParser& p,
   return j;
 }
 
-absl::StatusOr<LoadStep> ParseStep(const LineParser& p,
-                                   const std::vector<std::string>& tokens,
+absl::StatusOr<LoadStep> ParseStep(const LineParser& p, const std::vector<std::string>& tokens,
                                    double at) {
   LoadStep step;
   step.at = at;
@@ -159,18 +151,16 @@ absl::StatusOr<LoadStep> ParseStep(const LineParser& p,
     if (!id.ok()) return id.status();
     step.job = *id;
   } else {
-    return p.Error(absl::StrCat(
-        "unknown or malformed event '", what,
-        "' (job, demand xF, cost ID xF, lose_worker, slow_worker xF, "
-        "stop ID|all)"));
+    return p.Error(absl::StrCat("unknown or malformed event '", what,
+                                "' (job, demand xF, cost ID xF, lose_worker, slow_worker xF, "
+                                "stop ID|all)"));
   }
   return step;
 }
 
 }  // namespace
 
-absl::StatusOr<Scenario> ParseTrace(absl::string_view text,
-                                    const std::string& name) {
+absl::StatusOr<Scenario> ParseTrace(absl::string_view text, const std::string& name) {
   Scenario s;
   s.name = name;
   s.measure_from = 0;
@@ -197,15 +187,13 @@ absl::StatusOr<Scenario> ParseTrace(absl::string_view text,
       auto step = ParseStep(p, tokens, *at);
       if (!step.ok()) return step.status();
       if (step->kind == Kind::kAddJob) {
-        if (std::find(job_ids.begin(), job_ids.end(), step->job) !=
-            job_ids.end()) {
+        if (std::find(job_ids.begin(), job_ids.end(), step->job) != job_ids.end()) {
           return p.Error(absl::StrCat("job ", step->job, " arrives twice"));
         }
         job_ids.push_back(step->job);
       }
       if ((step->kind == Kind::kCostTimes || step->kind == Kind::kJobStop) &&
-          std::find(job_ids.begin(), job_ids.end(), step->job) ==
-              job_ids.end()) {
+          std::find(job_ids.begin(), job_ids.end(), step->job) == job_ids.end()) {
         return p.Error(absl::StrCat("job ", step->job, " has not arrived"));
       }
       if (step->kind == Kind::kAddJob && *at == 0) {
@@ -233,19 +221,16 @@ absl::StatusOr<Scenario> ParseTrace(absl::string_view text,
       if (*v < 0) return p.Error("measure_from must be >= 0");
       s.measure_from = *v;
     } else {
-      return p.Error(absl::StrCat(
-          "unknown directive '", head,
-          "' (duration, max_workers, initial_workers, measure_from, at)"));
+      return p.Error(absl::StrCat("unknown directive '", head,
+                                  "' (duration, max_workers, initial_workers, measure_from, at)"));
     }
   }
   if (s.duration <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, ": 'duration D' is required"));
+    return absl::InvalidArgumentError(absl::StrCat(name, ": 'duration D' is required"));
   }
   if (!s.steps.empty() && s.steps.back().at >= s.duration) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, ": an event at ", s.steps.back().at,
-                     " s is past duration ", s.duration));
+    return absl::InvalidArgumentError(absl::StrCat(name, ": an event at ", s.steps.back().at,
+                                                   " s is past duration ", s.duration));
   }
   return s;
 }
@@ -253,8 +238,7 @@ absl::StatusOr<Scenario> ParseTrace(absl::string_view text,
 absl::StatusOr<Scenario> ReadTrace(const std::string& path) {
   std::ifstream in(path);
   if (!in) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot read trace file ", path, " (--trace)"));
+    return absl::NotFoundError(absl::StrCat("cannot read trace file ", path, " (--trace)"));
   }
   std::stringstream text;
   text << in.rdbuf();

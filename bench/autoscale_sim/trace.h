@@ -44,8 +44,7 @@ namespace sluice::autoscale_sim {
 
 // Parses `text`; `name` names it in errors and in the Scenario. Errors:
 // InvalidArgument naming the line and the directive or key at fault.
-absl::StatusOr<Scenario> ParseTrace(absl::string_view text,
-                                    const std::string& name);
+absl::StatusOr<Scenario> ParseTrace(absl::string_view text, const std::string& name);
 
 // Reads and parses the file at `path`: NotFound if it cannot be read.
 absl::StatusOr<Scenario> ReadTrace(const std::string& path);

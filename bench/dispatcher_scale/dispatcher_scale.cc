@@ -133,8 +133,7 @@ class Stats {
     latencies_ms_.push_back(ms);
     response_bytes_ += response_bytes;
   }
-  void Error(grpc::StatusCode code, const std::string& message)
-      ABSL_LOCKS_EXCLUDED(mu_) {
+  void Error(grpc::StatusCode code, const std::string& message) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     if (errors_[code]++ == 0) first_error_[code] = message;
   }
@@ -158,8 +157,8 @@ class Stats {
     s.offered = offered_.load();
     for (const auto& [code, n] : errors_) {
       s.errors += n;
-      absl::StrAppend(&s.error_text, " [code ", static_cast<int>(code), " x", n,
-                      ": ", first_error_[code], "]");
+      absl::StrAppend(&s.error_text, " [code ", static_cast<int>(code), " x", n, ": ",
+                      first_error_[code], "]");
     }
     if (s.count == 0) return s;
     std::vector<double> v = latencies_ms_;
@@ -219,8 +218,8 @@ class Peer {
   }
 
  protected:
-  virtual void Start(DispatcherService::Stub* stub, Stats* stats,
-                     const Window* window, absl::Duration deadline) = 0;
+  virtual void Start(DispatcherService::Stub* stub, Stats* stats, const Window* window,
+                     absl::Duration deadline) = 0;
   void Done() {
     busy_.store(false, std::memory_order_release);
     g_in_flight.fetch_sub(1);
@@ -240,18 +239,13 @@ struct Call {
 
 class SimWorker : public Peer {
  public:
-  SimWorker(uint64_t id, uint64_t batch_size, uint64_t batches_per_beat,
-            ProgressBoard* board)
-      : id_(id),
-        batch_size_(batch_size),
-        batches_per_beat_(batches_per_beat),
-        board_(board) {}
+  SimWorker(uint64_t id, uint64_t batch_size, uint64_t batches_per_beat, ProgressBoard* board)
+      : id_(id), batch_size_(batch_size), batches_per_beat_(batches_per_beat), board_(board) {}
 
  protected:
   void Start(DispatcherService::Stub* stub, Stats* stats, const Window* window,
              absl::Duration deadline) override {
-    auto* call = new Call<proto::WorkerHeartbeatRequest,
-                          proto::WorkerHeartbeatResponse>();
+    auto* call = new Call<proto::WorkerHeartbeatRequest, proto::WorkerHeartbeatResponse>();
     proto::WorkerHeartbeatRequest& req = call->request;
     req.set_protocol_version(kVersion);
     req.set_worker_id(id_);
@@ -278,10 +272,8 @@ class SimWorker : public Peer {
           const auto end = SteadyClock::now();
           if (window->Contains(call->start)) {
             if (status.ok()) {
-              stats->Record(
-                  std::chrono::duration<double, std::milli>(end - call->start)
-                      .count(),
-                  call->response.ByteSizeLong());
+              stats->Record(std::chrono::duration<double, std::milli>(end - call->start).count(),
+                            call->response.ByteSizeLong());
             } else {
               stats->Error(status.error_code(), status.error_message());
             }
@@ -302,17 +294,15 @@ class SimWorker : public Peer {
   void Apply(const proto::WorkerHeartbeatResponse& response) {
     for (const proto::SplitKey& drop : response.drop()) {
       const Key key = KeyOf(drop);
-      held_.erase(
-          std::remove_if(held_.begin(), held_.end(),
-                         [&](const Held& h) { return KeyOf(h.key) == key; }),
-          held_.end());
+      held_.erase(std::remove_if(held_.begin(), held_.end(),
+                                 [&](const Held& h) { return KeyOf(h.key) == key; }),
+                  held_.end());
       board_->Erase(key);
     }
     for (const proto::SplitAssignment& a : response.start()) {
       uint64_t records = 0;
       for (const proto::SplitPiece& p : a.pieces()) records += p.count();
-      held_.push_back({a.key(), (records + batch_size_ - 1) / batch_size_,
-                       a.skip_batches()});
+      held_.push_back({a.key(), (records + batch_size_ - 1) / batch_size_, a.skip_batches()});
     }
     for (const proto::JobInfo& job : response.jobs()) {
       known_jobs_.push_back(job.job_id());
@@ -329,20 +319,15 @@ class SimWorker : public Peer {
 
 class SimConsumer : public Peer {
  public:
-  SimConsumer(uint64_t job_id, uint32_t index, ProgressBoard* board,
-              bool full_lists)
-      : job_id_(job_id),
-        index_(index),
-        board_(board),
-        full_lists_(full_lists) {}
+  SimConsumer(uint64_t job_id, uint32_t index, ProgressBoard* board, bool full_lists)
+      : job_id_(job_id), index_(index), board_(board), full_lists_(full_lists) {}
 
   uint64_t epoch() const { return epoch_.load(); }
 
  protected:
   void Start(DispatcherService::Stub* stub, Stats* stats, const Window* window,
              absl::Duration deadline) override {
-    auto* call = new Call<proto::ClientHeartbeatRequest,
-                          proto::ClientHeartbeatResponse>();
+    auto* call = new Call<proto::ClientHeartbeatRequest, proto::ClientHeartbeatResponse>();
     proto::ClientHeartbeatRequest& req = call->request;
     req.set_protocol_version(kVersion);
     req.set_job_id(job_id_);
@@ -358,8 +343,7 @@ class SimConsumer : public Peer {
     for (uint64_t pos = 0; pos < done_.size(); ++pos) {
       if (done_[pos]) continue;
       Produced p;
-      if (!board_->Get({job_id_, index_, epoch, pos}, &p) || p.produced == 0)
-        continue;
+      if (!board_->Get({job_id_, index_, epoch, pos}, &p) || p.produced == 0) continue;
       proto::ClientSplitProgress* progress = req.add_progress();
       progress->set_epoch(epoch);
       progress->set_position(pos);
@@ -375,10 +359,8 @@ class SimConsumer : public Peer {
           const auto end = SteadyClock::now();
           if (window->Contains(call->start)) {
             if (status.ok()) {
-              stats->Record(
-                  std::chrono::duration<double, std::milli>(end - call->start)
-                      .count(),
-                  call->response.ByteSizeLong());
+              stats->Record(std::chrono::duration<double, std::milli>(end - call->start).count(),
+                            call->response.ByteSizeLong());
             } else {
               stats->Error(status.error_code(), status.error_message());
             }
@@ -432,8 +414,8 @@ struct PeerSlot {
 };
 
 void Drive(const std::vector<PeerSlot>& slots, size_t first, size_t stride,
-           SteadyClock::time_point start, const Window* window,
-           absl::Duration deadline, const std::atomic<bool>* stop) {
+           SteadyClock::time_point start, const Window* window, absl::Duration deadline,
+           const std::atomic<bool>* stop) {
   std::priority_queue<Scheduled, std::vector<Scheduled>, std::greater<>> heap;
   for (size_t i = first; i < slots.size(); i += stride) {
     heap.push({start + slots[i].phase, i});
@@ -447,8 +429,7 @@ void Drive(const std::vector<PeerSlot>& slots, size_t first, size_t stride,
       slot.peer->Beat(slot.stub, slot.stats, window, deadline);
       heap.push({s.due + slot.period, s.peer});
     }
-    std::this_thread::sleep_until(
-        std::min(heap.top().due, now + std::chrono::milliseconds(50)));
+    std::this_thread::sleep_until(std::min(heap.top().due, now + std::chrono::milliseconds(50)));
   }
 }
 
@@ -465,8 +446,7 @@ ProcSample ReadProc(pid_t pid) {
   ProcSample s;
   s.at = SteadyClock::now();
   std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
-  std::string text((std::istreambuf_iterator<char>(in)),
-                   std::istreambuf_iterator<char>());
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const size_t paren = text.rfind(')');
   if (paren == std::string::npos) return s;
   std::vector<std::string> fields = absl::StrSplit(text.substr(paren + 2), ' ');
@@ -510,18 +490,11 @@ absl::StatusOr<StepResult> RunStep(const Flags& flags, int num_workers) {
   result.load_before = LoadAverage();
   std::filesystem::create_directories(flags.log_dir);
   const std::string tag = absl::StrCat("w", num_workers);
-  const std::string address_file =
-      absl::StrCat(flags.log_dir, "/address-", tag);
+  const std::string address_file = absl::StrCat(flags.log_dir, "/address-", tag);
   std::filesystem::remove(address_file);
-  std::vector<std::string> argv = {flags.dispatcher_bin,
-                                   "--port",
-                                   "0",
-                                   "--address-file",
-                                   address_file,
-                                   "--metrics-port",
-                                   "-1",
-                                   "--log-level",
-                                   "warn"};
+  std::vector<std::string> argv = {
+      flags.dispatcher_bin, "--port", "0", "--address-file", address_file, "--metrics-port", "-1",
+      "--log-level",        "warn"};
   if (!flags.work_root.empty()) {
     const std::string work_dir = absl::StrCat(flags.work_root, "/", tag);
     std::filesystem::remove_all(work_dir);
@@ -529,11 +502,9 @@ absl::StatusOr<StepResult> RunStep(const Flags& flags, int num_workers) {
     argv.push_back(work_dir);
   }
   auto dispatcher = Subprocess::Start(
-      argv,
-      {.log_file = absl::StrCat(flags.log_dir, "/dispatcher-", tag, ".log")});
+      argv, {.log_file = absl::StrCat(flags.log_dir, "/dispatcher-", tag, ".log")});
   if (!dispatcher.ok()) return dispatcher.status();
-  auto address =
-      WaitForAddressFile(address_file, **dispatcher, absl::Seconds(20));
+  auto address = WaitForAddressFile(address_file, **dispatcher, absl::Seconds(20));
   if (!address.ok()) return address.status();
 
   std::vector<std::shared_ptr<grpc::Channel>> channels;
@@ -545,14 +516,13 @@ absl::StatusOr<StepResult> RunStep(const Flags& flags, int num_workers) {
     // the same address).
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     args.SetInt("sluice.bench.channel", i);
-    channels.push_back(grpc::CreateCustomChannel(
-        *address, grpc::InsecureChannelCredentials(), args));
+    channels.push_back(
+        grpc::CreateCustomChannel(*address, grpc::InsecureChannelCredentials(), args));
     stubs.push_back(DispatcherService::NewStub(channels.back()));
   }
   auto call_context = [&]() {
     auto context = std::make_unique<grpc::ClientContext>();
-    context->set_deadline(std::chrono::system_clock::now() +
-                          std::chrono::seconds(30));
+    context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
     return context;
   };
 
@@ -566,16 +536,14 @@ absl::StatusOr<StepResult> RunStep(const Flags& flags, int num_workers) {
   for (int i = 0; i < 128; ++i) dataset.add_shard_record_counts(10000);
   dataset.set_batch_size(kBatch);
   proto::RegisterDatasetResponse dataset_response;
-  if (grpc::Status s = stubs[0]->RegisterDataset(call_context().get(), dataset,
-                                                 &dataset_response);
+  if (grpc::Status s = stubs[0]->RegisterDataset(call_context().get(), dataset, &dataset_response);
       !s.ok()) {
     return absl::InternalError("RegisterDataset: " + s.error_message());
   }
   ProgressBoard board;
   std::vector<std::unique_ptr<SimConsumer>> consumers;
   for (int j = 0; j < flags.jobs; ++j) {
-    const int n = flags.consumers / flags.jobs +
-                  (j < flags.consumers % flags.jobs ? 1 : 0);
+    const int n = flags.consumers / flags.jobs + (j < flags.consumers % flags.jobs ? 1 : 0);
     if (n == 0) continue;
     proto::GetOrCreateJobRequest job;
     job.set_protocol_version(kVersion);
@@ -585,15 +553,13 @@ absl::StatusOr<StepResult> RunStep(const Flags& flags, int num_workers) {
     job.mutable_config()->set_seed(j + 1);
     job.mutable_config()->set_num_epochs(0);  // repeat
     proto::GetOrCreateJobResponse job_response;
-    if (grpc::Status s =
-            stubs[0]->GetOrCreateJob(call_context().get(), job, &job_response);
+    if (grpc::Status s = stubs[0]->GetOrCreateJob(call_context().get(), job, &job_response);
         !s.ok()) {
       return absl::InternalError("GetOrCreateJob: " + s.error_message());
     }
     for (int c = 0; c < n; ++c) {
       consumers.push_back(std::make_unique<SimConsumer>(
-          job_response.job_id(), static_cast<uint32_t>(c), &board,
-          flags.full_lists));
+          job_response.job_id(), static_cast<uint32_t>(c), &board, flags.full_lists));
     }
   }
   // Workers register from 16 threads (blocking calls).
@@ -614,16 +580,16 @@ absl::StatusOr<StepResult> RunStep(const Flags& flags, int num_workers) {
           req.set_address(absl::StrCat("sim-worker-", i, ":7000"));
           req.set_capacity(flags.capacity);
           proto::WorkerRegisterResponse resp;
-          grpc::Status s = stubs[i % stubs.size()]->WorkerRegister(
-              call_context().get(), req, &resp);
+          grpc::Status s =
+              stubs[i % stubs.size()]->WorkerRegister(call_context().get(), req, &resp);
           if (!s.ok()) {
             absl::MutexLock lock(&failure_mu);
             failure = s.error_message();
             failed.store(true);
             return;
           }
-          workers[i] = std::make_unique<SimWorker>(
-              resp.worker_id(), kBatch, flags.batches_per_beat, &board);
+          workers[i] =
+              std::make_unique<SimWorker>(resp.worker_id(), kBatch, flags.batches_per_beat, &board);
         }
       });
     }
@@ -633,50 +599,44 @@ absl::StatusOr<StepResult> RunStep(const Flags& flags, int num_workers) {
       return absl::InternalError("WorkerRegister: " + failure);
     }
   }
-  result.setup_seconds =
-      std::chrono::duration<double>(SteadyClock::now() - setup_start).count();
+  result.setup_seconds = std::chrono::duration<double>(SteadyClock::now() - setup_start).count();
 
   // Schedule: peers of one kind spread evenly over their period.
   Stats worker_stats, consumer_stats;
   std::vector<PeerSlot> slots;
   const auto worker_period = std::chrono::duration_cast<SteadyClock::duration>(
       std::chrono::duration<double>(1.0 / flags.worker_hz));
-  const auto consumer_period =
-      std::chrono::duration_cast<SteadyClock::duration>(
-          std::chrono::duration<double>(1.0 / flags.consumer_hz));
+  const auto consumer_period = std::chrono::duration_cast<SteadyClock::duration>(
+      std::chrono::duration<double>(1.0 / flags.consumer_hz));
   for (int i = 0; i < num_workers; ++i) {
-    slots.push_back({workers[i].get(), stubs[i % stubs.size()].get(),
-                     &worker_stats, worker_period,
+    slots.push_back({workers[i].get(), stubs[i % stubs.size()].get(), &worker_stats, worker_period,
                      worker_period * i / num_workers});
   }
   for (size_t i = 0; i < consumers.size(); ++i) {
-    slots.push_back({consumers[i].get(),
-                     stubs[(num_workers + i) % stubs.size()].get(),
-                     &consumer_stats, consumer_period,
-                     consumer_period * static_cast<int64_t>(i) /
-                         static_cast<int64_t>(consumers.size())});
+    slots.push_back(
+        {consumers[i].get(), stubs[(num_workers + i) % stubs.size()].get(), &consumer_stats,
+         consumer_period,
+         consumer_period * static_cast<int64_t>(i) / static_cast<int64_t>(consumers.size())});
   }
   Window window;
   std::atomic<bool> stop{false};
   const auto start = SteadyClock::now();
   const auto measure_begin = start + absl::ToChronoNanoseconds(flags.warmup);
-  const auto measure_end =
-      measure_begin + absl::ToChronoNanoseconds(flags.duration);
+  const auto measure_end = measure_begin + absl::ToChronoNanoseconds(flags.duration);
   window.begin_ns = measure_begin.time_since_epoch().count();
   window.end_ns = measure_end.time_since_epoch().count();
   std::vector<std::thread> drivers;
   for (int t = 0; t < flags.threads; ++t) {
-    drivers.emplace_back(Drive, std::cref(slots), t, flags.threads, start,
-                         &window, flags.deadline, &stop);
+    drivers.emplace_back(Drive, std::cref(slots), t, flags.threads, start, &window, flags.deadline,
+                         &stop);
   }
   std::this_thread::sleep_until(measure_begin);
   const pid_t pid = (*dispatcher)->pid();
   std::unique_ptr<Subprocess> perf;
   if (flags.perf_workers == num_workers) {
-    auto p = Subprocess::Start(
-        {"/usr/bin/perf", "record", "-e", "cpu-clock", "-F", "499", "-g", "-p",
-         std::to_string(pid), "-o", flags.perf_out},
-        {.log_file = absl::StrCat(flags.log_dir, "/perf.log")});
+    auto p = Subprocess::Start({"/usr/bin/perf", "record", "-e", "cpu-clock", "-F", "499", "-g",
+                                "-p", std::to_string(pid), "-o", flags.perf_out},
+                               {.log_file = absl::StrCat(flags.log_dir, "/perf.log")});
     if (p.ok()) perf = std::move(*p);
   }
   const ProcSample d0 = ReadProc(pid), b0 = ReadProc(getpid());
@@ -689,9 +649,8 @@ absl::StatusOr<StepResult> RunStep(const Flags& flags, int num_workers) {
   stop.store(true);
   for (auto& thread : drivers) thread.join();
   // Let the calls in flight finish (each has a deadline).
-  const auto drain_until = SteadyClock::now() +
-                           absl::ToChronoNanoseconds(flags.deadline) +
-                           std::chrono::seconds(1);
+  const auto drain_until =
+      SteadyClock::now() + absl::ToChronoNanoseconds(flags.deadline) + std::chrono::seconds(1);
   while (g_in_flight.load() > 0 && SteadyClock::now() < drain_until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -717,14 +676,13 @@ absl::StatusOr<StepResult> RunStep(const Flags& flags, int num_workers) {
   return result;
 }
 
-std::string Summary(const char* name, const Stats::Summary& s, double rate,
-                    double window_seconds) {
+std::string Summary(const char* name, const Stats::Summary& s, double rate, double window_seconds) {
   char buf[320];
   std::snprintf(buf, sizeof(buf),
                 "%s offered %6.0f/s answered %6.0f/s p50 %6.2f ms p99 %7.2f ms "
                 "max %7.1f ms errors %zu missed %zu resp %6.0f B",
-                name, s.offered / window_seconds, rate, s.p50, s.p99, s.max,
-                s.errors, s.missed, s.avg_response_bytes);
+                name, s.offered / window_seconds, rate, s.p50, s.p99, s.max, s.errors, s.missed,
+                s.avg_response_bytes);
   return buf;
 }
 
@@ -737,38 +695,28 @@ int main(int argc, char** argv) {
   CLI::App app(
       "dispatcher_scale: simulated workers and consumers heartbeating one "
       "sluice-dispatcher");
-  app.add_option("--dispatcher", flags.dispatcher_bin,
-                 "sluice-dispatcher binary")
+  app.add_option("--dispatcher", flags.dispatcher_bin, "sluice-dispatcher binary")
       ->capture_default_str();
   app.add_option("--work-root", flags.work_root,
                  "pass --work-dir <work-root>/w<N> to each dispatcher "
                  "(durable journal); empty: none");
   app.add_option("--log-dir", flags.log_dir, "dispatcher logs, address files")
       ->capture_default_str();
-  app.add_option("--workers", flags.workers, "simulated workers, per step")
-      ->delimiter(',');
-  app.add_option("--consumers", flags.consumers, "simulated consumers")
-      ->capture_default_str();
-  app.add_option("--jobs", flags.jobs, "jobs the consumers are spread over")
-      ->capture_default_str();
+  app.add_option("--workers", flags.workers, "simulated workers, per step")->delimiter(',');
+  app.add_option("--consumers", flags.consumers, "simulated consumers")->capture_default_str();
+  app.add_option("--jobs", flags.jobs, "jobs the consumers are spread over")->capture_default_str();
   app.add_option("--worker-hz", flags.worker_hz, "worker heartbeats per second")
       ->capture_default_str();
-  app.add_option("--consumer-hz", flags.consumer_hz,
-                 "consumer heartbeats per second")
+  app.add_option("--consumer-hz", flags.consumer_hz, "consumer heartbeats per second")
       ->capture_default_str();
-  sluice::AddDurationOption(app, "--warmup", &flags.warmup,
-                            "unmeasured heartbeats first");
-  sluice::AddDurationOption(app, "--duration", &flags.duration,
-                            "measured window");
-  sluice::AddDurationOption(app, "--deadline", &flags.deadline,
-                            "deadline of every heartbeat call");
-  app.add_option("--threads", flags.threads, "driver threads")
-      ->capture_default_str();
+  sluice::AddDurationOption(app, "--warmup", &flags.warmup, "unmeasured heartbeats first");
+  sluice::AddDurationOption(app, "--duration", &flags.duration, "measured window");
+  sluice::AddDurationOption(app, "--deadline", &flags.deadline, "deadline of every heartbeat call");
+  app.add_option("--threads", flags.threads, "driver threads")->capture_default_str();
   app.add_option("--channels", flags.channels,
                  "gRPC channels (TCP connections) shared by the peers")
       ->capture_default_str();
-  app.add_option("--capacity", flags.capacity, "splits per worker")
-      ->capture_default_str();
+  app.add_option("--capacity", flags.capacity, "splits per worker")->capture_default_str();
   app.add_option("--batches-per-beat", flags.batches_per_beat,
                  "batches a worker produces per split per heartbeat")
       ->capture_default_str();
@@ -778,17 +726,15 @@ int main(int argc, char** argv) {
   app.add_option("--perf-workers", flags.perf_workers,
                  "perf record the dispatcher during the step with this many "
                  "workers");
-  app.add_option("--perf-out", flags.perf_out, "perf.data path")
-      ->capture_default_str();
+  app.add_option("--perf-out", flags.perf_out, "perf.data path")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   signal(SIGPIPE, SIG_IGN);
 
   std::printf(
       "# %d consumers at %.1f Hz over %d jobs, workers at %.1f Hz "
       "(capacity %u), %d driver threads, %d channels, warmup %s, window %s\n",
-      flags.consumers, flags.consumer_hz, flags.jobs, flags.worker_hz,
-      flags.capacity, flags.threads, flags.channels,
-      absl::FormatDuration(flags.warmup).c_str(),
+      flags.consumers, flags.consumer_hz, flags.jobs, flags.worker_hz, flags.capacity,
+      flags.threads, flags.channels, absl::FormatDuration(flags.warmup).c_str(),
       absl::FormatDuration(flags.duration).c_str());
   int failures = 0;
   for (int n : flags.workers) {
@@ -810,12 +756,11 @@ int main(int argc, char** argv) {
         sluice::bench::Summary("consumer hb", r->consumer_hb, r->consumer_rate,
                                absl::ToDoubleSeconds(flags.duration))
             .c_str(),
-        r->dispatcher_cores, r->dispatcher_rss_mb, r->dispatcher_threads,
-        r->bench_cores, static_cast<unsigned long long>(r->min_epoch),
+        r->dispatcher_cores, r->dispatcher_rss_mb, r->dispatcher_threads, r->bench_cores,
+        static_cast<unsigned long long>(r->min_epoch),
         static_cast<unsigned long long>(r->max_epoch), r->load_before.c_str(),
         r->load_after.c_str());
-    if (!r->worker_hb.error_text.empty() ||
-        !r->consumer_hb.error_text.empty()) {
+    if (!r->worker_hb.error_text.empty() || !r->consumer_hb.error_text.empty()) {
       std::printf("  errors:%s%s\n", r->worker_hb.error_text.c_str(),
                   r->consumer_hb.error_text.c_str());
     }

@@ -27,8 +27,7 @@ sluice::proto::Update HeartbeatUpdate(uint64_t worker, uint64_t n) {
   for (uint64_t i = 0; i < 4; ++i) {
     auto* split = progress->add_splits();
     split->mutable_key()->set_job_id(1);
-    split->mutable_key()->set_consumer_index(
-        static_cast<uint32_t>(worker % 200));
+    split->mutable_key()->set_consumer_index(static_cast<uint32_t>(worker % 200));
     split->mutable_key()->set_epoch(0);
     split->mutable_key()->set_position(i);
     split->set_produced_batches(n);
@@ -51,20 +50,16 @@ int main(int argc, char** argv) {
   int threads = 1;
   int appends = 2000;
   std::string sync = "full";
-  app.add_option("--work-dir", work_dir, "folder for journal.sqlite3 (emptied)")
-      ->required();
+  app.add_option("--work-dir", work_dir, "folder for journal.sqlite3 (emptied)")->required();
   app.add_option("--threads", threads, "threads appending at once");
   app.add_option("--appends", appends, "appends in total");
-  app.add_option("--sync", sync, "full | normal")
-      ->check(CLI::IsMember({"full", "normal"}));
+  app.add_option("--sync", sync, "full | normal")->check(CLI::IsMember({"full", "normal"}));
   CLI11_PARSE(app, argc, argv);
 
   std::filesystem::remove_all(work_dir);
   auto journal = sluice::dispatcher::SqliteJournal::Open(
-      work_dir,
-      {.sync = sync == "full"
-                   ? sluice::dispatcher::SqliteJournal::SyncMode::kFull
-                   : sluice::dispatcher::SqliteJournal::SyncMode::kNormal});
+      work_dir, {.sync = sync == "full" ? sluice::dispatcher::SqliteJournal::SyncMode::kFull
+                                        : sluice::dispatcher::SqliteJournal::SyncMode::kNormal});
   if (!journal.ok()) {
     std::fprintf(stderr, "%s\n", journal.status().ToString().c_str());
     return 1;
@@ -80,29 +75,26 @@ int main(int argc, char** argv) {
         const auto update = HeartbeatUpdate(t, i);
         const auto before = Clock::now();
         absl::StatusOr<uint64_t> ticket = (*journal)->Enqueue(update);
-        absl::Status s =
-            ticket.ok() ? (*journal)->WaitDurable(*ticket) : ticket.status();
+        absl::Status s = ticket.ok() ? (*journal)->WaitDurable(*ticket) : ticket.status();
         if (!s.ok()) {
           std::fprintf(stderr, "%s\n", s.ToString().c_str());
           std::exit(1);
         }
         latencies[t].push_back(
-            std::chrono::duration<double, std::milli>(Clock::now() - before)
-                .count());
+            std::chrono::duration<double, std::milli>(Clock::now() - before).count());
       }
     });
   }
   for (auto& thread : pool) thread.join();
-  const double seconds =
-      std::chrono::duration<double>(Clock::now() - start).count();
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   std::vector<double> all;
   for (const auto& v : latencies) all.insert(all.end(), v.begin(), v.end());
   const double max = *std::max_element(all.begin(), all.end());
   std::printf(
       "threads=%d sync=%s appends=%zu appends_per_s=%.0f p50_ms=%.3f "
       "p99_ms=%.3f max_ms=%.3f",
-      threads, sync.c_str(), all.size(), all.size() / seconds,
-      Percentile(all, 0.5), Percentile(all, 0.99), max);
+      threads, sync.c_str(), all.size(), all.size() / seconds, Percentile(all, 0.5),
+      Percentile(all, 0.99), max);
   // What a restart pays: Open (checks every row) + Read (what is replayed).
   journal->reset();
   const auto open_start = Clock::now();
@@ -110,17 +102,14 @@ int main(int argc, char** argv) {
   const auto read_start = Clock::now();
   auto contents = reopened.ok()
                       ? (*reopened)->Read()
-                      : absl::StatusOr<sluice::dispatcher::Journal::Contents>(
-                            reopened.status());
+                      : absl::StatusOr<sluice::dispatcher::Journal::Contents>(reopened.status());
   const auto read_end = Clock::now();
   if (!contents.ok()) {
     std::fprintf(stderr, "\n%s\n", contents.status().ToString().c_str());
     return 1;
   }
-  std::printf(
-      " reopen_open_ms=%.1f reopen_read_ms=%.1f\n",
-      std::chrono::duration<double, std::milli>(read_start - open_start)
-          .count(),
-      std::chrono::duration<double, std::milli>(read_end - read_start).count());
+  std::printf(" reopen_open_ms=%.1f reopen_read_ms=%.1f\n",
+              std::chrono::duration<double, std::milli>(read_start - open_start).count(),
+              std::chrono::duration<double, std::milli>(read_end - read_start).count());
   return 0;
 }

@@ -35,8 +35,7 @@ namespace {
 double CpuSeconds() {
   rusage u;
   getrusage(RUSAGE_SELF, &u);
-  return u.ru_utime.tv_sec + u.ru_stime.tv_sec +
-         1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
 // A plan decoding `box` at scale n/8 resized to out × out (0: box·n/8, which
@@ -84,15 +83,13 @@ int main(int argc, char** argv) {
     const double cpu0 = CpuSeconds();
     for (int r = 0; r < rounds; ++r) {
       for (size_t i = 0; i < jpegs.size(); ++i) {
-        const dw::CropBox box{0, 0, sizes[i].first / 8 * 8,
-                              sizes[i].second / 8 * 8};
+        const dw::CropBox box{0, 0, sizes[i].first / 8 * 8, sizes[i].second / 8 * 8};
         auto img = dw::DecodeImageRegion(jpegs[i], ScalePlan(n, box, 0));
         if (!img.ok()) return 1;
         pixels += double(sizes[i].first) * sizes[i].second;
       }
     }
-    std::printf("scale %d/8: %.2f ns per source pixel\n", n,
-                1e9 * (CpuSeconds() - cpu0) / pixels);
+    std::printf("scale %d/8: %.2f ns per source pixel\n", n, 1e9 * (CpuSeconds() - cpu0) / pixels);
   }
   double resize_pixels = 0, resize_secs = 0;
   for (size_t i = 0; i < jpegs.size(); ++i) {
@@ -101,15 +98,13 @@ int main(int argc, char** argv) {
     const int h = sizes[i].first, w = sizes[i].second;
     const double cpu0 = CpuSeconds();
     for (int r = 0; r < rounds; ++r) {
-      dw::Tensor out = dw::CropAndResize(*full, dw::CropBox{0, 0, h, w},
-                                         h * 6 / 10, w * 6 / 10,
+      dw::Tensor out = dw::CropAndResize(*full, dw::CropBox{0, 0, h, w}, h * 6 / 10, w * 6 / 10,
                                          /*INTER_LINEAR=*/1);
       resize_pixels += double(h) * w;
     }
     resize_secs += CpuSeconds() - cpu0;
   }
-  std::printf("resize: %.2f ns per input pixel\n",
-              1e9 * resize_secs / resize_pixels);
+  std::printf("resize: %.2f ns per input pixel\n", 1e9 * resize_secs / resize_pixels);
   constexpr int kOut = 224;
   {
     for (int n = 1; n <= 8; ++n) {
@@ -129,8 +124,7 @@ int main(int argc, char** argv) {
         count += static_cast<int64_t>(ref->num_bytes());
       }
       if (count == 0) continue;
-      std::printf("bound scale %d/8: mean abs diff %.3f levels (%lld images)\n",
-                  n, sum / count,
+      std::printf("bound scale %d/8: mean abs diff %.3f levels (%lld images)\n", n, sum / count,
                   static_cast<long long>(count / (kOut * kOut * 3)));
     }
   }

@@ -81,16 +81,16 @@ struct Record {
 };
 
 // One output: (global index, image tensor) → written into batch slot `slot`.
-using ElementFn = std::function<bool(uint64_t global, uint64_t epoch,
-                                     int64_t slot, dw::Tensor* batch)>;
+using ElementFn =
+    std::function<bool(uint64_t global, uint64_t epoch, int64_t slot, dw::Tensor* batch)>;
 using BatchFn = std::function<bool(dw::Tensor* batch)>;
 
 // Runs one epoch of a chain on `threads` threads, each filling its own
 // batches of `batch_size` (a new buffer per batch, as a pipeline hands each
 // batch on).
-bool RunEpoch(const std::vector<Record>& records, int threads, int batch_size,
-              uint64_t epoch, dw::DType dtype, std::vector<int64_t> elem_shape,
-              const ElementFn& element, const BatchFn& finish) {
+bool RunEpoch(const std::vector<Record>& records, int threads, int batch_size, uint64_t epoch,
+              dw::DType dtype, std::vector<int64_t> elem_shape, const ElementFn& element,
+              const BatchFn& finish) {
   std::atomic<bool> failed{false};
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
@@ -125,14 +125,13 @@ bool RunEpoch(const std::vector<Record>& records, int threads, int batch_size,
 double CpuSeconds() {
   rusage u;
   getrusage(RUSAGE_SELF, &u);
-  return u.ru_utime.tv_sec + u.ru_stime.tv_sec +
-         1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
 // Images/s over `epochs` timed epochs after one warm-up; *cpu_us gets the
 // process CPU time per image (robust to other jobs sharing the machine).
-double Time(const std::function<bool(uint64_t)>& epoch_fn, int epochs,
-            size_t images, double* cpu_us) {
+double Time(const std::function<bool(uint64_t)>& epoch_fn, int epochs, size_t images,
+            double* cpu_us) {
   if (epochs <= 0) return 0;
   if (!epoch_fn(0)) return -1;  // warm-up
   const absl::Time start = absl::Now();
@@ -150,9 +149,8 @@ double Time(const std::function<bool(uint64_t)>& epoch_fn, int epochs,
 // timed epochs and reports its CPU seconds for them. Returns images/s from the
 // common start to the last worker's end (-1 if a worker failed); *cpu_us gets
 // the workers' CPU time per image.
-double RunStrict(const std::vector<Record>& records, int processes,
-                 int batch_size, int epochs, std::vector<int64_t> elem_shape,
-                 const ElementFn& element, double* cpu_us) {
+double RunStrict(const std::vector<Record>& records, int processes, int batch_size, int epochs,
+                 std::vector<int64_t> elem_shape, const ElementFn& element, double* cpu_us) {
   int ready[2], go[2], done[2];
   if (pipe(ready) != 0 || pipe(go) != 0 || pipe(done) != 0) return -1;
   std::vector<pid_t> pids;
@@ -209,8 +207,7 @@ double RunStrict(const std::vector<Record>& records, int processes,
   close(done[0]);
   for (pid_t pid : pids) {
     int status = 0;
-    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
-        WEXITSTATUS(status) != 0) {
+    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
       ok = false;
     }
   }
@@ -223,21 +220,19 @@ double RunStrict(const std::vector<Record>& records, int processes,
 // decode stops at the plan callback).
 bool ImageSize(const std::string& encoded, int* height, int* width) {
   *height = *width = 0;
-  (void)dw::DecodeImageRegion(
-      encoded, [&](int h, int w) -> absl::StatusOr<dw::DecodePlan> {
-        *height = h;
-        *width = w;
-        return absl::CancelledError("size only");
-      });
+  (void)dw::DecodeImageRegion(encoded, [&](int h, int w) -> absl::StatusOr<dw::DecodePlan> {
+    *height = h;
+    *width = w;
+    return absl::CancelledError("size only");
+  });
   return *height > 0 && *width > 0;
 }
 
 // --dump-boxes: the crop box and flip the train spec draws for images
 // 0..count-1 in epoch 0 (ops at positions 1 and 2, as the fast chain), then
 // `draws` boxes drawn for elements 0..draws-1 on image 0's size.
-bool DumpBoxes(const std::string& path, const std::vector<Record>& records,
-               int count, int draws, uint64_t seed,
-               const dw::RandomResizedCropSpec& rrc, float flip_p) {
+bool DumpBoxes(const std::string& path, const std::vector<Record>& records, int count, int draws,
+               uint64_t seed, const dw::RandomResizedCropSpec& rrc, float flip_p) {
   std::FILE* f = std::fopen(path.c_str(), "w");
   if (f == nullptr || records.empty()) return false;
   bool ok = true;
@@ -248,8 +243,8 @@ bool DumpBoxes(const std::string& path, const std::vector<Record>& records,
     sluice::Rng crop_rng = ctx.RngFor(1);
     const dw::CropBox b = dw::RandomResizedCropBox(rrc, h, w, crop_rng);
     sluice::Rng flip_rng = ctx.RngFor(2);
-    std::fprintf(f, "index %zu %d %d %d %d %d\n", g, b.top, b.left, b.height,
-                 b.width, flip_rng.Bernoulli(flip_p) ? 1 : 0);
+    std::fprintf(f, "index %zu %d %d %d %d %d\n", g, b.top, b.left, b.height, b.width,
+                 flip_rng.Bernoulli(flip_p) ? 1 : 0);
   }
   int h0, w0;
   ok = ok && ImageSize(records[0].jpeg, &h0, &w0);
@@ -274,8 +269,7 @@ int main(int argc, char** argv) {
   app.add_option("--data", data, "Unirecord dataset folder")->required();
   app.add_option("--threads", threads, "Threads")->capture_default_str();
   app.add_option("--epochs", epochs, "Timed epochs")->capture_default_str();
-  app.add_option("--chain", chain, "plan | fast | both | strict | all")
-      ->capture_default_str();
+  app.add_option("--chain", chain, "plan | fast | both | strict | all")->capture_default_str();
   app.add_option("--dct-rule", dct_rule,
                  "DCT scales of the fast and strict chains: engine (the "
                  "engine's default) | pow2 | eighth | cost")
@@ -289,8 +283,7 @@ int main(int argc, char** argv) {
                  "Also write this many crop boxes drawn on image 0's size")
       ->capture_default_str();
   app.add_option("--dump", dump, "Write the plan chain's first outputs here");
-  app.add_option("--dump-count", dump_count, "Outputs to --dump")
-      ->capture_default_str();
+  app.add_option("--dump-count", dump_count, "Outputs to --dump")->capture_default_str();
   bool micro = false;
   app.add_flag("--micro", micro,
                "Also time the normalize pass alone: the old per-channel "
@@ -334,8 +327,7 @@ int main(int argc, char** argv) {
   for (const auto& stage : plan->stages) {
     for (const auto& step : stage.steps) {
       if (step.kind != pl::Step::kMap) continue;
-      element_ops.insert(element_ops.end(), step.map.ops.begin(),
-                         step.map.ops.end());
+      element_ops.insert(element_ops.end(), step.map.ops.begin(), step.map.ops.end());
       image_slot = step.map.slots[0];
     }
   }
@@ -354,14 +346,12 @@ int main(int argc, char** argv) {
     probe = std::move(*r);
   }
   std::printf("plan: %s\n", plan->Describe().c_str());
-  std::printf("records: %zu in memory, %d threads, batch %d, avx2 %d\n",
-              records.size(), threads, batch_size,
-              sluice::kernels::NormalizeKernelUsesAvx2() ? 1 : 0);
+  std::printf("records: %zu in memory, %d threads, batch %d, avx2 %d\n", records.size(), threads,
+              batch_size, sluice::kernels::NormalizeKernelUsesAvx2() ? 1 : 0);
 
   std::vector<char> dumped;
   std::atomic<int64_t> dump_elements{0};
-  const ElementFn plan_element = [&](uint64_t g, uint64_t epoch, int64_t slot,
-                                     dw::Tensor* batch) {
+  const ElementFn plan_element = [&](uint64_t g, uint64_t epoch, int64_t slot, dw::Tensor* batch) {
     dw::Tensor x = dw::Tensor::FromBytes(records[g].jpeg);
     const dw::ElementContext ctx{lp->seed, epoch, g};
     for (const auto& op : element_ops) {
@@ -383,18 +373,15 @@ int main(int argc, char** argv) {
   };
   if (!dump.empty()) {
     // Dataset order, one thread: element i of batch 0, 1, ... in order.
-    std::vector<Record> first(
-        records.begin(),
-        records.begin() + std::min<size_t>(dump_count, records.size()));
+    std::vector<Record> first(records.begin(),
+                              records.begin() + std::min<size_t>(dump_count, records.size()));
     std::ofstream out(dump, std::ios::binary);
     const BatchFn write = [&](dw::Tensor* batch) {
       if (!plan_finish(batch)) return false;
-      out.write(reinterpret_cast<const char*>(batch->data()),
-                batch->num_bytes());
+      out.write(reinterpret_cast<const char*>(batch->data()), batch->num_bytes());
       return true;
     };
-    if (!RunEpoch(first, 1, 1, 0, probe.dtype(), probe.shape(), plan_element,
-                  write)) {
+    if (!RunEpoch(first, 1, 1, 0, probe.dtype(), probe.shape(), plan_element, write)) {
       return 1;
     }
     std::printf("dumped %zu outputs to %s\n", first.size(), dump.c_str());
@@ -405,10 +392,8 @@ int main(int argc, char** argv) {
     std::vector<uint8_t> in(n * plane * 3);
     for (size_t i = 0; i < in.size(); ++i) in[i] = (i * 131 + 7) & 255;
     std::vector<float> out(n * plane * 3);
-    const float scale[3] = {1 / (255 * 0.229f), 1 / (255 * 0.224f),
-                            1 / (255 * 0.225f)};
-    const float bias[3] = {-0.485f / 0.229f, -0.456f / 0.224f,
-                           -0.406f / 0.225f};
+    const float scale[3] = {1 / (255 * 0.229f), 1 / (255 * 0.224f), 1 / (255 * 0.225f)};
+    const float bias[3] = {-0.485f / 0.229f, -0.456f / 0.224f, -0.406f / 0.225f};
     std::vector<float> lut(3 * 256);
     for (int c = 0; c < 3; ++c) {
       for (int v = 0; v < 256; ++v) {
@@ -435,30 +420,27 @@ int main(int argc, char** argv) {
     });
     const double kernel_ms = time_ms([&] {
       for (int64_t i = 0; i < n; ++i) {
-        sluice::kernels::NormalizeHwc3ToChw(in.data() + i * plane * 3, 1, plane,
-                                            plane * 3, false, scale, bias,
-                                            out.data() + i * plane * 3);
+        sluice::kernels::NormalizeHwc3ToChw(in.data() + i * plane * 3, 1, plane, plane * 3, false,
+                                            scale, bias, out.data() + i * plane * 3);
       }
     });
-    std::printf("normalize: tables %.2f ms/batch, kernel %.2f ms/batch\n",
-                lut_ms, kernel_ms);
+    std::printf("normalize: tables %.2f ms/batch, kernel %.2f ms/batch\n", lut_ms, kernel_ms);
   }
 
   double plan_rate = 0, fast_rate = 0, plan_cpu = 0, fast_cpu = 0;
-  if (chain != "plan" && chain != "fast" && chain != "both" &&
-      chain != "strict" && chain != "all") {
+  if (chain != "plan" && chain != "fast" && chain != "both" && chain != "strict" &&
+      chain != "all") {
     std::fprintf(stderr, "--chain: unknown chain '%s'\n", chain.c_str());
     return 1;
   }
   if (chain == "plan" || chain == "both" || chain == "all") {
     plan_rate = Time(
         [&](uint64_t e) {
-          return RunEpoch(records, threads, batch_size, e, probe.dtype(),
-                          probe.shape(), plan_element, plan_finish);
+          return RunEpoch(records, threads, batch_size, e, probe.dtype(), probe.shape(),
+                          plan_element, plan_finish);
         },
         epochs, records.size(), &plan_cpu);
-    std::printf("plan: %.1f images/s, %.0f us CPU/image\n", plan_rate,
-                plan_cpu);
+    std::printf("plan: %.1f images/s, %.0f us CPU/image\n", plan_rate, plan_cpu);
   }
 
   double strict_rate = 0, strict_cpu = 0;
@@ -466,25 +448,22 @@ int main(int argc, char** argv) {
     // Recognize the two shipped specs from their ops.
     std::vector<sluice::proto::OpSpec> ops;
     for (const auto& n : spec->nodes()) {
-      if (n.has_map())
-        ops.insert(ops.end(), n.map().ops().begin(), n.map().ops().end());
+      if (n.has_map()) ops.insert(ops.end(), n.map().ops().begin(), n.map().ops().end());
     }
-    const bool train = ops.size() == 5 && ops[1].has_random_resized_crop() &&
-                       ops[2].has_random_horizontal_flip();
-    const bool eval =
-        ops.size() == 5 && ops[1].has_resize() && ops[2].has_center_crop();
+    const bool train =
+        ops.size() == 5 && ops[1].has_random_resized_crop() && ops[2].has_random_horizontal_flip();
+    const bool eval = ops.size() == 5 && ops[1].has_resize() && ops[2].has_center_crop();
     if (!(train || eval) || !ops[0].has_decode() || !ops[3].has_normalize() ||
         !ops[4].has_hwc2chw()) {
       std::fprintf(stderr, "fast chain: unsupported spec\n");
       return 1;
     }
-    const dw::DctScaleRule rule =
-        dct_rule == "eighth" ? dw::DctScaleRule::kSmallestEighth
-        : dct_rule == "pow2" ? dw::DctScaleRule::kPowerOfTwo
-        : dct_rule == "cost" ? dw::DctScaleRule::kCostModel
-                             : dw::DctScaleRuleOf(ops[0].decode().dct_scale());
-    if (dct_rule != "engine" && dct_rule != "eighth" && dct_rule != "pow2" &&
-        dct_rule != "cost") {
+    const dw::DctScaleRule rule = dct_rule == "eighth" ? dw::DctScaleRule::kSmallestEighth
+                                  : dct_rule == "pow2" ? dw::DctScaleRule::kPowerOfTwo
+                                  : dct_rule == "cost"
+                                      ? dw::DctScaleRule::kCostModel
+                                      : dw::DctScaleRuleOf(ops[0].decode().dct_scale());
+    if (dct_rule != "engine" && dct_rule != "eighth" && dct_rule != "pow2" && dct_rule != "cost") {
       std::fprintf(stderr, "--dct-rule: unknown rule '%s'\n", dct_rule.c_str());
       return 1;
     }
@@ -511,16 +490,14 @@ int main(int argc, char** argv) {
       out_h = crop.height;
       out_w = crop.width;
     }
-    const float flip_p = ops.size() > 2 &&
-                                 ops[2].has_random_horizontal_flip() &&
+    const float flip_p = ops.size() > 2 && ops[2].has_random_horizontal_flip() &&
                                  ops[2].random_horizontal_flip().has_p()
                              ? ops[2].random_horizontal_flip().p()
                              : 0.5f;
     const ElementFn fast_element = [&](uint64_t g, uint64_t epoch, int64_t slot,
                                        dw::Tensor* batch) {
       const dw::ElementContext ctx{lp->seed, epoch, g};
-      const dw::PlanFn plan_fn = [&](int h,
-                                     int w) -> absl::StatusOr<dw::DecodePlan> {
+      const dw::PlanFn plan_fn = [&](int h, int w) -> absl::StatusOr<dw::DecodePlan> {
         dw::DecodePlan p;
         if (train) {
           sluice::Rng rng = ctx.RngFor(1);
@@ -534,8 +511,7 @@ int main(int argc, char** argv) {
         p.interpolation = train ? rrc.interpolation : resize.interpolation;
         p.allow_dct_scaling = true;
         p.dct_rule = rule;
-        p.idct =
-            ops[0].decode().idct();  // the spec's JPEG settings, as the engine
+        p.idct = ops[0].decode().idct();  // the spec's JPEG settings, as the engine
         p.fast_upsampling = ops[0].decode().fast_upsampling();
         return p;
       };
@@ -548,16 +524,15 @@ int main(int argc, char** argv) {
         sluice::Rng rng = ctx.RngFor(2);
         flip = rng.Bernoulli(flip_p);
       } else {
-        auto box = dw::CenterCropBox(crop, static_cast<int>(h),
-                                     static_cast<int>(w), dw::OpLabel{});
+        auto box = dw::CenterCropBox(crop, static_cast<int>(h), static_cast<int>(w), dw::OpLabel{});
         if (!box.ok()) return false;
         top = box->top;
         left = box->left;
       }
       const int64_t plane = int64_t{out_h} * out_w;
-      sluice::kernels::NormalizeHwc3ToChw(
-          img->data() + (top * w + left) * 3, out_h, out_w, w * 3, flip, scale,
-          bias, batch->data_as<float>() + slot * 3 * plane);
+      sluice::kernels::NormalizeHwc3ToChw(img->data() + (top * w + left) * 3, out_h, out_w, w * 3,
+                                          flip, scale, bias,
+                                          batch->data_as<float>() + slot * 3 * plane);
       return true;
     };
     if (!dump_boxes.empty()) {
@@ -565,10 +540,8 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "--dump-boxes needs the train spec\n");
         return 1;
       }
-      if (!DumpBoxes(dump_boxes, records, dump_count, box_draws, lp->seed, rrc,
-                     flip_p)) {
-        std::fprintf(stderr, "--dump-boxes: cannot write %s\n",
-                     dump_boxes.c_str());
+      if (!DumpBoxes(dump_boxes, records, dump_count, box_draws, lp->seed, rrc, flip_p)) {
+        std::fprintf(stderr, "--dump-boxes: cannot write %s\n", dump_boxes.c_str());
         return 1;
       }
       std::printf("dumped boxes to %s\n", dump_boxes.c_str());
@@ -577,24 +550,22 @@ int main(int argc, char** argv) {
     if (chain == "fast" || chain == "both" || chain == "all") {
       fast_rate = Time(
           [&](uint64_t e) {
-            return RunEpoch(records, threads, batch_size, e,
-                            dw::DType::kFloat32, {3, out_h, out_w},
+            return RunEpoch(records, threads, batch_size, e, dw::DType::kFloat32, {3, out_h, out_w},
                             fast_element, fast_finish);
           },
           epochs, records.size(), &fast_cpu);
-      std::printf("fast: %.1f images/s, %.0f us CPU/image (dct rule %s)\n",
-                  fast_rate, fast_cpu, dct_rule.c_str());
+      std::printf("fast: %.1f images/s, %.0f us CPU/image (dct rule %s)\n", fast_rate, fast_cpu,
+                  dct_rule.c_str());
     }
     if (chain == "strict" || chain == "all") {
-      strict_rate = RunStrict(records, threads, batch_size, epochs,
-                              {3, out_h, out_w}, fast_element, &strict_cpu);
+      strict_rate = RunStrict(records, threads, batch_size, epochs, {3, out_h, out_w}, fast_element,
+                              &strict_cpu);
       std::printf(
           "strict: %.1f images/s, %.0f us CPU/image (%d processes, "
           "dct rule %s)\n",
           strict_rate, strict_cpu, threads, dct_rule.c_str());
     }
   }
-  std::printf("ceiling: %.1f images/s\n",
-              std::max({plan_rate, fast_rate, strict_rate}));
+  std::printf("ceiling: %.1f images/s\n", std::max({plan_rate, fast_rate, strict_rate}));
   return plan_rate < 0 || fast_rate < 0 || strict_rate < 0 ? 1 : 0;
 }

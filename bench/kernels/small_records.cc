@@ -29,8 +29,7 @@ int main(int argc, char** argv) {
   int64_t records = 1000000;
   int epochs = 3;
   app.add_option("--make", make, "Write the small-record dataset here");
-  app.add_option("--records", records, "Records to write")
-      ->capture_default_str();
+  app.add_option("--records", records, "Records to write")->capture_default_str();
   app.add_option("--loop", loop, "Time the plain loop over this dataset");
   app.add_option("--epochs", epochs, "Timed epochs")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -43,15 +42,12 @@ int main(int argc, char** argv) {
     std::vector<float> feature(16);
     for (int64_t i = 0; i < records; ++i) {
       for (int k = 0; k < 16; ++k) feature[k] = static_cast<float>(i + k);
-      if (!(*w)->Add({rec::Tensor::Int64(i % 1000),
-                      rec::Tensor::Of<float>({16}, feature)})
-               .ok()) {
+      if (!(*w)->Add({rec::Tensor::Int64(i % 1000), rec::Tensor::Of<float>({16}, feature)}).ok()) {
         return 1;
       }
     }
     if (!(*w)->Finish().ok()) return 1;
-    std::printf("wrote %lld records to %s\n", static_cast<long long>(records),
-                make.c_str());
+    std::printf("wrote %lld records to %s\n", static_cast<long long>(records), make.c_str());
   }
   if (loop.empty()) return 0;
   auto ds = rec::Dataset::Open(loop);

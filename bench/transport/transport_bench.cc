@@ -40,9 +40,8 @@ double Seconds(Clock::time_point since) {
 // Streams `batches` frames of one pre-built batch through sluice's codec
 // (service::EncodeBatch: a header slice and a column slice that references the
 // buffer), on the raw GetBatches method, one write in flight, as the worker does.
-class Service final
-    : public sluice::proto::WorkerService::WithRawCallbackMethod_GetBatches<
-          sluice::proto::WorkerService::CallbackService> {
+class Service final : public sluice::proto::WorkerService::WithRawCallbackMethod_GetBatches<
+                          sluice::proto::WorkerService::CallbackService> {
  public:
   Service(size_t bytes, int batches) : batches_(batches) {
     auto buffer = std::make_shared<std::string>(bytes, '\x5a');
@@ -50,22 +49,16 @@ class Service final
     batch_.header.add_global_indices(0);
     (void)sluice::service::AppendColumn(
         "image", sluice::record::DType::kUint8, shape,
-        {reinterpret_cast<const uint8_t*>(buffer->data()), bytes, buffer},
-        &batch_);
+        {reinterpret_cast<const uint8_t*>(buffer->data()), bytes, buffer}, &batch_);
   }
 
-  grpc::ServerWriteReactor<grpc::ByteBuffer>* GetBatches(
-      grpc::CallbackServerContext*, const grpc::ByteBuffer*) override {
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* GetBatches(grpc::CallbackServerContext*,
+                                                         const grpc::ByteBuffer*) override {
     class Writer : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
      public:
-      Writer(const sluice::service::WireBatch& batch, int n)
-          : batch_(batch), left_(n) {
-        Next();
-      }
+      Writer(const sluice::service::WireBatch& batch, int n) : batch_(batch), left_(n) { Next(); }
       void OnWriteDone(bool ok) override {
-        if (!ok)
-          return Finish(
-              grpc::Status(grpc::StatusCode::UNKNOWN, "write failed"));
+        if (!ok) return Finish(grpc::Status(grpc::StatusCode::UNKNOWN, "write failed"));
         Next();
       }
       void OnDone() override { delete this; }
@@ -98,46 +91,39 @@ double GrpcMegabytesPerSecond(size_t bytes, int batches, size_t* copied) {
   Service service(bytes, batches);
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                           &port);
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
   builder.SetMaxSendMessageSize(-1);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
   if (const char* kb = std::getenv("READ_CHUNK_KB")) {
-    args.SetInt("grpc.experimental.tcp_min_read_chunk_size",
-                std::atoi(kb) * 1024);
-    args.SetInt("grpc.experimental.tcp_max_read_chunk_size",
-                std::atoi(kb) * 1024);
+    args.SetInt("grpc.experimental.tcp_min_read_chunk_size", std::atoi(kb) * 1024);
+    args.SetInt("grpc.experimental.tcp_max_read_chunk_size", std::atoi(kb) * 1024);
   }
   if (const char* kb = std::getenv("FRAME_KB")) {
     args.SetInt("grpc.http2.max_frame_size", std::atoi(kb) * 1024);
   }
-  auto channel =
-      grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(port),
-                                grpc::InsecureChannelCredentials(), args);
+  auto channel = grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(port),
+                                           grpc::InsecureChannelCredentials(), args);
   grpc::ClientContext context;
   sluice::proto::GetBatchesRequest request;
   const auto start = Clock::now();
-  auto reader =
-      sluice::service::OpenBatchStream(channel.get(), &context, request);
+  auto reader = sluice::service::OpenBatchStream(channel.get(), &context, request);
   grpc::ByteBuffer frame;
   size_t received = 0;
   *copied = 0;
   while (reader->Read(&frame)) {
     auto batch = sluice::service::DecodeBatch(&frame);
     if (!batch.ok()) {
-      std::fprintf(stderr, "bad frame: %s\n",
-                   std::string(batch.status().message()).c_str());
+      std::fprintf(stderr, "bad frame: %s\n", std::string(batch.status().message()).c_str());
       break;
     }
     if (kNoGather) {  // attribution only: the bytes arrived, nobody owns them
       for (const auto& piece : batch->pieces[0]) received += piece.size();
       continue;
     }
-    const sluice::service::ColumnBytes column =
-        sluice::service::Gather(*batch, 0, /*alignment=*/1);
+    const sluice::service::ColumnBytes column = sluice::service::Gather(*batch, 0, /*alignment=*/1);
     if (column.owner != batch->slices) *copied += 1;
     received += column.size;
   }
@@ -145,8 +131,8 @@ double GrpcMegabytesPerSecond(size_t bytes, int batches, size_t* copied) {
   const double seconds = Seconds(start);
   server->Shutdown();
   if (!status.ok() || received != bytes * batches) {
-    std::fprintf(stderr, "grpc stream failed (%zu of %zu bytes): %s\n",
-                 received, bytes * batches, status.error_message().c_str());
+    std::fprintf(stderr, "grpc stream failed (%zu of %zu bytes): %s\n", received, bytes * batches,
+                 status.error_message().c_str());
     return 0;
   }
   return received / 1e6 / seconds;
@@ -166,8 +152,7 @@ double TcpMegabytesPerSecond(size_t bytes, int batches) {
     const std::string buffer(bytes, '\x5a');
     for (int b = 0; b < batches; ++b) {
       for (size_t sent = 0; sent < bytes;) {
-        const ssize_t n =
-            send(fd, buffer.data() + sent, bytes - sent, MSG_NOSIGNAL);
+        const ssize_t n = send(fd, buffer.data() + sent, bytes - sent, MSG_NOSIGNAL);
         if (n <= 0) break;
         sent += n;
       }
@@ -199,8 +184,7 @@ double TcpMegabytesPerSecond(size_t bytes, int batches) {
   sender.join();
   close(listener);
   if (received != bytes * batches) {
-    std::fprintf(stderr, "tcp copy received %zu of %zu bytes\n", received,
-                 bytes * batches);
+    std::fprintf(stderr, "tcp copy received %zu of %zu bytes\n", received, bytes * batches);
     return 0;
   }
   return received / 1e6 / seconds;
@@ -213,12 +197,9 @@ int main(int argc, char** argv) {
   double batch_mb = 9.633792;  // 64 x 224 x 224 x 3 uint8
   int batches = 40;
   int reps = 3;
-  app.add_option("--batch-mb", batch_mb, "Batch size in MB")
-      ->capture_default_str();
-  app.add_option("--batches", batches, "Batches per run")
-      ->capture_default_str();
-  app.add_option("--reps", reps, "Runs; the median is reported")
-      ->capture_default_str();
+  app.add_option("--batch-mb", batch_mb, "Batch size in MB")->capture_default_str();
+  app.add_option("--batches", batches, "Batches per run")->capture_default_str();
+  app.add_option("--reps", reps, "Runs; the median is reported")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   const size_t bytes = static_cast<size_t>(batch_mb * 1e6);
   std::vector<double> grpc_rates, tcp_rates;
@@ -230,15 +211,11 @@ int main(int argc, char** argv) {
   std::sort(grpc_rates.begin(), grpc_rates.end());
   std::sort(tcp_rates.begin(), tcp_rates.end());
   const double grpc = grpc_rates[reps / 2], tcp = tcp_rates[reps / 2];
-  std::printf(
-      "batch %.2f MB x %d (%zu bytes each way, checked), median of %d\n",
-      batch_mb, batches, bytes * batches, reps);
+  std::printf("batch %.2f MB x %d (%zu bytes each way, checked), median of %d\n", batch_mb, batches,
+              bytes * batches, reps);
   std::printf("tcp socket copy   %8.0f MB/s\n", tcp);
-  std::printf("grpc GetBatches   %8.0f MB/s  (%.0f batches/s)\n", grpc,
-              grpc / batch_mb);
-  std::printf("grpc batches copied once into owned memory: %zu of %d\n", copied,
-              batches);
-  std::printf("ratio grpc/tcp    %8.2f  (goal >= 0.8)\n",
-              tcp > 0 ? grpc / tcp : 0.0);
+  std::printf("grpc GetBatches   %8.0f MB/s  (%.0f batches/s)\n", grpc, grpc / batch_mb);
+  std::printf("grpc batches copied once into owned memory: %zu of %d\n", copied, batches);
+  std::printf("ratio grpc/tcp    %8.2f  (goal >= 0.8)\n", tcp > 0 ? grpc / tcp : 0.0);
   return 0;
 }

@@ -69,18 +69,14 @@ DType ToDType(proto::TensorDType dtype) {
 // The seam for device finishing: a GPU trainer would instead hand the uint8 column (and the
 // ops) to the device here. InvalidArgument if the ops or the column are not what the client
 // can run.
-absl::Status FinishOnHost(const service::ReceivedBatch& wire,
-                          const proto::ColumnFinish& finish,
+absl::Status FinishOnHost(const service::ReceivedBatch& wire, const proto::ColumnFinish& finish,
                           BufferPool& buffers, Column* column) {
   const proto::Column& c = wire.header.columns(finish.column());
   ASSIGN_OR_RETURN(record::DType dtype, service::FromWireDType(c.dtype()));
-  const std::vector<proto::OpSpec> ops(finish.ops().begin(),
-                                       finish.ops().end());
-  ASSIGN_OR_RETURN(kernels::Finisher finisher,
-                   kernels::Finisher::Create(ops, dtype, c.shape()));
+  const std::vector<proto::OpSpec> ops(finish.ops().begin(), finish.ops().end());
+  ASSIGN_OR_RETURN(kernels::Finisher finisher, kernels::Finisher::Create(ops, dtype, c.shape()));
   std::shared_ptr<uint8_t[]> out = buffers.Get(finisher.out_bytes());
-  finisher.Run(wire.pieces[finish.column()],
-               reinterpret_cast<float*>(out.get()));
+  finisher.Run(wire.pieces[finish.column()], reinterpret_cast<float*>(out.get()));
   column->dtype = DType::kFloat32;
   column->shape = finisher.out_shape();
   column->data = out.get();
@@ -93,16 +89,14 @@ absl::Status FinishOnHost(const service::ReceivedBatch& wire,
 // its dtype) is handed over as is, sharing the slices' ownership; any other column is copied
 // once into a buffer the batch owns (service::Gather), or finished on the way (FinishOnHost)
 // into a buffer from `buffers`.
-absl::StatusOr<Batch> FromWire(const service::ReceivedBatch& wire,
-                               BufferPool& buffers) {
+absl::StatusOr<Batch> FromWire(const service::ReceivedBatch& wire, BufferPool& buffers) {
   const proto::Batch& header = wire.header;
   Batch batch;
   batch.epoch = header.key().epoch();
   batch.position = header.key().position();
   batch.split_id = header.split_id();
   batch.batch_index = header.batch_index();
-  batch.global_indices.assign(header.global_indices().begin(),
-                              header.global_indices().end());
+  batch.global_indices.assign(header.global_indices().begin(), header.global_indices().end());
   batch.columns.reserve(header.columns_size());
   std::vector<const proto::ColumnFinish*> finish(header.columns_size());
   for (const proto::ColumnFinish& f : header.finish()) {
@@ -119,11 +113,9 @@ absl::StatusOr<Batch> FromWire(const service::ReceivedBatch& wire,
     }
     column.dtype = ToDType(c.dtype());
     column.shape.assign(c.shape().begin(), c.shape().end());
-    const absl::StatusOr<record::DType> dtype =
-        service::FromWireDType(c.dtype());
+    const absl::StatusOr<record::DType> dtype = service::FromWireDType(c.dtype());
     const size_t alignment = dtype.ok() ? record::DTypeSize(*dtype) : 1;
-    service::ColumnBytes bytes =
-        service::Gather(wire, i, std::max<size_t>(1, alignment));
+    service::ColumnBytes bytes = service::Gather(wire, i, std::max<size_t>(1, alignment));
     column.data = const_cast<uint8_t*>(bytes.data);
     column.size = bytes.size;
     column.owner = std::const_pointer_cast<void>(std::move(bytes.owner));
@@ -145,8 +137,8 @@ absl::Duration HeartbeatWait(absl::Duration interval, int failures) {
 
 }  // namespace
 
-absl::Status DispatcherError(const grpc::Status& status,
-                             const std::string& address, const char* rpc) {
+absl::Status DispatcherError(const grpc::Status& status, const std::string& address,
+                             const char* rpc) {
   return service::PeerCallError(status, "sluice dispatcher", address, rpc);
 }
 
@@ -170,37 +162,32 @@ BatchIteratorImpl::BatchIteratorImpl(IteratorParams params)
   }
   if (params_.options.registry != nullptr) {
     prometheus::Registry& registry = *params_.options.registry;
-    wait_counter_ =
-        &AddCounter(registry, "sluice_client_wait_seconds_total",
-                    "Time the trainer waited in GetNext() for a batch.");
-    batches_counter_ = &AddCounter(registry, "sluice_client_batches_total",
-                                   "Batches returned by GetNext().");
-    duplicates_counter_ =
-        &AddCounter(registry, "sluice_client_duplicate_batches_total",
-                    "Batches dropped because the consumer already held them.");
-    reopens_counter_ = &AddCounter(
-        registry, "sluice_client_stream_reopens_total",
-        "Worker streams reopened because a batch arrived ahead of what the "
-        "consumer holds (lost in flight, or dropped by the deterministic "
-        "bound).");
-    fill_gauge_ =
-        &AddGauge(registry, "sluice_client_buffer_fill",
-                  "Fraction (0..1) of the client's prefetch buffer in use.");
+    wait_counter_ = &AddCounter(registry, "sluice_client_wait_seconds_total",
+                                "Time the trainer waited in GetNext() for a batch.");
+    batches_counter_ =
+        &AddCounter(registry, "sluice_client_batches_total", "Batches returned by GetNext().");
+    duplicates_counter_ = &AddCounter(registry, "sluice_client_duplicate_batches_total",
+                                      "Batches dropped because the consumer already held them.");
+    reopens_counter_ =
+        &AddCounter(registry, "sluice_client_stream_reopens_total",
+                    "Worker streams reopened because a batch arrived ahead of what the "
+                    "consumer holds (lost in flight, or dropped by the deterministic "
+                    "bound).");
+    fill_gauge_ = &AddGauge(registry, "sluice_client_buffer_fill",
+                            "Fraction (0..1) of the client's prefetch buffer in use.");
   }
 }
 
 absl::StatusOr<std::unique_ptr<BatchIteratorImpl>> BatchIteratorImpl::Create(
     IteratorParams params) {
-  auto it = std::unique_ptr<BatchIteratorImpl>(
-      new BatchIteratorImpl(std::move(params)));
+  auto it = std::unique_ptr<BatchIteratorImpl>(new BatchIteratorImpl(std::move(params)));
   {
     absl::MutexLock lock(&it->mu_);
     it->last_heartbeat_ok_ = it->clock_->Now();
   }
   absl::Status first = it->Heartbeat();
   if (!first.ok()) return first;
-  it->heartbeat_thread_ =
-      std::thread(&BatchIteratorImpl::HeartbeatLoop, it.get());
+  it->heartbeat_thread_ = std::thread(&BatchIteratorImpl::HeartbeatLoop, it.get());
   return it;
 }
 
@@ -236,8 +223,7 @@ BatchIteratorImpl::~BatchIteratorImpl() {
 
 void BatchIteratorImpl::Fail(absl::Status status) {
   if (!error_.ok()) return;
-  logger_->error("sluice client (job {}): {}", params_.job_id,
-                 status.ToString());
+  logger_->error("sluice client (job {}): {}", params_.job_id, status.ToString());
   error_ = std::move(status);
   for (auto& [address, reader] : readers_) {
     if (reader->context != nullptr) reader->context->TryCancel();
@@ -247,9 +233,8 @@ void BatchIteratorImpl::Fail(absl::Status status) {
 
 void BatchIteratorImpl::UpdateFillGauge() {
   if (fill_gauge_ == nullptr) return;
-  fill_gauge_->Set(
-      std::min(1.0, static_cast<double>(state_.buffered()) /
-                        std::max(1, params_.options.prefetch_batches)));
+  fill_gauge_->Set(std::min(
+      1.0, static_cast<double>(state_.buffered()) / std::max(1, params_.options.prefetch_batches)));
 }
 
 absl::StatusOr<std::optional<Batch>> BatchIteratorImpl::GetNext() {
@@ -259,8 +244,7 @@ absl::StatusOr<std::optional<Batch>> BatchIteratorImpl::GetNext() {
   auto account_wait = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (!waited) return;
     waiting_since_ = absl::InfinitePast();
-    const double seconds =
-        std::max(0.0, absl::ToDoubleSeconds(clock_->Now() - start));
+    const double seconds = std::max(0.0, absl::ToDoubleSeconds(clock_->Now() - start));
     wait_seconds_ += seconds;
     if (wait_counter_ != nullptr) wait_counter_->Increment(seconds);
   };
@@ -275,8 +259,7 @@ absl::StatusOr<std::optional<Batch>> BatchIteratorImpl::GetNext() {
       ++batches_returned_;
       // The first batch returned tells the dispatcher that this consumer started: its other
       // splits go out now (DispatcherImpl::Assignable).
-      if (state_.TakeProgressDue() || batches_returned_ == 1)
-        heartbeat_due_ = true;
+      if (state_.TakeProgressDue() || batches_returned_ == 1) heartbeat_due_ = true;
       if (batches_counter_ != nullptr) batches_counter_->Increment();
       UpdateFillGauge();
       cv_.SignalAll();  // room in the buffer
@@ -298,8 +281,7 @@ absl::StatusOr<std::optional<Batch>> BatchIteratorImpl::GetNext() {
 }
 
 bool BatchIteratorImpl::ParallelDone() const {
-  if (!params_.parallel_epochs || listed_.empty() || state_.buffered() > 0)
-    return false;
+  if (!params_.parallel_epochs || listed_.empty() || state_.buffered() > 0) return false;
   for (const std::string& address : listed_) {
     if (!parallel_done_.contains(address)) return false;
   }
@@ -357,8 +339,8 @@ absl::StatusOr<std::string> BatchIteratorImpl::SaveState() const {
   }
   if (state_.EpochReturned(epoch) == IteratorState::Returned::kYes) ++epoch;
   checkpoint.set_epoch(epoch);
-  checkpoint.set_finished(state_.Done() || (params_.num_epochs != 0 &&
-                                            epoch >= params_.num_epochs));
+  checkpoint.set_finished(state_.Done() ||
+                          (params_.num_epochs != 0 && epoch >= params_.num_epochs));
   if (checkpoint.finished()) return checkpoint.SerializeAsString();
   for (const SlotProgress& p : state_.Progress(/*acknowledged=*/true)) {
     if (p.epoch != epoch || (p.batches == 0 && !p.complete)) continue;
@@ -374,28 +356,25 @@ absl::StatusOr<std::string> BatchIteratorImpl::SaveState() const {
 absl::Status BatchIteratorImpl::Heartbeat(bool leaving) {
   proto::ClientHeartbeatRequest request;
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(
-      absl::Now() + (leaving ? std::min(params_.options.rpc_timeout, kLeaveWait)
-                             : params_.options.rpc_timeout)));
+  context.set_deadline(
+      absl::ToChronoTime(absl::Now() + (leaving ? std::min(params_.options.rpc_timeout, kLeaveWait)
+                                                : params_.options.rpc_timeout)));
   {
     absl::MutexLock lock(&mu_);
-    if (cancelled_ && !leaving)
-      return absl::CancelledError("the iterator is being destroyed");
+    if (cancelled_ && !leaving) return absl::CancelledError("the iterator is being destroyed");
     request.set_leaving(leaving);
     request.set_protocol_version(kProtocolVersion);
     request.set_job_id(params_.job_id);
     request.set_consumer_index(params_.consumer_index);
-    request.set_buffer_fill(
-        std::min(1.0, static_cast<double>(state_.buffered()) /
-                          std::max(1, params_.options.prefetch_batches)));
+    request.set_buffer_fill(std::min(1.0, static_cast<double>(state_.buffered()) /
+                                              std::max(1, params_.options.prefetch_batches)));
     // A wait in progress counts up to now; when it ends, the whole wait is
     // added to wait_seconds_, so the total never goes back.
     request.set_wait_seconds_total(
         wait_seconds_ +
         (waiting_since_ == absl::InfinitePast()
              ? 0.0
-             : std::max(0.0, absl::ToDoubleSeconds(clock_->Now() -
-                                                   waiting_since_))));
+             : std::max(0.0, absl::ToDoubleSeconds(clock_->Now() - waiting_since_))));
     request.set_batches_returned_total(batches_returned_);
     for (const SlotProgress& p : state_.Progress()) {
       proto::ClientSplitProgress* out = request.add_progress();
@@ -417,38 +396,30 @@ absl::Status BatchIteratorImpl::Heartbeat(bool leaving) {
     if (!leaving) heartbeat_context_ = &context;
   }
   proto::ClientHeartbeatResponse response;
-  const grpc::Status status =
-      params_.dispatcher->ClientHeartbeat(&context, request, &response);
+  const grpc::Status status = params_.dispatcher->ClientHeartbeat(&context, request, &response);
   std::vector<std::unique_ptr<Reader>> to_join;
   {
     absl::MutexLock lock(&mu_);
     if (!leaving) heartbeat_context_ = nullptr;
     if (status.ok()) restore_pending_ = claim_pending_ = false;
     if (!status.ok()) {
-      return DispatcherError(status, params_.options.dispatcher_address,
-                             "ClientHeartbeat");
+      return DispatcherError(status, params_.options.dispatcher_address, "ClientHeartbeat");
     }
-    std::vector<uint64_t> done(response.done_positions().begin(),
-                               response.done_positions().end());
+    std::vector<uint64_t> done(response.done_positions().begin(), response.done_positions().end());
     for (int i = 0; i + 1 < response.done_ranges_size(); i += 2) {
-      for (uint64_t p = response.done_ranges(i);
-           p < response.done_ranges(i + 1); ++p)
+      for (uint64_t p = response.done_ranges(i); p < response.done_ranges(i + 1); ++p)
         done.push_back(p);
     }
     // A dispatcher that knows splits_count_only sends num_splits; an older one the list.
-    HeldLists::Response lists{
-        .tasks_version = response.tasks_version(),
-        .splits_version = response.splits_version(),
-        .num_splits = response.num_splits() != 0
-                          ? response.num_splits()
-                          : static_cast<uint64_t>(response.splits_size())};
-    for (const proto::Task& task : response.tasks())
-      lists.addresses.push_back(task.address());
-    lists_.Apply(request.tasks_version(), request.splits_version(),
-                 std::move(lists));
+    HeldLists::Response lists{.tasks_version = response.tasks_version(),
+                              .splits_version = response.splits_version(),
+                              .num_splits = response.num_splits() != 0
+                                                ? response.num_splits()
+                                                : static_cast<uint64_t>(response.splits_size())};
+    for (const proto::Task& task : response.tasks()) lists.addresses.push_back(task.address());
+    lists_.Apply(request.tasks_version(), request.splits_version(), std::move(lists));
     const bool was_started = state_.started();
-    state_.ApplyHeartbeat(response.epoch(), lists_.num_splits(), done,
-                          response.finished());
+    state_.ApplyHeartbeat(response.epoch(), lists_.num_splits(), done, response.finished());
     if (!was_started) epoch_ = response.epoch();
     if (!cancelled_ && error_.ok()) SyncReaders(lists_.addresses());
     ++heartbeats_;
@@ -477,20 +448,17 @@ void BatchIteratorImpl::SyncReaders(const std::set<std::string>& addresses) {
     Reader* raw = reader.get();
     readers_.emplace(address, std::move(reader));
     raw->thread = std::thread(&BatchIteratorImpl::ReaderLoop, this, raw);
-    logger_->debug("sluice client (job {}): streaming from worker {}",
-                   params_.job_id, address);
+    logger_->debug("sluice client (job {}): streaming from worker {}", params_.job_id, address);
   }
 }
 
 void BatchIteratorImpl::HeartbeatLoop() {
-  int failures =
-      0;  // in a row: the next heartbeat backs off (no early ones meanwhile)
+  int failures = 0;  // in a row: the next heartbeat backs off (no early ones meanwhile)
   while (true) {
     {
       absl::MutexLock lock(&mu_);
       const absl::Time deadline =
-          absl::Now() +
-          HeartbeatWait(params_.options.heartbeat_interval, failures);
+          absl::Now() + HeartbeatWait(params_.options.heartbeat_interval, failures);
       while (!cancelled_ && (failures > 0 || !heartbeat_due_) && error_.ok()) {
         if (cv_.WaitWithDeadline(&mu_, deadline)) break;
       }
@@ -507,25 +475,23 @@ void BatchIteratorImpl::HeartbeatLoop() {
         Fail(status);
         return;
       }
-      if (clock_->Now() - last_heartbeat_ok_ >
-          params_.options.dispatcher_lost_timeout) {
+      if (clock_->Now() - last_heartbeat_ok_ > params_.options.dispatcher_lost_timeout) {
         Fail(absl::UnavailableError(absl::StrCat(
-            "no answer from the sluice dispatcher at ",
-            params_.options.dispatcher_address, " for ",
+            "no answer from the sluice dispatcher at ", params_.options.dispatcher_address, " for ",
             absl::FormatDuration(params_.options.dispatcher_lost_timeout), ": ",
             status.message())));
         return;
       }
-      logger_->warn("sluice client (job {}): heartbeat failed, retrying: {}",
-                    params_.job_id, status.ToString());
+      logger_->warn("sluice client (job {}): heartbeat failed, retrying: {}", params_.job_id,
+                    status.ToString());
     } else if (state_.Done()) {
       return;  // all epochs done and returned; nothing more to report
     }
   }
 }
 
-BatchIteratorImpl::DeliverResult BatchIteratorImpl::Deliver(
-    grpc::ByteBuffer* frame, const std::string& address) {
+BatchIteratorImpl::DeliverResult BatchIteratorImpl::Deliver(grpc::ByteBuffer* frame,
+                                                            const std::string& address) {
   const size_t frame_bytes = frame->Length();
   {
     absl::MutexLock lock(&mu_);
@@ -536,14 +502,13 @@ BatchIteratorImpl::DeliverResult BatchIteratorImpl::Deliver(
   if (!received.ok()) {
     absl::MutexLock lock(&mu_);
     Fail(absl::DataLossError(absl::StrCat(
-        "sluice worker at ", address,
-        " sent a malformed batch: ", received.status().message())));
+        "sluice worker at ", address, " sent a malformed batch: ", received.status().message())));
     return DeliverResult::kStop;
   }
   const proto::Batch* wire = &received->header;
-  const bool ours = params_.parallel_epochs ||
-                    (wire->key().job_id() == params_.job_id &&
-                     wire->key().consumer_index() == params_.consumer_index);
+  const bool ours =
+      params_.parallel_epochs || (wire->key().job_id() == params_.job_id &&
+                                  wire->key().consumer_index() == params_.consumer_index);
   // The one copy (or none) into the trainer's memory, outside the lock.
   std::optional<Batch> ready;
   if (ours && !wire->end_of_split()) {
@@ -552,8 +517,7 @@ BatchIteratorImpl::DeliverResult BatchIteratorImpl::Deliver(
       absl::MutexLock lock(&mu_);
       Fail(absl::DataLossError(
           absl::StrCat("sluice worker at ", address,
-                       " sent a batch the client cannot finish: ",
-                       batch.status().message())));
+                       " sent a batch the client cannot finish: ", batch.status().message())));
       return DeliverResult::kStop;
     }
     ready = std::move(*batch);
@@ -690,14 +654,12 @@ void BatchIteratorImpl::ReaderLoop(Reader* reader) {
       // Reopen once the buffer has room, so the re-sent batches can be taken; at once (after a
       // short pause) while the batch the deterministic cursor waits for is missing: it may be
       // the next one this worker sends.
-      while (!cancelled_ && error_.ok() &&
-             state_.buffered() >= params_.options.prefetch_batches &&
+      while (!cancelled_ && error_.ok() && state_.buffered() >= params_.options.prefetch_batches &&
              state_.CursorBuffered()) {
         cv_.Wait(&mu_);
       }
       const absl::Time resume = absl::Now() + absl::Milliseconds(50);
-      while (!cancelled_ && error_.ok() &&
-             !cv_.WaitWithDeadline(&mu_, resume)) {
+      while (!cancelled_ && error_.ok() && !cv_.WaitWithDeadline(&mu_, resume)) {
       }
       continue;
     }
@@ -708,20 +670,17 @@ void BatchIteratorImpl::ReaderLoop(Reader* reader) {
       while (!cancelled_ && error_.ok() && heartbeats_ == seen) cv_.Wait(&mu_);
       continue;
     }
-    if (!service::IsRetryable(
-            static_cast<absl::StatusCode>(status.error_code()),
-            service::CallKind::kBatchStream)) {
-      Fail(service::FromGrpcStatus(status,
-                                   absl::StrCat("sluice worker at ", address)));
+    if (!service::IsRetryable(static_cast<absl::StatusCode>(status.error_code()),
+                              service::CallKind::kBatchStream)) {
+      Fail(service::FromGrpcStatus(status, absl::StrCat("sluice worker at ", address)));
       reader->exited = true;
       return;
     }
     ++failures;
     const absl::Duration backoff = JitteredBackoff(failures, StreamBackoff());
-    logger_->debug(
-        "sluice client (job {}): stream from {} ended ({}: {}); retrying in {}",
-        params_.job_id, address, static_cast<int>(status.error_code()),
-        status.error_message(), absl::FormatDuration(backoff));
+    logger_->debug("sluice client (job {}): stream from {} ended ({}: {}); retrying in {}",
+                   params_.job_id, address, static_cast<int>(status.error_code()),
+                   status.error_message(), absl::FormatDuration(backoff));
     const absl::Time deadline = absl::Now() + backoff;
     while (!cancelled_ && error_.ok()) {
       if (cv_.WaitWithDeadline(&mu_, deadline)) break;

@@ -56,8 +56,8 @@ using service::kProtocolVersion;
 // An error of dispatcher RPC `rpc`: UNAVAILABLE and DEADLINE_EXCEEDED become
 // Unavailable "cannot reach the sluice dispatcher at ADDRESS: ..."; other codes
 // are kept, the message prefixed.
-absl::Status DispatcherError(const grpc::Status& status,
-                             const std::string& address, const char* rpc);
+absl::Status DispatcherError(const grpc::Status& status, const std::string& address,
+                             const char* rpc);
 
 struct IteratorParams {
   ClientOptions options;  // logger and clock already defaulted
@@ -68,7 +68,7 @@ struct IteratorParams {
   bool parallel_epochs = false;
   std::string job_name;
   uint32_t num_consumers = 1;
-  uint64_t num_epochs = 1;  // 0: until destroyed
+  uint64_t num_epochs = 1;       // 0: until destroyed
   uint64_t job_fingerprint = 0;  // ConsumerCheckpoint.job_fingerprint
   // Continue from this checkpoint (SaveState of an earlier iterator of this consumer).
   std::optional<proto::ConsumerCheckpoint> restore;
@@ -81,27 +81,23 @@ class BatchIteratorImpl final : public BatchIterator {
  public:
   // Sends the first heartbeat (its error, e.g. NotFound for an unknown job, is
   // returned) and starts the threads.
-  static absl::StatusOr<std::unique_ptr<BatchIteratorImpl>> Create(
-      IteratorParams params);
+  static absl::StatusOr<std::unique_ptr<BatchIteratorImpl>> Create(IteratorParams params);
   ~BatchIteratorImpl() override;
 
-  absl::StatusOr<std::optional<Batch>> GetNext() override
-      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<std::optional<Batch>> GetNext() override ABSL_LOCKS_EXCLUDED(mu_);
   uint64_t epoch() const override ABSL_LOCKS_EXCLUDED(mu_);
   double wait_seconds() const override ABSL_LOCKS_EXCLUDED(mu_);
   int buffered_batches() const override ABSL_LOCKS_EXCLUDED(mu_);
   uint64_t duplicate_batches() const override ABSL_LOCKS_EXCLUDED(mu_);
   uint64_t job_id() const override { return params_.job_id; }
   uint64_t received_bytes() const override ABSL_LOCKS_EXCLUDED(mu_);
-  absl::StatusOr<std::string> SaveState() const override
-      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<std::string> SaveState() const override ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Reader {
     std::string address;
     std::thread thread;
-    std::unique_ptr<grpc::ClientContext>
-        context;  // of the open stream, for TryCancel
+    std::unique_ptr<grpc::ClientContext> context;  // of the open stream, for TryCancel
     bool exited = false;
   };
 
@@ -123,8 +119,7 @@ class BatchIteratorImpl final : public BatchIterator {
       ABSL_LOCKS_EXCLUDED(mu_);
   // Starts readers for `addresses` that have none; collects exited ones that
   // are not listed.
-  void SyncReaders(const std::set<std::string>& addresses)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SyncReaders(const std::set<std::string>& addresses) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Fail(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // PARALLEL_EPOCHS: every listed worker sent its end marker and everything was returned.
   bool ParallelDone() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -140,8 +135,7 @@ class BatchIteratorImpl final : public BatchIterator {
   prometheus::Gauge* fill_gauge_ = nullptr;
   // Finished batches' buffers, reused (buffer_pool.h says why). A few beyond the ones the
   // trainer and the prefetch buffer hold keep the steady state free of new allocations.
-  const std::shared_ptr<BufferPool> buffers_ =
-      BufferPool::Create(/*max_free=*/4);
+  const std::shared_ptr<BufferPool> buffers_ = BufferPool::Create(/*max_free=*/4);
 
   mutable absl::Mutex mu_;
   mutable absl::CondVar cv_;  // SaveState() waits on it too
@@ -151,20 +145,16 @@ class BatchIteratorImpl final : public BatchIterator {
   // claim_pending_ until a heartbeat was answered.
   const uint64_t consumer_token_;
   bool claim_pending_ ABSL_GUARDED_BY(mu_) = true;
-  bool restore_pending_ ABSL_GUARDED_BY(mu_) =
-      false;  // until a heartbeat carried it
+  bool restore_pending_ ABSL_GUARDED_BY(mu_) = false;  // until a heartbeat carried it
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   IteratorState state_ ABSL_GUARDED_BY(mu_);
-  HeldLists lists_ ABSL_GUARDED_BY(mu_);  // of the last heartbeat answer
+  HeldLists lists_ ABSL_GUARDED_BY(mu_);          // of the last heartbeat answer
   uint64_t heartbeats_ ABSL_GUARDED_BY(mu_) = 0;  // successful ones
   absl::Time last_heartbeat_ok_ ABSL_GUARDED_BY(mu_);
-  std::set<std::string> listed_
-      ABSL_GUARDED_BY(mu_);  // worker addresses with a reader
-  std::set<std::string> parallel_done_
-      ABSL_GUARDED_BY(mu_);  // workers whose walk ended
+  std::set<std::string> listed_ ABSL_GUARDED_BY(mu_);         // worker addresses with a reader
+  std::set<std::string> parallel_done_ ABSL_GUARDED_BY(mu_);  // workers whose walk ended
   std::map<std::string, std::unique_ptr<Reader>> readers_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::unique_ptr<Reader>> finished_readers_
-      ABSL_GUARDED_BY(mu_);  // to join
+  std::vector<std::unique_ptr<Reader>> finished_readers_ ABSL_GUARDED_BY(mu_);  // to join
   grpc::ClientContext* heartbeat_context_ ABSL_GUARDED_BY(mu_) = nullptr;
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   double wait_seconds_ ABSL_GUARDED_BY(mu_) = 0;
@@ -172,8 +162,7 @@ class BatchIteratorImpl final : public BatchIterator {
   // heartbeat counts a wait in progress, so that a long wait is reported in
   // the windows it spans rather than all in the one where it ends.
   absl::Time waiting_since_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  uint64_t batches_returned_ ABSL_GUARDED_BY(mu_) =
-      0;  // by GetNext, cumulative
+  uint64_t batches_returned_ ABSL_GUARDED_BY(mu_) = 0;  // by GetNext, cumulative
   uint64_t duplicates_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t received_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread heartbeat_thread_;

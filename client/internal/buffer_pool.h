@@ -46,13 +46,12 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
     }
     if (buffer == nullptr) buffer.reset(new uint8_t[bytes]);
     std::weak_ptr<BufferPool> pool = weak_from_this();
-    return std::shared_ptr<uint8_t[]>(
-        buffer.release(), [pool, bytes](uint8_t* released) {
-          std::unique_ptr<uint8_t[]> owned(released);
-          if (std::shared_ptr<BufferPool> alive = pool.lock()) {
-            alive->Put(bytes, std::move(owned));
-          }
-        });
+    return std::shared_ptr<uint8_t[]>(buffer.release(), [pool, bytes](uint8_t* released) {
+      std::unique_ptr<uint8_t[]> owned(released);
+      if (std::shared_ptr<BufferPool> alive = pool.lock()) {
+        alive->Put(bytes, std::move(owned));
+      }
+    });
   }
 
   // Buffers Get() handed out again instead of allocating (for tests).
@@ -68,16 +67,14 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
  private:
   explicit BufferPool(size_t max_free) : max_free_(max_free) {}
 
-  void Put(size_t bytes, std::unique_ptr<uint8_t[]> buffer)
-      ABSL_LOCKS_EXCLUDED(mu_) {
+  void Put(size_t bytes, std::unique_ptr<uint8_t[]> buffer) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     if (free_.size() < max_free_) free_.emplace_back(bytes, std::move(buffer));
   }
 
   const size_t max_free_;
   mutable absl::Mutex mu_;
-  std::vector<std::pair<size_t, std::unique_ptr<uint8_t[]>>> free_
-      ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<size_t, std::unique_ptr<uint8_t[]>>> free_ ABSL_GUARDED_BY(mu_);
   uint64_t reused_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

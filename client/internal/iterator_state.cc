@@ -5,8 +5,7 @@
 
 namespace sluice::client {
 
-IteratorState::IteratorState(bool deterministic, bool track_splits,
-                             int prefetch)
+IteratorState::IteratorState(bool deterministic, bool track_splits, int prefetch)
     : deterministic_(deterministic && track_splits),
       track_splits_(track_splits),
       prefetch_(prefetch < 1 ? 1 : prefetch) {}
@@ -15,12 +14,11 @@ int IteratorState::buffered() const {
   return static_cast<int>(deterministic_ ? ordered_.size() : fifo_.size());
 }
 
-IteratorState::Admit IteratorState::Check(uint64_t epoch, uint64_t position,
-                                          uint64_t index, bool marker) const {
+IteratorState::Admit IteratorState::Check(uint64_t epoch, uint64_t position, uint64_t index,
+                                          bool marker) const {
   if (track_splits_) {
     if (started_ && epoch < epoch_) return Admit::kDuplicate;
-    if (deterministic_ && epoch < std::get<0>(cursor_))
-      return Admit::kDuplicate;
+    if (deterministic_ && epoch < std::get<0>(cursor_)) return Admit::kDuplicate;
     auto it = slots_.find({epoch, position});
     const uint64_t received = it == slots_.end() ? 0 : it->second.received;
     if (it != slots_.end() && it->second.complete) return Admit::kDuplicate;
@@ -56,8 +54,7 @@ void IteratorState::Accept(Batch batch) {
   }
 }
 
-void IteratorState::AcceptMarker(uint64_t epoch, uint64_t position,
-                                 uint64_t /*count*/) {
+void IteratorState::AcceptMarker(uint64_t epoch, uint64_t position, uint64_t /*count*/) {
   Slot& slot = slots_[{epoch, position}];
   slot.complete = true;
   if (slot.FullyReturned()) progress_due_ = true;
@@ -106,11 +103,9 @@ void IteratorState::AdvanceCursor() {
     }
     auto slot = slots_.find({epoch, position});
     if (slot == slots_.end()) return;
-    index =
-        std::max(index, slot->second.returned);  // released before a Restore()
+    index = std::max(index, slot->second.returned);  // released before a Restore()
     if (!slot->second.complete) return;
-    if (index < slot->second.received)
-      return;  // the slot still has batches to release
+    if (index < slot->second.received) return;  // the slot still has batches to release
     ++position;
     index = 0;
   }
@@ -118,20 +113,18 @@ void IteratorState::AdvanceCursor() {
 
 void IteratorState::Forget(uint64_t below_epoch) {
   slots_.erase(slots_.begin(), slots_.lower_bound({below_epoch, 0}));
-  num_positions_.erase(num_positions_.begin(),
-                       num_positions_.lower_bound(below_epoch));
+  num_positions_.erase(num_positions_.begin(), num_positions_.lower_bound(below_epoch));
 }
 
 void IteratorState::ApplyHeartbeat(uint64_t epoch, uint64_t num_positions,
-                                   const std::vector<uint64_t>& done_positions,
-                                   bool finished) {
+                                   const std::vector<uint64_t>& done_positions, bool finished) {
   finished_ = finished;
   if (!track_splits_) return;
   if (!started_) {
     started_ = true;
     cursor_ = {epoch, 0, 0};
   }
-  if (finished) return;  // `epoch` is past the last one; nothing more arrives
+  if (finished) return;        // `epoch` is past the last one; nothing more arrives
   if (epoch < epoch_) return;  // a stale answer
   epoch_ = epoch;
   num_positions_[epoch] = num_positions;
@@ -148,8 +141,7 @@ void IteratorState::ApplyHeartbeat(uint64_t epoch, uint64_t num_positions,
   if (deterministic_) AdvanceCursor();
 }
 
-void IteratorState::Restore(uint64_t epoch,
-                            const std::vector<SlotProgress>& returned) {
+void IteratorState::Restore(uint64_t epoch, const std::vector<SlotProgress>& returned) {
   epoch_ = epoch;
   cursor_ = {epoch, 0, 0};
   for (const SlotProgress& p : returned) {
@@ -172,7 +164,7 @@ IteratorState::Returned IteratorState::EpochReturned(uint64_t epoch) const {
     if (slot.returned < slot.received) return Returned::kNo;
     if (slot.complete) continue;
     if (slot.received == 0) return Returned::kNo;  // not started
-    out = Returned::kMaybe;  // its marker may be on its way
+    out = Returned::kMaybe;                        // its marker may be on its way
   }
   return out;
 }
@@ -204,20 +196,16 @@ std::vector<SlotProgress> IteratorState::Held() const {
   return out;
 }
 
-void HeldLists::Apply(uint64_t sent_tasks, uint64_t sent_splits,
-                      Response response) {
+void HeldLists::Apply(uint64_t sent_tasks, uint64_t sent_splits, Response response) {
   const bool tasks_unchanged = response.tasks_version != 0 &&
-                               response.tasks_version == sent_tasks &&
-                               response.addresses.empty();
+                               response.tasks_version == sent_tasks && response.addresses.empty();
   if (!tasks_unchanged) {
-    addresses_ = std::set<std::string>(
-        std::make_move_iterator(response.addresses.begin()),
-        std::make_move_iterator(response.addresses.end()));
+    addresses_ = std::set<std::string>(std::make_move_iterator(response.addresses.begin()),
+                                       std::make_move_iterator(response.addresses.end()));
   }
   tasks_version_ = response.tasks_version;
   const bool splits_unchanged = response.splits_version != 0 &&
-                                response.splits_version == sent_splits &&
-                                response.num_splits == 0;
+                                response.splits_version == sent_splits && response.num_splits == 0;
   if (!splits_unchanged) num_splits_ = response.num_splits;
   splits_version_ = response.splits_version;
 }

@@ -53,10 +53,8 @@ namespace sluice::client {
 struct SlotProgress {
   uint64_t epoch = 0;
   uint64_t position = 0;
-  uint64_t batches =
-      0;  // Progress(): returned; Held(): received (contiguous prefixes)
-  bool complete =
-      false;  // Progress(): every batch returned; Held(): the marker received
+  uint64_t batches = 0;   // Progress(): returned; Held(): received (contiguous prefixes)
+  bool complete = false;  // Progress(): every batch returned; Held(): the marker received
 };
 
 class IteratorState {
@@ -68,8 +66,7 @@ class IteratorState {
 
   // What to do with message `index` of slot (epoch, position) now; `marker`: an end-of-split
   // marker (index = the split's batch count).
-  Admit Check(uint64_t epoch, uint64_t position, uint64_t index,
-              bool marker) const;
+  Admit Check(uint64_t epoch, uint64_t position, uint64_t index, bool marker) const;
   // REQUIRES: Check(...) == kAccept for the batch's origin.
   void Accept(Batch batch);
   // REQUIRES: Check(..., marker=true) == kAccept.
@@ -82,8 +79,7 @@ class IteratorState {
   // A ClientHeartbeatResponse: the consumer is in `epoch`, whose sequence has `num_positions`
   // slots, of which `done_positions` are done; `finished`: all epochs are done.
   void ApplyHeartbeat(uint64_t epoch, uint64_t num_positions,
-                      const std::vector<uint64_t>& done_positions,
-                      bool finished);
+                      const std::vector<uint64_t>& done_positions, bool finished);
   // Starts from a saved state: in `epoch`, slots with `returned` batches returned (and complete
   // ones fully returned), as SaveState() described them.
   void Restore(uint64_t epoch, const std::vector<SlotProgress>& returned);
@@ -109,22 +105,18 @@ class IteratorState {
   bool finished() const { return finished_; }
   int buffered() const;
   // Deterministic mode: the batch the cursor waits for is buffered (always true otherwise).
-  bool CursorBuffered() const {
-    return !deterministic_ || ordered_.contains(cursor_);
-  }
+  bool CursorBuffered() const { return !deterministic_ || ordered_.contains(cursor_); }
   uint64_t epoch() const { return epoch_; }
 
  private:
-  using Key = std::tuple<uint64_t, uint64_t>;  // (epoch, position)
-  using BatchKey =
-      std::tuple<uint64_t, uint64_t, uint64_t>;  // (epoch, position, index)
+  using Key = std::tuple<uint64_t, uint64_t>;                 // (epoch, position)
+  using BatchKey = std::tuple<uint64_t, uint64_t, uint64_t>;  // (epoch, position, index)
   struct Slot {
     uint64_t received = 0;
     uint64_t returned = 0;
-    bool complete = false;  // marker received (or done elsewhere)
-    bool done_elsewhere =
-        false;  // listed done by the dispatcher, not held here
-    bool acknowledged = false;  // listed done by the dispatcher
+    bool complete = false;        // marker received (or done elsewhere)
+    bool done_elsewhere = false;  // listed done by the dispatcher, not held here
+    bool acknowledged = false;    // listed done by the dispatcher
     bool FullyReturned() const { return complete && returned == received; }
   };
 
@@ -138,13 +130,13 @@ class IteratorState {
   bool started_ = false;
   bool finished_ = false;
   bool progress_due_ = false;
-  uint64_t epoch_ = 0;  // the dispatcher's current epoch for this consumer
+  uint64_t epoch_ = 0;                          // the dispatcher's current epoch for this consumer
   std::map<uint64_t, uint64_t> num_positions_;  // per epoch, as heartbeats told
   std::map<Key, Slot> slots_;
 
   std::deque<Batch> fifo_;             // default mode
   std::map<BatchKey, Batch> ordered_;  // deterministic mode
-  BatchKey cursor_{0, 0, 0};  // deterministic: the next batch to release
+  BatchKey cursor_{0, 0, 0};           // deterministic: the next batch to release
 };
 
 // The two lists of a ClientHeartbeatResponse that the dispatcher omits when the client holds

@@ -43,11 +43,10 @@ namespace {
 // Raises the sluice.Error subclass of status.code() with status.message().
 // REQUIRES: the GIL is held; !status.ok().
 [[noreturn]] void ThrowStatus(const absl::Status& status) {
-  py::object error = py::module_::import("sluice.errors")
-                         .attr("from_status")(static_cast<int>(status.code()),
-                                              std::string(status.message()));
-  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(error.ptr())),
-                  error.ptr());
+  py::object error =
+      py::module_::import("sluice.errors")
+          .attr("from_status")(static_cast<int>(status.code()), std::string(status.message()));
+  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(error.ptr())), error.ptr());
   throw py::error_already_set();
 }
 
@@ -59,12 +58,11 @@ T ValueOrThrow(absl::StatusOr<T> result) {
 
 // YAML/JSON text (or a file holding it) → Pipeline; `data`, when not empty,
 // replaces the source with that Unirecord dataset folder.
-absl::StatusOr<proto::Pipeline> ToPipeline(const std::string& spec,
-                                           bool is_file,
+absl::StatusOr<proto::Pipeline> ToPipeline(const std::string& spec, bool is_file,
                                            const std::string& data) {
-  absl::StatusOr<proto::Pipeline> pipeline =
-      is_file ? sluice::pipeline_spec::LoadPipelineSpecFile(spec)
-              : sluice::pipeline_spec::ParsePipelineSpec(spec);
+  absl::StatusOr<proto::Pipeline> pipeline = is_file
+                                                 ? sluice::pipeline_spec::LoadPipelineSpecFile(spec)
+                                                 : sluice::pipeline_spec::ParsePipelineSpec(spec);
   if (!pipeline.ok()) return pipeline.status();
   if (!data.empty()) {
     std::error_code ec;
@@ -95,9 +93,7 @@ std::optional<py::dtype> NumpyDType(DType dtype) {
   return std::nullopt;
 }
 
-void DeleteOwner(void* owner) {
-  delete static_cast<std::shared_ptr<void>*>(owner);
-}
+void DeleteOwner(void* owner) { delete static_cast<std::shared_ptr<void>*>(owner); }
 
 // A batch taken from the C++ iterator, ready to become Python objects.
 struct HeldColumn {
@@ -137,17 +133,17 @@ py::object ColumnToPython(const HeldColumn& c) {
   size_t elements = 1;
   for (int64_t d : c.shape) {
     if (d < 0) {
-      ThrowStatus(absl::DataLossError(
-          absl::StrCat("column '", c.name, "': negative dimension in shape [",
-                       absl::StrJoin(c.shape, ", "), "]")));
+      ThrowStatus(
+          absl::DataLossError(absl::StrCat("column '", c.name, "': negative dimension in shape [",
+                                           absl::StrJoin(c.shape, ", "), "]")));
     }
     elements *= static_cast<size_t>(d);
   }
   const size_t itemsize = static_cast<size_t>(c.dtype->itemsize());
   if (elements * itemsize != c.size) {
-    ThrowStatus(absl::DataLossError(absl::StrCat(
-        "column '", c.name, "': ", c.size, " bytes for shape [",
-        absl::StrJoin(c.shape, ", "), "] of ", itemsize, "-byte elements")));
+    ThrowStatus(absl::DataLossError(absl::StrCat("column '", c.name, "': ", c.size,
+                                                 " bytes for shape [", absl::StrJoin(c.shape, ", "),
+                                                 "] of ", itemsize, "-byte elements")));
   }
   py::capsule base(new std::shared_ptr<void>(c.owner), &DeleteOwner);
   return py::array(*c.dtype, c.shape, c.data, base);
@@ -158,9 +154,7 @@ py::object ColumnToPython(const HeldColumn& c) {
 template <typename O>
 absl::Status SetTls(O& options, const py::dict& tls) {
   auto get = [&](const char* key) {
-    return tls.contains(key) && !tls[key].is_none()
-               ? tls[key].cast<std::string>()
-               : std::string();
+    return tls.contains(key) && !tls[key].is_none() ? tls[key].cast<std::string>() : std::string();
   };
   if constexpr (requires {
                   options.tls_ca;
@@ -187,8 +181,7 @@ absl::Status SetTls(O& options, const py::dict& tls) {
 // iterators it opened (they keep it alive).
 class PyClient {
  public:
-  explicit PyClient(std::shared_ptr<DataServiceClient> client)
-      : client_(std::move(client)) {}
+  explicit PyClient(std::shared_ptr<DataServiceClient> client) : client_(std::move(client)) {}
   const std::shared_ptr<DataServiceClient>& client() const { return client_; }
 
  private:
@@ -199,8 +192,7 @@ class PyClient {
 // protocol): one thread calls next() at a time.
 class PyIterator {
  public:
-  PyIterator(std::shared_ptr<DataServiceClient> client,
-             std::unique_ptr<BatchIterator> it)
+  PyIterator(std::shared_ptr<DataServiceClient> client, std::unique_ptr<BatchIterator> it)
       : client_(std::move(client)), it_(std::move(it)) {}
   ~PyIterator() { Close(); }
 
@@ -220,8 +212,7 @@ class PyIterator {
     position_ = batch.position;
     split_id_ = batch.split_id;
     batch_index_ = batch.batch_index;
-    py::array_t<int64_t> index(
-        static_cast<py::ssize_t>(batch.global_indices.size()));
+    py::array_t<int64_t> index(static_cast<py::ssize_t>(batch.global_indices.size()));
     int64_t* out = index.mutable_data();
     for (size_t i = 0; i < batch.global_indices.size(); ++i) {
       out[i] = static_cast<int64_t>(batch.global_indices[i]);
@@ -231,8 +222,7 @@ class PyIterator {
     last_addresses_ = py::dict();
     for (const HeldColumn& c : columns) {
       result[py::str(c.name)] = ColumnToPython(c);
-      last_addresses_[py::str(c.name)] =
-          py::int_(reinterpret_cast<uintptr_t>(c.data));
+      last_addresses_[py::str(c.name)] = py::int_(reinterpret_cast<uintptr_t>(c.data));
     }
     result["index"] = std::move(index);
     return result;
@@ -288,8 +278,7 @@ class PyIterator {
   py::dict last_addresses_;
 };
 
-std::unique_ptr<PyClient> CreateClient(const std::string& dispatcher,
-                                       double timeout_seconds,
+std::unique_ptr<PyClient> CreateClient(const std::string& dispatcher, double timeout_seconds,
                                        const py::dict& tls,
                                        double dispatcher_lost_timeout_seconds) {
   ClientOptions options;
@@ -299,12 +288,10 @@ std::unique_ptr<PyClient> CreateClient(const std::string& dispatcher,
         absl::StrCat("timeout must be > 0 seconds, got ", timeout_seconds)));
   }
   if (dispatcher_lost_timeout_seconds <= 0) {
-    ThrowStatus(absl::InvalidArgumentError(
-        absl::StrCat("dispatcher_lost_timeout must be > 0 seconds, got ",
-                     dispatcher_lost_timeout_seconds)));
+    ThrowStatus(absl::InvalidArgumentError(absl::StrCat(
+        "dispatcher_lost_timeout must be > 0 seconds, got ", dispatcher_lost_timeout_seconds)));
   }
-  options.dispatcher_lost_timeout =
-      absl::Seconds(dispatcher_lost_timeout_seconds);
+  options.dispatcher_lost_timeout = absl::Seconds(dispatcher_lost_timeout_seconds);
   options.rpc_timeout = absl::Seconds(timeout_seconds);
   options.connect_timeout = absl::Seconds(timeout_seconds);
   if (!tls.empty()) {
@@ -320,19 +307,16 @@ std::unique_ptr<PyClient> CreateClient(const std::string& dispatcher,
       std::shared_ptr<DataServiceClient>(ValueOrThrow(std::move(client))));
 }
 
-std::unique_ptr<PyIterator> Open(PyClient& client, const std::string& spec,
-                                 bool spec_is_file, const std::string& data,
-                                 const std::string& job, uint64_t epochs,
-                                 uint64_t seed, uint32_t consumer_index,
-                                 uint32_t num_consumers, bool deterministic,
-                                 bool drop_remainder, uint64_t split_size,
-                                 const std::optional<py::bytes>& restore,
-                                 const std::string& finish, int32_t priority,
-                                 uint32_t min_workers) {
+std::unique_ptr<PyIterator> Open(PyClient& client, const std::string& spec, bool spec_is_file,
+                                 const std::string& data, const std::string& job, uint64_t epochs,
+                                 uint64_t seed, uint32_t consumer_index, uint32_t num_consumers,
+                                 bool deterministic, bool drop_remainder, uint64_t split_size,
+                                 const std::optional<py::bytes>& restore, const std::string& finish,
+                                 int32_t priority, uint32_t min_workers) {
   if (num_consumers == 0 || consumer_index >= num_consumers) {
-    ThrowStatus(absl::InvalidArgumentError(absl::StrCat(
-        "consumer_index ", consumer_index, " must be < num_consumers ",
-        num_consumers, " (and num_consumers > 0)")));
+    ThrowStatus(absl::InvalidArgumentError(absl::StrCat("consumer_index ", consumer_index,
+                                                        " must be < num_consumers ", num_consumers,
+                                                        " (and num_consumers > 0)")));
   }
   JobOptions options;
   options.job_name = job;
@@ -355,23 +339,20 @@ std::unique_ptr<PyIterator> Open(PyClient& client, const std::string& spec,
     py::gil_scoped_release release;
     it = client.client()->Open(options);
   }
-  return std::make_unique<PyIterator>(client.client(),
-                                      ValueOrThrow(std::move(it)));
+  return std::make_unique<PyIterator>(client.client(), ValueOrThrow(std::move(it)));
 }
 
 // The parsed pipeline as protobuf JSON (what the service receives).
-std::string PipelineJson(const std::string& spec, bool is_file,
-                         const std::string& data) {
+std::string PipelineJson(const std::string& spec, bool is_file, const std::string& data) {
   proto::Pipeline pipeline = ValueOrThrow(ToPipeline(spec, is_file, data));
   std::string json;
   google::protobuf::util::JsonPrintOptions options;
   options.preserve_proto_field_names = true;
-  const auto status =
-      google::protobuf::util::MessageToJsonString(pipeline, &json, options);
+  const auto status = google::protobuf::util::MessageToJsonString(pipeline, &json, options);
   if (!status.ok()) {
-    ThrowStatus(absl::InternalError(absl::StrCat(
-        "cannot print the pipeline as JSON: ",
-        std::string(status.message().data(), status.message().size()))));
+    ThrowStatus(absl::InternalError(
+        absl::StrCat("cannot print the pipeline as JSON: ",
+                     std::string(status.message().data(), status.message().size()))));
   }
   return json;
 }
@@ -385,16 +366,13 @@ PYBIND11_MODULE(_sluice, m) {
       "The C++ half of the sluice package; use `sluice` (sluice.Client), not "
       "this module.";
   py::class_<PyClient>(m, "Client")
-      .def(py::init(&CreateClient), py::arg("dispatcher"), py::arg("timeout"),
-           py::arg("tls"),
-           py::arg("dispatcher_lost_timeout") = absl::ToDoubleSeconds(
-               sluice::ClientOptions().dispatcher_lost_timeout))
-      .def("open", &Open, py::arg("spec"), py::arg("spec_is_file"),
-           py::arg("data"), py::arg("job"), py::arg("epochs"), py::arg("seed"),
-           py::arg("consumer_index"), py::arg("num_consumers"),
-           py::arg("deterministic"), py::arg("drop_remainder"),
-           py::arg("split_size"), py::arg("restore_state"),
-           py::arg("finish") = "", py::arg("priority") = 0,
+      .def(py::init(&CreateClient), py::arg("dispatcher"), py::arg("timeout"), py::arg("tls"),
+           py::arg("dispatcher_lost_timeout") =
+               absl::ToDoubleSeconds(sluice::ClientOptions().dispatcher_lost_timeout))
+      .def("open", &Open, py::arg("spec"), py::arg("spec_is_file"), py::arg("data"), py::arg("job"),
+           py::arg("epochs"), py::arg("seed"), py::arg("consumer_index"), py::arg("num_consumers"),
+           py::arg("deterministic"), py::arg("drop_remainder"), py::arg("split_size"),
+           py::arg("restore_state"), py::arg("finish") = "", py::arg("priority") = 0,
            py::arg("min_workers") = 0);
   py::class_<PyIterator>(m, "Iterator")
       .def("next", &PyIterator::Next)
@@ -403,13 +381,11 @@ PYBIND11_MODULE(_sluice, m) {
       .def_property_readonly("epoch", &PyIterator::epoch)
       .def_property_readonly("wait_seconds", &PyIterator::wait_seconds)
       .def_property_readonly("buffered_batches", &PyIterator::buffered_batches)
-      .def_property_readonly("duplicate_batches",
-                             &PyIterator::duplicate_batches)
+      .def_property_readonly("duplicate_batches", &PyIterator::duplicate_batches)
       .def_property_readonly("job_id", &PyIterator::job_id)
       .def("last_batch_info", &PyIterator::last_batch_info)
       .def("last_addresses", &PyIterator::last_addresses);
-  m.def("pipeline_json", &PipelineJson, py::arg("spec"), py::arg("is_file"),
-        py::arg("data") = "");
+  m.def("pipeline_json", &PipelineJson, py::arg("spec"), py::arg("is_file"), py::arg("data") = "");
   m.def(
       "op_fields",
       [] {

@@ -21,9 +21,7 @@ absl::Time FakeClock::Now() {
 void FakeClock::SleepFor(absl::Duration d) {
   absl::MutexLock lock(&mu_);
   const absl::Time wake = now_ + d;
-  auto reached = [this, wake]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return now_ >= wake;
-  };
+  auto reached = [this, wake]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return now_ >= wake; };
   ++sleepers_;
   mu_.Await(absl::Condition(&reached));
   --sleepers_;
@@ -31,9 +29,7 @@ void FakeClock::SleepFor(absl::Duration d) {
 
 void FakeClock::AwaitSleepers(int n) {
   absl::MutexLock lock(&mu_);
-  auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return sleepers_ >= n;
-  };
+  auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return sleepers_ >= n; };
   mu_.Await(absl::Condition(&enough));
 }
 

@@ -14,8 +14,7 @@
 
 namespace sluice {
 
-inline CLI::Option* AddDurationOption(CLI::App& app, const std::string& name,
-                                      absl::Duration* value,
+inline CLI::Option* AddDurationOption(CLI::App& app, const std::string& name, absl::Duration* value,
                                       const std::string& help) {
   return app.add_option_function<std::string>(
       name,
@@ -23,17 +22,15 @@ inline CLI::Option* AddDurationOption(CLI::App& app, const std::string& name,
         // CLI11 reports its own exception type as a usage error naming the
         // flag.
         if (!absl::ParseDuration(text, value)) {
-          throw CLI::ValidationError(
-              name, "'" + text + "' is not a duration like 250ms, 10s or 1m");
+          throw CLI::ValidationError(name,
+                                     "'" + text + "' is not a duration like 250ms, 10s or 1m");
         }
         if (*value < absl::ZeroDuration()) {
           throw CLI::ValidationError(
-              name, "'" + text +
-                        "' is negative: give a duration like 250ms, 10s or 1m");
+              name, "'" + text + "' is negative: give a duration like 250ms, 10s or 1m");
         }
       },
-      help + " (e.g. 250ms, 10s; default " + absl::FormatDuration(*value) +
-          ")");
+      help + " (e.g. 250ms, 10s; default " + absl::FormatDuration(*value) + ")");
 }
 
 }  // namespace sluice

@@ -14,8 +14,7 @@ namespace sluice {
 
 // Parses "trace|debug|info|warn|error|critical|off". InvalidArgument names the
 // bad value.
-absl::StatusOr<spdlog::level::level_enum> ParseLogLevel(
-    const std::string& name);
+absl::StatusOr<spdlog::level::level_enum> ParseLogLevel(const std::string& name);
 
 // kText: "2026-11-23T16:01:02.345 I worker: message" for people.
 // kJson: one JSON object per line for log collectors (UTC time, level, logger, thread, msg):
@@ -29,9 +28,9 @@ absl::StatusOr<LogFormat> ParseLogFormat(const std::string& name);
 std::unique_ptr<spdlog::formatter> MakeLogFormatter(LogFormat format);
 
 // A logger named `name` writing to stderr in `format`.
-std::shared_ptr<spdlog::logger> MakeStderrLogger(
-    const std::string& name, spdlog::level::level_enum level,
-    LogFormat format = LogFormat::kText);
+std::shared_ptr<spdlog::logger> MakeStderrLogger(const std::string& name,
+                                                 spdlog::level::level_enum level,
+                                                 LogFormat format = LogFormat::kText);
 
 // A logger that drops everything: the default for library Options.
 std::shared_ptr<spdlog::logger> NullLogger();

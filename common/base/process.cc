@@ -29,19 +29,16 @@ int ExitCodeOf(int wait_status) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(
-    const std::vector<std::string>& argv, const Options& options) {
-  if (argv.empty())
-    return absl::InvalidArgumentError("Subprocess::Start: empty argv");
+absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(const std::vector<std::string>& argv,
+                                                              const Options& options) {
+  if (argv.empty()) return absl::InvalidArgumentError("Subprocess::Start: empty argv");
   if (access(argv[0].c_str(), X_OK) != 0) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot run '", argv[0], "': ", std::strerror(errno)));
+    return absl::NotFoundError(absl::StrCat("cannot run '", argv[0], "': ", std::strerror(errno)));
   }
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   if (!options.log_file.empty()) {
-    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO,
-                                     options.log_file.c_str(),
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, options.log_file.c_str(),
                                      O_WRONLY | O_CREAT | O_APPEND, 0644);
     posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
   }
@@ -55,24 +52,19 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(
   for (int sig : {SIGINT, SIGTERM, SIGPIPE, SIGHUP}) sigaddset(&defaults, sig);
   posix_spawnattr_setsigmask(&attributes, &none);
   posix_spawnattr_setsigdefault(&attributes, &defaults);
-  posix_spawnattr_setflags(&attributes,
-                           POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   std::vector<char*> args;
-  for (const std::string& a : argv)
-    args.push_back(const_cast<char*>(a.c_str()));
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   pid_t pid;
-  const int err = posix_spawn(&pid, argv[0].c_str(), &actions, &attributes,
-                              args.data(), environ);
+  const int err = posix_spawn(&pid, argv[0].c_str(), &actions, &attributes, args.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attributes);
   if (err != 0) {
-    return absl::InternalError(
-        absl::StrCat("cannot start '", argv[0], "': ", std::strerror(err)));
+    return absl::InternalError(absl::StrCat("cannot start '", argv[0], "': ", std::strerror(err)));
   }
   return std::unique_ptr<Subprocess>(
-      new Subprocess(pid, std::filesystem::path(argv[0]).filename().string(),
-                     options.log_file));
+      new Subprocess(pid, std::filesystem::path(argv[0]).filename().string(), options.log_file));
 }
 
 Subprocess::~Subprocess() {
@@ -100,9 +92,8 @@ absl::StatusOr<int> Subprocess::Wait(absl::Duration timeout) {
   while (true) {
     if (std::optional<int> code = Poll(); code.has_value()) return *code;
     if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat(name_, " (pid ", pid_, ") still runs after ",
-                       absl::FormatDuration(timeout)));
+      return absl::DeadlineExceededError(absl::StrCat(name_, " (pid ", pid_, ") still runs after ",
+                                                      absl::FormatDuration(timeout)));
     }
     absl::SleepFor(absl::Milliseconds(10));
   }
@@ -115,8 +106,7 @@ int Subprocess::Stop(absl::Duration grace) {
   return Wait(absl::InfiniteDuration()).value_or(-1);
 }
 
-absl::StatusOr<std::string> WaitForAddressFile(const std::string& path,
-                                               Subprocess& process,
+absl::StatusOr<std::string> WaitForAddressFile(const std::string& path, Subprocess& process,
                                                absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   while (true) {
@@ -126,33 +116,31 @@ absl::StatusOr<std::string> WaitForAddressFile(const std::string& path,
       return std::string(absl::StripAsciiWhitespace(line));
     }
     if (std::optional<int> code = process.Poll(); code.has_value()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          process.name(), " exited with code ", *code, " before listening",
-          process.log_file().empty() ? "" : "; its log ends with:\n",
-          TailOfFile(process.log_file())));
+      return absl::FailedPreconditionError(
+          absl::StrCat(process.name(), " exited with code ", *code, " before listening",
+                       process.log_file().empty() ? "" : "; its log ends with:\n",
+                       TailOfFile(process.log_file())));
     }
     if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat(process.name(), " wrote no address to '", path,
-                       "' within ", absl::FormatDuration(timeout)));
+      return absl::DeadlineExceededError(absl::StrCat(process.name(), " wrote no address to '",
+                                                      path, "' within ",
+                                                      absl::FormatDuration(timeout)));
     }
     absl::SleepFor(absl::Milliseconds(10));
   }
 }
 
-absl::Status WriteFileAtomically(const std::string& path,
-                                 const std::string& content) {
+absl::Status WriteFileAtomically(const std::string& path, const std::string& content) {
   const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out << content;
     out.flush();
-    if (!out)
-      return absl::InternalError(absl::StrCat("cannot write '", tmp, "'"));
+    if (!out) return absl::InternalError(absl::StrCat("cannot write '", tmp, "'"));
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("cannot rename '", tmp, "' to '",
-                                            path, "': ", std::strerror(errno)));
+    return absl::InternalError(
+        absl::StrCat("cannot rename '", tmp, "' to '", path, "': ", std::strerror(errno)));
   }
   return absl::OkStatus();
 }

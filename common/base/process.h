@@ -40,8 +40,8 @@ class Subprocess {
 
   // argv[0] is the program path. InvalidArgument for an empty argv, NotFound if
   // it cannot run.
-  static absl::StatusOr<std::unique_ptr<Subprocess>> Start(
-      const std::vector<std::string>& argv, const Options& options);
+  static absl::StatusOr<std::unique_ptr<Subprocess>> Start(const std::vector<std::string>& argv,
+                                                           const Options& options);
   ~Subprocess();
   Subprocess(const Subprocess&) = delete;
   Subprocess& operator=(const Subprocess&) = delete;
@@ -74,14 +74,12 @@ class Subprocess {
 // Waits until `path` holds a line "host:port" written by `process`, and returns
 // it. FailedPrecondition (with the tail of the child's log) if the child exits
 // first; DeadlineExceeded after `timeout`.
-absl::StatusOr<std::string> WaitForAddressFile(const std::string& path,
-                                               Subprocess& process,
+absl::StatusOr<std::string> WaitForAddressFile(const std::string& path, Subprocess& process,
                                                absl::Duration timeout);
 
 // Writes `content` to `path` atomically (temp file + rename), for
 // --address-file.
-absl::Status WriteFileAtomically(const std::string& path,
-                                 const std::string& content);
+absl::Status WriteFileAtomically(const std::string& path, const std::string& content);
 
 // The last `max_bytes` of a file, for error messages about a child that died.
 std::string TailOfFile(const std::string& path, size_t max_bytes = 2000);

@@ -63,15 +63,11 @@ class Rng {
 
   // Uniform in [0, 1) with 53 random bits.
   double UniformDouble() { return (NextU64() >> 11) * 0x1.0p-53; }
-  double Uniform(double lo, double hi) {
-    return lo + (hi - lo) * UniformDouble();
-  }
+  double Uniform(double lo, double hi) { return lo + (hi - lo) * UniformDouble(); }
   bool Bernoulli(double p) { return UniformDouble() < p; }
 
  private:
-  static constexpr uint64_t Rotl(uint64_t x, int k) {
-    return (x << k) | (x >> (64 - k));
-  }
+  static constexpr uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
   uint64_t s_[4];
 };
 

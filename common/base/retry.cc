@@ -17,15 +17,14 @@ absl::Duration JitteredBackoff(int attempt, const RetryOptions& options) {
   return BackoffFor(attempt, options) * jitter(rng);
 }
 
-absl::Status RetryWithBackoff(const std::function<absl::Status()>& fn,
-                              const RetryOptions& options, Clock* clock) {
+absl::Status RetryWithBackoff(const std::function<absl::Status()>& fn, const RetryOptions& options,
+                              Clock* clock) {
   const absl::Time give_up = clock->Now() + options.deadline;
   for (int attempt = 1;; ++attempt) {
     absl::Status status = fn();
     if (status.ok()) return status;
-    const bool retryable =
-        std::find(options.retry_on.begin(), options.retry_on.end(),
-                  status.code()) != options.retry_on.end();
+    const bool retryable = std::find(options.retry_on.begin(), options.retry_on.end(),
+                                     status.code()) != options.retry_on.end();
     const absl::Duration wait = JitteredBackoff(attempt, options);
     if (!retryable || clock->Now() + wait > give_up) return status;
     clock->SleepFor(wait);

@@ -38,8 +38,8 @@ absl::Duration BackoffFor(int attempt, const RetryOptions& options);
 // retry `attempt`, for loops that retry on their own (heartbeats, streams). Thread-safe.
 absl::Duration JitteredBackoff(int attempt, const RetryOptions& options);
 
-absl::Status RetryWithBackoff(const std::function<absl::Status()>& fn,
-                              const RetryOptions& options, Clock* clock);
+absl::Status RetryWithBackoff(const std::function<absl::Status()>& fn, const RetryOptions& options,
+                              Clock* clock);
 
 }  // namespace sluice
 

@@ -13,10 +13,9 @@
 #define SLUICE_STATUS_CONCAT_INNER_(a, b) a##b
 #define SLUICE_STATUS_CONCAT_(a, b) SLUICE_STATUS_CONCAT_INNER_(a, b)
 
-#define RETURN_IF_ERROR(expr)                                       \
-  do {                                                              \
-    if (absl::Status sluice_status_ = (expr); !sluice_status_.ok()) \
-      return sluice_status_;                                        \
+#define RETURN_IF_ERROR(expr)                                                              \
+  do {                                                                                     \
+    if (absl::Status sluice_status_ = (expr); !sluice_status_.ok()) return sluice_status_; \
   } while (false)
 
 #define SLUICE_ASSIGN_OR_RETURN_IMPL_(statusor, lhs, expr) \
@@ -25,7 +24,6 @@
   lhs = std::move(statusor).value()
 
 #define ASSIGN_OR_RETURN(lhs, expr) \
-  SLUICE_ASSIGN_OR_RETURN_IMPL_(    \
-      SLUICE_STATUS_CONCAT_(sluice_statusor_, __LINE__), lhs, expr)
+  SLUICE_ASSIGN_OR_RETURN_IMPL_(SLUICE_STATUS_CONCAT_(sluice_statusor_, __LINE__), lhs, expr)
 
 #endif  // SLUICE_COMMON_BASE_STATUS_MACROS_H_

@@ -25,17 +25,12 @@ namespace sluice {
 
 using MetricLabels = std::map<std::string, std::string>;
 
-prometheus::Counter& AddCounter(prometheus::Registry& registry,
-                                const std::string& name,
-                                const std::string& help,
-                                const MetricLabels& labels = {});
-prometheus::Gauge& AddGauge(prometheus::Registry& registry,
-                            const std::string& name, const std::string& help,
-                            const MetricLabels& labels = {});
-prometheus::Histogram& AddHistogram(prometheus::Registry& registry,
-                                    const std::string& name,
-                                    const std::string& help,
-                                    const std::vector<double>& buckets,
+prometheus::Counter& AddCounter(prometheus::Registry& registry, const std::string& name,
+                                const std::string& help, const MetricLabels& labels = {});
+prometheus::Gauge& AddGauge(prometheus::Registry& registry, const std::string& name,
+                            const std::string& help, const MetricLabels& labels = {});
+prometheus::Histogram& AddHistogram(prometheus::Registry& registry, const std::string& name,
+                                    const std::string& help, const std::vector<double>& buckets,
                                     const MetricLabels& labels = {});
 
 // `count` bucket bounds start, start*factor, start*factor^2, ...

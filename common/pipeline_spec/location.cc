@@ -12,9 +12,7 @@ namespace {
 
 constexpr char kPayloadUrl[] = "type.sluice.dev/sluice.SpecLocation";
 
-absl::string_view Sv(std::string_view s) {
-  return absl::string_view(s.data(), s.size());
-}
+absl::string_view Sv(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
 }  // namespace
 
@@ -36,16 +34,15 @@ std::string SpecLocation::ToString() const {
 }
 
 bool SpecLocation::operator==(const SpecLocation& o) const {
-  return node == o.node && node_index == o.node_index &&
-         op_index == o.op_index && op_type == o.op_type && field == o.field;
+  return node == o.node && node_index == o.node_index && op_index == o.op_index &&
+         op_type == o.op_type && field == o.field;
 }
 
 void SetSpecLocation(const SpecLocation& location, absl::Status* status) {
   // Fields cannot contain '\n' (they are identifiers).
-  status->SetPayload(kPayloadUrl, absl::Cord(absl::StrCat(
-                                      location.node, "\n", location.node_index,
-                                      "\n", location.op_index, "\n",
-                                      location.op_type, "\n", location.field)));
+  status->SetPayload(kPayloadUrl, absl::Cord(absl::StrCat(location.node, "\n", location.node_index,
+                                                          "\n", location.op_index, "\n",
+                                                          location.op_type, "\n", location.field)));
 }
 
 absl::Status SpecError(const SpecLocation& location, std::string_view message,
@@ -58,13 +55,11 @@ absl::Status SpecError(const SpecLocation& location, std::string_view message,
 std::optional<SpecLocation> GetSpecLocation(const absl::Status& status) {
   auto payload = status.GetPayload(kPayloadUrl);
   if (!payload) return std::nullopt;
-  const std::vector<std::string> parts =
-      absl::StrSplit(std::string(*payload), '\n');
+  const std::vector<std::string> parts = absl::StrSplit(std::string(*payload), '\n');
   if (parts.size() != 5) return std::nullopt;
   SpecLocation loc;
   loc.node = parts[0];
-  if (!absl::SimpleAtoi(parts[1], &loc.node_index) ||
-      !absl::SimpleAtoi(parts[2], &loc.op_index)) {
+  if (!absl::SimpleAtoi(parts[1], &loc.node_index) || !absl::SimpleAtoi(parts[2], &loc.op_index)) {
     return std::nullopt;
   }
   loc.op_type = parts[3];

@@ -52,9 +52,8 @@ struct SpecLocation {
 
 // InvalidArgument (or `code`) "<location>: <message>" with the location as
 // payload.
-absl::Status SpecError(
-    const SpecLocation& location, std::string_view message,
-    absl::StatusCode code = absl::StatusCode::kInvalidArgument);
+absl::Status SpecError(const SpecLocation& location, std::string_view message,
+                       absl::StatusCode code = absl::StatusCode::kInvalidArgument);
 // Adds `location` as payload to `status` (message unchanged).
 void SetSpecLocation(const SpecLocation& location, absl::Status* status);
 // The location attached by SpecError, if any.

@@ -24,8 +24,7 @@ using Json = nlohmann::ordered_json;
 bool IsAutotune(std::string_view s) {
   if (s.size() != 8) return false;
   std::string u(s);
-  std::transform(u.begin(), u.end(), u.begin(),
-                 [](unsigned char c) { return std::toupper(c); });
+  std::transform(u.begin(), u.end(), u.begin(), [](unsigned char c) { return std::toupper(c); });
   return u == "AUTOTUNE";
 }
 
@@ -59,8 +58,7 @@ struct TreeBudget {
 Json ToJson(const YAML::Node& node, TreeBudget& budget, int depth = 0) {
   if (!budget.error.empty()) return Json(nullptr);
   if (++budget.nodes > kMaxNodes) {
-    budget.error = absl::StrCat("more than ", kMaxNodes,
-                                " values (after expanding aliases)");
+    budget.error = absl::StrCat("more than ", kMaxNodes, " values (after expanding aliases)");
     return Json(nullptr);
   }
   if (depth > kMaxDepth) {
@@ -76,8 +74,7 @@ Json ToJson(const YAML::Node& node, TreeBudget& budget, int depth = 0) {
   }
   if (node.IsSequence()) {
     Json out = Json::array();
-    for (size_t i = 0; i < node.size(); ++i)
-      out.push_back(ToJson(node[i], budget, depth + 1));
+    for (size_t i = 0; i < node.size(); ++i) out.push_back(ToJson(node[i], budget, depth + 1));
     return out;
   }
   if (node.IsScalar()) {
@@ -85,8 +82,7 @@ Json ToJson(const YAML::Node& node, TreeBudget& budget, int depth = 0) {
     static const std::regex kNumber(R"([-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?)");
     if (IsAutotune(s)) return Json(-1);
     if (node.Tag() != "!") {
-      if (s.size() <= kMaxNumberChars && std::regex_match(s, kNumber))
-        return NumberJson(s);
+      if (s.size() <= kMaxNumberChars && std::regex_match(s, kNumber)) return NumberJson(s);
       if (s == "true") return Json(true);
       if (s == "false") return Json(false);
     }
@@ -110,19 +106,17 @@ absl::Status ParseInto(const Json& node, google::protobuf::Message* msg,
   if (!node.is_object()) return SpecError(where, "expected a mapping");
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = false;
-  const auto status =
-      google::protobuf::util::JsonStringToMessage(node.dump(), msg, options);
+  const auto status = google::protobuf::util::JsonStringToMessage(node.dump(), msg, options);
   if (!status.ok()) {
-    return SpecError(
-        where, std::string(status.message().data(), status.message().size()));
+    return SpecError(where, std::string(status.message().data(), status.message().size()));
   }
   return absl::OkStatus();
 }
 
 // The single key of a one-entry mapping such as `{decode: {}}`, or a bare
 // name (`decode`).
-absl::StatusOr<std::pair<std::string, Json>> OnlyEntry(
-    const Json& node, const SpecLocation& where) {
+absl::StatusOr<std::pair<std::string, Json>> OnlyEntry(const Json& node,
+                                                       const SpecLocation& where) {
   if (node.is_string()) {
     return std::make_pair(node.get<std::string>(), Json(nullptr));
   }
@@ -143,25 +137,20 @@ absl::Status ParseMap(const Json& body, int index, proto::MapNode* map) {
   const auto ops = body.find("ops");
   if (ops == body.end() || ops->is_null()) return absl::OkStatus();
   if (!ops->is_array()) {
-    return SpecError(SpecLocation{"map", index, -1, "", "ops"},
-                     "expected a list of ops");
+    return SpecError(SpecLocation{"map", index, -1, "", "ops"}, "expected a list of ops");
   }
   for (size_t j = 0; j < ops->size(); ++j) {
     const SpecLocation op_where{"map", index, static_cast<int>(j)};
     auto entry = OnlyEntry((*ops)[j], op_where);
     if (!entry.ok()) return entry.status();
-    const auto* field =
-        proto::OpSpec::descriptor()->FindFieldByName(entry->first);
+    const auto* field = proto::OpSpec::descriptor()->FindFieldByName(entry->first);
     if (field == nullptr || field->containing_oneof() == nullptr) {
-      return SpecError(op_where,
-                       absl::StrCat("unknown op '", entry->first, "' (ops: ",
-                                    absl::StrJoin(KnownOpNames(), ", "), ")"));
+      return SpecError(op_where, absl::StrCat("unknown op '", entry->first, "' (ops: ",
+                                              absl::StrJoin(KnownOpNames(), ", "), ")"));
     }
     Json wrapped = Json::object();
-    wrapped[entry->first] =
-        entry->second.is_null() ? Json::object() : entry->second;
-    if (absl::Status s = ParseInto(wrapped, map->add_ops(), op_where);
-        !s.ok()) {
+    wrapped[entry->first] = entry->second.is_null() ? Json::object() : entry->second;
+    if (absl::Status s = ParseInto(wrapped, map->add_ops(), op_where); !s.ok()) {
       return s;
     }
   }
@@ -182,22 +171,18 @@ absl::StatusOr<proto::Pipeline> ParseJson(const Json& root) {
       } else if (v.is_number_integer() && v.get<int64_t>() >= 0) {
         out.set_seed(static_cast<uint64_t>(v.get<int64_t>()));
       } else {
-        return SpecError(SpecLocation{"seed"},
-                         "expected a non-negative integer");
+        return SpecError(SpecLocation{"seed"}, "expected a non-negative integer");
       }
     } else if (key == "on_error") {
       out.set_on_error(v.is_string() ? v.get<std::string>() : v.dump());
     } else if (key == "finish") {
       out.set_finish(v.is_string() ? v.get<std::string>() : v.dump());
     } else if (key == "source") {
-      if (absl::Status s =
-              ParseInto(v, out.mutable_source(), SpecLocation{"source"});
-          !s.ok()) {
+      if (absl::Status s = ParseInto(v, out.mutable_source(), SpecLocation{"source"}); !s.ok()) {
         return s;
       }
     } else if (key == "nodes") {
-      if (!v.is_array())
-        return SpecError(SpecLocation{"nodes"}, "expected a list");
+      if (!v.is_array()) return SpecError(SpecLocation{"nodes"}, "expected a list");
       for (size_t i = 0; i < v.size(); ++i) {
         const SpecLocation node_where{"nodes", static_cast<int>(i)};
         auto entry = OnlyEntry(v[i], node_where);
@@ -209,22 +194,17 @@ absl::StatusOr<proto::Pipeline> ParseJson(const Json& root) {
         if (kind == "map") {
           s = ParseMap(body, maps++, node->mutable_map());
         } else if (kind == "shuffle") {
-          s = ParseInto(body, node->mutable_shuffle(),
-                        SpecLocation{"shuffle", shuffles++});
+          s = ParseInto(body, node->mutable_shuffle(), SpecLocation{"shuffle", shuffles++});
         } else if (kind == "filter") {
-          s = ParseInto(body, node->mutable_filter(),
-                        SpecLocation{"filter", filters++});
+          s = ParseInto(body, node->mutable_filter(), SpecLocation{"filter", filters++});
         } else if (kind == "batch") {
           s = ParseInto(body, node->mutable_batch(), SpecLocation{"batch"});
         } else if (kind == "prefetch") {
-          s = ParseInto(body, node->mutable_prefetch(),
-                        SpecLocation{"prefetch"});
+          s = ParseInto(body, node->mutable_prefetch(), SpecLocation{"prefetch"});
         } else {
-          return SpecError(
-              node_where,
-              absl::StrCat("unknown node '", kind,
-                           "' (expected shuffle, map, filter, batch or "
-                           "prefetch)"));
+          return SpecError(node_where, absl::StrCat("unknown node '", kind,
+                                                    "' (expected shuffle, map, filter, batch or "
+                                                    "prefetch)"));
         }
         if (!s.ok()) return s;
       }
@@ -255,13 +235,11 @@ absl::StatusOr<Json> YamlToJsonTree(std::string_view text) {
     TreeBudget budget;
     Json tree = ToJson(YAML::Load(std::string(text)), budget);
     if (!budget.error.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("pipeline: the spec is ", budget.error));
+      return absl::InvalidArgumentError(absl::StrCat("pipeline: the spec is ", budget.error));
     }
     return tree;
   } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("pipeline: cannot parse YAML/JSON: ", e.what()));
+    return absl::InvalidArgumentError(absl::StrCat("pipeline: cannot parse YAML/JSON: ", e.what()));
   }
 }
 
@@ -294,23 +272,21 @@ absl::StatusOr<proto::Pipeline> ParsePipelineSpec(std::string_view text) {
   try {
     return ParseJson(root);
   } catch (const nlohmann::json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "pipeline spec: ", e.what(), " (is the spec UTF-8 text?)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline spec: ", e.what(), " (is the spec UTF-8 text?)"));
   }
 }
 
 absl::StatusOr<proto::Pipeline> LoadPipelineSpecFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    return absl::NotFoundError(
-        absl::StrCat("pipeline spec '", path, "' does not exist"));
+    return absl::NotFoundError(absl::StrCat("pipeline spec '", path, "' does not exist"));
   }
   std::stringstream ss;
   ss << in.rdbuf();
   absl::StatusOr<proto::Pipeline> p = ParsePipelineSpec(ss.str());
   if (!p.ok()) {
-    absl::Status s(p.status().code(),
-                   absl::StrCat(path, ": ", p.status().message()));
+    absl::Status s(p.status().code(), absl::StrCat(path, ": ", p.status().message()));
     if (auto loc = GetSpecLocation(p.status())) SetSpecLocation(*loc, &s);
     return s;
   }

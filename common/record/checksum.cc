@@ -12,8 +12,6 @@ uint64_t Checksum(std::string_view bytes) {
   return XXH3_64bits_dispatch(bytes.data(), bytes.size());
 }
 
-std::string ChecksumHex(uint64_t checksum) {
-  return absl::StrFormat("%016x", checksum);
-}
+std::string ChecksumHex(uint64_t checksum) { return absl::StrFormat("%016x", checksum); }
 
 }  // namespace sluice::record

@@ -46,13 +46,11 @@ absl::StatusOr<uint64_t> ParseHex(const nlohmann::json& v) {
 
 }  // namespace
 
-absl::Status CheckInsideFolder(const std::string& dir,
-                               const std::string& path) {
+absl::Status CheckInsideFolder(const std::string& dir, const std::string& path) {
   std::error_code ec;
   const fs::path folder = fs::weakly_canonical(dir, ec);
   if (ec) {
-    return absl::NotFoundError(
-        absl::StrCat("dataset folder '", dir, "': ", ec.message()));
+    return absl::NotFoundError(absl::StrCat("dataset folder '", dir, "': ", ec.message()));
   }
   const fs::path resolved = fs::weakly_canonical(path, ec);
   if (ec) {
@@ -60,10 +58,9 @@ absl::Status CheckInsideFolder(const std::string& dir,
   }
   const fs::path relative = resolved.lexically_relative(folder);
   if (relative.empty() || *relative.begin() == "..") {
-    return absl::PermissionDeniedError(
-        absl::StrCat("'", path, "' resolves to '", resolved.string(),
-                     "', outside its dataset folder '", folder.string(),
-                     "' (a symlink out of the dataset is refused)"));
+    return absl::PermissionDeniedError(absl::StrCat(
+        "'", path, "' resolves to '", resolved.string(), "', outside its dataset folder '",
+        folder.string(), "' (a symlink out of the dataset is refused)"));
   }
   return absl::OkStatus();
 }
@@ -78,8 +75,7 @@ std::string Manifest::ToJson() const {
   return body.dump(/*indent=*/2) + "\n";
 }
 
-absl::StatusOr<Manifest> Manifest::FromJson(std::string_view json,
-                                            const std::string& source) {
+absl::StatusOr<Manifest> Manifest::FromJson(std::string_view json, const std::string& source) {
   auto bad = [&](const std::string& what) {
     return absl::DataLossError(absl::StrCat("manifest '", source, "': ", what));
   };
@@ -96,15 +92,13 @@ absl::StatusOr<Manifest> Manifest::FromJson(std::string_view json,
     return bad("no unsigned 'version'");
   }
   if (parsed["version"].get<uint64_t>() != kShardFormatVersion) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "manifest '", source, "' has format version ", parsed["version"].dump(),
-        "; this build reads version ", kShardFormatVersion));
+    return absl::FailedPreconditionError(
+        absl::StrCat("manifest '", source, "' has format version ", parsed["version"].dump(),
+                     "; this build reads version ", kShardFormatVersion));
   }
-  if (!parsed.contains("schema") || !parsed.contains("shards") ||
-      !parsed["shards"].is_array() || !parsed.contains("total_records") ||
-      !parsed["total_records"].is_number_unsigned()) {
-    return bad(
-        "needs 'schema', a 'shards' array and an unsigned 'total_records'");
+  if (!parsed.contains("schema") || !parsed.contains("shards") || !parsed["shards"].is_array() ||
+      !parsed.contains("total_records") || !parsed["total_records"].is_number_unsigned()) {
+    return bad("needs 'schema', a 'shards' array and an unsigned 'total_records'");
   }
   Manifest m;
   auto schema = Schema::FromJson(parsed["schema"].dump());
@@ -113,10 +107,9 @@ absl::StatusOr<Manifest> Manifest::FromJson(std::string_view json,
   m.total_records = parsed["total_records"].get<uint64_t>();
   uint64_t sum = 0;
   for (const auto& s : parsed["shards"]) {
-    if (!s.is_object() || !s.contains("file") || !s["file"].is_string() ||
-        !s.contains("records") || !s["records"].is_number_unsigned() ||
-        !s.contains("bytes") || !s["bytes"].is_number_unsigned() ||
-        !s.contains("index_checksum")) {
+    if (!s.is_object() || !s.contains("file") || !s["file"].is_string() || !s.contains("records") ||
+        !s["records"].is_number_unsigned() || !s.contains("bytes") ||
+        !s["bytes"].is_number_unsigned() || !s.contains("index_checksum")) {
       return bad(
           "a shard entry needs 'file', 'records', 'bytes' and "
           "'index_checksum'");
@@ -124,16 +117,14 @@ absl::StatusOr<Manifest> Manifest::FromJson(std::string_view json,
     ShardInfo info;
     info.file = s["file"].get<std::string>();
     const fs::path file_path(info.file);
-    if (info.file.empty() || file_path.is_absolute() ||
-        file_path.has_parent_path() || info.file == "." || info.file == "..") {
-      return bad("shard file '" + info.file +
-                 "' must be a plain file name inside the dataset");
+    if (info.file.empty() || file_path.is_absolute() || file_path.has_parent_path() ||
+        info.file == "." || info.file == "..") {
+      return bad("shard file '" + info.file + "' must be a plain file name inside the dataset");
     }
     info.records = s["records"].get<uint64_t>();
     info.bytes = s["bytes"].get<uint64_t>();
     auto index_checksum = ParseHex(s["index_checksum"]);
-    if (!index_checksum.ok())
-      return bad("shard '" + info.file + "': bad 'index_checksum'");
+    if (!index_checksum.ok()) return bad("shard '" + info.file + "': bad 'index_checksum'");
     info.index_checksum = *index_checksum;
     sum += info.records;
     m.shards.push_back(std::move(info));
@@ -142,9 +133,8 @@ absl::StatusOr<Manifest> Manifest::FromJson(std::string_view json,
     return bad("checksum mismatch: the manifest was modified or corrupted");
   }
   if (sum != m.total_records) {
-    return bad(absl::StrCat("shards hold ", sum,
-                            " records but 'total_records' says ",
-                            m.total_records));
+    return bad(
+        absl::StrCat("shards hold ", sum, " records but 'total_records' says ", m.total_records));
   }
   return m;
 }
@@ -152,8 +142,8 @@ absl::StatusOr<Manifest> Manifest::FromJson(std::string_view json,
 absl::StatusOr<Manifest> Manifest::ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    return absl::NotFoundError(absl::StrCat(
-        "no manifest at '", path, "': is this a Unirecord dataset folder?"));
+    return absl::NotFoundError(
+        absl::StrCat("no manifest at '", path, "': is this a Unirecord dataset folder?"));
   }
   std::stringstream content;
   content << in.rdbuf();
@@ -163,23 +153,21 @@ absl::StatusOr<Manifest> Manifest::ReadFile(const std::string& path) {
 // ---------------------------------------------------------------------------------------------
 // DatasetWriter
 
-absl::StatusOr<std::unique_ptr<DatasetWriter>> DatasetWriter::Create(
-    const std::string& dir, const Schema& schema, Options options) {
+absl::StatusOr<std::unique_ptr<DatasetWriter>> DatasetWriter::Create(const std::string& dir,
+                                                                     const Schema& schema,
+                                                                     Options options) {
   RETURN_IF_ERROR(schema.Validate());
   if (options.shard_size_bytes == 0) {
     return absl::InvalidArgumentError("--shard-size must be > 0");
   }
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec)
-    return absl::InternalError("cannot create '" + dir + "': " + ec.message());
+  if (ec) return absl::InternalError("cannot create '" + dir + "': " + ec.message());
   if (fs::exists(fs::path(dir) / kManifestName)) {
     return absl::FailedPreconditionError(
-        absl::StrCat("'", dir, "' already holds a dataset (", kManifestName,
-                     "); remove it first"));
+        absl::StrCat("'", dir, "' already holds a dataset (", kManifestName, "); remove it first"));
   }
-  return std::unique_ptr<DatasetWriter>(
-      new DatasetWriter(dir, schema, options));
+  return std::unique_ptr<DatasetWriter>(new DatasetWriter(dir, schema, options));
 }
 
 absl::Status DatasetWriter::Add(const std::vector<Tensor>& values) {
@@ -187,14 +175,12 @@ absl::Status DatasetWriter::Add(const std::vector<Tensor>& values) {
   // Index entry (24 bytes + 8 per indexed column) is small next to the limit;
   // it is counted by projected_size() once the record is in.
   if (shard_ != nullptr && shard_->record_count() > 0 &&
-      shard_->projected_size() + encoded.size() + 64 >
-          options_.shard_size_bytes) {
+      shard_->projected_size() + encoded.size() + 64 > options_.shard_size_bytes) {
     RETURN_IF_ERROR(CloseShard());
   }
   if (shard_ == nullptr) {
     const std::string file = absl::StrFormat("shard-%05d.urec", shards_.size());
-    ASSIGN_OR_RETURN(
-        shard_, ShardWriter::Create((fs::path(dir_) / file).string(), schema_));
+    ASSIGN_OR_RETURN(shard_, ShardWriter::Create((fs::path(dir_) / file).string(), schema_));
   }
   RETURN_IF_ERROR(shard_->AddEncoded(encoded));
   ++total_records_;
@@ -203,8 +189,7 @@ absl::Status DatasetWriter::Add(const std::vector<Tensor>& values) {
 
 absl::Status DatasetWriter::CloseShard() {
   RETURN_IF_ERROR(shard_->Finish());
-  shards_.push_back({fs::path(shard_->path()).filename().string(),
-                     shard_->record_count(),
+  shards_.push_back({fs::path(shard_->path()).filename().string(), shard_->record_count(),
                      static_cast<uint64_t>(fs::file_size(shard_->path())),
                      shard_->index_checksum()});
   shard_.reset();
@@ -213,13 +198,12 @@ absl::Status DatasetWriter::CloseShard() {
 
 absl::StatusOr<Manifest> DatasetWriter::Finish() {
   if (total_records_ == 0) {
-    return absl::InvalidArgumentError("no records were written to '" + dir_ +
-                                      "'");
+    return absl::InvalidArgumentError("no records were written to '" + dir_ + "'");
   }
   if (shard_ != nullptr) RETURN_IF_ERROR(CloseShard());
   Manifest manifest{schema_, shards_, total_records_};
-  RETURN_IF_ERROR(WriteFileAtomically((fs::path(dir_) / kManifestName).string(),
-                                      manifest.ToJson()));
+  RETURN_IF_ERROR(
+      WriteFileAtomically((fs::path(dir_) / kManifestName).string(), manifest.ToJson()));
   return manifest;
 }
 
@@ -228,41 +212,31 @@ absl::StatusOr<Manifest> DatasetWriter::Finish() {
 
 absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(const std::string& dir) {
   if (!fs::is_directory(dir)) {
-    return absl::NotFoundError(
-        absl::StrCat("dataset folder '", dir, "' does not exist"));
+    return absl::NotFoundError(absl::StrCat("dataset folder '", dir, "' does not exist"));
   }
-  ASSIGN_OR_RETURN(
-      Manifest manifest,
-      Manifest::ReadFile((fs::path(dir) / kManifestName).string()));
+  ASSIGN_OR_RETURN(Manifest manifest, Manifest::ReadFile((fs::path(dir) / kManifestName).string()));
   if (manifest.total_records == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("dataset '", dir, "' is empty (0 records)"));
+    return absl::InvalidArgumentError(absl::StrCat("dataset '", dir, "' is empty (0 records)"));
   }
-  auto dataset =
-      std::unique_ptr<Dataset>(new Dataset(dir, std::move(manifest)));
+  auto dataset = std::unique_ptr<Dataset>(new Dataset(dir, std::move(manifest)));
   uint64_t start = 0;
   for (const ShardInfo& info : dataset->manifest_.shards) {
     const std::string path = (fs::path(dir) / info.file).string();
     if (!fs::exists(path)) {
-      return absl::NotFoundError(
-          absl::StrCat("dataset '", dir, "': shard '", info.file,
-                       "' named in the manifest is missing"));
+      return absl::NotFoundError(absl::StrCat("dataset '", dir, "': shard '", info.file,
+                                              "' named in the manifest is missing"));
     }
     // A shard must stay inside its folder also through symlinks: a dataset
     // under a worker's --data-root must not make it read files outside.
     RETURN_IF_ERROR(CheckInsideFolder(dir, path));
-    ASSIGN_OR_RETURN(std::unique_ptr<ShardReader> shard,
-                     ShardReader::Open(path));
-    if (shard->record_count() != info.records ||
-        shard->index_checksum() != info.index_checksum) {
-      return absl::DataLossError(
-          absl::StrCat("shard '", path, "' does not match the manifest (",
-                       shard->record_count(), " records, manifest says ",
-                       info.records, "; or its index changed)"));
+    ASSIGN_OR_RETURN(std::unique_ptr<ShardReader> shard, ShardReader::Open(path));
+    if (shard->record_count() != info.records || shard->index_checksum() != info.index_checksum) {
+      return absl::DataLossError(absl::StrCat("shard '", path, "' does not match the manifest (",
+                                              shard->record_count(), " records, manifest says ",
+                                              info.records, "; or its index changed)"));
     }
     if (!(shard->schema() == dataset->manifest_.schema)) {
-      return absl::DataLossError("shard '" + path +
-                                 "' has a different schema than the manifest");
+      return absl::DataLossError("shard '" + path + "' has a different schema than the manifest");
     }
     dataset->starts_.push_back(start);
     start += info.records;
@@ -273,16 +247,14 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(const std::string& dir) {
 
 std::pair<size_t, uint64_t> Dataset::Locate(uint64_t global) const {
   const size_t shard =
-      std::upper_bound(starts_.begin(), starts_.end(), global) -
-      starts_.begin() - 1;
+      std::upper_bound(starts_.begin(), starts_.end(), global) - starts_.begin() - 1;
   return {shard, global - starts_[shard]};
 }
 
 absl::Status Dataset::CheckIndex(uint64_t global) const {
   if (global < size()) return absl::OkStatus();
-  return absl::OutOfRangeError(absl::StrCat("record ", global,
-                                            " is past the end of '", dir_,
-                                            "' (", size(), " records)"));
+  return absl::OutOfRangeError(
+      absl::StrCat("record ", global, " is past the end of '", dir_, "' (", size(), " records)"));
 }
 
 absl::StatusOr<std::string_view> Dataset::ReadView(uint64_t global) const {
@@ -316,15 +288,13 @@ std::vector<std::string> VerifyDataset(const std::string& dir) {
     }
     if ((*shard)->record_count() != info.records ||
         (*shard)->index_checksum() != info.index_checksum) {
-      problems.push_back(
-          absl::StrCat("shard '", path, "': does not match the manifest (",
-                       (*shard)->record_count(), " records, manifest says ",
-                       info.records, "; or its index changed)"));
+      problems.push_back(absl::StrCat("shard '", path, "': does not match the manifest (",
+                                      (*shard)->record_count(), " records, manifest says ",
+                                      info.records, "; or its index changed)"));
     }
     for (uint64_t i = 0; i < (*shard)->record_count(); ++i) {
       auto record = (*shard)->Read(i);
-      if (!record.ok())
-        problems.push_back(std::string(record.status().message()));
+      if (!record.ok()) problems.push_back(std::string(record.status().message()));
     }
   }
   return problems;

@@ -49,8 +49,7 @@ struct Manifest {
   std::string ToJson() const;
   // DataLoss for invalid JSON, missing fields or a checksum mismatch; the
   // message names `source`.
-  static absl::StatusOr<Manifest> FromJson(std::string_view json,
-                                           const std::string& source);
+  static absl::StatusOr<Manifest> FromJson(std::string_view json, const std::string& source);
   static absl::StatusOr<Manifest> ReadFile(const std::string& path);
 };
 
@@ -63,8 +62,9 @@ class DatasetWriter {
     uint64_t shard_size_bytes = kDefaultShardSizeBytes;
   };
   // Creates `dir` if needed. FailedPrecondition if it already holds a manifest.
-  static absl::StatusOr<std::unique_ptr<DatasetWriter>> Create(
-      const std::string& dir, const Schema& schema, Options options);
+  static absl::StatusOr<std::unique_ptr<DatasetWriter>> Create(const std::string& dir,
+                                                               const Schema& schema,
+                                                               Options options);
   absl::Status Add(const std::vector<Tensor>& values);
   // Closes the last shard and writes manifest.json. InvalidArgument if no
   // record was added.

@@ -11,17 +11,14 @@
 
 namespace sluice::record {
 
-absl::StatusOr<Filter> Filter::Parse(const std::string& expression,
-                                     const Schema& schema) {
+absl::StatusOr<Filter> Filter::Parse(const std::string& expression, const Schema& schema) {
   auto bad = [&](const std::string& why) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("filter '", expression, "': ", why));
+    return absl::InvalidArgumentError(absl::StrCat("filter '", expression, "': ", why));
   };
   absl::string_view rest = absl::StripAsciiWhitespace(expression);
   size_t name_end = 0;
   while (name_end < rest.size() &&
-         (absl::ascii_isalnum(rest[name_end]) || rest[name_end] == '_' ||
-          rest[name_end] == '/')) {
+         (absl::ascii_isalnum(rest[name_end]) || rest[name_end] == '_' || rest[name_end] == '/')) {
     ++name_end;
   }
   Filter f;
@@ -30,8 +27,7 @@ absl::StatusOr<Filter> Filter::Parse(const std::string& expression,
   const int column = schema.ColumnIndex(f.column_);
   if (column < 0) return bad("no column '" + f.column_ + "'");
   if (!schema.columns[column].indexed) {
-    return bad("column '" + f.column_ +
-               "' is not indexed; filters read only indexed columns");
+    return bad("column '" + f.column_ + "' is not indexed; filters read only indexed columns");
   }
   f.is_float_ = schema.columns[column].dtype == DType::kFloat32;
   rest = absl::StripLeadingAsciiWhitespace(rest.substr(name_end));
@@ -53,16 +49,14 @@ absl::StatusOr<Filter> Filter::Parse(const std::string& expression,
   auto parse_number = [&](absl::string_view text) -> absl::StatusOr<double> {
     text = absl::StripAsciiWhitespace(text);
     double v;
-    if (!absl::SimpleAtod(text, &v))
-      return bad(absl::StrCat("'", text, "' is not a number"));
+    if (!absl::SimpleAtod(text, &v)) return bad(absl::StrCat("'", text, "' is not a number"));
     return v;
   };
   if (f.op_ == Op::kIn) {
     if (!absl::ConsumePrefix(&rest, "[") || !absl::ConsumeSuffix(&rest, "]")) {
       return bad("'in' takes a list: [1, 4]");
     }
-    if (absl::StripAsciiWhitespace(rest).empty())
-      return bad("the 'in' list is empty");
+    if (absl::StripAsciiWhitespace(rest).empty()) return bad("the 'in' list is empty");
     for (absl::string_view item : absl::StrSplit(rest, ',')) {
       auto v = parse_number(item);
       if (!v.ok()) return v.status();
@@ -92,8 +86,7 @@ bool Filter::Test(double value) const {
     case Op::kGe:
       return value >= x;
     case Op::kIn:
-      return std::find(operands_.begin(), operands_.end(), value) !=
-             operands_.end();
+      return std::find(operands_.begin(), operands_.end(), value) != operands_.end();
   }
   return false;
 }
@@ -112,11 +105,9 @@ std::vector<uint64_t> Filter::Select(const Dataset& dataset) const {
   for (size_t s = 0; s < dataset.num_shards(); ++s) {
     const ShardReader& shard = dataset.shard(s);
     const auto& names = shard.indexed_columns();
-    const size_t k =
-        std::find(names.begin(), names.end(), column_) - names.begin();
+    const size_t k = std::find(names.begin(), names.end(), column_) - names.begin();
     for (uint64_t i = 0; i < shard.record_count(); ++i) {
-      if (Matches(shard.key(i, k)))
-        out.push_back(dataset.shard_starts()[s] + i);
+      if (Matches(shard.key(i, k))) out.push_back(dataset.shard_starts()[s] + i);
     }
   }
   return out;

@@ -18,8 +18,7 @@ class Filter {
  public:
   // InvalidArgument for a syntax error or a column that is not indexed in
   // `schema`.
-  static absl::StatusOr<Filter> Parse(const std::string& expression,
-                                      const Schema& schema);
+  static absl::StatusOr<Filter> Parse(const std::string& expression, const Schema& schema);
 
   // True if a record whose indexed column has raw index value `key` passes.
   bool Matches(int64_t key) const;

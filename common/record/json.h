@@ -22,8 +22,7 @@ inline nlohmann::json ParseJson(std::string_view text) {
         if (depth > kMaxJsonDepth) too_deep = true;
         return !too_deep;
       };
-  nlohmann::json parsed =
-      nlohmann::json::parse(text, limit_depth, /*allow_exceptions=*/false);
+  nlohmann::json parsed = nlohmann::json::parse(text, limit_depth, /*allow_exceptions=*/false);
   if (too_deep) return nlohmann::json(nlohmann::json::value_t::discarded);
   return parsed;
 }

@@ -8,8 +8,7 @@
 namespace sluice::record {
 namespace {
 
-static_assert(std::endian::native == std::endian::little,
-              "sluice assumes a little-endian host");
+static_assert(std::endian::native == std::endian::little, "sluice assumes a little-endian host");
 
 // Number of elements of `shape`, or -1 on overflow / negative dims.
 int64_t NumElements(const std::vector<int64_t>& shape) {
@@ -21,8 +20,7 @@ int64_t NumElements(const std::vector<int64_t>& shape) {
   return n;
 }
 
-bool ShapeMatches(const std::vector<int64_t>& spec,
-                  const std::vector<int64_t>& shape) {
+bool ShapeMatches(const std::vector<int64_t>& spec, const std::vector<int64_t>& shape) {
   if (spec.size() != shape.size()) return false;
   for (size_t i = 0; i < spec.size(); ++i) {
     if (spec[i] != -1 && spec[i] != shape[i]) return false;
@@ -32,25 +30,22 @@ bool ShapeMatches(const std::vector<int64_t>& spec,
 
 // Empty if a value of `shape` holding `nbytes` bytes fits column `spec`;
 // otherwise why it does not.
-std::string Misfit(const ColumnSpec& spec, const std::vector<int64_t>& shape,
-                   uint64_t nbytes) {
+std::string Misfit(const ColumnSpec& spec, const std::vector<int64_t>& shape, uint64_t nbytes) {
   if (!IsNumeric(spec.dtype)) {
     if (shape.empty()) return "";
     return absl::StrCat("column '", spec.name, "' is ", DTypeName(spec.dtype),
                         " and takes no shape");
   }
   if (!ShapeMatches(spec.shape, shape)) {
-    return absl::StrCat(
-        "column '", spec.name, "': shape [", absl::StrJoin(shape, ","),
-        "] does not match the schema's [", absl::StrJoin(spec.shape, ","), "]");
+    return absl::StrCat("column '", spec.name, "': shape [", absl::StrJoin(shape, ","),
+                        "] does not match the schema's [", absl::StrJoin(spec.shape, ","), "]");
   }
   const int64_t n = NumElements(shape);
   const uint64_t size = DTypeSize(spec.dtype);
   if (n < 0 || static_cast<uint64_t>(n) > UINT64_MAX / size ||
       static_cast<uint64_t>(n) * size != nbytes) {
-    return absl::StrCat("column '", spec.name, "': ", nbytes,
-                        " bytes for shape [", absl::StrJoin(shape, ","),
-                        "] of ", DTypeName(spec.dtype));
+    return absl::StrCat("column '", spec.name, "': ", nbytes, " bytes for shape [",
+                        absl::StrJoin(shape, ","), "] of ", DTypeName(spec.dtype));
   }
   return "";
 }
@@ -62,22 +57,19 @@ void Append(std::string& out, T v) {
 
 }  // namespace
 
-absl::StatusOr<std::string> EncodeRecord(const Schema& schema,
-                                         const std::vector<Tensor>& values) {
+absl::StatusOr<std::string> EncodeRecord(const Schema& schema, const std::vector<Tensor>& values) {
   if (values.size() != schema.columns.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "record has ", values.size(), " values but the schema has ",
-        schema.columns.size(), " columns"));
+    return absl::InvalidArgumentError(absl::StrCat("record has ", values.size(),
+                                                   " values but the schema has ",
+                                                   schema.columns.size(), " columns"));
   }
   size_t total = 0;
-  for (const auto& v : values)
-    total += 1 + 8 * v.shape.size() + 8 + v.data.size();
+  for (const auto& v : values) total += 1 + 8 * v.shape.size() + 8 + v.data.size();
   std::string out;
   out.reserve(total);
   for (size_t i = 0; i < values.size(); ++i) {
     const Tensor& v = values[i];
-    if (std::string why = Misfit(schema.columns[i], v.shape, v.data.size());
-        !why.empty()) {
+    if (std::string why = Misfit(schema.columns[i], v.shape, v.data.size()); !why.empty()) {
       return absl::InvalidArgumentError(why);
     }
     out.push_back(static_cast<char>(v.shape.size()));
@@ -102,29 +94,25 @@ absl::StatusOr<std::vector<TensorView>> DecodeRecord(const Schema& schema,
   for (const ColumnSpec& spec : schema.columns) {
     const char* p = take(1);
     if (p == nullptr) {
-      return absl::DataLossError(
-          absl::StrCat("record ends before column '", spec.name, "'"));
+      return absl::DataLossError(absl::StrCat("record ends before column '", spec.name, "'"));
     }
     const size_t ndim = static_cast<uint8_t>(*p);
     if (ndim > 8) {
-      return absl::DataLossError(
-          absl::StrCat("column '", spec.name, "' claims ", ndim, " dims"));
+      return absl::DataLossError(absl::StrCat("column '", spec.name, "' claims ", ndim, " dims"));
     }
     TensorView view;
     view.shape.resize(ndim);
     p = take(8 * ndim + 8);
     if (p == nullptr) {
-      return absl::DataLossError(
-          absl::StrCat("record ends inside column '", spec.name, "'"));
+      return absl::DataLossError(absl::StrCat("record ends inside column '", spec.name, "'"));
     }
     if (ndim > 0) std::memcpy(view.shape.data(), p, 8 * ndim);
     uint64_t nbytes;
     std::memcpy(&nbytes, p + 8 * ndim, 8);
     const char* data = take(nbytes);
     if (data == nullptr) {
-      return absl::DataLossError(absl::StrCat("column '", spec.name,
-                                              "' claims ", nbytes,
-                                              " bytes; the record has fewer"));
+      return absl::DataLossError(
+          absl::StrCat("column '", spec.name, "' claims ", nbytes, " bytes; the record has fewer"));
     }
     if (std::string why = Misfit(spec, view.shape, nbytes); !why.empty()) {
       return absl::DataLossError(why);
@@ -134,8 +122,7 @@ absl::StatusOr<std::vector<TensorView>> DecodeRecord(const Schema& schema,
   }
   if (pos != buffer.size()) {
     return absl::DataLossError(
-        absl::StrCat("record has ", buffer.size() - pos,
-                     " trailing bytes after its last column"));
+        absl::StrCat("record has ", buffer.size() - pos, " trailing bytes after its last column"));
   }
   return views;
 }

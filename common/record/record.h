@@ -25,18 +25,13 @@ struct Tensor {
   std::vector<int64_t> shape;
   std::string data;
 
-  static Tensor Bytes(std::string bytes) {
-    return Tensor{{}, std::move(bytes)};
-  }
-  static Tensor Int64(int64_t v) {
-    return Tensor{{}, std::string(reinterpret_cast<char*>(&v), 8)};
-  }
+  static Tensor Bytes(std::string bytes) { return Tensor{{}, std::move(bytes)}; }
+  static Tensor Int64(int64_t v) { return Tensor{{}, std::string(reinterpret_cast<char*>(&v), 8)}; }
   // A numeric tensor from a typed array; `shape` must match values.size().
   template <typename T>
   static Tensor Of(std::vector<int64_t> shape, const std::vector<T>& values) {
-    return Tensor{std::move(shape),
-                  std::string(reinterpret_cast<const char*>(values.data()),
-                              values.size() * sizeof(T))};
+    return Tensor{std::move(shape), std::string(reinterpret_cast<const char*>(values.data()),
+                                                values.size() * sizeof(T))};
   }
 };
 
@@ -62,12 +57,10 @@ struct Record {
 
 // Checks `values` against `schema` (count, dtype sizes, fixed shapes) and
 // encodes them. InvalidArgument names the column.
-absl::StatusOr<std::string> EncodeRecord(const Schema& schema,
-                                         const std::vector<Tensor>& values);
+absl::StatusOr<std::string> EncodeRecord(const Schema& schema, const std::vector<Tensor>& values);
 // Parses `buffer` (which must outlive the views). DataLoss says what is
 // malformed.
-absl::StatusOr<std::vector<TensorView>> DecodeRecord(const Schema& schema,
-                                                     std::string_view buffer);
+absl::StatusOr<std::vector<TensorView>> DecodeRecord(const Schema& schema, std::string_view buffer);
 
 }  // namespace sluice::record
 

@@ -15,9 +15,8 @@ struct DTypeInfo {
 };
 
 constexpr DTypeInfo kDTypes[] = {
-    {DType::kBytes, "bytes", 0},     {DType::kString, "string", 0},
-    {DType::kUint8, "uint8", 1},     {DType::kInt32, "int32", 4},
-    {DType::kInt64, "int64", 8},     {DType::kFloat16, "float16", 2},
+    {DType::kBytes, "bytes", 0},     {DType::kString, "string", 0}, {DType::kUint8, "uint8", 1},
+    {DType::kInt32, "int32", 4},     {DType::kInt64, "int64", 8},   {DType::kFloat16, "float16", 2},
     {DType::kFloat32, "float32", 4},
 };
 
@@ -38,9 +37,9 @@ absl::StatusOr<DType> ParseDType(absl::string_view name) {
   for (const auto& info : kDTypes) {
     if (info.name == name) return info.dtype;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown dtype '", name,
-      "' (expected bytes, string, uint8, int32, int64, float16, float32)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown dtype '", name,
+                   "' (expected bytes, string, uint8, int32, int64, float16, float32)"));
 }
 
 int Schema::ColumnIndex(std::string_view name) const {
@@ -59,34 +58,26 @@ std::vector<std::string> Schema::IndexedColumns() const {
 }
 
 absl::Status Schema::Validate() const {
-  if (columns.empty())
-    return absl::InvalidArgumentError("schema has no columns");
-  if (columns.size() > 255)
-    return absl::InvalidArgumentError("schema has more than 255 columns");
+  if (columns.empty()) return absl::InvalidArgumentError("schema has no columns");
+  if (columns.size() > 255) return absl::InvalidArgumentError("schema has more than 255 columns");
   std::set<std::string> seen;
   for (const auto& c : columns) {
-    if (c.name.empty())
-      return absl::InvalidArgumentError(
-          "schema has a column with an empty name");
+    if (c.name.empty()) return absl::InvalidArgumentError("schema has a column with an empty name");
     if (!seen.insert(c.name).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("schema names column '", c.name, "' twice"));
+      return absl::InvalidArgumentError(absl::StrCat("schema names column '", c.name, "' twice"));
     }
     if (c.shape.size() > 8) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("column '", c.name, "' has more than 8 dims"));
+      return absl::InvalidArgumentError(absl::StrCat("column '", c.name, "' has more than 8 dims"));
     }
     for (int64_t d : c.shape) {
       if (d < -1) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "column '", c.name, "' has dimension ", d, " (must be >= -1)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("column '", c.name, "' has dimension ", d, " (must be >= -1)"));
       }
     }
-    if (c.indexed && (!IsNumeric(c.dtype) || !c.shape.empty() ||
-                      c.dtype == DType::kFloat16)) {
+    if (c.indexed && (!IsNumeric(c.dtype) || !c.shape.empty() || c.dtype == DType::kFloat16)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "column '", c.name,
-          "' is indexed but not a uint8/int32/int64/float32 scalar"));
+          "column '", c.name, "' is indexed but not a uint8/int32/int64/float32 scalar"));
     }
   }
   return absl::OkStatus();
@@ -105,17 +96,15 @@ std::string Schema::ToJson() const {
 
 absl::StatusOr<Schema> Schema::FromJson(std::string_view json) {
   const auto parsed = ParseJson(json);
-  if (parsed.is_discarded() || !parsed.is_object() ||
-      !parsed.contains("columns") || !parsed["columns"].is_array()) {
-    return absl::InvalidArgumentError(
-        "schema is not a JSON object with a 'columns' array");
+  if (parsed.is_discarded() || !parsed.is_object() || !parsed.contains("columns") ||
+      !parsed["columns"].is_array()) {
+    return absl::InvalidArgumentError("schema is not a JSON object with a 'columns' array");
   }
   Schema schema;
   for (const auto& c : parsed["columns"]) {
-    if (!c.is_object() || !c.contains("name") || !c["name"].is_string() ||
-        !c.contains("dtype") || !c["dtype"].is_string()) {
-      return absl::InvalidArgumentError(
-          "schema column without a string 'name' and 'dtype'");
+    if (!c.is_object() || !c.contains("name") || !c["name"].is_string() || !c.contains("dtype") ||
+        !c["dtype"].is_string()) {
+      return absl::InvalidArgumentError("schema column without a string 'name' and 'dtype'");
     }
     ColumnSpec spec;
     spec.name = c["name"].get<std::string>();

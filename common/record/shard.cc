@@ -38,11 +38,9 @@ T Get(const char* p) {
 
 absl::Status ErrnoError(const std::string& what, const std::string& path) {
   const int err = errno;
-  const std::string message =
-      absl::StrCat(what, " '", path, "': ", std::strerror(err));
+  const std::string message = absl::StrCat(what, " '", path, "': ", std::strerror(err));
   if (err == ENOENT) return absl::NotFoundError(message);
-  if (err == EACCES || err == EPERM)
-    return absl::PermissionDeniedError(message);
+  if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(message);
   return absl::InternalError(message);
 }
 
@@ -51,14 +49,13 @@ absl::Status ErrnoError(const std::string& what, const std::string& path) {
 // ---------------------------------------------------------------------------------------------
 // ShardWriter
 
-absl::StatusOr<std::unique_ptr<ShardWriter>> ShardWriter::Create(
-    const std::string& path, const Schema& schema) {
+absl::StatusOr<std::unique_ptr<ShardWriter>> ShardWriter::Create(const std::string& path,
+                                                                 const Schema& schema) {
   RETURN_IF_ERROR(schema.Validate());
   const nlohmann::json payload_json = {
       {"schema", nlohmann::json::parse(schema.ToJson())},
       {"created_by", "sluice"},
-      {"created_at",
-       absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone())},
+      {"created_at", absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone())},
   };
   const std::string payload = payload_json.dump();
   std::string header(kShardMagic, sizeof kShardMagic);
@@ -67,25 +64,21 @@ absl::StatusOr<std::unique_ptr<ShardWriter>> ShardWriter::Create(
   header += payload;
   Put<uint64_t>(header, Checksum(header));
 
-  const int fd =
-      open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoError("cannot create shard", path);
-  auto writer =
-      std::unique_ptr<ShardWriter>(new ShardWriter(path, fd, schema, 0));
+  auto writer = std::unique_ptr<ShardWriter>(new ShardWriter(path, fd, schema, 0));
   RETURN_IF_ERROR(writer->WriteAll(header));
   return writer;
 }
 
-ShardWriter::ShardWriter(std::string path, int fd, Schema schema,
-                         uint64_t data_offset)
+ShardWriter::ShardWriter(std::string path, int fd, Schema schema, uint64_t data_offset)
     : path_(std::move(path)),
       fd_(fd),
       schema_(std::move(schema)),
       indexed_columns_([this] {
         std::vector<int> columns;
         for (size_t i = 0; i < schema_.columns.size(); ++i) {
-          if (schema_.columns[i].indexed)
-            columns.push_back(static_cast<int>(i));
+          if (schema_.columns[i].indexed) columns.push_back(static_cast<int>(i));
         }
         return columns;
       }()),
@@ -112,11 +105,8 @@ absl::Status ShardWriter::Add(const std::vector<Tensor>& values) {
 }
 
 absl::Status ShardWriter::AddEncoded(std::string_view encoded) {
-  if (finished_)
-    return absl::FailedPreconditionError("shard " + path_ +
-                                         " is already finished");
-  ASSIGN_OR_RETURN(std::vector<TensorView> views,
-                   DecodeRecord(schema_, encoded));
+  if (finished_) return absl::FailedPreconditionError("shard " + path_ + " is already finished");
+  ASSIGN_OR_RETURN(std::vector<TensorView> views, DecodeRecord(schema_, encoded));
   for (int column : indexed_columns_) {
     const ColumnSpec& spec = schema_.columns[column];
     const std::string_view data = views[column].data;
@@ -146,19 +136,15 @@ absl::Status ShardWriter::AddEncoded(std::string_view encoded) {
 }
 
 uint64_t ShardWriter::projected_size() const {
-  return offset_ +
-         index_.size() * (kIndexEntryFixedSize + 8 * indexed_columns_.size()) +
+  return offset_ + index_.size() * (kIndexEntryFixedSize + 8 * indexed_columns_.size()) +
          kFooterSize;
 }
 
 absl::Status ShardWriter::Finish() {
-  if (finished_)
-    return absl::FailedPreconditionError("shard " + path_ +
-                                         " is already finished");
+  if (finished_) return absl::FailedPreconditionError("shard " + path_ + " is already finished");
   finished_ = true;
   std::string index;
-  index.reserve(index_.size() *
-                (kIndexEntryFixedSize + 8 * indexed_columns_.size()));
+  index.reserve(index_.size() * (kIndexEntryFixedSize + 8 * indexed_columns_.size()));
   const size_t k = indexed_columns_.size();
   for (size_t i = 0; i < index_.size(); ++i) {
     Put<uint64_t>(index, index_[i].offset);
@@ -186,8 +172,7 @@ absl::Status ShardWriter::Finish() {
 // ---------------------------------------------------------------------------------------------
 // ShardReader
 
-absl::StatusOr<std::unique_ptr<ShardReader>> ShardReader::Open(
-    const std::string& path) {
+absl::StatusOr<std::unique_ptr<ShardReader>> ShardReader::Open(const std::string& path) {
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoError("cannot open shard", path);
   auto reader = std::unique_ptr<ShardReader>(new ShardReader(path, fd));
@@ -207,12 +192,10 @@ absl::Status ShardReader::Corrupt(const std::string& what) const {
 absl::Status ShardReader::Load() {
   struct stat st;
   if (fstat(fd_, &st) != 0) return ErrnoError("cannot stat shard", path_);
-  if (!S_ISREG(st.st_mode))
-    return absl::InvalidArgumentError("'" + path_ + "' is not a file");
+  if (!S_ISREG(st.st_mode)) return absl::InvalidArgumentError("'" + path_ + "' is not a file");
   file_size_ = static_cast<uint64_t>(st.st_size);
   if (file_size_ < sizeof kShardMagic) {
-    return Corrupt(absl::StrCat("file is truncated inside the header (",
-                                file_size_, " bytes)"));
+    return Corrupt(absl::StrCat("file is truncated inside the header (", file_size_, " bytes)"));
   }
   void* map = mmap(nullptr, file_size_, PROT_READ, MAP_SHARED, fd_, 0);
   if (map == MAP_FAILED) return ErrnoError("cannot map shard", path_);
@@ -224,52 +207,45 @@ absl::Status ShardReader::Load() {
         absl::StrCat("'", path_, "' is not a Unirecord shard (wrong magic)"));
   }
   if (file_size_ < kHeaderPrefixSize) {
-    return Corrupt(absl::StrCat("file is truncated inside the header (",
-                                file_size_, " bytes)"));
+    return Corrupt(absl::StrCat("file is truncated inside the header (", file_size_, " bytes)"));
   }
   const uint32_t version = Get<uint32_t>(map_ + 8);
   const uint32_t payload_size = Get<uint32_t>(map_ + 12);
   if (payload_size > kMaxHeaderPayload) {
-    return Corrupt(
-        absl::StrCat("header claims a ", payload_size, "-byte schema"));
+    return Corrupt(absl::StrCat("header claims a ", payload_size, "-byte schema"));
   }
   data_offset_ = kHeaderPrefixSize + payload_size + 8;
   if (file_size_ < data_offset_) {
-    return Corrupt(absl::StrCat("file is truncated inside the header (",
-                                file_size_, " bytes, header needs ",
-                                data_offset_, ")"));
+    return Corrupt(absl::StrCat("file is truncated inside the header (", file_size_,
+                                " bytes, header needs ", data_offset_, ")"));
   }
   if (Checksum(std::string_view(map_, data_offset_ - 8)) !=
       Get<uint64_t>(map_ + data_offset_ - 8)) {
     return Corrupt("header checksum mismatch");
   }
   if (version != kShardFormatVersion) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("shard '", path_, "' has format version ", version,
-                     "; this build reads version ", kShardFormatVersion));
+    return absl::FailedPreconditionError(absl::StrCat("shard '", path_, "' has format version ",
+                                                      version, "; this build reads version ",
+                                                      kShardFormatVersion));
   }
-  const auto payload =
-      ParseJson(std::string_view(map_ + kHeaderPrefixSize, payload_size));
-  if (payload.is_discarded() || !payload.is_object() ||
-      !payload.contains("schema")) {
+  const auto payload = ParseJson(std::string_view(map_ + kHeaderPrefixSize, payload_size));
+  if (payload.is_discarded() || !payload.is_object() || !payload.contains("schema")) {
     return Corrupt("header holds no schema");
   }
   auto schema = Schema::FromJson(payload["schema"].dump());
   if (!schema.ok())
-    return Corrupt("bad schema in header: " +
-                   std::string(schema.status().message()));
+    return Corrupt("bad schema in header: " + std::string(schema.status().message()));
   schema_ = *std::move(schema);
   indexed_columns_ = schema_.IndexedColumns();
 
   // Footer.
   if (file_size_ < data_offset_ + kFooterSize) {
-    return Corrupt(absl::StrCat("file is truncated: no room for the footer (",
-                                file_size_, " bytes)"));
+    return Corrupt(
+        absl::StrCat("file is truncated: no room for the footer (", file_size_, " bytes)"));
   }
   const char* footer = map_ + file_size_ - kFooterSize;
   if (std::memcmp(footer + kFooterSize - 8, kShardMagic, 8) != 0) {
-    return Corrupt(
-        "footer magic missing: the file is truncated or was not finished");
+    return Corrupt("footer magic missing: the file is truncated or was not finished");
   }
   if (Checksum(std::string_view(footer, 32)) != Get<uint64_t>(footer + 32)) {
     return Corrupt("footer checksum mismatch");
@@ -278,14 +254,11 @@ absl::Status ShardReader::Load() {
   const uint64_t index_size = Get<uint64_t>(footer + 8);
   const uint64_t count = Get<uint64_t>(footer + 16);
   index_checksum_ = Get<uint64_t>(footer + 24);
-  const uint64_t entry_size =
-      kIndexEntryFixedSize + 8 * indexed_columns_.size();
+  const uint64_t entry_size = kIndexEntryFixedSize + 8 * indexed_columns_.size();
   if (index_offset < data_offset_ || count > file_size_ / entry_size ||
-      index_size != count * entry_size ||
-      index_offset + index_size + kFooterSize != file_size_) {
-    return Corrupt(absl::StrCat(
-        "footer is inconsistent (index at ", index_offset, ", ", index_size,
-        " bytes, ", count, " records, file ", file_size_, " bytes)"));
+      index_size != count * entry_size || index_offset + index_size + kFooterSize != file_size_) {
+    return Corrupt(absl::StrCat("footer is inconsistent (index at ", index_offset, ", ", index_size,
+                                " bytes, ", count, " records, file ", file_size_, " bytes)"));
   }
 
   // Index.
@@ -301,26 +274,23 @@ absl::Status ShardReader::Load() {
     IndexEntry& e = index_[i];
     std::memcpy(&e, p, kIndexEntryFixedSize);
     if (k > 0) std::memcpy(&keys_[i * k], p + kIndexEntryFixedSize, 8 * k);
-    if (e.offset != expected_offset || e.size == 0 ||
-        e.size > index_offset - e.offset) {
-      return Corrupt(absl::StrCat("index entry of record ", i,
-                                  " is out of place (offset ", e.offset,
-                                  ", size ", e.size, ")"));
+    if (e.offset != expected_offset || e.size == 0 || e.size > index_offset - e.offset) {
+      return Corrupt(absl::StrCat("index entry of record ", i, " is out of place (offset ",
+                                  e.offset, ", size ", e.size, ")"));
     }
     expected_offset += e.size;
   }
   if (expected_offset != index_offset) {
-    return Corrupt(absl::StrCat("records end at ", expected_offset,
-                                " but the index starts at ", index_offset));
+    return Corrupt(absl::StrCat("records end at ", expected_offset, " but the index starts at ",
+                                index_offset));
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::string_view> ShardReader::ReadView(uint64_t i) const {
   if (i >= index_.size()) {
-    return absl::OutOfRangeError(
-        absl::StrCat("record ", i, " is past the end of shard '", path_, "' (",
-                     index_.size(), " records)"));
+    return absl::OutOfRangeError(absl::StrCat("record ", i, " is past the end of shard '", path_,
+                                              "' (", index_.size(), " records)"));
   }
   const IndexEntry& e = index_[i];
   const std::string_view view(map_ + e.offset, e.size);
@@ -340,8 +310,7 @@ absl::StatusOr<Record> ShardReader::Read(uint64_t i) const {
   record.buffer = std::make_unique<const std::string>(std::move(buffer));
   auto columns = DecodeRecord(schema_, *record.buffer);
   if (!columns.ok()) {
-    return Corrupt(
-        absl::StrCat("record ", i, ": ", columns.status().message()));
+    return Corrupt(absl::StrCat("record ", i, ": ", columns.status().message()));
   }
   record.columns = *std::move(columns);
   return record;

@@ -46,8 +46,8 @@ struct IndexEntry {
 // destroyed without it leaves a file without footer, which readers reject.
 class ShardWriter {
  public:
-  static absl::StatusOr<std::unique_ptr<ShardWriter>> Create(
-      const std::string& path, const Schema& schema);
+  static absl::StatusOr<std::unique_ptr<ShardWriter>> Create(const std::string& path,
+                                                             const Schema& schema);
   ~ShardWriter();
 
   // Appends one record. InvalidArgument if it does not match the schema.
@@ -82,22 +82,17 @@ class ShardWriter {
 // verifies its record. Immutable after Open: thread-safe.
 class ShardReader {
  public:
-  static absl::StatusOr<std::unique_ptr<ShardReader>> Open(
-      const std::string& path);
+  static absl::StatusOr<std::unique_ptr<ShardReader>> Open(const std::string& path);
   ~ShardReader();
 
   uint64_t record_count() const { return index_.size(); }
   const Schema& schema() const { return schema_; }
   const std::vector<IndexEntry>& index() const { return index_; }
-  const std::vector<std::string>& indexed_columns() const {
-    return indexed_columns_;
-  }
+  const std::vector<std::string>& indexed_columns() const { return indexed_columns_; }
   // The value of indexed column `k` (position in indexed_columns()) for record
   // `i`: the int64 value of an integer column, or the bits of a double for a
   // float column.
-  int64_t key(uint64_t i, size_t k) const {
-    return keys_[i * indexed_columns_.size() + k];
-  }
+  int64_t key(uint64_t i, size_t k) const { return keys_[i * indexed_columns_.size() + k]; }
   uint64_t index_checksum() const { return index_checksum_; }
   uint64_t file_size() const { return file_size_; }
   const std::string& path() const { return path_; }

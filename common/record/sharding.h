@@ -36,13 +36,12 @@ struct Split {
 
 // How many splits EnumerateSplits would return, counted without building them (saturating at
 // UINT64_MAX). REQUIRES: split_size > 0.
-uint64_t CountSplits(const std::vector<uint64_t>& shard_record_counts,
-                     uint64_t split_size);
+uint64_t CountSplits(const std::vector<uint64_t>& shard_record_counts, uint64_t split_size);
 
 // Cuts each shard into splits of `split_size` records (the last split of a
 // shard may be shorter). InvalidArgument if split_size == 0.
-absl::StatusOr<std::vector<Split>> EnumerateSplits(
-    const std::vector<uint64_t>& shard_record_counts, uint64_t split_size);
+absl::StatusOr<std::vector<Split>> EnumerateSplits(const std::vector<uint64_t>& shard_record_counts,
+                                                   uint64_t split_size);
 
 // Equal shares at record granularity, as DistributedSampler defines them. The epoch's record
 // sequence is the splits in Permutation(splits.size(), seed, epoch) order, each split's records
@@ -68,23 +67,22 @@ struct SplitPiece {
 using SlotPieces = std::vector<SplitPiece>;
 
 // Records of each consumer's share: ceil(N / C) with kPad, floor(N / C) with kDrop.
-uint64_t ShareSize(uint64_t num_records, uint32_t num_consumers,
-                   RemainderPolicy policy);
+uint64_t ShareSize(uint64_t num_records, uint32_t num_consumers, RemainderPolicy policy);
 
 // The slots of `consumer`'s share in `epoch`, in order. InvalidArgument if num_consumers == 0,
 // consumer >= num_consumers, slot_size == 0, or the share is empty (kDrop
 // with fewer records than consumers, or no records).
-absl::StatusOr<std::vector<SlotPieces>> ConsumerSlots(
-    const std::vector<Split>& splits, uint32_t num_consumers, uint32_t consumer,
-    uint64_t seed, uint64_t epoch, RemainderPolicy policy, uint64_t slot_size);
+absl::StatusOr<std::vector<SlotPieces>> ConsumerSlots(const std::vector<Split>& splits,
+                                                      uint32_t num_consumers, uint32_t consumer,
+                                                      uint64_t seed, uint64_t epoch,
+                                                      RemainderPolicy policy, uint64_t slot_size);
 
 // The order in which a worker reads the `n` records of a split starting at global index
 // `first_global`: natural order, or, when the pipeline shuffles,
 // Permutation(n, MixSeed({seed, split_id}), epoch) applied to that range. The same on every
 // worker, so a replacement worker re-produces exactly the same batches.
-std::vector<uint64_t> SplitRecordOrder(uint64_t first_global, uint64_t n,
-                                       bool shuffle, uint64_t seed,
-                                       uint64_t split_id, uint64_t epoch);
+std::vector<uint64_t> SplitRecordOrder(uint64_t first_global, uint64_t n, bool shuffle,
+                                       uint64_t seed, uint64_t split_id, uint64_t epoch);
 
 }  // namespace sluice::record
 

@@ -14,15 +14,12 @@ namespace sluice::service {
 namespace {
 
 // The slice's user data: a reference to the column's owner, dropped when gRPC frees the slice.
-void ReleaseOwner(void* owner) {
-  delete static_cast<std::shared_ptr<const void>*>(owner);
-}
+void ReleaseOwner(void* owner) { delete static_cast<std::shared_ptr<const void>*>(owner); }
 
 // Reads a frame's slices front to back.
 class SliceCursor {
  public:
-  explicit SliceCursor(const std::vector<grpc::Slice>& slices)
-      : slices_(slices) {}
+  explicit SliceCursor(const std::vector<grpc::Slice>& slices) : slices_(slices) {}
   size_t remaining() const { return remaining_; }
   void Init() {
     for (const grpc::Slice& s : slices_) remaining_ += s.size();
@@ -65,14 +62,11 @@ grpc::ByteBuffer EncodeBatch(const WireBatch& batch) {
   const size_t header_bytes = batch.header.ByteSizeLong();
   std::string head(4 + header_bytes, '\0');
   const uint32_t h = static_cast<uint32_t>(header_bytes);
-  for (int i = 0; i < 4; ++i)
-    head[i] = static_cast<char>((h >> (8 * i)) & 0xff);
-  batch.header.SerializeWithCachedSizesToArray(
-      reinterpret_cast<uint8_t*>(head.data() + 4));
+  for (int i = 0; i < 4; ++i) head[i] = static_cast<char>((h >> (8 * i)) & 0xff);
+  batch.header.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(head.data() + 4));
   std::vector<grpc::Slice> slices;
   slices.reserve(1 + batch.columns.size());
-  slices.emplace_back(
-      head);  // copies the header only (tens to hundreds of bytes)
+  slices.emplace_back(head);  // copies the header only (tens to hundreds of bytes)
   for (const ColumnBytes& c : batch.columns) {
     if (c.size == 0) continue;
     slices.emplace_back(const_cast<uint8_t*>(c.data), c.size, &ReleaseOwner,
@@ -96,35 +90,32 @@ absl::StatusOr<ReceivedBatch> DecodeBatch(std::vector<grpc::Slice> slices) {
   SliceCursor cursor(*owned);
   cursor.Init();
   if (cursor.remaining() < 4) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "batch frame of ", cursor.remaining(), " bytes has no header length"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch frame of ", cursor.remaining(), " bytes has no header length"));
   }
   uint8_t prefix[4];
   cursor.Copy(4, prefix);
   const uint32_t header_bytes = uint32_t{prefix[0]} | uint32_t{prefix[1]} << 8 |
-                                uint32_t{prefix[2]} << 16 |
-                                uint32_t{prefix[3]} << 24;
+                                uint32_t{prefix[2]} << 16 | uint32_t{prefix[3]} << 24;
   if (header_bytes > cursor.remaining()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("batch frame header length ", header_bytes, " but only ",
-                     cursor.remaining(), " bytes follow"));
+    return absl::InvalidArgumentError(absl::StrCat("batch frame header length ", header_bytes,
+                                                   " but only ", cursor.remaining(),
+                                                   " bytes follow"));
   }
   std::string header(header_bytes, '\0');
   cursor.Copy(header_bytes, reinterpret_cast<uint8_t*>(header.data()));
   ReceivedBatch batch;
   if (!batch.header.ParseFromString(header)) {
-    return absl::InvalidArgumentError(
-        "batch frame header is not a valid Batch message");
+    return absl::InvalidArgumentError("batch frame header is not a valid Batch message");
   }
   RETURN_IF_ERROR(CheckBatch(batch.header));
   // Each data_length is below kMaxColumnBytes (CheckBatch), so the sum cannot wrap.
   uint64_t total = 0;
-  for (const proto::Column& c : batch.header.columns())
-    total += c.data_length();
+  for (const proto::Column& c : batch.header.columns()) total += c.data_length();
   if (total != cursor.remaining()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("batch columns hold ", total, " bytes but the frame has ",
-                     cursor.remaining(), " after the header"));
+    return absl::InvalidArgumentError(absl::StrCat("batch columns hold ", total,
+                                                   " bytes but the frame has ", cursor.remaining(),
+                                                   " after the header"));
   }
   batch.pieces.reserve(batch.header.columns_size());
   for (const proto::Column& c : batch.header.columns()) {
@@ -138,9 +129,8 @@ ColumnBytes Gather(const ReceivedBatch& batch, int column, size_t alignment) {
   const std::vector<absl::Span<const uint8_t>>& pieces = batch.pieces[column];
   ColumnBytes out;
   if (pieces.empty()) return out;
-  if (pieces.size() == 1 && reinterpret_cast<uintptr_t>(pieces[0].data()) %
-                                    std::max<size_t>(alignment, 1) ==
-                                0) {
+  if (pieces.size() == 1 &&
+      reinterpret_cast<uintptr_t>(pieces[0].data()) % std::max<size_t>(alignment, 1) == 0) {
     out.data = pieces[0].data();
     out.size = pieces[0].size();
     out.owner = batch.slices;
@@ -148,8 +138,7 @@ ColumnBytes Gather(const ReceivedBatch& batch, int column, size_t alignment) {
   }
   size_t size = 0;
   for (absl::Span<const uint8_t> p : pieces) size += p.size();
-  std::shared_ptr<uint8_t[]> buffer =
-      std::make_shared_for_overwrite<uint8_t[]>(size);
+  std::shared_ptr<uint8_t[]> buffer = std::make_shared_for_overwrite<uint8_t[]>(size);
   uint8_t* dst = buffer.get();
   for (absl::Span<const uint8_t> p : pieces) {
     std::memcpy(dst, p.data(), p.size());
@@ -162,13 +151,12 @@ ColumnBytes Gather(const ReceivedBatch& batch, int column, size_t alignment) {
 }
 
 std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> OpenBatchStream(
-    grpc::Channel* channel, grpc::ClientContext* context,
-    const proto::GetBatchesRequest& request) {
-  const grpc::internal::RpcMethod method(
-      kGetBatchesMethod, grpc::internal::RpcMethod::SERVER_STREAMING);
+    grpc::Channel* channel, grpc::ClientContext* context, const proto::GetBatchesRequest& request) {
+  const grpc::internal::RpcMethod method(kGetBatchesMethod,
+                                         grpc::internal::RpcMethod::SERVER_STREAMING);
   return std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>>(
-      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
-          channel, method, context, request));
+      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(channel, method, context,
+                                                                    request));
 }
 
 }  // namespace sluice::service

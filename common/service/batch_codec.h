@@ -77,11 +77,9 @@ ColumnBytes Gather(const ReceivedBatch& batch, int column, size_t alignment);
 // The GetBatches method, raw: the path of WorkerService.GetBatches (proto/worker_service.proto),
 // whose responses are frames. Workers serve it with the generated raw callback method; clients
 // call it here, on any channel of service/channel_factory.h (TLS, tokens).
-inline constexpr char kGetBatchesMethod[] =
-    "/sluice.proto.WorkerService/GetBatches";
+inline constexpr char kGetBatchesMethod[] = "/sluice.proto.WorkerService/GetBatches";
 std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> OpenBatchStream(
-    grpc::Channel* channel, grpc::ClientContext* context,
-    const proto::GetBatchesRequest& request);
+    grpc::Channel* channel, grpc::ClientContext* context, const proto::GetBatchesRequest& request);
 
 }  // namespace sluice::service
 

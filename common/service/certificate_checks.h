@@ -17,13 +17,11 @@ namespace sluice::service {
 
 // The whole of file `path`, given by `flag`. NotFound or PermissionDenied naming both when it
 // cannot be read.
-absl::StatusOr<std::string> ReadFileForFlag(const std::string& path,
-                                            const std::string& flag);
+absl::StatusOr<std::string> ReadFileForFlag(const std::string& path, const std::string& flag);
 
 // Checks a certificate file and its key before anything listens or connects: readable PEM,
 // key matches, valid now. `flag` names them in errors ("--tls-cert").
-absl::Status CheckCertificateFiles(const std::string& cert_file,
-                                   const std::string& key_file,
+absl::Status CheckCertificateFiles(const std::string& cert_file, const std::string& key_file,
                                    const std::string& flag);
 
 // Checks a --tls-ca file: readable, holds a PEM certificate, the first one valid now.

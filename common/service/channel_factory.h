@@ -58,9 +58,9 @@ struct ChannelOptions {
 
 // What a server's listening port requires. Flag names match the programs' flags.
 struct ServerSecurityOptions {
-  std::string tls_cert;  // --tls-cert: TLS when set (with tls_key)
-  std::string tls_key;   // --tls-key
-  std::string tls_ca;    // --tls-ca: mutual TLS, client certs signed by this CA
+  std::string tls_cert;         // --tls-cert: TLS when set (with tls_key)
+  std::string tls_key;          // --tls-key
+  std::string tls_ca;           // --tls-ca: mutual TLS, client certs signed by this CA
   std::string auth_token_file;  // --auth-token-file: bearer token on every call
   // --tokens-file: the callers accepted, each with its identity (tokens_file.h). Replaces
   // --auth-token-file's check on this server; --auth-token-file is then only the token this
@@ -73,14 +73,14 @@ struct ServerSecurityOptions {
 // A channel to `address` (host:port). InvalidArgument for an empty address, an incomplete or
 // inconsistent TLS configuration, unreadable/expired/mismatched certificate files or an
 // empty token file (each message names the option). Does not connect.
-absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(
-    const std::string& address, const ChannelOptions& options = {});
+absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(const std::string& address,
+                                                             const ChannelOptions& options = {});
 
 // Credentials for a server's listening port, checked the same way as CreateChannel: a
 // certificate that expired, a key that does not match it, --tls-ca or --auth-token-file
 // without --tls-cert are InvalidArgument naming the flag.
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>>
-CreateServerCredentials(const ServerSecurityOptions& options);
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> CreateServerCredentials(
+    const ServerSecurityOptions& options);
 
 // Waits until `channel` (made by CreateChannel(address, options)) is connected, at most
 // until `deadline`: DeadlineExceeded "no gRPC connection to ADDR" then. A TLS mismatch is
@@ -89,18 +89,16 @@ CreateServerCredentials(const ServerSecurityOptions& options);
 //    --tls-ca ca.pem (unable to get local issuer certificate) (is the server using TLS? is
 //    --tls-ca the CA that signed its certificate?)"
 // while "nothing listens" is retried until the deadline.
-absl::Status WaitForConnected(grpc::Channel& channel,
-                              const std::string& address,
-                              const ChannelOptions& options,
-                              absl::Time deadline);
+absl::Status WaitForConnected(grpc::Channel& channel, const std::string& address,
+                              const ChannelOptions& options, absl::Time deadline);
 
 // Connects to `address` and makes a TLS handshake of its own (OpenSSL, tls_probe.cc) to tell
 // why a channel with `options` cannot connect. Unavailable with the reason when it finds a TLS
 // mismatch (plaintext vs TLS, wrong CA, expired certificate, name mismatch, client
 // certificate missing or refused); OK when it finds none (including "nothing listens").
 // Blocks up to `timeout`.
-absl::Status DiagnoseTls(const std::string& address,
-                         const ChannelOptions& options, absl::Duration timeout);
+absl::Status DiagnoseTls(const std::string& address, const ChannelOptions& options,
+                         absl::Duration timeout);
 
 }  // namespace sluice::service
 

@@ -28,8 +28,7 @@ class MetricsInterceptor final : public grpc::experimental::Interceptor {
     if (methods->QueryInterceptionHookPoint(
             grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
       const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start_;
-      metrics_->Handled(service_, method_, methods->GetSendStatus().error_code(),
-                        elapsed.count());
+      metrics_->Handled(service_, method_, methods->GetSendStatus().error_code(), elapsed.count());
     }
     methods->Proceed();
   }
@@ -45,29 +44,46 @@ class MetricsInterceptor final : public grpc::experimental::Interceptor {
 
 const char* GrpcCodeName(grpc::StatusCode code) {
   switch (code) {
-    case grpc::StatusCode::OK: return "OK";
-    case grpc::StatusCode::CANCELLED: return "CANCELLED";
-    case grpc::StatusCode::UNKNOWN: return "UNKNOWN";
-    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
-    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
-    case grpc::StatusCode::ALREADY_EXISTS: return "ALREADY_EXISTS";
-    case grpc::StatusCode::PERMISSION_DENIED: return "PERMISSION_DENIED";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
-    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
-    case grpc::StatusCode::ABORTED: return "ABORTED";
-    case grpc::StatusCode::OUT_OF_RANGE: return "OUT_OF_RANGE";
-    case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
-    case grpc::StatusCode::INTERNAL: return "INTERNAL";
-    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
-    case grpc::StatusCode::DATA_LOSS: return "DATA_LOSS";
-    case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
-    default: return "UNKNOWN";
+    case grpc::StatusCode::OK:
+      return "OK";
+    case grpc::StatusCode::CANCELLED:
+      return "CANCELLED";
+    case grpc::StatusCode::UNKNOWN:
+      return "UNKNOWN";
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return "INVALID_ARGUMENT";
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::NOT_FOUND:
+      return "NOT_FOUND";
+    case grpc::StatusCode::ALREADY_EXISTS:
+      return "ALREADY_EXISTS";
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return "PERMISSION_DENIED";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      return "FAILED_PRECONDITION";
+    case grpc::StatusCode::ABORTED:
+      return "ABORTED";
+    case grpc::StatusCode::OUT_OF_RANGE:
+      return "OUT_OF_RANGE";
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return "UNIMPLEMENTED";
+    case grpc::StatusCode::INTERNAL:
+      return "INTERNAL";
+    case grpc::StatusCode::UNAVAILABLE:
+      return "UNAVAILABLE";
+    case grpc::StatusCode::DATA_LOSS:
+      return "DATA_LOSS";
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return "UNAUTHENTICATED";
+    default:
+      return "UNKNOWN";
   }
 }
 
-GrpcServerMetrics::GrpcServerMetrics(prometheus::Registry& registry,
-                                     const std::string& program)
+GrpcServerMetrics::GrpcServerMetrics(prometheus::Registry& registry, const std::string& program)
     : started_(prometheus::BuildCounter()
                    .Name("sluice_grpc_server_started_total")
                    .Help("gRPC calls started on this server, by service and method.")
@@ -110,15 +126,13 @@ void GrpcServerMetrics::Handled(const std::string& service, const std::string& m
     absl::MutexLock lock(&mu_);
     prometheus::Counter*& h = handled_children_[{service, method, static_cast<int>(code)}];
     if (h == nullptr) {
-      h = &handled_.Add({{"grpc_service", service},
-                         {"grpc_method", method},
-                         {"grpc_code", GrpcCodeName(code)}});
+      h = &handled_.Add(
+          {{"grpc_service", service}, {"grpc_method", method}, {"grpc_code", GrpcCodeName(code)}});
     }
     handled = h;
     prometheus::Histogram*& s = seconds_children_[{service, method}];
     if (s == nullptr) {
-      s = &seconds_.Add({{"grpc_service", service}, {"grpc_method", method}},
-                        LatencyBuckets());
+      s = &seconds_.Add({{"grpc_service", service}, {"grpc_method", method}}, LatencyBuckets());
     }
     histogram = s;
     // CANCELLED is the caller hanging up (a trainer closing its stream), not an error here.

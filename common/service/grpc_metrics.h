@@ -63,8 +63,7 @@ class GrpcServerMetrics {
   std::map<int, prometheus::Counter*> errors_children_ ABSL_GUARDED_BY(mu_);
 };
 
-class GrpcMetricsInterceptorFactory
-    : public grpc::experimental::ServerInterceptorFactoryInterface {
+class GrpcMetricsInterceptorFactory : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:
   // `metrics` must outlive the server.
   explicit GrpcMetricsInterceptorFactory(GrpcServerMetrics* metrics) : metrics_(metrics) {}

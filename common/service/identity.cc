@@ -16,8 +16,7 @@ namespace sluice::service {
 namespace {
 
 std::string Property(const grpc::AuthContext& context, const char* name) {
-  const std::vector<grpc::string_ref> values =
-      context.FindPropertyValues(name);
+  const std::vector<grpc::string_ref> values = context.FindPropertyValues(name);
   if (values.empty()) return "";
   return std::string(values.front().data(), values.front().size());
 }
@@ -53,8 +52,7 @@ absl::string_view RoleGroup(Role role) {
 
 bool Identity::Has(Role role) const {
   if (all_roles) return true;
-  return std::find(groups.begin(), groups.end(), RoleGroup(role)) !=
-         groups.end();
+  return std::find(groups.begin(), groups.end(), RoleGroup(role)) != groups.end();
 }
 
 bool Identity::MayActFor(absl::string_view owner) const {
@@ -64,17 +62,14 @@ bool Identity::MayActFor(absl::string_view owner) const {
 
 std::string Identity::Describe() const {
   if (all_roles) return "the development identity";
-  return absl::StrCat(user, " (groups: ",
-                      groups.empty() ? "none" : absl::StrJoin(groups, ", "),
+  return absl::StrCat(user, " (groups: ", groups.empty() ? "none" : absl::StrJoin(groups, ", "),
                       ")");
 }
 
-absl::Status RequireRole(const Identity& caller, Role role,
-                         absl::string_view method) {
+absl::Status RequireRole(const Identity& caller, Role role, absl::string_view method) {
   if (caller.Has(role)) return absl::OkStatus();
   return absl::PermissionDeniedError(absl::StrCat(
-      caller.Describe(), " may not call ", method, ": it needs the role ",
-      RoleGroup(role),
+      caller.Describe(), " may not call ", method, ": it needs the role ", RoleGroup(role),
       " (a group in --tokens-file or the O of the client certificate)"));
 }
 
@@ -83,15 +78,12 @@ absl::Status CheckUserName(absl::string_view user, absl::string_view where) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": empty user name"));
   }
   if (user.size() > 256) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, ": user name longer than 256 bytes"));
+    return absl::InvalidArgumentError(absl::StrCat(where, ": user name longer than 256 bytes"));
   }
   for (const char c : user) {
-    if (c == '/' || c == ',' || static_cast<unsigned char>(c) < 0x20 ||
-        c == 0x7f) {
+    if (c == '/' || c == ',' || static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
       return absl::InvalidArgumentError(
-          absl::StrCat(where, ": user name '", user,
-                       "' contains '/', ',' or a control character"));
+          absl::StrCat(where, ": user name '", user, "' contains '/', ',' or a control character"));
     }
   }
   return absl::OkStatus();
@@ -117,8 +109,7 @@ absl::StatusOr<Identity> IdentityOfCertificate(absl::string_view pem) {
   std::unique_ptr<X509, decltype(&X509_free)> cert(
       PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr), &X509_free);
   if (cert == nullptr) {
-    return absl::InvalidArgumentError(
-        "the client certificate is not a PEM certificate");
+    return absl::InvalidArgumentError("the client certificate is not a PEM certificate");
   }
   X509_NAME* subject = X509_get_subject_name(cert.get());
   const std::vector<std::string> cn = NameEntries(subject, NID_commonName);
@@ -132,22 +123,19 @@ absl::StatusOr<Identity> IdentityOf(const grpc::AuthContext& context) {
   const std::string user = Property(context, kUserProperty);
   if (!user.empty()) {
     Identity identity{.user = user};
-    for (const grpc::string_ref& group :
-         context.FindPropertyValues(kGroupProperty)) {
+    for (const grpc::string_ref& group : context.FindPropertyValues(kGroupProperty)) {
       identity.groups.emplace_back(group.data(), group.size());
     }
     return identity;
   }
-  if (!Property(context, kAllRolesProperty).empty())
-    return Identity::Development();
+  if (!Property(context, kAllRolesProperty).empty()) return Identity::Development();
   const std::string pem = Property(context, GRPC_X509_PEM_CERT_PROPERTY_NAME);
   if (pem.empty()) return Identity::Development();
   absl::StatusOr<Identity> identity = IdentityOfCertificate(pem);
   if (!identity.ok()) {
     return absl::PermissionDeniedError(identity.status().message());
   }
-  if (absl::Status s =
-          CheckUserName(identity->user, "the client certificate's subject CN");
+  if (absl::Status s = CheckUserName(identity->user, "the client certificate's subject CN");
       !s.ok()) {
     return absl::PermissionDeniedError(s.message());
   }

@@ -52,8 +52,7 @@ struct Identity {
 
 // OK if `caller` holds `role`; PERMISSION_DENIED naming the caller, `method` and the role
 // otherwise.
-absl::Status RequireRole(const Identity& caller, Role role,
-                         absl::string_view method);
+absl::Status RequireRole(const Identity& caller, Role role, absl::string_view method);
 
 // The caller of a server call (see the order above). PERMISSION_DENIED when a client
 // certificate has no usable CN (empty, or containing '/').

@@ -20,14 +20,12 @@
 namespace sluice::service {
 
 struct ServiceLimits {
-  int64_t max_pipeline_bytes = 1
-                               << 20;  // --max-pipeline-bytes: serialized spec
-  int64_t max_pipeline_nodes = 256;    // --max-pipeline-nodes: nodes + map ops
-  int64_t max_batch_bytes =
-      512ll << 20;          // --max-batch-bytes: one batch's column bytes
-  int64_t max_jobs = 1024;  // --max-jobs: jobs a dispatcher holds
-  int64_t max_consumers_per_job = 4096;  // --max-consumers-per-job
-  int64_t max_streams = 1024;  // --max-streams: open GetBatches per worker
+  int64_t max_pipeline_bytes = 1 << 20;    // --max-pipeline-bytes: serialized spec
+  int64_t max_pipeline_nodes = 256;        // --max-pipeline-nodes: nodes + map ops
+  int64_t max_batch_bytes = 512ll << 20;   // --max-batch-bytes: one batch's column bytes
+  int64_t max_jobs = 1024;                 // --max-jobs: jobs a dispatcher holds
+  int64_t max_consumers_per_job = 4096;    // --max-consumers-per-job
+  int64_t max_streams = 1024;              // --max-streams: open GetBatches per worker
   int64_t max_splits_per_job = 1 << 20;    // --max-splits-per-job
   int64_t max_jobs_per_identity = 256;     // --max-jobs-per-identity
   int64_t max_streams_per_identity = 256;  // --max-streams-per-identity
@@ -48,8 +46,7 @@ absl::Status CheckPipelineBytes(int64_t bytes, const ServiceLimits& limits);
 // InvalidArgument when the serialized spec or its node count (nodes plus the ops of map
 // nodes) is over the limit:
 //   "pipeline spec has 300 nodes, more than --max-pipeline-nodes 256"
-absl::Status CheckPipelineLimits(const proto::Pipeline& pipeline,
-                                 const ServiceLimits& limits);
+absl::Status CheckPipelineLimits(const proto::Pipeline& pipeline, const ServiceLimits& limits);
 
 // The same for a pipeline as it travels (RegisterDataset, JobInfo): the size is checked before
 // parsing; InvalidArgument also when it does not parse.
@@ -62,18 +59,15 @@ absl::Status CheckJobLimit(int64_t jobs, const ServiceLimits& limits);
 // ResourceExhausted when a job would have more splits (per epoch) than allowed: the dispatcher
 // keeps a few words per split and per slot, so the split count bounds a job's memory.
 //   "the job would have 976562500 splits of 1024 records, more than --max-splits-per-job ..."
-absl::Status CheckSplitLimit(uint64_t splits, uint64_t split_size,
-                             const ServiceLimits& limits);
+absl::Status CheckSplitLimit(uint64_t splits, uint64_t split_size, const ServiceLimits& limits);
 
 // ResourceExhausted when `user`, holding `held` of what `flag` counts, may not take another:
 //   "alice already holds 256 jobs (--max-jobs-per-identity 256): wait for one to finish ..."
-absl::Status CheckPerIdentityLimit(absl::string_view user, int64_t held,
-                                   int64_t limit, absl::string_view what,
-                                   absl::string_view flag);
+absl::Status CheckPerIdentityLimit(absl::string_view user, int64_t held, int64_t limit,
+                                   absl::string_view what, absl::string_view flag);
 
 // InvalidArgument when a job asks for more consumers than allowed.
-absl::Status CheckConsumerLimit(int64_t num_consumers,
-                                const ServiceLimits& limits);
+absl::Status CheckConsumerLimit(int64_t num_consumers, const ServiceLimits& limits);
 
 // ResourceExhausted when a batch is larger than allowed (the pipeline's batch size or its
 // images are too large for this service). The worker checks every batch before encoding it;
@@ -83,8 +77,7 @@ absl::Status CheckConsumerLimit(int64_t num_consumers,
 absl::Status CheckBatchLimit(int64_t batch_bytes, const ServiceLimits& limits);
 
 // ResourceExhausted when a worker with `open_streams` streams may not open another.
-absl::Status CheckStreamLimit(int64_t open_streams,
-                              const ServiceLimits& limits);
+absl::Status CheckStreamLimit(int64_t open_streams, const ServiceLimits& limits);
 
 }  // namespace sluice::service
 

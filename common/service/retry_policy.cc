@@ -20,8 +20,7 @@ bool IsRetryable(absl::StatusCode code, CallKind kind) {
 }
 
 bool IsUnreachable(absl::StatusCode code) {
-  return code == absl::StatusCode::kUnavailable ||
-         code == absl::StatusCode::kDeadlineExceeded;
+  return code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kDeadlineExceeded;
 }
 
 std::vector<absl::StatusCode> UnreachableCodes() {
@@ -32,17 +31,15 @@ absl::Status PeerCallError(const absl::Status& status, absl::string_view peer,
                            absl::string_view address, absl::string_view rpc) {
   if (status.ok()) return absl::OkStatus();
   if (IsUnreachable(status.code())) {
-    return absl::UnavailableError(absl::StrCat("cannot reach the ", peer,
-                                               " at ", address, ": ", rpc, ": ",
-                                               status.message()));
+    return absl::UnavailableError(absl::StrCat("cannot reach the ", peer, " at ", address, ": ",
+                                               rpc, ": ", status.message()));
   }
   if (absl::IsUnimplemented(status)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the gRPC server at ", address, " is not a ", peer, " (",
-                     rpc, " is unimplemented)"));
+    return absl::FailedPreconditionError(absl::StrCat("the gRPC server at ", address, " is not a ",
+                                                      peer, " (", rpc, " is unimplemented)"));
   }
-  return absl::Status(status.code(), absl::StrCat(peer, " at ", address, ": ",
-                                                  rpc, ": ", status.message()));
+  return absl::Status(status.code(),
+                      absl::StrCat(peer, " at ", address, ": ", rpc, ": ", status.message()));
 }
 
 absl::Status PeerCallError(const grpc::Status& status, absl::string_view peer,

@@ -26,8 +26,7 @@ bool IsWildcard(const std::string& host) {
 // "host:port" with IPv6 hosts bracketed.
 std::string JoinHostPort(const std::string& host, int port) {
   const bool v6 = host.find(':') != std::string::npos && host.front() != '[';
-  return v6 ? absl::StrCat("[", host, "]:", port)
-            : absl::StrCat(host, ":", port);
+  return v6 ? absl::StrCat("[", host, "]:", port) : absl::StrCat(host, ":", port);
 }
 
 void SetEnvNamesOf(CLI::App& app) {
@@ -43,28 +42,26 @@ void SetEnvNamesOf(CLI::App& app) {
 }  // namespace
 
 bool IsLoopbackHost(const std::string& host) {
-  return host == "localhost" || host == "::1" || host == "[::1]" ||
-         absl::StartsWith(host, "127.");
+  return host == "localhost" || host == "::1" || host == "[::1]" || absl::StartsWith(host, "127.");
 }
 
-absl::Status CheckListenSecurity(const ServerFlags& flags,
-                                 std::string* warning) {
+absl::Status CheckListenSecurity(const ServerFlags& flags, std::string* warning) {
   warning->clear();
   if (IsLoopbackHost(flags.host)) return absl::OkStatus();
   const ServerSecurityOptions& s = flags.security;
-  const bool authenticated = s.tls() && (!s.tls_ca.empty() ||
-                                         !s.tokens_file.empty() ||
-                                         !s.auth_token_file.empty());
+  const bool authenticated =
+      s.tls() && (!s.tls_ca.empty() || !s.tokens_file.empty() || !s.auth_token_file.empty());
   if (authenticated) return absl::OkStatus();
-  const std::string what = absl::StrCat(
-      "--host ", flags.host, " is reachable from other machines and this port ",
-      s.tls() ? "authenticates no caller" : "is plaintext and unauthenticated",
-      ": anyone who can reach it may read and change every job");
+  const std::string what =
+      absl::StrCat("--host ", flags.host, " is reachable from other machines and this port ",
+                   s.tls() ? "authenticates no caller" : "is plaintext and unauthenticated",
+                   ": anyone who can reach it may read and change every job");
   if (!flags.allow_insecure) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ". Give --tls-cert/--tls-key with --tokens-file (or --tls-ca), "
-              "listen on 127.0.0.1, or accept the risk with --allow-insecure "
-              "(SLUICE_ALLOW_INSECURE=1)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what,
+                     ". Give --tls-cert/--tls-key with --tokens-file (or --tls-ca), "
+                     "listen on 127.0.0.1, or accept the risk with --allow-insecure "
+                     "(SLUICE_ALLOW_INSECURE=1)"));
   }
   *warning = absl::StrCat(what, " (--allow-insecure)");
   return absl::OkStatus();
@@ -79,21 +76,20 @@ std::string EnvName(const std::string& long_name) {
 
 void SetEnvNames(CLI::App& app) { SetEnvNamesOf(app); }
 
-absl::Status ParseHostPort(const std::string& text, const std::string& flag,
-                           std::string* host, int* port) {
+absl::Status ParseHostPort(const std::string& text, const std::string& flag, std::string* host,
+                           int* port) {
   *port = -1;
   std::string port_text;
   if (!text.empty() && text.front() == '[') {
     const size_t close = text.find(']');
     if (close == std::string::npos) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(flag, " '", text, "': unclosed '['"));
+      return absl::InvalidArgumentError(absl::StrCat(flag, " '", text, "': unclosed '['"));
     }
     *host = text.substr(1, close - 1);
     if (close + 1 < text.size()) {
       if (text[close + 1] != ':') {
-        return absl::InvalidArgumentError(absl::StrCat(
-            flag, " '", text, "': want HOST, HOST:PORT or [V6]:PORT"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(flag, " '", text, "': want HOST, HOST:PORT or [V6]:PORT"));
       }
       port_text = text.substr(close + 2);
     }
@@ -105,14 +101,13 @@ absl::Status ParseHostPort(const std::string& text, const std::string& flag,
     *host = text;  // a name, an IPv4 address or a bare IPv6 address
   }
   if (host->empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, " '", text, "': empty host"));
+    return absl::InvalidArgumentError(absl::StrCat(flag, " '", text, "': empty host"));
   }
   if (!port_text.empty() || (text.size() > 0 && text.back() == ':')) {
     int value = 0;
     if (!absl::SimpleAtoi(port_text, &value) || value < 0 || value > 65535) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          flag, " '", text, "': the port must be a number in 0..65535"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, " '", text, "': the port must be a number in 0..65535"));
     }
     *port = value;
   }
@@ -120,10 +115,8 @@ absl::Status ParseHostPort(const std::string& text, const std::string& flag,
 }
 
 void AddServerFlags(CLI::App& app, ServerFlags* flags) {
-  app.add_option("--host", flags->host, "Address to listen on")
-      ->capture_default_str();
-  app.add_option("--port", flags->port, "gRPC port; 0 = any free port")
-      ->capture_default_str();
+  app.add_option("--host", flags->host, "Address to listen on")->capture_default_str();
+  app.add_option("--port", flags->port, "gRPC port; 0 = any free port")->capture_default_str();
   app.add_flag("--allow-insecure", flags->allow_insecure,
                "Allow a non-loopback --host without TLS and client "
                "authentication (logs a warning)");
@@ -137,19 +130,15 @@ void AddServerFlags(CLI::App& app, ServerFlags* flags) {
                  "can scrape) or "
                  "HOST:PORT (overrides --metrics-port)")
       ->capture_default_str();
-  app.add_option("--log-level", flags->log_level,
-                 "trace|debug|info|warn|error|critical|off")
+  app.add_option("--log-level", flags->log_level, "trace|debug|info|warn|error|critical|off")
       ->capture_default_str();
-  app.add_option(
-         "--log-format", flags->log_format,
-         "text (for people) or json (one object per line, for log collectors)")
+  app.add_option("--log-format", flags->log_format,
+                 "text (for people) or json (one object per line, for log collectors)")
       ->capture_default_str();
-  app.add_option(
-      "--tls-cert", flags->security.tls_cert,
-      "PEM certificate: serve TLS (with --tls-key); also this process's client "
-      "certificate");
-  app.add_option("--tls-key", flags->security.tls_key,
-                 "PEM private key of --tls-cert");
+  app.add_option("--tls-cert", flags->security.tls_cert,
+                 "PEM certificate: serve TLS (with --tls-key); also this process's client "
+                 "certificate");
+  app.add_option("--tls-key", flags->security.tls_key, "PEM private key of --tls-cert");
   app.add_option("--tls-ca", flags->security.tls_ca,
                  "PEM CA: require and verify client certificates signed by it "
                  "(mutual TLS); "
@@ -168,19 +157,16 @@ void AddServerFlags(CLI::App& app, ServerFlags* flags) {
 }
 
 void AddClientSecurityFlags(CLI::App& app, ChannelOptions* options) {
-  app.add_option(
-      "--tls-ca", options->tls_ca,
-      "PEM CA that signed the servers' certificates: connect with TLS");
+  app.add_option("--tls-ca", options->tls_ca,
+                 "PEM CA that signed the servers' certificates: connect with TLS");
   app.add_option("--tls-cert", options->tls_cert,
                  "PEM client certificate, for servers that require mutual TLS");
-  app.add_option("--tls-key", options->tls_key,
-                 "PEM private key of --tls-cert");
+  app.add_option("--tls-key", options->tls_key, "PEM private key of --tls-cert");
   app.add_option("--tls-server-name", options->tls_server_name,
                  "Name the servers' certificates carry, when it is not the "
                  "address's host");
-  app.add_option(
-      "--auth-token-file", options->auth_token_file,
-      "File with the bearer token to present on every call (needs --tls-ca)");
+  app.add_option("--auth-token-file", options->auth_token_file,
+                 "File with the bearer token to present on every call (needs --tls-ca)");
 }
 
 void AddVersionFlag(CLI::App& app, std::string_view program) {
@@ -195,10 +181,9 @@ ServerMain::~ServerMain() {
   if (server_ != nullptr) Shutdown(absl::ZeroDuration());
 }
 
-absl::StatusOr<std::unique_ptr<ServerMain>> ServerMain::Create(
-    std::string name, ServerFlags flags) {
-  auto main = std::unique_ptr<ServerMain>(
-      new ServerMain(std::move(name), std::move(flags)));
+absl::StatusOr<std::unique_ptr<ServerMain>> ServerMain::Create(std::string name,
+                                                               ServerFlags flags) {
+  auto main = std::unique_ptr<ServerMain>(new ServerMain(std::move(name), std::move(flags)));
   const ServerFlags& f = main->flags_;
   BlockStopSignals();
 
@@ -222,13 +207,12 @@ absl::StatusOr<std::unique_ptr<ServerMain>> ServerMain::Create(
            "1, labelled with the version and git revision of this binary.",
            {{"version", Version()}, {"revision", Revision()}})
       .Set(1);
-  main->grpc_metrics_ =
-      std::make_unique<GrpcServerMetrics>(*main->registry_, main->name_);
+  main->grpc_metrics_ = std::make_unique<GrpcServerMetrics>(*main->registry_, main->name_);
   std::string metrics_host;
   int metrics_port = f.metrics_port;
   int address_port = -1;
-  if (absl::Status s = ParseHostPort(f.metrics_address, "--metrics-address",
-                                     &metrics_host, &address_port);
+  if (absl::Status s =
+          ParseHostPort(f.metrics_address, "--metrics-address", &metrics_host, &address_port);
       !s.ok()) {
     return s;
   }
@@ -238,20 +222,17 @@ absl::StatusOr<std::unique_ptr<ServerMain>> ServerMain::Create(
     try {
       // Slow and half-open clients must not block the scrapes autoscaling reads: more
       // threads than prometheus-cpp's 2, and a read/write timeout that frees them.
-      main->exposer_ = std::make_unique<prometheus::Exposer>(
-          std::vector<std::string>{"listening_ports", bind, "num_threads", "8",
-                                   "request_timeout_ms", "5000"});
+      main->exposer_ = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
+          "listening_ports", bind, "num_threads", "8", "request_timeout_ms", "5000"});
     } catch (const std::exception& e) {
       return absl::UnavailableError(
-          absl::StrCat("--metrics-address/--metrics-port ", bind,
-                       ": cannot listen: ", e.what()));
+          absl::StrCat("--metrics-address/--metrics-port ", bind, ": cannot listen: ", e.what()));
     }
     main->exposer_->RegisterCollectable(main->registry_);
     const std::vector<int> ports = main->exposer_->GetListeningPorts();
     main->metrics_port_ = ports.empty() ? metrics_port : ports.front();
     main->metrics_host_ = IsWildcard(metrics_host) ? "127.0.0.1" : metrics_host;
-    std::cout << "metrics on "
-              << JoinHostPort(main->metrics_host_, main->metrics_port_)
+    std::cout << "metrics on " << JoinHostPort(main->metrics_host_, main->metrics_port_)
               << std::endl;
   }
   return main;
@@ -259,32 +240,25 @@ absl::StatusOr<std::unique_ptr<ServerMain>> ServerMain::Create(
 
 absl::Status ServerMain::Start(grpc::ServerBuilder& builder) {
   grpc::EnableDefaultHealthCheckService(true);
-  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
-      interceptors;
-  interceptors.push_back(
-      std::make_unique<GrpcMetricsInterceptorFactory>(grpc_metrics_.get()));
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<GrpcMetricsInterceptorFactory>(grpc_metrics_.get()));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   const std::string listen = JoinHostPort(flags_.host, flags_.port);
   builder.AddListeningPort(listen, credentials_, &bound_port_);
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || bound_port_ == 0) {
     server_.reset();
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", listen,
-                     " (in use? try --port 0; a host this machine has?)"));
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", listen, " (in use? try --port 0; a host this machine has?)"));
   }
   SetServing(true);
-  address_ = JoinHostPort(IsWildcard(flags_.host) ? "127.0.0.1" : flags_.host,
-                          bound_port_);
+  address_ = JoinHostPort(IsWildcard(flags_.host) ? "127.0.0.1" : flags_.host, bound_port_);
   bind_address_ = JoinHostPort(flags_.host, bound_port_);
   if (!flags_.address_file.empty()) {
-    if (absl::Status s =
-            WriteFileAtomically(flags_.address_file, address_ + "\n");
-        !s.ok()) {
+    if (absl::Status s = WriteFileAtomically(flags_.address_file, address_ + "\n"); !s.ok()) {
       Shutdown(absl::ZeroDuration());
-      return absl::InternalError(absl::StrCat("--address-file ",
-                                              flags_.address_file,
-                                              ": cannot write: ", s.message()));
+      return absl::InternalError(
+          absl::StrCat("--address-file ", flags_.address_file, ": cannot write: ", s.message()));
     }
   }
   std::cout << "listening on " << address_ << std::endl;
@@ -293,8 +267,7 @@ absl::Status ServerMain::Start(grpc::ServerBuilder& builder) {
 
 void ServerMain::SetServing(bool serving) {
   if (server_ == nullptr) return;
-  if (grpc::HealthCheckServiceInterface* health =
-          server_->GetHealthCheckService()) {
+  if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
     health->SetServingStatus(serving);
   }
 }

@@ -59,8 +59,7 @@ struct ServerFlags {
   std::string metrics_address = "127.0.0.1";
   std::string log_level = "info";   // --log-level
   std::string log_format = "text";  // --log-format text|json
-  ServerSecurityOptions
-      security;  // --tls-cert --tls-key --tls-ca --auth-token-file --tokens-file
+  ServerSecurityOptions security;   // --tls-cert --tls-key --tls-ca --auth-token-file --tokens-file
   // --allow-insecure (SLUICE_ALLOW_INSECURE): listen on a non-loopback --host without TLS and
   // client authentication (--tokens-file, --auth-token-file or --tls-ca); logs a warning.
   bool allow_insecure = false;
@@ -86,8 +85,8 @@ std::string EnvName(const std::string& long_name);
 
 // Splits "HOST", "HOST:PORT", "[V6]:PORT" or a bare IPv6 address. *port = -1 when absent.
 // InvalidArgument naming `flag` for a bad port.
-absl::Status ParseHostPort(const std::string& text, const std::string& flag,
-                           std::string* host, int* port);
+absl::Status ParseHostPort(const std::string& text, const std::string& flag, std::string* host,
+                           int* port);
 
 class ServerMain {
  public:
@@ -96,8 +95,7 @@ class ServerMain {
   // thread. Makes the logger, the registry, the server credentials and, if asked, the exposer
   // (prints the metrics line). InvalidArgument naming the flag for a bad value; Unavailable when
   // the metrics port cannot be bound.
-  static absl::StatusOr<std::unique_ptr<ServerMain>> Create(std::string name,
-                                                            ServerFlags flags);
+  static absl::StatusOr<std::unique_ptr<ServerMain>> Create(std::string name, ServerFlags flags);
   ~ServerMain();
 
   const std::shared_ptr<spdlog::logger>& logger() const { return logger_; }
@@ -114,9 +112,7 @@ class ServerMain {
   absl::Status Start(grpc::ServerBuilder& builder);
   grpc::Server* server() const { return server_.get(); }
   int bound_port() const { return bound_port_; }
-  const std::string& address() const {
-    return address_;
-  }  // HOST:PORT as printed
+  const std::string& address() const { return address_; }  // HOST:PORT as printed
   // --host:PORT as bound ("0.0.0.0:7070"), for logs.
   const std::string& bind_address() const { return bind_address_; }
 

@@ -20,36 +20,29 @@ namespace {
 // The bearer token check of a server: every call must carry "authorization: Bearer <token>".
 class BearerTokenProcessor final : public grpc::AuthMetadataProcessor {
  public:
-  explicit BearerTokenProcessor(std::shared_ptr<TokenFile> token)
-      : token_(std::move(token)) {}
-  bool IsBlocking() const override {
-    return false;
-  }  // a stat() and a hash: cheap
+  explicit BearerTokenProcessor(std::shared_ptr<TokenFile> token) : token_(std::move(token)) {}
+  bool IsBlocking() const override { return false; }  // a stat() and a hash: cheap
 
-  grpc::Status Process(const InputMetadata& auth_metadata,
-                       grpc::AuthContext* context,
+  grpc::Status Process(const InputMetadata& auth_metadata, grpc::AuthContext* context,
                        OutputMetadata* consumed_auth_metadata,
                        OutputMetadata* /*response_metadata*/) override {
     const auto it = auth_metadata.find("authorization");
     if (it == auth_metadata.end()) {
-      return grpc::Status(
-          grpc::StatusCode::UNAUTHENTICATED,
-          "missing bearer token: this server requires --auth-token-file "
-          "(ClientOptions.auth_token_file)");
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          "missing bearer token: this server requires --auth-token-file "
+                          "(ClientOptions.auth_token_file)");
     }
     absl::StatusOr<std::string> token = token_->Get();
     if (!token.ok()) {
       return grpc::Status(
           grpc::StatusCode::UNAVAILABLE,
-          absl::StrCat("the server cannot read its --auth-token-file: ",
-                       token.status().message()));
+          absl::StrCat("the server cannot read its --auth-token-file: ", token.status().message()));
     }
     const std::string presented(it->second.data(), it->second.size());
     if (!TokensEqual(presented, absl::StrCat("Bearer ", *token))) {
-      return grpc::Status(
-          grpc::StatusCode::UNAUTHENTICATED,
-          "wrong bearer token: the --auth-token-file contents differ from the "
-          "server's");
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          "wrong bearer token: the --auth-token-file contents differ from the "
+                          "server's");
     }
     consumed_auth_metadata->insert({"authorization", presented});
     context->AddProperty(kAllRolesProperty, "1");  // development mode
@@ -63,20 +56,17 @@ class BearerTokenProcessor final : public grpc::AuthMetadataProcessor {
 // A client's side of the token: adds it to every call.
 class BearerTokenPlugin final : public grpc::MetadataCredentialsPlugin {
  public:
-  explicit BearerTokenPlugin(std::shared_ptr<TokenFile> token)
-      : token_(std::move(token)) {}
+  explicit BearerTokenPlugin(std::shared_ptr<TokenFile> token) : token_(std::move(token)) {}
   bool IsBlocking() const override { return false; }
   const char* GetType() const override { return "sluice-bearer-token"; }
 
-  grpc::Status GetMetadata(
-      grpc::string_ref /*service_url*/, grpc::string_ref /*method_name*/,
-      const grpc::AuthContext& /*channel_auth_context*/,
-      std::multimap<std::string, std::string>* metadata) override {
+  grpc::Status GetMetadata(grpc::string_ref /*service_url*/, grpc::string_ref /*method_name*/,
+                           const grpc::AuthContext& /*channel_auth_context*/,
+                           std::multimap<std::string, std::string>* metadata) override {
     absl::StatusOr<std::string> token = token_->Get();
     if (!token.ok()) {
-      return grpc::Status(
-          grpc::StatusCode::UNAUTHENTICATED,
-          absl::StrCat("--auth-token-file: ", token.status().message()));
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          absl::StrCat("--auth-token-file: ", token.status().message()));
     }
     metadata->insert({"authorization", absl::StrCat("Bearer ", *token)});
     return grpc::Status::OK;
@@ -107,23 +97,18 @@ absl::Status TokenFile::Reload() {
   struct stat st;
   if (stat(path_.c_str(), &st) != 0) {
     const int err = errno;
-    const std::string message =
-        absl::StrCat("--auth-token-file ", path_, ": ", std::strerror(err));
-    return err == EACCES ? absl::PermissionDeniedError(message)
-                         : absl::NotFoundError(message);
+    const std::string message = absl::StrCat("--auth-token-file ", path_, ": ", std::strerror(err));
+    return err == EACCES ? absl::PermissionDeniedError(message) : absl::NotFoundError(message);
   }
   const int64_t mtime_ns =
       static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-  if (mtime_ns == mtime_ns_ && st.st_size == size_ && st.st_ino == inode_ &&
-      !token_.empty())
+  if (mtime_ns == mtime_ns_ && st.st_size == size_ && st.st_ino == inode_ && !token_.empty())
     return absl::OkStatus();
-  absl::StatusOr<std::string> text =
-      ReadFileForFlag(path_, "--auth-token-file");
+  absl::StatusOr<std::string> text = ReadFileForFlag(path_, "--auth-token-file");
   if (!text.ok()) return text.status();
   const std::string token(absl::StripAsciiWhitespace(*text));
   if (token.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--auth-token-file ", path_, " is empty"));
+    return absl::InvalidArgumentError(absl::StrCat("--auth-token-file ", path_, " is empty"));
   }
   token_ = token;
   mtime_ns_ = mtime_ns;
@@ -145,8 +130,7 @@ std::shared_ptr<grpc::AuthMetadataProcessor> MakeBearerTokenProcessor(
 
 std::shared_ptr<grpc::CallCredentials> MakeBearerTokenCredentials(
     std::shared_ptr<TokenFile> token) {
-  return grpc::MetadataCredentialsFromPlugin(
-      std::make_unique<BearerTokenPlugin>(std::move(token)));
+  return grpc::MetadataCredentialsFromPlugin(std::make_unique<BearerTokenPlugin>(std::move(token)));
 }
 
 }  // namespace sluice::service

@@ -57,8 +57,7 @@ std::shared_ptr<grpc::AuthMetadataProcessor> MakeBearerTokenProcessor(
 
 // The client's side: adds the token to every call (UNAUTHENTICATED naming --auth-token-file
 // when the file cannot be read).
-std::shared_ptr<grpc::CallCredentials> MakeBearerTokenCredentials(
-    std::shared_ptr<TokenFile> token);
+std::shared_ptr<grpc::CallCredentials> MakeBearerTokenCredentials(std::shared_ptr<TokenFile> token);
 
 }  // namespace sluice::service
 

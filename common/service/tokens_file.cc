@@ -22,8 +22,7 @@ namespace {
 std::string Digest(absl::string_view token) {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
-  EVP_Digest(token.data(), token.size(), digest, &length, EVP_sha256(),
-             nullptr);
+  EVP_Digest(token.data(), token.size(), digest, &length, EVP_sha256(), nullptr);
   return std::string(reinterpret_cast<char*>(digest), length);
 }
 
@@ -65,18 +64,15 @@ absl::StatusOr<std::vector<std::string>> SplitCsvLine(absl::string_view line) {
 // The server side of --tokens-file.
 class TokensProcessor final : public grpc::AuthMetadataProcessor {
  public:
-  explicit TokensProcessor(std::shared_ptr<TokensFile> tokens)
-      : tokens_(std::move(tokens)) {}
+  explicit TokensProcessor(std::shared_ptr<TokensFile> tokens) : tokens_(std::move(tokens)) {}
   bool IsBlocking() const override { return false; }  // a stat() and a hash
 
-  grpc::Status Process(const InputMetadata& auth_metadata,
-                       grpc::AuthContext* context,
+  grpc::Status Process(const InputMetadata& auth_metadata, grpc::AuthContext* context,
                        OutputMetadata* consumed_auth_metadata,
                        OutputMetadata* /*response_metadata*/) override {
     const auto it = auth_metadata.find("authorization");
     if (it == auth_metadata.end()) {
-      if (context->FindPropertyValues(GRPC_X509_PEM_CERT_PROPERTY_NAME)
-              .empty()) {
+      if (context->FindPropertyValues(GRPC_X509_PEM_CERT_PROPERTY_NAME).empty()) {
         return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                             "missing bearer token: this server accepts the "
                             "callers of its --tokens-file (present one with "
@@ -93,9 +89,9 @@ class TokensProcessor final : public grpc::AuthMetadataProcessor {
     }
     absl::StatusOr<std::optional<Identity>> identity = tokens_->Find(token);
     if (!identity.ok()) {
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                          absl::StrCat("the server cannot read its --tokens-file: ",
-                                       identity.status().message()));
+      return grpc::Status(
+          grpc::StatusCode::UNAVAILABLE,
+          absl::StrCat("the server cannot read its --tokens-file: ", identity.status().message()));
     }
     if (!identity->has_value()) {
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
@@ -105,8 +101,7 @@ class TokensProcessor final : public grpc::AuthMetadataProcessor {
     context->AddProperty(kUserProperty, (*identity)->user);
     for (const std::string& group : (*identity)->groups)
       context->AddProperty(kGroupProperty, group);
-    consumed_auth_metadata->insert(
-        {"authorization", std::string(presented)});
+    consumed_auth_metadata->insert({"authorization", std::string(presented)});
     return grpc::Status::OK;
   }
 
@@ -116,32 +111,28 @@ class TokensProcessor final : public grpc::AuthMetadataProcessor {
 
 }  // namespace
 
-absl::StatusOr<std::map<std::string, Identity>> ParseTokens(
-    absl::string_view text, absl::string_view path) {
+absl::StatusOr<std::map<std::string, Identity>> ParseTokens(absl::string_view text,
+                                                            absl::string_view path) {
   std::map<std::string, Identity> tokens;
   int line_number = 0;
   for (absl::string_view raw : absl::StrSplit(text, '\n')) {
     ++line_number;
     const absl::string_view line = absl::StripAsciiWhitespace(raw);
     if (line.empty() || line.front() == '#') continue;
-    const std::string where = absl::StrCat("--tokens-file ", path, " line ",
-                                           line_number);
+    const std::string where = absl::StrCat("--tokens-file ", path, " line ", line_number);
     absl::StatusOr<std::vector<std::string>> fields = SplitCsvLine(line);
     if (!fields.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": ", fields.status().message()));
+      return absl::InvalidArgumentError(absl::StrCat(where, ": ", fields.status().message()));
     }
     if (fields->size() < 3 || fields->size() > 4) {
       return absl::InvalidArgumentError(absl::StrCat(
-          where, ": want token,user,uid[,\"group1,group2\"] (",
-          fields->size(), " fields)"));
+          where, ": want token,user,uid[,\"group1,group2\"] (", fields->size(), " fields)"));
     }
     const std::string token(absl::StripAsciiWhitespace((*fields)[0]));
     if (token.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": empty token"));
     }
-    Identity identity{.user = std::string(
-                          absl::StripAsciiWhitespace((*fields)[1]))};
+    Identity identity{.user = std::string(absl::StripAsciiWhitespace((*fields)[1]))};
     if (absl::Status s = CheckUserName(identity.user, where); !s.ok()) return s;
     if (fields->size() == 4) {
       for (absl::string_view group : absl::StrSplit((*fields)[3], ',')) {
@@ -150,15 +141,13 @@ absl::StatusOr<std::map<std::string, Identity>> ParseTokens(
       }
     }
     if (!tokens.emplace(token, std::move(identity)).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": a token listed twice"));
+      return absl::InvalidArgumentError(absl::StrCat(where, ": a token listed twice"));
     }
   }
   return tokens;
 }
 
-absl::StatusOr<std::shared_ptr<TokensFile>> TokensFile::Create(
-    std::string path) {
+absl::StatusOr<std::shared_ptr<TokensFile>> TokensFile::Create(std::string path) {
   auto tokens = std::shared_ptr<TokensFile>(new TokensFile(std::move(path)));
   absl::MutexLock lock(&tokens->mu_);
   if (absl::Status s = tokens->Reload(); !s.ok()) return s;
@@ -173,31 +162,25 @@ absl::Status TokensFile::Reload() {
   struct stat st;
   if (stat(path_.c_str(), &st) != 0) {
     const int err = errno;
-    const std::string message =
-        absl::StrCat("--tokens-file ", path_, ": ", std::strerror(err));
-    return err == EACCES ? absl::PermissionDeniedError(message)
-                         : absl::NotFoundError(message);
+    const std::string message = absl::StrCat("--tokens-file ", path_, ": ", std::strerror(err));
+    return err == EACCES ? absl::PermissionDeniedError(message) : absl::NotFoundError(message);
   }
   const int64_t mtime_ns =
       static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-  if (mtime_ns == mtime_ns_ && st.st_size == size_ && st.st_ino == inode_)
-    return absl::OkStatus();
+  if (mtime_ns == mtime_ns_ && st.st_size == size_ && st.st_ino == inode_) return absl::OkStatus();
   absl::StatusOr<std::string> text = ReadFileForFlag(path_, "--tokens-file");
   if (!text.ok()) return text.status();
-  absl::StatusOr<std::map<std::string, Identity>> tokens =
-      ParseTokens(*text, path_);
+  absl::StatusOr<std::map<std::string, Identity>> tokens = ParseTokens(*text, path_);
   if (!tokens.ok()) return tokens.status();
   by_digest_.clear();
-  for (auto& [token, identity] : *tokens)
-    by_digest_.emplace(Digest(token), std::move(identity));
+  for (auto& [token, identity] : *tokens) by_digest_.emplace(Digest(token), std::move(identity));
   mtime_ns_ = mtime_ns;
   size_ = st.st_size;
   inode_ = st.st_ino;
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::optional<Identity>> TokensFile::Find(
-    absl::string_view token) {
+absl::StatusOr<std::optional<Identity>> TokensFile::Find(absl::string_view token) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = Reload(); !s.ok()) return s;
   const auto it = by_digest_.find(Digest(token));

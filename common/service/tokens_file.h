@@ -34,8 +34,8 @@ namespace sluice::service {
 
 // token -> identity, parsed from the text of a tokens file. InvalidArgument naming `path` and
 // the line for a malformed line, a bad user name or a duplicate token.
-absl::StatusOr<std::map<std::string, Identity>> ParseTokens(
-    absl::string_view text, absl::string_view path);
+absl::StatusOr<std::map<std::string, Identity>> ParseTokens(absl::string_view text,
+                                                            absl::string_view path);
 
 // A --tokens-file, re-read when it changes. Thread-safe.
 class TokensFile {
@@ -46,8 +46,7 @@ class TokensFile {
 
   // The identity holding `token`, nullopt for an unknown token; the error when the file
   // changed and cannot be read or parsed.
-  absl::StatusOr<std::optional<Identity>> Find(absl::string_view token)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<std::optional<Identity>> Find(absl::string_view token) ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::string& path() const { return path_; }
 

@@ -43,9 +43,8 @@ struct WireBatch {
 // Appends a column (by reference: `bytes.owner` is shared, the bytes are not copied).
 // InvalidArgument when the shape's element count times the dtype size differs from bytes.size
 // (fixed-size dtypes only).
-absl::Status AppendColumn(std::string name, record::DType dtype,
-                          absl::Span<const int64_t> shape, ColumnBytes bytes,
-                          WireBatch* batch);
+absl::Status AppendColumn(std::string name, record::DType dtype, absl::Span<const int64_t> shape,
+                          ColumnBytes bytes, WireBatch* batch);
 
 // The checks a receiver makes before it trusts a header from the network: a data batch has at
 // least one column, every column a known dtype, a shape whose leading dimension is the element
@@ -56,9 +55,7 @@ absl::Status CheckBatch(const proto::Batch& header);
 
 // Bytes of all column buffers (what a queue accounts; what the frame carries beyond its header).
 int64_t BatchBytes(const proto::Batch& header);
-inline int64_t BatchBytes(const WireBatch& batch) {
-  return BatchBytes(batch.header);
-}
+inline int64_t BatchBytes(const WireBatch& batch) { return BatchBytes(batch.header); }
 
 }  // namespace sluice::service
 

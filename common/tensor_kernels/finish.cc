@@ -20,9 +20,9 @@ absl::StatusOr<FinishMode> ParseFinishMode(std::string_view value) {
   if (value.empty() || value == "auto") return FinishMode::kAuto;
   if (value == "worker") return FinishMode::kWorker;
   if (value == "client") return FinishMode::kClient;
-  return absl::InvalidArgumentError(
-      absl::StrCat("finish: '", absl::string_view(value.data(), value.size()),
-                   "' is not one of auto, worker, client"));
+  return absl::InvalidArgumentError(absl::StrCat("finish: '",
+                                                 absl::string_view(value.data(), value.size()),
+                                                 "' is not one of auto, worker, client"));
 }
 
 size_t ClientTailLength(absl::Span<const proto::OpSpec> ops) {
@@ -37,15 +37,13 @@ size_t ClientTailLength(absl::Span<const proto::OpSpec> ops) {
     ++len;
     --end;
   }
-  if (end > 0 && ops[end - 1].has_normalize() &&
-      !ops[end - 1].normalize().channels_first()) {
+  if (end > 0 && ops[end - 1].has_normalize() && !ops[end - 1].normalize().channels_first()) {
     return len + 1;
   }
   return 0;
 }
 
-absl::StatusOr<Finisher> Finisher::Create(absl::Span<const proto::OpSpec> ops,
-                                          record::DType dtype,
+absl::StatusOr<Finisher> Finisher::Create(absl::Span<const proto::OpSpec> ops, record::DType dtype,
                                           absl::Span<const int64_t> shape) {
   if (ops.empty() || ClientTailLength(ops) != ops.size()) {
     return absl::InvalidArgumentError(
@@ -57,33 +55,27 @@ absl::StatusOr<Finisher> Finisher::Create(absl::Span<const proto::OpSpec> ops,
   std::vector<float> std(n.std().begin(), n.std().end());
   if (mean.empty() || std.empty() ||
       (mean.size() != std.size() && mean.size() != 1 && std.size() != 1)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "finish normalize: ", mean.size(), " means and ", std.size(), " stds"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("finish normalize: ", mean.size(), " means and ", std.size(), " stds"));
   }
   for (float s : std) {
     if (!(s != 0) || !std::isfinite(s))
-      return absl::InvalidArgumentError(
-          "finish normalize: std must be non-zero");
+      return absl::InvalidArgumentError("finish normalize: std must be non-zero");
   }
   for (float m : mean) {
     if (!std::isfinite(m))
-      return absl::InvalidArgumentError(
-          "finish normalize: mean must be finite");
+      return absl::InvalidArgumentError("finish normalize: mean must be finite");
   }
   if (dtype != record::DType::kUint8 && dtype != record::DType::kFloat32) {
-    return absl::InvalidArgumentError(
-        "finish normalize: the column must be uint8 or float32");
+    return absl::InvalidArgumentError("finish normalize: the column must be uint8 or float32");
   }
-  if (shape.size() != 4 || shape[1] < 0 || shape[2] < 0 || shape[3] <= 0 ||
-      shape[3] > 4096) {
-    return absl::InvalidArgumentError(
-        "finish normalize: the column must be N×H×W×C");
+  if (shape.size() != 4 || shape[1] < 0 || shape[2] < 0 || shape[3] <= 0 || shape[3] > 4096) {
+    return absl::InvalidArgumentError("finish normalize: the column must be N×H×W×C");
   }
   Finisher f(NormalizeCoefficients(mean, std));
   if (!f.norm_.Accepts(shape[3])) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("finish normalize: ", shape[3], " channels but ",
-                     f.norm_.channels(), " means/stds"));
+    return absl::InvalidArgumentError(absl::StrCat("finish normalize: ", shape[3], " channels but ",
+                                                   f.norm_.channels(), " means/stds"));
   }
   f.chw_ = ops.size() >= 2 && ops[1].has_hwc2chw();
   f.float_input_ = dtype == record::DType::kFloat32;
@@ -103,12 +95,10 @@ size_t Finisher::out_bytes() const {
 }
 
 size_t Finisher::in_bytes() const {
-  return static_cast<size_t>(n_ * plane_ * channels_) *
-         (float_input_ ? sizeof(float) : 1);
+  return static_cast<size_t>(n_ * plane_ * channels_) * (float_input_ ? sizeof(float) : 1);
 }
 
-void Finisher::Run(absl::Span<const absl::Span<const uint8_t>> pieces,
-                   float* out) const {
+void Finisher::Run(absl::Span<const absl::Span<const uint8_t>> pieces, float* out) const {
   const size_t element = float_input_ ? sizeof(float) : 1;
   const size_t image_bytes = static_cast<size_t>(plane_ * channels_) * element;
   const int64_t image_values = plane_ * channels_;
@@ -121,8 +111,7 @@ void Finisher::Run(absl::Span<const absl::Span<const uint8_t>> pieces,
     }
     const uint8_t* src = nullptr;
     if (piece < pieces.size() && pieces[piece].size() - offset >= image_bytes &&
-        reinterpret_cast<uintptr_t>(pieces[piece].data() + offset) % element ==
-            0) {
+        reinterpret_cast<uintptr_t>(pieces[piece].data() + offset) % element == 0) {
       src = pieces[piece].data() + offset;
       offset += image_bytes;
     } else {
@@ -135,8 +124,7 @@ void Finisher::Run(absl::Span<const absl::Span<const uint8_t>> pieces,
           offset = 0;
           continue;
         }
-        const size_t take =
-            std::min(image_bytes - got, pieces[piece].size() - offset);
+        const size_t take = std::min(image_bytes - got, pieces[piece].size() - offset);
         std::memcpy(scratch.get() + got, pieces[piece].data() + offset, take);
         got += take;
         offset += take;
@@ -145,8 +133,7 @@ void Finisher::Run(absl::Span<const absl::Span<const uint8_t>> pieces,
     }
     float* dst = out + i * image_values;
     if (float_input_) {
-      NormalizeImage(norm_, reinterpret_cast<const float*>(src), plane_,
-                     channels_, chw_, dst);
+      NormalizeImage(norm_, reinterpret_cast<const float*>(src), plane_, channels_, chw_, dst);
     } else {
       NormalizeImage(norm_, src, plane_, channels_, chw_, dst);
     }

@@ -48,8 +48,7 @@ class Finisher {
   // InvalidArgument naming the problem if `ops` is not a tail the client can run (the whole
   // list), its Normalize parameters are invalid, or the column is not uint8/float32
   // [N, H, W, C] with C matching mean/std.
-  static absl::StatusOr<Finisher> Create(absl::Span<const proto::OpSpec> ops,
-                                         record::DType dtype,
+  static absl::StatusOr<Finisher> Create(absl::Span<const proto::OpSpec> ops, record::DType dtype,
                                          absl::Span<const int64_t> shape);
 
   record::DType out_dtype() const { return record::DType::kFloat32; }
@@ -62,8 +61,7 @@ class Finisher {
   // writes out_bytes() to `out`. An image that lies in one piece (aligned for its dtype) is read
   // where it is; one that spans pieces is first gathered into a one-image scratch buffer that
   // stays in cache, so the column is read once from memory and the output written once.
-  void Run(absl::Span<const absl::Span<const uint8_t>> pieces,
-           float* out) const;
+  void Run(absl::Span<const absl::Span<const uint8_t>> pieces, float* out) const;
 
  private:
   Finisher(NormalizeCoefficients norm) : norm_(std::move(norm)) {}

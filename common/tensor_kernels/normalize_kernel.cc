@@ -7,9 +7,8 @@
 namespace sluice::kernels {
 namespace {
 
-void ScalarRow(const uint8_t* row, int64_t x0, int64_t width, bool flip,
-               const float scale[3], const float bias[3], float* r, float* g,
-               float* b) {
+void ScalarRow(const uint8_t* row, int64_t x0, int64_t width, bool flip, const float scale[3],
+               const float bias[3], float* r, float* g, float* b) {
   for (int64_t x = x0; x < width; ++x) {
     const uint8_t* p = row + 3 * (flip ? width - 1 - x : x);
     r[x] = static_cast<float>(p[0]) * scale[0] + bias[0];
@@ -18,9 +17,8 @@ void ScalarRow(const uint8_t* row, int64_t x0, int64_t width, bool flip,
   }
 }
 
-__attribute__((target("avx2"))) void Avx2(const uint8_t* src, int64_t height,
-                                          int64_t width, int64_t src_stride,
-                                          bool flip, const float scale[3],
+__attribute__((target("avx2"))) void Avx2(const uint8_t* src, int64_t height, int64_t width,
+                                          int64_t src_stride, bool flip, const float scale[3],
                                           const float bias[3], float* out) {
   // pshufb masks taking channel c's bytes of 16 RGB pixels (48 bytes in
   // three 16-byte registers) into positions 0..15, in pixel order.
@@ -29,13 +27,11 @@ __attribute__((target("avx2"))) void Avx2(const uint8_t* src, int64_t height,
     for (int reg = 0; reg < 3; ++reg) {
       for (int i = 0; i < 16; ++i) {
         const int byte = 3 * i + c;  // byte of pixel i, channel c
-        masks[c][reg][i] =
-            byte / 16 == reg ? static_cast<int8_t>(byte % 16) : int8_t{-128};
+        masks[c][reg][i] = byte / 16 == reg ? static_cast<int8_t>(byte % 16) : int8_t{-128};
       }
     }
   }
-  const __m128i reverse =
-      _mm_setr_epi8(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m128i reverse = _mm_setr_epi8(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
   __m256 vs[3], vb[3];
   for (int c = 0; c < 3; ++c) {
     vs[c] = _mm256_set1_ps(scale[c]);
@@ -44,36 +40,26 @@ __attribute__((target("avx2"))) void Avx2(const uint8_t* src, int64_t height,
   const int64_t plane = height * width;
   for (int64_t y = 0; y < height; ++y) {
     const uint8_t* row = src + y * src_stride;
-    float* dst[3] = {out + y * width, out + plane + y * width,
-                     out + 2 * plane + y * width};
+    float* dst[3] = {out + y * width, out + plane + y * width, out + 2 * plane + y * width};
     int64_t x = 0;
     for (; x + 16 <= width; x += 16) {
       // Output pixels x..x+15 come from source pixels x..x+15, or mirrored
       // from width-16-x..width-1-x (then reversed).
       const uint8_t* p = row + 3 * (flip ? width - 16 - x : x);
       const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-      const __m128i m =
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16));
-      const __m128i z =
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 32));
+      const __m128i m = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16));
+      const __m128i z = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 32));
       for (int c = 0; c < 3; ++c) {
         __m128i v = _mm_or_si128(
-            _mm_or_si128(_mm_shuffle_epi8(
-                             a, _mm_load_si128(reinterpret_cast<const __m128i*>(
-                                    masks[c][0]))),
-                         _mm_shuffle_epi8(
-                             m, _mm_load_si128(reinterpret_cast<const __m128i*>(
-                                    masks[c][1])))),
-            _mm_shuffle_epi8(z, _mm_load_si128(reinterpret_cast<const __m128i*>(
-                                    masks[c][2]))));
+            _mm_or_si128(
+                _mm_shuffle_epi8(a, _mm_load_si128(reinterpret_cast<const __m128i*>(masks[c][0]))),
+                _mm_shuffle_epi8(m, _mm_load_si128(reinterpret_cast<const __m128i*>(masks[c][1])))),
+            _mm_shuffle_epi8(z, _mm_load_si128(reinterpret_cast<const __m128i*>(masks[c][2]))));
         if (flip) v = _mm_shuffle_epi8(v, reverse);
         const __m256 lo = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
-        const __m256 hi =
-            _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(v, 8)));
-        _mm256_storeu_ps(dst[c] + x,
-                         _mm256_add_ps(_mm256_mul_ps(lo, vs[c]), vb[c]));
-        _mm256_storeu_ps(dst[c] + x + 8,
-                         _mm256_add_ps(_mm256_mul_ps(hi, vs[c]), vb[c]));
+        const __m256 hi = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(v, 8)));
+        _mm256_storeu_ps(dst[c] + x, _mm256_add_ps(_mm256_mul_ps(lo, vs[c]), vb[c]));
+        _mm256_storeu_ps(dst[c] + x + 8, _mm256_add_ps(_mm256_mul_ps(hi, vs[c]), vb[c]));
       }
     }
     ScalarRow(row, x, width, flip, scale, bias, dst[0], dst[1], dst[2]);
@@ -89,18 +75,16 @@ bool HasAvx2() {
 
 bool NormalizeKernelUsesAvx2() { return HasAvx2(); }
 
-void NormalizeHwc3ToChw(const uint8_t* src, int64_t height, int64_t width,
-                        int64_t src_stride, bool flip, const float scale[3],
-                        const float bias[3], float* out) {
+void NormalizeHwc3ToChw(const uint8_t* src, int64_t height, int64_t width, int64_t src_stride,
+                        bool flip, const float scale[3], const float bias[3], float* out) {
   if (HasAvx2()) {
     Avx2(src, height, width, src_stride, flip, scale, bias, out);
     return;
   }
   const int64_t plane = height * width;
   for (int64_t y = 0; y < height; ++y) {
-    ScalarRow(src + y * src_stride, 0, width, flip, scale, bias,
-              out + y * width, out + plane + y * width,
-              out + 2 * plane + y * width);
+    ScalarRow(src + y * src_stride, 0, width, flip, scale, bias, out + y * width,
+              out + plane + y * width, out + 2 * plane + y * width);
   }
 }
 
@@ -122,8 +106,8 @@ NormalizeCoefficients::NormalizeCoefficients(const std::vector<float>& mean,
   }
 }
 
-void NormalizeImage(const NormalizeCoefficients& norm, const uint8_t* src,
-                    int64_t plane, int channels, bool chw, float* out) {
+void NormalizeImage(const NormalizeCoefficients& norm, const uint8_t* src, int64_t plane,
+                    int channels, bool chw, float* out) {
   if (!chw) {
     if (channels == 3) {
       const float *l0 = norm.lut(0), *l1 = norm.lut(1), *l2 = norm.lut(2);
@@ -144,8 +128,7 @@ void NormalizeImage(const NormalizeCoefficients& norm, const uint8_t* src,
     const float scale[3] = {norm.scale8(0), norm.scale8(1), norm.scale8(2)};
     const float bias[3] = {norm.bias(0), norm.bias(1), norm.bias(2)};
     NormalizeHwc3ToChw(src, /*height=*/1, /*width=*/plane,
-                       /*src_stride=*/plane * 3, /*flip=*/false, scale, bias,
-                       out);
+                       /*src_stride=*/plane * 3, /*flip=*/false, scale, bias, out);
     return;
   }
   for (int c = 0; c < channels; ++c) {
@@ -155,8 +138,8 @@ void NormalizeImage(const NormalizeCoefficients& norm, const uint8_t* src,
   }
 }
 
-void NormalizeImage(const NormalizeCoefficients& norm, const float* src,
-                    int64_t plane, int channels, bool chw, float* out) {
+void NormalizeImage(const NormalizeCoefficients& norm, const float* src, int64_t plane,
+                    int channels, bool chw, float* out) {
   if (!chw) {
     for (int64_t i = 0; i < plane; ++i) {
       for (int c = 0; c < channels; ++c) {

@@ -31,8 +31,7 @@ class NormalizeCoefficients {
  public:
   // REQUIRES: mean and std non-empty, of equal size or one of them of size 1;
   // std non-zero (data_worker/ops ParseNormalize checks this).
-  NormalizeCoefficients(const std::vector<float>& mean,
-                        const std::vector<float>& std);
+  NormalizeCoefficients(const std::vector<float>& mean, const std::vector<float>& std);
   // 1 means "the same for every channel".
   int channels() const { return channels_; }
   const float* lut(int c) const { return lut_.data() + size_t{256} * Index(c); }
@@ -51,17 +50,15 @@ class NormalizeCoefficients {
 // One image of `plane` = H×W pixels of `channels` channels (channels-last,
 // contiguous) → float32, C×H×W planes if chw, else H×W×C. The same bits as
 // Normalize[+HWC2CHW] on the worker. REQUIRES: coefficients.Accepts(channels).
-void NormalizeImage(const NormalizeCoefficients& coefficients,
-                    const uint8_t* src, int64_t plane, int channels, bool chw,
-                    float* out);
-void NormalizeImage(const NormalizeCoefficients& coefficients, const float* src,
-                    int64_t plane, int channels, bool chw, float* out);
+void NormalizeImage(const NormalizeCoefficients& coefficients, const uint8_t* src, int64_t plane,
+                    int channels, bool chw, float* out);
+void NormalizeImage(const NormalizeCoefficients& coefficients, const float* src, int64_t plane,
+                    int channels, bool chw, float* out);
 
 // REQUIRES: src holds height rows of width * 3 bytes, src_stride apart; out
 // holds 3 * height * width floats.
-void NormalizeHwc3ToChw(const uint8_t* src, int64_t height, int64_t width,
-                        int64_t src_stride, bool flip, const float scale[3],
-                        const float bias[3], float* out);
+void NormalizeHwc3ToChw(const uint8_t* src, int64_t height, int64_t width, int64_t src_stride,
+                        bool flip, const float scale[3], const float bias[3], float* out);
 
 // True if NormalizeHwc3ToChw uses AVX2 on this CPU.
 bool NormalizeKernelUsesAvx2();

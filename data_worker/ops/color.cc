@@ -22,10 +22,8 @@ class ColorJitterOpImpl final : public Op {
       : label_(std::move(label)), spec_(std::move(spec)) {}
   std::string_view name() const override { return label_.name; }
 
-  absl::StatusOr<Tensor> Apply(Tensor input,
-                               const ElementContext& ctx) const override {
-    if (input.dtype() != DType::kUint8 || input.rank() != 3 ||
-        input.dim(2) != 3) {
+  absl::StatusOr<Tensor> Apply(Tensor input, const ElementContext& ctx) const override {
+    if (input.dtype() != DType::kUint8 || input.rank() != 3 || input.dim(2) != 3) {
       return label_.InputError("uint8 RGB image H×W×3", input);
     }
     Rng rng = ctx.RngFor(label_.position);
@@ -81,16 +79,13 @@ class ColorJitterOpImpl final : public Op {
 
 }  // namespace
 
-ColorJitterParams DrawColorJitterParams(const proto::ColorJitterOp& spec,
-                                        Rng& rng) {
+ColorJitterParams DrawColorJitterParams(const proto::ColorJitterOp& spec, Rng& rng) {
   ColorJitterParams p;
   // Fisher-Yates, like torch.randperm(4).
   for (int i = 3; i > 0; --i) {
     std::swap(p.order[i], p.order[rng.UniformInt(i + 1)]);
   }
-  auto factor = [&](float v) {
-    return rng.Uniform(std::max(0.0, 1.0 - v), 1.0 + v);
-  };
+  auto factor = [&](float v) { return rng.Uniform(std::max(0.0, 1.0 - v), 1.0 + v); };
   if (spec.brightness() > 0) {
     p.has_brightness = true;
     p.brightness = factor(spec.brightness());
@@ -110,21 +105,19 @@ ColorJitterParams DrawColorJitterParams(const proto::ColorJitterOp& spec,
   return p;
 }
 
-absl::StatusOr<std::unique_ptr<Op>> MakeColorJitter(
-    const proto::ColorJitterOp& spec, OpLabel label) {
-  const std::pair<const char*, float> fields[] = {
-      {"brightness", spec.brightness()},
-      {"contrast", spec.contrast()},
-      {"saturation", spec.saturation()},
-      {"hue", spec.hue()}};
+absl::StatusOr<std::unique_ptr<Op>> MakeColorJitter(const proto::ColorJitterOp& spec,
+                                                    OpLabel label) {
+  const std::pair<const char*, float> fields[] = {{"brightness", spec.brightness()},
+                                                  {"contrast", spec.contrast()},
+                                                  {"saturation", spec.saturation()},
+                                                  {"hue", spec.hue()}};
   for (const auto& [field, v] : fields) {
     if (!(v >= 0) || !std::isfinite(v)) {
       return label.FieldError(field, absl::StrCat("must be >= 0, got ", v));
     }
   }
   if (spec.hue() > 0.5) {
-    return label.FieldError(
-        "hue", absl::StrCat("must be in [0, 0.5], got ", spec.hue()));
+    return label.FieldError("hue", absl::StrCat("must be in [0, 0.5], got ", spec.hue()));
   }
   return std::make_unique<ColorJitterOpImpl>(std::move(label), spec);
 }

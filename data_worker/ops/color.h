@@ -23,18 +23,16 @@ struct ColorJitterParams {
   // Component ids in application order: 0 brightness, 1 contrast, 2 saturation,
   // 3 hue.
   std::array<int, 4> order = {0, 1, 2, 3};
-  bool has_brightness = false, has_contrast = false, has_saturation = false,
-       has_hue = false;
+  bool has_brightness = false, has_contrast = false, has_saturation = false, has_hue = false;
   double brightness = 1, contrast = 1, saturation = 1, hue = 0;
 };
 
 // The draws torchvision's ColorJitter.get_params makes: a permutation, then one
 // factor per enabled component (brightness, contrast, saturation, hue).
-ColorJitterParams DrawColorJitterParams(const proto::ColorJitterOp& spec,
-                                        Rng& rng);
+ColorJitterParams DrawColorJitterParams(const proto::ColorJitterOp& spec, Rng& rng);
 
-absl::StatusOr<std::unique_ptr<Op>> MakeColorJitter(
-    const proto::ColorJitterOp& spec, OpLabel label);
+absl::StatusOr<std::unique_ptr<Op>> MakeColorJitter(const proto::ColorJitterOp& spec,
+                                                    OpLabel label);
 
 }  // namespace sluice::data_worker
 

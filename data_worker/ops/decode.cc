@@ -46,8 +46,7 @@ void OnJpegError(j_common_ptr cinfo) {
 // does, except a premature end of file: libjpeg would pad the image with gray,
 // a silently wrong result.
 void OnJpegMessage(j_common_ptr cinfo, int msg_level) {
-  if (msg_level < 0 && cinfo->err->msg_code == JWRN_JPEG_EOF)
-    OnJpegError(cinfo);
+  if (msg_level < 0 && cinfo->err->msg_code == JWRN_JPEG_EOF) OnJpegError(cinfo);
 }
 
 struct JpegDecoder {
@@ -77,29 +76,24 @@ bool Guard(JpegDecoder& dec, F&& fn) {
 
 bool IsJpeg(std::string_view data) {
   return data.size() >= 3 && static_cast<uint8_t>(data[0]) == 0xFF &&
-         static_cast<uint8_t>(data[1]) == 0xD8 &&
-         static_cast<uint8_t>(data[2]) == 0xFF;
+         static_cast<uint8_t>(data[1]) == 0xD8 && static_cast<uint8_t>(data[2]) == 0xFF;
 }
 
 // Dimensions are at most 2^32 - 1 (PNG) or 2^16 - 1 (JPEG).
 absl::Status CheckImageSize(uint32_t height, uint32_t width) {
   if (uint64_t{height} * width <= kMaxImagePixels) return absl::OkStatus();
   return DecodeError(absl::StrCat("the header declares ", height, "x", width,
-                                  " pixels, more than the decoder's limit of ",
-                                  kMaxImagePixels));
+                                  " pixels, more than the decoder's limit of ", kMaxImagePixels));
 }
 
 uint32_t BigEndian32(const char* p) {
   const auto* u = reinterpret_cast<const uint8_t*>(p);
-  return uint32_t{u[0]} << 24 | uint32_t{u[1]} << 16 | uint32_t{u[2]} << 8 |
-         uint32_t{u[3]};
+  return uint32_t{u[0]} << 24 | uint32_t{u[1]} << 16 | uint32_t{u[2]} << 8 | uint32_t{u[3]};
 }
 
 constexpr std::string_view kPngSignature("\x89PNG\r\n\x1a\n", 8);
 
-bool IsPng(std::string_view data) {
-  return data.substr(0, kPngSignature.size()) == kPngSignature;
-}
+bool IsPng(std::string_view data) { return data.substr(0, kPngSignature.size()) == kPngSignature; }
 
 // Walks a PNG's chunks up to IEND: each one (length, type, data, CRC) must lie
 // inside `data`, and IHDR's size within kMaxImagePixels. libpng trusts a
@@ -109,23 +103,21 @@ absl::Status CheckPngChunks(std::string_view data) {
   bool first = true;
   while (true) {
     if (data.size() - at < 12) {
-      return DecodeError(absl::StrCat("PNG ends at byte ", data.size(),
-                                      " before its IEND chunk"));
+      return DecodeError(absl::StrCat("PNG ends at byte ", data.size(), " before its IEND chunk"));
     }
     const uint32_t length = BigEndian32(data.data() + at);
     const std::string_view type = data.substr(at + 4, 4);
     if (length > data.size() - at - 12) {
-      return DecodeError(absl::StrCat("PNG chunk '", absl::CHexEscape(Sv(type)),
-                                      "' at byte ", at, " declares ", length,
-                                      " data bytes, past the end of the data (",
-                                      data.size(), " bytes)"));
+      return DecodeError(
+          absl::StrCat("PNG chunk '", absl::CHexEscape(Sv(type)), "' at byte ", at, " declares ",
+                       length, " data bytes, past the end of the data (", data.size(), " bytes)"));
     }
     if (first) {
       if (type != "IHDR" || length != 13) {
         return DecodeError("PNG does not start with a 13-byte IHDR chunk");
       }
-      RETURN_IF_ERROR(CheckImageSize(BigEndian32(data.data() + at + 12),
-                                     BigEndian32(data.data() + at + 8)));
+      RETURN_IF_ERROR(
+          CheckImageSize(BigEndian32(data.data() + at + 12), BigEndian32(data.data() + at + 8)));
       first = false;
     }
     if (type == "IEND") return absl::OkStatus();
@@ -143,8 +135,7 @@ absl::Status CheckPngChunks(std::string_view data) {
 // DICOM codec (the decode fuzzer aborted in gdcm on one).
 bool IsBmp(std::string_view data) { return data.substr(0, 2) == "BM"; }
 bool IsWebp(std::string_view data) {
-  return data.size() >= 12 && data.substr(0, 4) == "RIFF" &&
-         data.substr(8, 4) == "WEBP";
+  return data.size() >= 12 && data.substr(0, 4) == "RIFF" && data.substr(8, 4) == "WEBP";
 }
 
 // A BMP's size from its info header (width and height are little-endian int32
@@ -153,15 +144,14 @@ absl::Status CheckBmpSize(std::string_view data) {
   if (data.size() < 26) return DecodeError("BMP header is truncated");
   auto le32 = [&](size_t at) {
     const auto* u = reinterpret_cast<const uint8_t*>(data.data() + at);
-    return static_cast<int32_t>(uint32_t{u[0]} | uint32_t{u[1]} << 8 |
-                                uint32_t{u[2]} << 16 | uint32_t{u[3]} << 24);
+    return static_cast<int32_t>(uint32_t{u[0]} | uint32_t{u[1]} << 8 | uint32_t{u[2]} << 16 |
+                                uint32_t{u[3]} << 24);
   };
   const int64_t width = le32(18);
   const int64_t height = le32(22);
-  return CheckImageSize(static_cast<uint32_t>(std::min<int64_t>(
-                            height < 0 ? -height : height, UINT32_MAX)),
-                        static_cast<uint32_t>(std::min<int64_t>(
-                            width < 0 ? -width : width, UINT32_MAX)));
+  return CheckImageSize(
+      static_cast<uint32_t>(std::min<int64_t>(height < 0 ? -height : height, UINT32_MAX)),
+      static_cast<uint32_t>(std::min<int64_t>(width < 0 ? -width : width, UINT32_MAX)));
 }
 
 // WebP through libwebp, straight into the RGB tensor. Its dimensions are at
@@ -176,8 +166,7 @@ absl::StatusOr<Tensor> DecodeWebp(std::string_view encoded) {
   RETURN_IF_ERROR(CheckImageSize(height, width));
   Tensor out = Tensor::Allocate(DType::kUint8, {height, width, 3});
   const size_t size = size_t{3} * width * height;
-  if (WebPDecodeRGBInto(data, encoded.size(), out.data(), size, 3 * width) ==
-      nullptr) {
+  if (WebPDecodeRGBInto(data, encoded.size(), out.data(), size, 3 * width) == nullptr) {
     return DecodeError("corrupt WebP data");
   }
   return out;
@@ -191,10 +180,9 @@ absl::StatusOr<Tensor> DecodeFull(std::string_view encoded) {
   } else if (IsBmp(encoded)) {
     RETURN_IF_ERROR(CheckBmpSize(encoded));
   } else {
-    return DecodeError(
-        absl::StrCat("unsupported image format (first bytes '",
-                     absl::CHexEscape(Sv(encoded.substr(0, 4))),
-                     "'); sluice decodes JPEG, PNG, BMP and WebP"));
+    return DecodeError(absl::StrCat("unsupported image format (first bytes '",
+                                    absl::CHexEscape(Sv(encoded.substr(0, 4))),
+                                    "'); sluice decodes JPEG, PNG, BMP and WebP"));
   }
   cv::Mat bgr;
   try {
@@ -233,30 +221,23 @@ void CmykToRgb(const uint8_t* cmyk, uint8_t* rgb, size_t pixels) {
 // ("The strict ceiling"); with chroma subsampled (4:2:0) and at full
 // resolution (4:4:4). The odd-size IDCTs cost more than the next power of two
 // up, and 5/8-7/8 about as much as or more than a full-size decode.
-constexpr double kDctDecodeCostSubsampled[8] = {2.44, 3.08, 3.68, 3.46,
-                                                5.03, 5.69, 7.12, 4.61};
-constexpr double kDctDecodeCostFull[8] = {3.13, 3.91, 4.29, 4.66,
-                                          5.94, 6.55, 8.75, 5.54};
+constexpr double kDctDecodeCostSubsampled[8] = {2.44, 3.08, 3.68, 3.46, 5.03, 5.69, 7.12, 4.61};
+constexpr double kDctDecodeCostFull[8] = {3.13, 3.91, 4.29, 4.66, 5.94, 6.55, 8.75, 5.54};
 constexpr double kResizeCost = 0.92;
 
 // [lo, hi) = box edges scaled by n/8, rounded, clamped into [0, limit),
 // non-empty.
 void ScaleSpan(int start, int length, int n, int limit, int* lo, int* hi) {
-  *lo = std::clamp(static_cast<int>((int64_t{start} * n * 2 + 8) / 16), 0,
-                   limit - 1);
-  *hi = std::clamp(static_cast<int>((int64_t{start + length} * n * 2 + 8) / 16),
-                   *lo + 1, limit);
+  *lo = std::clamp(static_cast<int>((int64_t{start} * n * 2 + 8) / 16), 0, limit - 1);
+  *hi = std::clamp(static_cast<int>((int64_t{start + length} * n * 2 + 8) / 16), *lo + 1, limit);
 }
 
-absl::StatusOr<Tensor> DecodeJpegRegion(std::string_view encoded,
-                                        const PlanFn& plan) {
+absl::StatusOr<Tensor> DecodeJpegRegion(std::string_view encoded, const PlanFn& plan) {
   JpegDecoder dec;
   if (!Guard(dec, [&] {
         jpeg_create_decompress(&dec.cinfo);
         dec.created = true;
-        jpeg_mem_src(&dec.cinfo,
-                     reinterpret_cast<const uint8_t*>(encoded.data()),
-                     encoded.size());
+        jpeg_mem_src(&dec.cinfo, reinterpret_cast<const uint8_t*>(encoded.data()), encoded.size());
         jpeg_read_header(&dec.cinfo, TRUE);
       })) {
     return DecodeError(dec.err.message);
@@ -267,14 +248,11 @@ absl::StatusOr<Tensor> DecodeJpegRegion(std::string_view encoded,
   RETURN_IF_ERROR(CheckImageSize(cinfo.image_height, cinfo.image_width));
   ASSIGN_OR_RETURN(const DecodePlan p, plan(full_h, full_w));
 
-  const int n =
-      p.allow_dct_scaling
-          ? ChooseDctScale(p.dct_rule, p.box.height, p.box.width, p.out_height,
-                           p.out_width, cinfo.max_h_samp_factor,
-                           cinfo.max_v_samp_factor)
-          : 8;
-  const bool cmyk =
-      cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
+  const int n = p.allow_dct_scaling
+                    ? ChooseDctScale(p.dct_rule, p.box.height, p.box.width, p.out_height,
+                                     p.out_width, cinfo.max_h_samp_factor, cinfo.max_v_samp_factor)
+                    : 8;
+  const bool cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
   if (!Guard(dec, [&] {
         cinfo.scale_num = n;
         cinfo.scale_denom = 8;
@@ -289,21 +267,17 @@ absl::StatusOr<Tensor> DecodeJpegRegion(std::string_view encoded,
   }
   const int comps = cinfo.output_components;
   if (comps != (cmyk ? 4 : 3)) {
-    return DecodeError(
-        absl::StrCat("unsupported JPEG with ", comps, " components"));
+    return DecodeError(absl::StrCat("unsupported JPEG with ", comps, " components"));
   }
   int sx0, sx1, sy0, sy1;
-  ScaleSpan(p.box.left, p.box.width, n, static_cast<int>(cinfo.output_width),
-            &sx0, &sx1);
-  ScaleSpan(p.box.top, p.box.height, n, static_cast<int>(cinfo.output_height),
-            &sy0, &sy1);
+  ScaleSpan(p.box.left, p.box.width, n, static_cast<int>(cinfo.output_width), &sx0, &sx1);
+  ScaleSpan(p.box.top, p.box.height, n, static_cast<int>(cinfo.output_height), &sy0, &sy1);
   // Fancy upsampling treats the edges of a cropped scanline like image edges,
   // so widen the crop by one iMCU column on each side (jpeg_crop_scanline also
   // aligns it to iMCU boundaries).
   const int imcu_cols = cinfo.max_h_samp_factor * cinfo.min_DCT_scaled_size;
   const int want_x0 = std::max(0, sx0 - imcu_cols);
-  const int want_x1 =
-      std::min(static_cast<int>(cinfo.output_width), sx1 + imcu_cols);
+  const int want_x1 = std::min(static_cast<int>(cinfo.output_width), sx1 + imcu_cols);
   JDIMENSION xoff = want_x0, crop_w = want_x1 - want_x0;
   const int rows = sy1 - sy0;
   // The crop may widen to iMCU boundaries, so the buffer is sized after
@@ -333,28 +307,23 @@ absl::StatusOr<Tensor> DecodeJpegRegion(std::string_view encoded,
         // Skipping whole iMCU rows loses the context rows fancy upsampling
         // reads, so skip only to one iMCU row above the region and decode (and
         // drop) the rows in between.
-        const int imcu_rows =
-            cinfo.max_v_samp_factor * cinfo.min_DCT_scaled_size;
+        const int imcu_rows = cinfo.max_v_samp_factor * cinfo.min_DCT_scaled_size;
         int skip = std::max(0, (sy0 / imcu_rows - 1) * imcu_rows);
-        if (skip > 0)
-          skip = static_cast<int>(jpeg_skip_scanlines(&cinfo, skip));
+        if (skip > 0) skip = static_cast<int>(jpeg_skip_scanlines(&cinfo, skip));
         for (int r = skip; r < sy0; ++r) {
           JSAMPROW scratch = row_ptrs[0];
           jpeg_read_scanlines(&cinfo, &scratch, 1);
         }
         JDIMENSION done = 0;
         while (done < static_cast<JDIMENSION>(rows)) {
-          const JDIMENSION got =
-              jpeg_read_scanlines(&cinfo, row_ptrs.data() + done, rows - done);
+          const JDIMENSION got = jpeg_read_scanlines(&cinfo, row_ptrs.data() + done, rows - done);
           if (got == 0) ERREXIT(&cinfo, JERR_INPUT_EOF);
           done += got;
         }
       })) {
     return DecodeError(dec.err.message);
   }
-  if (cmyk)
-    CmykToRgb(cmyk_buf.data(), rgb_buf.data(),
-              static_cast<size_t>(rows) * buf_w);
+  if (cmyk) CmykToRgb(cmyk_buf.data(), rgb_buf.data(), static_cast<size_t>(rows) * buf_w);
 
   const CropBox region{0, sx0 - static_cast<int>(xoff), rows, sx1 - sx0};
   if (region.left == 0 && region.width == buf_w && rows == p.out_height &&
@@ -373,21 +342,18 @@ absl::StatusOr<Tensor> DecodeJpegRegion(std::string_view encoded,
   }
 }
 
-absl::StatusOr<Tensor> DecodeImageRegionImpl(std::string_view encoded,
-                                             const PlanFn& plan) {
+absl::StatusOr<Tensor> DecodeImageRegionImpl(std::string_view encoded, const PlanFn& plan) {
   if (encoded.empty()) return DecodeError("empty input");
   if (IsJpeg(encoded)) return DecodeJpegRegion(encoded, plan);
   ASSIGN_OR_RETURN(Tensor full, DecodeFull(encoded));
-  ASSIGN_OR_RETURN(const DecodePlan p, plan(static_cast<int>(full.dim(0)),
-                                            static_cast<int>(full.dim(1))));
+  ASSIGN_OR_RETURN(const DecodePlan p,
+                   plan(static_cast<int>(full.dim(0)), static_cast<int>(full.dim(1))));
   if (p.box.top == 0 && p.box.left == 0 && p.box.height == full.dim(0) &&
-      p.box.width == full.dim(1) && p.out_height == p.box.height &&
-      p.out_width == p.box.width) {
+      p.box.width == full.dim(1) && p.out_height == p.box.height && p.out_width == p.box.width) {
     return full;
   }
   try {
-    return CropAndResize(full, p.box, p.out_height, p.out_width,
-                         p.interpolation);
+    return CropAndResize(full, p.box, p.out_height, p.out_width, p.interpolation);
   } catch (const cv::Exception& e) {
     return absl::InternalError(absl::StrCat("resize after decode: ", e.what()));
   }
@@ -398,8 +364,7 @@ absl::Status CheckEncoded(const OpLabel& label, const Tensor& input) {
       (input.dtype() == DType::kUint8 && input.rank() == 1)) {
     return absl::OkStatus();
   }
-  return label.InputError("encoded image bytes (bytes, string or uint8[n])",
-                          input);
+  return label.InputError("encoded image bytes (bytes, string or uint8[n])", input);
 }
 
 // `plan` with the JPEG settings of `spec`.
@@ -415,17 +380,15 @@ class DecodeOpImpl final : public Op {
   DecodeOpImpl(OpLabel label, proto::DecodeOp spec)
       : label_(std::move(label)), spec_(std::move(spec)) {}
   std::string_view name() const override { return label_.name; }
-  absl::StatusOr<Tensor> Apply(Tensor input,
-                               const ElementContext&) const override {
+  absl::StatusOr<Tensor> Apply(Tensor input, const ElementContext&) const override {
     RETURN_IF_ERROR(CheckEncoded(label_, input));
-    return DecodeImageRegion(input.bytes(),
-                             [&](int h, int w) -> absl::StatusOr<DecodePlan> {
-                               DecodePlan p;
-                               p.box = CropBox{0, 0, h, w};
-                               p.out_height = h;
-                               p.out_width = w;
-                               return WithSettings(p, spec_);
-                             });
+    return DecodeImageRegion(input.bytes(), [&](int h, int w) -> absl::StatusOr<DecodePlan> {
+      DecodePlan p;
+      p.box = CropBox{0, 0, h, w};
+      p.out_height = h;
+      p.out_width = w;
+      return WithSettings(p, spec_);
+    });
   }
 
  private:
@@ -436,24 +399,21 @@ class DecodeOpImpl final : public Op {
 // Decode followed by an op that becomes a DecodePlan; name "Decode+<second>".
 class FusedDecodeOp final : public Op {
  public:
-  using MakePlan = std::function<absl::StatusOr<DecodePlan>(
-      int height, int width, const ElementContext& ctx)>;
-  FusedDecodeOp(OpLabel decode, proto::DecodeOp decode_spec, OpLabel second,
-                MakePlan make_plan)
+  using MakePlan =
+      std::function<absl::StatusOr<DecodePlan>(int height, int width, const ElementContext& ctx)>;
+  FusedDecodeOp(OpLabel decode, proto::DecodeOp decode_spec, OpLabel second, MakePlan make_plan)
       : decode_(std::move(decode)),
         decode_spec_(std::move(decode_spec)),
         second_(std::move(second)),
         name_(absl::StrCat(decode_.name, "+", second_.name)),
         make_plan_(std::move(make_plan)) {}
   std::string_view name() const override { return name_; }
-  absl::StatusOr<Tensor> Apply(Tensor input,
-                               const ElementContext& ctx) const override {
+  absl::StatusOr<Tensor> Apply(Tensor input, const ElementContext& ctx) const override {
     RETURN_IF_ERROR(CheckEncoded(decode_, input));
-    return DecodeImageRegion(
-        input.bytes(), [&](int h, int w) -> absl::StatusOr<DecodePlan> {
-          ASSIGN_OR_RETURN(DecodePlan p, make_plan_(h, w, ctx));
-          return WithSettings(p, decode_spec_);
-        });
+    return DecodeImageRegion(input.bytes(), [&](int h, int w) -> absl::StatusOr<DecodePlan> {
+      ASSIGN_OR_RETURN(DecodePlan p, make_plan_(h, w, ctx));
+      return WithSettings(p, decode_spec_);
+    });
   }
 
  private:
@@ -470,9 +430,8 @@ bool DctScalingAllowed(int interpolation) {
 
 }  // namespace
 
-int ChooseDctScale(DctScaleRule rule, int box_height, int box_width,
-                   int out_height, int out_width, int max_h_samp,
-                   int max_v_samp) {
+int ChooseDctScale(DctScaleRule rule, int box_height, int box_width, int out_height, int out_width,
+                   int max_h_samp, int max_v_samp) {
   // The fidelity bound: the decoded box covers the output on both axes.
   auto keeps = [&](int n) {
     return int64_t{box_width} * n >= int64_t{out_width} * 8 &&
@@ -492,9 +451,8 @@ int ChooseDctScale(DctScaleRule rule, int box_height, int box_width,
     case DctScaleRule::kCostModel:
       break;
   }
-  const double* decode = max_h_samp > 1 || max_v_samp > 1
-                             ? kDctDecodeCostSubsampled
-                             : kDctDecodeCostFull;
+  const double* decode =
+      max_h_samp > 1 || max_v_samp > 1 ? kDctDecodeCostSubsampled : kDctDecodeCostFull;
   auto cost = [&](int n) { return decode[n - 1] + kResizeCost * n * n / 64; };
   int best = 8;
   for (int n = 7; n >= 1; --n) {
@@ -515,33 +473,28 @@ DctScaleRule DctScaleRuleOf(proto::DecodeOp::DctScale setting) {
 }
 
 absl::StatusOr<Tensor> DecodeImage(std::string_view encoded) {
-  return DecodeImageRegion(encoded,
-                           [](int h, int w) -> absl::StatusOr<DecodePlan> {
-                             DecodePlan p;
-                             p.box = CropBox{0, 0, h, w};
-                             p.out_height = h;
-                             p.out_width = w;
-                             return p;
-                           });
+  return DecodeImageRegion(encoded, [](int h, int w) -> absl::StatusOr<DecodePlan> {
+    DecodePlan p;
+    p.box = CropBox{0, 0, h, w};
+    p.out_height = h;
+    p.out_width = w;
+    return p;
+  });
 }
 
-absl::StatusOr<Tensor> DecodeImageRegion(std::string_view encoded,
-                                         const PlanFn& plan) {
+absl::StatusOr<Tensor> DecodeImageRegion(std::string_view encoded, const PlanFn& plan) {
   return DecodeImageRegionImpl(encoded, plan);
 }
 
-absl::StatusOr<std::unique_ptr<Op>> MakeDecode(const proto::DecodeOp& spec,
-                                               OpLabel label) {
+absl::StatusOr<std::unique_ptr<Op>> MakeDecode(const proto::DecodeOp& spec, OpLabel label) {
   return std::make_unique<DecodeOpImpl>(std::move(label), spec);
 }
 
-std::unique_ptr<Op> MakeDecodeResize(OpLabel decode,
-                                     const proto::DecodeOp& decode_spec,
+std::unique_ptr<Op> MakeDecodeResize(OpLabel decode, const proto::DecodeOp& decode_spec,
                                      OpLabel resize, ResizeSpec spec) {
   return std::make_unique<FusedDecodeOp>(
       std::move(decode), decode_spec, resize,
-      [spec, resize](int h, int w,
-                     const ElementContext&) -> absl::StatusOr<DecodePlan> {
+      [spec, resize](int h, int w, const ElementContext&) -> absl::StatusOr<DecodePlan> {
         DecodePlan p;
         p.box = CropBox{0, 0, h, w};
         ResizeOutputSize(spec, h, w, &p.out_height, &p.out_width);
@@ -552,13 +505,11 @@ std::unique_ptr<Op> MakeDecodeResize(OpLabel decode,
       });
 }
 
-std::unique_ptr<Op> MakeDecodeCenterCrop(OpLabel decode,
-                                         const proto::DecodeOp& decode_spec,
+std::unique_ptr<Op> MakeDecodeCenterCrop(OpLabel decode, const proto::DecodeOp& decode_spec,
                                          OpLabel crop, CenterCropSpec spec) {
   return std::make_unique<FusedDecodeOp>(
       std::move(decode), decode_spec, crop,
-      [spec, crop](int h, int w,
-                   const ElementContext&) -> absl::StatusOr<DecodePlan> {
+      [spec, crop](int h, int w, const ElementContext&) -> absl::StatusOr<DecodePlan> {
         DecodePlan p;
         ASSIGN_OR_RETURN(p.box, CenterCropBox(spec, h, w, crop));
         p.out_height = p.box.height;
@@ -567,14 +518,12 @@ std::unique_ptr<Op> MakeDecodeCenterCrop(OpLabel decode,
       });
 }
 
-std::unique_ptr<Op> MakeDecodeRandomResizedCrop(
-    OpLabel decode, const proto::DecodeOp& decode_spec, OpLabel crop,
-    RandomResizedCropSpec spec) {
+std::unique_ptr<Op> MakeDecodeRandomResizedCrop(OpLabel decode, const proto::DecodeOp& decode_spec,
+                                                OpLabel crop, RandomResizedCropSpec spec) {
   const int position = crop.position;
   return std::make_unique<FusedDecodeOp>(
       std::move(decode), decode_spec, std::move(crop),
-      [spec, position](int h, int w, const ElementContext& ctx)
-          -> absl::StatusOr<DecodePlan> {
+      [spec, position](int h, int w, const ElementContext& ctx) -> absl::StatusOr<DecodePlan> {
         Rng rng = ctx.RngFor(position);
         DecodePlan p;
         p.box = RandomResizedCropBox(spec, h, w, rng);

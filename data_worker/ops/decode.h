@@ -66,9 +66,8 @@ enum class DctScaleRule { kPowerOfTwo, kSmallestEighth, kCostModel };
 // whose largest sampling factors are max_h_samp × max_v_samp (2 × 2 for
 // 4:2:0, 1 × 1 for 4:4:4). 8 when no scale keeps the bound (the output is
 // larger than the box). REQUIRES: all sizes > 0.
-int ChooseDctScale(DctScaleRule rule, int box_height, int box_width,
-                   int out_height, int out_width, int max_h_samp,
-                   int max_v_samp);
+int ChooseDctScale(DctScaleRule rule, int box_height, int box_width, int out_height, int out_width,
+                   int max_h_samp, int max_v_samp);
 
 // The DecodeOp setting as a rule (DCT_SCALE_COST → kCostModel, ...).
 DctScaleRule DctScaleRuleOf(proto::DecodeOp::DctScale setting);
@@ -95,21 +94,16 @@ using PlanFn = std::function<absl::StatusOr<DecodePlan>(int height, int width)>;
 // Decodes `encoded` to uint8 H×W×3 RGB.
 absl::StatusOr<Tensor> DecodeImage(std::string_view encoded);
 // Decodes the region `plan` selects and resizes it, as described above.
-absl::StatusOr<Tensor> DecodeImageRegion(std::string_view encoded,
-                                         const PlanFn& plan);
+absl::StatusOr<Tensor> DecodeImageRegion(std::string_view encoded, const PlanFn& plan);
 
-absl::StatusOr<std::unique_ptr<Op>> MakeDecode(const proto::DecodeOp& spec,
-                                               OpLabel label);
+absl::StatusOr<std::unique_ptr<Op>> MakeDecode(const proto::DecodeOp& spec, OpLabel label);
 // Fused ops; `decode` and the second op keep their own labels/positions.
-std::unique_ptr<Op> MakeDecodeResize(OpLabel decode,
-                                     const proto::DecodeOp& decode_spec,
+std::unique_ptr<Op> MakeDecodeResize(OpLabel decode, const proto::DecodeOp& decode_spec,
                                      OpLabel resize, ResizeSpec spec);
-std::unique_ptr<Op> MakeDecodeCenterCrop(OpLabel decode,
-                                         const proto::DecodeOp& decode_spec,
+std::unique_ptr<Op> MakeDecodeCenterCrop(OpLabel decode, const proto::DecodeOp& decode_spec,
                                          OpLabel crop, CenterCropSpec spec);
-std::unique_ptr<Op> MakeDecodeRandomResizedCrop(
-    OpLabel decode, const proto::DecodeOp& decode_spec, OpLabel crop,
-    RandomResizedCropSpec spec);
+std::unique_ptr<Op> MakeDecodeRandomResizedCrop(OpLabel decode, const proto::DecodeOp& decode_spec,
+                                                OpLabel crop, RandomResizedCropSpec spec);
 
 }  // namespace sluice::data_worker
 

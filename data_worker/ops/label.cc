@@ -13,8 +13,7 @@ class OneHotOpImpl final : public Op {
   OneHotOpImpl(OpLabel label, int num_classes)
       : label_(std::move(label)), num_classes_(num_classes) {}
   std::string_view name() const override { return label_.name; }
-  absl::StatusOr<Tensor> Apply(Tensor input,
-                               const ElementContext&) const override {
+  absl::StatusOr<Tensor> Apply(Tensor input, const ElementContext&) const override {
     if (!IsIntegral(input) || input.num_elements() != 1 || input.rank() > 1) {
       return label_.InputError("an int32 or int64 scalar label", input);
     }
@@ -32,20 +31,18 @@ class OneHotOpImpl final : public Op {
   static bool IsIntegral(const Tensor& t) {
     return t.dtype() == DType::kInt32 || t.dtype() == DType::kInt64;
   }
-  absl::StatusOr<Tensor> Run(const Tensor& labels,
-                             std::vector<int64_t> shape) const {
+  absl::StatusOr<Tensor> Run(const Tensor& labels, std::vector<int64_t> shape) const {
     Tensor out = Tensor::Allocate(DType::kFloat32, std::move(shape));
     float* dst = out.data_as<float>();
     const int64_t n = labels.num_elements();
     std::fill(dst, dst + n * num_classes_, 0.0f);
     for (int64_t i = 0; i < n; ++i) {
-      const int64_t v = labels.dtype() == DType::kInt64
-                            ? labels.data_as<int64_t>()[i]
-                            : labels.data_as<int32_t>()[i];
+      const int64_t v = labels.dtype() == DType::kInt64 ? labels.data_as<int64_t>()[i]
+                                                        : labels.data_as<int32_t>()[i];
       if (v < 0 || v >= num_classes_) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(label_.ToString(), ": label ", v, " is outside [0, ",
-                         num_classes_, "); check num_classes"));
+        return absl::InvalidArgumentError(absl::StrCat(label_.ToString(), ": label ", v,
+                                                       " is outside [0, ", num_classes_,
+                                                       "); check num_classes"));
       }
       dst[i * num_classes_ + v] = 1.0f;
     }
@@ -57,12 +54,10 @@ class OneHotOpImpl final : public Op {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Op>> MakeOneHot(const proto::OneHotOp& spec,
-                                               OpLabel label) {
+absl::StatusOr<std::unique_ptr<Op>> MakeOneHot(const proto::OneHotOp& spec, OpLabel label) {
   if (spec.num_classes() <= 0 || spec.num_classes() > kMaxOneHotClasses) {
-    return label.FieldError("num_classes",
-                            absl::StrCat("must be in [1, ", kMaxOneHotClasses,
-                                         "], got ", spec.num_classes()));
+    return label.FieldError("num_classes", absl::StrCat("must be in [1, ", kMaxOneHotClasses,
+                                                        "], got ", spec.num_classes()));
   }
   return std::make_unique<OneHotOpImpl>(std::move(label), spec.num_classes());
 }

@@ -13,8 +13,7 @@ namespace sluice::data_worker {
 // Apply:      scalar (or [1]) label → [num_classes]
 // ApplyBatch: [N] → [N, num_classes]
 // A label outside [0, num_classes) is InvalidArgument naming the label.
-absl::StatusOr<std::unique_ptr<Op>> MakeOneHot(const proto::OneHotOp& spec,
-                                               OpLabel label);
+absl::StatusOr<std::unique_ptr<Op>> MakeOneHot(const proto::OneHotOp& spec, OpLabel label);
 
 }  // namespace sluice::data_worker
 

@@ -16,25 +16,24 @@ absl::StatusOr<Tensor> Op::ApplyBatch(Tensor) const {
       absl::StrCat(Sv(name()), " has no batched kernel; apply it per element"));
 }
 
-absl::StatusOr<std::vector<Tensor>> Op::ApplyColumns(
-    std::vector<Tensor>, const ElementContext&) const {
-  return absl::UnimplementedError(
-      absl::StrCat(Sv(name()), " works on one column at a time"));
+absl::StatusOr<std::vector<Tensor>> Op::ApplyColumns(std::vector<Tensor>,
+                                                     const ElementContext&) const {
+  return absl::UnimplementedError(absl::StrCat(Sv(name()), " works on one column at a time"));
 }
 
-absl::StatusOr<std::vector<std::unique_ptr<Op>>> BuildOps(
-    const std::vector<proto::OpSpec>& specs, int first_position, bool fuse) {
+absl::StatusOr<std::vector<std::unique_ptr<Op>>> BuildOps(const std::vector<proto::OpSpec>& specs,
+                                                          int first_position, bool fuse) {
   std::vector<OpLabel> labels;
   for (size_t i = 0; i < specs.size(); ++i) {
-    labels.push_back(OpLabel{first_position + static_cast<int>(i),
-                             std::string(OpTypeName(specs[i].op_case()))});
+    labels.push_back(
+        OpLabel{first_position + static_cast<int>(i), std::string(OpTypeName(specs[i].op_case()))});
   }
   return BuildOps(specs, labels, fuse);
 }
 
-absl::StatusOr<std::vector<std::unique_ptr<Op>>> BuildOps(
-    const std::vector<proto::OpSpec>& specs, const std::vector<OpLabel>& labels,
-    bool fuse) {
+absl::StatusOr<std::vector<std::unique_ptr<Op>>> BuildOps(const std::vector<proto::OpSpec>& specs,
+                                                          const std::vector<OpLabel>& labels,
+                                                          bool fuse) {
   // OpenCV must not start its own thread pool: the pipeline owns parallelism.
   static std::once_flag cv_threads_once;
   std::call_once(cv_threads_once, [] { cv::setNumThreads(0); });
@@ -43,8 +42,7 @@ absl::StatusOr<std::vector<std::unique_ptr<Op>>> BuildOps(
   for (size_t i = 0; i < specs.size(); ++i) {
     const OpRegistration* r = FindOp(specs[i].op_case());
     if (r == nullptr) {
-      return labels[i].SpecError(
-          "no op set (empty OpSpec, or an op this worker does not know)");
+      return labels[i].SpecError("no op set (empty OpSpec, or an op this worker does not know)");
     }
     ASSIGN_OR_RETURN(std::unique_ptr<Op> op, r->make(specs[i], labels[i]));
     unfused.push_back(std::move(op));
@@ -53,8 +51,7 @@ absl::StatusOr<std::vector<std::unique_ptr<Op>>> BuildOps(
   std::vector<std::unique_ptr<Op>> out;
   for (size_t i = 0; i < specs.size();) {
     const OpRegistration* r = FindOp(specs[i].op_case());
-    FusedOp fused =
-        r->fuse != nullptr ? r->fuse(specs, i, labels) : FusedOp{nullptr, 0};
+    FusedOp fused = r->fuse != nullptr ? r->fuse(specs, i, labels) : FusedOp{nullptr, 0};
     if (fused.first != nullptr) {
       out.push_back(std::move(fused.first));
       i += fused.second;

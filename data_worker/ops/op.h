@@ -59,8 +59,7 @@ class Op {
   // Transforms one element. Errors: InvalidArgument for a wrong dtype/rank or a
   // crop larger than the image (the message names the op); DataLoss "cannot
   // decode image: <reason>" for corrupt encoded images.
-  virtual absl::StatusOr<Tensor> Apply(Tensor input,
-                                       const ElementContext& ctx) const = 0;
+  virtual absl::StatusOr<Tensor> Apply(Tensor input, const ElementContext& ctx) const = 0;
   // Vectorization: ops that can run on a whole batch (leading dim N) in one
   // pass, with output identical to applying Apply to each element, return true
   // and implement ApplyBatch.
@@ -73,8 +72,8 @@ class Op {
   // column back.
   virtual bool takes_all_columns() const { return false; }
   // Default: Unimplemented.
-  virtual absl::StatusOr<std::vector<Tensor>> ApplyColumns(
-      std::vector<Tensor> columns, const ElementContext& ctx) const;
+  virtual absl::StatusOr<std::vector<Tensor>> ApplyColumns(std::vector<Tensor> columns,
+                                                           const ElementContext& ctx) const;
 };
 
 // Validates and builds the ops of one map stage. `first_position` is the
@@ -89,13 +88,13 @@ class Op {
 // chain. InvalidArgument names the op (position and type) and the field, e.g.
 //   op 2 (RandomResizedCrop): size must be > 0
 // with a pipeline_spec::SpecLocation payload.
-absl::StatusOr<std::vector<std::unique_ptr<Op>>> BuildOps(
-    const std::vector<proto::OpSpec>& specs, int first_position, bool fuse);
+absl::StatusOr<std::vector<std::unique_ptr<Op>>> BuildOps(const std::vector<proto::OpSpec>& specs,
+                                                          int first_position, bool fuse);
 // The same with explicit labels (one per spec; validation passes labels that
 // name the spec location, "map[1].ops[2] (Resize)").
-absl::StatusOr<std::vector<std::unique_ptr<Op>>> BuildOps(
-    const std::vector<proto::OpSpec>& specs, const std::vector<OpLabel>& labels,
-    bool fuse);
+absl::StatusOr<std::vector<std::unique_ptr<Op>>> BuildOps(const std::vector<proto::OpSpec>& specs,
+                                                          const std::vector<OpLabel>& labels,
+                                                          bool fuse);
 
 }  // namespace sluice::data_worker
 

@@ -20,9 +20,7 @@
 namespace sluice::data_worker {
 
 // Our Abseil predates std::string_view interop: StrCat needs absl::string_view.
-inline absl::string_view Sv(std::string_view s) {
-  return absl::string_view(s.data(), s.size());
-}
+inline absl::string_view Sv(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
 // Where an op sits and what it is called in messages. Built by BuildOps with
 // only the pipeline-wide position ("op 3 (Resize)"); validation
@@ -51,15 +49,13 @@ struct OpLabel {
     return pipeline_spec::SpecError(Location(), message);
   }
   // A bad field: "op 2 (RandomResizedCrop): size must be > 0".
-  absl::Status FieldError(std::string_view field,
-                          std::string_view message) const {
-    return pipeline_spec::SpecError(Location(field),
-                                    absl::StrCat(Sv(field), " ", Sv(message)));
+  absl::Status FieldError(std::string_view field, std::string_view message) const {
+    return pipeline_spec::SpecError(Location(field), absl::StrCat(Sv(field), " ", Sv(message)));
   }
   absl::Status InputError(std::string_view expected, const Tensor& got) const {
-    return absl::InvalidArgumentError(absl::StrCat(
-        ToString(), ": expected ", Sv(expected), ", got ",
-        record::DTypeName(got.dtype()), ShapeToString(got.shape())));
+    return absl::InvalidArgumentError(absl::StrCat(ToString(), ": expected ", Sv(expected),
+                                                   ", got ", record::DTypeName(got.dtype()),
+                                                   ShapeToString(got.shape())));
   }
 };
 
@@ -68,15 +64,13 @@ struct OpLabel {
 inline bool IsCvImage(const Tensor& t) {
   if (Tensor::CvDepth(t.dtype()) < 0) return false;
   if (t.rank() == 2) return t.dim(0) > 0 && t.dim(1) > 0;
-  return t.rank() == 3 && t.dim(0) > 0 && t.dim(1) > 0 && t.dim(2) >= 1 &&
-         t.dim(2) <= 4;
+  return t.rank() == 3 && t.dim(0) > 0 && t.dim(1) > 0 && t.dim(2) >= 1 && t.dim(2) <= 4;
 }
 inline constexpr std::string_view kCvImageExpectation =
     "an image H×W×C (C <= 4) or H×W of uint8/int32/float16/float32";
 
 // Shape of an image tensor like `like` with a new height and width.
-inline std::vector<int64_t> ImageShape(const Tensor& like, int height,
-                                       int width) {
+inline std::vector<int64_t> ImageShape(const Tensor& like, int height, int width) {
   std::vector<int64_t> shape = like.shape();
   shape[0] = height;
   shape[1] = width;
@@ -93,16 +87,13 @@ inline constexpr int kMaxOneHotClasses = 1 << 20;
 
 // InvalidArgument naming the op when a `height` x `width` output is over kMaxOpSide a side or
 // kMaxOpPixels pixels.
-inline absl::Status CheckOutputSize(const OpLabel& label, int64_t height,
-                                    int64_t width) {
-  if (height <= kMaxOpSide && width <= kMaxOpSide &&
-      height * width <= kMaxOpPixels) {
+inline absl::Status CheckOutputSize(const OpLabel& label, int64_t height, int64_t width) {
+  if (height <= kMaxOpSide && width <= kMaxOpSide && height * width <= kMaxOpPixels) {
     return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat(label.ToString(), ": an output of ", height, "x", width,
-                   " (HxW) is too large (at most ", kMaxOpSide, " a side and ",
-                   kMaxOpPixels, " pixels); use a smaller size"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      label.ToString(), ": an output of ", height, "x", width, " (HxW) is too large (at most ",
+      kMaxOpSide, " a side and ", kMaxOpPixels, " pixels); use a smaller size"));
 }
 
 // cv::INTER_* for `interp`, or `default_flag` for INTERPOLATION_DEFAULT.
@@ -128,8 +119,7 @@ absl::StatusOr<Tensor> CatchCv(const OpLabel& label, F&& fn) {
   try {
     return fn();
   } catch (const cv::Exception& e) {
-    return absl::InternalError(
-        absl::StrCat(label.ToString(), ": OpenCV error: ", e.what()));
+    return absl::InternalError(absl::StrCat(label.ToString(), ": OpenCV error: ", e.what()));
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(
         absl::StrCat(label.ToString(), ": out of memory for its output"));

@@ -18,16 +18,13 @@ namespace {
 
 // --- Type inference helpers ---
 
-absl::Status Wrong(const OpLabel& label, const ColumnType& t,
-                   std::string_view expected) {
-  return absl::InvalidArgumentError(
-      absl::StrCat(label.ToString(), ": expected ", Sv(expected),
-                   ", the column is ", t.ToString()));
+absl::Status Wrong(const OpLabel& label, const ColumnType& t, std::string_view expected) {
+  return absl::InvalidArgumentError(absl::StrCat(label.ToString(), ": expected ", Sv(expected),
+                                                 ", the column is ", t.ToString()));
 }
 
 bool IsImage(const ColumnType& t) {
-  return Tensor::CvDepth(t.dtype) >= 0 &&
-         (t.shape.size() == 3 || t.shape.size() == 2);
+  return Tensor::CvDepth(t.dtype) >= 0 && (t.shape.size() == 3 || t.shape.size() == 2);
 }
 
 absl::Status NeedImage(const OpLabel& label, const ColumnType& t) {
@@ -37,16 +34,12 @@ absl::Status NeedImage(const OpLabel& label, const ColumnType& t) {
   return absl::OkStatus();
 }
 
-absl::Status CropFits(const OpLabel& label, const ColumnType& t, int64_t h,
-                      int64_t w) {
+absl::Status CropFits(const OpLabel& label, const ColumnType& t, int64_t h, int64_t w) {
   const int64_t H = t.shape[0], W = t.shape[1];
-  if ((H >= 0 && h > H) || (W >= 0 && w > W) ||
-      (t.min_side >= 0 && std::min(h, w) > t.min_side)) {
+  if ((H >= 0 && h > H) || (W >= 0 && w > W) || (t.min_side >= 0 && std::min(h, w) > t.min_side)) {
     return absl::InvalidArgumentError(absl::StrCat(
         label.ToString(), ": crop ", h, "x", w, " is larger than the image (",
-        H >= 0 ? absl::StrCat(H, "x", W)
-               : absl::StrCat("shorter side ", t.min_side),
-        ")"));
+        H >= 0 ? absl::StrCat(H, "x", W) : absl::StrCat("shorter side ", t.min_side), ")"));
   }
   return absl::OkStatus();
 }
@@ -65,19 +58,17 @@ void CropSize(int size, int h, int w, int64_t* oh, int64_t* ow) {
 
 // --- Per-op type inference ---
 
-absl::Status InferDecode(const proto::OpSpec&, const OpLabel& label,
-                         const InferContext& ctx, ColumnType* t) {
+absl::Status InferDecode(const proto::OpSpec&, const OpLabel& label, const InferContext& ctx,
+                         ColumnType* t) {
   if (t->dtype != DType::kBytes) return Wrong(label, *t, "encoded image bytes");
   t->dtype = DType::kUint8;
   t->shape = ctx.source_image_shape;
-  t->min_side = (t->shape[0] >= 0 && t->shape[1] >= 0)
-                    ? std::min(t->shape[0], t->shape[1])
-                    : -1;
+  t->min_side = (t->shape[0] >= 0 && t->shape[1] >= 0) ? std::min(t->shape[0], t->shape[1]) : -1;
   return absl::OkStatus();
 }
 
-absl::Status InferResize(const proto::OpSpec& op, const OpLabel& label,
-                         const InferContext&, ColumnType* t) {
+absl::Status InferResize(const proto::OpSpec& op, const OpLabel& label, const InferContext&,
+                         ColumnType* t) {
   RETURN_IF_ERROR(NeedImage(label, *t));
   const auto& r = op.resize();
   if (r.size() > 0) {
@@ -98,8 +89,8 @@ absl::Status InferResize(const proto::OpSpec& op, const OpLabel& label,
   return absl::OkStatus();
 }
 
-absl::Status InferCenterCrop(const proto::OpSpec& op, const OpLabel& label,
-                             const InferContext&, ColumnType* t) {
+absl::Status InferCenterCrop(const proto::OpSpec& op, const OpLabel& label, const InferContext&,
+                             ColumnType* t) {
   RETURN_IF_ERROR(NeedImage(label, *t));
   int64_t h, w;
   const auto& c = op.center_crop();
@@ -109,8 +100,8 @@ absl::Status InferCenterCrop(const proto::OpSpec& op, const OpLabel& label,
   return absl::OkStatus();
 }
 
-absl::Status InferRandomCrop(const proto::OpSpec& op, const OpLabel& label,
-                             const InferContext&, ColumnType* t) {
+absl::Status InferRandomCrop(const proto::OpSpec& op, const OpLabel& label, const InferContext&,
+                             ColumnType* t) {
   RETURN_IF_ERROR(NeedImage(label, *t));
   int64_t h, w;
   const auto& c = op.random_crop();
@@ -122,9 +113,8 @@ absl::Status InferRandomCrop(const proto::OpSpec& op, const OpLabel& label,
   return absl::OkStatus();
 }
 
-absl::Status InferRandomResizedCrop(const proto::OpSpec& op,
-                                    const OpLabel& label, const InferContext&,
-                                    ColumnType* t) {
+absl::Status InferRandomResizedCrop(const proto::OpSpec& op, const OpLabel& label,
+                                    const InferContext&, ColumnType* t) {
   RETURN_IF_ERROR(NeedImage(label, *t));
   int64_t h, w;
   const auto& c = op.random_resized_crop();
@@ -133,31 +123,30 @@ absl::Status InferRandomResizedCrop(const proto::OpSpec& op,
   return absl::OkStatus();
 }
 
-absl::Status InferSameImage(const proto::OpSpec&, const OpLabel& label,
-                            const InferContext&, ColumnType* t) {
+absl::Status InferSameImage(const proto::OpSpec&, const OpLabel& label, const InferContext&,
+                            ColumnType* t) {
   return NeedImage(label, *t);
 }
 
-absl::Status InferColorJitter(const proto::OpSpec&, const OpLabel& label,
-                              const InferContext&, ColumnType* t) {
+absl::Status InferColorJitter(const proto::OpSpec&, const OpLabel& label, const InferContext&,
+                              ColumnType* t) {
   if (t->dtype != DType::kUint8 || t->shape.size() != 3 || t->shape[2] != 3) {
     return Wrong(label, *t, "a uint8 RGB image H×W×3");
   }
   return absl::OkStatus();
 }
 
-absl::Status InferNormalize(const proto::OpSpec&, const OpLabel& label,
-                            const InferContext&, ColumnType* t) {
-  if ((t->dtype != DType::kUint8 && t->dtype != DType::kFloat32) ||
-      t->shape.empty()) {
+absl::Status InferNormalize(const proto::OpSpec&, const OpLabel& label, const InferContext&,
+                            ColumnType* t) {
+  if ((t->dtype != DType::kUint8 && t->dtype != DType::kFloat32) || t->shape.empty()) {
     return Wrong(label, *t, "a uint8 or float32 image");
   }
   t->dtype = DType::kFloat32;
   return absl::OkStatus();
 }
 
-absl::Status InferHwc2Chw(const proto::OpSpec&, const OpLabel& label,
-                          const InferContext&, ColumnType* t) {
+absl::Status InferHwc2Chw(const proto::OpSpec&, const OpLabel& label, const InferContext&,
+                          ColumnType* t) {
   if (!record::IsNumeric(t->dtype) || t->shape.size() != 3) {
     return Wrong(label, *t, "an H×W×C tensor");
   }
@@ -166,22 +155,20 @@ absl::Status InferHwc2Chw(const proto::OpSpec&, const OpLabel& label,
   return absl::OkStatus();
 }
 
-absl::Status InferCast(const proto::OpSpec& op, const OpLabel& label,
-                       const InferContext&, ColumnType* t) {
+absl::Status InferCast(const proto::OpSpec& op, const OpLabel& label, const InferContext&,
+                       ColumnType* t) {
   if (!record::IsNumeric(t->dtype)) return Wrong(label, *t, "a numeric tensor");
   auto d = record::ParseDType(op.cast().dtype());
   if (!d.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(label.ToString(), ": ", d.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat(label.ToString(), ": ", d.status().message()));
   }
   t->dtype = *d;
   return absl::OkStatus();
 }
 
-absl::Status InferOneHot(const proto::OpSpec& op, const OpLabel& label,
-                         const InferContext&, ColumnType* t) {
-  if ((t->dtype != DType::kInt32 && t->dtype != DType::kInt64) ||
-      !t->shape.empty()) {
+absl::Status InferOneHot(const proto::OpSpec& op, const OpLabel& label, const InferContext&,
+                         ColumnType* t) {
+  if ((t->dtype != DType::kInt32 && t->dtype != DType::kInt64) || !t->shape.empty()) {
     return Wrong(label, *t, "an int32/int64 scalar label");
   }
   t->dtype = DType::kFloat32;
@@ -189,8 +176,8 @@ absl::Status InferOneHot(const proto::OpSpec& op, const OpLabel& label,
   return absl::OkStatus();
 }
 
-absl::Status InferPassThrough(const proto::OpSpec&, const OpLabel&,
-                              const InferContext&, ColumnType*) {
+absl::Status InferPassThrough(const proto::OpSpec&, const OpLabel&, const InferContext&,
+                              ColumnType*) {
   return absl::OkStatus();
 }
 
@@ -205,9 +192,7 @@ FusedOp FuseDecode(const std::vector<proto::OpSpec>& specs, size_t i,
   const OpLabel& decode = labels[i];
   const OpLabel& next = labels[i + 1];
   if (b.has_resize()) {
-    return {MakeDecodeResize(decode, specs[i].decode(), next,
-                             *ParseResize(b.resize(), next)),
-            2};
+    return {MakeDecodeResize(decode, specs[i].decode(), next, *ParseResize(b.resize(), next)), 2};
   }
   if (b.has_center_crop()) {
     return {MakeDecodeCenterCrop(decode, specs[i].decode(), next,
@@ -215,9 +200,8 @@ FusedOp FuseDecode(const std::vector<proto::OpSpec>& specs, size_t i,
             2};
   }
   if (b.has_random_resized_crop()) {
-    return {MakeDecodeRandomResizedCrop(
-                decode, specs[i].decode(), next,
-                *ParseRandomResizedCrop(b.random_resized_crop(), next)),
+    return {MakeDecodeRandomResizedCrop(decode, specs[i].decode(), next,
+                                        *ParseRandomResizedCrop(b.random_resized_crop(), next)),
             2};
   }
   return {nullptr, 0};
@@ -228,8 +212,7 @@ FusedOp FuseDecode(const std::vector<proto::OpSpec>& specs, size_t i,
 FusedOp FuseNormalize(const std::vector<proto::OpSpec>& specs, size_t i,
                       const std::vector<OpLabel>& labels) {
   const proto::OpSpec& a = specs[i];
-  if (i + 1 >= specs.size() || a.normalize().channels_first() ||
-      !specs[i + 1].has_hwc2chw()) {
+  if (i + 1 >= specs.size() || a.normalize().channels_first() || !specs[i + 1].has_hwc2chw()) {
     return {nullptr, 0};
   }
   NormalizeSpec norm = *ParseNormalize(a.normalize(), labels[i]);
@@ -238,21 +221,19 @@ FusedOp FuseNormalize(const std::vector<proto::OpSpec>& specs, size_t i,
     // Normalize outputs float32, so Cast's `scale` (uint8 only) does not
     // apply.
     if (cast.dtype == DType::kFloat32 || cast.dtype == DType::kFloat16) {
-      return {MakeNormalizeHwc2Chw(labels[i], labels[i + 1], std::move(norm),
-                                   cast.dtype, "Normalize+HWC2CHW+Cast"),
+      return {MakeNormalizeHwc2Chw(labels[i], labels[i + 1], std::move(norm), cast.dtype,
+                                   "Normalize+HWC2CHW+Cast"),
               3};
     }
   }
-  return {MakeNormalizeHwc2Chw(labels[i], labels[i + 1], std::move(norm),
-                               DType::kFloat32, "Normalize+HWC2CHW"),
+  return {MakeNormalizeHwc2Chw(labels[i], labels[i + 1], std::move(norm), DType::kFloat32,
+                               "Normalize+HWC2CHW"),
           2};
 }
 
 // Factories: unwrap the oneof.
-#define SLUICE_FACTORY(Make, accessor)       \
-  [](const proto::OpSpec& s, OpLabel l) {    \
-    return Make(s.accessor(), std::move(l)); \
-  }
+#define SLUICE_FACTORY(Make, accessor) \
+  [](const proto::OpSpec& s, OpLabel l) { return Make(s.accessor(), std::move(l)); }
 
 const std::vector<OpRegistration>& Table() {
   using S = proto::OpSpec;
@@ -322,8 +303,8 @@ std::string_view OpTypeName(proto::OpSpec::OpCase op_case) {
   return r != nullptr ? r->type : "unknown";
 }
 
-absl::Status InferOpType(const proto::OpSpec& spec, const OpLabel& label,
-                         const InferContext& ctx, ColumnType* t) {
+absl::Status InferOpType(const proto::OpSpec& spec, const OpLabel& label, const InferContext& ctx,
+                         ColumnType* t) {
   const OpRegistration* r = FindOp(spec.op_case());
   if (r == nullptr) return label.SpecError("no op set");
   return r->infer(spec, label, ctx, t);

@@ -63,12 +63,11 @@ struct OpRegistration {
   std::string_view field;  // in specs: "random_resized_crop"
   // Validates the spec and builds the op (InvalidArgument names the label and
   // the field).
-  absl::StatusOr<std::unique_ptr<Op>> (*make)(const proto::OpSpec& spec,
-                                              OpLabel label);
+  absl::StatusOr<std::unique_ptr<Op>> (*make)(const proto::OpSpec& spec, OpLabel label);
   // Output column type from the input type (*t). InvalidArgument
   // "<label>: expected <what>, the column is <type>". The spec is valid.
-  absl::Status (*infer)(const proto::OpSpec& spec, const OpLabel& label,
-                        const InferContext& ctx, ColumnType* t);
+  absl::Status (*infer)(const proto::OpSpec& spec, const OpLabel& label, const InferContext& ctx,
+                        ColumnType* t);
   // The op has a batched kernel (Op::ApplyBatch), so the optimizer may run it
   // once per batch.
   bool batched_kernel = false;
@@ -87,8 +86,8 @@ const std::vector<OpRegistration>& RegisteredOps();
 
 // Infers the output type of `spec` (see OpRegistration::infer);
 // InvalidArgument "<label>: no op set" for an empty spec.
-absl::Status InferOpType(const proto::OpSpec& spec, const OpLabel& label,
-                         const InferContext& ctx, ColumnType* t);
+absl::Status InferOpType(const proto::OpSpec& spec, const OpLabel& label, const InferContext& ctx,
+                         ColumnType* t);
 
 }  // namespace sluice::data_worker
 

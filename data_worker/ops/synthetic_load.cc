@@ -22,8 +22,7 @@ class SpinOpImpl final : public Op {
   SpinOpImpl(OpLabel label, int64_t cpu_micros)
       : label_(std::move(label)), cpu_nanos_(cpu_micros * 1000) {}
   std::string_view name() const override { return label_.name; }
-  absl::StatusOr<Tensor> Apply(Tensor input,
-                               const ElementContext&) const override {
+  absl::StatusOr<Tensor> Apply(Tensor input, const ElementContext&) const override {
     // Thread CPU time, not wall time: a descheduled thread does not count as
     // spinning.
     const int64_t end = ThreadCpuNanos() + cpu_nanos_;
@@ -41,11 +40,9 @@ class SpinOpImpl final : public Op {
 
 class SleepOpImpl final : public Op {
  public:
-  SleepOpImpl(OpLabel label, int64_t micros)
-      : label_(std::move(label)), micros_(micros) {}
+  SleepOpImpl(OpLabel label, int64_t micros) : label_(std::move(label)), micros_(micros) {}
   std::string_view name() const override { return label_.name; }
-  absl::StatusOr<Tensor> Apply(Tensor input,
-                               const ElementContext&) const override {
+  absl::StatusOr<Tensor> Apply(Tensor input, const ElementContext&) const override {
     absl::SleepFor(absl::Microseconds(micros_));
     return input;
   }
@@ -60,22 +57,18 @@ constexpr int64_t kMaxMicros = 60'000'000;
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Op>> MakeSpin(const proto::SpinOp& spec,
-                                             OpLabel label) {
+absl::StatusOr<std::unique_ptr<Op>> MakeSpin(const proto::SpinOp& spec, OpLabel label) {
   if (spec.cpu_micros() < 0 || spec.cpu_micros() > kMaxMicros) {
     return label.FieldError(
-        "cpu_micros", absl::StrCat("must be in [0, ", kMaxMicros, "], got ",
-                                   spec.cpu_micros()));
+        "cpu_micros", absl::StrCat("must be in [0, ", kMaxMicros, "], got ", spec.cpu_micros()));
   }
   return std::make_unique<SpinOpImpl>(std::move(label), spec.cpu_micros());
 }
 
-absl::StatusOr<std::unique_ptr<Op>> MakeSleep(const proto::SleepOp& spec,
-                                              OpLabel label) {
+absl::StatusOr<std::unique_ptr<Op>> MakeSleep(const proto::SleepOp& spec, OpLabel label) {
   if (spec.micros() < 0 || spec.micros() > kMaxMicros) {
-    return label.FieldError(
-        "micros",
-        absl::StrCat("must be in [0, ", kMaxMicros, "], got ", spec.micros()));
+    return label.FieldError("micros",
+                            absl::StrCat("must be in [0, ", kMaxMicros, "], got ", spec.micros()));
   }
   return std::make_unique<SleepOpImpl>(std::move(label), spec.micros());
 }

@@ -12,10 +12,8 @@
 
 namespace sluice::data_worker {
 
-absl::StatusOr<std::unique_ptr<Op>> MakeSpin(const proto::SpinOp& spec,
-                                             OpLabel label);
-absl::StatusOr<std::unique_ptr<Op>> MakeSleep(const proto::SleepOp& spec,
-                                              OpLabel label);
+absl::StatusOr<std::unique_ptr<Op>> MakeSpin(const proto::SpinOp& spec, OpLabel label);
+absl::StatusOr<std::unique_ptr<Op>> MakeSleep(const proto::SleepOp& spec, OpLabel label);
 
 }  // namespace sluice::data_worker
 

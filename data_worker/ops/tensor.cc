@@ -48,8 +48,7 @@ Tensor Tensor::Allocate(DType dtype, std::vector<int64_t> shape) {
   t.shape_ = std::move(shape);
   t.size_ = ElementSize(dtype) * t.num_elements();
   // make_unique_for_overwrite: default-initialized, i.e. no zero fill.
-  t.buffer_ =
-      std::make_unique_for_overwrite<uint8_t[]>(t.size_ == 0 ? 1 : t.size_);
+  t.buffer_ = std::make_unique_for_overwrite<uint8_t[]>(t.size_ == 0 ? 1 : t.size_);
   t.data_ = t.buffer_.get();
   return t;
 }
@@ -139,19 +138,16 @@ absl::StatusOr<Tensor> Stack(const std::vector<Tensor>& tensors) {
   }
   const Tensor& first = tensors[0];
   if (ElementSize(first.dtype()) == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Stack: cannot stack ", Sv(DTypeToString(first.dtype())),
-                     " tensors; decode them first"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Stack: cannot stack ", Sv(DTypeToString(first.dtype())), " tensors; decode them first"));
   }
   for (size_t i = 1; i < tensors.size(); ++i) {
     const Tensor& t = tensors[i];
     if (t.dtype() != first.dtype() || t.shape() != first.shape()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Stack: ragged batch: element 0 is ",
-                       Sv(DTypeToString(first.dtype())),
-                       ShapeToString(first.shape()), " but element ", i, " is ",
-                       Sv(DTypeToString(t.dtype())), ShapeToString(t.shape()),
-                       "; resize or crop to a fixed size before batching"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Stack: ragged batch: element 0 is ", Sv(DTypeToString(first.dtype())),
+          ShapeToString(first.shape()), " but element ", i, " is ", Sv(DTypeToString(t.dtype())),
+          ShapeToString(t.shape()), "; resize or crop to a fixed size before batching"));
     }
   }
   std::vector<int64_t> shape = {static_cast<int64_t>(tensors.size())};
@@ -166,9 +162,9 @@ absl::StatusOr<Tensor> Stack(const std::vector<Tensor>& tensors) {
 
 absl::StatusOr<std::vector<Tensor>> Unstack(const Tensor& batch) {
   if (batch.rank() == 0 || ElementSize(batch.dtype()) == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Unstack: need a numeric tensor of rank >= 1, got ",
-        Sv(DTypeToString(batch.dtype())), ShapeToString(batch.shape())));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Unstack: need a numeric tensor of rank >= 1, got ",
+                     Sv(DTypeToString(batch.dtype())), ShapeToString(batch.shape())));
   }
   std::vector<int64_t> shape(batch.shape().begin() + 1, batch.shape().end());
   const int64_t n = batch.dim(0);

@@ -130,8 +130,7 @@ Tensor Tensor::Scalar(T value) {
   } else if constexpr (std::is_same_v<T, int64_t>) {
     dtype = DType::kInt64;
   } else {
-    static_assert(std::is_same_v<T, float>,
-                  "Scalar<T>: T must be uint8/int32/int64/float");
+    static_assert(std::is_same_v<T, float>, "Scalar<T>: T must be uint8/int32/int64/float");
     dtype = DType::kFloat32;
   }
   Tensor t = Allocate(dtype, {});

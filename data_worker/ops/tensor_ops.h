@@ -25,27 +25,21 @@ struct NormalizeSpec {
   std::vector<float> mean, std;
   bool channels_first = false;
 };
-absl::StatusOr<NormalizeSpec> ParseNormalize(const proto::NormalizeOp& spec,
-                                             const OpLabel& label);
+absl::StatusOr<NormalizeSpec> ParseNormalize(const proto::NormalizeOp& spec, const OpLabel& label);
 struct CastSpec {
   DType dtype = DType::kFloat32;
   bool scale = false;
 };
-absl::StatusOr<CastSpec> ParseCast(const proto::CastOp& spec,
-                                   const OpLabel& label);
+absl::StatusOr<CastSpec> ParseCast(const proto::CastOp& spec, const OpLabel& label);
 
-absl::StatusOr<std::unique_ptr<Op>> MakeNormalize(
-    const proto::NormalizeOp& spec, OpLabel label);
-absl::StatusOr<std::unique_ptr<Op>> MakeHwc2Chw(const proto::HWC2CHWOp& spec,
-                                                OpLabel label);
-absl::StatusOr<std::unique_ptr<Op>> MakeCast(const proto::CastOp& spec,
-                                             OpLabel label);
+absl::StatusOr<std::unique_ptr<Op>> MakeNormalize(const proto::NormalizeOp& spec, OpLabel label);
+absl::StatusOr<std::unique_ptr<Op>> MakeHwc2Chw(const proto::HWC2CHWOp& spec, OpLabel label);
+absl::StatusOr<std::unique_ptr<Op>> MakeCast(const proto::CastOp& spec, OpLabel label);
 // Normalize (channels last) + HWC2CHW, then optionally a Cast to `out_dtype`
 // (float32 or float16), in one pass over the pixels. REQUIRES:
 // !normalize.channels_first.
-std::unique_ptr<Op> MakeNormalizeHwc2Chw(OpLabel normalize, OpLabel hwc2chw,
-                                         NormalizeSpec spec, DType out_dtype,
-                                         std::string name);
+std::unique_ptr<Op> MakeNormalizeHwc2Chw(OpLabel normalize, OpLabel hwc2chw, NormalizeSpec spec,
+                                         DType out_dtype, std::string name);
 
 }  // namespace sluice::data_worker
 

@@ -39,8 +39,7 @@ AutotuneDecision DecideAutotune(const AutotuneInput& in) {
   if (d.released < 0 && in.interval_seconds > 0) {
     constexpr double kIdleThreads = 1.5;
     for (size_t i = 0; i < n; ++i) {
-      const double idle =
-          d.threads[i] - in.stages[i].busy_seconds / in.interval_seconds;
+      const double idle = d.threads[i] - in.stages[i].busy_seconds / in.interval_seconds;
       if (can_release(i) && idle > kIdleThreads) {
         --d.threads[i];
         --total;
@@ -64,8 +63,8 @@ AutotuneDecision DecideAutotune(const AutotuneInput& in) {
         d.bottleneck = static_cast<int>(i);
       }
     }
-    if (d.bottleneck >= 0 && (!in.stages[d.bottleneck].tunable ||
-                              in.stages[d.bottleneck].finished)) {
+    if (d.bottleneck >= 0 &&
+        (!in.stages[d.bottleneck].tunable || in.stages[d.bottleneck].finished)) {
       // The bottleneck is fixed by the spec: nothing to gain elsewhere.
       d.bottleneck = -1;
     }
@@ -83,8 +82,7 @@ AutotuneDecision DecideAutotune(const AutotuneInput& in) {
     }
   }
   double need = 0;
-  for (size_t i = 0; i < n; ++i)
-    need += double(want[i]) * in.stages[i].max_element_bytes;
+  for (size_t i = 0; i < n; ++i) need += double(want[i]) * in.stages[i].max_element_bytes;
   const double budget = static_cast<double>(in.memory_budget_bytes);
   for (size_t i = 0; i < n; ++i) {
     const int64_t bytes = in.stages[i].max_element_bytes;
@@ -93,11 +91,9 @@ AutotuneDecision DecideAutotune(const AutotuneInput& in) {
     if (need <= budget || bytes == 0) {
       d.queue_capacity.push_back(want[i]);
       d.queue_bytes.push_back(static_cast<int64_t>(
-          need <= budget && need > 0 ? budget * (double(want[i]) * bytes) / need
-                                     : share));
+          need <= budget && need > 0 ? budget * (double(want[i]) * bytes) / need : share));
     } else {
-      d.queue_capacity.push_back(
-          std::max<int64_t>(1, static_cast<int64_t>(share / bytes)));
+      d.queue_capacity.push_back(std::max<int64_t>(1, static_cast<int64_t>(share / bytes)));
       d.queue_bytes.push_back(static_cast<int64_t>(share));
     }
   }

@@ -43,7 +43,7 @@ struct AutotuneDecision {
   std::vector<int64_t> queue_capacity;  // per stage output queue, items
   std::vector<int64_t> queue_bytes;     // per stage output queue, byte limit
   int bottleneck = -1;                  // stage that got a thread, or -1
-  int released = -1;  // a stage that gave a thread back, or -1
+  int released = -1;                    // a stage that gave a thread back, or -1
 };
 
 AutotuneDecision DecideAutotune(const AutotuneInput& in);

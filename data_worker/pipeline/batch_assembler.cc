@@ -9,8 +9,7 @@
 
 namespace sluice::data_worker::pipeline {
 
-BatchAssembler::BatchAssembler(Options options, EmitFn emit, EndFn set_end,
-                               WrapFn wrap)
+BatchAssembler::BatchAssembler(Options options, EmitFn emit, EndFn set_end, WrapFn wrap)
     : options_(std::move(options)),
       emit_(std::move(emit)),
       set_end_(std::move(set_end)),
@@ -74,8 +73,7 @@ void BatchAssembler::Commit(std::vector<Action>* actions) {
     Item item = std::move(pending_.begin()->second);
     pending_.erase(pending_.begin());
     ++next_commit_;
-    if (options_.runs && item.element() != nullptr &&
-        item.element()->end_of_run) {
+    if (options_.runs && item.element() != nullptr && item.element()->end_of_run) {
       const uint64_t marker = CutLastBatch(actions);
       actions->push_back(Action{Action::kMarker, marker, 0, std::move(item)});
       base_ = marker + 1;
@@ -103,8 +101,7 @@ void BatchAssembler::Commit(std::vector<Action>* actions) {
     Batch& b = batches_[k];
     if (b.expected == 0) b.expected = B;
     ++b.assigned;
-    actions->push_back(Action{Action::kWrite, k, static_cast<int64_t>(pos % B),
-                              std::move(item)});
+    actions->push_back(Action{Action::kWrite, k, static_cast<int64_t>(pos % B), std::move(item)});
   }
   if (!input_end_ || next_commit_ < *input_end_) return;
   if (options_.runs) {
@@ -169,8 +166,7 @@ void BatchAssembler::Write(Action& a) {
         b->epoch = e.epoch;
         b->error = absl::ResourceExhaustedError(absl::StrCat(
             "a batch of ", B, " elements of ", per_element,
-            " bytes is more than this worker's memory budget of ",
-            options_.max_buffer_bytes,
+            " bytes is more than this worker's memory budget of ", options_.max_buffer_bytes,
             " bytes (--memory-mb): use a smaller batch size or smaller "
             "images"));
       }
@@ -194,32 +190,27 @@ void BatchAssembler::Write(Action& a) {
   // Slots are disjoint: threads write one batch concurrently without the
   // lock.
   absl::Status shape_error;
-  const bool unallocated = b->buffer.columns.size() != e.columns.size() ||
-                           b->buffer.ids.empty();
+  const bool unallocated = b->buffer.columns.size() != e.columns.size() || b->buffer.ids.empty();
   if (unallocated && !b->buffer.ids.empty()) {
-    shape_error = wrap_(absl::InvalidArgumentError(absl::StrCat(
-                            "an element has ", e.columns.size(),
-                            " columns but the batch holds ",
-                            b->buffer.columns.size())),
+    shape_error = wrap_(absl::InvalidArgumentError(absl::StrCat("an element has ", e.columns.size(),
+                                                                " columns but the batch holds ",
+                                                                b->buffer.columns.size())),
                         e.global_indices[0]);
   }
   for (size_t c = 0; !unallocated && c < e.columns.size(); ++c) {
     const Tensor& t = e.columns[c];
     Tensor& dst = b->buffer.columns[c];
-    const bool same =
-        t.dtype() == dst.dtype() && t.rank() + 1 == dst.rank() &&
-        std::equal(t.shape().begin(), t.shape().end(), dst.shape().begin() + 1);
+    const bool same = t.dtype() == dst.dtype() && t.rank() + 1 == dst.rank() &&
+                      std::equal(t.shape().begin(), t.shape().end(), dst.shape().begin() + 1);
     if (!same) {
       std::vector<int64_t> want(dst.shape().begin() + 1, dst.shape().end());
-      const std::string name =
-          c < options_.column_names.size() ? options_.column_names[c] : "";
-      shape_error =
-          wrap_(absl::InvalidArgumentError(absl::StrCat(
-                    "column '", name, "' is ", record::DTypeName(t.dtype()),
-                    ShapeToString(t.shape()), " but the batch holds ",
-                    record::DTypeName(dst.dtype()), ShapeToString(want),
-                    "; resize or crop to a fixed size first")),
-                e.global_indices[0]);
+      const std::string name = c < options_.column_names.size() ? options_.column_names[c] : "";
+      shape_error = wrap_(
+          absl::InvalidArgumentError(absl::StrCat(
+              "column '", name, "' is ", record::DTypeName(t.dtype()), ShapeToString(t.shape()),
+              " but the batch holds ", record::DTypeName(dst.dtype()), ShapeToString(want),
+              "; resize or crop to a fixed size first")),
+          e.global_indices[0]);
       break;
     }
     std::memcpy(dst.data() + a.slot * t.num_bytes(), t.data(), t.num_bytes());

@@ -79,8 +79,7 @@ class BatchAssembler {
   };
   // Batch `index` is complete: the batch (the epoch of its first element), a run's marker or the
   // error at its place. Called outside the lock, once per batch, in any order.
-  using EmitFn =
-      std::function<void(uint64_t index, absl::StatusOr<Element> batch)>;
+  using EmitFn = std::function<void(uint64_t index, absl::StatusOr<Element> batch)>;
   // There will be `num_batches` batches (called once).
   using EndFn = std::function<void(uint64_t num_batches)>;
   // Adds context (record, node) to a shape error of element `global`.
@@ -130,8 +129,7 @@ class BatchAssembler {
   void Commit(std::vector<Action>* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Cuts the current run's last batch (as the input end does) and returns the
   // number of the first output after the run's batches.
-  uint64_t CutLastBatch(std::vector<Action>* actions)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t CutLastBatch(std::vector<Action>* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Run(std::vector<Action>* actions) ABSL_LOCKS_EXCLUDED(mu_);
   void Write(Action& a) ABSL_LOCKS_EXCLUDED(mu_);
   void Finish(uint64_t k) ABSL_LOCKS_EXCLUDED(mu_);

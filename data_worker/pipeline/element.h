@@ -70,10 +70,7 @@ class Item {
  public:
   Item() = default;
   // `live` may be null (nothing counted); not owned.
-  Item(std::unique_ptr<Element> e, LiveBytes* live)
-      : e_(std::move(e)), live_(live) {
-    Recount();
-  }
+  Item(std::unique_ptr<Element> e, LiveBytes* live) : e_(std::move(e)), live_(live) { Recount(); }
   static Item Error(absl::Status s) {
     Item i;
     i.status_ = std::move(s);

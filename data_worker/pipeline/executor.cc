@@ -11,37 +11,34 @@
 
 namespace sluice::data_worker::pipeline {
 
-Executor::Executor(LogicalPipeline logical, PhysicalPlan plan,
-                   ExecutorOptions options)
+Executor::Executor(LogicalPipeline logical, PhysicalPlan plan, ExecutorOptions options)
     : logical_(std::move(logical)), plan_(std::move(plan)), options_(options) {
   clock_ = options_.clock != nullptr ? options_.clock : RealClock::Get();
-  cpu_budget_ =
-      options_.cpu_budget > 0
-          ? options_.cpu_budget
-          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  cpu_budget_ = options_.cpu_budget > 0
+                    ? options_.cpu_budget
+                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (options_.registry != nullptr) {
     auto& r = *options_.registry;
     metrics_ = std::make_unique<ExecutorMetrics>();
     for (const StagePlan& s : plan_.stages) {
       const MetricLabels l = {{"stage", s.name}};
       metrics_->stages.push_back(ExecutorMetrics::Stage{
-          &AddCounter(r, "sluice_pipeline_stage_elements_total",
-                      "Elements processed by a stage.", l),
+          &AddCounter(r, "sluice_pipeline_stage_elements_total", "Elements processed by a stage.",
+                      l),
           &AddCounter(r, "sluice_pipeline_stage_busy_seconds_total",
                       "Thread-seconds a stage spent processing elements.", l),
-          &AddGauge(r, "sluice_pipeline_stage_queue_depth",
-                    "Elements in a stage's output queue.", l),
+          &AddGauge(r, "sluice_pipeline_stage_queue_depth", "Elements in a stage's output queue.",
+                    l),
           &AddHistogram(r, "sluice_pipeline_stage_latency_seconds",
-                        "Time one element spends in a stage's steps.",
-                        LatencyBuckets(), l)});
+                        "Time one element spends in a stage's steps.", LatencyBuckets(), l)});
       for (const Step& st : s.steps) {
         if (st.kind != Step::kMap) continue;
         for (const auto& op : st.map.ops) {
           const std::string name(op->name());
           if (metrics_->ops.count(name)) continue;
-          metrics_->ops[name] = &AddHistogram(r, "sluice_op_seconds",
-                                              "Time of one op on one element.",
-                                              LatencyBuckets(), {{"op", name}});
+          metrics_->ops[name] =
+              &AddHistogram(r, "sluice_op_seconds", "Time of one op on one element.",
+                            LatencyBuckets(), {{"op", name}});
         }
       }
     }
@@ -53,20 +50,18 @@ Executor::Executor(LogicalPipeline logical, PhysicalPlan plan,
     for (const record::Filter& f : plan_.source_filters) {
       std::vector<bool> keep(logical_.source->size(), false);
       for (uint64_t g : f.Select(*logical_.source->dataset())) keep[g] = true;
-      for (size_t i = 0; i < keep.size(); ++i)
-        index_mask_[i] = index_mask_[i] && keep[i];
+      for (size_t i = 0; i < keep.size(); ++i) index_mask_[i] = index_mask_[i] && keep[i];
     }
   }
 }
 
 Executor::~Executor() { Stop(); }
 
-absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(
-    const proto::Pipeline& spec, ExecutorOptions options) {
+absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const proto::Pipeline& spec,
+                                                           ExecutorOptions options) {
   ASSIGN_OR_RETURN(LogicalPipeline lp, Validate(spec));
   ASSIGN_OR_RETURN(PhysicalPlan plan, Optimize(lp, options.optimizer));
-  return std::unique_ptr<Executor>(
-      new Executor(std::move(lp), std::move(plan), options));
+  return std::unique_ptr<Executor>(new Executor(std::move(lp), std::move(plan), options));
 }
 
 std::vector<uint64_t> Executor::EpochOrder(uint64_t epoch) const {
@@ -79,12 +74,9 @@ std::vector<uint64_t> Executor::EpochOrder(uint64_t epoch) const {
   return order;
 }
 
-absl::Status Executor::Start(uint64_t epoch) {
-  return Start(EpochOrder(epoch), epoch);
-}
+absl::Status Executor::Start(uint64_t epoch) { return Start(EpochOrder(epoch), epoch); }
 
-absl::Status Executor::Start(std::vector<uint64_t> global_indices,
-                             uint64_t epoch) {
+absl::Status Executor::Start(std::vector<uint64_t> global_indices, uint64_t epoch) {
   RETURN_IF_ERROR(Open());
   const absl::StatusOr<uint64_t> run = Submit(std::move(global_indices), epoch);
   if (!run.ok()) {
@@ -123,8 +115,7 @@ absl::Status Executor::Open() {
       fixed += s.parallelism;
     }
   }
-  const int even =
-      tunable > 0 ? std::max(1, (cpu_budget_.load() - fixed) / tunable) : 1;
+  const int even = tunable > 0 ? std::max(1, (cpu_budget_.load() - fixed) / tunable) : 1;
   std::vector<int> tuned;
   {
     absl::MutexLock lock(&mu_);
@@ -134,30 +125,26 @@ absl::Status Executor::Open() {
   for (int i = 0; i < ns; ++i) {
     const int p = plan_.stages[i].parallelism;
     threads[i] = p != kAutotune ? p : (options_.autotune ? 1 : even);
-    if (p == kAutotune && options_.autotune &&
-        tuned.size() == plan_.stages.size()) {
+    if (p == kAutotune && options_.autotune && tuned.size() == plan_.stages.size()) {
       threads[i] = std::max(1, tuned[i]);
     }
   }
-  run->Start(
-      threads,
-      /*autotuner=*/(options_.autotune && tunable > 0) || metrics_ != nullptr);
+  run->Start(threads,
+             /*autotuner=*/(options_.autotune && tunable > 0) || metrics_ != nullptr);
   absl::MutexLock lock(&mu_);
   run_ = std::move(run);
   unfinished_runs_.clear();
   return absl::OkStatus();
 }
 
-absl::StatusOr<uint64_t> Executor::Submit(std::vector<uint64_t> global_indices,
-                                          uint64_t epoch) {
+absl::StatusOr<uint64_t> Executor::Submit(std::vector<uint64_t> global_indices, uint64_t epoch) {
   const uint64_t n = logical_.source->size();
   std::vector<uint64_t> indices;
   indices.reserve(global_indices.size());
   for (uint64_t g : global_indices) {
     if (g >= n) {
       return absl::InvalidArgumentError(
-          absl::StrCat("global index ", g, " is out of range: the source has ",
-                       n, " records"));
+          absl::StrCat("global index ", g, " is out of range: the source has ", n, " records"));
     }
     if (index_mask_.empty() || index_mask_[g]) indices.push_back(g);
   }
@@ -230,8 +217,7 @@ absl::StatusOr<std::optional<Element>> Executor::Next() {
 absl::StatusOr<std::optional<Element>> Executor::GetNext() {
   {
     absl::MutexLock lock(&mu_);
-    if (run_ == nullptr)
-      return absl::FailedPreconditionError("GetNext before Start");
+    if (run_ == nullptr) return absl::FailedPreconditionError("GetNext before Start");
     if (run_->done) return std::optional<Element>();
   }
   absl::StatusOr<std::optional<Element>> next = Next();
@@ -290,15 +276,14 @@ PipelineStats Executor::CollectStats(const RunStream& r) const {
     st.filtered += s.dropped.load() - s.skipped.load();
     st.stages.push_back(ss);
   }
-  st.filtered += logical_.source->size() > 0 && !index_mask_.empty()
-                     ? static_cast<uint64_t>(std::count(
-                           index_mask_.begin(), index_mask_.end(), false))
-                     : 0;
+  st.filtered +=
+      logical_.source->size() > 0 && !index_mask_.empty()
+          ? static_cast<uint64_t>(std::count(index_mask_.begin(), index_mask_.end(), false))
+          : 0;
   st.elements_out = r.elements_out.load();
   st.batches_out = r.batches_out.load();
   st.peak_threads = r.peak_threads();
-  for (const auto& q : r.queues())
-    st.peak_queued_bytes += q->snapshot().peak_bytes;
+  for (const auto& q : r.queues()) st.peak_queued_bytes += q->snapshot().peak_bytes;
   st.wall_seconds = absl::ToDoubleSeconds(clock_->Now() - r.start_time());
   return st;
 }

@@ -130,8 +130,8 @@ struct PipelineStats {
 class Executor {
  public:
   // Validates and optimizes `spec`. Errors as Validate() (spec.h).
-  static absl::StatusOr<std::unique_ptr<Executor>> Create(
-      const proto::Pipeline& spec, ExecutorOptions options);
+  static absl::StatusOr<std::unique_ptr<Executor>> Create(const proto::Pipeline& spec,
+                                                          ExecutorOptions options);
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
@@ -151,8 +151,8 @@ class Executor {
   // Appends a run over `global_indices` (in this order) of epoch `epoch` to
   // the open feed; returns its id. InvalidArgument for an index >= size();
   // FailedPrecondition unless Open.
-  absl::StatusOr<uint64_t> Submit(std::vector<uint64_t> global_indices,
-                                  uint64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<uint64_t> Submit(std::vector<uint64_t> global_indices, uint64_t epoch)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // The feed gives run `run` no more records; what is in flight still comes
   // out of Next, then its end.
   void CancelRun(uint64_t run) ABSL_LOCKS_EXCLUDED(mu_);
@@ -187,8 +187,7 @@ class Executor {
   Executor(LogicalPipeline logical, PhysicalPlan plan, ExecutorOptions options);
   // Start(epoch) over `global_indices` in this order. InvalidArgument for an
   // index >= size().
-  absl::Status Start(std::vector<uint64_t> global_indices, uint64_t epoch)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Start(std::vector<uint64_t> global_indices, uint64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
 
   const LogicalPipeline logical_;
   const PhysicalPlan plan_;

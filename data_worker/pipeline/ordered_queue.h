@@ -106,8 +106,7 @@ class OrderedQueue {
       bytes_ = 0;
     }
   }
-  void SetLimits(int64_t capacity, int64_t byte_limit)
-      ABSL_LOCKS_EXCLUDED(mu_) {
+  void SetLimits(int64_t capacity, int64_t byte_limit) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     capacity_ = std::max<int64_t>(1, capacity);
     byte_limit_ = byte_limit;

@@ -20,8 +20,7 @@ absl::StatusOr<Step> MakeMapStep(const LogicalMap& m, bool op_fusion) {
   step.map.name = m.name;
   step.map.slots = m.slots;
   ASSIGN_OR_RETURN(auto ops, BuildOps(m.ops, m.first_position, op_fusion));
-  for (auto& op : ops)
-    step.map.ops.push_back(std::shared_ptr<const Op>(std::move(op)));
+  for (auto& op : ops) step.map.ops.push_back(std::shared_ptr<const Op>(std::move(op)));
   return step;
 }
 
@@ -41,8 +40,7 @@ std::string PhysicalPlan::Describe() const {
         case Step::kMap: {
           std::vector<std::string> ops;
           for (const auto& op : st.map.ops) ops.emplace_back(op->name());
-          steps.push_back(
-              absl::StrCat(st.map.name, "{", absl::StrJoin(ops, ","), "}"));
+          steps.push_back(absl::StrCat(st.map.name, "{", absl::StrJoin(ops, ","), "}"));
           break;
         }
         case Step::kFilter:
@@ -54,8 +52,7 @@ std::string PhysicalPlan::Describe() const {
     for (const auto& [slot, ops] : s.vectorized) {
       std::vector<std::string> names;
       for (const auto& op : ops) names.emplace_back(op->name());
-      steps.push_back(absl::StrCat("vectorized[", slot, "]{",
-                                   absl::StrJoin(names, ","), "}"));
+      steps.push_back(absl::StrCat("vectorized[", slot, "]{", absl::StrJoin(names, ","), "}"));
     }
     parts.push_back(absl::StrCat(s.name, "[", absl::StrJoin(steps, " "), "]"));
   }
@@ -71,14 +68,12 @@ struct PendingStep {
 };
 
 // Filter pushdown: filters the shard index can answer leave the node list.
-std::vector<LogicalNode> PushDownFilters(std::vector<LogicalNode> nodes,
-                                         PhysicalPlan& plan) {
+std::vector<LogicalNode> PushDownFilters(std::vector<LogicalNode> nodes, PhysicalPlan& plan) {
   std::vector<LogicalNode> kept;
   for (auto& n : nodes) {
     if (n.filter && n.filter->pushable) {
       plan.source_filters.push_back(n.filter->filter);
-      plan.rewrites.push_back(
-          absl::StrCat("filter pushdown: ", n.filter->name));
+      plan.rewrites.push_back(absl::StrCat("filter pushdown: ", n.filter->name));
     } else {
       kept.push_back(std::move(n));
     }
@@ -88,45 +83,38 @@ std::vector<LogicalNode> PushDownFilters(std::vector<LogicalNode> nodes,
 
 // Turns nodes into steps, fusing adjacent filters and adjacent maps over the
 // same columns, then builds each map step's ops (op fusion).
-absl::StatusOr<std::vector<PendingStep>> MakeSteps(
-    const std::vector<LogicalNode>& nodes, const OptimizerOptions& options,
-    PhysicalPlan& plan) {
+absl::StatusOr<std::vector<PendingStep>> MakeSteps(const std::vector<LogicalNode>& nodes,
+                                                   const OptimizerOptions& options,
+                                                   PhysicalPlan& plan) {
   std::vector<PendingStep> steps;
-  std::vector<LogicalMap>
-      merged_maps;  // maps after map fusion, pending BuildOps
-  std::vector<int>
-      step_map_index;  // for each step: index into merged_maps or -1
+  std::vector<LogicalMap> merged_maps;  // maps after map fusion, pending BuildOps
+  std::vector<int> step_map_index;      // for each step: index into merged_maps or -1
   for (const LogicalNode& n : nodes) {
     if (n.filter) {
-      const bool fuse = options.filter_fusion && !steps.empty() &&
-                        steps.back().step.kind == Step::kFilter;
+      const bool fuse =
+          options.filter_fusion && !steps.empty() && steps.back().step.kind == Step::kFilter;
       if (fuse) {
         steps.back().step.filter.name += "+" + n.filter->name;
-        steps.back().step.filter.predicates.emplace_back(n.filter->slot,
-                                                         n.filter->filter);
-        plan.rewrites.push_back(
-            absl::StrCat("filter fusion: ", steps.back().step.filter.name));
+        steps.back().step.filter.predicates.emplace_back(n.filter->slot, n.filter->filter);
+        plan.rewrites.push_back(absl::StrCat("filter fusion: ", steps.back().step.filter.name));
       } else {
         PendingStep ps;
         ps.step.kind = Step::kFilter;
         ps.step.filter.name = n.filter->name;
-        ps.step.filter.predicates.emplace_back(n.filter->slot,
-                                               n.filter->filter);
+        ps.step.filter.predicates.emplace_back(n.filter->slot, n.filter->filter);
         steps.push_back(std::move(ps));
         step_map_index.push_back(-1);
       }
       continue;
     }
     const LogicalMap& m = *n.map;
-    const bool fuse = options.map_fusion && !steps.empty() &&
-                      step_map_index.back() >= 0 &&
+    const bool fuse = options.map_fusion && !steps.empty() && step_map_index.back() >= 0 &&
                       merged_maps[step_map_index.back()].slots == m.slots;
     if (fuse) {
       LogicalMap& prev = merged_maps[step_map_index.back()];
       prev.name += "+" + m.name;
       prev.ops.insert(prev.ops.end(), m.ops.begin(), m.ops.end());
-      steps.back().parallelism =
-          MergeParallelism(steps.back().parallelism, m.parallelism);
+      steps.back().parallelism = MergeParallelism(steps.back().parallelism, m.parallelism);
       plan.rewrites.push_back(absl::StrCat("map fusion: ", prev.name));
     } else {
       merged_maps.push_back(m);
@@ -139,8 +127,7 @@ absl::StatusOr<std::vector<PendingStep>> MakeSteps(
   }
   for (size_t i = 0; i < steps.size(); ++i) {
     if (step_map_index[i] < 0) continue;
-    ASSIGN_OR_RETURN(steps[i].step, MakeMapStep(merged_maps[step_map_index[i]],
-                                                options.op_fusion));
+    ASSIGN_OR_RETURN(steps[i].step, MakeMapStep(merged_maps[step_map_index[i]], options.op_fusion));
   }
   return steps;
 }
@@ -172,8 +159,7 @@ void MakeStages(const LogicalPipeline& lp, std::vector<PendingStep> steps,
     plan.stages.push_back(std::move(src));
     for (auto& ps : steps) {
       StagePlan s;
-      s.name =
-          ps.step.kind == Step::kMap ? ps.step.map.name : ps.step.filter.name;
+      s.name = ps.step.kind == Step::kMap ? ps.step.map.name : ps.step.filter.name;
       s.parallelism = ps.parallelism;
       s.steps.push_back(std::move(ps.step));
       plan.stages.push_back(std::move(s));
@@ -199,10 +185,8 @@ void MakeStages(const LogicalPipeline& lp, std::vector<PendingStep> steps,
     if (options.source_fusion && plan.stages.size() > 1) {
       StagePlan& next = plan.stages[1];
       next.steps.insert(next.steps.begin(), read);
-      if (plan.stages[0].parallelism != kAutotune &&
-          next.parallelism != kAutotune) {
-        next.parallelism =
-            std::max(next.parallelism, plan.stages[0].parallelism);
+      if (plan.stages[0].parallelism != kAutotune && next.parallelism != kAutotune) {
+        next.parallelism = std::max(next.parallelism, plan.stages[0].parallelism);
       }
       next.name = "source+" + next.name;
       plan.rewrites.push_back(absl::StrCat("source fusion: ", next.name));
@@ -232,15 +216,12 @@ void Vectorize(PhysicalPlan& plan) {
     size_t first = ops.size();
     while (first > 0 && ops[first - 1]->has_batched_kernel()) --first;
     if (first < ops.size()) {
-      std::vector<std::shared_ptr<const Op>> moved(ops.begin() + first,
-                                                   ops.end());
+      std::vector<std::shared_ptr<const Op>> moved(ops.begin() + first, ops.end());
       std::vector<std::string> names;
       for (const auto& op : moved) names.emplace_back(op->name());
-      for (int slot : last_map->map.slots)
-        b.vectorized.emplace_back(slot, moved);
-      plan.rewrites.push_back(
-          absl::StrCat("vectorization: ", last_map->map.name, " ",
-                       absl::StrJoin(names, ","), " after batch"));
+      for (int slot : last_map->map.slots) b.vectorized.emplace_back(slot, moved);
+      plan.rewrites.push_back(absl::StrCat("vectorization: ", last_map->map.name, " ",
+                                           absl::StrJoin(names, ","), " after batch"));
       ops.erase(ops.begin() + first, ops.end());
       if (ops.empty()) {
         owner->steps.pop_back();
@@ -254,14 +235,12 @@ void Vectorize(PhysicalPlan& plan) {
 
 }  // namespace
 
-absl::StatusOr<PhysicalPlan> Optimize(const LogicalPipeline& lp,
-                                      const OptimizerOptions& options) {
+absl::StatusOr<PhysicalPlan> Optimize(const LogicalPipeline& lp, const OptimizerOptions& options) {
   PhysicalPlan plan;
   plan.prefetch = lp.prefetch;
   std::vector<LogicalNode> nodes = lp.nodes;
   if (options.filter_pushdown) nodes = PushDownFilters(std::move(nodes), plan);
-  ASSIGN_OR_RETURN(std::vector<PendingStep> steps,
-                   MakeSteps(nodes, options, plan));
+  ASSIGN_OR_RETURN(std::vector<PendingStep> steps, MakeSteps(nodes, options, plan));
   MakeStages(lp, std::move(steps), options, plan);
   if (options.vectorization && lp.batch) Vectorize(plan);
   return plan;

@@ -53,8 +53,7 @@ struct OptimizerOptions {
   bool pipeline_parallel = false;
 
   static OptimizerOptions None() {
-    return OptimizerOptions{false, false, false, false,
-                            false, false, false, false};
+    return OptimizerOptions{false, false, false, false, false, false, false, false};
   }
 };
 
@@ -84,8 +83,7 @@ struct StagePlan {
   int batch_size = 0;
   bool drop_remainder = false;
   // Ops run on the stacked column `slot` after batching.
-  std::vector<std::pair<int, std::vector<std::shared_ptr<const Op>>>>
-      vectorized;
+  std::vector<std::pair<int, std::vector<std::shared_ptr<const Op>>>> vectorized;
 };
 
 struct PhysicalPlan {
@@ -98,8 +96,7 @@ struct PhysicalPlan {
   std::string Describe() const;  // "source[Read] -> map[0][Map x3] -> batch"
 };
 
-absl::StatusOr<PhysicalPlan> Optimize(const LogicalPipeline& lp,
-                                      const OptimizerOptions& options);
+absl::StatusOr<PhysicalPlan> Optimize(const LogicalPipeline& lp, const OptimizerOptions& options);
 
 }  // namespace sluice::data_worker::pipeline
 

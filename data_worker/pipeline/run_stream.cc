@@ -9,14 +9,11 @@
 namespace sluice::data_worker::pipeline {
 namespace {
 
-absl::string_view Sv(std::string_view s) {
-  return absl::string_view(s.data(), s.size());
-}
+absl::string_view Sv(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
 }  // namespace
 
-RunStream::RunStream(const EpochContext& ctx)
-    : ctx_(ctx), start_(ctx.clock->Now()) {
+RunStream::RunStream(const EpochContext& ctx) : ctx_(ctx), start_(ctx.clock->Now()) {
   const PhysicalPlan& plan = *ctx_.plan;
   const int ns = static_cast<int>(plan.stages.size());
   const int64_t share = ctx_.memory_budget_bytes / std::max(1, ns);
@@ -31,8 +28,8 @@ RunStream::RunStream(const EpochContext& ctx)
       // Elements popped but not yet in a committed batch: two batches' worth
       // plus slack for the threads, so the stage's memory scales with the
       // batch, not with a fixed count.
-      o.window = 2 * static_cast<uint64_t>(o.batch_size) +
-                 4 * static_cast<uint64_t>(ctx_.cpu_budget);
+      o.window =
+          2 * static_cast<uint64_t>(o.batch_size) + 4 * static_cast<uint64_t>(ctx_.cpu_budget);
       o.column_names = ctx_.logical->column_names;
       o.live = ctx_.live;
       o.runs = true;
@@ -43,9 +40,7 @@ RunStream::RunStream(const EpochContext& ctx)
             EmitBatch(i, k, std::move(batch));
           },
           [this, i](uint64_t n) { queues_[i]->SetEnd(n); },
-          [this](absl::Status st, uint64_t global) {
-            return Wrap(st, global, "batch", "");
-          });
+          [this](absl::Status st, uint64_t global) { return Wrap(st, global, "batch", ""); });
     }
     stages_.push_back(std::move(s));
     const int64_t cap = i + 1 == ns && plan.prefetch > 0 ? plan.prefetch : 2;
@@ -74,8 +69,7 @@ int RunStream::peak_threads() const {
   return peak_threads_;
 }
 
-void RunStream::Submit(uint64_t id, std::vector<uint64_t> indices,
-                      uint64_t epoch) {
+void RunStream::Submit(uint64_t id, std::vector<uint64_t> indices, uint64_t epoch) {
   absl::MutexLock lock(&feed_mu_);
   runs_.push_back(Run{id, std::move(indices), epoch});
 }
@@ -102,9 +96,8 @@ ItemQueue::PopResult RunStream::PopInput(int stage, Item* item, uint64_t* seq) {
   if (ctx_.budget != nullptr) {
     // Under a full worker budget the pipeline runs at most one output ahead of
     // its reader; a reader that waits for it always gets it.
-    ctx_.budget->WaitForRoom([this] {
-      return budget_cancelled_.load() || outputs_waiting_.load() == 0;
-    });
+    ctx_.budget->WaitForRoom(
+        [this] { return budget_cancelled_.load() || outputs_waiting_.load() == 0; });
   }
   absl::MutexLock lock(&feed_mu_);
   auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(feed_mu_) {
@@ -128,10 +121,9 @@ ItemQueue::PopResult RunStream::PopInput(int stage, Item* item, uint64_t* seq) {
   return ItemQueue::PopResult::kItem;
 }
 
-absl::Status RunStream::Wrap(const absl::Status& s, uint64_t global,
-                            std::string_view node, std::string_view op) const {
-  std::string where =
-      absl::StrCat(ctx_.logical->source->Describe(global), ": record ", global);
+absl::Status RunStream::Wrap(const absl::Status& s, uint64_t global, std::string_view node,
+                             std::string_view op) const {
+  std::string where = absl::StrCat(ctx_.logical->source->Describe(global), ": record ", global);
   if (!node.empty()) absl::StrAppend(&where, ": ", Sv(node));
   if (!op.empty()) absl::StrAppend(&where, " (", Sv(op), ")");
   return absl::Status(s.code(), absl::StrCat(where, ": ", s.message()));
@@ -203,8 +195,7 @@ void RunStream::Process(Stage& stage, Item* item) {
             Tensor t = std::move(e.columns[slot]);
             for (size_t i = begin; i < end; ++i) {
               const Op& op = *ops[i];
-              const absl::Time t0 =
-                  m ? ctx_.clock->Now() : absl::InfinitePast();
+              const absl::Time t0 = m ? ctx_.clock->Now() : absl::InfinitePast();
               auto r = op.Apply(std::move(t), ctx);
               observe(op, t0);
               if (!r.ok()) {
@@ -221,9 +212,8 @@ void RunStream::Process(Stage& stage, Item* item) {
       case Step::kFilter:
         for (const auto& [slot, filter] : step.filter.predicates) {
           const Tensor& t = e.columns[slot];
-          const int64_t v = t.dtype() == DType::kInt32
-                                ? int64_t{*t.data_as<int32_t>()}
-                                : *t.data_as<int64_t>();
+          const int64_t v =
+              t.dtype() == DType::kInt32 ? int64_t{*t.data_as<int32_t>()} : *t.data_as<int64_t>();
           if (!filter.Matches(v)) {
             item->Drop();
             stage.dropped.fetch_add(1);
@@ -270,8 +260,7 @@ void RunStream::ElementWorker(int si) {
       }
     }
     const int64_t bytes = item.bytes();
-    if (si + 1 == static_cast<int>(queues_.size()))
-      outputs_waiting_.fetch_add(1);
+    if (si + 1 == static_cast<int>(queues_.size())) outputs_waiting_.fetch_add(1);
     if (!out.Push(seq, std::move(item), bytes)) return;
   }
 }
@@ -328,9 +317,8 @@ void RunStream::EmitBatch(int si, uint64_t k, absl::StatusOr<Element> batch) {
       for (const auto& op : ops) {
         auto r = op->ApplyBatch(std::move(e->columns[slot]));
         if (!r.ok()) {
-          status = absl::Status(r.status().code(),
-                                absl::StrCat("batch ", k, " (", Sv(op->name()),
-                                             "): ", r.status().message()));
+          status = absl::Status(r.status().code(), absl::StrCat("batch ", k, " (", Sv(op->name()),
+                                                                "): ", r.status().message()));
           break;
         }
         e->columns[slot] = std::move(*r);
@@ -383,22 +371,19 @@ void RunStream::Autotune() {
   while (true) {
     {
       absl::MutexLock lock(&mu_);
-      if (mu_.AwaitWithTimeout(absl::Condition(&cancelled_),
-                               ctx_.autotune_interval)) {
+      if (mu_.AwaitWithTimeout(absl::Condition(&cancelled_), ctx_.autotune_interval)) {
         return;
       }
     }
     AutotuneInput in;
-    in.cpu_budget = ctx_.live_cpu_budget != nullptr
-                        ? ctx_.live_cpu_budget->load()
-                        : ctx_.cpu_budget;
+    in.cpu_budget =
+        ctx_.live_cpu_budget != nullptr ? ctx_.live_cpu_budget->load() : ctx_.cpu_budget;
     in.memory_budget_bytes = ctx_.memory_budget_bytes;
     in.prefetch = ctx_.plan->prefetch;
     for (int i = 0; i < n; ++i) {
       const Stage& s = *stages_[i];
       const auto snap = queues_[i]->snapshot();
-      if (ExecutorMetrics* m = ctx_.metrics)
-        m->stages[i].depth->Set(snap.items);
+      if (ExecutorMetrics* m = ctx_.metrics) m->stages[i].depth->Set(snap.items);
       StageSample sample;
       sample.threads = s.target.load();
       sample.tunable = s.plan->parallelism == kAutotune && ctx_.autotune;
@@ -416,9 +401,7 @@ void RunStream::Autotune() {
         const double interval = absl::ToDoubleSeconds(now - last);
         in.interval_seconds = interval;
         in.consumer_wait_fraction =
-            interval > 0
-                ? absl::ToDoubleSeconds(snap.empty_wait - last_wait) / interval
-                : 1;
+            interval > 0 ? absl::ToDoubleSeconds(snap.empty_wait - last_wait) / interval : 1;
         last_wait = snap.empty_wait;
         last = now;
       }

@@ -113,8 +113,7 @@ class RunStream {
 
   // Starts threads[i] workers for stage i, and the autotune thread if
   // `autotuner`.
-  void Start(const std::vector<int>& threads, bool autotuner)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  void Start(const std::vector<int>& threads, bool autotuner) ABSL_LOCKS_EXCLUDED(mu_);
   // Appends run `id`: `indices` (valid global indices) of epoch `epoch`.
   void Submit(uint64_t id, std::vector<uint64_t> indices, uint64_t epoch)
       ABSL_LOCKS_EXCLUDED(feed_mu_);
@@ -136,9 +135,7 @@ class RunStream {
 
   absl::Time start_time() const { return start_; }
   const std::vector<std::unique_ptr<Stage>>& stages() const { return stages_; }
-  const std::vector<std::unique_ptr<ItemQueue>>& queues() const {
-    return queues_;
-  }
+  const std::vector<std::unique_ptr<ItemQueue>>& queues() const { return queues_; }
   int peak_threads() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Consumer-side state, used by the executor's consumer thread only.
@@ -151,11 +148,10 @@ class RunStream {
   std::atomic<uint64_t> batches_out{0};
 
  private:
-  ItemQueue::PopResult PopInput(int stage, Item* item, uint64_t* seq)
-      ABSL_LOCKS_EXCLUDED(feed_mu_);
+  ItemQueue::PopResult PopInput(int stage, Item* item, uint64_t* seq) ABSL_LOCKS_EXCLUDED(feed_mu_);
   // "<shard or file>: record <global>: <node> (<op>): <message>".
-  absl::Status Wrap(const absl::Status& s, uint64_t global,
-                    std::string_view node, std::string_view op) const;
+  absl::Status Wrap(const absl::Status& s, uint64_t global, std::string_view node,
+                    std::string_view op) const;
   // Runs the per-element steps of `stage` on `item` (turning it into a hole
   // or an error).
   void Process(Stage& stage, Item* item);

@@ -19,8 +19,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // Builds the tensors of the image-classification columns.
-std::vector<Tensor> ImageRecord(std::string image, int64_t label,
-                                std::string key,
+std::vector<Tensor> ImageRecord(std::string image, int64_t label, std::string key,
                                 const std::vector<int>& columns) {
   std::vector<Tensor> out;
   out.reserve(columns.size());
@@ -38,8 +37,7 @@ std::vector<Tensor> ImageRecord(std::string image, int64_t label,
 
 class DatasetSourceImpl final : public Source {
  public:
-  explicit DatasetSourceImpl(std::unique_ptr<record::Dataset> ds)
-      : ds_(std::move(ds)) {}
+  explicit DatasetSourceImpl(std::unique_ptr<record::Dataset> ds) : ds_(std::move(ds)) {}
   uint64_t size() const override { return ds_->size(); }
   const record::Schema& schema() const override { return ds_->schema(); }
   const record::Dataset* dataset() const override { return ds_.get(); }
@@ -48,16 +46,15 @@ class DatasetSourceImpl final : public Source {
     auto [shard, local] = ds_->Locate(global);
     return (fs::path(ds_->dir()) / ds_->manifest().shards[shard].file).string();
   }
-  absl::StatusOr<std::vector<Tensor>> Read(
-      uint64_t global, const std::vector<int>& columns) const override {
+  absl::StatusOr<std::vector<Tensor>> Read(uint64_t global,
+                                           const std::vector<int>& columns) const override {
     // The verified record in the shard's memory map: each column is copied
     // once, into its Tensor.
     ASSIGN_OR_RETURN(std::string_view encoded, ds_->ReadView(global));
     auto views = record::DecodeRecord(ds_->schema(), encoded);
     if (!views.ok()) {
-      return absl::DataLossError(absl::StrCat(Describe(global), ": record ",
-                                              global, ": ",
-                                              views.status().message()));
+      return absl::DataLossError(
+          absl::StrCat(Describe(global), ": record ", global, ": ", views.status().message()));
     }
     std::vector<Tensor> out;
     out.reserve(columns.size());
@@ -70,10 +67,9 @@ class DatasetSourceImpl final : public Source {
       }
       Tensor t = Tensor::Allocate(spec.dtype, v.shape);
       if (t.num_bytes() != v.data.size()) {
-        return absl::DataLossError(
-            absl::StrCat(Describe(global), ": record ", global, ": column '",
-                         spec.name, "' has ", v.data.size(),
-                         " bytes for shape ", ShapeToString(v.shape)));
+        return absl::DataLossError(absl::StrCat(Describe(global), ": record ", global, ": column '",
+                                                spec.name, "' has ", v.data.size(),
+                                                " bytes for shape ", ShapeToString(v.shape)));
       }
       std::memcpy(t.data(), v.data.data(), v.data.size());
       out.push_back(std::move(t));
@@ -113,17 +109,14 @@ class ImageFolderSourceImpl final : public Source {
     if (global >= entries_.size()) return root_;
     return (fs::path(root_) / entries_[global].relative).string();
   }
-  absl::StatusOr<std::vector<Tensor>> Read(
-      uint64_t global, const std::vector<int>& columns) const override {
+  absl::StatusOr<std::vector<Tensor>> Read(uint64_t global,
+                                           const std::vector<int>& columns) const override {
     const Entry& e = entries_[global];
     const std::string path = Describe(global);
     std::ifstream in(path, std::ios::binary);
-    if (!in)
-      return absl::NotFoundError(absl::StrCat("cannot open image file ", path));
-    std::string bytes((std::istreambuf_iterator<char>(in)),
-                      std::istreambuf_iterator<char>());
-    if (in.bad())
-      return absl::DataLossError(absl::StrCat("cannot read image file ", path));
+    if (!in) return absl::NotFoundError(absl::StrCat("cannot open image file ", path));
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read image file ", path));
     return ImageRecord(std::move(bytes), e.label, e.relative, columns);
   }
 
@@ -136,8 +129,7 @@ class ImageFolderSourceImpl final : public Source {
 class SyntheticSourceImpl final : public Source {
  public:
   static constexpr int kDistinct = 8;
-  SyntheticSourceImpl(uint64_t n, int h, int w, int classes,
-                      std::vector<std::string> images)
+  SyntheticSourceImpl(uint64_t n, int h, int w, int classes, std::vector<std::string> images)
       : n_(n),
         h_(h),
         w_(w),
@@ -150,10 +142,9 @@ class SyntheticSourceImpl final : public Source {
   std::string Describe(uint64_t global) const override {
     return absl::StrCat("synthetic:", global);
   }
-  absl::StatusOr<std::vector<Tensor>> Read(
-      uint64_t global, const std::vector<int>& columns) const override {
-    return ImageRecord(images_[global % images_.size()],
-                       static_cast<int64_t>(global % classes_),
+  absl::StatusOr<std::vector<Tensor>> Read(uint64_t global,
+                                           const std::vector<int>& columns) const override {
+    return ImageRecord(images_[global % images_.size()], static_cast<int64_t>(global % classes_),
                        absl::StrCat("synthetic/", global), columns);
   }
 
@@ -173,12 +164,9 @@ absl::StatusOr<std::vector<std::string>> MakeSyntheticImages(int h, int w) {
       auto* row = img.ptr<uint8_t>(y);
       for (int x = 0; x < w; ++x) {
         const int noise = static_cast<int>(rng.UniformInt(32));
-        row[3 * x] = static_cast<uint8_t>(
-            (x * 255 / std::max(1, w - 1) + noise + 30 * i) & 255);
-        row[3 * x + 1] =
-            static_cast<uint8_t>((y * 255 / std::max(1, h - 1) + noise) & 255);
-        row[3 * x + 2] =
-            static_cast<uint8_t>(((x + y) * 2 + noise + 17 * i) & 255);
+        row[3 * x] = static_cast<uint8_t>((x * 255 / std::max(1, w - 1) + noise + 30 * i) & 255);
+        row[3 * x + 1] = static_cast<uint8_t>((y * 255 / std::max(1, h - 1) + noise) & 255);
+        row[3 * x + 2] = static_cast<uint8_t>(((x + y) * 2 + noise + 17 * i) & 255);
       }
     }
     std::vector<uint8_t> buf;
@@ -196,40 +184,32 @@ absl::StatusOr<std::vector<std::string>> MakeSyntheticImages(int h, int w) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Source>> OpenSource(
-    const proto::SourceNode& node) {
+absl::StatusOr<std::unique_ptr<Source>> OpenSource(const proto::SourceNode& node) {
   switch (node.kind_case()) {
     case proto::SourceNode::kDataset: {
       const std::string& path = node.dataset().path();
-      if (path.empty())
-        return absl::InvalidArgumentError("source.dataset: path must be set");
+      if (path.empty()) return absl::InvalidArgumentError("source.dataset: path must be set");
       std::error_code ec;
       if (!fs::exists(path, ec)) {
-        return absl::NotFoundError(
-            absl::StrCat("source: path '", path, "' does not exist"));
+        return absl::NotFoundError(absl::StrCat("source: path '", path, "' does not exist"));
       }
       auto ds = record::Dataset::Open(path);
       if (!ds.ok()) {
         return absl::Status(ds.status().code(),
-                            absl::StrCat("source: dataset '", path,
-                                         "': ", ds.status().message()));
+                            absl::StrCat("source: dataset '", path, "': ", ds.status().message()));
       }
       return std::make_unique<DatasetSourceImpl>(std::move(*ds));
     }
     case proto::SourceNode::kImageFolder: {
       const std::string& root = node.image_folder().path();
-      if (root.empty())
-        return absl::InvalidArgumentError(
-            "source.image_folder: path must be set");
+      if (root.empty()) return absl::InvalidArgumentError("source.image_folder: path must be set");
       std::error_code ec;
       if (!fs::is_directory(root, ec)) {
-        return absl::NotFoundError(
-            absl::StrCat("source: path '", root, "' does not exist"));
+        return absl::NotFoundError(absl::StrCat("source: path '", root, "' does not exist"));
       }
       std::vector<std::string> classes;
       for (const auto& d : fs::directory_iterator(root, ec)) {
-        if (d.is_directory() && !Hidden(d.path()))
-          classes.push_back(d.path().filename().string());
+        if (d.is_directory() && !Hidden(d.path())) classes.push_back(d.path().filename().string());
       }
       std::sort(classes.begin(), classes.end());
       std::vector<ImageFolderSourceImpl::Entry> entries;
@@ -248,20 +228,18 @@ absl::StatusOr<std::unique_ptr<Source>> OpenSource(
           }
         }
         std::sort(files.begin(), files.end());
-        for (auto& f : files)
-          entries.push_back({std::move(f), static_cast<int64_t>(label)});
+        for (auto& f : files) entries.push_back({std::move(f), static_cast<int64_t>(label)});
       }
       if (entries.empty()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "source: image folder '", root, "' has no .jpg/.jpeg/.png files"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("source: image folder '", root, "' has no .jpg/.jpeg/.png files"));
       }
       return std::make_unique<ImageFolderSourceImpl>(root, std::move(entries));
     }
     case proto::SourceNode::kSynthetic: {
       const auto& s = node.synthetic();
       if (s.num_records() <= 0) {
-        return absl::InvalidArgumentError(
-            "source.synthetic: num_records must be > 0");
+        return absl::InvalidArgumentError("source.synthetic: num_records must be > 0");
       }
       const int h = s.height() > 0 ? s.height() : 256;
       const int w = s.width() > 0 ? s.width() : 256;
@@ -273,22 +251,19 @@ absl::StatusOr<std::unique_ptr<Source>> OpenSource(
       // Checked before anything is allocated: an image of 100000 x 100000 would take 30 GB.
       constexpr int kMaxSide = 16384;
       constexpr int64_t kMaxPixels = int64_t{4096} * 4096;
-      if (h > kMaxSide || w > kMaxSide ||
-          static_cast<int64_t>(h) * w > kMaxPixels) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "source.synthetic: ", h, " x ", w,
-            " is too large (at most ", kMaxSide, " a side and ", kMaxPixels,
-            " pixels)"));
+      if (h > kMaxSide || w > kMaxSide || static_cast<int64_t>(h) * w > kMaxPixels) {
+        return absl::InvalidArgumentError(absl::StrCat("source.synthetic: ", h, " x ", w,
+                                                       " is too large (at most ", kMaxSide,
+                                                       " a side and ", kMaxPixels, " pixels)"));
       }
       ASSIGN_OR_RETURN(auto images, MakeSyntheticImages(h, w));
-      return std::make_unique<SyntheticSourceImpl>(s.num_records(), h, w,
-                                                   classes, std::move(images));
+      return std::make_unique<SyntheticSourceImpl>(s.num_records(), h, w, classes,
+                                                   std::move(images));
     }
     case proto::SourceNode::KIND_NOT_SET:
       break;
   }
-  return absl::InvalidArgumentError(
-      "source: set one of dataset, image_folder, synthetic");
+  return absl::InvalidArgumentError("source: set one of dataset, image_folder, synthetic");
 }
 
 }  // namespace sluice::data_worker::pipeline

@@ -31,8 +31,8 @@ class Source {
   virtual std::vector<int64_t> image_shape() const { return {-1, -1, 3}; }
   // The values of schema columns `columns` of record `global`. DataLoss names
   // the file.
-  virtual absl::StatusOr<std::vector<Tensor>> Read(
-      uint64_t global, const std::vector<int>& columns) const = 0;
+  virtual absl::StatusOr<std::vector<Tensor>> Read(uint64_t global,
+                                                   const std::vector<int>& columns) const = 0;
   // Where record `global` lives, for error messages: a shard or image file
   // path.
   virtual std::string Describe(uint64_t global) const = 0;
@@ -42,8 +42,7 @@ class Source {
 
 // NotFound "source: path '/x' does not exist"; InvalidArgument for an empty or
 // unset source.
-absl::StatusOr<std::unique_ptr<Source>> OpenSource(
-    const proto::SourceNode& node);
+absl::StatusOr<std::unique_ptr<Source>> OpenSource(const proto::SourceNode& node);
 
 }  // namespace sluice::data_worker::pipeline
 

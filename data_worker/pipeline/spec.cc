@@ -26,8 +26,7 @@ int Parallelism(int v) { return v <= 0 ? kAutotune : v; }
 // The most threads a spec may ask one stage for: each is a real thread of the worker, so
 // 2^31-1 would end the process when the thread cannot be created.
 constexpr int kMaxParallelWorkers = 256;
-constexpr std::string_view kParallelismRule =
-    "must be > 0 or AUTOTUNE, and at most 256";
+constexpr std::string_view kParallelismRule = "must be > 0 or AUTOTUNE, and at most 256";
 
 SpecLocation Node(std::string kind, int index = -1, std::string field = "") {
   SpecLocation loc;
@@ -76,26 +75,22 @@ class Validator {
                                                       "' is not one of fail, "
                                                       "skip"));
     }
-    if (absl::StatusOr<kernels::FinishMode> finish =
-            kernels::ParseFinishMode(spec_.finish());
+    if (absl::StatusOr<kernels::FinishMode> finish = kernels::ParseFinishMode(spec_.finish());
         !finish.ok()) {
       return SpecError(Node("finish"),
-                       absl::StrCat("'", spec_.finish(),
-                                    "' is not one of auto, worker, client"));
+                       absl::StrCat("'", spec_.finish(), "' is not one of auto, worker, client"));
     }
     if (spec_.source().num_parallel_workers() < -1 ||
         spec_.source().num_parallel_workers() > kMaxParallelWorkers) {
       // "source: num_parallel_workers must be ...", as the message always read.
-      return SpecError(Node("source"), absl::StrCat("num_parallel_workers ",
-                                                    Sv(kParallelismRule)));
+      return SpecError(Node("source"), absl::StrCat("num_parallel_workers ", Sv(kParallelismRule)));
     }
     return absl::OkStatus();
   }
 
   // Opens the source and makes its (selected) columns the element's slots.
   absl::Status BindSource() {
-    ASSIGN_OR_RETURN(std::unique_ptr<Source> source,
-                     OpenSource(spec_.source()));
+    ASSIGN_OR_RETURN(std::unique_ptr<Source> source, OpenSource(spec_.source()));
     lp_.source = std::move(source);
     lp_.source_parallelism = Parallelism(spec_.source().num_parallel_workers());
     const record::Schema& schema = lp_.source->schema();
@@ -109,10 +104,9 @@ class Validator {
         if (c < 0) {
           std::vector<std::string> names;
           for (const auto& col : schema.columns) names.push_back(col.name);
-          return SpecError(
-              Node("source", -1, "columns"),
-              absl::StrCat("unknown column '", name, "' (the source has ",
-                           absl::StrJoin(names, ", "), ")"));
+          return SpecError(Node("source", -1, "columns"),
+                           absl::StrCat("unknown column '", name, "' (the source has ",
+                                        absl::StrJoin(names, ", "), ")"));
         }
         lp_.source_columns.push_back(c);
       }
@@ -132,8 +126,8 @@ class Validator {
       case proto::PipelineNode::kShuffle:
         if (i != 0) {
           // "nodes[2] (shuffle): ...": the node is named by its list index.
-          absl::Status s = absl::InvalidArgumentError(absl::StrCat(
-              "nodes[", i, "] (shuffle): shuffle must be the first node"));
+          absl::Status s = absl::InvalidArgumentError(
+              absl::StrCat("nodes[", i, "] (shuffle): shuffle must be the first node"));
           pipeline_spec::SetSpecLocation(Node("nodes", i), &s);
           return s;
         }
@@ -158,33 +152,27 @@ class Validator {
   // fields) and infers each input column's type through the ops.
   absl::Status AddMap(const proto::MapNode& m) {
     const int index = maps_++;
-    auto where = [&](std::string field = "") {
-      return Node("map", index, std::move(field));
-    };
+    auto where = [&](std::string field = "") { return Node("map", index, std::move(field)); };
     LogicalMap lm;
     lm.name = absl::StrCat("map[", index, "]");
     if (seen_batch_) {
       return SpecError(where(), "map after batch is not supported");
     }
-    if (m.num_parallel_workers() < -1 ||
-        m.num_parallel_workers() > kMaxParallelWorkers) {
+    if (m.num_parallel_workers() < -1 || m.num_parallel_workers() > kMaxParallelWorkers) {
       return SpecError(where("num_parallel_workers"), kParallelismRule);
     }
     lm.parallelism = Parallelism(m.num_parallel_workers());
     if (m.input_columns().empty()) {
       return SpecError(where("input_columns"), "must not be empty");
     }
-    if (!m.output_columns().empty() &&
-        m.output_columns_size() != m.input_columns_size()) {
-      return SpecError(where("output_columns"),
-                       "must have as many names as input_columns");
+    if (!m.output_columns().empty() && m.output_columns_size() != m.input_columns_size()) {
+      return SpecError(where("output_columns"), "must have as many names as input_columns");
     }
     for (const std::string& name : m.input_columns()) {
       const int s = SlotOf(name);
       if (s < 0) return UnknownColumn(where("input_columns"), name);
       if (std::find(lm.slots.begin(), lm.slots.end(), s) != lm.slots.end()) {
-        return SpecError(where("input_columns"),
-                         absl::StrCat("column '", name, "' listed twice"));
+        return SpecError(where("input_columns"), absl::StrCat("column '", name, "' listed twice"));
       }
       lm.slots.push_back(s);
     }
@@ -195,8 +183,7 @@ class Validator {
       const proto::OpSpec& op = m.ops(j);
       SpecLocation at = where();
       at.op_index = j;
-      const OpLabel label{position_ + j, std::string(OpTypeName(op.op_case())),
-                          at};
+      const OpLabel label{position_ + j, std::string(OpTypeName(op.op_case())), at};
       RETURN_IF_ERROR(BuildOps({op}, {label}, /*fuse=*/false).status());
       for (size_t k = 0; k < lm.slots.size(); ++k) {
         infer_ctx_.column = static_cast<int>(k);
@@ -211,9 +198,8 @@ class Validator {
       const std::string& out = m.output_columns(k);
       const int existing = SlotOf(out);
       if (existing >= 0 && existing != lm.slots[k]) {
-        return SpecError(
-            where("output_columns"),
-            absl::StrCat("'", out, "' already names another column"));
+        return SpecError(where("output_columns"),
+                         absl::StrCat("'", out, "' already names another column"));
       }
       lp_.column_names[lm.slots[k]] = out;
     }
@@ -229,15 +215,13 @@ class Validator {
     const std::string name = absl::StrCat("filter[", index, "]");
     const SpecLocation pred_at = Node("filter", index, "predicate");
     if (seen_batch_) {
-      return SpecError(Node("filter", index),
-                       "filter after batch is not supported");
+      return SpecError(Node("filter", index), "filter after batch is not supported");
     }
     const std::string& pred = node.predicate();
     // The column is the predicate's first word.
     size_t end = 0;
-    while (end < pred.size() &&
-           (std::isalnum(static_cast<unsigned char>(pred[end])) ||
-            pred[end] == '_' || pred[end] == '/' || pred[end] == '.')) {
+    while (end < pred.size() && (std::isalnum(static_cast<unsigned char>(pred[end])) ||
+                                 pred[end] == '_' || pred[end] == '/' || pred[end] == '.')) {
       ++end;
     }
     const std::string column = pred.substr(0, end);
@@ -249,16 +233,13 @@ class Validator {
     const int s = SlotOf(column);
     if (s < 0) return UnknownColumn(pred_at, column);
     const ColumnType& t = types_[s];
-    if ((t.dtype != DType::kInt64 && t.dtype != DType::kInt32) ||
-        !t.shape.empty()) {
-      return SpecError(pred_at,
-                       absl::StrCat("column '", column, "' is ", t.ToString(),
-                                    ", filters need an int32/int64 scalar "
-                                    "column"));
+    if ((t.dtype != DType::kInt64 && t.dtype != DType::kInt32) || !t.shape.empty()) {
+      return SpecError(pred_at, absl::StrCat("column '", column, "' is ", t.ToString(),
+                                             ", filters need an int32/int64 scalar "
+                                             "column"));
     }
     record::Schema fs;
-    fs.columns.push_back(
-        record::ColumnSpec{column, DType::kInt64, {}, /*indexed=*/true});
+    fs.columns.push_back(record::ColumnSpec{column, DType::kInt64, {}, /*indexed=*/true});
     auto f = record::Filter::Parse(pred, fs);
     if (!f.ok()) return SpecError(pred_at, std::string(f.status().message()));
     LogicalFilter lf{name, pred, s, *f, false};
@@ -289,23 +270,19 @@ class Validator {
     if (b.size() <= 0) {
       return SpecError(Node("batch", -1, "size"), "must be > 0");
     }
-    if (b.num_parallel_workers() < -1 ||
-        b.num_parallel_workers() > kMaxParallelWorkers) {
-      return SpecError(Node("batch", -1, "num_parallel_workers"),
-                       kParallelismRule);
+    if (b.num_parallel_workers() < -1 || b.num_parallel_workers() > kMaxParallelWorkers) {
+      return SpecError(Node("batch", -1, "num_parallel_workers"), kParallelismRule);
     }
     for (size_t s = 0; s < types_.size(); ++s) {
       if (!record::IsNumeric(types_[s].dtype)) {
         return SpecError(
             Node("batch"),
-            absl::StrCat("column '", lp_.column_names[s], "' is ",
-                         types_[s].ToString(),
+            absl::StrCat("column '", lp_.column_names[s], "' is ", types_[s].ToString(),
                          " and cannot be stacked; decode it or leave it "
                          "out with source.columns"));
       }
     }
-    lp_.batch = LogicalBatch{b.size(), b.drop_remainder(),
-                             Parallelism(b.num_parallel_workers())};
+    lp_.batch = LogicalBatch{b.size(), b.drop_remainder(), Parallelism(b.num_parallel_workers())};
     return absl::OkStatus();
   }
 
@@ -313,8 +290,7 @@ class Validator {
     seen_prefetch_ = true;
     const int n = p.buffer_size();
     if (n < -1) {
-      return SpecError(Node("prefetch", -1, "buffer_size"),
-                       "must be > 0 or AUTOTUNE");
+      return SpecError(Node("prefetch", -1, "buffer_size"), "must be > 0 or AUTOTUNE");
     }
     lp_.prefetch = n <= 0 ? kAutotune : n;
     return absl::OkStatus();
@@ -328,11 +304,9 @@ class Validator {
     return -1;
   }
 
-  absl::Status UnknownColumn(const SpecLocation& where,
-                             const std::string& name) const {
-    return SpecError(where,
-                     absl::StrCat("unknown column '", name, "' (columns: ",
-                                  absl::StrJoin(lp_.column_names, ", "), ")"));
+  absl::Status UnknownColumn(const SpecLocation& where, const std::string& name) const {
+    return SpecError(where, absl::StrCat("unknown column '", name, "' (columns: ",
+                                         absl::StrJoin(lp_.column_names, ", "), ")"));
   }
 
   const proto::Pipeline& spec_;
@@ -353,12 +327,11 @@ absl::StatusOr<LogicalPipeline> Validate(const proto::Pipeline& spec) {
   return Validator(spec).Run();
 }
 
-absl::Status CheckOutputType(const LogicalPipeline& lp,
-                             const std::vector<Tensor>& columns, bool batched) {
+absl::Status CheckOutputType(const LogicalPipeline& lp, const std::vector<Tensor>& columns,
+                             bool batched) {
   if (columns.size() != lp.column_types.size()) {
     return absl::InternalError(absl::StrCat("output has ", columns.size(),
-                                            " columns, the spec says ",
-                                            lp.column_types.size()));
+                                            " columns, the spec says ", lp.column_types.size()));
   }
   for (size_t c = 0; c < columns.size(); ++c) {
     const Tensor& t = columns[c];
@@ -374,14 +347,12 @@ absl::Status CheckOutputType(const LogicalPipeline& lp,
     }
     if (!ok) {
       std::string said = record::IsNumeric(want.dtype)
-                             ? absl::StrCat(record::DTypeName(want.dtype),
-                                            ShapeToString(shape))
+                             ? absl::StrCat(record::DTypeName(want.dtype), ShapeToString(shape))
                              : std::string(record::DTypeName(want.dtype));
       if (batched) said = absl::StrReplaceAll(said, {{"[-1", "[N"}});
       return absl::InternalError(
-          absl::StrCat("output column '", lp.column_names[c], "' is ",
-                       record::DTypeName(t.dtype()), ShapeToString(t.shape()),
-                       ", the spec says ", said, " (-1: any size)"));
+          absl::StrCat("output column '", lp.column_names[c], "' is ", record::DTypeName(t.dtype()),
+                       ShapeToString(t.shape()), ", the spec says ", said, " (-1: any size)"));
     }
   }
   return absl::OkStatus();

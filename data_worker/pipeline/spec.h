@@ -87,8 +87,8 @@ absl::StatusOr<LogicalPipeline> Validate(const proto::Pipeline& spec);
 // dimension) against the inferred column types: Internal "output column
 // 'image' is float32[64,3,200,200], the spec says float32[N,3,224,224]" if an
 // op produced something its type inference did not promise.
-absl::Status CheckOutputType(const LogicalPipeline& lp,
-                             const std::vector<Tensor>& columns, bool batched);
+absl::Status CheckOutputType(const LogicalPipeline& lp, const std::vector<Tensor>& columns,
+                             bool batched);
 
 }  // namespace sluice::data_worker::pipeline
 

@@ -32,14 +32,13 @@ namespace sluice::data_worker {
 // Validates the names (a dotted module of identifiers, an identifier) and
 // output_dtypes; builds the op on the configured pool (ConfigurePython).
 // Building never starts a process: the first Apply does.
-absl::StatusOr<std::unique_ptr<Op>> MakePython(const proto::PythonOp& spec,
-                                               OpLabel label);
+absl::StatusOr<std::unique_ptr<Op>> MakePython(const proto::PythonOp& spec, OpLabel label);
 
 // Type inference: the column's dtype becomes output_dtypes[ctx.column] (or
 // stays), its rank stays and its dimensions become unknown. InvalidArgument
 // for a non-numeric column (decode first).
-absl::Status InferPython(const proto::OpSpec& spec, const OpLabel& label,
-                         const InferContext& ctx, ColumnType* t);
+absl::Status InferPython(const proto::OpSpec& spec, const OpLabel& label, const InferContext& ctx,
+                         ColumnType* t);
 
 }  // namespace sluice::data_worker
 

@@ -28,8 +28,7 @@ absl::StatusOr<std::unique_ptr<PythonProcess>> PythonPool::Acquire() {
     ++started_;
   }
   ProcessOptions po;
-  po.interpreter = options_.interpreter.empty() ? kDefaultInterpreter
-                                                : options_.interpreter;
+  po.interpreter = options_.interpreter.empty() ? kDefaultInterpreter : options_.interpreter;
   po.python_path = options_.python_path;
   return PythonProcess::Start(po);
 }
@@ -41,17 +40,16 @@ void PythonPool::Release(std::unique_ptr<PythonProcess> p) {
   }
 }
 
-absl::StatusOr<std::vector<Tensor>> PythonPool::Call(
-    const std::string& module, const std::string& function, uint64_t seed,
-    const std::vector<const Tensor*>& columns) {
+absl::StatusOr<std::vector<Tensor>> PythonPool::Call(const std::string& module,
+                                                     const std::string& function, uint64_t seed,
+                                                     const std::vector<const Tensor*>& columns) {
   absl::Status last;
   for (int attempt = 0; attempt < options_.max_attempts; ++attempt) {
     absl::StatusOr<std::unique_ptr<PythonProcess>> p = Acquire();
     if (!p.ok()) return p.status();
     absl::StatusOr<std::vector<Tensor>> out =
         (*p)->Call(module, function, seed, columns, options_.timeout);
-    if (out.ok() || absl::IsDataLoss(out.status()) ||
-        absl::IsInvalidArgument(out.status())) {
+    if (out.ok() || absl::IsDataLoss(out.status()) || absl::IsInvalidArgument(out.status())) {
       Release(*std::move(p));  // the process is fine: the user's code failed
       return out;
     }
@@ -60,9 +58,8 @@ absl::StatusOr<std::vector<Tensor>> PythonPool::Call(
     absl::MutexLock lock(&mu_);
     ++replaced_;
   }
-  return absl::DataLossError(absl::StrCat(
-      "the Python process died ", options_.max_attempts,
-      " times on this element (last: ", last.message(), ")"));
+  return absl::DataLossError(absl::StrCat("the Python process died ", options_.max_attempts,
+                                          " times on this element (last: ", last.message(), ")"));
 }
 
 int PythonPool::processes_started() const {
@@ -76,8 +73,7 @@ int PythonPool::processes_replaced() const {
 }
 
 void ConfigurePython(PythonOptions options) {
-  auto pool = options.allow ? std::make_shared<PythonPool>(std::move(options))
-                            : nullptr;
+  auto pool = options.allow ? std::make_shared<PythonPool>(std::move(options)) : nullptr;
   absl::MutexLock lock(&g_mu);
   if (g_pool == nullptr) g_pool = new std::shared_ptr<PythonPool>();
   *g_pool = std::move(pool);

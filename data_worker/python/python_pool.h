@@ -64,9 +64,9 @@ class PythonPool {
   // Errors: as PythonProcess::Call, except that Unavailable becomes DataLoss
   // ("... died N times on this element: <last reason>") after max_attempts;
   // FailedPrecondition if the interpreter cannot start.
-  absl::StatusOr<std::vector<Tensor>> Call(
-      const std::string& module, const std::string& function, uint64_t seed,
-      const std::vector<const Tensor*>& columns) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<std::vector<Tensor>> Call(const std::string& module, const std::string& function,
+                                           uint64_t seed, const std::vector<const Tensor*>& columns)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   const PythonOptions& options() const { return options_; }
   // Processes started so far (replacements included), and processes replaced
@@ -75,8 +75,7 @@ class PythonPool {
   int processes_replaced() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  absl::StatusOr<std::unique_ptr<PythonProcess>> Acquire()
-      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<std::unique_ptr<PythonProcess>> Acquire() ABSL_LOCKS_EXCLUDED(mu_);
   void Release(std::unique_ptr<PythonProcess> p) ABSL_LOCKS_EXCLUDED(mu_);
 
   const PythonOptions options_;

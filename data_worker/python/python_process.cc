@@ -83,11 +83,10 @@ absl::StatusOr<Layout> ParseLayout(const std::string& line) {
   std::vector<std::string> f = absl::StrSplit(line, ' ');
   Layout l;
   int64_t ndim = -1;
-  auto dtype = f.empty() ? absl::InvalidArgumentError("empty")
-                         : record::ParseDType(f[0]);
+  auto dtype = f.empty() ? absl::InvalidArgumentError("empty") : record::ParseDType(f[0]);
   if (!dtype.ok() || f.size() < 4 || !absl::SimpleAtoi(f[1], &l.offset) ||
-      !absl::SimpleAtoi(f[2], &l.nbytes) || !absl::SimpleAtoi(f[3], &ndim) ||
-      ndim < 0 || f.size() != 4 + static_cast<size_t>(ndim)) {
+      !absl::SimpleAtoi(f[2], &l.nbytes) || !absl::SimpleAtoi(f[3], &ndim) || ndim < 0 ||
+      f.size() != 4 + static_cast<size_t>(ndim)) {
     return absl::InternalError(
         absl::StrCat("bad result line from the Python process: '", line, "'"));
   }
@@ -95,8 +94,8 @@ absl::StatusOr<Layout> ParseLayout(const std::string& line) {
   for (int64_t d = 0; d < ndim; ++d) {
     int64_t v = 0;
     if (!absl::SimpleAtoi(f[4 + d], &v) || v < 0) {
-      return absl::InternalError(absl::StrCat(
-          "bad result line from the Python process: '", line, "'"));
+      return absl::InternalError(
+          absl::StrCat("bad result line from the Python process: '", line, "'"));
     }
     l.shape.push_back(v);
   }
@@ -105,8 +104,7 @@ absl::StatusOr<Layout> ParseLayout(const std::string& line) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<PythonProcess>> PythonProcess::Start(
-    const ProcessOptions& options) {
+absl::StatusOr<std::unique_ptr<PythonProcess>> PythonProcess::Start(const ProcessOptions& options) {
   int shm = memfd_create("sluice-python", MFD_CLOEXEC);
   if (shm < 0) return Errno("memfd_create");
   if (ftruncate(shm, kInitialShm) != 0) {
@@ -150,15 +148,13 @@ absl::StatusOr<std::unique_ptr<PythonProcess>> PythonProcess::Start(
   sigemptyset(&none);
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr,
-                           POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP);
   std::string interpreter = options.interpreter;
   std::string dash_c = "-c";
   std::string source = kRunnerSource;
   char* argv[] = {interpreter.data(), dash_c.data(), source.data(), nullptr};
   pid_t pid = 0;
-  const int rc = posix_spawn(&pid, interpreter.c_str(), &actions, &attr, argv,
-                             envp.data());
+  const int rc = posix_spawn(&pid, interpreter.c_str(), &actions, &attr, argv, envp.data());
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   cleanup();
@@ -166,8 +162,7 @@ absl::StatusOr<std::unique_ptr<PythonProcess>> PythonProcess::Start(
     close(shm);
     close(sv[0]);
     return absl::FailedPreconditionError(
-        absl::StrCat("cannot start the Python interpreter ", interpreter, ": ",
-                     std::strerror(rc)));
+        absl::StrCat("cannot start the Python interpreter ", interpreter, ": ", std::strerror(rc)));
   }
   auto p = std::unique_ptr<PythonProcess>(new PythonProcess(pid, shm, sv[0]));
   if (absl::Status s = p->MapShm(kInitialShm); !s.ok()) return s;
@@ -226,15 +221,13 @@ absl::Status PythonProcess::Dead(const std::string& what, bool exiting) {
     how = absl::StrCat(what, "; killed it");
   }
   reaped_ = true;
-  return absl::UnavailableError(
-      absl::StrCat("the Python process (pid ", pid_, ") ", how));
+  return absl::UnavailableError(absl::StrCat("the Python process (pid ", pid_, ") ", how));
 }
 
 absl::Status PythonProcess::Send(const std::string& data) {
   size_t done = 0;
   while (done < data.size()) {
-    const ssize_t n =
-        send(socket_fd_, data.data() + done, data.size() - done, MSG_NOSIGNAL);
+    const ssize_t n = send(socket_fd_, data.data() + done, data.size() - done, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return Dead("stopped reading", /*exiting=*/true);
     done += static_cast<size_t>(n);
@@ -248,12 +241,10 @@ absl::Status PythonProcess::Fill(absl::Time deadline) {
     if (deadline != absl::InfiniteFuture()) {
       const absl::Duration left = deadline - absl::Now();
       if (left <= absl::ZeroDuration()) {
-        return Dead(absl::StrCat("did not answer within ",
-                                 absl::FormatDuration(timeout_)),
+        return Dead(absl::StrCat("did not answer within ", absl::FormatDuration(timeout_)),
                     /*exiting=*/false);
       }
-      ms = static_cast<int>(
-          std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 1 << 30));
+      ms = static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 1 << 30));
     }
     pollfd p{socket_fd_, POLLIN, 0};
     const int r = poll(&p, 1, ms);
@@ -281,8 +272,7 @@ absl::StatusOr<std::string> PythonProcess::ReadLine(absl::Time deadline) {
   }
 }
 
-absl::StatusOr<std::string> PythonProcess::ReadBytes(size_t n,
-                                                     absl::Time deadline) {
+absl::StatusOr<std::string> PythonProcess::ReadBytes(size_t n, absl::Time deadline) {
   while (in_.size() < n) {
     if (absl::Status s = Fill(deadline); !s.ok()) return s;
   }
@@ -291,9 +281,10 @@ absl::StatusOr<std::string> PythonProcess::ReadBytes(size_t n,
   return out;
 }
 
-absl::StatusOr<std::vector<Tensor>> PythonProcess::Call(
-    const std::string& module, const std::string& function, uint64_t seed,
-    const std::vector<const Tensor*>& columns, absl::Duration timeout) {
+absl::StatusOr<std::vector<Tensor>> PythonProcess::Call(const std::string& module,
+                                                        const std::string& function, uint64_t seed,
+                                                        const std::vector<const Tensor*>& columns,
+                                                        absl::Duration timeout) {
   timeout_ = timeout;
   // Inputs, 64-byte aligned from offset 0.
   size_t end = 0;
@@ -303,8 +294,8 @@ absl::StatusOr<std::vector<Tensor>> PythonProcess::Call(
     end = Align(end + t->num_bytes());
   }
   if (absl::Status s = MapShm(std::max(end, shm_size_)); !s.ok()) return s;
-  std::string request = absl::StrCat("CALL ", module, " ", function, " ", seed,
-                                     " ", columns.size(), "\n");
+  std::string request =
+      absl::StrCat("CALL ", module, " ", function, " ", seed, " ", columns.size(), "\n");
   for (size_t i = 0; i < columns.size(); ++i) {
     const Tensor& t = *columns[i];
     if (t.num_bytes() > 0) {
@@ -312,16 +303,14 @@ absl::StatusOr<std::vector<Tensor>> PythonProcess::Call(
     }
     const bool bytes = !record::IsNumeric(t.dtype());
     std::vector<int64_t> shape =
-        bytes ? std::vector<int64_t>{static_cast<int64_t>(t.num_bytes())}
-              : t.shape();
-    absl::StrAppend(&request, bytes ? "uint8" : record::DTypeName(t.dtype()),
-                    " ", offsets[i], " ", t.num_bytes(), " ", shape.size());
+        bytes ? std::vector<int64_t>{static_cast<int64_t>(t.num_bytes())} : t.shape();
+    absl::StrAppend(&request, bytes ? "uint8" : record::DTypeName(t.dtype()), " ", offsets[i], " ",
+                    t.num_bytes(), " ", shape.size());
     for (int64_t d : shape) absl::StrAppend(&request, " ", d);
     absl::StrAppend(&request, "\n");
   }
-  const absl::Time deadline = timeout == absl::InfiniteDuration()
-                                  ? absl::InfiniteFuture()
-                                  : absl::Now() + timeout;
+  const absl::Time deadline =
+      timeout == absl::InfiniteDuration() ? absl::InfiniteFuture() : absl::Now() + timeout;
   if (absl::Status s = Send(request); !s.ok()) return s;
   absl::StatusOr<std::string> head = ReadLine(deadline);
   if (!head.ok()) return head.status();
@@ -329,8 +318,8 @@ absl::StatusOr<std::vector<Tensor>> PythonProcess::Call(
   if (f.size() == 3 && f[0] == "ERR") {
     size_t n = 0;
     if (!absl::SimpleAtoi(f[2], &n)) {
-      return absl::InternalError(absl::StrCat(
-          "bad error line from the Python process: '", *head, "'"));
+      return absl::InternalError(
+          absl::StrCat("bad error line from the Python process: '", *head, "'"));
     }
     absl::StatusOr<std::string> text = ReadBytes(n, deadline);
     if (!text.ok()) return text.status();
@@ -341,8 +330,8 @@ absl::StatusOr<std::vector<Tensor>> PythonProcess::Call(
   size_t nouts = 0, size = 0;
   if (f.size() != 3 || f[0] != "OK" || !absl::SimpleAtoi(f[1], &nouts) ||
       !absl::SimpleAtoi(f[2], &size)) {
-    return absl::InternalError(absl::StrCat(
-        "bad answer line from the Python process: '", *head, "'"));
+    return absl::InternalError(
+        absl::StrCat("bad answer line from the Python process: '", *head, "'"));
   }
   std::vector<Layout> layouts;
   for (size_t k = 0; k < nouts; ++k) {

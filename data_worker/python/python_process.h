@@ -36,8 +36,7 @@ struct ProcessOptions {
 class PythonProcess {
  public:
   // Starts the child. Internal if the memfd, socket or spawn fail.
-  static absl::StatusOr<std::unique_ptr<PythonProcess>> Start(
-      const ProcessOptions& options);
+  static absl::StatusOr<std::unique_ptr<PythonProcess>> Start(const ProcessOptions& options);
   // Kills (SIGKILL) and reaps the child.
   ~PythonProcess();
   PythonProcess(const PythonProcess&) = delete;
@@ -51,9 +50,9 @@ class PythonProcess {
   //   Unavailable         the process died (signal, exit) or did not answer
   //                       within `timeout` (then it was killed): drop it
   // REQUIRES: numeric or bytes columns (bytes go as 1-D uint8 arrays).
-  absl::StatusOr<std::vector<Tensor>> Call(
-      const std::string& module, const std::string& function, uint64_t seed,
-      const std::vector<const Tensor*>& columns, absl::Duration timeout);
+  absl::StatusOr<std::vector<Tensor>> Call(const std::string& module, const std::string& function,
+                                           uint64_t seed, const std::vector<const Tensor*>& columns,
+                                           absl::Duration timeout);
 
   pid_t pid() const { return pid_; }
 

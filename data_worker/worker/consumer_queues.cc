@@ -23,8 +23,7 @@ TaskKey KeyOf(const proto::SplitKey& key) {
 }
 
 ConsumerQueues::ConsumerQueues(size_t queue_batches, int64_t queue_bytes,
-                               prometheus::Registry& registry,
-                               pipeline::MemoryBudget* budget)
+                               prometheus::Registry& registry, pipeline::MemoryBudget* budget)
     : queue_batches_(queue_batches),
       queue_bytes_(queue_bytes),
       budget_(budget),
@@ -34,22 +33,19 @@ ConsumerQueues::ConsumerQueues(size_t queue_batches, int64_t queue_bytes,
                               "Column bytes produced into consumer queues.")),
       batches_total_(AddCounter(registry, "sluice_worker_batches_total",
                                 "Batches produced into consumer queues.")),
-      queue_depth_(
-          AddGauge(registry, "sluice_worker_queue_depth",
-                   "Batches waiting in the worker's consumer queues.")),
+      queue_depth_(AddGauge(registry, "sluice_worker_queue_depth",
+                            "Batches waiting in the worker's consumer queues.")),
       blocked_producers_(AddGauge(registry, "sluice_worker_blocked_producers",
                                   "Producers waiting for room in a full "
                                   "consumer queue (back-pressure).")),
-      splits_finished_(AddCounter(registry, "sluice_worker_splits_total",
-                                  "Splits by event.", {{"event", "finished"}})),
-      splits_dropped_(AddCounter(registry, "sluice_worker_splits_total",
-                                 "Splits by event.", {{"event", "dropped"}})),
-      splits_restarted_(AddCounter(registry, "sluice_worker_splits_total",
-                                   "Splits by event.",
+      splits_finished_(AddCounter(registry, "sluice_worker_splits_total", "Splits by event.",
+                                  {{"event", "finished"}})),
+      splits_dropped_(AddCounter(registry, "sluice_worker_splits_total", "Splits by event.",
+                                 {{"event", "dropped"}})),
+      splits_restarted_(AddCounter(registry, "sluice_worker_splits_total", "Splits by event.",
                                    {{"event", "restarted"}})) {}
 
-uint64_t ConsumerQueues::AddTask(const proto::SplitAssignment& assignment,
-                                 bool parallel) {
+uint64_t ConsumerQueues::AddTask(const proto::SplitAssignment& assignment, bool parallel) {
   absl::MutexLock lock(&mu_);
   if (stopped_) return 0;
   const TaskKey key = KeyOf(assignment.key());
@@ -63,8 +59,7 @@ uint64_t ConsumerQueues::AddTask(const proto::SplitAssignment& assignment,
   task.sent = assignment.skip_batches();
   task_ids_[task.id] = key;
   tasks_.emplace(key, std::move(task));
-  queues_[{key.job_id,
-           key.consumer_index}];  // the consumer's queue exists from now on
+  queues_[{key.job_id, key.consumer_index}];  // the consumer's queue exists from now on
   return id;
 }
 
@@ -195,15 +190,13 @@ bool ConsumerQueues::Push(uint64_t task_id, service::WireBatch batch) {
     absl::MutexLock lock(&mu_);
     Task* task = FindTask(task_id);
     if (task == nullptr || stopped_) return false;
-    const ConsumerKey consumer{task_ids_[task_id].job_id,
-                               task_ids_[task_id].consumer_index};
+    const ConsumerKey consumer{task_ids_[task_id].job_id, task_ids_[task_id].consumer_index};
     Queue* q = &queues_[consumer];
     const int64_t incoming = service::BatchBytes(batch);
     auto full = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       if (q->batches.size() >= queue_batches_) return true;
       // The worker-wide byte bound; an empty queue always takes one batch.
-      return queue_bytes_ > 0 && !q->batches.empty() &&
-             queued_bytes_ + incoming > queue_bytes_;
+      return queue_bytes_ > 0 && !q->batches.empty() && queued_bytes_ + incoming > queue_bytes_;
     };
     ++blocked_;
     if (!stopped_ && FindTask(task_id) != nullptr && full()) {
@@ -218,8 +211,7 @@ bool ConsumerQueues::Push(uint64_t task_id, service::WireBatch batch) {
     if (task == nullptr || stopped_) return false;
     const bool marker = batch.header.end_of_split();
     const int64_t bytes = service::BatchBytes(batch);
-    const uint64_t elements =
-        static_cast<uint64_t>(batch.header.global_indices_size());
+    const uint64_t elements = static_cast<uint64_t>(batch.header.global_indices_size());
     task->produced = batch.header.batch_index() + 1;
     if (marker) {
       task->finished = true;
@@ -249,8 +241,7 @@ void ConsumerQueues::Fail(uint64_t task_id, const absl::Status& status) {
     Task* task = FindTask(task_id);
     if (task == nullptr || stopped_) return;
     task->failed = true;
-    Queue& q = queues_[{task_ids_[task_id].job_id,
-                        task_ids_[task_id].consumer_index}];
+    Queue& q = queues_[{task_ids_[task_id].job_id, task_ids_[task_id].consumer_index}];
     if (q.error.ok()) q.error = status;
     notify = q.notify;
   }
@@ -258,9 +249,9 @@ void ConsumerQueues::Fail(uint64_t task_id, const absl::Status& status) {
   if (on_split_end_) on_split_end_();
 }
 
-ConsumerQueues::Opened ConsumerQueues::Open(
-    const ConsumerKey& consumer, const std::vector<proto::HeldSplit>& held,
-    std::function<void()> notify) {
+ConsumerQueues::Opened ConsumerQueues::Open(const ConsumerKey& consumer,
+                                            const std::vector<proto::HeldSplit>& held,
+                                            std::function<void()> notify) {
   Opened opened;
   std::function<void()> superseded;
   {
@@ -279,8 +270,7 @@ ConsumerQueues::Opened ConsumerQueues::Open(
       if (!task.parallel && !complete) {
         // Discard queued batches the client holds already.
         for (auto b = q.batches.begin(); b != q.batches.end();) {
-          const bool held_already = b->task_id == task.id &&
-                                    !b->batch.header.end_of_split() &&
+          const bool held_already = b->task_id == task.id && !b->batch.header.end_of_split() &&
                                     b->batch.header.batch_index() < has;
           b = held_already ? Unqueue(q, b) : std::next(b);
         }
@@ -349,8 +339,7 @@ StreamEvent ConsumerQueues::Poll(uint64_t stream_id) {
   }
   Queue& q = queues_[s->second];
   if (q.reader != stream_id) {
-    end(absl::AbortedError(
-        "superseded by a newer GetBatches stream for this consumer"));
+    end(absl::AbortedError("superseded by a newer GetBatches stream for this consumer"));
     return event;
   }
   if (!q.batches.empty()) {
@@ -360,10 +349,8 @@ StreamEvent ConsumerQueues::Poll(uint64_t stream_id) {
     for (auto it = q.batches.begin(); it != q.batches.end(); ++it) {
       const proto::SplitKey& a = it->batch.header.key();
       const proto::SplitKey& b = lowest->batch.header.key();
-      if (std::make_tuple(a.epoch(), a.position(),
-                          it->batch.header.batch_index()) <
-          std::make_tuple(b.epoch(), b.position(),
-                          lowest->batch.header.batch_index())) {
+      if (std::make_tuple(a.epoch(), a.position(), it->batch.header.batch_index()) <
+          std::make_tuple(b.epoch(), b.position(), lowest->batch.header.batch_index())) {
         lowest = it;
       }
     }
@@ -398,8 +385,7 @@ void ConsumerQueues::Return(uint64_t stream_id, service::WireBatch batch) {
   if (s == streams_.end()) return;
   TaskKey key = KeyOf(batch.header.key());
   auto t = tasks_.find(key);
-  if (t == tasks_.end())
-    t = tasks_.find({key.job_id, key.consumer_index, 0, 0});
+  if (t == tasks_.end()) t = tasks_.find({key.job_id, key.consumer_index, 0, 0});
   if (t == tasks_.end()) return;
   Task& task = t->second;
   task.sent = std::min(task.sent, batch.header.batch_index());
@@ -432,9 +418,7 @@ void ConsumerQueues::NotifyAllLocked(std::vector<std::function<void()>>* out) {
   for (auto& [consumer, q] : queues_) out->push_back(q.notify);
 }
 
-void ConsumerQueues::UpdateGauge() {
-  queue_depth_.Set(static_cast<double>(queued_batches_));
-}
+void ConsumerQueues::UpdateGauge() { queue_depth_.Set(static_cast<double>(queued_batches_)); }
 
 size_t ConsumerQueues::queued_batches() const {
   absl::MutexLock lock(&mu_);

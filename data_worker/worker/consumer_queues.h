@@ -94,8 +94,7 @@ class ConsumerQueues {
   // progressing whatever the others hold; the bound is passed by at most one batch per such
   // consumer). 0: no byte bound. `budget`: the worker's (memory_budget.h; not owned; null:
   // none), charged with the queued bytes so that the pipelines' feeds wait while it is full.
-  ConsumerQueues(size_t queue_batches, int64_t queue_bytes,
-                 prometheus::Registry& registry,
+  ConsumerQueues(size_t queue_batches, int64_t queue_bytes, prometheus::Registry& registry,
                  pipeline::MemoryBudget* budget = nullptr);
 
   // ---- tasks (heartbeat thread) ----
@@ -120,12 +119,10 @@ class ConsumerQueues {
   // Queues `batch` of task `task_id` (its header's batch_index counts from the split's batch 0),
   // blocking while the consumer's queue is full. A marker (end_of_split) finishes the task.
   // False if the task is gone (dropped, restarted) or the queues stopped: stop producing.
-  bool Push(uint64_t task_id, service::WireBatch batch)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  bool Push(uint64_t task_id, service::WireBatch batch) ABSL_LOCKS_EXCLUDED(mu_);
   // The task's pipeline failed (or its job was refused): its consumer's stream ends with
   // `status` after the batches queued before it, and Progress() reports the task `failed`.
-  void Fail(uint64_t task_id, const absl::Status& status)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  void Fail(uint64_t task_id, const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
   // Whether the task is still live (producers poll this between batches they skip).
   bool IsLive(uint64_t task_id) const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -138,14 +135,12 @@ class ConsumerQueues {
   // Attaches a stream to `consumer`'s queue, superseding an older one (which ends ABORTED).
   // `held`: the client's counts (see the class comment). `notify` may be called from any thread
   // until Close(); it must not block.
-  Opened Open(const ConsumerKey& consumer,
-              const std::vector<proto::HeldSplit>& held,
+  Opened Open(const ConsumerKey& consumer, const std::vector<proto::HeldSplit>& held,
               std::function<void()> notify) ABSL_LOCKS_EXCLUDED(mu_);
   StreamEvent Poll(uint64_t stream_id) ABSL_LOCKS_EXCLUDED(mu_);
   // A batch Poll() returned whose write failed: back to the front of its queue, unless its
   // task is gone.
-  void Return(uint64_t stream_id, service::WireBatch batch)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  void Return(uint64_t stream_id, service::WireBatch batch) ABSL_LOCKS_EXCLUDED(mu_);
   void Close(uint64_t stream_id) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Called (without the lock, from the producer's thread) each time a split task stops
@@ -153,15 +148,12 @@ class ConsumerQueues {
   // once then, so that the dispatcher hands out the next split now rather than at the next
   // heartbeat period (with splits that take about one period, the wait left a producer idle
   // for up to half the time). Set it before the first Push.
-  void set_on_split_end(std::function<void()> hook) {
-    on_split_end_ = std::move(hook);
-  }
+  void set_on_split_end(std::function<void()> hook) { on_split_end_ = std::move(hook); }
 
   // ---- accounting ----
   size_t queued_batches() const ABSL_LOCKS_EXCLUDED(mu_);
   int64_t queued_bytes() const ABSL_LOCKS_EXCLUDED(mu_);
-  size_t queue_capacity() const
-      ABSL_LOCKS_EXCLUDED(mu_);  // all consumers' bounds
+  size_t queue_capacity() const ABSL_LOCKS_EXCLUDED(mu_);  // all consumers' bounds
   int blocked_producers() const ABSL_LOCKS_EXCLUDED(mu_);
   size_t open_streams() const ABSL_LOCKS_EXCLUDED(mu_);
   uint64_t elements_produced() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -171,10 +163,8 @@ class ConsumerQueues {
     uint64_t id = 0;
     proto::SplitAssignment assignment;
     bool parallel = false;
-    uint64_t produced =
-        0;  // messages queued, counted from batch 0 (markers included)
-    uint64_t sent =
-        0;  // messages that left the queue to a stream, from batch 0
+    uint64_t produced = 0;  // messages queued, counted from batch 0 (markers included)
+    uint64_t sent = 0;      // messages that left the queue to a stream, from batch 0
     bool finished = false;
     bool failed = false;  // Fail()ed
   };
@@ -190,16 +180,12 @@ class ConsumerQueues {
   };
 
   Task* FindTask(uint64_t task_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void EraseTask(std::map<TaskKey, Task>::iterator it)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EraseTask(std::map<TaskKey, Task>::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Erases a queued batch; returns the next.
-  std::deque<Queued>::iterator Unqueue(Queue& q,
-                                       std::deque<Queued>::iterator it)
+  std::deque<Queued>::iterator Unqueue(Queue& q, std::deque<Queued>::iterator it)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool ConsumerDone(const ConsumerKey& consumer) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void NotifyAllLocked(std::vector<std::function<void()>>* out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool ConsumerDone(const ConsumerKey& consumer) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void NotifyAllLocked(std::vector<std::function<void()>>* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGauge() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queued bytes change by `delta`, here and in the worker's budget.
   void Charge(int64_t delta) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -227,9 +213,8 @@ class ConsumerQueues {
   std::map<TaskKey, Task> tasks_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, TaskKey> task_ids_ ABSL_GUARDED_BY(mu_);
   std::map<ConsumerKey, Queue> queues_ ABSL_GUARDED_BY(mu_);
-  std::map<uint64_t, ConsumerKey> streams_
-      ABSL_GUARDED_BY(mu_);                              // open streams
-  std::map<uint64_t, bool> ended_ ABSL_GUARDED_BY(mu_);  // stream id -> ended
+  std::map<uint64_t, ConsumerKey> streams_ ABSL_GUARDED_BY(mu_);  // open streams
+  std::map<uint64_t, bool> ended_ ABSL_GUARDED_BY(mu_);           // stream id -> ended
   int blocked_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   size_t queued_batches_ ABSL_GUARDED_BY(mu_) = 0;

@@ -29,9 +29,8 @@ namespace sluice::data_worker {
 struct GrpcDispatcherClientOptions {
   std::string address;  // host:port of sluice-dispatcher
   absl::Duration rpc_timeout = absl::Seconds(5);
-  absl::Duration connect_timeout =
-      absl::Seconds(10);   // retry budget of the retried calls
-  Clock* clock = nullptr;  // null: RealClock::Get()
+  absl::Duration connect_timeout = absl::Seconds(10);  // retry budget of the retried calls
+  Clock* clock = nullptr;                              // null: RealClock::Get()
   // TLS and bearer token towards the dispatcher (common/service/channel_factory.h).
   service::ChannelOptions channel;
 };
@@ -45,27 +44,23 @@ class GrpcDispatcherClient final : public DispatcherClient {
 
   absl::Status WorkerRegister(const proto::WorkerRegisterRequest& request,
                               proto::WorkerRegisterResponse* response) override;
-  absl::Status WorkerHeartbeat(
-      const proto::WorkerHeartbeatRequest& request,
-      proto::WorkerHeartbeatResponse* response) override;
+  absl::Status WorkerHeartbeat(const proto::WorkerHeartbeatRequest& request,
+                               proto::WorkerHeartbeatResponse* response) override;
   absl::Status DrainWorker(const proto::DrainWorkerRequest& request,
                            proto::DrainWorkerResponse* response) override;
-  absl::Status WorkerUnregister(
-      const proto::WorkerUnregisterRequest& request,
-      proto::WorkerUnregisterResponse* response) override;
+  absl::Status WorkerUnregister(const proto::WorkerUnregisterRequest& request,
+                                proto::WorkerUnregisterResponse* response) override;
   // Tried once, with a deadline of 2 * max_wait_seconds + rpc_timeout.
-  absl::Status WatchAssignment(
-      const proto::WatchAssignmentRequest& request,
-      proto::WatchAssignmentResponse* response) override;
+  absl::Status WatchAssignment(const proto::WatchAssignmentRequest& request,
+                               proto::WatchAssignmentResponse* response) override;
   void CancelWatch() override;
 
  private:
-  GrpcDispatcherClient(GrpcDispatcherClientOptions options,
-                       std::shared_ptr<grpc::Channel> channel);
+  GrpcDispatcherClient(GrpcDispatcherClientOptions options, std::shared_ptr<grpc::Channel> channel);
 
   template <typename Request, typename Response, typename Method>
-  absl::Status Call(const char* name, Method method, const Request& request,
-                    Response* response, bool retry);
+  absl::Status Call(const char* name, Method method, const Request& request, Response* response,
+                    bool retry);
 
   const GrpcDispatcherClientOptions options_;
   Clock* const clock_;

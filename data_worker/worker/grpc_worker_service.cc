@@ -16,8 +16,7 @@ namespace {
 class BatchWriter;
 
 // The caller of a call (common/service/identity.h).
-absl::StatusOr<service::Identity> CallerOf(
-    const grpc::CallbackServerContext& context) {
+absl::StatusOr<service::Identity> CallerOf(const grpc::CallbackServerContext& context) {
   const std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
   if (auth == nullptr) return service::Identity::Development();
   return service::IdentityOf(*auth);
@@ -50,14 +49,11 @@ class BatchWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       : impl_(impl), notifier_(std::make_shared<Notifier>()) {
     proto::GetBatchesRequest request;
     grpc::ByteBuffer copy(raw_request);  // shares the slices
-    if (!grpc::SerializationTraits<proto::GetBatchesRequest>::Deserialize(
-             &copy, &request)
-             .ok()) {
+    if (!grpc::SerializationTraits<proto::GetBatchesRequest>::Deserialize(&copy, &request).ok()) {
       absl::MutexLock lock(&mu_);
       finished_ = true;
-      Finish(
-          grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                       "GetBatches: the request is not a GetBatchesRequest"));
+      Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "GetBatches: the request is not a GetBatchesRequest"));
       return;
     }
     if (!caller.ok()) {
@@ -67,8 +63,8 @@ class BatchWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       return;
     }
     notifier_->Set(this);
-    absl::StatusOr<uint64_t> id = impl_->OpenStream(
-        request, *caller, [n = notifier_] { n->Notify(); });
+    absl::StatusOr<uint64_t> id =
+        impl_->OpenStream(request, *caller, [n = notifier_] { n->Notify(); });
     absl::MutexLock lock(&mu_);
     if (!id.ok()) {
       finished_ = true;
@@ -89,16 +85,14 @@ class BatchWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   void OnWriteDone(bool ok) override ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     writing_ = false;
-    frame_
-        .Clear();  // gRPC holds its own references to the slices until they are sent
+    frame_.Clear();  // gRPC holds its own references to the slices until they are sent
     if (!ok || cancelled_) {
       // Not delivered (as far as we know): the next stream of this consumer
       // sends it again; the client keeps exactly-once by batch index.
       impl_->ReturnBatch(stream_id_, std::move(batch_));
       if (!finished_) {
         finished_ = true;
-        Finish(grpc::Status(grpc::StatusCode::CANCELLED,
-                            "the stream was cancelled"));
+        Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the stream was cancelled"));
       }
       return;
     }
@@ -111,8 +105,7 @@ class BatchWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     cancelled_ = true;
     if (!writing_ && !finished_) {
       finished_ = true;
-      Finish(grpc::Status(grpc::StatusCode::CANCELLED,
-                          "the stream was cancelled"));
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the stream was cancelled"));
     }
   }
 
@@ -167,21 +160,18 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GrpcWorkerService::GetBatches(
 }
 
 grpc::ServerUnaryReactor* GrpcWorkerService::DescribeDataset(
-    grpc::CallbackServerContext* context,
-    const proto::DescribeDatasetRequest* request,
+    grpc::CallbackServerContext* context, const proto::DescribeDatasetRequest* request,
     proto::DescribeDatasetResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::StatusOr<service::Identity> caller = CallerOf(*context);
   absl::Status allowed =
-      caller.ok() ? service::RequireRole(*caller, service::Role::kTrainer,
-                                         "DescribeDataset")
+      caller.ok() ? service::RequireRole(*caller, service::Role::kTrainer, "DescribeDataset")
                   : caller.status();
   if (!allowed.ok()) {
     reactor->Finish(service::ToGrpcStatus(allowed));
     return reactor;
   }
-  reactor->Finish(
-      service::ToGrpcStatus(impl_->DescribeDataset(*request, response)));
+  reactor->Finish(service::ToGrpcStatus(impl_->DescribeDataset(*request, response)));
   return reactor;
 }
 

@@ -24,21 +24,18 @@ namespace sluice::data_worker {
 // typed one (-Woverloaded-virtual).
 class GrpcWorkerService final
     : public proto::WorkerService::WithCallbackMethod_DescribeDataset<
-          proto::WorkerService::WithRawCallbackMethod_GetBatches<
-              proto::WorkerService::Service>> {
+          proto::WorkerService::WithRawCallbackMethod_GetBatches<proto::WorkerService::Service>> {
  public:
   explicit GrpcWorkerService(WorkerImpl* impl) : impl_(impl) {}
 
   // `request` is a serialized GetBatchesRequest (INVALID_ARGUMENT if not).
-  grpc::ServerWriteReactor<grpc::ByteBuffer>* GetBatches(
-      grpc::CallbackServerContext* context,
-      const grpc::ByteBuffer* request) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* GetBatches(grpc::CallbackServerContext* context,
+                                                         const grpc::ByteBuffer* request) override;
 
   // Answered at once in gRPC's thread (reads one manifest file).
-  grpc::ServerUnaryReactor* DescribeDataset(
-      grpc::CallbackServerContext* context,
-      const proto::DescribeDatasetRequest* request,
-      proto::DescribeDatasetResponse* response) override;
+  grpc::ServerUnaryReactor* DescribeDataset(grpc::CallbackServerContext* context,
+                                            const proto::DescribeDatasetRequest* request,
+                                            proto::DescribeDatasetResponse* response) override;
 
  private:
   WorkerImpl* const impl_;

@@ -17,8 +17,7 @@ namespace {
 std::string Canonical(const std::string& path) {
   std::error_code ec;
   std::filesystem::path p = std::filesystem::weakly_canonical(path, ec);
-  if (ec)
-    return std::filesystem::absolute(path, ec).lexically_normal().string();
+  if (ec) return std::filesystem::absolute(path, ec).lexically_normal().string();
   return p.string();
 }
 
@@ -33,8 +32,7 @@ bool IsUnder(const std::string& path, const std::string& root) {
 // batch: `spec` is then the pipeline without it. Only when the batch is followed by nothing but
 // prefetch and the map works on one column in place. Returns the cut ops (empty: no cut) and
 // sets `column` to the map's column.
-std::vector<proto::OpSpec> CutClientTail(proto::Pipeline* spec,
-                                         std::string* column) {
+std::vector<proto::OpSpec> CutClientTail(proto::Pipeline* spec, std::string* column) {
   int batch = -1;
   for (int i = 0; i < spec->nodes_size(); ++i) {
     if (spec->nodes(i).has_batch()) {
@@ -47,8 +45,7 @@ std::vector<proto::OpSpec> CutClientTail(proto::Pipeline* spec,
   proto::MapNode* map = spec->mutable_nodes(batch - 1)->mutable_map();
   if (map->input_columns_size() != 1 ||
       (map->output_columns_size() != 0 &&
-       (map->output_columns_size() != 1 ||
-        map->output_columns(0) != map->input_columns(0)))) {
+       (map->output_columns_size() != 1 || map->output_columns(0) != map->input_columns(0)))) {
     return {};
   }
   const std::vector<proto::OpSpec> ops(map->ops().begin(), map->ops().end());
@@ -59,8 +56,7 @@ std::vector<proto::OpSpec> CutClientTail(proto::Pipeline* spec,
   if (n == ops.size()) {
     spec->mutable_nodes()->DeleteSubrange(batch - 1, 1);
   } else {
-    map->mutable_ops()->DeleteSubrange(static_cast<int>(ops.size() - n),
-                                       static_cast<int>(n));
+    map->mutable_ops()->DeleteSubrange(static_cast<int>(ops.size() - n), static_cast<int>(n));
   }
   return tail;
 }
@@ -69,8 +65,7 @@ std::vector<proto::OpSpec> CutClientTail(proto::Pipeline* spec,
 
 JobRegistry::JobRegistry(std::vector<std::string> data_roots,
                          pipeline::ExecutorOptions executor_options,
-                         std::shared_ptr<spdlog::logger> logger,
-                         service::ServiceLimits limits)
+                         std::shared_ptr<spdlog::logger> logger, service::ServiceLimits limits)
     : data_roots_(std::move(data_roots)),
       executor_options_(std::move(executor_options)),
       logger_(std::move(logger)),
@@ -78,12 +73,9 @@ JobRegistry::JobRegistry(std::vector<std::string> data_roots,
 
 absl::StatusOr<std::vector<std::string>> JobRegistry::CanonicalDataRoots(
     std::vector<std::string> roots) {
-  if (roots.empty())
-    return absl::InvalidArgumentError(
-        "the worker needs at least one --data-root");
+  if (roots.empty()) return absl::InvalidArgumentError("the worker needs at least one --data-root");
   for (std::string& root : roots) {
-    if (root.empty())
-      return absl::InvalidArgumentError("--data-root: empty path");
+    if (root.empty()) return absl::InvalidArgumentError("--data-root: empty path");
     root = Canonical(root);
   }
   return roots;
@@ -92,10 +84,8 @@ absl::StatusOr<std::vector<std::string>> JobRegistry::CanonicalDataRoots(
 absl::Status JobRegistry::CheckDataRoot(const proto::Pipeline& spec) const {
   std::string path;
   if (spec.source().has_dataset()) path = spec.source().dataset().path();
-  if (spec.source().has_image_folder())
-    path = spec.source().image_folder().path();
-  if (path.empty())
-    return absl::OkStatus();  // synthetic, or unset (the validator says so)
+  if (spec.source().has_image_folder()) path = spec.source().image_folder().path();
+  if (path.empty()) return absl::OkStatus();  // synthetic, or unset (the validator says so)
   const std::string canonical = Canonical(path);
   for (const std::string& root : data_roots_) {
     if (IsUnder(canonical, root)) return absl::OkStatus();
@@ -103,45 +93,39 @@ absl::Status JobRegistry::CheckDataRoot(const proto::Pipeline& spec) const {
   return absl::PermissionDeniedError(absl::StrCat(
       "pipeline source '", path, "'",
       canonical != path ? absl::StrCat(" (resolved: '", canonical, "')") : "",
-      " is outside the worker's --data-root (",
-      absl::StrJoin(data_roots_, ", "), ")"));
+      " is outside the worker's --data-root (", absl::StrJoin(data_roots_, ", "), ")"));
 }
 
 absl::StatusOr<std::vector<uint64_t>> JobRegistry::ShardRecordCounts(
     const std::string& pipeline) const {
-  RETURN_IF_ERROR(service::CheckPipelineBytes(
-      static_cast<int64_t>(pipeline.size()), limits_));
+  RETURN_IF_ERROR(service::CheckPipelineBytes(static_cast<int64_t>(pipeline.size()), limits_));
   proto::Pipeline spec;
   if (!spec.ParseFromString(pipeline)) {
     return absl::InvalidArgumentError("pipeline: not a serialized Pipeline");
   }
   if (!spec.source().has_dataset()) {
-    return absl::InvalidArgumentError(
-        "DescribeDataset: the pipeline's source is not a dataset");
+    return absl::InvalidArgumentError("DescribeDataset: the pipeline's source is not a dataset");
   }
   RETURN_IF_ERROR(CheckDataRoot(spec));
   const std::string& dir = spec.source().dataset().path();
-  absl::StatusOr<record::Manifest> manifest = record::Manifest::ReadFile(
-      (std::filesystem::path(dir) / record::kManifestName).string());
+  absl::StatusOr<record::Manifest> manifest =
+      record::Manifest::ReadFile((std::filesystem::path(dir) / record::kManifestName).string());
   if (!manifest.ok()) {
-    return absl::Status(
-        manifest.status().code(),
-        absl::StrCat("pipeline source '", dir,
-                     "' is not a readable Unirecord dataset folder (convert it "
-                     "first with `sluice record convert`): ",
-                     manifest.status().message()));
+    return absl::Status(manifest.status().code(),
+                        absl::StrCat("pipeline source '", dir,
+                                     "' is not a readable Unirecord dataset folder (convert it "
+                                     "first with `sluice record convert`): ",
+                                     manifest.status().message()));
   }
   std::vector<uint64_t> counts;
-  for (const record::ShardInfo& shard : manifest->shards)
-    counts.push_back(shard.records);
+  for (const record::ShardInfo& shard : manifest->shards) counts.push_back(shard.records);
   return counts;
 }
 
 std::shared_ptr<Job> JobRegistry::Build(const proto::JobInfo& info) const {
   auto job = std::make_shared<Job>();
   job->info = info;
-  job->status = service::CheckPipelineBytes(
-      static_cast<int64_t>(info.pipeline().size()), limits_);
+  job->status = service::CheckPipelineBytes(static_cast<int64_t>(info.pipeline().size()), limits_);
   if (job->status.ok() && !job->spec.ParseFromString(info.pipeline())) {
     job->status = absl::InvalidArgumentError(
         absl::StrCat("job ", info.job_id(),
@@ -149,8 +133,7 @@ std::shared_ptr<Job> JobRegistry::Build(const proto::JobInfo& info) const {
                      "(client and worker "
                      "versions differ?)"));
   }
-  if (job->status.ok())
-    job->status = service::CheckPipelineLimits(job->spec, limits_);
+  if (job->status.ok()) job->status = service::CheckPipelineLimits(job->spec, limits_);
   if (job->status.ok()) job->status = CheckDataRoot(job->spec);
   if (job->status.ok()) {
     absl::StatusOr<std::unique_ptr<pipeline::Executor>> ex =
@@ -165,8 +148,7 @@ std::shared_ptr<Job> JobRegistry::Build(const proto::JobInfo& info) const {
         absl::Status cut = CutTail(job.get(), &*ex);
         if (!cut.ok()) {
           // The full pipeline ran validation; a failing cut is ours: finish on the worker.
-          logger_->warn("job {}: finishing on the worker: {}", info.job_id(),
-                        cut.ToString());
+          logger_->warn("job {}: finishing on the worker: {}", info.job_id(), cut.ToString());
           job->tail.reset();
         }
       }
@@ -174,16 +156,14 @@ std::shared_ptr<Job> JobRegistry::Build(const proto::JobInfo& info) const {
       job->column_names = lp.column_names;
       job->shuffle = lp.shuffle;
       job->batched = lp.batch.has_value();
-      job->batch_size = info.batch_size() > 0 ? info.batch_size()
-                        : lp.batch.has_value()
-                            ? static_cast<uint64_t>(lp.batch->size)
-                            : 1;
+      job->batch_size = info.batch_size() > 0  ? info.batch_size()
+                        : lp.batch.has_value() ? static_cast<uint64_t>(lp.batch->size)
+                                               : 1;
       job->idle.push_back(std::move(*ex));
     }
   }
   if (job->status.ok()) {
-    logger_->info("job {} ('{}'): pipeline ready", info.job_id(),
-                  info.job_name());
+    logger_->info("job {} ('{}'): pipeline ready", info.job_id(), info.job_name());
   } else {
     logger_->warn("job {} ('{}') refused: {}", info.job_id(), info.job_name(),
                   job->status.ToString());
@@ -191,8 +171,7 @@ std::shared_ptr<Job> JobRegistry::Build(const proto::JobInfo& info) const {
   return job;
 }
 
-absl::Status JobRegistry::CutTail(
-    Job* job, std::unique_ptr<pipeline::Executor>* executor) const {
+absl::Status JobRegistry::CutTail(Job* job, std::unique_ptr<pipeline::Executor>* executor) const {
   proto::Pipeline cut = job->spec;
   std::string column;
   std::vector<proto::OpSpec> specs = CutClientTail(&cut, &column);
@@ -212,8 +191,7 @@ absl::Status JobRegistry::CutTail(
   tail.specs = std::move(specs);
   for (auto& op : ops) tail.ops.push_back(std::move(op));
   job->tail = std::move(tail);
-  job->spec =
-      std::move(cut);  // the executors run the pipeline without the tail
+  job->spec = std::move(cut);  // the executors run the pipeline without the tail
   *executor = std::move(ex);
   return absl::OkStatus();
 }
@@ -256,14 +234,12 @@ void JobRegistry::Clear() {
   gone.swap(jobs_);
 }
 
-absl::StatusOr<std::unique_ptr<pipeline::Executor>>
-JobRegistry::AcquireExecutor(uint64_t job_id) {
+absl::StatusOr<std::unique_ptr<pipeline::Executor>> JobRegistry::AcquireExecutor(uint64_t job_id) {
   std::shared_ptr<Job> job;
   {
     absl::MutexLock lock(&mu_);
     auto it = jobs_.find(job_id);
-    if (it == jobs_.end())
-      return absl::NotFoundError(absl::StrCat("job ", job_id, " is gone"));
+    if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", job_id, " is gone"));
     job = it->second;
     if (!job->status.ok()) return job->status;
     if (!job->idle.empty()) {
@@ -275,8 +251,7 @@ JobRegistry::AcquireExecutor(uint64_t job_id) {
   return pipeline::Executor::Create(job->spec, executor_options_);
 }
 
-void JobRegistry::ReleaseExecutor(
-    uint64_t job_id, std::unique_ptr<pipeline::Executor> executor) {
+void JobRegistry::ReleaseExecutor(uint64_t job_id, std::unique_ptr<pipeline::Executor> executor) {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it != jobs_.end()) it->second->idle.push_back(std::move(executor));

@@ -51,10 +51,9 @@ struct Job {
   // in its header (finish client; auto when the column is uint8, so the wire carries 4x fewer
   // bytes) or runs `ops` itself (finish auto on a float32 column).
   struct Tail {
-    int column = 0;                    // index into column_names
-    std::vector<proto::OpSpec> specs;  // what the header names
-    std::vector<std::shared_ptr<const Op>>
-        ops;  // the same ops, built (fused), for the worker
+    int column = 0;                              // index into column_names
+    std::vector<proto::OpSpec> specs;            // what the header names
+    std::vector<std::shared_ptr<const Op>> ops;  // the same ops, built (fused), for the worker
   };
   kernels::FinishMode finish = kernels::FinishMode::kAuto;
   std::optional<Tail> tail;
@@ -67,10 +66,8 @@ class JobRegistry {
  public:
   // `data_roots`: canonical paths (CanonicalDataRoots). `limits`: the pipeline limits jobs
   // are refused over, and the batch limit producers check (limits()).
-  JobRegistry(std::vector<std::string> data_roots,
-              pipeline::ExecutorOptions executor_options,
-              std::shared_ptr<spdlog::logger> logger,
-              service::ServiceLimits limits = {});
+  JobRegistry(std::vector<std::string> data_roots, pipeline::ExecutorOptions executor_options,
+              std::shared_ptr<spdlog::logger> logger, service::ServiceLimits limits = {});
 
   // Canonicalizes each root. InvalidArgument: none, or an empty one.
   static absl::StatusOr<std::vector<std::string>> CanonicalDataRoots(
@@ -79,18 +76,16 @@ class JobRegistry {
   // Builds `info`'s job unless known. Never fails: a bad job is kept refused.
   void Add(const proto::JobInfo& info) ABSL_LOCKS_EXCLUDED(mu_);
   // Null when unknown.
-  std::shared_ptr<const Job> Get(uint64_t job_id) const
-      ABSL_LOCKS_EXCLUDED(mu_);
+  std::shared_ptr<const Job> Get(uint64_t job_id) const ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<uint64_t> ids() const ABSL_LOCKS_EXCLUDED(mu_);
   void Remove(uint64_t job_id) ABSL_LOCKS_EXCLUDED(mu_);
   void Clear() ABSL_LOCKS_EXCLUDED(mu_);
 
   // An idle executor of `job` or a new one (its creation error).
-  absl::StatusOr<std::unique_ptr<pipeline::Executor>> AcquireExecutor(
-      uint64_t job_id) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<std::unique_ptr<pipeline::Executor>> AcquireExecutor(uint64_t job_id)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Back to the pool (dropped if the job was removed meanwhile).
-  void ReleaseExecutor(uint64_t job_id,
-                       std::unique_ptr<pipeline::Executor> executor)
+  void ReleaseExecutor(uint64_t job_id, std::unique_ptr<pipeline::Executor> executor)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // PermissionDenied unless the pipeline's source lies under a data root (exposed for tests).
@@ -98,8 +93,7 @@ class JobRegistry {
 
   // The shard record counts of the dataset `pipeline` (serialized) reads, from its manifest
   // (proto/worker_service.proto: DescribeDataset has the errors).
-  absl::StatusOr<std::vector<uint64_t>> ShardRecordCounts(
-      const std::string& pipeline) const;
+  absl::StatusOr<std::vector<uint64_t>> ShardRecordCounts(const std::string& pipeline) const;
 
   const service::ServiceLimits& limits() const { return limits_; }
 
@@ -107,8 +101,7 @@ class JobRegistry {
   std::shared_ptr<Job> Build(const proto::JobInfo& info) const;
   // Trainer-side finishing: cuts the client's tail off job->spec (if it has one), records it in
   // job->tail and replaces `executor` by one of the cut pipeline.
-  absl::Status CutTail(Job* job,
-                       std::unique_ptr<pipeline::Executor>* executor) const;
+  absl::Status CutTail(Job* job, std::unique_ptr<pipeline::Executor>* executor) const;
 
   const std::vector<std::string> data_roots_;
   const pipeline::ExecutorOptions executor_options_;

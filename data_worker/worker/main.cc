@@ -66,8 +66,7 @@ struct WorkerFlags {
 };
 
 void AddWorkerFlags(CLI::App& app, WorkerFlags* f) {
-  app.add_option("--dispatcher", f->dispatcher, "host:port of sluice-dispatcher")
-      ->required();
+  app.add_option("--dispatcher", f->dispatcher, "host:port of sluice-dispatcher")->required();
   service::AddServerFlags(app, &f->server);
   service::AddVersionFlag(app, "sluice-worker");
   app.add_option("--advertise-address", f->advertise,
@@ -77,27 +76,21 @@ void AddWorkerFlags(CLI::App& app, WorkerFlags* f) {
   app.add_option("--tls-server-name", f->tls_server_name,
                  "Name the dispatcher's certificate carries, when it is not "
                  "the host of --dispatcher");
-  app.add_option("--data-root", f->data_roots,
-                 "folder pipelines may read (repeatable)")
+  app.add_option("--data-root", f->data_roots, "folder pipelines may read (repeatable)")
       ->required();
-  app.add_option("--threads", f->threads,
-                 "CPU budget of each pipeline; 0 = all cores")
+  app.add_option("--threads", f->threads, "CPU budget of each pipeline; 0 = all cores")
       ->capture_default_str();
-  app.add_option("--capacity", f->capacity, "splits produced concurrently")
+  app.add_option("--capacity", f->capacity, "splits produced concurrently")->capture_default_str();
+  app.add_option("--memory-mb", f->memory_mb,
+                 "MB the pipelines may hold in their queues (all splits together)")
       ->capture_default_str();
-  app.add_option(
-         "--memory-mb", f->memory_mb,
-         "MB the pipelines may hold in their queues (all splits together)")
+  app.add_option("--queue-batches", f->queue_batches, "bounded queue per consumer, in batches")
       ->capture_default_str();
-  app.add_option("--queue-batches", f->queue_batches,
-                 "bounded queue per consumer, in batches")
-      ->capture_default_str();
-  app.add_option(
-         "--queue-mb", f->queue_mb,
-         "MB of batches the worker holds: all consumer queues together, "
-         "and the pipelines' elements and batches in flight, which wait "
-         "when it is full (one budget per worker, whatever the "
-         "consumers and jobs; 0: none)")
+  app.add_option("--queue-mb", f->queue_mb,
+                 "MB of batches the worker holds: all consumer queues together, "
+                 "and the pipelines' elements and batches in flight, which wait "
+                 "when it is full (one budget per worker, whatever the "
+                 "consumers and jobs; 0: none)")
       ->capture_default_str();
   app.add_option("--max-pipeline-bytes", f->limits.max_pipeline_bytes,
                  "Largest serialized pipeline spec accepted")
@@ -109,20 +102,17 @@ void AddWorkerFlags(CLI::App& app, WorkerFlags* f) {
                  "Largest batch (column bytes) served; sets gRPC's message "
                  "size limit")
       ->capture_default_str();
-  app.add_option("--max-streams", f->limits.max_streams,
-                 "Most GetBatches streams open at once")
+  app.add_option("--max-streams", f->limits.max_streams, "Most GetBatches streams open at once")
       ->capture_default_str();
   app.add_option("--max-streams-per-identity", f->limits.max_streams_per_identity,
                  "Most GetBatches streams one identity holds open on this "
                  "worker (so one caller cannot take every --max-streams)")
       ->capture_default_str();
-  AddDurationOption(
-      app, "--heartbeat-interval", &f->heartbeat_interval,
-      "Time between heartbeats until the dispatcher says otherwise");
+  AddDurationOption(app, "--heartbeat-interval", &f->heartbeat_interval,
+                    "Time between heartbeats until the dispatcher says otherwise");
   AddDurationOption(app, "--connect-timeout", &f->connect_timeout,
                     "How long to keep retrying an unreachable dispatcher");
-  AddDurationOption(app, "--drain-timeout", &f->drain_timeout,
-                    "How long a drain may take");
+  AddDurationOption(app, "--drain-timeout", &f->drain_timeout, "How long a drain may take");
   app.add_flag("--allow-python-ops", f->python.allow,
                "Run pipelines' python ops (user functions named by module "
                "and function, imported from this worker's image or "
@@ -147,8 +137,7 @@ int ExitCode(const absl::Status& status) {
 // the same CA and token as the worker requires of its callers. Fails fast, saying why, when the
 // dispatcher's transport security does not match ours (a retry would never heal it):
 // InvalidArgument for a bad flag, FailedPrecondition when the dispatcher cannot be joined.
-absl::StatusOr<std::unique_ptr<GrpcDispatcherClient>> ConnectToDispatcher(
-    const WorkerFlags& f) {
+absl::StatusOr<std::unique_ptr<GrpcDispatcherClient>> ConnectToDispatcher(const WorkerFlags& f) {
   GrpcDispatcherClientOptions options;
   options.address = f.dispatcher;
   options.connect_timeout = f.connect_timeout;
@@ -211,8 +200,7 @@ std::string AdvertisedAddress(const WorkerFlags& f, const std::string& advertise
 // started it, so probes and load balancers stop sending new trainers here. A worker the
 // dispatcher drained (`--scaler local`) exits once the dispatcher says may_exit, like after
 // SIGTERM; a second signal or --drain-timeout cuts a drain short.
-void ServeThenDrain(service::ServerMain& server, WorkerImpl& impl,
-                    absl::Duration drain_timeout) {
+void ServeThenDrain(service::ServerMain& server, WorkerImpl& impl, absl::Duration drain_timeout) {
   const std::shared_ptr<spdlog::logger>& logger = server.logger();
   bool serving = true;
   bool drained_by_dispatcher = false;
@@ -273,8 +261,8 @@ int Run(int argc, char** argv) {
   std::string advertise_host;
   int advertise_port = -1;
   if (!f.advertise.empty()) {
-    if (absl::Status s = service::ParseHostPort(
-            f.advertise, "--advertise-address", &advertise_host, &advertise_port);
+    if (absl::Status s = service::ParseHostPort(f.advertise, "--advertise-address", &advertise_host,
+                                                &advertise_port);
         !s.ok()) {
       std::fprintf(stderr, "sluice-worker: %s\n", std::string(s.message()).c_str());
       return 2;
@@ -285,8 +273,7 @@ int Run(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<service::ServerMain>> main =
       service::ServerMain::Create("worker", f.server);
   if (!main.ok()) {
-    std::fprintf(stderr, "sluice-worker: %s\n",
-                 std::string(main.status().message()).c_str());
+    std::fprintf(stderr, "sluice-worker: %s\n", std::string(main.status().message()).c_str());
     return ExitCode(main.status());
   }
   service::ServerMain& server = **main;
@@ -299,8 +286,7 @@ int Run(int argc, char** argv) {
     logger->error("{}", std::string(client.status().message()));
     return ExitCode(client.status());
   }
-  absl::StatusOr<std::unique_ptr<WorkerImpl>> impl =
-      CreateWorker(f, server, *std::move(client));
+  absl::StatusOr<std::unique_ptr<WorkerImpl>> impl = CreateWorker(f, server, *std::move(client));
   if (!impl.ok()) {
     logger->error("{}", impl.status().ToString());
     return 2;
@@ -310,14 +296,13 @@ int Run(int argc, char** argv) {
   grpc::ServerBuilder builder;
   builder.RegisterService(&service);
   builder.SetMaxSendMessageSize(service::MaxMessageBytes(f.limits));
-  builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(
-      f.limits.max_pipeline_bytes + service::kMessageOverheadBytes, INT32_MAX)));
+  builder.SetMaxReceiveMessageSize(static_cast<int>(
+      std::min<int64_t>(f.limits.max_pipeline_bytes + service::kMessageOverheadBytes, INT32_MAX)));
   if (absl::Status s = server.Start(builder); !s.ok()) {
     logger->error("{} (--host/--port)", std::string(s.message()));
     return 1;
   }
-  logger->info("data plane listening on {} (bound to {})", server.address(),
-               server.bind_address());
+  logger->info("data plane listening on {} (bound to {})", server.address(), server.bind_address());
 
   const std::string advertised = AdvertisedAddress(f, advertise_host, advertise_port, server);
   if (absl::Status started = (*impl)->Start(advertised); !started.ok()) {

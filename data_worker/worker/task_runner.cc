@@ -14,18 +14,17 @@ namespace {
 
 // The global record indices a slot reads, in order: each piece's range of its split's record
 // order (record::ConsumerSlots). InvalidArgument for a piece that reaches past its split.
-absl::StatusOr<std::vector<uint64_t>> SlotRecordOrder(
-    const proto::SplitAssignment& a, const Job& job, uint64_t epoch) {
+absl::StatusOr<std::vector<uint64_t>> SlotRecordOrder(const proto::SplitAssignment& a,
+                                                      const Job& job, uint64_t epoch) {
   std::vector<uint64_t> out;
   for (const proto::SplitPiece& p : a.pieces()) {
     if (p.offset() > p.records() || p.count() > p.records() - p.offset()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "split ", p.split_id(), " has ", p.records(),
-          " records; the assignment reads ", p.count(), " from ", p.offset()));
+      return absl::InvalidArgumentError(absl::StrCat("split ", p.split_id(), " has ", p.records(),
+                                                     " records; the assignment reads ", p.count(),
+                                                     " from ", p.offset()));
     }
-    const std::vector<uint64_t> order =
-        record::SplitRecordOrder(p.first_global(), p.records(), job.shuffle,
-                                 job.info.config().seed(), p.split_id(), epoch);
+    const std::vector<uint64_t> order = record::SplitRecordOrder(
+        p.first_global(), p.records(), job.shuffle, job.info.config().seed(), p.split_id(), epoch);
     out.insert(out.end(), order.begin() + static_cast<ptrdiff_t>(p.offset()),
                order.begin() + static_cast<ptrdiff_t>(p.offset() + p.count()));
   }
@@ -40,14 +39,12 @@ uint64_t FirstSplitId(const proto::SplitAssignment& a) {
 // A pipeline's busy time since `base` (each stage's busy seconds then): the
 // thread-seconds of its bottleneck stage (the most busy time per thread)
 // divided by that stage's threads.
-double BusySince(const pipeline::PipelineStats& stats,
-                 const std::vector<double>& base) {
+double BusySince(const pipeline::PipelineStats& stats, const std::vector<double>& base) {
   double busy = 0;
   for (size_t i = 0; i < stats.stages.size(); ++i) {
     const pipeline::StageStats& stage = stats.stages[i];
     const double before = i < base.size() ? base[i] : 0;
-    busy = std::max(busy,
-                    (stage.busy_seconds - before) / std::max(1, stage.threads));
+    busy = std::max(busy, (stage.busy_seconds - before) / std::max(1, stage.threads));
   }
   return busy;
 }
@@ -56,20 +53,18 @@ std::string DescribeSlot(const proto::SplitAssignment& a) {
   std::string out = absl::StrCat("slot ", a.key().position(), " (");
   for (int i = 0; i < a.pieces_size(); ++i) {
     const proto::SplitPiece& p = a.pieces(i);
-    absl::StrAppend(&out, i == 0 ? "" : ", ", "split ", p.split_id(),
-                    " positions ", p.offset(), "..", p.offset() + p.count());
+    absl::StrAppend(&out, i == 0 ? "" : ", ", "split ", p.split_id(), " positions ", p.offset(),
+                    "..", p.offset() + p.count());
   }
   return absl::StrCat(out, ")");
 }
 
 }  // namespace
 
-absl::StatusOr<service::WireBatch> ToWireBatch(pipeline::Element element,
-                                               const Job& job) {
+absl::StatusOr<service::WireBatch> ToWireBatch(pipeline::Element element, const Job& job) {
   if (element.columns.size() != job.column_names.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the pipeline produced ", element.columns.size(),
-                     " columns but names ", job.column_names.size()));
+    return absl::InvalidArgumentError(absl::StrCat("the pipeline produced ", element.columns.size(),
+                                                   " columns but names ", job.column_names.size()));
   }
   service::WireBatch batch;
   for (size_t i = 0; i < element.columns.size(); ++i) {
@@ -78,8 +73,8 @@ absl::StatusOr<service::WireBatch> ToWireBatch(pipeline::Element element,
     std::vector<int64_t> shape(t->shape().begin(), t->shape().end());
     if (!job.batched) shape.insert(shape.begin(), 1);
     service::ColumnBytes bytes{t->data(), t->num_bytes(), t};
-    absl::Status s = service::AppendColumn(job.column_names[i], t->dtype(),
-                                           shape, std::move(bytes), &batch);
+    absl::Status s =
+        service::AppendColumn(job.column_names[i], t->dtype(), shape, std::move(bytes), &batch);
     if (!s.ok()) return s;
   }
   batch.header.mutable_global_indices()->Add(element.global_indices.begin(),
@@ -87,8 +82,8 @@ absl::StatusOr<service::WireBatch> ToWireBatch(pipeline::Element element,
   return batch;
 }
 
-absl::StatusOr<std::optional<proto::ColumnFinish>> FinishOrShip(
-    const Job& job, pipeline::Element* element) {
+absl::StatusOr<std::optional<proto::ColumnFinish>> FinishOrShip(const Job& job,
+                                                                pipeline::Element* element) {
   if (!job.tail.has_value()) return std::nullopt;
   const Job::Tail& tail = *job.tail;
   if (tail.column >= static_cast<int>(element->columns.size())) {
@@ -96,12 +91,9 @@ absl::StatusOr<std::optional<proto::ColumnFinish>> FinishOrShip(
   }
   Tensor& column = element->columns[tail.column];
   const bool ship = job.finish == kernels::FinishMode::kClient ||
-                    (job.finish == kernels::FinishMode::kAuto &&
-                     column.dtype() == DType::kUint8);
+                    (job.finish == kernels::FinishMode::kAuto && column.dtype() == DType::kUint8);
   // The client can run it on this column (the one check both sides share).
-  if (ship &&
-      kernels::Finisher::Create(tail.specs, column.dtype(), column.shape())
-          .ok()) {
+  if (ship && kernels::Finisher::Create(tail.specs, column.dtype(), column.shape()).ok()) {
     proto::ColumnFinish finish;
     finish.set_column(tail.column);
     finish.mutable_ops()->Add(tail.specs.begin(), tail.specs.end());
@@ -115,23 +107,21 @@ absl::StatusOr<std::optional<proto::ColumnFinish>> FinishOrShip(
   return std::nullopt;
 }
 
-TaskRunner::TaskRunner(ConsumerQueues* queues, JobRegistry* jobs,
-                       prometheus::Registry& registry,
+TaskRunner::TaskRunner(ConsumerQueues* queues, JobRegistry* jobs, prometheus::Registry& registry,
                        std::shared_ptr<spdlog::logger> logger, int cpu_budget)
     : queues_(queues),
       jobs_(jobs),
       logger_(std::move(logger)),
       cpu_budget_(std::max(1, cpu_budget)),
-      splits_started_(AddCounter(registry, "sluice_worker_splits_total",
-                                 "Splits by event.", {{"event", "started"}})) {}
+      splits_started_(AddCounter(registry, "sluice_worker_splits_total", "Splits by event.",
+                                 {{"event", "started"}})) {}
 
 TaskRunner::~TaskRunner() { Stop(); }
 
 void TaskRunner::Start(int threads) {
   absl::MutexLock lock(&mu_);
   producers_ += threads;
-  for (int i = 0; i < threads; ++i)
-    threads_.emplace_back([this] { ProducerLoop(); });
+  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { ProducerLoop(); });
 }
 
 void TaskRunner::Stop() {
@@ -145,8 +135,7 @@ void TaskRunner::Stop() {
   for (std::thread& t : threads) t.join();
 }
 
-void TaskRunner::Enqueue(uint64_t task_id, proto::SplitAssignment assignment,
-                         bool parallel) {
+void TaskRunner::Enqueue(uint64_t task_id, proto::SplitAssignment assignment, bool parallel) {
   absl::MutexLock lock(&mu_);
   pending_.push_back(QueuedTask{task_id, std::move(assignment), parallel});
   work_available_.Signal();
@@ -187,8 +176,7 @@ void TaskRunner::CountBusy(PipelineCounters& r) {
     job.elements += elements;
   }
   r.busy_base.assign(stats.stages.size(), 0);
-  for (size_t i = 0; i < stats.stages.size(); ++i)
-    r.busy_base[i] = stats.stages[i].busy_seconds;
+  for (size_t i = 0; i < stats.stages.size(); ++i) r.busy_base[i] = stats.stages[i].busy_seconds;
   r.elements_base = stats.elements_out;
 }
 
@@ -243,17 +231,15 @@ void TaskRunner::ProducerLoop() {
   Producer producer;
   while (Share(producer)) {
     if (producer.runs.empty()) {
-      Retire(
-          producer,
-          /*all=*/false);  // before waiting: no parked threads of a removed job
+      Retire(producer,
+             /*all=*/false);  // before waiting: no parked threads of a removed job
       std::optional<QueuedTask> task = Take(/*wait=*/true);
       if (!task.has_value()) break;
       Begin(producer, *std::move(task));
       continue;
     }
     SubmittedRun& run = producer.runs.front();
-    absl::StatusOr<std::optional<pipeline::Element>> next =
-        run.pipeline->ex->Next();
+    absl::StatusOr<std::optional<pipeline::Element>> next = run.pipeline->ex->Next();
     if (!next.ok()) {
       // Batches before the error have gone out; the stream then ends with the error, naming
       // the split (the cause names the record). The run's end follows.
@@ -261,11 +247,9 @@ void TaskRunner::ProducerLoop() {
       if (!run.stopped) {
         const absl::Status failed(
             next.status().code(),
-            absl::StrCat("job ", a.key().job_id(), " ", DescribeSlot(a),
-                         " (epoch ", run.epoch,
+            absl::StrCat("job ", a.key().job_id(), " ", DescribeSlot(a), " (epoch ", run.epoch,
                          "): ", next.status().message()));
-        logger_->error("consumer {}: {}", a.key().consumer_index(),
-                       failed.ToString());
+        logger_->error("consumer {}: {}", a.key().consumer_index(), failed.ToString());
         queues_->Fail(run.task.task_id, failed);
         StopTask(producer, run.task.task_id);
       }
@@ -336,8 +320,7 @@ void TaskRunner::Submit(Producer& producer, SubmittedRun run) {
   } else {
     absl::StatusOr<std::vector<uint64_t>> records =
         SlotRecordOrder(run.task.assignment, *run.job, run.epoch);
-    id = records.ok() ? ex.Submit(*std::move(records), run.epoch)
-                      : records.status();
+    id = records.ok() ? ex.Submit(*std::move(records), run.epoch) : records.status();
   }
   if (!id.ok()) {
     queues_->Fail(run.task.task_id, id.status());
@@ -385,8 +368,7 @@ void TaskRunner::Deliver(Producer& producer, SubmittedRun& run, pipeline::Elemen
     if (!queues_->IsLive(run.task.task_id)) StopTask(producer, run.task.task_id);
     return;
   }
-  absl::StatusOr<std::optional<proto::ColumnFinish>> finish =
-      FinishOrShip(job, &element);
+  absl::StatusOr<std::optional<proto::ColumnFinish>> finish = FinishOrShip(job, &element);
   if (!finish.ok()) {
     queues_->Fail(run.task.task_id, finish.status());
     StopTask(producer, run.task.task_id);
@@ -394,19 +376,16 @@ void TaskRunner::Deliver(Producer& producer, SubmittedRun& run, pipeline::Elemen
   }
   // Refused before encoding: the consumer is told which flag, instead of a message gRPC will
   // not send.
-  if (absl::Status s =
-          service::CheckBatchLimit(pipeline::BytesOf(element), jobs_->limits());
+  if (absl::Status s = service::CheckBatchLimit(pipeline::BytesOf(element), jobs_->limits());
       !s.ok()) {
     queues_->Fail(
         run.task.task_id,
-        absl::Status(s.code(), absl::StrCat("job ", a.key().job_id(), " ",
-                                            DescribeSlot(a), " batch ", index,
-                                            ": ", s.message())));
+        absl::Status(s.code(), absl::StrCat("job ", a.key().job_id(), " ", DescribeSlot(a),
+                                            " batch ", index, ": ", s.message())));
     StopTask(producer, run.task.task_id);
     return;
   }
-  absl::StatusOr<service::WireBatch> batch =
-      ToWireBatch(std::move(element), job);
+  absl::StatusOr<service::WireBatch> batch = ToWireBatch(std::move(element), job);
   if (!batch.ok()) {
     queues_->Fail(run.task.task_id, batch.status());
     StopTask(producer, run.task.task_id);
@@ -456,12 +435,10 @@ void TaskRunner::EndRun(Producer& producer) {
   queues_->Push(run.task.task_id, std::move(marker));
 }
 
-absl::StatusOr<TaskRunner::Pipeline*> TaskRunner::PipelineFor(Producer& producer,
-                                                              uint64_t job_id) {
+absl::StatusOr<TaskRunner::Pipeline*> TaskRunner::PipelineFor(Producer& producer, uint64_t job_id) {
   auto it = producer.pipelines.find(job_id);
   if (it != producer.pipelines.end()) return &it->second;
-  absl::StatusOr<std::unique_ptr<pipeline::Executor>> ex =
-      jobs_->AcquireExecutor(job_id);
+  absl::StatusOr<std::unique_ptr<pipeline::Executor>> ex = jobs_->AcquireExecutor(job_id);
   if (!ex.ok()) return ex.status();
   // Its first threads fit the producer's share (no run is in flight yet when the producer was
   // idle).
@@ -488,9 +465,8 @@ absl::StatusOr<TaskRunner::Pipeline*> TaskRunner::PipelineFor(Producer& producer
 void TaskRunner::Retire(Producer& producer, bool all) {
   for (auto it = producer.pipelines.begin(); it != producer.pipelines.end();) {
     Pipeline& p = it->second;
-    const bool used =
-        std::any_of(producer.runs.begin(), producer.runs.end(),
-                    [&](const SubmittedRun& r) { return r.pipeline == &p; });
+    const bool used = std::any_of(producer.runs.begin(), producer.runs.end(),
+                                  [&](const SubmittedRun& r) { return r.pipeline == &p; });
     if (used || (!all && jobs_->Get(p.job_id) != nullptr)) {
       ++it;
       continue;

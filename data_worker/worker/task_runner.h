@@ -56,22 +56,20 @@ namespace sluice::data_worker {
 // a shared owner that the queue and gRPC's slices reference (service/batch_codec.h). An
 // unbatched pipeline's element gets a leading dimension of 1, so shape[0] is always the element
 // count. InvalidArgument if the column counts differ.
-absl::StatusOr<service::WireBatch> ToWireBatch(pipeline::Element element,
-                                               const Job& job);
+absl::StatusOr<service::WireBatch> ToWireBatch(pipeline::Element element, const Job& job);
 
 // Trainer-side finishing of one executor output (job.tail, job_registry.h): either runs the tail
 // on the batch here, or leaves the column as it is and returns the ColumnFinish the header must
 // carry (finish client; auto when the column is uint8, which the tail would make 4x larger).
 // Errors: the tail op's own (e.g. InvalidArgument naming the op).
-absl::StatusOr<std::optional<proto::ColumnFinish>> FinishOrShip(
-    const Job& job, pipeline::Element* element);
+absl::StatusOr<std::optional<proto::ColumnFinish>> FinishOrShip(const Job& job,
+                                                                pipeline::Element* element);
 
 class TaskRunner {
  public:
   // `cpu_budget`: the stage threads of all pipelines together (the worker's --threads,
   // resolved).
-  TaskRunner(ConsumerQueues* queues, JobRegistry* jobs,
-             prometheus::Registry& registry,
+  TaskRunner(ConsumerQueues* queues, JobRegistry* jobs, prometheus::Registry& registry,
              std::shared_ptr<spdlog::logger> logger, int cpu_budget);
   ~TaskRunner();  // Stop()s
 
@@ -79,8 +77,8 @@ class TaskRunner {
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Queues task `task_id` (from ConsumerQueues::AddTask) for production.
-  void Enqueue(uint64_t task_id, proto::SplitAssignment assignment,
-               bool parallel) ABSL_LOCKS_EXCLUDED(mu_);
+  void Enqueue(uint64_t task_id, proto::SplitAssignment assignment, bool parallel)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Peak over time of queued bytes plus the live bytes of every running Executor.
   int64_t peak_bytes() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -139,7 +137,7 @@ class TaskRunner {
   // One producer thread's state; touched by that thread only.
   struct Producer {
     std::map<uint64_t, Pipeline> pipelines;  // by job id
-    std::deque<SubmittedRun> runs;               // in the order their outputs come
+    std::deque<SubmittedRun> runs;           // in the order their outputs come
     bool busy = false;                       // counted in busy_producers_
     int cpu_share = 0;                       // its pipelines' CPU budget
   };
@@ -173,8 +171,7 @@ class TaskRunner {
   struct PipelineCounters;
   // Adds `r`'s busy time and elements since they were last counted to the totals.
   void CountBusy(PipelineCounters& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  PipelineCounters& CountersOf(const pipeline::Executor* ex)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  PipelineCounters& CountersOf(const pipeline::Executor* ex) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   ConsumerQueues* const queues_;
   JobRegistry* const jobs_;
@@ -186,7 +183,7 @@ class TaskRunner {
   absl::CondVar work_available_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<QueuedTask> pending_ ABSL_GUARDED_BY(mu_);
-  int idle_ ABSL_GUARDED_BY(mu_) = 0;        // producers waiting for a task
+  int idle_ ABSL_GUARDED_BY(mu_) = 0;            // producers waiting for a task
   int busy_producers_ ABSL_GUARDED_BY(mu_) = 0;  // producers with runs in flight
   // Every producer's pipelines, with what their stats were when busy time was last counted.
   struct PipelineCounters {
@@ -194,8 +191,7 @@ class TaskRunner {
     uint64_t job_id;
     std::vector<double> busy_base;  // per stage
     uint64_t elements_base;
-    bool forgotten =
-        false;  // its job is over (ForgetJob): counted in the totals only
+    bool forgotten = false;  // its job is over (ForgetJob): counted in the totals only
   };
   std::vector<PipelineCounters> counters_ ABSL_GUARDED_BY(mu_);
   uint64_t retired_thread_starts_ ABSL_GUARDED_BY(mu_) = 0;
@@ -203,8 +199,7 @@ class TaskRunner {
   int producers_ ABSL_GUARDED_BY(mu_) = 0;
   double run_busy_seconds_ ABSL_GUARDED_BY(mu_) = 0;  // summed over runs
   uint64_t elements_run_ ABSL_GUARDED_BY(mu_) = 0;
-  std::map<uint64_t, JobBusy> run_busy_by_job_
-      ABSL_GUARDED_BY(mu_);           // busy summed over runs
+  std::map<uint64_t, JobBusy> run_busy_by_job_ ABSL_GUARDED_BY(mu_);  // busy summed over runs
   std::vector<std::thread> threads_;  // started by Start, joined by Stop
 };
 

@@ -19,51 +19,40 @@ constexpr char kHeartbeatsHelp[] =
 
 }  // namespace
 
-
 absl::StatusOr<std::unique_ptr<WorkerImpl>> WorkerImpl::Create(
     WorkerOptions options, std::unique_ptr<DispatcherClient> dispatcher) {
   ASSIGN_OR_RETURN(std::vector<std::string> roots,
                    JobRegistry::CanonicalDataRoots(options.data_roots));
-  if (options.capacity == 0)
-    return absl::InvalidArgumentError("capacity must be > 0");
-  if (options.queue_batches == 0)
-    return absl::InvalidArgumentError("queue_batches must be > 0");
-  if (dispatcher == nullptr)
-    return absl::InvalidArgumentError("no dispatcher client");
-  return std::unique_ptr<WorkerImpl>(new WorkerImpl(
-      std::move(options), std::move(roots), std::move(dispatcher)));
+  if (options.capacity == 0) return absl::InvalidArgumentError("capacity must be > 0");
+  if (options.queue_batches == 0) return absl::InvalidArgumentError("queue_batches must be > 0");
+  if (dispatcher == nullptr) return absl::InvalidArgumentError("no dispatcher client");
+  return std::unique_ptr<WorkerImpl>(
+      new WorkerImpl(std::move(options), std::move(roots), std::move(dispatcher)));
 }
 
-WorkerImpl::WorkerImpl(WorkerOptions options,
-                       std::vector<std::string> data_roots,
+WorkerImpl::WorkerImpl(WorkerOptions options, std::vector<std::string> data_roots,
                        std::unique_ptr<DispatcherClient> dispatcher)
     : options_(std::move(options)),
       clock_(options_.clock != nullptr ? options_.clock : RealClock::Get()),
       logger_(options_.logger != nullptr ? options_.logger : NullLogger()),
       dispatcher_(std::move(dispatcher)),
-      own_registry_(options_.registry == nullptr
-                        ? std::make_unique<prometheus::Registry>()
-                        : nullptr),
-      registry_(options_.registry != nullptr ? *options_.registry
-                                             : *own_registry_),
+      own_registry_(options_.registry == nullptr ? std::make_unique<prometheus::Registry>()
+                                                 : nullptr),
+      registry_(options_.registry != nullptr ? *options_.registry : *own_registry_),
       budget_(options_.queue_bytes),
-      jobs_(std::move(data_roots), MakeExecutorOptions(), logger_,
-            options_.limits),
-      queues_(options_.queue_batches, options_.queue_bytes, registry_,
-              &budget_),
+      jobs_(std::move(data_roots), MakeExecutorOptions(), logger_, options_.limits),
+      queues_(options_.queue_batches, options_.queue_bytes, registry_, &budget_),
       runner_(&queues_, &jobs_, registry_, logger_,
-              options_.threads > 0
-                  ? options_.threads
-                  : static_cast<int>(std::thread::hardware_concurrency())),
+              options_.threads > 0 ? options_.threads
+                                   : static_cast<int>(std::thread::hardware_concurrency())),
       address_(options_.address),
       heartbeat_interval_(options_.heartbeat_interval),
-      start_heartbeats_(AddCounter(registry_, "sluice_worker_heartbeats_total",
-                                   kHeartbeatsHelp, {{"trigger", "start"}})),
-      interval_heartbeats_(
-          AddCounter(registry_, "sluice_worker_heartbeats_total",
-                     kHeartbeatsHelp, {{"trigger", "interval"}})),
-      event_heartbeats_(AddCounter(registry_, "sluice_worker_heartbeats_total",
-                                   kHeartbeatsHelp, {{"trigger", "event"}})) {
+      start_heartbeats_(AddCounter(registry_, "sluice_worker_heartbeats_total", kHeartbeatsHelp,
+                                   {{"trigger", "start"}})),
+      interval_heartbeats_(AddCounter(registry_, "sluice_worker_heartbeats_total", kHeartbeatsHelp,
+                                      {{"trigger", "interval"}})),
+      event_heartbeats_(AddCounter(registry_, "sluice_worker_heartbeats_total", kHeartbeatsHelp,
+                                   {{"trigger", "event"}})) {
   rate_since_ = clock_->Now();
   queues_.set_on_split_end([this] { heartbeat_due_.store(true); });
 }
@@ -73,8 +62,7 @@ WorkerImpl::~WorkerImpl() { Stop(); }
 pipeline::ExecutorOptions WorkerImpl::MakeExecutorOptions() {
   pipeline::ExecutorOptions o;
   o.cpu_budget = options_.threads;
-  o.memory_budget_bytes =
-      options_.memory_budget_bytes / std::max<uint32_t>(1, options_.capacity);
+  o.memory_budget_bytes = options_.memory_budget_bytes / std::max<uint32_t>(1, options_.capacity);
   o.registry = &registry_;
   o.worker_budget = &budget_;
   return o;
@@ -85,8 +73,7 @@ absl::Status WorkerImpl::Start(const std::string& address) {
   {
     absl::MutexLock lock(&mu_);
     if (started_) return absl::OkStatus();
-    if (cancelled_)
-      return absl::FailedPreconditionError("the worker was stopped");
+    if (cancelled_) return absl::FailedPreconditionError("the worker was stopped");
     if (!address.empty()) address_ = address;
   }
   RETURN_IF_ERROR(Register());
@@ -124,8 +111,7 @@ absl::Status WorkerImpl::Register() {
     request.set_address(address_);
   }
   if (request.address().empty()) {
-    return absl::InvalidArgumentError(
-        "the worker's data-plane address is empty");
+    return absl::InvalidArgumentError("the worker's data-plane address is empty");
   }
   request.set_capacity(options_.capacity);
   proto::WorkerRegisterResponse response;
@@ -138,15 +124,12 @@ absl::Status WorkerImpl::Register() {
   {
     absl::MutexLock lock(&mu_);
     worker_id_ = response.worker_id();
-    new_incarnation =
-        incarnation_ != 0 && response.incarnation() != incarnation_;
+    new_incarnation = incarnation_ != 0 && response.incarnation() != incarnation_;
     incarnation_ = response.incarnation();
     if (response.heartbeat_interval_seconds() > 0) {
-      heartbeat_interval_ =
-          absl::Seconds(response.heartbeat_interval_seconds());
+      heartbeat_interval_ = absl::Seconds(response.heartbeat_interval_seconds());
     }
-    logger_->info("registered with the dispatcher as worker {} ({})",
-                  worker_id_, address_);
+    logger_->info("registered with the dispatcher as worker {} ({})", worker_id_, address_);
   }
   if (new_incarnation) ForgetEverything();
   return absl::OkStatus();
@@ -181,8 +164,8 @@ absl::Status WorkerImpl::Heartbeat() {
       parallel = parallel || p.parallel;
       if (!p.parallel && !p.finished && !p.failed) ++producing;
     }
-    wants_splits_ = !parallel && !draining_ && producing < options_.capacity &&
-                    queues_.open_streams() > 0;
+    wants_splits_ =
+        !parallel && !draining_ && producing < options_.capacity && queues_.open_streams() > 0;
     if (!wants_splits_) idle_wait_ = absl::ZeroDuration();
     for (const TaskProgress& p : progress) {
       if (p.parallel) {
@@ -198,8 +181,7 @@ absl::Status WorkerImpl::Heartbeat() {
     }
     request.set_queue_depth(queues_.queued_batches());
     request.set_queue_capacity(queues_.queue_capacity());
-    request.set_blocked_producers(
-        static_cast<uint32_t>(queues_.blocked_producers()));
+    request.set_blocked_producers(static_cast<uint32_t>(queues_.blocked_producers()));
     const TaskRunner::Busy totals = runner_.busy();
     request.set_elements_total(totals.elements);
     request.set_busy_seconds_total(totals.busy_seconds);
@@ -214,9 +196,8 @@ absl::Status WorkerImpl::Heartbeat() {
     // status` showed 0 and 2,700 el/s in turn for a worker making 160).
     const absl::Time now = clock_->Now();
     if (now - rate_since_ >= kMinRateSpan) {
-      elements_per_second_ =
-          static_cast<double>(elements - elements_at_rate_since_) /
-          absl::ToDoubleSeconds(now - rate_since_);
+      elements_per_second_ = static_cast<double>(elements - elements_at_rate_since_) /
+                             absl::ToDoubleSeconds(now - rate_since_);
       rate_since_ = now;
       elements_at_rate_since_ = elements;
     }
@@ -242,8 +223,7 @@ absl::Status WorkerImpl::Heartbeat() {
   bool new_incarnation;
   {
     absl::MutexLock lock(&mu_);
-    new_incarnation =
-        response.incarnation() != 0 && response.incarnation() != incarnation_;
+    new_incarnation = response.incarnation() != 0 && response.incarnation() != incarnation_;
     if (new_incarnation) incarnation_ = response.incarnation();
   }
   if (new_incarnation) {
@@ -260,8 +240,7 @@ absl::Status WorkerImpl::Heartbeat() {
     jobs_.Remove(job_id);
     runner_.ForgetJob(job_id);
   }
-  for (const proto::SplitKey& key : response.drop())
-    queues_.DropTask(KeyOf(key));
+  for (const proto::SplitKey& key : response.drop()) queues_.DropTask(KeyOf(key));
   StartTasks(response);
   if (response.draining()) queues_.SetDraining();
   absl::MutexLock lock(&mu_);
@@ -273,8 +252,7 @@ absl::Status WorkerImpl::Heartbeat() {
 void WorkerImpl::StartTasks(const proto::WorkerHeartbeatResponse& response) {
   for (const proto::SplitAssignment& a : response.start()) {
     if (jobs_.Get(a.key().job_id()) == nullptr) {
-      logger_->error("split of job {} assigned without its JobInfo",
-                     a.key().job_id());
+      logger_->error("split of job {} assigned without its JobInfo", a.key().job_id());
     }
     const uint64_t id = queues_.AddTask(a, /*parallel=*/false);
     if (id != 0) runner_.Enqueue(id, a, /*parallel=*/false);
@@ -328,55 +306,46 @@ bool WorkerImpl::draining() const {
   return draining_;
 }
 
-absl::Status WorkerImpl::DescribeDataset(
-    const proto::DescribeDatasetRequest& request,
-    proto::DescribeDatasetResponse* response) const {
-  RETURN_IF_ERROR(service::CheckProtocolVersion(request.protocol_version(),
-                                                "client", "worker"));
-  ASSIGN_OR_RETURN(std::vector<uint64_t> counts,
-                   jobs_.ShardRecordCounts(request.pipeline()));
+absl::Status WorkerImpl::DescribeDataset(const proto::DescribeDatasetRequest& request,
+                                         proto::DescribeDatasetResponse* response) const {
+  RETURN_IF_ERROR(service::CheckProtocolVersion(request.protocol_version(), "client", "worker"));
+  ASSIGN_OR_RETURN(std::vector<uint64_t> counts, jobs_.ShardRecordCounts(request.pipeline()));
   for (uint64_t count : counts) response->add_shard_record_counts(count);
   return absl::OkStatus();
 }
 
-absl::StatusOr<uint64_t> WorkerImpl::OpenStream(
-    const proto::GetBatchesRequest& request, const service::Identity& caller,
-    std::function<void()> notify) {
-  RETURN_IF_ERROR(service::CheckProtocolVersion(request.protocol_version(),
-                                                "client", "worker"));
+absl::StatusOr<uint64_t> WorkerImpl::OpenStream(const proto::GetBatchesRequest& request,
+                                                const service::Identity& caller,
+                                                std::function<void()> notify) {
+  RETURN_IF_ERROR(service::CheckProtocolVersion(request.protocol_version(), "client", "worker"));
   if (!caller.Has(service::Role::kOperator)) {
-    RETURN_IF_ERROR(
-        service::RequireRole(caller, service::Role::kTrainer, "GetBatches"));
+    RETURN_IF_ERROR(service::RequireRole(caller, service::Role::kTrainer, "GetBatches"));
   }
-  RETURN_IF_ERROR(service::CheckStreamLimit(
-      static_cast<int64_t>(queues_.open_streams()), options_.limits));
+  RETURN_IF_ERROR(
+      service::CheckStreamLimit(static_cast<int64_t>(queues_.open_streams()), options_.limits));
   std::shared_ptr<const Job> job = jobs_.Get(request.job_id());
   if (job == nullptr) {
     // A consumer knows of a job this worker has not heard of yet.
     heartbeat_due_.store(true);
-    return absl::NotFoundError(
-        absl::StrCat("job ", request.job_id(),
-                     " is not known to this worker yet: retry after its "
-                     "next heartbeat"));
+    return absl::NotFoundError(absl::StrCat("job ", request.job_id(),
+                                            " is not known to this worker yet: retry after its "
+                                            "next heartbeat"));
   }
   const std::string owner = service::JobOwner(job->info.job_name());
   if (!caller.MayActFor(owner)) {
     return absl::PermissionDeniedError(absl::StrCat(
-        caller.Describe(), " may not call GetBatches for job ",
-        request.job_id(), ": the job belongs to ",
-        owner.empty() ? "no identity (made in development mode)" : owner,
+        caller.Describe(), " may not call GetBatches for job ", request.job_id(),
+        ": the job belongs to ", owner.empty() ? "no identity (made in development mode)" : owner,
         " (only its owner or an operator, sluice:operators, may)"));
   }
   if (!job->status.ok()) return job->status;
-  const uint32_t consumers =
-      std::max<uint32_t>(1, job->info.config().num_consumers());
+  const uint32_t consumers = std::max<uint32_t>(1, job->info.config().num_consumers());
   if (request.consumer_index() >= consumers) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "consumer_index ", request.consumer_index(), " >= num_consumers ",
-        consumers, " of job ", request.job_id()));
+    return absl::InvalidArgumentError(absl::StrCat("consumer_index ", request.consumer_index(),
+                                                   " >= num_consumers ", consumers, " of job ",
+                                                   request.job_id()));
   }
-  std::vector<proto::HeldSplit> held(request.held().begin(),
-                                     request.held().end());
+  std::vector<proto::HeldSplit> held(request.held().begin(), request.held().end());
   // Counted per identity, so that one caller holding streams it does not read cannot take
   // every --max-streams slot. Reserved before the open, so two opens cannot both pass.
   const bool counted = !caller.all_roles;
@@ -384,16 +353,16 @@ absl::StatusOr<uint64_t> WorkerImpl::OpenStream(
     absl::MutexLock lock(&mu_);
     int64_t& mine = streams_per_user_[caller.user];
     if (absl::Status s = service::CheckPerIdentityLimit(
-            caller.user, mine, options_.limits.max_streams_per_identity,
-            "streams on this worker", "--max-streams-per-identity");
+            caller.user, mine, options_.limits.max_streams_per_identity, "streams on this worker",
+            "--max-streams-per-identity");
         !s.ok()) {
       if (mine == 0) streams_per_user_.erase(caller.user);
       return s;
     }
     ++mine;
   }
-  ConsumerQueues::Opened opened = queues_.Open(
-      {request.job_id(), request.consumer_index()}, held, std::move(notify));
+  ConsumerQueues::Opened opened =
+      queues_.Open({request.job_id(), request.consumer_index()}, held, std::move(notify));
   if (counted) {
     absl::MutexLock lock(&mu_);
     stream_users_[opened.stream_id] = caller.user;
@@ -406,8 +375,8 @@ absl::StatusOr<uint64_t> WorkerImpl::OpenStream(
         "job {} consumer {}: split at epoch {} position {} lost batches in "
         "flight; "
         "producing it again from batch {}",
-        a.key().job_id(), a.key().consumer_index(), a.key().epoch(),
-        a.key().position(), a.skip_batches());
+        a.key().job_id(), a.key().consumer_index(), a.key().epoch(), a.key().position(),
+        a.skip_batches());
     const uint64_t id = queues_.AddTask(a, /*parallel=*/false);
     if (id != 0) runner_.Enqueue(id, a, /*parallel=*/false);
   }
@@ -442,16 +411,13 @@ void WorkerImpl::HeartbeatLoop() {
   bool first = true;
   while (true) {
     absl::Status status = Heartbeat();
-    (first ? start_heartbeats_
-           : (early ? event_heartbeats_ : interval_heartbeats_))
-        .Increment();
+    (first ? start_heartbeats_ : (early ? event_heartbeats_ : interval_heartbeats_)).Increment();
     first = false;
     {
       absl::MutexLock lock(&mu_);
       ++heartbeats_;
     }
-    if (!status.ok())
-      logger_->warn("WorkerHeartbeat failed: {}", status.ToString());
+    if (!status.ok()) logger_->warn("WorkerHeartbeat failed: {}", status.ToString());
     failures = status.ok() ? 0 : failures + 1;
     absl::Duration interval;
     {
@@ -494,9 +460,8 @@ void WorkerImpl::HeartbeatLoop() {
 
 void WorkerImpl::AwaitHeartbeat(uint64_t seen, absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
-  auto passed = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return cancelled_ || heartbeats_ > seen;
-  };
+  auto passed = [this, seen]()
+                    ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return cancelled_ || heartbeats_ > seen; };
   mu_.AwaitWithTimeout(absl::Condition(&passed), timeout);
 }
 
@@ -521,12 +486,10 @@ void WorkerImpl::WatchLoop() {
       continue;
     }
     proto::WatchAssignmentResponse response;
-    const absl::Status status =
-        dispatcher_->WatchAssignment(request, &response);
+    const absl::Status status = dispatcher_->WatchAssignment(request, &response);
     if (absl::IsUnimplemented(status)) {
       watching_.store(false);
-      logger_->info("{}: new splits arrive with heartbeats",
-                    std::string(status.message()));
+      logger_->info("{}: new splits arrive with heartbeats", std::string(status.message()));
       return;
     }
     if (status.ok()) {

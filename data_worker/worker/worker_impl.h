@@ -90,23 +90,19 @@ using service::kProtocolVersion;
 class DispatcherClient {
  public:
   virtual ~DispatcherClient() = default;
-  virtual absl::Status WorkerRegister(
-      const proto::WorkerRegisterRequest& request,
-      proto::WorkerRegisterResponse* response) = 0;
-  virtual absl::Status WorkerHeartbeat(
-      const proto::WorkerHeartbeatRequest& request,
-      proto::WorkerHeartbeatResponse* response) = 0;
+  virtual absl::Status WorkerRegister(const proto::WorkerRegisterRequest& request,
+                                      proto::WorkerRegisterResponse* response) = 0;
+  virtual absl::Status WorkerHeartbeat(const proto::WorkerHeartbeatRequest& request,
+                                       proto::WorkerHeartbeatResponse* response) = 0;
   virtual absl::Status DrainWorker(const proto::DrainWorkerRequest& request,
                                    proto::DrainWorkerResponse* response) = 0;
-  virtual absl::Status WorkerUnregister(
-      const proto::WorkerUnregisterRequest& request,
-      proto::WorkerUnregisterResponse* response) = 0;
+  virtual absl::Status WorkerUnregister(const proto::WorkerUnregisterRequest& request,
+                                        proto::WorkerUnregisterResponse* response) = 0;
   // The assignment channel's long poll (proto/dispatcher.proto WatchAssignmentRequest): may
   // block up to twice request.max_wait_seconds. Unimplemented (the default, and an older
   // dispatcher's answer): the worker learns of splits at its heartbeats only.
-  virtual absl::Status WatchAssignment(
-      const proto::WatchAssignmentRequest& /*request*/,
-      proto::WatchAssignmentResponse* /*response*/) {
+  virtual absl::Status WatchAssignment(const proto::WatchAssignmentRequest& /*request*/,
+                                       proto::WatchAssignmentResponse* /*response*/) {
     return absl::UnimplementedError("WatchAssignment");
   }
   // Ends a WatchAssignment call in progress (and any started later) at once, Cancelled.
@@ -118,9 +114,9 @@ struct WorkerOptions {
   // Start(address).
   std::string address;
   std::vector<std::string> data_roots;  // at least one; canonicalized by Create
-  int threads = 0;           // each Executor's cpu_budget; 0 = all cores
-  uint32_t capacity = 2;     // splits produced concurrently (producer threads)
-  size_t queue_batches = 8;  // per consumer
+  int threads = 0;                      // each Executor's cpu_budget; 0 = all cores
+  uint32_t capacity = 2;                // splits produced concurrently (producer threads)
+  size_t queue_batches = 8;             // per consumer
   // The worker's one memory budget (pipeline/memory_budget.h; 0: none): column bytes all
   // consumer queues may hold together (ConsumerQueues), and, charged to the same budget, the
   // elements and batches in flight in every job's pipelines, whose feeds wait while it is
@@ -180,8 +176,7 @@ class WorkerImpl {
   // PermissionDenied when `caller` is not a trainer or operator, or the job (its owner is in
   // its name, service::JobOwner) is not the caller's and the caller is no operator.
   absl::StatusOr<uint64_t> OpenStream(const proto::GetBatchesRequest& request,
-                                      const service::Identity& caller,
-                                      std::function<void()> notify)
+                                      const service::Identity& caller, std::function<void()> notify)
       ABSL_LOCKS_EXCLUDED(mu_);
   // DescribeDataset (proto/worker_service.proto): the shard record counts of a dataset under
   // this worker's --data-root, for a client about to register it.
@@ -206,9 +201,7 @@ class WorkerImpl {
   // Peak of the worker's budget in use: queued batches plus every pipeline's live bytes.
   int64_t budget_peak_bytes() const { return budget_.peak(); }
   // Stage threads the producers' pipelines have started (tests).
-  uint64_t pipeline_thread_starts() const {
-    return runner_.pipeline_thread_starts();
-  }
+  uint64_t pipeline_thread_starts() const { return runner_.pipeline_thread_starts(); }
   // Producers blocked on a full consumer queue right now.
   int blocked_producers() const { return queues_.blocked_producers(); }
   // Cumulative busy worker-seconds and the elements of those runs (task_runner.h).
@@ -225,11 +218,9 @@ class WorkerImpl {
   // The assignment channel's thread (see the protocol above).
   void WatchLoop() ABSL_LOCKS_EXCLUDED(mu_);
   // Waits until `heartbeats_` passes `seen`, the worker stops, or `timeout` passes.
-  void AwaitHeartbeat(uint64_t seen, absl::Duration timeout)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  void AwaitHeartbeat(uint64_t seen, absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_);
   // Adds the response's new tasks to the queues and the runner.
-  void StartTasks(const proto::WorkerHeartbeatResponse& response)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  void StartTasks(const proto::WorkerHeartbeatResponse& response) ABSL_LOCKS_EXCLUDED(mu_);
   // A new dispatcher incarnation: forget every job and task.
   void ForgetEverything() ABSL_LOCKS_EXCLUDED(mu_);
   pipeline::ExecutorOptions MakeExecutorOptions();
@@ -256,8 +247,7 @@ class WorkerImpl {
   // Open streams of identities (not the development one): stream id -> user, user -> count.
   std::map<uint64_t, std::string> stream_users_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int64_t> streams_per_user_ ABSL_GUARDED_BY(mu_);
-  uint64_t incarnation_ ABSL_GUARDED_BY(mu_) =
-      0;  // of the dispatcher; 0 = none seen yet
+  uint64_t incarnation_ ABSL_GUARDED_BY(mu_) = 0;  // of the dispatcher; 0 = none seen yet
   std::string address_ ABSL_GUARDED_BY(mu_);
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_);
   // elements_per_second in the heartbeat: elements produced since

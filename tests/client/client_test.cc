@@ -27,8 +27,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-using Origin =
-    std::tuple<uint64_t, uint64_t, uint64_t>;  // (epoch, position, batch index)
+using Origin = std::tuple<uint64_t, uint64_t, uint64_t>;  // (epoch, position, batch index)
 
 proto::Pipeline SyntheticPipeline(int64_t records, int batch_size) {
   proto::Pipeline pipeline;
@@ -77,8 +76,7 @@ std::vector<Origin> ReadAll(BatchIterator& it) {
   }
 }
 
-std::vector<Origin> AllOrigins(uint64_t epochs, uint64_t positions,
-                               uint64_t batches) {
+std::vector<Origin> AllOrigins(uint64_t epochs, uint64_t positions, uint64_t batches) {
   std::vector<Origin> out;
   for (uint64_t e = 0; e < epochs; ++e) {
     for (uint64_t p = 0; p < positions; ++p) {
@@ -90,8 +88,7 @@ std::vector<Origin> AllOrigins(uint64_t epochs, uint64_t positions,
 
 // Polls `done` until it holds or `timeout` passes (synchronisation with the
 // client's threads and the fakes' gRPC threads, not timing); false on timeout.
-bool Eventually(const std::function<bool()>& done,
-                absl::Duration timeout = absl::Seconds(30)) {
+bool Eventually(const std::function<bool()>& done, absl::Duration timeout = absl::Seconds(30)) {
   const absl::Time deadline = absl::Now() + timeout;
   while (!done()) {
     if (absl::Now() >= deadline) return false;
@@ -130,8 +127,7 @@ TEST(DataServiceClient, DeliversEveryBatchOnceFromOneWorker) {
 TEST(DataServiceClient, DeliversEveryBatchOnceFromTwoWorkersOverTwoEpochs) {
   FakeWorker a, b;
   for (uint64_t e = 0; e < 2; ++e) {
-    for (uint64_t p = 0; p < 4; ++p)
-      (p % 2 == 0 ? a : b).AddSplit(e, p, /*count=*/3);
+    for (uint64_t p = 0; p < 4; ++p) (p % 2 == 0 ? a : b).AddSplit(e, p, /*count=*/3);
   }
   TestServer a_server(&a), b_server(&b);
   FakeDispatcher dispatcher(/*num_epochs=*/2, /*positions=*/4);
@@ -153,8 +149,7 @@ TEST(DataServiceClient, DeliversEveryBatchOnceFromTwoWorkersOverTwoEpochs) {
 TEST(DataServiceClient, KeepsTheListsADispatcherOmitsAndTakesChangedOnes) {
   FakeWorker a, b;
   for (uint64_t e = 0; e < 2; ++e) {
-    for (uint64_t p = 0; p < 4; ++p)
-      (p % 2 == 0 ? a : b).AddSplit(e, p, /*count=*/3);
+    for (uint64_t p = 0; p < 4; ++p) (p % 2 == 0 ? a : b).AddSplit(e, p, /*count=*/3);
   }
   TestServer a_server(&a), b_server(&b);
   FakeDispatcher dispatcher(/*num_epochs=*/2, /*positions=*/4);
@@ -181,8 +176,7 @@ TEST(DataServiceClient, KeepsTheListsADispatcherOmitsAndTakesChangedOnes) {
 TEST(DataServiceClient, DeliversEveryBatchFromADispatcherWithoutListVersions) {
   FakeWorker a, b;
   for (uint64_t e = 0; e < 2; ++e) {
-    for (uint64_t p = 0; p < 4; ++p)
-      (p % 2 == 0 ? a : b).AddSplit(e, p, /*count=*/3);
+    for (uint64_t p = 0; p < 4; ++p) (p % 2 == 0 ? a : b).AddSplit(e, p, /*count=*/3);
   }
   TestServer a_server(&a), b_server(&b);
   FakeDispatcher dispatcher(/*num_epochs=*/2, /*positions=*/4);
@@ -231,13 +225,11 @@ TEST(DataServiceClient, DropsBatchesResentAfterReassignment) {
   for (int i = 0; i < 2; ++i) {
     absl::StatusOr<std::optional<Batch>> batch = (*it)->GetNext();
     ASSERT_TRUE(batch.ok() && batch->has_value()) << batch.status();
-    got.emplace_back((*batch)->epoch, (*batch)->position,
-                     (*batch)->batch_index);
+    got.emplace_back((*batch)->epoch, (*batch)->position, (*batch)->batch_index);
   }
   // The dispatcher learns the prefix (2 batches) before it reassigns.
   ASSERT_TRUE(Eventually([&] {
-    std::vector<proto::ClientSplitProgress> progress =
-        dispatcher.last_progress();
+    std::vector<proto::ClientSplitProgress> progress = dispatcher.last_progress();
     return progress.size() == 1 && progress[0].delivered_batches() == 2;
   }));
   dispatcher.SetTasks({b_server.address()});
@@ -252,9 +244,8 @@ TEST(DataServiceClient, DropsBatchesResentAfterReassignment) {
   for (const prometheus::MetricFamily& family : registry.Collect()) {
     if (family.metric.empty()) continue;
     const prometheus::ClientMetric& m = family.metric[0];
-    metrics[family.name] = family.type == prometheus::MetricType::Counter
-                               ? m.counter.value
-                               : m.gauge.value;
+    metrics[family.name] =
+        family.type == prometheus::MetricType::Counter ? m.counter.value : m.gauge.value;
   }
   EXPECT_EQ(metrics["sluice_client_batches_total"], 4);
   EXPECT_EQ(metrics["sluice_client_duplicate_batches_total"], 2);
@@ -314,10 +305,8 @@ TEST(DataServiceClient, FullBufferStallsTheWorkersStream) {
   // flow-control credit that only the client's reads give back. A client that
   // kept reading would let the worker write all its batches and end the
   // stream (drained) instead.
-  ASSERT_TRUE(Eventually([&] {
-    return worker.drained() ||
-           ((*it)->buffered_batches() == 4 && worker.in_write());
-  }));
+  ASSERT_TRUE(Eventually(
+      [&] { return worker.drained() || ((*it)->buffered_batches() == 4 && worker.in_write()); }));
   EXPECT_FALSE(worker.drained()) << "the worker was not stalled";
   EXPECT_EQ((*it)->buffered_batches(), 4);
   EXPECT_LT(worker.writes(), kBatches / 2) << "the worker was not stalled";
@@ -355,8 +344,7 @@ TEST(DataServiceClient, HandsOverColumnBytesExactlyAsTheWorkerSentThem) {
 
 // The status of the first GetNext of a one-split job whose worker sends `frame` first;
 // `worker_address` gets the worker's address.
-absl::Status FirstGetNextAfterFrame(const std::string& frame,
-                                    std::string* worker_address) {
+absl::Status FirstGetNextAfterFrame(const std::string& frame, std::string* worker_address) {
   FakeWorker worker;
   worker.AddSplit(0, 0, 1);
   worker.SetFirstFrame(frame);
@@ -377,15 +365,12 @@ absl::Status FirstGetNextAfterFrame(const std::string& frame,
 TEST(DataServiceClient, AMalformedFrameIsDataLossNamingTheWorker) {
   std::string address;
   // A header length beyond the frame.
-  const absl::Status status =
-      FirstGetNextAfterFrame(std::string("\xff\x00\x00\x00"
-                                         "abc",
-                                         7),
-                             &address);
+  const absl::Status status = FirstGetNextAfterFrame(std::string("\xff\x00\x00\x00"
+                                                                 "abc",
+                                                                 7),
+                                                     &address);
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(
-      status.message(),
-      ::testing::HasSubstr("malformed batch: batch frame header length"));
+  EXPECT_THAT(status.message(), ::testing::HasSubstr("malformed batch: batch frame header length"));
   EXPECT_THAT(status.message(), ::testing::HasSubstr(address));
 }
 
@@ -396,11 +381,10 @@ TEST(DataServiceClient, AFinishTheClientCannotRunIsDataLoss) {
   wire.header.add_global_indices(0);
   auto pixels = std::make_shared<std::string>(12, '\x10');
   const int64_t shape[] = {1, 2, 2, 3};
-  ASSERT_TRUE(
-      service::AppendColumn(
-          "image", record::DType::kUint8, shape,
-          {reinterpret_cast<const uint8_t*>(pixels->data()), 12, pixels}, &wire)
-          .ok());
+  ASSERT_TRUE(service::AppendColumn("image", record::DType::kUint8, shape,
+                                    {reinterpret_cast<const uint8_t*>(pixels->data()), 12, pixels},
+                                    &wire)
+                  .ok());
   proto::ColumnFinish* finish = wire.header.add_finish();
   finish->set_column(0);
   finish->add_ops()->mutable_hwc2chw();
@@ -413,15 +397,13 @@ TEST(DataServiceClient, AFinishTheClientCannotRunIsDataLoss) {
   std::string address;
   const absl::Status status = FirstGetNextAfterFrame(frame, &address);
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(status.message(),
-              ::testing::HasSubstr("cannot finish: finish ops are not a tail"));
+  EXPECT_THAT(status.message(), ::testing::HasSubstr("cannot finish: finish ops are not a tail"));
 }
 
 TEST(DataServiceClient, SurfacesAWorkersInvalidArgumentWithItsAddress) {
   FakeWorker worker;
   worker.SetFinalStatus(
-      grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                   "map[0].ops[1] (Resize): size must be > 0"));
+      grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "map[0].ops[1] (Resize): size must be > 0"));
   TestServer worker_server(&worker);
   FakeDispatcher dispatcher(/*num_epochs=*/1, /*positions=*/1);
   dispatcher.SetTasks({worker_server.address()});
@@ -441,8 +423,7 @@ TEST(DataServiceClient, SurfacesAWorkersInvalidArgumentWithItsAddress) {
 
 TEST(DataServiceClient, RetriesAWorkerThatDoesNotKnowTheJobYet) {
   FakeWorker worker;
-  worker.SetFinalStatus(
-      grpc::Status(grpc::StatusCode::NOT_FOUND, "job 7 unknown"));
+  worker.SetFinalStatus(grpc::Status(grpc::StatusCode::NOT_FOUND, "job 7 unknown"));
   TestServer worker_server(&worker);
   FakeDispatcher dispatcher(/*num_epochs=*/1, /*positions=*/1);
   dispatcher.SetTasks({worker_server.address()});
@@ -478,8 +459,7 @@ TEST(DataServiceClient, CreateFailsClearlyWhenNobodyListens) {
   const std::string address = "127.0.0.1:" + std::to_string(UnusedPort());
   ClientOptions options = Options(address);
   options.connect_timeout = absl::Seconds(1);
-  absl::StatusOr<std::unique_ptr<DataServiceClient>> client =
-      DataServiceClient::Create(options);
+  absl::StatusOr<std::unique_ptr<DataServiceClient>> client = DataServiceClient::Create(options);
   EXPECT_EQ(client.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(client.status().message(),
               HasSubstr("cannot reach the sluice dispatcher at " + address));
@@ -503,8 +483,7 @@ class NonGrpcListener {
       while (true) {
         int conn = accept(fd_, nullptr, nullptr);
         if (conn < 0) return;
-        const char kReply[] =
-            "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
+        const char kReply[] = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
         (void)!write(conn, kReply, sizeof(kReply) - 1);
         close(conn);
       }
@@ -527,12 +506,10 @@ TEST(DataServiceClient, CreateFailsClearlyOnANonGrpcServer) {
   NonGrpcListener listener;
   ClientOptions options = Options(listener.address());
   options.connect_timeout = absl::Seconds(1);
-  absl::StatusOr<std::unique_ptr<DataServiceClient>> client =
-      DataServiceClient::Create(options);
+  absl::StatusOr<std::unique_ptr<DataServiceClient>> client = DataServiceClient::Create(options);
   EXPECT_EQ(client.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(
-      client.status().message(),
-      HasSubstr("cannot reach the sluice dispatcher at " + listener.address()));
+  EXPECT_THAT(client.status().message(),
+              HasSubstr("cannot reach the sluice dispatcher at " + listener.address()));
 }
 
 TEST(DataServiceClient, CreateReportsAProtocolVersionMismatch) {
@@ -547,8 +524,7 @@ TEST(DataServiceClient, CreateReportsAProtocolVersionMismatch) {
 
 TEST(DataServiceClient, OpenReportsAJobTheDispatcherDoesNotKnow) {
   FakeDispatcher dispatcher(/*num_epochs=*/1, /*positions=*/1);
-  dispatcher.SetHeartbeatError(
-      grpc::Status(grpc::StatusCode::NOT_FOUND, "job 7 not found"));
+  dispatcher.SetHeartbeatError(grpc::Status(grpc::StatusCode::NOT_FOUND, "job 7 not found"));
   TestServer dispatcher_server(&dispatcher);
   auto client = DataServiceClient::Create(Options(dispatcher_server.address()));
   ASSERT_TRUE(client.ok()) << client.status();
@@ -564,8 +540,7 @@ TEST(DataServiceClient, GetNextReportsAJobLostLater) {
   ASSERT_TRUE(client.ok()) << client.status();
   auto it = (*client)->Open(Job());
   ASSERT_TRUE(it.ok()) << it.status();
-  dispatcher.SetHeartbeatError(
-      grpc::Status(grpc::StatusCode::NOT_FOUND, "job 7 not found"));
+  dispatcher.SetHeartbeatError(grpc::Status(grpc::StatusCode::NOT_FOUND, "job 7 not found"));
   EXPECT_EQ((*it)->GetNext().status().code(), absl::StatusCode::kNotFound);
 }
 
@@ -590,10 +565,9 @@ TEST(DataServiceClient, GivesUpOnALostDispatcherAfterTheTimeoutOnItsClock) {
   absl::StatusOr<std::optional<Batch>> batch = (*it)->GetNext();
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
   EXPECT_EQ(batch.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(
-      batch.status().message(),
-      HasSubstr(absl::StrCat("no answer from the sluice dispatcher at ",
-                             dispatcher_server.address(), " for 10m: ")));
+  EXPECT_THAT(batch.status().message(),
+              HasSubstr(absl::StrCat("no answer from the sluice dispatcher at ",
+                                     dispatcher_server.address(), " for 10m: ")));
   EXPECT_THAT(batch.status().message(), HasSubstr("dispatcher restarting"));
 }
 
@@ -617,9 +591,8 @@ TEST(DataServiceClient, OpenAsksADataWorkerForTheDatasetsShardSizes) {
   EXPECT_EQ(it.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(
       it.status().message(),
-      HasSubstr(absl::StrCat(
-          "no data worker of the dispatcher at ", dispatcher_server.address(),
-          " read the manifest of dataset '", dir, "' within 300ms")));
+      HasSubstr(absl::StrCat("no data worker of the dispatcher at ", dispatcher_server.address(),
+                             " read the manifest of dataset '", dir, "' within 300ms")));
   EXPECT_THAT(it.status().message(), HasSubstr("no data worker is registered"));
   EXPECT_GT(dispatcher.status_calls(), 2);  // asked again while waiting
   EXPECT_TRUE(dispatcher.registered().pipeline().empty());
@@ -638,8 +611,7 @@ TEST(DataServiceClient, OpenRejectsAConsumerIndexOutOfRange) {
   JobOptions job = Job();
   job.num_consumers = 2;
   job.consumer_index = 2;
-  EXPECT_EQ((*client)->Open(job).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*client)->Open(job).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -36,8 +36,7 @@ class TestServer {
  public:
   explicit TestServer(grpc::Service* service) {
     grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                             &port_);
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
     builder.RegisterService(service);
     server_ = builder.BuildAndStart();
   }
@@ -91,8 +90,7 @@ class FakeDispatcher final : public proto::DispatcherService::Service {
     return job_request_;
   }
   // The progress of the last heartbeat.
-  std::vector<proto::ClientSplitProgress> last_progress() const
-      ABSL_LOCKS_EXCLUDED(mu_) {
+  std::vector<proto::ClientSplitProgress> last_progress() const ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     return last_progress_;
   }
@@ -111,51 +109,42 @@ class FakeDispatcher final : public proto::DispatcherService::Service {
   }
 
   // A dispatcher without data workers (the client asks them for a dataset's shard sizes).
-  grpc::Status GetStatus(grpc::ServerContext*,
-                         const proto::GetStatusRequest* request,
+  grpc::Status GetStatus(grpc::ServerContext*, const proto::GetStatusRequest* request,
                          proto::GetStatusResponse*) override {
     absl::MutexLock lock(&mu_);
     ++status_calls_;
     return CheckVersion(request->protocol_version());
   }
 
-  grpc::Status RegisterDataset(
-      grpc::ServerContext*, const proto::RegisterDatasetRequest* request,
-      proto::RegisterDatasetResponse* response) override {
+  grpc::Status RegisterDataset(grpc::ServerContext*, const proto::RegisterDatasetRequest* request,
+                               proto::RegisterDatasetResponse* response) override {
     absl::MutexLock lock(&mu_);
-    if (grpc::Status s = CheckVersion(request->protocol_version()); !s.ok())
-      return s;
+    if (grpc::Status s = CheckVersion(request->protocol_version()); !s.ok()) return s;
     registered_ = *request;
     response->set_dataset_id(1);
     return grpc::Status::OK;
   }
-  grpc::Status GetOrCreateJob(
-      grpc::ServerContext*, const proto::GetOrCreateJobRequest* request,
-      proto::GetOrCreateJobResponse* response) override {
+  grpc::Status GetOrCreateJob(grpc::ServerContext*, const proto::GetOrCreateJobRequest* request,
+                              proto::GetOrCreateJobResponse* response) override {
     absl::MutexLock lock(&mu_);
-    if (grpc::Status s = CheckVersion(request->protocol_version()); !s.ok())
-      return s;
+    if (grpc::Status s = CheckVersion(request->protocol_version()); !s.ok()) return s;
     job_request_ = *request;
     response->set_job_id(kJobId);
     response->set_created(true);
     *response->mutable_config() = request->config();
     return grpc::Status::OK;
   }
-  grpc::Status GetJobState(grpc::ServerContext*,
-                           const proto::GetJobStateRequest* request,
+  grpc::Status GetJobState(grpc::ServerContext*, const proto::GetJobStateRequest* request,
                            proto::GetJobStateResponse*) override {
     absl::MutexLock lock(&mu_);
-    if (grpc::Status s = CheckVersion(request->protocol_version()); !s.ok())
-      return s;
+    if (grpc::Status s = CheckVersion(request->protocol_version()); !s.ok()) return s;
     if (request->job_id() == kJobId) return grpc::Status::OK;
     return grpc::Status(grpc::StatusCode::NOT_FOUND, "job not found");
   }
-  grpc::Status ClientHeartbeat(
-      grpc::ServerContext*, const proto::ClientHeartbeatRequest* request,
-      proto::ClientHeartbeatResponse* response) override {
+  grpc::Status ClientHeartbeat(grpc::ServerContext*, const proto::ClientHeartbeatRequest* request,
+                               proto::ClientHeartbeatResponse* response) override {
     absl::MutexLock lock(&mu_);
-    if (grpc::Status s = CheckVersion(request->protocol_version()); !s.ok())
-      return s;
+    if (grpc::Status s = CheckVersion(request->protocol_version()); !s.ok()) return s;
     if (!heartbeat_error_.ok()) {
       ++failed_heartbeats_;
       return heartbeat_error_;
@@ -164,8 +153,7 @@ class FakeDispatcher final : public proto::DispatcherService::Service {
       return grpc::Status(grpc::StatusCode::NOT_FOUND, "job not found");
     }
     ++heartbeats_;
-    last_progress_.assign(request->progress().begin(),
-                          request->progress().end());
+    last_progress_.assign(request->progress().begin(), request->progress().end());
     for (const proto::ClientSplitProgress& p : request->progress()) {
       if (p.epoch() == epoch_ && p.complete()) done_.insert(p.position());
     }
@@ -176,8 +164,7 @@ class FakeDispatcher final : public proto::DispatcherService::Service {
     }
     response->set_epoch(epoch_);
     response->set_finished(finished_);
-    const uint64_t splits_version =
-        versioned_ ? 100 + 2 * epoch_ + (finished_ ? 1 : 0) : 0;
+    const uint64_t splits_version = versioned_ ? 100 + 2 * epoch_ + (finished_ ? 1 : 0) : 0;
     const uint64_t tasks_version = versioned_ ? tasks_version_ : 0;
     response->set_splits_version(splits_version);
     response->set_tasks_version(tasks_version);
@@ -205,13 +192,11 @@ class FakeDispatcher final : public proto::DispatcherService::Service {
   }
 
  private:
-  grpc::Status CheckVersion(uint32_t version) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  grpc::Status CheckVersion(uint32_t version) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (version == version_) return grpc::Status::OK;
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        "client protocol version " + std::to_string(version) +
-                            ", dispatcher " + std::to_string(version_) +
-                            ": upgrade the client");
+                        "client protocol version " + std::to_string(version) + ", dispatcher " +
+                            std::to_string(version_) + ": upgrade the client");
   }
 
   const uint64_t num_epochs_;
@@ -242,8 +227,8 @@ class FakeWorker final : public grpc::Service {
   FakeWorker() {
     AddMethod(new grpc::internal::RpcServiceMethod(
         service::kGetBatchesMethod, grpc::internal::RpcMethod::SERVER_STREAMING,
-        new grpc::internal::ServerStreamingHandler<
-            FakeWorker, proto::GetBatchesRequest, grpc::ByteBuffer>(
+        new grpc::internal::ServerStreamingHandler<FakeWorker, proto::GetBatchesRequest,
+                                                   grpc::ByteBuffer>(
             [](FakeWorker* self, grpc::ServerContext* context,
                const proto::GetBatchesRequest* request,
                grpc::ServerWriter<grpc::ByteBuffer>* writer) {
@@ -260,10 +245,8 @@ class FakeWorker final : public grpc::Service {
   };
 
   // Appends batches 0..count-1 of slot (epoch, position) to the script.
-  void AddSplit(uint64_t epoch, uint64_t position, uint64_t count)
-      ABSL_LOCKS_EXCLUDED(mu_) {
-    for (uint64_t i = 0; i < count; ++i)
-      Add({epoch, position, i, i + 1 == count});
+  void AddSplit(uint64_t epoch, uint64_t position, uint64_t count) ABSL_LOCKS_EXCLUDED(mu_) {
+    for (uint64_t i = 0; i < count; ++i) Add({epoch, position, i, i + 1 == count});
   }
   void Add(Item item) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
@@ -315,8 +298,7 @@ class FakeWorker final : public grpc::Service {
     return in_write_;
   }
 
-  grpc::Status GetBatches(grpc::ServerContext* context,
-                          const proto::GetBatchesRequest* request,
+  grpc::Status GetBatches(grpc::ServerContext* context, const proto::GetBatchesRequest* request,
                           grpc::ServerWriter<grpc::ByteBuffer>* writer) {
     absl::Notification* gate;
     {
@@ -333,15 +315,13 @@ class FakeWorker final : public grpc::Service {
       service::WireBatch wire;
       proto::Batch& batch = wire.header;
       service::WireBatch end;
-      proto::Batch& marker =
-          end.header;  // after a split's last batch: its end-of-split marker
+      proto::Batch& marker = end.header;  // after a split's last batch: its end-of-split marker
       {
         absl::MutexLock lock(&mu_);
         if (!first_frame_.empty()) {
           const grpc::Slice slice(first_frame_);
           first_frame_.clear();
-          if (!writer->Write(grpc::ByteBuffer(&slice, 1)))
-            return grpc::Status::CANCELLED;
+          if (!writer->Write(grpc::ByteBuffer(&slice, 1))) return grpc::Status::CANCELLED;
           continue;
         }
         if (next_ == script_.size()) {
@@ -366,24 +346,19 @@ class FakeWorker final : public grpc::Service {
         const int64_t one = 1;
         (void)service::AppendColumn(
             "id", record::DType::kInt64, {&one, 1},
-            {reinterpret_cast<const uint8_t*>(id_bytes.get()), sizeof(id),
-             id_bytes},
-            &wire);
+            {reinterpret_cast<const uint8_t*>(id_bytes.get()), sizeof(id), id_bytes}, &wire);
         if (payload_bytes_ > 0) {
           auto payload = std::make_shared<std::string>(payload_bytes_, 'x');
           const int64_t shape[] = {1, static_cast<int64_t>(payload_bytes_)};
           (void)service::AppendColumn(
               "payload", record::DType::kUint8, shape,
-              {reinterpret_cast<const uint8_t*>(payload->data()),
-               payload->size(), payload},
-              &wire);
+              {reinterpret_cast<const uint8_t*>(payload->data()), payload->size(), payload}, &wire);
         }
         batch.add_global_indices(id);
         in_write_ = true;
       }
-      const bool written =
-          writer->Write(service::EncodeBatch(wire)) &&
-          (!marker.end_of_split() || writer->Write(service::EncodeBatch(end)));
+      const bool written = writer->Write(service::EncodeBatch(wire)) &&
+                           (!marker.end_of_split() || writer->Write(service::EncodeBatch(end)));
       absl::MutexLock lock(&mu_);
       in_write_ = false;
       if (!written) return grpc::Status::CANCELLED;

@@ -21,14 +21,12 @@ Batch MakeBatch(uint64_t epoch, uint64_t position, uint64_t index) {
 
 // Checks, and accepts when admitted; `last`: the split's end-of-split marker (index + 1)
 // follows the batch. Returns the batch's decision.
-Admit Offer(IteratorState& state, uint64_t epoch, uint64_t position,
-            uint64_t index, bool last) {
+Admit Offer(IteratorState& state, uint64_t epoch, uint64_t position, uint64_t index, bool last) {
   const Admit admit = state.Check(epoch, position, index, /*marker=*/false);
   if (admit == Admit::kAccept) {
     state.Accept(MakeBatch(epoch, position, index));
     if (last) {
-      EXPECT_EQ(state.Check(epoch, position, index + 1, /*marker=*/true),
-                Admit::kAccept);
+      EXPECT_EQ(state.Check(epoch, position, index + 1, /*marker=*/true), Admit::kAccept);
       state.AcceptMarker(epoch, position, index + 1);
     }
   }
@@ -86,8 +84,7 @@ TEST(IteratorState, AnEmptySplitCompletesWithItsMarkerAlone) {
   EXPECT_TRUE(progress[1].complete);
 }
 
-TEST(IteratorState,
-     AnEpochIsReturnedOnlyWhenEverySlotsMarkerArrivedAndAllWasReturned) {
+TEST(IteratorState, AnEpochIsReturnedOnlyWhenEverySlotsMarkerArrivedAndAllWasReturned) {
   using Returned = IteratorState::Returned;
   IteratorState state(/*deterministic=*/false, /*track_splits=*/true,
                       /*prefetch=*/8);
@@ -121,8 +118,7 @@ TEST(IteratorState, DeterministicModeDropsPastTheHardCapWhileTheCursorWaits) {
                       /*prefetch=*/1);
   state.ApplyHeartbeat(0, 12, {}, false);
   // The cursor (0, 0) is stalled; later splits fill the buffer up to 4 x 1 + 4 = 8.
-  for (uint64_t p = 1; p <= 8; ++p)
-    EXPECT_EQ(Offer(state, 0, p, 0, false), Admit::kAccept);
+  for (uint64_t p = 1; p <= 8; ++p) EXPECT_EQ(Offer(state, 0, p, 0, false), Admit::kAccept);
   EXPECT_EQ(state.Check(0, 9, 0, /*marker=*/false), Admit::kDrop);
   EXPECT_EQ(state.buffered(), 8);
   // The cursor's own batch is always taken.
@@ -132,9 +128,8 @@ TEST(IteratorState, DeterministicModeDropsPastTheHardCapWhileTheCursorWaits) {
 TEST(IteratorState, RestoreContinuesFromWhatWasReturned) {
   IteratorState state(/*deterministic=*/true, /*track_splits=*/true,
                       /*prefetch=*/4);
-  state.Restore(/*epoch=*/2,
-                {{.epoch = 2, .position = 0, .batches = 3, .complete = true},
-                 {.epoch = 2, .position = 1, .batches = 1, .complete = false}});
+  state.Restore(/*epoch=*/2, {{.epoch = 2, .position = 0, .batches = 3, .complete = true},
+                              {.epoch = 2, .position = 1, .batches = 1, .complete = false}});
   state.ApplyHeartbeat(2, 2, /*done_positions=*/{0}, false);
   EXPECT_EQ(state.Check(2, 1, 0, false),
             Admit::kDuplicate);  // returned before the save
@@ -216,8 +211,7 @@ TEST(IteratorState, DeterministicModeReleasesInSequenceOrder) {
   EXPECT_EQ(Offer(state, 0, 0, 1, true), Admit::kAccept);
   while (pop()) {
   }
-  EXPECT_EQ(order, (std::vector<std::pair<uint64_t, uint64_t>>{
-                       {0, 0}, {0, 1}, {1, 0}, {1, 1}}));
+  EXPECT_EQ(order, (std::vector<std::pair<uint64_t, uint64_t>>{{0, 0}, {0, 1}, {1, 0}, {1, 1}}));
   EXPECT_FALSE(state.Done());
   state.ApplyHeartbeat(1, 2, {}, /*finished=*/true);
   EXPECT_TRUE(state.Done());
@@ -242,11 +236,9 @@ TEST(IteratorState, DeterministicModeSkipsPositionsDoneElsewhere) {
 TEST(HeldLists, KeepsAListTheAnswerOmitsAndReplacesAChangedOne) {
   HeldLists lists;
   EXPECT_EQ(lists.tasks_version(), 0u);
-  lists.Apply(/*sent_tasks=*/0, /*sent_splits=*/0,
-              {.tasks_version = 7,
-               .addresses = {"a:1", "b:1"},
-               .splits_version = 3,
-               .num_splits = 26});
+  lists.Apply(
+      /*sent_tasks=*/0, /*sent_splits=*/0,
+      {.tasks_version = 7, .addresses = {"a:1", "b:1"}, .splits_version = 3, .num_splits = 26});
   EXPECT_EQ(lists.addresses(), (std::set<std::string>{"a:1", "b:1"}));
   EXPECT_EQ(lists.num_splits(), 26u);
   EXPECT_EQ(lists.tasks_version(), 7u);
@@ -258,8 +250,7 @@ TEST(HeldLists, KeepsAListTheAnswerOmitsAndReplacesAChangedOne) {
   EXPECT_EQ(lists.num_splits(), 26u);
 
   // The task list changed (a worker left), the split sequence did not.
-  lists.Apply(7, 3,
-              {.tasks_version = 9, .addresses = {"a:1"}, .splits_version = 3});
+  lists.Apply(7, 3, {.tasks_version = 9, .addresses = {"a:1"}, .splits_version = 3});
   EXPECT_EQ(lists.addresses(), (std::set<std::string>{"a:1"}));
   EXPECT_EQ(lists.num_splits(), 26u);
   EXPECT_EQ(lists.tasks_version(), 9u);

@@ -42,8 +42,7 @@ TEST(Authorization, JobsAreCreatedOnlyOverRegisteredDatasetsWithScopedNames) {
   EXPECT_EQ(request.job_name(), "bob/~1-2");
 
   request.set_job_name("train");
-  ASSERT_TRUE(
-      auth.CheckGetOrCreateJob(Identity::Development(), "1-3", &request).ok());
+  ASSERT_TRUE(auth.CheckGetOrCreateJob(Identity::Development(), "1-3", &request).ok());
   EXPECT_EQ(request.job_name(), "train");
 }
 
@@ -87,21 +86,15 @@ TEST(Authorization, OnlyTheOwnerOrAnOperatorReachesAJob) {
   auth.LearnJobs(status);
   ASSERT_EQ(auth.JobOwner(9), "alice");
 
-  EXPECT_TRUE(auth.CheckJobAccess(kAlice, Role::kTrainer, "ClientHeartbeat", 9,
-                                  "alice")
-                  .ok());
-  const absl::Status s =
-      auth.CheckJobAccess(kBob, Role::kTrainer, "ClientHeartbeat", 9, "alice");
+  EXPECT_TRUE(auth.CheckJobAccess(kAlice, Role::kTrainer, "ClientHeartbeat", 9, "alice").ok());
+  const absl::Status s = auth.CheckJobAccess(kBob, Role::kTrainer, "ClientHeartbeat", 9, "alice");
   EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(s.message(),
             "bob (groups: sluice:trainers) may not call ClientHeartbeat for "
             "job 9: the job belongs to alice (only its owner or an operator, "
             "sluice:operators, may)");
-  EXPECT_TRUE(
-      auth.CheckJobAccess(kOps, Role::kTrainer, "GetJobState", 9, "alice").ok());
-  EXPECT_EQ(auth.CheckJobAccess(kWorker, Role::kTrainer, "GetJobState", 9,
-                                "worker")
-                .code(),
+  EXPECT_TRUE(auth.CheckJobAccess(kOps, Role::kTrainer, "GetJobState", 9, "alice").ok());
+  EXPECT_EQ(auth.CheckJobAccess(kWorker, Role::kTrainer, "GetJobState", 9, "worker").code(),
             absl::StatusCode::kPermissionDenied);  // no trainer role
 
   auth.JobCreated(kBob, 10);
@@ -154,8 +147,7 @@ TEST(Authorization, DrainIsForOperatorsAndTrainersSeeTheirOwnJobs) {
   request.set_starting_workers(3);
   ASSERT_TRUE(auth.CheckGetStatus(kAlice, &request).ok());
   EXPECT_EQ(request.starting_workers(), -1);
-  EXPECT_EQ(auth.CheckGetStatus(kWorker, &request).code(),
-            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(auth.CheckGetStatus(kWorker, &request).code(), absl::StatusCode::kPermissionDenied);
 
   proto::GetStatusResponse status;
   status.add_jobs()->set_job_name("alice/a");

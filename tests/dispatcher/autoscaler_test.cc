@@ -27,8 +27,7 @@ class AutoscalerTest : public ::testing::Test {
  protected:
   AutoscalerTest() : clock_(absl::FromUnixSeconds(1000)) {}
 
-  WorkerSample Worker(uint64_t id, double capacity,
-                      uint64_t job_id = kAllJobs) {
+  WorkerSample Worker(uint64_t id, double capacity, uint64_t job_id = kAllJobs) {
     WorkerSample w;
     w.worker_id = id;
     w.registered = absl::FromUnixSeconds(0);
@@ -39,8 +38,7 @@ class AutoscalerTest : public ::testing::Test {
   }
 
   // A consumer that wants `demand` batches/s and gets `served` of them.
-  static ConsumerSample Consumer(uint64_t job, uint32_t index, double demand,
-                                 double served) {
+  static ConsumerSample Consumer(uint64_t job, uint32_t index, double demand, double served) {
     ConsumerSample c;
     c.job_id = job;
     c.consumer_index = index;
@@ -49,8 +47,7 @@ class AutoscalerTest : public ::testing::Test {
     return c;
   }
 
-  AutoscalerInput Input(int workers, double capacity, double demand,
-                        double served) {
+  AutoscalerInput Input(int workers, double capacity, double demand, double served) {
     AutoscalerInput in;
     in.now = clock_.Now();
     for (int i = 0; i < workers; ++i) {
@@ -64,12 +61,10 @@ class AutoscalerTest : public ::testing::Test {
   // 16 workers around 100 elements per busy second and 4 trainers each waiting
   // 25% for 6 batches/s of 64 (demand 4 × 512 = 2048 el/s): need 20.48. The
   // headroom is 1 + 2 × need's relative standard error, within [1.01, 1.05].
-  AutoscalerInput ManySamples(double low, double high, int workers = 16,
-                              double served = 6) {
+  AutoscalerInput ManySamples(double low, double high, int workers = 16, double served = 6) {
     AutoscalerInput in;
     for (int i = 0; i < workers; ++i) {
-      in.workers.push_back(
-          Worker(static_cast<uint64_t>(i + 1), i % 2 == 0 ? low : high));
+      in.workers.push_back(Worker(static_cast<uint64_t>(i + 1), i % 2 == 0 ? low : high));
     }
     for (uint32_t c = 0; c < 4; ++c) {
       in.consumers.push_back(Consumer(1, c, 8, served));
@@ -127,8 +122,7 @@ TEST_F(AutoscalerTest, WorkedExampleFromTheHeader) {
   EXPECT_DOUBLE_EQ(d.need, 8.0);
   EXPECT_THAT(d.reason, StartsWith("up 5 -> 9: need 8.00 workers (job 1: 1024 "
                                    "el/s / 128 el/s per worker)"));
-  EXPECT_THAT(d.reason,
-              HasSubstr("slow outlier counted as the median: worker 5"));
+  EXPECT_THAT(d.reason, HasSubstr("slow outlier counted as the median: worker 5"));
   EXPECT_THAT(d.reason, HasSubstr("1 warming up"));
   EXPECT_THAT(d.replace, ElementsAre(5));
 }
@@ -213,8 +207,7 @@ TEST_F(AutoscalerTest, SecondJobAddsItsNeed) {
 // for) and workers that agree exactly; two independent errors partly cancel:
 // headroom 1 + 2 × 2.5% × √(5.12² + 8²) / 13.12 = 1.036, 13.59 -> 14. Worker
 // 14 has produced only job 1: it measures nothing for job 2.
-TEST_F(AutoscalerTest,
-       JobsOfDifferentCostSharingWorkersEachUseTheirOwnCapacity) {
+TEST_F(AutoscalerTest, JobsOfDifferentCostSharingWorkersEachUseTheirOwnCapacity) {
   AutoscalerInput in = Input(13, 0, 8, 8);
   for (WorkerSample& w : in.workers) w.capacity = {{1, 100}, {2, 25}};
   in.workers.push_back(Worker(14, 100, 1));
@@ -583,8 +576,8 @@ TEST_F(AutoscalerTest, ScaleDownOnlyToACountThatKeepsItsNoiseMargin) {
   }
   std::vector<int> counts;
   for (int i = 0; i < 20; ++i) counts.push_back(decide(7.9).desired_workers);
-  EXPECT_THAT(counts, ElementsAre(22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22,
-                                  22, 22, 22, 21, 21, 21, 21, 21, 21));
+  EXPECT_THAT(counts, ElementsAre(22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 21, 21,
+                                  21, 21, 21, 21));
 }
 
 TEST_F(AutoscalerTest, DrainingWorkersDoNotCount) {
@@ -597,8 +590,7 @@ TEST_F(AutoscalerTest, DrainingWorkersDoNotCount) {
   EXPECT_EQ(d.desired_workers, 7);  // within the window: no scale-down yet
 }
 
-JobEstimate Job(uint64_t id, int consumers, double need, int priority = 0,
-                int min_workers = 0) {
+JobEstimate Job(uint64_t id, int consumers, double need, int priority = 0, int min_workers = 0) {
   JobEstimate j;
   j.job_id = id;
   j.consumers = consumers;
@@ -658,8 +650,7 @@ TEST(AllocateWorkers, AStarvedJobGetsOneWorkerToReadItsDemand) {
   AllocateWorkers(/*pool=*/6, /*headroom=*/1, jobs);
   EXPECT_DOUBLE_EQ(jobs[0].allocated, 5);
   EXPECT_DOUBLE_EQ(jobs[1].allocated, 1);
-  EXPECT_EQ(jobs[1].allocation_reason,
-            "1.00 to read its demand: its trainers got nothing yet");
+  EXPECT_EQ(jobs[1].allocation_reason, "1.00 to read its demand: its trainers got nothing yet");
 }
 
 TEST(AutoscalerAllocation, AStarvedTrainerKeepsItsLastDemand) {
@@ -728,8 +719,7 @@ TEST(AllocateWorkers, WhatIsLeftGoesInProportionToTheNeed) {
 // 1/12.8: job 1 gets its 5.376, job 2 the other 4.624. With priority 1, job 2
 // would take all 10; job 1's min_workers 2 keeps 2 of them.
 TEST(AutoscalerAllocation, BoundedPoolIsDividedByGainThenPriority) {
-  Autoscaler scaler(AutoscalerOptions{
-      .min_workers = 1, .max_workers = 10, .noise_z = 0});
+  Autoscaler scaler(AutoscalerOptions{.min_workers = 1, .max_workers = 10, .noise_z = 0});
   AutoscalerInput in;
   in.now = absl::FromUnixSeconds(1000);
   for (uint64_t id = 1; id <= 10; ++id) {
@@ -764,8 +754,7 @@ TEST(AutoscalerAllocation, BoundedPoolIsDividedByGainThenPriority) {
 }
 
 TEST(AutoscalerAllocation, UnboundedPoolGivesEveryJobItsNeed) {
-  Autoscaler scaler(AutoscalerOptions{
-      .min_workers = 1, .max_workers = 64, .noise_z = 0});
+  Autoscaler scaler(AutoscalerOptions{.min_workers = 1, .max_workers = 64, .noise_z = 0});
   AutoscalerInput in;
   in.now = absl::FromUnixSeconds(1000);
   for (uint64_t id = 1; id <= 6; ++id) {

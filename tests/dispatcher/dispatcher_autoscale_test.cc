@@ -78,9 +78,8 @@ class DispatcherAutoscaleTest : public ::testing::Test {
   // A heartbeat with the worker's cumulative elements and busy seconds (in
   // total and, if `jobs` is not empty, per job); it reports the splits the
   // dispatcher handed it so far, unfinished.
-  proto::WorkerHeartbeatResponse WorkerBeat(
-      uint64_t worker, uint64_t elements, double busy,
-      const std::vector<JobBusy>& jobs = {}) {
+  proto::WorkerHeartbeatResponse WorkerBeat(uint64_t worker, uint64_t elements, double busy,
+                                            const std::vector<JobBusy>& jobs = {}) {
     proto::WorkerHeartbeatRequest request;
     request.set_protocol_version(kProtocolVersion);
     request.set_worker_id(worker);
@@ -99,8 +98,7 @@ class DispatcherAutoscaleTest : public ::testing::Test {
     proto::WorkerHeartbeatResponse response;
     absl::Status s = Sync(impl_).WorkerHeartbeat(request, &response);
     EXPECT_TRUE(s.ok()) << s;
-    for (const proto::SplitAssignment& a : response.start())
-      held_[worker].push_back(a.key());
+    for (const proto::SplitAssignment& a : response.start()) held_[worker].push_back(a.key());
     return response;
   }
 
@@ -193,8 +191,7 @@ TEST_F(DispatcherAutoscaleTest, HeartbeatPerJobCapacitySizesEachJob) {
   b_ = Worker("b:1");
   ASSERT_TRUE(impl_->Tick().ok());
   clock_.Advance(absl::Seconds(6));
-  for (uint64_t w : {a_, b_})
-    WorkerBeat(w, 0, 0, {{cheap, 0, 0}, {dear, 0, 0}});
+  for (uint64_t w : {a_, b_}) WorkerBeat(w, 0, 0, {{cheap, 0, 0}, {dear, 0, 0}});
   ClientBeat(cheap, 0, 0);
   ClientBeat(dear, 0, 0);
   ASSERT_TRUE(impl_->Tick().ok());
@@ -207,10 +204,9 @@ TEST_F(DispatcherAutoscaleTest, HeartbeatPerJobCapacitySizesEachJob) {
   ASSERT_TRUE(impl_->Tick().ok());
   EXPECT_EQ(impl_->desired_workers(), 4);
   const proto::GetStatusResponse status = Status();
-  EXPECT_THAT(status.reason(), StartsWith(absl::StrCat(
-                                   "up 2 -> 4: need 3.00 workers (job ", cheap,
-                                   ": 200 el/s / 200 el/s per worker; job ",
-                                   dear, ": 40 el/s / 20 el/s per worker)")));
+  EXPECT_THAT(status.reason(), StartsWith(absl::StrCat("up 2 -> 4: need 3.00 workers (job ", cheap,
+                                                       ": 200 el/s / 200 el/s per worker; job ",
+                                                       dear, ": 40 el/s / 20 el/s per worker)")));
   ASSERT_EQ(status.jobs_size(), 2);
   EXPECT_DOUBLE_EQ(status.jobs(0).capacity_elements_per_second(), 200);
   EXPECT_DOUBLE_EQ(status.jobs(1).capacity_elements_per_second(), 20);

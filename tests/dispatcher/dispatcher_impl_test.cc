@@ -62,8 +62,7 @@ class DispatcherImplTest : public ::testing::Test {
     impl_ = std::move(*impl);
   }
 
-  uint64_t Dataset(std::vector<uint64_t> counts, uint64_t batch,
-                   std::string pipeline = "pipe") {
+  uint64_t Dataset(std::vector<uint64_t> counts, uint64_t batch, std::string pipeline = "pipe") {
     proto::RegisterDatasetRequest request;
     request.set_protocol_version(kProtocolVersion);
     request.set_pipeline(pipeline);
@@ -74,11 +73,9 @@ class DispatcherImplTest : public ::testing::Test {
     return response.dataset_id();
   }
 
-  proto::GetOrCreateJobRequest JobRequest(const std::string& name,
-                                          uint64_t dataset, uint32_t consumers,
-                                          proto::RemainderMode remainder,
-                                          uint64_t split_size,
-                                          uint64_t epochs = 1) {
+  proto::GetOrCreateJobRequest JobRequest(const std::string& name, uint64_t dataset,
+                                          uint32_t consumers, proto::RemainderMode remainder,
+                                          uint64_t split_size, uint64_t epochs = 1) {
     proto::GetOrCreateJobRequest request;
     request.set_protocol_version(kProtocolVersion);
     request.set_job_name(name);
@@ -91,8 +88,7 @@ class DispatcherImplTest : public ::testing::Test {
     return request;
   }
 
-  proto::GetOrCreateJobResponse Job(
-      const proto::GetOrCreateJobRequest& request) {
+  proto::GetOrCreateJobResponse Job(const proto::GetOrCreateJobRequest& request) {
     proto::GetOrCreateJobResponse response;
     absl::Status s = Sync(impl_).GetOrCreateJob(request, &response);
     EXPECT_TRUE(s.ok()) << s;
@@ -109,8 +105,9 @@ class DispatcherImplTest : public ::testing::Test {
     return response.worker_id();
   }
 
-  absl::StatusOr<proto::WorkerHeartbeatResponse> WorkerBeat(
-      uint64_t worker, std::vector<Produced> splits = {}, double rate = 0) {
+  absl::StatusOr<proto::WorkerHeartbeatResponse> WorkerBeat(uint64_t worker,
+                                                            std::vector<Produced> splits = {},
+                                                            double rate = 0) {
     proto::WorkerHeartbeatRequest request;
     request.set_protocol_version(kProtocolVersion);
     request.set_worker_id(worker);
@@ -127,9 +124,9 @@ class DispatcherImplTest : public ::testing::Test {
     return response;
   }
 
-  proto::ClientHeartbeatResponse ClientBeat(
-      uint64_t job, uint32_t consumer, std::vector<Delivered> progress = {},
-      double fill = 0.5, double wait_total = 0) {
+  proto::ClientHeartbeatResponse ClientBeat(uint64_t job, uint32_t consumer,
+                                            std::vector<Delivered> progress = {}, double fill = 0.5,
+                                            double wait_total = 0) {
     proto::ClientHeartbeatRequest request;
     request.set_protocol_version(kProtocolVersion);
     request.set_job_id(job);
@@ -162,29 +159,26 @@ class DispatcherImplTest : public ::testing::Test {
   double Metric(const std::string& name) {
     for (const auto& family : registry_.Collect()) {
       if (family.name != name || family.metric.empty()) continue;
-      return family.type == prometheus::MetricType::Counter
-                 ? family.metric[0].counter.value
-                 : family.metric[0].gauge.value;
+      return family.type == prometheus::MetricType::Counter ? family.metric[0].counter.value
+                                                            : family.metric[0].gauge.value;
     }
     return -1;
   }
 
-  static std::vector<uint64_t> Positions(
-      const proto::WorkerHeartbeatResponse& r) {
+  static std::vector<uint64_t> Positions(const proto::WorkerHeartbeatResponse& r) {
     std::vector<uint64_t> out;
     for (const auto& a : r.start()) out.push_back(a.key().position());
     return out;
   }
 
   // Each slot of the response as "split[offset,end)+split[offset,end)".
-  static std::vector<std::string> Slots(
-      const proto::ClientHeartbeatResponse& r) {
+  static std::vector<std::string> Slots(const proto::ClientHeartbeatResponse& r) {
     std::vector<std::string> out;
     for (const auto& a : r.splits()) {
       std::string slot;
       for (const proto::SplitPiece& p : a.pieces()) {
-        absl::StrAppend(&slot, slot.empty() ? "" : "+", p.split_id(), "[",
-                        p.offset(), ",", p.offset() + p.count(), ")");
+        absl::StrAppend(&slot, slot.empty() ? "" : "+", p.split_id(), "[", p.offset(), ",",
+                        p.offset() + p.count(), ")");
       }
       out.push_back(slot);
     }
@@ -203,57 +197,45 @@ class DispatcherImplTest : public ::testing::Test {
 // batch 64, split 250.
 TEST_F(DispatcherImplTest, RoundsTheSplitSizeToAMultipleOfTheBatchSize) {
   const uint64_t dataset = Dataset({1000, 600}, 64);
-  EXPECT_EQ(Job(JobRequest("a", dataset, 1, proto::REMAINDER_MODE_PAD, 250))
-                .config()
-                .split_size(),
+  EXPECT_EQ(Job(JobRequest("a", dataset, 1, proto::REMAINDER_MODE_PAD, 250)).config().split_size(),
             256u);
-  EXPECT_EQ(Job(JobRequest("b", dataset, 1, proto::REMAINDER_MODE_PAD, 10))
-                .config()
-                .split_size(),
+  EXPECT_EQ(Job(JobRequest("b", dataset, 1, proto::REMAINDER_MODE_PAD, 10)).config().split_size(),
             64u);
-  EXPECT_EQ(Job(JobRequest("d", dataset, 1, proto::REMAINDER_MODE_PAD, 250))
-                .splits_per_epoch(),
+  EXPECT_EQ(Job(JobRequest("d", dataset, 1, proto::REMAINDER_MODE_PAD, 250)).splits_per_epoch(),
             7u);
 }
 
 TEST_F(DispatcherImplTest, TheDefaultSplitSizeGivesEveryConsumerSeveralSlots) {
   // A large share: the default 1024. A small one: about 4 slots per consumer, whole batches.
-  EXPECT_EQ(Job(JobRequest("big", Dataset({100000}, 64), 2,
-                           proto::REMAINDER_MODE_PAD, 0))
+  EXPECT_EQ(Job(JobRequest("big", Dataset({100000}, 64), 2, proto::REMAINDER_MODE_PAD, 0))
                 .config()
                 .split_size(),
             1024u);
-  const auto small = Job(JobRequest("small", Dataset({2000}, 16), 3,
-                                    proto::REMAINDER_MODE_PAD, 0));
+  const auto small = Job(JobRequest("small", Dataset({2000}, 16), 3, proto::REMAINDER_MODE_PAD, 0));
   EXPECT_EQ(small.config().split_size(),
             160u);  // share 667 / 4 = 166 -> 10 batches of 16
   EXPECT_EQ(small.records_per_consumer(), 667u);
   EXPECT_EQ(small.splits_per_consumer(), 5u);  // 4 x 160 + 27
   // Smaller than a batch per slot: one batch.
-  EXPECT_EQ(
-      Job(JobRequest("tiny", Dataset({10}, 4), 2, proto::REMAINDER_MODE_PAD, 0))
-          .config()
-          .split_size(),
-      4u);
+  EXPECT_EQ(Job(JobRequest("tiny", Dataset({10}, 4), 2, proto::REMAINDER_MODE_PAD, 0))
+                .config()
+                .split_size(),
+            4u);
 }
 
 TEST_F(DispatcherImplTest, WorkedExampleSharesAreExact) {
   EXPECT_THAT(record::Permutation(7, 7, 0), ElementsAre(3, 1, 5, 2, 6, 0, 4));
   const uint64_t dataset = Dataset({1000, 600}, 64);
-  const auto pad =
-      Job(JobRequest("pad", dataset, 3, proto::REMAINDER_MODE_PAD, 250));
+  const auto pad = Job(JobRequest("pad", dataset, 3, proto::REMAINDER_MODE_PAD, 250));
   EXPECT_EQ(pad.records_per_consumer(), 534u);
   EXPECT_EQ(pad.splits_per_consumer(), 3u);
   EXPECT_THAT(Slots(ClientBeat(pad.job_id(), 0)),
               ElementsAre("3[0,232)+1[0,24)", "1[24,256)+5[0,24)", "5[24,46)"));
-  EXPECT_THAT(
-      Slots(ClientBeat(pad.job_id(), 1)),
-      ElementsAre("5[46,256)+2[0,46)", "2[46,256)+6[0,46)", "6[46,68)"));
+  EXPECT_THAT(Slots(ClientBeat(pad.job_id(), 1)),
+              ElementsAre("5[46,256)+2[0,46)", "2[46,256)+6[0,46)", "6[46,68)"));
   EXPECT_THAT(Slots(ClientBeat(pad.job_id(), 2)),
-              ElementsAre("6[68,88)+0[0,236)", "0[236,256)+4[0,236)",
-                          "4[236,256)+3[0,2)"));
-  const auto drop =
-      Job(JobRequest("drop", dataset, 3, proto::REMAINDER_MODE_DROP, 250));
+              ElementsAre("6[68,88)+0[0,236)", "0[236,256)+4[0,236)", "4[236,256)+3[0,2)"));
+  const auto drop = Job(JobRequest("drop", dataset, 3, proto::REMAINDER_MODE_DROP, 250));
   EXPECT_EQ(drop.records_per_consumer(), 533u);
   EXPECT_THAT(Slots(ClientBeat(drop.job_id(), 2)),
               ElementsAre("6[66,88)+0[0,234)", "0[234,256)+4[0,234)",
@@ -269,23 +251,19 @@ TEST_F(DispatcherImplTest, WorkedExampleSharesAreExact) {
 }
 
 TEST_F(DispatcherImplTest, SharesAreEqualInRecordsAndBatchesFor1To5Consumers) {
-  const uint64_t dataset =
-      Dataset({1000, 600}, 64);  // 7 splits of <= 256, 1600 records
+  const uint64_t dataset = Dataset({1000, 600}, 64);  // 7 splits of <= 256, 1600 records
   for (uint32_t consumers = 1; consumers <= 5; ++consumers) {
-    for (proto::RemainderMode mode :
-         {proto::REMAINDER_MODE_PAD, proto::REMAINDER_MODE_DROP}) {
+    for (proto::RemainderMode mode : {proto::REMAINDER_MODE_PAD, proto::REMAINDER_MODE_DROP}) {
       SCOPED_TRACE(::testing::Message() << consumers << " consumers, " << mode);
-      const auto job = Job(JobRequest(absl::StrCat("j", consumers, mode),
-                                      dataset, consumers, mode, 256));
-      const uint64_t share = mode == proto::REMAINDER_MODE_PAD
-                                 ? (1600 + consumers - 1) / consumers
-                                 : 1600 / consumers;
+      const auto job =
+          Job(JobRequest(absl::StrCat("j", consumers, mode), dataset, consumers, mode, 256));
+      const uint64_t share =
+          mode == proto::REMAINDER_MODE_PAD ? (1600 + consumers - 1) / consumers : 1600 / consumers;
       EXPECT_EQ(job.records_per_consumer(), share);
       std::map<uint64_t, int> times;  // global record -> how often read
       for (uint32_t c = 0; c < consumers; ++c) {
         const proto::ClientHeartbeatResponse r = ClientBeat(job.job_id(), c);
-        EXPECT_EQ(static_cast<uint64_t>(r.splits_size()),
-                  job.splits_per_consumer());
+        EXPECT_EQ(static_cast<uint64_t>(r.splits_size()), job.splits_per_consumer());
         uint64_t records = 0;
         for (const auto& a : r.splits()) {
           uint64_t slot = 0;
@@ -327,15 +305,13 @@ TEST_F(DispatcherImplTest, DropWithFewerRecordsThanConsumersIsInvalid) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("fewer than the 3 consumers"));
   // With fewer splits than consumers, DROP still gives everyone an equal share.
-  const auto job = Job(
-      JobRequest("y", Dataset({100}, 10), 3, proto::REMAINDER_MODE_DROP, 50));
+  const auto job = Job(JobRequest("y", Dataset({100}, 10), 3, proto::REMAINDER_MODE_DROP, 50));
   EXPECT_EQ(job.records_per_consumer(), 33u);
 }
 
 TEST_F(DispatcherImplTest, OneWorkerGetsSplitsInOrderUpToItsCapacity) {
   const uint64_t job =
-      Job(JobRequest("j", Dataset({40}, 10), 1, proto::REMAINDER_MODE_PAD, 10))
-          .job_id();
+      Job(JobRequest("j", Dataset({40}, 10), 1, proto::REMAINDER_MODE_PAD, 10)).job_id();
   const uint64_t w = Worker("w1:1", 2);
   auto r = WorkerBeat(w);
   ASSERT_TRUE(r.ok());
@@ -351,22 +327,18 @@ TEST_F(DispatcherImplTest, OneWorkerGetsSplitsInOrderUpToItsCapacity) {
   EXPECT_THAT(Positions(*r), ElementsAre(2));
   // The consumer has all of position 0: the worker drops it.
   ClientBeat(job, 0, {{0, 0, 1, true}});
-  r = WorkerBeat(w, {{{job, 0, 0, 0}, 1, true},
-                     {{job, 0, 0, 1}, 1, true},
-                     {{job, 0, 0, 2}, 0, false}});
+  r = WorkerBeat(
+      w, {{{job, 0, 0, 0}, 1, true}, {{job, 0, 0, 1}, 1, true}, {{job, 0, 0, 2}, 0, false}});
   EXPECT_EQ(r->drop_size(), 1);
   EXPECT_EQ(r->drop(0).position(), 0u);
   EXPECT_THAT(Positions(*r), ElementsAre(3));
 }
 
-TEST_F(DispatcherImplTest,
-       ThreeWorkersShareTwoConsumersAndFinishTheEpochsExactlyOnce) {
-  const uint64_t job = Job(JobRequest("j", Dataset({60, 40}, 10), 2,
-                                      proto::REMAINDER_MODE_PAD, 20, 2))
-                           .job_id();
+TEST_F(DispatcherImplTest, ThreeWorkersShareTwoConsumersAndFinishTheEpochsExactlyOnce) {
+  const uint64_t job =
+      Job(JobRequest("j", Dataset({60, 40}, 10), 2, proto::REMAINDER_MODE_PAD, 20, 2)).job_id();
   // 5 splits -> 3 slots per consumer per epoch.
-  std::vector<uint64_t> workers = {Worker("a:1", 1), Worker("b:1", 1),
-                                   Worker("c:1", 1)};
+  std::vector<uint64_t> workers = {Worker("a:1", 1), Worker("b:1", 1), Worker("c:1", 1)};
   std::map<uint64_t, std::vector<Produced>> held;  // worker -> splits it holds
   std::map<SlotKey, int> produced;
   for (int round = 0; round < 50; ++round) {
@@ -374,14 +346,11 @@ TEST_F(DispatcherImplTest,
       auto r = WorkerBeat(w, held[w]);
       ASSERT_TRUE(r.ok());
       for (const auto& d : r->drop()) {
-        std::erase_if(held[w], [&](const Produced& p) {
-          return p.key == SlotKey::FromProto(d);
-        });
+        std::erase_if(held[w], [&](const Produced& p) { return p.key == SlotKey::FromProto(d); });
       }
       for (const auto& a : r->start()) {
         EXPECT_EQ(a.skip_batches(), 0u);
-        held[w].push_back(
-            {SlotKey::FromProto(a.key()), 2, true});  // produced at once
+        held[w].push_back({SlotKey::FromProto(a.key()), 2, true});  // produced at once
         ++produced[SlotKey::FromProto(a.key())];
       }
     }
@@ -396,8 +365,7 @@ TEST_F(DispatcherImplTest,
       std::vector<Delivered> progress;
       for (uint64_t w : workers) {
         for (const Produced& p : held[w]) {
-          if (p.key.consumer == c)
-            progress.push_back({p.key.epoch, p.key.position, 2, true});
+          if (p.key.consumer == c) progress.push_back({p.key.epoch, p.key.position, 2, true});
         }
       }
       ClientBeat(job, c, progress);
@@ -409,12 +377,10 @@ TEST_F(DispatcherImplTest,
   for (const auto& [key, n] : produced) EXPECT_EQ(n, 1);
 }
 
-TEST_F(
-    DispatcherImplTest,
-    LostWorkersSplitIsReassignedOnlyAfterTheConsumerReportsAndSkipsItsPrefix) {
+TEST_F(DispatcherImplTest,
+       LostWorkersSplitIsReassignedOnlyAfterTheConsumerReportsAndSkipsItsPrefix) {
   const uint64_t job =
-      Job(JobRequest("j", Dataset({40}, 10), 1, proto::REMAINDER_MODE_PAD, 40))
-          .job_id();
+      Job(JobRequest("j", Dataset({40}, 10), 1, proto::REMAINDER_MODE_PAD, 40)).job_id();
   const uint64_t w1 = Worker("w1:1", 1);
   auto r = WorkerBeat(w1);
   ASSERT_THAT(Positions(*r), ElementsAre(0));
@@ -429,15 +395,13 @@ TEST_F(
   ASSERT_TRUE(WorkerBeat(w2).ok());
   ASSERT_TRUE(impl_->Tick().ok());  // w1 silent 11 s: lost
 
-  EXPECT_EQ(State(job).consumers(0).splits(0).status(),
-            proto::SPLIT_STATUS_AWAITING_PROGRESS);
+  EXPECT_EQ(State(job).consumers(0).splits(0).status(), proto::SPLIT_STATUS_AWAITING_PROGRESS);
   EXPECT_EQ(WorkerBeat(w1).status().code(), absl::StatusCode::kNotFound);
   r = WorkerBeat(w2);
   EXPECT_THAT(Positions(*r),
               IsEmpty());  // not before the consumer said how far it got
 
-  const proto::ClientHeartbeatResponse client =
-      ClientBeat(job, 0, {{0, 0, 3, false}});
+  const proto::ClientHeartbeatResponse client = ClientBeat(job, 0, {{0, 0, 3, false}});
   ASSERT_EQ(client.tasks_size(), 1);
   EXPECT_EQ(client.tasks(0).address(), "w2:1");
   r = WorkerBeat(w2);
@@ -458,8 +422,8 @@ TEST_F(
       lost[metric.label[0].value] = metric.counter.value;
     }
   }
-  EXPECT_EQ(lost, (std::map<std::string, double>{
-                      {"restarted", 0}, {"timeout", 1}, {"unregistered", 0}}));
+  EXPECT_EQ(lost,
+            (std::map<std::string, double>{{"restarted", 0}, {"timeout", 1}, {"unregistered", 0}}));
   EXPECT_EQ(Metric("sluice_dispatcher_workers"), 1);
 
   ClientBeat(job, 0, {{0, 0, 4, true}});
@@ -469,31 +433,25 @@ TEST_F(
 
 TEST_F(DispatcherImplTest, SplitAWorkerStopsReportingIsHandedBack) {
   const uint64_t job =
-      Job(JobRequest("j", Dataset({40}, 10), 1, proto::REMAINDER_MODE_PAD, 20))
-          .job_id();
+      Job(JobRequest("j", Dataset({40}, 10), 1, proto::REMAINDER_MODE_PAD, 20)).job_id();
   const uint64_t w = Worker("w:1", 2);
   ASSERT_THAT(Positions(*WorkerBeat(w)), ElementsAre(0, 1));
   // The response was lost: the worker only knows position 1.
   auto r = WorkerBeat(w, {{{job, 0, 0, 1}, 0, false}});
   EXPECT_THAT(Positions(*r), IsEmpty());
-  EXPECT_EQ(State(job).consumers(0).splits(0).status(),
-            proto::SPLIT_STATUS_AWAITING_PROGRESS);
+  EXPECT_EQ(State(job).consumers(0).splits(0).status(), proto::SPLIT_STATUS_AWAITING_PROGRESS);
   ClientBeat(job, 0, {});
   r = WorkerBeat(w, {{{job, 0, 0, 1}, 0, false}});
   ASSERT_THAT(Positions(*r), ElementsAre(0));
   EXPECT_EQ(r->start(0).skip_batches(), 0u);
 }
 
-TEST_F(DispatcherImplTest,
-       DrainingWorkerHandsBackUnfinishedSplitsAndMayExitWhenEmpty) {
+TEST_F(DispatcherImplTest, DrainingWorkerHandsBackUnfinishedSplitsAndMayExitWhenEmpty) {
   const uint64_t job =
-      Job(JobRequest("j", Dataset({40}, 10), 1, proto::REMAINDER_MODE_PAD, 20))
-          .job_id();
+      Job(JobRequest("j", Dataset({40}, 10), 1, proto::REMAINDER_MODE_PAD, 20)).job_id();
   const uint64_t w1 = Worker("w1:1", 2);
   ASSERT_THAT(Positions(*WorkerBeat(w1)), ElementsAre(0, 1));
-  ASSERT_TRUE(
-      WorkerBeat(w1, {{{job, 0, 0, 0}, 2, true}, {{job, 0, 0, 1}, 1, false}})
-          .ok());
+  ASSERT_TRUE(WorkerBeat(w1, {{{job, 0, 0, 0}, 2, true}, {{job, 0, 0, 1}, 1, false}}).ok());
 
   proto::DrainWorkerRequest drain;
   drain.set_protocol_version(kProtocolVersion);
@@ -502,8 +460,7 @@ TEST_F(DispatcherImplTest,
   ASSERT_TRUE(Sync(impl_).DrainWorker(drain, &drained).ok());
   EXPECT_EQ(drained.handed_back(), 1u);
 
-  auto r =
-      WorkerBeat(w1, {{{job, 0, 0, 0}, 2, true}, {{job, 0, 0, 1}, 1, false}});
+  auto r = WorkerBeat(w1, {{{job, 0, 0, 0}, 2, true}, {{job, 0, 0, 1}, 1, false}});
   EXPECT_TRUE(r->draining());
   EXPECT_FALSE(r->may_exit());
   ASSERT_EQ(r->drop_size(), 1);
@@ -525,15 +482,13 @@ TEST_F(DispatcherImplTest,
 
 TEST_F(DispatcherImplTest, RestartedOrUnregisteredWorkerLosesItsSplits) {
   const uint64_t job =
-      Job(JobRequest("j", Dataset({40}, 10), 1, proto::REMAINDER_MODE_PAD, 20))
-          .job_id();
+      Job(JobRequest("j", Dataset({40}, 10), 1, proto::REMAINDER_MODE_PAD, 20)).job_id();
   const uint64_t old_id = Worker("w:1", 1);
   ASSERT_THAT(Positions(*WorkerBeat(old_id)), ElementsAre(0));
   const uint64_t new_id = Worker("w:1", 1);  // same address: a restart
   EXPECT_NE(new_id, old_id);
   EXPECT_EQ(WorkerBeat(old_id).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(State(job).consumers(0).splits(0).status(),
-            proto::SPLIT_STATUS_AWAITING_PROGRESS);
+  EXPECT_EQ(State(job).consumers(0).splits(0).status(), proto::SPLIT_STATUS_AWAITING_PROGRESS);
 
   ASSERT_THAT(Positions(*WorkerBeat(new_id)), ElementsAre(1));
   proto::WorkerUnregisterRequest request;
@@ -541,22 +496,18 @@ TEST_F(DispatcherImplTest, RestartedOrUnregisteredWorkerLosesItsSplits) {
   request.set_worker_id(new_id);
   proto::WorkerUnregisterResponse response;
   ASSERT_TRUE(Sync(impl_).WorkerUnregister(request, &response).ok());
-  EXPECT_EQ(State(job).consumers(0).splits(1).status(),
-            proto::SPLIT_STATUS_AWAITING_PROGRESS);
-  EXPECT_EQ(Sync(impl_).WorkerUnregister(request, &response).code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(State(job).consumers(0).splits(1).status(), proto::SPLIT_STATUS_AWAITING_PROGRESS);
+  EXPECT_EQ(Sync(impl_).WorkerUnregister(request, &response).code(), absl::StatusCode::kNotFound);
 }
 
-TEST_F(DispatcherImplTest,
-       ProtocolVersionMismatchIsFailedPreconditionWithAHint) {
+TEST_F(DispatcherImplTest, ProtocolVersionMismatchIsFailedPreconditionWithAHint) {
   proto::RegisterDatasetRequest request;
   request.set_protocol_version(99);
   proto::RegisterDatasetResponse response;
   absl::Status s = Sync(impl_).RegisterDataset(request, &response);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(s.message(),
-              HasSubstr(absl::StrCat("client protocol version 99, dispatcher ",
-                                     kProtocolVersion, ": upgrade")));
+  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("client protocol version 99, dispatcher ",
+                                                  kProtocolVersion, ": upgrade")));
   proto::WorkerHeartbeatRequest beat;  // version 0
   proto::WorkerHeartbeatResponse beat_response;
   EXPECT_EQ(Sync(impl_).WorkerHeartbeat(beat, &beat_response).code(),
@@ -564,8 +515,7 @@ TEST_F(DispatcherImplTest,
 }
 
 TEST_F(DispatcherImplTest, LimitsAreRefusedNamingTheirFlags) {
-  limits_ = {
-      .max_pipeline_bytes = 8, .max_jobs = 1, .max_consumers_per_job = 2};
+  limits_ = {.max_pipeline_bytes = 8, .max_jobs = 1, .max_consumers_per_job = 2};
   Restart(std::make_shared<InMemoryJournal>());
 
   proto::RegisterDatasetRequest request;
@@ -582,15 +532,14 @@ TEST_F(DispatcherImplTest, LimitsAreRefusedNamingTheirFlags) {
 
   const uint64_t dataset = Dataset({100}, 10, "8 bytes!");
   proto::GetOrCreateJobResponse job;
-  s = Sync(impl_).GetOrCreateJob(
-      JobRequest("three", dataset, 3, proto::REMAINDER_MODE_PAD, 10), &job);
+  s = Sync(impl_).GetOrCreateJob(JobRequest("three", dataset, 3, proto::REMAINDER_MODE_PAD, 10),
+                                 &job);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-  EXPECT_EQ(s.message(),
-            "num_consumers 3 is more than --max-consumers-per-job 2");
+  EXPECT_EQ(s.message(), "num_consumers 3 is more than --max-consumers-per-job 2");
 
   Job(JobRequest("first", dataset, 2, proto::REMAINDER_MODE_PAD, 10));
-  s = Sync(impl_).GetOrCreateJob(
-      JobRequest("second", dataset, 1, proto::REMAINDER_MODE_PAD, 10), &job);
+  s = Sync(impl_).GetOrCreateJob(JobRequest("second", dataset, 1, proto::REMAINDER_MODE_PAD, 10),
+                                 &job);
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
   EXPECT_THAT(s.message(), HasSubstr("(--max-jobs 1)"));
 }
@@ -621,8 +570,7 @@ TEST_F(DispatcherImplTest, AbsurdRecordCountsAndTooManySplitsAreRefused) {
   // 10^12 records in splits of 20: refused before any split is enumerated.
   const uint64_t huge = Dataset({1000000000000ull}, 10);
   proto::GetOrCreateJobResponse job;
-  s = Sync(impl_).GetOrCreateJob(
-      JobRequest("huge", huge, 1, proto::REMAINDER_MODE_PAD, 20), &job);
+  s = Sync(impl_).GetOrCreateJob(JobRequest("huge", huge, 1, proto::REMAINDER_MODE_PAD, 20), &job);
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
   EXPECT_EQ(s.message(),
             "the job would have 50000000000 splits of 20 records, more than "
@@ -632,9 +580,7 @@ TEST_F(DispatcherImplTest, AbsurdRecordCountsAndTooManySplitsAreRefused) {
   const uint64_t small = Dataset({200}, 10, "small");
   Job(JobRequest("ten", small, 1, proto::REMAINDER_MODE_PAD, 20));
   s = Sync(impl_).GetOrCreateJob(
-      JobRequest("eleven", Dataset({201}, 10, "eleven"), 1,
-                 proto::REMAINDER_MODE_PAD, 20),
-      &job);
+      JobRequest("eleven", Dataset({201}, 10, "eleven"), 1, proto::REMAINDER_MODE_PAD, 20), &job);
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
 }
 
@@ -653,9 +599,7 @@ TEST_F(DispatcherImplTest, JobsPerIdentityAreCappedByTheOwnerInTheirName) {
             "one to finish, or ask an operator to raise "
             "--max-jobs-per-identity");
   // An existing job is still answered; bob and unscoped (development) names are not counted.
-  EXPECT_FALSE(
-      Job(JobRequest("alice/a", dataset, 1, proto::REMAINDER_MODE_PAD, 20))
-          .created());
+  EXPECT_FALSE(Job(JobRequest("alice/a", dataset, 1, proto::REMAINDER_MODE_PAD, 20)).created());
   Job(JobRequest("bob/a", dataset, 1, proto::REMAINDER_MODE_PAD, 20));
   Job(JobRequest("x", dataset, 1, proto::REMAINDER_MODE_PAD, 20));
   Job(JobRequest("y", dataset, 1, proto::REMAINDER_MODE_PAD, 20));
@@ -667,43 +611,35 @@ TEST_F(DispatcherImplTest, UnknownJobIsNotFound) {
   request.set_protocol_version(kProtocolVersion);
   request.set_job_id(42);
   proto::ClientHeartbeatResponse response;
-  EXPECT_EQ(Sync(impl_).ClientHeartbeat(request, &response).code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(Sync(impl_).ClientHeartbeat(request, &response).code(), absl::StatusCode::kNotFound);
   proto::GetJobStateRequest state;
   state.set_protocol_version(kProtocolVersion);
   state.set_job_id(42);
   proto::GetJobStateResponse state_response;
-  EXPECT_EQ(Sync(impl_).GetJobState(state, &state_response).code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(Sync(impl_).GetJobState(state, &state_response).code(), absl::StatusCode::kNotFound);
   proto::GetOrCreateJobResponse job;
-  EXPECT_EQ(Sync(impl_)
-                .GetOrCreateJob(
-                    JobRequest("x", 5, 1, proto::REMAINDER_MODE_PAD, 1), &job)
-                .code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(
+      Sync(impl_).GetOrCreateJob(JobRequest("x", 5, 1, proto::REMAINDER_MODE_PAD, 1), &job).code(),
+      absl::StatusCode::kNotFound);
 }
 
 TEST_F(DispatcherImplTest, JobNameIsIdempotentForTheSameConfigOnly) {
   const uint64_t dataset = Dataset({100}, 10);
-  const auto first =
-      Job(JobRequest("train", dataset, 2, proto::REMAINDER_MODE_PAD, 20));
+  const auto first = Job(JobRequest("train", dataset, 2, proto::REMAINDER_MODE_PAD, 20));
   EXPECT_TRUE(first.created());
   // 19 rounds to the same 20-record split size: the same normalized config.
-  const auto again =
-      Job(JobRequest("train", dataset, 2, proto::REMAINDER_MODE_PAD, 19));
+  const auto again = Job(JobRequest("train", dataset, 2, proto::REMAINDER_MODE_PAD, 19));
   EXPECT_FALSE(again.created());
   EXPECT_EQ(again.job_id(), first.job_id());
 
   proto::GetOrCreateJobResponse response;
   absl::Status s = Sync(impl_).GetOrCreateJob(
-      JobRequest("train", dataset, 3, proto::REMAINDER_MODE_PAD, 20),
-      &response);
+      JobRequest("train", dataset, 3, proto::REMAINDER_MODE_PAD, 20), &response);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.message(), HasSubstr("use another job name"));
   // Anonymous jobs are always new.
-  EXPECT_NE(
-      Job(JobRequest("", dataset, 1, proto::REMAINDER_MODE_PAD, 20)).job_id(),
-      Job(JobRequest("", dataset, 1, proto::REMAINDER_MODE_PAD, 20)).job_id());
+  EXPECT_NE(Job(JobRequest("", dataset, 1, proto::REMAINDER_MODE_PAD, 20)).job_id(),
+            Job(JobRequest("", dataset, 1, proto::REMAINDER_MODE_PAD, 20)).job_id());
 }
 
 TEST_F(DispatcherImplTest, RegisterDatasetIsIdempotentAndValidates) {
@@ -720,8 +656,7 @@ TEST_F(DispatcherImplTest, RegisterDatasetIsIdempotentAndValidates) {
 }
 
 TEST_F(DispatcherImplTest, ParallelEpochsGivesEveryWorkerEveryConsumer) {
-  auto request =
-      JobRequest("p", Dataset({100}, 10), 2, proto::REMAINDER_MODE_PAD, 20);
+  auto request = JobRequest("p", Dataset({100}, 10), 2, proto::REMAINDER_MODE_PAD, 20);
   request.mutable_config()->set_mode(proto::PROCESSING_MODE_PARALLEL_EPOCHS);
   const uint64_t job = Job(request).job_id();
   for (const char* address : {"a:1", "b:1"}) {
@@ -738,8 +673,7 @@ TEST_F(DispatcherImplTest, ParallelEpochsGivesEveryWorkerEveryConsumer) {
 
 TEST_F(DispatcherImplTest, ARestartedDispatcherReplaysItsJournal) {
   const uint64_t job =
-      Job(JobRequest("j", Dataset({40}, 10), 1, proto::REMAINDER_MODE_PAD, 10))
-          .job_id();
+      Job(JobRequest("j", Dataset({40}, 10), 1, proto::REMAINDER_MODE_PAD, 10)).job_id();
   const uint64_t w = Worker("w:1", 2);
   ASSERT_TRUE(WorkerBeat(w).ok());
   ClientBeat(job, 0, {{0, 0, 1, true}});
@@ -750,9 +684,9 @@ TEST_F(DispatcherImplTest, ARestartedDispatcherReplaysItsJournal) {
 }
 
 // A ClientHeartbeat that echoes list versions (ClientBeat sends none).
-proto::ClientHeartbeatResponse VersionedBeat(
-    DispatcherImpl& impl, uint64_t job, uint64_t tasks_version,
-    uint64_t splits_version, std::vector<Delivered> progress = {}) {
+proto::ClientHeartbeatResponse VersionedBeat(DispatcherImpl& impl, uint64_t job,
+                                             uint64_t tasks_version, uint64_t splits_version,
+                                             std::vector<Delivered> progress = {}) {
   proto::ClientHeartbeatRequest request;
   request.set_protocol_version(kProtocolVersion);
   request.set_job_id(job);
@@ -773,8 +707,7 @@ proto::ClientHeartbeatResponse VersionedBeat(
 
 TEST_F(DispatcherImplTest, ClientHeartbeatOmitsTheListsTheClientHolds) {
   const uint64_t job =
-      Job(JobRequest("j", Dataset({40}, 10), 1, proto::REMAINDER_MODE_PAD, 10))
-          .job_id();
+      Job(JobRequest("j", Dataset({40}, 10), 1, proto::REMAINDER_MODE_PAD, 10)).job_id();
   Worker("w1:1", 1);
   Worker("w2:1", 1);
   // A client without versions (also one that predates them) gets everything.
@@ -787,8 +720,7 @@ TEST_F(DispatcherImplTest, ClientHeartbeatOmitsTheListsTheClientHolds) {
 
   // Echoing both versions: both lists omitted, the rest still answered.
   const proto::ClientHeartbeatResponse same =
-      VersionedBeat(*impl_, job, first.tasks_version(), first.splits_version(),
-                    {{0, 0, 1, true}});
+      VersionedBeat(*impl_, job, first.tasks_version(), first.splits_version(), {{0, 0, 1, true}});
   EXPECT_EQ(same.tasks_size(), 0);
   EXPECT_EQ(same.splits_size(), 0);
   EXPECT_EQ(same.tasks_version(), first.tasks_version());
@@ -798,10 +730,9 @@ TEST_F(DispatcherImplTest, ClientHeartbeatOmitsTheListsTheClientHolds) {
 }
 
 TEST_F(DispatcherImplTest, ClientHeartbeatSendsAListAgainWhenItChanged) {
-  const uint64_t job =
-      Job(JobRequest("j", Dataset({20}, 10), 1, proto::REMAINDER_MODE_PAD, 10,
-                     /*epochs=*/2))
-          .job_id();
+  const uint64_t job = Job(JobRequest("j", Dataset({20}, 10), 1, proto::REMAINDER_MODE_PAD, 10,
+                                      /*epochs=*/2))
+                           .job_id();
   Worker("w1:1", 1);
   const proto::ClientHeartbeatResponse first = ClientBeat(job, 0);
   ASSERT_EQ(first.tasks_size(), 1);
@@ -836,16 +767,14 @@ TEST_F(DispatcherImplTest, ClientHeartbeatSendsAListAgainWhenItChanged) {
   EXPECT_EQ(r.tasks_version(), first.tasks_version());
 }
 
-TEST_F(DispatcherImplTest,
-       AClientWithVersionsFromBeforeADispatcherRestartGetsTheWholeLists) {
+TEST_F(DispatcherImplTest, AClientWithVersionsFromBeforeADispatcherRestartGetsTheWholeLists) {
   const uint64_t job =
-      Job(JobRequest("j", Dataset({40}, 10), 1, proto::REMAINDER_MODE_PAD, 10))
-          .job_id();
+      Job(JobRequest("j", Dataset({40}, 10), 1, proto::REMAINDER_MODE_PAD, 10)).job_id();
   Worker("w1:1", 1);
   const proto::ClientHeartbeatResponse before = ClientBeat(job, 0);
   Restart(journal_);  // same state, replayed
-  const proto::ClientHeartbeatResponse after = VersionedBeat(
-      *impl_, job, before.tasks_version(), before.splits_version());
+  const proto::ClientHeartbeatResponse after =
+      VersionedBeat(*impl_, job, before.tasks_version(), before.splits_version());
   EXPECT_NE(after.tasks_version(), before.tasks_version());
   EXPECT_NE(after.splits_version(), before.splits_version());
   ASSERT_EQ(after.tasks_size(), 1);
@@ -860,25 +789,21 @@ TEST_F(DispatcherImplTest,
 
 TEST_F(DispatcherImplTest, RepeatedHeartbeatsThatChangeNothingAreNotJournaled) {
   const uint64_t job =
-      Job(JobRequest("j", Dataset({40}, 10), 1, proto::REMAINDER_MODE_PAD, 10))
-          .job_id();
+      Job(JobRequest("j", Dataset({40}, 10), 1, proto::REMAINDER_MODE_PAD, 10)).job_id();
   const uint64_t w = Worker("w1:1", 2);
   ASSERT_TRUE(WorkerBeat(w).ok());  // assigns positions 0 and 1
   ClientBeat(job, 0, {{0, 0, 1, false}});
   const uint64_t journaled = journal_->updates_since_snapshot();
   for (int i = 0; i < 5; ++i) {
     // Counters move (or repeat), nothing finishes, completes or is assigned.
-    ASSERT_TRUE(
-        WorkerBeat(w, {{{job, 0, 0, 0}, 1, false},
-                       {{job, 0, 0, 1}, static_cast<uint64_t>(i), false}})
-            .ok());
+    ASSERT_TRUE(WorkerBeat(w, {{{job, 0, 0, 0}, 1, false},
+                               {{job, 0, 0, 1}, static_cast<uint64_t>(i), false}})
+                    .ok());
     ClientBeat(job, 0, {{0, 0, 1, false}}, /*fill=*/0.1 * i, /*wait_total=*/i);
   }
   EXPECT_EQ(journal_->updates_since_snapshot(), journaled);
   // A split finishing production is a real change.
-  ASSERT_TRUE(
-      WorkerBeat(w, {{{job, 0, 0, 0}, 1, true}, {{job, 0, 0, 1}, 1, false}})
-          .ok());
+  ASSERT_TRUE(WorkerBeat(w, {{{job, 0, 0, 0}, 1, true}, {{job, 0, 0, 1}, 1, false}}).ok());
   EXPECT_GT(journal_->updates_since_snapshot(), journaled);
 }
 
@@ -890,16 +815,13 @@ TEST_F(DispatcherImplTest, ARestartReplaysSnapshotsThatLaterCommitsWrote) {
   auto journal = SqliteJournal::Open(dir.path());
   ASSERT_TRUE(journal.ok()) << journal.status();
   Restart(std::shared_ptr<Journal>(std::move(*journal)));
-  const uint64_t job =
-      Job(JobRequest("j", Dataset({40}, 10), 1, proto::REMAINDER_MODE_PAD, 10,
-                     /*epochs=*/2))
-          .job_id();
+  const uint64_t job = Job(JobRequest("j", Dataset({40}, 10), 1, proto::REMAINDER_MODE_PAD, 10,
+                                      /*epochs=*/2))
+                           .job_id();
   const uint64_t w = Worker("w:1", 2);
   ASSERT_TRUE(WorkerBeat(w).ok());  // positions 0, 1
   ClientBeat(job, 0, {{0, 0, 1, true}});
-  ASSERT_TRUE(
-      WorkerBeat(w, {{{job, 0, 0, 0}, 1, true}, {{job, 0, 0, 1}, 1, true}})
-          .ok());
+  ASSERT_TRUE(WorkerBeat(w, {{{job, 0, 0, 0}, 1, true}, {{job, 0, 0, 1}, 1, true}}).ok());
   ClientBeat(job, 0, {{0, 1, 1, true}});
   const std::string before = State(job).SerializeAsString();
   EXPECT_LT(journal_->updates_since_snapshot(), 3u);  // snapshots were written

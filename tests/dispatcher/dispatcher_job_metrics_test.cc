@@ -58,8 +58,7 @@ class DispatcherJobMetricsTest : public ::testing::Test {
     return response.job_id();
   }
 
-  void ClientBeat(uint64_t job, uint32_t consumer, uint64_t batches,
-                  double wait_total) {
+  void ClientBeat(uint64_t job, uint32_t consumer, uint64_t batches, double wait_total) {
     proto::ClientHeartbeatRequest request;
     request.set_protocol_version(kProtocolVersion);
     request.set_job_id(job);
@@ -104,9 +103,8 @@ class DispatcherJobMetricsTest : public ::testing::Test {
         for (const auto& label : metric.label) {
           if (label.name == "sluice_job") job = label.value;
         }
-        out[job] = family.type == prometheus::MetricType::Counter
-                       ? metric.counter.value
-                       : metric.gauge.value;
+        out[job] = family.type == prometheus::MetricType::Counter ? metric.counter.value
+                                                                  : metric.gauge.value;
       }
     }
     return out;
@@ -138,16 +136,14 @@ TEST_F(DispatcherJobMetricsTest, ClientHeartbeatsAddUpPerJob) {
   EXPECT_THAT(Series("sluice_dispatcher_job_splits_reassigned_total"),
               UnorderedElementsAre(Pair("a", 0), Pair("b", 0)));
   // The namespace-wide counter is the sum over jobs.
-  EXPECT_THAT(Series("sluice_dispatcher_consumer_wait_seconds_total"),
-              ElementsAre(Pair("", 2.75)));
+  EXPECT_THAT(Series("sluice_dispatcher_consumer_wait_seconds_total"), ElementsAre(Pair("", 2.75)));
 }
 
 TEST_F(DispatcherJobMetricsTest, ARestartedClientCountsFromZeroAgain) {
   const uint64_t a = Job("a", /*consumers=*/1);
   ClientBeat(a, /*consumer=*/0, /*batches=*/10, /*wait_total=*/3);
   ClientBeat(a, /*consumer=*/0, /*batches=*/2, /*wait_total=*/1);
-  EXPECT_THAT(Series("sluice_dispatcher_job_batches_returned_total"),
-              ElementsAre(Pair("a", 12)));
+  EXPECT_THAT(Series("sluice_dispatcher_job_batches_returned_total"), ElementsAre(Pair("a", 12)));
   EXPECT_THAT(Series("sluice_dispatcher_job_consumer_wait_seconds_total"),
               ElementsAre(Pair("a", 4)));
 }
@@ -174,8 +170,7 @@ TEST_F(DispatcherJobMetricsTest, ReassignedSplitsAreCountedForTheirJob) {
 
   EXPECT_THAT(Series("sluice_dispatcher_job_splits_reassigned_total"),
               UnorderedElementsAre(Pair("a", 2), Pair("b", 0)));
-  EXPECT_THAT(Series("sluice_dispatcher_splits_reassigned_total"),
-              ElementsAre(Pair("", 2)));
+  EXPECT_THAT(Series("sluice_dispatcher_splits_reassigned_total"), ElementsAre(Pair("", 2)));
 }
 
 TEST_F(DispatcherJobMetricsTest, ACollectedJobsSeriesGo) {
@@ -188,27 +183,24 @@ TEST_F(DispatcherJobMetricsTest, ACollectedJobsSeriesGo) {
   clock_.Advance(absl::Seconds(30));  // a silent 70 s > 60 s, b 30 s
   ASSERT_TRUE(impl_->Tick().ok());
 
-  for (const char* name : {"sluice_dispatcher_job_batches_returned_total",
-                           "sluice_dispatcher_job_elements_returned_total",
-                           "sluice_dispatcher_job_consumer_wait_seconds_total",
-                           "sluice_dispatcher_job_splits_reassigned_total",
-                           "sluice_dispatcher_consumers"}) {
+  for (const char* name :
+       {"sluice_dispatcher_job_batches_returned_total",
+        "sluice_dispatcher_job_elements_returned_total",
+        "sluice_dispatcher_job_consumer_wait_seconds_total",
+        "sluice_dispatcher_job_splits_reassigned_total", "sluice_dispatcher_consumers"}) {
     SCOPED_TRACE(name);
     EXPECT_THAT(Series(name), ElementsAre(Pair("b", testing::_)));
   }
   clock_.Advance(absl::Seconds(61));
   ASSERT_TRUE(impl_->Tick().ok());
   EXPECT_THAT(Series("sluice_dispatcher_consumers"), IsEmpty());
-  EXPECT_THAT(Series("sluice_dispatcher_job_batches_returned_total"),
-              IsEmpty());
-  EXPECT_THAT(Series("sluice_dispatcher_job_elements_returned_total"),
-              IsEmpty());
+  EXPECT_THAT(Series("sluice_dispatcher_job_batches_returned_total"), IsEmpty());
+  EXPECT_THAT(Series("sluice_dispatcher_job_elements_returned_total"), IsEmpty());
 
   // A new job of the same name starts its series again.
   const uint64_t again = Job("a", /*consumers=*/1);
   ClientBeat(again, /*consumer=*/0, /*batches=*/3, /*wait_total=*/0);
-  EXPECT_THAT(Series("sluice_dispatcher_job_batches_returned_total"),
-              ElementsAre(Pair("a", 3)));
+  EXPECT_THAT(Series("sluice_dispatcher_job_batches_returned_total"), ElementsAre(Pair("a", 3)));
 }
 
 }  // namespace

@@ -37,8 +37,7 @@ pid_t Spawn(const std::vector<std::string>& args) {
   const pid_t pid = fork();
   if (pid == 0) {
     std::vector<char*> argv;
-    for (const std::string& a : args)
-      argv.push_back(const_cast<char*>(a.c_str()));
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
     execv(argv[0], argv.data());
     _exit(127);
@@ -63,18 +62,15 @@ TEST(DispatcherMain, ServesOnAnyPortAndExitsCleanlyOnSigterm) {
   const std::string address_file = dir.Join("dispatcher.addr");
   const std::string binary = BinDir() + "/sluice-dispatcher";
   ASSERT_TRUE(std::filesystem::exists(binary)) << binary;
-  const pid_t pid = Spawn({binary, "--port", "0", "--address-file",
-                           address_file, "--work-dir", dir.Join("work"),
-                           "--metrics-port", "0", "--log-level", "warn"});
+  const pid_t pid = Spawn({binary, "--port", "0", "--address-file", address_file, "--work-dir",
+                           dir.Join("work"), "--metrics-port", "0", "--log-level", "warn"});
   ASSERT_GT(pid, 0);
 
   std::string address;
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (address.empty() && std::chrono::steady_clock::now() < deadline) {
     if (std::filesystem::exists(address_file)) {
-      address = std::string(
-          absl::StripAsciiWhitespace(testing::ReadFile(address_file)));
+      address = std::string(absl::StripAsciiWhitespace(testing::ReadFile(address_file)));
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
@@ -91,8 +87,7 @@ TEST(DispatcherMain, ServesOnAnyPortAndExitsCleanlyOnSigterm) {
   request.set_address("127.0.0.1:1");
   proto::WorkerRegisterResponse response;
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::seconds(10));
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   grpc::Status s = stub->WorkerRegister(&context, request, &response);
   EXPECT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(response.worker_id(), 1u);
@@ -119,9 +114,8 @@ TEST(DispatcherMain, ACorruptJournalIsAClearStartupError) {
     garbage << std::string(8192, '\x5a');
   }
   const std::string binary = BinDir() + "/sluice-dispatcher";
-  auto p = Subprocess::Start(
-      {binary, "--port", "0", "--work-dir", work, "--metrics-port", "0"},
-      {.log_file = dir.Join("dispatcher.log")});
+  auto p = Subprocess::Start({binary, "--port", "0", "--work-dir", work, "--metrics-port", "0"},
+                             {.log_file = dir.Join("dispatcher.log")});
   ASSERT_TRUE(p.ok()) << p.status();
   absl::StatusOr<int> code = (*p)->Wait(absl::Seconds(20));
   ASSERT_TRUE(code.ok()) << "the dispatcher did not exit on a corrupt journal";
@@ -141,9 +135,8 @@ TEST(DispatcherMain, TakesFlagsFromTheEnvironmentAndPrintsItsAddresses) {
   setenv("SLUICE_METRICS_ADDRESS", metrics.c_str(), 1);
   setenv("SLUICE_LOG_FORMAT", "json", 1);
   setenv("SLUICE_ADDRESS_FILE", dir.Join("addr").c_str(), 1);
-  auto process =
-      Subprocess::Start({BinDir() + "/sluice-dispatcher", "--port", "0"},
-                        {.log_file = dir.Join("log")});
+  auto process = Subprocess::Start({BinDir() + "/sluice-dispatcher", "--port", "0"},
+                                   {.log_file = dir.Join("log")});
   unsetenv("SLUICE_METRICS_ADDRESS");
   unsetenv("SLUICE_LOG_FORMAT");
   unsetenv("SLUICE_ADDRESS_FILE");
@@ -158,8 +151,7 @@ TEST(DispatcherMain, TakesFlagsFromTheEnvironmentAndPrintsItsAddresses) {
   const std::string log = testing::ReadFile(dir.Join("log"));
   EXPECT_THAT(log, ::testing::HasSubstr("metrics on " + metrics + "\n"));
   EXPECT_THAT(log, ::testing::HasSubstr("listening on " + *address + "\n"));
-  EXPECT_THAT(log, ::testing::HasSubstr(
-                       R"("level":"info","logger":"dispatcher","thread":)"));
+  EXPECT_THAT(log, ::testing::HasSubstr(R"("level":"info","logger":"dispatcher","thread":)"));
 }
 
 // A CPU budget smaller than --min-workers workers is a usage error naming the
@@ -167,9 +159,9 @@ TEST(DispatcherMain, TakesFlagsFromTheEnvironmentAndPrintsItsAddresses) {
 TEST(DispatcherMain, MaxCpusBoundsThePoolOrIsAClearUsageError) {
   testing::TempDir dir;
   const std::string binary = BinDir() + "/sluice-dispatcher";
-  auto bad = Subprocess::Start({binary, "--port", "0", "--metrics-port", "0",
-                                "--max-cpus", "1", "--worker-cpus", "2"},
-                               {.log_file = dir.Join("bad.log")});
+  auto bad = Subprocess::Start(
+      {binary, "--port", "0", "--metrics-port", "0", "--max-cpus", "1", "--worker-cpus", "2"},
+      {.log_file = dir.Join("bad.log")});
   ASSERT_TRUE(bad.ok()) << bad.status();
   absl::StatusOr<int> code = (*bad)->Wait(absl::Seconds(20));
   ASSERT_TRUE(code.ok()) << "the dispatcher did not exit";
@@ -178,21 +170,18 @@ TEST(DispatcherMain, MaxCpusBoundsThePoolOrIsAClearUsageError) {
               ::testing::HasSubstr("--max-cpus 1 holds 0 workers of "
                                    "--worker-cpus 2, fewer than --min-workers "
                                    "1"));
-  auto good = Subprocess::Start({binary, "--port", "0", "--metrics-port", "0",
-                                 "--max-cpus", "7", "--worker-cpus", "2"},
-                                {.log_file = dir.Join("good.log")});
+  auto good = Subprocess::Start(
+      {binary, "--port", "0", "--metrics-port", "0", "--max-cpus", "7", "--worker-cpus", "2"},
+      {.log_file = dir.Join("good.log")});
   ASSERT_TRUE(good.ok()) << good.status();
   const std::string expected =
       "autoscaler: at most 3 workers (--max-cpus 7 / --worker-cpus 2, "
       "--max-workers 64)";
   for (int i = 0; i < 200; ++i) {
-    if (testing::ReadFile(dir.Join("good.log")).find(expected) !=
-        std::string::npos)
-      break;
+    if (testing::ReadFile(dir.Join("good.log")).find(expected) != std::string::npos) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  EXPECT_THAT(testing::ReadFile(dir.Join("good.log")),
-              ::testing::HasSubstr(expected));
+  EXPECT_THAT(testing::ReadFile(dir.Join("good.log")), ::testing::HasSubstr(expected));
   EXPECT_EQ((*good)->Stop(absl::Seconds(10)), 0);
 }
 

@@ -11,8 +11,7 @@ namespace {
 
 using ::testing::ElementsAre;
 
-proto::Update RegisterDataset(uint64_t id, std::vector<uint64_t> counts,
-                              uint64_t batch) {
+proto::Update RegisterDataset(uint64_t id, std::vector<uint64_t> counts, uint64_t batch) {
   proto::Update u;
   auto* d = u.mutable_register_dataset();
   d->set_dataset_id(id);
@@ -22,10 +21,9 @@ proto::Update RegisterDataset(uint64_t id, std::vector<uint64_t> counts,
   return u;
 }
 
-proto::Update CreateJob(
-    uint64_t id, uint64_t dataset, uint32_t consumers, uint64_t split_size,
-    uint64_t epochs,
-    proto::RemainderMode remainder = proto::REMAINDER_MODE_PAD) {
+proto::Update CreateJob(uint64_t id, uint64_t dataset, uint32_t consumers, uint64_t split_size,
+                        uint64_t epochs,
+                        proto::RemainderMode remainder = proto::REMAINDER_MODE_PAD) {
   proto::Update u;
   auto* j = u.mutable_create_job();
   j->set_job_id(id);
@@ -57,8 +55,8 @@ proto::Update Assign(SlotKey key, uint64_t worker, uint64_t skip = 0) {
   return u;
 }
 
-proto::Update Progress(uint64_t job, uint32_t consumer, uint64_t epoch,
-                       uint64_t position, uint64_t delivered, bool complete) {
+proto::Update Progress(uint64_t job, uint32_t consumer, uint64_t epoch, uint64_t position,
+                       uint64_t delivered, bool complete) {
   proto::Update u;
   auto* p = u.mutable_client_progress();
   p->set_job_id(job);
@@ -95,22 +93,17 @@ TEST(DispatcherState, CreateJobBuildsEachConsumersSplitSequence) {
 
 TEST(DispatcherState, RejectsUpdatesThatDoNotFit) {
   DispatcherState state;
-  EXPECT_EQ(state.Apply(CreateJob(1, 9, 1, 256, 1)).code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(state.Apply(CreateJob(1, 9, 1, 256, 1)).code(), absl::StatusCode::kNotFound);
   ASSERT_TRUE(state.Apply(RegisterDataset(1, {100}, 10)).ok());
   EXPECT_EQ(state.Apply(RegisterDataset(1, {100}, 10)).code(),
             absl::StatusCode::kFailedPrecondition);
   ASSERT_TRUE(state.Apply(CreateJob(1, 1, 1, 50, 1)).ok());
-  EXPECT_EQ(state.Apply(Assign({1, 0, 0, 0}, 5)).code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(state.Apply(Assign({1, 0, 0, 0}, 5)).code(), absl::StatusCode::kNotFound);
   ASSERT_TRUE(state.Apply(RegisterWorker(5)).ok());
-  EXPECT_EQ(state.Apply(Assign({1, 0, 0, 9}, 5)).code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(state.Apply(Assign({1, 0, 0, 9}, 5)).code(), absl::StatusCode::kNotFound);
   ASSERT_TRUE(state.Apply(Assign({1, 0, 0, 0}, 5)).ok());
-  EXPECT_EQ(state.Apply(Assign({1, 0, 0, 0}, 5)).code(),
-            absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(state.Apply(proto::Update()).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(state.Apply(Assign({1, 0, 0, 0}, 5)).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(state.Apply(proto::Update()).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(DispatcherState, AJobRecordSizedToExhaustMemoryDoesNotReplay) {
@@ -118,8 +111,7 @@ TEST(DispatcherState, AJobRecordSizedToExhaustMemoryDoesNotReplay) {
   ASSERT_TRUE(state.Apply(RegisterDataset(1, {1000000000000ull}, 10)).ok());
   absl::Status s = state.Apply(CreateJob(2, 1, 1, /*split_size=*/1024, 1));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-  EXPECT_EQ(s.message(),
-            "split_size 1024 gives no splits or more than 16777216");
+  EXPECT_EQ(s.message(), "split_size 1024 gives no splits or more than 16777216");
   ASSERT_TRUE(state.Apply(RegisterDataset(3, {100}, 10)).ok());
   s = state.Apply(CreateJob(4, 3, /*consumers=*/4000000000u, 50, 1));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
@@ -135,10 +127,8 @@ TEST(DispatcherState, CompletingEverySplitAdvancesTheEpochThenFinishes) {
   for (uint64_t epoch = 0; epoch < 2; ++epoch) {
     for (uint64_t pos = 0; pos < 2; ++pos) {
       ASSERT_TRUE(state.Apply(Assign({1, 0, epoch, pos}, 1)).ok());
-      EXPECT_EQ(state.FindSlot({1, 0, epoch, pos})->status,
-                proto::SPLIT_STATUS_ASSIGNED);
-      ASSERT_TRUE(
-          state.Apply(Progress(1, 0, epoch, pos, 5, /*complete=*/true)).ok());
+      EXPECT_EQ(state.FindSlot({1, 0, epoch, pos})->status, proto::SPLIT_STATUS_ASSIGNED);
+      ASSERT_TRUE(state.Apply(Progress(1, 0, epoch, pos, 5, /*complete=*/true)).ok());
     }
     EXPECT_TRUE(state.FindWorker(1)->slots.empty());
   }
@@ -147,8 +137,7 @@ TEST(DispatcherState, CompletingEverySplitAdvancesTheEpochThenFinishes) {
   EXPECT_EQ(state.FindJob(1)->consumers[0].epoch, 2u);
 }
 
-TEST(DispatcherState,
-     LostWorkersSplitsWaitForTheConsumersReportThenSkipItsPrefix) {
+TEST(DispatcherState, LostWorkersSplitsWaitForTheConsumersReportThenSkipItsPrefix) {
   DispatcherState state;
   ASSERT_TRUE(state.Apply(RegisterDataset(1, {100}, 10)).ok());
   ASSERT_TRUE(state.Apply(CreateJob(1, 1, 1, 50, 1)).ok());
@@ -183,10 +172,8 @@ TEST(DispatcherState, DrainHandsBackOnlySplitsStillBeingProduced) {
   ASSERT_TRUE(state.Apply(drain).ok());
   EXPECT_TRUE(state.FindWorker(1)->draining);
   EXPECT_THAT(state.FindWorker(1)->slots, ElementsAre(SlotKey{1, 0, 0, 0}));
-  EXPECT_EQ(state.FindSlot({1, 0, 0, 1})->status,
-            proto::SPLIT_STATUS_AWAITING_PROGRESS);
-  EXPECT_EQ(state.Apply(Assign({1, 0, 0, 1}, 1)).code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(state.FindSlot({1, 0, 0, 1})->status, proto::SPLIT_STATUS_AWAITING_PROGRESS);
+  EXPECT_EQ(state.Apply(Assign({1, 0, 0, 1}, 1)).code(), absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(DispatcherState, ReleasedSplitsLeaveTheWorker) {
@@ -200,13 +187,11 @@ TEST(DispatcherState, ReleasedSplitsLeaveTheWorker) {
   *release.mutable_release_splits()->add_keys() = SlotKey{1, 0, 0, 1}.ToProto();
   ASSERT_TRUE(state.Apply(release).ok());
   EXPECT_TRUE(state.FindWorker(1)->slots.empty());
-  EXPECT_EQ(state.FindSlot({1, 0, 0, 1})->status,
-            proto::SPLIT_STATUS_AWAITING_PROGRESS);
+  EXPECT_EQ(state.FindSlot({1, 0, 0, 1})->status, proto::SPLIT_STATUS_AWAITING_PROGRESS);
 }
 
 TEST(DispatcherState, ReplayingTheSameUpdatesGivesTheSameState) {
-  std::vector<proto::Update> log = {RegisterDataset(1, {100, 30}, 10),
-                                    CreateJob(1, 1, 2, 20, 3),
+  std::vector<proto::Update> log = {RegisterDataset(1, {100, 30}, 10), CreateJob(1, 1, 2, 20, 3),
                                     RegisterWorker(1), Assign({1, 1, 0, 0}, 1),
                                     Progress(1, 1, 0, 0, 2, true)};
   DispatcherState a, b;

@@ -69,14 +69,13 @@ class DispatcherWatchTest : public ::testing::Test {
   }
 
   // A heartbeat reporting `held` (producing) and the jobs it knows.
-  proto::WorkerHeartbeatResponse Beat(
-      uint64_t worker, const std::vector<proto::SplitAssignment>& held = {},
-      const std::vector<uint64_t>& known_jobs = {}) {
+  proto::WorkerHeartbeatResponse Beat(uint64_t worker,
+                                      const std::vector<proto::SplitAssignment>& held = {},
+                                      const std::vector<uint64_t>& known_jobs = {}) {
     proto::WorkerHeartbeatRequest request;
     request.set_protocol_version(kProtocolVersion);
     request.set_worker_id(worker);
-    for (const proto::SplitAssignment& a : held)
-      *request.add_splits()->mutable_key() = a.key();
+    for (const proto::SplitAssignment& a : held) *request.add_splits()->mutable_key() = a.key();
     for (uint64_t job : known_jobs) request.add_known_job_ids(job);
     proto::WorkerHeartbeatResponse response;
     EXPECT_TRUE(Sync(impl_).WorkerHeartbeat(request, &response).ok());
@@ -142,8 +141,7 @@ TEST_F(DispatcherWatchTest, AHeldWatchIsAnsweredWhenANewJobMakesWork) {
   EXPECT_EQ(next.start(0).key().position(), 1u);
 }
 
-TEST_F(DispatcherWatchTest,
-       AFullWorkerIsNotWokenAndHearsFalseAfterTheInterval) {
+TEST_F(DispatcherWatchTest, AFullWorkerIsNotWokenAndHearsFalseAfterTheInterval) {
   const uint64_t worker = Worker(/*capacity=*/1);
   Job("a");
   const proto::WorkerHeartbeatResponse beat = Beat(worker);
@@ -167,8 +165,7 @@ TEST_F(DispatcherWatchTest, AJobWhoseConsumerLeavesFreesItsWorkerAtOnce) {
   const uint64_t left = Job("left");
   const proto::WorkerHeartbeatResponse first = Beat(worker);
   ASSERT_EQ(first.start_size(), 1);
-  const std::vector<proto::SplitAssignment> held(first.start().begin(),
-                                                 first.start().end());
+  const std::vector<proto::SplitAssignment> held(first.start().begin(), first.start().end());
   HeldWatch watch;
   Watch(worker, &watch);
   const uint64_t next = Job("next");

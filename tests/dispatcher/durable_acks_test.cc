@@ -28,15 +28,13 @@ class GatedJournal : public InMemoryJournal {
  public:
   absl::StatusOr<uint64_t> Enqueue(const proto::Update& update) override
       ABSL_LOCKS_EXCLUDED(gate_mu_) {
-    if (absl::StatusOr<uint64_t> t = InMemoryJournal::Enqueue(update);
-        !t.ok()) {
+    if (absl::StatusOr<uint64_t> t = InMemoryJournal::Enqueue(update); !t.ok()) {
       return t.status();
     }
     absl::MutexLock lock(&gate_mu_);
     return next_++;
   }
-  absl::Status WaitDurable(uint64_t ticket) override
-      ABSL_LOCKS_EXCLUDED(gate_mu_) {
+  absl::Status WaitDurable(uint64_t ticket) override ABSL_LOCKS_EXCLUDED(gate_mu_) {
     absl::MutexLock lock(&gate_mu_);
     ++waiting_;
     ++wait_calls_;
@@ -105,8 +103,7 @@ class DurableAcksTest : public ::testing::Test {
   std::unique_ptr<DispatcherImpl> impl_;
 };
 
-TEST_F(DurableAcksTest,
-       AnAnswerWaitsUntilItsChangeAndEveryEarlierOneIsDurable) {
+TEST_F(DurableAcksTest, AnAnswerWaitsUntilItsChangeAndEveryEarlierOneIsDurable) {
   proto::WorkerRegisterResponse registered;
   absl::Notification registered_done;
   absl::Status registered_status;
@@ -124,8 +121,7 @@ TEST_F(DurableAcksTest,
   status_request.set_starting_workers(-1);
   proto::GetStatusResponse status;
   absl::Notification status_done;
-  impl_->GetStatus(status_request, &status,
-                   [&](absl::Status) { status_done.Notify(); });
+  impl_->GetStatus(status_request, &status, [&](absl::Status) { status_done.Notify(); });
   EXPECT_EQ(status.workers_size(), 1);
   EXPECT_FALSE(status_done.HasBeenNotified());
 
@@ -136,8 +132,7 @@ TEST_F(DurableAcksTest,
 
   // Everything durable: answered at once, in the calling thread.
   absl::Notification again;
-  impl_->GetStatus(status_request, &status,
-                   [&](absl::Status) { again.Notify(); });
+  impl_->GetStatus(status_request, &status, [&](absl::Status) { again.Notify(); });
   EXPECT_TRUE(again.HasBeenNotified());
 }
 

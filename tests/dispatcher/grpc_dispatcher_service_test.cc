@@ -25,23 +25,20 @@ class GrpcDispatcherServiceTest : public ::testing::Test {
     impl_ = std::move(*impl);
     service_ = std::make_unique<GrpcDispatcherService>(impl_.get());
     grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                             &port_);
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
     builder.RegisterService(service_.get());
     server_ = builder.BuildAndStart();
     ASSERT_NE(server_, nullptr);
     ASSERT_NE(port_, 0);
-    stub_ = proto::DispatcherService::NewStub(
-        grpc::CreateChannel("127.0.0.1:" + std::to_string(port_),
-                            grpc::InsecureChannelCredentials()));
+    stub_ = proto::DispatcherService::NewStub(grpc::CreateChannel(
+        "127.0.0.1:" + std::to_string(port_), grpc::InsecureChannelCredentials()));
   }
   void TearDown() override {
     if (server_ != nullptr) server_->Shutdown();
   }
 
   static void SetDeadline(grpc::ClientContext* context) {
-    context->set_deadline(std::chrono::system_clock::now() +
-                          std::chrono::seconds(10));
+    context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   }
 
   FakeClock clock_;
@@ -52,8 +49,7 @@ class GrpcDispatcherServiceTest : public ::testing::Test {
   std::unique_ptr<proto::DispatcherService::Stub> stub_;
 };
 
-TEST_F(GrpcDispatcherServiceTest,
-       RegistersDatasetJobAndWorkerThroughARealChannel) {
+TEST_F(GrpcDispatcherServiceTest, RegistersDatasetJobAndWorkerThroughARealChannel) {
   proto::RegisterDatasetRequest dataset;
   dataset.set_protocol_version(kProtocolVersion);
   dataset.set_pipeline("pipeline-bytes");
@@ -63,8 +59,7 @@ TEST_F(GrpcDispatcherServiceTest,
   {
     grpc::ClientContext context;
     SetDeadline(&context);
-    grpc::Status s =
-        stub_->RegisterDataset(&context, dataset, &dataset_response);
+    grpc::Status s = stub_->RegisterDataset(&context, dataset, &dataset_response);
     ASSERT_TRUE(s.ok()) << s.error_message();
   }
   EXPECT_GT(dataset_response.dataset_id(), 0u);

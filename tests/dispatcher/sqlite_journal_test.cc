@@ -77,8 +77,7 @@ int64_t RawCount(const std::string& dir, const std::string& table) {
   sqlite3* db = nullptr;
   EXPECT_EQ(sqlite3_open((dir + "/journal.sqlite3").c_str(), &db), SQLITE_OK);
   sqlite3_stmt* stmt = nullptr;
-  EXPECT_EQ(sqlite3_prepare_v2(db, ("SELECT count(*) FROM " + table).c_str(),
-                               -1, &stmt, nullptr),
+  EXPECT_EQ(sqlite3_prepare_v2(db, ("SELECT count(*) FROM " + table).c_str(), -1, &stmt, nullptr),
             SQLITE_OK);
   EXPECT_EQ(sqlite3_step(stmt), SQLITE_ROW);
   const int64_t count = sqlite3_column_int64(stmt, 0);
@@ -89,8 +88,7 @@ int64_t RawCount(const std::string& dir, const std::string& table) {
 
 std::string Hex(std::string_view bytes) {
   std::string hex;
-  for (unsigned char c : bytes)
-    absl::StrAppend(&hex, absl::Hex(c, absl::kZeroPad2));
+  for (unsigned char c : bytes) absl::StrAppend(&hex, absl::Hex(c, absl::kZeroPad2));
   return hex;
 }
 
@@ -108,8 +106,7 @@ TEST(SqliteJournal, AppendedUpdatesReadBackInOrder) {
   EXPECT_EQ(contents->snapshot, "");
   ASSERT_EQ(contents->updates.size(), 3u);
   for (uint64_t id = 1; id <= 3; ++id) {
-    EXPECT_EQ(contents->updates[id - 1].SerializeAsString(),
-              WorkerUpdate(id).SerializeAsString());
+    EXPECT_EQ(contents->updates[id - 1].SerializeAsString(), WorkerUpdate(id).SerializeAsString());
   }
 }
 
@@ -133,8 +130,7 @@ TEST(SqliteJournal, ReopenedJournalHoldsEverythingAndContinues) {
   auto contents = (*journal)->Read();
   ASSERT_TRUE(contents.ok()) << contents.status();
   EXPECT_EQ(WorkerIds(contents->updates), Range(1, 5));
-  EXPECT_EQ(contents->updates[4].SerializeAsString(),
-            WorkerUpdate(5).SerializeAsString());
+  EXPECT_EQ(contents->updates[4].SerializeAsString(), WorkerUpdate(5).SerializeAsString());
 }
 
 TEST(SqliteJournal, SnapshotReplacesEarlierUpdatesAndDeletesTheirRows) {
@@ -171,8 +167,7 @@ TEST(SqliteJournal, SnapshotReplacesEarlierUpdatesAndDeletesTheirRows) {
 TEST(SqliteJournal, FileDoesNotGrowOverSnapshotCycles) {
   const std::string dir = MakeTempDir();
   // Size, not durability, is under test: kNormal keeps 10,000 appends quick.
-  auto journal =
-      SqliteJournal::Open(dir, {.sync = SqliteJournal::SyncMode::kNormal});
+  auto journal = SqliteJournal::Open(dir, {.sync = SqliteJournal::SyncMode::kNormal});
   ASSERT_TRUE(journal.ok()) << journal.status();
   const std::string db = dir + "/journal.sqlite3";
   const std::string wal = db + "-wal";
@@ -224,8 +219,7 @@ TEST(SqliteJournal, FileThatIsNotSqliteIsRefusedAndLeftAlone) {
   EXPECT_THAT(journal.status().message(), HasSubstr(path));
   EXPECT_THAT(journal.status().message(), HasSubstr("not an SQLite database"));
   std::ifstream in(path, std::ios::binary);
-  std::string after((std::istreambuf_iterator<char>(in)),
-                    std::istreambuf_iterator<char>());
+  std::string after((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_EQ(after, garbage);
 }
 
@@ -252,8 +246,7 @@ class SqliteJournalRows : public testing::Test {
 };
 
 TEST_F(SqliteJournalRows, RowThatFailsItsChecksumIsRefusedByNumber) {
-  RawSql(dir_, "UPDATE updates SET bytes = X'" +
-                   Hex(WorkerUpdate(99).SerializeAsString()) +
+  RawSql(dir_, "UPDATE updates SET bytes = X'" + Hex(WorkerUpdate(99).SerializeAsString()) +
                    "' WHERE seq = 3");
   auto journal = SqliteJournal::Open(dir_);
   EXPECT_EQ(journal.status().code(), absl::StatusCode::kDataLoss);
@@ -264,10 +257,8 @@ TEST_F(SqliteJournalRows, RowThatFailsItsChecksumIsRefusedByNumber) {
 
 TEST_F(SqliteJournalRows, RowThatDoesNotParseIsRefusedByNumber) {
   const std::string bad("\xff\xff\xff\xff", 4);
-  RawSql(dir_, absl::StrCat("UPDATE updates SET bytes = X'", Hex(bad),
-                            "', checksum = ",
-                            static_cast<int64_t>(record::Checksum(bad)),
-                            " WHERE seq = 4"));
+  RawSql(dir_, absl::StrCat("UPDATE updates SET bytes = X'", Hex(bad), "', checksum = ",
+                            static_cast<int64_t>(record::Checksum(bad)), " WHERE seq = 4"));
   auto journal = SqliteJournal::Open(dir_);
   EXPECT_EQ(journal.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(journal.status().message(),
@@ -279,15 +270,13 @@ TEST_F(SqliteJournalRows, MissingRowIsRefusedByNumber) {
   RawSql(dir_, "DELETE FROM updates WHERE seq = 2");
   auto journal = SqliteJournal::Open(dir_);
   EXPECT_EQ(journal.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(journal.status().message(),
-              HasSubstr("update row seq 3 follows seq 1"));
+  EXPECT_THAT(journal.status().message(), HasSubstr("update row seq 3 follows seq 1"));
 }
 
 TEST(SqliteJournal, CorruptPageIsRefused) {
   const std::string dir = MakeTempDir();
   {
-    auto journal =
-        SqliteJournal::Open(dir, {.sync = SqliteJournal::SyncMode::kNormal});
+    auto journal = SqliteJournal::Open(dir, {.sync = SqliteJournal::SyncMode::kNormal});
     ASSERT_TRUE(journal.ok()) << journal.status();
     for (uint64_t id = 1; id <= 2000; ++id) {
       ASSERT_TRUE(AppendDurably(**journal, WorkerUpdate(id, 100)).ok());
@@ -304,8 +293,7 @@ TEST(SqliteJournal, CorruptPageIsRefused) {
     file.write(junk.data(), junk.size());
   }
   auto journal = SqliteJournal::Open(dir);
-  EXPECT_EQ(journal.status().code(), absl::StatusCode::kDataLoss)
-      << journal.status();
+  EXPECT_EQ(journal.status().code(), absl::StatusCode::kDataLoss) << journal.status();
   EXPECT_THAT(journal.status().message(), HasSubstr(path));
   EXPECT_EQ(std::filesystem::file_size(path), size);
 }
@@ -336,8 +324,7 @@ TEST(SqliteJournal, ConcurrentAppendsAreAllKeptInEachThreadsOrder) {
     for (int t = 0; t < kThreads; ++t) {
       threads.emplace_back([&journal, t] {
         for (uint64_t i = 1; i <= kPerThread; ++i) {
-          EXPECT_TRUE(
-              AppendDurably(**journal, WorkerUpdate(t * 1000 + i)).ok());
+          EXPECT_TRUE(AppendDurably(**journal, WorkerUpdate(t * 1000 + i)).ok());
         }
       });
     }
@@ -374,8 +361,7 @@ TEST(SqliteJournal, EnqueuedUpdatesAreWrittenInEnqueueOrder) {
     ASSERT_TRUE((*journal)->WaitDurable(2).ok());
     ASSERT_TRUE((*journal)->WaitDurable(0).ok());
     EXPECT_EQ((*journal)->updates_since_snapshot(), 3u);
-    EXPECT_EQ((*journal)->WaitDurable(7).code(),
-              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ((*journal)->WaitDurable(7).code(), absl::StatusCode::kInvalidArgument);
   }
   auto journal = SqliteJournal::Open(dir);
   ASSERT_TRUE(journal.ok()) << journal.status();
@@ -420,8 +406,7 @@ TEST(SqliteJournal, AnEnqueuedSnapshotIsWrittenInQueueOrderByTheNextCommit) {
     auto second = (*journal)->EnqueueSnapshot("state through 3");
     auto t4 = (*journal)->Enqueue(WorkerUpdate(4));
     auto t5 = (*journal)->Enqueue(WorkerUpdate(5));
-    ASSERT_TRUE(t2.ok() && snapshot.ok() && t3.ok() && second.ok() && t4.ok() &&
-                t5.ok());
+    ASSERT_TRUE(t2.ok() && snapshot.ok() && t3.ok() && second.ok() && t4.ok() && t5.ok());
     EXPECT_LT(*t2, *snapshot);
     EXPECT_LT(*snapshot, *t3);
     // Nothing is written before a commit: the earlier state is still there.
@@ -484,8 +469,7 @@ TEST(SqliteJournal, SigkillLeavesACleanPrefixOfEveryAcknowledgedUpdate) {
       AppendUntilKilled(dir, fds[1]);
     }
     close(fds[1]);
-    const uint64_t kill_after =
-        std::uniform_int_distribution<uint64_t>(1, 300)(random);
+    const uint64_t kill_after = std::uniform_int_distribution<uint64_t>(1, 300)(random);
     uint64_t acked = 0;
     uint64_t id = 0;
     while (acked < kill_after && read(fds[0], &id, sizeof(id)) == sizeof(id)) {

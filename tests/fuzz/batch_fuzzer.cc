@@ -41,18 +41,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       static_cast<uint64_t>(sluice::service::BatchBytes(header)) > frame_bytes)
     std::abort();
   if (header.end_of_split()) return 0;
-  if (batch->pieces.size() != static_cast<size_t>(header.columns_size()))
-    std::abort();
+  if (batch->pieces.size() != static_cast<size_t>(header.columns_size())) std::abort();
   // Finishing: refused (InvalidArgument) or it reads exactly the column's
   // bytes and writes exactly out_bytes().
   for (const auto& finish : header.finish()) {
     const auto& column = header.columns(finish.column());
     auto dtype = sluice::service::FromWireDType(column.dtype());
     if (!dtype.ok()) std::abort();
-    const std::vector<sluice::proto::OpSpec> ops(finish.ops().begin(),
-                                                 finish.ops().end());
-    auto finisher =
-        sluice::kernels::Finisher::Create(ops, *dtype, column.shape());
+    const std::vector<sluice::proto::OpSpec> ops(finish.ops().begin(), finish.ops().end());
+    auto finisher = sluice::kernels::Finisher::Create(ops, *dtype, column.shape());
     if (!finisher.ok()) {
       if (!absl::IsInvalidArgument(finisher.status())) std::abort();
       continue;
@@ -63,14 +60,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   for (int i = 0; i < header.columns_size(); ++i) {
     const auto& column = header.columns(i);
-    if (column.shape_size() < 1 ||
-        column.shape(0) != header.global_indices_size()) {
+    if (column.shape_size() < 1 || column.shape(0) != header.global_indices_size()) {
       std::abort();
     }
     auto dtype = sluice::service::FromWireDType(column.dtype());
     if (!dtype.ok()) std::abort();
-    const sluice::service::ColumnBytes bytes =
-        sluice::service::Gather(*batch, i, /*alignment=*/8);
+    const sluice::service::ColumnBytes bytes = sluice::service::Gather(*batch, i, /*alignment=*/8);
     if (bytes.size != column.data_length()) std::abort();
     // A fixed-size column holds exactly product(shape) elements (computed
     // without overflow: the product is bounded by the bytes present).

@@ -16,8 +16,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using sluice::data_worker::DecodePlan;
   if (size < 8) return 0;
   const uint8_t* p = data;
-  const std::string_view encoded(reinterpret_cast<const char*>(data + 8),
-                                 size - 8);
+  const std::string_view encoded(reinterpret_cast<const char*>(data + 8), size - 8);
   const int out_h = 1 + p[4] % 48;
   const int out_w = 1 + p[5] % 48;
   static constexpr int kInterpolations[] = {0, 1, 2, 3};  // cv::INTER_*
@@ -35,8 +34,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return plan;
   };
   auto region = sluice::data_worker::DecodeImageRegion(encoded, plan);
-  if (region.ok() && (region->rank() != 3 || region->dim(0) != out_h ||
-                      region->dim(1) != out_w || region->dim(2) != 3)) {
+  if (region.ok() && (region->rank() != 3 || region->dim(0) != out_h || region->dim(1) != out_w ||
+                      region->dim(2) != 3)) {
     std::abort();
   }
   if ((p[7] & 2) != 0) (void)sluice::data_worker::DecodeImage(encoded);

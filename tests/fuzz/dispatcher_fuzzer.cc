@@ -67,33 +67,27 @@ void Run(const uint8_t* data, size_t size) {
     switch (call) {
       case 0:
         Call<proto::RegisterDatasetRequest, proto::RegisterDatasetResponse>(
-            bytes,
-            [&](auto& q, auto* r) { return Sync(d).RegisterDataset(q, r); });
+            bytes, [&](auto& q, auto* r) { return Sync(d).RegisterDataset(q, r); });
         break;
       case 1:
         Call<proto::GetOrCreateJobRequest, proto::GetOrCreateJobResponse>(
-            bytes,
-            [&](auto& q, auto* r) { return Sync(d).GetOrCreateJob(q, r); });
+            bytes, [&](auto& q, auto* r) { return Sync(d).GetOrCreateJob(q, r); });
         break;
       case 2:
         Call<proto::ClientHeartbeatRequest, proto::ClientHeartbeatResponse>(
-            bytes,
-            [&](auto& q, auto* r) { return Sync(d).ClientHeartbeat(q, r); });
+            bytes, [&](auto& q, auto* r) { return Sync(d).ClientHeartbeat(q, r); });
         break;
       case 3:
         Call<proto::WorkerRegisterRequest, proto::WorkerRegisterResponse>(
-            bytes,
-            [&](auto& q, auto* r) { return Sync(d).WorkerRegister(q, r); });
+            bytes, [&](auto& q, auto* r) { return Sync(d).WorkerRegister(q, r); });
         break;
       case 4:
         Call<proto::WorkerHeartbeatRequest, proto::WorkerHeartbeatResponse>(
-            bytes,
-            [&](auto& q, auto* r) { return Sync(d).WorkerHeartbeat(q, r); });
+            bytes, [&](auto& q, auto* r) { return Sync(d).WorkerHeartbeat(q, r); });
         break;
       case 5:
         Call<proto::WorkerUnregisterRequest, proto::WorkerUnregisterResponse>(
-            bytes,
-            [&](auto& q, auto* r) { return Sync(d).WorkerUnregister(q, r); });
+            bytes, [&](auto& q, auto* r) { return Sync(d).WorkerUnregister(q, r); });
         break;
       case 6:
         Call<proto::DrainWorkerRequest, proto::DrainWorkerResponse>(

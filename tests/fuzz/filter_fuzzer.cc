@@ -21,8 +21,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto filter = sluice::record::Filter::Parse(text, *schema);
   if (!filter.ok()) return 0;
   for (int64_t key : {int64_t{0}, int64_t{-1}, int64_t{3}, int64_t{1} << 40,
-                      std::numeric_limits<int64_t>::min(),
-                      std::numeric_limits<int64_t>::max()}) {
+                      std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()}) {
     (void)filter->Matches(key);
   }
   return 0;

@@ -52,40 +52,34 @@ absl::Status WriteShard(const fs::path& path, const Schema& schema,
 absl::Status Run(const fs::path& shard_dir, const fs::path& manifest_dir) {
   fs::create_directories(shard_dir);
   fs::create_directories(manifest_dir);
-  const fs::path tmp = fs::temp_directory_path() /
-                       ("sluice-fuzz-seeds-" + std::to_string(getpid()));
+  const fs::path tmp =
+      fs::temp_directory_path() / ("sluice-fuzz-seeds-" + std::to_string(getpid()));
   fs::remove_all(tmp);
   fs::create_directories(tmp);
 
   const std::vector<std::vector<Tensor>> images = {
-      {Tensor::Bytes("\xff\xd8jpeg"), Tensor::Int64(3),
-       Tensor::Bytes("cat/1.jpg")},
+      {Tensor::Bytes("\xff\xd8jpeg"), Tensor::Int64(3), Tensor::Bytes("cat/1.jpg")},
       {Tensor::Bytes("\x89PNG"), Tensor::Int64(7), Tensor::Bytes("dog/2.png")},
   };
   const std::vector<std::vector<Tensor>> tensors = {
-      {Tensor::Of<uint8_t>({2, 3}, {1, 2, 3, 4, 5, 6}),
-       Tensor::Of<float>({}, {0.5f}), Tensor::Of<int32_t>({}, {-1}),
-       Tensor::Bytes("a")},
-      {Tensor::Of<uint8_t>({2, 0}, {}), Tensor::Of<float>({}, {2.0f}),
-       Tensor::Of<int32_t>({}, {9}), Tensor::Bytes("")},
+      {Tensor::Of<uint8_t>({2, 3}, {1, 2, 3, 4, 5, 6}), Tensor::Of<float>({}, {0.5f}),
+       Tensor::Of<int32_t>({}, {-1}), Tensor::Bytes("a")},
+      {Tensor::Of<uint8_t>({2, 0}, {}), Tensor::Of<float>({}, {2.0f}), Tensor::Of<int32_t>({}, {9}),
+       Tensor::Bytes("")},
   };
-  RETURN_IF_ERROR(
-      WriteShard(tmp / "images.urec", ImageClassificationSchema(), images));
+  RETURN_IF_ERROR(WriteShard(tmp / "images.urec", ImageClassificationSchema(), images));
   RETURN_IF_ERROR(WriteShard(tmp / "tensors.urec", TensorSchema(), tensors));
   for (const char* name : {"images", "tensors"}) {
     const std::string shard = Slurp(tmp / (std::string(name) + ".urec"));
-    Spit(shard_dir / (std::string(name) + "-asis"),
-         std::string(1, '\0') + shard);
-    Spit(shard_dir / (std::string(name) + "-repair"),
-         std::string(1, '\1') + shard);
+    Spit(shard_dir / (std::string(name) + "-asis"), std::string(1, '\0') + shard);
+    Spit(shard_dir / (std::string(name) + "-repair"), std::string(1, '\1') + shard);
   }
 
   // Two datasets: one shard, and three shards (tiny shard size).
   for (uint64_t shard_size : {uint64_t{1} << 20, uint64_t{200}}) {
     const fs::path dir = tmp / ("dataset-" + std::to_string(shard_size));
-    ASSIGN_OR_RETURN(auto writer, DatasetWriter::Create(
-                                      dir.string(), ImageClassificationSchema(),
-                                      {.shard_size_bytes = shard_size}));
+    ASSIGN_OR_RETURN(auto writer, DatasetWriter::Create(dir.string(), ImageClassificationSchema(),
+                                                        {.shard_size_bytes = shard_size}));
     for (int i = 0; i < 3; ++i) RETURN_IF_ERROR(writer->Add(images[i % 2]));
     RETURN_IF_ERROR(writer->Finish().status());
     Spit(manifest_dir / ("manifest-" + std::to_string(shard_size) + ".json"),

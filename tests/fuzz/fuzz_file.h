@@ -13,21 +13,18 @@
 
 namespace sluice::fuzz {
 
-inline std::string WriteInput(const uint8_t* data, size_t size,
-                              const std::string& name) {
+inline std::string WriteInput(const uint8_t* data, size_t size, const std::string& name) {
   static const std::filesystem::path* dir = [] {
     std::filesystem::path base = std::filesystem::exists("/dev/shm")
                                      ? std::filesystem::path("/dev/shm")
                                      : std::filesystem::temp_directory_path();
-    auto* d = new std::filesystem::path(
-        base / ("sluice-fuzz-" + std::to_string(getpid())));
+    auto* d = new std::filesystem::path(base / ("sluice-fuzz-" + std::to_string(getpid())));
     std::filesystem::create_directories(*d);
     return d;
   }();
   const std::string path = (*dir / name).string();
   std::ofstream(path, std::ios::binary | std::ios::trunc)
-      .write(reinterpret_cast<const char*>(data),
-             static_cast<std::streamsize>(size));
+      .write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
   return path;
 }
 

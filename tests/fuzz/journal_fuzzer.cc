@@ -34,16 +34,14 @@ const std::string& WorkDir() {
     std::string base = std::filesystem::exists("/dev/shm")
                            ? "/dev/shm"
                            : std::filesystem::temp_directory_path().string();
-    auto* d = new std::string(base + "/sluice_journal_fuzzer_" +
-                              std::to_string(::getpid()));
+    auto* d = new std::string(base + "/sluice_journal_fuzzer_" + std::to_string(::getpid()));
     return d;
   }();
   return *dir;
 }
 
 // The next record of `data`, or false at the end.
-bool NextRecord(const uint8_t* data, size_t size, size_t* at,
-                std::string* record) {
+bool NextRecord(const uint8_t* data, size_t size, size_t* at, std::string* record) {
   if (*at + 2 > size) return false;
   size_t n = data[*at] | (size_t{data[*at + 1]} << 8);
   *at += 2;

@@ -13,10 +13,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view json(reinterpret_cast<const char*>(data), size);
   auto manifest = sluice::record::Manifest::FromJson(json, "fuzz");
   if (!manifest.ok()) return 0;
-  auto again =
-      sluice::record::Manifest::FromJson(manifest->ToJson(), "fuzz-roundtrip");
-  if (!again.ok() || !(again->schema == manifest->schema) ||
-      again->shards != manifest->shards ||
+  auto again = sluice::record::Manifest::FromJson(manifest->ToJson(), "fuzz-roundtrip");
+  if (!again.ok() || !(again->schema == manifest->schema) || again->shards != manifest->shards ||
       again->total_records != manifest->total_records) {
     std::abort();
   }

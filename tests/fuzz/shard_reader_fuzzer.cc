@@ -35,9 +35,7 @@ uint64_t Get64(const std::string& b, size_t at) {
   return v;
 }
 
-void Put64(std::string& b, size_t at, uint64_t v) {
-  std::memcpy(b.data() + at, &v, 8);
-}
+void Put64(std::string& b, size_t at, uint64_t v) { std::memcpy(b.data() + at, &v, 8); }
 
 uint64_t Sum(const std::string& b, uint64_t begin, uint64_t size) {
   return Checksum(std::string_view(b.data() + begin, size));
@@ -64,8 +62,7 @@ void RepairChecksums(std::string& b) {
         const size_t e = index_offset + i * entry;
         const uint64_t offset = Get64(b, e);
         const uint64_t length = Get64(b, e + 8);
-        if (offset <= size && length <= size - offset)
-          Put64(b, e + 16, Sum(b, offset, length));
+        if (offset <= size && length <= size - offset) Put64(b, e + 16, Sum(b, offset, length));
       }
     }
     Put64(b, footer + 24, Sum(b, index_offset, index_size));
@@ -73,8 +70,7 @@ void RepairChecksums(std::string& b) {
   Put64(b, footer + 32, Sum(b, footer, 32));
 }
 
-[[noreturn]] void Violation(const char* what, uint64_t record,
-                            const std::string& column) {
+[[noreturn]] void Violation(const char* what, uint64_t record, const std::string& column) {
   std::fprintf(stderr, "shard_reader_fuzzer: record %llu column '%s': %s\n",
                static_cast<unsigned long long>(record), column.c_str(), what);
   std::abort();
@@ -82,10 +78,9 @@ void RepairChecksums(std::string& b) {
 
 // Checks that a decoded record honours its schema: numeric columns have the
 // schema's shape and exactly product(shape) * dtype-size bytes.
-void CheckRecord(const sluice::record::Schema& schema,
-                 const sluice::record::Record& record, uint64_t i) {
-  if (record.columns.size() != schema.columns.size())
-    Violation("column count", i, "");
+void CheckRecord(const sluice::record::Schema& schema, const sluice::record::Record& record,
+                 uint64_t i) {
+  if (record.columns.size() != schema.columns.size()) Violation("column count", i, "");
   const std::string_view buffer(*record.buffer);
   for (size_t c = 0; c < schema.columns.size(); ++c) {
     const auto& spec = schema.columns[c];
@@ -103,14 +98,12 @@ void CheckRecord(const sluice::record::Schema& schema,
         Violation("dimension differs from the schema", i, spec.name);
       }
       if (view.shape[d] < 0) Violation("negative dimension", i, spec.name);
-      if (__builtin_mul_overflow(elements, static_cast<uint64_t>(view.shape[d]),
-                                 &elements)) {
+      if (__builtin_mul_overflow(elements, static_cast<uint64_t>(view.shape[d]), &elements)) {
         Violation("element count overflows", i, spec.name);
       }
     }
     uint64_t bytes;
-    if (__builtin_mul_overflow(elements, sluice::record::DTypeSize(spec.dtype),
-                               &bytes) ||
+    if (__builtin_mul_overflow(elements, sluice::record::DTypeSize(spec.dtype), &bytes) ||
         bytes != view.data.size()) {
       Violation("byte size is not product(shape) * dtype size", i, spec.name);
     }
@@ -119,8 +112,7 @@ void CheckRecord(const sluice::record::Schema& schema,
 
 const std::string& ScratchPath() {
   static const std::string path = [] {
-    const char* dir =
-        access("/dev/shm", W_OK) == 0 ? "/dev/shm" : std::getenv("TMPDIR");
+    const char* dir = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : std::getenv("TMPDIR");
     return std::string(dir != nullptr ? dir : "/tmp") + "/sluice-shard-fuzz-" +
            std::to_string(getpid()) + ".urec";
   }();
@@ -135,12 +127,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (data[0] & 1) RepairChecksums(bytes);
 
   const std::string& path = ScratchPath();
-  const int fd =
-      open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) std::abort();
-  if (write(fd, bytes.data(), bytes.size()) !=
-      static_cast<ssize_t>(bytes.size()))
-    std::abort();
+  if (write(fd, bytes.data(), bytes.size()) != static_cast<ssize_t>(bytes.size())) std::abort();
   close(fd);
 
   auto reader = sluice::record::ShardReader::Open(path);
@@ -153,13 +142,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto record = r.Read(i);
     if (record.ok()) CheckRecord(r.schema(), *record, i);
     auto encoded = r.ReadEncoded(i);
-    if (encoded.ok() != record.ok() &&
-        record.status().code() != absl::StatusCode::kDataLoss) {
+    if (encoded.ok() != record.ok() && record.status().code() != absl::StatusCode::kDataLoss) {
       std::abort();
     }
   }
-  if (r.ReadEncoded(r.record_count()).status().code() !=
-      absl::StatusCode::kOutOfRange) {
+  if (r.ReadEncoded(r.record_count()).status().code() != absl::StatusCode::kOutOfRange) {
     std::abort();
   }
   return 0;

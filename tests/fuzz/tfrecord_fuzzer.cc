@@ -17,8 +17,7 @@
 namespace {
 
 void AppendLe(std::string* out, uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i)
-    out->push_back(static_cast<char>(v >> (8 * i)));
+  for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>(v >> (8 * i)));
 }
 
 std::string Frame(const uint8_t* data, size_t size) {
@@ -52,9 +51,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } else {
     file.assign(reinterpret_cast<const char*>(data + 1), size - 1);
   }
-  const std::string path =
-      sluice::fuzz::WriteInput(reinterpret_cast<const uint8_t*>(file.data()),
-                               file.size(), "input.tfrecord");
+  const std::string path = sluice::fuzz::WriteInput(reinterpret_cast<const uint8_t*>(file.data()),
+                                                    file.size(), "input.tfrecord");
   auto plan = sluice::record::PlanTfRecord(path);
   if (!plan.ok()) return 0;
   for (const auto& source : plan->sources) {

@@ -21,8 +21,8 @@ namespace {
 
 const std::string& DataRoot() {
   static const std::string* root = [] {
-    auto dir = std::filesystem::temp_directory_path() /
-               ("sluice-fuzz-root-" + std::to_string(getpid()));
+    auto dir =
+        std::filesystem::temp_directory_path() / ("sluice-fuzz-root-" + std::to_string(getpid()));
     std::filesystem::create_directories(dir);
     return new std::string(dir.string());
   }();

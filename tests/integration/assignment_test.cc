@@ -33,18 +33,17 @@ std::string BinDir() {
 }
 
 void WriteDataset(const std::string& dir, int records) {
-  auto writer = record::DatasetWriter::Create(
-      dir, record::ImageClassificationSchema(), {.shard_size_bytes = 40000});
+  auto writer = record::DatasetWriter::Create(dir, record::ImageClassificationSchema(),
+                                              {.shard_size_bytes = 40000});
   ASSERT_TRUE(writer.ok()) << writer.status();
   for (int i = 0; i < records; ++i) {
     cv::Mat image(16, 16, CV_8UC3, cv::Scalar(i % 256, (i * 7) % 256, 9));
     std::vector<uchar> jpeg;
     cv::imencode(".jpg", image, jpeg);
-    ASSERT_TRUE(
-        (*writer)
-            ->Add({record::Tensor::Bytes(std::string(jpeg.begin(), jpeg.end())),
-                   record::Tensor::Int64(i % 10), record::Tensor::Bytes("")})
-            .ok());
+    ASSERT_TRUE((*writer)
+                    ->Add({record::Tensor::Bytes(std::string(jpeg.begin(), jpeg.end())),
+                           record::Tensor::Int64(i % 10), record::Tensor::Bytes("")})
+                    .ok());
   }
   ASSERT_TRUE((*writer)->Finish().ok());
 }
@@ -64,8 +63,7 @@ std::map<std::string, double> Scrape(int port, const std::string& metric,
                                      const std::string& label) {
   absl::StatusOr<std::string> text = tools::ScrapeMetrics(port);
   EXPECT_TRUE(text.ok()) << text.status();
-  return text.ok() ? tools::SumByLabel(*text, metric, label)
-                   : std::map<std::string, double>();
+  return text.ok() ? tools::SumByLabel(*text, metric, label) : std::map<std::string, double>();
 }
 
 // The value of an unlabelled metric from the process whose metrics are on `port` (-1: none).
@@ -82,12 +80,10 @@ JobOptions Job(const std::string& name, const proto::Pipeline& pipeline) {
   return {.job_name = name, .pipeline = pipeline, .seed = 5, .split_size = 40};
 }
 
-absl::StatusOr<std::unique_ptr<DataServiceClient>> Client(
-    const std::string& address) {
-  return DataServiceClient::Create(
-      {.dispatcher_address = address,
-       .connect_timeout = absl::Seconds(5),
-       .heartbeat_interval = absl::Milliseconds(100)});
+absl::StatusOr<std::unique_ptr<DataServiceClient>> Client(const std::string& address) {
+  return DataServiceClient::Create({.dispatcher_address = address,
+                                    .connect_timeout = absl::Seconds(5),
+                                    .heartbeat_interval = absl::Milliseconds(100)});
 }
 
 // Every record of the job's one epoch (what is left of it after `job.restore_state`), in
@@ -103,8 +99,7 @@ absl::StatusOr<std::vector<uint64_t>> ConsumeAll(const std::string& address,
     absl::StatusOr<std::optional<Batch>> batch = (*it)->GetNext();
     if (!batch.ok()) return batch.status();
     if (!batch->has_value()) return ids;
-    ids.insert(ids.end(), (*batch)->global_indices.begin(),
-               (*batch)->global_indices.end());
+    ids.insert(ids.end(), (*batch)->global_indices.begin(), (*batch)->global_indices.end());
   }
 }
 
@@ -119,19 +114,18 @@ class AssignmentTest : public ::testing::Test {
   void SetUp() override { WriteDataset(data_.Join("ds"), kRecords); }
 
   // Heartbeats every minute: a test that finishes sooner got its work through the channel.
-  std::unique_ptr<tools::LocalCluster> StartCluster(
-      int workers, std::vector<std::string> dispatcher_flags = {},
-      std::vector<std::string> worker_flags = {}) {
-    auto cluster = tools::LocalCluster::Start(
-        {.bin_dir = BinDir(),
-         .workers = workers,
-         .data_roots = {data_.path()},
-         .work_dir = tmp_.Join("cluster"),
-         .worker_threads = 1,
-         .heartbeat_interval = absl::Seconds(60),
-         .worker_timeout = absl::Seconds(300),
-         .extra_worker_flags = worker_flags,
-         .extra_dispatcher_flags = dispatcher_flags});
+  std::unique_ptr<tools::LocalCluster> StartCluster(int workers,
+                                                    std::vector<std::string> dispatcher_flags = {},
+                                                    std::vector<std::string> worker_flags = {}) {
+    auto cluster = tools::LocalCluster::Start({.bin_dir = BinDir(),
+                                               .workers = workers,
+                                               .data_roots = {data_.path()},
+                                               .work_dir = tmp_.Join("cluster"),
+                                               .worker_threads = 1,
+                                               .heartbeat_interval = absl::Seconds(60),
+                                               .worker_timeout = absl::Seconds(300),
+                                               .extra_worker_flags = worker_flags,
+                                               .extra_dispatcher_flags = dispatcher_flags});
     EXPECT_TRUE(cluster.ok()) << cluster.status();
     return cluster.ok() ? *std::move(cluster) : nullptr;
   }
@@ -156,24 +150,22 @@ TEST_F(AssignmentTest, NewJobsRunToTheEndWithoutAnIntervalHeartbeat) {
   // No worker waited for its 60 s heartbeat: the work came through the channel.
   for (int i = 0; i < cluster->num_workers(); ++i) {
     std::map<std::string, double> heartbeats =
-        Scrape(cluster->worker(i).metrics_port,
-               "sluice_worker_heartbeats_total", "trigger");
+        Scrape(cluster->worker(i).metrics_port, "sluice_worker_heartbeats_total", "trigger");
     EXPECT_EQ(heartbeats["interval"], 0) << "worker " << i;
     EXPECT_EQ(heartbeats["start"], 1) << "worker " << i;
   }
-  EXPECT_GE(ScrapeValue(cluster->dispatcher_metrics_port(),
-                        "sluice_dispatcher_assignment_wakeups_total"),
-            3);
+  EXPECT_GE(
+      ScrapeValue(cluster->dispatcher_metrics_port(), "sluice_dispatcher_assignment_wakeups_total"),
+      3);
 }
 
-TEST_F(AssignmentTest,
-       ATrainerThatSavesAndLeavesHoldsNoCapacityAndResumesOnce) {
+TEST_F(AssignmentTest, ATrainerThatSavesAndLeavesHoldsNoCapacityAndResumesOnce) {
   // One worker producing one split at a time, leases of 10 minutes: job "left" holds the
   // worker's only producer (a split of 40 records, its queue full) when its trainer saves after
   // one batch and closes the iterator. Job "next" must get the worker at once, not after the
   // lease; "left" restored later returns each record it had not returned exactly once.
-  auto cluster = StartCluster(1, {"--consumer-timeout", "600s"},
-                              {"--capacity", "1", "--queue-batches", "2"});
+  auto cluster =
+      StartCluster(1, {"--consumer-timeout", "600s"}, {"--capacity", "1", "--queue-batches", "2"});
   ASSERT_NE(cluster, nullptr);
   const proto::Pipeline pipeline = MakePipeline(data_.Join("ds"));
   std::vector<uint64_t> left_ids;
@@ -194,10 +186,9 @@ TEST_F(AssignmentTest,
   ASSERT_EQ(left_ids.size(), 8u);
 
   // A hang guard only (the lease is 600 s): the job normally ends in a second or two.
-  std::future<absl::StatusOr<std::vector<uint64_t>>> next =
-      std::async(std::launch::async, [&] {
-        return ConsumeAll(cluster->dispatcher_address(), Job("next", pipeline));
-      });
+  std::future<absl::StatusOr<std::vector<uint64_t>>> next = std::async(std::launch::async, [&] {
+    return ConsumeAll(cluster->dispatcher_address(), Job("next", pipeline));
+  });
   ASSERT_EQ(next.wait_for(std::chrono::seconds(120)), std::future_status::ready)
       << "the next job waited for the left job's lease";
   absl::StatusOr<std::vector<uint64_t>> next_ids = next.get();
@@ -207,16 +198,15 @@ TEST_F(AssignmentTest,
 
   JobOptions restored = Job("left", pipeline);
   restored.restore_state = state;
-  absl::StatusOr<std::vector<uint64_t>> rest =
-      ConsumeAll(cluster->dispatcher_address(), restored);
+  absl::StatusOr<std::vector<uint64_t>> rest = ConsumeAll(cluster->dispatcher_address(), restored);
   ASSERT_TRUE(rest.ok()) << rest.status();
   std::vector<uint64_t> all = left_ids;
   all.insert(all.end(), rest->begin(), rest->end());
   std::sort(all.begin(), all.end());
   EXPECT_EQ(all, Range(kRecords));
   // The worker never needed its one-minute heartbeat.
-  EXPECT_EQ(Scrape(cluster->worker(0).metrics_port,
-                   "sluice_worker_heartbeats_total", "trigger")["interval"],
+  EXPECT_EQ(Scrape(cluster->worker(0).metrics_port, "sluice_worker_heartbeats_total",
+                   "trigger")["interval"],
             0);
 }
 

@@ -42,27 +42,25 @@ std::string BinDir() {
 }
 
 void WriteDataset(const std::string& dir, int records = kRecords) {
-  auto writer = record::DatasetWriter::Create(
-      dir, record::ImageClassificationSchema(), {});
+  auto writer = record::DatasetWriter::Create(dir, record::ImageClassificationSchema(), {});
   ASSERT_TRUE(writer.ok()) << writer.status();
   for (int i = 0; i < records; ++i) {
-    ASSERT_TRUE(
-        (*writer)
-            ->Add({record::Tensor::Bytes("x"), record::Tensor::Int64(i % 10),
-                   record::Tensor::Bytes("k")})
-            .ok());
+    ASSERT_TRUE((*writer)
+                    ->Add({record::Tensor::Bytes("x"), record::Tensor::Int64(i % 10),
+                           record::Tensor::Bytes("k")})
+                    .ok());
   }
   ASSERT_TRUE((*writer)->Finish().ok());
 }
 
 // label -> sleep per element -> batches of 8: latency, not CPU.
 proto::Pipeline SleepPipeline(const std::string& dataset, int micros) {
-  auto pipeline = sluice::pipeline_spec::ParsePipelineSpec(absl::StrCat(
-      "seed: 3\nsource:\n  dataset: {path: ", dataset,
-      "}\n  columns: [label]\nnodes:\n  - shuffle: {seed: 3}\n  - map:\n"
-      "      input_columns: [label]\n      num_parallel_workers: 2\n"
-      "      ops:\n        - sleep: {micros: ",
-      micros, "}\n  - batch: {size: 8, drop_remainder: false}\n"));
+  auto pipeline = sluice::pipeline_spec::ParsePipelineSpec(
+      absl::StrCat("seed: 3\nsource:\n  dataset: {path: ", dataset,
+                   "}\n  columns: [label]\nnodes:\n  - shuffle: {seed: 3}\n  - map:\n"
+                   "      input_columns: [label]\n      num_parallel_workers: 2\n"
+                   "      ops:\n        - sleep: {micros: ",
+                   micros, "}\n  - batch: {size: 8, drop_remainder: false}\n"));
   EXPECT_TRUE(pipeline.ok()) << pipeline.status();
   return pipeline.value_or(proto::Pipeline());
 }
@@ -119,17 +117,14 @@ class AutoscaledCluster {
   // The address of worker `worker` ("" if there is none).
   std::string worker_address(int worker) {
     absl::MutexLock lock(&mu_);
-    return worker < cluster_->num_workers() ? cluster_->worker(worker).address
-                                            : "";
+    return worker < cluster_->num_workers() ? cluster_->worker(worker).address : "";
   }
   void Signal(int worker, int signal) {
     absl::MutexLock lock(&mu_);
-    if (worker < cluster_->num_workers())
-      cluster_->SignalWorker(worker, signal);
+    if (worker < cluster_->num_workers()) cluster_->SignalWorker(worker, signal);
   }
   // Waits up to `timeout` for `done`; false on timeout.
-  bool Eventually(const std::function<bool()>& done,
-                  absl::Duration timeout = absl::Seconds(90)) {
+  bool Eventually(const std::function<bool()>& done, absl::Duration timeout = absl::Seconds(90)) {
     const absl::Time deadline = absl::Now() + timeout;
     while (absl::Now() < deadline) {
       if (done()) return true;
@@ -150,10 +145,8 @@ class AutoscaledCluster {
 };
 
 // The state the dispatcher reports for the worker at `address` ("" if none).
-std::string WorkerState(const std::string& dispatcher,
-                        const std::string& address) {
-  absl::StatusOr<proto::GetStatusResponse> status =
-      tools::FetchStatus(dispatcher);
+std::string WorkerState(const std::string& dispatcher, const std::string& address) {
+  absl::StatusOr<proto::GetStatusResponse> status = tools::FetchStatus(dispatcher);
   if (!status.ok()) return "";
   for (const proto::WorkerStatus& w : status->workers()) {
     if (w.address() == address) return w.state();
@@ -170,8 +163,8 @@ class AutoscaleTest : public ::testing::Test {
   }
   static void TearDownTestSuite() { delete data_; }
 
-  std::unique_ptr<AutoscaledCluster> Start(
-      int min, int max, absl::Duration period = absl::Seconds(1)) {
+  std::unique_ptr<AutoscaledCluster> Start(int min, int max,
+                                           absl::Duration period = absl::Seconds(1)) {
     auto cluster = tools::LocalCluster::Start(
         {.bin_dir = BinDir(),
          .workers = min,
@@ -180,10 +173,9 @@ class AutoscaleTest : public ::testing::Test {
          .worker_threads = 2,
          .heartbeat_interval = absl::Milliseconds(200),
          .worker_timeout = absl::Seconds(3),
-         .extra_dispatcher_flags = {
-             "--scaler", "local", "--min-workers", std::to_string(min),
-             "--max-workers", std::to_string(max), "--scale-period",
-             absl::FormatDuration(period), "--scale-down-window", "4s"}});
+         .extra_dispatcher_flags = {"--scaler", "local", "--min-workers", std::to_string(min),
+                                    "--max-workers", std::to_string(max), "--scale-period",
+                                    absl::FormatDuration(period), "--scale-down-window", "4s"}});
     EXPECT_TRUE(cluster.ok()) << cluster.status();
     if (!cluster.ok()) return nullptr;
     return std::make_unique<AutoscaledCluster>(std::move(*cluster), max);
@@ -191,23 +183,20 @@ class AutoscaleTest : public ::testing::Test {
 
   // Every id of each epoch, in delivery order; `after_batch` runs after each.
   static std::map<uint64_t, std::vector<uint64_t>> Consume(
-      const std::string& address, const std::string& job, uint64_t epochs,
-      int sleep_micros, const std::function<void(int)>& after_batch = {},
-      int priority = 0) {
+      const std::string& address, const std::string& job, uint64_t epochs, int sleep_micros,
+      const std::function<void(int)>& after_batch = {}, int priority = 0) {
     std::map<uint64_t, std::vector<uint64_t>> ids;
-    auto client = DataServiceClient::Create(
-        {.dispatcher_address = address,
-         .connect_timeout = absl::Seconds(10),
-         .heartbeat_interval = absl::Milliseconds(200)});
+    auto client = DataServiceClient::Create({.dispatcher_address = address,
+                                             .connect_timeout = absl::Seconds(10),
+                                             .heartbeat_interval = absl::Milliseconds(200)});
     EXPECT_TRUE(client.ok()) << client.status();
     if (!client.ok()) return ids;
-    auto it = (*client)->Open(
-        {.job_name = job,
-         .pipeline = SleepPipeline(data_->Join("ds"), sleep_micros),
-         .seed = 5,
-         .num_epochs = epochs,
-         .split_size = kSplit,
-         .priority = priority});
+    auto it = (*client)->Open({.job_name = job,
+                               .pipeline = SleepPipeline(data_->Join("ds"), sleep_micros),
+                               .seed = 5,
+                               .num_epochs = epochs,
+                               .split_size = kSplit,
+                               .priority = priority});
     EXPECT_TRUE(it.ok()) << it.status();
     if (!it.ok()) return ids;
     for (int n = 0;;) {
@@ -215,21 +204,19 @@ class AutoscaleTest : public ::testing::Test {
       EXPECT_TRUE(batch.ok()) << batch.status();
       if (!batch.ok() || !batch->has_value()) break;
       auto& out = ids[(*batch)->epoch];
-      out.insert(out.end(), (*batch)->global_indices.begin(),
-                 (*batch)->global_indices.end());
+      out.insert(out.end(), (*batch)->global_indices.begin(), (*batch)->global_indices.end());
       if (after_batch) after_batch(++n);
     }
     return ids;
   }
 
-  static void ExpectEveryRecordOncePerEpoch(
-      const std::map<uint64_t, std::vector<uint64_t>>& ids, uint64_t epochs) {
+  static void ExpectEveryRecordOncePerEpoch(const std::map<uint64_t, std::vector<uint64_t>>& ids,
+                                            uint64_t epochs) {
     ASSERT_EQ(ids.size(), epochs);
     for (const auto& [epoch, got] : ids) {
       std::vector<uint64_t> sorted = got;
       std::sort(sorted.begin(), sorted.end());
-      ASSERT_EQ(sorted.size(), static_cast<size_t>(kRecords))
-          << "epoch " << epoch;
+      ASSERT_EQ(sorted.size(), static_cast<size_t>(kRecords)) << "epoch " << epoch;
       for (int i = 0; i < kRecords; ++i)
         ASSERT_EQ(sorted[i], static_cast<uint64_t>(i)) << "epoch " << epoch;
     }
@@ -293,15 +280,13 @@ TEST_F(AutoscaleTest, AWorkerKilledDuringItsDrainLosesNothing) {
   const auto ids = Consume(cluster->address(), "kill", /*epochs=*/2,
                            /*sleep_micros=*/20000, [&](int n) {
                              if (n != 20) return;
-                             const std::string address =
-                                 cluster->worker_address(0);
+                             const std::string address = cluster->worker_address(0);
                              cluster->Signal(0, SIGTERM);  // drains
                              // Dies mid-drain: once the dispatcher has seen
                              // it draining (it holds splits this consumer has
                              // not read, so it cannot finish meanwhile).
                              EXPECT_TRUE(cluster->Eventually([&] {
-                               return WorkerState(cluster->address(),
-                                                  address) == "draining";
+                               return WorkerState(cluster->address(), address) == "draining";
                              }));
                              cluster->Signal(0, SIGKILL);
                            });
@@ -329,13 +314,12 @@ TEST_F(AutoscaleTest, AWorkerKilledDuringADispatcherDrainLosesNothing) {
   std::thread watcher([&] {
     std::map<std::string, absl::Time> draining_since;  // by address
     while (reading && killed.empty()) {
-      absl::StatusOr<proto::GetStatusResponse> status =
-          tools::FetchStatus(cluster->address());
+      absl::StatusOr<proto::GetStatusResponse> status = tools::FetchStatus(cluster->address());
       if (status.ok()) {
         for (const proto::WorkerStatus& w : status->workers()) {
           if (w.state() != "draining") continue;
-          const absl::Time since = draining_since.try_emplace(w.address(), absl::Now())
-                                       .first->second;
+          const absl::Time since =
+              draining_since.try_emplace(w.address(), absl::Now()).first->second;
           if (w.splits() == 0 && absl::Now() - since < absl::Seconds(1)) continue;
           if (cluster->Kill(w.address())) {
             killed = w.address();
@@ -416,25 +400,22 @@ TEST_F(AutoscaleTest, ThreeJobsShareABoundedPoolHigherPriorityFirst) {
   std::string last;
   std::vector<std::string> trace;  // each new decision, with its time
   while (absl::Now() - started < 6 * kPeriod) {
-    absl::StatusOr<proto::GetStatusResponse> status =
-        tools::FetchStatus(cluster->address());
+    absl::StatusOr<proto::GetStatusResponse> status = tools::FetchStatus(cluster->address());
     if (status.ok() && (trace.empty() || status->reason() != last)) {
       last = status->reason();
       std::string jobs;
       for (const proto::JobStatus& j : status->jobs()) {
-        absl::StrAppend(&jobs, " ", j.job_name(), "=",
-                        j.allocated_workers(), "/", j.need_workers());
+        absl::StrAppend(&jobs, " ", j.job_name(), "=", j.allocated_workers(), "/",
+                        j.need_workers());
       }
-      trace.push_back(absl::StrCat(absl::FormatDuration(absl::Now() - started),
-                                   jobs, " ", last));
+      trace.push_back(absl::StrCat(absl::FormatDuration(absl::Now() - started), jobs, " ", last));
     }
     if (status.ok() && status->pool_bound() && status->jobs_size() == 3) {
       std::map<std::string, double> now;
       bool all = true;
       for (const proto::JobStatus& j : status->jobs()) {
         now[j.job_name()] = j.allocated_workers();
-        all &= !j.allocation_reason().empty() &&
-               j.demand_elements_per_second() > 0;
+        all &= !j.allocation_reason().empty() && j.demand_elements_per_second() > 0;
       }
       if (all && now["high"] >= now["mid"] && now["high"] >= now["low"]) {
         allocated_at = absl::Now() - started;
@@ -454,8 +435,7 @@ TEST_F(AutoscaleTest, ThreeJobsShareABoundedPoolHigherPriorityFirst) {
   EXPECT_LT(allocated_at, absl::InfiniteDuration()) << decisions;
   EXPECT_EQ(shares.size(), 3u) << decisions;
   EXPECT_GT(shares["high"], 0) << decisions;
-  EXPECT_NEAR(shares["high"] + shares["mid"] + shares["low"], 4, 1e-9)
-      << decisions;
+  EXPECT_NEAR(shares["high"] + shares["mid"] + shares["low"], 4, 1e-9) << decisions;
   ExpectEveryRecordOncePerEpoch(high_ids, 10);
   ExpectEveryRecordOncePerEpoch(mid_ids, 6);
   ExpectEveryRecordOncePerEpoch(low_ids, 3);

@@ -47,8 +47,7 @@ std::string BinDir() {
 }
 
 std::string Jpeg(int i) {
-  cv::Mat image(24, 32, CV_8UC3,
-                cv::Scalar(i % 256, (i * 7) % 256, (i * 13) % 256));
+  cv::Mat image(24, 32, CV_8UC3, cv::Scalar(i % 256, (i * 7) % 256, (i * 13) % 256));
   std::vector<uchar> jpeg;
   cv::imencode(".jpg", image, jpeg);
   return std::string(jpeg.begin(), jpeg.end());
@@ -56,20 +55,17 @@ std::string Jpeg(int i) {
 
 // `records` records of 2035 bytes (3 shards of 160 for 480); records in [bad_begin, bad_end)
 // are not images.
-void WriteDataset(const std::string& dir, int records, int bad_begin = 0,
-                  int bad_end = 0) {
-  auto writer = record::DatasetWriter::Create(
-      dir, record::ImageClassificationSchema(), {.shard_size_bytes = 332000});
+void WriteDataset(const std::string& dir, int records, int bad_begin = 0, int bad_end = 0) {
+  auto writer = record::DatasetWriter::Create(dir, record::ImageClassificationSchema(),
+                                              {.shard_size_bytes = 332000});
   ASSERT_TRUE(writer.ok()) << writer.status();
   for (int i = 0; i < records; ++i) {
-    std::string image =
-        i >= bad_begin && i < bad_end ? std::string(600, 'x') : Jpeg(i);
+    std::string image = i >= bad_begin && i < bad_end ? std::string(600, 'x') : Jpeg(i);
     const std::string pad(2000 - image.size(), 'k');
-    ASSERT_TRUE(
-        (*writer)
-            ->Add({record::Tensor::Bytes(std::move(image)),
-                   record::Tensor::Int64(i % 10), record::Tensor::Bytes(pad)})
-            .ok());
+    ASSERT_TRUE((*writer)
+                    ->Add({record::Tensor::Bytes(std::move(image)), record::Tensor::Int64(i % 10),
+                           record::Tensor::Bytes(pad)})
+                    .ok());
   }
   ASSERT_TRUE((*writer)->Finish().ok());
 }
@@ -83,22 +79,18 @@ struct PipelineOptions {
   std::string on_error = "fail";
 };
 
-proto::Pipeline MakePipeline(const std::string& dataset,
-                             const PipelineOptions& o) {
-  std::string yaml = absl::StrCat("seed: 3\non_error: ", o.on_error,
-                                  "\nsource:\n  dataset: {path: ", dataset,
-                                  "}\n  columns: [image, label]\nnodes:\n",
-                                  "  - shuffle: {seed: 3}\n");
-  if (!o.filter.empty())
-    absl::StrAppend(&yaml, "  - filter: {predicate: \"", o.filter, "\"}\n");
+proto::Pipeline MakePipeline(const std::string& dataset, const PipelineOptions& o) {
+  std::string yaml =
+      absl::StrCat("seed: 3\non_error: ", o.on_error, "\nsource:\n  dataset: {path: ", dataset,
+                   "}\n  columns: [image, label]\nnodes:\n", "  - shuffle: {seed: 3}\n");
+  if (!o.filter.empty()) absl::StrAppend(&yaml, "  - filter: {predicate: \"", o.filter, "\"}\n");
   absl::StrAppend(&yaml, "  - map:\n      input_columns: [image]\n      ops:\n",
-                  "        - decode: {}\n        - resize: {height: ", o.size,
-                  ", width: ", o.size, "}\n");
+                  "        - decode: {}\n        - resize: {height: ", o.size, ", width: ", o.size,
+                  "}\n");
   if (o.sleep_micros > 0)
     absl::StrAppend(&yaml, "        - sleep: {micros: ", o.sleep_micros, "}\n");
   absl::StrAppend(&yaml, "  - batch: {size: ", o.batch,
-                  ", drop_remainder: ", o.drop_remainder ? "true" : "false",
-                  "}\n");
+                  ", drop_remainder: ", o.drop_remainder ? "true" : "false", "}\n");
   auto pipeline = sluice::pipeline_spec::ParsePipelineSpec(yaml);
   EXPECT_TRUE(pipeline.ok()) << pipeline.status() << "\n" << yaml;
   return pipeline.value_or(proto::Pipeline());
@@ -113,51 +105,44 @@ class ControlPlaneTest : public ::testing::Test {
   }
   static void TearDownTestSuite() { delete data_; }
 
-  std::unique_ptr<tools::LocalCluster> StartCluster(
-      int workers, std::vector<std::string> dispatcher_flags = {},
-      std::vector<std::string> worker_flags = {}) {
-    auto cluster = tools::LocalCluster::Start(
-        {.bin_dir = BinDir(),
-         .workers = workers,
-         .data_roots = {data_->path()},
-         .work_dir = tmp_.Join(absl::StrCat("c", ++n_)),
-         .worker_threads = 1,
-         .log_level = "info",
-         .heartbeat_interval = absl::Milliseconds(100),
-         .worker_timeout = absl::Seconds(1),
-         .extra_worker_flags = worker_flags,
-         .extra_dispatcher_flags = dispatcher_flags});
+  std::unique_ptr<tools::LocalCluster> StartCluster(int workers,
+                                                    std::vector<std::string> dispatcher_flags = {},
+                                                    std::vector<std::string> worker_flags = {}) {
+    auto cluster = tools::LocalCluster::Start({.bin_dir = BinDir(),
+                                               .workers = workers,
+                                               .data_roots = {data_->path()},
+                                               .work_dir = tmp_.Join(absl::StrCat("c", ++n_)),
+                                               .worker_threads = 1,
+                                               .log_level = "info",
+                                               .heartbeat_interval = absl::Milliseconds(100),
+                                               .worker_timeout = absl::Seconds(1),
+                                               .extra_worker_flags = worker_flags,
+                                               .extra_dispatcher_flags = dispatcher_flags});
     EXPECT_TRUE(cluster.ok()) << cluster.status();
     return cluster.ok() ? *std::move(cluster) : nullptr;
   }
 
-  static JobOptions Job(const std::string& name,
-                        const proto::Pipeline& pipeline, uint64_t epochs = 1) {
-    return {.job_name = name,
-            .pipeline = pipeline,
-            .seed = 11,
-            .num_epochs = epochs,
-            .split_size = 40};
+  static JobOptions Job(const std::string& name, const proto::Pipeline& pipeline,
+                        uint64_t epochs = 1) {
+    return {
+        .job_name = name, .pipeline = pipeline, .seed = 11, .num_epochs = epochs, .split_size = 40};
   }
 
   struct Received {
-    std::map<uint64_t, std::vector<uint64_t>>
-        ids;                                   // per epoch, in delivery order
-    std::vector<std::vector<int64_t>> shapes;  // of the image column
+    std::map<uint64_t, std::vector<uint64_t>> ids;  // per epoch, in delivery order
+    std::vector<std::vector<int64_t>> shapes;       // of the image column
     absl::Status status;
     int max_buffered = 0;
   };
 
-  static Received Consume(
-      const std::string& address, const JobOptions& job,
-      const std::function<void(int)>& after_batch = nullptr) {
+  static Received Consume(const std::string& address, const JobOptions& job,
+                          const std::function<void(int)>& after_batch = nullptr) {
     Received out;
-    auto client = DataServiceClient::Create(
-        {.dispatcher_address = address,
-         .connect_timeout = absl::Seconds(5),
-         .heartbeat_interval = absl::Milliseconds(100),
-         .prefetch_batches = 4,
-         .dispatcher_lost_timeout = absl::Seconds(60)});
+    auto client = DataServiceClient::Create({.dispatcher_address = address,
+                                             .connect_timeout = absl::Seconds(5),
+                                             .heartbeat_interval = absl::Milliseconds(100),
+                                             .prefetch_batches = 4,
+                                             .dispatcher_lost_timeout = absl::Seconds(60)});
     if (!client.ok()) return {{}, {}, client.status()};
     auto it = (*client)->Open(job);
     if (!it.ok()) return {{}, {}, it.status()};
@@ -170,8 +155,7 @@ class ControlPlaneTest : public ::testing::Test {
       }
       if (!batch->has_value()) break;
       auto& ids = out.ids[(*batch)->epoch];
-      ids.insert(ids.end(), (*batch)->global_indices.begin(),
-                 (*batch)->global_indices.end());
+      ids.insert(ids.end(), (*batch)->global_indices.begin(), (*batch)->global_indices.end());
       out.shapes.push_back((*batch)->columns.at(0).shape);
       if (after_batch) after_batch(++batches);
     }
@@ -179,8 +163,7 @@ class ControlPlaneTest : public ::testing::Test {
   }
 
   // Exactly `want`, each once.
-  static void ExpectExactly(std::vector<uint64_t> got,
-                            const std::vector<uint64_t>& want) {
+  static void ExpectExactly(std::vector<uint64_t> got, const std::vector<uint64_t>& want) {
     std::sort(got.begin(), got.end());
     ASSERT_EQ(got, want);
   }
@@ -194,16 +177,14 @@ class ControlPlaneTest : public ::testing::Test {
   int RunConsume(const std::vector<std::string>& args) {
     std::vector<std::string> argv = {BinDir() + "/sluice", "consume"};
     argv.insert(argv.end(), args.begin(), args.end());
-    auto p = Subprocess::Start(
-        argv,
-        {.log_file = tmp_.Join(absl::StrCat("consume", ++runs_, ".log"))});
+    auto p =
+        Subprocess::Start(argv, {.log_file = tmp_.Join(absl::StrCat("consume", ++runs_, ".log"))});
     EXPECT_TRUE(p.ok()) << p.status();
     if (!p.ok()) return -1;
     auto code = (*p)->Wait(absl::Seconds(120));
     if (!code.ok() || *code != 0) {
       std::ifstream log((*p)->log_file());
-      std::cerr << "sluice consume exited " << (code.ok() ? *code : -1)
-                << "; its log:\n"
+      std::cerr << "sluice consume exited " << (code.ok() ? *code : -1) << "; its log:\n"
                 << log.rdbuf();
     }
     return code.ok() ? *code : -1;
@@ -246,9 +227,8 @@ TEST_F(ControlPlaneTest, SlotsShorterThanABatchEndWithDropRemainder) {
   std::vector<std::thread> consumers;
   for (uint32_t c = 0; c < 3; ++c) {
     consumers.emplace_back([&, c] {
-      JobOptions job = Job("short-tail",
-                           MakePipeline(data_->Join("ds"),
-                                        {.batch = 48, .drop_remainder = true}));
+      JobOptions job =
+          Job("short-tail", MakePipeline(data_->Join("ds"), {.batch = 48, .drop_remainder = true}));
       job.split_size = 48;
       job.num_consumers = 3;
       job.consumer_index = c;
@@ -277,8 +257,8 @@ TEST_F(ControlPlaneTest, EveryConsumerGetsTheSameNumberOfRecordsAndBatches) {
     std::vector<std::thread> consumers;
     for (uint32_t c = 0; c < 7; ++c) {
       consumers.emplace_back([&, c] {
-        JobOptions job = Job(drop ? "seven-drop" : "seven-pad",
-                             MakePipeline(data_->Join("ds"), {.batch = 8}));
+        JobOptions job =
+            Job(drop ? "seven-drop" : "seven-pad", MakePipeline(data_->Join("ds"), {.batch = 8}));
         job.num_consumers = 7;
         job.consumer_index = c;
         job.drop_remainder = drop;
@@ -309,8 +289,7 @@ TEST_F(ControlPlaneTest, SplitsWhoseRecordsAreAllFilteredOutEnd) {
   ASSERT_NE(cluster, nullptr);
   Received r =
       Consume(cluster->dispatcher_address(),
-              Job("all-filtered",
-                  MakePipeline(data_->Join("ds"), {.filter = "label == 99"}),
+              Job("all-filtered", MakePipeline(data_->Join("ds"), {.filter = "label == 99"}),
                   /*epochs=*/2));
   ASSERT_TRUE(r.status.ok()) << r.status;
   EXPECT_TRUE(r.ids.empty());
@@ -319,21 +298,19 @@ TEST_F(ControlPlaneTest, SplitsWhoseRecordsAreAllFilteredOutEnd) {
 TEST_F(ControlPlaneTest, ASplitOfOnlyBadRecordsEndsUnderSkip) {
   auto cluster = StartCluster(2);
   ASSERT_NE(cluster, nullptr);
-  Received r = Consume(
-      cluster->dispatcher_address(),
-      Job("skip-bad", MakePipeline(data_->Join("bad"), {.on_error = "skip"})));
+  Received r = Consume(cluster->dispatcher_address(),
+                       Job("skip-bad", MakePipeline(data_->Join("bad"), {.on_error = "skip"})));
   ASSERT_TRUE(r.status.ok()) << r.status;
   std::vector<uint64_t> want;
   for (uint64_t i = 40; i < 80; ++i) want.push_back(i);
   ExpectExactly(r.ids[0], want);
 }
 
-TEST_F(ControlPlaneTest,
-       ABadRecordUnderFailReachesGetNextWithSplitRecordAndCause) {
+TEST_F(ControlPlaneTest, ABadRecordUnderFailReachesGetNextWithSplitRecordAndCause) {
   auto cluster = StartCluster(1);
   ASSERT_NE(cluster, nullptr);
-  Received r = Consume(cluster->dispatcher_address(),
-                       Job("fail-bad", MakePipeline(data_->Join("bad"), {})));
+  Received r =
+      Consume(cluster->dispatcher_address(), Job("fail-bad", MakePipeline(data_->Join("bad"), {})));
   ASSERT_FALSE(r.status.ok());
   EXPECT_NE(r.status.code(), absl::StatusCode::kUnavailable) << r.status;
   EXPECT_THAT(r.status.message(), HasSubstr("sluice worker at"));
@@ -347,9 +324,8 @@ TEST_F(ControlPlaneTest, FilterAndAWorkerKillStillDeliverEveryKeptRecordOnce) {
   bool killed = false;
   Received r = Consume(
       cluster->dispatcher_address(),
-      Job("filter-kill",
-          MakePipeline(data_->Join("ds"), {.sleep_micros = 4000,
-                                           .filter = "label in [1, 3, 4, 8]"})),
+      Job("filter-kill", MakePipeline(data_->Join("ds"),
+                                      {.sleep_micros = 4000, .filter = "label in [1, 3, 4, 8]"})),
       [&](int batches) {
         if (batches == 4 && !killed) {
           cluster->SignalWorker(1, SIGKILL);
@@ -360,8 +336,7 @@ TEST_F(ControlPlaneTest, FilterAndAWorkerKillStillDeliverEveryKeptRecordOnce) {
   ASSERT_TRUE(r.status.ok()) << r.status;
   std::vector<uint64_t> want;
   for (uint64_t i = 0; i < kRecords; ++i) {
-    if (i % 10 == 1 || i % 10 == 3 || i % 10 == 4 || i % 10 == 8)
-      want.push_back(i);
+    if (i % 10 == 1 || i % 10 == 3 || i % 10 == 4 || i % 10 == 8) want.push_back(i);
   }
   ExpectExactly(r.ids[0], want);
 }
@@ -373,8 +348,7 @@ bool Refuses(int port) {
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   addr.sin_port = htons(static_cast<uint16_t>(port));
-  const bool refused =
-      connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0;
+  const bool refused = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0;
   close(fd);
   return refused;
 }
@@ -387,10 +361,9 @@ TEST_F(ControlPlaneTest, AResetConnectionToALiveWorkerLosesNothing) {
   auto cluster = StartCluster(1, {}, {"--advertise-address", relay_address});
   ASSERT_NE(cluster, nullptr);
   auto start_relay = [&] {
-    auto relay = Subprocess::Start(
-        {BinDir() + "/tcp_relay", "--listen", std::to_string(*port), "--to",
-         cluster->worker(0).address},
-        {.log_file = tmp_.Join("relay.log")});
+    auto relay = Subprocess::Start({BinDir() + "/tcp_relay", "--listen", std::to_string(*port),
+                                    "--to", cluster->worker(0).address},
+                                   {.log_file = tmp_.Join("relay.log")});
     EXPECT_TRUE(relay.ok()) << relay.status();
     return relay.ok() ? *std::move(relay) : nullptr;
   };
@@ -399,12 +372,10 @@ TEST_F(ControlPlaneTest, AResetConnectionToALiveWorkerLosesNothing) {
   int resets = 0;
   Received r = Consume(
       cluster->dispatcher_address(),
-      Job("reset",
-          MakePipeline(data_->Join("ds"), {.sleep_micros = 1500, .size = 32})),
+      Job("reset", MakePipeline(data_->Join("ds"), {.sleep_micros = 1500, .size = 32})),
       [&](int batches) {
         if (batches % 15 == 0 && resets < 3) {
-          relay->Signal(
-              SIGKILL);  // every connection through it is cut, bytes in flight lost
+          relay->Signal(SIGKILL);  // every connection through it is cut, bytes in flight lost
           (void)relay->Wait(absl::Seconds(5));
           // Down for real (its connections are gone) before it comes back.
           EXPECT_TRUE(Refuses(*port));
@@ -419,8 +390,7 @@ TEST_F(ControlPlaneTest, AResetConnectionToALiveWorkerLosesNothing) {
 }
 
 TEST_F(ControlPlaneTest, AKilledConsumerFreesTheWorkersForTheNextJob) {
-  auto cluster =
-      StartCluster(1, {"--consumer-timeout", "2s"}, {"--capacity", "1"});
+  auto cluster = StartCluster(1, {"--consumer-timeout", "2s"}, {"--capacity", "1"});
   ASSERT_NE(cluster, nullptr);
   const std::string spec = tmp_.Join("spec.yaml");
   {
@@ -433,80 +403,67 @@ TEST_F(ControlPlaneTest, AKilledConsumerFreesTheWorkersForTheNextJob) {
            "  - batch: {size: 8}\n";
   }
   const std::string ids = tmp_.Join("dead.ids");
-  auto consumer =
-      Subprocess::Start({BinDir() + "/sluice", "consume", "--dispatcher",
-                         cluster->dispatcher_address(), "--spec", spec, "--job",
-                         "dies", "--ids-out", ids},
-                        {.log_file = tmp_.Join("dead.log")});
+  auto consumer = Subprocess::Start(
+      {BinDir() + "/sluice", "consume", "--dispatcher", cluster->dispatcher_address(), "--spec",
+       spec, "--job", "dies", "--ids-out", ids},
+      {.log_file = tmp_.Join("dead.log")});
   ASSERT_TRUE(consumer.ok()) << consumer.status();
   // Let it start, then kill it mid-epoch: its split stays held on the only worker.
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   std::error_code ec;
-  while ((std::filesystem::file_size(ids, ec) == 0 || ec) &&
-         absl::Now() < deadline) {
+  while ((std::filesystem::file_size(ids, ec) == 0 || ec) && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(50));
   }
   (*consumer)->Signal(SIGKILL);
   (void)(*consumer)->Wait(absl::Seconds(5));
   // A new job on the same worker gets its capacity once the dead consumer's lease expires.
-  Received r = Consume(cluster->dispatcher_address(),
-                       Job("after", MakePipeline(data_->Join("ds"), {})));
+  Received r =
+      Consume(cluster->dispatcher_address(), Job("after", MakePipeline(data_->Join("ds"), {})));
   ASSERT_TRUE(r.status.ok()) << r.status;
   ExpectExactly(r.ids[0], Range(kRecords));
 }
 
-TEST_F(ControlPlaneTest,
-       ADispatcherKilledMidEpochContinuesEveryJobAndServesNewPipelines) {
+TEST_F(ControlPlaneTest, ADispatcherKilledMidEpochContinuesEveryJobAndServesNewPipelines) {
   auto cluster = StartCluster(2);
   ASSERT_NE(cluster, nullptr);
   absl::Status restarted = absl::UnknownError("not restarted");
-  Received r = Consume(
-      cluster->dispatcher_address(),
-      Job("survives", MakePipeline(data_->Join("ds"), {.sleep_micros = 3000}),
-          /*epochs=*/2),
-      [&](int batches) {
-        if (batches == 20) restarted = cluster->RestartDispatcher();
-      });
+  Received r = Consume(cluster->dispatcher_address(),
+                       Job("survives", MakePipeline(data_->Join("ds"), {.sleep_micros = 3000}),
+                           /*epochs=*/2),
+                       [&](int batches) {
+                         if (batches == 20) restarted = cluster->RestartDispatcher();
+                       });
   ASSERT_TRUE(restarted.ok()) << restarted;
   ASSERT_TRUE(r.status.ok()) << r.status;
   ExpectExactly(r.ids[0], Range(kRecords));
   ExpectExactly(r.ids[1], Range(kRecords));
   // A new job with another pipeline gets that pipeline, not a cached one of an old job id.
-  Received other =
-      Consume(cluster->dispatcher_address(),
-              Job("other", MakePipeline(data_->Join("ds"), {.size = 8})));
+  Received other = Consume(cluster->dispatcher_address(),
+                           Job("other", MakePipeline(data_->Join("ds"), {.size = 8})));
   ASSERT_TRUE(other.status.ok()) << other.status;
   ASSERT_FALSE(other.shapes.empty());
-  for (const auto& shape : other.shapes)
-    EXPECT_THAT(shape, ::testing::ElementsAre(8, 8, 8, 3));
+  for (const auto& shape : other.shapes) EXPECT_THAT(shape, ::testing::ElementsAre(8, 8, 8, 3));
 }
 
-TEST_F(ControlPlaneTest,
-       ANewDispatcherWithoutItsStateNeverServesAnOldJobsPipeline) {
+TEST_F(ControlPlaneTest, ANewDispatcherWithoutItsStateNeverServesAnOldJobsPipeline) {
   auto cluster = StartCluster(1);
   ASSERT_NE(cluster, nullptr);
-  Received first =
-      Consume(cluster->dispatcher_address(),
-              Job("first", MakePipeline(data_->Join("ds"), {.size = 16})));
+  Received first = Consume(cluster->dispatcher_address(),
+                           Job("first", MakePipeline(data_->Join("ds"), {.size = 16})));
   ASSERT_TRUE(first.status.ok()) << first.status;
   // The dispatcher loses its journal (a new machine): the worker keeps its caches.
-  std::filesystem::remove_all(
-      tmp_.Join(absl::StrCat("c", n_, "/dispatcher-state")));
+  std::filesystem::remove_all(tmp_.Join(absl::StrCat("c", n_, "/dispatcher-state")));
   ASSERT_TRUE(cluster->RestartDispatcher().ok());
-  Received second =
-      Consume(cluster->dispatcher_address(),
-              Job("second", MakePipeline(data_->Join("ds"), {.size = 8})));
+  Received second = Consume(cluster->dispatcher_address(),
+                            Job("second", MakePipeline(data_->Join("ds"), {.size = 8})));
   ASSERT_TRUE(second.status.ok()) << second.status;
   ASSERT_FALSE(second.shapes.empty());
-  for (const auto& shape : second.shapes)
-    EXPECT_THAT(shape, ::testing::ElementsAre(8, 8, 8, 3));
+  for (const auto& shape : second.shapes) EXPECT_THAT(shape, ::testing::ElementsAre(8, 8, 8, 3));
   ExpectExactly(second.ids[0], Range(kRecords));
 }
 
-TEST_F(ControlPlaneTest,
-       DeterministicModeWithAStoppedWorkerIsBoundedAndUnchanged) {
-  const proto::Pipeline pipeline =
-      MakePipeline(data_->Join("ds"), {.sleep_micros = 2000});
+TEST_F(ControlPlaneTest, DeterministicModeWithAStoppedWorkerIsBoundedAndUnchanged) {
+  const proto::Pipeline pipeline = MakePipeline(data_->Join("ds"), {.sleep_micros = 2000});
   std::vector<uint64_t> reference;
   {
     auto cluster = StartCluster(1);
@@ -541,8 +498,7 @@ TEST_F(ControlPlaneTest,
 TEST_F(ControlPlaneTest, ParallelEpochsEnd) {
   auto cluster = StartCluster(2);
   ASSERT_NE(cluster, nullptr);
-  JobOptions job =
-      Job("parallel", MakePipeline(data_->Join("ds"), {}), /*epochs=*/2);
+  JobOptions job = Job("parallel", MakePipeline(data_->Join("ds"), {}), /*epochs=*/2);
   job.parallel_epochs = true;
   Received r = Consume(cluster->dispatcher_address(), job);
   ASSERT_TRUE(r.status.ok()) << r.status;
@@ -552,13 +508,12 @@ TEST_F(ControlPlaneTest, ParallelEpochsEnd) {
   EXPECT_EQ(total, 2u * 2 * kRecords);
 }
 
-TEST_F(ControlPlaneTest,
-       SaveKillRestoreContinuesExactlyOnceAndDeterministically) {
+TEST_F(ControlPlaneTest, SaveKillRestoreContinuesExactlyOnceAndDeterministically) {
   const std::string spec = WriteResizeSpec();
   auto run = [&](const std::string& address, std::vector<std::string> extra) {
-    std::vector<std::string> args = {
-        "--dispatcher", address, "--spec",         spec, "--job", "resume",
-        "--epochs",     "2",     "--deterministic"};
+    std::vector<std::string> args = {"--dispatcher", address, "--spec",
+                                     spec,           "--job", "resume",
+                                     "--epochs",     "2",     "--deterministic"};
     args.insert(args.end(), extra.begin(), extra.end());
     return RunConsume(args);
   };
@@ -566,9 +521,7 @@ TEST_F(ControlPlaneTest,
   {
     auto cluster = StartCluster(1);
     ASSERT_NE(cluster, nullptr);
-    ASSERT_EQ(
-        run(cluster->dispatcher_address(), {"--ids-out", tmp_.Join("all.ids")}),
-        0);
+    ASSERT_EQ(run(cluster->dispatcher_address(), {"--ids-out", tmp_.Join("all.ids")}), 0);
     uninterrupted = ReadIds(tmp_.Join("all.ids"));
     ASSERT_EQ(uninterrupted.size(), 2u * kRecords);
   }
@@ -577,15 +530,14 @@ TEST_F(ControlPlaneTest,
   // Stop after 37 of 60 batches of epoch 0 with a checkpoint; continue in a new process with
   // three workers.
   ASSERT_EQ(run(cluster->dispatcher_address(),
-                {"--ids-out", tmp_.Join("resumed.ids"), "--stop-after-batches",
-                 "37", "--save-state", tmp_.Join("state")}),
+                {"--ids-out", tmp_.Join("resumed.ids"), "--stop-after-batches", "37",
+                 "--save-state", tmp_.Join("state")}),
             0);
   EXPECT_EQ(ReadIds(tmp_.Join("resumed.ids")).size(), 37u * 8);
   ASSERT_TRUE(cluster->AddWorker().ok());
   ASSERT_TRUE(cluster->AddWorker().ok());
   ASSERT_EQ(run(cluster->dispatcher_address(),
-                {"--ids-out", tmp_.Join("resumed.ids"), "--restore-state",
-                 tmp_.Join("state")}),
+                {"--ids-out", tmp_.Join("resumed.ids"), "--restore-state", tmp_.Join("state")}),
             0);
   const std::vector<uint64_t> resumed = ReadIds(tmp_.Join("resumed.ids"));
   EXPECT_EQ(resumed,
@@ -601,30 +553,26 @@ TEST_F(ControlPlaneTest, TheNumberOfConsumersChangesAtAnEpochBoundary) {
   const std::string spec = WriteResizeSpec();
   std::string job = "resize";
   auto consumer = [&](int index, int world, std::vector<std::string> extra) {
-    std::vector<std::string> args = {
-        "--dispatcher",
-        cluster->dispatcher_address(),
-        "--spec",
-        spec,
-        "--job",
-        job,
-        "--epochs",
-        "2",
-        "--consumer-index",
-        absl::StrCat(index),
-        "--num-consumers",
-        absl::StrCat(world),
-        "--ids-out",
-        tmp_.Join(absl::StrCat("w", world, "c", index, ".ids"))};
+    std::vector<std::string> args = {"--dispatcher",
+                                     cluster->dispatcher_address(),
+                                     "--spec",
+                                     spec,
+                                     "--job",
+                                     job,
+                                     "--epochs",
+                                     "2",
+                                     "--consumer-index",
+                                     absl::StrCat(index),
+                                     "--num-consumers",
+                                     absl::StrCat(world),
+                                     "--ids-out",
+                                     tmp_.Join(absl::StrCat("w", world, "c", index, ".ids"))};
     args.insert(args.end(), extra.begin(), extra.end());
-    return std::async(std::launch::async,
-                      [this, args] { return RunConsume(args); });
+    return std::async(std::launch::async, [this, args] { return RunConsume(args); });
   };
   {
-    auto c0 = consumer(
-        0, 2, {"--stop-after-batches", "30", "--save-state", tmp_.Join("s0")});
-    auto c1 = consumer(
-        1, 2, {"--stop-after-batches", "30", "--save-state", tmp_.Join("s1")});
+    auto c0 = consumer(0, 2, {"--stop-after-batches", "30", "--save-state", tmp_.Join("s0")});
+    auto c1 = consumer(1, 2, {"--stop-after-batches", "30", "--save-state", tmp_.Join("s1")});
     ASSERT_EQ(c0.get(), 0);
     ASSERT_EQ(c1.get(), 0);
   }
@@ -642,23 +590,18 @@ TEST_F(ControlPlaneTest, TheNumberOfConsumersChangesAtAnEpochBoundary) {
   }
   std::vector<uint64_t> epoch1;
   for (int c = 0; c < 3; ++c) {
-    const std::vector<uint64_t> ids =
-        ReadIds(tmp_.Join(absl::StrCat("w3c", c, ".ids")));
+    const std::vector<uint64_t> ids = ReadIds(tmp_.Join(absl::StrCat("w3c", c, ".ids")));
     EXPECT_EQ(ids.size(), 160u) << "consumer " << c;
     epoch1.insert(epoch1.end(), ids.begin(), ids.end());
   }
   ExpectExactly(epoch1, Range(kRecords));
   // Mid-epoch the world size cannot change: a clear error, exit code 1.
   job = "resize-mid";
-  ASSERT_EQ(
-      consumer(0, 2,
-               {"--stop-after-batches", "3", "--save-state", tmp_.Join("mid")})
-          .get(),
-      0);
+  ASSERT_EQ(consumer(0, 2, {"--stop-after-batches", "3", "--save-state", tmp_.Join("mid")}).get(),
+            0);
   ASSERT_EQ(consumer(0, 3, {"--restore-state", tmp_.Join("mid")}).get(), 1);
   std::ifstream log(tmp_.Join(absl::StrCat("consume", runs_.load(), ".log")));
-  const std::string text((std::istreambuf_iterator<char>(log)),
-                         std::istreambuf_iterator<char>());
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
   EXPECT_THAT(text, HasSubstr("can change only at an epoch boundary"));
 }
 
@@ -667,11 +610,9 @@ TEST_F(ControlPlaneTest, TheNumberOfConsumersChangesAtAnEpochBoundary) {
 bool AwaitWorkersLost(tools::LocalCluster& cluster, double lost) {
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   while (absl::Now() < deadline) {
-    absl::StatusOr<std::string> text =
-        tools::ScrapeMetrics(cluster.dispatcher_metrics_port());
-    if (text.ok() &&
-        tools::SumByLabel(*text, "sluice_dispatcher_workers_lost_total",
-                          "reason")["timeout"] >= lost)
+    absl::StatusOr<std::string> text = tools::ScrapeMetrics(cluster.dispatcher_metrics_port());
+    if (text.ok() && tools::SumByLabel(*text, "sluice_dispatcher_workers_lost_total",
+                                       "reason")["timeout"] >= lost)
       return true;
     absl::SleepFor(absl::Milliseconds(20));
   }
@@ -683,16 +624,15 @@ bool AwaitQueueDepth(int port, double depth) {
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   while (absl::Now() < deadline) {
     absl::StatusOr<std::string> text = tools::ScrapeMetrics(port);
-    if (text.ok() && text->find(absl::StrCat("\nsluice_worker_queue_depth ",
-                                             depth, "\n")) != std::string::npos)
+    if (text.ok() &&
+        text->find(absl::StrCat("\nsluice_worker_queue_depth ", depth, "\n")) != std::string::npos)
       return true;
     absl::SleepFor(absl::Milliseconds(20));
   }
   return false;
 }
 
-TEST_F(ControlPlaneTest,
-       AReplacementWorkerStartedAfterALossUnderASlowTrainerDeliversEverything) {
+TEST_F(ControlPlaneTest, AReplacementWorkerStartedAfterALossUnderASlowTrainerDeliversEverything) {
   // The only worker is SIGKILLed while the trainer is in a slow step (4 batches in its
   // prefetch buffer), and a replacement starts once the dispatcher declared the loss. It gets
   // the split from the trainer's returned counts and fills its 2-batch queue with batches the
@@ -702,21 +642,20 @@ TEST_F(ControlPlaneTest,
   auto port = tools::PickFreePort();
   ASSERT_TRUE(port.ok());
   const std::string relay_address = absl::StrCat("127.0.0.1:", *port);
-  auto cluster = StartCluster(
-      1, {}, {"--queue-batches", "2", "--advertise-address", relay_address});
+  auto cluster =
+      StartCluster(1, {}, {"--queue-batches", "2", "--advertise-address", relay_address});
   ASSERT_NE(cluster, nullptr);
   auto start_relay = [&](const std::string& to) {
-    auto relay = Subprocess::Start({BinDir() + "/tcp_relay", "--listen",
-                                    std::to_string(*port), "--to", to},
-                                   {.log_file = tmp_.Join("relay.log")});
+    auto relay =
+        Subprocess::Start({BinDir() + "/tcp_relay", "--listen", std::to_string(*port), "--to", to},
+                          {.log_file = tmp_.Join("relay.log")});
     EXPECT_TRUE(relay.ok()) << relay.status();
     return relay.ok() ? *std::move(relay) : nullptr;
   };
   std::unique_ptr<Subprocess> relay = start_relay(cluster->worker(0).address);
   ASSERT_NE(relay, nullptr);
   JobOptions job = Job("replaced", MakePipeline(data_->Join("ds"), {}));
-  job.split_size =
-      kRecords;  // one split: every queued batch is of the split the trainer holds
+  job.split_size = kRecords;  // one split: every queued batch is of the split the trainer holds
   bool replaced = false;
   Received r = Consume(cluster->dispatcher_address(), job, [&](int batches) {
     if (batches == 6) {
@@ -738,8 +677,7 @@ TEST_F(ControlPlaneTest,
   relay->Stop(absl::Seconds(1));
 }
 
-TEST_F(ControlPlaneTest,
-       RestoringAStateOlderThanASplitsReassignmentFinishesExactlyOnce) {
+TEST_F(ControlPlaneTest, RestoringAStateOlderThanASplitsReassignmentFinishesExactlyOnce) {
   // A state saved after 5 batches; the trainer reads on to batch 15, its only worker dies and a
   // replacement takes the two splits over from the returned counts the dispatcher knew (more
   // than the state's). A new iterator restores the older state: the replacement must produce
@@ -747,13 +685,11 @@ TEST_F(ControlPlaneTest,
   // position, a livelock).
   auto cluster = StartCluster(1);
   ASSERT_NE(cluster, nullptr);
-  JobOptions job =
-      Job("older", MakePipeline(data_->Join("ds"), {.sleep_micros = 1000}));
+  JobOptions job = Job("older", MakePipeline(data_->Join("ds"), {.sleep_micros = 1000}));
   job.split_size = 240;  // 2 splits of 30 batches
-  auto client = DataServiceClient::Create(
-      {.dispatcher_address = cluster->dispatcher_address(),
-       .heartbeat_interval = absl::Milliseconds(100),
-       .prefetch_batches = 4});
+  auto client = DataServiceClient::Create({.dispatcher_address = cluster->dispatcher_address(),
+                                           .heartbeat_interval = absl::Milliseconds(100),
+                                           .prefetch_batches = 4});
   ASSERT_TRUE(client.ok()) << client.status();
   std::vector<uint64_t> ids;
   std::string state;
@@ -766,8 +702,7 @@ TEST_F(ControlPlaneTest,
         ASSERT_TRUE(batch.ok()) << batch.status();
         ASSERT_TRUE(batch->has_value());
         if (keep)
-          ids.insert(ids.end(), (*batch)->global_indices.begin(),
-                     (*batch)->global_indices.end());
+          ids.insert(ids.end(), (*batch)->global_indices.begin(), (*batch)->global_indices.end());
       }
     };
     read(5, /*keep=*/true);
@@ -783,11 +718,10 @@ TEST_F(ControlPlaneTest,
   }
   job.restore_state = state;
   prometheus::Registry registry;
-  auto restored = DataServiceClient::Create(
-      {.dispatcher_address = cluster->dispatcher_address(),
-       .heartbeat_interval = absl::Milliseconds(100),
-       .prefetch_batches = 4,
-       .registry = &registry});
+  auto restored = DataServiceClient::Create({.dispatcher_address = cluster->dispatcher_address(),
+                                             .heartbeat_interval = absl::Milliseconds(100),
+                                             .prefetch_batches = 4,
+                                             .registry = &registry});
   ASSERT_TRUE(restored.ok()) << restored.status();
   auto it = (*restored)->Open(job);
   ASSERT_TRUE(it.ok()) << it.status();
@@ -795,8 +729,7 @@ TEST_F(ControlPlaneTest,
     auto batch = (*it)->GetNext();
     ASSERT_TRUE(batch.ok()) << batch.status();
     if (!batch->has_value()) break;
-    ids.insert(ids.end(), (*batch)->global_indices.begin(),
-               (*batch)->global_indices.end());
+    ids.insert(ids.end(), (*batch)->global_indices.begin(), (*batch)->global_indices.end());
   }
   ExpectExactly(ids, Range(kRecords));
   // Each restart of a stream makes progress: the replacement produces from what the restored
@@ -819,27 +752,22 @@ TEST_F(ControlPlaneTest, AStateRestoresOnlyIntoTheJobAndSpecItWasSavedFrom) {
   ASSERT_NE(cluster, nullptr);
   const std::string spec = WriteResizeSpec();
   const std::vector<std::string> common = {
-      "--dispatcher", cluster->dispatcher_address(), "--spec", spec, "--job",
-      "foreign"};
+      "--dispatcher", cluster->dispatcher_address(), "--spec", spec, "--job", "foreign"};
   auto args = [&](std::vector<std::string> extra) {
     std::vector<std::string> out = common;
     out.insert(out.end(), extra.begin(), extra.end());
     return out;
   };
-  ASSERT_EQ(RunConsume(args({"--stop-after-batches", "3", "--save-state",
-                             tmp_.Join("state")})),
-            0);
-  ASSERT_EQ(RunConsume(args({"--data", data_->Join("ds240"), "--restore-state",
-                             tmp_.Join("state")})),
-            1);
+  ASSERT_EQ(RunConsume(args({"--stop-after-batches", "3", "--save-state", tmp_.Join("state")})), 0);
+  ASSERT_EQ(
+      RunConsume(args({"--data", data_->Join("ds240"), "--restore-state", tmp_.Join("state")})), 1);
   std::ifstream log(tmp_.Join(absl::StrCat("consume", runs_.load(), ".log")));
-  const std::string text((std::istreambuf_iterator<char>(log)),
-                         std::istreambuf_iterator<char>());
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
   EXPECT_THAT(text, HasSubstr("restore a state only into the job and spec it "
                               "was saved from"));
-  ASSERT_EQ(RunConsume(args({"--restore-state", tmp_.Join("state"), "--ids-out",
-                             tmp_.Join("rest.ids")})),
-            0);
+  ASSERT_EQ(
+      RunConsume(args({"--restore-state", tmp_.Join("state"), "--ids-out", tmp_.Join("rest.ids")})),
+      0);
   EXPECT_EQ(ReadIds(tmp_.Join("rest.ids")).size(), kRecords - 3u * 8);
 }
 
@@ -851,52 +779,47 @@ TEST_F(ControlPlaneTest, ASecondProcessWithTheSameConsumerIndexFencesTheFirst) {
   ASSERT_NE(cluster, nullptr);
   const std::string spec = WriteResizeSpec();
   auto args = [&](const std::string& ids) {
-    return std::vector<std::string>{
-        BinDir() + "/sluice",
-        "consume",
-        "--dispatcher",
-        cluster->dispatcher_address(),
-        "--spec",
-        spec,
-        "--job",
-        "dup",
-        "--consumer-index",
-        "0",
-        "--num-consumers",
-        "2",
-        "--epochs",
-        "0",  // until stopped: only fencing ends the first
-        "--step-time",
-        "40ms",
-        "--ids-out",
-        ids};
+    return std::vector<std::string>{BinDir() + "/sluice",
+                                    "consume",
+                                    "--dispatcher",
+                                    cluster->dispatcher_address(),
+                                    "--spec",
+                                    spec,
+                                    "--job",
+                                    "dup",
+                                    "--consumer-index",
+                                    "0",
+                                    "--num-consumers",
+                                    "2",
+                                    "--epochs",
+                                    "0",  // until stopped: only fencing ends the first
+                                    "--step-time",
+                                    "40ms",
+                                    "--ids-out",
+                                    ids};
   };
   const std::string first_ids = tmp_.Join("first.ids");
-  auto first =
-      Subprocess::Start(args(first_ids), {.log_file = tmp_.Join("first.log")});
+  auto first = Subprocess::Start(args(first_ids), {.log_file = tmp_.Join("first.log")});
   ASSERT_TRUE(first.ok()) << first.status();
   // The second starts once the first returned a batch, and stops after 5 batches.
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   std::error_code ec;
-  while ((std::filesystem::file_size(first_ids, ec) == 0 || ec) &&
-         absl::Now() < deadline) {
+  while ((std::filesystem::file_size(first_ids, ec) == 0 || ec) && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(20));
   }
   std::vector<std::string> second = args(tmp_.Join("second.ids"));
   second.erase(second.begin(), second.begin() + 2);
-  second.insert(second.end(), {"--stop-after-batches", "5", "--save-state",
-                               tmp_.Join("second.state")});
+  second.insert(second.end(),
+                {"--stop-after-batches", "5", "--save-state", tmp_.Join("second.state")});
   EXPECT_EQ(RunConsume(second), 0);
   auto code = (*first)->Wait(absl::Seconds(60));
   ASSERT_TRUE(code.ok()) << code.status();
   EXPECT_EQ(*code, 1);
   std::ifstream log(tmp_.Join("first.log"));
-  const std::string text((std::istreambuf_iterator<char>(log)),
-                         std::istreambuf_iterator<char>());
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
   EXPECT_THAT(text, HasSubstr("was claimed by another process"));
   // The job has no end: workers would drain until their grace runs out.
-  for (int i = 0; i < cluster->num_workers(); ++i)
-    cluster->SignalWorker(i, SIGKILL);
+  for (int i = 0; i < cluster->num_workers(); ++i) cluster->SignalWorker(i, SIGKILL);
 }
 
 TEST_F(ControlPlaneTest, ADispatcherPausedLongerThanEveryLeaseCollectsNothing) {
@@ -907,17 +830,16 @@ TEST_F(ControlPlaneTest, ADispatcherPausedLongerThanEveryLeaseCollectsNothing) {
   auto cluster = StartCluster(2, {"--consumer-timeout", "2s"});
   ASSERT_NE(cluster, nullptr);
   bool paused = false;
-  Received r = Consume(
-      cluster->dispatcher_address(),
-      Job("paused", MakePipeline(data_->Join("ds"), {.sleep_micros = 3000})),
-      [&](int batches) {
-        if (batches == 10) {
-          cluster->SignalDispatcher(SIGSTOP);
-          absl::SleepFor(absl::Seconds(4));  // the pause itself
-          cluster->SignalDispatcher(SIGCONT);
-          paused = true;
-        }
-      });
+  Received r = Consume(cluster->dispatcher_address(),
+                       Job("paused", MakePipeline(data_->Join("ds"), {.sleep_micros = 3000})),
+                       [&](int batches) {
+                         if (batches == 10) {
+                           cluster->SignalDispatcher(SIGSTOP);
+                           absl::SleepFor(absl::Seconds(4));  // the pause itself
+                           cluster->SignalDispatcher(SIGCONT);
+                           paused = true;
+                         }
+                       });
   ASSERT_TRUE(paused);
   ASSERT_TRUE(r.status.ok()) << r.status;
   ExpectExactly(r.ids[0], Range(kRecords));
@@ -936,11 +858,10 @@ TEST_F(ControlPlaneTest, AJobOfAMillionOneRecordSlotsStarts) {
   ASSERT_TRUE(pipeline.ok()) << pipeline.status();
   JobOptions job = Job("million", *pipeline);
   job.split_size = 1;
-  auto client = DataServiceClient::Create(
-      {.dispatcher_address = cluster->dispatcher_address(),
-       .rpc_timeout = absl::Seconds(60),
-       .connect_timeout = absl::Seconds(30),
-       .heartbeat_interval = absl::Milliseconds(100)});
+  auto client = DataServiceClient::Create({.dispatcher_address = cluster->dispatcher_address(),
+                                           .rpc_timeout = absl::Seconds(60),
+                                           .connect_timeout = absl::Seconds(30),
+                                           .heartbeat_interval = absl::Milliseconds(100)});
   ASSERT_TRUE(client.ok()) << client.status();
   auto it = (*client)->Open(job);
   ASSERT_TRUE(it.ok()) << it.status();

@@ -45,20 +45,18 @@ int64_t LabelOf(uint64_t record) { return static_cast<int64_t>(record % 7); }
 
 // JPEGs that differ per record (colour and a dot), label = record % 7.
 void WriteDataset(const std::string& dir) {
-  auto writer = record::DatasetWriter::Create(
-      dir, record::ImageClassificationSchema(), {.shard_size_bytes = 20000});
+  auto writer = record::DatasetWriter::Create(dir, record::ImageClassificationSchema(),
+                                              {.shard_size_bytes = 20000});
   ASSERT_TRUE(writer.ok()) << writer.status();
   for (int i = 0; i < kRecords; ++i) {
-    cv::Mat image(28, 36, CV_8UC3,
-                  cv::Scalar((i * 5) % 256, (i * 11) % 256, (i * 17) % 256));
+    cv::Mat image(28, 36, CV_8UC3, cv::Scalar((i * 5) % 256, (i * 11) % 256, (i * 17) % 256));
     cv::circle(image, {i % 36, (i * 3) % 28}, 4, cv::Scalar(255, 255, 255), -1);
     std::vector<uchar> jpeg;
     cv::imencode(".jpg", image, jpeg);
     ASSERT_TRUE(
         (*writer)
             ->Add({record::Tensor::Bytes(std::string(jpeg.begin(), jpeg.end())),
-                   record::Tensor::Int64(LabelOf(i)),
-                   record::Tensor::Bytes(absl::StrCat("k", i))})
+                   record::Tensor::Int64(LabelOf(i)), record::Tensor::Bytes(absl::StrCat("k", i))})
             .ok());
   }
   auto manifest = (*writer)->Finish();
@@ -67,13 +65,12 @@ void WriteDataset(const std::string& dir) {
 }
 
 proto::Pipeline MakePipeline(const std::string& dataset) {
-  auto pipeline =
-      sluice::pipeline_spec::ParsePipelineSpec(absl::StrCat(R"(
+  auto pipeline = sluice::pipeline_spec::ParsePipelineSpec(absl::StrCat(R"(
 seed: 5
 source:
   dataset: {path: )",
-                                                            dataset,
-                                                            R"(}
+                                                                        dataset,
+                                                                        R"(}
   columns: [image, label]
 nodes:
   - shuffle: {seed: 9}
@@ -85,7 +82,7 @@ nodes:
         - random_horizontal_flip: {}
         - hwc2chw: {}
   - batch: {size: )",
-                                                            kBatch, R"(}
+                                                                        kBatch, R"(}
 )"));
   EXPECT_TRUE(pipeline.ok()) << pipeline.status();
   return pipeline.value_or(proto::Pipeline());
@@ -104,20 +101,18 @@ TEST(PayloadTest, ServiceBatchesCarryTheExecutorsPixelsAndTheRightLabels) {
   WriteDataset(data.Join("ds"));
   const proto::Pipeline pipeline = MakePipeline(data.Join("ds"));
 
-  auto cluster =
-      tools::LocalCluster::Start({.bin_dir = BinDir(),
-                                  .workers = 2,
-                                  .data_roots = {data.path()},
-                                  .work_dir = data.Join("cluster"),
-                                  .worker_threads = 1,
-                                  .log_level = "info",
-                                  .heartbeat_interval = absl::Milliseconds(100),
-                                  .worker_timeout = absl::Seconds(5)});
+  auto cluster = tools::LocalCluster::Start({.bin_dir = BinDir(),
+                                             .workers = 2,
+                                             .data_roots = {data.path()},
+                                             .work_dir = data.Join("cluster"),
+                                             .worker_threads = 1,
+                                             .log_level = "info",
+                                             .heartbeat_interval = absl::Milliseconds(100),
+                                             .worker_timeout = absl::Seconds(5)});
   ASSERT_TRUE(cluster.ok()) << cluster.status();
-  auto client = DataServiceClient::Create(
-      {.dispatcher_address = (*cluster)->dispatcher_address(),
-       .connect_timeout = absl::Seconds(5),
-       .heartbeat_interval = absl::Milliseconds(100)});
+  auto client = DataServiceClient::Create({.dispatcher_address = (*cluster)->dispatcher_address(),
+                                           .connect_timeout = absl::Seconds(5),
+                                           .heartbeat_interval = absl::Milliseconds(100)});
   ASSERT_TRUE(client.ok()) << client.status();
   auto it = (*client)->Open({.job_name = "payload",
                              .pipeline = pipeline,
@@ -161,12 +156,10 @@ TEST(PayloadTest, ServiceBatchesCarryTheExecutorsPixelsAndTheRightLabels) {
       ASSERT_EQ(counts[i], 1) << "epoch " << epoch << " record " << i;
   }
 
-  auto executor =
-      data_worker::pipeline::Executor::Create(pipeline, {.cpu_budget = 1});
+  auto executor = data_worker::pipeline::Executor::Create(pipeline, {.cpu_budget = 1});
   ASSERT_TRUE(executor.ok()) << executor.status();
   for (const Received& r : received) {
-    SCOPED_TRACE(
-        absl::StrCat("epoch ", r.epoch, " first record ", r.indices.front()));
+    SCOPED_TRACE(absl::StrCat("epoch ", r.epoch, " first record ", r.indices.front()));
     // Labels: one int64 per element, the record's label.
     ASSERT_EQ(r.label.size(), r.indices.size() * sizeof(int64_t));
     for (size_t k = 0; k < r.indices.size(); ++k) {
@@ -176,16 +169,14 @@ TEST(PayloadTest, ServiceBatchesCarryTheExecutorsPixelsAndTheRightLabels) {
     }
     // Pixels: exactly the executor's batch for these records in this epoch.
     ASSERT_EQ(r.image_shape,
-              (std::vector<int64_t>{static_cast<int64_t>(r.indices.size()), 3,
-                                    16, 16}));
+              (std::vector<int64_t>{static_cast<int64_t>(r.indices.size()), 3, 16, 16}));
     auto expected = sluice::testonly::RunSplit(**executor, r.indices, r.epoch);
     ASSERT_TRUE(expected.ok()) << expected.status();
     ASSERT_EQ(expected->size(), 1u) << "one batch expected";
     EXPECT_EQ((*expected)[0].global_indices, r.indices);
     ASSERT_EQ((*expected)[0].columns.size(), 2u);
     const data_worker::Tensor& image = (*expected)[0].columns[0];
-    EXPECT_EQ(r.image, std::string(reinterpret_cast<const char*>(image.data()),
-                                   image.num_bytes()))
+    EXPECT_EQ(r.image, std::string(reinterpret_cast<const char*>(image.data()), image.num_bytes()))
         << "pixel bytes differ from the in-process executor";
     (*executor)->Stop();
   }

@@ -16,8 +16,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "data_worker/pipeline/executor.h"
 #include "common/pipeline_spec/parse.h"
+#include "data_worker/pipeline/executor.h"
 #include "data_worker/python/python_pool.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -53,7 +53,7 @@ nodes:
   - map: {input_columns: [image], ops: [{random_horizontal_flip: {}}]}
   - batch: {size: 4}
 )",
-                                                                    {{"FN", fn}}));
+                                                                {{"FN", fn}}));
   EXPECT_TRUE(p.ok()) << p.status();
   return p.value_or(proto::Pipeline());
 }
@@ -71,22 +71,20 @@ class PythonServiceTest : public ::testing::Test {
     std::vector<std::string> flags = {"--python-path", SLUICE_TEST_PYTHON_DIR,
                                       "--python-op-timeout", "20s"};
     if (allow) flags.push_back("--allow-python-ops");
-    auto cluster =
-        tools::LocalCluster::Start({.bin_dir = BinDir(),
-                                    .workers = 2,
-                                    .data_roots = {data_.path()},
-                                    .work_dir = data_.Join("cluster"),
-                                    .worker_threads = 2,
-                                    .log_level = "info",
-                                    .heartbeat_interval = absl::Milliseconds(100),
-                                    .worker_timeout = absl::Seconds(5),
-                                    .extra_worker_flags = flags});
+    auto cluster = tools::LocalCluster::Start({.bin_dir = BinDir(),
+                                               .workers = 2,
+                                               .data_roots = {data_.path()},
+                                               .work_dir = data_.Join("cluster"),
+                                               .worker_threads = 2,
+                                               .log_level = "info",
+                                               .heartbeat_interval = absl::Milliseconds(100),
+                                               .worker_timeout = absl::Seconds(5),
+                                               .extra_worker_flags = flags});
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = *std::move(cluster);
-    auto client = DataServiceClient::Create(
-        {.dispatcher_address = cluster_->dispatcher_address(),
-         .connect_timeout = absl::Seconds(5),
-         .heartbeat_interval = absl::Milliseconds(100)});
+    auto client = DataServiceClient::Create({.dispatcher_address = cluster_->dispatcher_address(),
+                                             .connect_timeout = absl::Seconds(5),
+                                             .heartbeat_interval = absl::Milliseconds(100)});
     ASSERT_TRUE(client.ok()) << client.status();
     client_ = *std::move(client);
   }

@@ -41,15 +41,13 @@ std::string BinDir() {
 }
 
 void WriteDataset(const std::string& dir) {
-  auto writer = record::DatasetWriter::Create(
-      dir, record::ImageClassificationSchema(), {});
+  auto writer = record::DatasetWriter::Create(dir, record::ImageClassificationSchema(), {});
   ASSERT_TRUE(writer.ok()) << writer.status();
   for (int i = 0; i < kRecords; ++i) {
-    ASSERT_TRUE(
-        (*writer)
-            ->Add({record::Tensor::Bytes("not decoded"),
-                   record::Tensor::Int64(i % 10), record::Tensor::Bytes("k")})
-            .ok());
+    ASSERT_TRUE((*writer)
+                    ->Add({record::Tensor::Bytes("not decoded"), record::Tensor::Int64(i % 10),
+                           record::Tensor::Bytes("k")})
+                    .ok());
   }
   ASSERT_TRUE((*writer)->Finish().ok());
 }
@@ -74,17 +72,16 @@ class SecurityTest : public ::testing::Test {
     auto other = tools::MakeCertificates(dir_->Join("other-tls"));
     ASSERT_TRUE(other.ok()) << other.status();
     other_ = new tools::Certificates(*other);
-    auto cluster = tools::LocalCluster::Start(
-        {.bin_dir = BinDir(),
-         .workers = 1,
-         .data_roots = {dir_->Join("root")},
-         .work_dir = dir_->Join("cluster"),
-         .worker_threads = 1,
-         .heartbeat_interval = absl::Milliseconds(100),
-         .tls_cert = certs_->server_cert,
-         .tls_key = certs_->server_key,
-         .tls_ca = certs_->ca,
-         .auth_token_file = certs_->token});
+    auto cluster = tools::LocalCluster::Start({.bin_dir = BinDir(),
+                                               .workers = 1,
+                                               .data_roots = {dir_->Join("root")},
+                                               .work_dir = dir_->Join("cluster"),
+                                               .worker_threads = 1,
+                                               .heartbeat_interval = absl::Milliseconds(100),
+                                               .tls_cert = certs_->server_cert,
+                                               .tls_key = certs_->server_key,
+                                               .tls_ca = certs_->ca,
+                                               .auth_token_file = certs_->token});
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = cluster->release();
   }
@@ -130,16 +127,15 @@ tools::LocalCluster* SecurityTest::cluster_ = nullptr;
 TEST_F(SecurityTest, SecuredConsumerReadsEveryRecord) {
   auto client = DataServiceClient::Create(Secured());
   ASSERT_TRUE(client.ok()) << client.status();
-  auto it = (*client)->Open(
-      {.job_name = "secured", .pipeline = MakePipeline(dir_->Join("root/ds"))});
+  auto it =
+      (*client)->Open({.job_name = "secured", .pipeline = MakePipeline(dir_->Join("root/ds"))});
   ASSERT_TRUE(it.ok()) << it.status();
   std::multiset<uint64_t> ids;
   while (true) {
     auto batch = (*it)->GetNext();
     ASSERT_TRUE(batch.ok()) << batch.status();
     if (!batch->has_value()) break;
-    ids.insert((*batch)->global_indices.begin(),
-               (*batch)->global_indices.end());
+    ids.insert((*batch)->global_indices.begin(), (*batch)->global_indices.end());
   }
   ASSERT_EQ(ids.size(), static_cast<size_t>(kRecords));
   for (int i = 0; i < kRecords; ++i) EXPECT_EQ(ids.count(i), 1u) << i;
@@ -166,11 +162,10 @@ TEST_F(SecurityTest, DataRootHoldsAgainstSymlinksAndDotDot) {
 
   absl::Status s = ReadJob(**client, "link-out", dir_->Join("root/link-out"));
   EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
-  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat(
-                               "pipeline source '", dir_->Join("root/link-out"),
-                               "' (resolved: '",
-                               std::filesystem::canonical(outside).string(),
-                               "') is outside the worker's --data-root")));
+  EXPECT_THAT(s.message(),
+              HasSubstr(absl::StrCat("pipeline source '", dir_->Join("root/link-out"),
+                                     "' (resolved: '", std::filesystem::canonical(outside).string(),
+                                     "') is outside the worker's --data-root")));
 
   s = ReadJob(**client, "dot-dot", dir_->Join("root/ds/../../outside"));
   EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
@@ -185,12 +180,11 @@ TEST_F(SecurityTest, ShardOutsideItsDatasetFolderFailsTheConsumerFast) {
   std::filesystem::create_directories(dir_->Join("outside-shards"));
   std::string shard;
   for (const auto& entry : std::filesystem::directory_iterator(escape)) {
-    if (entry.path().filename() != record::kManifestName)
-      shard = entry.path().string();
+    if (entry.path().filename() != record::kManifestName) shard = entry.path().string();
   }
   ASSERT_FALSE(shard.empty());
-  const std::string moved = dir_->Join(
-      "outside-shards/" + std::filesystem::path(shard).filename().string());
+  const std::string moved =
+      dir_->Join("outside-shards/" + std::filesystem::path(shard).filename().string());
   std::filesystem::rename(shard, moved);
   std::filesystem::create_symlink(moved, shard);
 
@@ -213,22 +207,19 @@ TEST_F(SecurityTest, ShardOutsideItsDatasetFolderFailsTheConsumerFast) {
   }
   reader.join();
   EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
-  EXPECT_THAT(s.message(),
-              HasSubstr(absl::StrCat("'", shard, "' resolves to '",
-                                     std::filesystem::canonical(moved).string(),
-                                     "', outside its dataset folder")));
+  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("'", shard, "' resolves to '",
+                                                  std::filesystem::canonical(moved).string(),
+                                                  "', outside its dataset folder")));
 }
 
 TEST_F(SecurityTest, PlaintextConsumerIsToldToUseTls) {
   const absl::Time start = absl::Now();
   auto client = DataServiceClient::Create(
-      {.dispatcher_address = cluster_->dispatcher_address(),
-       .connect_timeout = absl::Seconds(60)});
+      {.dispatcher_address = cluster_->dispatcher_address(), .connect_timeout = absl::Seconds(60)});
   ASSERT_FALSE(client.ok());
   EXPECT_EQ(client.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(
-      client.status().message(),
-      HasSubstr("the server uses TLS and this client connects in plaintext"));
+  EXPECT_THAT(client.status().message(),
+              HasSubstr("the server uses TLS and this client connects in plaintext"));
   // Told at the first failed attempt, not after the 60 s connect timeout.
   EXPECT_LT(absl::Now() - start, absl::Seconds(30));
 }
@@ -240,11 +231,10 @@ TEST_F(SecurityTest, WrongCaIsNamed) {
   ASSERT_FALSE(client.ok());
   EXPECT_EQ(client.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(client.status().message(),
-              HasSubstr(absl::StrCat(
-                  "TLS handshake with ", cluster_->dispatcher_address(),
-                  " failed: the server's certificate is not signed by "
-                  "--tls-ca ",
-                  other_->ca)));
+              HasSubstr(absl::StrCat("TLS handshake with ", cluster_->dispatcher_address(),
+                                     " failed: the server's certificate is not signed by "
+                                     "--tls-ca ",
+                                     other_->ca)));
 }
 
 TEST_F(SecurityTest, ConsumerWithoutClientCertificateIsToldMutualTls) {
@@ -254,13 +244,11 @@ TEST_F(SecurityTest, ConsumerWithoutClientCertificateIsToldMutualTls) {
   auto client = DataServiceClient::Create(options);
   ASSERT_FALSE(client.ok());
   EXPECT_EQ(client.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(
-      client.status().message(),
-      HasSubstr("the server requires a client certificate (mutual TLS)"));
+  EXPECT_THAT(client.status().message(),
+              HasSubstr("the server requires a client certificate (mutual TLS)"));
 }
 
-TEST_F(SecurityTest,
-       ConsumerWithAnExpiredCertificateIsRefusedBeforeConnecting) {
+TEST_F(SecurityTest, ConsumerWithAnExpiredCertificateIsRefusedBeforeConnecting) {
   ClientOptions options = Secured();
   options.tls_cert = certs_->expired_cert;
   options.tls_key = certs_->expired_key;
@@ -268,9 +256,8 @@ TEST_F(SecurityTest,
   ASSERT_FALSE(client.ok());
   EXPECT_EQ(client.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(client.status().message(),
-              HasSubstr(absl::StrCat(
-                  "--tls-cert ", certs_->expired_cert,
-                  ": the certificate expired on Jan  2 00:00:00 2020 GMT")));
+              HasSubstr(absl::StrCat("--tls-cert ", certs_->expired_cert,
+                                     ": the certificate expired on Jan  2 00:00:00 2020 GMT")));
 }
 
 TEST_F(SecurityTest, MissingAndWrongBearerTokensAreUnauthenticated) {
@@ -290,23 +277,22 @@ TEST_F(SecurityTest, MissingAndWrongBearerTokensAreUnauthenticated) {
 }
 
 TEST_F(SecurityTest, HealthServiceAnswersServingOverTheSecuredPort) {
-  auto channel = service::CreateChannel(cluster_->worker(0).address,
-                                        {.tls_ca = certs_->ca,
-                                         .tls_cert = certs_->client_cert,
-                                         .tls_key = certs_->client_key,
-                                         .auth_token_file = certs_->token});
+  auto channel =
+      service::CreateChannel(cluster_->worker(0).address, {.tls_ca = certs_->ca,
+                                                           .tls_cert = certs_->client_cert,
+                                                           .tls_key = certs_->client_key,
+                                                           .auth_token_file = certs_->token});
   ASSERT_TRUE(channel.ok()) << channel.status();
   grpc::GenericStub stub(*channel);
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-  grpc::Slice no_bytes(
-      "", 0);  // HealthCheckRequest{service: ""} serializes to nothing
+  grpc::Slice no_bytes("", 0);  // HealthCheckRequest{service: ""} serializes to nothing
   grpc::ByteBuffer request(&no_bytes, 1);
   grpc::ByteBuffer response;
   absl::Notification done;
   grpc::Status status;
-  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(),
-                 &request, &response, [&](grpc::Status s) {
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                 [&](grpc::Status s) {
                    status = std::move(s);
                    done.Notify();
                  });
@@ -321,33 +307,28 @@ TEST_F(SecurityTest, HealthServiceAnswersServingOverTheSecuredPort) {
 }
 
 TEST_F(SecurityTest, DispatcherWithAnExpiredCertificateRefusesToStart) {
-  auto [code, log] =
-      RunToExit({BinDir() + "/sluice-dispatcher", "--port", "0", "--tls-cert",
-                 certs_->expired_cert, "--tls-key", certs_->expired_key},
-                "expired-dispatcher");
+  auto [code, log] = RunToExit({BinDir() + "/sluice-dispatcher", "--port", "0", "--tls-cert",
+                                certs_->expired_cert, "--tls-key", certs_->expired_key},
+                               "expired-dispatcher");
   EXPECT_EQ(code, 2) << log;
-  EXPECT_THAT(log,
-              HasSubstr("the certificate expired on Jan  2 00:00:00 2020 GMT"));
+  EXPECT_THAT(log, HasSubstr("the certificate expired on Jan  2 00:00:00 2020 GMT"));
 }
 
 TEST_F(SecurityTest, PlaintextWorkerIsRefusedAtOnceNamingTls) {
-  auto [code, log] = RunToExit({BinDir() + "/sluice-worker", "--dispatcher",
-                                cluster_->dispatcher_address(), "--data-root",
-                                dir_->path(), "--connect-timeout", "60s"},
-                               "plaintext-worker");
+  auto [code, log] =
+      RunToExit({BinDir() + "/sluice-worker", "--dispatcher", cluster_->dispatcher_address(),
+                 "--data-root", dir_->path(), "--connect-timeout", "60s"},
+                "plaintext-worker");
   EXPECT_EQ(code, 1) << log;
-  EXPECT_THAT(
-      log,
-      HasSubstr("the server uses TLS and this client connects in plaintext"));
+  EXPECT_THAT(log, HasSubstr("the server uses TLS and this client connects in plaintext"));
 }
 
 TEST_F(SecurityTest, TokenWithoutTlsIsRefusedNamingTheFlag) {
-  auto [code, log] = RunToExit({BinDir() + "/sluice-dispatcher", "--port", "0",
-                                "--auth-token-file", certs_->token},
-                               "plaintext-token-dispatcher");
+  auto [code, log] = RunToExit(
+      {BinDir() + "/sluice-dispatcher", "--port", "0", "--auth-token-file", certs_->token},
+      "plaintext-token-dispatcher");
   EXPECT_EQ(code, 2) << log;
-  EXPECT_THAT(log,
-              HasSubstr("--auth-token-file needs --tls-cert and --tls-key"));
+  EXPECT_THAT(log, HasSubstr("--auth-token-file needs --tls-cert and --tls-key"));
 }
 
 }  // namespace

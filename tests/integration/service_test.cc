@@ -37,8 +37,7 @@ namespace {
 using ::sluice::testing::TempDir;
 using ::testing::HasSubstr;
 
-constexpr int kRecords =
-    480;  // 3 shards; 12 splits of 40 records; batches of 8
+constexpr int kRecords = 480;  // 3 shards; 12 splits of 40 records; batches of 8
 constexpr int kBatch = 8;
 constexpr int kSplit = 40;
 
@@ -51,21 +50,19 @@ std::string BinDir() {
 // 2035 encoded bytes, so the shard limit cuts exactly 160 records per shard: 3
 // shards of 4 whole splits.
 void WriteDataset(const std::string& dir) {
-  auto writer = record::DatasetWriter::Create(
-      dir, record::ImageClassificationSchema(), {.shard_size_bytes = 332000});
+  auto writer = record::DatasetWriter::Create(dir, record::ImageClassificationSchema(),
+                                              {.shard_size_bytes = 332000});
   ASSERT_TRUE(writer.ok()) << writer.status();
   for (int i = 0; i < kRecords; ++i) {
-    cv::Mat image(24, 32, CV_8UC3,
-                  cv::Scalar(i % 256, (i * 7) % 256, (i * 13) % 256));
+    cv::Mat image(24, 32, CV_8UC3, cv::Scalar(i % 256, (i * 7) % 256, (i * 13) % 256));
     cv::circle(image, {i % 32, i % 24}, 5, cv::Scalar(255, 255, 255), -1);
     std::vector<uchar> jpeg;
     cv::imencode(".jpg", image, jpeg);
-    ASSERT_TRUE(
-        (*writer)
-            ->Add({record::Tensor::Bytes(std::string(jpeg.begin(), jpeg.end())),
-                   record::Tensor::Int64(i % 10),
-                   record::Tensor::Bytes(std::string(2000 - jpeg.size(), 'k'))})
-            .ok());
+    ASSERT_TRUE((*writer)
+                    ->Add({record::Tensor::Bytes(std::string(jpeg.begin(), jpeg.end())),
+                           record::Tensor::Int64(i % 10),
+                           record::Tensor::Bytes(std::string(2000 - jpeg.size(), 'k'))})
+                    .ok());
   }
   auto manifest = (*writer)->Finish();
   ASSERT_TRUE(manifest.ok()) << manifest.status();
@@ -91,9 +88,7 @@ nodes:
         - decode: {}
         - resize: {height: 16, width: 16}
 )",
-      sleep_micros > 0
-          ? absl::StrCat("        - sleep: {micros: ", sleep_micros, "}\n")
-          : "",
+      sleep_micros > 0 ? absl::StrCat("        - sleep: {micros: ", sleep_micros, "}\n") : "",
       extra_op, R"(        - hwc2chw: {}
   - batch: {size: )",
       kBatch, R"(, drop_remainder: false}
@@ -111,29 +106,27 @@ class ServiceTest : public ::testing::Test {
   }
   static void TearDownTestSuite() { delete data_; }
 
-  std::unique_ptr<tools::LocalCluster> StartCluster(
-      int workers, std::vector<std::string> worker_flags = {}) {
-    auto cluster = tools::LocalCluster::Start(
-        {.bin_dir = BinDir(),
-         .workers = workers,
-         .data_roots = {data_->path()},
-         .work_dir = tmp_.Join(absl::StrCat("c", ++n_)),
-         .worker_threads = 1,
-         .log_level = "info",
-         .heartbeat_interval = absl::Milliseconds(100),
-         .worker_timeout = absl::Seconds(1),
-         .extra_worker_flags = worker_flags});
+  std::unique_ptr<tools::LocalCluster> StartCluster(int workers,
+                                                    std::vector<std::string> worker_flags = {}) {
+    auto cluster = tools::LocalCluster::Start({.bin_dir = BinDir(),
+                                               .workers = workers,
+                                               .data_roots = {data_->path()},
+                                               .work_dir = tmp_.Join(absl::StrCat("c", ++n_)),
+                                               .worker_threads = 1,
+                                               .log_level = "info",
+                                               .heartbeat_interval = absl::Milliseconds(100),
+                                               .worker_timeout = absl::Seconds(1),
+                                               .extra_worker_flags = worker_flags});
     EXPECT_TRUE(cluster.ok()) << cluster.status();
     return cluster.ok() ? *std::move(cluster) : nullptr;
   }
 
   static std::unique_ptr<DataServiceClient> Connect(const std::string& address,
                                                     int prefetch_batches = 16) {
-    auto client = DataServiceClient::Create(
-        {.dispatcher_address = address,
-         .connect_timeout = absl::Seconds(5),
-         .heartbeat_interval = absl::Milliseconds(100),
-         .prefetch_batches = prefetch_batches});
+    auto client = DataServiceClient::Create({.dispatcher_address = address,
+                                             .connect_timeout = absl::Seconds(5),
+                                             .heartbeat_interval = absl::Milliseconds(100),
+                                             .prefetch_batches = prefetch_batches});
     EXPECT_TRUE(client.ok()) << client.status();
     return client.ok() ? *std::move(client) : nullptr;
   }
@@ -144,9 +137,8 @@ class ServiceTest : public ::testing::Test {
     absl::Status status;
   };
 
-  static Received Consume(
-      const std::string& address, JobOptions job,
-      const std::function<void(int batches)>& after_batch = nullptr) {
+  static Received Consume(const std::string& address, JobOptions job,
+                          const std::function<void(int batches)>& after_batch = nullptr) {
     Received out;
     auto client = Connect(address);
     if (client == nullptr) return {{}, absl::UnavailableError("no client")};
@@ -157,16 +149,14 @@ class ServiceTest : public ::testing::Test {
       if (!batch.ok()) return {out.ids, batch.status()};
       if (!batch->has_value()) break;
       auto& ids = out.ids[(*batch)->epoch];
-      ids.insert(ids.end(), (*batch)->global_indices.begin(),
-                 (*batch)->global_indices.end());
+      ids.insert(ids.end(), (*batch)->global_indices.begin(), (*batch)->global_indices.end());
       if (after_batch) after_batch(++batches);
     }
     return out;
   }
 
-  static JobOptions Job(const std::string& name,
-                        const proto::Pipeline& pipeline, uint32_t consumers = 1,
-                        uint32_t index = 0) {
+  static JobOptions Job(const std::string& name, const proto::Pipeline& pipeline,
+                        uint32_t consumers = 1, uint32_t index = 0) {
     return {.job_name = name,
             .pipeline = pipeline,
             .seed = 11,
@@ -180,8 +170,7 @@ class ServiceTest : public ::testing::Test {
     std::vector<uint64_t> sorted = ids;
     std::sort(sorted.begin(), sorted.end());
     ASSERT_EQ(sorted.size(), static_cast<size_t>(kRecords));
-    for (int i = 0; i < kRecords; ++i)
-      ASSERT_EQ(sorted[i], static_cast<uint64_t>(i));
+    for (int i = 0; i < kRecords; ++i) ASSERT_EQ(sorted[i], static_cast<uint64_t>(i));
   }
 
   static TempDir* data_;
@@ -191,8 +180,7 @@ class ServiceTest : public ::testing::Test {
 
 TempDir* ServiceTest::data_ = nullptr;
 
-proto::GetJobStateResponse JobState(const std::string& dispatcher,
-                                    uint64_t job_id) {
+proto::GetJobStateResponse JobState(const std::string& dispatcher, uint64_t job_id) {
   auto stub = proto::DispatcherService::NewStub(
       grpc::CreateChannel(dispatcher, grpc::InsecureChannelCredentials()));
   proto::GetJobStateRequest request;
@@ -200,8 +188,7 @@ proto::GetJobStateResponse JobState(const std::string& dispatcher,
   request.set_job_id(job_id);
   proto::GetJobStateResponse state;
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::seconds(5));
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   const grpc::Status status = stub->GetJobState(&context, request, &state);
   EXPECT_TRUE(status.ok()) << status.error_message();
   return state;
@@ -211,8 +198,7 @@ TEST_F(ServiceTest, EveryRecordExactlyOncePerEpochAcrossConsumersAndWorkers) {
   const proto::Pipeline pipeline = MakePipeline(data_->Join("ds"));
   for (int workers : {1, 3}) {
     for (uint32_t consumers : {1u, 2u}) {
-      SCOPED_TRACE(
-          absl::StrCat(workers, " worker(s), ", consumers, " consumer(s)"));
+      SCOPED_TRACE(absl::StrCat(workers, " worker(s), ", consumers, " consumer(s)"));
       auto cluster = StartCluster(workers);
       ASSERT_NE(cluster, nullptr);
       std::vector<Received> received(consumers);
@@ -221,8 +207,7 @@ TEST_F(ServiceTest, EveryRecordExactlyOncePerEpochAcrossConsumersAndWorkers) {
         threads.emplace_back([&, c] {
           received[c] =
               Consume(cluster->dispatcher_address(),
-                      Job(absl::StrCat("exact-", workers, "-", consumers),
-                          pipeline, consumers, c));
+                      Job(absl::StrCat("exact-", workers, "-", consumers), pipeline, consumers, c));
         });
       }
       for (auto& t : threads) t.join();
@@ -232,25 +217,22 @@ TEST_F(ServiceTest, EveryRecordExactlyOncePerEpochAcrossConsumersAndWorkers) {
           ASSERT_TRUE(received[c].status.ok()) << received[c].status;
           const auto& ids = received[c].ids[epoch];
           // Equal shares (12 splits divide evenly), disjoint across consumers.
-          EXPECT_EQ(ids.size(), static_cast<size_t>(kRecords / consumers))
-              << "consumer " << c;
+          EXPECT_EQ(ids.size(), static_cast<size_t>(kRecords / consumers)) << "consumer " << c;
           all.insert(all.end(), ids.begin(), ids.end());
         }
         ExpectEveryRecordOnce(all);
       }
-      EXPECT_NE(received[0].ids[0], received[0].ids[1])
-          << "epochs must be shuffled differently";
+      EXPECT_NE(received[0].ids[0], received[0].ids[1]) << "epochs must be shuffled differently";
     }
   }
 }
 
 // ImageNet-style: a random flip, then the tail finishing may move to the
 // client (normalize + hwc2chw: uint8 -> float32).
-proto::Pipeline FinishPipeline(const std::string& dataset,
-                               const std::string& finish) {
-  auto pipeline = sluice::pipeline_spec::ParsePipelineSpec(absl::StrCat(
-      "seed: 5\nfinish: ", finish, "\nsource: {dataset: {path: ", dataset,
-      R"(}, columns: [image, label]}
+proto::Pipeline FinishPipeline(const std::string& dataset, const std::string& finish) {
+  auto pipeline = sluice::pipeline_spec::ParsePipelineSpec(
+      absl::StrCat("seed: 5\nfinish: ", finish, "\nsource: {dataset: {path: ", dataset,
+                   R"(}, columns: [image, label]}
 nodes:
   - shuffle: {seed: 3}
   - map:
@@ -267,15 +249,14 @@ nodes:
   return pipeline.value_or(proto::Pipeline());
 }
 
-TEST_F(ServiceTest,
-       BatchesFinishedByClientOrWorkerAreByteIdenticalToInProcess) {
+TEST_F(ServiceTest, BatchesFinishedByClientOrWorkerAreByteIdenticalToInProcess) {
   // In-process (the Executor, as `sluice pipeline run`): each record's image
   // bytes and label per epoch. The random flip depends only on (pipeline seed,
   // epoch, record), so the order does not matter.
   std::map<std::pair<uint64_t, uint64_t>, std::string> want;
   {
-    auto ex = data_worker::pipeline::Executor::Create(
-        FinishPipeline(data_->Join("ds"), "worker"), {});
+    auto ex =
+        data_worker::pipeline::Executor::Create(FinishPipeline(data_->Join("ds"), "worker"), {});
     ASSERT_TRUE(ex.ok()) << ex.status();
     for (uint64_t epoch : {0, 1}) {
       std::vector<uint64_t> order(kRecords);
@@ -287,8 +268,8 @@ TEST_F(ServiceTest,
         ASSERT_EQ(image.dtype(), record::DType::kFloat32);
         const size_t each = image.num_bytes() / e.global_indices.size();
         for (size_t k = 0; k < e.global_indices.size(); ++k) {
-          want[{epoch, e.global_indices[k]}] = std::string(
-              reinterpret_cast<const char*>(image.data()) + k * each, each);
+          want[{epoch, e.global_indices[k]}] =
+              std::string(reinterpret_cast<const char*>(image.data()) + k * each, each);
         }
       }
     }
@@ -300,8 +281,7 @@ TEST_F(ServiceTest,
     SCOPED_TRACE("finish: " + finish);
     auto client = Connect(cluster->dispatcher_address());
     ASSERT_NE(client, nullptr);
-    auto it = client->Open(
-        Job("finish-" + finish, FinishPipeline(data_->Join("ds"), finish)));
+    auto it = client->Open(Job("finish-" + finish, FinishPipeline(data_->Join("ds"), finish)));
     ASSERT_TRUE(it.ok()) << it.status();
     size_t checked = 0;
     while (true) {
@@ -315,12 +295,10 @@ TEST_F(ServiceTest,
       ASSERT_EQ(image.size, n * 3 * 16 * 20 * 4);
       const size_t each = image.size / n;
       for (size_t k = 0; k < n; ++k) {
-        const auto expected =
-            want.find({(*batch)->epoch, (*batch)->global_indices[k]});
+        const auto expected = want.find({(*batch)->epoch, (*batch)->global_indices[k]});
         ASSERT_NE(expected, want.end());
         ASSERT_EQ(image.bytes().substr(k * each, each), expected->second)
-            << "epoch " << (*batch)->epoch << " record "
-            << (*batch)->global_indices[k];
+            << "epoch " << (*batch)->epoch << " record " << (*batch)->global_indices[k];
         ++checked;
       }
     }
@@ -333,16 +311,13 @@ TEST_F(ServiceTest, ABadFinishValueIsInvalidArgumentNamingTheField) {
   ASSERT_NE(cluster, nullptr);
   auto client = Connect(cluster->dispatcher_address());
   ASSERT_NE(client, nullptr);
-  auto it =
-      client->Open(Job("bad-finish", FinishPipeline(data_->Join("ds"), "gpu")));
+  auto it = client->Open(Job("bad-finish", FinishPipeline(data_->Join("ds"), "gpu")));
   ASSERT_FALSE(it.ok());
   EXPECT_EQ(it.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(it.status().message(),
-              HasSubstr("finish: 'gpu' is not one of auto, worker, client"));
+  EXPECT_THAT(it.status().message(), HasSubstr("finish: 'gpu' is not one of auto, worker, client"));
 }
 
-TEST_F(ServiceTest,
-       DeterministicModeGivesTheSameSequenceWithOneAndThreeWorkers) {
+TEST_F(ServiceTest, DeterministicModeGivesTheSameSequenceWithOneAndThreeWorkers) {
   const proto::Pipeline pipeline = MakePipeline(data_->Join("ds"));
   std::vector<std::vector<uint64_t>> sequences;
   for (int workers : {1, 3}) {
@@ -354,8 +329,7 @@ TEST_F(ServiceTest,
     ASSERT_TRUE(r.status.ok()) << r.status;
     ExpectEveryRecordOnce(r.ids[0]);
     sequences.push_back(r.ids[0]);
-    sequences.back().insert(sequences.back().end(), r.ids[1].begin(),
-                            r.ids[1].end());
+    sequences.back().insert(sequences.back().end(), r.ids[1].begin(), r.ids[1].end());
   }
   EXPECT_EQ(sequences[0], sequences[1]);
 }
@@ -363,18 +337,16 @@ TEST_F(ServiceTest,
 TEST_F(ServiceTest, KilledWorkerMidEpochStillDeliversEveryRecordOnce) {
   // 2 ms per element: an epoch takes ~1 s over 3 workers, so the kill lands
   // mid-epoch.
-  const proto::Pipeline pipeline =
-      MakePipeline(data_->Join("ds"), /*sleep_micros=*/2000);
+  const proto::Pipeline pipeline = MakePipeline(data_->Join("ds"), /*sleep_micros=*/2000);
   auto cluster = StartCluster(3);
   ASSERT_NE(cluster, nullptr);
   bool killed = false;
-  Received r = Consume(cluster->dispatcher_address(), Job("kill", pipeline),
-                       [&](int batches) {
-                         if (batches == 12 && !killed) {
-                           cluster->SignalWorker(1, SIGKILL);
-                           killed = true;
-                         }
-                       });
+  Received r = Consume(cluster->dispatcher_address(), Job("kill", pipeline), [&](int batches) {
+    if (batches == 12 && !killed) {
+      cluster->SignalWorker(1, SIGKILL);
+      killed = true;
+    }
+  });
   ASSERT_TRUE(killed);
   ASSERT_TRUE(r.status.ok()) << r.status;
   EXPECT_EQ(cluster->worker(1).process->Poll(), 128 + SIGKILL);
@@ -386,8 +358,7 @@ TEST_F(ServiceTest, WorkerAddedMidEpochReceivesSplits) {
   // 25 ms a record: the one worker needs 12 s for the epoch, far longer than a new worker takes
   // to register even under a sanitizer on a loaded machine. (At 3 ms it produced the whole epoch
   // into the stream's buffers before a slow new worker registered, and the test failed.)
-  const proto::Pipeline pipeline =
-      MakePipeline(data_->Join("ds"), /*sleep_micros=*/25000);
+  const proto::Pipeline pipeline = MakePipeline(data_->Join("ds"), /*sleep_micros=*/25000);
   auto cluster = StartCluster(1);
   ASSERT_NE(cluster, nullptr);
   std::set<uint64_t> workers_seen;
@@ -404,11 +375,9 @@ TEST_F(ServiceTest, WorkerAddedMidEpochReceivesSplits) {
     auto batch = (*it)->GetNext();
     ASSERT_TRUE(batch.ok()) << batch.status();
     if (!batch->has_value()) break;
-    ids.insert(ids.end(), (*batch)->global_indices.begin(),
-               (*batch)->global_indices.end());
+    ids.insert(ids.end(), (*batch)->global_indices.begin(), (*batch)->global_indices.end());
     auto see_workers = [&] {
-      const proto::GetJobStateResponse state =
-          JobState(cluster->dispatcher_address(), job_id);
+      const proto::GetJobStateResponse state = JobState(cluster->dispatcher_address(), job_id);
       for (const auto& consumer : state.consumers()) {
         for (const auto& split : consumer.splits()) {
           if (split.worker_id() != 0) workers_seen.insert(split.worker_id());
@@ -427,8 +396,7 @@ TEST_F(ServiceTest, WorkerAddedMidEpochReceivesSplits) {
     }
   }
   ExpectEveryRecordOnce(ids);
-  EXPECT_EQ(workers_seen.size(), 2u)
-      << "the added worker was never given a split";
+  EXPECT_EQ(workers_seen.size(), 2u) << "the added worker was never given a split";
 }
 
 // Resident memory of a process, from /proc.
@@ -510,11 +478,7 @@ TEST_F(ServiceTest, ClientThatStopsReadingKeepsWorkerMemoryBounded) {
 
 TEST_F(ServiceTest, PipelineFailingValidationIsInvalidArgumentNamingTheOp) {
   proto::Pipeline pipeline = MakePipeline(data_->Join("ds"));
-  pipeline.mutable_nodes(1)
-      ->mutable_map()
-      ->mutable_ops(1)
-      ->mutable_resize()
-      ->set_height(-4);
+  pipeline.mutable_nodes(1)->mutable_map()->mutable_ops(1)->mutable_resize()->set_height(-4);
   auto cluster = StartCluster(1);
   ASSERT_NE(cluster, nullptr);
   Received r = Consume(cluster->dispatcher_address(), Job("invalid", pipeline));
@@ -527,8 +491,8 @@ TEST_F(ServiceTest, PipelineOutsideDataRootIsPermissionDenied) {
   WriteDataset(elsewhere.Join("ds"));
   auto cluster = StartCluster(1);
   ASSERT_NE(cluster, nullptr);
-  Received r = Consume(cluster->dispatcher_address(),
-                       Job("outside", MakePipeline(elsewhere.Join("ds"))));
+  Received r =
+      Consume(cluster->dispatcher_address(), Job("outside", MakePipeline(elsewhere.Join("ds"))));
   EXPECT_EQ(r.status.code(), absl::StatusCode::kPermissionDenied) << r.status;
   EXPECT_THAT(r.status.message(), HasSubstr("--data-root"));
 }
@@ -536,15 +500,14 @@ TEST_F(ServiceTest, PipelineOutsideDataRootIsPermissionDenied) {
 TEST_F(ServiceTest, UnknownJobIsNotFound) {
   auto cluster = StartCluster(0);
   ASSERT_NE(cluster, nullptr);
-  auto stub = proto::DispatcherService::NewStub(grpc::CreateChannel(
-      cluster->dispatcher_address(), grpc::InsecureChannelCredentials()));
+  auto stub = proto::DispatcherService::NewStub(
+      grpc::CreateChannel(cluster->dispatcher_address(), grpc::InsecureChannelCredentials()));
   proto::ClientHeartbeatRequest request;
   request.set_protocol_version(proto::PROTOCOL_VERSION_CURRENT);
   request.set_job_id(987654);
   proto::ClientHeartbeatResponse response;
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::seconds(5));
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   const grpc::Status s = stub->ClientHeartbeat(&context, request, &response);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_THAT(s.error_message(), HasSubstr("987654"));
@@ -554,12 +517,10 @@ TEST_F(ServiceTest, WrongDispatcherAddressFailsFastWithUnavailable) {
   auto port = tools::PickFreePort();
   ASSERT_TRUE(port.ok());
   const absl::Time start = absl::Now();
-  auto client = DataServiceClient::Create(
-      {.dispatcher_address = absl::StrCat("127.0.0.1:", *port),
-       .connect_timeout = absl::Seconds(2)});
+  auto client = DataServiceClient::Create({.dispatcher_address = absl::StrCat("127.0.0.1:", *port),
+                                           .connect_timeout = absl::Seconds(2)});
   EXPECT_EQ(client.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(client.status().message(),
-              HasSubstr("cannot reach the sluice dispatcher"));
+  EXPECT_THAT(client.status().message(), HasSubstr("cannot reach the sluice dispatcher"));
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
 }
 
@@ -574,11 +535,10 @@ TEST_F(ServiceTest, WorkerPointedAtSomethingElseExitsWithAClearError) {
   ASSERT_EQ(listen(fd, 8), 0);
   ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
   const std::string log = tmp_.Join("worker.log");
-  auto worker = Subprocess::Start(
-      {BinDir() + "/sluice-worker", "--dispatcher",
-       absl::StrCat("127.0.0.1:", ntohs(addr.sin_port)), "--port", "0",
-       "--data-root", data_->path(), "--connect-timeout", "3s"},
-      {.log_file = log});
+  auto worker = Subprocess::Start({BinDir() + "/sluice-worker", "--dispatcher",
+                                   absl::StrCat("127.0.0.1:", ntohs(addr.sin_port)), "--port", "0",
+                                   "--data-root", data_->path(), "--connect-timeout", "3s"},
+                                  {.log_file = log});
   ASSERT_TRUE(worker.ok()) << worker.status();
   auto code = (*worker)->Wait(absl::Seconds(30));
   close(fd);
@@ -590,14 +550,12 @@ TEST_F(ServiceTest, WorkerPointedAtSomethingElseExitsWithAClearError) {
 TEST_F(ServiceTest, WorkerLimitsReachTheConsumerNamingTheirFlags) {
   // MakePipeline: shuffle, map (decode, resize, hwc2chw), batch = 6 nodes and
   // ops; a batch is 8 images of 3x16x16 bytes plus 8 labels.
-  auto cluster = StartCluster(
-      1, {"--max-batch-bytes", "4096", "--max-pipeline-nodes", "6"});
+  auto cluster = StartCluster(1, {"--max-batch-bytes", "4096", "--max-pipeline-nodes", "6"});
   ASSERT_NE(cluster, nullptr);
   const absl::Time start = absl::Now();
-  Received big = Consume(cluster->dispatcher_address(),
-                         Job("big-batches", MakePipeline(data_->Join("ds"))));
-  EXPECT_EQ(big.status.code(), absl::StatusCode::kResourceExhausted)
-      << big.status;
+  Received big =
+      Consume(cluster->dispatcher_address(), Job("big-batches", MakePipeline(data_->Join("ds"))));
+  EXPECT_EQ(big.status.code(), absl::StatusCode::kResourceExhausted) << big.status;
   EXPECT_THAT(big.status.message(),
               HasSubstr(absl::StrCat("a batch of ", kBatch * (3 * 16 * 16 + 8),
                                      " bytes is more than --max-batch-bytes "
@@ -605,13 +563,10 @@ TEST_F(ServiceTest, WorkerLimitsReachTheConsumerNamingTheirFlags) {
 
   Received nodes = Consume(
       cluster->dispatcher_address(),
-      Job("seven-nodes", MakePipeline(data_->Join("ds"), 0,
-                                      "        - cast: {dtype: float32}\n")));
-  EXPECT_EQ(nodes.status.code(), absl::StatusCode::kInvalidArgument)
-      << nodes.status;
-  EXPECT_THAT(nodes.status.message(),
-              HasSubstr("pipeline spec has 7 nodes, more than "
-                        "--max-pipeline-nodes 6"));
+      Job("seven-nodes", MakePipeline(data_->Join("ds"), 0, "        - cast: {dtype: float32}\n")));
+  EXPECT_EQ(nodes.status.code(), absl::StatusCode::kInvalidArgument) << nodes.status;
+  EXPECT_THAT(nodes.status.message(), HasSubstr("pipeline spec has 7 nodes, more than "
+                                                "--max-pipeline-nodes 6"));
   EXPECT_LT(absl::Now() - start, absl::Seconds(60));  // told, not left waiting
 }
 

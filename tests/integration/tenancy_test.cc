@@ -9,10 +9,10 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/pipeline_spec/parse.h"
 #include "common/record/dataset.h"
 #include "common/service/channel_factory.h"
 #include "common/service/protocol.h"
-#include "common/pipeline_spec/parse.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -40,13 +40,12 @@ class TenancyTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir();
-    auto writer = record::DatasetWriter::Create(
-        dir_->Join("root/ds"), record::ImageClassificationSchema(), {});
+    auto writer = record::DatasetWriter::Create(dir_->Join("root/ds"),
+                                                record::ImageClassificationSchema(), {});
     ASSERT_TRUE(writer.ok()) << writer.status();
     for (int i = 0; i < kRecords; ++i) {
       ASSERT_TRUE((*writer)
-                      ->Add({record::Tensor::Bytes("x"),
-                             record::Tensor::Int64(i % 10),
+                      ->Add({record::Tensor::Bytes("x"), record::Tensor::Int64(i % 10),
                              record::Tensor::Bytes("k")})
                       .ok());
     }
@@ -54,8 +53,7 @@ class TenancyTest : public ::testing::Test {
     auto certs = tools::MakeCertificates(dir_->Join("tls"));
     ASSERT_TRUE(certs.ok()) << certs.status();
     certs_ = new tools::Certificates(*certs);
-    for (const char* name : {"alice", "bob", "worker", "rogue", "ops",
-                             "mallory", "trudy", "carol"})
+    for (const char* name : {"alice", "bob", "worker", "rogue", "ops", "mallory", "trudy", "carol"})
       std::ofstream(Token(name)) << "token-of-" << name << "\n";
     std::ofstream(dir_->Join("tokens.csv"))
         << "token-of-alice,alice,1001,sluice:trainers\n"
@@ -66,28 +64,24 @@ class TenancyTest : public ::testing::Test {
            "token-of-mallory,mallory,1003,sluice:trainers\n"
            "token-of-trudy,trudy,1004,sluice:trainers\n"
            "token-of-carol,carol,1005,sluice:trainers\n";
-    const std::vector<std::string> tokens = {"--tokens-file",
-                                             dir_->Join("tokens.csv")};
+    const std::vector<std::string> tokens = {"--tokens-file", dir_->Join("tokens.csv")};
     std::vector<std::string> worker_flags = tokens;
-    worker_flags.insert(worker_flags.end(),
-                        {"--max-streams-per-identity", "2"});
+    worker_flags.insert(worker_flags.end(), {"--max-streams-per-identity", "2"});
     std::vector<std::string> dispatcher_flags = tokens;
-    dispatcher_flags.insert(
-        dispatcher_flags.end(),
-        {"--max-datasets-per-identity", "4", "--max-jobs-per-identity", "3"});
-    auto cluster = tools::LocalCluster::Start(
-        {.bin_dir = BinDir(),
-         .workers = 1,
-         .data_roots = {dir_->Join("root")},
-         .work_dir = dir_->Join("cluster"),
-         .worker_threads = 1,
-         .heartbeat_interval = absl::Milliseconds(100),
-         .extra_worker_flags = worker_flags,
-         .extra_dispatcher_flags = dispatcher_flags,
-         .tls_cert = certs_->server_cert,
-         .tls_key = certs_->server_key,
-         .tls_ca = certs_->ca,
-         .auth_token_file = Token("worker")});
+    dispatcher_flags.insert(dispatcher_flags.end(),
+                            {"--max-datasets-per-identity", "4", "--max-jobs-per-identity", "3"});
+    auto cluster = tools::LocalCluster::Start({.bin_dir = BinDir(),
+                                               .workers = 1,
+                                               .data_roots = {dir_->Join("root")},
+                                               .work_dir = dir_->Join("cluster"),
+                                               .worker_threads = 1,
+                                               .heartbeat_interval = absl::Milliseconds(100),
+                                               .extra_worker_flags = worker_flags,
+                                               .extra_dispatcher_flags = dispatcher_flags,
+                                               .tls_cert = certs_->server_cert,
+                                               .tls_key = certs_->server_key,
+                                               .tls_ca = certs_->ca,
+                                               .auth_token_file = Token("worker")});
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = cluster->release();
   }
@@ -97,9 +91,7 @@ class TenancyTest : public ::testing::Test {
     delete dir_;
   }
 
-  static std::string Token(const std::string& name) {
-    return dir_->Join("token-" + name);
-  }
+  static std::string Token(const std::string& name) { return dir_->Join("token-" + name); }
   static service::ChannelOptions As(const std::string& name) {
     return {.tls_ca = certs_->ca,
             .tls_cert = certs_->client_cert,
@@ -114,17 +106,16 @@ class TenancyTest : public ::testing::Test {
             .tls_key = certs_->client_key,
             .auth_token_file = Token(name)};
   }
-  static std::unique_ptr<proto::DispatcherService::Stub> Dispatcher(
-      const std::string& name) {
+  static std::unique_ptr<proto::DispatcherService::Stub> Dispatcher(const std::string& name) {
     auto channel = service::CreateChannel(cluster_->dispatcher_address(), As(name));
     EXPECT_TRUE(channel.ok()) << channel.status();
     return proto::DispatcherService::NewStub(*channel);
   }
   static proto::Pipeline Pipeline() {
-    auto pipeline = pipeline_spec::ParsePipelineSpec(absl::StrCat(
-        "source:\n  dataset: {path: ", dir_->Join("root/ds"),
-        "}\n  columns: [label]\nnodes:\n  - batch: {size: 8, "
-        "drop_remainder: false}\n"));
+    auto pipeline = pipeline_spec::ParsePipelineSpec(
+        absl::StrCat("source:\n  dataset: {path: ", dir_->Join("root/ds"),
+                     "}\n  columns: [label]\nnodes:\n  - batch: {size: 8, "
+                     "drop_remainder: false}\n"));
     EXPECT_TRUE(pipeline.ok()) << pipeline.status();
     return pipeline.value_or(proto::Pipeline());
   }
@@ -151,9 +142,8 @@ tools::Certificates* TenancyTest::certs_ = nullptr;
 tools::LocalCluster* TenancyTest::cluster_ = nullptr;
 
 // RegisterDataset as `name` through the raw API (the client library asks a worker for the counts).
-grpc::Status RegisterAs(proto::DispatcherService::Stub& stub,
-                        std::vector<uint64_t> counts, uint64_t batch_size,
-                        uint64_t* dataset_id) {
+grpc::Status RegisterAs(proto::DispatcherService::Stub& stub, std::vector<uint64_t> counts,
+                        uint64_t batch_size, uint64_t* dataset_id) {
   grpc::ClientContext context;
   proto::RegisterDatasetRequest request;
   request.set_protocol_version(service::kProtocolVersion);
@@ -166,8 +156,8 @@ grpc::Status RegisterAs(proto::DispatcherService::Stub& stub,
   return s;
 }
 
-grpc::Status CreateJobAs(proto::DispatcherService::Stub& stub,
-                         uint64_t dataset_id, const std::string& name) {
+grpc::Status CreateJobAs(proto::DispatcherService::Stub& stub, uint64_t dataset_id,
+                         const std::string& name) {
   grpc::ClientContext context;
   proto::GetOrCreateJobRequest request;
   request.set_protocol_version(service::kProtocolVersion);
@@ -201,8 +191,8 @@ TEST_F(TenancyTest, AnotherTrainerCannotTruncateReadOrStreamAJob) {
     EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
     EXPECT_THAT(s.error_message(),
                 HasSubstr(absl::StrCat("bob (groups: sluice:trainers) may not call "
-                                       "GetJobState for job ", job,
-                                       ": the job belongs to alice")));
+                                       "GetJobState for job ",
+                                       job, ": the job belongs to alice")));
   }
   {
     grpc::ClientContext context;
@@ -216,14 +206,12 @@ TEST_F(TenancyTest, AnotherTrainerCannotTruncateReadOrStreamAJob) {
       p->set_complete(true);
     }
     proto::ClientHeartbeatResponse response;
-    const grpc::Status s =
-        Dispatcher("bob")->ClientHeartbeat(&context, request, &response);
+    const grpc::Status s = Dispatcher("bob")->ClientHeartbeat(&context, request, &response);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
     EXPECT_THAT(s.error_message(), HasSubstr("the job belongs to alice"));
   }
   {
-    auto channel =
-        service::CreateChannel(cluster_->worker(0).address, As("bob"));
+    auto channel = service::CreateChannel(cluster_->worker(0).address, As("bob"));
     ASSERT_TRUE(channel.ok());
     grpc::ClientContext context;
     proto::GetBatchesRequest request;
@@ -235,9 +223,8 @@ TEST_F(TenancyTest, AnotherTrainerCannotTruncateReadOrStreamAJob) {
     }
     const grpc::Status s = reader->Finish();
     EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
-    EXPECT_THAT(s.error_message(),
-                HasSubstr(absl::StrCat("may not call GetBatches for job ", job,
-                                       ": the job belongs to alice")));
+    EXPECT_THAT(s.error_message(), HasSubstr(absl::StrCat("may not call GetBatches for job ", job,
+                                                          ": the job belongs to alice")));
   }
   while (true) {
     auto batch = (*it)->GetNext();
@@ -287,8 +274,7 @@ TEST_F(TenancyTest, HugeCapacityAndAddressTakeoverAreRefused) {
   s = Dispatcher("rogue")->WorkerRegister(&takeover, request, &response);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_THAT(s.error_message(),
-              HasSubstr(absl::StrCat("may not register at ",
-                                     cluster_->worker(0).address,
+              HasSubstr(absl::StrCat("may not register at ", cluster_->worker(0).address,
                                      ": live worker")));
 }
 
@@ -339,8 +325,7 @@ nodes:
   ASSERT_TRUE(it.ok()) << it.status();
 
   auto failed = (*bad)->GetNext();
-  ASSERT_EQ(failed.status().code(), absl::StatusCode::kInvalidArgument)
-      << failed.status();
+  ASSERT_EQ(failed.status().code(), absl::StatusCode::kInvalidArgument) << failed.status();
   EXPECT_THAT(failed.status().message(),
               HasSubstr("(Resize): an output of 16384x268435456 (HxW) is too "
                         "large"));
@@ -350,8 +335,7 @@ nodes:
     auto batch = (*it)->GetNext();
     ASSERT_TRUE(batch.ok()) << batch.status();
     if (!batch->has_value()) break;
-    ids.insert((*batch)->global_indices.begin(),
-               (*batch)->global_indices.end());
+    ids.insert((*batch)->global_indices.begin(), (*batch)->global_indices.end());
   }
   ASSERT_EQ(ids.size(), static_cast<size_t>(kRecords));
   for (int i = 0; i < kRecords; ++i) EXPECT_EQ(ids.count(i), 1u) << i;
@@ -381,12 +365,10 @@ nodes:
 TEST_F(TenancyTest, ForgedShardRecordCountsAreRefused) {
   auto mallory = Dispatcher("mallory");
   uint64_t dataset = 0;
-  grpc::Status s =
-      RegisterAs(*mallory, {uint64_t{1} << 62, uint64_t{1} << 62}, 8, &dataset);
+  grpc::Status s = RegisterAs(*mallory, {uint64_t{1} << 62, uint64_t{1} << 62}, 8, &dataset);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(s.error_message(),
-              HasSubstr("shard_record_counts add up to more than "
-                        "281474976710656 records"));
+  EXPECT_THAT(s.error_message(), HasSubstr("shard_record_counts add up to more than "
+                                           "281474976710656 records"));
   s = RegisterAs(*mallory, {1000000000000ull}, 8, &dataset);
   ASSERT_TRUE(s.ok()) << s.error_message();
   s = CreateJobAs(*mallory, dataset, "huge");
@@ -412,8 +394,7 @@ TEST_F(TenancyTest, OneTrainerCannotHoardDatasetsOrJobs) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(s.error_message(), HasSubstr("trudy already holds 4 datasets "
                                            "(--max-datasets-per-identity 4)"));
-  ASSERT_TRUE(
-      RegisterAs(*trudy, {100}, 4, &dataset).ok());  // again: the same one
+  ASSERT_TRUE(RegisterAs(*trudy, {100}, 4, &dataset).ok());  // again: the same one
 
   for (const char* name : {"h0", "h1", "h2"}) {
     s = CreateJobAs(*trudy, dataset, name);
@@ -421,9 +402,8 @@ TEST_F(TenancyTest, OneTrainerCannotHoardDatasetsOrJobs) {
   }
   s = CreateJobAs(*trudy, dataset, "h3");
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-  EXPECT_THAT(
-      s.error_message(),
-      HasSubstr("trudy already holds 3 jobs (--max-jobs-per-identity 3)"));
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("trudy already holds 3 jobs (--max-jobs-per-identity 3)"));
 }
 
 // Mallory holds two streams without reading them and asks for a third: refused naming
@@ -442,8 +422,7 @@ TEST_F(TenancyTest, OneTrainerHoldingStreamsCannotStarveOthers) {
     if (consumer < 2) {
       ASSERT_TRUE(batch.ok() && batch->has_value()) << batch.status();
     } else {
-      EXPECT_EQ(batch.status().code(), absl::StatusCode::kResourceExhausted)
-          << batch.status();
+      EXPECT_EQ(batch.status().code(), absl::StatusCode::kResourceExhausted) << batch.status();
       EXPECT_THAT(batch.status().message(),
                   HasSubstr("mallory already holds 2 streams on this worker "
                             "(--max-streams-per-identity 2)"));
@@ -460,8 +439,7 @@ TEST_F(TenancyTest, OneTrainerHoldingStreamsCannotStarveOthers) {
     auto batch = (*it)->GetNext();
     ASSERT_TRUE(batch.ok()) << batch.status();
     if (!batch->has_value()) break;
-    ids.insert((*batch)->global_indices.begin(),
-               (*batch)->global_indices.end());
+    ids.insert((*batch)->global_indices.begin(), (*batch)->global_indices.end());
   }
   ASSERT_EQ(ids.size(), static_cast<size_t>(kRecords));
   for (int i = 0; i < kRecords; ++i) EXPECT_EQ(ids.count(i), 1u) << i;

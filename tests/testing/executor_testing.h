@@ -18,16 +18,15 @@ namespace sluice::testonly {
 // Every output of the run over `global_indices` (in this order) of `epoch`,
 // or the first error. Stops the executor's stream afterwards.
 inline absl::StatusOr<std::vector<data_worker::pipeline::Element>> RunSplit(
-    data_worker::pipeline::Executor& executor,
-    std::vector<uint64_t> global_indices, uint64_t epoch) {
+    data_worker::pipeline::Executor& executor, std::vector<uint64_t> global_indices,
+    uint64_t epoch) {
   std::vector<data_worker::pipeline::Element> outputs;
   absl::Status status = executor.Open();
   if (status.ok()) {
     status = executor.Submit(std::move(global_indices), epoch).status();
   }
   while (status.ok()) {
-    absl::StatusOr<std::optional<data_worker::pipeline::Element>> next =
-        executor.Next();
+    absl::StatusOr<std::optional<data_worker::pipeline::Element>> next = executor.Next();
     if (!next.ok()) {
       status = next.status();
     } else if (!next->has_value()) {

@@ -16,18 +16,15 @@
 namespace sluice::testonly {
 
 // Enqueue(update), then WaitDurable for it.
-inline absl::Status AppendDurably(dispatcher::Journal& journal,
-                                  const proto::Update& update) {
+inline absl::Status AppendDurably(dispatcher::Journal& journal, const proto::Update& update) {
   absl::StatusOr<uint64_t> ticket = journal.Enqueue(update);
   if (!ticket.ok()) return ticket.status();
   return journal.WaitDurable(*ticket);
 }
 
 // EnqueueSnapshot(snapshot), then WaitDurable for it.
-inline absl::Status SnapshotDurably(dispatcher::Journal& journal,
-                                    std::string snapshot) {
-  absl::StatusOr<uint64_t> ticket =
-      journal.EnqueueSnapshot(std::move(snapshot));
+inline absl::Status SnapshotDurably(dispatcher::Journal& journal, std::string snapshot) {
+  absl::StatusOr<uint64_t> ticket = journal.EnqueueSnapshot(std::move(snapshot));
   if (!ticket.ok()) return ticket.status();
   return journal.WaitDurable(*ticket);
 }

@@ -68,8 +68,7 @@ class SyncDispatcher {
   using Method = void (Impl::*)(const Request&, Response*, Impl::Done);
 
   template <typename Request, typename Response>
-  absl::Status Call(Method<Request, Response> method, const Request& request,
-                    Response* response) {
+  absl::Status Call(Method<Request, Response> method, const Request& request, Response* response) {
     absl::Notification answered;
     absl::Status status;
     (impl_->*method)(request, response, [&](absl::Status s) {
@@ -83,11 +82,8 @@ class SyncDispatcher {
   Impl* const impl_;
 };
 
-inline SyncDispatcher Sync(dispatcher::DispatcherImpl& impl) {
-  return SyncDispatcher(&impl);
-}
-inline SyncDispatcher Sync(
-    const std::unique_ptr<dispatcher::DispatcherImpl>& impl) {
+inline SyncDispatcher Sync(dispatcher::DispatcherImpl& impl) { return SyncDispatcher(&impl); }
+inline SyncDispatcher Sync(const std::unique_ptr<dispatcher::DispatcherImpl>& impl) {
   return SyncDispatcher(impl.get());
 }
 

@@ -13,9 +13,7 @@ namespace sluice::testing {
 class TempDir {
  public:
   TempDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "sluice-test-XXXXXX")
-            .string();
+    std::string pattern = (std::filesystem::temp_directory_path() / "sluice-test-XXXXXX").string();
     path_ = mkdtemp(pattern.data());
   }
   ~TempDir() {

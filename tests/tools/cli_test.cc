@@ -50,13 +50,10 @@ class CliTest : public ::testing::Test {
   // A dataset of `n` images made through the CLI itself.
   std::string MakeDataset(int n = 40) {
     const std::string images = tmp_.Join("images"), ds = tmp_.Join("ds");
-    EXPECT_EQ(Run({"datagen", "--output", images, "--images", std::to_string(n),
-                   "--classes", "4"})
+    EXPECT_EQ(Run({"datagen", "--output", images, "--images", std::to_string(n), "--classes", "4"})
                   .exit_code,
               0);
-    EXPECT_EQ(
-        Run({"record", "convert", "--input", images, "--output", ds}).exit_code,
-        0);
+    EXPECT_EQ(Run({"record", "convert", "--input", images, "--output", ds}).exit_code, 0);
     return ds;
   }
 
@@ -77,8 +74,8 @@ TEST_F(CliTest, UnknownSubcommandIsRefused) {
 }
 
 TEST_F(CliTest, UnknownConvertFormatNamesTheValue) {
-  const Result r = Run({"record", "convert", "--input", tmp_.path(), "--output",
-                        tmp_.Join("o"), "--format", "parquet"});
+  const Result r = Run({"record", "convert", "--input", tmp_.path(), "--output", tmp_.Join("o"),
+                        "--format", "parquet"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.output, HasSubstr("parquet"));
 }
@@ -98,21 +95,18 @@ TEST_F(CliTest, VerifyReportsEachCorruptRecordAndExitsNonZero) {
   WriteFile(ds + "/shard-00000.urec", shard);
   const Result bad = Run({"record", "verify", ds});
   EXPECT_EQ(bad.exit_code, 1);
-  EXPECT_THAT(bad.output,
-              HasSubstr("shard-00000.urec': record 13 checksum mismatch"));
+  EXPECT_THAT(bad.output, HasSubstr("shard-00000.urec': record 13 checksum mismatch"));
   EXPECT_THAT(bad.output, HasSubstr("1 problem(s)"));
 }
 
 TEST_F(CliTest, CatWritesTheRawColumnAndRejectsAnUnknownOne) {
   const std::string ds = MakeDataset();
-  const Result image =
-      Run({"record", "cat", ds, "--index", "5", "--column", "image"});
+  const Result image = Run({"record", "cat", ds, "--index", "5", "--column", "image"});
   EXPECT_EQ(image.exit_code, 0);
   auto dataset = record::Dataset::Open(ds);
   ASSERT_TRUE(dataset.ok());
   EXPECT_EQ(image.output, std::string((*dataset)->Read(5)->columns[0].data));
-  const Result bad =
-      Run({"record", "cat", ds, "--index", "5", "--column", "pixels"});
+  const Result bad = Run({"record", "cat", ds, "--index", "5", "--column", "pixels"});
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_THAT(bad.output, HasSubstr("no column 'pixels'"));
   const Result past = Run({"record", "cat", ds, "--index", "40"});
@@ -137,11 +131,10 @@ nodes:
   - map: {input_columns: [image], ops: [{decode: {}}, {center_crop: {size: 64}}]}
   - batch: {size: 8}
 )");
-  const Result r = Run({"pipeline", "run", "--spec", spec, "--data", ds,
-                        "--ids-out", tmp_.Join("ids")});
+  const Result r =
+      Run({"pipeline", "run", "--spec", spec, "--data", ds, "--ids-out", tmp_.Join("ids")});
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_THAT(r.output,
-              ::testing::ContainsRegex("\nthroughput: [0-9.]+ images/s\n$"));
+  EXPECT_THAT(r.output, ::testing::ContainsRegex("\nthroughput: [0-9.]+ images/s\n$"));
   std::ifstream ids(tmp_.Join("ids"));
   std::vector<int> seen(40, 0);
   for (int id; ids >> id;) ++seen.at(id);
@@ -160,8 +153,7 @@ nodes:
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.output, HasSubstr("map[0]"));
   EXPECT_THAT(r.output, HasSubstr("size"));
-  const Result missing =
-      Run({"pipeline", "run", "--spec", tmp_.Join("nope.yaml")});
+  const Result missing = Run({"pipeline", "run", "--spec", tmp_.Join("nope.yaml")});
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_THAT(missing.output, HasSubstr("nope.yaml"));
 }
@@ -169,8 +161,8 @@ nodes:
 TEST_F(CliTest, ConsumeRefusesANonUnirecordDataFolder) {
   const std::string spec = tmp_.Join("p.yaml");
   WriteFile(spec, "source: {dataset: {path: /x}}\nnodes: []\n");
-  const Result r = Run({"consume", "--dispatcher", "127.0.0.1:1", "--spec",
-                        spec, "--data", tmp_.path(), "--job", "j"});
+  const Result r = Run({"consume", "--dispatcher", "127.0.0.1:1", "--spec", spec, "--data",
+                        tmp_.path(), "--job", "j"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.output, HasSubstr("sluice record convert"));
 }
@@ -184,32 +176,22 @@ TEST_F(CliTest, LocalTlsServesASecuredConsumerAndRefusesAPlaintextOne) {
   const std::string work = tmp_.Join("local");
   const std::string log = tmp_.Join("local.log");
   auto local = Subprocess::Start(
-      {Bin(), "local", "--workers", "1", "--threads-per-worker", "1", "--tls",
-       "--data-root", tmp_.path(), "--work-dir", work, "--address-file",
-       tmp_.Join("address")},
+      {Bin(), "local", "--workers", "1", "--threads-per-worker", "1", "--tls", "--data-root",
+       tmp_.path(), "--work-dir", work, "--address-file", tmp_.Join("address")},
       {.log_file = log});
   ASSERT_TRUE(local.ok()) << local.status();
-  auto address =
-      WaitForAddressFile(tmp_.Join("address"), **local, absl::Seconds(60));
+  auto address = WaitForAddressFile(tmp_.Join("address"), **local, absl::Seconds(60));
   ASSERT_TRUE(address.ok()) << address.status();
 
   // The throwaway CA, client certificate and token that `sluice local --tls`
   // made in its work dir, as it tells consumers to pass them.
   const std::string tls = work + "/tls/";
-  const std::vector<std::string> secured = {
-      "--tls-ca",  tls + "ca.pem",     "--tls-cert",        tls + "client.pem",
-      "--tls-key", tls + "client.key", "--auth-token-file", tls + "token"};
-  std::vector<std::string> consume = {"consume",
-                                      "--dispatcher",
-                                      *address,
-                                      "--spec",
-                                      spec,
-                                      "--data",
-                                      ds,
-                                      "--job",
-                                      "secured",
-                                      "--ids-out",
-                                      tmp_.Join("ids")};
+  const std::vector<std::string> secured = {"--tls-ca",          tls + "ca.pem", "--tls-cert",
+                                            tls + "client.pem",  "--tls-key",    tls + "client.key",
+                                            "--auth-token-file", tls + "token"};
+  std::vector<std::string> consume = {
+      "consume", "--dispatcher", *address,    "--spec",        spec, "--data", ds,
+      "--job",   "secured",      "--ids-out", tmp_.Join("ids")};
   consume.insert(consume.end(), secured.begin(), secured.end());
   // The servers' certificate names 127.0.0.1 and localhost: dialled at 127.0.0.1, the client
   // verifies the name it is told (the dispatcher's and the worker's certificate alike).
@@ -220,8 +202,8 @@ TEST_F(CliTest, LocalTlsServesASecuredConsumerAndRefusesAPlaintextOne) {
   std::vector<int> seen(40, 0);
   for (int id; ids >> id;) ++seen.at(id);
   EXPECT_EQ(seen, std::vector<int>(40, 1));
-  EXPECT_THAT(ReadFile(log), HasSubstr("consumers pass:\n              " +
-                                       absl::StrJoin(secured, " ")));
+  EXPECT_THAT(ReadFile(log),
+              HasSubstr("consumers pass:\n              " + absl::StrJoin(secured, " ")));
 
   consume.back() = "sluice.example";  // --tls-server-name sluice.example
   const Result wrong_consumer = Run(consume);
@@ -247,12 +229,10 @@ TEST_F(CliTest, LocalTlsServesASecuredConsumerAndRefusesAPlaintextOne) {
   const Result plain_status = Run({"status", "--dispatcher", *address});
   EXPECT_EQ(plain_status.exit_code, 1) << plain_status.output;
 
-  const Result plain = Run({"consume", "--dispatcher", *address, "--spec", spec,
-                            "--data", ds, "--job", "plaintext"});
+  const Result plain = Run(
+      {"consume", "--dispatcher", *address, "--spec", spec, "--data", ds, "--job", "plaintext"});
   EXPECT_EQ(plain.exit_code, 1) << plain.output;
-  EXPECT_THAT(
-      plain.output,
-      HasSubstr("the server uses TLS and this client connects in plaintext"));
+  EXPECT_THAT(plain.output, HasSubstr("the server uses TLS and this client connects in plaintext"));
 
   (*local)->Signal(SIGTERM);
   auto code = (*local)->Wait(absl::Seconds(60));
@@ -269,10 +249,9 @@ TEST_F(CliTest, StepTimeThatIsNotADurationIsAUsageErrorNamingTheFlag) {
     EXPECT_NE(r.exit_code, 0) << bad;
     EXPECT_THAT(r.output, HasSubstr(absl::StrCat("--step-time: '", bad, "'")));
   }
-  EXPECT_THAT(Run({"consume", "--dispatcher", "127.0.0.1:1", "--spec", "x",
-                   "--step-time", "-1s"})
-                  .output,
-              HasSubstr("is negative"));
+  EXPECT_THAT(
+      Run({"consume", "--dispatcher", "127.0.0.1:1", "--spec", "x", "--step-time", "-1s"}).output,
+      HasSubstr("is negative"));
 }
 
 // The interface issue 8 names, on real processes: a consumer that takes a
@@ -292,23 +271,20 @@ TEST_F(CliTest, ConsumeStepTimeSetsTheDemandAndStatusJsonHasTheDocumentedKeys) {
             "nodes:\n  - batch: {size: 8}\n");
   const std::string log = tmp_.Join("local.log");
   auto local = Subprocess::Start(
-      {Bin(), "local", "--autoscale", "--min-workers", "1", "--max-workers",
-       "2", "--scale-interval", "2s", "--threads-per-worker", "1",
-       "--data-root", tmp_.path(), "--work-dir", tmp_.Join("local"),
-       "--address-file", tmp_.Join("address")},
+      {Bin(), "local", "--autoscale", "--min-workers", "1", "--max-workers", "2",
+       "--scale-interval", "2s", "--threads-per-worker", "1", "--data-root", tmp_.path(),
+       "--work-dir", tmp_.Join("local"), "--address-file", tmp_.Join("address")},
       {.log_file = log});
   ASSERT_TRUE(local.ok()) << local.status();
-  auto address =
-      WaitForAddressFile(tmp_.Join("address"), **local, absl::Seconds(60));
+  auto address = WaitForAddressFile(tmp_.Join("address"), **local, absl::Seconds(60));
   ASSERT_TRUE(address.ok()) << address.status();
 
   // 400 images x 4 epochs = 200 batches: 8 s at 40 ms.
   const std::string consume_log = tmp_.Join("consume.log");
-  auto consume =
-      Subprocess::Start({Bin(), "consume", "--dispatcher", *address, "--spec",
-                         spec, "--data", ds, "--job", "steps", "--epochs", "4",
-                         "--split-size", "200", "--step-time", "40ms"},
-                        {.log_file = consume_log});
+  auto consume = Subprocess::Start(
+      {Bin(), "consume", "--dispatcher", *address, "--spec", spec, "--data", ds, "--job", "steps",
+       "--epochs", "4", "--split-size", "200", "--step-time", "40ms"},
+      {.log_file = consume_log});
   ASSERT_TRUE(consume.ok()) << consume.status();
   nlohmann::json status, job;
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
@@ -330,28 +306,22 @@ TEST_F(CliTest, ConsumeStepTimeSetsTheDemandAndStatusJsonHasTheDocumentedKeys) {
     for (const auto& [key, value] : object.items()) out.insert(key);
     return out;
   };
-  EXPECT_EQ(keys(status),
-            (std::set<std::string>{
-                "workers", "desired_workers", "current_workers", "reason",
-                "scaler", "min_workers", "max_workers", "pool_bound", "drain",
-                "jobs"}));
+  EXPECT_EQ(keys(status), (std::set<std::string>{"workers", "desired_workers", "current_workers",
+                                                 "reason", "scaler", "min_workers", "max_workers",
+                                                 "pool_bound", "drain", "jobs"}));
   ASSERT_FALSE(status["workers"].empty());
   EXPECT_EQ(keys(status["workers"][0]),
-            (std::set<std::string>{"worker_id", "address", "state", "splits",
-                                   "queue_depth", "queue_capacity",
-                                   "elements_per_second",
+            (std::set<std::string>{"worker_id", "address", "state", "splits", "queue_depth",
+                                   "queue_capacity", "elements_per_second",
                                    "elements_per_busy_second", "age_seconds"}));
   EXPECT_EQ(keys(job),
-            (std::set<std::string>{"job_id", "job_name", "batch_size",
-                                   "num_epochs", "demand_elements_per_second",
-                                   "capacity_elements_per_second",
-                                   "need_workers", "priority", "min_workers",
-                                   "allocated_workers", "allocation_reason",
-                                   "consumers"}));
+            (std::set<std::string>{"job_id", "job_name", "batch_size", "num_epochs",
+                                   "demand_elements_per_second", "capacity_elements_per_second",
+                                   "need_workers", "priority", "min_workers", "allocated_workers",
+                                   "allocation_reason", "consumers"}));
   ASSERT_EQ(job["consumers"].size(), 1u);
   EXPECT_EQ(keys(job["consumers"][0]),
-            (std::set<std::string>{"consumer_index", "epoch", "finished",
-                                   "splits_done", "splits",
+            (std::set<std::string>{"consumer_index", "epoch", "finished", "splits_done", "splits",
                                    "batches_per_second", "wait_fraction"}));
   EXPECT_EQ(job["job_name"], "steps");
   EXPECT_EQ(job["batch_size"], 8);
@@ -372,8 +342,7 @@ TEST_F(CliTest, ConsumeStepTimeSetsTheDemandAndStatusJsonHasTheDocumentedKeys) {
   EXPECT_THAT(out, HasSubstr("consumed 1600 images in 200 batches"));
   const size_t at = out.find("throughput from first batch: ");
   ASSERT_NE(at, std::string::npos) << out;
-  const double rate =
-      std::stod(out.substr(at + std::strlen("throughput from first batch: ")));
+  const double rate = std::stod(out.substr(at + std::strlen("throughput from first batch: ")));
   RecordProperty("images_per_second_from_first_batch", std::to_string(rate));
   // 8 images per step of at least 40 ms; the rate a loaded machine reaches is
   // not the test's business (bench/service_overhead.sh measures throughput).

@@ -29,8 +29,7 @@ class DatagenTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  DatagenOptions Options(const std::string& name, int images, int classes,
-                         uint64_t seed) {
+  DatagenOptions Options(const std::string& name, int images, int classes, uint64_t seed) {
     DatagenOptions options;
     options.output = dir_ + "/" + name;
     options.images = images;
@@ -45,8 +44,8 @@ class DatagenTest : public ::testing::Test {
     for (const auto& entry : fs::recursive_directory_iterator(root)) {
       if (!entry.is_regular_file()) continue;
       std::ifstream in(entry.path(), std::ios::binary);
-      files[fs::relative(entry.path(), root).generic_string()] = std::string(
-          std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+      files[fs::relative(entry.path(), root).generic_string()] =
+          std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
     }
     return files;
   }
@@ -68,8 +67,7 @@ TEST_F(DatagenTest, WritesTheDocumentedTreeWithBalancedClasses) {
   EXPECT_TRUE(files.contains("class_001/img_000004.jpg"));
   EXPECT_TRUE(files.contains("class_000/img_000009.jpg"));
   EXPECT_EQ(per_class,
-            (std::map<std::string, int>{
-                {"class_000", 4}, {"class_001", 3}, {"class_002", 3}}));
+            (std::map<std::string, int>{{"class_000", 4}, {"class_001", 3}, {"class_002", 3}}));
 }
 
 TEST_F(DatagenTest, SameSeedGivesIdenticalBytesForAnyThreadCount) {
@@ -98,8 +96,7 @@ TEST_F(DatagenTest, ImagesDecodeWithImageNetLikeSizes) {
   std::set<double> aspects;
   for (const auto& [name, data] : Files(dir_ + "/out")) {
     total_bytes += data.size();
-    EXPECT_GT(data.size(), 5000u)
-        << name << " is too simple to stand for a photo";
+    EXPECT_GT(data.size(), 5000u) << name << " is too simple to stand for a photo";
     EXPECT_LT(data.size(), 200000u) << name;
     const cv::Mat image = cv::imread(dir_ + "/out/" + name, cv::IMREAD_COLOR);
     ASSERT_FALSE(image.empty()) << name << " does not decode";
@@ -114,8 +111,7 @@ TEST_F(DatagenTest, ImagesDecodeWithImageNetLikeSizes) {
   const double average_kb = total_bytes / 1024.0 / kImages;
   EXPECT_GE(average_kb, 25.0);
   EXPECT_LE(average_kb, 70.0);
-  EXPECT_GT(aspects.size(), static_cast<size_t>(kImages / 2))
-      << "aspect ratios must vary";
+  EXPECT_GT(aspects.size(), static_cast<size_t>(kImages / 2)) << "aspect ratios must vary";
 }
 
 TEST_F(DatagenTest, ProgressCountsEveryImage) {
@@ -154,8 +150,7 @@ TEST_F(DatagenTest, BadOptionsAreRejectedNamingTheFlag) {
 
   options = Options("out", 5, 2, 0);
   options.threads = 0;
-  EXPECT_EQ(GenerateImageFolder(options).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(GenerateImageFolder(options).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(fs::exists(dir_ + "/out")) << "rejected options write nothing";
 }
 

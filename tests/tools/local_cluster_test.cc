@@ -37,8 +37,7 @@ std::string TestBinDir() {
 }
 
 // Waits up to `timeout` for `done`; false on timeout.
-bool Eventually(const std::function<bool()>& done,
-                absl::Duration timeout = absl::Seconds(30)) {
+bool Eventually(const std::function<bool()>& done, absl::Duration timeout = absl::Seconds(30)) {
   const absl::Time deadline = absl::Now() + timeout;
   while (absl::Now() < deadline) {
     if (done()) return true;
@@ -60,16 +59,15 @@ TEST(LocalCluster, StartWithoutWorkDirIsInvalidArgument) {
 
 TEST(LocalCluster, NegativeWorkerCountIsInvalidArgument) {
   TempDir tmp;
-  auto cluster = LocalCluster::Start(
-      {.bin_dir = TestBinDir(), .workers = -1, .work_dir = tmp.path()});
+  auto cluster =
+      LocalCluster::Start({.bin_dir = TestBinDir(), .workers = -1, .work_dir = tmp.path()});
   EXPECT_EQ(cluster.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(LocalCluster, MissingBinariesAreReportedNotHung) {
   TempDir tmp;
-  auto cluster = LocalCluster::Start({.bin_dir = tmp.Join("no-such-folder"),
-                                      .workers = 1,
-                                      .work_dir = tmp.Join("work")});
+  auto cluster = LocalCluster::Start(
+      {.bin_dir = tmp.Join("no-such-folder"), .workers = 1, .work_dir = tmp.Join("work")});
   EXPECT_FALSE(cluster.ok());
   EXPECT_THAT(cluster.status().message(), HasSubstr("sluice-dispatcher"));
 }
@@ -86,13 +84,12 @@ TEST(LocalCluster, StartsEveryProcessWithAddressFilesAndLogsThenStops) {
 
   // Each process reported its port through its own address file in work_dir.
   EXPECT_THAT(c.dispatcher_address(), StartsWith("127.0.0.1:"));
-  EXPECT_EQ(
-      absl::StripAsciiWhitespace(ReadFile(tmp.Join("work/dispatcher.address"))),
-      c.dispatcher_address());
+  EXPECT_EQ(absl::StripAsciiWhitespace(ReadFile(tmp.Join("work/dispatcher.address"))),
+            c.dispatcher_address());
   for (int i = 0; i < 2; ++i) {
-    EXPECT_EQ(absl::StripAsciiWhitespace(ReadFile(
-                  tmp.Join(absl::StrCat("work/worker-", i, ".address")))),
-              c.worker(i).address);
+    EXPECT_EQ(
+        absl::StripAsciiWhitespace(ReadFile(tmp.Join(absl::StrCat("work/worker-", i, ".address")))),
+        c.worker(i).address);
     EXPECT_TRUE(fs::exists(tmp.Join(absl::StrCat("work/worker-", i, ".log"))));
     EXPECT_GT(c.worker(i).metrics_port, 0);
   }
@@ -101,18 +98,16 @@ TEST(LocalCluster, StartsEveryProcessWithAddressFilesAndLogsThenStops) {
   EXPECT_TRUE(fs::is_directory(tmp.Join("work/dispatcher-state")));
 
   // The workers found the dispatcher, and the exposers serve /metrics.
-  EXPECT_TRUE(Eventually(
-      [&] { return RegisteredWorkers(c.dispatcher_address()) == 2; }));
-  absl::StatusOr<std::string> metrics =
-      ScrapeMetrics(c.dispatcher_metrics_port());
+  EXPECT_TRUE(Eventually([&] { return RegisteredWorkers(c.dispatcher_address()) == 2; }));
+  absl::StatusOr<std::string> metrics = ScrapeMetrics(c.dispatcher_metrics_port());
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   EXPECT_THAT(*metrics, HasSubstr("sluice_"));
   EXPECT_EQ(c.FindExitedChild(), "");
 
   // Stop: SIGTERM drains the workers, then the dispatcher; all exit cleanly.
   c.Stop();
-  EXPECT_THAT(c.FindExitedChild(), AllOf(StartsWith("sluice-dispatcher"),
-                                         HasSubstr("exited with code 0")));
+  EXPECT_THAT(c.FindExitedChild(),
+              AllOf(StartsWith("sluice-dispatcher"), HasSubstr("exited with code 0")));
   EXPECT_FALSE(FetchStatus(c.dispatcher_address(), -1, absl::Seconds(1)).ok());
 }
 
@@ -125,15 +120,13 @@ TEST(LocalCluster, RestartedDispatcherKeepsItsAddressAndWorkers) {
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   LocalCluster& c = **cluster;
   const std::string address = c.dispatcher_address();
-  ASSERT_TRUE(Eventually(
-      [&] { return RegisteredWorkers(c.dispatcher_address()) == 1; }));
+  ASSERT_TRUE(Eventually([&] { return RegisteredWorkers(c.dispatcher_address()) == 1; }));
 
   ASSERT_TRUE(c.RestartDispatcher().ok());
   EXPECT_EQ(c.dispatcher_address(), address);
   EXPECT_EQ(c.FindExitedChild(), "");
   // The worker re-registers with the new dispatcher process.
-  EXPECT_TRUE(Eventually(
-      [&] { return RegisteredWorkers(c.dispatcher_address()) == 1; }));
+  EXPECT_TRUE(Eventually([&] { return RegisteredWorkers(c.dispatcher_address()) == 1; }));
 }
 
 TEST(LocalCluster, KilledWorkerIsFoundAndReaped) {
@@ -153,16 +146,13 @@ TEST(LocalCluster, KilledWorkerIsFoundAndReaped) {
     exited = c.FindExitedChild();
     return !exited.empty();
   }));
-  EXPECT_THAT(
-      exited,
-      AllOf(StartsWith("sluice-worker"),
-            HasSubstr(absl::StrCat("exited with code ", 128 + SIGKILL))));
+  EXPECT_THAT(exited, AllOf(StartsWith("sluice-worker"),
+                            HasSubstr(absl::StrCat("exited with code ", 128 + SIGKILL))));
 
   const std::vector<std::string> reaped = c.ReapExitedWorkers();
   ASSERT_EQ(reaped.size(), 1u);
   EXPECT_THAT(reaped[0], HasSubstr(killed));
-  EXPECT_THAT(reaped[0],
-              HasSubstr(absl::StrCat("exited with code ", 128 + SIGKILL)));
+  EXPECT_THAT(reaped[0], HasSubstr(absl::StrCat("exited with code ", 128 + SIGKILL)));
   ASSERT_EQ(c.num_workers(), 1);
   EXPECT_EQ(c.worker(0).address, survivor);
   EXPECT_EQ(c.FindExitedChild(), "");
@@ -175,8 +165,7 @@ TEST(LocalCluster, KilledWorkerIsFoundAndReaped) {
 }
 
 // Runs `argv` to its end; its exit code and its output.
-std::pair<int, std::string> RunToEnd(const std::vector<std::string>& argv,
-                                     const std::string& log) {
+std::pair<int, std::string> RunToEnd(const std::vector<std::string>& argv, const std::string& log) {
   auto process = Subprocess::Start(argv, {.log_file = log});
   if (!process.ok()) return {-1, process.status().ToString()};
   absl::StatusOr<int> code = (*process)->Wait(absl::Seconds(30));
@@ -188,18 +177,16 @@ TEST(MakeCertificates, MakesACaAndCertificatesOpensslVerifies) {
   absl::StatusOr<Certificates> certs = MakeCertificates(tmp.Join("tls"));
   ASSERT_TRUE(certs.ok()) << certs.status();
   for (const std::string& file :
-       {certs->ca, certs->server_cert, certs->server_key, certs->client_cert,
-        certs->client_key, certs->expired_cert, certs->expired_key,
-        certs->token}) {
+       {certs->ca, certs->server_cert, certs->server_key, certs->client_cert, certs->client_key,
+        certs->expired_cert, certs->expired_key, certs->token}) {
     EXPECT_TRUE(fs::exists(file)) << file;
     EXPECT_THAT(file, StartsWith(tmp.Join("tls")));
   }
   EXPECT_GE(absl::StripAsciiWhitespace(ReadFile(certs->token)).size(), 16u);
   // Secrets are the owner's only.
-  for (const std::string& secret : {certs->server_key, certs->client_key,
-                                    certs->expired_key, certs->token}) {
-    EXPECT_EQ(fs::status(secret).permissions() &
-                  (fs::perms::group_all | fs::perms::others_all),
+  for (const std::string& secret :
+       {certs->server_key, certs->client_key, certs->expired_key, certs->token}) {
+    EXPECT_EQ(fs::status(secret).permissions() & (fs::perms::group_all | fs::perms::others_all),
               fs::perms::none)
         << secret;
   }
@@ -209,8 +196,7 @@ TEST(MakeCertificates, MakesACaAndCertificatesOpensslVerifies) {
     for (const std::vector<std::string>& name :
          {std::vector<std::string>{"-verify_ip", "127.0.0.1"},
           std::vector<std::string>{"-verify_hostname", "localhost"}}) {
-      std::vector<std::string> argv = {"/usr/bin/openssl", "verify", "-CAfile",
-                                       certs->ca};
+      std::vector<std::string> argv = {"/usr/bin/openssl", "verify", "-CAfile", certs->ca};
       argv.insert(argv.end(), name.begin(), name.end());
       argv.push_back(cert);
       auto [code, output] = RunToEnd(argv, tmp.Join("verify.log"));
@@ -219,22 +205,21 @@ TEST(MakeCertificates, MakesACaAndCertificatesOpensslVerifies) {
     }
   }
   // The expired one is signed by the same CA, and refused for its dates only.
-  auto [code, output] = RunToEnd(
-      {"/usr/bin/openssl", "verify", "-CAfile", certs->ca, certs->expired_cert},
-      tmp.Join("expired.log"));
+  auto [code, output] =
+      RunToEnd({"/usr/bin/openssl", "verify", "-CAfile", certs->ca, certs->expired_cert},
+               tmp.Join("expired.log"));
   EXPECT_NE(code, 0);
   EXPECT_THAT(output, HasSubstr("expired"));
-  auto [signed_code, signed_output] =
-      RunToEnd({"/usr/bin/openssl", "verify", "-CAfile", certs->ca,
-                "-no_check_time", certs->expired_cert},
-               tmp.Join("signed.log"));
+  auto [signed_code, signed_output] = RunToEnd(
+      {"/usr/bin/openssl", "verify", "-CAfile", certs->ca, "-no_check_time", certs->expired_cert},
+      tmp.Join("signed.log"));
   EXPECT_EQ(signed_code, 0) << signed_output;
   // Another call makes another CA: the first CA does not sign its certificates.
   absl::StatusOr<Certificates> other = MakeCertificates(tmp.Join("other"));
   ASSERT_TRUE(other.ok()) << other.status();
-  auto [other_code, other_output] = RunToEnd(
-      {"/usr/bin/openssl", "verify", "-CAfile", certs->ca, other->server_cert},
-      tmp.Join("other.log"));
+  auto [other_code, other_output] =
+      RunToEnd({"/usr/bin/openssl", "verify", "-CAfile", certs->ca, other->server_cert},
+               tmp.Join("other.log"));
   EXPECT_NE(other_code, 0) << other_output;
 }
 
@@ -293,29 +278,28 @@ proto::GetStatusResponse FixedStatus() {
 // The stable form docs/autoscaling.md documents and bench/autoscale/plot.py
 // reads: keys in this order, numbers with 6 significant digits, one line.
 TEST(StatusJson, RendersAFixedStatusExactly) {
-  EXPECT_EQ(
-      StatusJson(FixedStatus()),
-      R"({"workers":[{"worker_id":1,"address":"127.0.0.1:45659","state":"active",)"
-      R"("splits":1,"queue_depth":0,"queue_capacity":8,"elements_per_second":199.2,)"
-      R"("elements_per_busy_second":396.712,"age_seconds":42},)"
-      R"({"worker_id":2,"address":"127.0.0.1:45660","state":"draining",)"
-      R"("splits":0,"queue_depth":0,"queue_capacity":8,"elements_per_second":1234570,)"
-      R"("elements_per_busy_second":0,"age_seconds":1e-05}],)"
-      R"("desired_workers":3,"current_workers":2,)"
-      R"("reason":"hold 3: \"quoted\" \\ and\na newline","scaler":"local",)"
-      R"("min_workers":1,"max_workers":4,"pool_bound":false,"drain":[2,5],)"
-      R"("jobs":[{"job_id":7,"job_name":"j1","batch_size":8,"num_epochs":30,)"
-      R"("demand_elements_per_second":821,"capacity_elements_per_second":396.8,)"
-      R"("need_workers":2.07031,"priority":0,"min_workers":0,)"
-      R"("allocated_workers":0,"allocation_reason":"","consumers":[)"
-      R"({"consumer_index":0,"epoch":7,"finished":false,"splits_done":3,)"
-      R"("splits":12,"batches_per_second":24.99,"wait_fraction":0.799},)"
-      R"({"consumer_index":1,"epoch":30,"finished":true,"splits_done":0,)"
-      R"("splits":0,"batches_per_second":0,"wait_fraction":0}]},)"
-      R"({"job_id":8,"job_name":"j2 ünïcode","batch_size":0,"num_epochs":0,)"
-      R"("demand_elements_per_second":0,"capacity_elements_per_second":0,)"
-      R"("need_workers":0,"priority":0,"min_workers":0,)"
-      R"("allocated_workers":0,"allocation_reason":"","consumers":[]}]})");
+  EXPECT_EQ(StatusJson(FixedStatus()),
+            R"({"workers":[{"worker_id":1,"address":"127.0.0.1:45659","state":"active",)"
+            R"("splits":1,"queue_depth":0,"queue_capacity":8,"elements_per_second":199.2,)"
+            R"("elements_per_busy_second":396.712,"age_seconds":42},)"
+            R"({"worker_id":2,"address":"127.0.0.1:45660","state":"draining",)"
+            R"("splits":0,"queue_depth":0,"queue_capacity":8,"elements_per_second":1234570,)"
+            R"("elements_per_busy_second":0,"age_seconds":1e-05}],)"
+            R"("desired_workers":3,"current_workers":2,)"
+            R"("reason":"hold 3: \"quoted\" \\ and\na newline","scaler":"local",)"
+            R"("min_workers":1,"max_workers":4,"pool_bound":false,"drain":[2,5],)"
+            R"("jobs":[{"job_id":7,"job_name":"j1","batch_size":8,"num_epochs":30,)"
+            R"("demand_elements_per_second":821,"capacity_elements_per_second":396.8,)"
+            R"("need_workers":2.07031,"priority":0,"min_workers":0,)"
+            R"("allocated_workers":0,"allocation_reason":"","consumers":[)"
+            R"({"consumer_index":0,"epoch":7,"finished":false,"splits_done":3,)"
+            R"("splits":12,"batches_per_second":24.99,"wait_fraction":0.799},)"
+            R"({"consumer_index":1,"epoch":30,"finished":true,"splits_done":0,)"
+            R"("splits":0,"batches_per_second":0,"wait_fraction":0}]},)"
+            R"({"job_id":8,"job_name":"j2 ünïcode","batch_size":0,"num_epochs":0,)"
+            R"("demand_elements_per_second":0,"capacity_elements_per_second":0,)"
+            R"("need_workers":0,"priority":0,"min_workers":0,)"
+            R"("allocated_workers":0,"allocation_reason":"","consumers":[]}]})");
 }
 
 // Whatever a client named its job, the line parses, and so does a rate that is
@@ -328,8 +312,7 @@ TEST(StatusJson, IsValidJsonWhateverTheNamesAndRates) {
   j->set_demand_elements_per_second(std::numeric_limits<double>::infinity());
   const std::string line = StatusJson(s);
   EXPECT_EQ(line.find('\n'), std::string::npos);
-  const nlohmann::json parsed =
-      nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  const nlohmann::json parsed = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
   ASSERT_FALSE(parsed.is_discarded()) << line;
   const nlohmann::json& job = parsed["jobs"][0];
   EXPECT_THAT(job["job_name"].get<std::string>(), StartsWith("tab\there\x01 "));
@@ -345,28 +328,27 @@ TEST(StatusJson, EmptyStatusHasEveryKey) {
 }
 
 TEST(StatusText, RendersAFixedStatusExactly) {
-  EXPECT_EQ(
-      StatusText(FixedStatus()),
-      "workers: 2 current, 3 desired (scaler local, min 1, max 4)\n"
-      "  why: hold 3: \"quoted\" \\ and\na newline\n"
-      "\n"
-      "ID     ADDRESS                STATE     SPLITS     QUEUE       EL/S  "
-      "EL/BUSY-S\n"
-      "1      127.0.0.1:45659        active         1    0/8         199.2  "
-      "    396.7\n"
-      "2      127.0.0.1:45660        draining       0    0/8     1234567.0  "
-      "      0.0\n"
-      "\n"
-      "job 7 'j1' (batch 8, epochs: 30): demand 821.0 el/s, 396.8 el/s per "
-      "worker, need 2.07 workers\n"
-      "  CONSUMER   EPOCH     PROGRESS  BATCHES/S     WAIT\n"
-      "  0              7         3/12      24.99    79.9%\n"
-      "  1             30     finished       0.00     0.0%\n"
-      "\n"
-      "job 8 'j2 ünïcode' (batch 0, epochs: forever): demand 0.0 el/s, 0.0 "
-      "el/s "
-      "per worker, need 0.00 workers\n"
-      "  CONSUMER   EPOCH     PROGRESS  BATCHES/S     WAIT\n");
+  EXPECT_EQ(StatusText(FixedStatus()),
+            "workers: 2 current, 3 desired (scaler local, min 1, max 4)\n"
+            "  why: hold 3: \"quoted\" \\ and\na newline\n"
+            "\n"
+            "ID     ADDRESS                STATE     SPLITS     QUEUE       EL/S  "
+            "EL/BUSY-S\n"
+            "1      127.0.0.1:45659        active         1    0/8         199.2  "
+            "    396.7\n"
+            "2      127.0.0.1:45660        draining       0    0/8     1234567.0  "
+            "      0.0\n"
+            "\n"
+            "job 7 'j1' (batch 8, epochs: 30): demand 821.0 el/s, 396.8 el/s per "
+            "worker, need 2.07 workers\n"
+            "  CONSUMER   EPOCH     PROGRESS  BATCHES/S     WAIT\n"
+            "  0              7         3/12      24.99    79.9%\n"
+            "  1             30     finished       0.00     0.0%\n"
+            "\n"
+            "job 8 'j2 ünïcode' (batch 0, epochs: forever): demand 0.0 el/s, 0.0 "
+            "el/s "
+            "per worker, need 0.00 workers\n"
+            "  CONSUMER   EPOCH     PROGRESS  BATCHES/S     WAIT\n");
 }
 
 // A dispatcher run with `--scaler local` and no job wants --min-workers
@@ -375,14 +357,14 @@ TEST(StatusText, RendersAFixedStatusExactly) {
 class LocalAutoscalerTest : public ::testing::Test {
  protected:
   std::unique_ptr<LocalCluster> StartCluster(int min_workers) {
-    auto cluster = LocalCluster::Start(
-        {.bin_dir = TestBinDir(),
-         .workers = 0,
-         .data_roots = {tmp_.path()},
-         .work_dir = tmp_.Join("work"),
-         .extra_dispatcher_flags = {
-             "--scaler", "local", "--min-workers", std::to_string(min_workers),
-             "--max-workers", "8", "--scale-period", "100ms"}});
+    auto cluster =
+        LocalCluster::Start({.bin_dir = TestBinDir(),
+                             .workers = 0,
+                             .data_roots = {tmp_.path()},
+                             .work_dir = tmp_.Join("work"),
+                             .extra_dispatcher_flags = {
+                                 "--scaler", "local", "--min-workers", std::to_string(min_workers),
+                                 "--max-workers", "8", "--scale-period", "100ms"}});
     EXPECT_TRUE(cluster.ok()) << cluster.status();
     return cluster.ok() ? std::move(*cluster) : nullptr;
   }
@@ -419,8 +401,7 @@ TEST_F(LocalAutoscalerTest, StartsTheWorkersTheDispatcherWantsOnce) {
     EXPECT_EQ(step->started, 0);
     EXPECT_TRUE(step->exited.empty());
   }
-  EXPECT_TRUE(Eventually(
-      [&] { return RegisteredWorkers(cluster->dispatcher_address()) == 2; }));
+  EXPECT_TRUE(Eventually([&] { return RegisteredWorkers(cluster->dispatcher_address()) == 2; }));
 }
 
 TEST_F(LocalAutoscalerTest, NeverStartsMoreThanItsMaximum) {

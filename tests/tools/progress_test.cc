@@ -36,9 +36,9 @@ TEST(ProgressBar, NotATerminalPrintsALineEveryIntervalAndASummary) {
   FakeClock clock;
   Captured out;
   {
-    ProgressBar bar("consume", 100,
-                    {.clock = &clock, .out = out.file(), .terminal = 0,
-                     .line_interval = absl::Seconds(5)});
+    ProgressBar bar(
+        "consume", 100,
+        {.clock = &clock, .out = out.file(), .terminal = 0, .line_interval = absl::Seconds(5)});
     bar.Update(10);  // at 0 s: nothing yet
     EXPECT_EQ(out.Text(), "");
     clock.Advance(absl::Seconds(4));

@@ -10,8 +10,7 @@ int exit_code = 0;
 
 void Finish(const absl::Status& status, int code) {
   if (status.ok()) return;
-  std::fprintf(stderr, "sluice: error: %s\n",
-               std::string(status.message()).c_str());
+  std::fprintf(stderr, "sluice: error: %s\n", std::string(status.message()).c_str());
   exit_code = code;
 }
 

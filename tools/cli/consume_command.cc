@@ -48,9 +48,8 @@ struct ConsumeFlags {
   uint64_t split_size = 0;  // 0: the dispatcher's default
   int32_t priority = 0;
   uint32_t min_workers = 0;
-  std::string finish;       // empty: the spec's
-  absl::Duration dispatcher_lost_timeout =
-      ClientOptions().dispatcher_lost_timeout;
+  std::string finish;  // empty: the spec's
+  absl::Duration dispatcher_lost_timeout = ClientOptions().dispatcher_lost_timeout;
 };
 
 absl::Status RunConsume(const ConsumeFlags& flags) {
@@ -58,14 +57,13 @@ absl::Status RunConsume(const ConsumeFlags& flags) {
                    sluice::pipeline_spec::LoadPipelineSpecFile(flags.spec));
   if (!flags.data.empty()) {
     if (!fs::exists(fs::path(flags.data) / record::kManifestName)) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "--data '%s' is not a Unirecord dataset (no %s); the service reads "
-          "Unirecord: convert "
-          "it first with `sluice record convert --input %s --output DIR`",
-          flags.data, record::kManifestName, flags.data));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--data '%s' is not a Unirecord dataset (no %s); the service reads "
+                          "Unirecord: convert "
+                          "it first with `sluice record convert --input %s --output DIR`",
+                          flags.data, record::kManifestName, flags.data));
     }
-    pipeline.mutable_source()->mutable_dataset()->set_path(
-        fs::absolute(flags.data).string());
+    pipeline.mutable_source()->mutable_dataset()->set_path(fs::absolute(flags.data).string());
   }
   if (!flags.finish.empty()) pipeline.set_finish(flags.finish);
   // Validate here too, so a bad spec fails before a job exists, naming the node
@@ -73,8 +71,8 @@ absl::Status RunConsume(const ConsumeFlags& flags) {
   RETURN_IF_ERROR(data_worker::pipeline::Validate(pipeline).status());
   if (flags.consumer_index >= flags.num_consumers) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("--consumer-index %d must be < --num-consumers %d",
-                        flags.consumer_index, flags.num_consumers));
+        absl::StrFormat("--consumer-index %d must be < --num-consumers %d", flags.consumer_index,
+                        flags.num_consumers));
   }
 
   ASSIGN_OR_RETURN(
@@ -100,33 +98,27 @@ absl::Status RunConsume(const ConsumeFlags& flags) {
   if (!flags.restore_state.empty()) {
     std::ifstream in(flags.restore_state, std::ios::binary);
     if (!in)
-      return absl::NotFoundError("--restore-state: cannot read '" +
-                                 flags.restore_state + "'");
+      return absl::NotFoundError("--restore-state: cannot read '" + flags.restore_state + "'");
     std::stringstream bytes;
     bytes << in.rdbuf();
     job.restore_state = bytes.str();
   }
   if (flags.stop_after_batches > 0 && flags.save_state.empty()) {
-    return absl::InvalidArgumentError(
-        "--stop-after-batches needs --save-state FILE");
+    return absl::InvalidArgumentError("--stop-after-batches needs --save-state FILE");
   }
   const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(std::unique_ptr<BatchIterator> batches, client->Open(job));
   std::ofstream ids;
   if (!flags.ids_out.empty()) {
-    ids.open(flags.ids_out,
-             flags.restore_state.empty() ? std::ios::trunc : std::ios::app);
-    if (!ids)
-      return absl::InvalidArgumentError("--ids-out: cannot write '" +
-                                        flags.ids_out + "'");
+    ids.open(flags.ids_out, flags.restore_state.empty() ? std::ios::trunc : std::ios::app);
+    if (!ids) return absl::InvalidArgumentError("--ids-out: cannot write '" + flags.ids_out + "'");
   }
   ProgressBar bar("consume", 0);
   uint64_t images = 0, num_batches = 0;
   std::optional<double> first_batch_seconds;
   uint64_t first_batch_images = 0;
   double first_batch_cpu = 0;
-  while (flags.stop_after_batches == 0 ||
-         num_batches < flags.stop_after_batches) {
+  while (flags.stop_after_batches == 0 || num_batches < flags.stop_after_batches) {
     ASSIGN_OR_RETURN(std::optional<Batch> batch, batches->GetNext());
     if (!batch.has_value()) break;
     if (!first_batch_seconds) {
@@ -148,27 +140,20 @@ absl::Status RunConsume(const ConsumeFlags& flags) {
     if (ids.is_open()) ids.flush();
     RETURN_IF_ERROR(WriteFileAtomically(flags.save_state, state));
     std::printf("saved the iterator state after %llu batches to %s\n",
-                static_cast<unsigned long long>(num_batches),
-                flags.save_state.c_str());
+                static_cast<unsigned long long>(num_batches), flags.save_state.c_str());
   }
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   std::printf(
       "consumed %llu images in %llu batches over %llu epoch(s) in %.2fs; first "
       "batch after %.3fs\n",
-      static_cast<unsigned long long>(images),
-      static_cast<unsigned long long>(num_batches),
-      static_cast<unsigned long long>(flags.epochs), seconds,
-      first_batch_seconds.value_or(0));
-  PrintFromFirstBatch(seconds - first_batch_seconds.value_or(0),
-                      images - first_batch_images,
+      static_cast<unsigned long long>(images), static_cast<unsigned long long>(num_batches),
+      static_cast<unsigned long long>(flags.epochs), seconds, first_batch_seconds.value_or(0));
+  PrintFromFirstBatch(seconds - first_batch_seconds.value_or(0), images - first_batch_images,
                       ProcessCpuSeconds() - first_batch_cpu);
   std::printf("wire: %.0f bytes/image\n",
-              images > 0
-                  ? static_cast<double>(batches->received_bytes()) / images
-                  : 0.0);
+              images > 0 ? static_cast<double>(batches->received_bytes()) / images : 0.0);
   // Last: scripts and tests read this line.
-  std::printf("throughput: %.1f images/s\n",
-              seconds > 0 ? images / seconds : 0.0);
+  std::printf("throughput: %.1f images/s\n", seconds > 0 ? images / seconds : 0.0);
   return absl::OkStatus();
 }
 
@@ -180,21 +165,16 @@ void AddConsumeCommand(CLI::App& app) {
                                      "Read this consumer's share of every "
                                      "epoch through the service (a trainer "
                                      "without the training)");
-  cmd->add_option("--dispatcher", flags->dispatcher, "Dispatcher host:port")
-      ->required();
+  cmd->add_option("--dispatcher", flags->dispatcher, "Dispatcher host:port")->required();
   cmd->add_option("--spec", flags->spec, "Pipeline YAML or JSON")->required();
-  cmd->add_option("--data", flags->data,
-                  "Unirecord dataset replacing the spec's source path");
-  cmd->add_option("--job", flags->job,
-                  "Job name; consumers of one job share it")
-      ->required();
+  cmd->add_option("--data", flags->data, "Unirecord dataset replacing the spec's source path");
+  cmd->add_option("--job", flags->job, "Job name; consumers of one job share it")->required();
   cmd->add_option("--epochs", flags->epochs, "Epochs")->capture_default_str();
   cmd->add_option("--seed", flags->seed, "Job seed (order and augmentation)")
       ->capture_default_str();
   cmd->add_option("--consumer-index", flags->consumer_index, "This consumer")
       ->capture_default_str();
-  cmd->add_option("--num-consumers", flags->num_consumers,
-                  "Consumers (trainer processes)")
+  cmd->add_option("--num-consumers", flags->num_consumers, "Consumers (trainer processes)")
       ->capture_default_str();
   cmd->add_flag("--deterministic", flags->deterministic,
                 "Release batches in split order: the same sequence whatever "
@@ -204,12 +184,10 @@ void AddConsumeCommand(CLI::App& app) {
   cmd->add_option("--ids-out", flags->ids_out,
                   "Write each element's global record index here (appended "
                   "with --restore-state)");
-  cmd->add_option(
-      "--stop-after-batches", flags->stop_after_batches,
-      "Exit 0 after returning this many batches (with --save-state)");
-  cmd->add_option(
-      "--save-state", flags->save_state,
-      "Write the iterator's state here when stopping (see --restore-state)");
+  cmd->add_option("--stop-after-batches", flags->stop_after_batches,
+                  "Exit 0 after returning this many batches (with --save-state)");
+  cmd->add_option("--save-state", flags->save_state,
+                  "Write the iterator's state here when stopping (see --restore-state)");
   cmd->add_option("--restore-state", flags->restore_state,
                   "Continue from a state --save-state wrote: the rest of the "
                   "epoch, each record "
@@ -233,8 +211,7 @@ void AddConsumeCommand(CLI::App& app) {
   AddDurationOption(*cmd, "--step-time", &flags->step_time,
                     "Sleep this long after each batch, standing in for a "
                     "training step (e.g. 40ms)");
-  AddDurationOption(*cmd, "--dispatcher-lost-timeout",
-                    &flags->dispatcher_lost_timeout,
+  AddDurationOption(*cmd, "--dispatcher-lost-timeout", &flags->dispatcher_lost_timeout,
                     "Keep reading the splits held and retrying the dispatcher "
                     "this long before failing");
   cmd->callback([flags] { Finish(RunConsume(*flags)); });

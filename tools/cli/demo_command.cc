@@ -36,15 +36,13 @@ struct DemoFlags {
   std::string work_dir;
   bool keep = false;
   bool tls = false;
-  int threads =
-      static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 };
 
 // Removes the demo's folder when the demo ends, however it ends.
 class ScopedDir {
  public:
-  ScopedDir(std::string path, bool keep)
-      : path_(std::move(path)), keep_(keep) {}
+  ScopedDir(std::string path, bool keep) : path_(std::move(path)), keep_(keep) {}
   ~ScopedDir() {
     if (keep_) return;
     std::error_code ec;
@@ -60,14 +58,12 @@ class ScopedDir {
 absl::Status RunDemo(const DemoFlags& flags) {
   std::string root = flags.work_dir;
   if (root.empty()) {
-    std::string pattern =
-        (fs::temp_directory_path() / "sluice-demo-XXXXXX").string();
+    std::string pattern = (fs::temp_directory_path() / "sluice-demo-XXXXXX").string();
     if (mkdtemp(pattern.data()) == nullptr)
       return absl::InternalError("cannot create a temp folder");
     root = pattern;
   } else if (fs::exists(root) && !fs::is_empty(root)) {
-    return absl::FailedPreconditionError("--work-dir '" + root +
-                                         "' is not empty");
+    return absl::FailedPreconditionError("--work-dir '" + root + "' is not empty");
   }
   ScopedDir dir(root, flags.keep);
   const std::string images = (fs::path(root) / "images").string();
@@ -83,9 +79,7 @@ absl::Status RunDemo(const DemoFlags& flags) {
                                   .classes = flags.classes,
                                   .seed = 0,
                                   .threads = flags.threads};
-    options.progress = [&bar](uint64_t done, uint64_t total) {
-      bar.Update(done, total);
-    };
+    options.progress = [&bar](uint64_t done, uint64_t total) { bar.Update(done, total); };
     RETURN_IF_ERROR(tools::GenerateImageFolder(options));
   }
   // 2. Convert to Unirecord.
@@ -96,34 +90,29 @@ absl::Status RunDemo(const DemoFlags& flags) {
                                    .output = dataset,
                                    .format = record::InputFormat::kImageFolder,
                                    .threads = flags.threads};
-    options.progress = [&bar](uint64_t done, uint64_t total) {
-      bar.Update(done, total);
-    };
+    options.progress = [&bar](uint64_t done, uint64_t total) { bar.Update(done, total); };
     ASSIGN_OR_RETURN(manifest, record::Convert(options));
   }
   // 3. Verify every checksum.
   const std::vector<std::string> problems = record::VerifyDataset(dataset);
-  if (!problems.empty())
-    return absl::DataLossError("verify: " + problems.front());
+  if (!problems.empty()) return absl::DataLossError("verify: " + problems.front());
   uint64_t dataset_bytes = 0;
   for (const auto& s : manifest.shards) dataset_bytes += s.bytes;
   std::printf("verified   %llu records, %zu shard(s), %.1f MB\n",
-              static_cast<unsigned long long>(manifest.total_records),
-              manifest.shards.size(), dataset_bytes / 1e6);
+              static_cast<unsigned long long>(manifest.total_records), manifest.shards.size(),
+              dataset_bytes / 1e6);
 
   // 4. A local cluster: the dispatcher and the workers as processes on
   // loopback.
-  tools::LocalClusterOptions cluster_options{
-      .bin_dir = tools::BinDir(),
-      .workers = flags.workers,
-      .data_roots = {root},
-      .work_dir = (fs::path(root) / "cluster").string()};
+  tools::LocalClusterOptions cluster_options{.bin_dir = tools::BinDir(),
+                                             .workers = flags.workers,
+                                             .data_roots = {root},
+                                             .work_dir = (fs::path(root) / "cluster").string()};
   ClientOptions client_options;
   if (flags.tls) {
     // Mutual TLS and a bearer token with throwaway certificates.
-    ASSIGN_OR_RETURN(
-        tools::Certificates certs,
-        tools::MakeCertificates((fs::path(root) / "tls").string()));
+    ASSIGN_OR_RETURN(tools::Certificates certs,
+                     tools::MakeCertificates((fs::path(root) / "tls").string()));
     cluster_options.tls_cert = certs.server_cert;
     cluster_options.tls_key = certs.server_key;
     cluster_options.tls_ca = certs.ca;
@@ -135,9 +124,8 @@ absl::Status RunDemo(const DemoFlags& flags) {
   }
   ASSIGN_OR_RETURN(std::unique_ptr<tools::LocalCluster> cluster,
                    tools::LocalCluster::Start(cluster_options));
-  std::printf("cluster    dispatcher %s, %d workers%s\n",
-              cluster->dispatcher_address().c_str(), cluster->num_workers(),
-              flags.tls ? " (mutual TLS + bearer token)" : "");
+  std::printf("cluster    dispatcher %s, %d workers%s\n", cluster->dispatcher_address().c_str(),
+              cluster->num_workers(), flags.tls ? " (mutual TLS + bearer token)" : "");
   std::fflush(stdout);
 
   // 5. Two epochs of ImageNet training preprocessing, consumed as a trainer
@@ -147,17 +135,15 @@ absl::Status RunDemo(const DemoFlags& flags) {
                    DataServiceClient::Create(client_options));
   JobOptions job{
       .job_name = "demo",
-      .pipeline =
-          PipelineBuilder()
-              .Dataset(dataset)
-              .Columns({"image", "label"})
-              .Shuffle(/*seed=*/0)
-              .Map({"image"},
-                   {Decode(), RandomResizedCrop(224), RandomHorizontalFlip(),
-                    Normalize(kImageNetMean, kImageNetStd), HWC2CHW()})
-              .Batch(64)
-              .Prefetch(kAutotune)
-              .Build(),
+      .pipeline = PipelineBuilder()
+                      .Dataset(dataset)
+                      .Columns({"image", "label"})
+                      .Shuffle(/*seed=*/0)
+                      .Map({"image"}, {Decode(), RandomResizedCrop(224), RandomHorizontalFlip(),
+                                       Normalize(kImageNetMean, kImageNetStd), HWC2CHW()})
+                      .Batch(64)
+                      .Prefetch(kAutotune)
+                      .Build(),
       .num_epochs = static_cast<uint64_t>(flags.epochs)};
   const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(std::unique_ptr<BatchIterator> batches, client->Open(job));
@@ -167,8 +153,7 @@ absl::Status RunDemo(const DemoFlags& flags) {
   while (true) {
     ASSIGN_OR_RETURN(std::optional<Batch> batch, batches->GetNext());
     if (!batch.has_value()) break;
-    if (num_batches++ == 0)
-      first_batch_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    if (num_batches++ == 0) first_batch_seconds = absl::ToDoubleSeconds(absl::Now() - start);
     delivered += batch->global_indices.size();
     for (const Column& c : batch->columns) bytes += c.size;
     bar.Update(delivered);
@@ -182,12 +167,12 @@ absl::Status RunDemo(const DemoFlags& flags) {
   for (int i = 0; i < cluster->num_workers(); ++i) {
     auto text = tools::ScrapeMetrics(cluster->worker(i).metrics_port);
     if (!text.ok()) continue;
-    for (const auto& [stage, v] : tools::SumByLabel(
-             *text, "sluice_pipeline_stage_busy_seconds_total", "stage")) {
+    for (const auto& [stage, v] :
+         tools::SumByLabel(*text, "sluice_pipeline_stage_busy_seconds_total", "stage")) {
       busy[stage] += v;
     }
-    for (const auto& [stage, v] : tools::SumByLabel(
-             *text, "sluice_pipeline_stage_elements_total", "stage")) {
+    for (const auto& [stage, v] :
+         tools::SumByLabel(*text, "sluice_pipeline_stage_elements_total", "stage")) {
       elements[stage] += v;
     }
   }
@@ -200,20 +185,17 @@ absl::Status RunDemo(const DemoFlags& flags) {
   std::printf(
       "  delivered    %llu images in %llu batches of 64; first batch after "
       "%.2fs\n",
-      static_cast<unsigned long long>(delivered),
-      static_cast<unsigned long long>(num_batches), first_batch_seconds);
+      static_cast<unsigned long long>(delivered), static_cast<unsigned long long>(num_batches),
+      first_batch_seconds);
   std::printf(
       "  workers      %d (each with %u cores' worth of pipeline threads), "
       "trainer waited "
       "%.2fs\n",
-      cluster->num_workers(), std::thread::hardware_concurrency(),
-      batches->wait_seconds());
+      cluster->num_workers(), std::thread::hardware_concurrency(), batches->wait_seconds());
   std::printf("  stages       busy CPU-seconds and elements, all workers:\n");
   for (const auto& [stage, seconds_busy] : busy) {
-    std::printf(
-        "    %-26s %8.2fs  %8.0f elements  %7.2f ms/element\n", stage.c_str(),
-        seconds_busy, elements[stage],
-        elements[stage] > 0 ? 1e3 * seconds_busy / elements[stage] : 0.0);
+    std::printf("    %-26s %8.2fs  %8.0f elements  %7.2f ms/element\n", stage.c_str(), seconds_busy,
+                elements[stage], elements[stage] > 0 ? 1e3 * seconds_busy / elements[stage] : 0.0);
   }
   std::printf("  metrics      dispatcher http://127.0.0.1:%d/metrics, workers",
               cluster->dispatcher_metrics_port());
@@ -221,8 +203,7 @@ absl::Status RunDemo(const DemoFlags& flags) {
     std::printf(" :%d", cluster->worker(i).metrics_port);
   }
   std::printf(" (while a cluster runs: `sluice local`)\n");
-  std::printf("  dataset      %s\n",
-              flags.keep ? dataset.c_str() : "removed after the demo");
+  std::printf("  dataset      %s\n", flags.keep ? dataset.c_str() : "removed after the demo");
   cluster->Stop();
   return absl::OkStatus();
 }
@@ -232,24 +213,17 @@ absl::Status RunDemo(const DemoFlags& flags) {
 void AddDemoCommand(CLI::App& app) {
   auto flags = std::make_shared<DemoFlags>();
   CLI::App* cmd = app.add_subcommand(
-      "demo",
-      "Run the whole path on this machine from nothing and print a summary");
-  cmd->add_option("--images", flags->images, "Synthetic images to generate")
-      ->capture_default_str();
-  cmd->add_option("--classes", flags->classes, "Classes")
-      ->capture_default_str();
-  cmd->add_option("--workers", flags->workers, "Worker processes")
-      ->capture_default_str();
-  cmd->add_option("--epochs", flags->epochs, "Epochs to consume")
-      ->capture_default_str();
-  cmd->add_option("--work-dir", flags->work_dir,
-                  "Folder to work in (default: a new temp folder)");
+      "demo", "Run the whole path on this machine from nothing and print a summary");
+  cmd->add_option("--images", flags->images, "Synthetic images to generate")->capture_default_str();
+  cmd->add_option("--classes", flags->classes, "Classes")->capture_default_str();
+  cmd->add_option("--workers", flags->workers, "Worker processes")->capture_default_str();
+  cmd->add_option("--epochs", flags->epochs, "Epochs to consume")->capture_default_str();
+  cmd->add_option("--work-dir", flags->work_dir, "Folder to work in (default: a new temp folder)");
   cmd->add_flag("--keep", flags->keep, "Keep the work folder");
   cmd->add_flag("--tls", flags->tls,
                 "Run secured: mutual TLS and a bearer token with throwaway "
                 "certificates (openssl)");
-  cmd->add_option("--threads", flags->threads, "Threads")
-      ->capture_default_str();
+  cmd->add_option("--threads", flags->threads, "Threads")->capture_default_str();
   cmd->callback([flags] { Finish(RunDemo(*flags)); });
 }
 

@@ -30,11 +30,16 @@ struct HealthFlags {
 // grpc.health.v1.HealthCheckResponse.ServingStatus names.
 const char* ServingStatusName(int status) {
   switch (status) {
-    case 0: return "UNKNOWN";
-    case 1: return "SERVING";
-    case 2: return "NOT_SERVING";
-    case 3: return "SERVICE_UNKNOWN";
-    default: return "an unknown status";
+    case 0:
+      return "UNKNOWN";
+    case 1:
+      return "SERVING";
+    case 2:
+      return "NOT_SERVING";
+    case 3:
+      return "SERVICE_UNKNOWN";
+    default:
+      return "an unknown status";
   }
 }
 
@@ -51,16 +56,16 @@ absl::Status RunHealth(const HealthFlags& flags) {
   grpc::ByteBuffer response;
   grpc::Status status;
   absl::Notification done;
-  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
-                 &response, [&](grpc::Status s) {
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                 [&](grpc::Status s) {
                    status = std::move(s);
                    done.Notify();
                  });
   done.WaitForNotification();
   if (!status.ok()) {
     absl::Status s = service::FromGrpcStatus(status);
-    return absl::Status(s.code(), absl::StrCat("health check of ", flags.address, ": ",
-                                               s.message()));
+    return absl::Status(s.code(),
+                        absl::StrCat("health check of ", flags.address, ": ", s.message()));
   }
   std::vector<grpc::Slice> slices;
   std::string bytes;
@@ -75,8 +80,7 @@ absl::Status RunHealth(const HealthFlags& flags) {
     std::printf("%s: SERVING\n", flags.address.c_str());
     return absl::OkStatus();
   }
-  return absl::UnavailableError(absl::StrCat(flags.address, " answers ",
-                                             ServingStatusName(serving),
+  return absl::UnavailableError(absl::StrCat(flags.address, " answers ", ServingStatusName(serving),
                                              serving == 2 ? " (draining or stopping)" : ""));
 }
 

@@ -66,17 +66,14 @@ absl::Status RunLocal(const LocalFlags& flags) {
           "positive --scale-interval");
     }
     options.workers = flags.min_workers;
-    options.extra_dispatcher_flags = {
-        "--scaler",       "local",
-        "--min-workers",  std::to_string(flags.min_workers),
-        "--max-workers",  std::to_string(flags.max_workers),
-        "--scale-period", absl::FormatDuration(flags.scale_interval)};
+    options.extra_dispatcher_flags = {"--scaler",       "local",
+                                      "--min-workers",  std::to_string(flags.min_workers),
+                                      "--max-workers",  std::to_string(flags.max_workers),
+                                      "--scale-period", absl::FormatDuration(flags.scale_interval)};
   }
-  if (options.data_roots.empty())
-    options.data_roots.push_back(fs::current_path().string());
+  if (options.data_roots.empty()) options.data_roots.push_back(fs::current_path().string());
   if (options.work_dir.empty()) {
-    std::string pattern =
-        (fs::temp_directory_path() / "sluice-local-XXXXXX").string();
+    std::string pattern = (fs::temp_directory_path() / "sluice-local-XXXXXX").string();
     if (mkdtemp(pattern.data()) == nullptr)
       return absl::InternalError("cannot create a temp folder");
     options.work_dir = pattern;
@@ -86,39 +83,33 @@ absl::Status RunLocal(const LocalFlags& flags) {
   options.tls_ca = flags.tls_ca;
   options.auth_token_file = flags.auth_token_file;
   std::string consumer_flags;
-  if (flags.tls && (!flags.tls_cert.empty() || !flags.tls_ca.empty() ||
-                    !flags.auth_token_file.empty())) {
+  if (flags.tls &&
+      (!flags.tls_cert.empty() || !flags.tls_ca.empty() || !flags.auth_token_file.empty())) {
     return absl::InvalidArgumentError(
         "--tls makes its own certificates and token: drop --tls-cert, --tls-ca "
         "and --auth-token-file, or drop --tls");
   }
   if (flags.tls) {
     // Throwaway CA, certificates and token: mutual TLS and a bearer token.
-    ASSIGN_OR_RETURN(
-        tools::Certificates certs,
-        tools::MakeCertificates((fs::path(options.work_dir) / "tls").string()));
+    ASSIGN_OR_RETURN(tools::Certificates certs,
+                     tools::MakeCertificates((fs::path(options.work_dir) / "tls").string()));
     options.tls_cert = certs.server_cert;
     options.tls_key = certs.server_key;
     options.tls_ca = certs.ca;
     options.auth_token_file = certs.token;
-    consumer_flags = absl::StrFormat(
-        "--tls-ca %s --tls-cert %s --tls-key %s --auth-token-file %s", certs.ca,
-        certs.client_cert, certs.client_key, certs.token);
+    consumer_flags = absl::StrFormat("--tls-ca %s --tls-cert %s --tls-key %s --auth-token-file %s",
+                                     certs.ca, certs.client_cert, certs.client_key, certs.token);
   }
   ASSIGN_OR_RETURN(std::unique_ptr<tools::LocalCluster> cluster,
                    tools::LocalCluster::Start(options));
   if (!flags.address_file.empty()) {
-    RETURN_IF_ERROR(WriteFileAtomically(flags.address_file,
-                                        cluster->dispatcher_address() + "\n"));
+    RETURN_IF_ERROR(WriteFileAtomically(flags.address_file, cluster->dispatcher_address() + "\n"));
   }
-  std::printf(
-      "sluice local: dispatcher %s   metrics http://127.0.0.1:%d/metrics\n",
-      cluster->dispatcher_address().c_str(),
-      cluster->dispatcher_metrics_port());
+  std::printf("sluice local: dispatcher %s   metrics http://127.0.0.1:%d/metrics\n",
+              cluster->dispatcher_address().c_str(), cluster->dispatcher_metrics_port());
   for (int i = 0; i < cluster->num_workers(); ++i) {
     std::printf("  worker %d    %s   metrics http://127.0.0.1:%d/metrics\n", i,
-                cluster->worker(i).address.c_str(),
-                cluster->worker(i).metrics_port);
+                cluster->worker(i).address.c_str(), cluster->worker(i).metrics_port);
   }
   if (!consumer_flags.empty()) {
     std::printf(
@@ -127,8 +118,7 @@ absl::Status RunLocal(const LocalFlags& flags) {
         consumer_flags.c_str());
   }
   std::printf("  data roots  %s\n  logs        %s\nCtrl-C stops the cluster.\n",
-              absl::StrJoin(options.data_roots, ", ").c_str(),
-              options.work_dir.c_str());
+              absl::StrJoin(options.data_roots, ", ").c_str(), options.work_dir.c_str());
   std::fflush(stdout);
 
   tools::LocalAutoscaler scaler(cluster.get(), flags.max_workers);
@@ -144,22 +134,18 @@ absl::Status RunLocal(const LocalFlags& flags) {
       // The actuator polls faster than the dispatcher decides (a GetStatus
       // is cheap), so that a decision's workers start within 0.5 s instead
       // of up to a whole interval later.
-      next_step =
-          absl::Now() + std::min(flags.scale_interval, absl::Milliseconds(500));
+      next_step = absl::Now() + std::min(flags.scale_interval, absl::Milliseconds(500));
       absl::StatusOr<tools::AutoscaleStep> step = scaler.Step();
       if (!step.ok()) {
-        std::fprintf(stderr, "sluice local: autoscale: %s\n",
-                     step.status().ToString().c_str());
+        std::fprintf(stderr, "sluice local: autoscale: %s\n", step.status().ToString().c_str());
       } else {
-        for (const std::string& e : step->exited)
-          std::printf("sluice local: %s\n", e.c_str());
+        for (const std::string& e : step->exited) std::printf("sluice local: %s\n", e.c_str());
         if (step->started > 0 || !step->exited.empty()) {
           std::printf(
               "sluice local: t=%.1fs workers %d (%d draining), desired %d, "
               "started %d: %s\n",
-              absl::ToDoubleSeconds(absl::Now() - start), step->live,
-              step->draining, step->desired, step->started,
-              step->reason.c_str());
+              absl::ToDoubleSeconds(absl::Now() - start), step->live, step->draining, step->desired,
+              step->started, step->reason.c_str());
         }
         std::fflush(stdout);
       }
@@ -176,8 +162,7 @@ absl::Status RunLocal(const LocalFlags& flags) {
     }
     if (std::string exited = cluster->FindExitedChild(); !exited.empty()) {
       cluster->Stop();
-      return absl::AbortedError("sluice local: " + exited +
-                                "; stopped the cluster");
+      return absl::AbortedError("sluice local: " + exited + "; stopped the cluster");
     }
   }
 }
@@ -187,30 +172,22 @@ absl::Status RunLocal(const LocalFlags& flags) {
 void AddLocalCommand(CLI::App& app) {
   auto flags = std::make_shared<LocalFlags>();
   CLI::App* cmd = app.add_subcommand(
-      "local",
-      "Run a dispatcher and N workers on loopback until Ctrl-C or SIGTERM");
-  cmd->add_option("--workers", flags->workers, "Worker processes")
-      ->capture_default_str();
+      "local", "Run a dispatcher and N workers on loopback until Ctrl-C or SIGTERM");
+  cmd->add_option("--workers", flags->workers, "Worker processes")->capture_default_str();
   cmd->add_option("--port", flags->port, "Dispatcher port (0: any free port)")
       ->capture_default_str();
-  cmd->add_option(
-      "--data-root", flags->data_roots,
-      "Folder workers may read (repeatable; default: the current folder)");
-  cmd->add_option("--address-file", flags->address_file,
-                  "Write the dispatcher's host:port here");
-  cmd->add_option("--work-dir", flags->work_dir,
-                  "Logs and state (default: a new temp folder)");
-  cmd->add_option("--threads-per-worker", flags->threads_per_worker,
-                  "Pipeline threads per worker");
-  cmd->add_option("--log-level", flags->log_level,
-                  "trace|debug|info|warn|error")
+  cmd->add_option("--data-root", flags->data_roots,
+                  "Folder workers may read (repeatable; default: the current folder)");
+  cmd->add_option("--address-file", flags->address_file, "Write the dispatcher's host:port here");
+  cmd->add_option("--work-dir", flags->work_dir, "Logs and state (default: a new temp folder)");
+  cmd->add_option("--threads-per-worker", flags->threads_per_worker, "Pipeline threads per worker");
+  cmd->add_option("--log-level", flags->log_level, "trace|debug|info|warn|error")
       ->capture_default_str();
   cmd->add_flag("--tls", flags->tls,
                 "Secure the cluster with a throwaway CA, certificates and "
                 "token made in the work dir (openssl); prints the consumer's "
                 "flags");
-  cmd->add_option("--tls-cert", flags->tls_cert,
-                  "PEM certificate of every server (TLS)");
+  cmd->add_option("--tls-cert", flags->tls_cert, "PEM certificate of every server (TLS)");
   cmd->add_option("--tls-key", flags->tls_key, "PEM private key of --tls-cert");
   cmd->add_option("--tls-ca", flags->tls_ca,
                   "PEM CA: mutual TLS (client certificates signed by it)");
@@ -219,11 +196,9 @@ void AddLocalCommand(CLI::App& app) {
   cmd->add_flag("--autoscale", flags->autoscale,
                 "Size the worker pool to the jobs' demand "
                 "(docs/autoscaling.md); --workers is ignored");
-  cmd->add_option("--min-workers", flags->min_workers,
-                  "With --autoscale: fewest workers")
+  cmd->add_option("--min-workers", flags->min_workers, "With --autoscale: fewest workers")
       ->capture_default_str();
-  cmd->add_option("--max-workers", flags->max_workers,
-                  "With --autoscale: most workers")
+  cmd->add_option("--max-workers", flags->max_workers, "With --autoscale: most workers")
       ->capture_default_str();
   AddDurationOption(*cmd, "--scale-interval", &flags->scale_interval,
                     "With --autoscale: how often to decide and act");

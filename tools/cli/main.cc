@@ -21,8 +21,7 @@ bool IsCommand(CLI::App& app, const std::string& name) {
 
 int main(int argc, char** argv) {
   sluice::data_worker::pipeline::ConfigureAllocatorForPipelines();
-  CLI::App app{
-      "sluice: disaggregated data preprocessing for deep-learning training"};
+  CLI::App app{"sluice: disaggregated data preprocessing for deep-learning training"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show help for every subcommand");
   sluice::service::AddVersionFlag(app, "sluice");
@@ -40,8 +39,7 @@ int main(int argc, char** argv) {
     // CLI11 calls an unknown command "a subcommand is required"; name it
     // instead.
     if (argc > 1 && argv[1][0] != '-' && !IsCommand(app, argv[1])) {
-      std::fprintf(stderr, "sluice: unknown command '%s' (see sluice --help)\n",
-                   argv[1]);
+      std::fprintf(stderr, "sluice: unknown command '%s' (see sluice --help)\n", argv[1]);
       return 2;
     }
     return app.exit(e);

@@ -61,13 +61,11 @@ absl::Status ReplaceSource(const std::string& data, proto::Pipeline& pipeline) {
 }
 
 absl::StatusOr<OptimizerOptions> ParseOptimizer(const PipelineFlags& flags) {
-  OptimizerOptions o =
-      flags.no_optimize ? OptimizerOptions::None() : OptimizerOptions();
+  OptimizerOptions o = flags.no_optimize ? OptimizerOptions::None() : OptimizerOptions();
   if (flags.mode == "pipeline") {
     o.pipeline_parallel = true;
   } else if (flags.mode != "operator") {
-    return absl::InvalidArgumentError("--mode: '" + flags.mode +
-                                      "' is not operator or pipeline");
+    return absl::InvalidArgumentError("--mode: '" + flags.mode + "' is not operator or pipeline");
   }
   const std::pair<const char*, bool OptimizerOptions::*> kRewrites[] = {
       {"map_fusion", &OptimizerOptions::map_fusion},
@@ -78,8 +76,7 @@ absl::StatusOr<OptimizerOptions> ParseOptimizer(const PipelineFlags& flags) {
       {"vectorization", &OptimizerOptions::vectorization},
       {"op_fusion", &OptimizerOptions::op_fusion},
   };
-  for (absl::string_view name :
-       absl::StrSplit(flags.disable, ',', absl::SkipEmpty())) {
+  for (absl::string_view name : absl::StrSplit(flags.disable, ',', absl::SkipEmpty())) {
     bool found = false;
     for (const auto& [rewrite, field] : kRewrites) {
       if (name == rewrite) {
@@ -88,11 +85,11 @@ absl::StatusOr<OptimizerOptions> ParseOptimizer(const PipelineFlags& flags) {
       }
     }
     if (!found) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "--disable: unknown rewrite '%s' (map_fusion, filter_fusion, "
-          "filter_pushdown, "
-          "source_fusion, map_batch_fusion, vectorization, op_fusion)",
-          name));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--disable: unknown rewrite '%s' (map_fusion, filter_fusion, "
+                          "filter_pushdown, "
+                          "source_fusion, map_batch_fusion, vectorization, op_fusion)",
+                          name));
     }
   }
   return o;
@@ -103,15 +100,14 @@ void PrintStats(const PipelineStats& stats) {
   if (!stats.rewrites.empty()) {
     std::printf("rewrites: %s\n", absl::StrJoin(stats.rewrites, ", ").c_str());
   }
-  std::printf("%-32s %7s %10s %8s %11s %12s %12s\n", "stage", "threads",
-              "elements", "dropped", "busy s", "ms/element", "peak queue");
+  std::printf("%-32s %7s %10s %8s %11s %12s %12s\n", "stage", "threads", "elements", "dropped",
+              "busy s", "ms/element", "peak queue");
   for (const auto& s : stats.stages) {
-    std::printf(
-        "%-32s %7d %10llu %8llu %11.2f %12.3f %7lld (%.1f MB)\n",
-        s.name.c_str(), s.threads, static_cast<unsigned long long>(s.elements),
-        static_cast<unsigned long long>(s.dropped), s.busy_seconds,
-        s.elements > 0 ? 1e3 * s.busy_seconds / s.elements : 0.0,
-        static_cast<long long>(s.peak_queue_items), s.peak_queue_bytes / 1e6);
+    std::printf("%-32s %7d %10llu %8llu %11.2f %12.3f %7lld (%.1f MB)\n", s.name.c_str(), s.threads,
+                static_cast<unsigned long long>(s.elements),
+                static_cast<unsigned long long>(s.dropped), s.busy_seconds,
+                s.elements > 0 ? 1e3 * s.busy_seconds / s.elements : 0.0,
+                static_cast<long long>(s.peak_queue_items), s.peak_queue_bytes / 1e6);
   }
   std::printf(
       "autotuned parallelism: %d threads at peak; skipped %llu bad records, "
@@ -124,10 +120,8 @@ absl::Status RunPipeline(const PipelineFlags& flags) {
   ASSIGN_OR_RETURN(proto::Pipeline pipeline,
                    sluice::pipeline_spec::LoadPipelineSpecFile(flags.spec));
   if (!flags.data.empty()) RETURN_IF_ERROR(ReplaceSource(flags.data, pipeline));
-  if (flags.epochs == 0)
-    return absl::InvalidArgumentError("--epochs must be > 0");
-  if (flags.memory_mb <= 0)
-    return absl::InvalidArgumentError("--memory-mb must be > 0");
+  if (flags.epochs == 0) return absl::InvalidArgumentError("--epochs must be > 0");
+  if (flags.memory_mb <= 0) return absl::InvalidArgumentError("--memory-mb must be > 0");
   data_worker::python::PythonOptions python;
   python.allow = flags.allow_python_ops;
   python.python_path = flags.python_path;
@@ -139,15 +133,12 @@ absl::Status RunPipeline(const PipelineFlags& flags) {
   ASSIGN_OR_RETURN(options.optimizer, ParseOptimizer(flags));
   options.cpu_budget = flags.threads;
   options.memory_budget_bytes = flags.memory_mb << 20;
-  ASSIGN_OR_RETURN(std::unique_ptr<Executor> executor,
-                   Executor::Create(pipeline, options));
+  ASSIGN_OR_RETURN(std::unique_ptr<Executor> executor, Executor::Create(pipeline, options));
 
   std::ofstream ids;
   if (!flags.ids_out.empty()) {
     ids.open(flags.ids_out, std::ios::trunc);
-    if (!ids)
-      return absl::InvalidArgumentError("--ids-out: cannot write '" +
-                                        flags.ids_out + "'");
+    if (!ids) return absl::InvalidArgumentError("--ids-out: cannot write '" + flags.ids_out + "'");
   }
   uint64_t elements = 0;
   double timed_seconds = 0, timed_cpu = 0;
@@ -159,17 +150,14 @@ absl::Status RunPipeline(const PipelineFlags& flags) {
   const uint64_t total_epochs = flags.warmup_epochs + flags.epochs;
   for (uint64_t epoch = 0; epoch < total_epochs; ++epoch) {
     const bool warmup = epoch < flags.warmup_epochs;
-    ProgressBar bar(
-        warmup ? "warmup"
-               : absl::StrFormat("epoch %d", epoch - flags.warmup_epochs),
-        executor->source_size());
+    ProgressBar bar(warmup ? "warmup" : absl::StrFormat("epoch %d", epoch - flags.warmup_epochs),
+                    executor->source_size());
     const absl::Time start = absl::Now();
     const double cpu_start = ProcessCpuSeconds();
     RETURN_IF_ERROR(executor->Start(epoch));
     uint64_t epoch_elements = 0;
     while (true) {
-      ASSIGN_OR_RETURN(std::optional<data_worker::pipeline::Element> out,
-                       executor->GetNext());
+      ASSIGN_OR_RETURN(std::optional<data_worker::pipeline::Element> out, executor->GetNext());
       if (!out.has_value()) break;
       RETURN_IF_ERROR(data_worker::pipeline::CheckOutputType(
           executor->logical(), out->columns,
@@ -199,58 +187,44 @@ absl::Status RunPipeline(const PipelineFlags& flags) {
               std::thread::hardware_concurrency());
   // CPU per image: robust to other jobs sharing the machine (wall-clock
   // throughput is not).
-  std::printf("cpu: %.0f us/image\n",
-              elements > 0 ? 1e6 * timed_cpu / elements : 0.0);
+  std::printf("cpu: %.0f us/image\n", elements > 0 ? 1e6 * timed_cpu / elements : 0.0);
   if (first_batch.has_value()) {
-    std::printf("first batch after %.3fs\n",
-                absl::ToDoubleSeconds(*first_batch - created));
+    std::printf("first batch after %.3fs\n", absl::ToDoubleSeconds(*first_batch - created));
     PrintFromFirstBatch(absl::ToDoubleSeconds(absl::Now() - *first_batch),
-                        elements - first_batch_images,
-                        ProcessCpuSeconds() - first_batch_cpu);
+                        elements - first_batch_images, ProcessCpuSeconds() - first_batch_cpu);
   }
   // Last: scripts and tests read this line.
-  std::printf("throughput: %.1f images/s\n",
-              timed_seconds > 0 ? elements / timed_seconds : 0.0);
+  std::printf("throughput: %.1f images/s\n", timed_seconds > 0 ? elements / timed_seconds : 0.0);
   return absl::OkStatus();
 }
 
 }  // namespace
 
 void AddPipelineCommands(CLI::App& app) {
-  CLI::App* pipeline =
-      app.add_subcommand("pipeline", "Run preprocessing pipelines in-process");
+  CLI::App* pipeline = app.add_subcommand("pipeline", "Run preprocessing pipelines in-process");
   pipeline->require_subcommand(1);
   auto flags = std::make_shared<PipelineFlags>();
   CLI::App* run = pipeline->add_subcommand(
-      "run",
-      "Run a pipeline spec in this process and report per-stage statistics");
+      "run", "Run a pipeline spec in this process and report per-stage statistics");
   run->add_option("--spec", flags->spec, "Pipeline YAML or JSON")->required();
-  run->add_option(
-      "--data", flags->data,
-      "Unirecord dataset or image folder replacing the spec's source path");
-  run->add_option("--epochs", flags->epochs, "Timed epochs")
-      ->capture_default_str();
+  run->add_option("--data", flags->data,
+                  "Unirecord dataset or image folder replacing the spec's source path");
+  run->add_option("--epochs", flags->epochs, "Timed epochs")->capture_default_str();
   run->add_option("--warmup-epochs", flags->warmup_epochs,
                   "Untimed epochs first (autotune warms up)")
       ->capture_default_str();
-  run->add_option("--threads", flags->threads,
-                  "CPU budget in threads (0: all cores)")
+  run->add_option("--threads", flags->threads, "CPU budget in threads (0: all cores)")
       ->capture_default_str();
-  run->add_option("--memory-mb", flags->memory_mb,
-                  "Bytes the stage queues may hold, in MB")
+  run->add_option("--memory-mb", flags->memory_mb, "Bytes the stage queues may hold, in MB")
       ->capture_default_str();
-  run->add_option(
-      "--ids-out", flags->ids_out,
-      "Write each element's global record index here, one per line");
-  run->add_option(
-         "--mode", flags->mode,
-         "operator (per-stage threads) | pipeline (whole chain per thread)")
+  run->add_option("--ids-out", flags->ids_out,
+                  "Write each element's global record index here, one per line");
+  run->add_option("--mode", flags->mode,
+                  "operator (per-stage threads) | pipeline (whole chain per thread)")
       ->capture_default_str();
-  run->add_flag("--no-optimize", flags->no_optimize,
-                "Run the graph as written: no rewrites");
-  run->add_option(
-      "--disable", flags->disable,
-      "Rewrites to turn off, comma-separated (e.g. vectorization,op_fusion)");
+  run->add_flag("--no-optimize", flags->no_optimize, "Run the graph as written: no rewrites");
+  run->add_option("--disable", flags->disable,
+                  "Rewrites to turn off, comma-separated (e.g. vectorization,op_fusion)");
   run->add_flag("--allow-python-ops", flags->allow_python_ops,
                 "Run the spec's python ops (as sluice-worker's flag)");
   run->add_option("--python-path", flags->python_path,

@@ -13,13 +13,11 @@ namespace sluice::cli {
 double ProcessCpuSeconds() {
   rusage u;
   getrusage(RUSAGE_SELF, &u);
-  return u.ru_utime.tv_sec + u.ru_stime.tv_sec +
-         1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
 void PrintFromFirstBatch(double seconds, uint64_t images, double cpu_seconds) {
-  std::printf("throughput from first batch: %.1f images/s\n",
-              seconds > 0 ? images / seconds : 0.0);
+  std::printf("throughput from first batch: %.1f images/s\n", seconds > 0 ? images / seconds : 0.0);
   std::printf("cpu from first batch: %.0f us/image\n",
               images > 0 ? 1e6 * cpu_seconds / images : 0.0);
 }
@@ -65,10 +63,9 @@ void ProgressBar::Draw(bool final) {
     const double fraction = std::min(1.0, static_cast<double>(done_) / total_);
     const int filled = static_cast<int>(fraction * kWidth);
     const double eta = rate > 0 ? (total_ - std::min(total_, done_)) / rate : 0;
-    line = absl::StrFormat("%-10s [%s%s] %6d/%-6d %3.0f%%  %.1f/s", label_,
-                           std::string(filled, '#'),
-                           std::string(kWidth - filled, '.'), done_, total_,
-                           fraction * 100, rate);
+    line =
+        absl::StrFormat("%-10s [%s%s] %6d/%-6d %3.0f%%  %.1f/s", label_, std::string(filled, '#'),
+                        std::string(kWidth - filled, '.'), done_, total_, fraction * 100, rate);
     if (!final) line += absl::StrFormat("  ETA %.0fs", eta);
   } else {
     line = absl::StrFormat("%-10s %d  %.1f/s", label_, done_, rate);

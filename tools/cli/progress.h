@@ -32,9 +32,9 @@ void PrintFromFirstBatch(double seconds, uint64_t images, double cpu_seconds);
 class ProgressBar {
  public:
   struct Options {
-    Clock* clock = nullptr;           // null: RealClock::Get()
-    std::FILE* out = nullptr;         // null: stderr
-    int terminal = -1;                // -1: isatty(out); 0/1: as given
+    Clock* clock = nullptr;                           // null: RealClock::Get()
+    std::FILE* out = nullptr;                         // null: stderr
+    int terminal = -1;                                // -1: isatty(out); 0/1: as given
     absl::Duration line_interval = absl::Seconds(5);  // not on a terminal
   };
   // `total` may be 0 when unknown; Update() may then pass it later.

@@ -20,8 +20,8 @@ struct StatusFlags {
 
 absl::Status RunStatus(const StatusFlags& flags) {
   ASSIGN_OR_RETURN(proto::GetStatusResponse status,
-                   tools::FetchStatus(flags.dispatcher, /*starting_workers=*/-1,
-                                      absl::Seconds(5), flags.security));
+                   tools::FetchStatus(flags.dispatcher, /*starting_workers=*/-1, absl::Seconds(5),
+                                      flags.security));
   if (flags.json) {
     std::printf("%s\n", tools::StatusJson(status).c_str());
   } else {
@@ -35,12 +35,9 @@ absl::Status RunStatus(const StatusFlags& flags) {
 void AddStatusCommand(CLI::App& app) {
   auto flags = std::make_shared<StatusFlags>();
   CLI::App* cmd = app.add_subcommand(
-      "status",
-      "Workers, desired vs current workers and why, jobs and consumers");
-  cmd->add_option("--dispatcher", flags->dispatcher, "Dispatcher host:port")
-      ->required();
-  cmd->add_flag("--json", flags->json,
-                "One JSON object (stable keys, docs/autoscaling.md)");
+      "status", "Workers, desired vs current workers and why, jobs and consumers");
+  cmd->add_option("--dispatcher", flags->dispatcher, "Dispatcher host:port")->required();
+  cmd->add_flag("--json", flags->json, "One JSON object (stable keys, docs/autoscaling.md)");
   service::AddClientSecurityFlags(*cmd, &flags->security);
   // SLUICE_DISPATCHER, SLUICE_TLS_CA, ... (handy in a pod).
   service::SetEnvNames(*cmd);

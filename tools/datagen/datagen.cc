@@ -31,8 +31,7 @@ constexpr int kMinLongSide = 300;
 constexpr int kMaxLongSide = 600;
 
 cv::Vec3f RandomColor(Rng& rng) {
-  return cv::Vec3f(static_cast<float>(rng.Uniform(0, 255)),
-                   static_cast<float>(rng.Uniform(0, 255)),
+  return cv::Vec3f(static_cast<float>(rng.Uniform(0, 255)), static_cast<float>(rng.Uniform(0, 255)),
                    static_cast<float>(rng.Uniform(0, 255)));
 }
 
@@ -46,8 +45,7 @@ cv::Mat SmoothNoise(Rng& rng, cv::Size size, int cell, int channels) {
     p[i] = static_cast<float>(rng.Uniform(-1, 1));
   if (cell == 1) return coarse(cv::Rect(0, 0, size.width, size.height)).clone();
   cv::Mat fine;
-  cv::resize(coarse, fine, cv::Size(grid.width * cell, grid.height * cell), 0,
-             0, cv::INTER_CUBIC);
+  cv::resize(coarse, fine, cv::Size(grid.width * cell, grid.height * cell), 0, 0, cv::INTER_CUBIC);
   return fine(cv::Rect(0, 0, size.width, size.height)).clone();
 }
 
@@ -61,8 +59,7 @@ cv::Mat Background(Rng& rng, cv::Size size) {
   for (int y = 0; y < gh; ++y) {
     for (int x = 0; x < gw; ++x) {
       cv::Vec3f c;
-      for (int k = 0; k < 3; ++k)
-        c[k] = base[k] + static_cast<float>(rng.Uniform(-70, 70));
+      for (int k = 0; k < 3; ++k) c[k] = base[k] + static_cast<float>(rng.Uniform(-70, 70));
       grid.at<cv::Vec3f>(y, x) = c;
     }
   }
@@ -80,10 +77,9 @@ void AddShape(Rng& rng, cv::Mat& image) {
   const double radius = rng.Uniform(0.04, 0.35) * long_side;
   cv::Mat mask = cv::Mat::zeros(size, CV_32F);
   if (rng.Bernoulli(0.5)) {
-    const cv::Size axes(static_cast<int>(radius),
-                        static_cast<int>(radius * rng.Uniform(0.3, 1.0)));
-    cv::ellipse(mask, center, axes, rng.Uniform(0, 180), 0, 360, cv::Scalar(1),
-                cv::FILLED, cv::LINE_AA);
+    const cv::Size axes(static_cast<int>(radius), static_cast<int>(radius * rng.Uniform(0.3, 1.0)));
+    cv::ellipse(mask, center, axes, rng.Uniform(0, 180), 0, 360, cv::Scalar(1), cv::FILLED,
+                cv::LINE_AA);
   } else {
     const int n = 3 + static_cast<int>(rng.UniformInt(4));
     std::vector<cv::Point> points;
@@ -93,16 +89,13 @@ void AddShape(Rng& rng, cv::Mat& image) {
       points.emplace_back(center.x + static_cast<int>(r * std::cos(angle)),
                           center.y + static_cast<int>(r * std::sin(angle)));
     }
-    cv::fillPoly(mask, std::vector<std::vector<cv::Point>>{points},
-                 cv::Scalar(1), cv::LINE_AA);
+    cv::fillPoly(mask, std::vector<std::vector<cv::Point>>{points}, cv::Scalar(1), cv::LINE_AA);
   }
   // Sharp edges are rarer than soft ones, as with depth of field.
-  const double sigma =
-      rng.Bernoulli(0.3) ? rng.Uniform(0.5, 1.5) : rng.Uniform(2, 12);
+  const double sigma = rng.Bernoulli(0.3) ? rng.Uniform(0.5, 1.5) : rng.Uniform(2, 12);
   const int margin = static_cast<int>(radius + 3 * sigma) + 2;
-  const cv::Rect roi =
-      cv::Rect(center.x - margin, center.y - margin, 2 * margin, 2 * margin) &
-      cv::Rect(0, 0, size.width, size.height);
+  const cv::Rect roi = cv::Rect(center.x - margin, center.y - margin, 2 * margin, 2 * margin) &
+                       cv::Rect(0, 0, size.width, size.height);
   cv::Mat m = mask(roi);
   cv::GaussianBlur(m, m, cv::Size(0, 0), sigma);
   const cv::Vec3f color = RandomColor(rng);
@@ -126,12 +119,10 @@ void AddTexture(Rng& rng, cv::Mat& image) {
     int cell;
     float amplitude;
   };
-  static constexpr Octave kOctaves[] = {
-      {64, 30}, {24, 18}, {8, 12}, {3, 10}, {1, 7}};
+  static constexpr Octave kOctaves[] = {{64, 30}, {24, 18}, {8, 12}, {3, 10}, {1, 7}};
   cv::Mat luma = cv::Mat::zeros(size, CV_32F);
   for (const Octave& octave : kOctaves) {
-    cv::scaleAdd(SmoothNoise(rng, size, octave.cell, 1),
-                 octave.amplitude * strength, luma, luma);
+    cv::scaleAdd(SmoothNoise(rng, size, octave.cell, 1), octave.amplitude * strength, luma, luma);
   }
   cv::Mat chroma = SmoothNoise(rng, size, 48, 3) * (12 * strength);
   cv::Mat luma3;
@@ -142,12 +133,10 @@ void AddTexture(Rng& rng, cv::Mat& image) {
 cv::Mat SyntheticImage(uint64_t seed, uint64_t index) {
   Rng rng(MixSeed({seed, index}));
   const int long_side =
-      kMinLongSide +
-      static_cast<int>(rng.UniformInt(kMaxLongSide - kMinLongSide + 1));
-  const int short_side =
-      static_cast<int>(std::lround(long_side * rng.Uniform(0.55, 1.0)));
-  const cv::Size size = rng.Bernoulli(0.75) ? cv::Size(long_side, short_side)
-                                            : cv::Size(short_side, long_side);
+      kMinLongSide + static_cast<int>(rng.UniformInt(kMaxLongSide - kMinLongSide + 1));
+  const int short_side = static_cast<int>(std::lround(long_side * rng.Uniform(0.55, 1.0)));
+  const cv::Size size =
+      rng.Bernoulli(0.75) ? cv::Size(long_side, short_side) : cv::Size(short_side, long_side);
   cv::Mat image = Background(rng, size);
   const int shapes = 4 + static_cast<int>(rng.UniformInt(9));
   for (int i = 0; i < shapes; ++i) AddShape(rng, image);
@@ -161,33 +150,27 @@ int Digits(int64_t n) { return n < 10 ? 1 : 1 + Digits(n / 10); }
 
 absl::Status WriteFile(const std::string& path, const std::string& data) {
   std::FILE* file = std::fopen(path.c_str(), "wb");
-  if (file == nullptr)
-    return absl::ErrnoToStatus(errno, absl::StrCat("cannot create ", path));
-  const bool written =
-      std::fwrite(data.data(), 1, data.size(), file) == data.size();
+  if (file == nullptr) return absl::ErrnoToStatus(errno, absl::StrCat("cannot create ", path));
+  const bool written = std::fwrite(data.data(), 1, data.size(), file) == data.size();
   const int write_errno = errno;
   if (std::fclose(file) != 0 || !written) {
-    return absl::ErrnoToStatus(written ? errno : write_errno,
-                               absl::StrCat("cannot write ", path));
+    return absl::ErrnoToStatus(written ? errno : write_errno, absl::StrCat("cannot write ", path));
   }
   return absl::OkStatus();
 }
 
 absl::Status ValidateOptions(const DatagenOptions& options) {
-  if (options.output.empty())
-    return absl::InvalidArgumentError("--output must name a folder");
+  if (options.output.empty()) return absl::InvalidArgumentError("--output must name a folder");
   if (options.images <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--images must be > 0, got ", options.images));
+    return absl::InvalidArgumentError(absl::StrCat("--images must be > 0, got ", options.images));
   }
   if (options.classes <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--classes must be > 0, got ", options.classes));
+    return absl::InvalidArgumentError(absl::StrCat("--classes must be > 0, got ", options.classes));
   }
   if (options.classes > options.images) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--classes (", options.classes, ") must not exceed --images (",
-        options.images, "): every class needs an image"));
+    return absl::InvalidArgumentError(absl::StrCat("--classes (", options.classes,
+                                                   ") must not exceed --images (", options.images,
+                                                   "): every class needs an image"));
   }
   if (options.threads < 1) {
     return absl::InvalidArgumentError(
@@ -197,13 +180,12 @@ absl::Status ValidateOptions(const DatagenOptions& options) {
   const fs::file_status status = fs::status(options.output, ec);
   if (fs::exists(status)) {
     if (!fs::is_directory(status)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--output ", options.output, " exists and is not a folder"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--output ", options.output, " exists and is not a folder"));
     }
     if (!fs::is_empty(options.output, ec) || ec) {
       return absl::FailedPreconditionError(
-          absl::StrCat("--output ", options.output,
-                       " is not empty; choose a new or empty folder"));
+          absl::StrCat("--output ", options.output, " is not empty; choose a new or empty folder"));
     }
   }
   return absl::OkStatus();
@@ -223,13 +205,11 @@ class Generator {
       std::error_code ec;
       const std::string dir = ClassDir(c);
       if (!fs::create_directories(dir, ec) && ec) {
-        return absl::ErrnoToStatus(ec.value(),
-                                   absl::StrCat("cannot create folder ", dir));
+        return absl::ErrnoToStatus(ec.value(), absl::StrCat("cannot create folder ", dir));
       }
     }
     std::vector<std::thread> threads;
-    for (int i = 0; i < options_.threads; ++i)
-      threads.emplace_back([this] { Work(); });
+    for (int i = 0; i < options_.threads; ++i) threads.emplace_back([this] { Work(); });
     for (std::thread& t : threads) t.join();
     absl::MutexLock lock(&mu_);
     return first_error_;
@@ -237,22 +217,18 @@ class Generator {
 
  private:
   std::string ClassDir(int c) const {
-    return (fs::path(options_.output) /
-            absl::StrFormat("class_%0*d", class_digits_, c))
-        .string();
+    return (fs::path(options_.output) / absl::StrFormat("class_%0*d", class_digits_, c)).string();
   }
 
   void Work() ABSL_LOCKS_EXCLUDED(mu_) {
     for (;;) {
       const int64_t i = next_.fetch_add(1);
       if (i >= options_.images || failed_.load()) return;
-      const std::string path =
-          (fs::path(ClassDir(static_cast<int>(i % options_.classes))) /
-           absl::StrFormat("img_%0*d.jpg", image_digits_, i))
-              .string();
+      const std::string path = (fs::path(ClassDir(static_cast<int>(i % options_.classes))) /
+                                absl::StrFormat("img_%0*d.jpg", image_digits_, i))
+                                   .string();
       absl::Status status;
-      absl::StatusOr<std::string> jpeg =
-          SyntheticJpeg(options_.seed, static_cast<uint64_t>(i));
+      absl::StatusOr<std::string> jpeg = SyntheticJpeg(options_.seed, static_cast<uint64_t>(i));
       status = jpeg.ok() ? WriteFile(path, *jpeg) : jpeg.status();
       absl::MutexLock lock(&mu_);
       if (!status.ok()) {
@@ -265,8 +241,7 @@ class Generator {
         return;
       }
       ++done_;
-      if (options_.progress)
-        options_.progress(done_, static_cast<uint64_t>(options_.images));
+      if (options_.progress) options_.progress(done_, static_cast<uint64_t>(options_.images));
     }
   }
 
@@ -287,21 +262,19 @@ absl::StatusOr<std::string> SyntheticJpeg(uint64_t seed, uint64_t index) {
   try {
     const cv::Mat image = SyntheticImage(seed, index);
     std::vector<uchar> jpeg;
-    if (!cv::imencode(".jpg", image, jpeg,
-                      {cv::IMWRITE_JPEG_QUALITY, kJpegQuality})) {
+    if (!cv::imencode(".jpg", image, jpeg, {cv::IMWRITE_JPEG_QUALITY, kJpegQuality})) {
       return absl::InternalError(
           absl::StrCat("JPEG encoding of synthetic image ", index, " failed"));
     }
     return std::string(jpeg.begin(), jpeg.end());
   } catch (const cv::Exception& e) {
-    return absl::InternalError(absl::StrCat("OpenCV failed on synthetic image ",
-                                            index, ": ", e.what()));
+    return absl::InternalError(
+        absl::StrCat("OpenCV failed on synthetic image ", index, ": ", e.what()));
   }
 }
 
 absl::Status GenerateImageFolder(const DatagenOptions& options) {
-  if (absl::Status status = ValidateOptions(options); !status.ok())
-    return status;
+  if (absl::Status status = ValidateOptions(options); !status.ok()) return status;
   return Generator(options).Run();
 }
 

@@ -28,8 +28,7 @@ using Json = nlohmann::ordered_json;  // keys in the documented order
 // NaN and infinities, which JSON cannot carry, are null (they were "nan").
 Json Number(double v) {
   if (!std::isfinite(v)) return nullptr;
-  const double rounded =
-      std::strtod(absl::StrFormat("%.6g", v).c_str(), nullptr);
+  const double rounded = std::strtod(absl::StrFormat("%.6g", v).c_str(), nullptr);
   if (std::trunc(rounded) == rounded && std::fabs(rounded) < 1e15)
     return static_cast<int64_t>(rounded);
   return rounded;
@@ -38,8 +37,7 @@ Json Number(double v) {
 }  // namespace
 
 absl::StatusOr<proto::GetStatusResponse> FetchStatus(const std::string& address,
-                                                     int starting_workers,
-                                                     absl::Duration timeout,
+                                                     int starting_workers, absl::Duration timeout,
                                                      const service::ChannelOptions& security) {
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
                    service::CreateChannel(address, security));
@@ -53,8 +51,7 @@ absl::StatusOr<proto::GetStatusResponse> FetchStatus(const std::string& address,
   const grpc::Status status = stub->GetStatus(&context, request, &response);
   if (!status.ok()) {
     absl::Status s = service::FromGrpcStatus(status);
-    return absl::Status(
-        s.code(), absl::StrCat("GetStatus from ", address, ": ", s.message()));
+    return absl::Status(s.code(), absl::StrCat("GetStatus from ", address, ": ", s.message()));
   }
   return response;
 }
@@ -62,56 +59,51 @@ absl::StatusOr<proto::GetStatusResponse> FetchStatus(const std::string& address,
 std::string StatusJson(const proto::GetStatusResponse& s) {
   Json workers = Json::array();
   for (const proto::WorkerStatus& w : s.workers()) {
-    workers.push_back(
-        {{"worker_id", w.worker_id()},
-         {"address", w.address()},
-         {"state", w.state()},
-         {"splits", w.splits()},
-         {"queue_depth", w.queue_depth()},
-         {"queue_capacity", w.queue_capacity()},
-         {"elements_per_second", Number(w.elements_per_second())},
-         {"elements_per_busy_second", Number(w.elements_per_busy_second())},
-         {"age_seconds", Number(w.age_seconds())}});
+    workers.push_back({{"worker_id", w.worker_id()},
+                       {"address", w.address()},
+                       {"state", w.state()},
+                       {"splits", w.splits()},
+                       {"queue_depth", w.queue_depth()},
+                       {"queue_capacity", w.queue_capacity()},
+                       {"elements_per_second", Number(w.elements_per_second())},
+                       {"elements_per_busy_second", Number(w.elements_per_busy_second())},
+                       {"age_seconds", Number(w.age_seconds())}});
   }
   Json jobs = Json::array();
   for (const proto::JobStatus& j : s.jobs()) {
     Json consumers = Json::array();
     for (const proto::ConsumerStatus& c : j.consumers()) {
-      consumers.push_back(
-          {{"consumer_index", c.consumer_index()},
-           {"epoch", c.epoch()},
-           {"finished", c.finished()},
-           {"splits_done", c.splits_done()},
-           {"splits", c.splits()},
-           {"batches_per_second", Number(c.batches_per_second())},
-           {"wait_fraction", Number(c.wait_fraction())}});
+      consumers.push_back({{"consumer_index", c.consumer_index()},
+                           {"epoch", c.epoch()},
+                           {"finished", c.finished()},
+                           {"splits_done", c.splits_done()},
+                           {"splits", c.splits()},
+                           {"batches_per_second", Number(c.batches_per_second())},
+                           {"wait_fraction", Number(c.wait_fraction())}});
     }
-    jobs.push_back(
-        {{"job_id", j.job_id()},
-         {"job_name", j.job_name()},
-         {"batch_size", j.batch_size()},
-         {"num_epochs", j.num_epochs()},
-         {"demand_elements_per_second", Number(j.demand_elements_per_second())},
-         {"capacity_elements_per_second",
-          Number(j.capacity_elements_per_second())},
-         {"need_workers", Number(j.need_workers())},
-         {"priority", j.priority()},
-         {"min_workers", j.min_workers()},
-         {"allocated_workers", Number(j.allocated_workers())},
-         {"allocation_reason", j.allocation_reason()},
-         {"consumers", std::move(consumers)}});
+    jobs.push_back({{"job_id", j.job_id()},
+                    {"job_name", j.job_name()},
+                    {"batch_size", j.batch_size()},
+                    {"num_epochs", j.num_epochs()},
+                    {"demand_elements_per_second", Number(j.demand_elements_per_second())},
+                    {"capacity_elements_per_second", Number(j.capacity_elements_per_second())},
+                    {"need_workers", Number(j.need_workers())},
+                    {"priority", j.priority()},
+                    {"min_workers", j.min_workers()},
+                    {"allocated_workers", Number(j.allocated_workers())},
+                    {"allocation_reason", j.allocation_reason()},
+                    {"consumers", std::move(consumers)}});
   }
-  const Json status = {
-      {"workers", std::move(workers)},
-      {"desired_workers", s.desired_workers()},
-      {"current_workers", s.current_workers()},
-      {"reason", s.reason()},
-      {"scaler", s.scaler()},
-      {"min_workers", s.min_workers()},
-      {"max_workers", s.max_workers()},
-      {"pool_bound", s.pool_bound()},
-      {"drain", std::vector<uint64_t>(s.drain().begin(), s.drain().end())},
-      {"jobs", std::move(jobs)}};
+  const Json status = {{"workers", std::move(workers)},
+                       {"desired_workers", s.desired_workers()},
+                       {"current_workers", s.current_workers()},
+                       {"reason", s.reason()},
+                       {"scaler", s.scaler()},
+                       {"min_workers", s.min_workers()},
+                       {"max_workers", s.max_workers()},
+                       {"pool_bound", s.pool_bound()},
+                       {"drain", std::vector<uint64_t>(s.drain().begin(), s.drain().end())},
+                       {"jobs", std::move(jobs)}};
   // Bytes that are not UTF-8 (a job name is the client's) become U+FFFD
   // instead of an exception.
   return status.dump(/*indent=*/-1, /*indent_char=*/' ', /*ensure_ascii=*/false,
@@ -122,41 +114,35 @@ std::string StatusText(const proto::GetStatusResponse& s) {
   std::string out = absl::StrFormat(
       "workers: %d current, %d desired (scaler %s, min %d, max %d)\n  why: "
       "%s\n",
-      s.current_workers(), s.desired_workers(), s.scaler(), s.min_workers(),
-      s.max_workers(), s.reason());
-  absl::StrAppendFormat(&out, "\n%-6s %-22s %-9s %6s %9s %10s %10s\n", "ID",
-                        "ADDRESS", "STATE", "SPLITS", "QUEUE", "EL/S",
-                        "EL/BUSY-S");
+      s.current_workers(), s.desired_workers(), s.scaler(), s.min_workers(), s.max_workers(),
+      s.reason());
+  absl::StrAppendFormat(&out, "\n%-6s %-22s %-9s %6s %9s %10s %10s\n", "ID", "ADDRESS", "STATE",
+                        "SPLITS", "QUEUE", "EL/S", "EL/BUSY-S");
   for (const proto::WorkerStatus& w : s.workers()) {
-    absl::StrAppendFormat(
-        &out, "%-6d %-22s %-9s %6d %4d/%-4d %10.1f %10.1f\n", w.worker_id(),
-        w.address(), w.state(), w.splits(), w.queue_depth(), w.queue_capacity(),
-        w.elements_per_second(), w.elements_per_busy_second());
+    absl::StrAppendFormat(&out, "%-6d %-22s %-9s %6d %4d/%-4d %10.1f %10.1f\n", w.worker_id(),
+                          w.address(), w.state(), w.splits(), w.queue_depth(), w.queue_capacity(),
+                          w.elements_per_second(), w.elements_per_busy_second());
   }
   for (const proto::JobStatus& j : s.jobs()) {
-    absl::StrAppendFormat(
-        &out,
-        "\njob %d '%s' (batch %d, %s): demand %.1f el/s, %.1f el/s per "
-        "worker, need %.2f workers\n",
-        j.job_id(), j.job_name(), j.batch_size(),
-        j.num_epochs() == 0 ? std::string("epochs: forever")
-                            : absl::StrCat("epochs: ", j.num_epochs()),
-        j.demand_elements_per_second(), j.capacity_elements_per_second(),
-        j.need_workers());
+    absl::StrAppendFormat(&out,
+                          "\njob %d '%s' (batch %d, %s): demand %.1f el/s, %.1f el/s per "
+                          "worker, need %.2f workers\n",
+                          j.job_id(), j.job_name(), j.batch_size(),
+                          j.num_epochs() == 0 ? std::string("epochs: forever")
+                                              : absl::StrCat("epochs: ", j.num_epochs()),
+                          j.demand_elements_per_second(), j.capacity_elements_per_second(),
+                          j.need_workers());
     if (s.pool_bound()) {
-      absl::StrAppendFormat(
-          &out, "  allocated %.2f workers (priority %d, min_workers %d): %s\n",
-          j.allocated_workers(), j.priority(), j.min_workers(),
-          j.allocation_reason());
+      absl::StrAppendFormat(&out, "  allocated %.2f workers (priority %d, min_workers %d): %s\n",
+                            j.allocated_workers(), j.priority(), j.min_workers(),
+                            j.allocation_reason());
     }
-    absl::StrAppendFormat(&out, "  %-9s %6s %12s %10s %8s\n", "CONSUMER",
-                          "EPOCH", "PROGRESS", "BATCHES/S", "WAIT");
+    absl::StrAppendFormat(&out, "  %-9s %6s %12s %10s %8s\n", "CONSUMER", "EPOCH", "PROGRESS",
+                          "BATCHES/S", "WAIT");
     for (const proto::ConsumerStatus& c : j.consumers()) {
       absl::StrAppendFormat(
-          &out, "  %-9d %6d %12s %10.2f %7.1f%%\n", c.consumer_index(),
-          c.epoch(),
-          c.finished() ? std::string("finished")
-                       : absl::StrCat(c.splits_done(), "/", c.splits()),
+          &out, "  %-9d %6d %12s %10.2f %7.1f%%\n", c.consumer_index(), c.epoch(),
+          c.finished() ? std::string("finished") : absl::StrCat(c.splits_done(), "/", c.splits()),
           c.batches_per_second(), 100 * c.wait_fraction());
     }
   }
@@ -168,8 +154,7 @@ absl::StatusOr<AutoscaleStep> LocalAutoscaler::Step() {
   step.exited = cluster_->ReapExitedWorkers();
   // Workers that are not registered yet: the dispatcher counts them as
   // current, so it does not ask for them twice.
-  absl::StatusOr<proto::GetStatusResponse> status =
-      FetchStatus(cluster_->dispatcher_address());
+  absl::StatusOr<proto::GetStatusResponse> status = FetchStatus(cluster_->dispatcher_address());
   if (!status.ok()) return status.status();
   std::set<std::string> registered, draining;
   for (const proto::WorkerStatus& w : status->workers()) {
@@ -182,8 +167,7 @@ absl::StatusOr<AutoscaleStep> LocalAutoscaler::Step() {
     if (!registered.contains(address)) ++starting;
     if (draining.contains(address)) ++step.draining;
   }
-  ASSIGN_OR_RETURN(*status,
-                   FetchStatus(cluster_->dispatcher_address(), starting));
+  ASSIGN_OR_RETURN(*status, FetchStatus(cluster_->dispatcher_address(), starting));
   step.live = cluster_->num_workers();
   step.desired = status->desired_workers();
   step.reason = status->reason();

@@ -29,10 +29,10 @@ namespace sluice::tools {
 // actuator's workers that have not registered yet; -1 leaves it alone. The
 // RPC's error (Unavailable when the dispatcher cannot be reached). `channel`: transport
 // security (TLS, token) of the call.
-absl::StatusOr<proto::GetStatusResponse> FetchStatus(
-    const std::string& address, int starting_workers = -1,
-    absl::Duration timeout = absl::Seconds(5),
-    const service::ChannelOptions& security = {});
+absl::StatusOr<proto::GetStatusResponse> FetchStatus(const std::string& address,
+                                                     int starting_workers = -1,
+                                                     absl::Duration timeout = absl::Seconds(5),
+                                                     const service::ChannelOptions& security = {});
 
 // `sluice status --json`: the stable form documented in docs/autoscaling.md
 // (top-level keys workers, desired_workers, current_workers, reason, scaler,

@@ -68,9 +68,7 @@ std::string Tail(const std::string& path) {
 absl::StatusOr<Certificates> MakeCertificates(const std::string& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec)
-    return absl::InternalError(
-        absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
   const fs::path folder = fs::absolute(dir);
   if (!fs::exists("/usr/bin/openssl")) {
     return absl::FailedPreconditionError(
@@ -79,17 +77,15 @@ absl::StatusOr<Certificates> MakeCertificates(const std::string& dir) {
         "openssl)");
   }
   const std::string log = (folder / "openssl.log").string();
-  absl::StatusOr<std::unique_ptr<Subprocess>> shell = Subprocess::Start(
-      {"/bin/sh", "-c",
-       absl::StrCat("cd '", folder.string(), "' && ", kScript)},
-      {.log_file = (folder / "make.log").string()});
+  absl::StatusOr<std::unique_ptr<Subprocess>> shell =
+      Subprocess::Start({"/bin/sh", "-c", absl::StrCat("cd '", folder.string(), "' && ", kScript)},
+                        {.log_file = (folder / "make.log").string()});
   if (!shell.ok()) return shell.status();
   absl::StatusOr<int> code = (*shell)->Wait(absl::Minutes(2));
   if (!code.ok()) return code.status();
   if (*code != 0) {
-    return absl::InternalError(absl::StrCat("making certificates in ",
-                                            folder.string(), " failed (exit ",
-                                            *code, "): ", Tail(log)));
+    return absl::InternalError(absl::StrCat("making certificates in ", folder.string(),
+                                            " failed (exit ", *code, "): ", Tail(log)));
   }
   auto at = [&](const char* name) { return (folder / name).string(); };
   return Certificates{.ca = at("ca.pem"),

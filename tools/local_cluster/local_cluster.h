@@ -36,9 +36,8 @@ struct LocalClusterOptions {
   absl::Duration heartbeat_interval = absl::Milliseconds(200);
   absl::Duration worker_timeout = absl::Seconds(2);
   absl::Duration start_timeout = absl::Seconds(20);
-  std::vector<std::string> extra_worker_flags;  // e.g. {"--memory-mb", "64"}
-  std::vector<std::string>
-      extra_dispatcher_flags;  // e.g. {"--consumer-timeout", "2s"}
+  std::vector<std::string> extra_worker_flags;      // e.g. {"--memory-mb", "64"}
+  std::vector<std::string> extra_dispatcher_flags;  // e.g. {"--consumer-timeout", "2s"}
 
   // Transport security of every process (docs/security.md; certificates.h makes throwaway
   // ones): --tls-cert/--tls-key serve TLS, --tls-ca adds mutual TLS (workers present the same
@@ -59,8 +58,7 @@ class LocalCluster {
  public:
   // Starts the dispatcher, then the workers, and waits until all listen. A
   // child that fails to start is reported with the tail of its log.
-  static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(
-      LocalClusterOptions options);
+  static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(LocalClusterOptions options);
   ~LocalCluster();
 
   const std::string& dispatcher_address() const { return dispatcher_.address; }
@@ -90,11 +88,9 @@ class LocalCluster {
   void Stop(absl::Duration grace = absl::Seconds(10));
 
  private:
-  explicit LocalCluster(LocalClusterOptions options)
-      : options_(std::move(options)) {}
-  absl::StatusOr<ServerProcess> Launch(
-      const std::string& name, std::vector<std::string> argv,
-      const std::vector<std::string>& extra = {});
+  explicit LocalCluster(LocalClusterOptions options) : options_(std::move(options)) {}
+  absl::StatusOr<ServerProcess> Launch(const std::string& name, std::vector<std::string> argv,
+                                       const std::vector<std::string>& extra = {});
   absl::StatusOr<ServerProcess> LaunchDispatcher(int port);
 
   const LocalClusterOptions options_;
@@ -116,8 +112,7 @@ absl::StatusOr<std::string> ScrapeMetrics(int port);
 // Sums the samples of `metric` in Prometheus text `exposition` by the value of
 // `label`: SumByLabel(text, "sluice_pipeline_stage_busy_seconds_total",
 // "stage") → {"map[0]": 12.5, ...}.
-std::map<std::string, double> SumByLabel(const std::string& exposition,
-                                         const std::string& metric,
+std::map<std::string, double> SumByLabel(const std::string& exposition, const std::string& metric,
                                          const std::string& label);
 
 }  // namespace sluice::tools

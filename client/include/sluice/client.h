@@ -126,15 +126,7 @@ struct JobOptions {
 };
 
 // Element type of a column. kBytes/kString columns carry the worker's encoding.
-enum class DType {
-  kBytes,
-  kString,
-  kUint8,
-  kInt32,
-  kInt64,
-  kFloat16,
-  kFloat32
-};
+enum class DType { kBytes, kString, kUint8, kInt32, kInt64, kFloat16, kFloat32 };
 
 // "uint8", "float32", ...
 const char* DTypeName(DType dtype);
@@ -152,16 +144,13 @@ struct Column {
   size_t size = 0;
   std::shared_ptr<void> owner;
 
-  std::string_view bytes() const {
-    return {reinterpret_cast<const char*>(data), size};
-  }
+  std::string_view bytes() const { return {reinterpret_cast<const char*>(data), size}; }
 };
 
 struct Batch {
   uint64_t epoch = 0;
   std::vector<Column> columns;
-  std::vector<uint64_t>
-      global_indices;  // one per element: the record's global index
+  std::vector<uint64_t> global_indices;  // one per element: the record's global index
   // Origin: position of the slot in this consumer's sequence of `epoch`, the id
   // of the first split it reads, and the batch's index within the slot.
   uint64_t position = 0;
@@ -220,8 +209,7 @@ class DataServiceClient {
   // (or something that is not a gRPC server) listens there; FailedPrecondition
   // with the dispatcher's message on a protocol version mismatch;
   // InvalidArgument for bad options.
-  static absl::StatusOr<std::unique_ptr<DataServiceClient>> Create(
-      ClientOptions options);
+  static absl::StatusOr<std::unique_ptr<DataServiceClient>> Create(ClientOptions options);
 
   virtual ~DataServiceClient() = default;
 
@@ -234,8 +222,7 @@ class DataServiceClient {
   // InvalidArgument for an image folder; Unavailable when no worker answered;
   // FailedPrecondition when a job of that name exists with another config; the
   // dispatcher's error (code kept) otherwise.
-  virtual absl::StatusOr<std::unique_ptr<BatchIterator>> Open(
-      const JobOptions& job) = 0;
+  virtual absl::StatusOr<std::unique_ptr<BatchIterator>> Open(const JobOptions& job) = 0;
 };
 
 }  // namespace sluice

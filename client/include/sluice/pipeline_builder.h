@@ -63,8 +63,7 @@ inline proto::OpSpec RandomResizedCrop(int size) {
   op.mutable_random_resized_crop()->set_size(size);
   return op;
 }
-inline proto::OpSpec RandomResizedCrop(int size, float scale_min,
-                                       float scale_max) {
+inline proto::OpSpec RandomResizedCrop(int size, float scale_min, float scale_max) {
   proto::OpSpec op = RandomResizedCrop(size);
   op.mutable_random_resized_crop()->set_scale_min(scale_min);
   op.mutable_random_resized_crop()->set_scale_max(scale_max);
@@ -91,8 +90,7 @@ inline proto::OpSpec RandomRotation(float degrees) {
   op.mutable_random_rotation()->set_degrees(degrees);
   return op;
 }
-inline proto::OpSpec ColorJitter(float brightness, float contrast,
-                                 float saturation, float hue) {
+inline proto::OpSpec ColorJitter(float brightness, float contrast, float saturation, float hue) {
   proto::OpSpec op;
   auto* c = op.mutable_color_jitter();
   c->set_brightness(brightness);
@@ -101,8 +99,7 @@ inline proto::OpSpec ColorJitter(float brightness, float contrast,
   c->set_hue(hue);
   return op;
 }
-inline proto::OpSpec Normalize(const std::vector<float>& mean,
-                               const std::vector<float>& std) {
+inline proto::OpSpec Normalize(const std::vector<float>& mean, const std::vector<float>& std) {
   proto::OpSpec op;
   for (float m : mean) op.mutable_normalize()->add_mean(m);
   for (float s : std) op.mutable_normalize()->add_std(s);
@@ -138,8 +135,7 @@ inline proto::OpSpec Sleep(int64_t micros) {
 // processes, on all of the map's input columns (docs/python.md, "Python
 // transforms"). `output_dtypes`: one per column, "" or none = the input's.
 // Only the names travel: the module must be importable on the worker.
-inline proto::OpSpec Python(const std::string& module,
-                            const std::string& function,
+inline proto::OpSpec Python(const std::string& module, const std::string& function,
                             const std::vector<std::string>& output_dtypes = {}) {
   proto::OpSpec op;
   op.mutable_python()->set_module(module);
@@ -163,8 +159,8 @@ class PipelineBuilder {
     p_.mutable_source()->mutable_image_folder()->set_path(path);
     return *this;
   }
-  PipelineBuilder& Synthetic(int64_t num_records, int height = 256,
-                             int width = 256, int num_classes = 10) {
+  PipelineBuilder& Synthetic(int64_t num_records, int height = 256, int width = 256,
+                             int num_classes = 10) {
     auto* s = p_.mutable_source()->mutable_synthetic();
     s->set_num_records(num_records);
     s->set_height(height);

@@ -20,8 +20,7 @@ namespace sluice {
 namespace {
 
 absl::Status Run(char** argv) {
-  ASSIGN_OR_RETURN(proto::Pipeline pipeline,
-                   sluice::pipeline_spec::LoadPipelineSpecFile(argv[2]));
+  ASSIGN_OR_RETURN(proto::Pipeline pipeline, sluice::pipeline_spec::LoadPipelineSpecFile(argv[2]));
   pipeline.mutable_source()->mutable_dataset()->set_path(argv[3]);
   ASSIGN_OR_RETURN(std::unique_ptr<DataServiceClient> client,
                    DataServiceClient::Create({.dispatcher_address = argv[1]}));
@@ -33,8 +32,7 @@ absl::Status Run(char** argv) {
   job.deterministic = true;
   ASSIGN_OR_RETURN(std::unique_ptr<BatchIterator> it, client->Open(job));
   std::ofstream out(argv[7], std::ios::binary | std::ios::trunc);
-  if (!out)
-    return absl::InvalidArgumentError("cannot write " + std::string(argv[7]));
+  if (!out) return absl::InvalidArgumentError("cannot write " + std::string(argv[7]));
   while (true) {
     ASSIGN_OR_RETURN(std::optional<Batch> batch, it->GetNext());
     if (!batch) break;
@@ -48,8 +46,7 @@ absl::Status Run(char** argv) {
     }
   }
   out.close();
-  if (!out)
-    return absl::DataLossError("short write to " + std::string(argv[7]));
+  if (!out) return absl::DataLossError("short write to " + std::string(argv[7]));
   return absl::OkStatus();
 }
 
@@ -58,8 +55,7 @@ absl::Status Run(char** argv) {
 
 int main(int argc, char** argv) {
   if (argc != 8) {
-    std::fprintf(stderr, "usage: %s DISPATCHER SPEC DATA JOB EPOCHS SEED OUT\n",
-                 argv[0]);
+    std::fprintf(stderr, "usage: %s DISPATCHER SPEC DATA JOB EPOCHS SEED OUT\n", argv[0]);
     return 2;
   }
   absl::Status status = sluice::Run(argv);

@@ -54,8 +54,7 @@ bool HasImageSignature(std::string_view bytes);
 // satisfy `keep`, sorted by name; or {input} if `input` is a regular file.
 // NotFound if `input` does not exist.
 absl::StatusOr<std::vector<std::string>> ListInputFiles(
-    const std::string& input,
-    const std::function<bool(std::string_view name)>& keep);
+    const std::string& input, const std::function<bool(std::string_view name)>& keep);
 
 }  // namespace sluice::record
 

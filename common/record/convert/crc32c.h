@@ -18,9 +18,7 @@ inline uint32_t Crc32c(std::string_view data) { return Crc32cExtend(0, data); }
 
 // TensorFlow stores CRCs masked, so that a CRC of data that itself contains
 // CRCs stays strong.
-inline uint32_t MaskCrc32c(uint32_t crc) {
-  return ((crc >> 15) | (crc << 17)) + 0xa282ead8U;
-}
+inline uint32_t MaskCrc32c(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8U; }
 inline uint32_t UnmaskCrc32c(uint32_t masked) {
   const uint32_t rot = masked - 0xa282ead8U;
   return (rot >> 17) | (rot << 15);

@@ -26,8 +26,7 @@ namespace sluice::record {
 class TfRecordReader {
  public:
   // NotFound if `path` does not exist; other open errors map from errno.
-  static absl::StatusOr<std::unique_ptr<TfRecordReader>> Open(
-      const std::string& path);
+  static absl::StatusOr<std::unique_ptr<TfRecordReader>> Open(const std::string& path);
   ~TfRecordReader();
 
   // Replaces *record with the next record's data. Returns false at a clean end
@@ -45,8 +44,7 @@ class TfRecordReader {
   class Source;  // A byte stream: a plain file or a gzip stream.
 
  private:
-  TfRecordReader(std::string path, std::unique_ptr<Source> source,
-                 bool gzipped);
+  TfRecordReader(std::string path, std::unique_ptr<Source> source, bool gzipped);
   absl::Status Corrupt(const std::string& what) const;
   // Reads exactly `n` bytes or fails as truncated, naming `what` was being
   // read.

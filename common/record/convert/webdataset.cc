@@ -38,8 +38,7 @@ bool IsImageExtension(std::string_view ext) {
 // Splits a member path into WebDataset's (key, extension). False for members
 // that belong to no sample: no '.' in the last component, or a hidden last
 // component (".x", "._x.jpg").
-bool SplitMemberPath(std::string_view path, std::string_view* key,
-                     std::string_view* ext) {
+bool SplitMemberPath(std::string_view path, std::string_view* key, std::string_view* ext) {
   const size_t slash = path.rfind('/');
   const size_t base = slash == std::string_view::npos ? 0 : slash + 1;
   const size_t dot = path.find('.', base);
@@ -52,24 +51,20 @@ bool SplitMemberPath(std::string_view path, std::string_view* key,
 // Reads one tar's samples, in tar order. Not thread-safe; one per source run.
 class TarReader {
  public:
-  TarReader(std::string path, const SampleSink& sink)
-      : path_(std::move(path)), sink_(sink) {}
+  TarReader(std::string path, const SampleSink& sink) : path_(std::move(path)), sink_(sink) {}
   ~TarReader() {
     if (archive_ != nullptr) archive_read_free(archive_);
   }
 
   absl::Status Run() {
     archive_ = archive_read_new();
-    if (archive_ == nullptr)
-      return absl::ResourceExhaustedError("archive_read_new failed");
+    if (archive_ == nullptr) return absl::ResourceExhaustedError("archive_read_new failed");
     archive_read_support_filter_all(archive_);
     archive_read_support_format_tar(archive_);
-    if (archive_read_open_filename(archive_, path_.c_str(), 1 << 20) !=
-        ARCHIVE_OK) {
+    if (archive_read_open_filename(archive_, path_.c_str(), 1 << 20) != ARCHIVE_OK) {
       const int err = archive_errno(archive_);
-      return absl::ErrnoToStatus(
-          err > 0 ? err : EINVAL,
-          absl::StrCat("cannot open tar ", path_, ": ", Error()));
+      return absl::ErrnoToStatus(err > 0 ? err : EINVAL,
+                                 absl::StrCat("cannot open tar ", path_, ": ", Error()));
     }
     for (uint64_t members = 0;; ++members) {
       archive_entry* entry = nullptr;
@@ -79,11 +74,11 @@ class TarReader {
         // A bad first header means this is no tar at all; a later one, a
         // damaged tar.
         if (members == 0) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "tar ", path_, " is not a readable tar archive: ", Error()));
+          return absl::InvalidArgumentError(
+              absl::StrCat("tar ", path_, " is not a readable tar archive: ", Error()));
         }
-        return absl::DataLossError(absl::StrCat(
-            "tar ", path_, ": corrupt after member ", members, ": ", Error()));
+        return absl::DataLossError(
+            absl::StrCat("tar ", path_, ": corrupt after member ", members, ": ", Error()));
       }
       if (archive_entry_filetype(entry) != AE_IFREG) continue;
       const char* raw_path = archive_entry_pathname(entry);
@@ -104,8 +99,7 @@ class TarReader {
     return message != nullptr ? message : "unknown libarchive error";
   }
 
-  absl::Status AddMember(const std::string& member, std::string key,
-                         const std::string& ext) {
+  absl::Status AddMember(const std::string& member, std::string key, const std::string& ext) {
     if (key != key_) {
       RETURN_IF_ERROR(Flush());
       if (!seen_.insert(key).second) {
@@ -118,26 +112,24 @@ class TarReader {
     }
     if (IsImageExtension(ext)) {
       if (!image_member_.empty()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "tar ", path_, ": sample \"", key_, "\" has two images, ",
-            image_member_, " and ", member));
+        return absl::InvalidArgumentError(absl::StrCat("tar ", path_, ": sample \"", key_,
+                                                       "\" has two images, ", image_member_,
+                                                       " and ", member));
       }
       image_member_ = member;
       ASSIGN_OR_RETURN(image_, ReadData(member));
       if (!HasImageSignature(image_)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("tar ", path_, ": member ", member, " of sample \"",
-                         key_, "\" is not a JPEG or PNG"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tar ", path_, ": member ", member, " of sample \"", key_, "\" is not a JPEG or PNG"));
       }
     } else if (ext == "cls") {
       ASSIGN_OR_RETURN(const std::string text, ReadData(member));
       int64_t label;
       if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(text), &label)) {
         return absl::InvalidArgumentError(
-            absl::StrCat("tar ", path_, ": member ", member, " of sample \"",
-                         key_, "\" must hold an integer class label, holds \"",
-                         absl::CHexEscape(text.substr(0, 32)),
-                         text.size() > 32 ? "...\"" : "\""));
+            absl::StrCat("tar ", path_, ": member ", member, " of sample \"", key_,
+                         "\" must hold an integer class label, holds \"",
+                         absl::CHexEscape(text.substr(0, 32)), text.size() > 32 ? "...\"" : "\""));
       }
       label_ = label;
     }
@@ -148,13 +140,12 @@ class TarReader {
   absl::Status Flush() {
     if (key_.empty()) return absl::OkStatus();
     if (image_member_.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tar ", path_, ": sample \"", key_,
-                       "\" has no image (.jpg, .jpeg or .png member)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tar ", path_, ": sample \"", key_, "\" has no image (.jpg, .jpeg or .png member)"));
     }
     if (!label_.has_value()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tar ", path_, ": sample \"", key_, "\" has no label (.cls member)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tar ", path_, ": sample \"", key_, "\" has no label (.cls member)"));
     }
     RETURN_IF_ERROR(sink_(Sample{std::move(image_), *label_, key_}));
     key_.clear();
@@ -171,8 +162,8 @@ class TarReader {
       const la_ssize_t got = archive_read_data(archive_, buffer, sizeof buffer);
       if (got == 0) return data;
       if (got < 0) {
-        return absl::DataLossError(absl::StrCat(
-            "tar ", path_, ": cannot read member ", member, ": ", Error()));
+        return absl::DataLossError(
+            absl::StrCat("tar ", path_, ": cannot read member ", member, ": ", Error()));
       }
       data.append(buffer, static_cast<size_t>(got));
     }
@@ -192,17 +183,15 @@ class TarReader {
 }  // namespace
 
 absl::StatusOr<ConversionPlan> PlanWebDataset(const std::string& input) {
-  ASSIGN_OR_RETURN(std::vector<std::string> tars,
-                   ListInputFiles(input, IsTarName));
+  ASSIGN_OR_RETURN(std::vector<std::string> tars, ListInputFiles(input, IsTarName));
   if (tars.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "input folder ", input, " holds no .tar, .tar.gz or .tgz files"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("input folder ", input, " holds no .tar, .tar.gz or .tgz files"));
   }
   ConversionPlan plan;
   for (std::string& tar : tars) {
-    plan.sources.push_back([tar = std::move(tar)](const SampleSink& sink) {
-      return TarReader(tar, sink).Run();
-    });
+    plan.sources.push_back(
+        [tar = std::move(tar)](const SampleSink& sink) { return TarReader(tar, sink).Run(); });
   }
   return plan;
 }

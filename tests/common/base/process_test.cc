@@ -16,9 +16,7 @@ TEST(Subprocess, WaitsForTheAddressAndStopsWithSigterm) {
   TempDir tmp;
   const std::string file = tmp.Join("addr");
   auto child = Subprocess::Start(
-      {"/bin/sh", "-c",
-       "sleep 0.1; echo 127.0.0.1:4567 > " + file + "; exec sleep 30"},
-      {});
+      {"/bin/sh", "-c", "sleep 0.1; echo 127.0.0.1:4567 > " + file + "; exec sleep 30"}, {});
   ASSERT_TRUE(child.ok()) << child.status();
   auto address = WaitForAddressFile(file, **child, absl::Seconds(10));
   ASSERT_TRUE(address.ok()) << address.status();
@@ -29,12 +27,10 @@ TEST(Subprocess, WaitsForTheAddressAndStopsWithSigterm) {
 
 TEST(Subprocess, ChildDyingBeforeListeningIsFailedPreconditionWithItsLog) {
   TempDir tmp;
-  auto child =
-      Subprocess::Start({"/bin/sh", "-c", "echo cannot bind port; exit 3"},
-                        {.log_file = tmp.Join("log")});
+  auto child = Subprocess::Start({"/bin/sh", "-c", "echo cannot bind port; exit 3"},
+                                 {.log_file = tmp.Join("log")});
   ASSERT_TRUE(child.ok());
-  auto address =
-      WaitForAddressFile(tmp.Join("addr"), **child, absl::Seconds(10));
+  auto address = WaitForAddressFile(tmp.Join("addr"), **child, absl::Seconds(10));
   EXPECT_EQ(address.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(address.status().message(), HasSubstr("exited with code 3"));
   EXPECT_THAT(address.status().message(), HasSubstr("cannot bind port"));
@@ -44,16 +40,14 @@ TEST(Subprocess, SilentChildTimesOut) {
   TempDir tmp;
   auto child = Subprocess::Start({"/bin/sleep", "30"}, {});
   ASSERT_TRUE(child.ok());
-  auto address =
-      WaitForAddressFile(tmp.Join("addr"), **child, absl::Milliseconds(200));
+  auto address = WaitForAddressFile(tmp.Join("addr"), **child, absl::Milliseconds(200));
   EXPECT_EQ(address.status().code(), absl::StatusCode::kDeadlineExceeded);
 }
 
 TEST(Subprocess, MissingProgramIsNotFound) {
   auto child = Subprocess::Start({"/nonexistent/sluice-worker"}, {});
   EXPECT_EQ(child.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(child.status().message(),
-              HasSubstr("/nonexistent/sluice-worker"));
+  EXPECT_THAT(child.status().message(), HasSubstr("/nonexistent/sluice-worker"));
 }
 
 TEST(Subprocess, DestructorKillsARunningChild) {

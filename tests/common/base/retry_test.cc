@@ -27,10 +27,8 @@ TEST(Retry, RetriesUnavailableUntilSuccess) {
   RetryOptions options;
   options.jitter = 0;
   absl::Status s = RetryWithBackoff(
-      [&] {
-        return ++calls < 4 ? absl::UnavailableError("down") : absl::OkStatus();
-      },
-      options, &clock);
+      [&] { return ++calls < 4 ? absl::UnavailableError("down") : absl::OkStatus(); }, options,
+      &clock);
   EXPECT_TRUE(s.ok());
   EXPECT_EQ(calls, 4);
   ASSERT_EQ(clock.waits.size(), 3u);

@@ -60,9 +60,8 @@ nodes:
 )")
                              .status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(),
-              HasSubstr("map[1].ops[2]: unknown op 'blur' (ops: decode, "
-                        "resize, center_crop, random_resized_crop"));
+  EXPECT_THAT(s.message(), HasSubstr("map[1].ops[2]: unknown op 'blur' (ops: decode, "
+                                     "resize, center_crop, random_resized_crop"));
   auto loc = GetSpecLocation(s);
   ASSERT_TRUE(loc.has_value());
   EXPECT_EQ(loc->node, "map");
@@ -100,14 +99,10 @@ TEST(ParsePipelineSpec, ErrorsNameNodeAndField) {
 }
 
 TEST(SpecLocation, FormatsLikeTheMessagesAlwaysDid) {
-  EXPECT_EQ((SpecLocation{"map", 1, 2, "Resize", "size"}).ToString(),
-            "map[1].ops[2] (Resize)");
-  EXPECT_EQ((SpecLocation{"batch", -1, -1, "", "size"}).ToString(),
-            "batch.size");
-  EXPECT_EQ((SpecLocation{"", -1, 7, "Resize", ""}).ToString(),
-            "op 7 (Resize)");
-  const absl::Status s = SpecError(SpecLocation{"map", 0, 1, "Resize", "size"},
-                                   "size must be > 0");
+  EXPECT_EQ((SpecLocation{"map", 1, 2, "Resize", "size"}).ToString(), "map[1].ops[2] (Resize)");
+  EXPECT_EQ((SpecLocation{"batch", -1, -1, "", "size"}).ToString(), "batch.size");
+  EXPECT_EQ((SpecLocation{"", -1, 7, "Resize", ""}).ToString(), "op 7 (Resize)");
+  const absl::Status s = SpecError(SpecLocation{"map", 0, 1, "Resize", "size"}, "size must be > 0");
   EXPECT_EQ(s.message(), "map[0].ops[1] (Resize): size must be > 0");
   auto loc = GetSpecLocation(s);
   ASSERT_TRUE(loc.has_value());
@@ -151,8 +146,7 @@ TEST(YamlToJson, DeepNestingIsRefused) {
 }
 
 TEST(LoadPipelineSpecFile, MissingFileIsNotFound) {
-  const absl::Status s =
-      LoadPipelineSpecFile("/nonexistent/sluice/spec.yaml").status();
+  const absl::Status s = LoadPipelineSpecFile("/nonexistent/sluice/spec.yaml").status();
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(s.message(), HasSubstr("/nonexistent/sluice/spec.yaml"));
 }
@@ -172,8 +166,7 @@ TEST(ParsePipelineSpec, TextThatIsNotUtf8IsInvalidArgument) {
       "\"\xff\xfe\"}}]}\n";
   absl::StatusOr<proto::Pipeline> p = ParsePipelineSpec(spec);
   EXPECT_FALSE(p.ok());
-  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument)
-      << p.status();
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument) << p.status();
 }
 
 }  // namespace
@@ -185,8 +178,7 @@ namespace {
 // Found by pipeline_spec_fuzzer: a number no double holds (in the forms JSON rejects, "5.e999")
 // made std::stod throw. It is an InvalidArgument naming the field, whatever its spelling.
 TEST(ParsePipelineSpec, NumberOutOfRangeIsInvalidArgumentNamingTheField) {
-  for (const char* number :
-       {"5.e999", "1e999", ".5e99999", "55550e0000801269684535296"}) {
+  for (const char* number : {"5.e999", "1e999", ".5e99999", "55550e0000801269684535296"}) {
     const std::string spec = absl::StrCat(
         "source: {synthetic: {num_records: 8}, columns: [image]}\n"
         "nodes:\n  - map: {input_columns: [image], ops: [{resize: {height: 4, "
@@ -194,8 +186,7 @@ TEST(ParsePipelineSpec, NumberOutOfRangeIsInvalidArgumentNamingTheField) {
         number, "}}]}\n");
     absl::StatusOr<proto::Pipeline> p = ParsePipelineSpec(spec);
     ASSERT_FALSE(p.ok()) << number;
-    EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument)
-        << p.status();
+    EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument) << p.status();
     EXPECT_THAT(p.status().message(), HasSubstr("width")) << p.status();
   }
 }

@@ -14,16 +14,13 @@ using ::sluice::testing::TempDir;
 using ::sluice::testing::WriteFile;
 using ::testing::HasSubstr;
 
-std::string Payload(int i) {
-  return std::string(1000 + i, static_cast<char>(i));
-}
+std::string Payload(int i) { return std::string(1000 + i, static_cast<char>(i)); }
 
 // 30 records of ~1 KB with a 4 KiB shard limit: several shards.
-std::string WriteDataset(const TempDir& tmp, int n = 30,
-                         uint64_t shard_size = 4096) {
+std::string WriteDataset(const TempDir& tmp, int n = 30, uint64_t shard_size = 4096) {
   const std::string dir = tmp.Join("ds");
-  auto writer = DatasetWriter::Create(dir, ImageClassificationSchema(),
-                                      {.shard_size_bytes = shard_size});
+  auto writer =
+      DatasetWriter::Create(dir, ImageClassificationSchema(), {.shard_size_bytes = shard_size});
   EXPECT_TRUE(writer.ok()) << writer.status();
   for (int i = 0; i < n; ++i) {
     EXPECT_TRUE((*writer)
@@ -85,9 +82,7 @@ TEST(Dataset, MissingShardIsNotFoundNamingIt) {
   std::filesystem::remove(dir + "/shard-00002.urec");
   const absl::Status s = Dataset::Open(dir).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(
-      s.message(),
-      HasSubstr("shard 'shard-00002.urec' named in the manifest is missing"));
+  EXPECT_THAT(s.message(), HasSubstr("shard 'shard-00002.urec' named in the manifest is missing"));
   const auto problems = VerifyDataset(dir);
   ASSERT_EQ(problems.size(), 1u);
   EXPECT_THAT(problems[0], HasSubstr("shard-00002.urec"));
@@ -103,10 +98,9 @@ TEST(Dataset, ShardSymlinkOutOfTheFolderIsPermissionDenied) {
   std::filesystem::create_symlink(outside, dir + "/shard-00001.urec");
   const absl::Status s = Dataset::Open(dir).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_THAT(s.message(),
-              HasSubstr("shard-00001.urec' resolves to '" +
-                        std::filesystem::canonical(outside).string() +
-                        "', outside its dataset folder"));
+  EXPECT_THAT(s.message(), HasSubstr("shard-00001.urec' resolves to '" +
+                                     std::filesystem::canonical(outside).string() +
+                                     "', outside its dataset folder"));
   // A symlink that stays inside is fine.
   std::filesystem::remove(dir + "/shard-00001.urec");
   std::filesystem::rename(outside, dir + "/real-00001.urec");
@@ -119,24 +113,20 @@ TEST(Dataset, ManifestNamingAShardOutsideItsFolderIsRefused) {
   const std::string dir = WriteDataset(tmp);
   auto manifest = Manifest::ReadFile(dir + "/manifest.json");
   ASSERT_TRUE(manifest.ok()) << manifest.status();
-  for (const std::string file :
-       {"..", "../ds/shard-00000.urec", "/etc/passwd", "."}) {
+  for (const std::string file : {"..", "../ds/shard-00000.urec", "/etc/passwd", "."}) {
     Manifest bad = *manifest;
     bad.shards[0].file = file;
     const absl::Status s = Manifest::FromJson(bad.ToJson(), "m.json").status();
     EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << file;
-    EXPECT_THAT(s.message(),
-                HasSubstr("shard file '" + file +
-                          "' must be a plain file name inside the dataset"));
+    EXPECT_THAT(s.message(), HasSubstr("shard file '" + file +
+                                       "' must be a plain file name inside the dataset"));
   }
 }
 
 TEST(Dataset, MissingFolderOrManifestIsNotFound) {
   TempDir tmp;
-  EXPECT_EQ(Dataset::Open(tmp.Join("nothing")).status().code(),
-            absl::StatusCode::kNotFound);
-  EXPECT_THAT(Dataset::Open(tmp.path()).status().message(),
-              HasSubstr("no manifest"));
+  EXPECT_EQ(Dataset::Open(tmp.Join("nothing")).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(Dataset::Open(tmp.path()).status().message(), HasSubstr("no manifest"));
 }
 
 TEST(Dataset, FlippedByteInManifestIsDataLoss) {
@@ -165,16 +155,13 @@ TEST(Dataset, FlippedByteInManifestIsDataLoss) {
 TEST(Dataset, MalformedManifestJsonIsDataLoss) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {R"({"format":1})", "'format' is not"},
-      {R"({"format":"unirecord","checksum":7})",
-       "'checksum' is not 16 hex digits"},
-      {"{\"schema\":" + std::string(200000, '[') + std::string(200000, ']') +
-           "}",
+      {R"({"format":"unirecord","checksum":7})", "'checksum' is not 16 hex digits"},
+      {"{\"schema\":" + std::string(200000, '[') + std::string(200000, ']') + "}",
        "not valid JSON"},
   };
   for (const auto& [json, message] : cases) {
     auto m = Manifest::FromJson(json, "m.json");
-    EXPECT_EQ(m.status().code(), absl::StatusCode::kDataLoss)
-        << json.substr(0, 40);
+    EXPECT_EQ(m.status().code(), absl::StatusCode::kDataLoss) << json.substr(0, 40);
     EXPECT_THAT(m.status().message(), HasSubstr(message)) << json.substr(0, 40);
     EXPECT_THAT(m.status().message(), HasSubstr("m.json"));
   }
@@ -194,8 +181,7 @@ TEST(Dataset, ShardNotMatchingManifestIsDataLoss) {
 
 TEST(Dataset, EmptyDatasetIsRefused) {
   TempDir tmp;
-  auto writer =
-      DatasetWriter::Create(tmp.Join("empty"), ImageClassificationSchema(), {});
+  auto writer = DatasetWriter::Create(tmp.Join("empty"), ImageClassificationSchema(), {});
   ASSERT_TRUE(writer.ok());
   const absl::Status s = (*writer)->Finish().status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
@@ -211,9 +197,7 @@ TEST(Dataset, EmptyDatasetIsRefused) {
 TEST(Dataset, WriterRefusesToOverwriteADataset) {
   TempDir tmp;
   const std::string dir = WriteDataset(tmp, 2);
-  EXPECT_EQ(DatasetWriter::Create(dir, ImageClassificationSchema(), {})
-                .status()
-                .code(),
+  EXPECT_EQ(DatasetWriter::Create(dir, ImageClassificationSchema(), {}).status().code(),
             absl::StatusCode::kFailedPrecondition);
 }
 

@@ -13,14 +13,13 @@ using ::testing::HasSubstr;
 class FilterTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto writer =
-        DatasetWriter::Create(tmp_.Join("ds"), ImageClassificationSchema(),
-                              {.shard_size_bytes = 2048});
+    auto writer = DatasetWriter::Create(tmp_.Join("ds"), ImageClassificationSchema(),
+                                        {.shard_size_bytes = 2048});
     ASSERT_TRUE(writer.ok());
     for (int i = 0; i < 40; ++i) {
       ASSERT_TRUE((*writer)
-                      ->Add({Tensor::Bytes(std::string(300, 'x')),
-                             Tensor::Int64(i % 7), Tensor::Bytes("k")})
+                      ->Add({Tensor::Bytes(std::string(300, 'x')), Tensor::Int64(i % 7),
+                             Tensor::Bytes("k")})
                       .ok());
     }
     ASSERT_TRUE((*writer)->Finish().ok());
@@ -41,14 +40,12 @@ class FilterTest : public ::testing::Test {
 };
 
 TEST_F(FilterTest, EqualsSelectsExactRecordsAcrossShards) {
-  EXPECT_EQ(Select("label == 3"),
-            (std::vector<uint64_t>{3, 10, 17, 24, 31, 38}));
+  EXPECT_EQ(Select("label == 3"), (std::vector<uint64_t>{3, 10, 17, 24, 31, 38}));
 }
 
 TEST_F(FilterTest, InIsSetMembership) {
-  EXPECT_EQ(
-      Select("label in [1, 4]"),
-      (std::vector<uint64_t>{1, 4, 8, 11, 15, 18, 22, 25, 29, 32, 36, 39}));
+  EXPECT_EQ(Select("label in [1, 4]"),
+            (std::vector<uint64_t>{1, 4, 8, 11, 15, 18, 22, 25, 29, 32, 36, 39}));
 }
 
 TEST_F(FilterTest, Comparisons) {

@@ -57,13 +57,11 @@ TEST(Record, ZeroLengthBytesRoundTrip) {
 TEST(Record, WrongColumnCountIsInvalidArgument) {
   auto encoded = EncodeRecord(AllDTypes(), {Tensor::Bytes("x")});
   EXPECT_EQ(encoded.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(encoded.status().message(),
-              HasSubstr("1 values but the schema has 7 columns"));
+  EXPECT_THAT(encoded.status().message(), HasSubstr("1 values but the schema has 7 columns"));
 }
 
 TEST(Record, ShapeMismatchNamesTheColumn) {
-  const Schema schema{
-      {{.name = "img", .dtype = DType::kUint8, .shape = {2, 2}}}};
+  const Schema schema{{{.name = "img", .dtype = DType::kUint8, .shape = {2, 2}}}};
   auto encoded = EncodeRecord(schema, {Tensor::Of<uint8_t>({4}, {1, 2, 3, 4})});
   EXPECT_EQ(encoded.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(encoded.status().message(), HasSubstr("column 'img'"));
@@ -73,8 +71,7 @@ TEST(Record, ByteCountNotMatchingShapeIsInvalidArgument) {
   const Schema schema{{{.name = "v", .dtype = DType::kFloat32, .shape = {-1}}}};
   auto encoded = EncodeRecord(schema, {Tensor{{3}, std::string(8, '\0')}});
   EXPECT_EQ(encoded.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(encoded.status().message(),
-              HasSubstr("8 bytes for shape [3] of float32"));
+  EXPECT_THAT(encoded.status().message(), HasSubstr("8 bytes for shape [3] of float32"));
 }
 
 TEST(Record, TruncatedBufferIsDataLoss) {
@@ -83,8 +80,7 @@ TEST(Record, TruncatedBufferIsDataLoss) {
   ASSERT_TRUE(encoded.ok());
   for (size_t cut = 0; cut < encoded->size(); ++cut) {
     auto views = DecodeRecord(schema, encoded->substr(0, cut));
-    EXPECT_EQ(views.status().code(), absl::StatusCode::kDataLoss)
-        << "cut at " << cut;
+    EXPECT_EQ(views.status().code(), absl::StatusCode::kDataLoss) << "cut at " << cut;
   }
   auto trailing = DecodeRecord(schema, *encoded + "x");
   EXPECT_EQ(trailing.status().code(), absl::StatusCode::kDataLoss);
@@ -97,24 +93,20 @@ TEST(Record, TruncatedBufferIsDataLoss) {
 TEST(Record, DecodeChecksShapesAgainstTheSchema) {
   const Schema int_schema{{{.name = "label", .dtype = DType::kInt64}}};
   std::string scalar_as_vector("\x01", 1);
-  scalar_as_vector +=
-      std::string("\x00\x00\x00\x00\x00\x00\x00\x00", 8);  // dim 0
-  scalar_as_vector += std::string(8, '\0');                // 0 bytes
+  scalar_as_vector += std::string("\x00\x00\x00\x00\x00\x00\x00\x00", 8);  // dim 0
+  scalar_as_vector += std::string(8, '\0');                                // 0 bytes
   auto views = DecodeRecord(int_schema, scalar_as_vector);
   EXPECT_EQ(views.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(views.status().message(),
-              HasSubstr("does not match the schema's []"));
+  EXPECT_THAT(views.status().message(), HasSubstr("does not match the schema's []"));
 
-  const Schema vec_schema{
-      {{.name = "v", .dtype = DType::kFloat32, .shape = {-1}}}};
+  const Schema vec_schema{{{.name = "v", .dtype = DType::kFloat32, .shape = {-1}}}};
   std::string overflowing("\x01", 1);
   const int64_t huge = int64_t{1} << 62;
   overflowing.append(reinterpret_cast<const char*>(&huge), 8);
   overflowing += std::string(8, '\0');
   views = DecodeRecord(vec_schema, overflowing);
   EXPECT_EQ(views.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(views.status().message(),
-              HasSubstr("0 bytes for shape [4611686018427387904]"));
+  EXPECT_THAT(views.status().message(), HasSubstr("0 bytes for shape [4611686018427387904]"));
 }
 
 TEST(Schema, JsonRoundTrip) {
@@ -127,12 +119,9 @@ TEST(Schema, JsonRoundTrip) {
 TEST(Schema, RejectsDuplicateAndBadIndexedColumns) {
   Schema dup{{{.name = "a"}, {.name = "a"}}};
   EXPECT_THAT(dup.Validate().message(), HasSubstr("names column 'a' twice"));
-  Schema indexed_bytes{
-      {{.name = "a", .dtype = DType::kBytes, .indexed = true}}};
-  EXPECT_EQ(indexed_bytes.Validate().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ParseDType("complex64").status().code(),
-            absl::StatusCode::kInvalidArgument);
+  Schema indexed_bytes{{{.name = "a", .dtype = DType::kBytes, .indexed = true}}};
+  EXPECT_EQ(indexed_bytes.Validate().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseDType("complex64").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

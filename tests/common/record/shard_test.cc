@@ -22,9 +22,7 @@ Schema TestSchema() {
   }};
 }
 
-std::string Payload(int i) {
-  return std::string(100 + 37 * i, static_cast<char>('a' + i % 26));
-}
+std::string Payload(int i) { return std::string(100 + 37 * i, static_cast<char>('a' + i % 26)); }
 
 // Writes `n` records: payload i, label i % 5.
 std::string WriteShard(const TempDir& dir, int n) {
@@ -32,8 +30,7 @@ std::string WriteShard(const TempDir& dir, int n) {
   auto writer = ShardWriter::Create(path, TestSchema());
   EXPECT_TRUE(writer.ok()) << writer.status();
   for (int i = 0; i < n; ++i) {
-    EXPECT_TRUE(
-        (*writer)->Add({Tensor::Bytes(Payload(i)), Tensor::Int64(i % 5)}).ok());
+    EXPECT_TRUE((*writer)->Add({Tensor::Bytes(Payload(i)), Tensor::Int64(i % 5)}).ok());
   }
   EXPECT_TRUE((*writer)->Finish().ok());
   return path;
@@ -61,9 +58,7 @@ Layout LayoutOf(const std::string& file) {
           Load<uint64_t>(file, footer + 8)};
 }
 
-absl::Status OpenStatus(const std::string& path) {
-  return ShardReader::Open(path).status();
-}
+absl::Status OpenStatus(const std::string& path) { return ShardReader::Open(path).status(); }
 
 TEST(Shard, RandomAccessToEveryRecord) {
   TempDir dir;
@@ -107,9 +102,8 @@ TEST(Shard, WriterRejectsAnEmptyEncodedRecord) {
 
 TEST(Shard, WrongMagicIsInvalidArgument) {
   TempDir dir;
-  WriteFile(
-      dir.Join("x.urec"),
-      "PK\x03\x04 this is a zip file, not a shard........................");
+  WriteFile(dir.Join("x.urec"),
+            "PK\x03\x04 this is a zip file, not a shard........................");
   const absl::Status s = OpenStatus(dir.Join("x.urec"));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("not a Unirecord shard"));
@@ -118,8 +112,7 @@ TEST(Shard, WrongMagicIsInvalidArgument) {
 
 TEST(Shard, MissingFileIsNotFound) {
   TempDir dir;
-  EXPECT_EQ(OpenStatus(dir.Join("nope.urec")).code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(OpenStatus(dir.Join("nope.urec")).code(), absl::StatusCode::kNotFound);
 }
 
 // Truncation at every region must be DataLoss naming the file, never a crash.
@@ -140,13 +133,11 @@ TEST(Shard, TruncatedInsideEachRegionIsDataLoss) {
   for (const auto& [region, size] : cuts) {
     WriteFile(dir.Join("cut.urec"), file.substr(0, size));
     const absl::Status s = OpenStatus(dir.Join("cut.urec"));
-    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss)
-        << region << " cut at " << size << ": " << s;
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << region << " cut at " << size << ": " << s;
     EXPECT_THAT(s.message(), HasSubstr("cut.urec")) << region;
   }
   WriteFile(dir.Join("cut.urec"), file.substr(0, 12));
-  EXPECT_THAT(OpenStatus(dir.Join("cut.urec")).message(),
-              HasSubstr("truncated inside the header"));
+  EXPECT_THAT(OpenStatus(dir.Join("cut.urec")).message(), HasSubstr("truncated inside the header"));
   WriteFile(dir.Join("cut.urec"), file.substr(0, l.data_offset + 50));
   EXPECT_THAT(OpenStatus(dir.Join("cut.urec")).message(),
               HasSubstr("truncated or was not finished"));
@@ -200,16 +191,13 @@ TEST(Shard, ZeroLengthIndexEntryIsDataLoss) {
   const Layout l = LayoutOf(file);
   Store<uint64_t>(file, l.index_offset + 8, 0);  // record 0 size := 0
   const uint64_t footer = file.size() - kFooterSize;
-  Store<uint64_t>(
-      file, footer + 24,
-      Checksum(std::string_view(file).substr(l.index_offset, l.index_size)));
-  Store<uint64_t>(file, footer + 32,
-                  Checksum(std::string_view(file).substr(footer, 32)));
+  Store<uint64_t>(file, footer + 24,
+                  Checksum(std::string_view(file).substr(l.index_offset, l.index_size)));
+  Store<uint64_t>(file, footer + 32, Checksum(std::string_view(file).substr(footer, 32)));
   WriteFile(path, file);
   const absl::Status s = OpenStatus(path);
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(s.message(),
-              HasSubstr("index entry of record 0 is out of place"));
+  EXPECT_THAT(s.message(), HasSubstr("index entry of record 0 is out of place"));
 }
 
 TEST(Shard, UnknownVersionIsFailedPrecondition) {
@@ -218,8 +206,7 @@ TEST(Shard, UnknownVersionIsFailedPrecondition) {
   std::string file = ReadFile(path);
   Store<uint32_t>(file, 8, 99);
   const uint64_t header_end = LayoutOf(file).data_offset - 8;
-  Store<uint64_t>(file, header_end,
-                  Checksum(std::string_view(file).substr(0, header_end)));
+  Store<uint64_t>(file, header_end, Checksum(std::string_view(file).substr(0, header_end)));
   WriteFile(path, file);
   const absl::Status s = OpenStatus(path);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);

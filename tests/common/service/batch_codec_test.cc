@@ -18,8 +18,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-proto::Batch OneElement(proto::TensorDType dtype,
-                        std::initializer_list<int64_t> shape,
+proto::Batch OneElement(proto::TensorDType dtype, std::initializer_list<int64_t> shape,
                         std::string data) {
   proto::Batch batch;
   batch.add_global_indices(4);
@@ -39,20 +38,16 @@ WireBatch TwoColumns(std::shared_ptr<std::string>* image_out = nullptr) {
   batch.header.add_global_indices(10);
   batch.header.add_global_indices(11);
   auto image = std::make_shared<std::string>("abcdef");
-  auto label =
-      std::make_shared<std::vector<int64_t>>(std::vector<int64_t>{7, 8});
+  auto label = std::make_shared<std::vector<int64_t>>(std::vector<int64_t>{7, 8});
   const int64_t image_shape[] = {2, 3};
   const int64_t label_shape[] = {2};
   EXPECT_TRUE(AppendColumn("image", record::DType::kUint8, image_shape,
-                           {reinterpret_cast<const uint8_t*>(image->data()),
-                            image->size(), image},
+                           {reinterpret_cast<const uint8_t*>(image->data()), image->size(), image},
                            &batch)
                   .ok());
-  EXPECT_TRUE(
-      AppendColumn("label", record::DType::kInt64, label_shape,
-                   {reinterpret_cast<const uint8_t*>(label->data()), 16, label},
-                   &batch)
-          .ok());
+  EXPECT_TRUE(AppendColumn("label", record::DType::kInt64, label_shape,
+                           {reinterpret_cast<const uint8_t*>(label->data()), 16, label}, &batch)
+                  .ok());
   if (image_out != nullptr) *image_out = image;
   return batch;
 }
@@ -99,9 +94,7 @@ TEST(DecodeBatch, GivesBackHeaderAndColumnsAtAnySliceBoundaries) {
     EXPECT_EQ(got->header.batch_index(), 2u);
     ASSERT_EQ(got->pieces.size(), 2u);
     const ColumnBytes image = Gather(*got, 0, /*alignment=*/1);
-    EXPECT_EQ(
-        std::string(reinterpret_cast<const char*>(image.data), image.size),
-        "abcdef");
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(image.data), image.size), "abcdef");
     const ColumnBytes label = Gather(*got, 1, /*alignment=*/8);
     ASSERT_EQ(label.size, 16u);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(label.data) % 8, 0u);
@@ -132,24 +125,18 @@ TEST(DecodeBatch, RefusesFramesWhoseLengthsDoNotAddUp) {
   for (const std::string& frame :
        {bytes.substr(0, bytes.size() - 1), bytes + "x", bytes.substr(0, 3)}) {
     absl::StatusOr<ReceivedBatch> got = DecodeBatch(Cut(frame, 7));
-    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument)
-        << frame.size();
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << frame.size();
   }
   EXPECT_THAT(DecodeBatch(Cut(bytes + "x", 7)).status().message(),
               HasSubstr("columns hold 22 bytes but the frame has 23"));
   std::string huge_header = bytes;
   huge_header[3] = '\x7f';
-  EXPECT_THAT(DecodeBatch(Cut(huge_header, 7)).status().message(),
-              HasSubstr("header length"));
+  EXPECT_THAT(DecodeBatch(Cut(huge_header, 7)).status().message(), HasSubstr("header length"));
 }
 
 TEST(CheckBatch, AcceptsExactlyTheBytesTheShapeSays) {
-  EXPECT_TRUE(CheckBatch(OneElement(proto::TENSOR_DTYPE_INT64, {1, 2},
-                                    std::string(16, 'x')))
-                  .ok());
-  EXPECT_EQ(CheckBatch(OneElement(proto::TENSOR_DTYPE_INT64, {1, 2},
-                                  std::string(15, 'x')))
-                .code(),
+  EXPECT_TRUE(CheckBatch(OneElement(proto::TENSOR_DTYPE_INT64, {1, 2}, std::string(16, 'x'))).ok());
+  EXPECT_EQ(CheckBatch(OneElement(proto::TENSOR_DTYPE_INT64, {1, 2}, std::string(15, 'x'))).code(),
             absl::StatusCode::kInvalidArgument);
 }
 
@@ -157,12 +144,12 @@ TEST(CheckBatch, AcceptsExactlyTheBytesTheShapeSays) {
 // to 0 and matched an empty data field, so the client would have read 2^61 elements from an empty
 // buffer.
 TEST(CheckBatch, RefusesAShapeWhoseByteCountWrapsAround) {
-  const absl::Status s = CheckBatch(
-      OneElement(proto::TENSOR_DTYPE_INT64, {1, int64_t{1} << 61}, ""));
+  const absl::Status s =
+      CheckBatch(OneElement(proto::TENSOR_DTYPE_INT64, {1, int64_t{1} << 61}, ""));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("column 'image'"));
-  const absl::Status f = CheckBatch(
-      OneElement(proto::TENSOR_DTYPE_FLOAT32, {1, int64_t{1} << 31, 4}, ""));
+  const absl::Status f =
+      CheckBatch(OneElement(proto::TENSOR_DTYPE_FLOAT32, {1, int64_t{1} << 31, 4}, ""));
   EXPECT_EQ(f.code(), absl::StatusCode::kInvalidArgument);
 }
 

@@ -24,8 +24,7 @@ using ::testing::HasSubstr;
 
 // Answers GetJobState with OK: enough to see a call get through.
 class FakeDispatcher final : public proto::DispatcherService::Service {
-  grpc::Status GetJobState(grpc::ServerContext*,
-                           const proto::GetJobStateRequest*,
+  grpc::Status GetJobState(grpc::ServerContext*, const proto::GetJobStateRequest*,
                            proto::GetJobStateResponse*) override {
     return grpc::Status::OK;
   }
@@ -77,19 +76,15 @@ class ChannelFactoryTest : public ::testing::Test {
     return o;
   }
   static ChannelOptions Client() {
-    return {.tls_ca = certs_->ca,
-            .tls_cert = certs_->client_cert,
-            .tls_key = certs_->client_key};
+    return {.tls_ca = certs_->ca, .tls_cert = certs_->client_cert, .tls_key = certs_->client_key};
   }
 
   // Connects (5 s at most) and calls GetJobState.
-  static absl::Status Call(const std::string& address,
-                           const ChannelOptions& options) {
-    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-        CreateChannel(address, options);
+  static absl::Status Call(const std::string& address, const ChannelOptions& options) {
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = CreateChannel(address, options);
     if (!channel.ok()) return channel.status();
-    if (absl::Status s = WaitForConnected(**channel, address, options,
-                                          absl::Now() + absl::Seconds(5));
+    if (absl::Status s =
+            WaitForConnected(**channel, address, options, absl::Now() + absl::Seconds(5));
         !s.ok()) {
       return s;
     }
@@ -98,16 +93,14 @@ class ChannelFactoryTest : public ::testing::Test {
     context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
     proto::GetJobStateResponse response;
     const grpc::Status s = stub->GetJobState(&context, {}, &response);
-    return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                        s.error_message());
+    return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
   }
 
   static Server Start(const ServerSecurityOptions& options) {
     absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
         CreateServerCredentials(options);
     EXPECT_TRUE(credentials.ok()) << credentials.status();
-    return Server(credentials.ok() ? *credentials
-                                   : grpc::InsecureServerCredentials());
+    return Server(credentials.ok() ? *credentials : grpc::InsecureServerCredentials());
   }
 
   static testing::TempDir* dir_;
@@ -136,14 +129,12 @@ TEST(TokenFile, StripsWhitespaceAndRereadsARotatedFile) {
   testing::WriteFile(path, "  the-second-token \n");
   EXPECT_EQ(*(*token)->Get(), "the-second-token");
   testing::WriteFile(path, "\n");
-  EXPECT_EQ((*token)->Get().status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*token)->Get().status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(TokenFile, RefusesMissingAndEmptyFiles) {
   testing::TempDir dir;
-  EXPECT_EQ(TokenFile::Create(dir.Join("missing")).status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(TokenFile::Create(dir.Join("missing")).status().code(), absl::StatusCode::kNotFound);
   testing::WriteFile(dir.Join("empty"), " \n");
   absl::Status empty = TokenFile::Create(dir.Join("empty")).status();
   EXPECT_EQ(empty.code(), absl::StatusCode::kInvalidArgument);
@@ -151,8 +142,7 @@ TEST(TokenFile, RefusesMissingAndEmptyFiles) {
 }
 
 TEST_F(ChannelFactoryTest, RefusesIncompleteConfigurations) {
-  absl::Status s =
-      CreateServerCredentials({.auth_token_file = certs_->token}).status();
+  absl::Status s = CreateServerCredentials({.auth_token_file = certs_->token}).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("--auth-token-file needs --tls-cert"));
   s = CreateServerCredentials({.tls_ca = certs_->ca}).status();
@@ -165,13 +155,12 @@ TEST_F(ChannelFactoryTest, RefusesIncompleteConfigurations) {
 }
 
 TEST_F(ChannelFactoryTest, RefusesAnExpiredCertificateAndAForeignKey) {
-  absl::Status s = CreateServerCredentials({.tls_cert = certs_->expired_cert,
-                                            .tls_key = certs_->expired_key})
-                       .status();
+  absl::Status s =
+      CreateServerCredentials({.tls_cert = certs_->expired_cert, .tls_key = certs_->expired_key})
+          .status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("expired on Jan  2 00:00:00 2020 GMT"));
-  s = CheckCertificateFiles(certs_->server_cert, certs_->client_key,
-                            "--tls-cert");
+  s = CheckCertificateFiles(certs_->server_cert, certs_->client_key, "--tls-cert");
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("is not the key of --tls-cert"));
 }
@@ -181,9 +170,8 @@ TEST_F(ChannelFactoryTest, TlsClientReachesTlsServer) {
   ASSERT_TRUE(server.ok());
   EXPECT_TRUE(Call(server.address(), {.tls_ca = certs_->ca}).ok());
   // The certificate names localhost too.
-  EXPECT_TRUE(Call(absl::StrCat("localhost:", server.address().substr(10)),
-                   {.tls_ca = certs_->ca})
-                  .ok());
+  EXPECT_TRUE(
+      Call(absl::StrCat("localhost:", server.address().substr(10)), {.tls_ca = certs_->ca}).ok());
 }
 
 TEST_F(ChannelFactoryTest, PlaintextClientToTlsServerIsToldToUseTls) {
@@ -191,9 +179,7 @@ TEST_F(ChannelFactoryTest, PlaintextClientToTlsServerIsToldToUseTls) {
   ASSERT_TRUE(server.ok());
   const absl::Status s = Call(server.address(), {});
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(
-      s.message(),
-      HasSubstr("the server uses TLS and this client connects in plaintext"));
+  EXPECT_THAT(s.message(), HasSubstr("the server uses TLS and this client connects in plaintext"));
 }
 
 TEST_F(ChannelFactoryTest, TlsClientToPlaintextServerIsToldTheServerHasNoTls) {
@@ -201,9 +187,8 @@ TEST_F(ChannelFactoryTest, TlsClientToPlaintextServerIsToldTheServerHasNoTls) {
   ASSERT_TRUE(server.ok());
   const absl::Status s = Call(server.address(), {.tls_ca = certs_->ca});
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat(
-                               "TLS handshake with ", server.address(),
-                               " failed: the server does not speak TLS")));
+  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("TLS handshake with ", server.address(),
+                                                  " failed: the server does not speak TLS")));
 }
 
 TEST_F(ChannelFactoryTest, WrongCaIsNamed) {
@@ -211,37 +196,31 @@ TEST_F(ChannelFactoryTest, WrongCaIsNamed) {
   ASSERT_TRUE(server.ok());
   const absl::Status s = Call(server.address(), {.tls_ca = other_->ca});
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat(
-                               "the server's certificate is not signed by "
-                               "--tls-ca ",
-                               other_->ca)));
-  EXPECT_THAT(s.message(),
-              HasSubstr("is --tls-ca the CA that signed its certificate?"));
+  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("the server's certificate is not signed by "
+                                                  "--tls-ca ",
+                                                  other_->ca)));
+  EXPECT_THAT(s.message(), HasSubstr("is --tls-ca the CA that signed its certificate?"));
 }
 
 TEST_F(ChannelFactoryTest, ExpiredServerCertificateIsNamed) {
   // CreateServerCredentials refuses an expired certificate, so build the server by hand.
   grpc::SslServerCredentialsOptions ssl;
-  ssl.pem_key_cert_pairs.push_back({testing::ReadFile(certs_->expired_key),
-                                    testing::ReadFile(certs_->expired_cert)});
+  ssl.pem_key_cert_pairs.push_back(
+      {testing::ReadFile(certs_->expired_key), testing::ReadFile(certs_->expired_cert)});
   Server server(grpc::SslServerCredentials(ssl));
   ASSERT_TRUE(server.ok());
   const absl::Status s = Call(server.address(), {.tls_ca = certs_->ca});
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(s.message(),
-              HasSubstr("the server's certificate expired (not after Jan  2"));
+  EXPECT_THAT(s.message(), HasSubstr("the server's certificate expired (not after Jan  2"));
 }
 
 TEST_F(ChannelFactoryTest, ServerNameMismatchIsNamed) {
   Server server = Start(Tls());
   ASSERT_TRUE(server.ok());
   const absl::Status s =
-      Call(server.address(),
-           {.tls_ca = certs_->ca, .tls_server_name = "sluice.example"});
+      Call(server.address(), {.tls_ca = certs_->ca, .tls_server_name = "sluice.example"});
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(
-      s.message(),
-      HasSubstr("the server's certificate does not name sluice.example"));
+  EXPECT_THAT(s.message(), HasSubstr("the server's certificate does not name sluice.example"));
 }
 
 TEST_F(ChannelFactoryTest, MutualTlsNeedsAClientCertificateSignedByItsCa) {
@@ -251,16 +230,12 @@ TEST_F(ChannelFactoryTest, MutualTlsNeedsAClientCertificateSignedByItsCa) {
 
   absl::Status s = Call(server.address(), {.tls_ca = certs_->ca});
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(
-      s.message(),
-      HasSubstr("the server requires a client certificate (mutual TLS)"));
+  EXPECT_THAT(s.message(), HasSubstr("the server requires a client certificate (mutual TLS)"));
 
-  s = Call(server.address(), {.tls_ca = certs_->ca,
-                              .tls_cert = other_->client_cert,
-                              .tls_key = other_->client_key});
+  s = Call(server.address(),
+           {.tls_ca = certs_->ca, .tls_cert = other_->client_cert, .tls_key = other_->client_key});
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(s.message(),
-              HasSubstr("the server refused this client's certificate"));
+  EXPECT_THAT(s.message(), HasSubstr("the server refused this client's certificate"));
 }
 
 TEST_F(ChannelFactoryTest, BearerTokenIsRequiredComparedAndRotated) {
@@ -274,35 +249,27 @@ TEST_F(ChannelFactoryTest, BearerTokenIsRequiredComparedAndRotated) {
   Server server = Start(secured);
   ASSERT_TRUE(server.ok());
 
-  EXPECT_TRUE(Call(server.address(),
-                   {.tls_ca = certs_->ca, .auth_token_file = client_token})
-                  .ok());
+  EXPECT_TRUE(Call(server.address(), {.tls_ca = certs_->ca, .auth_token_file = client_token}).ok());
 
   absl::Status s = Call(server.address(), {.tls_ca = certs_->ca});
   EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated);
   EXPECT_THAT(s.message(), HasSubstr("missing bearer token"));
 
   testing::WriteFile(dir.Join("wrong"), "s3cret-2\n");
-  s = Call(server.address(),
-           {.tls_ca = certs_->ca, .auth_token_file = dir.Join("wrong")});
+  s = Call(server.address(), {.tls_ca = certs_->ca, .auth_token_file = dir.Join("wrong")});
   EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated);
   EXPECT_THAT(s.message(), HasSubstr("wrong bearer token"));
 
   // Rotation: the server's new token holds at once, the old one is refused.
   testing::WriteFile(server_token, "s3cret-2-rotated\n");
-  s = Call(server.address(),
-           {.tls_ca = certs_->ca, .auth_token_file = client_token});
+  s = Call(server.address(), {.tls_ca = certs_->ca, .auth_token_file = client_token});
   EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated);
   testing::WriteFile(client_token, "s3cret-2-rotated\n");
-  EXPECT_TRUE(Call(server.address(),
-                   {.tls_ca = certs_->ca, .auth_token_file = client_token})
-                  .ok());
+  EXPECT_TRUE(Call(server.address(), {.tls_ca = certs_->ca, .auth_token_file = client_token}).ok());
 }
 
 TEST_F(ChannelFactoryTest, NothingListeningIsNotATlsProblem) {
-  EXPECT_TRUE(
-      DiagnoseTls("127.0.0.1:1", {.tls_ca = certs_->ca}, absl::Seconds(1))
-          .ok());
+  EXPECT_TRUE(DiagnoseTls("127.0.0.1:1", {.tls_ca = certs_->ca}, absl::Seconds(1)).ok());
 }
 
 }  // namespace

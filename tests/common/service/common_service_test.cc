@@ -21,14 +21,12 @@ TEST(ToGrpcStatus, MapsEveryCodeOneToOne) {
     EXPECT_EQ(static_cast<int>(ToGrpcStatus(s).error_code()), code);
     EXPECT_EQ(FromGrpcStatus(ToGrpcStatus(s)), s);
   }
-  EXPECT_EQ(ToGrpcStatus(absl::InvalidArgumentError("bad")).error_message(),
-            "bad");
+  EXPECT_EQ(ToGrpcStatus(absl::InvalidArgumentError("bad")).error_message(), "bad");
 }
 
 TEST(FromGrpcStatus, PrefixesTheMessageAndKeepsTheCode) {
   const absl::Status s =
-      FromGrpcStatus(grpc::Status(grpc::StatusCode::DATA_LOSS, "record 7"),
-                     "worker 127.0.0.1:5");
+      FromGrpcStatus(grpc::Status(grpc::StatusCode::DATA_LOSS, "record 7"), "worker 127.0.0.1:5");
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(s.message(), "worker 127.0.0.1:5: record 7");
   EXPECT_TRUE(FromGrpcStatus(grpc::Status::OK, "x").ok());
@@ -56,55 +54,46 @@ TEST(IsRetryable, FollowsTheTableForUnaryCallsAndStreams) {
       {C::kUnimplemented, false, false},
   };
   for (const auto& row : table) {
-    EXPECT_EQ(IsRetryable(row.code), row.unary)
-        << absl::StatusCodeToString(row.code);
+    EXPECT_EQ(IsRetryable(row.code), row.unary) << absl::StatusCodeToString(row.code);
     EXPECT_EQ(IsRetryable(row.code, CallKind::kBatchStream), row.stream)
         << absl::StatusCodeToString(row.code);
   }
   EXPECT_TRUE(IsUnreachable(C::kUnavailable));
   EXPECT_TRUE(IsUnreachable(C::kDeadlineExceeded));
   EXPECT_FALSE(IsUnreachable(C::kAborted));
-  EXPECT_EQ(UnreachableCodes(),
-            (std::vector<C>{C::kUnavailable, C::kDeadlineExceeded}));
+  EXPECT_EQ(UnreachableCodes(), (std::vector<C>{C::kUnavailable, C::kDeadlineExceeded}));
 }
 
 TEST(PeerCallError, WordsUnreachableUnimplementedAndVerdictsForTheUser) {
-  const absl::Status away = PeerCallError(
-      grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline"),
-      "sluice dispatcher", "10.0.0.5:7070", "GetStatus");
-  EXPECT_EQ(away,
-            absl::UnavailableError("cannot reach the sluice dispatcher at "
-                                   "10.0.0.5:7070: GetStatus: deadline"));
-  const absl::Status other =
-      PeerCallError(absl::UnimplementedError("no such method"),
-                    "sluice dispatcher", "10.0.0.5:7070", "WorkerRegister");
-  EXPECT_EQ(other, absl::FailedPreconditionError(
-                       "the gRPC server at 10.0.0.5:7070 is not a sluice "
-                       "dispatcher (WorkerRegister is unimplemented)"));
-  const absl::Status verdict = PeerCallError(
-      grpc::Status(grpc::StatusCode::NOT_FOUND, "job 7 not found"),
-      "sluice dispatcher", "d:1", "ClientHeartbeat");
+  const absl::Status away =
+      PeerCallError(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline"),
+                    "sluice dispatcher", "10.0.0.5:7070", "GetStatus");
+  EXPECT_EQ(away, absl::UnavailableError("cannot reach the sluice dispatcher at "
+                                         "10.0.0.5:7070: GetStatus: deadline"));
+  const absl::Status other = PeerCallError(absl::UnimplementedError("no such method"),
+                                           "sluice dispatcher", "10.0.0.5:7070", "WorkerRegister");
+  EXPECT_EQ(other, absl::FailedPreconditionError("the gRPC server at 10.0.0.5:7070 is not a sluice "
+                                                 "dispatcher (WorkerRegister is unimplemented)"));
+  const absl::Status verdict =
+      PeerCallError(grpc::Status(grpc::StatusCode::NOT_FOUND, "job 7 not found"),
+                    "sluice dispatcher", "d:1", "ClientHeartbeat");
   EXPECT_EQ(verdict,
-            absl::NotFoundError(
-                "sluice dispatcher at d:1: ClientHeartbeat: job 7 not found"));
+            absl::NotFoundError("sluice dispatcher at d:1: ClientHeartbeat: job 7 not found"));
   EXPECT_TRUE(PeerCallError(grpc::Status::OK, "x", "y", "z").ok());
 }
 
 TEST(CheckProtocolVersion, NamesBothVersionsAndWhoIsBehind) {
   EXPECT_TRUE(CheckProtocolVersion(kProtocolVersion, "client", "worker").ok());
-  const absl::Status newer =
-      CheckProtocolVersion(kProtocolVersion + 1, "client", "worker");
+  const absl::Status newer = CheckProtocolVersion(kProtocolVersion + 1, "client", "worker");
   EXPECT_EQ(newer.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(newer.message(), HasSubstr("upgrade the worker"));
   const absl::Status older = CheckProtocolVersion(0, "client", "dispatcher");
-  EXPECT_THAT(older.message(),
-              HasSubstr("client protocol version 0, dispatcher"));
+  EXPECT_THAT(older.message(), HasSubstr("client protocol version 0, dispatcher"));
   EXPECT_THAT(older.message(), HasSubstr("upgrade the client"));
 }
 
 TEST(CreateChannel, RefusesAnEmptyAddress) {
-  EXPECT_EQ(CreateChannel("").status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CreateChannel("").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(CreateChannel("127.0.0.1:1").ok());
 }
 

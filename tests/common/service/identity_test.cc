@@ -36,8 +36,7 @@ TEST(ParseTokens, ReadsKubernetesStaticTokenLines) {
   ASSERT_EQ(tokens->size(), 4u);
   EXPECT_EQ(tokens->at("t-alice").user, "alice");
   EXPECT_THAT(tokens->at("t-alice").groups, ElementsAre("sluice:trainers"));
-  EXPECT_THAT(tokens->at("t-ops").groups,
-              ElementsAre("sluice:operators", "sluice:trainers"));
+  EXPECT_THAT(tokens->at("t-ops").groups, ElementsAre("sluice:operators", "sluice:trainers"));
   EXPECT_THAT(tokens->at("t-w").groups, ElementsAre("sluice:workers"));
   EXPECT_TRUE(tokens->at("t-none").groups.empty());
   EXPECT_FALSE(tokens->at("t-none").all_roles);
@@ -69,7 +68,7 @@ TEST(TokensFile, FindsTokensAndRereadsTheChangedFile) {
   EXPECT_FALSE((*tokens)->Find("t2")->has_value());
 
   Write(path + ".new", "t2,bob,2,sluice:trainers\nt3,carol,3\n");
-  std::filesystem::rename(path + ".new", path);  // a new inode
+  std::filesystem::rename(path + ".new", path);      // a new inode
   EXPECT_FALSE((*tokens)->Find("t1")->has_value());  // revoked
   EXPECT_EQ((*tokens)->Find("t2")->value().user, "bob");
 
@@ -82,8 +81,7 @@ TEST(TokensFile, FindsTokensAndRereadsTheChangedFile) {
 
 TEST(TokensFile, RefusesMissingAndEmptyFiles) {
   TempDir dir;
-  EXPECT_EQ(TokensFile::Create(dir.Join("missing")).status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(TokensFile::Create(dir.Join("missing")).status().code(), absl::StatusCode::kNotFound);
   Write(dir.Join("empty"), "# nobody\n");
   const absl::Status s = TokensFile::Create(dir.Join("empty")).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
@@ -134,15 +132,13 @@ TEST(IdentityOfCertificate, CnIsTheUserAndOFieldsTheGroups) {
   auto identity = IdentityOfCertificate(*pem);
   ASSERT_TRUE(identity.ok()) << identity.status();
   EXPECT_EQ(identity->user, "sluice client");
-  EXPECT_THAT(identity->groups,
-              ElementsAre("sluice:trainers", "sluice:operators"));
+  EXPECT_THAT(identity->groups, ElementsAre("sluice:trainers", "sluice:operators"));
   EXPECT_FALSE(identity->all_roles);
   pem = ReadFileForFlag(certs->server_cert, "--tls-cert");
   identity = IdentityOfCertificate(*pem);
   ASSERT_TRUE(identity.ok());
   EXPECT_THAT(identity->groups, ElementsAre("sluice:workers"));
-  EXPECT_EQ(IdentityOfCertificate("not pem").status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(IdentityOfCertificate("not pem").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

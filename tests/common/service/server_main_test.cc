@@ -53,24 +53,19 @@ TEST(SetEnvNames, EveryFlagReadsItsVariableAndTheCommandLineWins) {
 TEST(ParseHostPort, AcceptsHostHostPortAndIpv6) {
   std::string host;
   int port = 0;
-  ASSERT_TRUE(
-      ParseHostPort("10.1.2.3", "--advertise-address", &host, &port).ok());
+  ASSERT_TRUE(ParseHostPort("10.1.2.3", "--advertise-address", &host, &port).ok());
   EXPECT_EQ(host, "10.1.2.3");
   EXPECT_EQ(port, -1);
-  ASSERT_TRUE(
-      ParseHostPort("10.1.2.3:7071", "--advertise-address", &host, &port).ok());
+  ASSERT_TRUE(ParseHostPort("10.1.2.3:7071", "--advertise-address", &host, &port).ok());
   EXPECT_EQ(host, "10.1.2.3");
   EXPECT_EQ(port, 7071);
-  ASSERT_TRUE(
-      ParseHostPort("[fd00::1]:80", "--advertise-address", &host, &port).ok());
+  ASSERT_TRUE(ParseHostPort("[fd00::1]:80", "--advertise-address", &host, &port).ok());
   EXPECT_EQ(host, "fd00::1");
   EXPECT_EQ(port, 80);
-  ASSERT_TRUE(
-      ParseHostPort("fd00::1", "--advertise-address", &host, &port).ok());
+  ASSERT_TRUE(ParseHostPort("fd00::1", "--advertise-address", &host, &port).ok());
   EXPECT_EQ(host, "fd00::1");
   EXPECT_EQ(port, -1);
-  const absl::Status bad =
-      ParseHostPort("pod:http", "--metrics-address", &host, &port);
+  const absl::Status bad = ParseHostPort("pod:http", "--metrics-address", &host, &port);
   EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(bad.message(), HasSubstr("--metrics-address 'pod:http'"));
 }
@@ -86,37 +81,29 @@ TEST(Limits, EachRefusalNamesItsFlag) {
   for (int i = 0; i < 2; ++i) pipeline.add_nodes()->mutable_map()->add_ops();
   absl::Status s = CheckPipelineLimits(pipeline, limits);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(s.message(),
-            "pipeline spec has 4 nodes, more than --max-pipeline-nodes 2");
+  EXPECT_EQ(s.message(), "pipeline spec has 4 nodes, more than --max-pipeline-nodes 2");
   pipeline.Clear();
   pipeline.mutable_source()->mutable_dataset()->set_path(std::string(100, 'x'));
   s = CheckPipelineLimits(pipeline, limits);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("more than --max-pipeline-bytes 64"));
 
-  EXPECT_THAT(
-      CheckSerializedPipelineLimits(pipeline.SerializeAsString(), limits)
-          .message(),
-      HasSubstr("more than --max-pipeline-bytes 64"));
+  EXPECT_THAT(CheckSerializedPipelineLimits(pipeline.SerializeAsString(), limits).message(),
+              HasSubstr("more than --max-pipeline-bytes 64"));
   EXPECT_EQ(CheckSerializedPipelineLimits("\xff\xff", limits).code(),
             absl::StatusCode::kInvalidArgument);
   pipeline.Clear();
-  EXPECT_TRUE(
-      CheckSerializedPipelineLimits(pipeline.SerializeAsString(), limits).ok());
+  EXPECT_TRUE(CheckSerializedPipelineLimits(pipeline.SerializeAsString(), limits).ok());
 
   EXPECT_TRUE(CheckJobLimit(2, limits).ok());
-  EXPECT_EQ(CheckJobLimit(3, limits).code(),
-            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(CheckJobLimit(3, limits).code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(CheckJobLimit(3, limits).message(), HasSubstr("(--max-jobs 3)"));
   EXPECT_TRUE(CheckConsumerLimit(4, limits).ok());
-  EXPECT_EQ(CheckConsumerLimit(5, limits).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckConsumerLimit(5, limits).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(CheckBatchLimit(10, limits).ok());
-  EXPECT_EQ(CheckBatchLimit(11, limits).code(),
-            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(CheckBatchLimit(11, limits).code(), absl::StatusCode::kResourceExhausted);
   EXPECT_TRUE(CheckStreamLimit(4, limits).ok());
-  EXPECT_THAT(CheckStreamLimit(5, limits).message(),
-              HasSubstr("(--max-streams 5)"));
+  EXPECT_THAT(CheckStreamLimit(5, limits).message(), HasSubstr("(--max-streams 5)"));
   EXPECT_EQ(MaxMessageBytes(limits), 64 + kMessageOverheadBytes);
 }
 
@@ -132,8 +119,8 @@ int HealthStatus(const std::string& address) {
   grpc::ByteBuffer response;
   grpc::Status status;
   absl::Notification done;
-  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(),
-                 &request, &response, [&](grpc::Status s) {
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                 [&](grpc::Status s) {
                    status = std::move(s);
                    done.Notify();
                  });
@@ -148,22 +135,18 @@ int HealthStatus(const std::string& address) {
 
 TEST(ServerMain, ServesHealthWritesTheAddressFileAndTurnsNotServing) {
   testing::TempDir dir;
-  auto main = ServerMain::Create("test", {.host = "0.0.0.0",
-                                          .port = 0,
-                                          .address_file = dir.Join("addr"),
-                                          .allow_insecure = true});
+  auto main = ServerMain::Create(
+      "test",
+      {.host = "0.0.0.0", .port = 0, .address_file = dir.Join("addr"), .allow_insecure = true});
   ASSERT_TRUE(main.ok()) << main.status();
   grpc::ServerBuilder builder;
-  proto::DispatcherService::Service
-      unimplemented;  // a server needs one service
+  proto::DispatcherService::Service unimplemented;  // a server needs one service
   builder.RegisterService(&unimplemented);
   const absl::Status started = (*main)->Start(builder);
   ASSERT_TRUE(started.ok()) << started;
-  const std::string address =
-      "127.0.0.1:" + std::to_string((*main)->bound_port());
+  const std::string address = "127.0.0.1:" + std::to_string((*main)->bound_port());
   EXPECT_EQ((*main)->address(), address);  // the wildcard shown as loopback
-  EXPECT_EQ((*main)->bind_address(),
-            "0.0.0.0:" + std::to_string((*main)->bound_port()));
+  EXPECT_EQ((*main)->bind_address(), "0.0.0.0:" + std::to_string((*main)->bound_port()));
   EXPECT_EQ(testing::ReadFile(dir.Join("addr")), address + "\n");
   EXPECT_EQ(HealthStatus(address), 1);  // SERVING
   (*main)->SetServing(false);
@@ -172,12 +155,10 @@ TEST(ServerMain, ServesHealthWritesTheAddressFileAndTurnsNotServing) {
 }
 
 TEST(ServerMain, NonLoopbackWithoutTlsAndTokensNeedsAllowInsecure) {
-  const absl::Status s =
-      ServerMain::Create("test", {.host = "0.0.0.0"}).status();
+  const absl::Status s = ServerMain::Create("test", {.host = "0.0.0.0"}).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(),
-              HasSubstr("--host 0.0.0.0 is reachable from other machines and "
-                        "this port is plaintext and unauthenticated"));
+  EXPECT_THAT(s.message(), HasSubstr("--host 0.0.0.0 is reachable from other machines and "
+                                     "this port is plaintext and unauthenticated"));
   EXPECT_THAT(s.message(), HasSubstr("--allow-insecure (SLUICE_ALLOW_INSECURE=1)"));
   std::string warning;
   EXPECT_TRUE(CheckListenSecurity({.host = "127.0.0.1"}, &warning).ok());
@@ -230,8 +211,8 @@ TEST(ServerMain, MetricsAnswerWhileHalfOpenClientsHoldConnections) {
     ASSERT_GE(fd, 0);
     half_open.push_back(fd);
   }
-  const int fd = ConnectAndSend(
-      port, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  const int fd =
+      ConnectAndSend(port, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
   ASSERT_GE(fd, 0);
   std::string answer;
   char buffer[4096];
@@ -265,8 +246,7 @@ TEST(ServerMain, ExportsBuildInfoRequestsByMethodAndCodeAndErrorsByCode) {
     EXPECT_EQ(stub->GetStatus(&context, {}, &response).error_code(),
               grpc::StatusCode::UNIMPLEMENTED);
   }
-  const std::string text =
-      prometheus::TextSerializer().Serialize((*main)->registry().Collect());
+  const std::string text = prometheus::TextSerializer().Serialize((*main)->registry().Collect());
   (*main)->Shutdown(absl::ZeroDuration());
   EXPECT_THAT(text, HasSubstr(std::string("sluice_build_info{revision=\"") + Revision() +
                               "\",version=\"" + Version() + "\"} 1\n"));
@@ -284,12 +264,9 @@ TEST(ServerMain, ExportsBuildInfoRequestsByMethodAndCodeAndErrorsByCode) {
 }
 
 TEST(ServerMain, BadFlagsAreInvalidArgumentNamingThem) {
-  EXPECT_THAT(
-      ServerMain::Create("test", {.log_format = "xml"}).status().message(),
-      HasSubstr("--log-format: 'xml'"));
-  EXPECT_THAT(ServerMain::Create("test", {.metrics_address = "host:port"})
-                  .status()
-                  .message(),
+  EXPECT_THAT(ServerMain::Create("test", {.log_format = "xml"}).status().message(),
+              HasSubstr("--log-format: 'xml'"));
+  EXPECT_THAT(ServerMain::Create("test", {.metrics_address = "host:port"}).status().message(),
               HasSubstr("--metrics-address 'host:port'"));
   ServerFlags token_only;
   token_only.security.auth_token_file = "/nonexistent";

@@ -35,8 +35,7 @@ proto::OpSpec Cast(const std::string& dtype) {
 
 // What the worker computes: the ops built and fused as the worker builds
 // them, run on the batch (ApplyBatch).
-data_worker::Tensor OnWorker(const std::vector<proto::OpSpec>& specs,
-                             data_worker::Tensor batch) {
+data_worker::Tensor OnWorker(const std::vector<proto::OpSpec>& specs, data_worker::Tensor batch) {
   auto ops = data_worker::BuildOps(specs, /*first_position=*/0, /*fuse=*/true);
   EXPECT_TRUE(ops.ok()) << ops.status();
   for (const auto& op : *ops) {
@@ -49,15 +48,12 @@ data_worker::Tensor OnWorker(const std::vector<proto::OpSpec>& specs,
 
 TEST(Finisher, GivesTheWorkersBitsAtAnySliceBoundaries) {
   const std::vector<std::vector<proto::OpSpec>> tails = {
-      {Normalize({0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f}),
-       Hwc2Chw()},
-      {Normalize({0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f}), Hwc2Chw(),
-       Cast("float32")},
+      {Normalize({0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f}), Hwc2Chw()},
+      {Normalize({0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f}), Hwc2Chw(), Cast("float32")},
       {Normalize({0.5f}, {0.25f})},
       {Normalize({0.1f, 0.2f, 0.3f}, {0.3f, 0.2f, 0.1f}), Cast("float32")},
   };
-  for (const record::DType dtype :
-       {record::DType::kUint8, record::DType::kFloat32}) {
+  for (const record::DType dtype : {record::DType::kUint8, record::DType::kFloat32}) {
     for (const std::vector<proto::OpSpec>& tail : tails) {
       const std::vector<int64_t> shape = {3, 5, 37, 3};  // odd widths
       data_worker::Tensor batch = data_worker::Tensor::Allocate(dtype, shape);
@@ -68,8 +64,7 @@ TEST(Finisher, GivesTheWorkersBitsAtAnySliceBoundaries) {
           batch.data_as<float>()[i] = static_cast<float>(i % 251) / 7.0f;
         }
       }
-      const std::string in(reinterpret_cast<const char*>(batch.data()),
-                           batch.num_bytes());
+      const std::string in(reinterpret_cast<const char*>(batch.data()), batch.num_bytes());
       const data_worker::Tensor want = OnWorker(tail, std::move(batch));
       absl::StatusOr<Finisher> f = Finisher::Create(tail, dtype, shape);
       ASSERT_TRUE(f.ok()) << f.status();
@@ -109,24 +104,17 @@ TEST(ClientTailLength, IsTheNormalizeTailAndNothingElse) {
 
 TEST(Finisher, RefusesWhatItCannotRun) {
   const int64_t shape[] = {2, 4, 4, 3};
-  const std::vector<proto::OpSpec> ok = {
-      Normalize({0.5f, 0.5f, 0.5f}, {0.2f, 0.2f, 0.2f}), Hwc2Chw()};
+  const std::vector<proto::OpSpec> ok = {Normalize({0.5f, 0.5f, 0.5f}, {0.2f, 0.2f, 0.2f}),
+                                         Hwc2Chw()};
   EXPECT_TRUE(Finisher::Create(ok, record::DType::kUint8, shape).ok());
-  EXPECT_THAT(Finisher::Create({Hwc2Chw()}, record::DType::kUint8, shape)
-                  .status()
-                  .message(),
+  EXPECT_THAT(Finisher::Create({Hwc2Chw()}, record::DType::kUint8, shape).status().message(),
               HasSubstr("not a tail the client runs"));
-  EXPECT_THAT(
-      Finisher::Create(ok, record::DType::kInt64, shape).status().message(),
-      HasSubstr("uint8 or float32"));
+  EXPECT_THAT(Finisher::Create(ok, record::DType::kInt64, shape).status().message(),
+              HasSubstr("uint8 or float32"));
   const int64_t two_channels[] = {2, 4, 4, 2};
-  EXPECT_THAT(Finisher::Create(ok, record::DType::kUint8, two_channels)
-                  .status()
-                  .message(),
+  EXPECT_THAT(Finisher::Create(ok, record::DType::kUint8, two_channels).status().message(),
               HasSubstr("2 channels but 3"));
-  EXPECT_FALSE(Finisher::Create({Normalize({0.5f}, {0.0f})},
-                                record::DType::kUint8, shape)
-                   .ok());
+  EXPECT_FALSE(Finisher::Create({Normalize({0.5f}, {0.0f})}, record::DType::kUint8, shape).ok());
   const int64_t rank3[] = {2, 4, 4};
   EXPECT_FALSE(Finisher::Create(ok, record::DType::kUint8, rank3).ok());
 }

@@ -12,8 +12,7 @@ namespace {
 // plain loop, for every width (vector body + scalar tail), mirrored or not,
 // from a window of a wider image.
 TEST(NormalizeKernel, MatchesThePlainLoopBitForBit) {
-  const float scale[3] = {1.0f / (255 * 0.229f), 1.0f / (255 * 0.224f),
-                          1.0f / (255 * 0.225f)};
+  const float scale[3] = {1.0f / (255 * 0.229f), 1.0f / (255 * 0.224f), 1.0f / (255 * 0.225f)};
   const float bias[3] = {-0.485f / 0.229f, -0.456f / 0.224f, -0.406f / 0.225f};
   const int64_t stride_px = 53, height = 3;
   std::vector<uint8_t> src(height * stride_px * 3);
@@ -22,14 +21,12 @@ TEST(NormalizeKernel, MatchesThePlainLoopBitForBit) {
     for (const bool flip : {false, true}) {
       const uint8_t* window = src.data() + 3 * 2;  // starts at column 2
       std::vector<float> got(3 * height * width), want(3 * height * width);
-      NormalizeHwc3ToChw(window, height, width, stride_px * 3, flip, scale,
-                         bias, got.data());
+      NormalizeHwc3ToChw(window, height, width, stride_px * 3, flip, scale, bias, got.data());
       for (int64_t y = 0; y < height; ++y) {
         for (int64_t x = 0; x < width; ++x) {
           const int64_t sx = flip ? width - 1 - x : x;
           for (int c = 0; c < 3; ++c) {
-            const float v =
-                static_cast<float>(window[y * stride_px * 3 + sx * 3 + c]);
+            const float v = static_cast<float>(window[y * stride_px * 3 + sx * 3 + c]);
             want[c * height * width + y * width + x] = v * scale[c] + bias[c];
           }
         }

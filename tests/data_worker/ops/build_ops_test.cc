@@ -20,16 +20,13 @@ TEST(BuildOps, SizesOverTheCapsAreRefusedBeforeAnythingIsAllocated) {
   proto::OpSpec resize;
   resize.mutable_resize()->set_height(100000);
   resize.mutable_resize()->set_width(100);
-  ExpectInvalid(BuildStatus({resize}),
-                "op 0 (Resize): height must be at most 16384, got 100000");
+  ExpectInvalid(BuildStatus({resize}), "op 0 (Resize): height must be at most 16384, got 100000");
   proto::OpSpec shorter;
   shorter.mutable_resize()->set_size(20000);
-  ExpectInvalid(BuildStatus({shorter}),
-                "op 0 (Resize): size must be at most 16384, got 20000");
+  ExpectInvalid(BuildStatus({shorter}), "op 0 (Resize): size must be at most 16384, got 20000");
   proto::OpSpec crop;
   crop.mutable_center_crop()->set_size(16385);
-  ExpectInvalid(BuildStatus({crop}),
-                "op 0 (CenterCrop): size must be at most 16384, got 16385");
+  ExpectInvalid(BuildStatus({crop}), "op 0 (CenterCrop): size must be at most 16384, got 16385");
   proto::OpSpec rrc;
   rrc.mutable_random_resized_crop()->set_size(9000);
   ExpectInvalid(BuildStatus({rrc}),
@@ -57,8 +54,7 @@ TEST(BuildOps, BadSpecsNameOpIndexTypeAndField) {
   specs[0].mutable_decode();
   specs[1].mutable_random_horizontal_flip();
   specs[2].mutable_random_resized_crop()->set_size(0);
-  ExpectInvalid(BuildStatus(specs),
-                "op 2 (RandomResizedCrop): size must be > 0");
+  ExpectInvalid(BuildStatus(specs), "op 2 (RandomResizedCrop): size must be > 0");
   ExpectInvalid(BuildStatus(specs, /*first=*/5), "op 7 (RandomResizedCrop)");
 
   proto::OpSpec empty;
@@ -73,8 +69,7 @@ TEST(BuildOps, BadSpecsNameOpIndexTypeAndField) {
   ExpectInvalid(BuildStatus({both}), "op 0 (CenterCrop): set either size");
   proto::OpSpec no_width;
   no_width.mutable_random_crop()->set_height(3);
-  ExpectInvalid(BuildStatus({no_width}),
-                "op 0 (RandomCrop): width must be > 0");
+  ExpectInvalid(BuildStatus({no_width}), "op 0 (RandomCrop): width must be > 0");
 
   proto::OpSpec scale;
   scale.mutable_random_resized_crop()->set_size(224);
@@ -163,10 +158,7 @@ TEST(BuildOps, RandomOpsHaveNoBatchedKernel) {
   auto ops = BuildOps({flip}, 0, true);
   ASSERT_TRUE(ops.ok());
   EXPECT_FALSE((*ops)[0]->has_batched_kernel());
-  EXPECT_EQ((*ops)[0]
-                ->ApplyBatch(Tensor::Allocate(DType::kUint8, {1, 2, 2, 3}))
-                .status()
-                .code(),
+  EXPECT_EQ((*ops)[0]->ApplyBatch(Tensor::Allocate(DType::kUint8, {1, 2, 2, 3})).status().code(),
             absl::StatusCode::kUnimplemented);
 }
 

@@ -16,9 +16,7 @@ namespace {
 void Reference(const ColorJitterParams& p, cv::Mat& img) {
   cv::Mat f;
   img.convertTo(f, CV_64F);
-  auto gray = [](const cv::Vec3d& v) {
-    return 0.299 * v[0] + 0.587 * v[1] + 0.114 * v[2];
-  };
+  auto gray = [](const cv::Vec3d& v) { return 0.299 * v[0] + 0.587 * v[1] + 0.114 * v[2]; };
   auto clamp = [](double v) { return std::clamp(v, 0.0, 255.0); };
   for (int id : p.order) {
     if (id == 0 && p.has_brightness) {
@@ -31,20 +29,17 @@ void Reference(const ColorJitterParams& p, cv::Mat& img) {
         for (int c = 0; c < f.cols; ++c) mean += gray(f.at<cv::Vec3d>(r, c));
       mean /= f.total();
       f.forEach<cv::Vec3d>([&](cv::Vec3d& v, const int*) {
-        for (int c = 0; c < 3; ++c)
-          v[c] = clamp(v[c] * p.contrast + mean * (1 - p.contrast));
+        for (int c = 0; c < 3; ++c) v[c] = clamp(v[c] * p.contrast + mean * (1 - p.contrast));
       });
     } else if (id == 2 && p.has_saturation) {
       f.forEach<cv::Vec3d>([&](cv::Vec3d& v, const int*) {
         const double g = gray(v);
-        for (int c = 0; c < 3; ++c)
-          v[c] = clamp(v[c] * p.saturation + g * (1 - p.saturation));
+        for (int c = 0; c < 3; ++c) v[c] = clamp(v[c] * p.saturation + g * (1 - p.saturation));
       });
     } else if (id == 3 && p.has_hue) {
       f.forEach<cv::Vec3d>([&](cv::Vec3d& v, const int*) {
         const double r = v[0] / 255, g = v[1] / 255, b = v[2] / 255;
-        const double mx = std::max({r, g, b}), mn = std::min({r, g, b}),
-                     d = mx - mn;
+        const double mx = std::max({r, g, b}), mn = std::min({r, g, b}), d = mx - mn;
         double h = 0;
         if (d > 0) {
           if (mx == r)
@@ -61,8 +56,7 @@ void Reference(const ColorJitterParams& p, cv::Mat& img) {
         const double hh = h * 6;
         const int i = static_cast<int>(std::floor(hh)) % 6;
         const double fr = hh - std::floor(hh);
-        const double pp = val * (1 - s), q = val * (1 - s * fr),
-                     t = val * (1 - s * (1 - fr));
+        const double pp = val * (1 - s), q = val * (1 - s * fr), t = val * (1 - s * (1 - fr));
         const double rgb[6][3] = {{val, t, pp}, {q, val, pp}, {pp, val, t},
                                   {pp, q, val}, {t, pp, val}, {val, pp, q}};
         for (int c = 0; c < 3; ++c) v[c] = clamp(rgb[i][c] * 255);
@@ -77,16 +71,13 @@ void Reference(const ColorJitterParams& p, cv::Mat& img) {
 // down), then one factor per enabled component in the order brightness,
 // contrast, saturation (uniform in [max(0, 1 - v), 1 + v]) and hue (uniform in
 // [-v, v]), from the element's generator as the op is documented to.
-ColorJitterParams TorchvisionDraws(float b, float c, float s, float h,
-                                   Rng& rng) {
+ColorJitterParams TorchvisionDraws(float b, float c, float s, float h, Rng& rng) {
   ColorJitterParams p;
   for (int i = 3; i > 0; --i) {
     const int j = static_cast<int>(rng.UniformInt(i + 1));
     std::swap(p.order[i], p.order[j]);
   }
-  auto factor = [&](float v) {
-    return rng.Uniform(std::max(0.0, 1.0 - v), 1.0 + v);
-  };
+  auto factor = [&](float v) { return rng.Uniform(std::max(0.0, 1.0 - v), 1.0 + v); };
   if (b > 0) {
     p.has_brightness = true;
     p.brightness = factor(b);
@@ -116,8 +107,7 @@ TEST(ColorJitter, DrawsWhatTorchvisionsGetParamsDraws) {
   for (uint64_t seed = 0; seed < 200; ++seed) {
     Rng rng(seed), reference(seed);
     const ColorJitterParams p = DrawColorJitterParams(spec, rng);
-    const ColorJitterParams want =
-        TorchvisionDraws(0.4f, 0.3f, 1.5f, 0.1f, reference);
+    const ColorJitterParams want = TorchvisionDraws(0.4f, 0.3f, 1.5f, 0.1f, reference);
     EXPECT_EQ(p.order, want.order);
     EXPECT_EQ(p.brightness, want.brightness);
     EXPECT_EQ(p.contrast, want.contrast);
@@ -141,9 +131,8 @@ TEST(ColorJitter, MatchesPerPixelReferenceWithinTwoLevels) {
     float b, c, s, h;
   };
   for (const Case& k :
-       {Case{0.4f, none, none, none}, Case{none, 0.4f, none, none},
-        Case{none, none, 0.4f, none}, Case{none, none, none, 0.1f},
-        Case{0.4f, 0.4f, 0.4f, 0.1f}}) {
+       {Case{0.4f, none, none, none}, Case{none, 0.4f, none, none}, Case{none, none, 0.4f, none},
+        Case{none, none, none, 0.1f}, Case{0.4f, 0.4f, 0.4f, 0.1f}}) {
     proto::OpSpec spec;
     spec.mutable_color_jitter()->set_brightness(k.b);
     spec.mutable_color_jitter()->set_contrast(k.c);
@@ -160,10 +149,8 @@ TEST(ColorJitter, MatchesPerPixelReferenceWithinTwoLevels) {
       cv::Mat ref = img.clone();
       Reference(p, ref);
       const testing::Diff d = testing::Compare(out->AsMat(), ref);
-      EXPECT_LE(d.max, 2) << "case b=" << k.b << " c=" << k.c << " s=" << k.s
-                          << " h=" << k.h;
-      absl::StatusOr<Tensor> again =
-          (*ops)[0]->Apply(Tensor::FromMat(img), ctx);
+      EXPECT_LE(d.max, 2) << "case b=" << k.b << " c=" << k.c << " s=" << k.s << " h=" << k.h;
+      absl::StatusOr<Tensor> again = (*ops)[0]->Apply(Tensor::FromMat(img), ctx);
       EXPECT_EQ(again->bytes(), out->bytes());
     }
   }

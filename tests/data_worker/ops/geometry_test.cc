@@ -53,10 +53,9 @@ TEST(Resize, AThinImageResizedByItsShorterSideIsRefusedBeforeAllocating) {
   spec.mutable_resize()->set_size(16384);
   absl::StatusOr<Tensor> out = One(spec, 1)->Apply(Tensor::FromMat(img), {});
   ASSERT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(
-      out.status().message(),
-      HasSubstr("op 1 (Resize): an output of 16384x32768000 (HxW) is "
-                "too large (at most 16384 a side and 67108864 pixels)"));
+  EXPECT_THAT(out.status().message(),
+              HasSubstr("op 1 (Resize): an output of 16384x32768000 (HxW) is "
+                        "too large (at most 16384 a side and 67108864 pixels)"));
   // Fused with the decode (Decode+Resize), the check comes before the decode's buffer.
   proto::OpSpec decode;
   decode.mutable_decode();
@@ -65,16 +64,14 @@ TEST(Resize, AThinImageResizedByItsShorterSideIsRefusedBeforeAllocating) {
   ASSERT_EQ(fused->size(), 1u);
   out = (*fused)[0]->Apply(testing::Bytes(testing::Encode(img, ".png")), {});
   ASSERT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(out.status().message(),
-              HasSubstr("an output of 16384x32768000 (HxW) is too large"));
+  EXPECT_THAT(out.status().message(), HasSubstr("an output of 16384x32768000 (HxW) is too large"));
 }
 
 TEST(RandomCrop, PaddingThatMakesTheImageTooLargeIsRefusedBeforeAllocating) {
   proto::OpSpec spec;
   spec.mutable_random_crop()->set_size(8);
   spec.mutable_random_crop()->set_padding(16384);
-  absl::StatusOr<Tensor> out =
-      One(spec, 2)->Apply(Tensor::FromMat(MakeRgb(8, 8)), {});
+  absl::StatusOr<Tensor> out = One(spec, 2)->Apply(Tensor::FromMat(MakeRgb(8, 8)), {});
   ASSERT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(out.status().message(),
               HasSubstr("op 2 (RandomCrop): an output of 32776x32776 (HxW) is "
@@ -112,8 +109,8 @@ TEST(RandomResizedCrop, MatchesOpenCvCropResizeAndIsDeterministic) {
     ASSERT_LE(b.top + b.height, 120);
     ASSERT_LE(b.left + b.width, 160);
     cv::Mat ref;
-    cv::resize(img(cv::Rect(b.left, b.top, b.width, b.height)), ref,
-               cv::Size(32, 32), 0, 0, cv::INTER_LINEAR);
+    cv::resize(img(cv::Rect(b.left, b.top, b.width, b.height)), ref, cv::Size(32, 32), 0, 0,
+               cv::INTER_LINEAR);
     EXPECT_EQ(Compare(out.AsMat(), ref).max, 0);
     EXPECT_EQ(ApplyTo(*op, img, ctx).bytes(), out.bytes());
     distinct.insert(std::string(out.bytes()));
@@ -164,8 +161,7 @@ TEST(RandomResizedCrop, BoxesFollowScaleAndRatioAndFallBackToCenter) {
 bool IsCropOf(const cv::Mat& out, const cv::Mat& img) {
   for (int r = 0; r + out.rows <= img.rows; ++r) {
     for (int c = 0; c + out.cols <= img.cols; ++c) {
-      if (Compare(out, img(cv::Rect(c, r, out.cols, out.rows))).max == 0)
-        return true;
+      if (Compare(out, img(cv::Rect(c, r, out.cols, out.rows))).max == 0) return true;
     }
   }
   return false;
@@ -176,13 +172,11 @@ TEST(RandomCrop, IsACropOfThePaddedImageAndRejectsTooLarge) {
   proto::OpSpec spec;
   spec.mutable_random_crop()->set_size(8);
   auto op = One(spec);
-  for (uint64_t i = 0; i < 5; ++i)
-    EXPECT_TRUE(IsCropOf(ApplyTo(*op, img, {0, 0, i}).AsMat(), img));
+  for (uint64_t i = 0; i < 5; ++i) EXPECT_TRUE(IsCropOf(ApplyTo(*op, img, {0, 0, i}).AsMat(), img));
   spec.mutable_random_crop()->set_padding(3);
   spec.mutable_random_crop()->set_size(16);
   cv::Mat padded;
-  cv::copyMakeBorder(img, padded, 3, 3, 3, 3, cv::BORDER_CONSTANT,
-                     cv::Scalar::all(0));
+  cv::copyMakeBorder(img, padded, 3, 3, 3, 3, cv::BORDER_CONSTANT, cv::Scalar::all(0));
   auto padded_op = One(spec);
   for (uint64_t i = 0; i < 5; ++i) {
     EXPECT_TRUE(IsCropOf(ApplyTo(*padded_op, img, {0, 0, i}).AsMat(), padded));
@@ -231,16 +225,13 @@ TEST(RandomRotation, MatchesWarpAffineWithTheDrawnAngle) {
     Rng rng = ctx.RngFor(2);
     const double angle = rng.Uniform(-30, 30);
     cv::Mat ref;
-    cv::warpAffine(
-        img, ref,
-        cv::getRotationMatrix2D(cv::Point2f(19.5f, 14.5f), angle, 1.0),
-        img.size(), cv::INTER_NEAREST, cv::BORDER_CONSTANT, cv::Scalar::all(0));
+    cv::warpAffine(img, ref, cv::getRotationMatrix2D(cv::Point2f(19.5f, 14.5f), angle, 1.0),
+                   img.size(), cv::INTER_NEAREST, cv::BORDER_CONSTANT, cv::Scalar::all(0));
     EXPECT_EQ(Compare(ApplyTo(*op, img, ctx).AsMat(), ref).max, 0);
   }
   absl::StatusOr<Tensor> bad = op->Apply(Tensor::FromBytes("x"), {});
   ASSERT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(bad.status().message(),
-              HasSubstr("op 2 (RandomRotation): expected"));
+  EXPECT_THAT(bad.status().message(), HasSubstr("op 2 (RandomRotation): expected"));
 }
 
 }  // namespace

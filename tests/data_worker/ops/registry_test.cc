@@ -25,8 +25,7 @@ TEST(Registry, EveryOneofCaseIsRegisteredOnce) {
   ASSERT_EQ(static_cast<int>(RegisteredOps().size()), oneof->field_count());
   for (int i = 0; i < oneof->field_count(); ++i) {
     const auto* field = oneof->field(i);
-    const OpRegistration* r =
-        FindOp(static_cast<proto::OpSpec::OpCase>(field->number()));
+    const OpRegistration* r = FindOp(static_cast<proto::OpSpec::OpCase>(field->number()));
     ASSERT_NE(r, nullptr) << field->name();
     EXPECT_EQ(r->field, field->name());
   }
@@ -39,8 +38,7 @@ TEST(Registry, EveryOneofCaseIsRegisteredOnce) {
 TEST(Registry, BatchedKernelFlagMatchesTheBuiltOps) {
   for (const OpRegistration& r : RegisteredOps()) {
     proto::OpSpec spec;
-    const auto* field =
-        proto::OpSpec::descriptor()->FindFieldByNumber(r.op_case);
+    const auto* field = proto::OpSpec::descriptor()->FindFieldByNumber(r.op_case);
     spec.GetReflection()->MutableMessage(&spec, field);
     // Fill the required fields of the ops that have some.
     if (spec.has_resize()) spec.mutable_resize()->set_size(8);
@@ -104,13 +102,11 @@ TEST(Registry, FieldErrorsCarryAStructuredLocation) {
   at.node = "map";
   at.node_index = 1;
   at.op_index = 2;
-  const absl::Status s =
-      BuildOps({rrc}, {OpLabel{9, "RandomResizedCrop", at}}, false).status();
+  const absl::Status s = BuildOps({rrc}, {OpLabel{9, "RandomResizedCrop", at}}, false).status();
   EXPECT_EQ(s.message(), "map[1].ops[2] (RandomResizedCrop): size must be > 0");
   auto loc = pipeline_spec::GetSpecLocation(s);
   ASSERT_TRUE(loc.has_value());
-  EXPECT_EQ(*loc, (pipeline_spec::SpecLocation{"map", 1, 2, "RandomResizedCrop",
-                                               "size"}));
+  EXPECT_EQ(*loc, (pipeline_spec::SpecLocation{"map", 1, 2, "RandomResizedCrop", "size"}));
   // Without a spec location the op is named by its position.
   const absl::Status p = BuildOps({rrc}, 9, false).status();
   EXPECT_EQ(p.message(), "op 9 (RandomResizedCrop): size must be > 0");

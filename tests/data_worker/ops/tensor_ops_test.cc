@@ -11,8 +11,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::vector<std::unique_ptr<Op>> Build(const std::vector<proto::OpSpec>& specs,
-                                       bool fuse) {
+std::vector<std::unique_ptr<Op>> Build(const std::vector<proto::OpSpec>& specs, bool fuse) {
   auto ops = BuildOps(specs, 0, fuse);
   EXPECT_TRUE(ops.ok()) << ops.status();
   return std::move(*ops);
@@ -54,18 +53,16 @@ TEST(Normalize, MatchesToTensorNormalizeFormula) {
     const double ref = (img.data[i] / 255.0 - mean[i % 3]) / stdv[i % 3];
     EXPECT_NEAR(out.data_as<float>()[i], ref, 1e-5);
   }
-  absl::StatusOr<Tensor> bad = Build({Normalize()}, false)[0]->Apply(
-      Tensor::Allocate(DType::kUint8, {2, 2, 4}), {});
+  absl::StatusOr<Tensor> bad =
+      Build({Normalize()}, false)[0]->Apply(Tensor::Allocate(DType::kUint8, {2, 2, 4}), {});
   ASSERT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(bad.status().message(),
-              HasSubstr("op 0 (Normalize): expected uint8 or float32"));
+  EXPECT_THAT(bad.status().message(), HasSubstr("op 0 (Normalize): expected uint8 or float32"));
 }
 
 TEST(Hwc2Chw, TransposesAnyDtype) {
   for (DType dtype : {DType::kUint8, DType::kFloat32, DType::kInt64}) {
     Tensor t = Tensor::Allocate(dtype, {3, 4, 5});
-    for (size_t i = 0; i < t.num_bytes(); ++i)
-      t.data()[i] = static_cast<uint8_t>(i * 31);
+    for (size_t i = 0; i < t.num_bytes(); ++i) t.data()[i] = static_cast<uint8_t>(i * 31);
     Tensor copy = t.Clone();
     Tensor out = Chain(Build({Hwc2Chw()}, false), std::move(t));
     ASSERT_EQ(out.shape(), (std::vector<int64_t>{5, 3, 4}));
@@ -96,17 +93,14 @@ TEST(Cast, ScalesRoundsAndSaturates) {
   EXPECT_EQ(back.data()[1], 3);
   EXPECT_EQ(back.data()[2], 255);
   Tensor big = Tensor::Scalar<int64_t>(int64_t{1} << 40);
-  EXPECT_EQ(
-      *Chain(Build({Cast("int32")}, false), std::move(big)).data_as<int32_t>(),
-      INT32_MAX);
+  EXPECT_EQ(*Chain(Build({Cast("int32")}, false), std::move(big)).data_as<int32_t>(), INT32_MAX);
 }
 
 TEST(NormalizeHwc2ChwCast, FusedIsBitIdenticalToUnfused) {
   const cv::Mat img = testing::MakeRgb(31, 17);
   for (const std::string dtype : {"float32", "float16"}) {
     SCOPED_TRACE(dtype);
-    const std::vector<proto::OpSpec> specs = {Normalize(), Hwc2Chw(),
-                                              Cast(dtype)};
+    const std::vector<proto::OpSpec> specs = {Normalize(), Hwc2Chw(), Cast(dtype)};
     auto fused = Build(specs, true);
     ASSERT_EQ(fused.size(), 1u);
     Tensor a = Chain(fused, Tensor::FromMat(img));
@@ -124,23 +118,20 @@ TEST(NormalizeHwc2ChwCast, FusedIsBitIdenticalToUnfused) {
 
 TEST(BatchedKernels, ApplyBatchEqualsPerElementApply) {
   std::vector<Tensor> images;
-  for (int i = 0; i < 4; ++i)
-    images.push_back(Tensor::FromMat(testing::MakeRgb(6, 5, i + 1)));
+  for (int i = 0; i < 4; ++i) images.push_back(Tensor::FromMat(testing::MakeRgb(6, 5, i + 1)));
   proto::OpSpec one_hot;
   one_hot.mutable_one_hot()->set_num_classes(5);
-  const std::vector<std::vector<proto::OpSpec>> cases = {
-      {Normalize()},
-      {Hwc2Chw()},
-      {Cast("float16", true)},
-      {Normalize(), Hwc2Chw(), Cast("float32")}};
+  const std::vector<std::vector<proto::OpSpec>> cases = {{Normalize()},
+                                                         {Hwc2Chw()},
+                                                         {Cast("float16", true)},
+                                                         {Normalize(), Hwc2Chw(), Cast("float32")}};
   for (const auto& specs : cases) {
     auto ops = Build(specs, true);
     ASSERT_EQ(ops.size(), 1u);
     SCOPED_TRACE(std::string(ops[0]->name()));
     ASSERT_TRUE(ops[0]->has_batched_kernel());
     std::vector<Tensor> outs;
-    for (const Tensor& t : images)
-      outs.push_back(*ops[0]->Apply(t.Clone(), {}));
+    for (const Tensor& t : images) outs.push_back(*ops[0]->Apply(t.Clone(), {}));
     absl::StatusOr<Tensor> batch = Stack(images);
     ASSERT_TRUE(batch.ok());
     absl::StatusOr<Tensor> batched = ops[0]->ApplyBatch(std::move(*batch));

@@ -46,8 +46,7 @@ inline std::string Encode(const cv::Mat& mat, const std::string& ext,
 
 // JPEG of an RGB image (imencode expects BGR, so the channels are swapped
 // first).
-inline std::string EncodeJpegRgb(const cv::Mat& rgb,
-                                 std::vector<int> params = {}) {
+inline std::string EncodeJpegRgb(const cv::Mat& rgb, std::vector<int> params = {}) {
   cv::Mat bgr;
   cv::cvtColor(rgb, bgr, cv::COLOR_RGB2BGR);
   params.insert(params.end(), {cv::IMWRITE_JPEG_QUALITY, 92});
@@ -92,8 +91,8 @@ inline std::string EncodeCmykJpeg(int height, int width) {
 
 // An RGB JPEG written with libjpeg, luma sampling factors h×v (2×2 = 4:2:0, 2×1
 // = 4:2:2, 1×1 = 4:4:4; OpenCV 4.6 has no IMWRITE_JPEG_SAMPLING_FACTOR).
-inline std::string EncodeJpegSampling(const cv::Mat& rgb, int h_samp,
-                                      int v_samp, bool progressive = false) {
+inline std::string EncodeJpegSampling(const cv::Mat& rgb, int h_samp, int v_samp,
+                                      bool progressive = false) {
   jpeg_compress_struct cinfo;
   jpeg_error_mgr jerr;
   cinfo.err = jpeg_std_error(&jerr);
@@ -124,10 +123,9 @@ inline std::string EncodeJpegSampling(const cv::Mat& rgb, int h_samp,
 
 // Inserts a minimal EXIF APP1 segment (orientation 6) right after SOI.
 inline std::string WithExif(const std::string& jpeg) {
-  const std::string tiff =
-      std::string("II*\0\x08\0\0\0", 8) +
-      std::string("\x01\0\x12\x01\x03\0\x01\0\0\0\x06\0\0\0", 14) +
-      std::string("\0\0\0\0", 4);
+  const std::string tiff = std::string("II*\0\x08\0\0\0", 8) +
+                           std::string("\x01\0\x12\x01\x03\0\x01\0\0\0\x06\0\0\0", 14) +
+                           std::string("\0\0\0\0", 4);
   const std::string payload = std::string("Exif\0\0", 6) + tiff;
   const size_t len = payload.size() + 2;
   std::string seg = "\xFF\xE1";
@@ -138,10 +136,9 @@ inline std::string WithExif(const std::string& jpeg) {
 
 // Reference decode: full cv::imdecode, BGR → RGB.
 inline cv::Mat ReferenceDecode(const std::string& encoded) {
-  cv::Mat bgr =
-      cv::imdecode(cv::Mat(1, static_cast<int>(encoded.size()), CV_8UC1,
-                           const_cast<char*>(encoded.data())),
-                   cv::IMREAD_COLOR | cv::IMREAD_IGNORE_ORIENTATION);
+  cv::Mat bgr = cv::imdecode(
+      cv::Mat(1, static_cast<int>(encoded.size()), CV_8UC1, const_cast<char*>(encoded.data())),
+      cv::IMREAD_COLOR | cv::IMREAD_IGNORE_ORIENTATION);
   cv::Mat rgb;
   if (!bgr.empty()) cv::cvtColor(bgr, rgb, cv::COLOR_BGR2RGB);
   return rgb;

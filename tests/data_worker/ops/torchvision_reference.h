@@ -19,14 +19,11 @@ inline CropBox TorchvisionBox(int height, int width, Rng& rng) {
   const double area = static_cast<double>(height) * width;
   for (int attempt = 0; attempt < 10; ++attempt) {
     const double target_area = area * rng.Uniform(0.08, 1.0);
-    const double aspect =
-        std::exp(rng.Uniform(std::log(3.0 / 4.0), std::log(4.0 / 3.0)));
+    const double aspect = std::exp(rng.Uniform(std::log(3.0 / 4.0), std::log(4.0 / 3.0)));
     // std::nearbyint in the default rounding mode rounds half to even, as
     // Python's round() does.
-    const int w =
-        static_cast<int>(std::nearbyint(std::sqrt(target_area * aspect)));
-    const int h =
-        static_cast<int>(std::nearbyint(std::sqrt(target_area / aspect)));
+    const int w = static_cast<int>(std::nearbyint(std::sqrt(target_area * aspect)));
+    const int h = static_cast<int>(std::nearbyint(std::sqrt(target_area / aspect)));
     if (0 < w && w <= width && 0 < h && h <= height) {
       const int top = static_cast<int>(rng.UniformInt(height - h + 1));
       const int left = static_cast<int>(rng.UniformInt(width - w + 1));

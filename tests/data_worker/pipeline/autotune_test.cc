@@ -35,8 +35,7 @@ TEST(Autotune, NeverExceedsTheThreadBudget) {
     EXPECT_LE(total, in.cpu_budget);
   }
   // Converged on the budget, slow stage got most: 8 ms stage ≥ 3 threads.
-  EXPECT_EQ(in.stages[0].threads + in.stages[1].threads + in.stages[2].threads,
-            6);
+  EXPECT_EQ(in.stages[0].threads + in.stages[1].threads + in.stages[2].threads, 6);
   EXPECT_GE(in.stages[1].threads, 3);
 }
 

@@ -23,10 +23,8 @@ struct Sink {
   LiveBytes live;
 };
 
-std::unique_ptr<BatchAssembler> Make(Sink* sink, int64_t batch_size,
-                                     bool drop_remainder = false,
-                                     uint64_t window = 100,
-                                     int64_t max_buffer_bytes = 0) {
+std::unique_ptr<BatchAssembler> Make(Sink* sink, int64_t batch_size, bool drop_remainder = false,
+                                     uint64_t window = 100, int64_t max_buffer_bytes = 0) {
   BatchAssembler::Options o;
   o.max_buffer_bytes = max_buffer_bytes;
   o.batch_size = batch_size;
@@ -35,14 +33,10 @@ std::unique_ptr<BatchAssembler> Make(Sink* sink, int64_t batch_size,
   o.column_names = {"value", "image"};
   o.live = &sink->live;
   return std::make_unique<BatchAssembler>(
-      o,
-      [sink](uint64_t k, absl::StatusOr<Element> b) {
-        sink->batches.emplace(k, std::move(b));
-      },
+      o, [sink](uint64_t k, absl::StatusOr<Element> b) { sink->batches.emplace(k, std::move(b)); },
       [sink](uint64_t n) { sink->end = n; },
       [](absl::Status s, uint64_t global) {
-        return absl::Status(s.code(),
-                            absl::StrCat("record ", global, ": ", s.message()));
+        return absl::Status(s.code(), absl::StrCat("record ", global, ": ", s.message()));
       });
 }
 
@@ -60,8 +54,7 @@ Item Elem(uint64_t g, LiveBytes* live, int side = 2) {
 
 std::vector<int32_t> Values(const Element& b) {
   const Tensor& t = b.columns[0];
-  return std::vector<int32_t>(t.data_as<int32_t>(),
-                              t.data_as<int32_t>() + t.dim(0));
+  return std::vector<int32_t>(t.data_as<int32_t>(), t.data_as<int32_t>() + t.dim(0));
 }
 
 TEST(BatchAssembler, ReordersAndSkipsHolesAndCutsTheLastBatch) {

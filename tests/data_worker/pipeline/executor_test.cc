@@ -63,8 +63,8 @@ absl::StatusOr<Output> RunAll(Executor& ex, uint64_t epoch) {
     if (!e.ok()) return e.status();
     if (!e->has_value()) break;
     // Every output has the dtype and shape validation inferred.
-    if (absl::Status s = CheckOutputType(ex.logical(), (*e)->columns,
-                                         ex.logical().batch.has_value());
+    if (absl::Status s =
+            CheckOutputType(ex.logical(), (*e)->columns, ex.logical().batch.has_value());
         !s.ok()) {
       return s;
     }
@@ -80,17 +80,14 @@ absl::StatusOr<Output> RunAll(Executor& ex, uint64_t epoch) {
 
 class ExecutorTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    testing::MakeDataset(dir_.Join("ds"), 37, /*classes=*/4, {}, 0, 40000);
-  }
+  void SetUp() override { testing::MakeDataset(dir_.Join("ds"), 37, /*classes=*/4, {}, 0, 40000); }
   proto::Pipeline Spec(const std::string& yaml) const {
     auto p = sluice::pipeline_spec::ParsePipelineSpec(
         absl::StrReplaceAll(yaml, {{"DIR", dir_.Join("ds")}}));
     EXPECT_TRUE(p.ok()) << p.status();
     return *p;
   }
-  Output Run(const std::string& yaml, ExecutorOptions options,
-             uint64_t epoch = 0) {
+  Output Run(const std::string& yaml, ExecutorOptions options, uint64_t epoch = 0) {
     auto ex = Executor::Create(Spec(yaml), options);
     EXPECT_TRUE(ex.ok()) << ex.status();
     if (!ex.ok()) return {};
@@ -101,8 +98,7 @@ class ExecutorTest : public ::testing::Test {
   sluice::testing::TempDir dir_;
 };
 
-ExecutorOptions Fixed(int threads, bool pipeline_parallel,
-                      OptimizerOptions opt = {}) {
+ExecutorOptions Fixed(int threads, bool pipeline_parallel, OptimizerOptions opt = {}) {
   ExecutorOptions o;
   o.autotune = false;
   o.cpu_budget = threads;
@@ -143,8 +139,8 @@ TEST_F(ExecutorTest, DifferentEpochsDiffer) {
   EXPECT_NE(e0.ids, e1.ids);
   EXPECT_NE(e0.bytes, e1.bytes);
   // Without shuffle the order is the same, the augmentation is not.
-  const std::string plain = absl::StrReplaceAll(
-      std::string(kTrain), {{"  - shuffle: {seed: 5}\n", ""}});
+  const std::string plain =
+      absl::StrReplaceAll(std::string(kTrain), {{"  - shuffle: {seed: 5}\n", ""}});
   const Output p0 = Run(plain, Fixed(2, false), 0);
   const Output p1 = Run(plain, Fixed(2, false), 1);
   EXPECT_EQ(p0.ids, p1.ids);
@@ -162,19 +158,13 @@ TEST_F(ExecutorTest, EveryRewriteKeepsTheOutputIdentical) {
     const char* rewrite;
   };
   const Case cases[] = {
-      {"map fusion", [](OptimizerOptions& o) { o.map_fusion = true; },
-       "map fusion: map[0]+map[1]"},
-      {"filter fusion", [](OptimizerOptions& o) { o.filter_fusion = true; },
-       "filter fusion"},
-      {"filter pushdown", [](OptimizerOptions& o) { o.filter_pushdown = true; },
-       "filter pushdown"},
-      {"source fusion", [](OptimizerOptions& o) { o.source_fusion = true; },
-       "source fusion"},
-      {"map+batch fusion",
-       [](OptimizerOptions& o) { o.map_batch_fusion = true; },
+      {"map fusion", [](OptimizerOptions& o) { o.map_fusion = true; }, "map fusion: map[0]+map[1]"},
+      {"filter fusion", [](OptimizerOptions& o) { o.filter_fusion = true; }, "filter fusion"},
+      {"filter pushdown", [](OptimizerOptions& o) { o.filter_pushdown = true; }, "filter pushdown"},
+      {"source fusion", [](OptimizerOptions& o) { o.source_fusion = true; }, "source fusion"},
+      {"map+batch fusion", [](OptimizerOptions& o) { o.map_batch_fusion = true; },
        "map+batch fusion"},
-      {"vectorization", [](OptimizerOptions& o) { o.vectorization = true; },
-       "vectorization"},
+      {"vectorization", [](OptimizerOptions& o) { o.vectorization = true; }, "vectorization"},
       {"all",
        [](OptimizerOptions& o) {
          o = OptimizerOptions();
@@ -190,8 +180,7 @@ TEST_F(ExecutorTest, EveryRewriteKeepsTheOutputIdentical) {
     ASSERT_TRUE(ex.ok());
     if (*c.rewrite) {
       bool found = false;
-      for (const auto& r : (*ex)->plan().rewrites)
-        found |= r.find(c.rewrite) != std::string::npos;
+      for (const auto& r : (*ex)->plan().rewrites) found |= r.find(c.rewrite) != std::string::npos;
       EXPECT_TRUE(found) << (*ex)->plan().Describe();
     }
     auto out = RunAll(**ex, 0);
@@ -208,8 +197,7 @@ TEST_F(ExecutorTest, VectorizationMovesNormalizeAfterBatch) {
   const PhysicalPlan& plan = (*ex)->plan();
   ASSERT_FALSE(plan.stages.empty());
   ASSERT_EQ(plan.stages.back().vectorized.size(), 1u);
-  EXPECT_EQ(plan.stages.back().vectorized[0].second.back()->name(),
-            "Normalize+HWC2CHW");
+  EXPECT_EQ(plan.stages.back().vectorized[0].second.back()->name(), "Normalize+HWC2CHW");
 }
 
 TEST_F(ExecutorTest, OrderFollowsThePermutationAndExplicitIndices) {
@@ -222,10 +210,9 @@ nodes:
 )";
   const Output o = Run(spec, Fixed(6, false), 3);
   // Shuffle seed 9, epoch 3 (pinned here: a change reorders existing jobs).
-  EXPECT_EQ(o.ids, (std::vector<uint64_t>{2,  18, 28, 22, 23, 27, 12, 8, 35, 29,
-                                          31, 26, 11, 19, 13, 10, 6,  4, 7,  21,
-                                          25, 36, 15, 20, 32, 0,  30, 5, 33, 16,
-                                          17, 3,  24, 1,  14, 9,  34}));
+  EXPECT_EQ(o.ids, (std::vector<uint64_t>{2,  18, 28, 22, 23, 27, 12, 8,  35, 29, 31, 26, 11,
+                                          19, 13, 10, 6,  4,  7,  21, 25, 36, 15, 20, 32, 0,
+                                          30, 5,  33, 16, 17, 3,  24, 1,  14, 9,  34}));
   auto ex = Executor::Create(Spec(spec), Fixed(6, true));
   ASSERT_TRUE(ex.ok());
   const std::vector<uint64_t> split = {30, 2, 2, 17, 5, 36, 0};
@@ -234,8 +221,7 @@ nodes:
   ASSERT_TRUE(outputs.ok()) << outputs.status();
   for (const Element& e : *outputs) {
     seen.push_back(e.global_indices[0]);
-    EXPECT_EQ(e.columns[1].data_as<int64_t>()[0],
-              int64_t(e.global_indices[0] % 4));
+    EXPECT_EQ(e.columns[1].data_as<int64_t>()[0], int64_t(e.global_indices[0] % 4));
   }
   EXPECT_EQ(seen, split);
   EXPECT_EQ(sluice::testonly::RunSplit(**ex, {37}, 0).status().code(),
@@ -261,13 +247,12 @@ nodes:
     sizes.push_back((*e)->global_indices.size());
     EXPECT_EQ((*e)->columns[0].dim(0), int64_t((*e)->global_indices.size()));
     EXPECT_EQ((*e)->columns[0].shape(),
-              (std::vector<int64_t>{int64_t((*e)->global_indices.size()), 16,
-                                    16, 3}));
+              (std::vector<int64_t>{int64_t((*e)->global_indices.size()), 16, 16, 3}));
     for (uint64_t g : (*e)->global_indices) EXPECT_EQ(g, next++);
   }
   EXPECT_EQ(sizes, (std::vector<size_t>{8, 8, 8, 8, 5}));
-  const std::string drop = absl::StrReplaceAll(
-      spec, {{"{size: 8}", "{size: 8, drop_remainder: true}"}});
+  const std::string drop =
+      absl::StrReplaceAll(spec, {{"{size: 8}", "{size: 8, drop_remainder: true}"}});
   EXPECT_EQ(Run(drop, Fixed(2, true)).ids.size(), 32u);
 }
 
@@ -283,8 +268,8 @@ nodes:
 )",
                                                {{"BAD", dir.Join("bad")}});
   for (bool pipeline_parallel : {false, true}) {
-    auto fail = sluice::pipeline_spec::ParsePipelineSpec(
-        absl::StrReplaceAll(spec, {{"POLICY", "fail"}}));
+    auto fail =
+        sluice::pipeline_spec::ParsePipelineSpec(absl::StrReplaceAll(spec, {{"POLICY", "fail"}}));
     ASSERT_TRUE(fail.ok());
     auto ex = Executor::Create(*fail, Fixed(3, pipeline_parallel));
     ASSERT_TRUE(ex.ok());
@@ -306,8 +291,8 @@ nodes:
     EXPECT_THAT(error.message(), HasSubstr("Decode"));
 
     prometheus::Registry registry;
-    auto skip = sluice::pipeline_spec::ParsePipelineSpec(
-        absl::StrReplaceAll(spec, {{"POLICY", "skip"}}));
+    auto skip =
+        sluice::pipeline_spec::ParsePipelineSpec(absl::StrReplaceAll(spec, {{"POLICY", "skip"}}));
     ExecutorOptions options = Fixed(3, pipeline_parallel);
     options.registry = &registry;
     auto ex2 = Executor::Create(*skip, options);
@@ -347,23 +332,21 @@ absl::StatusOr<Output> NextRun(Executor& ex) {
 // exactly what a fresh executor gives for each (batches cut at each run's end,
 // short or dropped; the same filters and augmentation bytes), and no thread is
 // started after Open.
-TEST_F(ExecutorTest,
-       StreamRunsGiveWhatAnEpochPerRunGivesWithoutRestartingThreads) {
+TEST_F(ExecutorTest, StreamRunsGiveWhatAnEpochPerRunGivesWithoutRestartingThreads) {
   struct Split {
     std::vector<uint64_t> indices;
     uint64_t epoch;
   };
   std::vector<Split> splits;
-  for (auto [first, n, epoch] : std::vector<std::tuple<int, int, int>>{
-           {0, 12, 0}, {12, 8, 0}, {20, 17, 1}, {3, 9, 2}}) {
+  for (auto [first, n, epoch] :
+       std::vector<std::tuple<int, int, int>>{{0, 12, 0}, {12, 8, 0}, {20, 17, 1}, {3, 9, 2}}) {
     Split s{{}, static_cast<uint64_t>(epoch)};
     for (int i = n - 1; i >= 0; --i) s.indices.push_back(first + i);
     splits.push_back(s);
   }
   for (const bool drop : {false, true}) {
     const std::string spec =
-        drop ? absl::StrReplaceAll(
-                   kTrain, {{"{size: 5}", "{size: 5, drop_remainder: true}"}})
+        drop ? absl::StrReplaceAll(kTrain, {{"{size: 5}", "{size: 5, drop_remainder: true}"}})
              : kTrain;
     std::vector<Output> want;
     for (const Split& s : splits) {
@@ -379,8 +362,7 @@ TEST_F(ExecutorTest,
         for (uint64_t g : e.global_indices) out.ids.push_back(g);
         for (const Tensor& t : e.columns) {
           out.bytes.append(ShapeToString(t.shape()));
-          out.bytes.append(reinterpret_cast<const char*>(t.data()),
-                           t.num_bytes());
+          out.bytes.append(reinterpret_cast<const char*>(t.data()), t.num_bytes());
         }
       }
       want.push_back(out);
@@ -396,8 +378,7 @@ TEST_F(ExecutorTest,
     for (size_t i = 0; i < splits.size(); ++i) {
       SCOPED_TRACE(::testing::Message() << "drop " << drop << " run " << i);
       if (i + 2 < splits.size()) {
-        ASSERT_TRUE(
-            (*ex)->Submit(splits[i + 2].indices, splits[i + 2].epoch).ok());
+        ASSERT_TRUE((*ex)->Submit(splits[i + 2].indices, splits[i + 2].epoch).ok());
       }
       auto got = NextRun(**ex);
       ASSERT_TRUE(got.ok()) << got.status();
@@ -417,15 +398,15 @@ TEST_F(ExecutorTest,
 TEST_F(ExecutorTest, AFailingRunEndsAloneAndTheNextRunGoesOn) {
   sluice::testing::TempDir dir;
   testing::MakeDataset(dir.Join("bad"), 20, 4, {7});
-  auto spec = sluice::pipeline_spec::ParsePipelineSpec(
-      absl::StrReplaceAll(R"(
+  auto spec =
+      sluice::pipeline_spec::ParsePipelineSpec(absl::StrReplaceAll(R"(
 on_error: fail
 source: {dataset: {path: BAD}, columns: [image, label]}
 nodes:
   - map: {input_columns: [image], ops: [{decode: {}}, {resize: {height: 8, width: 8}}]}
   - batch: {size: 4}
 )",
-                          {{"BAD", dir.Join("bad")}}));
+                                                                   {{"BAD", dir.Join("bad")}}));
   ASSERT_TRUE(spec.ok());
   auto ex = Executor::Create(*spec, Fixed(3, true));
   ASSERT_TRUE(ex.ok());
@@ -569,20 +550,14 @@ TEST_F(ExecutorTest, ExportsPerStageAndPerOpMetrics) {
       for (const auto& l : m.label) key += "{" + l.name + "=" + l.value + "}";
       values[key] = family.type == prometheus::MetricType::Histogram
                         ? double(m.histogram.sample_count)
-                    : family.type == prometheus::MetricType::Gauge
-                        ? m.gauge.value
-                        : m.counter.value;
+                    : family.type == prometheus::MetricType::Gauge ? m.gauge.value
+                                                                   : m.counter.value;
     }
   }
   const std::string stage = (*ex)->plan().stages.back().name;
-  EXPECT_EQ(values[absl::StrCat(
-                "sluice_pipeline_stage_elements_total{stage=", stage, "}")],
-            28);
-  EXPECT_GT(values[absl::StrCat(
-                "sluice_pipeline_stage_busy_seconds_total{stage=", stage, "}")],
-            0);
-  EXPECT_TRUE(values.count(
-      absl::StrCat("sluice_pipeline_stage_queue_depth{stage=", stage, "}")));
+  EXPECT_EQ(values[absl::StrCat("sluice_pipeline_stage_elements_total{stage=", stage, "}")], 28);
+  EXPECT_GT(values[absl::StrCat("sluice_pipeline_stage_busy_seconds_total{stage=", stage, "}")], 0);
+  EXPECT_TRUE(values.count(absl::StrCat("sluice_pipeline_stage_queue_depth{stage=", stage, "}")));
   EXPECT_EQ(values["sluice_op_seconds{op=RandomHorizontalFlip}"], 28);
 }
 
@@ -591,12 +566,10 @@ TEST_F(ExecutorTest, ImageFolderIsNumberedLikeItsConvertedDataset) {
   for (int i = 0; i < 9; ++i) {
     const std::string cls = dir.Join(absl::StrCat("imgs/class_", i % 3));
     std::filesystem::create_directories(cls + "/sub");
-    sluice::testing::WriteFile(
-        absl::StrCat(cls, i == 4 ? "/sub" : "", "/img_", i, ".jpg"),
-        testing::Jpeg(i, 20 + i, 30));
+    sluice::testing::WriteFile(absl::StrCat(cls, i == 4 ? "/sub" : "", "/img_", i, ".jpg"),
+                               testing::Jpeg(i, 20 + i, 30));
   }
-  sluice::testing::WriteFile(dir.Join("imgs/class_0/notes.txt"),
-                             "not an image");
+  sluice::testing::WriteFile(dir.Join("imgs/class_0/notes.txt"), "not an image");
   record::ConvertOptions convert;
   convert.input = dir.Join("imgs");
   convert.output = dir.Join("ds");
@@ -607,21 +580,19 @@ TEST_F(ExecutorTest, ImageFolderIsNumberedLikeItsConvertedDataset) {
     std::vector<std::string> rows;
     auto ex = Executor::Create(*p, Fixed(2, false));
     EXPECT_TRUE(ex.ok()) << ex.status();
-    auto outputs =
-        sluice::testonly::RunSplit(**ex, {0, 1, 2, 3, 4, 5, 6, 7, 8}, 0);
+    auto outputs = sluice::testonly::RunSplit(**ex, {0, 1, 2, 3, 4, 5, 6, 7, 8}, 0);
     EXPECT_TRUE(outputs.ok()) << outputs.status();
     if (!outputs.ok()) return rows;
     for (const Element& e : *outputs) {
-      rows.push_back(absl::StrCat(
-          e.global_indices[0], " ", *e.columns[1].data_as<int64_t>(), " ",
-          std::string(e.columns[2].bytes()), " ", e.columns[0].num_bytes()));
+      rows.push_back(absl::StrCat(e.global_indices[0], " ", *e.columns[1].data_as<int64_t>(), " ",
+                                  std::string(e.columns[2].bytes()), " ",
+                                  e.columns[0].num_bytes()));
     }
     return rows;
   };
-  const auto folder = read_all(
-      absl::StrCat("source: {image_folder: {path: ", dir.Join("imgs"), "}}"));
-  const auto dataset =
-      read_all(absl::StrCat("source: {dataset: {path: ", dir.Join("ds"), "}}"));
+  const auto folder =
+      read_all(absl::StrCat("source: {image_folder: {path: ", dir.Join("imgs"), "}}"));
+  const auto dataset = read_all(absl::StrCat("source: {dataset: {path: ", dir.Join("ds"), "}}"));
   EXPECT_EQ(folder.size(), 9u);
   EXPECT_EQ(folder, dataset);
 }

@@ -53,12 +53,11 @@ TEST_F(PlanTest, EveryRewriteOn) {
             "map[0]+map[1]{Decode+RandomResizedCrop,RandomHorizontalFlip,"
             "Normalize+HWC2CHW}] -> map[2]+batch[Batch(4) "
             "vectorized[1]{OneHot}]");
-  EXPECT_THAT(
-      plan->rewrites,
-      ElementsAre("filter pushdown: filter[0]", "filter pushdown: filter[1]",
-                  "map fusion: map[0]+map[1]", "map+batch fusion: map[2]+batch",
-                  "source fusion: source+map[0]+map[1]",
-                  "vectorization: map[2] OneHot after batch"));
+  EXPECT_THAT(plan->rewrites,
+              ElementsAre("filter pushdown: filter[0]", "filter pushdown: filter[1]",
+                          "map fusion: map[0]+map[1]", "map+batch fusion: map[2]+batch",
+                          "source fusion: source+map[0]+map[1]",
+                          "vectorization: map[2] OneHot after batch"));
   EXPECT_EQ(plan->source_filters.size(), 2u);
 }
 
@@ -114,8 +113,7 @@ nodes:
                        OptimizerOptions());
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_TRUE(plan->source_filters.empty());
-  EXPECT_EQ(plan->Describe(),
-            "source+map[0][Read map[0]{Spin}] -> filter[0][filter[0]]");
+  EXPECT_EQ(plan->Describe(), "source+map[0][Read map[0]{Spin}] -> filter[0][filter[0]]");
 }
 
 TEST_F(PlanTest, FixedParallelismSurvivesFusion) {

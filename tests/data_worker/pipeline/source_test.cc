@@ -41,8 +41,7 @@ TEST(SyntheticSource, RefusesHugeImagesBeforeAllocating) {
             "side and 16777216 pixels)");
   node.mutable_synthetic()->set_height(16384);
   node.mutable_synthetic()->set_width(2048);  // 32 M pixels
-  EXPECT_EQ(OpenSource(node).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(OpenSource(node).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(SyntheticSource, ReadsFixedSizeJpegsAndCyclicLabels) {
@@ -62,8 +61,8 @@ TEST(SyntheticSource, ReadsFixedSizeJpegsAndCyclicLabels) {
   ASSERT_EQ(rec->size(), 3u);
   EXPECT_EQ(*(*rec)[1].data_as<int64_t>(), 7 % 3);
   EXPECT_EQ(KeyOf((*rec)[2]), "synthetic/7");
-  auto img = DecodeImage(std::string_view(
-      reinterpret_cast<const char*>((*rec)[0].data()), (*rec)[0].num_bytes()));
+  auto img = DecodeImage(
+      std::string_view(reinterpret_cast<const char*>((*rec)[0].data()), (*rec)[0].num_bytes()));
   ASSERT_TRUE(img.ok()) << img.status();
   EXPECT_EQ(img->shape(), (std::vector<int64_t>{24, 40, 3}));
   // Only the columns asked for, in the order asked.
@@ -130,18 +129,15 @@ TEST(OpenSource, BadSourcesAreRejectedWithTheirField) {
             "source: path '/nonexistent/sluice-ds' does not exist");
   proto::SourceNode empty_path;
   empty_path.mutable_image_folder();
-  EXPECT_EQ(OpenSource(empty_path).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(OpenSource(empty_path).status().code(), absl::StatusCode::kInvalidArgument);
   proto::SourceNode zero;
   zero.mutable_synthetic()->set_num_records(0);
-  EXPECT_EQ(OpenSource(zero).status().message(),
-            "source.synthetic: num_records must be > 0");
+  EXPECT_EQ(OpenSource(zero).status().message(), "source.synthetic: num_records must be > 0");
   sluice::testing::TempDir dir;
   fs::create_directories(dir.Join("only/dirs"));
   proto::SourceNode no_images;
   no_images.mutable_image_folder()->set_path(dir.path());
-  EXPECT_THAT(OpenSource(no_images).status().message(),
-              HasSubstr("has no .jpg/.jpeg/.png files"));
+  EXPECT_THAT(OpenSource(no_images).status().message(), HasSubstr("has no .jpg/.jpeg/.png files"));
 }
 
 }  // namespace

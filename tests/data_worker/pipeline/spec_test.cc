@@ -110,8 +110,7 @@ nodes:
   - map: {input_columns: [picture], ops: [{decode: {}}]}
 )");
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(),
-              HasSubstr("map[0].input_columns: unknown column 'picture'"));
+  EXPECT_THAT(s.message(), HasSubstr("map[0].input_columns: unknown column 'picture'"));
 }
 
 TEST_F(SpecTest, WrongDtypeNamesTheOp) {
@@ -122,9 +121,7 @@ nodes:
   - map: {input_columns: [label], ops: [{decode: {}}]}
 )");
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(
-      s.message(),
-      HasSubstr("map[1].ops[0] (Decode): expected encoded image bytes"));
+  EXPECT_THAT(s.message(), HasSubstr("map[1].ops[0] (Decode): expected encoded image bytes"));
   EXPECT_THAT(s.message(), HasSubstr("int64"));
   const absl::Status n = ValidateYaml(R"(
 source: {dataset: {path: DIR}}
@@ -164,15 +161,13 @@ nodes:
   - map: {input_columns: [image], ops: [{decode: {}}], num_parallel_workers: 2147483647}
 )");
   EXPECT_EQ(map.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(map.message(),
-              HasSubstr("num_parallel_workers: must be > 0 or AUTOTUNE, and at "
-                        "most 256"));
+  EXPECT_THAT(map.message(), HasSubstr("num_parallel_workers: must be > 0 or AUTOTUNE, and at "
+                                       "most 256"));
   const absl::Status source = ValidateYaml(R"(
 source: {dataset: {path: DIR}, num_parallel_workers: 257}
 )");
-  EXPECT_THAT(source.message(),
-              HasSubstr("num_parallel_workers must be > 0 or AUTOTUNE, and at "
-                        "most 256"));
+  EXPECT_THAT(source.message(), HasSubstr("num_parallel_workers must be > 0 or AUTOTUNE, and at "
+                                          "most 256"));
   const absl::Status batch = ValidateYaml(R"(
 source: {dataset: {path: DIR}, columns: [label]}
 nodes: [{batch: {size: 4, num_parallel_workers: 100000}}]
@@ -180,7 +175,8 @@ nodes: [{batch: {size: 4, num_parallel_workers: 100000}}]
   EXPECT_THAT(batch.message(), HasSubstr("batch.num_parallel_workers"));
   EXPECT_TRUE(ValidateYaml(R"(
 source: {dataset: {path: DIR}, columns: [label], num_parallel_workers: 256}
-)").ok());
+)")
+                  .ok());
 }
 
 TEST_F(SpecTest, ValidationErrorsCarryAStructuredLocation) {
@@ -192,10 +188,8 @@ nodes:
 )");
   auto loc = pipeline_spec::GetSpecLocation(op);
   ASSERT_TRUE(loc.has_value()) << op;
-  EXPECT_EQ(*loc, (pipeline_spec::SpecLocation{"map", 1, 2, "RandomResizedCrop",
-                                               "size"}));
-  EXPECT_EQ(op.message(),
-            "map[1].ops[2] (RandomResizedCrop): size must be > 0");
+  EXPECT_EQ(*loc, (pipeline_spec::SpecLocation{"map", 1, 2, "RandomResizedCrop", "size"}));
+  EXPECT_EQ(op.message(), "map[1].ops[2] (RandomResizedCrop): size must be > 0");
   const absl::Status batch = ValidateYaml(R"(
 source: {dataset: {path: DIR}, columns: [label]}
 nodes: [{batch: {size: 0}}]
@@ -210,8 +204,7 @@ nodes:
 )");
   loc = pipeline_spec::GetSpecLocation(column);
   ASSERT_TRUE(loc.has_value()) << column;
-  EXPECT_EQ(*loc,
-            (pipeline_spec::SpecLocation{"map", 0, -1, "", "input_columns"}));
+  EXPECT_EQ(*loc, (pipeline_spec::SpecLocation{"map", 0, -1, "", "input_columns"}));
 }
 
 TEST_F(SpecTest, CropLargerThanTheImageIsRejected) {
@@ -221,10 +214,8 @@ nodes:
   - map: {input_columns: [image], ops: [{decode: {}}, {resize: {size: 32}}, {center_crop: {size: 48}}]}
 )");
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(
-      s.message(),
-      HasSubstr(
-          "map[0].ops[2] (CenterCrop): crop 48x48 is larger than the image"));
+  EXPECT_THAT(s.message(),
+              HasSubstr("map[0].ops[2] (CenterCrop): crop 48x48 is larger than the image"));
   auto p = sluice::pipeline_spec::ParsePipelineSpec(R"(
 source: {synthetic: {num_records: 4, height: 64, width: 80}}
 nodes:
@@ -241,9 +232,7 @@ TEST_F(SpecTest, MissingSourcePathIsNotFound) {
   ASSERT_TRUE(p.ok());
   const absl::Status s = Validate(*p).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(
-      s.message(),
-      HasSubstr("source: path '/nonexistent/sluice-ds' does not exist"));
+  EXPECT_THAT(s.message(), HasSubstr("source: path '/nonexistent/sluice-ds' does not exist"));
   auto f = sluice::pipeline_spec::ParsePipelineSpec(
       "source: {image_folder: {path: /nonexistent/imgs}}\n");
   EXPECT_EQ(Validate(*f).status().code(), absl::StatusCode::kNotFound);
@@ -274,19 +263,14 @@ nodes: [{teleport: {}}]
 )")
                   .message(),
               HasSubstr("nodes[0]: unknown node 'teleport'"));
-  EXPECT_THAT(ValidateYaml("source: {dataset: {path: DIR}}\non_error: ignore\n")
-                  .message(),
+  EXPECT_THAT(ValidateYaml("source: {dataset: {path: DIR}}\non_error: ignore\n").message(),
               HasSubstr("on_error"));
-  const absl::Status finish =
-      ValidateYaml("source: {dataset: {path: DIR}}\nfinish: gpu\n");
+  const absl::Status finish = ValidateYaml("source: {dataset: {path: DIR}}\nfinish: gpu\n");
   EXPECT_EQ(finish.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(finish.message(),
-              HasSubstr("finish: 'gpu' is not one of auto, worker, client"));
+  EXPECT_THAT(finish.message(), HasSubstr("finish: 'gpu' is not one of auto, worker, client"));
   for (const char* ok : {"auto", "worker", "client"}) {
     EXPECT_TRUE(
-        ValidateYaml(
-            absl::StrCat("source: {dataset: {path: DIR}}\nfinish: ", ok, "\n"))
-            .ok())
+        ValidateYaml(absl::StrCat("source: {dataset: {path: DIR}}\nfinish: ", ok, "\n")).ok())
         << ok;
   }
 }
@@ -314,11 +298,9 @@ nodes:
             "output column 'image' is uint8[2,3,32,41], the spec says "
             "uint8[N,3,32,40] (-1: any size)");
   batch[0] = Tensor::Allocate(DType::kFloat32, {2, 3, 32, 40});
-  EXPECT_EQ(CheckOutputType(*lp, batch, true).code(),
-            absl::StatusCode::kInternal);
+  EXPECT_EQ(CheckOutputType(*lp, batch, true).code(), absl::StatusCode::kInternal);
   batch.pop_back();
-  EXPECT_EQ(CheckOutputType(*lp, batch, true).code(),
-            absl::StatusCode::kInternal);
+  EXPECT_EQ(CheckOutputType(*lp, batch, true).code(), absl::StatusCode::kInternal);
 }
 
 TEST(SpecFileTest, ShippedBenchSpecsParse) {

@@ -20,8 +20,7 @@ inline std::string Jpeg(int i, int h, int w) {
   for (int y = 0; y < h; ++y) {
     for (int x = 0; x < w; ++x) {
       img.at<cv::Vec3b>(y, x) =
-          cv::Vec3b((x * 7 + i * 13) & 255, (y * 5 + i * 3) & 255,
-                    ((x ^ y) + i * 29) & 255);
+          cv::Vec3b((x * 7 + i * 13) & 255, (y * 5 + i * 3) & 255, ((x ^ y) + i * 29) & 255);
     }
   }
   std::vector<uint8_t> buf;
@@ -35,20 +34,16 @@ inline std::string Jpeg(int i, int h, int w) {
 inline void MakeDataset(const std::string& dir, int n, int classes = 4,
                         const std::set<int>& corrupt = {}, int fixed = 0,
                         uint64_t shard_size = 1 << 20) {
-  auto w = record::DatasetWriter::Create(
-      dir, record::ImageClassificationSchema(), {shard_size});
+  auto w = record::DatasetWriter::Create(dir, record::ImageClassificationSchema(), {shard_size});
   ASSERT_TRUE(w.ok()) << w.status();
   for (int i = 0; i < n; ++i) {
     const int h = fixed > 0 ? fixed : 40 + (i * 7) % 33;
     const int wd = fixed > 0 ? fixed : 40 + (i * 11) % 33;
     std::string img = Jpeg(i, h, wd);
-    if (corrupt.count(i))
-      img = std::string("\xFF\xD8\xFF\xE0", 4) + std::string(40, 'x');
-    ASSERT_TRUE(
-        (*w)->Add({record::Tensor::Bytes(img),
-                   record::Tensor::Int64(i % classes),
-                   record::Tensor::Bytes(absl::StrCat("img_", i, ".jpg"))})
-            .ok());
+    if (corrupt.count(i)) img = std::string("\xFF\xD8\xFF\xE0", 4) + std::string(40, 'x');
+    ASSERT_TRUE((*w)->Add({record::Tensor::Bytes(img), record::Tensor::Int64(i % classes),
+                           record::Tensor::Bytes(absl::StrCat("img_", i, ".jpg"))})
+                    .ok());
   }
   ASSERT_TRUE((*w)->Finish().ok());
 }

@@ -2,8 +2,6 @@
 // running tests/data_worker/python/sluice_test_fns.py: exact bytes, the same
 // random draws at any parallelism, user exceptions, and processes that exit,
 // segfault or hang being replaced with their element redone once.
-#include "data_worker/python/python_pool.h"
-
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -13,10 +11,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "common/base/random.h"
+#include "common/pipeline_spec/parse.h"
 #include "data_worker/pipeline/executor.h"
+#include "data_worker/python/python_pool.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "common/pipeline_spec/parse.h"
 #include "tests/testing/executor_testing.h"
 #include "tests/testing/temp_dir.h"
 
@@ -31,10 +30,10 @@ constexpr char kInt32[] = ", output_dtypes: [int32]";
 
 // source → decode → python (module sluice_test_fns, function `fn`) on
 // [image, label], label = record index.
-std::string Spec(const std::string& fn, int threads,
-                 const std::string& on_error = "fail",
+std::string Spec(const std::string& fn, int threads, const std::string& on_error = "fail",
                  const std::string& extra = "") {
-  return absl::StrReplaceAll(R"(
+  return absl::StrReplaceAll(
+      R"(
 seed: 11
 on_error: ON_ERROR
 source: {synthetic: {num_records: 8, height: 6, width: 5, num_classes: 1000}, columns: [image, label]}
@@ -45,9 +44,7 @@ nodes:
       ops: [{python: {module: sluice_test_fns, function: FNEXTRA}}]
       num_parallel_workers: THREADS
 )",
-                             {{"FNEXTRA", fn + extra},
-                              {"THREADS", absl::StrCat(threads)},
-                              {"ON_ERROR", on_error}});
+      {{"FNEXTRA", fn + extra}, {"THREADS", absl::StrCat(threads)}, {"ON_ERROR", on_error}});
 }
 
 python::PythonOptions Options() {
@@ -149,11 +146,11 @@ TEST_F(PythonOpTest, TheGeneratorIsSeededFromSeedEpochAndRecord) {
   ASSERT_TRUE(out.status.ok()) << out.status;
   for (uint64_t g : {0, 5}) {
     const uint64_t seed = MixSeed({11, 0, g, 1});
-    const std::string cmd = absl::StrCat(
-        SLUICE_PYTHON_EXECUTABLE,
-        " -c 'import numpy as np, sys; sys.stdout.buffer.write("
-        "np.random.Generator(np.random.PCG64(",
-        seed, ")).integers(0, 1 << 30, size=4).astype(np.int32).tobytes())'");
+    const std::string cmd =
+        absl::StrCat(SLUICE_PYTHON_EXECUTABLE,
+                     " -c 'import numpy as np, sys; sys.stdout.buffer.write("
+                     "np.random.Generator(np.random.PCG64(",
+                     seed, ")).integers(0, 1 << 30, size=4).astype(np.int32).tobytes())'");
     FILE* p = popen(cmd.c_str(), "r");
     ASSERT_NE(p, nullptr);
     char buf[16];
@@ -164,8 +161,7 @@ TEST_F(PythonOpTest, TheGeneratorIsSeededFromSeedEpochAndRecord) {
 }
 
 TEST_F(PythonOpTest, DeclaredOutputDtypesAreChecked) {
-  const std::string yaml =
-      Spec("to_float", 1, "fail", ", output_dtypes: [float32]");
+  const std::string yaml = Spec("to_float", 1, "fail", ", output_dtypes: [float32]");
   auto spec = sluice::pipeline_spec::ParsePipelineSpec(yaml);
   ASSERT_TRUE(spec.ok()) << spec.status();
   auto lp = pl::Validate(*spec);
@@ -175,17 +171,16 @@ TEST_F(PythonOpTest, DeclaredOutputDtypesAreChecked) {
   // Undeclared, float32 is not the input's uint8.
   const Out out = RunSpec(Spec("to_float", 1));
   EXPECT_EQ(out.status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(out.status.message(),
-              HasSubstr("op 1 (Python): sluice_test_fns.to_float returned "
-                        "float32[6,5,3] for column 0, expected uint8 of rank "
-                        "3"));
+  EXPECT_THAT(out.status.message(), HasSubstr("op 1 (Python): sluice_test_fns.to_float returned "
+                                              "float32[6,5,3] for column 0, expected uint8 of rank "
+                                              "3"));
 }
 
 TEST_F(PythonOpTest, UnsupportedResultDtypeNamesIt) {
   const Out out = RunSpec(Spec("wrong_dtype", 1));
   EXPECT_EQ(out.status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(out.status.message(), HasSubstr("result 0 is float64[6, 5, 3]; return one of uint8, "
-                        "int32, int64, float16, float32"));
+                                              "int32, int64, float16, float32"));
 }
 
 TEST_F(PythonOpTest, WrongNumberOfResultsIsAnError) {
@@ -198,8 +193,7 @@ TEST_F(PythonOpTest, AnExceptionEndsTheRunWithTheTraceback) {
   const Out out = RunSpec(Spec("raises_on_3", 2));
   EXPECT_EQ(out.status.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(out.status.message(), HasSubstr("record 3: map[1] (Python)"));
-  EXPECT_THAT(out.status.message(),
-              HasSubstr("Traceback (most recent call last)"));
+  EXPECT_THAT(out.status.message(), HasSubstr("Traceback (most recent call last)"));
   EXPECT_THAT(out.status.message(), HasSubstr("ValueError: bad record 3"));
 }
 
@@ -254,8 +248,8 @@ TEST_F(PythonOpTest, AnElementThatAlwaysKillsItsProcessFailsAfterThreeTries) {
 }
 
 TEST_F(PythonOpTest, AMissingModuleIsInvalidArgumentWithTheImportError) {
-  std::string yaml = absl::StrReplaceAll(
-      Spec("invert", 1), {{"module: sluice_test_fns", "module: no_such_mod"}});
+  std::string yaml =
+      absl::StrReplaceAll(Spec("invert", 1), {{"module: sluice_test_fns", "module: no_such_mod"}});
   const Out out = RunSpec(yaml);
   EXPECT_EQ(out.status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(out.status.message(),
@@ -268,8 +262,7 @@ TEST_F(PythonOpTest, AMissingModuleIsInvalidArgumentWithTheImportError) {
 TEST_F(PythonOpTest, ANonCallableIsInvalidArgument) {
   const Out out = RunSpec(Spec("not_callable", 1));
   EXPECT_EQ(out.status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(out.status.message(),
-              HasSubstr("sluice_test_fns.not_callable is not callable"));
+  EXPECT_THAT(out.status.message(), HasSubstr("sluice_test_fns.not_callable is not callable"));
 }
 
 TEST_F(PythonOpTest, WorkersRefusePythonOpsUnlessAllowed) {
@@ -283,20 +276,16 @@ TEST_F(PythonOpTest, WorkersRefusePythonOpsUnlessAllowed) {
 }
 
 TEST_F(PythonOpTest, NamesThatAreNotPythonIdentifiersAreRefused) {
-  std::string yaml = absl::StrReplaceAll(
-      Spec("invert", 1),
-      {{"module: sluice_test_fns", "module: \"os; import x\""}});
+  std::string yaml = absl::StrReplaceAll(Spec("invert", 1),
+                                         {{"module: sluice_test_fns", "module: \"os; import x\""}});
   Out out = RunSpec(yaml);
   EXPECT_EQ(out.status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(out.status.message(),
-              HasSubstr("module must be a dotted Python module name, got "
-                        "'os; import x'"));
-  yaml = absl::StrReplaceAll(Spec("invert", 1),
-                             {{"function: invert", "function: \"a.b\""}});
+  EXPECT_THAT(out.status.message(), HasSubstr("module must be a dotted Python module name, got "
+                                              "'os; import x'"));
+  yaml = absl::StrReplaceAll(Spec("invert", 1), {{"function: invert", "function: \"a.b\""}});
   out = RunSpec(yaml);
   EXPECT_EQ(out.status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(out.status.message(),
-              HasSubstr("function must be a Python identifier, got 'a.b'"));
+  EXPECT_THAT(out.status.message(), HasSubstr("function must be a Python identifier, got 'a.b'"));
 }
 
 }  // namespace

@@ -50,11 +50,10 @@ TEST(ConsumerQueues, AProducerBlockedOnAFullQueueWakesWhenAResumeDiscardsIt) {
   const uint64_t task = queues.AddTask(Assignment(0, 0), /*parallel=*/false);
   ASSERT_TRUE(queues.Push(task, Batch(0, 0)));
   ASSERT_TRUE(queues.Push(task, Batch(0, 1)));
-  std::future<bool> third = std::async(
-      std::launch::async, [&] { return queues.Push(task, Batch(0, 2)); });
+  std::future<bool> third =
+      std::async(std::launch::async, [&] { return queues.Push(task, Batch(0, 2)); });
   while (queues.blocked_producers() == 0) std::this_thread::yield();
-  const ConsumerQueues::Opened opened =
-      queues.Open({kJob, 0}, {Held(0, 3)}, [] {});
+  const ConsumerQueues::Opened opened = queues.Open({kJob, 0}, {Held(0, 3)}, [] {});
   EXPECT_TRUE(opened.restart.empty());
   EXPECT_EQ(queues.queued_batches(), 0u);
   // Without a wake-up this waits forever (the test times out).
@@ -81,8 +80,7 @@ TEST(ConsumerQueues, AClientHoldingLessThanTheTaskSkipsRestartsItFromItsCount) {
   const uint64_t t1 = queues.AddTask(Assignment(1, 4), /*parallel=*/false);
   const uint64_t t2 = queues.AddTask(Assignment(2, 0), /*parallel=*/false);
   ASSERT_TRUE(queues.Push(t0, Batch(0, 12)));
-  const ConsumerQueues::Opened opened =
-      queues.Open({kJob, 0}, {Held(0, 5)}, [] {});
+  const ConsumerQueues::Opened opened = queues.Open({kJob, 0}, {Held(0, 5)}, [] {});
   ASSERT_EQ(opened.restart.size(), 2u);
   EXPECT_EQ(opened.restart[0].key().position(), 0u);
   EXPECT_EQ(opened.restart[0].skip_batches(), 5u);
@@ -100,11 +98,9 @@ TEST(ConsumerQueues, ABatchLostInFlightRestartsTheTaskFromTheClientsCount) {
   const uint64_t task = queues.AddTask(Assignment(0, 0), /*parallel=*/false);
   for (uint64_t i = 0; i < 3; ++i) ASSERT_TRUE(queues.Push(task, Batch(0, i)));
   const ConsumerQueues::Opened first = queues.Open({kJob, 0}, {}, [] {});
-  for (int i = 0; i < 3; ++i)
-    ASSERT_EQ(queues.Poll(first.stream_id).kind, StreamEvent::kBatch);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(queues.Poll(first.stream_id).kind, StreamEvent::kBatch);
   // Only batch 0 arrived.
-  const ConsumerQueues::Opened second =
-      queues.Open({kJob, 0}, {Held(0, 1)}, [] {});
+  const ConsumerQueues::Opened second = queues.Open({kJob, 0}, {Held(0, 1)}, [] {});
   ASSERT_EQ(second.restart.size(), 1u);
   EXPECT_EQ(second.restart[0].skip_batches(), 1u);
 }

@@ -8,8 +8,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-TEST(GrpcDispatcherClient,
-     UnreachableDispatcherFailsUnavailableNamingTheAddress) {
+TEST(GrpcDispatcherClient, UnreachableDispatcherFailsUnavailableNamingTheAddress) {
   GrpcDispatcherClientOptions options;
   options.address = "127.0.0.1:1";  // nothing listens on port 1
   options.connect_timeout = absl::Milliseconds(500);
@@ -21,13 +20,13 @@ TEST(GrpcDispatcherClient,
   proto::WorkerRegisterResponse response;
   absl::Status status = (*client)->WorkerRegister(request, &response);
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(status.message(), HasSubstr("cannot reach the sluice dispatcher at 127.0.0.1:1: WorkerRegister"));
+  EXPECT_THAT(status.message(),
+              HasSubstr("cannot reach the sluice dispatcher at 127.0.0.1:1: WorkerRegister"));
   EXPECT_THAT(status.message(), HasSubstr("--dispatcher"));
 }
 
 TEST(GrpcDispatcherClient, EmptyAddressIsRejected) {
-  EXPECT_EQ(GrpcDispatcherClient::Create({}).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(GrpcDispatcherClient::Create({}).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -43,15 +43,13 @@ class GrpcWorkerServiceTest : public ::testing::Test {
     options.queue_batches = queue_batches;
     options.heartbeat_thread = false;
     options.clock = &clock_;
-    auto w =
-        WorkerImpl::Create(options, std::make_unique<FakeDispatcher>(&fake_));
+    auto w = WorkerImpl::Create(options, std::make_unique<FakeDispatcher>(&fake_));
     ASSERT_TRUE(w.ok()) << w.status();
     worker_ = std::move(*w);
     service_ = std::make_unique<GrpcWorkerService>(worker_.get());
     grpc::ServerBuilder builder;
     int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                             &port);
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
     builder.RegisterService(service_.get());
     server_ = builder.BuildAndStart();
     ASSERT_NE(server_, nullptr);
@@ -59,9 +57,8 @@ class GrpcWorkerServiceTest : public ::testing::Test {
     ASSERT_TRUE(worker_->Start(absl::StrCat("127.0.0.1:", port)).ok());
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(-1);
-    channel_ =
-        grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port),
-                                  grpc::InsecureChannelCredentials(), args);
+    channel_ = grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port),
+                                         grpc::InsecureChannelCredentials(), args);
   }
 
   void TearDown() override {
@@ -74,8 +71,7 @@ class GrpcWorkerServiceTest : public ::testing::Test {
 
   void Assign(const std::string& yaml, const proto::SplitAssignment& split) {
     proto::WorkerHeartbeatResponse r;
-    *r.add_jobs() =
-        MakeJob(1, absl::StrReplaceAll(yaml, {{"DIR", dir_.Join("ds")}}), 4);
+    *r.add_jobs() = MakeJob(1, absl::StrReplaceAll(yaml, {{"DIR", dir_.Join("ds")}}), 4);
     *r.add_start() = split;
     {
       absl::MutexLock lock(&fake_.mu);
@@ -88,14 +84,12 @@ class GrpcWorkerServiceTest : public ::testing::Test {
   // the test each checked header.
   class FrameReader {
    public:
-    explicit FrameReader(
-        std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> stream)
+    explicit FrameReader(std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> stream)
         : stream_(std::move(stream)) {}
     bool Read(proto::Batch* header) {
       grpc::ByteBuffer frame;
       if (!stream_->Read(&frame)) return false;
-      absl::StatusOr<service::ReceivedBatch> batch =
-          service::DecodeBatch(&frame);
+      absl::StatusOr<service::ReceivedBatch> batch = service::DecodeBatch(&frame);
       EXPECT_TRUE(batch.ok()) << batch.status();
       if (!batch.ok()) return false;
       *header = batch->header;
@@ -161,8 +155,7 @@ nodes:
   EXPECT_EQ(b.columns(0).data_length(), 32u);
   // The column bytes after the header are the labels of records 20..23
   // (label = the record index in the test dataset).
-  const service::ColumnBytes labels =
-      service::Gather(reader->last(), 0, /*alignment=*/8);
+  const service::ColumnBytes labels = service::Gather(reader->last(), 0, /*alignment=*/8);
   ASSERT_EQ(labels.size, 32u);
   std::vector<int64_t> values(4);
   std::memcpy(values.data(), labels.data, 32);
@@ -199,16 +192,14 @@ nodes:
     EXPECT_FALSE(reader->Read(&b));
     grpc::Status status = reader->Finish();
     EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
-    EXPECT_THAT(status.error_message(),
-                ::testing::HasSubstr("outside the worker's --data-root"));
+    EXPECT_THAT(status.error_message(), ::testing::HasSubstr("outside the worker's --data-root"));
   }
   {
     grpc::ClientContext context;
     auto reader = Open(&context, kProtocolVersion + 1);
     proto::Batch b;
     EXPECT_FALSE(reader->Read(&b));
-    EXPECT_EQ(reader->Finish().error_code(),
-              grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   }
 }
 
@@ -219,8 +210,7 @@ TEST_F(GrpcWorkerServiceTest, DescribeDatasetReadsTheManifestUnderTheDataRoot) {
                                  /*fixed=*/48, /*shard_size=*/4096);
   std::filesystem::create_directories(dir_.Join("empty"));
   StartWorker(/*queue_batches=*/8);
-  std::unique_ptr<proto::WorkerService::Stub> stub =
-      proto::WorkerService::NewStub(channel_);
+  std::unique_ptr<proto::WorkerService::Stub> stub = proto::WorkerService::NewStub(channel_);
   auto describe = [&](const std::string& path, uint32_t version,
                       proto::DescribeDatasetResponse* response) {
     proto::Pipeline spec;
@@ -232,8 +222,8 @@ TEST_F(GrpcWorkerServiceTest, DescribeDatasetReadsTheManifestUnderTheDataRoot) {
     return stub->DescribeDataset(&context, request, response);
   };
 
-  absl::StatusOr<record::Manifest> manifest = record::Manifest::ReadFile(
-      dir_.Join("sharded") + "/" + record::kManifestName);
+  absl::StatusOr<record::Manifest> manifest =
+      record::Manifest::ReadFile(dir_.Join("sharded") + "/" + record::kManifestName);
   ASSERT_TRUE(manifest.ok()) << manifest.status();
   std::vector<uint64_t> expected;
   uint64_t total = 0;
@@ -244,27 +234,22 @@ TEST_F(GrpcWorkerServiceTest, DescribeDatasetReadsTheManifestUnderTheDataRoot) {
   ASSERT_GT(expected.size(), 2u);
   ASSERT_EQ(total, 40u);
   proto::DescribeDatasetResponse response;
-  grpc::Status status =
-      describe(dir_.Join("sharded"), kProtocolVersion, &response);
+  grpc::Status status = describe(dir_.Join("sharded"), kProtocolVersion, &response);
   ASSERT_TRUE(status.ok()) << status.error_message();
-  EXPECT_THAT(response.shard_record_counts(),
-              ::testing::ElementsAreArray(expected));
+  EXPECT_THAT(response.shard_record_counts(), ::testing::ElementsAreArray(expected));
 
   status = describe(dir_.Join("empty"), kProtocolVersion, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
-  EXPECT_THAT(
-      status.error_message(),
-      ::testing::HasSubstr(absl::StrCat("pipeline source '", dir_.Join("empty"),
-                                        "' is not a readable Unirecord "
-                                        "dataset folder")));
   EXPECT_THAT(status.error_message(),
-              ::testing::HasSubstr("sluice record convert"));
+              ::testing::HasSubstr(absl::StrCat("pipeline source '", dir_.Join("empty"),
+                                                "' is not a readable Unirecord "
+                                                "dataset folder")));
+  EXPECT_THAT(status.error_message(), ::testing::HasSubstr("sluice record convert"));
 
   status = describe("/etc", kProtocolVersion, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
-  EXPECT_THAT(status.error_message(),
-              ::testing::HasSubstr("pipeline source '/etc' is outside the "
-                                   "worker's --data-root"));
+  EXPECT_THAT(status.error_message(), ::testing::HasSubstr("pipeline source '/etc' is outside the "
+                                                           "worker's --data-root"));
 
   status = describe(dir_.Join("sharded"), kProtocolVersion + 1, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
@@ -275,8 +260,7 @@ TEST_F(GrpcWorkerServiceTest, DescribeDatasetReadsTheManifestUnderTheDataRoot) {
   grpc::ClientContext context;
   status = stub->DescribeDataset(&context, garbage, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(status.error_message(),
-              ::testing::HasSubstr("not a serialized Pipeline"));
+  EXPECT_THAT(status.error_message(), ::testing::HasSubstr("not a serialized Pipeline"));
 }
 
 TEST_F(GrpcWorkerServiceTest, SlowReaderKeepsWorkerMemoryBounded) {
@@ -298,9 +282,8 @@ nodes:
   // The reader pauses: the producer stops on the full queue before the split is
   // done.
   // (gRPC may still drain a few batches into its flow-control window first.)
-  ASSERT_TRUE(Eventually([&] {
-    return worker_->blocked_producers() == 1 && worker_->queued_batches() == 2;
-  }));
+  ASSERT_TRUE(Eventually(
+      [&] { return worker_->blocked_producers() == 1 && worker_->queued_batches() == 2; }));
   ASSERT_TRUE(worker_->Heartbeat().ok());
   EXPECT_LT(worker_->last_heartbeat().splits(0).produced_batches(), 12u);
   // Queue (2) + the write in flight + look-ahead + the executor's bounded

@@ -74,8 +74,7 @@ class WorkerImplTest : public ::testing::Test {
                                          service::ServiceLimits limits = {}) {
     WorkerOptions options;
     options.address = "127.0.0.1:1";
-    options.data_roots =
-        roots.empty() ? std::vector<std::string>{dir_.path()} : roots;
+    options.data_roots = roots.empty() ? std::vector<std::string>{dir_.path()} : roots;
     options.threads = 2;
     options.capacity = 2;
     options.queue_batches = queue_batches;
@@ -83,8 +82,7 @@ class WorkerImplTest : public ::testing::Test {
     options.heartbeat_thread = false;
     options.clock = &clock_;
     options.limits = limits;
-    auto w =
-        WorkerImpl::Create(options, std::make_unique<FakeDispatcher>(&fake_));
+    auto w = WorkerImpl::Create(options, std::make_unique<FakeDispatcher>(&fake_));
     EXPECT_TRUE(w.ok()) << w.status();
     EXPECT_TRUE((*w)->Start().ok());
     return std::move(*w);
@@ -98,8 +96,7 @@ class WorkerImplTest : public ::testing::Test {
   // A worker with its own heartbeat thread on manual_clock_ (not started): no heartbeat period
   // passes unless the test advances it. Capacity 1, whose first heartbeat brings job 1 and its
   // split 0 of `records` records.
-  std::unique_ptr<WorkerImpl> MakeThreadedWorker(absl::Duration interval,
-                                                 uint64_t records) {
+  std::unique_ptr<WorkerImpl> MakeThreadedWorker(absl::Duration interval, uint64_t records) {
     WorkerOptions options;
     options.address = "127.0.0.1:1";
     options.data_roots = {dir_.path()};
@@ -111,8 +108,7 @@ class WorkerImplTest : public ::testing::Test {
     *first.add_jobs() = MakeJob(1, Yaml(kLabels), 4);
     *first.add_start() = MakeSplit(1, 0, 0, 0, 0, records, 0, 0);
     Script(first);
-    auto w =
-        WorkerImpl::Create(options, std::make_unique<FakeDispatcher>(&fake_));
+    auto w = WorkerImpl::Create(options, std::make_unique<FakeDispatcher>(&fake_));
     EXPECT_TRUE(w.ok()) << w.status();
     return w.ok() ? std::move(*w) : nullptr;
   }
@@ -151,11 +147,8 @@ class WorkerImplTest : public ::testing::Test {
         StreamEvent e = w->PollStream(id);
         if (e.kind != StreamEvent::kPending) return e;
         absl::MutexLock lock(&wk.mu);
-        auto changed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(wk.mu) {
-          return wk.count != seen;
-        };
-        if (!wk.mu.AwaitWithDeadline(absl::Condition(&changed), deadline))
-          return e;
+        auto changed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(wk.mu) { return wk.count != seen; };
+        if (!wk.mu.AwaitWithDeadline(absl::Condition(&changed), deadline)) return e;
       }
     }
   };
@@ -288,8 +281,7 @@ TEST_F(WorkerImplTest, SplitYieldsItsGlobalIndicesInOrderAfterSkippedBatches) {
   proto::WorkerHeartbeatResponse r;
   *r.add_jobs() = MakeJob(1, Yaml(kLabels), 4);
   // Split 3: records [10, 20) of shard 0; the consumer already holds batch 0.
-  *r.add_start() =
-      MakeSplit(1, 0, /*position=*/5, /*split_id=*/3, 10, 20, 10, /*skip=*/1);
+  *r.add_start() = MakeSplit(1, 0, /*position=*/5, /*split_id=*/3, 10, 20, 10, /*skip=*/1);
   Deliver(*w, r);
   auto reader = Open(*w, 1, 0, nullptr, Holds{.position = 5, .batches = 1});
   ASSERT_NE(reader, nullptr);
@@ -343,8 +335,7 @@ TEST_F(WorkerImplTest, SplitYieldsItsGlobalIndicesInOrderAfterSkippedBatches) {
   EXPECT_EQ(hb.job_busy(0).job_id(), 1u);
   EXPECT_GT(hb.elements_total(), 0u);
   EXPECT_EQ(hb.job_busy(0).elements_total(), hb.elements_total());
-  EXPECT_DOUBLE_EQ(hb.job_busy(0).busy_seconds_total(),
-                   hb.busy_seconds_total());
+  EXPECT_DOUBLE_EQ(hb.job_busy(0).busy_seconds_total(), hb.busy_seconds_total());
   // A job that is over is no longer reported; the totals keep it.
   proto::WorkerHeartbeatResponse over;
   over.add_finished_job_ids(1);
@@ -358,8 +349,7 @@ TEST_F(WorkerImplTest, ShuffledSplitFollowsTheSeededPermutationOfItsRange) {
   auto w = MakeWorker();
   proto::WorkerHeartbeatResponse r;
   *r.add_jobs() = MakeJob(1, Yaml(kShuffledLabels), 4, /*seed=*/11);
-  *r.add_start() =
-      MakeSplit(1, 0, 0, /*split_id=*/2, 16, 28, 16, /*skip=*/1, /*epoch=*/3);
+  *r.add_start() = MakeSplit(1, 0, 0, /*split_id=*/2, 16, 28, 16, /*skip=*/1, /*epoch=*/3);
   Deliver(*w, r);
   // The split's 12 records (16..27) in the order of
   // Permutation(12, MixSeed({job seed 11, split 2}), epoch 3) =
@@ -398,8 +388,7 @@ TEST_F(WorkerImplTest, QueueBytesBoundAllConsumersTogether) {
   ASSERT_TRUE(Eventually([&] { return w->blocked_producers() == 2; }));
   EXPECT_GE(w->queued_batches(), 3u);
   EXPECT_LE(w->queued_batches(), 4u);
-  EXPECT_EQ(w->queued_bytes(),
-            static_cast<int64_t>(w->queued_batches()) * batch_bytes);
+  EXPECT_EQ(w->queued_bytes(), static_cast<int64_t>(w->queued_batches()) * batch_bytes);
   for (uint64_t job : {1, 2}) {  // both consumers progress
     auto reader = Open(*w, job, 0);
     ASSERT_NE(reader, nullptr);
@@ -472,10 +461,9 @@ TEST_F(WorkerImplTest, JobOutsideTheDataRootsIsRefusedNamingTheRoots) {
   absl::Status status;
   EXPECT_EQ(Open(*w, 1, 0, &status), nullptr);
   EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ(status.message(),
-            absl::StrCat("pipeline source '", dir_.Join("ds"),
-                         "' is outside the worker's --data-root (",
-                         other.Join("a"), ", ", other.Join("b"), ")"));
+  EXPECT_EQ(status.message(), absl::StrCat("pipeline source '", dir_.Join("ds"),
+                                           "' is outside the worker's --data-root (",
+                                           other.Join("a"), ", ", other.Join("b"), ")"));
   EXPECT_EQ(w->queued_batches(), 0u);
   // The refused job's split is reported finished producing: it does not hold
   // one of the worker's --capacity slots while its consumer is told the error.
@@ -520,8 +508,7 @@ TEST_F(WorkerImplTest, JobOverThePipelineLimitsIsRefusedNamingTheFlag) {
   absl::Status status;
   EXPECT_EQ(Open(*w, 1, 0, &status), nullptr);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(status.message(),
-            "pipeline spec has 4 nodes, more than --max-pipeline-nodes 3");
+  EXPECT_EQ(status.message(), "pipeline spec has 4 nodes, more than --max-pipeline-nodes 3");
   EXPECT_NE(Open(*w, 2, 0), nullptr);  // 1 node
 
   const proto::JobInfo job = MakeJob(1, Yaml(kLabels), 4);
@@ -532,9 +519,8 @@ TEST_F(WorkerImplTest, JobOverThePipelineLimitsIsRefusedNamingTheFlag) {
   Deliver(*small, r2);
   EXPECT_EQ(Open(*small, 1, 0, &status), nullptr);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(status.message(),
-            absl::StrCat("pipeline spec is ", bytes,
-                         " bytes, more than --max-pipeline-bytes ", bytes - 1));
+  EXPECT_EQ(status.message(), absl::StrCat("pipeline spec is ", bytes,
+                                           " bytes, more than --max-pipeline-bytes ", bytes - 1));
 }
 
 TEST_F(WorkerImplTest, BatchOverMaxBatchBytesEndsTheStreamNamingTheFlag) {
@@ -549,14 +535,12 @@ TEST_F(WorkerImplTest, BatchOverMaxBatchBytesEndsTheStreamNamingTheFlag) {
   StreamEvent end = reader->Next();
   ASSERT_EQ(end.kind, StreamEvent::kEnd);
   EXPECT_EQ(end.status.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(
-      end.status.message(),
-      HasSubstr("job 1 slot 0 (split 0 positions 0..8) batch 0: a batch "
-                "of 32 bytes is more than --max-batch-bytes 31"));
+  EXPECT_THAT(end.status.message(),
+              HasSubstr("job 1 slot 0 (split 0 positions 0..8) batch 0: a batch "
+                        "of 32 bytes is more than --max-batch-bytes 31"));
 }
 
-TEST_F(WorkerImplTest,
-       CorruptRecordEndsTheStreamWithDataLossAfterEarlierBatches) {
+TEST_F(WorkerImplTest, CorruptRecordEndsTheStreamWithDataLossAfterEarlierBatches) {
   auto w = MakeWorker();
   proto::WorkerHeartbeatResponse r;
   *r.add_jobs() = MakeJob(1, Yaml(kImages, "bad"), 4);
@@ -593,8 +577,7 @@ TEST_F(WorkerImplTest, UnknownJobAndWrongVersionAndConsumerAreRejected) {
 TEST_F(WorkerImplTest, StreamsPerIdentityAreCappedAndFreedWhenClosed) {
   service::ServiceLimits limits;
   limits.max_streams_per_identity = 2;
-  auto w =
-      MakeWorker(/*queue_batches=*/8, /*roots=*/{}, /*queue_bytes=*/0, limits);
+  auto w = MakeWorker(/*queue_batches=*/8, /*roots=*/{}, /*queue_bytes=*/0, limits);
   proto::WorkerHeartbeatResponse r;
   proto::JobInfo alices = MakeJob(1, Yaml(kLabels), 4, /*seed=*/7,
                                   /*consumers=*/3);
@@ -606,8 +589,7 @@ TEST_F(WorkerImplTest, StreamsPerIdentityAreCappedAndFreedWhenClosed) {
   Deliver(*w, r);
   const service::Identity alice{.user = "alice", .groups = {"sluice:trainers"}};
   const service::Identity bob{.user = "bob", .groups = {"sluice:trainers"}};
-  auto open = [&](const service::Identity& who, uint64_t job,
-                  uint32_t consumer) {
+  auto open = [&](const service::Identity& who, uint64_t job, uint32_t consumer) {
     proto::GetBatchesRequest request;
     request.set_protocol_version(kProtocolVersion);
     request.set_job_id(job);
@@ -683,8 +665,8 @@ TEST_F(WorkerImplTest, DrainingEndsAStreamOkOnceItsSplitsAreSent) {
 // Reads `consumer`'s stream until `splits` end-of-split markers came; returns
 // each split's record ids by position, checking that batches come in order,
 // never mix two splits and hold `batch` records but the split's last.
-std::map<uint64_t, std::vector<uint64_t>> ReadSplits(
-    std::function<StreamEvent()> next, int splits, uint64_t batch) {
+std::map<uint64_t, std::vector<uint64_t>> ReadSplits(std::function<StreamEvent()> next, int splits,
+                                                     uint64_t batch) {
   std::map<uint64_t, std::vector<uint64_t>> got;
   std::map<uint64_t, uint64_t> batches;
   for (int ended = 0; ended < splits;) {
@@ -700,8 +682,7 @@ std::map<uint64_t, std::vector<uint64_t>> ReadSplits(
     }
     EXPECT_EQ(got[pos].size(), batches[pos] * batch) << "a short batch inside";
     ++batches[pos];
-    got[pos].insert(got[pos].end(), h.global_indices().begin(),
-                    h.global_indices().end());
+    got[pos].insert(got[pos].end(), h.global_indices().begin(), h.global_indices().end());
   }
   return got;
 }
@@ -726,8 +707,7 @@ TEST_F(WorkerImplTest, ASplitThatEndsIsReportedBeforeTheHeartbeatPeriod) {
   };
   {
     absl::MutexLock lock(&fake_.mu);
-    EXPECT_TRUE(fake_.mu.AwaitWithTimeout(absl::Condition(&finished_reported),
-                                          absl::Seconds(20)));
+    EXPECT_TRUE(fake_.mu.AwaitWithTimeout(absl::Condition(&finished_reported), absl::Seconds(20)));
     // The first heartbeat brought the split; a later one reports it finished.
     ASSERT_GE(fake_.heartbeats.size(), 2u);
     EXPECT_EQ(fake_.heartbeats[0].splits_size(), 0);
@@ -769,14 +749,12 @@ TEST_F(WorkerImplTest, AnIdleWorkerWithAConsumerAsksForItsNextSplitSoon) {
   // The early heartbeat reports split 0 finished and starts the idle episode;
   // once the thread sleeps again, its next heartbeat is due 1 s later.
   auto finished_reported = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(fake_.mu) {
-    return !fake_.heartbeats.empty() &&
-           fake_.heartbeats.back().splits_size() == 1 &&
+    return !fake_.heartbeats.empty() && fake_.heartbeats.back().splits_size() == 1 &&
            fake_.heartbeats.back().splits(0).finished_producing();
   };
   {
     absl::MutexLock lock(&fake_.mu);
-    ASSERT_TRUE(fake_.mu.AwaitWithTimeout(absl::Condition(&finished_reported),
-                                          absl::Seconds(20)));
+    ASSERT_TRUE(fake_.mu.AwaitWithTimeout(absl::Condition(&finished_reported), absl::Seconds(20)));
   }
   ASSERT_TRUE(manual_clock_.AwaitSleepsAbove(manual_clock_.sleeps()));
   // The consumer finishing its epoch.
@@ -810,21 +788,17 @@ TEST_F(WorkerImplTest, SplitsOfTwoJobsInterleaveOnLongLivedExecutors) {
   auto w = MakeWorker(/*queue_batches=*/64);
   proto::WorkerHeartbeatResponse r;
   *r.add_jobs() = MakeJob(1, Yaml(kLabels), 4, /*seed=*/7, /*consumers=*/2);
-  *r.add_jobs() =
-      MakeJob(2, Yaml(kShuffledLabels), 4, /*seed=*/11, /*consumers=*/2);
-  std::map<std::pair<uint64_t, uint32_t>,
-           std::map<uint64_t, std::vector<uint64_t>>>
-      want;
+  *r.add_jobs() = MakeJob(2, Yaml(kShuffledLabels), 4, /*seed=*/11, /*consumers=*/2);
+  std::map<std::pair<uint64_t, uint32_t>, std::map<uint64_t, std::vector<uint64_t>>> want;
   uint64_t split_id = 0;
   for (uint64_t pos = 0; pos < 3; ++pos) {
     for (uint64_t job : {1, 2}) {
       for (uint32_t consumer : {0, 1}) {
         const uint64_t begin = (split_id * 7) % 30;
         const uint64_t n = 3 + (split_id % 3) * 4;  // 3, 7 or 11 records
-        *r.add_start() =
-            MakeSplit(job, consumer, pos, split_id, begin, begin + n, begin, 0);
-        want[{job, consumer}][pos] = record::SplitRecordOrder(
-            begin, n, /*shuffle=*/job == 2, job == 1 ? 7 : 11, split_id, 0);
+        *r.add_start() = MakeSplit(job, consumer, pos, split_id, begin, begin + n, begin, 0);
+        want[{job, consumer}][pos] = record::SplitRecordOrder(begin, n, /*shuffle=*/job == 2,
+                                                              job == 1 ? 7 : 11, split_id, 0);
         ++split_id;
       }
     }
@@ -832,12 +806,10 @@ TEST_F(WorkerImplTest, SplitsOfTwoJobsInterleaveOnLongLivedExecutors) {
   Deliver(*w, r);
   for (uint64_t job : {1, 2}) {
     for (uint32_t consumer : {0, 1}) {
-      SCOPED_TRACE(::testing::Message()
-                   << "job " << job << " consumer " << consumer);
+      SCOPED_TRACE(::testing::Message() << "job " << job << " consumer " << consumer);
       auto reader = Open(*w, job, consumer);
       ASSERT_NE(reader, nullptr);
-      EXPECT_EQ(ReadSplits([&] { return reader->Next(); }, 3, 4),
-                (want[{job, consumer}]));
+      EXPECT_EQ(ReadSplits([&] { return reader->Next(); }, 3, 4), (want[{job, consumer}]));
     }
   }
 }
@@ -852,8 +824,7 @@ TEST_F(WorkerImplTest, AJobsPipelineThreadsAreNotRestartedPerSplit) {
   options.capacity = 1;
   options.heartbeat_thread = false;
   options.clock = &clock_;
-  auto created =
-      WorkerImpl::Create(options, std::make_unique<FakeDispatcher>(&fake_));
+  auto created = WorkerImpl::Create(options, std::make_unique<FakeDispatcher>(&fake_));
   ASSERT_TRUE(created.ok()) << created.status();
   WorkerImpl& w = **created;
   ASSERT_TRUE(w.Start().ok());
@@ -909,8 +880,7 @@ nodes:
   constexpr int kProducers = 2;  // MakeWorker's capacity
   auto w = MakeWorker(/*queue_batches=*/8, /*roots=*/{}, budget);
   proto::WorkerHeartbeatResponse r;
-  *r.add_jobs() =
-      MakeJob(1, Yaml(kBig), 8, /*seed=*/7, /*consumers=*/kConsumers);
+  *r.add_jobs() = MakeJob(1, Yaml(kBig), 8, /*seed=*/7, /*consumers=*/kConsumers);
   std::map<uint32_t, std::map<uint64_t, std::vector<uint64_t>>> want;
   for (uint64_t pos = 0; pos < 2; ++pos) {  // 2 splits of 3 batches each
     for (uint32_t c = 0; c < kConsumers; ++c) {
@@ -982,14 +952,13 @@ TEST_F(WorkerImplTest, AWatchAnsweredWithWorkBringsAHeartbeatAtOnce) {
   };
   {
     absl::MutexLock lock(&fake_.mu);
-    EXPECT_TRUE(fake_.mu.AwaitWithTimeout(absl::Condition(&second_heartbeat),
-                                          absl::Seconds(20)));
+    EXPECT_TRUE(fake_.mu.AwaitWithTimeout(absl::Condition(&second_heartbeat), absl::Seconds(20)));
     ASSERT_GE(fake_.watches.size(), 1u);
     EXPECT_EQ(fake_.watches[0].worker_id(), 101u);
     EXPECT_EQ(fake_.watches[0].max_wait_seconds(), 3600);
   }
   EXPECT_EQ(manual_clock_.Now(), start);  // no interval passed
-  (*w)->Stop();  // ends the watch call in progress (CancelWatch)
+  (*w)->Stop();                           // ends the watch call in progress (CancelWatch)
   absl::MutexLock lock(&fake_.mu);
   EXPECT_TRUE(fake_.watch_cancelled);
 }

@@ -28,8 +28,7 @@ class FakeDispatcher : public DispatcherClient {
     int registers ABSL_GUARDED_BY(mu) = 0;
     int drains ABSL_GUARDED_BY(mu) = 0;
     std::vector<proto::WorkerHeartbeatRequest> heartbeats ABSL_GUARDED_BY(mu);
-    std::deque<absl::StatusOr<proto::WorkerHeartbeatResponse>> script
-        ABSL_GUARDED_BY(mu);
+    std::deque<absl::StatusOr<proto::WorkerHeartbeatResponse>> script ABSL_GUARDED_BY(mu);
     // WatchAssignment: Unimplemented unless `watch` (an older dispatcher); otherwise each call
     // waits for the next scripted work_available, or until CancelWatch.
     bool watch ABSL_GUARDED_BY(mu) = false;
@@ -39,17 +38,15 @@ class FakeDispatcher : public DispatcherClient {
   };
   explicit FakeDispatcher(Shared* shared) : s_(shared) {}
 
-  absl::Status WorkerRegister(
-      const proto::WorkerRegisterRequest& request,
-      proto::WorkerRegisterResponse* response) override {
+  absl::Status WorkerRegister(const proto::WorkerRegisterRequest& request,
+                              proto::WorkerRegisterResponse* response) override {
     absl::MutexLock lock(&s_->mu);
     EXPECT_EQ(request.protocol_version(), kProtocolVersion);
     response->set_worker_id(++s_->registers + 100);
     return absl::OkStatus();
   }
-  absl::Status WorkerHeartbeat(
-      const proto::WorkerHeartbeatRequest& request,
-      proto::WorkerHeartbeatResponse* response) override {
+  absl::Status WorkerHeartbeat(const proto::WorkerHeartbeatRequest& request,
+                               proto::WorkerHeartbeatResponse* response) override {
     absl::MutexLock lock(&s_->mu);
     s_->heartbeats.push_back(request);
     if (s_->script.empty()) return absl::OkStatus();
@@ -59,8 +56,7 @@ class FakeDispatcher : public DispatcherClient {
     *response = *next;
     return absl::OkStatus();
   }
-  absl::Status DrainWorker(const proto::DrainWorkerRequest&,
-                           proto::DrainWorkerResponse*) override {
+  absl::Status DrainWorker(const proto::DrainWorkerRequest&, proto::DrainWorkerResponse*) override {
     absl::MutexLock lock(&s_->mu);
     ++s_->drains;
     return absl::OkStatus();
@@ -69,9 +65,8 @@ class FakeDispatcher : public DispatcherClient {
                                 proto::WorkerUnregisterResponse*) override {
     return absl::OkStatus();
   }
-  absl::Status WatchAssignment(
-      const proto::WatchAssignmentRequest& request,
-      proto::WatchAssignmentResponse* response) override {
+  absl::Status WatchAssignment(const proto::WatchAssignmentRequest& request,
+                               proto::WatchAssignmentResponse* response) override {
     absl::MutexLock lock(&s_->mu);
     if (!s_->watch) return absl::UnimplementedError("WatchAssignment");
     s_->watches.push_back(request);
@@ -93,9 +88,8 @@ class FakeDispatcher : public DispatcherClient {
   Shared* s_;
 };
 
-inline proto::JobInfo MakeJob(uint64_t job_id, const std::string& yaml,
-                              uint64_t batch_size, uint64_t seed = 7,
-                              uint32_t consumers = 1) {
+inline proto::JobInfo MakeJob(uint64_t job_id, const std::string& yaml, uint64_t batch_size,
+                              uint64_t seed = 7, uint32_t consumers = 1) {
   auto spec = sluice::pipeline_spec::ParsePipelineSpec(yaml);
   EXPECT_TRUE(spec.ok()) << spec.status();
   proto::JobInfo info;
@@ -108,11 +102,9 @@ inline proto::JobInfo MakeJob(uint64_t job_id, const std::string& yaml,
   return info;
 }
 
-inline proto::SplitAssignment MakeSplit(uint64_t job_id, uint32_t consumer,
-                                        uint64_t position, uint64_t split_id,
-                                        uint64_t begin, uint64_t end,
-                                        uint64_t first_global,
-                                        uint64_t skip_batches,
+inline proto::SplitAssignment MakeSplit(uint64_t job_id, uint32_t consumer, uint64_t position,
+                                        uint64_t split_id, uint64_t begin, uint64_t end,
+                                        uint64_t first_global, uint64_t skip_batches,
                                         uint64_t epoch = 0) {
   proto::SplitAssignment a;
   a.mutable_key()->set_job_id(job_id);
@@ -161,8 +153,7 @@ class ManualClock : public Clock {
   // that polls between sleeps has gone once more round its loop.
   bool AwaitSleepsAbove(int64_t n) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
-    auto above = [this, n]()
-                     ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return sleeps_ > n; };
+    auto above = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return sleeps_ > n; };
     return mu_.AwaitWithTimeout(absl::Condition(&above), absl::Seconds(20));
   }
 

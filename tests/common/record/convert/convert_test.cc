@@ -26,8 +26,7 @@ TEST(ParseInputFormat, RejectsOtherNamesListingTheChoices) {
   absl::StatusOr<InputFormat> format = ParseInputFormat("parquet");
   EXPECT_EQ(format.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(format.status().message(), HasSubstr("parquet"));
-  EXPECT_THAT(format.status().message(),
-              HasSubstr("imagefolder, tfrecord or wds"));
+  EXPECT_THAT(format.status().message(), HasSubstr("imagefolder, tfrecord or wds"));
 }
 
 class ConvertOptionsTest : public ::testing::Test {
@@ -62,8 +61,7 @@ TEST_F(ConvertOptionsTest, EmptyOutputIsInvalidArgumentNamingTheFlag) {
 
 TEST_F(ConvertOptionsTest, ExistingDatasetIsFailedPreconditionAndKept) {
   ASSERT_TRUE(Run().ok());
-  const std::string manifest =
-      convert_test::ReadFile(dir_ / "out/manifest.json");
+  const std::string manifest = convert_test::ReadFile(dir_ / "out/manifest.json");
   EXPECT_EQ(Run().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(convert_test::ReadFile(dir_ / "out/manifest.json"), manifest);
 }

@@ -7,9 +7,7 @@
 namespace sluice::record {
 namespace {
 
-TEST(Crc32c, MatchesStandardCheckValue) {
-  EXPECT_EQ(Crc32c("123456789"), 0xe3069283U);
-}
+TEST(Crc32c, MatchesStandardCheckValue) { EXPECT_EQ(Crc32c("123456789"), 0xe3069283U); }
 
 TEST(Crc32c, MatchesRfc3720Vectors) {
   EXPECT_EQ(Crc32c(std::string(32, '\0')), 0x8a9136aaU);

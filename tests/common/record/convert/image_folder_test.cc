@@ -21,8 +21,7 @@ using convert_test::WriteFile;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-ConvertOptions FolderOptions(const std::string& input,
-                             const std::string& output) {
+ConvertOptions FolderOptions(const std::string& input, const std::string& output) {
   ConvertOptions options;
   options.input = input;
   options.output = output;
@@ -40,12 +39,9 @@ TEST(ImageFolderConvert, LabelsAreSortedClassPositionsAndOrderIsClassThenPath) {
   // Expected order: class "ant" (0) < "cat" (1) < "dog" (2), then relative
   // path.
   const std::vector<Item> expected = {
-      {FakeImage(1, 300), 0, "ant/a.JPG"},
-      {FakeImage(2, 310, /*png=*/true), 0, "ant/b.png"},
-      {FakeImage(3, 320), 1, "cat/1.jpeg"},
-      {FakeImage(4, 330), 1, "cat/more/0.jpg"},
-      {FakeImage(5, 340), 1, "cat/z.jpg"},
-      {FakeImage(6, 350, /*png=*/true), 2, "dog/x.PNG"},
+      {FakeImage(1, 300), 0, "ant/a.JPG"},  {FakeImage(2, 310, /*png=*/true), 0, "ant/b.png"},
+      {FakeImage(3, 320), 1, "cat/1.jpeg"}, {FakeImage(4, 330), 1, "cat/more/0.jpg"},
+      {FakeImage(5, 340), 1, "cat/z.jpg"},  {FakeImage(6, 350, /*png=*/true), 2, "dog/x.PNG"},
   };
   std::vector<Item> shuffled = {expected[5], expected[2], expected[0],
                                 expected[4], expected[1], expected[3]};
@@ -55,8 +51,7 @@ TEST(ImageFolderConvert, LabelsAreSortedClassPositionsAndOrderIsClassThenPath) {
   WriteFile(dir / "in/.ipynb_checkpoints/x.jpg", "hidden folders are skipped");
   WriteFile(dir / "in/dog/._x.PNG", "macOS metadata, hidden, skipped");
 
-  absl::StatusOr<Manifest> manifest =
-      Convert(FolderOptions(dir / "in", dir / "out"));
+  absl::StatusOr<Manifest> manifest = Convert(FolderOptions(dir / "in", dir / "out"));
   ASSERT_TRUE(manifest.ok()) << manifest.status();
   EXPECT_EQ(manifest->total_records, expected.size());
   absl::StatusOr<std::vector<Item>> items = ReadDataset(dir / "out");
@@ -70,12 +65,10 @@ TEST(ImageFolderConvert, ProgressCountsEveryRecordAgainstTheTotal) {
     WriteFile(dir / ("in/c/" + std::to_string(i) + ".jpg"), FakeImage(i, 64));
   ConvertOptions options = FolderOptions(dir / "in", dir / "out");
   std::vector<std::pair<uint64_t, uint64_t>> calls;
-  options.progress = [&](uint64_t done, uint64_t total) {
-    calls.emplace_back(done, total);
-  };
+  options.progress = [&](uint64_t done, uint64_t total) { calls.emplace_back(done, total); };
   ASSERT_TRUE(Convert(options).ok());
-  EXPECT_EQ(calls, (std::vector<std::pair<uint64_t, uint64_t>>{
-                       {1, 5}, {2, 5}, {3, 5}, {4, 5}, {5, 5}}));
+  EXPECT_EQ(calls,
+            (std::vector<std::pair<uint64_t, uint64_t>>{{1, 5}, {2, 5}, {3, 5}, {4, 5}, {5, 5}}));
 }
 
 TEST(ImageFolderConvert, ShardSizeLimitProducesSeveralShards) {
@@ -102,9 +95,8 @@ TEST(ImageFolderConvert, ShardSizeLimitProducesSeveralShards) {
   EXPECT_EQ(records, 30u);
   absl::StatusOr<std::vector<Item>> read = ReadDataset(dir / "out");
   ASSERT_TRUE(read.ok()) << read.status();
-  std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
-    return a.key < b.key;
-  });  // c0/, c1/, c2/
+  std::sort(items.begin(), items.end(),
+            [](const Item& a, const Item& b) { return a.key < b.key; });  // c0/, c1/, c2/
   EXPECT_EQ(*read, items);
 }
 
@@ -115,8 +107,7 @@ TEST(ImageFolderConvert, OutputDoesNotDependOnThreadCount) {
   for (int i = 0; i < 300; ++i) {
     char name[32];
     std::snprintf(name, sizeof name, "class%d/img%04d.jpg", i % 7, i);
-    WriteFile(dir / ("in/" + std::string(name)),
-              FakeImage(i, 64 + (i * 7919) % 3000));
+    WriteFile(dir / ("in/" + std::string(name)), FakeImage(i, 64 + (i * 7919) % 3000));
   }
   ConvertOptions options = FolderOptions(dir / "in", dir / "out1");
   options.shard_size_bytes = 64 << 10;
@@ -135,8 +126,7 @@ TEST(ImageFolderConvert, OutputDoesNotDependOnThreadCount) {
   EXPECT_EQ(*a, *b);
 }
 
-TEST(ImageFolderConvert,
-     NonImageWithImageExtensionIsInvalidArgumentNamingTheFile) {
+TEST(ImageFolderConvert, NonImageWithImageExtensionIsInvalidArgumentNamingTheFile) {
   ScopedTempDir dir;
   WriteFile(dir / "in/a/good.jpg", FakeImage(1, 100));
   WriteFile(dir / "in/b/bad.jpg", "<html>404 not found</html>");
@@ -154,16 +144,14 @@ TEST(ImageFolderConvert, FolderWithoutImagesIsInvalidArgumentNamingIt) {
   ScopedTempDir dir;
   std::filesystem::create_directories(dir / "in/empty_class");
   WriteFile(dir / "in/other/labels.txt", "1");
-  absl::Status status =
-      Convert(FolderOptions(dir / "in", dir / "out")).status();
+  absl::Status status = Convert(FolderOptions(dir / "in", dir / "out")).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
   EXPECT_THAT(status.message(), HasSubstr(dir / "in"));
 }
 
 TEST(ImageFolderConvert, MissingInputIsNotFound) {
   ScopedTempDir dir;
-  absl::Status status =
-      Convert(FolderOptions(dir / "missing", dir / "out")).status();
+  absl::Status status = Convert(FolderOptions(dir / "missing", dir / "out")).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound) << status;
   EXPECT_THAT(status.message(), HasSubstr(dir / "missing"));
   EXPECT_FALSE(std::filesystem::exists(dir / "out"));
@@ -172,9 +160,8 @@ TEST(ImageFolderConvert, MissingInputIsNotFound) {
 TEST(ImageFolderConvert, InputFileIsInvalidArgument) {
   ScopedTempDir dir;
   WriteFile(dir / "file.jpg", FakeImage(1, 100));
-  EXPECT_EQ(
-      Convert(FolderOptions(dir / "file.jpg", dir / "out")).status().code(),
-      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Convert(FolderOptions(dir / "file.jpg", dir / "out")).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

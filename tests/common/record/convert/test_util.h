@@ -25,8 +25,7 @@ class ScopedTempDir {
  public:
   ScopedTempDir() {
     std::string pattern = ::testing::TempDir() + "/sluice_convert_XXXXXX";
-    if (mkdtemp(pattern.data()) == nullptr)
-      ADD_FAILURE() << "mkdtemp failed for " << pattern;
+    if (mkdtemp(pattern.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed for " << pattern;
     path_ = pattern;
   }
   ~ScopedTempDir() {
@@ -34,9 +33,7 @@ class ScopedTempDir {
     std::filesystem::remove_all(path_, ec);
   }
   const std::string& path() const { return path_; }
-  std::string operator/(const std::string& rel) const {
-    return path_ + "/" + rel;
-  }
+  std::string operator/(const std::string& rel) const { return path_ + "/" + rel; }
 
  private:
   std::string path_;
@@ -44,8 +41,7 @@ class ScopedTempDir {
 
 // Writes `data` to `path`, creating parent folders.
 inline void WriteFile(const std::string& path, const std::string& data) {
-  std::filesystem::create_directories(
-      std::filesystem::path(path).parent_path());
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(data.data(), static_cast<std::streamsize>(data.size()));
   ASSERT_TRUE(out.good()) << "cannot write " << path;
@@ -53,19 +49,17 @@ inline void WriteFile(const std::string& path, const std::string& data) {
 
 inline std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in),
-                     std::istreambuf_iterator<char>());
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 // `size` bytes starting with a JPEG (or PNG) signature followed by seeded
 // random bytes: enough for the converters, which check signatures but do not
 // decode.
 inline std::string FakeImage(uint64_t seed, size_t size, bool png = false) {
-  std::string bytes = png ? std::string("\x89PNG\r\n\x1a\n", 8)
-                          : std::string("\xff\xd8\xff\xe0", 4);
+  std::string bytes =
+      png ? std::string("\x89PNG\r\n\x1a\n", 8) : std::string("\xff\xd8\xff\xe0", 4);
   Rng rng(seed);
-  while (bytes.size() < size)
-    bytes.push_back(static_cast<char>(rng.NextU64() & 0xff));
+  while (bytes.size() < size) bytes.push_back(static_cast<char>(rng.NextU64() & 0xff));
   return bytes;
 }
 
@@ -78,15 +72,15 @@ struct Item {
 };
 
 inline void PrintTo(const Item& item, std::ostream* os) {
-  *os << "{key=" << item.key << ", label=" << item.label
-      << ", image=" << item.image.size() << " bytes}";
+  *os << "{key=" << item.key << ", label=" << item.label << ", image=" << item.image.size()
+      << " bytes}";
 }
 
 // Every record of the dataset at `dir`, in global order.
 // Converts `input` in `format` into a new dataset at `output`.
-inline absl::StatusOr<Manifest> ConvertAs(
-    InputFormat format, const std::string& input, const std::string& output,
-    int threads = 1, uint64_t shard_size = kDefaultShardSizeBytes) {
+inline absl::StatusOr<Manifest> ConvertAs(InputFormat format, const std::string& input,
+                                          const std::string& output, int threads = 1,
+                                          uint64_t shard_size = kDefaultShardSizeBytes) {
   ConvertOptions options;
   options.input = input;
   options.output = output;
@@ -107,8 +101,7 @@ inline absl::StatusOr<std::vector<Item>> ReadDataset(const std::string& dir) {
   for (uint64_t i = 0; i < (*dataset)->size(); ++i) {
     absl::StatusOr<Record> record = (*dataset)->Read(i);
     if (!record.ok()) return record.status();
-    items.push_back(Item{std::string(record->columns[image].data),
-                         record->columns[label].AsInt64(),
+    items.push_back(Item{std::string(record->columns[image].data), record->columns[label].AsInt64(),
                          std::string(record->columns[key].data)});
   }
   return items;

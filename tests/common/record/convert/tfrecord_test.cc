@@ -38,32 +38,28 @@ std::string SerializedExample(const std::string& image, int64_t label) {
 // A TFRecord file holding `items` (image, label) as tf.train.Examples.
 std::string TfRecordFile(const std::vector<Item>& items) {
   std::string file;
-  for (const Item& item : items)
-    file += EncodeTfRecord(SerializedExample(item.image, item.label));
+  for (const Item& item : items) file += EncodeTfRecord(SerializedExample(item.image, item.label));
   return file;
 }
 
-std::vector<Item> SomeItems(const std::string& file_name, int n,
-                            uint64_t seed) {
+std::vector<Item> SomeItems(const std::string& file_name, int n, uint64_t seed) {
   std::vector<Item> items;
   for (int i = 0; i < n; ++i) {
-    items.push_back(
-        Item{FakeImage(seed * 1000 + i, 100 + 37 * i, /*png=*/i % 3 == 2),
-             i % 4, file_name + ":" + std::to_string(i)});
+    items.push_back(Item{FakeImage(seed * 1000 + i, 100 + 37 * i, /*png=*/i % 3 == 2), i % 4,
+                         file_name + ":" + std::to_string(i)});
   }
   return items;
 }
 
-absl::StatusOr<Manifest> ConvertTfRecord(
-    const std::string& input, const std::string& output, int threads = 1,
-    uint64_t shard_size = kDefaultShardSizeBytes) {
+absl::StatusOr<Manifest> ConvertTfRecord(const std::string& input, const std::string& output,
+                                         int threads = 1,
+                                         uint64_t shard_size = kDefaultShardSizeBytes) {
   return ConvertAs(InputFormat::kTfRecord, input, output, threads, shard_size);
 }
 
 TEST(TfRecordReader, ReadsBackEncodedRecords) {
   ScopedTempDir dir;
-  const std::vector<std::string> records = {"abc", "",
-                                            std::string(100000, 'x')};
+  const std::vector<std::string> records = {"abc", "", std::string(100000, 'x')};
   std::string file;
   for (const std::string& r : records) file += EncodeTfRecord(r);
   WriteFile(dir / "f.tfrecord", file);
@@ -93,8 +89,7 @@ TEST(TfRecordReader, EncodesTheDocumentedFraming) {
 
 TEST(TfRecordReader, MissingFileIsNotFound) {
   ScopedTempDir dir;
-  EXPECT_EQ(TfRecordReader::Open(dir / "nope").status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(TfRecordReader::Open(dir / "nope").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST(TfRecordConvert, RoundTripsImagesLabelsAndKeysFromAFolder) {
@@ -155,8 +150,7 @@ absl::Status ConvertCorrupted(const ScopedTempDir& dir,
                               size_t* second_record_offset) {
   const std::vector<Item> items = SomeItems("f.tfrecord", 3, 5);
   std::string file = TfRecordFile(items);
-  *second_record_offset =
-      EncodeTfRecord(SerializedExample(items[0].image, items[0].label)).size();
+  *second_record_offset = EncodeTfRecord(SerializedExample(items[0].image, items[0].label)).size();
   corrupt(file);
   WriteFile(dir / "in/f.tfrecord", file);
   return ConvertTfRecord(dir / "in", dir / "out").status();
@@ -169,12 +163,10 @@ TEST(TfRecordConvert, BadLengthChecksumIsDataLossNamingFileRecordAndOffset) {
       dir, [&](std::string& f) { f[offset + 9] ^= 0x01; }, &offset);
   // The lambda runs after `offset` is set.
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
-  EXPECT_THAT(status.message(),
-              AllOf(HasSubstr(dir / "in/f.tfrecord"), HasSubstr("record 1"),
-                    HasSubstr("byte offset " + std::to_string(offset)),
-                    HasSubstr("length checksum")));
-  EXPECT_FALSE(std::filesystem::exists(dir / "out"))
-      << "a failed conversion leaves no output";
+  EXPECT_THAT(status.message(), AllOf(HasSubstr(dir / "in/f.tfrecord"), HasSubstr("record 1"),
+                                      HasSubstr("byte offset " + std::to_string(offset)),
+                                      HasSubstr("length checksum")));
+  EXPECT_FALSE(std::filesystem::exists(dir / "out")) << "a failed conversion leaves no output";
 }
 
 TEST(TfRecordConvert, BadDataChecksumIsDataLossNamingFileRecordAndOffset) {
@@ -183,10 +175,9 @@ TEST(TfRecordConvert, BadDataChecksumIsDataLossNamingFileRecordAndOffset) {
   absl::Status status = ConvertCorrupted(
       dir, [&](std::string& f) { f[offset + 12 + 20] ^= 0x40; }, &offset);
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
-  EXPECT_THAT(status.message(),
-              AllOf(HasSubstr(dir / "in/f.tfrecord"), HasSubstr("record 1"),
-                    HasSubstr("byte offset " + std::to_string(offset)),
-                    HasSubstr("data checksum")));
+  EXPECT_THAT(status.message(), AllOf(HasSubstr(dir / "in/f.tfrecord"), HasSubstr("record 1"),
+                                      HasSubstr("byte offset " + std::to_string(offset)),
+                                      HasSubstr("data checksum")));
 }
 
 TEST(TfRecordConvert, TruncatedFileIsDataLoss) {
@@ -195,9 +186,8 @@ TEST(TfRecordConvert, TruncatedFileIsDataLoss) {
   absl::Status status = ConvertCorrupted(
       dir, [](std::string& f) { f.resize(f.size() - 3); }, &offset);
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
-  EXPECT_THAT(status.message(),
-              AllOf(HasSubstr(dir / "in/f.tfrecord"), HasSubstr("record 2"),
-                    HasSubstr("truncated")));
+  EXPECT_THAT(status.message(), AllOf(HasSubstr(dir / "in/f.tfrecord"), HasSubstr("record 2"),
+                                      HasSubstr("truncated")));
 }
 
 TEST(TfRecordConvert, TruncatedHeaderIsDataLoss) {
@@ -206,25 +196,20 @@ TEST(TfRecordConvert, TruncatedHeaderIsDataLoss) {
   absl::Status status = ConvertCorrupted(
       dir, [](std::string& f) { f += std::string("\x05\0\0", 3); }, &offset);
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
-  EXPECT_THAT(status.message(),
-              AllOf(HasSubstr("record 3"), HasSubstr("truncated")));
+  EXPECT_THAT(status.message(), AllOf(HasSubstr("record 3"), HasSubstr("truncated")));
 }
 
-TEST(TfRecordConvert,
-     MissingFeatureIsInvalidArgumentNamingFileRecordAndFeature) {
+TEST(TfRecordConvert, MissingFeatureIsInvalidArgumentNamingFileRecordAndFeature) {
   ScopedTempDir dir;
   tf::Example example;
-  (*example.mutable_features()->mutable_feature())["image/encoded"]
-      .mutable_bytes_list()
-      ->add_value(FakeImage(1, 50));
-  WriteFile(dir / "in/f.tfrecord",
-            TfRecordFile(SomeItems("f.tfrecord", 2, 6)) +
-                EncodeTfRecord(example.SerializeAsString()));
+  (*example.mutable_features()->mutable_feature())["image/encoded"].mutable_bytes_list()->add_value(
+      FakeImage(1, 50));
+  WriteFile(dir / "in/f.tfrecord", TfRecordFile(SomeItems("f.tfrecord", 2, 6)) +
+                                       EncodeTfRecord(example.SerializeAsString()));
   absl::Status status = ConvertTfRecord(dir / "in", dir / "out").status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
-  EXPECT_THAT(status.message(),
-              AllOf(HasSubstr(dir / "in/f.tfrecord"), HasSubstr("record 2"),
-                    HasSubstr("image/class/label"), HasSubstr("missing")));
+  EXPECT_THAT(status.message(), AllOf(HasSubstr(dir / "in/f.tfrecord"), HasSubstr("record 2"),
+                                      HasSubstr("image/class/label"), HasSubstr("missing")));
 }
 
 TEST(TfRecordConvert, WrongFeatureTypeIsInvalidArgument) {
@@ -236,19 +221,16 @@ TEST(TfRecordConvert, WrongFeatureTypeIsInvalidArgument) {
   WriteFile(dir / "in/f.tfrecord", EncodeTfRecord(example.SerializeAsString()));
   absl::Status status = ConvertTfRecord(dir / "in", dir / "out").status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
-  EXPECT_THAT(status.message(),
-              AllOf(HasSubstr("record 0"), HasSubstr("image/class/label"),
-                    HasSubstr("float_list"), HasSubstr("int64_list")));
+  EXPECT_THAT(status.message(), AllOf(HasSubstr("record 0"), HasSubstr("image/class/label"),
+                                      HasSubstr("float_list"), HasSubstr("int64_list")));
 }
 
 TEST(TfRecordConvert, NonImageBytesAreInvalidArgument) {
   ScopedTempDir dir;
-  WriteFile(dir / "in/f.tfrecord",
-            EncodeTfRecord(SerializedExample("GIF89a....", 1)));
+  WriteFile(dir / "in/f.tfrecord", EncodeTfRecord(SerializedExample("GIF89a....", 1)));
   absl::Status status = ConvertTfRecord(dir / "in", dir / "out").status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
-  EXPECT_THAT(status.message(),
-              AllOf(HasSubstr("record 0"), HasSubstr("image/encoded")));
+  EXPECT_THAT(status.message(), AllOf(HasSubstr("record 0"), HasSubstr("image/encoded")));
 }
 
 TEST(TfRecordConvert, ShardSizeLimitProducesSeveralShards) {
@@ -257,8 +239,8 @@ TEST(TfRecordConvert, ShardSizeLimitProducesSeveralShards) {
   for (int i = 0; i < 20; ++i)
     items.push_back(Item{FakeImage(i, 1000), i, "f:" + std::to_string(i)});
   WriteFile(dir / "f", TfRecordFile(items));
-  absl::StatusOr<Manifest> manifest = ConvertTfRecord(
-      dir / "f", dir / "out", /*threads=*/1, /*shard_size=*/4096);
+  absl::StatusOr<Manifest> manifest =
+      ConvertTfRecord(dir / "f", dir / "out", /*threads=*/1, /*shard_size=*/4096);
   ASSERT_TRUE(manifest.ok()) << manifest.status();
   EXPECT_GE(manifest->shards.size(), 5u);
   for (const ShardInfo& shard : manifest->shards) {
@@ -275,13 +257,10 @@ TEST(TfRecordConvert, OutputDoesNotDependOnThreadCount) {
   ScopedTempDir dir;
   for (int f = 0; f < 6; ++f) {
     const std::string name = "part-" + std::to_string(f);
-    WriteFile(dir / ("in/" + name),
-              TfRecordFile(SomeItems(name, 3 + f, 10 + f)));
+    WriteFile(dir / ("in/" + name), TfRecordFile(SomeItems(name, 3 + f, 10 + f)));
   }
-  absl::StatusOr<Manifest> one =
-      ConvertTfRecord(dir / "in", dir / "out1", /*threads=*/1, 3000);
-  absl::StatusOr<Manifest> four =
-      ConvertTfRecord(dir / "in", dir / "out4", /*threads=*/4, 3000);
+  absl::StatusOr<Manifest> one = ConvertTfRecord(dir / "in", dir / "out1", /*threads=*/1, 3000);
+  absl::StatusOr<Manifest> four = ConvertTfRecord(dir / "in", dir / "out4", /*threads=*/4, 3000);
   ASSERT_TRUE(one.ok()) << one.status();
   ASSERT_TRUE(four.ok()) << four.status();
   EXPECT_EQ(one->shards, four->shards);
@@ -301,8 +280,7 @@ TEST(TfRecordConvert, FirstErrorInFileOrderIsReportedWithThreads) {
     if (f == 2 || f == 4) file.resize(file.size() - 1);
     WriteFile(dir / ("in/" + name), file);
   }
-  absl::Status status =
-      ConvertTfRecord(dir / "in", dir / "out", /*threads=*/4).status();
+  absl::Status status = ConvertTfRecord(dir / "in", dir / "out", /*threads=*/4).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
   EXPECT_THAT(status.message(), HasSubstr("part-2"));
 }

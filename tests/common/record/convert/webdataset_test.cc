@@ -32,25 +32,21 @@ using Members = std::vector<std::pair<std::string, std::string>>;
 
 // Writes a tar with libarchive: pax (restricted) by default, optionally
 // gzip-compressed.
-void WriteTar(const std::string& path, const Members& members,
-              bool gzip = false) {
-  std::filesystem::create_directories(
-      std::filesystem::path(path).parent_path());
+void WriteTar(const std::string& path, const Members& members, bool gzip = false) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   archive* a = archive_write_new();
   ASSERT_EQ(archive_write_set_format_pax_restricted(a), ARCHIVE_OK);
   if (gzip) {
     ASSERT_EQ(archive_write_add_filter_gzip(a), ARCHIVE_OK);
   }
-  ASSERT_EQ(archive_write_open_filename(a, path.c_str()), ARCHIVE_OK)
-      << archive_error_string(a);
+  ASSERT_EQ(archive_write_open_filename(a, path.c_str()), ARCHIVE_OK) << archive_error_string(a);
   for (const auto& [name, data] : members) {
     archive_entry* entry = archive_entry_new();
     archive_entry_set_pathname(entry, name.c_str());
     archive_entry_set_size(entry, static_cast<la_int64_t>(data.size()));
     archive_entry_set_filetype(entry, AE_IFREG);
     archive_entry_set_perm(entry, 0644);
-    ASSERT_EQ(archive_write_header(a, entry), ARCHIVE_OK)
-        << archive_error_string(a);
+    ASSERT_EQ(archive_write_header(a, entry), ARCHIVE_OK) << archive_error_string(a);
     ASSERT_EQ(archive_write_data(a, data.data(), data.size()),
               static_cast<la_ssize_t>(data.size()));
     archive_entry_free(entry);
@@ -75,18 +71,15 @@ std::vector<Item> SomeItems(const std::string& prefix, int n, uint64_t seed) {
   for (int i = 0; i < n; ++i) {
     char number[16];
     std::snprintf(number, sizeof number, "%06d", i);
-    items.push_back(
-        Item{FakeImage(seed * 1000 + i, 80 + 53 * i, /*png=*/i % 4 == 3),
-             (i * 5) % 11, prefix + number});
+    items.push_back(Item{FakeImage(seed * 1000 + i, 80 + 53 * i, /*png=*/i % 4 == 3), (i * 5) % 11,
+                         prefix + number});
   }
   return items;
 }
 
-absl::StatusOr<Manifest> ConvertWds(
-    const std::string& input, const std::string& output, int threads = 1,
-    uint64_t shard_size = kDefaultShardSizeBytes) {
-  return ConvertAs(InputFormat::kWebDataset, input, output, threads,
-                   shard_size);
+absl::StatusOr<Manifest> ConvertWds(const std::string& input, const std::string& output,
+                                    int threads = 1, uint64_t shard_size = kDefaultShardSizeBytes) {
+  return ConvertAs(InputFormat::kWebDataset, input, output, threads, shard_size);
 }
 
 void ExpectDataset(const std::string& dir, const std::vector<Item>& expected) {
@@ -98,8 +91,7 @@ void ExpectDataset(const std::string& dir, const std::vector<Item>& expected) {
 TEST(WebDatasetConvert, RoundTripsSamplesInTarOrder) {
   ScopedTempDir dir;
   Members members = {
-      {"b/000009.cls",
-       " 7 \n"},  // label first, whitespace trimmed; key keeps its folder
+      {"b/000009.cls", " 7 \n"},  // label first, whitespace trimmed; key keeps its folder
       {"b/000009.jpg", FakeImage(1, 500)},
       {"b/000009.json", "{\"ignored\": true}"},
       {"a/000001.PNG", FakeImage(2, 400, /*png=*/true)},
@@ -143,9 +135,8 @@ void SystemTar(const ScopedTempDir& dir, const std::vector<Item>& items,
     WriteFile(dir / ("src/" + name), data);
     names += " '" + name + "'";
   }
-  const std::string command = "tar --format=" + format + " -cf '" +
-                              (dir / "in.tar") + "' -C '" + (dir / "src") +
-                              "'" + names;
+  const std::string command = "tar --format=" + format + " -cf '" + (dir / "in.tar") + "' -C '" +
+                              (dir / "src") + "'" + names;
   ASSERT_EQ(std::system(command.c_str()), 0) << command;
 }
 
@@ -163,8 +154,7 @@ TEST(WebDatasetConvert, ReadsPaxTarWithPathsLongerThanUstarAllows) {
       "a_rather_long_folder_name_for_testing/another_long_folder_name_here/"
       "and_a_third_one_to_pass_the_limit/";
   std::vector<Item> items = SomeItems(deep + "sample_with_a_long_name_", 3, 5);
-  ASSERT_GT(items[0].key.size() + 4, 100u)
-      << "must exceed ustar's 100-byte name field";
+  ASSERT_GT(items[0].key.size() + 4, 100u) << "must exceed ustar's 100-byte name field";
   SystemTar(dir, items, "pax");
   ASSERT_TRUE(ConvertWds(dir / "in.tar", dir / "out").ok());
   ExpectDataset(dir / "out", items);
@@ -179,8 +169,7 @@ TEST(WebDatasetConvert, MissingLabelIsInvalidArgumentNamingTarAndKey) {
   absl::Status status = ConvertWds(dir / "in.tar", dir / "out").status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
   EXPECT_THAT(status.message(),
-              AllOf(HasSubstr(dir / "in.tar"), HasSubstr("k000777"),
-                    HasSubstr("label")));
+              AllOf(HasSubstr(dir / "in.tar"), HasSubstr("k000777"), HasSubstr("label")));
   EXPECT_FALSE(std::filesystem::exists(dir / "out"));
 }
 
@@ -189,18 +178,17 @@ TEST(WebDatasetConvert, MissingImageIsInvalidArgumentNamingTarAndKey) {
   WriteTar(dir / "in.tar", {{"x1.cls", "1"}});
   absl::Status status = ConvertWds(dir / "in.tar", dir / "out").status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
-  EXPECT_THAT(status.message(), AllOf(HasSubstr(dir / "in.tar"),
-                                      HasSubstr("\"x1\""), HasSubstr("image")));
+  EXPECT_THAT(status.message(),
+              AllOf(HasSubstr(dir / "in.tar"), HasSubstr("\"x1\""), HasSubstr("image")));
 }
 
 TEST(WebDatasetConvert, NonIntegerClassIsInvalidArgumentNamingTheMember) {
   ScopedTempDir dir;
-  WriteTar(dir / "in.tar",
-           {{"x1.jpg", FakeImage(1, 100)}, {"x1.cls", "tench"}});
+  WriteTar(dir / "in.tar", {{"x1.jpg", FakeImage(1, 100)}, {"x1.cls", "tench"}});
   absl::Status status = ConvertWds(dir / "in.tar", dir / "out").status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
-  EXPECT_THAT(status.message(), AllOf(HasSubstr(dir / "in.tar"),
-                                      HasSubstr("x1.cls"), HasSubstr("tench")));
+  EXPECT_THAT(status.message(),
+              AllOf(HasSubstr(dir / "in.tar"), HasSubstr("x1.cls"), HasSubstr("tench")));
 }
 
 TEST(WebDatasetConvert, NonImageBytesAreInvalidArgument) {
@@ -256,14 +244,11 @@ TEST(WebDatasetConvert, ShardSizeLimitProducesSeveralShards) {
 TEST(WebDatasetConvert, OutputDoesNotDependOnThreadCount) {
   ScopedTempDir dir;
   for (int t = 0; t < 7; ++t) {
-    WriteTar(
-        dir / ("in/" + std::to_string(t) + ".tar"),
-        SampleMembers(SomeItems(std::to_string(t) + "_", 2 + 3 * t, 10 + t)));
+    WriteTar(dir / ("in/" + std::to_string(t) + ".tar"),
+             SampleMembers(SomeItems(std::to_string(t) + "_", 2 + 3 * t, 10 + t)));
   }
-  absl::StatusOr<Manifest> one =
-      ConvertWds(dir / "in", dir / "out1", /*threads=*/1, 5000);
-  absl::StatusOr<Manifest> four =
-      ConvertWds(dir / "in", dir / "out4", /*threads=*/4, 5000);
+  absl::StatusOr<Manifest> one = ConvertWds(dir / "in", dir / "out1", /*threads=*/1, 5000);
+  absl::StatusOr<Manifest> four = ConvertWds(dir / "in", dir / "out4", /*threads=*/4, 5000);
   ASSERT_TRUE(one.ok()) << one.status();
   ASSERT_TRUE(four.ok()) << four.status();
   EXPECT_GT(one->shards.size(), 1u);
@@ -277,8 +262,7 @@ TEST(WebDatasetConvert, OutputDoesNotDependOnThreadCount) {
 
 TEST(WebDatasetConvert, MissingInputIsNotFoundAndEmptyFolderInvalidArgument) {
   ScopedTempDir dir;
-  EXPECT_EQ(ConvertWds(dir / "nope.tar", dir / "out").status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(ConvertWds(dir / "nope.tar", dir / "out").status().code(), absl::StatusCode::kNotFound);
   std::filesystem::create_directories(dir / "empty");
   absl::Status status = ConvertWds(dir / "empty", dir / "out").status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
