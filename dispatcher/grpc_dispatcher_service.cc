@@ -39,7 +39,57 @@ void Forward(grpc::ServerUnaryReactor* reactor, const Request& request, Response
   });
 }
 
+// Finishes the reactor with `check`'s error, or forwards the call to the impl.
+template <typename Request, typename Response>
+void ForwardIfAllowed(const absl::Status& check, grpc::ServerUnaryReactor* reactor,
+                      const Request& request, Response* response, DispatcherImpl* impl,
+                      void (DispatcherImpl::*method)(const Request&, Response*,
+                                                     DispatcherImpl::Done),
+                      std::function<void()> on_ok = nullptr) {
+  if (!check.ok()) {
+    reactor->Finish(service::ToGrpcStatus(check));
+    return;
+  }
+  Forward(reactor, request, response, impl, method, std::move(on_ok));
+}
+
 }  // namespace
+
+template <typename Request, typename Response>
+grpc::ServerUnaryReactor* GrpcDispatcherService::ServeWorkerCall(
+    grpc::CallbackServerContext* context, const Request* request, Response* response,
+    void (DispatcherImpl::*method)(const Request&, Response*, DispatcherImpl::Done),
+    absl::string_view rpc) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  std::optional<Identity> caller = Caller(context, reactor);
+  if (!caller) return reactor;
+  ForwardIfAllowed(authorization_.CheckWorker(*caller, request->worker_id(), rpc), reactor,
+                   *request, response, impl_, method);
+  return reactor;
+}
+
+template <typename Request, typename Response>
+grpc::ServerUnaryReactor* GrpcDispatcherService::ServeJobCall(
+    grpc::CallbackServerContext* context, const Request* request, Response* response,
+    void (DispatcherImpl::*method)(const Request&, Response*, DispatcherImpl::Done),
+    absl::string_view rpc) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  std::optional<Identity> caller = Caller(context, reactor);
+  if (!caller) return reactor;
+  if (caller->Has(Role::kOperator)) {  // may act for every job
+    Forward(reactor, *request, response, impl_, method);
+    return reactor;
+  }
+  WithJobOwner(request->job_id(), [this, reactor, request, response, method, rpc,
+                                   caller = *caller](std::optional<std::string> owner) {
+    // An unknown job needs only the trainer role; the impl then answers NotFound.
+    ForwardIfAllowed(owner ? authorization_.CheckJobAccess(caller, Role::kTrainer, rpc,
+                                                           request->job_id(), *owner)
+                           : service::RequireRole(caller, Role::kTrainer, rpc),
+                     reactor, *request, response, impl_, method);
+  });
+  return reactor;
+}
 
 void GrpcDispatcherService::WithJobOwner(uint64_t job_id,
                                          std::function<void(std::optional<std::string>)> then) {
@@ -64,14 +114,11 @@ grpc::ServerUnaryReactor* GrpcDispatcherService::RegisterDataset(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   std::optional<Identity> caller = Caller(context, reactor);
   if (!caller) return reactor;
-  if (absl::Status s = authorization_.CheckRegisterDataset(*caller, *request); !s.ok()) {
-    reactor->Finish(service::ToGrpcStatus(s));
-    return reactor;
-  }
-  Forward(reactor, *request, response, impl_, &DispatcherImpl::RegisterDataset,
-          [this, caller = *caller, request, response] {
-            authorization_.DatasetRegistered(caller, *request, response->dataset_id());
-          });
+  ForwardIfAllowed(authorization_.CheckRegisterDataset(*caller, *request), reactor, *request,
+                   response, impl_, &DispatcherImpl::RegisterDataset,
+                   [this, caller = *caller, request, response] {
+                     authorization_.DatasetRegistered(caller, *request, response->dataset_id());
+                   });
   return reactor;
 }
 
@@ -84,46 +131,19 @@ grpc::ServerUnaryReactor* GrpcDispatcherService::GetOrCreateJob(
   proto::GetOrCreateJobRequest scoped = *request;
   const std::string anonymous_id =
       absl::StrCat(impl_->incarnation(), "-", anonymous_jobs_.fetch_add(1));
-  if (absl::Status s = authorization_.CheckGetOrCreateJob(*caller, anonymous_id, &scoped);
-      !s.ok()) {
-    reactor->Finish(service::ToGrpcStatus(s));
-    return reactor;
-  }
-  Forward(reactor, scoped, response, impl_, &DispatcherImpl::GetOrCreateJob,
-          [this, caller = *caller, response] {
-            authorization_.JobCreated(caller, response->job_id());
-          });
+  ForwardIfAllowed(authorization_.CheckGetOrCreateJob(*caller, anonymous_id, &scoped), reactor,
+                   scoped, response, impl_, &DispatcherImpl::GetOrCreateJob,
+                   [this, caller = *caller, response] {
+                     authorization_.JobCreated(caller, response->job_id());
+                   });
   return reactor;
 }
 
 grpc::ServerUnaryReactor* GrpcDispatcherService::ClientHeartbeat(
     grpc::CallbackServerContext* context, const proto::ClientHeartbeatRequest* request,
     proto::ClientHeartbeatResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  std::optional<Identity> caller = Caller(context, reactor);
-  if (!caller) return reactor;
-  if (caller->all_roles) {
-    Forward(reactor, *request, response, impl_, &DispatcherImpl::ClientHeartbeat);
-    return reactor;
-  }
-  WithJobOwner(request->job_id(), [this, reactor, request, response,
-                                   caller = *caller](std::optional<std::string> owner) {
-    if (owner) {
-      if (absl::Status s = authorization_.CheckJobAccess(caller, Role::kTrainer, "ClientHeartbeat",
-                                                         request->job_id(), *owner);
-          !s.ok()) {
-        reactor->Finish(service::ToGrpcStatus(s));
-        return;
-      }
-    } else if (absl::Status s = service::RequireRole(caller, Role::kTrainer, "ClientHeartbeat");
-               !s.ok()) {
-      reactor->Finish(service::ToGrpcStatus(s));
-      return;
-    }
-    Forward(reactor, *request, response, impl_,
-            &DispatcherImpl::ClientHeartbeat);  // an unknown job: NotFound
-  });
-  return reactor;
+  return ServeJobCall(context, request, response, &DispatcherImpl::ClientHeartbeat,
+                      "ClientHeartbeat");
 }
 
 grpc::ServerUnaryReactor* GrpcDispatcherService::WorkerRegister(
@@ -175,32 +195,15 @@ grpc::ServerUnaryReactor* GrpcDispatcherService::WorkerRegister(
 grpc::ServerUnaryReactor* GrpcDispatcherService::WorkerHeartbeat(
     grpc::CallbackServerContext* context, const proto::WorkerHeartbeatRequest* request,
     proto::WorkerHeartbeatResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  std::optional<Identity> caller = Caller(context, reactor);
-  if (!caller) return reactor;
-  if (absl::Status s = authorization_.CheckWorker(*caller, request->worker_id(), "WorkerHeartbeat");
-      !s.ok()) {
-    reactor->Finish(service::ToGrpcStatus(s));
-    return reactor;
-  }
-  Forward(reactor, *request, response, impl_, &DispatcherImpl::WorkerHeartbeat);
-  return reactor;
+  return ServeWorkerCall(context, request, response, &DispatcherImpl::WorkerHeartbeat,
+                         "WorkerHeartbeat");
 }
 
 grpc::ServerUnaryReactor* GrpcDispatcherService::WorkerUnregister(
     grpc::CallbackServerContext* context, const proto::WorkerUnregisterRequest* request,
     proto::WorkerUnregisterResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  std::optional<Identity> caller = Caller(context, reactor);
-  if (!caller) return reactor;
-  if (absl::Status s =
-          authorization_.CheckWorker(*caller, request->worker_id(), "WorkerUnregister");
-      !s.ok()) {
-    reactor->Finish(service::ToGrpcStatus(s));
-    return reactor;
-  }
-  Forward(reactor, *request, response, impl_, &DispatcherImpl::WorkerUnregister);
-  return reactor;
+  return ServeWorkerCall(context, request, response, &DispatcherImpl::WorkerUnregister,
+                         "WorkerUnregister");
 }
 
 grpc::ServerUnaryReactor* GrpcDispatcherService::DrainWorker(
@@ -209,36 +212,15 @@ grpc::ServerUnaryReactor* GrpcDispatcherService::DrainWorker(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   std::optional<Identity> caller = Caller(context, reactor);
   if (!caller) return reactor;
-  if (absl::Status s = authorization_.CheckDrainWorker(*caller); !s.ok()) {
-    reactor->Finish(service::ToGrpcStatus(s));
-    return reactor;
-  }
-  Forward(reactor, *request, response, impl_, &DispatcherImpl::DrainWorker);
+  ForwardIfAllowed(authorization_.CheckDrainWorker(*caller), reactor, *request, response, impl_,
+                   &DispatcherImpl::DrainWorker);
   return reactor;
 }
 
 grpc::ServerUnaryReactor* GrpcDispatcherService::GetJobState(
     grpc::CallbackServerContext* context, const proto::GetJobStateRequest* request,
     proto::GetJobStateResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  std::optional<Identity> caller = Caller(context, reactor);
-  if (!caller) return reactor;
-  if (caller->Has(Role::kOperator)) {
-    Forward(reactor, *request, response, impl_, &DispatcherImpl::GetJobState);
-    return reactor;
-  }
-  WithJobOwner(request->job_id(), [this, reactor, request, response,
-                                   caller = *caller](std::optional<std::string> owner) {
-    absl::Status s = owner ? authorization_.CheckJobAccess(caller, Role::kTrainer, "GetJobState",
-                                                           request->job_id(), *owner)
-                           : service::RequireRole(caller, Role::kTrainer, "GetJobState");
-    if (!s.ok()) {
-      reactor->Finish(service::ToGrpcStatus(s));
-      return;
-    }
-    Forward(reactor, *request, response, impl_, &DispatcherImpl::GetJobState);
-  });
-  return reactor;
+  return ServeJobCall(context, request, response, &DispatcherImpl::GetJobState, "GetJobState");
 }
 
 grpc::ServerUnaryReactor* GrpcDispatcherService::GetStatus(grpc::CallbackServerContext* context,
@@ -248,31 +230,19 @@ grpc::ServerUnaryReactor* GrpcDispatcherService::GetStatus(grpc::CallbackServerC
   std::optional<Identity> caller = Caller(context, reactor);
   if (!caller) return reactor;
   proto::GetStatusRequest allowed = *request;
-  if (absl::Status s = authorization_.CheckGetStatus(*caller, &allowed); !s.ok()) {
-    reactor->Finish(service::ToGrpcStatus(s));
-    return reactor;
-  }
-  Forward(reactor, allowed, response, impl_, &DispatcherImpl::GetStatus,
-          [this, caller = *caller, response] {
-            authorization_.LearnJobs(*response);
-            authorization_.FilterStatus(caller, response);
-          });
+  ForwardIfAllowed(authorization_.CheckGetStatus(*caller, &allowed), reactor, allowed, response,
+                   impl_, &DispatcherImpl::GetStatus, [this, caller = *caller, response] {
+                     authorization_.LearnJobs(*response);
+                     authorization_.FilterStatus(caller, response);
+                   });
   return reactor;
 }
 
 grpc::ServerUnaryReactor* GrpcDispatcherService::WatchAssignment(
     grpc::CallbackServerContext* context, const proto::WatchAssignmentRequest* request,
     proto::WatchAssignmentResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  std::optional<Identity> caller = Caller(context, reactor);
-  if (!caller) return reactor;
-  if (absl::Status s = authorization_.CheckWorker(*caller, request->worker_id(), "WatchAssignment");
-      !s.ok()) {
-    reactor->Finish(service::ToGrpcStatus(s));
-    return reactor;
-  }
-  Forward(reactor, *request, response, impl_, &DispatcherImpl::WatchAssignment);
-  return reactor;
+  return ServeWorkerCall(context, request, response, &DispatcherImpl::WatchAssignment,
+                         "WatchAssignment");
 }
 
 }  // namespace sluice::dispatcher

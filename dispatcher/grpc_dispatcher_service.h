@@ -21,6 +21,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "dispatcher/authorization.h"
 #include "dispatcher/dispatcher_impl.h"
 #include "grpcpp/grpcpp.h"
@@ -68,6 +69,21 @@ class GrpcDispatcherService final : public proto::DispatcherService::CallbackSer
   // Calls `then` with the owner of `job_id` (nullopt: no such job), asking the impl's
   // GetStatus for the names of jobs not seen yet.
   void WithJobOwner(uint64_t job_id, std::function<void(std::optional<std::string>)> then);
+
+  // The worker RPCs: the caller must be the identity that registered the request's worker_id.
+  template <typename Request, typename Response>
+  grpc::ServerUnaryReactor* ServeWorkerCall(
+      grpc::CallbackServerContext* context, const Request* request, Response* response,
+      void (DispatcherImpl::*method)(const Request&, Response*, DispatcherImpl::Done),
+      absl::string_view rpc);
+  // The RPCs about one job: an operator, or a trainer that owns the request's job_id (an unknown
+  // job needs only the trainer role; the impl answers NotFound).
+  template <typename Request, typename Response>
+  grpc::ServerUnaryReactor* ServeJobCall(grpc::CallbackServerContext* context,
+                                         const Request* request, Response* response,
+                                         void (DispatcherImpl::*method)(const Request&, Response*,
+                                                                        DispatcherImpl::Done),
+                                         absl::string_view rpc);
 
   DispatcherImpl* const impl_;
   Authorization authorization_;

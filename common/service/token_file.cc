@@ -3,15 +3,11 @@
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
-#include <sys/stat.h>
 
-#include <cerrno>
-#include <cstring>
 #include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "common/service/certificate_checks.h"
 #include "common/service/identity.h"
 
 namespace sluice::service {
@@ -94,27 +90,15 @@ absl::StatusOr<std::shared_ptr<TokenFile>> TokenFile::Create(std::string path) {
 }
 
 absl::Status TokenFile::Reload() {
-  struct stat st;
-  if (stat(path_.c_str(), &st) != 0) {
-    const int err = errno;
-    const std::string message = absl::StrCat("--auth-token-file ", path_, ": ", std::strerror(err));
-    return err == EACCES ? absl::PermissionDeniedError(message) : absl::NotFoundError(message);
-  }
-  const int64_t mtime_ns =
-      static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-  if (mtime_ns == mtime_ns_ && st.st_size == size_ && st.st_ino == inode_ && !token_.empty())
+  return file_.ReloadIfChanged([this](const std::string& text) {
+    const std::string token(absl::StripAsciiWhitespace(text));
+    if (token.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("--auth-token-file ", path_, " is empty"));
+    }
+    mu_.AssertHeld();
+    token_ = token;
     return absl::OkStatus();
-  absl::StatusOr<std::string> text = ReadFileForFlag(path_, "--auth-token-file");
-  if (!text.ok()) return text.status();
-  const std::string token(absl::StripAsciiWhitespace(*text));
-  if (token.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("--auth-token-file ", path_, " is empty"));
-  }
-  token_ = token;
-  mtime_ns_ = mtime_ns;
-  size_ = st.st_size;
-  inode_ = st.st_ino;
-  return absl::OkStatus();
+  });
 }
 
 absl::StatusOr<std::string> TokenFile::Get() {

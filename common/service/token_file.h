@@ -7,7 +7,6 @@
 #ifndef SLUICE_COMMON_SERVICE_TOKEN_FILE_H_
 #define SLUICE_COMMON_SERVICE_TOKEN_FILE_H_
 
-#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -15,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/service/watched_file.h"
 #include "grpcpp/security/auth_metadata_processor.h"
 #include "grpcpp/security/credentials.h"
 
@@ -34,15 +34,13 @@ class TokenFile {
   const std::string& path() const { return path_; }
 
  private:
-  explicit TokenFile(std::string path) : path_(std::move(path)) {}
+  explicit TokenFile(std::string path) : path_(path), file_(std::move(path), "--auth-token-file") {}
   absl::Status Reload() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string path_;
   absl::Mutex mu_;
+  WatchedFile file_ ABSL_GUARDED_BY(mu_);
   std::string token_ ABSL_GUARDED_BY(mu_);
-  int64_t mtime_ns_ ABSL_GUARDED_BY(mu_) = -1;
-  int64_t size_ ABSL_GUARDED_BY(mu_) = -1;
-  uint64_t inode_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // Constant-time equality (time independent of where the strings differ and of their

@@ -2,10 +2,7 @@
 #include "common/service/tokens_file.h"
 
 #include <openssl/evp.h>
-#include <sys/stat.h>
 
-#include <cerrno>
-#include <cstring>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -13,7 +10,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "common/service/certificate_checks.h"
 #include "grpc/grpc_security_constants.h"
 
 namespace sluice::service {
@@ -159,25 +155,14 @@ absl::StatusOr<std::shared_ptr<TokensFile>> TokensFile::Create(std::string path)
 }
 
 absl::Status TokensFile::Reload() {
-  struct stat st;
-  if (stat(path_.c_str(), &st) != 0) {
-    const int err = errno;
-    const std::string message = absl::StrCat("--tokens-file ", path_, ": ", std::strerror(err));
-    return err == EACCES ? absl::PermissionDeniedError(message) : absl::NotFoundError(message);
-  }
-  const int64_t mtime_ns =
-      static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-  if (mtime_ns == mtime_ns_ && st.st_size == size_ && st.st_ino == inode_) return absl::OkStatus();
-  absl::StatusOr<std::string> text = ReadFileForFlag(path_, "--tokens-file");
-  if (!text.ok()) return text.status();
-  absl::StatusOr<std::map<std::string, Identity>> tokens = ParseTokens(*text, path_);
-  if (!tokens.ok()) return tokens.status();
-  by_digest_.clear();
-  for (auto& [token, identity] : *tokens) by_digest_.emplace(Digest(token), std::move(identity));
-  mtime_ns_ = mtime_ns;
-  size_ = st.st_size;
-  inode_ = st.st_ino;
-  return absl::OkStatus();
+  return file_.ReloadIfChanged([this](const std::string& text) {
+    absl::StatusOr<std::map<std::string, Identity>> tokens = ParseTokens(text, path_);
+    if (!tokens.ok()) return tokens.status();
+    mu_.AssertHeld();
+    by_digest_.clear();
+    for (auto& [token, identity] : *tokens) by_digest_.emplace(Digest(token), std::move(identity));
+    return absl::OkStatus();
+  });
 }
 
 absl::StatusOr<std::optional<Identity>> TokensFile::Find(absl::string_view token) {

@@ -16,7 +16,6 @@
 #ifndef SLUICE_COMMON_SERVICE_TOKENS_FILE_H_
 #define SLUICE_COMMON_SERVICE_TOKENS_FILE_H_
 
-#include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
@@ -28,6 +27,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "common/service/identity.h"
+#include "common/service/watched_file.h"
 #include "grpcpp/security/auth_metadata_processor.h"
 
 namespace sluice::service {
@@ -51,16 +51,14 @@ class TokensFile {
   const std::string& path() const { return path_; }
 
  private:
-  explicit TokensFile(std::string path) : path_(std::move(path)) {}
+  explicit TokensFile(std::string path) : path_(path), file_(std::move(path), "--tokens-file") {}
   absl::Status Reload() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string path_;
   absl::Mutex mu_;
+  WatchedFile file_ ABSL_GUARDED_BY(mu_);
   // Keyed by the SHA-256 of the token, so a lookup's timing says nothing about the tokens.
   std::map<std::string, Identity> by_digest_ ABSL_GUARDED_BY(mu_);
-  int64_t mtime_ns_ ABSL_GUARDED_BY(mu_) = -1;
-  int64_t size_ ABSL_GUARDED_BY(mu_) = -1;
-  uint64_t inode_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // The server's check with --tokens-file: a call carrying "authorization: Bearer <token>" must

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/pipeline_spec/parse.h"
 #include "common/record/dataset.h"
@@ -293,27 +294,28 @@ TEST_F(AutoscaleTest, AWorkerKilledDuringItsDrainLosesNothing) {
   ExpectEveryRecordOncePerEpoch(ids, 2);
 }
 
-// The dispatcher, not the worker, starts the drain: "short" (never sleeps)
-// pulls the pool up to 3 workers, and when it ends the dispatcher drains the
-// surplus while "long" (a 100 ms step: workers run ahead of it, so each holds
-// splits it produced and "long" has not read yet) still reads. The first worker seen
-// draining while it still holds splits is SIGKILLed: its queued batches are
-// gone, the dispatcher times it out and hands its splits over with the
-// consumer's prefix skipped, and both consumers still get every record of
-// every epoch exactly once. The policy drains the worker holding the fewest
-// splits first, so whether a draining worker still holds one depends on the
-// moment: a worker seen draining for 1 s without any is killed instead (the
-// dispatcher still loses a draining worker), so the kill always happens.
+// The dispatcher, not the worker, starts the drain: "short" (never sleeps) pulls the pool up,
+// and when it ends the dispatcher drains the surplus while "long" (a 100 ms step: workers run
+// ahead of it, so each holds splits it produced and "long" has not read yet) is mid-epoch. So that
+// the drain comes while "long" still holds its splits in every run, "long" stops reading after
+// 90 of its 240 batches until a worker was killed (at most 60 s): with nothing read, the pool is
+// surplus and the dispatcher drains it. The first worker seen draining while it still holds splits
+// is SIGKILLed (one seen draining for 1 s without any is killed instead: the policy drains the
+// worker holding the fewest splits first): its queued batches are gone, the dispatcher times it
+// out and hands its splits over with the consumer's prefix skipped, and both consumers still get
+// every record of every epoch exactly once.
 TEST_F(AutoscaleTest, AWorkerKilledDuringADispatcherDrainLosesNothing) {
   auto cluster = Start(/*min=*/1, /*max=*/3);
   ASSERT_NE(cluster, nullptr);
   std::atomic<bool> reading{true};
-  std::string killed;  // written by the watcher, read after it joined
+  absl::Notification killed_one;
+  std::string killed;  // written by the watcher before killed_one, read after it
   std::string killed_reason;
   bool killed_held_splits = false;
+  int live_at_pause = 0;
   std::thread watcher([&] {
     std::map<std::string, absl::Time> draining_since;  // by address
-    while (reading && killed.empty()) {
+    while (reading && !killed_one.HasBeenNotified()) {
       absl::StatusOr<proto::GetStatusResponse> status = tools::FetchStatus(cluster->address());
       if (status.ok()) {
         for (const proto::WorkerStatus& w : status->workers()) {
@@ -325,6 +327,7 @@ TEST_F(AutoscaleTest, AWorkerKilledDuringADispatcherDrainLosesNothing) {
             killed = w.address();
             killed_reason = status->reason();
             killed_held_splits = w.splits() > 0;
+            killed_one.Notify();
           }
           break;
         }
@@ -338,21 +341,24 @@ TEST_F(AutoscaleTest, AWorkerKilledDuringADispatcherDrainLosesNothing) {
                         /*sleep_micros=*/20000);
   });
   long_ids = Consume(cluster->address(), "long", /*epochs=*/4,
-                     /*sleep_micros=*/20000, [&](int) {
+                     /*sleep_micros=*/20000, [&](int batches) {
                        absl::SleepFor(absl::Milliseconds(100));  // a step
+                       if (batches != 90) return;
+                       live_at_pause = cluster->max_live();
+                       killed_one.WaitForNotificationWithTimeout(absl::Seconds(60));
                      });
   reading = false;
   short_job.join();
   watcher.join();
   ExpectEveryRecordOncePerEpoch(short_ids, 6);
   ExpectEveryRecordOncePerEpoch(long_ids, 4);
-  if (killed.empty()) {
-    // TODO(next session): make the dispatcher's drain happen while "long" reads in every run
-    // (today the policy sometimes keeps the pool until "long" ends, or drains an idle worker
-    // that exits between two polls).
-    GTEST_SKIP() << "no worker was seen draining while \"long\" read (max live "
-                 << cluster->max_live() << "): nothing was killed this run";
+  if (killed.empty() && live_at_pause < 2) {
+    GTEST_SKIP() << "the pool never grew past one worker before \"long\" paused: there was "
+                    "nothing to drain";
   }
+  ASSERT_FALSE(killed.empty()) << "no worker was seen draining in 60 s while \"long\" held "
+                                  "its splits without reading (max live "
+                               << cluster->max_live() << ")";
   std::printf("killed %s while draining, %s splits\n", killed.c_str(),
               killed_held_splits ? "holding" : "without");
   EXPECT_THAT(killed_reason, ::testing::StartsWith("down "));

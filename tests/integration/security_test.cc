@@ -23,6 +23,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "sluice/client.h"
+#include "tests/testing/cluster_testing.h"
 #include "tests/testing/temp_dir.h"
 #include "tools/local_cluster/certificates.h"
 #include "tools/local_cluster/local_cluster.h"
@@ -30,58 +31,28 @@
 namespace sluice {
 namespace {
 
+using ::sluice::testing::BinDir;
+using ::sluice::testing::LabelPipeline;
+using ::sluice::testing::SecuredCluster;
 using ::sluice::testing::TempDir;
+using ::sluice::testing::WriteLabelDataset;
 using ::testing::HasSubstr;
 
 constexpr int kRecords = 64;
-
-std::string BinDir() {
-  const char* dir = std::getenv("SLUICE_BIN_DIR");
-  return dir != nullptr ? dir : tools::BinDir();
-}
-
-void WriteDataset(const std::string& dir) {
-  auto writer = record::DatasetWriter::Create(dir, record::ImageClassificationSchema(), {});
-  ASSERT_TRUE(writer.ok()) << writer.status();
-  for (int i = 0; i < kRecords; ++i) {
-    ASSERT_TRUE((*writer)
-                    ->Add({record::Tensor::Bytes("not decoded"), record::Tensor::Int64(i % 10),
-                           record::Tensor::Bytes("k")})
-                    .ok());
-  }
-  ASSERT_TRUE((*writer)->Finish().ok());
-}
-
-proto::Pipeline MakePipeline(const std::string& dataset) {
-  auto pipeline = sluice::pipeline_spec::ParsePipelineSpec(
-      absl::StrCat("source:\n  dataset: {path: ", dataset,
-                   "}\n  columns: [label]\nnodes:\n  - batch: {size: 8, "
-                   "drop_remainder: false}\n"));
-  EXPECT_TRUE(pipeline.ok()) << pipeline.status();
-  return pipeline.value_or(proto::Pipeline());
-}
 
 class SecurityTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir();
-    WriteDataset(dir_->Join("root/ds"));
+    WriteLabelDataset(dir_->Join("root/ds"), kRecords);
     auto certs = tools::MakeCertificates(dir_->Join("tls"));
     ASSERT_TRUE(certs.ok()) << certs.status();
     certs_ = new tools::Certificates(*certs);
     auto other = tools::MakeCertificates(dir_->Join("other-tls"));
     ASSERT_TRUE(other.ok()) << other.status();
     other_ = new tools::Certificates(*other);
-    auto cluster = tools::LocalCluster::Start({.bin_dir = BinDir(),
-                                               .workers = 1,
-                                               .data_roots = {dir_->Join("root")},
-                                               .work_dir = dir_->Join("cluster"),
-                                               .worker_threads = 1,
-                                               .heartbeat_interval = absl::Milliseconds(100),
-                                               .tls_cert = certs_->server_cert,
-                                               .tls_key = certs_->server_key,
-                                               .tls_ca = certs_->ca,
-                                               .auth_token_file = certs_->token});
+    auto cluster = tools::LocalCluster::Start(
+        SecuredCluster(dir_->Join("root"), dir_->Join("cluster"), *certs_, certs_->token));
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = cluster->release();
   }
@@ -128,7 +99,7 @@ TEST_F(SecurityTest, SecuredConsumerReadsEveryRecord) {
   auto client = DataServiceClient::Create(Secured());
   ASSERT_TRUE(client.ok()) << client.status();
   auto it =
-      (*client)->Open({.job_name = "secured", .pipeline = MakePipeline(dir_->Join("root/ds"))});
+      (*client)->Open({.job_name = "secured", .pipeline = LabelPipeline(dir_->Join("root/ds"))});
   ASSERT_TRUE(it.ok()) << it.status();
   std::multiset<uint64_t> ids;
   while (true) {
@@ -144,7 +115,7 @@ TEST_F(SecurityTest, SecuredConsumerReadsEveryRecord) {
 // The first error of reading a job over `dataset`, OK if it read to the end.
 absl::Status ReadJob(DataServiceClient& client, const std::string& name,
                      const std::string& dataset) {
-  auto it = client.Open({.job_name = name, .pipeline = MakePipeline(dataset)});
+  auto it = client.Open({.job_name = name, .pipeline = LabelPipeline(dataset)});
   if (!it.ok()) return it.status();
   while (true) {
     auto batch = (*it)->GetNext();
@@ -155,7 +126,7 @@ absl::Status ReadJob(DataServiceClient& client, const std::string& name,
 
 TEST_F(SecurityTest, DataRootHoldsAgainstSymlinksAndDotDot) {
   const std::string outside = dir_->Join("outside");
-  WriteDataset(outside);
+  WriteLabelDataset(outside, kRecords);
   std::filesystem::create_symlink(outside, dir_->Join("root/link-out"));
   auto client = DataServiceClient::Create(Secured());
   ASSERT_TRUE(client.ok()) << client.status();
@@ -176,7 +147,7 @@ TEST_F(SecurityTest, ShardOutsideItsDatasetFolderFailsTheConsumerFast) {
   // A dataset under the root whose manifest names a shard that is a symlink
   // out of the dataset's folder (and out of the root).
   const std::string escape = dir_->Join("root/escape");
-  WriteDataset(escape);
+  WriteLabelDataset(escape, kRecords);
   std::filesystem::create_directories(dir_->Join("outside-shards"));
   std::string shard;
   for (const auto& entry : std::filesystem::directory_iterator(escape)) {

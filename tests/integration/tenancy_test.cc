@@ -19,6 +19,7 @@
 #include "proto/dispatcher.grpc.pb.h"
 #include "proto/worker_service.grpc.pb.h"
 #include "sluice/client.h"
+#include "tests/testing/cluster_testing.h"
 #include "tests/testing/temp_dir.h"
 #include "tools/local_cluster/certificates.h"
 #include "tools/local_cluster/local_cluster.h"
@@ -26,30 +27,19 @@
 namespace sluice {
 namespace {
 
+using ::sluice::testing::LabelPipeline;
+using ::sluice::testing::SecuredCluster;
 using ::sluice::testing::TempDir;
+using ::sluice::testing::WriteLabelDataset;
 using ::testing::HasSubstr;
 
 constexpr int kRecords = 64;
-
-std::string BinDir() {
-  const char* dir = std::getenv("SLUICE_BIN_DIR");
-  return dir != nullptr ? dir : tools::BinDir();
-}
 
 class TenancyTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir();
-    auto writer = record::DatasetWriter::Create(dir_->Join("root/ds"),
-                                                record::ImageClassificationSchema(), {});
-    ASSERT_TRUE(writer.ok()) << writer.status();
-    for (int i = 0; i < kRecords; ++i) {
-      ASSERT_TRUE((*writer)
-                      ->Add({record::Tensor::Bytes("x"), record::Tensor::Int64(i % 10),
-                             record::Tensor::Bytes("k")})
-                      .ok());
-    }
-    ASSERT_TRUE((*writer)->Finish().ok());
+    WriteLabelDataset(dir_->Join("root/ds"), kRecords);
     auto certs = tools::MakeCertificates(dir_->Join("tls"));
     ASSERT_TRUE(certs.ok()) << certs.status();
     certs_ = new tools::Certificates(*certs);
@@ -70,18 +60,9 @@ class TenancyTest : public ::testing::Test {
     std::vector<std::string> dispatcher_flags = tokens;
     dispatcher_flags.insert(dispatcher_flags.end(),
                             {"--max-datasets-per-identity", "4", "--max-jobs-per-identity", "3"});
-    auto cluster = tools::LocalCluster::Start({.bin_dir = BinDir(),
-                                               .workers = 1,
-                                               .data_roots = {dir_->Join("root")},
-                                               .work_dir = dir_->Join("cluster"),
-                                               .worker_threads = 1,
-                                               .heartbeat_interval = absl::Milliseconds(100),
-                                               .extra_worker_flags = worker_flags,
-                                               .extra_dispatcher_flags = dispatcher_flags,
-                                               .tls_cert = certs_->server_cert,
-                                               .tls_key = certs_->server_key,
-                                               .tls_ca = certs_->ca,
-                                               .auth_token_file = Token("worker")});
+    auto cluster = tools::LocalCluster::Start(
+        SecuredCluster(dir_->Join("root"), dir_->Join("cluster"), *certs_, Token("worker"),
+                       worker_flags, dispatcher_flags));
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = cluster->release();
   }
@@ -111,14 +92,7 @@ class TenancyTest : public ::testing::Test {
     EXPECT_TRUE(channel.ok()) << channel.status();
     return proto::DispatcherService::NewStub(*channel);
   }
-  static proto::Pipeline Pipeline() {
-    auto pipeline = pipeline_spec::ParsePipelineSpec(
-        absl::StrCat("source:\n  dataset: {path: ", dir_->Join("root/ds"),
-                     "}\n  columns: [label]\nnodes:\n  - batch: {size: 8, "
-                     "drop_remainder: false}\n"));
-    EXPECT_TRUE(pipeline.ok()) << pipeline.status();
-    return pipeline.value_or(proto::Pipeline());
-  }
+  static proto::Pipeline Pipeline() { return LabelPipeline(dir_->Join("root/ds")); }
   // The id of the job stored as `name`, as the operator sees it (0: none).
   static uint64_t JobId(const std::string& name) {
     grpc::ClientContext context;

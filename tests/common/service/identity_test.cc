@@ -4,9 +4,11 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "common/service/certificate_checks.h"
 #include "common/service/tokens_file.h"
+#include "common/service/watched_file.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/temp_dir.h"
@@ -77,6 +79,38 @@ TEST(TokensFile, FindsTokensAndRereadsTheChangedFile) {
   auto broken = (*tokens)->Find("t2");
   EXPECT_EQ(broken.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(broken.status().message(), HasSubstr("line 1"));
+}
+
+TEST(WatchedFile, InstallsOnlyChangesAndKeepsFailingOnABadFileUntilFixed) {
+  TempDir dir;
+  const std::string path = dir.Join("watched");
+  WatchedFile file(path, "--some-file");
+  const absl::Status missing =
+      file.ReloadIfChanged([](const std::string&) { return absl::OkStatus(); });
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(missing.message(), HasSubstr("--some-file " + path));
+
+  std::vector<std::string> installed;
+  auto install = [&](const std::string& text) {
+    if (text == "bad") return absl::InvalidArgumentError("bad text");
+    installed.push_back(text);
+    return absl::OkStatus();
+  };
+  Write(path, "one");
+  ASSERT_TRUE(file.ReloadIfChanged(install).ok());
+  ASSERT_TRUE(file.ReloadIfChanged(install).ok());  // unchanged: not read again
+  EXPECT_THAT(installed, ElementsAre("one"));
+
+  Write(path + ".new", "bad");
+  std::filesystem::rename(path + ".new", path);  // a new inode
+  EXPECT_EQ(file.ReloadIfChanged(install).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(file.ReloadIfChanged(install).code(),  // still bad: read again, refused
+            absl::StatusCode::kInvalidArgument);
+
+  Write(path + ".new", "three");
+  std::filesystem::rename(path + ".new", path);
+  ASSERT_TRUE(file.ReloadIfChanged(install).ok());
+  EXPECT_THAT(installed, ElementsAre("one", "three"));
 }
 
 TEST(TokensFile, RefusesMissingAndEmptyFiles) {
