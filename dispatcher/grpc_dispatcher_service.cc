@@ -97,15 +97,22 @@ void GrpcDispatcherService::WithJobOwner(uint64_t job_id,
     then(std::move(owner));
     return;
   }
+  WithFullStatus([this, job_id, then = std::move(then)](absl::Status s,
+                                                        const proto::GetStatusResponse& status) {
+    if (s.ok()) authorization_.LearnJobs(status);
+    then(authorization_.JobOwner(job_id));
+  });
+}
+
+void GrpcDispatcherService::WithFullStatus(
+    std::function<void(absl::Status, const proto::GetStatusResponse&)> then) {
   auto request = std::make_shared<proto::GetStatusRequest>();
   request->set_protocol_version(kProtocolVersion);
   request->set_starting_workers(-1);
   auto status = std::make_shared<proto::GetStatusResponse>();
-  impl_->GetStatus(*request, status.get(),
-                   [this, request, status, job_id, then = std::move(then)](absl::Status s) {
-                     if (s.ok()) authorization_.LearnJobs(*status);
-                     then(authorization_.JobOwner(job_id));
-                   });
+  impl_->GetStatus(
+      *request, status.get(),
+      [request, status, then = std::move(then)](absl::Status s) { then(std::move(s), *status); });
 }
 
 grpc::ServerUnaryReactor* GrpcDispatcherService::RegisterDataset(
@@ -168,27 +175,21 @@ grpc::ServerUnaryReactor* GrpcDispatcherService::WorkerRegister(
     return reactor;
   }
   // The address was last registered by another identity: refused while that worker lives.
-  auto status_request = std::make_shared<proto::GetStatusRequest>();
-  status_request->set_protocol_version(kProtocolVersion);
-  status_request->set_starting_workers(-1);
-  auto status = std::make_shared<proto::GetStatusResponse>();
-  impl_->GetStatus(
-      *status_request, status.get(),
-      [reactor, request, status_request, status, holder, caller = *caller,
-       forward = std::move(forward)](absl::Status s) {
-        if (!s.ok()) {
-          reactor->Finish(service::ToGrpcStatus(s));
-          return;
-        }
-        for (const proto::WorkerStatus& worker : status->workers()) {
-          if (worker.worker_id() != holder) continue;
-          reactor->Finish(service::ToGrpcStatus(absl::PermissionDeniedError(
-              absl::StrCat(caller.Describe(), " may not register at ", request->address(),
-                           ": live worker ", holder, " of another identity serves there"))));
-          return;
-        }
-        forward();
-      });
+  WithFullStatus([reactor, request, holder, caller = *caller, forward = std::move(forward)](
+                     absl::Status s, const proto::GetStatusResponse& status) {
+    if (!s.ok()) {
+      reactor->Finish(service::ToGrpcStatus(s));
+      return;
+    }
+    for (const proto::WorkerStatus& worker : status.workers()) {
+      if (worker.worker_id() != holder) continue;
+      reactor->Finish(service::ToGrpcStatus(absl::PermissionDeniedError(
+          absl::StrCat(caller.Describe(), " may not register at ", request->address(),
+                       ": live worker ", holder, " of another identity serves there"))));
+      return;
+    }
+    forward();
+  });
   return reactor;
 }
 

@@ -69,6 +69,8 @@ class GrpcDispatcherService final : public proto::DispatcherService::CallbackSer
   // Calls `then` with the owner of `job_id` (nullopt: no such job), asking the impl's
   // GetStatus for the names of jobs not seen yet.
   void WithJobOwner(uint64_t job_id, std::function<void(std::optional<std::string>)> then);
+  // Calls `then` with the impl's full GetStatus answer (every job and worker).
+  void WithFullStatus(std::function<void(absl::Status, const proto::GetStatusResponse&)> then);
 
   // The worker RPCs: the caller must be the identity that registered the request's worker_id.
   template <typename Request, typename Response>
