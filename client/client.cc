@@ -180,39 +180,92 @@ bool AtEpochBoundary(const proto::ConsumerCheckpoint& checkpoint) {
   return !checkpoint.finished() && checkpoint.splits().empty();
 }
 
-// JobOptions::restore_state, checked against the job it is meant to continue.
-absl::StatusOr<proto::ConsumerCheckpoint> ParseCheckpoint(const JobOptions& job) {
+// One saved state (`what` names it in errors), checked for its version and job name.
+absl::StatusOr<proto::ConsumerCheckpoint> ParseState(const std::string& bytes,
+                                                     const JobOptions& job,
+                                                     const std::string& what) {
   proto::ConsumerCheckpoint checkpoint;
-  if (!checkpoint.ParseFromString(job.restore_state) || checkpoint.version() == 0) {
+  if (!checkpoint.ParseFromString(bytes) || checkpoint.version() == 0) {
     return absl::InvalidArgumentError(
-        "JobOptions.restore_state is not a sluice iterator state "
-        "(BatchIterator::SaveState)");
+        absl::StrCat(what, " is not a sluice iterator state (BatchIterator::SaveState)"));
   }
   if (checkpoint.version() > client::kCheckpointVersion) {
     return absl::InvalidArgumentError(
-        absl::StrCat("JobOptions.restore_state has version ", checkpoint.version(),
-                     "; this client reads ", client::kCheckpointVersion, ": upgrade the client"));
+        absl::StrCat(what, " has version ", checkpoint.version(), "; this client reads ",
+                     client::kCheckpointVersion, ": upgrade the client"));
   }
   if (checkpoint.job_name() != job.job_name) {
-    return absl::InvalidArgumentError(absl::StrCat("JobOptions.restore_state belongs to job '",
-                                                   checkpoint.job_name(), "', not job '",
-                                                   job.job_name, "'"));
+    return absl::InvalidArgumentError(absl::StrCat(what, " belongs to job '", checkpoint.job_name(),
+                                                   "', not job '", job.job_name, "'"));
   }
+  return checkpoint;
+}
+
+// A single state restores the same consumer of the same world size, or any at an epoch boundary.
+absl::Status CheckRestorable(const proto::ConsumerCheckpoint& checkpoint, const JobOptions& job,
+                             const std::string& what) {
   // At an epoch boundary (nothing of the epoch returned) any consumer of any world size may
   // start from it; mid-epoch only the same consumer of the same world size.
-  if (AtEpochBoundary(checkpoint)) return checkpoint;
+  if (AtEpochBoundary(checkpoint)) return absl::OkStatus();
   if (checkpoint.num_consumers() != job.num_consumers) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("JobOptions.restore_state was saved mid-epoch ", checkpoint.epoch(), " with ",
-                     checkpoint.num_consumers(), " consumers; this job has ", job.num_consumers,
-                     ": the number of consumers can change only at an epoch boundary"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " was saved mid-epoch ", checkpoint.epoch(), " with ", checkpoint.num_consumers(),
+        " consumers; this job has ", job.num_consumers, ": pass the states of all ",
+        checkpoint.num_consumers(),
+        " old consumers (JobOptions.restore_states, --restore-state FILE,FILE...) to resume "
+        "on another number of consumers"));
   }
   if (checkpoint.consumer_index() != job.consumer_index) {
-    return absl::InvalidArgumentError(absl::StrCat("JobOptions.restore_state belongs to consumer ",
+    return absl::InvalidArgumentError(absl::StrCat(what, " belongs to consumer ",
                                                    checkpoint.consumer_index(), ", not consumer ",
                                                    job.consumer_index));
   }
-  return checkpoint;
+  return absl::OkStatus();
+}
+
+// What JobOptions asks to continue from: one state of this consumer (`restore`), or the states
+// of every old consumer to re-partition (`resize_from`), or nothing.
+struct RestorePlan {
+  std::optional<proto::ConsumerCheckpoint> restore;
+  std::vector<proto::ConsumerCheckpoint> resize_from;
+};
+
+absl::StatusOr<RestorePlan> PlanRestore(const JobOptions& job) {
+  RestorePlan plan;
+  if (job.restore_states.empty()) {
+    if (job.restore_state.empty()) return plan;
+    ASSIGN_OR_RETURN(plan.restore, ParseState(job.restore_state, job, "JobOptions.restore_state"));
+    RETURN_IF_ERROR(CheckRestorable(*plan.restore, job, "JobOptions.restore_state"));
+    return plan;
+  }
+  std::vector<proto::ConsumerCheckpoint> states;
+  for (size_t i = 0; i < job.restore_states.size(); ++i) {
+    ASSIGN_OR_RETURN(
+        states.emplace_back(),
+        ParseState(job.restore_states[i], job, absl::StrCat("JobOptions.restore_states[", i, "]")));
+  }
+  // All at an epoch boundary: any of them starts the epoch (the dispatcher resizes the job).
+  if (std::all_of(states.begin(), states.end(), AtEpochBoundary) ||
+      std::all_of(states.begin(), states.end(),
+                  [](const proto::ConsumerCheckpoint& s) { return s.finished(); })) {
+    plan.restore = states.front();
+    return plan;
+  }
+  // As many consumers as before: this consumer's own state.
+  if (states.front().num_consumers() == job.num_consumers) {
+    for (size_t i = 0; i < states.size(); ++i) {
+      if (states[i].consumer_index() != job.consumer_index) continue;
+      const std::string what = absl::StrCat("JobOptions.restore_states[", i, "]");
+      RETURN_IF_ERROR(CheckRestorable(states[i], job, what));
+      plan.restore = states[i];
+      return plan;
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("JobOptions.restore_states has no state of consumer ", job.consumer_index,
+                     " of ", job.num_consumers, ": pass the states of all old consumers"));
+  }
+  plan.resize_from = std::move(states);
+  return plan;
 }
 
 class DataServiceClientImpl final : public DataServiceClient {
@@ -232,16 +285,16 @@ class DataServiceClientImpl final : public DataServiceClient {
         !finish.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("pipeline ", finish.status().message()));
     }
-    std::optional<proto::ConsumerCheckpoint> restore;
-    if (!job.restore_state.empty()) {
-      ASSIGN_OR_RETURN(restore, ParseCheckpoint(job));
-    }
+    ASSIGN_OR_RETURN(RestorePlan plan, PlanRestore(job));
+    std::optional<proto::ConsumerCheckpoint> restore = std::move(plan.restore);
     ASSIGN_OR_RETURN(uint64_t batch_size, BatchSize(job.pipeline));
     const std::string pipeline = SerializeDeterministic(job.pipeline);
     ASSIGN_OR_RETURN(std::vector<uint64_t> counts,
                      ShardRecordCounts(job.pipeline, pipeline, options_, *stub_));
     const uint64_t fingerprint = JobFingerprint(job, pipeline, counts);
     if (restore.has_value()) RETURN_IF_ERROR(CheckSameJob(*restore, job, fingerprint));
+    for (const proto::ConsumerCheckpoint& state : plan.resize_from)
+      RETURN_IF_ERROR(CheckSameJob(state, job, fingerprint));
 
     proto::RegisterDatasetRequest reg;
     reg.set_protocol_version(kProtocolVersion);
@@ -275,6 +328,15 @@ class DataServiceClientImpl final : public DataServiceClient {
     if (restore.has_value() && AtEpochBoundary(*restore)) {
       get_job.set_restore_at_boundary(true);
       get_job.set_restore_epoch(restore->epoch());
+    } else if (restore.has_value()) {
+      // Mid-epoch: the slots the state counts in are those of the job's split size, and of the
+      // re-partitioned layout if it was saved in such an epoch.
+      if (restore->split_size() != 0) config->set_split_size(restore->split_size());
+      if (restore->has_resized()) *get_job.mutable_restore_layout() = restore->resized();
+    }
+    for (const proto::ConsumerCheckpoint& state : plan.resize_from) {
+      *get_job.add_resize_from() = state;
+      if (state.split_size() != 0) config->set_split_size(state.split_size());
     }
     proto::GetOrCreateJobResponse created;
     {
@@ -299,6 +361,8 @@ class DataServiceClientImpl final : public DataServiceClient {
     params.num_epochs = job.num_epochs;
     params.job_fingerprint = fingerprint;
     params.restore = std::move(restore);
+    params.split_size = created.config().split_size();
+    if (created.has_resized()) params.resized = created.resized();
     ASSIGN_OR_RETURN(std::unique_ptr<client::BatchIteratorImpl> it,
                      client::BatchIteratorImpl::Create(std::move(params)));
     return std::unique_ptr<BatchIterator>(std::move(it));

@@ -349,6 +349,16 @@ class DispatcherImpl {
   // Applies `update` without journaling it: soft state that the next heartbeat reports again
   // (production counts, delivered prefixes that change nothing else).
   absl::Status ApplySoft(const proto::Update& update) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // GetOrCreateJobRequest.resize_from: checks that the states are one per old consumer of one
+  // job at one epoch and re-partitions what they had not returned over config->num_consumers()
+  // (repartition.h); sets config's split size to the old one. InvalidArgument naming what differs.
+  absl::StatusOr<proto::ResizedEpoch> PlanResize(const proto::GetOrCreateJobRequest& request,
+                                                 const DispatcherState::Dataset& dataset,
+                                                 proto::JobConfig* config) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Why `given` is not the set of states `job` was resumed from.
+  static std::string ResizeMismatch(const DispatcherState::Job& job,
+                                    const proto::ResizedEpoch& given);
   // The consumer continues from a checkpoint (ClientHeartbeatRequest.restore).
   absl::Status RestoreConsumer(const DispatcherState::Job& job,
                                const proto::ClientHeartbeatRequest& request)

@@ -3,6 +3,8 @@
 // collection of finished jobs). The protocol is in dispatcher_impl.h.
 
 #include <algorithm>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -182,6 +184,50 @@ absl::Status DispatcherImpl::DoGetOrCreateJob(const proto::GetOrCreateJobRequest
   config.set_split_size(
       SplitSize(config.split_size(), options_.default_split_size, dataset->batch_size, share));
   uint64_t first_epoch = 0;  // a job replaced at an epoch boundary continues there
+  // A mid-epoch resume on another number of consumers (or a restore inside such an epoch).
+  std::optional<proto::ResizedEpoch> resized;
+  if (request.resize_from_size() > 0) {
+    ASSIGN_OR_RETURN(resized, PlanResize(request, *dataset, &config));
+  } else if (request.has_restore_layout()) {
+    resized = request.restore_layout();
+  }
+  if (resized.has_value()) {
+    if (config.mode() != proto::PROCESSING_MODE_DISTRIBUTED_EPOCH) {
+      return absl::FailedPreconditionError(
+          "only distributed-epoch jobs resume on another number of consumers");
+    }
+    if (config.num_epochs() != 0 && resized->epoch() >= config.num_epochs()) {
+      return absl::InvalidArgumentError(absl::StrCat("the restored states are at epoch ",
+                                                     resized->epoch(), " but the job has ",
+                                                     config.num_epochs(), " epochs"));
+    }
+    first_epoch = resized->epoch();
+    if (const DispatcherState::Job* job = state_.FindJobByName(request.job_name());
+        job != nullptr) {
+      const bool same_set = job->resized.has_value() && job->resized->digest() == resized->digest();
+      // The states were saved by this job (its consumers' leases still run): they replace it.
+      const bool saved_by_it =
+          request.resize_from_size() > 0 && job->dataset_id == request.dataset_id() &&
+          job->config.num_consumers() == resized->from_consumers() &&
+          (!job->resized.has_value() ||
+           job->resized->digest() == request.resize_from(0).resized().digest());
+      if (same_set) {
+        // Another consumer of the resumed job: it attaches below.
+      } else if (saved_by_it) {
+        logger_->info("job {} '{}' continues mid-epoch {} with {} consumers instead of {}", job->id,
+                      job->name, resized->epoch(), config.num_consumers(),
+                      job->config.num_consumers());
+        RETURN_IF_ERROR(RemoveJob(job->id));
+      } else if (job->resized.has_value()) {
+        return absl::FailedPreconditionError(ResizeMismatch(*job, *resized));
+      } else {
+        return absl::FailedPreconditionError(
+            absl::StrCat("job '", request.job_name(), "' exists with ", job->config.num_consumers(),
+                         " consumers and was not resumed from the states this consumer restores: "
+                         "restore every consumer from the same states, or use another job name"));
+      }
+    }
+  }
 
   if (const DispatcherState::Job* job = state_.FindJobByName(request.job_name()); job != nullptr) {
     if (request.restore_at_boundary() && job->dataset_id == request.dataset_id() &&
@@ -208,6 +254,7 @@ absl::Status DispatcherImpl::DoGetOrCreateJob(const proto::GetOrCreateJobRequest
     response->set_job_id(job->id);
     response->set_created(false);
     *response->mutable_config() = job->config;
+    if (job->resized.has_value()) *response->mutable_resized() = *job->resized;
     SetShares(job->config, records, job->splits.size(), response);
     return absl::OkStatus();
   }
@@ -233,7 +280,16 @@ absl::Status DispatcherImpl::DoGetOrCreateJob(const proto::GetOrCreateJobRequest
   u->set_dataset_id(request.dataset_id());
   *u->mutable_config() = config;
   u->set_first_epoch(first_epoch);
+  if (resized.has_value()) *u->mutable_resized() = *resized;
   RETURN_IF_ERROR(Commit(update));
+  if (resized.has_value()) {
+    *response->mutable_resized() = *resized;
+    logger_->info(
+        "job {} '{}' continues epoch {} with {} consumers over what {} consumers had "
+        "not returned",
+        u->job_id(), request.job_name(), resized->epoch(), config.num_consumers(),
+        resized->from_consumers());
+  }
   logger_->info(
       "created job {} '{}' on dataset {}: {} ({} splits, {} records per "
       "consumer)",
@@ -254,6 +310,8 @@ proto::SplitAssignment DispatcherImpl::MakeAssignment(const DispatcherState::Job
   const DispatcherState::Slot* slot = state_.FindSlot(key);
   if (slot == nullptr) return a;
   AddPieces(job, slot->pieces, a.mutable_pieces());
+  a.set_first_batch(slot->first_batch);
+  a.set_end_batch(slot->end_batch);
   return a;
 }
 
@@ -440,6 +498,8 @@ absl::Status DispatcherImpl::DoGetJobState(const proto::GetJobStateRequest& requ
       proto::SplitState* s = c->add_splits();
       slot.ToProto(pos, s);
       AddPieces(*job, slot.pieces, s->mutable_pieces());
+      s->set_first_batch(slot.first_batch);
+      s->set_end_batch(slot.end_batch);
     }
   }
   return absl::OkStatus();
@@ -494,6 +554,130 @@ absl::Status DispatcherImpl::RemoveJob(uint64_t job_id) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<proto::ResizedEpoch> DispatcherImpl::PlanResize(
+    const proto::GetOrCreateJobRequest& request, const DispatcherState::Dataset& dataset,
+    proto::JobConfig* config) const {
+  const auto& states = request.resize_from();
+  const uint32_t n = static_cast<uint32_t>(states.size());
+  const proto::ConsumerCheckpoint& first = states[0];
+  std::vector<const proto::ConsumerCheckpoint*> by_index(n, nullptr);
+  for (const proto::ConsumerCheckpoint& s : states) {
+    auto differs = [&](const char* what) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the restored states differ in ", what, " (consumer ",
+                       first.consumer_index(), "'s and consumer ", s.consumer_index(),
+                       "'s): pass the states every consumer of one job saved at the same step"));
+    };
+    if (s.job_name() != request.job_name()) {
+      return absl::InvalidArgumentError(absl::StrCat("a restored state belongs to job '",
+                                                     s.job_name(), "', not job '",
+                                                     request.job_name(), "'"));
+    }
+    if (s.num_consumers() != n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the restored states were saved by ", s.num_consumers(), " consumers but ",
+                       n, " were given: pass the states of all old consumers"));
+    }
+    if (s.consumer_index() >= n || by_index[s.consumer_index()] != nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the state of consumer ", s.consumer_index(),
+                       " is given twice or is out of range: pass one state per old consumer"));
+    }
+    by_index[s.consumer_index()] = &s;
+    if (s.epoch() != first.epoch()) return differs("epoch");
+    if (s.finished() != first.finished()) return differs("being finished");
+    if (s.job_fingerprint() != first.job_fingerprint()) return differs("job fingerprint");
+    if (s.split_size() != first.split_size()) return differs("split size");
+    if (s.resized().SerializeAsString() != first.resized().SerializeAsString())
+      return differs("the re-partition they continue");
+  }
+  if (first.finished()) {
+    return absl::FailedPreconditionError(
+        "the restored states are of a finished job: nothing remains to read");
+  }
+  const uint64_t records = TotalRecords(dataset.shard_record_counts);
+  // The old layout's records per slot: as saved, else what the dispatcher gave N consumers.
+  const uint64_t old_split_size =
+      first.split_size() != 0 ? first.split_size()
+                              : SplitSize(0, options_.default_split_size, dataset.batch_size,
+                                          record::ShareSize(records, n, Remainder(*config)));
+  config->set_split_size(old_split_size);
+  ASSIGN_OR_RETURN(std::vector<record::Split> splits,
+                   record::EnumerateSplits(dataset.shard_record_counts, old_split_size));
+  Layout old;
+  if (first.has_resized()) {
+    if (static_cast<uint32_t>(first.resized().consumers_size()) != n ||
+        first.resized().epoch() != first.epoch()) {
+      return absl::InvalidArgumentError(
+          "the restored states carry a re-partitioned layout of another epoch or size");
+    }
+    old = LayoutFromProto(first.resized());
+  } else {
+    proto::JobConfig old_config = *config;
+    old_config.set_num_consumers(n);
+    for (uint32_t k = 0; k < n; ++k) {
+      ASSIGN_OR_RETURN(std::vector<record::SlotPieces> pieces,
+                       DispatcherState::ConsumerSlots(old_config, splits, k, first.epoch()));
+      std::vector<SlotSource>& slots = old.emplace_back();
+      for (record::SlotPieces& p : pieces) slots.push_back({.pieces = std::move(p)});
+    }
+  }
+  Returned returned(n);
+  proto::ResizedEpoch out;
+  out.set_epoch(first.epoch());
+  out.set_from_consumers(n);
+  std::string digest =
+      absl::StrCat(first.job_fingerprint(), ";", old_split_size, ";", first.resized().digest());
+  for (uint32_t k = 0; k < n; ++k) {
+    uint64_t total = 0;
+    std::map<uint64_t, ReturnedSlot>& r = returned[k];
+    for (const proto::ClientSplitProgress& p : by_index[k]->splits()) {
+      if (p.epoch() != first.epoch()) continue;
+      r[p.position()] = {.batches = p.delivered_batches(), .complete = p.complete()};
+    }
+    absl::StrAppend(&digest, "|", k, ":");
+    for (const auto& [position, slot] : r) {
+      absl::StrAppend(&digest, position, ",", slot.batches, ",", slot.complete ? 1 : 0, ";");
+      total += slot.batches;
+    }
+    out.add_from_returned(total);
+  }
+  ASSIGN_OR_RETURN(Layout layout,
+                   Repartition(old, returned, config->num_consumers(), dataset.batch_size));
+  LayoutToProto(layout, &out);
+  out.set_digest(record::Checksum(digest));
+  return out;
+}
+
+std::string DispatcherImpl::ResizeMismatch(const DispatcherState::Job& job,
+                                           const proto::ResizedEpoch& given) {
+  const proto::ResizedEpoch& had = *job.resized;
+  std::string what;
+  if (had.from_consumers() != given.from_consumers()) {
+    what = absl::StrCat("it was resumed from the states of ", had.from_consumers(),
+                        " consumers, these are of ", given.from_consumers());
+  } else if (had.epoch() != given.epoch()) {
+    what = absl::StrCat("it was resumed in epoch ", had.epoch(), ", these states are of epoch ",
+                        given.epoch());
+  } else {
+    for (int k = 0; k < had.from_returned_size() && k < given.from_returned_size(); ++k) {
+      if (had.from_returned(k) != given.from_returned(k)) {
+        what = absl::StrCat("old consumer ", k, "'s state returned ", given.from_returned(k),
+                            " batches of epoch ", given.epoch(), " here, ", had.from_returned(k),
+                            " in the states the job was resumed from");
+        break;
+      }
+    }
+    if (what.empty()) what = "the states differ in which batches each slot returned";
+  }
+  return absl::StrCat("job '", job.name,
+                      "' continues from another set of states than this "
+                      "consumer restores: ",
+                      what,
+                      "; every restoring consumer must pass the same states "
+                      "(--restore-state FILE,FILE...)");
+}
+
 absl::Status DispatcherImpl::CheckResizable(const DispatcherState::Job& job, uint64_t epoch) const {
   for (const DispatcherState::Consumer& c : job.consumers) {
     if (c.finished || c.epoch > epoch) {
@@ -528,8 +712,8 @@ absl::Status DispatcherImpl::RestoreConsumer(const DispatcherState::Job& job,
                                                    " but the job has ", job.config.num_epochs(),
                                                    " epochs"));
   }
-  ASSIGN_OR_RETURN(std::vector<record::SlotPieces> slots,
-                   DispatcherState::ConsumerSlots(job.config, job.splits, consumer.index, epoch));
+  ASSIGN_OR_RETURN(std::vector<SlotSource> slots,
+                   DispatcherState::SlotsOf(job, consumer.index, epoch));
   std::map<uint64_t, const proto::ClientSplitProgress*> saved;
   for (const proto::ClientSplitProgress& p : request.progress()) {
     if (p.epoch() == epoch) saved[p.position()] = &p;

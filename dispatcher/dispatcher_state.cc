@@ -8,6 +8,42 @@
 #include "common/record/checksum.h"
 
 namespace sluice::dispatcher {
+namespace {
+
+// A re-partitioned epoch's layout reads only pieces of the job's splits and names every consumer.
+absl::Status CheckResizedEpoch(const proto::UpdateCreateJob& u,
+                               const std::vector<record::Split>& splits) {
+  const proto::ResizedEpoch& r = u.resized();
+  if (r.epoch() != u.first_epoch() ||
+      static_cast<uint64_t>(r.consumers_size()) != u.config().num_consumers()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the re-partitioned epoch ", r.epoch(), " has ", r.consumers_size(),
+                     " consumers; the job starts at epoch ", u.first_epoch(), " with ",
+                     u.config().num_consumers()));
+  }
+  uint64_t slots = 0;
+  for (const proto::ConsumerLayout& c : r.consumers()) {
+    slots += static_cast<uint64_t>(c.slots_size());
+    for (const proto::SlotRange& s : c.slots()) {
+      if (s.pieces_size() == 0 || (s.end_batch() != 0 && s.end_batch() <= s.first_batch()))
+        return absl::InvalidArgumentError("a re-partitioned slot is empty");
+      for (const proto::SplitPiece& p : s.pieces()) {
+        if (p.split_id() >= splits.size() || p.count() == 0 ||
+            p.offset() > splits[p.split_id()].size() ||
+            p.count() > splits[p.split_id()].size() - p.offset()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "a re-partitioned slot reads split ", p.split_id(), " [", p.offset(), ", +",
+              p.count(), "), which the job's ", splits.size(), " splits do not have"));
+        }
+      }
+    }
+  }
+  if (slots > kMaxJobSplits)
+    return absl::InvalidArgumentError("the re-partitioned epoch has too many slots");
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 SlotKey SlotKey::FromProto(const proto::SplitKey& key) {
   return {key.job_id(), key.consumer_index(), key.epoch(), key.position()};
@@ -45,6 +81,22 @@ absl::StatusOr<std::vector<record::SlotPieces>> DispatcherState::ConsumerSlots(
                                              : record::RemainderPolicy::kPad;
   return record::ConsumerSlots(splits, config.num_consumers(), consumer, config.seed(), epoch,
                                policy, config.split_size());
+}
+
+absl::StatusOr<std::vector<SlotSource>> DispatcherState::SlotsOf(const Job& job, uint32_t consumer,
+                                                                 uint64_t epoch) {
+  if (job.resized.has_value() && job.resized->epoch() == epoch) {
+    if (consumer >= job.resized_layout.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("consumer ", consumer, " is not in the re-partitioned layout"));
+    }
+    return job.resized_layout[consumer];
+  }
+  ASSIGN_OR_RETURN(std::vector<record::SlotPieces> pieces,
+                   ConsumerSlots(job.config, job.splits, consumer, epoch));
+  std::vector<SlotSource> out(pieces.size());
+  for (size_t i = 0; i < pieces.size(); ++i) out[i].pieces = std::move(pieces[i]);
+  return out;
 }
 
 absl::Status DispatcherState::Apply(const proto::Update& update) {
@@ -168,10 +220,18 @@ absl::Status DispatcherState::StartEpoch(Job& job, Consumer& consumer) {
     consumer.finished = true;
     return absl::OkStatus();
   }
-  ASSIGN_OR_RETURN(std::vector<record::SlotPieces> slots,
-                   ConsumerSlots(job.config, job.splits, consumer.index, consumer.epoch));
+  ASSIGN_OR_RETURN(std::vector<SlotSource> slots, SlotsOf(job, consumer.index, consumer.epoch));
+  // A re-partitioned epoch may leave a consumer nothing: it starts at the next one.
+  if (slots.empty() && job.resized.has_value() && job.resized->epoch() == consumer.epoch) {
+    ++consumer.epoch;
+    return StartEpoch(job, consumer);
+  }
   consumer.slots.resize(slots.size());
-  for (size_t i = 0; i < slots.size(); ++i) consumer.slots[i].pieces = std::move(slots[i]);
+  for (size_t i = 0; i < slots.size(); ++i) {
+    consumer.slots[i].pieces = std::move(slots[i].pieces);
+    consumer.slots[i].first_batch = slots[i].first_batch;
+    consumer.slots[i].end_batch = slots[i].end_batch;
+  }
   Reindex(consumer);
   return absl::OkStatus();
 }
@@ -204,6 +264,11 @@ absl::Status DispatcherState::ApplyCreateJob(const proto::UpdateCreateJob& u) {
   job.config = u.config();
   ASSIGN_OR_RETURN(job.splits,
                    record::EnumerateSplits(dataset->shard_record_counts, u.config().split_size()));
+  if (u.has_resized()) {
+    RETURN_IF_ERROR(CheckResizedEpoch(u, job.splits));
+    job.resized = u.resized();
+    job.resized_layout = LayoutFromProto(u.resized());
+  }
   job.consumers.resize(u.config().num_consumers());
   for (uint32_t i = 0; i < job.consumers.size(); ++i) {
     job.consumers[i].index = i;
@@ -418,6 +483,12 @@ absl::Status DispatcherState::Validate(const proto::Update& update) const {
         if (u.config().split_size() == 0)
           return absl::InvalidArgumentError("split_size must be > 0");
       }
+      if (u.has_resized()) {
+        ASSIGN_OR_RETURN(std::vector<record::Split> splits,
+                         record::EnumerateSplits(datasets_.at(u.dataset_id()).shard_record_counts,
+                                                 u.config().split_size()));
+        RETURN_IF_ERROR(CheckResizedEpoch(u, splits));
+      }
       return absl::OkStatus();
     }
     case proto::Update::kRegisterWorker:
@@ -461,8 +532,7 @@ absl::Status DispatcherState::Validate(const proto::Update& update) const {
         return u.slots_size() == 0 ? absl::OkStatus()
                                    : absl::InvalidArgumentError("a finished consumer has no slots");
       }
-      ASSIGN_OR_RETURN(std::vector<record::SlotPieces> slots,
-                       ConsumerSlots(job.config, job.splits, u.consumer_index(), u.epoch()));
+      ASSIGN_OR_RETURN(std::vector<SlotSource> slots, SlotsOf(job, u.consumer_index(), u.epoch()));
       if (slots.size() != static_cast<size_t>(u.slots_size())) {
         return absl::InvalidArgumentError(
             absl::StrCat("consumer ", u.consumer_index(), " of job ", job.id, " has ", slots.size(),
@@ -489,9 +559,9 @@ absl::Status DispatcherState::ApplyConsumerState(const proto::UpdateConsumerStat
     return absl::InvalidArgumentError("consumer index out of range");
   Consumer& consumer = job.consumers[u.consumer_index()];
   // The slots' pieces follow from (config, consumer, epoch): the update only carries state.
-  std::vector<record::SlotPieces> pieces;
+  std::vector<SlotSource> pieces;
   if (!u.finished()) {
-    ASSIGN_OR_RETURN(pieces, ConsumerSlots(job.config, job.splits, consumer.index, u.epoch()));
+    ASSIGN_OR_RETURN(pieces, SlotsOf(job, consumer.index, u.epoch()));
     if (pieces.size() != static_cast<size_t>(u.slots_size())) {
       return absl::InvalidArgumentError(
           absl::StrCat("consumer ", consumer.index, " of job ", job.id, " has ", pieces.size(),
@@ -514,7 +584,9 @@ absl::Status DispatcherState::ApplyConsumerState(const proto::UpdateConsumerStat
   for (int i = 0; i < u.slots_size(); ++i) {
     const proto::SplitState& in = u.slots(i);
     Slot& slot = consumer.slots[static_cast<size_t>(i)];
-    slot.pieces = std::move(pieces[static_cast<size_t>(i)]);
+    slot.pieces = std::move(pieces[static_cast<size_t>(i)].pieces);
+    slot.first_batch = pieces[static_cast<size_t>(i)].first_batch;
+    slot.end_batch = pieces[static_cast<size_t>(i)].end_batch;
     slot.status = in.status();
     slot.worker_id = in.worker_id();
     slot.delivered_batches = in.delivered_batches();
@@ -535,6 +607,12 @@ absl::Status DispatcherState::ApplyConsumerState(const proto::UpdateConsumerStat
     if (slot.status == proto::SPLIT_STATUS_DONE) ++consumer.done;
   }
   Reindex(consumer);
+  // A consumer restored into a re-partitioned epoch that left it nothing starts the next one.
+  if (!consumer.finished && consumer.slots.empty() && job.resized.has_value() &&
+      job.resized->epoch() == consumer.epoch) {
+    ++consumer.epoch;
+    return StartEpoch(job, consumer);
+  }
   return absl::OkStatus();
 }
 
@@ -588,6 +666,10 @@ proto::DispatcherSnapshot DispatcherState::Snapshot() const {
     u->set_job_name(job.name);
     u->set_dataset_id(job.dataset_id);
     *u->mutable_config() = job.config;
+    if (job.resized.has_value()) {
+      *u->mutable_resized() = *job.resized;
+      u->set_first_epoch(job.resized->epoch());
+    }
     for (const Consumer& c : job.consumers) {
       proto::UpdateConsumerState* cs = add()->mutable_consumer_state();
       cs->set_job_id(id);

@@ -17,6 +17,7 @@
 #include <compare>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -24,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/record/sharding.h"
+#include "dispatcher/repartition.h"
 #include "proto/dispatcher.pb.h"
 #include "proto/worker.pb.h"
 
@@ -59,6 +61,10 @@ class DispatcherState {
 
   struct Slot {
     record::SlotPieces pieces;  // what it reads (record::ConsumerSlots)
+    // Of the batches `pieces` make, [first_batch, end_batch) (end 0: to the end): a slot of a
+    // re-partitioned epoch (repartition.h); 0, 0 otherwise.
+    uint64_t first_batch = 0;
+    uint64_t end_batch = 0;
     proto::SplitStatus status = proto::SPLIT_STATUS_PENDING;
     uint64_t worker_id = 0;  // when ASSIGNED
     uint64_t delivered_batches = 0;
@@ -92,6 +98,9 @@ class DispatcherState {
     proto::JobConfig config;  // normalized
     std::vector<record::Split> splits;
     std::vector<Consumer> consumers;
+    // A job resumed mid-epoch on another number of consumers: the layout of that epoch.
+    std::optional<proto::ResizedEpoch> resized;
+    Layout resized_layout;  // LayoutFromProto(*resized)
 
     bool finished() const;
   };
@@ -126,6 +135,11 @@ class DispatcherState {
   static absl::StatusOr<std::vector<record::SlotPieces>> ConsumerSlots(
       const proto::JobConfig& config, const std::vector<record::Split>& splits, uint32_t consumer,
       uint64_t epoch);
+
+  // The slots of `consumer` in `epoch` of `job`: its re-partitioned layout in that epoch, else
+  // ConsumerSlots (whole pieces).
+  static absl::StatusOr<std::vector<SlotSource>> SlotsOf(const Job& job, uint32_t consumer,
+                                                         uint64_t epoch);
 
   const Dataset* FindDataset(uint64_t id) const;
   const Job* FindJob(uint64_t id) const;

@@ -321,6 +321,7 @@ absl::StatusOr<std::string> BatchIteratorImpl::SaveState() const {
   checkpoint.set_consumer_index(params_.consumer_index);
   checkpoint.set_num_consumers(params_.num_consumers);
   checkpoint.set_job_fingerprint(params_.job_fingerprint);
+  checkpoint.set_split_size(params_.split_size);
   absl::MutexLock lock(&mu_);
   if (params_.parallel_epochs) {
     return absl::FailedPreconditionError(
@@ -342,6 +343,8 @@ absl::StatusOr<std::string> BatchIteratorImpl::SaveState() const {
   checkpoint.set_finished(state_.Done() ||
                           (params_.num_epochs != 0 && epoch >= params_.num_epochs));
   if (checkpoint.finished()) return checkpoint.SerializeAsString();
+  if (params_.resized.has_value() && params_.resized->epoch() == epoch)
+    *checkpoint.mutable_resized() = *params_.resized;
   for (const SlotProgress& p : state_.Progress(/*acknowledged=*/true)) {
     if (p.epoch != epoch || (p.batches == 0 && !p.complete)) continue;
     proto::ClientSplitProgress* out = checkpoint.add_splits();

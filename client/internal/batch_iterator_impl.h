@@ -72,6 +72,9 @@ struct IteratorParams {
   uint64_t job_fingerprint = 0;  // ConsumerCheckpoint.job_fingerprint
   // Continue from this checkpoint (SaveState of an earlier iterator of this consumer).
   std::optional<proto::ConsumerCheckpoint> restore;
+  uint64_t split_size = 0;  // the job's, for ConsumerCheckpoint.split_size
+  // The job continues a re-partitioned epoch: its layout, saved with a state of that epoch.
+  std::optional<proto::ResizedEpoch> resized;
 };
 
 // The version SaveState() writes and Open(restore_state) accepts.

@@ -362,7 +362,11 @@ void TaskRunner::Deliver(Producer& producer, SubmittedRun& run, pipeline::Elemen
   if (run.stopped) return;
   const proto::SplitAssignment& a = run.task.assignment;
   const Job& job = *run.job;
-  const uint64_t index = run.batch_index++;
+  // A slot of a re-partitioned epoch delivers batches [first_batch, end_batch) of its pieces,
+  // numbered from first_batch (proto/worker.proto).
+  const uint64_t made = run.batch_index++;
+  if (made < a.first_batch() || (a.end_batch() != 0 && made >= a.end_batch())) return;
+  const uint64_t index = made - a.first_batch();
   if (index < a.skip_batches()) {
     // The consumer holds it already.
     if (!queues_->IsLive(run.task.task_id)) StopTask(producer, run.task.task_id);
@@ -415,7 +419,10 @@ void TaskRunner::EndRun(Producer& producer) {
   if (run.stopped || run.continued) return;
   service::WireBatch marker;
   *marker.header.mutable_key() = run.task.assignment.key();
-  marker.header.set_batch_index(run.batch_index);
+  const proto::SplitAssignment& a = run.task.assignment;
+  uint64_t made = run.batch_index;
+  if (a.end_batch() != 0) made = std::min(made, a.end_batch());
+  marker.header.set_batch_index(made > a.first_batch() ? made - a.first_batch() : 0);
   marker.header.set_end_of_split(true);
   if (run.task.parallel) {
     const uint64_t epochs = run.job->info.config().num_epochs();

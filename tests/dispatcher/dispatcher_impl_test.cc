@@ -8,6 +8,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -833,6 +834,131 @@ TEST_F(DispatcherImplTest, ARestartReplaysSnapshotsThatLaterCommitsWrote) {
   Restart(std::shared_ptr<Journal>(std::move(*reopened)));
   EXPECT_EQ(State(job).SerializeAsString(), before);
   EXPECT_TRUE(WorkerBeat(w).ok());
+}
+
+// The state consumer `index` of 3 saved in epoch 0 of job "r": per position, (batches, complete).
+proto::ConsumerCheckpoint State3(uint32_t index,
+                                 std::vector<std::tuple<uint64_t, uint64_t, bool>> slots) {
+  proto::ConsumerCheckpoint c;
+  c.set_version(1);
+  c.set_job_name("r");
+  c.set_consumer_index(index);
+  c.set_num_consumers(3);
+  c.set_job_fingerprint(5);
+  c.set_split_size(10);
+  for (const auto& [position, batches, complete] : slots) {
+    proto::ClientSplitProgress* p = c.add_splits();
+    p->set_position(position);
+    p->set_delivered_batches(batches);
+    p->set_complete(complete);
+  }
+  return c;
+}
+
+TEST_F(DispatcherImplTest, ThreeStatesResumeOnTwoConsumersAndARestartKeepsTheLayout) {
+  // 60 records, batch 5, slots of 10: 3 consumers of 2 slots of 2 batches. Consumer 0 returned
+  // its slot 0, consumer 1 one batch, consumer 2 nothing: 9 batches left, 5 + 4.
+  const uint64_t ds = Dataset({60}, 5);
+  proto::GetOrCreateJobRequest request =
+      JobRequest("r", ds, /*consumers=*/2, proto::REMAINDER_MODE_PAD, /*split_size=*/10);
+  *request.add_resize_from() = State3(2, {});
+  *request.add_resize_from() = State3(0, {{0, 2, true}});
+  *request.add_resize_from() = State3(1, {{0, 1, false}});
+  const proto::GetOrCreateJobResponse created = Job(request);
+  ASSERT_TRUE(created.created());
+  // The old layout: what 3 consumers read (record::ConsumerSlots, not the code under test).
+  proto::JobConfig old_config;
+  old_config.set_seed(7);
+  old_config.set_num_consumers(3);
+  old_config.set_split_size(10);
+  old_config.set_remainder(proto::REMAINDER_MODE_PAD);
+  auto splits = record::EnumerateSplits({60}, 10);
+  ASSERT_TRUE(splits.ok());
+  auto old = [&](uint32_t k, uint64_t p) {
+    return DispatcherState::ConsumerSlots(old_config, *splits, k, 0).value()[p];
+  };
+  struct Want {
+    record::SlotPieces pieces;
+    uint64_t first, end;
+  };
+  const std::vector<std::vector<Want>> want = {
+      {{old(0, 1), 0, 0}, {old(1, 0), 1, 0}, {old(1, 1), 0, 0}},  // 2 + 1 + 2 batches
+      {{old(2, 0), 0, 0}, {old(2, 1), 0, 0}}};                    // 2 + 2
+  auto check = [&](const char* when) {
+    proto::GetJobStateResponse state = State(created.job_id());
+    ASSERT_EQ(state.consumers_size(), 2) << when;
+    for (int j = 0; j < 2; ++j) {
+      ASSERT_EQ(state.consumers(j).splits_size(), static_cast<int>(want[j].size())) << when;
+      for (int p = 0; p < state.consumers(j).splits_size(); ++p) {
+        const proto::SplitState& s = state.consumers(j).splits(p);
+        record::SlotPieces pieces;
+        for (const proto::SplitPiece& piece : s.pieces())
+          pieces.push_back({piece.split_id(), piece.offset(), piece.count()});
+        EXPECT_EQ(pieces, want[j][p].pieces) << when << " consumer " << j << " slot " << p;
+        EXPECT_EQ(s.first_batch(), want[j][p].first) << when << " " << j << " " << p;
+        EXPECT_EQ(s.end_batch(), want[j][p].end) << when << " " << j << " " << p;
+      }
+    }
+  };
+  check("created");
+  Restart(journal_);
+  check("after a restart");
+  // The second consumer presents the same states (another order): the same job.
+  std::swap(*request.mutable_resize_from(0), *request.mutable_resize_from(2));
+  const proto::GetOrCreateJobResponse attached = Job(request);
+  EXPECT_FALSE(attached.created());
+  EXPECT_EQ(attached.job_id(), created.job_id());
+  EXPECT_EQ(attached.resized().digest(), created.resized().digest());
+  // Another set: consumer 2 had returned a batch.
+  *request.mutable_resize_from(0) = State3(2, {{0, 1, false}});
+  *request.mutable_resize_from(2) = State3(1, {{0, 1, false}});
+  proto::GetOrCreateJobResponse response;
+  absl::Status s = Sync(impl_).GetOrCreateJob(request, &response);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("old consumer 2's state returned 1 batches of epoch 0 here, 0 in the "
+                        "states the job was resumed from"));
+  // One state twice: refused, naming it.
+  *request.mutable_resize_from(0) = State3(1, {});
+  s = Sync(impl_).GetOrCreateJob(request, &response);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("state of consumer 1 is given twice"));
+
+  // The 2 new consumers save in the resumed epoch (their states carry its layout; the job is
+  // still there) and 3 continue: new 0 returned its slot 0 (2 batches), new 1 nothing. Left:
+  // old c1p0 [1, e) and c1p1 (3 batches) of new 0, c2p0 and c2p1 (4) of new 1: 3 + 2 + 2.
+  proto::GetOrCreateJobRequest again =
+      JobRequest("r", ds, /*consumers=*/3, proto::REMAINDER_MODE_PAD, /*split_size=*/10);
+  for (uint32_t k = 0; k < 2; ++k) {
+    proto::ConsumerCheckpoint c = State3(k, {});
+    c.set_num_consumers(2);
+    *c.mutable_resized() = created.resized();
+    if (k == 0) {
+      proto::ClientSplitProgress* p = c.add_splits();
+      p->set_delivered_batches(2);
+      p->set_complete(true);
+    }
+    *again.add_resize_from() = c;
+  }
+  const proto::GetOrCreateJobResponse third = Job(again);
+  ASSERT_TRUE(third.created());
+  EXPECT_NE(third.job_id(), created.job_id());
+  proto::GetJobStateResponse state = State(third.job_id());
+  ASSERT_EQ(state.consumers_size(), 3);
+  const std::vector<std::vector<Want>> want3 = {
+      {{old(1, 0), 1, 0}, {old(1, 1), 0, 0}}, {{old(2, 0), 0, 0}}, {{old(2, 1), 0, 0}}};
+  for (int j = 0; j < 3; ++j) {
+    ASSERT_EQ(state.consumers(j).splits_size(), static_cast<int>(want3[j].size())) << j;
+    for (int p = 0; p < state.consumers(j).splits_size(); ++p) {
+      const proto::SplitState& st = state.consumers(j).splits(p);
+      record::SlotPieces pieces;
+      for (const proto::SplitPiece& piece : st.pieces())
+        pieces.push_back({piece.split_id(), piece.offset(), piece.count()});
+      EXPECT_EQ(pieces, want3[j][p].pieces) << j << " " << p;
+      EXPECT_EQ(st.first_batch(), want3[j][p].first) << j << " " << p;
+      EXPECT_EQ(st.end_batch(), want3[j][p].end) << j << " " << p;
+    }
+  }
 }
 
 }  // namespace

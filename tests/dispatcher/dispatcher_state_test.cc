@@ -209,5 +209,72 @@ TEST(DispatcherState, ReplayingTheSameUpdatesGivesTheSameState) {
   }
 }
 
+// A job resumed mid-epoch 1 on 2 consumers: consumer 0 reads batches [1, end) of split 3,
+// consumer 1 was left nothing of epoch 1 and starts at epoch 2.
+proto::Update CreateResizedJob() {
+  proto::Update u = CreateJob(1, 1, 2, 20, 3);
+  proto::UpdateCreateJob* j = u.mutable_create_job();
+  j->set_first_epoch(1);
+  proto::ResizedEpoch* r = j->mutable_resized();
+  r->set_epoch(1);
+  r->set_from_consumers(3);
+  r->set_digest(99);
+  proto::SlotRange* slot = r->add_consumers()->add_slots();
+  slot->set_first_batch(1);
+  proto::SplitPiece* piece = slot->add_pieces();
+  piece->set_split_id(3);
+  piece->set_count(20);
+  r->add_consumers();
+  return u;
+}
+
+TEST(DispatcherState, AResizedEpochReadsItsLayoutAndSurvivesASnapshot) {
+  DispatcherState a;
+  ASSERT_TRUE(a.Apply(RegisterDataset(1, {100, 30}, 10)).ok());
+  ASSERT_TRUE(a.Apply(CreateResizedJob()).ok());
+  proto::DispatcherSnapshot snapshot = a.Snapshot();
+  DispatcherState b;
+  for (const proto::Update& u : snapshot.updates()) ASSERT_TRUE(b.Apply(u).ok()) << u.DebugString();
+  for (const DispatcherState* s : {&a, &b}) {
+    const DispatcherState::Job& job = *s->FindJob(1);
+    ASSERT_EQ(job.consumers[0].epoch, 1u);
+    ASSERT_EQ(job.consumers[0].slots.size(), 1u);
+    const DispatcherState::Slot& slot = job.consumers[0].slots[0];
+    EXPECT_EQ(slot.pieces, (record::SlotPieces{{.split_id = 3, .offset = 0, .count = 20}}));
+    EXPECT_EQ(slot.first_batch, 1u);
+    EXPECT_EQ(slot.end_batch, 0u);
+    EXPECT_EQ(job.consumers[1].epoch, 2u);         // nothing of epoch 1 for it
+    EXPECT_EQ(job.consumers[1].slots.size(), 4u);  // 130 records / 2 = 65: 20, 20, 20, 5
+  }
+  // Consumer 1 restored into epoch 1 (where it has nothing) starts epoch 2 again.
+  proto::Update restore;
+  restore.mutable_consumer_state()->set_job_id(1);
+  restore.mutable_consumer_state()->set_consumer_index(1);
+  restore.mutable_consumer_state()->set_epoch(1);
+  ASSERT_TRUE(a.Apply(restore).ok());
+  EXPECT_EQ(a.FindJob(1)->consumers[1].epoch, 2u);
+  EXPECT_EQ(a.FindJob(1)->consumers[1].slots.size(), 4u);
+  // Consumer 0 completes its one slot: epoch 2 is an ordinary one.
+  ASSERT_TRUE(a.Apply(Progress(1, 0, 1, 0, 1, true)).ok());
+  EXPECT_EQ(a.FindJob(1)->consumers[0].epoch, 2u);
+  EXPECT_EQ(a.FindJob(1)->consumers[0].slots[0].first_batch, 0u);
+}
+
+TEST(DispatcherState, AResizedEpochReadingASplitTheJobLacksIsRefused) {
+  DispatcherState state;
+  ASSERT_TRUE(state.Apply(RegisterDataset(1, {100, 30}, 10)).ok());
+  proto::Update u = CreateResizedJob();
+  u.mutable_create_job()
+      ->mutable_resized()
+      ->mutable_consumers(0)
+      ->mutable_slots(0)
+      ->mutable_pieces(0)
+      ->set_split_id(7);  // 7 splits: 0..6
+  const absl::Status status = state.Validate(u);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), ::testing::HasSubstr("reads split 7"));
+  EXPECT_EQ(state.Apply(u).code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace sluice::dispatcher

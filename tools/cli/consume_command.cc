@@ -14,8 +14,11 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/base/duration_flag.h"
 #include "common/base/process.h"
@@ -96,12 +99,21 @@ absl::Status RunConsume(const ConsumeFlags& flags) {
                  .priority = flags.priority,
                  .min_workers = flags.min_workers};
   if (!flags.restore_state.empty()) {
-    std::ifstream in(flags.restore_state, std::ios::binary);
-    if (!in)
-      return absl::NotFoundError("--restore-state: cannot read '" + flags.restore_state + "'");
-    std::stringstream bytes;
-    bytes << in.rdbuf();
-    job.restore_state = bytes.str();
+    // FILE[,FILE...]: one state, or the states of every old consumer (another number of
+    // consumers mid-epoch).
+    const std::vector<std::string> files = absl::StrSplit(flags.restore_state, ',');
+    for (const std::string& file : files) {
+      std::ifstream in(file, std::ios::binary);
+      if (file.empty() || !in)
+        return absl::NotFoundError("--restore-state: cannot read '" + file + "'");
+      std::stringstream bytes;
+      bytes << in.rdbuf();
+      job.restore_states.push_back(bytes.str());
+    }
+    if (files.size() == 1) {
+      job.restore_state = std::move(job.restore_states.front());
+      job.restore_states.clear();
+    }
   }
   if (flags.stop_after_batches > 0 && flags.save_state.empty()) {
     return absl::InvalidArgumentError("--stop-after-batches needs --save-state FILE");
@@ -190,8 +202,9 @@ void AddConsumeCommand(CLI::App& app) {
                   "Write the iterator's state here when stopping (see --restore-state)");
   cmd->add_option("--restore-state", flags->restore_state,
                   "Continue from a state --save-state wrote: the rest of the "
-                  "epoch, each record "
-                  "once");
+                  "epoch, each record once. FILE,FILE,...: the states every old "
+                  "consumer saved at the same step; this consumer reads its equal "
+                  "share of what they had not returned (any --num-consumers)");
   service::AddClientSecurityFlags(*cmd, &flags->security);
   // SLUICE_DISPATCHER, SLUICE_TLS_CA, ... (handy in a trainer pod).
   service::SetEnvNames(*cmd);

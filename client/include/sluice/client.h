@@ -123,6 +123,13 @@ struct JobOptions {
   // epoch exactly once; in deterministic mode the continuation is the exact tail of the
   // uninterrupted sequence. Empty: start from the beginning.
   std::string restore_state;
+  // The states that every consumer of the job saved at the same step (one per old consumer
+  // index, in any order), when the number of consumers changes mid-epoch: the old job's
+  // unreturned batches are divided into num_consumers equal shares (+-1 batch), in the epoch's
+  // global order (docs/delivery.md), and this consumer reads share consumer_index. Every new
+  // consumer passes the same states. States of as many consumers as this job has: this
+  // consumer's own state is restored, as restore_state. Takes precedence over restore_state.
+  std::vector<std::string> restore_states;
 };
 
 // Element type of a column. kBytes/kString columns carry the worker's encoding.

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Dict, Iterator, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -15,6 +15,8 @@ from sluice.pipeline import Pipeline
 Spec = Union[str, "os.PathLike[str]", Pipeline, Mapping[str, Any]]
 #: A batch: a numpy array per numeric column (bytes/str for opaque columns) plus "index".
 Batch = Dict[str, Any]
+# One state_dict(), or those of all consumers of a job saved at the same step.
+RestoreState = Union[Mapping[str, Any], Sequence[Mapping[str, Any]]]
 
 _STATE_VERSION = 1
 
@@ -81,7 +83,7 @@ class Client:
     def open(self, spec: Spec, *, data: Optional[str] = None, job: str, epochs: int = 1,
              seed: int = 0, consumer_index: int = 0, num_consumers: int = 1,
              deterministic: bool = False, drop_remainder: bool = False, split_size: int = 0,
-             restore_state: Optional[Mapping[str, Any]] = None,
+             restore_state: Optional[RestoreState] = None,
              finish: Optional[str] = None, priority: int = 0,
              min_workers: int = 0) -> "BatchIterator":
         """Starts reading this consumer's share of the job named `job`.
@@ -102,7 +104,11 @@ class Client:
             deterministic: return batches in the split sequence's order, the same for a given
                 seed whatever the number of workers (otherwise arrival order: faster).
             split_size: records per split (0: the dispatcher's default).
-            restore_state: an iterator's state_dict(), to continue where it stopped.
+            restore_state: an iterator's state_dict(), to continue where it stopped; or the
+                state_dict()s that all consumers of the job saved at the same step (a list, one
+                per old consumer): with another num_consumers, this consumer reads its equal
+                share (+-1 batch) of what they had not returned, in the epoch's order; every
+                new consumer passes the same list.
             finish: where normalize [, hwc2chw] [, cast to float32] before the batch runs:
                 "auto" (in this process when the column is uint8: 4x fewer bytes on the wire),
                 "worker" or "client"; None keeps the spec's `finish` (default auto). The arrays
@@ -141,7 +147,7 @@ class BatchIterator:
     """
 
     def __init__(self, client: Client, options: Dict[str, Any],
-                 restore_state: Optional[Mapping[str, Any]]) -> None:
+                 restore_state: Optional[RestoreState]) -> None:
         self._client = client
         self._options = options
         self._it: Optional[Any] = None
@@ -192,14 +198,19 @@ class BatchIterator:
                 "num_consumers": self._options["num_consumers"],
                 "iterator": self._live().save_state()}
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def load_state_dict(self, state: RestoreState) -> None:
         """Continues from `state` (a state_dict() of this job and consumer): reopens the job
         there, so the batches returned before the state was saved are not returned again.
         A state saved at an epoch boundary may be loaded by any consumer of any world size.
+        A list of the state_dict()s of all old consumers, saved at the same step, resumes on
+        any number of consumers mid-epoch: each reads its equal share of what they had not
+        returned (every new consumer loads the same list).
 
         Raises:
-            sluice.InvalidArgument: the state is of another version or job, or of another
-                consumer or world size mid-epoch.
+            sluice.InvalidArgument: a state is of another version or job, of another consumer
+                or world size mid-epoch (a single state), or the list is not one state per old
+                consumer of one step.
+            sluice.FailedPrecondition: another consumer of the job resumed from another list.
         """
         self.close()
         self._open(state)
@@ -216,9 +227,17 @@ class BatchIterator:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def _open(self, state: Optional[Mapping[str, Any]]) -> None:
-        restore = None if state is None else _check_state(state, self._options)
-        self._it = self._client._client.open(restore_state=restore, **self._options)
+    def _open(self, state: Optional[RestoreState]) -> None:
+        if state is None or isinstance(state, Mapping):
+            restore = None if state is None else _check_state(state, self._options)
+            self._it = self._client._client.open(restore_state=restore, **self._options)
+            return
+        states = list(state)
+        if not states:
+            raise errors.InvalidArgument("restore_state: an empty list of states")
+        restores = [_check_state(s, self._options) for s in states]
+        self._it = self._client._client.open(restore_state=None, restore_states=restores,
+                                             **self._options)
 
     def _live(self) -> Any:
         if self._it is None:

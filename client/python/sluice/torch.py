@@ -13,7 +13,7 @@
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.distributed
@@ -54,7 +54,10 @@ class DataServiceDataset(torch.utils.data.IterableDataset):
     with any number of ranks and workers. In the process that iterates (``num_workers=0``)
     ``state_dict()`` after an item was yielded also holds the iterator's position
     (``"iterator_state"``), and the next pass continues that epoch exactly where it stopped
-    (torchdata's StatefulDataLoader convention).
+    (torchdata's StatefulDataLoader convention). ``load_state_dict([state_0, ..., state_n-1])``
+    with the states of all old ranks saved at the same step resumes mid-epoch on any number of
+    ranks: each new rank reads its equal share (+-1 batch) of what the old ranks had not
+    returned, in the epoch's order; every new rank loads the same list.
 
     Args:
         dispatcher: "host:port" of the sluice dispatcher.
@@ -95,7 +98,8 @@ class DataServiceDataset(torch.utils.data.IterableDataset):
         self._epoch = 0  # the epoch the next pass reads
         self._iterator: Optional[BatchIterator] = None
         self._iterator_epoch = 0
-        self._pending_state: Optional[Dict[str, Any]] = None  # an iterator_state to continue
+        # An iterator_state to continue, or those of all old ranks (a list).
+        self._pending_state: Optional[Dict[str, Any]] = None
         # After a pass ended: its last state, or the error that prevented saving it.
         self._final_state: Optional[Any] = None
 
@@ -131,9 +135,9 @@ class DataServiceDataset(torch.utils.data.IterableDataset):
             return iter(())
         consumer_index, num_consumers = self.consumer()
         state, self._pending_state = self._pending_state, None
-        restore = None
+        restore: Any = None
         if state is not None and state.get("iterator_state") and state.get("epoch", 0) == epoch:
-            restore = state["iterator_state"]
+            restore = state["iterator_state"]  # a dict, or a list of all old ranks' dicts
         client = Client(self.dispatcher, timeout=self.timeout, tls=self.tls,
                         dispatcher_lost_timeout=self.dispatcher_lost_timeout)
         self._iterator = client.open(
@@ -186,19 +190,50 @@ class DataServiceDataset(torch.utils.data.IterableDataset):
             return dict(self._pending_state)
         return {"job": self.job, "epoch": self._epoch}
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def load_state_dict(self,
+                        state: Union[Mapping[str, Any], Sequence[Mapping[str, Any]]]) -> None:
         """Makes the next pass continue from `state` ({}: from epoch 0): at its epoch, and,
-        if it holds an iterator_state, where that epoch stopped.
+        if it holds an iterator_state, where that epoch stopped. A list holds the state_dict()s
+        of all old ranks, saved at the same step: the next pass reads this rank's equal share
+        of what they had not returned (any number of ranks; every rank loads the same list).
 
         Raises:
-            sluice.InvalidArgument: the state belongs to another job.
+            sluice.InvalidArgument: a state belongs to another job, or the list's states are
+                of different epochs.
         """
+        if not isinstance(state, Mapping):
+            state = self._merge_rank_states(list(state))
         if state and state.get("job") != self.job:
             raise errors.InvalidArgument("load_state_dict: state of job %r, this dataset reads %r"
                                          % (state.get("job"), self.job))
         self._epoch = int(state.get("epoch", 0)) if state else 0
         self._pending_state = dict(state) if state and state.get("iterator_state") else None
         self._final_state = None
+
+    def _merge_rank_states(self, states: List[Mapping[str, Any]]) -> Dict[str, Any]:
+        """One state whose iterator_state is the list of all ranks' iterator states."""
+        if not states:
+            raise errors.InvalidArgument("load_state_dict: an empty list of rank states")
+        for s in states:
+            if not isinstance(s, Mapping) or s.get("job") != self.job:
+                raise errors.InvalidArgument(
+                    "load_state_dict: a rank state of job %r, this dataset reads %r"
+                    % (s.get("job") if isinstance(s, Mapping) else s, self.job))
+        epochs = sorted({int(s.get("epoch", 0)) for s in states})
+        if len(epochs) != 1:
+            raise errors.InvalidArgument(
+                "load_state_dict: the rank states are of epochs %s; pass states saved at the "
+                "same step" % epochs)
+        iterators = [s["iterator_state"] for s in states if s.get("iterator_state")]
+        if iterators and len(iterators) != len(states):
+            raise errors.InvalidArgument(
+                "load_state_dict: %d of the %d rank states hold no iterator_state; pass the "
+                "states every rank saved mid-epoch at the same step"
+                % (len(states) - len(iterators), len(states)))
+        merged: Dict[str, Any] = {"job": self.job, "epoch": epochs[0]}
+        if iterators:
+            merged["iterator_state"] = iterators
+        return merged
 
     def _close(self) -> None:
         if self._iterator is not None:

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -343,6 +344,36 @@ TEST_F(WorkerImplTest, SplitYieldsItsGlobalIndicesInOrderAfterSkippedBatches) {
   ASSERT_TRUE(w->Heartbeat().ok());
   EXPECT_EQ(w->last_heartbeat().job_busy_size(), 0);
   EXPECT_EQ(w->last_heartbeat().elements_total(), hb.elements_total());
+}
+
+TEST_F(WorkerImplTest, ASlotOfAResumedEpochDeliversItsBatchRangeNumberedFromZero) {
+  // Split 3 = records [10, 20), batch 4: batches [10..13] [14..17] [18, 19]. Position 5 is
+  // batches [1, 2) of it, position 6 batches [1, end) with the first of them held already.
+  auto w = MakeWorker();
+  proto::WorkerHeartbeatResponse r;
+  *r.add_jobs() = MakeJob(1, Yaml(kLabels), 4);
+  proto::SplitAssignment middle = MakeSplit(1, 0, /*position=*/5, /*split_id=*/3, 10, 20, 10, 0);
+  middle.set_first_batch(1);
+  middle.set_end_batch(2);
+  *r.add_start() = middle;
+  proto::SplitAssignment tail = MakeSplit(1, 0, /*position=*/6, /*split_id=*/3, 10, 20, 10, 1);
+  tail.set_first_batch(1);
+  *r.add_start() = tail;
+  Deliver(*w, r);
+  auto reader = Open(*w, 1, 0, nullptr, Holds{.position = 6, .batches = 1});
+  ASSERT_NE(reader, nullptr);
+  std::map<uint64_t, std::vector<std::pair<uint64_t, std::vector<uint64_t>>>> got;
+  for (int i = 0; i < 4; ++i) {
+    StreamEvent e = reader->Next();
+    ASSERT_EQ(e.kind, StreamEvent::kBatch) << e.status;
+    const proto::Batch& h = e.batch.header;
+    std::vector<uint64_t> ids;
+    if (!h.end_of_split()) ids = Ids(h);
+    got[h.key().position()].push_back({h.batch_index(), ids});
+  }
+  using Sent = std::vector<std::pair<uint64_t, std::vector<uint64_t>>>;
+  EXPECT_EQ(got[5], (Sent{{0, {14, 15, 16, 17}}, {1, {}}}));  // then its marker: 1 batch
+  EXPECT_EQ(got[6], (Sent{{1, {18, 19}}, {2, {}}}));          // batch 0 of it was held
 }
 
 TEST_F(WorkerImplTest, ShuffledSplitFollowsTheSeededPermutationOfItsRange) {

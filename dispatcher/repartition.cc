@@ -1,0 +1,108 @@
+#include "dispatcher/repartition.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace sluice::dispatcher {
+
+uint64_t NominalBatches(const SlotSource& source, uint64_t batch_size) {
+  if (source.end_batch != 0) {
+    return source.end_batch > source.first_batch ? source.end_batch - source.first_batch : 0;
+  }
+  uint64_t records = 0;
+  for (const record::SplitPiece& piece : source.pieces) records += piece.count;
+  const uint64_t batches = (records + batch_size - 1) / batch_size;
+  return batches > source.first_batch ? batches - source.first_batch : 0;
+}
+
+absl::StatusOr<Layout> Repartition(const Layout& old, const Returned& returned,
+                                   uint32_t num_consumers, uint64_t batch_size) {
+  if (num_consumers == 0 || batch_size == 0) {
+    return absl::InvalidArgumentError("Repartition: num_consumers and batch_size must be > 0");
+  }
+  if (returned.size() != old.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Repartition: ", returned.size(), " states for ", old.size(), " consumers"));
+  }
+  // The remaining batches in global order: (old slot, from, to) relative to the slot's first
+  // batch; `to_end`: the run reaches the slot's end.
+  struct Run {
+    const SlotSource* slot;
+    uint64_t from;
+    uint64_t to;
+  };
+  std::vector<Run> runs;
+  uint64_t total = 0;
+  for (size_t k = 0; k < old.size(); ++k) {
+    for (const auto& [position, r] : returned[k]) {
+      if (position >= old[k].size()) {
+        return absl::InvalidArgumentError(absl::StrCat("Repartition: consumer ", k, " position ",
+                                                       position, " is past its ", old[k].size(),
+                                                       " slots"));
+      }
+    }
+    for (uint64_t p = 0; p < old[k].size(); ++p) {
+      auto it = returned[k].find(p);
+      const uint64_t n = NominalBatches(old[k][p], batch_size);
+      if (it != returned[k].end() && it->second.complete) continue;
+      const uint64_t from = it == returned[k].end() ? 0 : it->second.batches;
+      if (from >= n) continue;
+      runs.push_back({&old[k][p], from, n});
+      total += n - from;
+    }
+  }
+  Layout out(num_consumers);
+  const uint64_t base = total / num_consumers;
+  const uint64_t extra = total % num_consumers;
+  size_t run = 0;
+  for (uint32_t j = 0; j < num_consumers; ++j) {
+    uint64_t want = base + (j < extra ? 1 : 0);
+    while (want > 0) {
+      Run& r = runs[run];
+      const uint64_t take = std::min(want, r.to - r.from);
+      const SlotSource& s = *r.slot;
+      SlotSource piece{.pieces = s.pieces, .first_batch = s.first_batch + r.from};
+      const bool to_end = r.from + take == r.to;
+      piece.end_batch = to_end ? s.end_batch : s.first_batch + r.from + take;
+      out[j].push_back(std::move(piece));
+      r.from += take;
+      want -= take;
+      if (to_end) ++run;
+    }
+  }
+  return out;
+}
+
+void LayoutToProto(const Layout& layout, proto::ResizedEpoch* out) {
+  out->clear_consumers();
+  for (const std::vector<SlotSource>& consumer : layout) {
+    proto::ConsumerLayout* c = out->add_consumers();
+    for (const SlotSource& slot : consumer) {
+      proto::SlotRange* s = c->add_slots();
+      s->set_first_batch(slot.first_batch);
+      s->set_end_batch(slot.end_batch);
+      for (const record::SplitPiece& piece : slot.pieces) {
+        proto::SplitPiece* p = s->add_pieces();
+        p->set_split_id(piece.split_id);
+        p->set_offset(piece.offset);
+        p->set_count(piece.count);
+      }
+    }
+  }
+}
+
+Layout LayoutFromProto(const proto::ResizedEpoch& in) {
+  Layout layout(static_cast<size_t>(in.consumers_size()));
+  for (int k = 0; k < in.consumers_size(); ++k) {
+    for (const proto::SlotRange& s : in.consumers(k).slots()) {
+      SlotSource slot{.first_batch = s.first_batch(), .end_batch = s.end_batch()};
+      for (const proto::SplitPiece& p : s.pieces())
+        slot.pieces.push_back({p.split_id(), p.offset(), p.count()});
+      layout[static_cast<size_t>(k)].push_back(std::move(slot));
+    }
+  }
+  return layout;
+}
+
+}  // namespace sluice::dispatcher
