@@ -564,6 +564,9 @@ void AllocateWorkers(double pool, double headroom, std::vector<JobEstimate>& job
     return gain(a) > gain(b);
   });
   double wanted = 0;
+  for (size_t rank = 0; rank < order.size(); ++rank) {
+    order[rank]->allocation_rank = static_cast<int>(rank);
+  }
   for (JobEstimate* j : order) {
     const double want = j->need * headroom;
     wanted += std::max(want, j->allocated);
@@ -593,6 +596,67 @@ void AllocateWorkers(double pool, double headroom, std::vector<JobEstimate>& job
       j->allocated += left * std::max(j->need * headroom, j->allocated) / wanted;
     }
   }
+}
+
+std::map<uint64_t, uint64_t> AssignWorkersToJobs(const std::vector<JobEstimate>& jobs,
+                                                 const std::vector<uint64_t>& workers,
+                                                 const std::map<uint64_t, uint64_t>& previous) {
+  std::vector<const JobEstimate*> by_rank;
+  for (const JobEstimate& j : jobs) by_rank.push_back(&j);
+  std::stable_sort(by_rank.begin(), by_rank.end(), [](const JobEstimate* a, const JobEstimate* b) {
+    if (a->allocation_rank != b->allocation_rank) {
+      return a->allocation_rank < b->allocation_rank;
+    }
+    return a->job_id < b->job_id;
+  });
+  // 1. Quotas in whole workers.
+  std::map<uint64_t, int> quota;
+  int total = 0;
+  for (const JobEstimate* j : by_rank) {
+    quota[j->job_id] = static_cast<int>(std::floor(std::max(0.0, j->allocated) + 1e-9));
+    total += quota[j->job_id];
+  }
+  const int n = static_cast<int>(workers.size());
+  for (auto it = by_rank.rbegin(); it != by_rank.rend() && total > n; ++it) {
+    const int cut = std::min(quota[(*it)->job_id], total - n);
+    quota[(*it)->job_id] -= cut;
+    total -= cut;
+  }
+  std::vector<const JobEstimate*> by_fraction;
+  for (const JobEstimate* j : by_rank) {
+    if (j->allocated - quota[j->job_id] > 1e-9) by_fraction.push_back(j);
+  }
+  std::stable_sort(
+      by_fraction.begin(), by_fraction.end(), [&](const JobEstimate* a, const JobEstimate* b) {
+        return a->allocated - quota[a->job_id] > b->allocated - quota[b->job_id] + 1e-9;
+      });
+  for (const JobEstimate* j : by_fraction) {
+    if (total >= n) break;
+    ++quota[j->job_id];
+    ++total;
+  }
+  // 2. Workers keep their job while it has room.
+  std::vector<uint64_t> sorted = workers;
+  std::sort(sorted.begin(), sorted.end());
+  std::map<uint64_t, uint64_t> assigned;
+  for (uint64_t w : sorted) {
+    auto prev = previous.find(w);
+    if (prev == previous.end()) continue;
+    auto q = quota.find(prev->second);
+    if (q == quota.end() || q->second <= 0) continue;
+    assigned[w] = prev->second;
+    --q->second;
+  }
+  // 3. The rest to the jobs with room, lowest rank first.
+  auto next = by_rank.begin();
+  for (uint64_t w : sorted) {
+    if (assigned.contains(w)) continue;
+    while (next != by_rank.end() && quota[(*next)->job_id] <= 0) ++next;
+    if (next == by_rank.end()) break;
+    assigned[w] = (*next)->job_id;
+    --quota[(*next)->job_id];
+  }
+  return assigned;
 }
 
 }  // namespace sluice::dispatcher

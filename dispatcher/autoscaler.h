@@ -185,6 +185,9 @@ struct JobEstimate {
   // why (AllocateWorkers).
   double allocated = 0;
   std::string allocation_reason;
+  // Its place in AllocateWorkers' order (0: served first): the order in
+  // which AssignWorkersToJobs fills whole workers.
+  int allocation_rank = 0;
 };
 
 struct AutoscalerDecision {
@@ -238,6 +241,29 @@ struct AutoscalerDecision {
 // Had job 2 60 s left (8 × 60 = 480 worker-seconds) and job 1 200 s (4 ×
 // 200 = 800), job 2 would get its 8 first and job 1 the last 1.
 void AllocateWorkers(double pool, double headroom, std::vector<JobEstimate>& jobs);
+
+// Worker affinity for a bounded pool: which job each of `workers` (the
+// registered, non-draining ones) serves first, so that the split hand-out
+// gives each job its share of AllocateWorkers' division in whole workers.
+//   1. Quotas: each job gets floor(allocated) workers; while the quotas add up
+//      to more than there are workers (some are still starting), the job
+//      served last (highest allocation_rank) gives one up; while fewer, the
+//      job with the largest fraction left (allocated - quota; ties: lower
+//      rank) gets one more, each job at most one. Workers beyond Σ
+//      ceil(allocated) stay unassigned.
+//   2. A worker keeps the job it served in `previous` while that job's quota
+//      has room (its splits in production stay where they are), lowest
+//      worker id first.
+//   3. The other workers, lowest id first, go to the jobs with room left,
+//      lowest rank first.
+// Returns worker id -> job id; a worker missing from it serves every job.
+// Example: workers 1-4, job 7 allocated 2.6 (rank 0), job 8 1.4 (rank 1),
+// previous {1: 8, 2: 8}. Quotas 2 and 1, and the spare worker goes to job 7
+// (fraction 0.6 > 0.4): 3 and 1. Worker 1 keeps job 8 (quota 1); worker 2's
+// job 8 is full, so workers 2, 3, 4 go to job 7: {1: 8, 2: 7, 3: 7, 4: 7}.
+std::map<uint64_t, uint64_t> AssignWorkersToJobs(const std::vector<JobEstimate>& jobs,
+                                                 const std::vector<uint64_t>& workers,
+                                                 const std::map<uint64_t, uint64_t>& previous);
 
 class Autoscaler {
  public:

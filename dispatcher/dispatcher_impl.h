@@ -408,6 +408,13 @@ class DispatcherImpl {
   // Where `job` comes in the hand-out: infinite when the pool is bounded and
   // the last decision gave it nothing, else 0 (also for a job new since).
   double AllocationLoad(const DispatcherState::Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Where `consumer` of `job` comes in `worker_id`'s hand-out before the
+  // load: 0 for the job the worker is assigned to (worker_jobs_); 1 for the
+  // first split of a job new since the last decision; 2 for the rest. 0 for
+  // every consumer when the worker is assigned no job.
+  int AffinityTier(uint64_t worker_id, const DispatcherState::Job& job,
+                   const DispatcherState::Consumer& consumer) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One autoscaling decision from the window's signals (and, kLocal, drains).
   absl::Status Autoscale(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether consumer `index` of `job_id` counts as demand: it is not
@@ -461,6 +468,10 @@ class DispatcherImpl {
   // While the pool is bounded (decision_.pool_bound): each job's share of
   // the workers, which AssignSplits follows. Empty: splits by consumer only.
   std::map<uint64_t, double> allocation_ ABSL_GUARDED_BY(mu_);
+  // While the pool is bounded: the job each worker serves first
+  // (AssignWorkersToJobs), kept across decisions while its job's share has
+  // room. Empty when the pool is not bounded.
+  std::map<uint64_t, uint64_t> worker_jobs_ ABSL_GUARDED_BY(mu_);
   absl::Time last_decision_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   int starting_workers_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<Watch> watches_ ABSL_GUARDED_BY(mu_);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
@@ -175,6 +176,12 @@ absl::Status DispatcherImpl::Autoscale(absl::Time now) {
     metrics_.ForJob(job.id, job.name).allocated_workers->Set(allocated[id]);
   }
   if (decision_.pool_bound) allocation_ = std::move(allocated);
+  std::vector<uint64_t> serving;
+  for (const auto& [id, worker] : state_.workers()) {
+    if (!worker.draining) serving.push_back(id);
+  }
+  worker_jobs_ = decision_.pool_bound ? AssignWorkersToJobs(decision_.jobs, serving, worker_jobs_)
+                                      : std::map<uint64_t, uint64_t>{};
   if (options_.scaler == DispatcherOptions::Scaler::kLocal) {
     for (uint64_t id : decision_.drain) {
       const DispatcherState::Worker* worker = state_.FindWorker(id);
@@ -213,6 +220,8 @@ absl::Status DispatcherImpl::DoGetStatus(const proto::GetStatusRequest& request,
         w->set_age_seconds(absl::ToDoubleSeconds(now - signal.registered));
     }
     w->set_state(state);
+    auto assigned = worker_jobs_.find(id);
+    if (assigned != worker_jobs_.end()) w->set_assigned_job_id(assigned->second);
   }
   int alive = 0;
   for (const auto& [id, worker] : state_.workers()) {

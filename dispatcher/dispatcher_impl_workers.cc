@@ -5,6 +5,7 @@
 #include <limits>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -51,6 +52,14 @@ double DispatcherImpl::AllocationLoad(const DispatcherState::Job& job) const {
   return it != allocation_.end() && it->second <= 0 ? std::numeric_limits<double>::infinity() : 0;
 }
 
+int DispatcherImpl::AffinityTier(uint64_t worker_id, const DispatcherState::Job& job,
+                                 const DispatcherState::Consumer& consumer) const {
+  auto it = worker_jobs_.find(worker_id);
+  if (it == worker_jobs_.end() || it->second == job.id) return 0;
+  const bool new_job = !allocation_.contains(job.id);
+  return new_job && consumer.in_production == 0 ? 1 : 2;
+}
+
 bool DispatcherImpl::Assignable(const DispatcherState::Job& job,
                                 const DispatcherState::Consumer& consumer) const {
   if (consumer.pending.empty()) return false;
@@ -64,25 +73,26 @@ absl::Status DispatcherImpl::AssignSplits(uint64_t worker_id, int free,
   // Each pick: the consumer with the fewest splits in production, ties to the
   // lowest (job, consumer); its lowest pending position. The state's indexes
   // (Consumer::pending, in_production) make a pick one pass over the consumers.
-  // While the pool is bounded (allocation_ set), a job allocated nothing gets
-  // splits only when no allocated job has one pending. (Among allocated jobs
-  // the rule stays per consumer: weighting splits in production by the
-  // allocation starves a slow job's read-ahead without saving worker time,
-  // since its producers block on a full queue.)
+  // While the pool is bounded (allocation_ set), the worker serves the job it
+  // is assigned to (worker_jobs_) first, then a new job's first split, then
+  // the others (the pool is never idle for the sake of the allocation); among
+  // those, a job allocated nothing gets splits only when no allocated job has
+  // one pending.
   while (free > 0) {
     const DispatcherState::Job* best_job = nullptr;
     const DispatcherState::Consumer* best = nullptr;
-    double best_load = 0;
+    std::pair<int, double> best_rank;
     for (const auto& [job_id, job] : state_.jobs()) {
       if (job.config.mode() != proto::PROCESSING_MODE_DISTRIBUTED_EPOCH) continue;
       const double load = AllocationLoad(job);
       for (const DispatcherState::Consumer& consumer : job.consumers) {
         if (!Assignable(job, consumer)) continue;
-        if (best == nullptr || load < best_load ||
-            (load == best_load && consumer.in_production < best->in_production)) {
+        const std::pair<int, double> rank{AffinityTier(worker_id, job, consumer), load};
+        if (best == nullptr || rank < best_rank ||
+            (rank == best_rank && consumer.in_production < best->in_production)) {
           best = &consumer;
           best_job = &job;
-          best_load = load;
+          best_rank = rank;
         }
       }
     }

@@ -775,5 +775,67 @@ TEST(AutoscalerAllocation, UnboundedPoolGivesEveryJobItsNeed) {
   EXPECT_DOUBLE_EQ(d.jobs[0].allocated, 6);
 }
 
+// An allocated job for AssignWorkersToJobs.
+JobEstimate Allocated(uint64_t id, double allocated, int rank) {
+  JobEstimate j;
+  j.job_id = id;
+  j.allocated = allocated;
+  j.allocation_rank = rank;
+  return j;
+}
+
+TEST(AllocateWorkers, RanksJobsInTheOrderTheyAreServed) {
+  // The header's example: job 1 (2/4 removed per worker), job 2 (2/8), job 3
+  // (1/6).
+  std::vector<JobEstimate> jobs = {Job(3, 1, 6), Job(2, 2, 8), Job(1, 2, 4)};
+  AllocateWorkers(/*pool=*/10, /*headroom=*/1, jobs);
+  EXPECT_EQ(jobs[0].allocation_rank, 2);
+  EXPECT_EQ(jobs[1].allocation_rank, 1);
+  EXPECT_EQ(jobs[2].allocation_rank, 0);
+}
+
+TEST(AssignWorkersToJobs, WorkedExampleFromTheHeader) {
+  const std::map<uint64_t, uint64_t> assigned =
+      AssignWorkersToJobs({Allocated(7, 2.6, /*rank=*/0), Allocated(8, 1.4, /*rank=*/1)},
+                          /*workers=*/{4, 3, 2, 1}, /*previous=*/{{1, 8}, {2, 8}});
+  EXPECT_EQ(assigned, (std::map<uint64_t, uint64_t>{{1, 8}, {2, 7}, {3, 7}, {4, 7}}));
+}
+
+TEST(AssignWorkersToJobs, FewerWorkersThanTheAllocationCutTheLastRankedFirst) {
+  // Quotas 4, 3, 1 for 5 workers (3 still starting): job 3 (rank 2) gives up
+  // its 1, job 2 (rank 1) 2 of its 3.
+  const std::map<uint64_t, uint64_t> assigned = AssignWorkersToJobs(
+      {Allocated(1, 4, /*rank=*/0), Allocated(2, 3, /*rank=*/1), Allocated(3, 1, /*rank=*/2)},
+      /*workers=*/{10, 11, 12, 13, 14}, /*previous=*/{});
+  EXPECT_EQ(assigned, (std::map<uint64_t, uint64_t>{{10, 1}, {11, 1}, {12, 1}, {13, 1}, {14, 2}}));
+}
+
+TEST(AssignWorkersToJobs, WorkersBeyondTheAllocationServeEveryJob) {
+  // 1 + 1 workers allocated, 3 registered (one to be drained): worker 3 is in
+  // no job's share.
+  const std::map<uint64_t, uint64_t> assigned =
+      AssignWorkersToJobs({Allocated(5, 1, /*rank=*/1), Allocated(6, 1, /*rank=*/0)},
+                          /*workers=*/{1, 2, 3}, /*previous=*/{});
+  EXPECT_EQ(assigned, (std::map<uint64_t, uint64_t>{{1, 6}, {2, 5}}));
+}
+
+TEST(AssignWorkersToJobs, AJobThatLeftFreesItsWorkers) {
+  // Job 5 left; job 6 now has the whole pool of 3: worker 1 leaves job 5 and
+  // workers 2 and 3 keep job 6.
+  const std::map<uint64_t, uint64_t> assigned =
+      AssignWorkersToJobs({Allocated(6, 3, /*rank=*/0)}, /*workers=*/{1, 2, 3},
+                          /*previous=*/{{1, 5}, {2, 6}, {3, 6}});
+  EXPECT_EQ(assigned, (std::map<uint64_t, uint64_t>{{1, 6}, {2, 6}, {3, 6}}));
+}
+
+TEST(AssignWorkersToJobs, ASmallFractionGetsAWorkerOnlyWhenOneIsSpare) {
+  // Quotas 2 (of 2.5) and 0 (of 0.5) for 3 workers: the spare worker goes to
+  // the larger fraction, ties to the lower rank: job 2 (rank 0).
+  const std::map<uint64_t, uint64_t> assigned =
+      AssignWorkersToJobs({Allocated(1, 2.5, /*rank=*/1), Allocated(2, 0.5, /*rank=*/0)},
+                          /*workers=*/{1, 2, 3}, /*previous=*/{{3, 1}});
+  EXPECT_EQ(assigned, (std::map<uint64_t, uint64_t>{{1, 2}, {2, 1}, {3, 1}}));
+}
+
 }  // namespace
 }  // namespace sluice::dispatcher

@@ -39,7 +39,7 @@ class DispatcherAutoscaleTest : public ::testing::Test {
   }
 
   // A job of one consumer over 1000 records, batches of 10.
-  uint64_t Job(const std::string& name = "j", int priority = 0) {
+  uint64_t Job(const std::string& name = "j", int priority = 0, uint32_t min_workers = 0) {
     proto::RegisterDatasetRequest dataset;
     dataset.set_protocol_version(kProtocolVersion);
     dataset.set_pipeline("pipe");
@@ -54,6 +54,7 @@ class DispatcherAutoscaleTest : public ::testing::Test {
     request.mutable_config()->set_num_epochs(1);
     request.mutable_config()->set_split_size(100);
     request.mutable_config()->set_priority(priority);
+    request.mutable_config()->set_min_workers(min_workers);
     proto::GetOrCreateJobResponse response;
     EXPECT_TRUE(Sync(impl_).GetOrCreateJob(request, &response).ok());
     return response.job_id();
@@ -77,9 +78,11 @@ class DispatcherAutoscaleTest : public ::testing::Test {
 
   // A heartbeat with the worker's cumulative elements and busy seconds (in
   // total and, if `jobs` is not empty, per job); it reports the splits the
-  // dispatcher handed it so far, unfinished.
+  // dispatcher handed it so far, unfinished (`finished`: every one of them
+  // finished producing, so its slot is free for a new split).
   proto::WorkerHeartbeatResponse WorkerBeat(uint64_t worker, uint64_t elements, double busy,
-                                            const std::vector<JobBusy>& jobs = {}) {
+                                            const std::vector<JobBusy>& jobs = {},
+                                            bool finished = false) {
     proto::WorkerHeartbeatRequest request;
     request.set_protocol_version(kProtocolVersion);
     request.set_worker_id(worker);
@@ -94,6 +97,7 @@ class DispatcherAutoscaleTest : public ::testing::Test {
     for (const proto::SplitKey& key : held_[worker]) {
       proto::WorkerSplitProgress* p = request.add_splits();
       *p->mutable_key() = key;
+      p->set_finished_producing(finished);
     }
     proto::WorkerHeartbeatResponse response;
     absl::Status s = Sync(impl_).WorkerHeartbeat(request, &response);
@@ -391,6 +395,75 @@ TEST_F(DispatcherAutoscaleTest, BoundedPoolGoesToTheHigherPriorityJobFirst) {
   const proto::WorkerHeartbeatResponse response = WorkerBeat(c, 0, 0);
   ASSERT_EQ(response.start_size(), 1);
   EXPECT_EQ(response.start(0).key().job_id(), high);
+}
+
+// A pool bounded at 3 workers, two jobs that each need 4 (as above): "high"
+// has priority 1, "low" min_workers 1. The allocation: low its minimum 1,
+// high the other 2 (it wants 4.14). Worker affinity (AssignWorkersToJobs,
+// high ranked first): workers a and b serve high, c serves low. Each worker
+// finishes its split, and its next one comes from its own job, whatever the
+// fewest-splits-in-production rule would have picked. When high finishes,
+// a's next split is low's at once, before any decision.
+TEST_F(DispatcherAutoscaleTest, BoundedPoolHandsEachWorkerItsAssignedJob) {
+  Start(DispatcherOptions::Scaler::kNone, /*max_workers=*/3);
+  const uint64_t low = Job("low", /*priority=*/0, /*min_workers=*/1);
+  const uint64_t high = Job("high", /*priority=*/1);
+  a_ = Worker("a:1");
+  b_ = Worker("b:1");
+  const uint64_t c = Worker("c:1");
+  ASSERT_TRUE(impl_->Tick().ok());
+  clock_.Advance(absl::Seconds(6));
+  for (uint64_t w : {a_, b_, c}) {
+    WorkerBeat(w, 0, 0, {{low, 0, 0}, {high, 0, 0}});
+  }
+  ClientBeat(low, 0, 0);
+  ClientBeat(high, 0, 0);
+  ASSERT_TRUE(impl_->Tick().ok());
+  clock_.Advance(absl::Seconds(2));
+  for (uint64_t w : {a_, b_, c}) {
+    WorkerBeat(w, 200, 2.0, {{low, 100, 1.0}, {high, 100, 1.0}});
+  }
+  ClientBeat(low, 40, 1.0);
+  ClientBeat(high, 40, 1.0);
+  ASSERT_TRUE(impl_->Tick().ok());
+  const proto::GetStatusResponse status = Status();
+  ASSERT_TRUE(status.pool_bound());
+  ASSERT_EQ(status.jobs_size(), 2);
+  EXPECT_DOUBLE_EQ(status.jobs(0).allocated_workers(), 1);  // low
+  EXPECT_DOUBLE_EQ(status.jobs(1).allocated_workers(), 2);  // high
+  std::map<uint64_t, uint64_t> assigned;
+  for (uint64_t w : {a_, b_, c}) {
+    for (int round = 0; round < 2; ++round) {
+      const proto::WorkerHeartbeatResponse response =
+          WorkerBeat(w, 200, 2.0, {{low, 100, 1.0}, {high, 100, 1.0}},
+                     /*finished=*/true);
+      ASSERT_EQ(response.start_size(), 1) << "worker " << w << " round " << round;
+      EXPECT_EQ(response.start(0).key().job_id(), w == c ? low : high)
+          << "worker " << w << " round " << round;
+    }
+  }
+  // high's consumer reads all 10 splits: the job finishes.
+  clock_.Advance(absl::Milliseconds(500));
+  proto::ClientHeartbeatRequest request;
+  request.set_protocol_version(kProtocolVersion);
+  request.set_job_id(high);
+  request.set_batches_returned_total(100);
+  request.set_wait_seconds_total(1.0);
+  for (uint64_t position = 0; position < 10; ++position) {
+    proto::ClientSplitProgress* p = request.add_progress();
+    p->set_epoch(0);
+    p->set_position(position);
+    p->set_delivered_batches(10);
+    p->set_complete(true);
+  }
+  proto::ClientHeartbeatResponse response;
+  ASSERT_TRUE(Sync(impl_).ClientHeartbeat(request, &response).ok());
+  ASSERT_TRUE(response.finished());
+  held_[a_].clear();  // high's splits are done
+  const proto::WorkerHeartbeatResponse next =
+      WorkerBeat(a_, 200, 2.0, {{low, 100, 1.0}}, /*finished=*/true);
+  ASSERT_EQ(next.start_size(), 1);
+  EXPECT_EQ(next.start(0).key().job_id(), low);
 }
 
 }  // namespace

@@ -313,7 +313,7 @@ TEST_F(CliTest, ConsumeStepTimeSetsTheDemandAndStatusJsonHasTheDocumentedKeys) {
   EXPECT_EQ(keys(status["workers"][0]),
             (std::set<std::string>{"worker_id", "address", "state", "splits", "queue_depth",
                                    "queue_capacity", "elements_per_second",
-                                   "elements_per_busy_second", "age_seconds"}));
+                                   "elements_per_busy_second", "age_seconds", "assigned_job_id"}));
   EXPECT_EQ(keys(job),
             (std::set<std::string>{"job_id", "job_name", "batch_size", "num_epochs",
                                    "demand_elements_per_second", "capacity_elements_per_second",

@@ -281,10 +281,10 @@ TEST(StatusJson, RendersAFixedStatusExactly) {
   EXPECT_EQ(StatusJson(FixedStatus()),
             R"({"workers":[{"worker_id":1,"address":"127.0.0.1:45659","state":"active",)"
             R"("splits":1,"queue_depth":0,"queue_capacity":8,"elements_per_second":199.2,)"
-            R"("elements_per_busy_second":396.712,"age_seconds":42},)"
+            R"("elements_per_busy_second":396.712,"age_seconds":42,"assigned_job_id":0},)"
             R"({"worker_id":2,"address":"127.0.0.1:45660","state":"draining",)"
             R"("splits":0,"queue_depth":0,"queue_capacity":8,"elements_per_second":1234570,)"
-            R"("elements_per_busy_second":0,"age_seconds":1e-05}],)"
+            R"("elements_per_busy_second":0,"age_seconds":1e-05,"assigned_job_id":0}],)"
             R"("desired_workers":3,"current_workers":2,)"
             R"("reason":"hold 3: \"quoted\" \\ and\na newline","scaler":"local",)"
             R"("min_workers":1,"max_workers":4,"pool_bound":false,"drain":[2,5],)"
@@ -349,6 +349,27 @@ TEST(StatusText, RendersAFixedStatusExactly) {
             "el/s "
             "per worker, need 0.00 workers\n"
             "  CONSUMER   EPOCH     PROGRESS  BATCHES/S     WAIT\n");
+}
+
+// A bounded pool: each job's allocation and why, and the workers whose
+// splits go to it first.
+TEST(StatusText, ShowsTheAllocationAndTheWorkersAssignedToEachJob) {
+  proto::GetStatusResponse s = FixedStatus();
+  s.set_pool_bound(true);
+  s.mutable_workers(0)->set_assigned_job_id(7);
+  s.mutable_jobs(0)->set_allocated_workers(1);
+  s.mutable_jobs(0)->set_allocation_reason("1.00 of its need 2.07: the pool ran out");
+  s.mutable_jobs(1)->clear_consumers();
+  const std::string text = StatusText(s);
+  EXPECT_THAT(text,
+              ::testing::HasSubstr("need 2.07 workers\n"
+                                   "  allocated 1.00 workers (priority 0, min_workers 0): 1.00 of "
+                                   "its need 2.07: the pool ran out\n"
+                                   "  served first by worker(s) 1\n"
+                                   "  CONSUMER"));
+  EXPECT_THAT(text, ::testing::HasSubstr("need 0.00 workers\n"
+                                         "  allocated 0.00 workers (priority 0, min_workers 0): \n"
+                                         "  CONSUMER"));
 }
 
 // A dispatcher run with `--scaler local` and no job wants --min-workers

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/base/status_macros.h"
 #include "common/service/channel_factory.h"
 #include "common/service/grpc_status.h"
@@ -67,7 +68,8 @@ std::string StatusJson(const proto::GetStatusResponse& s) {
                        {"queue_capacity", w.queue_capacity()},
                        {"elements_per_second", Number(w.elements_per_second())},
                        {"elements_per_busy_second", Number(w.elements_per_busy_second())},
-                       {"age_seconds", Number(w.age_seconds())}});
+                       {"age_seconds", Number(w.age_seconds())},
+                       {"assigned_job_id", w.assigned_job_id()}});
   }
   Json jobs = Json::array();
   for (const proto::JobStatus& j : s.jobs()) {
@@ -136,6 +138,13 @@ std::string StatusText(const proto::GetStatusResponse& s) {
       absl::StrAppendFormat(&out, "  allocated %.2f workers (priority %d, min_workers %d): %s\n",
                             j.allocated_workers(), j.priority(), j.min_workers(),
                             j.allocation_reason());
+      std::vector<uint64_t> assigned;
+      for (const proto::WorkerStatus& w : s.workers()) {
+        if (w.assigned_job_id() == j.job_id()) assigned.push_back(w.worker_id());
+      }
+      if (!assigned.empty()) {
+        absl::StrAppend(&out, "  served first by worker(s) ", absl::StrJoin(assigned, ", "), "\n");
+      }
     }
     absl::StrAppendFormat(&out, "  %-9s %6s %12s %10s %8s\n", "CONSUMER", "EPOCH", "PROGRESS",
                           "BATCHES/S", "WAIT");
