@@ -64,6 +64,10 @@ grpc::ServerUnaryReactor* GrpcDispatcherService::RegisterDataset(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   std::optional<Identity> caller = Caller(context, reactor);
   if (!caller) return reactor;
+  if (!caller->all_roles) {
+    authorization_.ForgetDatasets(caller->user,
+                                  [this](uint64_t id) { return impl_->HasDataset(id); });
+  }
   if (absl::Status s = authorization_.CheckRegisterDataset(*caller, *request); !s.ok()) {
     reactor->Finish(service::ToGrpcStatus(s));
     return reactor;
