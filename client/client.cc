@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/internal/batch_iterator_impl.h"
 #include "client/internal/channel_options.h"
+#include "client/internal/checkpoint.h"
 #include "common/base/clock.h"
 #include "common/base/logging.h"
 #include "common/base/retry.h"
@@ -24,8 +25,11 @@
 namespace sluice {
 namespace {
 
+using client::CheckSameJob;
 using client::DispatcherError;
 using client::kProtocolVersion;
+using client::PlanRestore;
+using client::RestorePlan;
 
 // Deterministic bytes of `pipeline`: the dataset's identity (the dispatcher
 // fingerprints them).
@@ -152,7 +156,7 @@ absl::StatusOr<uint64_t> BatchSize(const proto::Pipeline& pipeline) {
 
 // ConsumerCheckpoint.job_fingerprint of `job` over a dataset of `counts` records per shard.
 // Not num_epochs (a run may be extended) nor the consumer count (it may change at an epoch
-// boundary; ParseCheckpoint checks it mid-epoch).
+// boundary, or mid-epoch through restore_states; PlanRestore checks it).
 uint64_t JobFingerprint(const JobOptions& job, const std::string& pipeline,
                         const std::vector<uint64_t>& counts) {
   std::string bytes = pipeline;
@@ -160,112 +164,6 @@ uint64_t JobFingerprint(const JobOptions& job, const std::string& pipeline,
   absl::StrAppend(&bytes, ";seed=", job.seed, ";split=", job.split_size,
                   ";drop=", job.drop_remainder ? 1 : 0, ";parallel=", job.parallel_epochs ? 1 : 0);
   return std::max<uint64_t>(record::Checksum(bytes), 1);
-}
-
-// A state saved from another job or spec would silently skip or repeat records.
-absl::Status CheckSameJob(const proto::ConsumerCheckpoint& checkpoint, const JobOptions& job,
-                          uint64_t fingerprint) {
-  if (checkpoint.job_fingerprint() == 0 || checkpoint.job_fingerprint() == fingerprint)
-    return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "JobOptions.restore_state was saved by job '", checkpoint.job_name(),
-      "' over another pipeline, dataset, seed, split size or remainder mode "
-      "than this job '",
-      job.job_name, "' has (fingerprint ", record::ChecksumHex(checkpoint.job_fingerprint()),
-      ", this job ", record::ChecksumHex(fingerprint),
-      "): restore a state only into the job and spec it was saved from"));
-}
-
-bool AtEpochBoundary(const proto::ConsumerCheckpoint& checkpoint) {
-  return !checkpoint.finished() && checkpoint.splits().empty();
-}
-
-// One saved state (`what` names it in errors), checked for its version and job name.
-absl::StatusOr<proto::ConsumerCheckpoint> ParseState(const std::string& bytes,
-                                                     const JobOptions& job,
-                                                     const std::string& what) {
-  proto::ConsumerCheckpoint checkpoint;
-  if (!checkpoint.ParseFromString(bytes) || checkpoint.version() == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " is not a sluice iterator state (BatchIterator::SaveState)"));
-  }
-  if (checkpoint.version() > client::kCheckpointVersion) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " has version ", checkpoint.version(), "; this client reads ",
-                     client::kCheckpointVersion, ": upgrade the client"));
-  }
-  if (checkpoint.job_name() != job.job_name) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " belongs to job '", checkpoint.job_name(),
-                                                   "', not job '", job.job_name, "'"));
-  }
-  return checkpoint;
-}
-
-// A single state restores the same consumer of the same world size, or any at an epoch boundary.
-absl::Status CheckRestorable(const proto::ConsumerCheckpoint& checkpoint, const JobOptions& job,
-                             const std::string& what) {
-  // At an epoch boundary (nothing of the epoch returned) any consumer of any world size may
-  // start from it; mid-epoch only the same consumer of the same world size.
-  if (AtEpochBoundary(checkpoint)) return absl::OkStatus();
-  if (checkpoint.num_consumers() != job.num_consumers) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, " was saved mid-epoch ", checkpoint.epoch(), " with ", checkpoint.num_consumers(),
-        " consumers; this job has ", job.num_consumers, ": pass the states of all ",
-        checkpoint.num_consumers(),
-        " old consumers (JobOptions.restore_states, --restore-state FILE,FILE...) to resume "
-        "on another number of consumers"));
-  }
-  if (checkpoint.consumer_index() != job.consumer_index) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " belongs to consumer ",
-                                                   checkpoint.consumer_index(), ", not consumer ",
-                                                   job.consumer_index));
-  }
-  return absl::OkStatus();
-}
-
-// What JobOptions asks to continue from: one state of this consumer (`restore`), or the states
-// of every old consumer to re-partition (`resize_from`), or nothing.
-struct RestorePlan {
-  std::optional<proto::ConsumerCheckpoint> restore;
-  std::vector<proto::ConsumerCheckpoint> resize_from;
-};
-
-absl::StatusOr<RestorePlan> PlanRestore(const JobOptions& job) {
-  RestorePlan plan;
-  if (job.restore_states.empty()) {
-    if (job.restore_state.empty()) return plan;
-    ASSIGN_OR_RETURN(plan.restore, ParseState(job.restore_state, job, "JobOptions.restore_state"));
-    RETURN_IF_ERROR(CheckRestorable(*plan.restore, job, "JobOptions.restore_state"));
-    return plan;
-  }
-  std::vector<proto::ConsumerCheckpoint> states;
-  for (size_t i = 0; i < job.restore_states.size(); ++i) {
-    ASSIGN_OR_RETURN(
-        states.emplace_back(),
-        ParseState(job.restore_states[i], job, absl::StrCat("JobOptions.restore_states[", i, "]")));
-  }
-  // All at an epoch boundary: any of them starts the epoch (the dispatcher resizes the job).
-  if (std::all_of(states.begin(), states.end(), AtEpochBoundary) ||
-      std::all_of(states.begin(), states.end(),
-                  [](const proto::ConsumerCheckpoint& s) { return s.finished(); })) {
-    plan.restore = states.front();
-    return plan;
-  }
-  // As many consumers as before: this consumer's own state.
-  if (states.front().num_consumers() == job.num_consumers) {
-    for (size_t i = 0; i < states.size(); ++i) {
-      if (states[i].consumer_index() != job.consumer_index) continue;
-      const std::string what = absl::StrCat("JobOptions.restore_states[", i, "]");
-      RETURN_IF_ERROR(CheckRestorable(states[i], job, what));
-      plan.restore = states[i];
-      return plan;
-    }
-    return absl::InvalidArgumentError(
-        absl::StrCat("JobOptions.restore_states has no state of consumer ", job.consumer_index,
-                     " of ", job.num_consumers, ": pass the states of all old consumers"));
-  }
-  plan.resize_from = std::move(states);
-  return plan;
 }
 
 class DataServiceClientImpl final : public DataServiceClient {

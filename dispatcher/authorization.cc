@@ -45,7 +45,22 @@ void Authorization::DatasetRegistered(const Identity& caller,
   if (caller.all_roles) return;
   absl::MutexLock lock(&mu_);
   dataset_owners_[dataset_id].insert(caller.user);
-  registered_[caller.user].insert(DatasetKey(request));
+  registered_[caller.user][DatasetKey(request)] = dataset_id;
+}
+
+void Authorization::ForgetDatasets(const std::string& user,
+                                   absl::FunctionRef<bool(uint64_t)> registered) {
+  absl::MutexLock lock(&mu_);
+  auto it = registered_.find(user);
+  if (it == registered_.end()) return;
+  for (auto d = it->second.begin(); d != it->second.end();) {
+    if (registered(d->second)) {
+      ++d;
+      continue;
+    }
+    dataset_owners_.erase(d->second);
+    d = it->second.erase(d);
+  }
 }
 
 absl::Status Authorization::CheckGetOrCreateJob(const Identity& caller,

@@ -34,6 +34,7 @@
 #include <string>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "common/service/identity.h"
@@ -47,7 +48,8 @@ class Authorization {
     // --max-worker-capacity: the most splits a worker may say it produces at once.
     uint32_t max_worker_capacity = 64;
     // --max-datasets-per-identity: the most distinct datasets (pipeline, shard counts, batch
-    // size) one identity may register since this process started.
+    // size) one identity holds: registered since this process started and not forgotten
+    // since (ForgetDatasets).
     int64_t max_datasets_per_identity = 256;
   };
 
@@ -61,6 +63,10 @@ class Authorization {
       ABSL_LOCKS_EXCLUDED(mu_);
   void DatasetRegistered(const service::Identity& caller,
                          const proto::RegisterDatasetRequest& request, uint64_t dataset_id)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Drops what `user` registered that the dispatcher no longer holds (`registered(id)` false:
+  // forgotten after --dataset-ttl), so the quota counts the datasets the user holds now.
+  void ForgetDatasets(const std::string& user, absl::FunctionRef<bool(uint64_t)> registered)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // GetOrCreateJob: the role and the dataset's ownership (PERMISSION_DENIED "register the
@@ -108,8 +114,8 @@ class Authorization {
   const Options options_;
   mutable absl::Mutex mu_;
   std::map<uint64_t, std::set<std::string>> dataset_owners_ ABSL_GUARDED_BY(mu_);
-  // user -> the datasets it registered, by content (DatasetKey).
-  std::map<std::string, std::set<uint64_t>> registered_ ABSL_GUARDED_BY(mu_);
+  // user -> the datasets it registered: content (DatasetKey) -> dataset id.
+  std::map<std::string, std::map<uint64_t, uint64_t>> registered_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, std::string> job_owners_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, std::string> worker_owners_ ABSL_GUARDED_BY(mu_);
   // address -> (identity, worker id) of the last registration there.

@@ -89,6 +89,9 @@ absl::StatusOr<std::unique_ptr<DispatcherImpl>> DispatcherImpl::Create(Dispatche
           impl->state_.jobs().size(), impl->state_.workers().size(), contents.updates.size());
     }
     impl->updates_since_snapshot_ = impl->journal_->updates_since_snapshot();
+    impl->last_snapshot_bytes_ = contents.snapshot.size();
+    for (const proto::Update& update : contents.updates)
+      impl->bytes_since_snapshot_ += update.ByteSizeLong();
     impl->UpdateGauges();
   }
   RETURN_IF_ERROR(impl->WaitDurable());
@@ -128,6 +131,7 @@ void DispatcherImpl::Stop() {
   }
   if (thread.joinable()) thread.join();
   AnswerWatches(/*stopping=*/true);
+  AnswerVerifications(/*stopping=*/true);
 }
 
 void DispatcherImpl::MaintenanceLoop() {
@@ -217,6 +221,46 @@ void DispatcherImpl::RunAsync(Method<Request, Response> method, const Request& r
 
 void DispatcherImpl::RegisterDataset(const proto::RegisterDatasetRequest& request,
                                      proto::RegisterDatasetResponse* response, Done done) {
+  if (!options_.verify_shard_counts) {
+    RunAsync(&DispatcherImpl::DoRegisterDataset, request, response, std::move(done));
+    return;
+  }
+  std::string path;
+  absl::Status local = CheckDatasetRequest(request);
+  if (local.ok()) local = CheckCountsLocally(request, &path);
+  if (absl::IsNotFound(local)) {
+    // A worker must read the manifest, unless the same dataset is registered already.
+    absl::MutexLock lock(&mu_);
+    if (FindSameDataset(request) != 0) {
+      local = absl::OkStatus();
+    } else if (static_cast<int>(verifications_.size()) >= options_.max_held_verifications) {
+      local = absl::ResourceExhaustedError(
+          absl::StrCat("RegisterDataset: ", verifications_.size(),
+                       " registrations already wait for a worker to check their shard "
+                       "record counts: retry in a few seconds"));
+    } else {
+      // Held until a worker has read the manifest (the protocol in dispatcher_impl.h).
+      const uint64_t ticket = next_verification_++;
+      logger_->info(
+          "RegisterDataset of '{}' waits for a worker to check its {} shard "
+          "record counts (ticket {})",
+          path, request.shard_record_counts_size(), ticket);
+      verifications_.push_back(Verification{.ticket = ticket,
+                                            .request = request,
+                                            .path = path,
+                                            .response = response,
+                                            .done = std::move(done),
+                                            .deadline = clock_->Now() + options_.verify_timeout});
+    }
+  }
+  if (absl::IsNotFound(local)) {
+    AnswerWatches();  // held: a watching worker takes the task at once
+    return;
+  }
+  if (!local.ok()) {
+    done(std::move(local));
+    return;
+  }
   RunAsync(&DispatcherImpl::DoRegisterDataset, request, response, std::move(done));
 }
 
@@ -238,6 +282,7 @@ void DispatcherImpl::WorkerRegister(const proto::WorkerRegisterRequest& request,
 void DispatcherImpl::WorkerHeartbeat(const proto::WorkerHeartbeatRequest& request,
                                      proto::WorkerHeartbeatResponse* response, Done done) {
   RunAsync(&DispatcherImpl::DoWorkerHeartbeat, request, response, std::move(done));
+  if (!request.described().empty()) AnswerVerifications();
 }
 
 void DispatcherImpl::WorkerUnregister(const proto::WorkerUnregisterRequest& request,
@@ -262,7 +307,8 @@ void DispatcherImpl::GetStatus(const proto::GetStatusRequest& request,
 
 absl::Status DispatcherImpl::Tick() {
   absl::Status status = DoTick();
-  AnswerWatches();  // work made by the tick (a lost worker's splits), and deadlines
+  AnswerWatches();        // work made by the tick (a lost worker's splits), and deadlines
+  AnswerVerifications();  // past their deadline
   RETURN_IF_ERROR(status);
   return WaitDurable();
 }
@@ -284,13 +330,18 @@ absl::Status DispatcherImpl::Commit(const proto::Update& update) {
     return absl::InternalError(absl::StrCat("dispatcher state rejected its own update (",
                                             update.ShortDebugString(), "): ", s.message()));
   }
-  if (++updates_since_snapshot_ >= options_.snapshot_every) {
+  bytes_since_snapshot_ += update.ByteSizeLong();
+  if (++updates_since_snapshot_ >= options_.snapshot_every ||
+      bytes_since_snapshot_ >= std::max(options_.snapshot_bytes, last_snapshot_bytes_)) {
     // Serialized here, written by the next commit outside mu_.
-    absl::StatusOr<uint64_t> snapshot =
-        journal_->EnqueueSnapshot(state_.Snapshot().SerializeAsString());
+    std::string bytes = state_.Snapshot().SerializeAsString();
+    const uint64_t size = bytes.size();
+    absl::StatusOr<uint64_t> snapshot = journal_->EnqueueSnapshot(std::move(bytes));
     if (snapshot.ok()) {
       last_ticket_.store(static_cast<int64_t>(*snapshot), std::memory_order_release);
       updates_since_snapshot_ = 0;
+      bytes_since_snapshot_ = 0;
+      last_snapshot_bytes_ = size;
     } else {
       metrics_.journal_errors.Increment();
       logger_->warn("journal compaction failed (the journal keeps growing): {}",
@@ -339,6 +390,7 @@ absl::Status DispatcherImpl::DoTick() {
         absl::StrCat("sent no heartbeat for ", absl::FormatDuration(options_.worker_timeout))));
   }
   RETURN_IF_ERROR(CollectJobs(now));
+  RETURN_IF_ERROR(CollectDatasets(now));
   if (last_decision_ == absl::InfinitePast() || now - last_decision_ >= options_.scale_period ||
       DemandLeft(now)) {
     RETURN_IF_ERROR(Autoscale(now));

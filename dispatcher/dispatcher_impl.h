@@ -26,7 +26,23 @@
 //
 // Datasets. RegisterDataset(pipeline bytes, shard record counts, batch size) is
 // idempotent: the same three values give the same dataset_id. `fingerprint` =
-// XXH3-64 of the pipeline bytes. The dispatcher never opens the data.
+// XXH3-64 of the pipeline bytes. The dispatcher never opens the data; with
+// verify_shard_counts it does not take the client's counts on trust either: a
+// synthetic source must state the same record count, and a Unirecord dataset's
+// counts are read by a worker. The call is held (like WatchAssignment, no thread)
+// while a worker's WorkerHeartbeat answer carries a DescribeTask; the worker
+// reads the manifest and reports it in its next heartbeat (sent at once); the
+// counts must match shard by shard (else INVALID_ARGUMENT naming the shard and
+// both counts) before the dataset is journaled, so a forged count never reaches
+// a split. With no worker registered the call waits for one up to verify_timeout
+// (then UNAVAILABLE); a task given to a worker that does not answer within two
+// heartbeat intervals goes to another.
+//   Example: RegisterDataset(ds, counts [64, 10^12]) -> held, ticket 1; worker 2
+//   heartbeats -> describe {1, ds}; its next heartbeat: described {1, [64, 64]}
+//   -> INVALID_ARGUMENT "shard 1 of dataset '/data/ds' has 64 records (read by
+//   data worker 2), the request says 1000000000000".
+// A dataset no job used for dataset_ttl is forgotten (RemoveDataset, journaled),
+// so the journal's snapshot holds only live datasets.
 //
 // Jobs. GetOrCreateJob(name, dataset, config) creates the job or returns the
 // existing one with that name when the normalized config and dataset are equal;
@@ -152,6 +168,8 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -206,8 +224,26 @@ struct DispatcherOptions {
   // batch gets all of the workers' CPU instead of a share (Assignable). sluice-dispatcher turns
   // it on (--first-split-alone); off here, every pick is by the rule above.
   bool first_split_alone = false;
-  // Snapshot the state into the journal (compaction) after this many journaled updates.
+  // Snapshot the state into the journal (compaction) after this many journaled updates, or
+  // once the updates since the last snapshot hold max(snapshot_bytes, that snapshot's size)
+  // bytes: the journal then holds at most about twice the live state plus snapshot_bytes.
   uint64_t snapshot_every = 10000;
+  uint64_t snapshot_bytes = uint64_t{64} << 20;
+  // RegisterDataset checks the client's shard record counts against the dataset ("Datasets"
+  // above): a synthetic source's num_records here, a Unirecord dataset's manifest through a
+  // worker. sluice-dispatcher turns it on (--verify-shard-counts); off, the counts are taken
+  // as sent (tests of other parts, and the dispatcher_scale bench's opaque pipelines).
+  bool verify_shard_counts = false;
+  // How long RegisterDataset waits for a worker to read the manifest (none registered, or
+  // none answering) before it answers UNAVAILABLE. Below the client's RPC timeout (10 s).
+  absl::Duration verify_timeout = absl::Seconds(8);
+  // The most RegisterDataset calls held for a worker at once (each holds its spec, up to
+  // --max-pipeline-bytes): more are RESOURCE_EXHAUSTED, to retry.
+  int max_held_verifications = 64;
+  // A dataset that no job has used for this long is forgotten (journaled; --dataset-ttl).
+  // Clients register a dataset right before they create its job, so this is only the gap
+  // between the two calls. Zero: kept forever.
+  absl::Duration dataset_ttl = absl::Minutes(10);
   // Pipeline size, jobs and consumers per job (common/service/limits.h).
   service::ServiceLimits limits;
 };
@@ -284,9 +320,12 @@ class DispatcherImpl {
       ABSL_LOCKS_EXCLUDED(mu_);
 
   uint64_t incarnation() const { return incarnation_; }
+  // Whether dataset `id` is registered (not forgotten after dataset_ttl).
+  bool HasDataset(uint64_t id) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Declares workers without a heartbeat for worker_timeout lost, collects jobs whose consumers
-  // are gone, and refreshes the gauges.
+  // are gone and datasets unused for dataset_ttl, answers RegisterDataset calls past
+  // verify_timeout, and refreshes the gauges.
   absl::Status Tick() ABSL_LOCKS_EXCLUDED(mu_);
 
   // The last value of sluice_desired_workers.
@@ -300,6 +339,11 @@ class DispatcherImpl {
   // leave that to acks_.
   absl::Status DoRegisterDataset(const proto::RegisterDatasetRequest& request,
                                  proto::RegisterDatasetResponse* response) ABSL_LOCKS_EXCLUDED(mu_);
+  // What RegisterDataset refuses before anything else (limits, batch size, counts).
+  absl::Status CheckDatasetRequest(const proto::RegisterDatasetRequest& request) const;
+  // The id of a registered dataset equal to `request` (0: none); marks it used.
+  uint64_t FindSameDataset(const proto::RegisterDatasetRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status DoGetOrCreateJob(const proto::GetOrCreateJobRequest& request,
                                 proto::GetOrCreateJobResponse* response) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status DoClientHeartbeat(const proto::ClientHeartbeatRequest& request,
@@ -382,6 +426,38 @@ class DispatcherImpl {
   absl::Status CollectJobs(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Journals the job's removal and forgets its consumers' signals.
   absl::Status RemoveJob(uint64_t job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets the datasets no job has used for dataset_ttl.
+  absl::Status CollectDatasets(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // A RegisterDataset call held until a worker has read the dataset's manifest.
+  struct Verification {
+    uint64_t ticket = 0;
+    proto::RegisterDatasetRequest request;
+    std::string path;  // the dataset's folder, for messages
+    proto::RegisterDatasetResponse* response = nullptr;
+    Done done;
+    absl::Time deadline;
+    uint64_t worker_id = 0;  // the worker it was handed to (0: none yet)
+    absl::Time handed;
+    std::optional<absl::Status> verdict;  // set once a worker answered
+  };
+  // Checks `request`'s counts when the dispatcher can by itself (a synthetic source): OK,
+  // INVALID_ARGUMENT, or NotFound when a worker must read the manifest at `*path`.
+  absl::Status CheckCountsLocally(const proto::RegisterDatasetRequest& request,
+                                  std::string* path) const;
+  // The verdict on a worker's description of `v`'s dataset.
+  static absl::Status Verdict(const Verification& v, uint64_t worker_id, const std::string& address,
+                              const proto::DatasetDescription& description);
+  // WorkerHeartbeat: records the worker's descriptions and hands it the tasks nobody holds.
+  void ExchangeDescriptions(const proto::WorkerHeartbeatRequest& request,
+                            const DispatcherState::Worker& worker,
+                            proto::WorkerHeartbeatResponse* response)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a verification waits for a worker to take it.
+  bool VerificationToHand(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Answers the verifications that have a verdict (registering the dataset when it holds),
+  // those past their deadline, and all of them with `stopping`.
+  void AnswerVerifications(bool stopping = false) ABSL_LOCKS_EXCLUDED(mu_);
   // OK if no consumer of `job` returned anything of `epoch` or later (the job may change its
   // number of consumers there); FailedPrecondition naming the consumer otherwise.
   absl::Status CheckResizable(const DispatcherState::Job& job, uint64_t epoch) const
@@ -475,6 +551,11 @@ class DispatcherImpl {
   absl::Time last_decision_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   int starting_workers_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<Watch> watches_ ABSL_GUARDED_BY(mu_);
+  std::vector<Verification> verifications_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_verification_ ABSL_GUARDED_BY(mu_) = 1;
+  // When each dataset was last used (registered, or by a job); not journaled: after a
+  // restart every dataset starts its dataset_ttl again.
+  std::map<uint64_t, absl::Time> dataset_used_ ABSL_GUARDED_BY(mu_);
   // Something a held watch depends on changed (a commit, a consumer's first batch): the next
   // RPC to finish re-checks the watches. Plain soft-state reports (most heartbeats) do not.
   std::atomic<bool> recheck_watches_{false};
@@ -483,6 +564,8 @@ class DispatcherImpl {
   std::thread maintenance_ ABSL_GUARDED_BY(mu_);
   // Commits since the last snapshot was enqueued (the compaction policy).
   uint64_t updates_since_snapshot_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t bytes_since_snapshot_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t last_snapshot_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   // A random value per process: versions of one process never name another's lists.
   uint64_t view_nonce_ = 0;
 

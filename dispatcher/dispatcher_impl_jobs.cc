@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -91,8 +92,8 @@ bool SameConfig(const proto::JobConfig& a, const proto::JobConfig& b) {
 
 }  // namespace
 
-absl::Status DispatcherImpl::DoRegisterDataset(const proto::RegisterDatasetRequest& request,
-                                               proto::RegisterDatasetResponse* response) {
+absl::Status DispatcherImpl::CheckDatasetRequest(
+    const proto::RegisterDatasetRequest& request) const {
   RETURN_IF_ERROR(Admit(request.protocol_version()));
   // The spec's size is limited before anything else; its nodes are counted when it parses as a
   // pipeline (what clients send). Workers check both again, and validate the spec.
@@ -127,17 +128,35 @@ absl::Status DispatcherImpl::DoRegisterDataset(const proto::RegisterDatasetReque
         "RegisterDataset: shard_record_counts add up to 0 records (empty "
         "dataset?)");
   }
+  return absl::OkStatus();
+}
+
+uint64_t DispatcherImpl::FindSameDataset(const proto::RegisterDatasetRequest& request) {
   const uint64_t fingerprint = record::Checksum(request.pipeline());
   const std::vector<uint64_t> counts(request.shard_record_counts().begin(),
                                      request.shard_record_counts().end());
-  absl::MutexLock lock(&mu_);
   for (const auto& [id, d] : state_.datasets()) {
     if (d.fingerprint == fingerprint && d.pipeline == request.pipeline() &&
         d.shard_record_counts == counts && d.batch_size == request.batch_size()) {
-      response->set_dataset_id(id);
-      response->set_fingerprint(fingerprint);
-      return absl::OkStatus();
+      dataset_used_[id] = clock_->Now();
+      return id;
     }
+  }
+  return 0;
+}
+
+absl::Status DispatcherImpl::DoRegisterDataset(const proto::RegisterDatasetRequest& request,
+                                               proto::RegisterDatasetResponse* response) {
+  RETURN_IF_ERROR(CheckDatasetRequest(request));
+  const uint64_t fingerprint = record::Checksum(request.pipeline());
+  const std::vector<uint64_t> counts(request.shard_record_counts().begin(),
+                                     request.shard_record_counts().end());
+  const uint64_t records = TotalRecords(counts);
+  absl::MutexLock lock(&mu_);
+  if (const uint64_t id = FindSameDataset(request); id != 0) {
+    response->set_dataset_id(id);
+    response->set_fingerprint(fingerprint);
+    return absl::OkStatus();
   }
   proto::Update update;
   proto::UpdateRegisterDataset* u = update.mutable_register_dataset();
@@ -147,6 +166,7 @@ absl::Status DispatcherImpl::DoRegisterDataset(const proto::RegisterDatasetReque
   *u->mutable_shard_record_counts() = request.shard_record_counts();
   u->set_batch_size(request.batch_size());
   RETURN_IF_ERROR(Commit(update));
+  dataset_used_[u->dataset_id()] = clock_->Now();
   logger_->info("registered dataset {} ({} shards, {} records, batch {}, fingerprint {})",
                 u->dataset_id(), counts.size(), records, request.batch_size(),
                 record::ChecksumHex(fingerprint));
@@ -543,6 +563,8 @@ absl::Status DispatcherImpl::CollectJobs(absl::Time now) {
 }
 
 absl::Status DispatcherImpl::RemoveJob(uint64_t job_id) {
+  if (const DispatcherState::Job* job = state_.FindJob(job_id))
+    dataset_used_[job->dataset_id] = clock_->Now();
   proto::Update update;
   update.mutable_remove_job()->set_job_id(job_id);
   RETURN_IF_ERROR(Commit(update));
@@ -676,6 +698,28 @@ std::string DispatcherImpl::ResizeMismatch(const DispatcherState::Job& job,
                       what,
                       "; every restoring consumer must pass the same states "
                       "(--restore-state FILE,FILE...)");
+}
+
+absl::Status DispatcherImpl::CollectDatasets(absl::Time now) {
+  if (options_.dataset_ttl <= absl::ZeroDuration()) return absl::OkStatus();
+  std::set<uint64_t> used;
+  for (const auto& [id, job] : state_.jobs()) used.insert(job.dataset_id);
+  std::vector<uint64_t> gone;
+  for (const auto& [id, dataset] : state_.datasets()) {
+    if (used.contains(id)) continue;
+    // Known from the journal only: its dataset_ttl starts now.
+    auto [it, inserted] = dataset_used_.emplace(id, now);
+    if (now - it->second >= options_.dataset_ttl) gone.push_back(id);
+  }
+  for (uint64_t id : gone) {
+    proto::Update update;
+    update.mutable_remove_dataset()->set_dataset_id(id);
+    RETURN_IF_ERROR(Commit(update));
+    dataset_used_.erase(id);
+    logger_->info("dataset {} forgotten: no job used it for {} (--dataset-ttl)", id,
+                  absl::FormatDuration(options_.dataset_ttl));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status DispatcherImpl::CheckResizable(const DispatcherState::Job& job, uint64_t epoch) const {

@@ -36,6 +36,7 @@ bool DispatcherImpl::WorkWaitsFor(const Watch& watch, bool any_pending,
   const DispatcherState::Worker* worker = state_.FindWorker(watch.worker_id);
   if (worker == nullptr || worker->draining) return false;
   if (newest_parallel > watch.max_job_id) return true;
+  if (VerificationToHand(clock_->Now())) return true;
   if (!any_pending) return false;
   uint32_t in_production = 0;
   for (const SlotKey& key : worker->slots) {

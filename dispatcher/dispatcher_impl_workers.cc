@@ -233,6 +233,7 @@ absl::Status DispatcherImpl::DoWorkerHeartbeat(const proto::WorkerHeartbeatReque
     const DispatcherState::Job* job = state_.FindJob(job_id);
     if (job == nullptr || job->finished()) response->add_finished_job_ids(job_id);
   }
+  ExchangeDescriptions(request, worker, response);
   response->set_draining(worker.draining);
   response->set_may_exit(worker.draining && worker.slots.empty());
   return absl::OkStatus();

@@ -125,6 +125,8 @@ absl::Status DispatcherState::Apply(const proto::Update& update) {
       return ApplyRemoveJob(update.remove_job());
     case proto::Update::kIdFloor:
       return ApplyIdFloor(update.id_floor());
+    case proto::Update::kRemoveDataset:
+      return ApplyRemoveDataset(update.remove_dataset());
     case proto::Update::KIND_NOT_SET:
       break;
   }
@@ -544,6 +546,8 @@ absl::Status DispatcherState::Validate(const proto::Update& update) const {
       return need_job(update.remove_job().job_id());
     case proto::Update::kIdFloor:
       return absl::OkStatus();
+    case proto::Update::kRemoveDataset:
+      return CheckRemoveDataset(update.remove_dataset());
     case proto::Update::KIND_NOT_SET:
       break;
   }
@@ -626,6 +630,25 @@ absl::Status DispatcherState::ApplyRemoveJob(const proto::UpdateRemoveJob& u) {
     }
   }
   jobs_.erase(jit);
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherState::CheckRemoveDataset(const proto::UpdateRemoveDataset& u) const {
+  if (!datasets_.contains(u.dataset_id())) {
+    return absl::NotFoundError(absl::StrCat("dataset ", u.dataset_id(), " is not registered"));
+  }
+  for (const auto& [id, job] : jobs_) {
+    if (job.dataset_id == u.dataset_id()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("dataset ", u.dataset_id(), " is still used by job ", id));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherState::ApplyRemoveDataset(const proto::UpdateRemoveDataset& u) {
+  RETURN_IF_ERROR(CheckRemoveDataset(u));
+  datasets_.erase(u.dataset_id());
   return absl::OkStatus();
 }
 

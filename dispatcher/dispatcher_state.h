@@ -175,6 +175,9 @@ class DispatcherState {
   absl::Status ApplyConsumerState(const proto::UpdateConsumerState& u);
   absl::Status ApplyRemoveJob(const proto::UpdateRemoveJob& u);
   absl::Status ApplyIdFloor(const proto::UpdateIdFloor& u);
+  // A dataset may be forgotten once no job uses it.
+  absl::Status CheckRemoveDataset(const proto::UpdateRemoveDataset& u) const;
+  absl::Status ApplyRemoveDataset(const proto::UpdateRemoveDataset& u);
 
   // Fills consumer.slots for consumer.epoch (or marks it finished).
   absl::Status StartEpoch(Job& job, Consumer& consumer);

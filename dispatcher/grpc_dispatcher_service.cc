@@ -121,6 +121,10 @@ grpc::ServerUnaryReactor* GrpcDispatcherService::RegisterDataset(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   std::optional<Identity> caller = Caller(context, reactor);
   if (!caller) return reactor;
+  if (!caller->all_roles) {
+    authorization_.ForgetDatasets(caller->user,
+                                  [this](uint64_t id) { return impl_->HasDataset(id); });
+  }
   ForwardIfAllowed(authorization_.CheckRegisterDataset(*caller, *request), reactor, *request,
                    response, impl_, &DispatcherImpl::RegisterDataset,
                    [this, caller = *caller, request, response] {

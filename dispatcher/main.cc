@@ -39,6 +39,8 @@ struct Flags {
   service::ServiceLimits limits;
   absl::Duration consumer_timeout = absl::Seconds(60);
   bool first_split_alone = true;
+  bool verify_shard_counts = true;
+  absl::Duration dataset_ttl = absl::Minutes(10);
   // Autoscaling (docs/autoscaling.md).
   std::string scaler = "none";
   uint32_t min_workers = 1;
@@ -83,6 +85,8 @@ int Run(const Flags& flags) {
   }
   options.consumer_timeout = flags.consumer_timeout;
   options.first_split_alone = flags.first_split_alone;
+  options.verify_shard_counts = flags.verify_shard_counts;
+  options.dataset_ttl = flags.dataset_ttl;
   options.limits = flags.limits;
   if (flags.min_workers > flags.max_workers || flags.scale_period <= absl::ZeroDuration()) {
     logger->error("--min-workers must be <= --max-workers and --scale-period positive");
@@ -189,6 +193,13 @@ int main(int argc, char** argv) {
                  "A consumer that returned no batch yet has one split in production, "
                  "so its first batch gets all of the workers' CPU (true/false)")
       ->capture_default_str();
+  app.add_option("--verify-shard-counts", flags.verify_shard_counts,
+                 "RegisterDataset checks the client's shard record counts "
+                 "against the dataset (a worker reads its manifest) before it "
+                 "accepts them (true/false)")
+      ->capture_default_str();
+  sluice::AddDurationOption(app, "--dataset-ttl", &flags.dataset_ttl,
+                            "A dataset no job has used this long is forgotten (0: never)");
   sluice::AddDurationOption(app, "--consumer-timeout", &flags.consumer_timeout,
                             "A consumer without a heartbeat this long is gone; "
                             "a job with no consumer left is "

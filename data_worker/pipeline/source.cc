@@ -93,14 +93,54 @@ bool Hidden(const fs::path& p) {
   return !name.empty() && name[0] == '.';
 }
 
+// The largest image file read (a 10 GB file named .jpg would otherwise be read whole).
+constexpr uintmax_t kMaxImageFileBytes = uintmax_t{256} << 20;
+
+// Whether `path` (canonical) is `root` (canonical) or inside it.
+bool Inside(const std::string& path, const std::string& root) {
+  return path == root || (path.size() > root.size() && path.compare(0, root.size(), root) == 0 &&
+                          (root.back() == '/' || path[root.size()] == '/'));
+}
+
+// OK if the file at `path` resolves (symlinks followed) to a regular file inside `root`
+// (canonical) and is at most kMaxImageFileBytes: a symlink must not lead a worker out of
+// the folder (out of its --data-root), to a device or a FIFO that never ends, or to a file
+// too large to hold.
+absl::Status CheckImageFile(const fs::path& path, const std::string& root) {
+  std::error_code ec;
+  const fs::path resolved = fs::canonical(path, ec);
+  if (ec) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot resolve image file ", path.string(), ": ", ec.message()));
+  }
+  if (!Inside(resolved.string(), root)) {
+    return absl::PermissionDeniedError(absl::StrCat("image file ", path.string(), " resolves to ",
+                                                    resolved.string(),
+                                                    ", outside the image folder ", root));
+  }
+  if (!fs::is_regular_file(resolved, ec)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("image file ", path.string(), " is not a regular file"));
+  }
+  const uintmax_t bytes = fs::file_size(resolved, ec);
+  if (ec || bytes > kMaxImageFileBytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("image file ", path.string(), " has ",
+                                                     ec ? 0 : bytes, " bytes, more than ",
+                                                     kMaxImageFileBytes, " (or cannot be sized)"));
+  }
+  return absl::OkStatus();
+}
+
 class ImageFolderSourceImpl final : public Source {
  public:
   struct Entry {
     std::string relative;
     int64_t label;
   };
-  ImageFolderSourceImpl(std::string root, std::vector<Entry> entries)
+  // `canonical`: `root` resolved, which every file read must stay in.
+  ImageFolderSourceImpl(std::string root, std::string canonical, std::vector<Entry> entries)
       : root_(std::move(root)),
+        canonical_(std::move(canonical)),
         entries_(std::move(entries)),
         schema_(record::ImageClassificationSchema()) {}
   uint64_t size() const override { return entries_.size(); }
@@ -113,6 +153,8 @@ class ImageFolderSourceImpl final : public Source {
                                            const std::vector<int>& columns) const override {
     const Entry& e = entries_[global];
     const std::string path = Describe(global);
+    // Again at read time: the file may have been replaced since the folder was listed.
+    RETURN_IF_ERROR(CheckImageFile(path, canonical_));
     std::ifstream in(path, std::ios::binary);
     if (!in) return absl::NotFoundError(absl::StrCat("cannot open image file ", path));
     std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -122,6 +164,7 @@ class ImageFolderSourceImpl final : public Source {
 
  private:
   const std::string root_;
+  const std::string canonical_;
   const std::vector<Entry> entries_;
   const record::Schema schema_;
 };
@@ -207,9 +250,19 @@ absl::StatusOr<std::unique_ptr<Source>> OpenSource(const proto::SourceNode& node
       if (!fs::is_directory(root, ec)) {
         return absl::NotFoundError(absl::StrCat("source: path '", root, "' does not exist"));
       }
+      const std::string canonical = fs::canonical(root, ec).string();
+      if (ec) {
+        return absl::NotFoundError(
+            absl::StrCat("source: cannot resolve image folder '", root, "': ", ec.message()));
+      }
+      // The error_code forms throughout: a symlink loop or a vanished entry is a refused job,
+      // not an exception that ends the worker.
       std::vector<std::string> classes;
-      for (const auto& d : fs::directory_iterator(root, ec)) {
-        if (d.is_directory() && !Hidden(d.path())) classes.push_back(d.path().filename().string());
+      for (auto it = fs::directory_iterator(root, ec); !ec && it != fs::directory_iterator();
+           it.increment(ec)) {
+        std::error_code type_error;
+        if (it->is_directory(type_error) && !Hidden(it->path()))
+          classes.push_back(it->path().filename().string());
       }
       std::sort(classes.begin(), classes.end());
       std::vector<ImageFolderSourceImpl::Entry> entries;
@@ -217,15 +270,23 @@ absl::StatusOr<std::unique_ptr<Source>> OpenSource(const proto::SourceNode& node
         std::vector<std::string> files;
         const fs::path dir = fs::path(root) / classes[label];
         for (auto it = fs::recursive_directory_iterator(dir, ec);
-             it != fs::recursive_directory_iterator(); it.increment(ec)) {
-          if (ec) break;
+             !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+          std::error_code type_error;
           if (Hidden(it->path())) {
-            if (it->is_directory()) it.disable_recursion_pending();
+            if (it->is_directory(type_error)) it.disable_recursion_pending();
             continue;
           }
-          if (it->is_regular_file() && IsImageName(it->path())) {
-            files.push_back(fs::relative(it->path(), root).string());
+          if (!IsImageName(it->path()) || it->is_directory(type_error)) continue;
+          if (!it->is_symlink(type_error) && !it->is_regular_file(type_error)) continue;
+          // A dangling link or one to a FIFO is skipped like a FIFO itself; one out of the folder
+          // or to a huge file refuses the source.
+          if (absl::Status s = CheckImageFile(it->path(), canonical);
+              absl::IsNotFound(s) || absl::IsFailedPrecondition(s)) {
+            continue;
+          } else if (!s.ok()) {
+            return absl::Status(s.code(), absl::StrCat("source: ", s.message()));
           }
+          files.push_back(it->path().lexically_relative(root).string());
         }
         std::sort(files.begin(), files.end());
         for (auto& f : files) entries.push_back({std::move(f), static_cast<int64_t>(label)});
@@ -234,7 +295,7 @@ absl::StatusOr<std::unique_ptr<Source>> OpenSource(const proto::SourceNode& node
         return absl::InvalidArgumentError(
             absl::StrCat("source: image folder '", root, "' has no .jpg/.jpeg/.png files"));
       }
-      return std::make_unique<ImageFolderSourceImpl>(root, std::move(entries));
+      return std::make_unique<ImageFolderSourceImpl>(root, canonical, std::move(entries));
     }
     case proto::SourceNode::kSynthetic: {
       const auto& s = node.synthetic();

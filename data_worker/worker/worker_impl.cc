@@ -203,6 +203,8 @@ absl::Status WorkerImpl::Heartbeat() {
     }
     request.set_elements_per_second(elements_per_second_);
     for (uint64_t id : jobs_.ids()) request.add_known_job_ids(id);
+    for (proto::DatasetDescription& d : described_) *request.add_described() = std::move(d);
+    described_.clear();
     last_request_ = request;
   }
   proto::WorkerHeartbeatResponse response;
@@ -235,6 +237,26 @@ absl::Status WorkerImpl::Heartbeat() {
 
   // New jobs: validating opens the source (I/O).
   for (const proto::JobInfo& info : response.jobs()) jobs_.Add(info);
+  if (!response.describe().empty()) {
+    // The dispatcher checks a dataset's shard record counts: read its manifest, answer at once.
+    std::vector<proto::DatasetDescription> described;
+    for (const proto::DescribeTask& task : response.describe()) {
+      proto::DatasetDescription& d = described.emplace_back();
+      d.set_ticket(task.ticket());
+      absl::StatusOr<std::vector<uint64_t>> counts = jobs_.ShardRecordCounts(task.pipeline());
+      if (counts.ok()) {
+        d.mutable_shard_record_counts()->Add(counts->begin(), counts->end());
+      } else {
+        d.set_error_code(static_cast<int32_t>(counts.status().code()));
+        d.set_error_message(std::string(counts.status().message()));
+      }
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      for (proto::DatasetDescription& d : described) described_.push_back(std::move(d));
+    }
+    heartbeat_due_.store(true);
+  }
   for (uint64_t job_id : response.finished_job_ids()) {
     queues_.DropJob(job_id);
     jobs_.Remove(job_id);

@@ -257,6 +257,8 @@ class WorkerImpl {
   uint64_t elements_at_rate_since_ ABSL_GUARDED_BY(mu_) = 0;
   double elements_per_second_ ABSL_GUARDED_BY(mu_) = 0;
   proto::WorkerHeartbeatRequest last_request_ ABSL_GUARDED_BY(mu_);
+  // Answers to the dispatcher's DescribeTasks, sent with the next heartbeat.
+  std::vector<proto::DatasetDescription> described_ ABSL_GUARDED_BY(mu_);
 
   // A split stopped producing since the last heartbeat: the heartbeat thread sends the next
   // one at once (ConsumerQueues::set_on_split_end).

@@ -76,6 +76,33 @@ TEST(Authorization, DatasetsPerIdentityAreCappedButRegisteringAgainPasses) {
   EXPECT_TRUE(auth.CheckRegisterDataset(Identity::Development(), request).ok());
 }
 
+// A dataset the dispatcher forgot (--dataset-ttl) no longer counts against its registrant.
+TEST(Authorization, ForgottenDatasetsNoLongerCountAgainstTheQuota) {
+  Authorization auth({.max_datasets_per_identity = 2});
+  proto::RegisterDatasetRequest request;
+  request.set_batch_size(8);
+  request.add_shard_record_counts(100);
+  for (const char* spec : {"a", "b"}) {
+    request.set_pipeline(spec);
+    auth.DatasetRegistered(kAlice, request, spec[0]);
+  }
+  request.set_pipeline("c");
+  EXPECT_EQ(auth.CheckRegisterDataset(kAlice, request).code(),
+            absl::StatusCode::kResourceExhausted);
+  auth.ForgetDatasets("bob", [](uint64_t) { return false; });  // not alice's
+  EXPECT_EQ(auth.CheckRegisterDataset(kAlice, request).code(),
+            absl::StatusCode::kResourceExhausted);
+  auth.ForgetDatasets("alice", [](uint64_t id) { return id != 'a'; });
+  EXPECT_TRUE(auth.CheckRegisterDataset(kAlice, request).ok());
+  // Alice no longer owns the forgotten dataset: a job over its old id is refused.
+  proto::GetOrCreateJobRequest job;
+  job.set_dataset_id('a');
+  EXPECT_EQ(auth.CheckGetOrCreateJob(kAlice, "1-1", &job).code(),
+            absl::StatusCode::kPermissionDenied);
+  job.set_dataset_id('b');
+  EXPECT_TRUE(auth.CheckGetOrCreateJob(kAlice, "1-2", &job).ok());
+}
+
 TEST(Authorization, OnlyTheOwnerOrAnOperatorReachesAJob) {
   Authorization auth({});
   EXPECT_FALSE(auth.JobOwner(9).has_value());

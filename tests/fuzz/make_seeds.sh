@@ -161,4 +161,39 @@ echo 'assign_split { key { job_id: 1 consumer_index: 0 epoch: 0 position: 0 } wo
   enc proto.Update dispatcher.proto >"$tmp/j4"
 { rec "$tmp/j0"; rec "$tmp/j1"; rec "$tmp/j2"; rec "$tmp/j3"; rec "$tmp/j4"; } >"$out/journal_fuzzer/job_and_worker"
 
+# Saved iterator states (restore_state_fuzzer): mid-epoch with returned and complete slots, and
+# at an epoch boundary.
+mkdir -p "$out"/{restore_state,get_batches,image_folder}_fuzzer
+echo 'version: 1 job_id: 3 job_name: "fuzz" consumer_index: 1 num_consumers: 2 epoch: 1
+  splits { epoch: 1 position: 0 delivered_batches: 2 complete: true }
+  splits { epoch: 1 position: 3 delivered_batches: 1 } job_fingerprint: 24301' |
+  enc proto.ConsumerCheckpoint dispatcher.proto >"$out/restore_state_fuzzer/mid_epoch"
+echo 'version: 1 job_id: 3 job_name: "fuzz" consumer_index: 0 num_consumers: 4 epoch: 2' |
+  enc proto.ConsumerCheckpoint dispatcher.proto >"$out/restore_state_fuzzer/epoch_boundary"
+# GetBatches requests (get_batches_fuzzer): a consumer of job 1 holding splits.
+echo 'protocol_version: 3 job_id: 1 consumer_index: 1
+  held { key { job_id: 1 consumer_index: 1 epoch: 0 position: 2 } batches: 3 }
+  held { key { job_id: 1 consumer_index: 1 epoch: 0 position: 5 } batches: 1 complete: true }' |
+  enc proto.GetBatchesRequest worker_service.proto >"$out/get_batches_fuzzer/held_splits"
+echo 'protocol_version: 3 job_id: 2' | enc proto.GetBatchesRequest worker_service.proto \
+  >"$out/get_batches_fuzzer/development_job"
+# Image folders (image_folder_fuzzer.cc's format): kind | name length | name | (file) u16le size
+# | bytes, (symlink) target length | target.
+entry_file() {
+  local name=$1 file=$2 n
+  n=$(stat -c %s "$file")
+  printf "\\x00\\x$(printf %02x ${#name})%s\\x$(printf %02x $((n & 255)))\\x$(printf %02x $((n >> 8)))" "$name"
+  cat "$file"
+}
+entry_link() {
+  printf "\\x02\\x$(printf %02x ${#1})%s\\x$(printf %02x ${#2})%s" "$1" "$2"
+}
+{ entry_file cat/a.jpg "$root/tests/fuzz/seed_images/python.jpg"
+  entry_file dog/sub/b.png "$root/tests/fuzz/seed_images/python.png"
+  entry_link cat/c.jpg a.jpg; } >"$out/image_folder_fuzzer/two_classes_and_a_link"
+{ entry_file cat/a.jpg "$root/tests/fuzz/seed_images/python.jpg"
+  entry_link cat/out.jpg ../../../outside/secret.jpg
+  entry_link cat/loop.jpg loop.jpg
+  entry_link dog dog; } >"$out/image_folder_fuzzer/links_out_and_loops"
+
 echo "seeds in $out"

@@ -28,7 +28,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 build="${SLUICE_FUZZ_BUILD_DIR:-$root/build-fuzz}"
 fuzzers=(shard_reader_fuzzer manifest_fuzzer pipeline_spec_fuzzer worker_pipeline_fuzzer
   filter_fuzzer decode_fuzzer tfrecord_fuzzer webdataset_fuzzer dispatcher_fuzzer batch_fuzzer
-  journal_fuzzer)
+  journal_fuzzer restore_state_fuzzer get_batches_fuzzer image_folder_fuzzer)
 if (($#)); then fuzzers=("$@"); fi
 
 # A build folder configured already (scripts/test.sh's build-san: SLUICE_FUZZ plus the lock

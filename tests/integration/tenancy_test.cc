@@ -115,13 +115,21 @@ TempDir* TenancyTest::dir_ = nullptr;
 tools::Certificates* TenancyTest::certs_ = nullptr;
 tools::LocalCluster* TenancyTest::cluster_ = nullptr;
 
-// RegisterDataset as `name` through the raw API (the client library asks a worker for the counts).
+// A synthetic source of `records` records.
+std::string Synthetic(int64_t records) {
+  proto::Pipeline pipeline;
+  pipeline.mutable_source()->mutable_synthetic()->set_num_records(records);
+  return pipeline.SerializeAsString();
+}
+
+// RegisterDataset through the raw API (the client library asks a worker for the counts).
 grpc::Status RegisterAs(proto::DispatcherService::Stub& stub, std::vector<uint64_t> counts,
-                        uint64_t batch_size, uint64_t* dataset_id) {
+                        uint64_t batch_size, uint64_t* dataset_id,
+                        const std::string& pipeline = Synthetic(100)) {
   grpc::ClientContext context;
   proto::RegisterDatasetRequest request;
   request.set_protocol_version(service::kProtocolVersion);
-  request.set_pipeline("spec of an attacker");
+  request.set_pipeline(pipeline);
   for (uint64_t c : counts) request.add_shard_record_counts(c);
   request.set_batch_size(batch_size);
   proto::RegisterDatasetResponse response;
@@ -343,7 +351,18 @@ TEST_F(TenancyTest, ForgedShardRecordCountsAreRefused) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(s.error_message(), HasSubstr("shard_record_counts add up to more than "
                                            "281474976710656 records"));
-  s = RegisterAs(*mallory, {1000000000000ull}, 8, &dataset);
+  // Counts the dataset's manifest does not have: the dispatcher has a worker read it and
+  // refuses the request before anything is journaled or allocated.
+  s = RegisterAs(*mallory, {1000000000000ull}, 8, &dataset, Pipeline().SerializeAsString());
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(),
+              HasSubstr(absl::StrCat("RegisterDataset: shard 0 of dataset '", dir_->Join("root/ds"),
+                                     "' has 64 records (read by data worker ")));
+  EXPECT_THAT(s.error_message(), HasSubstr("the request says 1000000000000"));
+  s = RegisterAs(*mallory, {1000000000000ull}, 8, &dataset, Synthetic(100));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  // A dataset that really is that large is refused when it would be cut into splits.
+  s = RegisterAs(*mallory, {1000000000000ull}, 8, &dataset, Synthetic(1000000000000));
   ASSERT_TRUE(s.ok()) << s.error_message();
   s = CreateJobAs(*mallory, dataset, "huge");
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
@@ -359,16 +378,22 @@ TEST_F(TenancyTest, ForgedShardRecordCountsAreRefused) {
 TEST_F(TenancyTest, OneTrainerCannotHoardDatasetsOrJobs) {
   auto trudy = Dispatcher("trudy");
   uint64_t dataset = 0;
+  // Jobs whose consumers never come hold worker capacity until their lease runs out (60 s);
+  // a spec the worker refuses keeps them off the one worker the next test reads from.
+  proto::Pipeline refused;
+  refused.mutable_source()->mutable_synthetic()->set_num_records(100);
+  refused.mutable_source()->mutable_synthetic()->set_height(-1);
+  const std::string spec = refused.SerializeAsString();
   for (uint64_t batch = 1; batch <= 4; ++batch) {
-    grpc::Status s = RegisterAs(*trudy, {100}, batch, &dataset);
+    grpc::Status s = RegisterAs(*trudy, {100}, batch, &dataset, spec);
     ASSERT_TRUE(s.ok()) << batch << ": " << s.error_message();
   }
   uint64_t fifth = 0;
-  grpc::Status s = RegisterAs(*trudy, {100}, 5, &fifth);
+  grpc::Status s = RegisterAs(*trudy, {100}, 5, &fifth, spec);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(s.error_message(), HasSubstr("trudy already holds 4 datasets "
                                            "(--max-datasets-per-identity 4)"));
-  ASSERT_TRUE(RegisterAs(*trudy, {100}, 4, &dataset).ok());  // again: the same one
+  ASSERT_TRUE(RegisterAs(*trudy, {100}, 4, &dataset, spec).ok());  // again: the same one
 
   for (const char* name : {"h0", "h1", "h2"}) {
     s = CreateJobAs(*trudy, dataset, name);

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "data_worker/ops/decode.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -99,6 +100,65 @@ TEST(ImageFolderSource, NumbersClassesAndFilesInSortedOrder) {
   const absl::Status gone = (*src)->Read(1, {kImage}).status();
   EXPECT_EQ(gone.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(gone.message(), HasSubstr(dir.Join("cat/a.jpg")));
+}
+
+// A file of the folder that is a symlink out of it (out of the worker's --data-root): the
+// source is refused naming both paths, instead of streaming the file back.
+TEST(ImageFolderSource, AFileThatIsASymlinkOutOfTheFolderIsRefused) {
+  sluice::testing::TempDir dir;
+  WriteFile(dir.Join("imgs/cat/a.jpg"), testing::Jpeg(0, 8, 8));
+  WriteFile(dir.Join("outside/secret.jpg"), "secret");
+  fs::create_symlink("../../outside/secret.jpg", dir.Join("imgs/cat/b.jpg"));
+  proto::SourceNode node;
+  node.mutable_image_folder()->set_path(dir.Join("imgs"));
+  const absl::Status s = OpenSource(node).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  const std::string root = fs::canonical(dir.path()).string();
+  EXPECT_EQ(s.message(),
+            absl::StrCat("source: image file ", dir.Join("imgs/cat/b.jpg"), " resolves to ", root,
+                         "/outside/secret.jpg, outside the "
+                         "image folder ",
+                         root, "/imgs"));
+  // A link that stays in the folder is read like the file it names.
+  fs::remove(dir.Join("imgs/cat/b.jpg"));
+  fs::create_symlink("a.jpg", dir.Join("imgs/cat/b.jpg"));
+  auto src = OpenSource(node);
+  ASSERT_TRUE(src.ok()) << src.status();
+  EXPECT_EQ((*src)->size(), 2u);
+}
+
+// A file that links to itself and a class folder that links to itself (ELOOP): the throwing
+// forms of std::filesystem's calls (directory_entry::is_directory(), is_regular_file()) would
+// end the worker with an uncaught filesystem_error; both are skipped like any entry that is not
+// an image.
+TEST(ImageFolderSource, SymlinkLoopsAreSkippedInsteadOfThrowing) {
+  sluice::testing::TempDir dir;
+  WriteFile(dir.Join("cat/a.jpg"), testing::Jpeg(0, 8, 8));
+  fs::create_symlink("loop.jpg", dir.Join("cat/loop.jpg"));
+  fs::create_symlink("dog", dir.Join("dog"));
+  proto::SourceNode node;
+  node.mutable_image_folder()->set_path(dir.path());
+  auto src = OpenSource(node);
+  ASSERT_TRUE(src.ok()) << src.status();
+  ASSERT_EQ((*src)->size(), 1u);
+  EXPECT_EQ((*src)->Describe(0), dir.Join("cat/a.jpg"));
+}
+
+// A file replaced by a symlink out of the folder after the folder was listed: refused when
+// it is read.
+TEST(ImageFolderSource, AFileSwappedForASymlinkOutIsRefusedWhenRead) {
+  sluice::testing::TempDir dir;
+  WriteFile(dir.Join("imgs/cat/a.jpg"), testing::Jpeg(0, 8, 8));
+  WriteFile(dir.Join("outside.jpg"), "secret");
+  proto::SourceNode node;
+  node.mutable_image_folder()->set_path(dir.Join("imgs"));
+  auto src = OpenSource(node);
+  ASSERT_TRUE(src.ok()) << src.status();
+  fs::remove(dir.Join("imgs/cat/a.jpg"));
+  fs::create_symlink("../../outside.jpg", dir.Join("imgs/cat/a.jpg"));
+  const absl::Status s = (*src)->Read(0, {kImage}).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(s.message(), HasSubstr("outside the image folder"));
 }
 
 TEST(DatasetSource, ReadsRecordsAndExposesTheDataset) {

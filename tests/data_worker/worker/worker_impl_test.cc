@@ -994,5 +994,38 @@ TEST_F(WorkerImplTest, AWatchAnsweredWithWorkBringsAHeartbeatAtOnce) {
   EXPECT_TRUE(fake_.watch_cancelled);
 }
 
+// The dispatcher checks a registered dataset's shard record counts through a worker: each
+// DescribeTask of a heartbeat's answer is read (the manifest under --data-root) and answered in
+// the next heartbeat, once; what the worker may not read is answered with its error.
+TEST_F(WorkerImplTest, DescribeTasksAreAnsweredInTheNextHeartbeat) {
+  auto w = MakeWorker();
+  proto::WorkerHeartbeatResponse response;
+  proto::Pipeline inside;
+  inside.mutable_source()->mutable_dataset()->set_path(dir_.Join("ds"));
+  proto::DescribeTask* task = response.add_describe();
+  task->set_ticket(7);
+  task->set_pipeline(inside.SerializeAsString());
+  proto::Pipeline outside;
+  outside.mutable_source()->mutable_dataset()->set_path("/etc");
+  task = response.add_describe();
+  task->set_ticket(8);
+  task->set_pipeline(outside.SerializeAsString());
+  Deliver(*w, response);
+  ASSERT_TRUE(w->Heartbeat().ok());
+  const proto::WorkerHeartbeatRequest hb = w->last_heartbeat();
+  ASSERT_EQ(hb.described_size(), 2);
+  EXPECT_EQ(hb.described(0).ticket(), 7u);
+  EXPECT_EQ(hb.described(0).error_code(), 0);
+  ASSERT_EQ(hb.described(0).shard_record_counts_size(), 1);
+  EXPECT_EQ(hb.described(0).shard_record_counts(0), 40u);
+  EXPECT_EQ(hb.described(1).ticket(), 8u);
+  EXPECT_EQ(hb.described(1).error_code(),
+            static_cast<int32_t>(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(hb.described(1).error_message(),
+              HasSubstr("pipeline source '/etc' is outside the worker's --data-root"));
+  ASSERT_TRUE(w->Heartbeat().ok());
+  EXPECT_EQ(w->last_heartbeat().described_size(), 0);
+}
+
 }  // namespace
 }  // namespace sluice::data_worker
