@@ -181,6 +181,14 @@ absl::Status DispatcherImpl::DoGetOrCreateJob(const proto::GetOrCreateJobRequest
   }
   config.set_split_size(
       SplitSize(config.split_size(), options_.default_split_size, dataset->batch_size, share));
+  {
+    // A cache node writes whole splits: slots must not span two (docs/cache.md).
+    proto::Pipeline pipeline;
+    config.set_slots_follow_splits(
+        config.mode() == proto::PROCESSING_MODE_DISTRIBUTED_EPOCH &&
+        pipeline.ParseFromString(dataset->pipeline) &&
+        pipeline_spec::CacheKeyOf(pipeline, config.split_size()).has_value());
+  }
   uint64_t first_epoch = 0;  // a job replaced at an epoch boundary continues there
 
   if (const DispatcherState::Job* job = state_.FindJobByName(request.job_name()); job != nullptr) {
@@ -234,6 +242,7 @@ absl::Status DispatcherImpl::DoGetOrCreateJob(const proto::GetOrCreateJobRequest
   *u->mutable_config() = config;
   u->set_first_epoch(first_epoch);
   RETURN_IF_ERROR(Commit(update));
+  RETURN_IF_ERROR(CreateCache(*state_.FindJob(u->job_id())));
   logger_->info(
       "created job {} '{}' on dataset {}: {} ({} splits, {} records per "
       "consumer)",

@@ -257,6 +257,7 @@ absl::Status DispatcherImpl::DoGetStatus(const proto::GetStatusRequest& request,
       }
     }
   }
+  FillCacheStatus(request, response);
   return absl::OkStatus();
 }
 

@@ -44,7 +44,7 @@ absl::StatusOr<std::vector<record::SlotPieces>> DispatcherState::ConsumerSlots(
                                              ? record::RemainderPolicy::kDrop
                                              : record::RemainderPolicy::kPad;
   return record::ConsumerSlots(splits, config.num_consumers(), consumer, config.seed(), epoch,
-                               policy, config.split_size());
+                               policy, config.split_size(), config.slots_follow_splits());
 }
 
 absl::Status DispatcherState::Apply(const proto::Update& update) {
@@ -73,6 +73,12 @@ absl::Status DispatcherState::Apply(const proto::Update& update) {
       return ApplyRemoveJob(update.remove_job());
     case proto::Update::kIdFloor:
       return ApplyIdFloor(update.id_floor());
+    case proto::Update::kCacheCreate:
+    case proto::Update::kCacheCommit:
+    case proto::Update::kCacheRemove:
+      RETURN_IF_ERROR(caches_.Validate(update));
+      caches_.Apply(update);
+      return absl::OkStatus();
     case proto::Update::KIND_NOT_SET:
       break;
   }
@@ -474,6 +480,10 @@ absl::Status DispatcherState::Validate(const proto::Update& update) const {
       return need_job(update.remove_job().job_id());
     case proto::Update::kIdFloor:
       return absl::OkStatus();
+    case proto::Update::kCacheCreate:
+    case proto::Update::kCacheCommit:
+    case proto::Update::kCacheRemove:
+      return caches_.Validate(update);
     case proto::Update::KIND_NOT_SET:
       break;
   }
@@ -606,6 +616,7 @@ proto::DispatcherSnapshot DispatcherState::Snapshot() const {
   for (const auto& [id, w] : workers_) {
     if (w.draining) add()->mutable_drain_worker()->set_worker_id(id);
   }
+  caches_.AppendSnapshot(&snapshot);
   return snapshot;
 }
 

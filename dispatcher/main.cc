@@ -39,6 +39,7 @@ struct Flags {
   service::ServiceLimits limits;
   absl::Duration consumer_timeout = absl::Seconds(60);
   bool first_split_alone = true;
+  uint64_t cache_budget_bytes = 0;
   // Autoscaling (docs/autoscaling.md).
   std::string scaler = "none";
   uint32_t min_workers = 1;
@@ -83,6 +84,7 @@ int Run(const Flags& flags) {
   }
   options.consumer_timeout = flags.consumer_timeout;
   options.first_split_alone = flags.first_split_alone;
+  options.cache_budget_bytes = flags.cache_budget_bytes;
   options.limits = flags.limits;
   if (flags.min_workers > flags.max_workers || flags.scale_period <= absl::ZeroDuration()) {
     logger->error("--min-workers must be <= --max-workers and --scale-period positive");
@@ -188,6 +190,12 @@ int main(int argc, char** argv) {
   app.add_option("--first-split-alone", flags.first_split_alone,
                  "A consumer that returned no batch yet has one split in production, "
                  "so its first batch gets all of the workers' CPU (true/false)")
+      ->capture_default_str();
+  app.add_option("--cache-budget-bytes", flags.cache_budget_bytes,
+                 "Bytes all cache nodes' committed files may take together (the dispatcher "
+                 "sees every commit, so it keeps the budget): a commit that would exceed it "
+                 "evicts the oldest cache no live job uses, or is skipped (docs/cache.md); "
+                 "0 = unlimited")
       ->capture_default_str();
   sluice::AddDurationOption(app, "--consumer-timeout", &flags.consumer_timeout,
                             "A consumer without a heartbeat this long is gone; "
