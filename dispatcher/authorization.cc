@@ -159,6 +159,10 @@ absl::Status Authorization::CheckDrainWorker(const Identity& caller) const {
   return service::RequireRole(caller, Role::kOperator, "DrainWorker");
 }
 
+absl::Status Authorization::CheckRemoveCache(const Identity& caller) const {
+  return service::RequireRole(caller, Role::kOperator, "RemoveCache");
+}
+
 absl::Status Authorization::CheckGetStatus(const Identity& caller,
                                            proto::GetStatusRequest* request) const {
   if (caller.Has(Role::kOperator)) return absl::OkStatus();

@@ -14,6 +14,7 @@
 //   WorkerHeartbeat,  sluice:workers     the worker id was registered by the caller
 //   WorkerUnregister
 //   DrainWorker       sluice:operators
+//   RemoveCache       sluice:operators
 // Operators may act on every job; the development identity (no client authentication, or the
 // one --auth-token-file token) holds every role.
 //
@@ -102,6 +103,8 @@ class Authorization {
 
   // DrainWorker: operators.
   absl::Status CheckDrainWorker(const service::Identity& caller) const;
+  // RemoveCache: operators.
+  absl::Status CheckRemoveCache(const service::Identity& caller) const;
 
   // GetStatus: trainers or operators; a trainer's request loses starting_workers.
   absl::Status CheckGetStatus(const service::Identity& caller,

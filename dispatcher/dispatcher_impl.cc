@@ -305,6 +305,11 @@ void DispatcherImpl::GetStatus(const proto::GetStatusRequest& request,
   RunAsync(&DispatcherImpl::DoGetStatus, request, response, std::move(done));
 }
 
+void DispatcherImpl::RemoveCache(const proto::RemoveCacheRequest& request,
+                                 proto::RemoveCacheResponse* response, Done done) {
+  RunAsync(&DispatcherImpl::DoRemoveCache, request, response, std::move(done));
+}
+
 absl::Status DispatcherImpl::Tick() {
   absl::Status status = DoTick();
   AnswerWatches();        // work made by the tick (a lost worker's splits), and deadlines

@@ -180,6 +180,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/base/clock.h"
+#include "common/pipeline_spec/cache_key.h"
 #include "common/service/limits.h"
 #include "common/service/protocol.h"
 #include "dispatcher/autoscale_signals.h"
@@ -246,6 +247,9 @@ struct DispatcherOptions {
   absl::Duration dataset_ttl = absl::Minutes(10);
   // Pipeline size, jobs and consumers per job (common/service/limits.h).
   service::ServiceLimits limits;
+  // Bytes all caches' committed files may take together (docs/cache.md,
+  // dispatcher/cache_catalog.h: eviction by cache, oldest unused first); 0 = unlimited.
+  uint64_t cache_budget_bytes = 0;
 };
 
 class DispatcherImpl {
@@ -310,6 +314,10 @@ class DispatcherImpl {
   // decision adds to the current workers.
   void GetStatus(const proto::GetStatusRequest& request, proto::GetStatusResponse* response,
                  Done done) ABSL_LOCKS_EXCLUDED(mu_);
+  // Removes every cache named request.name (docs/cache.md). NotFound: no such cache.
+  // FailedPrecondition naming the job: a live job uses it.
+  void RemoveCache(const proto::RemoveCacheRequest& request, proto::RemoveCacheResponse* response,
+                   Done done) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The assignment channel (above; proto/dispatcher.proto WatchAssignmentRequest): `done`
   // runs once work waits for the worker or after min(max_wait, heartbeat_interval), from a
@@ -361,7 +369,26 @@ class DispatcherImpl {
                              proto::GetJobStateResponse* response) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status DoGetStatus(const proto::GetStatusRequest& request,
                            proto::GetStatusResponse* response) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status DoRemoveCache(const proto::RemoveCacheRequest& request,
+                             proto::RemoveCacheResponse* response) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status DoTick() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Cache nodes (dispatcher_impl_cache.cc, docs/cache.md). The job's cache, from its
+  // dataset's pipeline and split size; nullopt without a cache node.
+  std::optional<pipeline_spec::CacheKey> CacheKeyOfJob(const DispatcherState::Job& job) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Journals the job's cache if it is new.
+  absl::Status CreateCache(const DispatcherState::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fingerprints of the caches of live (unfinished) jobs, with one such job's id.
+  std::map<std::string, uint64_t> CachesInUse() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A heartbeat's cache reports: commits (evicting to fit the budget) or refusals, all acked;
+  // then the cache events the worker has not seen.
+  absl::Status CommitCacheFiles(const proto::WorkerHeartbeatRequest& request,
+                                proto::WorkerHeartbeatResponse* response)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // GetStatus: every cache, and each job's cache line.
+  void FillCacheStatus(const proto::GetStatusRequest& request,
+                       proto::GetStatusResponse* response) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The maintenance loop's last pass was at `last_tick`: if it is far longer ago than its
   // period, the process was stopped or paused, and every lease restarts at `now`.
   void RestartLeasesAfterPause(absl::Time last_tick, absl::Time now)

@@ -203,6 +203,14 @@ absl::Status DispatcherImpl::DoGetOrCreateJob(const proto::GetOrCreateJobRequest
   }
   config.set_split_size(
       SplitSize(config.split_size(), options_.default_split_size, dataset->batch_size, share));
+  {
+    // A cache node writes whole splits: slots must not span two (docs/cache.md).
+    proto::Pipeline pipeline;
+    config.set_slots_follow_splits(
+        config.mode() == proto::PROCESSING_MODE_DISTRIBUTED_EPOCH &&
+        pipeline.ParseFromString(dataset->pipeline) &&
+        pipeline_spec::CacheKeyOf(pipeline, config.split_size()).has_value());
+  }
   uint64_t first_epoch = 0;  // a job replaced at an epoch boundary continues there
   // A mid-epoch resume on another number of consumers (or a restore inside such an epoch).
   std::optional<proto::ResizedEpoch> resized;
@@ -310,6 +318,7 @@ absl::Status DispatcherImpl::DoGetOrCreateJob(const proto::GetOrCreateJobRequest
         u->job_id(), request.job_name(), resized->epoch(), config.num_consumers(),
         resized->from_consumers());
   }
+  RETURN_IF_ERROR(CreateCache(*state_.FindJob(u->job_id())));
   logger_->info(
       "created job {} '{}' on dataset {}: {} ({} splits, {} records per "
       "consumer)",

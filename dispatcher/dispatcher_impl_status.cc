@@ -266,6 +266,7 @@ absl::Status DispatcherImpl::DoGetStatus(const proto::GetStatusRequest& request,
       }
     }
   }
+  FillCacheStatus(request, response);
   return absl::OkStatus();
 }
 

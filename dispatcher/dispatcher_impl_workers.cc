@@ -236,7 +236,7 @@ absl::Status DispatcherImpl::DoWorkerHeartbeat(const proto::WorkerHeartbeatReque
   ExchangeDescriptions(request, worker, response);
   response->set_draining(worker.draining);
   response->set_may_exit(worker.draining && worker.slots.empty());
-  return absl::OkStatus();
+  return CommitCacheFiles(request, response);
 }
 
 absl::Status DispatcherImpl::LoseWorker(uint64_t worker_id, const char* reason,

@@ -80,7 +80,7 @@ absl::StatusOr<std::vector<record::SlotPieces>> DispatcherState::ConsumerSlots(
                                              ? record::RemainderPolicy::kDrop
                                              : record::RemainderPolicy::kPad;
   return record::ConsumerSlots(splits, config.num_consumers(), consumer, config.seed(), epoch,
-                               policy, config.split_size());
+                               policy, config.split_size(), config.slots_follow_splits());
 }
 
 absl::StatusOr<std::vector<SlotSource>> DispatcherState::SlotsOf(const Job& job, uint32_t consumer,
@@ -127,6 +127,12 @@ absl::Status DispatcherState::Apply(const proto::Update& update) {
       return ApplyIdFloor(update.id_floor());
     case proto::Update::kRemoveDataset:
       return ApplyRemoveDataset(update.remove_dataset());
+    case proto::Update::kCacheCreate:
+    case proto::Update::kCacheCommit:
+    case proto::Update::kCacheRemove:
+      RETURN_IF_ERROR(caches_.Validate(update));
+      caches_.Apply(update);
+      return absl::OkStatus();
     case proto::Update::KIND_NOT_SET:
       break;
   }
@@ -548,6 +554,10 @@ absl::Status DispatcherState::Validate(const proto::Update& update) const {
       return absl::OkStatus();
     case proto::Update::kRemoveDataset:
       return CheckRemoveDataset(update.remove_dataset());
+    case proto::Update::kCacheCreate:
+    case proto::Update::kCacheCommit:
+    case proto::Update::kCacheRemove:
+      return caches_.Validate(update);
     case proto::Update::KIND_NOT_SET:
       break;
   }
@@ -711,6 +721,7 @@ proto::DispatcherSnapshot DispatcherState::Snapshot() const {
   for (const auto& [id, w] : workers_) {
     if (w.draining) add()->mutable_drain_worker()->set_worker_id(id);
   }
+  caches_.AppendSnapshot(&snapshot);
   return snapshot;
 }
 

@@ -25,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/record/sharding.h"
+#include "dispatcher/cache_catalog.h"
 #include "dispatcher/repartition.h"
 #include "proto/dispatcher.pb.h"
 #include "proto/worker.pb.h"
@@ -161,6 +162,8 @@ class DispatcherState {
   // A digest of the registered workers' (id, address) pairs: equal sets give equal digests
   // (order-free, kept by Apply in O(1)). Names the task list of ClientHeartbeat.
   uint64_t workers_digest() const { return workers_digest_; }
+  // Cache nodes' committed files (cache_catalog.h; Update cases cache_*).
+  const CacheCatalog& caches() const { return caches_; }
 
  private:
   absl::Status ApplyRegisterDataset(const proto::UpdateRegisterDataset& u);
@@ -198,6 +201,7 @@ class DispatcherState {
   uint64_t next_worker_id_ = 1;
   uint64_t incarnation_ = 0;
   uint64_t workers_digest_ = 0;
+  CacheCatalog caches_;
 };
 
 }  // namespace sluice::dispatcher

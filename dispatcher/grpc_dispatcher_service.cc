@@ -211,6 +211,20 @@ grpc::ServerUnaryReactor* GrpcDispatcherService::WorkerUnregister(
                          "WorkerUnregister");
 }
 
+grpc::ServerUnaryReactor* GrpcDispatcherService::RemoveCache(
+    grpc::CallbackServerContext* context, const proto::RemoveCacheRequest* request,
+    proto::RemoveCacheResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  std::optional<Identity> caller = Caller(context, reactor);
+  if (!caller) return reactor;
+  if (absl::Status s = authorization_.CheckRemoveCache(*caller); !s.ok()) {
+    reactor->Finish(service::ToGrpcStatus(s));
+    return reactor;
+  }
+  Forward(reactor, *request, response, impl_, &DispatcherImpl::RemoveCache);
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* GrpcDispatcherService::DrainWorker(
     grpc::CallbackServerContext* context, const proto::DrainWorkerRequest* request,
     proto::DrainWorkerResponse* response) {

@@ -52,6 +52,9 @@ class GrpcDispatcherService final : public proto::DispatcherService::CallbackSer
   grpc::ServerUnaryReactor* WorkerUnregister(grpc::CallbackServerContext* context,
                                              const proto::WorkerUnregisterRequest* request,
                                              proto::WorkerUnregisterResponse* response) override;
+  grpc::ServerUnaryReactor* RemoveCache(grpc::CallbackServerContext* context,
+                                        const proto::RemoveCacheRequest* request,
+                                        proto::RemoveCacheResponse* response) override;
   grpc::ServerUnaryReactor* DrainWorker(grpc::CallbackServerContext* context,
                                         const proto::DrainWorkerRequest* request,
                                         proto::DrainWorkerResponse* response) override;

@@ -41,6 +41,7 @@ struct Flags {
   bool first_split_alone = true;
   bool verify_shard_counts = true;
   absl::Duration dataset_ttl = absl::Minutes(10);
+  uint64_t cache_budget_bytes = 0;
   // Autoscaling (docs/autoscaling.md).
   std::string scaler = "none";
   uint32_t min_workers = 1;
@@ -87,6 +88,7 @@ int Run(const Flags& flags) {
   options.first_split_alone = flags.first_split_alone;
   options.verify_shard_counts = flags.verify_shard_counts;
   options.dataset_ttl = flags.dataset_ttl;
+  options.cache_budget_bytes = flags.cache_budget_bytes;
   options.limits = flags.limits;
   if (flags.min_workers > flags.max_workers || flags.scale_period <= absl::ZeroDuration()) {
     logger->error("--min-workers must be <= --max-workers and --scale-period positive");
@@ -200,6 +202,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   sluice::AddDurationOption(app, "--dataset-ttl", &flags.dataset_ttl,
                             "A dataset no job has used this long is forgotten (0: never)");
+  app.add_option("--cache-budget-bytes", flags.cache_budget_bytes,
+                 "Bytes all cache nodes' committed files may take together (the dispatcher "
+                 "sees every commit, so it keeps the budget): a commit that would exceed it "
+                 "evicts the oldest cache no live job uses, or is skipped (docs/cache.md); "
+                 "0 = unlimited")
+      ->capture_default_str();
   sluice::AddDurationOption(app, "--consumer-timeout", &flags.consumer_timeout,
                             "A consumer without a heartbeat this long is gone; "
                             "a job with no consumer left is "

@@ -201,10 +201,13 @@ absl::StatusOr<proto::Pipeline> ParseJson(const Json& root) {
           s = ParseInto(body, node->mutable_batch(), SpecLocation{"batch"});
         } else if (kind == "prefetch") {
           s = ParseInto(body, node->mutable_prefetch(), SpecLocation{"prefetch"});
+        } else if (kind == "cache") {
+          s = ParseInto(body, node->mutable_cache(), SpecLocation{"cache"});
         } else {
-          return SpecError(node_where, absl::StrCat("unknown node '", kind,
-                                                    "' (expected shuffle, map, filter, batch or "
-                                                    "prefetch)"));
+          return SpecError(node_where,
+                           absl::StrCat("unknown node '", kind,
+                                        "' (expected shuffle, map, filter, cache, batch "
+                                        "or prefetch)"));
         }
         if (!s.ok()) return s;
       }

@@ -51,7 +51,8 @@ uint64_t ShareSize(uint64_t num_records, uint32_t num_consumers, RemainderPolicy
 absl::StatusOr<std::vector<SlotPieces>> ConsumerSlots(const std::vector<Split>& splits,
                                                       uint32_t num_consumers, uint32_t consumer,
                                                       uint64_t seed, uint64_t epoch,
-                                                      RemainderPolicy policy, uint64_t slot_size) {
+                                                      RemainderPolicy policy, uint64_t slot_size,
+                                                      bool cut_at_splits) {
   if (num_consumers == 0) return absl::InvalidArgumentError("num_consumers must be > 0");
   if (consumer >= num_consumers) {
     return absl::InvalidArgumentError(
@@ -73,10 +74,18 @@ absl::StatusOr<std::vector<SlotPieces>> ConsumerSlots(const std::vector<Split>& 
   }
   std::vector<SlotPieces> slots;
   const uint64_t first = static_cast<uint64_t>(consumer) * share;
-  for (uint64_t slot_begin = 0; slot_begin < share; slot_begin += slot_size) {
+  for (uint64_t slot_begin = 0, taken = 0; slot_begin < share; slot_begin += taken) {
     SlotPieces pieces;
     uint64_t pos = first + slot_begin;
     uint64_t left = std::min(slot_size, share - slot_begin);
+    if (cut_at_splits) {
+      const uint64_t at = pos % n;
+      const size_t i =
+          static_cast<size_t>(std::upper_bound(starts.begin(), starts.end(), at) - starts.begin()) -
+          1;
+      left = std::min(left, starts[i + 1] - at);
+    }
+    taken = left;
     while (left > 0) {
       const uint64_t at = pos % n;  // kPad wraps around to the start of the sequence
       const size_t i =

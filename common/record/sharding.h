@@ -72,10 +72,18 @@ uint64_t ShareSize(uint64_t num_records, uint32_t num_consumers, RemainderPolicy
 // The slots of `consumer`'s share in `epoch`, in order. InvalidArgument if num_consumers == 0,
 // consumer >= num_consumers, slot_size == 0, or the share is empty (kDrop
 // with fewer records than consumers, or no records).
+//
+// With `cut_at_splits` a slot also ends where a split ends, so it is always one piece and a
+// split is cut only at a consumer's share boundary (used by jobs with a cache node, whose
+// workers write whole splits). In the example: consumer 0 {s2[0..2)} {s0[0..2)}, consumer 1
+// {s0[2..4)} {s1[0..2)}, consumer 2 {s1[2..4)} {s2[0..2)}: the same here, since slots of 2
+// never span a split; with slot_size 4, consumer 0 gets {s2[0..2)} {s0[0..2)} instead of
+// {s2[0..2) s0[0..2)}.
 absl::StatusOr<std::vector<SlotPieces>> ConsumerSlots(const std::vector<Split>& splits,
                                                       uint32_t num_consumers, uint32_t consumer,
                                                       uint64_t seed, uint64_t epoch,
-                                                      RemainderPolicy policy, uint64_t slot_size);
+                                                      RemainderPolicy policy, uint64_t slot_size,
+                                                      bool cut_at_splits = false);
 
 // The order in which a worker reads the `n` records of a split starting at global index
 // `first_global`: natural order, or, when the pipeline shuffles,

@@ -310,4 +310,19 @@ absl::Status InferOpType(const proto::OpSpec& spec, const OpLabel& label, const 
   return r->infer(spec, label, ctx, t);
 }
 
+bool DrawsPerEpochRandomness(proto::OpSpec::OpCase op_case) {
+  using S = proto::OpSpec;
+  switch (op_case) {
+    case S::kRandomResizedCrop:
+    case S::kRandomCrop:
+    case S::kRandomHorizontalFlip:
+    case S::kRandomRotation:
+    case S::kColorJitter:
+    case S::kPython:
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace sluice::data_worker

@@ -84,6 +84,11 @@ std::string_view OpTypeName(proto::OpSpec::OpCase op_case);
 // Every registration, in ops.proto order.
 const std::vector<OpRegistration>& RegisteredOps();
 
+// True for ops whose draws change from epoch to epoch (ElementContext's epoch seeds them: the
+// Random* ops, ColorJitter) and for python ops (sluice cannot see inside them): a cache node
+// after such an op would repeat epoch 1's draws, so the validator refuses it.
+bool DrawsPerEpochRandomness(proto::OpSpec::OpCase op_case);
+
 // Infers the output type of `spec` (see OpRegistration::infer);
 // InvalidArgument "<label>: no op set" for an empty spec.
 absl::Status InferOpType(const proto::OpSpec& spec, const OpLabel& label, const InferContext& ctx,

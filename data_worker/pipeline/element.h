@@ -34,6 +34,9 @@ struct Element {
   // last batch there and the reader knows where the run's outputs end. No
   // columns.
   bool end_of_run = false;
+  // Inside the executor only: the Read step took this element from the cache node's storage
+  // (element_cache.h); the steps before the cache step pass it by.
+  bool from_cache = false;
 };
 
 inline int64_t BytesOf(const Element& e) {

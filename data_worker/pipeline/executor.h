@@ -72,6 +72,7 @@
 #include "absl/time/time.h"
 #include "common/base/clock.h"
 #include "data_worker/pipeline/element.h"
+#include "data_worker/pipeline/element_cache.h"
 #include "data_worker/pipeline/plan.h"
 #include "data_worker/pipeline/spec.h"
 #include "prometheus/registry.h"
@@ -98,6 +99,9 @@ struct ExecutorOptions {
   // feed waits for room while an output waits for the reader. Not owned; null:
   // none.
   MemoryBudget* worker_budget = nullptr;
+  // The storage of the pipeline's cache node (element_cache.h, docs/cache.md); null: the node
+  // caches nothing and every element is computed.
+  std::shared_ptr<ElementCache> cache;
 };
 
 struct StageStats {

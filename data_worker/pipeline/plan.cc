@@ -46,6 +46,9 @@ std::string PhysicalPlan::Describe() const {
         case Step::kFilter:
           steps.push_back(st.filter.name);
           break;
+        case Step::kCache:
+          steps.push_back(absl::StrCat("cache(", st.cache_name, ")"));
+          break;
       }
     }
     if (s.batch) steps.push_back(absl::StrCat("Batch(", s.batch_size, ")"));
@@ -90,6 +93,14 @@ absl::StatusOr<std::vector<PendingStep>> MakeSteps(const std::vector<LogicalNode
   std::vector<LogicalMap> merged_maps;  // maps after map fusion, pending BuildOps
   std::vector<int> step_map_index;      // for each step: index into merged_maps or -1
   for (const LogicalNode& n : nodes) {
+    if (n.cache) {
+      PendingStep ps;
+      ps.step.kind = Step::kCache;
+      ps.step.cache_name = n.cache->name;
+      steps.push_back(std::move(ps));
+      step_map_index.push_back(-1);
+      continue;
+    }
     if (n.filter) {
       const bool fuse =
           options.filter_fusion && !steps.empty() && steps.back().step.kind == Step::kFilter;
@@ -158,6 +169,11 @@ void MakeStages(const LogicalPipeline& lp, std::vector<PendingStep> steps,
     src.parallelism = lp.source_parallelism;
     plan.stages.push_back(std::move(src));
     for (auto& ps : steps) {
+      if (ps.step.kind == Step::kCache) {
+        // No stage of its own: it runs in the threads of the step before it.
+        plan.stages.back().steps.push_back(std::move(ps.step));
+        continue;
+      }
       StagePlan s;
       s.name = ps.step.kind == Step::kMap ? ps.step.map.name : ps.step.filter.name;
       s.parallelism = ps.parallelism;
@@ -184,7 +200,9 @@ void MakeStages(const LogicalPipeline& lp, std::vector<PendingStep> steps,
     }
     if (options.source_fusion && plan.stages.size() > 1) {
       StagePlan& next = plan.stages[1];
-      next.steps.insert(next.steps.begin(), read);
+      // The read, and a cache step that may follow it.
+      next.steps.insert(next.steps.begin(), plan.stages[0].steps.begin(),
+                        plan.stages[0].steps.end());
       if (plan.stages[0].parallelism != kAutotune && next.parallelism != kAutotune) {
         next.parallelism = std::max(next.parallelism, plan.stages[0].parallelism);
       }

@@ -69,10 +69,15 @@ struct FilterStep {
   std::vector<std::pair<int, record::Filter>> predicates;
 };
 
+// kCache: the cache node (docs/cache.md). An element the Read step took from the cache skips
+// every step up to it; an element computed by the steps before it is offered to the cache.
+// The optimizer fuses nothing across it (it ends its stage, so no map before it is vectorized
+// or fused with the batch).
 struct Step {
-  enum Kind { kRead, kMap, kFilter } kind = kRead;
+  enum Kind { kRead, kMap, kFilter, kCache } kind = kRead;
   MapStep map;
   FilterStep filter;
+  std::string cache_name;
 };
 
 struct StagePlan {

@@ -146,8 +146,22 @@ void RunStream::Process(Stage& stage, Item* item) {
     }
   };
   for (const Step& step : stage.plan->steps) {
+    if (e.from_cache && step.kind != Step::kCache) continue;  // computed before it was cached
     switch (step.kind) {
       case Step::kRead: {
+        if (ctx_.cache != nullptr) {
+          absl::StatusOr<ElementCache::Found> found = ctx_.cache->Lookup(global, &e.columns);
+          if (!found.ok()) return fail(Wrap(found.status(), global, "cache", ""));
+          if (*found == ElementCache::Found::kAbsent) {
+            item->Drop();
+            stage.dropped.fetch_add(1);
+            return;
+          }
+          if (*found == ElementCache::Found::kHit) {
+            e.from_cache = true;
+            break;
+          }
+        }
         auto cols = lp.source->Read(global, lp.source_columns);
         if (!cols.ok()) {
           absl::Status s = cols.status();
@@ -209,6 +223,13 @@ void RunStream::Process(Stage& stage, Item* item) {
         }
         break;
       }
+      case Step::kCache:
+        if (e.from_cache) {
+          e.from_cache = false;
+        } else if (ctx_.cache != nullptr) {
+          ctx_.cache->Offer(global, e.columns);
+        }
+        break;
       case Step::kFilter:
         for (const auto& [slot, filter] : step.filter.predicates) {
           const Tensor& t = e.columns[slot];

@@ -42,6 +42,7 @@
 #include "common/base/clock.h"
 #include "data_worker/pipeline/batch_assembler.h"
 #include "data_worker/pipeline/element.h"
+#include "data_worker/pipeline/element_cache.h"
 #include "data_worker/pipeline/ordered_queue.h"
 #include "data_worker/pipeline/plan.h"
 #include "data_worker/pipeline/spec.h"
@@ -85,6 +86,8 @@ struct EpochContext {
   std::atomic<uint64_t>* thread_starts = nullptr;
   // The worker's budget the feed waits on (memory_budget.h); null: none.
   MemoryBudget* budget = nullptr;
+  // The cache node's storage (element_cache.h); null: the cache step does nothing.
+  ElementCache* cache = nullptr;
 };
 
 class RunStream {

@@ -142,6 +142,8 @@ class Validator {
         return AddBatch(node.batch());
       case proto::PipelineNode::kPrefetch:
         return AddPrefetch(node.prefetch());
+      case proto::PipelineNode::kCache:
+        return AddCache(node.cache());
       case proto::PipelineNode::KIND_NOT_SET:
         break;
     }
@@ -203,7 +205,13 @@ class Validator {
       }
       lp_.column_names[lm.slots[k]] = out;
     }
-    lp_.nodes.push_back(LogicalNode{std::move(lm), std::nullopt});
+    for (int j = 0; j < m.ops_size() && !first_random_op_; ++j) {
+      if (DrawsPerEpochRandomness(m.ops(j).op_case())) {
+        first_random_op_ =
+            absl::StrCat(lm.name, ".ops[", j, "] (", Sv(OpTypeName(m.ops(j).op_case())), ")");
+      }
+    }
+    lp_.nodes.push_back(LogicalNode{std::move(lm), std::nullopt, std::nullopt});
     return absl::OkStatus();
   }
 
@@ -244,7 +252,9 @@ class Validator {
     if (!f.ok()) return SpecError(pred_at, std::string(f.status().message()));
     LogicalFilter lf{name, pred, s, *f, false};
     const record::Schema& schema = lp_.source->schema();
-    if (lp_.source->dataset() != nullptr && !written_[s] &&
+    // After a cache node the filter must see the cached elements: pushed down, it would also
+    // thin out what the cache's files hold, which other jobs with the same prefix read.
+    if (!lp_.cache.has_value() && lp_.source->dataset() != nullptr && !written_[s] &&
         lp_.column_names[s] == schema.columns[lp_.source_columns[s]].name) {
       const auto& col = schema.columns[lp_.source_columns[s]];
       lf.pushable = col.indexed && col.dtype == DType::kInt64;
@@ -257,7 +267,7 @@ class Validator {
         }
       }
     }
-    lp_.nodes.push_back(LogicalNode{std::nullopt, std::move(lf)});
+    lp_.nodes.push_back(LogicalNode{std::nullopt, std::move(lf), std::nullopt});
     return absl::OkStatus();
   }
 
@@ -283,6 +293,37 @@ class Validator {
       }
     }
     lp_.batch = LogicalBatch{b.size(), b.drop_remainder(), Parallelism(b.num_parallel_workers())};
+    return absl::OkStatus();
+  }
+
+  // The cache node: named, at most one, before the batch, and nothing upstream may draw new
+  // randomness each epoch (a cached copy would repeat epoch 1's augmentation).
+  absl::Status AddCache(const proto::CacheNode& c) {
+    const SpecLocation at = Node("cache", -1, "name");
+    if (lp_.cache.has_value()) {
+      return SpecError(Node("cache"), "only one cache node is supported");
+    }
+    if (seen_batch_) {
+      return SpecError(Node("cache"),
+                       "cache after batch is not supported: place it before the batch node");
+    }
+    if (c.name().empty()) return SpecError(at, "must not be empty");
+    for (char ch : c.name()) {
+      if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_' && ch != '-' && ch != '.') {
+        return SpecError(
+            at, absl::StrCat("'", c.name(), "' may hold only letters, digits, '_', '-' and '.'"));
+      }
+    }
+    if (first_random_op_.has_value()) {
+      return SpecError(
+          Node("cache"),
+          absl::StrCat("cache '", c.name(), "' comes after ", *first_random_op_,
+                       ", which draws new randomness each epoch, so a cached copy would repeat "
+                       "epoch 1's augmentation; move the cache before that op"));
+    }
+    LogicalCache lc{c.name(), types_};
+    lp_.cache = lc;
+    lp_.nodes.push_back(LogicalNode{std::nullopt, std::nullopt, std::move(lc)});
     return absl::OkStatus();
   }
 
@@ -319,6 +360,8 @@ class Validator {
   int position_ = 0;  // pipeline-wide index of the next map op
   bool seen_batch_ = false;
   bool seen_prefetch_ = false;
+  // "map[1].ops[0] (RandomResizedCrop)": the first op so far that draws per-epoch randomness.
+  std::optional<std::string> first_random_op_;
 };
 
 }  // namespace

@@ -48,9 +48,17 @@ struct LogicalFilter {
   bool pushable = false;
 };
 
+// The cache node (docs/cache.md): the element's columns at this point are what its files hold.
+struct LogicalCache {
+  std::string name;
+  std::vector<ColumnType> column_types;  // each slot's type at the cache node
+};
+
+// One of map, filter or cache.
 struct LogicalNode {
   std::optional<LogicalMap> map;
   std::optional<LogicalFilter> filter;
+  std::optional<LogicalCache> cache;
 };
 
 struct LogicalBatch {
@@ -73,7 +81,8 @@ struct LogicalPipeline {
   uint64_t seed = 0;
   bool skip_errors = false;
   int source_parallelism = kAutotune;
-  std::vector<LogicalNode> nodes;  // maps and filters, in order
+  std::vector<LogicalNode> nodes;  // maps, filters and the cache, in order
+  std::optional<LogicalCache> cache;
   std::optional<LogicalBatch> batch;
   int prefetch = kAutotune;
 };

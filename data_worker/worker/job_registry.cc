@@ -65,11 +65,19 @@ std::vector<proto::OpSpec> CutClientTail(proto::Pipeline* spec, std::string* col
 
 JobRegistry::JobRegistry(std::vector<std::string> data_roots,
                          pipeline::ExecutorOptions executor_options,
-                         std::shared_ptr<spdlog::logger> logger, service::ServiceLimits limits)
+                         std::shared_ptr<spdlog::logger> logger, service::ServiceLimits limits,
+                         CacheStore* caches)
     : data_roots_(std::move(data_roots)),
       executor_options_(std::move(executor_options)),
       logger_(std::move(logger)),
-      limits_(limits) {}
+      limits_(limits),
+      caches_(caches) {}
+
+pipeline::ExecutorOptions JobRegistry::OptionsFor(const Job& job) const {
+  pipeline::ExecutorOptions o = executor_options_;
+  o.cache = job.cache;
+  return o;
+}
 
 absl::StatusOr<std::vector<std::string>> JobRegistry::CanonicalDataRoots(
     std::vector<std::string> roots) {
@@ -143,6 +151,19 @@ std::shared_ptr<Job> JobRegistry::Build(const proto::JobInfo& info) const {
                         ? absl::FailedPreconditionError(ex.status().message())
                         : ex.status();
     } else {
+      job->cache_key = pipeline_spec::CacheKeyOf(job->spec, info.config().split_size());
+      const std::optional<pipeline::LogicalCache>& lc = (*ex)->logical().cache;
+      if (job->cache_key.has_value() && lc.has_value() && caches_ != nullptr &&
+          caches_->enabled()) {
+        job->cache = caches_->Get(job->cache_key->fingerprint, lc->name, lc->column_types);
+        absl::StatusOr<std::unique_ptr<pipeline::Executor>> cached =
+            pipeline::Executor::Create(job->spec, OptionsFor(*job));
+        if (cached.ok()) {
+          *ex = std::move(*cached);
+        } else {
+          job->cache = nullptr;
+        }
+      }
       job->finish = *kernels::ParseFinishMode(job->spec.finish());  // validated
       if (job->finish != kernels::FinishMode::kWorker) {
         absl::Status cut = CutTail(job.get(), &*ex);
@@ -179,7 +200,7 @@ absl::Status JobRegistry::CutTail(Job* job, std::unique_ptr<pipeline::Executor>*
   ASSIGN_OR_RETURN(auto ops, BuildOps(specs, /*first_position=*/0,
                                       /*fuse=*/true));
   ASSIGN_OR_RETURN(std::unique_ptr<pipeline::Executor> ex,
-                   pipeline::Executor::Create(cut, executor_options_));
+                   pipeline::Executor::Create(cut, OptionsFor(*job)));
   const std::vector<std::string>& names = ex->logical().column_names;
   auto it = std::find(names.begin(), names.end(), column);
   if (it == names.end()) {
@@ -248,7 +269,7 @@ absl::StatusOr<std::unique_ptr<pipeline::Executor>> JobRegistry::AcquireExecutor
       return ex;
     }
   }
-  return pipeline::Executor::Create(job->spec, executor_options_);
+  return pipeline::Executor::Create(job->spec, OptionsFor(*job));
 }
 
 void JobRegistry::ReleaseExecutor(uint64_t job_id, std::unique_ptr<pipeline::Executor> executor) {

@@ -27,9 +27,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/pipeline_spec/cache_key.h"
 #include "common/service/limits.h"
 #include "common/tensor_kernels/finish.h"
 #include "data_worker/pipeline/executor.h"
+#include "data_worker/worker/split_cache.h"
 #include "proto/pipeline.pb.h"
 #include "proto/worker.pb.h"
 #include "spdlog/spdlog.h"
@@ -58,6 +60,11 @@ struct Job {
   kernels::FinishMode finish = kernels::FinishMode::kAuto;
   std::optional<Tail> tail;
 
+  // The pipeline's cache node (docs/cache.md) and, with a --cache-root, its files: the job's
+  // executors read and offer elements through it, its producers capture whole splits.
+  std::optional<pipeline_spec::CacheKey> cache_key;
+  std::shared_ptr<SplitCache> cache;
+
   // Idle executors of this job (running none); guarded by the registry.
   std::vector<std::unique_ptr<pipeline::Executor>> idle;
 };
@@ -67,7 +74,8 @@ class JobRegistry {
   // `data_roots`: canonical paths (CanonicalDataRoots). `limits`: the pipeline limits jobs
   // are refused over, and the batch limit producers check (limits()).
   JobRegistry(std::vector<std::string> data_roots, pipeline::ExecutorOptions executor_options,
-              std::shared_ptr<spdlog::logger> logger, service::ServiceLimits limits = {});
+              std::shared_ptr<spdlog::logger> logger, service::ServiceLimits limits = {},
+              CacheStore* caches = nullptr);
 
   // Canonicalizes each root. InvalidArgument: none, or an empty one.
   static absl::StatusOr<std::vector<std::string>> CanonicalDataRoots(
@@ -96,17 +104,22 @@ class JobRegistry {
   absl::StatusOr<std::vector<uint64_t>> ShardRecordCounts(const std::string& pipeline) const;
 
   const service::ServiceLimits& limits() const { return limits_; }
+  // The worker's cache files (null: none).
+  CacheStore* caches() const { return caches_; }
 
  private:
   std::shared_ptr<Job> Build(const proto::JobInfo& info) const;
   // Trainer-side finishing: cuts the client's tail off job->spec (if it has one), records it in
   // job->tail and replaces `executor` by one of the cut pipeline.
   absl::Status CutTail(Job* job, std::unique_ptr<pipeline::Executor>* executor) const;
+  // The executor options of `job`'s pipelines: the worker's, with the job's cache.
+  pipeline::ExecutorOptions OptionsFor(const Job& job) const;
 
   const std::vector<std::string> data_roots_;
   const pipeline::ExecutorOptions executor_options_;
   const std::shared_ptr<spdlog::logger> logger_;
   const service::ServiceLimits limits_;
+  CacheStore* const caches_;
 
   mutable absl::Mutex mu_;
   std::map<uint64_t, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);

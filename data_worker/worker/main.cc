@@ -54,6 +54,7 @@ struct WorkerFlags {
   std::string advertise;
   std::string tls_server_name;
   std::vector<std::string> data_roots;
+  std::string cache_root;
   int threads = 0;
   uint32_t capacity = 2;
   size_t queue_batches = 8;
@@ -78,6 +79,9 @@ void AddWorkerFlags(CLI::App& app, WorkerFlags* f) {
                  "the host of --dispatcher");
   app.add_option("--data-root", f->data_roots, "folder pipelines may read (repeatable)")
       ->required();
+  app.add_option("--cache-root", f->cache_root,
+                 "folder for cache nodes' files (docs/cache.md; shared storage on a cluster, "
+                 "the same path on every worker); empty: cache nodes compute everything");
   app.add_option("--threads", f->threads, "CPU budget of each pipeline; 0 = all cores")
       ->capture_default_str();
   app.add_option("--capacity", f->capacity, "splits produced concurrently")->capture_default_str();
@@ -172,6 +176,7 @@ absl::StatusOr<std::unique_ptr<WorkerImpl>> CreateWorker(
     std::unique_ptr<GrpcDispatcherClient> client) {
   WorkerOptions options;
   options.data_roots = f.data_roots;
+  options.cache_root = f.cache_root;
   options.threads = f.threads;
   options.capacity = f.capacity;
   options.queue_batches = f.queue_batches;

@@ -263,6 +263,10 @@ void TaskRunner::ProducerLoop() {
     Lookahead(producer);
   }
   // Cancelled: a run still in flight is dropped with its pipeline.
+  for (SubmittedRun& run : producer.runs) {
+    run.stopped = true;
+    EndCaptures(run);
+  }
   producer.runs.clear();
   Share(producer);
   Retire(producer, /*all=*/true);
@@ -320,9 +324,19 @@ void TaskRunner::Submit(Producer& producer, SubmittedRun run) {
   } else {
     absl::StatusOr<std::vector<uint64_t>> records =
         SlotRecordOrder(run.task.assignment, *run.job, run.epoch);
+    if (records.ok() && run.job->cache != nullptr) {
+      for (const proto::SplitPiece& p : run.task.assignment.pieces()) {
+        if (p.offset() == 0 && p.count() == p.records() &&
+            run.job->cache->BeginCapture(p.split_id(), p.first_global(), p.records())) {
+          run.captures.push_back(p.split_id());
+        }
+      }
+    }
     id = records.ok() ? ex.Submit(*std::move(records), run.epoch) : records.status();
   }
   if (!id.ok()) {
+    run.stopped = true;
+    EndCaptures(run);
     queues_->Fail(run.task.task_id, id.status());
     return;
   }
@@ -348,6 +362,25 @@ void TaskRunner::Lookahead(Producer& producer) {
   }
   std::optional<QueuedTask> task = Take(/*wait=*/false);
   if (task.has_value()) Begin(producer, *std::move(task));
+}
+
+void TaskRunner::EndCaptures(SubmittedRun& run) {
+  if (run.captures.empty()) return;
+  SplitCache& cache = *run.job->cache;
+  for (uint64_t split : run.captures) {
+    if (run.stopped) {
+      cache.AbandonCapture(split);
+      continue;
+    }
+    absl::StatusOr<proto::CacheSplitFile> file = cache.FinishCapture(split);
+    if (!file.ok()) {
+      // The split stays uncached: the next epoch computes it (and tries again).
+      logger_->warn("job {}: {}", run.task.assignment.key().job_id(), file.status().ToString());
+      continue;
+    }
+    if (jobs_->caches() != nullptr) jobs_->caches()->Report(*std::move(file));
+  }
+  run.captures.clear();
 }
 
 void TaskRunner::StopTask(Producer& producer, uint64_t task_id) {
@@ -416,6 +449,7 @@ void TaskRunner::EndRun(Producer& producer) {
     absl::MutexLock lock(&mu_);
     CountBusy(CountersOf(run.pipeline->ex.get()));
   }
+  EndCaptures(run);
   if (run.stopped || run.continued) return;
   service::WireBatch marker;
   *marker.header.mutable_key() = run.task.assignment.key();

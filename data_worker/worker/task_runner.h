@@ -133,6 +133,9 @@ class TaskRunner {
     uint64_t batch_index = 0;
     bool stopped = false;    // the task stopped: the run's outputs are dropped
     bool continued = false;  // a parallel walk's next epoch is submitted
+    // Splits this run writes to the job's cache (split_cache.h): whole splits it reads that had
+    // no committed file when it was submitted.
+    std::vector<uint64_t> captures;
   };
   // One producer thread's state; touched by that thread only.
   struct Producer {
@@ -159,6 +162,8 @@ class TaskRunner {
       ABSL_LOCKS_EXCLUDED(mu_);
   // The producer's oldest run ended: its marker, or the walk's next epoch.
   void EndRun(Producer& producer) ABSL_LOCKS_EXCLUDED(mu_);
+  // Writes and reports the run's captured cache splits if it ran to its end, else drops them.
+  void EndCaptures(SubmittedRun& run) ABSL_LOCKS_EXCLUDED(mu_);
   // Drops the rest of the task's runs on this producer (it failed or is gone).
   void StopTask(Producer& producer, uint64_t task_id);
   // The producer's executor for `job_id`, opened on first use.

@@ -40,7 +40,8 @@ WorkerImpl::WorkerImpl(WorkerOptions options, std::vector<std::string> data_root
                                                  : nullptr),
       registry_(options_.registry != nullptr ? *options_.registry : *own_registry_),
       budget_(options_.queue_bytes),
-      jobs_(std::move(data_roots), MakeExecutorOptions(), logger_, options_.limits),
+      caches_(options_.cache_root, registry_, logger_),
+      jobs_(std::move(data_roots), MakeExecutorOptions(), logger_, options_.limits, &caches_),
       queues_(options_.queue_batches, options_.queue_bytes, registry_, &budget_),
       runner_(&queues_, &jobs_, registry_, logger_,
               options_.threads > 0 ? options_.threads
@@ -141,6 +142,7 @@ void WorkerImpl::ForgetEverything() {
       "split");
   queues_.DropAll();
   jobs_.Clear();
+  caches_.Reset();
 }
 
 absl::Status WorkerImpl::Heartbeat() {
@@ -205,6 +207,7 @@ absl::Status WorkerImpl::Heartbeat() {
     for (uint64_t id : jobs_.ids()) request.add_known_job_ids(id);
     for (proto::DatasetDescription& d : described_) *request.add_described() = std::move(d);
     described_.clear();
+    caches_.Fill(&request);
     last_request_ = request;
   }
   proto::WorkerHeartbeatResponse response;
@@ -235,6 +238,8 @@ absl::Status WorkerImpl::Heartbeat() {
     return absl::OkStatus();
   }
 
+  // Cache commits first, so that a new job's cache starts with them.
+  caches_.Apply(response);
   // New jobs: validating opens the source (I/O).
   for (const proto::JobInfo& info : response.jobs()) jobs_.Add(info);
   if (!response.describe().empty()) {

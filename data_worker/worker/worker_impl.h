@@ -70,6 +70,7 @@
 #include "data_worker/pipeline/memory_budget.h"
 #include "data_worker/worker/consumer_queues.h"
 #include "data_worker/worker/job_registry.h"
+#include "data_worker/worker/split_cache.h"
 #include "data_worker/worker/task_runner.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
@@ -134,6 +135,9 @@ struct WorkerOptions {
   service::ServiceLimits limits;
   prometheus::Registry* registry = nullptr;  // null: a private registry
   std::shared_ptr<spdlog::logger> logger;    // null: NullLogger()
+  // Where cache nodes' files live (docs/cache.md; shared storage on a cluster). Empty: jobs
+  // with a cache node compute every element.
+  std::string cache_root;
 };
 
 class WorkerImpl {
@@ -233,6 +237,7 @@ class WorkerImpl {
   prometheus::Registry& registry_;
 
   pipeline::MemoryBudget budget_;  // options_.queue_bytes; before its users
+  CacheStore caches_;              // before jobs_, which uses it
   JobRegistry jobs_;
   ConsumerQueues queues_;
   TaskRunner runner_;

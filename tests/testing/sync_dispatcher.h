@@ -49,6 +49,10 @@ class SyncDispatcher {
                                 proto::WorkerUnregisterResponse* response) {
     return Call(&Impl::WorkerUnregister, request, response);
   }
+  absl::Status RemoveCache(const proto::RemoveCacheRequest& request,
+                           proto::RemoveCacheResponse* response) {
+    return Call(&Impl::RemoveCache, request, response);
+  }
   absl::Status DrainWorker(const proto::DrainWorkerRequest& request,
                            proto::DrainWorkerResponse* response) {
     return Call(&Impl::DrainWorker, request, response);

@@ -26,6 +26,7 @@ void AddLocalCommand(CLI::App& app);
 void AddConsumeCommand(CLI::App& app);
 void AddStatusCommand(CLI::App& app);
 void AddHealthCommand(CLI::App& app);
+void AddCacheCommands(CLI::App& app);
 
 }  // namespace sluice::cli
 

@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   sluice::cli::AddLocalCommand(app);
   sluice::cli::AddConsumeCommand(app);
   sluice::cli::AddStatusCommand(app);
+  sluice::cli::AddCacheCommands(app);
   sluice::cli::AddHealthCommand(app);
   sluice::cli::AddDemoCommand(app);
   try {

@@ -57,6 +57,29 @@ absl::StatusOr<proto::GetStatusResponse> FetchStatus(const std::string& address,
   return response;
 }
 
+namespace {
+
+Json CachesJson(const proto::GetStatusResponse& s) {
+  Json caches = Json::array();
+  for (const proto::CacheStatus& c : s.caches()) {
+    caches.push_back({{"name", c.name()},
+                      {"fingerprint", c.fingerprint()},
+                      {"splits_committed", c.splits_committed()},
+                      {"splits_total", c.splits_total()},
+                      {"bytes", c.bytes()},
+                      {"job_ids", std::vector<uint64_t>(c.job_ids().begin(), c.job_ids().end())}});
+  }
+  return caches;
+}
+
+}  // namespace
+
+std::string CachesJsonText(const proto::GetStatusResponse& s) {
+  return Json({{"caches", CachesJson(s)}, {"cache_budget_bytes", s.cache_budget_bytes()}})
+      .dump(/*indent=*/-1, /*indent_char=*/' ', /*ensure_ascii=*/false,
+            Json::error_handler_t::replace);
+}
+
 std::string StatusJson(const proto::GetStatusResponse& s) {
   Json workers = Json::array();
   for (const proto::WorkerStatus& w : s.workers()) {
@@ -146,6 +169,7 @@ std::string StatusText(const proto::GetStatusResponse& s) {
         absl::StrAppend(&out, "  served first by worker(s) ", absl::StrJoin(assigned, ", "), "\n");
       }
     }
+    if (!j.cache().empty()) absl::StrAppendFormat(&out, "  %s\n", j.cache());
     absl::StrAppendFormat(&out, "  %-9s %6s %12s %10s %8s\n", "CONSUMER", "EPOCH", "PROGRESS",
                           "BATCHES/S", "WAIT");
     for (const proto::ConsumerStatus& c : j.consumers()) {

@@ -38,6 +38,9 @@ absl::StatusOr<proto::GetStatusResponse> FetchStatus(const std::string& address,
 // (top-level keys workers, desired_workers, current_workers, reason, scaler,
 // min_workers, max_workers, jobs). One line, no trailing newline.
 std::string StatusJson(const proto::GetStatusResponse& status);
+// `sluice cache list --json`: {"caches": [{name, fingerprint, splits_committed, splits_total,
+// bytes, job_ids}], "cache_budget_bytes": N} (the same "caches" as StatusJson's).
+std::string CachesJsonText(const proto::GetStatusResponse& status);
 // `sluice status`: a human-readable table.
 std::string StatusText(const proto::GetStatusResponse& status);
 

@@ -231,6 +231,12 @@ class PipelineBuilder {
     p_.add_nodes()->mutable_prefetch()->set_buffer_size(buffer_size);
     return *this;
   }
+  // A cache node (docs/cache.md): the first epoch writes the elements reaching it, later epochs
+  // and jobs with the same prefix read them. Before Batch; nothing random before it.
+  PipelineBuilder& Cache(const std::string& name) {
+    p_.add_nodes()->mutable_cache()->set_name(name);
+    return *this;
+  }
 
   proto::Pipeline Build() const { return p_; }
 

@@ -108,6 +108,12 @@ class Pipeline:
         self._spec["nodes"].append({"filter": {"predicate": predicate}})
         return self
 
+    def cache(self, name: str) -> "Pipeline":
+        """Adds a cache node (docs/cache.md): the first epoch writes the elements reaching it,
+        later epochs and jobs with the same prefix read them. Returns this pipeline."""
+        self._spec["nodes"].append({"cache": {"name": name}})
+        return self
+
     def batch(self, size: int, drop_remainder: bool = False) -> "Pipeline":
         self._spec["nodes"].append({"batch": {"size": size, "drop_remainder": drop_remainder}})
         return self

@@ -64,6 +64,26 @@ TEST(ConsumerSlots, TheHeadersWorkedExample) {
   EXPECT_EQ(slots_of(2), (std::vector<SlotPieces>{{{1, 2, 2}}, {{2, 0, 2}}}));
 }
 
+TEST(ConsumerSlots, CutAtSplitsEndsEverySlotWhereItsSplitEnds) {
+  auto splits = EnumerateSplits({4, 4, 2}, 4);
+  ASSERT_TRUE(splits.ok());
+  uint64_t seed = 0;  // split order [s2, s0, s1], as in the header
+  while (Permutation(3, seed, 0) != std::vector<uint64_t>{2, 0, 1}) ++seed;
+  auto slots_of = [&](uint32_t consumer, bool cut) {
+    auto slots = ConsumerSlots(*splits, 3, consumer, seed, 0, RemainderPolicy::kPad, 4, cut);
+    EXPECT_TRUE(slots.ok()) << slots.status();
+    return *slots;
+  };
+  EXPECT_EQ(slots_of(0, false), (std::vector<SlotPieces>{{{2, 0, 2}, {0, 0, 2}}}));
+  EXPECT_EQ(slots_of(0, true), (std::vector<SlotPieces>{{{2, 0, 2}}, {{0, 0, 2}}}));
+  EXPECT_EQ(slots_of(1, true), (std::vector<SlotPieces>{{{0, 2, 2}}, {{1, 0, 2}}}));
+  EXPECT_EQ(slots_of(2, true), (std::vector<SlotPieces>{{{1, 2, 2}}, {{2, 0, 2}}}));
+  // One consumer: every slot is one whole split.
+  auto one = ConsumerSlots(*splits, 1, 0, seed, 0, RemainderPolicy::kPad, 4, true);
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(*one, (std::vector<SlotPieces>{{{2, 0, 2}}, {{0, 0, 4}}, {{1, 0, 4}}}));
+}
+
 TEST(ConsumerSlots, EqualSharesWithAtMostConsumersMinusOneRecordsPaddedOrDropped) {
   // Shard sizes that no split size divides, consumer counts that divide nothing.
   const std::vector<uint64_t> shards = {1000, 37, 501, 2, 460};

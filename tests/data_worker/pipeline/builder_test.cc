@@ -41,6 +41,27 @@ TEST(PipelineBuilder, BuiltPipelinesAreValidated) {
   EXPECT_NE(s.message().find("map[0].ops[1] (CenterCrop)"), absl::string_view::npos) << s;
 }
 
+TEST(PipelineBuilder, BuildsTheSameCachedEvalPipelineAsTheShippedYaml) {
+  auto yaml = sluice::pipeline_spec::LoadPipelineSpecFile(
+      std::string(SLUICE_SOURCE_DIR) + "/bench/pipelines/imagenet_eval_cached.yaml");
+  ASSERT_TRUE(yaml.ok()) << yaml.status();
+  const proto::Pipeline built =
+      PipelineBuilder()
+          .Dataset("/data/imagenet-val")
+          .Columns({"image", "label"})
+          .Seed(0)
+          .OnError("fail")
+          .Map({"image"}, {Decode(), Resize(256), CenterCrop(224)})
+          .Cache("eval")
+          .Map({"image"}, {Normalize(kImageNetMean, kImageNetStd), HWC2CHW()})
+          .Batch(64)
+          .Build();
+  std::string diff;
+  google::protobuf::util::MessageDifferencer d;
+  d.ReportDifferencesToString(&diff);
+  EXPECT_TRUE(d.Compare(*yaml, built)) << diff;
+}
+
 // Adding an op means a builder function too: this list calls one per op, and
 // must cover every registration (data_worker/ops/registry.h).
 TEST(PipelineBuilder, HasAFunctionForEveryRegisteredOp) {
