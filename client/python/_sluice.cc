@@ -312,7 +312,8 @@ std::unique_ptr<PyIterator> Open(PyClient& client, const std::string& spec, bool
                                  uint64_t seed, uint32_t consumer_index, uint32_t num_consumers,
                                  bool deterministic, bool drop_remainder, uint64_t split_size,
                                  const std::optional<py::bytes>& restore, const std::string& finish,
-                                 int32_t priority, uint32_t min_workers) {
+                                 int32_t priority, uint32_t min_workers,
+                                 const std::string& sharing) {
   if (num_consumers == 0 || consumer_index >= num_consumers) {
     ThrowStatus(absl::InvalidArgumentError(absl::StrCat("consumer_index ", consumer_index,
                                                         " must be < num_consumers ", num_consumers,
@@ -331,6 +332,7 @@ std::unique_ptr<PyIterator> Open(PyClient& client, const std::string& spec, bool
   options.split_size = split_size;
   options.priority = priority;
   options.min_workers = min_workers;
+  options.sharing = sharing;
   if (restore.has_value()) {
     options.restore_state = std::string(*restore);
   }
@@ -373,7 +375,7 @@ PYBIND11_MODULE(_sluice, m) {
            py::arg("epochs"), py::arg("seed"), py::arg("consumer_index"), py::arg("num_consumers"),
            py::arg("deterministic"), py::arg("drop_remainder"), py::arg("split_size"),
            py::arg("restore_state"), py::arg("finish") = "", py::arg("priority") = 0,
-           py::arg("min_workers") = 0);
+           py::arg("min_workers") = 0, py::arg("sharing") = "");
   py::class_<PyIterator>(m, "Iterator")
       .def("next", &PyIterator::Next)
       .def("save_state", &PyIterator::SaveState)
