@@ -223,6 +223,12 @@ class DataServiceClientImpl final : public DataServiceClient {
     config->set_split_size(job.split_size);
     config->set_priority(job.priority);
     config->set_min_workers(job.min_workers);
+    if (job.sharing == "auto") {
+      config->set_sharing(proto::SHARING_MODE_AUTO);
+    } else if (!job.sharing.empty() && job.sharing != "off") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("JobOptions.sharing '", job.sharing, "' must be 'auto' or 'off'"));
+    }
     if (restore.has_value() && AtEpochBoundary(*restore)) {
       get_job.set_restore_at_boundary(true);
       get_job.set_restore_epoch(restore->epoch());

@@ -201,6 +201,13 @@ namespace sluice::dispatcher {
 // The wire protocol version all components share (proto/worker.proto).
 using service::kProtocolVersion;
 
+// `job`'s production group (docs/sharing.md): 0 when it does not share (sharing off, or
+// PARALLEL_EPOCHS), else a non-zero hash of everything that decides the bytes of its slots
+// (dataset id, which names the pipeline, shard record counts and batch size; seed; consumers;
+// split size; remainder mode). Jobs of one group have byte-identical slots, epoch by epoch.
+// Derived from journaled state only, so a restarted dispatcher finds the same groups.
+uint64_t ShareGroupOf(const DispatcherState::Job& job);
+
 struct DispatcherOptions {
   Clock* clock = nullptr;                    // null: RealClock::Get()
   prometheus::Registry* registry = nullptr;  // null: a private registry (metrics not exported)
@@ -500,8 +507,25 @@ class DispatcherImpl {
   // workers at once").
   bool Assignable(const DispatcherState::Job& job, const DispatcherState::Consumer& consumer) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Hands up to `free` pending splits to `worker_id`, appending them to `out`.
+  // Hands up to `free` pending splits to `worker_id`, appending them to `out`. A slot of a
+  // sharing job goes out with the same slot of every job of its production group that has it
+  // pending (docs/sharing.md); together they take one of the worker's `free`.
   absl::Status AssignSplits(uint64_t worker_id, int free, proto::WorkerHeartbeatResponse* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Commits the assignment of `key` to `worker_id` and appends it to `out` with `share_group`.
+  absl::Status AssignSlot(const DispatcherState::Job& job, const SlotKey& key, uint64_t worker_id,
+                          uint64_t share_group, proto::WorkerHeartbeatResponse* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The other live jobs of `job`'s production group (empty when it does not share).
+  std::vector<const DispatcherState::Job*> SharePeers(const DispatcherState::Job& job) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a consumer of a sharing job holds a slot its worker detached from the production
+  // group and that waits for the consumer to read (docs/sharing.md): the consumer is behind;
+  // it gets no slot until it reads again, and joins no group.
+  bool Behind(const DispatcherState::Consumer& consumer) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The slots `worker` is producing, a production group's same slot counted once (it is one
+  // production on the worker), a detached one that waits for its consumer not at all.
+  uint32_t SlotsInProduction(const DispatcherState::Worker& worker) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes the worker; `reason` labels sluice_dispatcher_workers_lost_total ("timeout",
   // "unregistered", "restarted"), `why` is for the log.

@@ -24,7 +24,7 @@ std::string ConfigString(const proto::JobConfig& c) {
                       ", epochs ", c.num_epochs(), ", consumers ", c.num_consumers(),
                       ", deterministic ", c.deterministic() ? "true" : "false", ", remainder ",
                       proto::RemainderMode_Name(c.remainder()), ", split_size ", c.split_size(),
-                      "}");
+                      c.sharing() == proto::SHARING_MODE_AUTO ? ", sharing auto" : "", "}");
 }
 
 record::RemainderPolicy Remainder(const proto::JobConfig& c) {
@@ -91,6 +91,21 @@ bool SameConfig(const proto::JobConfig& a, const proto::JobConfig& b) {
 }
 
 }  // namespace
+
+uint64_t ShareGroupOf(const DispatcherState::Job& job) {
+  const proto::JobConfig& c = job.config;
+  // A job resumed mid-epoch on another number of consumers reads other slots (batch ranges of
+  // the old layout) in that epoch: it does not share.
+  if (c.sharing() != proto::SHARING_MODE_AUTO ||
+      c.mode() != proto::PROCESSING_MODE_DISTRIBUTED_EPOCH || job.resized.has_value()) {
+    return 0;
+  }
+  const std::string what =
+      absl::StrCat("dataset ", job.dataset_id, " seed ", c.seed(), " consumers ", c.num_consumers(),
+                   " split_size ", c.split_size(), " remainder ", static_cast<int>(c.remainder()));
+  const uint64_t group = record::Checksum(what);
+  return group != 0 ? group : 1;
+}
 
 absl::Status DispatcherImpl::CheckDatasetRequest(
     const proto::RegisterDatasetRequest& request) const {
@@ -192,6 +207,12 @@ absl::Status DispatcherImpl::DoGetOrCreateJob(const proto::GetOrCreateJobRequest
     config.set_remainder(proto::REMAINDER_MODE_PAD);
   }
   if (config.num_consumers() == 0) config.set_num_consumers(1);
+  if (config.sharing() == proto::SHARING_MODE_AUTO &&
+      config.mode() != proto::PROCESSING_MODE_DISTRIBUTED_EPOCH) {
+    return absl::InvalidArgumentError(
+        "sharing auto needs processing mode DISTRIBUTED_EPOCH (a PARALLEL_EPOCHS job walks "
+        "the dataset for each consumer on its own): set sharing off or change the mode");
+  }
   RETURN_IF_ERROR(service::CheckConsumerLimit(config.num_consumers(), options_.limits));
   const uint64_t records = TotalRecords(dataset->shard_record_counts);
   const uint64_t share = record::ShareSize(records, config.num_consumers(), Remainder(config));

@@ -252,6 +252,8 @@ absl::Status DispatcherImpl::DoGetStatus(const proto::GetStatusRequest& request,
     }
     j->set_priority(job.config.priority());
     j->set_min_workers(job.config.min_workers());
+    j->set_share_group(ShareGroupOf(job));
+    for (const DispatcherState::Job* peer : SharePeers(job)) j->add_shares_with(peer->id);
     for (const DispatcherState::Consumer& c : job.consumers) {
       proto::ConsumerStatus* cs = j->add_consumers();
       cs->set_consumer_index(c.index);

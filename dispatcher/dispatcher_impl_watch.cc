@@ -38,12 +38,7 @@ bool DispatcherImpl::WorkWaitsFor(const Watch& watch, bool any_pending,
   if (newest_parallel > watch.max_job_id) return true;
   if (VerificationToHand(clock_->Now())) return true;
   if (!any_pending) return false;
-  uint32_t in_production = 0;
-  for (const SlotKey& key : worker->slots) {
-    const DispatcherState::Slot* slot = state_.FindSlot(key);
-    if (slot != nullptr && !slot->finished_producing) ++in_production;
-  }
-  return in_production < worker->capacity;
+  return SlotsInProduction(*worker) < worker->capacity;
 }
 
 void DispatcherImpl::WatchAssignment(const proto::WatchAssignmentRequest& request,

@@ -5,6 +5,7 @@
 #include <limits>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -60,9 +61,17 @@ int DispatcherImpl::AffinityTier(uint64_t worker_id, const DispatcherState::Job&
   return new_job && consumer.in_production == 0 ? 1 : 2;
 }
 
+bool DispatcherImpl::Behind(const DispatcherState::Consumer& consumer) const {
+  return std::any_of(consumer.slots.begin(), consumer.slots.end(),
+                     [](const DispatcherState::Slot& s) {
+                       return s.status == proto::SPLIT_STATUS_ASSIGNED && s.detached;
+                     });
+}
+
 bool DispatcherImpl::Assignable(const DispatcherState::Job& job,
                                 const DispatcherState::Consumer& consumer) const {
   if (consumer.pending.empty()) return false;
+  if (ShareGroupOf(job) != 0 && Behind(consumer)) return false;
   if (!options_.first_split_alone || consumer.in_production == 0) return true;
   auto it = consumer_signals_.find({job.id, consumer.index});
   return it != consumer_signals_.end() && it->second.batches_returned_total > 0;
@@ -98,23 +107,87 @@ absl::Status DispatcherImpl::AssignSplits(uint64_t worker_id, int free,
     }
     if (best == nullptr) break;
     const DispatcherState::Job& job = *best_job;
-    const SlotKey key{job.id, best->index, best->epoch, *best->pending.begin()};
-    const DispatcherState::Slot* slot = state_.FindSlot(key);
-    const bool reassigned = slot->assignments > 0;
-    proto::Update update;
-    proto::UpdateAssignSplit* u = update.mutable_assign_split();
-    *u->mutable_key() = key.ToProto();
-    u->set_worker_id(worker_id);
-    u->set_skip_batches(slot->skip_batches);
-    RETURN_IF_ERROR(Commit(update));
-    proto::SplitAssignment* a = out->add_start();
-    *a = MakeAssignment(job, key);
-    a->set_skip_batches(u->skip_batches());
-    (reassigned ? metrics_.splits_reassigned : metrics_.splits_assigned).Increment();
-    if (reassigned) metrics_.ForJob(job.id, job.name).splits_reassigned->Increment();
+    const DispatcherState::Consumer& consumer = *best;
+    const uint64_t group = ShareGroupOf(job);
+    const std::vector<const DispatcherState::Job*> peers = SharePeers(job);
+    // The peers' consumers at the same index and epoch: they read the same slots. One that is
+    // Behind (its trainer stopped reading: its worker detached it) joins nothing, so that it
+    // never holds the group's productions back.
+    std::vector<std::pair<const DispatcherState::Job*, const DispatcherState::Consumer*>> aligned;
+    for (const DispatcherState::Job* peer : peers) {
+      if (consumer.index >= peer->consumers.size()) continue;
+      const DispatcherState::Consumer& c = peer->consumers[consumer.index];
+      if (!c.finished && c.epoch == consumer.epoch && !c.pending.empty() && !Behind(c)) {
+        aligned.emplace_back(peer, &c);
+      }
+    }
+    // Its lowest pending position; a job that does not keep the split sequence's order
+    // takes, rather, the lowest one a peer also has pending: a job that joined late (or fell
+    // behind) reads from where the group is and comes back to what it passed at the end.
+    uint64_t position = *consumer.pending.begin();
+    if (!job.config.deterministic() && !aligned.empty()) {
+      for (uint64_t p : consumer.pending) {
+        if (std::any_of(aligned.begin(), aligned.end(),
+                        [&](const auto& a) { return a.second->pending.contains(p); })) {
+          position = p;
+          break;
+        }
+      }
+    }
+    RETURN_IF_ERROR(AssignSlot(job, SlotKey{job.id, consumer.index, consumer.epoch, position},
+                               worker_id, group, out));
+    for (const auto& [peer, c] : aligned) {
+      if (!c->pending.contains(position)) continue;
+      RETURN_IF_ERROR(AssignSlot(*peer, SlotKey{peer->id, consumer.index, consumer.epoch, position},
+                                 worker_id, group, out));
+    }
     --free;
   }
   return absl::OkStatus();
+}
+
+absl::Status DispatcherImpl::AssignSlot(const DispatcherState::Job& job, const SlotKey& key,
+                                        uint64_t worker_id, uint64_t share_group,
+                                        proto::WorkerHeartbeatResponse* out) {
+  const DispatcherState::Slot* slot = state_.FindSlot(key);
+  const bool reassigned = slot->assignments > 0;
+  proto::Update update;
+  proto::UpdateAssignSplit* u = update.mutable_assign_split();
+  *u->mutable_key() = key.ToProto();
+  u->set_worker_id(worker_id);
+  u->set_skip_batches(slot->skip_batches);
+  RETURN_IF_ERROR(Commit(update));
+  proto::SplitAssignment* a = out->add_start();
+  *a = MakeAssignment(job, key);
+  a->set_skip_batches(u->skip_batches());
+  a->set_share_group(share_group);
+  (reassigned ? metrics_.splits_reassigned : metrics_.splits_assigned).Increment();
+  if (reassigned) metrics_.ForJob(job.id, job.name).splits_reassigned->Increment();
+  return absl::OkStatus();
+}
+
+std::vector<const DispatcherState::Job*> DispatcherImpl::SharePeers(
+    const DispatcherState::Job& job) const {
+  std::vector<const DispatcherState::Job*> peers;
+  const uint64_t group = ShareGroupOf(job);
+  if (group == 0) return peers;
+  for (const auto& [id, other] : state_.jobs()) {
+    if (id != job.id && !other.finished() && ShareGroupOf(other) == group) peers.push_back(&other);
+  }
+  return peers;
+}
+
+uint32_t DispatcherImpl::SlotsInProduction(const DispatcherState::Worker& worker) const {
+  // (group, job if it does not share, consumer, epoch, position)
+  std::set<std::tuple<uint64_t, uint64_t, uint32_t, uint64_t, uint64_t>> units;
+  for (const SlotKey& key : worker.slots) {
+    const DispatcherState::Slot* slot = state_.FindSlot(key);
+    if (slot == nullptr || slot->finished_producing || slot->detached) continue;
+    const DispatcherState::Job* job = state_.FindJob(key.job_id);
+    const uint64_t group = job != nullptr ? ShareGroupOf(*job) : 0;
+    units.insert({group, group != 0 ? 0 : key.job_id, key.consumer, key.epoch, key.position});
+  }
+  return static_cast<uint32_t>(units.size());
 }
 
 void DispatcherImpl::FillJobInfo(const DispatcherState::Job& job, proto::JobInfo* info) const {
@@ -197,11 +270,7 @@ absl::Status DispatcherImpl::DoWorkerHeartbeat(const proto::WorkerHeartbeatReque
   }
   std::set<uint64_t> referenced_jobs;
   if (!worker.draining) {
-    int in_production = 0;
-    for (const SlotKey& key : worker.slots) {
-      const DispatcherState::Slot* slot = state_.FindSlot(key);
-      if (slot != nullptr && !slot->finished_producing) ++in_production;
-    }
+    const int in_production = static_cast<int>(SlotsInProduction(worker));
     RETURN_IF_ERROR(
         AssignSplits(worker.id, static_cast<int>(worker.capacity) - in_production, response));
     for (const proto::SplitAssignment& a : response->start())

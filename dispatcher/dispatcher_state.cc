@@ -394,6 +394,7 @@ absl::Status DispatcherState::ApplyWorkerProgress(const proto::UpdateWorkerProgr
       continue;
     }
     slot->produced_batches = std::max(slot->produced_batches, p.produced_batches());
+    slot->detached = p.detached();
     if (!slot->finished_producing && p.finished_producing()) {
       slot->finished_producing = true;
       Reindex(SlotKey::FromProto(p.key()));
@@ -409,6 +410,7 @@ void DispatcherState::Release(Worker& worker, const SlotKey& key) {
   slot->status = proto::SPLIT_STATUS_AWAITING_PROGRESS;
   slot->worker_id = 0;
   slot->finished_producing = false;
+  slot->detached = false;
   Reindex(key);
 }
 

@@ -73,6 +73,9 @@ class DispatcherState {
     bool finished_producing = false;
     uint64_t skip_batches = 0;  // of the current/last assignment
     uint32_t assignments = 0;
+    // Soft (the worker reports it every heartbeat): it fell behind its production group and
+    // waits for its consumer (WorkerSplitProgress.detached).
+    bool detached = false;
 
     // Position, status, worker and counters into `out` (what the journal's snapshot and
     // GetJobState both carry; each adds its own fields).

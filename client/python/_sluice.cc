@@ -313,7 +313,8 @@ std::unique_ptr<PyIterator> Open(PyClient& client, const std::string& spec, bool
                                  bool deterministic, bool drop_remainder, uint64_t split_size,
                                  const std::optional<py::bytes>& restore, const std::string& finish,
                                  int32_t priority, uint32_t min_workers,
-                                 const std::vector<py::bytes>& restore_states) {
+                                 const std::vector<py::bytes>& restore_states,
+                                 const std::string& sharing) {
   if (num_consumers == 0 || consumer_index >= num_consumers) {
     ThrowStatus(absl::InvalidArgumentError(absl::StrCat("consumer_index ", consumer_index,
                                                         " must be < num_consumers ", num_consumers,
@@ -332,6 +333,7 @@ std::unique_ptr<PyIterator> Open(PyClient& client, const std::string& spec, bool
   options.split_size = split_size;
   options.priority = priority;
   options.min_workers = min_workers;
+  options.sharing = sharing;
   if (restore.has_value()) {
     options.restore_state = std::string(*restore);
   }
@@ -376,7 +378,8 @@ PYBIND11_MODULE(_sluice, m) {
            py::arg("epochs"), py::arg("seed"), py::arg("consumer_index"), py::arg("num_consumers"),
            py::arg("deterministic"), py::arg("drop_remainder"), py::arg("split_size"),
            py::arg("restore_state"), py::arg("finish") = "", py::arg("priority") = 0,
-           py::arg("min_workers") = 0, py::arg("restore_states") = std::vector<py::bytes>{});
+           py::arg("min_workers") = 0, py::arg("restore_states") = std::vector<py::bytes>{},
+           py::arg("sharing") = "");
   py::class_<PyIterator>(m, "Iterator")
       .def("next", &PyIterator::Next)
       .def("save_state", &PyIterator::SaveState)

@@ -70,6 +70,13 @@ ConsumerQueues::Task* ConsumerQueues::FindTask(uint64_t task_id) {
   return it == tasks_.end() || it->second.id != task_id ? nullptr : &it->second;
 }
 
+const ConsumerQueues::Task* ConsumerQueues::FindTask(uint64_t task_id) const {
+  auto id = task_ids_.find(task_id);
+  if (id == task_ids_.end()) return nullptr;
+  auto it = tasks_.find(id->second);
+  return it == tasks_.end() || it->second.id != task_id ? nullptr : &it->second;
+}
+
 std::deque<ConsumerQueues::Queued>::iterator ConsumerQueues::Unqueue(
     Queue& q, std::deque<Queued>::iterator it) {
   Charge(-service::BatchBytes(it->batch));
@@ -168,6 +175,8 @@ std::vector<TaskProgress> ConsumerQueues::Progress() const {
     p.produced_batches = task.finished ? task.produced - 1 : task.produced;
     p.finished = task.finished;
     p.failed = task.failed;
+    p.share_group = task.assignment.share_group();
+    p.task_id = task.id;
     out.push_back(std::move(p));
   }
   return out;
@@ -184,12 +193,31 @@ bool ConsumerQueues::IsLive(uint64_t task_id) const {
 }
 
 bool ConsumerQueues::Push(uint64_t task_id, service::WireBatch batch) {
+  return PushUntil(task_id, std::move(batch), absl::InfiniteFuture()) == PushResult::kPushed;
+}
+
+ConsumerQueues::PushResult ConsumerQueues::PushWithin(uint64_t task_id, service::WireBatch batch,
+                                                      absl::Duration bound) {
+  return PushUntil(task_id, std::move(batch), absl::Now() + bound);
+}
+
+bool ConsumerQueues::HasRoom(uint64_t task_id) const {
+  absl::MutexLock lock(&mu_);
+  if (FindTask(task_id) == nullptr || stopped_) return true;
+  auto it = queues_.find({task_ids_.at(task_id).job_id, task_ids_.at(task_id).consumer_index});
+  if (it == queues_.end() || it->second.batches.empty()) return true;
+  return it->second.batches.size() < queue_batches_ &&
+         (queue_bytes_ <= 0 || queued_bytes_ < queue_bytes_);
+}
+
+ConsumerQueues::PushResult ConsumerQueues::PushUntil(uint64_t task_id, service::WireBatch batch,
+                                                     absl::Time deadline) {
   std::function<void()> notify;
   bool split_ended = false;
   {
     absl::MutexLock lock(&mu_);
     Task* task = FindTask(task_id);
-    if (task == nullptr || stopped_) return false;
+    if (task == nullptr || stopped_) return PushResult::kGone;
     const ConsumerKey consumer{task_ids_[task_id].job_id, task_ids_[task_id].consumer_index};
     Queue* q = &queues_[consumer];
     const int64_t incoming = service::BatchBytes(batch);
@@ -199,16 +227,18 @@ bool ConsumerQueues::Push(uint64_t task_id, service::WireBatch batch) {
       return queue_bytes_ > 0 && !q->batches.empty() && queued_bytes_ + incoming > queue_bytes_;
     };
     ++blocked_;
+    bool timed_out = false;
     if (!stopped_ && FindTask(task_id) != nullptr && full()) {
       blocked_producers_.Increment();
-      while (!stopped_ && FindTask(task_id) != nullptr && full()) {
-        space_.Wait(&mu_);
+      while (!stopped_ && FindTask(task_id) != nullptr && full() && !timed_out) {
+        timed_out = space_.WaitWithDeadline(&mu_, deadline);
       }
       blocked_producers_.Decrement();
     }
     --blocked_;
     task = FindTask(task_id);
-    if (task == nullptr || stopped_) return false;
+    if (task == nullptr || stopped_) return PushResult::kGone;
+    if (full()) return PushResult::kFull;
     const bool marker = batch.header.end_of_split();
     const int64_t bytes = service::BatchBytes(batch);
     const uint64_t elements = static_cast<uint64_t>(batch.header.global_indices_size());
@@ -231,7 +261,7 @@ bool ConsumerQueues::Push(uint64_t task_id, service::WireBatch batch) {
   }
   if (notify) notify();
   if (split_ended && on_split_end_) on_split_end_();
-  return true;
+  return PushResult::kPushed;
 }
 
 void ConsumerQueues::Fail(uint64_t task_id, const absl::Status& status) {

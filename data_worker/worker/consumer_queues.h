@@ -45,6 +45,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/service/wire_batch.h"
 #include "data_worker/pipeline/memory_budget.h"
 #include "prometheus/counter.h"
@@ -84,6 +85,8 @@ struct TaskProgress {
   // that a split whose pipeline failed (or whose job this worker refused) stops holding one
   // of the worker's --capacity slots while its consumer is told the error.
   bool failed = false;
+  uint64_t share_group = 0;  // its assignment's (docs/sharing.md)
+  uint64_t task_id = 0;
 };
 
 class ConsumerQueues {
@@ -120,6 +123,14 @@ class ConsumerQueues {
   // blocking while the consumer's queue is full. A marker (end_of_split) finishes the task.
   // False if the task is gone (dropped, restarted) or the queues stopped: stop producing.
   bool Push(uint64_t task_id, service::WireBatch batch) ABSL_LOCKS_EXCLUDED(mu_);
+  // Push() that waits at most `bound` for room (a production group's fan-out, task_runner.h):
+  // kFull when the consumer's queue stayed full that long (the batch is not queued).
+  enum class PushResult { kPushed, kFull, kGone };
+  PushResult PushWithin(uint64_t task_id, service::WireBatch batch, absl::Duration bound)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether a Push() of the task would queue a batch now without waiting (true if the task is
+  // gone: its producer finds out at once).
+  bool HasRoom(uint64_t task_id) const ABSL_LOCKS_EXCLUDED(mu_);
   // The task's pipeline failed (or its job was refused): its consumer's stream ends with
   // `status` after the batches queued before it, and Progress() reports the task `failed`.
   void Fail(uint64_t task_id, const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
@@ -180,6 +191,10 @@ class ConsumerQueues {
   };
 
   Task* FindTask(uint64_t task_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  const Task* FindTask(uint64_t task_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Push() until `deadline` (InfiniteFuture: no bound).
+  PushResult PushUntil(uint64_t task_id, service::WireBatch batch, absl::Time deadline)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void EraseTask(std::map<TaskKey, Task>::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Erases a queued batch; returns the next.
   std::deque<Queued>::iterator Unqueue(Queue& q, std::deque<Queued>::iterator it)

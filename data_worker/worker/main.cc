@@ -63,6 +63,7 @@ struct WorkerFlags {
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration connect_timeout = absl::Seconds(10);
   absl::Duration drain_timeout = absl::Seconds(30);
+  absl::Duration share_detach_after = absl::Seconds(2);
   sluice::data_worker::python::PythonOptions python{.timeout = absl::Seconds(60)};
 };
 
@@ -114,6 +115,11 @@ void AddWorkerFlags(CLI::App& app, WorkerFlags* f) {
       ->capture_default_str();
   AddDurationOption(app, "--heartbeat-interval", &f->heartbeat_interval,
                     "Time between heartbeats until the dispatcher says otherwise");
+  AddDurationOption(
+      app, "--share-detach-after", &f->share_detach_after,
+      "How long a production group (jobs with sharing auto, docs/sharing.md) waits for a "
+      "job whose queue is full while the others read, before that job gets its batches "
+      "produced again for it alone");
   AddDurationOption(app, "--connect-timeout", &f->connect_timeout,
                     "How long to keep retrying an unreachable dispatcher");
   AddDurationOption(app, "--drain-timeout", &f->drain_timeout, "How long a drain may take");
@@ -184,6 +190,7 @@ absl::StatusOr<std::unique_ptr<WorkerImpl>> CreateWorker(
   options.queue_bytes = f.queue_mb << 20;
   options.limits = f.limits;
   options.heartbeat_interval = f.heartbeat_interval;
+  options.share_detach_after = f.share_detach_after;
   options.registry = &server.registry();
   options.logger = server.logger();
   return WorkerImpl::Create(options, std::move(client));

@@ -1,6 +1,7 @@
 #include "data_worker/worker/task_runner.h"
 
 #include <algorithm>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -28,6 +29,27 @@ absl::StatusOr<std::vector<uint64_t>> SlotRecordOrder(const proto::SplitAssignme
     out.insert(out.end(), order.begin() + static_cast<ptrdiff_t>(p.offset()),
                order.begin() + static_cast<ptrdiff_t>(p.offset() + p.count()));
   }
+  return out;
+}
+
+// Whether `b` is a member of `a`'s production group: the same group, slot and pieces, so the
+// same bytes (skip_batches may differ: each member discards what its consumer holds).
+bool SameSharedSlot(const proto::SplitAssignment& a, const proto::SplitAssignment& b) {
+  if (a.share_group() == 0 || a.share_group() != b.share_group()) return false;
+  if (a.key().consumer_index() != b.key().consumer_index() || a.key().epoch() != b.key().epoch() ||
+      a.key().position() != b.key().position() || a.pieces_size() != b.pieces_size()) {
+    return false;
+  }
+  for (int i = 0; i < a.pieces_size(); ++i) {
+    if (a.pieces(i).SerializeAsString() != b.pieces(i).SerializeAsString()) return false;
+  }
+  return true;
+}
+
+// A shared batch as member `m` gets it: its own key.
+service::WireBatch BatchFor(const service::WireBatch& batch, const proto::SplitAssignment& m) {
+  service::WireBatch out = batch;
+  *out.header.mutable_key() = m.key();
   return out;
 }
 
@@ -108,13 +130,22 @@ absl::StatusOr<std::optional<proto::ColumnFinish>> FinishOrShip(const Job& job,
 }
 
 TaskRunner::TaskRunner(ConsumerQueues* queues, JobRegistry* jobs, prometheus::Registry& registry,
-                       std::shared_ptr<spdlog::logger> logger, int cpu_budget)
+                       std::shared_ptr<spdlog::logger> logger, int cpu_budget,
+                       absl::Duration share_detach_after)
     : queues_(queues),
       jobs_(jobs),
       logger_(std::move(logger)),
       cpu_budget_(std::max(1, cpu_budget)),
+      share_detach_after_(share_detach_after),
       splits_started_(AddCounter(registry, "sluice_worker_splits_total", "Splits by event.",
-                                 {{"event", "started"}})) {}
+                                 {{"event", "started"}})),
+      shared_joined_(
+          AddCounter(registry, "sluice_worker_shared_splits_total",
+                     "Splits of a production group (docs/sharing.md) by event: joined = served by "
+                     "another job's production of the same slot, detached = fell behind the group.",
+                     {{"event", "joined"}})),
+      shared_detached_(
+          AddCounter(registry, "sluice_worker_shared_splits_total", "", {{"event", "detached"}})) {}
 
 TaskRunner::~TaskRunner() { Stop(); }
 
@@ -139,6 +170,23 @@ void TaskRunner::Enqueue(uint64_t task_id, proto::SplitAssignment assignment, bo
   absl::MutexLock lock(&mu_);
   pending_.push_back(QueuedTask{task_id, std::move(assignment), parallel});
   work_available_.Signal();
+}
+
+void TaskRunner::EnqueueGroup(std::vector<std::pair<uint64_t, proto::SplitAssignment>> tasks) {
+  absl::MutexLock lock(&mu_);
+  for (auto& [task_id, assignment] : tasks) {
+    pending_.push_back(QueuedTask{.task_id = task_id, .assignment = std::move(assignment)});
+  }
+  work_available_.SignalAll();
+}
+
+std::set<uint64_t> TaskRunner::waiting_detached() const {
+  absl::MutexLock lock(&mu_);
+  std::set<uint64_t> out;
+  for (const QueuedTask& t : pending_) {
+    if (t.detached) out.insert(t.task_id);
+  }
+  return out;
 }
 
 TaskRunner::Busy TaskRunner::busy() const {
@@ -212,9 +260,23 @@ void TaskRunner::UpdatePeak() {
 
 std::optional<TaskRunner::QueuedTask> TaskRunner::Take(bool wait) {
   absl::MutexLock lock(&mu_);
+  // The first task a producer may start: a detached one only when its queue has room (it
+  // would block the producer otherwise, while others wait).
+  auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return std::find_if(pending_.begin(), pending_.end(), [&](const QueuedTask& t) {
+      return !t.detached || queues_->HasRoom(t.task_id);
+    });
+  };
   if (wait) {
     ++idle_;
-    while (!cancelled_ && pending_.empty()) work_available_.Wait(&mu_);
+    while (!cancelled_ && ready() == pending_.end()) {
+      // Room in a consumer's queue is not signalled here: a detached task is looked at again.
+      if (pending_.empty()) {
+        work_available_.Wait(&mu_);
+      } else {
+        work_available_.WaitWithTimeout(&mu_, absl::Milliseconds(20));
+      }
+    }
     --idle_;
   }
   // Look-ahead leaves a task to an idle producer, which starts it now instead of after this
@@ -222,8 +284,20 @@ std::optional<TaskRunner::QueuedTask> TaskRunner::Take(bool wait) {
   if (cancelled_ || pending_.size() <= static_cast<size_t>(wait ? 0 : idle_)) {
     return std::nullopt;
   }
-  QueuedTask task = std::move(pending_.front());
-  pending_.pop_front();
+  auto it = ready();
+  if (it == pending_.end()) return std::nullopt;
+  QueuedTask task = std::move(*it);
+  pending_.erase(it);
+  if (!task.parallel && !task.detached && task.assignment.share_group() != 0) {
+    for (auto m = pending_.begin(); m != pending_.end();) {
+      if (!m->parallel && !m->detached && SameSharedSlot(task.assignment, m->assignment)) {
+        task.shared.push_back(std::move(*m));
+        m = pending_.erase(m);
+      } else {
+        ++m;
+      }
+    }
+  }
   return task;
 }
 
@@ -250,8 +324,7 @@ void TaskRunner::ProducerLoop() {
             absl::StrCat("job ", a.key().job_id(), " ", DescribeSlot(a), " (epoch ", run.epoch,
                          "): ", next.status().message()));
         logger_->error("consumer {}: {}", a.key().consumer_index(), failed.ToString());
-        queues_->Fail(run.task.task_id, failed);
-        StopTask(producer, run.task.task_id);
+        FailRun(producer, run, failed);
       }
       continue;
     }
@@ -292,17 +365,40 @@ bool TaskRunner::Share(Producer& producer) {
 void TaskRunner::Begin(Producer& producer, QueuedTask task) {
   // The threads of a removed job's pipeline end before this producer goes on.
   Retire(producer, /*all=*/false);
+  // A production group: its live members whose job this worker runs, the first of them
+  // producing. An unknown job's tasks stay held and unproduced. A refused job's fail with
+  // its status (its streams carry it too), so that they stop holding the worker's capacity.
+  std::vector<QueuedTask> members;
+  if (!task.shared.empty()) {
+    std::vector<QueuedTask> candidates = std::move(task.shared);
+    task.shared.clear();
+    candidates.insert(candidates.begin(), std::move(task));
+    for (QueuedTask& m : candidates) {
+      if (!queues_->IsLive(m.task_id)) continue;
+      std::shared_ptr<const Job> job = jobs_->Get(m.assignment.key().job_id());
+      if (job == nullptr) continue;
+      if (!job->status.ok()) {
+        queues_->Fail(m.task_id, job->status);
+        continue;
+      }
+      members.push_back(std::move(m));
+    }
+    if (members.empty()) return;
+    task = members.front();
+    if (members.size() == 1) members.clear();
+  }
   if (!queues_->IsLive(task.task_id)) return;
   const uint64_t job_id = task.assignment.key().job_id();
   std::shared_ptr<const Job> job = jobs_->Get(job_id);
-  // An unknown job's tasks stay held and unproduced. A refused job's fail with its status
-  // (its streams carry it too), so that they stop holding the worker's capacity.
   if (job == nullptr) return;
   if (!job->status.ok()) {
     queues_->Fail(task.task_id, job->status);
     return;
   }
   if (!task.parallel) splits_started_.Increment();
+  if (members.size() > 1) {
+    shared_joined_.Increment(static_cast<double>(members.size() - 1));
+  }
   absl::StatusOr<Pipeline*> pipeline = PipelineFor(producer, job_id);
   if (!pipeline.ok()) {
     queues_->Fail(task.task_id, pipeline.status());
@@ -313,6 +409,7 @@ void TaskRunner::Begin(Producer& producer, QueuedTask task) {
   run.task = std::move(task);
   run.job = std::move(job);
   run.pipeline = *pipeline;
+  run.members = std::move(members);
   Submit(producer, std::move(run));
 }
 
@@ -338,6 +435,7 @@ void TaskRunner::Submit(Producer& producer, SubmittedRun run) {
     run.stopped = true;
     EndCaptures(run);
     queues_->Fail(run.task.task_id, id.status());
+    for (const QueuedTask& m : run.members) queues_->Fail(m.task_id, id.status());
     return;
   }
   run.run = *id;
@@ -391,6 +489,14 @@ void TaskRunner::StopTask(Producer& producer, uint64_t task_id) {
   }
 }
 
+void TaskRunner::FailRun(Producer& producer, SubmittedRun& run, const absl::Status& status) {
+  queues_->Fail(run.task.task_id, status);
+  for (const QueuedTask& m : run.members) {
+    if (m.task_id != run.task.task_id) queues_->Fail(m.task_id, status);
+  }
+  StopTask(producer, run.task.task_id);
+}
+
 void TaskRunner::Deliver(Producer& producer, SubmittedRun& run, pipeline::Element element) {
   if (run.stopped) return;
   const proto::SplitAssignment& a = run.task.assignment;
@@ -400,32 +506,38 @@ void TaskRunner::Deliver(Producer& producer, SubmittedRun& run, pipeline::Elemen
   const uint64_t made = run.batch_index++;
   if (made < a.first_batch() || (a.end_batch() != 0 && made >= a.end_batch())) return;
   const uint64_t index = made - a.first_batch();
-  if (index < a.skip_batches()) {
-    // The consumer holds it already.
-    if (!queues_->IsLive(run.task.task_id)) StopTask(producer, run.task.task_id);
+  const bool shared = !run.members.empty();
+  const bool needed =
+      shared
+          ? std::any_of(run.members.begin(), run.members.end(),
+                        [&](const QueuedTask& m) { return index >= m.assignment.skip_batches(); })
+          : index >= a.skip_batches();
+  if (!needed) {
+    // The consumers hold it already.
+    const bool live =
+        shared ? std::any_of(run.members.begin(), run.members.end(),
+                             [&](const QueuedTask& m) { return queues_->IsLive(m.task_id); })
+               : queues_->IsLive(run.task.task_id);
+    if (!live) StopTask(producer, run.task.task_id);
     return;
   }
   absl::StatusOr<std::optional<proto::ColumnFinish>> finish = FinishOrShip(job, &element);
   if (!finish.ok()) {
-    queues_->Fail(run.task.task_id, finish.status());
-    StopTask(producer, run.task.task_id);
+    FailRun(producer, run, finish.status());
     return;
   }
   // Refused before encoding: the consumer is told which flag, instead of a message gRPC will
   // not send.
   if (absl::Status s = service::CheckBatchLimit(pipeline::BytesOf(element), jobs_->limits());
       !s.ok()) {
-    queues_->Fail(
-        run.task.task_id,
-        absl::Status(s.code(), absl::StrCat("job ", a.key().job_id(), " ", DescribeSlot(a),
-                                            " batch ", index, ": ", s.message())));
-    StopTask(producer, run.task.task_id);
+    FailRun(producer, run,
+            absl::Status(s.code(), absl::StrCat("job ", a.key().job_id(), " ", DescribeSlot(a),
+                                                " batch ", index, ": ", s.message())));
     return;
   }
   absl::StatusOr<service::WireBatch> batch = ToWireBatch(std::move(element), job);
   if (!batch.ok()) {
-    queues_->Fail(run.task.task_id, batch.status());
-    StopTask(producer, run.task.task_id);
+    FailRun(producer, run, batch.status());
     return;
   }
   proto::Batch& header = batch->header;
@@ -435,9 +547,79 @@ void TaskRunner::Deliver(Producer& producer, SubmittedRun& run, pipeline::Elemen
   header.set_split_id(FirstSplitId(a));
   header.set_batch_index(index);
   UpdatePeak();
+  if (shared) {
+    FanOut(producer, run, *batch, index);
+    UpdatePeak();
+    return;
+  }
   const bool pushed = queues_->Push(run.task.task_id, *std::move(batch));
   UpdatePeak();
   if (!pushed) StopTask(producer, run.task.task_id);
+}
+
+void TaskRunner::FanOut(Producer& producer, SubmittedRun& run, const service::WireBatch& batch,
+                        uint64_t index) {
+  using Result = ConsumerQueues::PushResult;
+  std::set<uint64_t> waiting;  // members (task ids) that need the batch and lack it
+  for (const QueuedTask& m : run.members) {
+    if (index >= m.assignment.skip_batches()) waiting.insert(m.task_id);
+  }
+  std::set<uint64_t> gone;
+  std::set<uint64_t> behind;
+  bool taken = false;  // some member took the batch
+  while (!waiting.empty()) {
+    std::set<uint64_t> full;
+    for (const QueuedTask& m : run.members) {
+      if (!waiting.contains(m.task_id)) continue;
+      // The last member does not wait for anyone: it waits as a task of its own would.
+      const bool alone = run.members.size() - gone.size() - behind.size() == 1;
+      const Result r =
+          alone
+              ? (queues_->Push(m.task_id, BatchFor(batch, m.assignment)) ? Result::kPushed
+                                                                         : Result::kGone)
+              : queues_->PushWithin(m.task_id, BatchFor(batch, m.assignment), share_detach_after_);
+      if (r == Result::kPushed) taken = true;
+      if (r == Result::kGone) gone.insert(m.task_id);
+      if (r == Result::kFull) full.insert(m.task_id);
+    }
+    // Full for the bound while another member took the batch: it is behind the group.
+    if (taken) {
+      behind.insert(full.begin(), full.end());
+      full.clear();
+    }
+    waiting = std::move(full);
+  }
+  if (gone.empty() && behind.empty()) return;
+  std::vector<QueuedTask> kept;
+  for (QueuedTask& m : run.members) {
+    if (gone.contains(m.task_id)) continue;
+    if (!behind.contains(m.task_id)) {
+      kept.push_back(std::move(m));
+      continue;
+    }
+    // It has batches up to `index` (or holds more: its own skip); its own task produces the
+    // slot again for it from there.
+    shared_detached_.Increment();
+    logger_->info(
+        "job {} consumer {}: slot {} of epoch {} fell behind its production group at batch "
+        "{}; produced again for it alone",
+        m.assignment.key().job_id(), m.assignment.key().consumer_index(),
+        m.assignment.key().position(), m.assignment.key().epoch(), index);
+    QueuedTask alone{.task_id = m.task_id, .assignment = std::move(m.assignment), .detached = true};
+    alone.assignment.set_skip_batches(std::max(alone.assignment.skip_batches(), index));
+    absl::MutexLock lock(&mu_);
+    pending_.push_back(std::move(alone));
+    work_available_.Signal();
+  }
+  run.members = std::move(kept);
+  if (run.members.empty()) {
+    StopTask(producer, run.task.task_id);
+  } else if (std::none_of(run.members.begin(), run.members.end(),
+                          [&](const QueuedTask& m) { return m.task_id == run.task.task_id; })) {
+    // The run goes on under a member that is still served (StopTask, markers, errors).
+    run.task.task_id = run.members.front().task_id;
+    run.task.assignment = run.members.front().assignment;
+  }
 }
 
 void TaskRunner::EndRun(Producer& producer) {
@@ -472,6 +654,10 @@ void TaskRunner::EndRun(Producer& producer) {
     marker.header.mutable_key()->set_epoch(run.epoch);
   } else {
     marker.header.set_split_id(FirstSplitId(run.task.assignment));
+  }
+  if (!run.members.empty()) {
+    FanOut(producer, run, marker, marker.header.batch_index());
+    return;
   }
   queues_->Push(run.task.task_id, std::move(marker));
 }

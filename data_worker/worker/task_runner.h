@@ -27,6 +27,19 @@
 //
 // A task stops when ConsumerQueues says it is gone (dropped, restarted, stopped); a pipeline
 // error goes to the consumer's stream (ConsumerQueues::Fail). Start()/Stop() own the threads.
+//
+// Production groups (docs/sharing.md). Tasks of one EnqueueGroup() whose assignments have the
+// same non-zero share_group, consumer, epoch, position and pieces are byte-identical: a
+// producer takes them together and runs the slot once, streaming each batch to every member
+// that needs it (batch index >= its skip_batches; each member keeps its own task id, queue and
+// progress, so exactly-once stays per job). A member whose queue stays full for
+// `share_detach_after` while another member took the batch is detached: it is queued again as
+// a task of its own from the batch it misses (skip_batches = that index), which a producer
+// takes only when its queue has room, and the others go on. Example: members A, B, C at
+// batch 4; B's trainer stopped reading, its queue is full: A and C take batch 4, B does not
+// within the bound; B is detached with skip 4; the run goes on for A and C; B's own task
+// produces the slot again, discards batches 0-3 and sends 4, 5, ... when B reads again.
+// A group whose members all stay full waits for them (nobody is behind the others).
 #ifndef SLUICE_DATA_WORKER_WORKER_TASK_RUNNER_H_
 #define SLUICE_DATA_WORKER_WORKER_TASK_RUNNER_H_
 
@@ -36,12 +49,15 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/service/wire_batch.h"
 #include "data_worker/pipeline/executor.h"
 #include "data_worker/worker/consumer_queues.h"
@@ -69,8 +85,11 @@ class TaskRunner {
  public:
   // `cpu_budget`: the stage threads of all pipelines together (the worker's --threads,
   // resolved).
+  // `share_detach_after`: how long a production group waits for a member whose queue is full
+  // while the others take their batch, before it detaches it.
   TaskRunner(ConsumerQueues* queues, JobRegistry* jobs, prometheus::Registry& registry,
-             std::shared_ptr<spdlog::logger> logger, int cpu_budget);
+             std::shared_ptr<spdlog::logger> logger, int cpu_budget,
+             absl::Duration share_detach_after = absl::Seconds(2));
   ~TaskRunner();  // Stop()s
 
   void Start(int threads) ABSL_LOCKS_EXCLUDED(mu_);
@@ -79,6 +98,13 @@ class TaskRunner {
   // Queues task `task_id` (from ConsumerQueues::AddTask) for production.
   void Enqueue(uint64_t task_id, proto::SplitAssignment assignment, bool parallel)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Queues split tasks (task id, assignment) at once (one heartbeat's): the members of a
+  // production group among them are produced together.
+  void EnqueueGroup(std::vector<std::pair<uint64_t, proto::SplitAssignment>> tasks)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The detached tasks that wait for room in their consumer's queue (no producer runs them).
+  std::set<uint64_t> waiting_detached() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Peak over time of queued bytes plus the live bytes of every running Executor.
   int64_t peak_bytes() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -117,6 +143,10 @@ class TaskRunner {
     uint64_t task_id = 0;
     proto::SplitAssignment assignment;
     bool parallel = false;
+    // It fell behind its production group: produced alone, taken when its queue has room.
+    bool detached = false;
+    // The other members of its production group, taken with it (Take).
+    std::vector<QueuedTask> shared;
   };
   // A job's long-lived executor on one producer thread.
   struct Pipeline {
@@ -136,6 +166,8 @@ class TaskRunner {
     // Splits this run writes to the job's cache (split_cache.h): whole splits it reads that had
     // no committed file when it was submitted.
     std::vector<uint64_t> captures;
+    // A shared run: every task it serves (`task` first while it is live). Empty: `task` only.
+    std::vector<QueuedTask> members;
   };
   // One producer thread's state; touched by that thread only.
   struct Producer {
@@ -160,6 +192,11 @@ class TaskRunner {
   // Encodes one output of the producer's oldest run and queues it (or skips it).
   void Deliver(Producer& producer, SubmittedRun& run, pipeline::Element element)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Streams batch `index` of a shared run to every member that needs it; detaches laggards.
+  void FanOut(Producer& producer, SubmittedRun& run, const service::WireBatch& batch,
+              uint64_t index) ABSL_LOCKS_EXCLUDED(mu_);
+  // Fails every task of `run` with `status` and stops it.
+  void FailRun(Producer& producer, SubmittedRun& run, const absl::Status& status);
   // The producer's oldest run ended: its marker, or the walk's next epoch.
   void EndRun(Producer& producer) ABSL_LOCKS_EXCLUDED(mu_);
   // Writes and reports the run's captured cache splits if it ran to its end, else drops them.
@@ -182,7 +219,10 @@ class TaskRunner {
   JobRegistry* const jobs_;
   const std::shared_ptr<spdlog::logger> logger_;
   const int cpu_budget_;
+  const absl::Duration share_detach_after_;
   prometheus::Counter& splits_started_;
+  prometheus::Counter& shared_joined_;    // members served by another task's production
+  prometheus::Counter& shared_detached_;  // members that fell behind their group
 
   mutable absl::Mutex mu_;
   absl::CondVar work_available_;

@@ -1,7 +1,10 @@
 #include "data_worker/worker/worker_impl.h"
 
 #include <algorithm>
+#include <set>
+#include <tuple>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
@@ -45,7 +48,8 @@ WorkerImpl::WorkerImpl(WorkerOptions options, std::vector<std::string> data_root
       queues_(options_.queue_batches, options_.queue_bytes, registry_, &budget_),
       runner_(&queues_, &jobs_, registry_, logger_,
               options_.threads > 0 ? options_.threads
-                                   : static_cast<int>(std::thread::hardware_concurrency())),
+                                   : static_cast<int>(std::thread::hardware_concurrency()),
+              options_.share_detach_after),
       address_(options_.address),
       heartbeat_interval_(options_.heartbeat_interval),
       start_heartbeats_(AddCounter(registry_, "sluice_worker_heartbeats_total", kHeartbeatsHelp,
@@ -154,18 +158,23 @@ absl::Status WorkerImpl::Heartbeat() {
   if (!registered) RETURN_IF_ERROR(Register());
   proto::WorkerHeartbeatRequest request;
   const std::vector<TaskProgress> progress = queues_.Progress();
+  const std::set<uint64_t> detached = runner_.waiting_detached();
   const uint64_t elements = queues_.elements_produced();
   {
     absl::MutexLock lock(&mu_);
     request.set_protocol_version(kProtocolVersion);
     request.set_worker_id(worker_id_);
     request.set_incarnation(incarnation_);
-    uint32_t producing = 0;
+    // A production group's same slot is one production (docs/sharing.md).
+    std::set<std::tuple<uint64_t, uint64_t, uint32_t, uint64_t, uint64_t>> producing_slots;
     bool parallel = false;
     for (const TaskProgress& p : progress) {
       parallel = parallel || p.parallel;
-      if (!p.parallel && !p.finished && !p.failed) ++producing;
+      if (p.parallel || p.finished || p.failed || detached.contains(p.task_id)) continue;
+      producing_slots.insert({p.share_group, p.share_group != 0 ? 0 : p.key.job_id(),
+                              p.key.consumer_index(), p.key.epoch(), p.key.position()});
     }
+    const uint32_t producing = static_cast<uint32_t>(producing_slots.size());
     wants_splits_ =
         !parallel && !draining_ && producing < options_.capacity && queues_.open_streams() > 0;
     if (!wants_splits_) idle_wait_ = absl::ZeroDuration();
@@ -180,6 +189,7 @@ absl::Status WorkerImpl::Heartbeat() {
       *out->mutable_key() = p.key;
       out->set_produced_batches(p.produced_batches);
       out->set_finished_producing(p.finished || p.failed);
+      out->set_detached(detached.contains(p.task_id));
     }
     request.set_queue_depth(queues_.queued_batches());
     request.set_queue_capacity(queues_.queue_capacity());
@@ -277,13 +287,16 @@ absl::Status WorkerImpl::Heartbeat() {
 }
 
 void WorkerImpl::StartTasks(const proto::WorkerHeartbeatResponse& response) {
+  // At once, so that the members of a production group are produced together.
+  std::vector<std::pair<uint64_t, proto::SplitAssignment>> tasks;
   for (const proto::SplitAssignment& a : response.start()) {
     if (jobs_.Get(a.key().job_id()) == nullptr) {
       logger_->error("split of job {} assigned without its JobInfo", a.key().job_id());
     }
     const uint64_t id = queues_.AddTask(a, /*parallel=*/false);
-    if (id != 0) runner_.Enqueue(id, a, /*parallel=*/false);
+    if (id != 0) tasks.emplace_back(id, a);
   }
+  runner_.EnqueueGroup(std::move(tasks));
   for (const proto::ParallelTask& t : response.start_parallel()) {
     proto::SplitAssignment a;
     a.mutable_key()->set_job_id(t.job_id());

@@ -129,6 +129,8 @@ struct WorkerOptions {
   int64_t memory_budget_bytes = int64_t{256} << 20;
   // Until the dispatcher's WorkerRegisterResponse says otherwise.
   absl::Duration heartbeat_interval = absl::Seconds(1);
+  // TaskRunner's: how long a production group waits for a member that fell behind.
+  absl::Duration share_detach_after = absl::Seconds(2);
   bool heartbeat_thread = true;  // false: the caller calls Heartbeat() (tests)
   Clock* clock = nullptr;        // null: RealClock::Get()
   // Open streams, batch bytes, pipeline bytes and nodes (common/service/limits.h).

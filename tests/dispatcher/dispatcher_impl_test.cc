@@ -35,6 +35,7 @@ struct Produced {
   SlotKey key;
   uint64_t batches = 0;
   bool finished = false;
+  bool detached = false;
 };
 
 struct Delivered {
@@ -118,6 +119,7 @@ class DispatcherImplTest : public ::testing::Test {
       *s->mutable_key() = p.key.ToProto();
       s->set_produced_batches(p.batches);
       s->set_finished_producing(p.finished);
+      s->set_detached(p.detached);
     }
     proto::WorkerHeartbeatResponse response;
     absl::Status s = Sync(impl_).WorkerHeartbeat(request, &response);
@@ -959,6 +961,155 @@ TEST_F(DispatcherImplTest, ThreeStatesResumeOnTwoConsumersAndARestartKeepsTheLay
       EXPECT_EQ(st.end_batch(), want3[j][p].end) << j << " " << p;
     }
   }
+}
+
+// ---- Shared production (docs/sharing.md) ----
+
+proto::GetOrCreateJobRequest Sharing(proto::GetOrCreateJobRequest request) {
+  request.mutable_config()->set_sharing(proto::SHARING_MODE_AUTO);
+  return request;
+}
+
+std::vector<std::string> Starts(const proto::WorkerHeartbeatResponse& r,
+                                const std::map<uint64_t, std::string>& names) {
+  std::vector<std::string> out;
+  for (const proto::SplitAssignment& a : r.start()) {
+    out.push_back(absl::StrCat(names.at(a.key().job_id()), a.key().position(),
+                               a.share_group() != 0 ? "*" : ""));
+  }
+  return out;
+}
+
+std::vector<Produced> Producing(const proto::WorkerHeartbeatResponse& r, bool finished) {
+  std::vector<Produced> out;
+  for (const proto::SplitAssignment& a : r.start()) {
+    out.push_back({.key = SlotKey::FromProto(a.key()), .finished = finished});
+  }
+  return out;
+}
+
+TEST_F(DispatcherImplTest, SharingJobsGetTheSameSlotTogetherCountedOnce) {
+  const uint64_t ds = Dataset({64}, 8);
+  const uint64_t a = Job(Sharing(JobRequest("a", ds, 1, proto::REMAINDER_MODE_PAD, 16))).job_id();
+  const uint64_t b = Job(Sharing(JobRequest("b", ds, 1, proto::REMAINDER_MODE_PAD, 16))).job_id();
+  const uint64_t c = Job(Sharing(JobRequest("c", ds, 1, proto::REMAINDER_MODE_PAD, 16))).job_id();
+  // Not sharing, and sharing with another seed: their own production.
+  const uint64_t d = Job(JobRequest("d", ds, 1, proto::REMAINDER_MODE_PAD, 16)).job_id();
+  proto::GetOrCreateJobRequest other_seed =
+      Sharing(JobRequest("e", ds, 1, proto::REMAINDER_MODE_PAD, 16));
+  other_seed.mutable_config()->set_seed(8);
+  const uint64_t e = Job(other_seed).job_id();
+  const std::map<uint64_t, std::string> names = {{a, "a"}, {b, "b"}, {c, "c"}, {d, "d"}, {e, "e"}};
+
+  const uint64_t w = Worker("w:1", /*capacity=*/2);
+  auto first = WorkerBeat(w);
+  ASSERT_TRUE(first.ok()) << first.status();
+  // a's slot 0 takes b's and c's along: one production, one of the two.
+  EXPECT_THAT(Starts(*first, names), ElementsAre("a0*", "b0*", "c0*", "d0"));
+  ASSERT_EQ(first->start_size(), 4);
+  const uint64_t group = first->start(0).share_group();
+  EXPECT_EQ(first->start(1).share_group(), group);
+  EXPECT_EQ(first->start(2).share_group(), group);
+  // Still two productions: nothing more.
+  auto second = WorkerBeat(w, Producing(*first, /*finished=*/false));
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->start_size(), 0);
+  // The group's slot is produced: its next slot, again together.
+  std::vector<Produced> held = Producing(*first, /*finished=*/true);
+  held.back().finished = false;  // d's slot 0 still in production
+  auto third = WorkerBeat(w, held);
+  ASSERT_TRUE(third.ok());
+  EXPECT_THAT(Starts(*third, names), ElementsAre("a1*", "b1*", "c1*"));
+
+  proto::GetStatusRequest request;
+  request.set_protocol_version(kProtocolVersion);
+  proto::GetStatusResponse status;
+  ASSERT_TRUE(Sync(impl_).GetStatus(request, &status).ok());
+  std::map<std::string, std::vector<uint64_t>> shares;
+  std::map<std::string, uint64_t> groups;
+  for (const proto::JobStatus& j : status.jobs()) {
+    shares[j.job_name()] = {j.shares_with().begin(), j.shares_with().end()};
+    groups[j.job_name()] = j.share_group();
+  }
+  EXPECT_THAT(shares["a"], ElementsAre(b, c));
+  EXPECT_THAT(shares["b"], ElementsAre(a, c));
+  EXPECT_EQ(groups["a"], group);
+  EXPECT_EQ(groups["d"], 0u);
+  EXPECT_NE(groups["e"], 0u);
+  EXPECT_NE(groups["e"], group);
+  EXPECT_THAT(shares["e"], IsEmpty());
+}
+
+TEST_F(DispatcherImplTest, ALateSharingJobStartsWhereTheGroupIsAndWrapsAround) {
+  const uint64_t ds = Dataset({64}, 8);
+  const uint64_t a = Job(Sharing(JobRequest("a", ds, 1, proto::REMAINDER_MODE_PAD, 16))).job_id();
+  const uint64_t w = Worker("w:1", /*capacity=*/2);
+  auto first = WorkerBeat(w);
+  ASSERT_TRUE(first.ok());
+  ASSERT_EQ(first->start_size(), 2);  // a0, a1
+  const uint64_t b = Job(Sharing(JobRequest("b", ds, 1, proto::REMAINDER_MODE_PAD, 16))).job_id();
+  const std::map<uint64_t, std::string> names = {{a, "a"}, {b, "b"}};
+  auto second = WorkerBeat(w, Producing(*first, /*finished=*/true));
+  ASSERT_TRUE(second.ok());
+  // b joins at the group's position 2 (not its own 0), then 3 with it.
+  EXPECT_THAT(Starts(*second, names), ElementsAre("a2*", "b2*", "a3*", "b3*"));
+  // a is through its epoch; b wraps around to the slots it passed, alone.
+  std::vector<Produced> done = Producing(*first, true);
+  for (const Produced& p : Producing(*second, true)) done.push_back(p);
+  auto third = WorkerBeat(w, done);
+  ASSERT_TRUE(third.ok());
+  EXPECT_THAT(Starts(*third, names), ElementsAre("b0*", "b1*"));
+}
+
+TEST_F(DispatcherImplTest, AConsumerWhoseSlotWasDetachedWaitsAndHoldsNoCapacity) {
+  const uint64_t ds = Dataset({64}, 8);
+  const uint64_t a = Job(Sharing(JobRequest("a", ds, 1, proto::REMAINDER_MODE_PAD, 16))).job_id();
+  const uint64_t b = Job(Sharing(JobRequest("b", ds, 1, proto::REMAINDER_MODE_PAD, 16))).job_id();
+  const std::map<uint64_t, std::string> names = {{a, "a"}, {b, "b"}};
+  const uint64_t w = Worker("w:1", /*capacity=*/1);
+  auto first = WorkerBeat(w);
+  ASSERT_TRUE(first.ok());
+  EXPECT_THAT(Starts(*first, names), ElementsAre("a0*", "b0*"));
+  // b's trainer stopped reading: the worker detached its slot 0, which waits for it.
+  std::vector<Produced> held = Producing(*first, /*finished=*/true);
+  held[1] = {.key = held[1].key, .batches = 2, .detached = true};
+  auto second = WorkerBeat(w, held);
+  ASSERT_TRUE(second.ok());
+  // a goes on alone; b's waiting slot takes none of the worker's one production.
+  EXPECT_THAT(Starts(*second, names), ElementsAre("a1*"));
+  // b reads again: its slot is produced (one production), a's slot 1 too: no room.
+  held[1].detached = false;
+  held.push_back({.key = SlotKey::FromProto(second->start(0).key())});
+  auto third = WorkerBeat(w, held);
+  ASSERT_TRUE(third.ok());
+  EXPECT_EQ(third->start_size(), 0);
+}
+
+TEST_F(DispatcherImplTest, ProductionGroupsSurviveARestart) {
+  const uint64_t ds = Dataset({64}, 8);
+  const uint64_t a = Job(Sharing(JobRequest("a", ds, 1, proto::REMAINDER_MODE_PAD, 16))).job_id();
+  const uint64_t b = Job(Sharing(JobRequest("b", ds, 1, proto::REMAINDER_MODE_PAD, 16))).job_id();
+  const uint64_t w = Worker("w:1", /*capacity=*/1);
+  auto first = WorkerBeat(w);
+  ASSERT_TRUE(first.ok());
+  const std::map<uint64_t, std::string> names = {{a, "a"}, {b, "b"}};
+  EXPECT_THAT(Starts(*first, names), ElementsAre("a0*", "b0*"));
+  Restart(journal_);  // the groups come from the journaled job configs
+  auto second = WorkerBeat(w, Producing(*first, /*finished=*/true));
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_THAT(Starts(*second, names), ElementsAre("a1*", "b1*"));
+  EXPECT_EQ(second->start(0).share_group(), first->start(0).share_group());
+}
+
+TEST_F(DispatcherImplTest, SharingIsRefusedForParallelEpochs) {
+  const uint64_t ds = Dataset({64}, 8);
+  proto::GetOrCreateJobRequest request =
+      Sharing(JobRequest("p", ds, 1, proto::REMAINDER_MODE_PAD, 16));
+  request.mutable_config()->set_mode(proto::PROCESSING_MODE_PARALLEL_EPOCHS);
+  proto::GetOrCreateJobResponse response;
+  absl::Status s = Sync(impl_).GetOrCreateJob(request, &response);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("sharing auto needs processing mode DISTRIBUTED_EPOCH"));
 }
 
 }  // namespace

@@ -183,6 +183,32 @@ def test_the_lost_dispatcher_timeout_is_settable_and_checked(cluster, dataset, s
     assert sorted(ids) == list(range(NUM_IMAGES))
 
 
+def test_two_jobs_with_sharing_auto_share_production(cluster, dataset, spec_file, job):
+    client = sluice.Client(cluster)
+    first = client.open(spec_file, data=dataset, job=job + "-a", split_size=SPLIT_SIZE,
+                        sharing="auto")
+    second = client.open(spec_file, data=dataset, job=job + "-b", split_size=SPLIT_SIZE,
+                         sharing="auto")
+    with first, second:
+        a, b = next(first), next(second)
+        status = json.loads(run(BIN / "sluice", "status", "--dispatcher", cluster,
+                                "--json").stdout)
+        ids_a = a["index"].tolist() + [i for batch in first for i in batch["index"].tolist()]
+        ids_b = b["index"].tolist() + [i for batch in second for i in batch["index"].tolist()]
+    assert sorted(ids_a) == list(range(NUM_IMAGES))
+    assert sorted(ids_b) == list(range(NUM_IMAGES))
+    jobs = {j["job_name"]: j for j in status["jobs"]}
+    ja, jb = jobs[job + "-a"], jobs[job + "-b"]
+    assert ja["share_group"] != 0 and ja["share_group"] == jb["share_group"]
+    assert ja["shares_with"] == [jb["job_id"]]
+
+
+def test_a_bad_sharing_value_is_invalid_argument(cluster, dataset, spec_file, job):
+    client = sluice.Client(cluster)
+    with pytest.raises(sluice.InvalidArgument, match="sharing 'always' must be 'auto' or 'off'"):
+        client.open(spec_file, data=dataset, job=job, sharing="always")
+
+
 def test_priority_and_min_workers_reach_the_dispatcher(cluster, dataset, spec_file, job):
     client = sluice.Client(cluster)
     with client.open(spec_file, data=dataset, job=job, split_size=SPLIT_SIZE, priority=2,

@@ -52,6 +52,7 @@ struct ConsumeFlags {
   int32_t priority = 0;
   uint32_t min_workers = 0;
   std::string finish;  // empty: the spec's
+  std::string sharing = "off";
   absl::Duration dispatcher_lost_timeout = ClientOptions().dispatcher_lost_timeout;
 };
 
@@ -97,7 +98,8 @@ absl::Status RunConsume(const ConsumeFlags& flags) {
                  .drop_remainder = flags.drop_remainder,
                  .split_size = flags.split_size,
                  .priority = flags.priority,
-                 .min_workers = flags.min_workers};
+                 .min_workers = flags.min_workers,
+                 .sharing = flags.sharing};
   if (!flags.restore_state.empty()) {
     // FILE[,FILE...]: one state, or the states of every old consumer (another number of
     // consumers mid-epoch).
@@ -214,6 +216,11 @@ void AddConsumeCommand(CLI::App& app) {
   cmd->add_option("--priority", flags->priority,
                   "When the worker pool is bounded, a higher priority job "
                   "gets its need first")
+      ->capture_default_str();
+  cmd->add_option("--sharing", flags->sharing,
+                  "auto: share production with the other jobs of the same dataset, "
+                  "pipeline, seed and layout that opt in (docs/sharing.md); off: not")
+      ->check(CLI::IsMember({"auto", "off"}))
       ->capture_default_str();
   cmd->add_option("--min-workers", flags->min_workers,
                   "Workers reserved for this job when the pool is bounded")

@@ -106,18 +106,21 @@ std::string StatusJson(const proto::GetStatusResponse& s) {
                            {"batches_per_second", Number(c.batches_per_second())},
                            {"wait_fraction", Number(c.wait_fraction())}});
     }
-    jobs.push_back({{"job_id", j.job_id()},
-                    {"job_name", j.job_name()},
-                    {"batch_size", j.batch_size()},
-                    {"num_epochs", j.num_epochs()},
-                    {"demand_elements_per_second", Number(j.demand_elements_per_second())},
-                    {"capacity_elements_per_second", Number(j.capacity_elements_per_second())},
-                    {"need_workers", Number(j.need_workers())},
-                    {"priority", j.priority()},
-                    {"min_workers", j.min_workers()},
-                    {"allocated_workers", Number(j.allocated_workers())},
-                    {"allocation_reason", j.allocation_reason()},
-                    {"consumers", std::move(consumers)}});
+    jobs.push_back(
+        {{"job_id", j.job_id()},
+         {"job_name", j.job_name()},
+         {"batch_size", j.batch_size()},
+         {"num_epochs", j.num_epochs()},
+         {"demand_elements_per_second", Number(j.demand_elements_per_second())},
+         {"capacity_elements_per_second", Number(j.capacity_elements_per_second())},
+         {"need_workers", Number(j.need_workers())},
+         {"priority", j.priority()},
+         {"min_workers", j.min_workers()},
+         {"allocated_workers", Number(j.allocated_workers())},
+         {"allocation_reason", j.allocation_reason()},
+         {"share_group", j.share_group()},
+         {"shares_with", std::vector<uint64_t>(j.shares_with().begin(), j.shares_with().end())},
+         {"consumers", std::move(consumers)}});
   }
   const Json status = {{"workers", std::move(workers)},
                        {"desired_workers", s.desired_workers()},
@@ -157,6 +160,13 @@ std::string StatusText(const proto::GetStatusResponse& s) {
                                               : absl::StrCat("epochs: ", j.num_epochs()),
                           j.demand_elements_per_second(), j.capacity_elements_per_second(),
                           j.need_workers());
+    if (j.share_group() != 0) {
+      absl::StrAppendFormat(
+          &out, "  sharing auto (group %016x): %s\n", j.share_group(),
+          j.shares_with().empty()
+              ? std::string("no other job shares its production now")
+              : absl::StrCat("shares production with jobs ", absl::StrJoin(j.shares_with(), ", ")));
+    }
     if (s.pool_bound()) {
       absl::StrAppendFormat(&out, "  allocated %.2f workers (priority %d, min_workers %d): %s\n",
                             j.allocated_workers(), j.priority(), j.min_workers(),

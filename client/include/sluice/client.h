@@ -118,6 +118,12 @@ struct JobOptions {
   // (docs/autoscaling.md, "Many jobs, one pool").
   int32_t priority = 0;
   uint32_t min_workers = 0;
+  // "auto": share production with the other jobs that opt in and whose slots are byte-identical
+  // (same dataset, pipeline, seed, consumers, split size, remainder): each batch is produced
+  // once for all of them, each job still gets every record exactly once per epoch
+  // (docs/sharing.md). "off" or empty (default): the job's batches are its own. Open() fails
+  // InvalidArgument for another value.
+  std::string sharing;
   // BatchIterator::SaveState() of an earlier iterator of this consumer (another process,
   // another number of workers): continue with what it had not returned, each record of the
   // epoch exactly once; in deterministic mode the continuation is the exact tail of the

@@ -85,7 +85,7 @@ class Client:
              deterministic: bool = False, drop_remainder: bool = False, split_size: int = 0,
              restore_state: Optional[RestoreState] = None,
              finish: Optional[str] = None, priority: int = 0,
-             min_workers: int = 0) -> "BatchIterator":
+             min_workers: int = 0, sharing: Optional[str] = None) -> "BatchIterator":
         """Starts reading this consumer's share of the job named `job`.
 
         Consumers of one training run open the same `job` with the same spec, each with its own
@@ -116,6 +116,9 @@ class Client:
             priority: when the dispatcher's worker pool is bounded (--max-workers), a job of
                 higher priority gets its need first (default 0).
             min_workers: workers reserved for this job when the pool is bounded.
+            sharing: "auto" to share production with the other jobs of the same dataset,
+                pipeline, seed and layout that opt in (each batch produced once for all of
+                them, each job still exactly once; docs/sharing.md); None or "off": not.
 
         Returns:
             A BatchIterator yielding dicts {column: numpy array, ..., "index": int64 array}.
@@ -133,7 +136,7 @@ class Client:
                        num_consumers=num_consumers, deterministic=deterministic,
                        drop_remainder=drop_remainder, split_size=split_size,
                        finish="" if finish is None else finish, priority=priority,
-                       min_workers=min_workers)
+                       min_workers=min_workers, sharing="" if sharing is None else sharing)
         return BatchIterator(self, options, restore_state)
 
 

@@ -74,6 +74,8 @@ class DataServiceDataset(torch.utils.data.IterableDataset):
         tls: transport security (sluice.TLS, e.g. sluice.TLS.from_env()), None for plaintext.
         dispatcher_lost_timeout: seconds to keep reading and retrying an unreachable
             dispatcher before raising sluice.Unavailable.
+        sharing: "auto" to share production with other jobs of the same spec, data, seed and
+            layout (docs/sharing.md); None or "off": not.
 
     Raises (while iterating): sluice.Error subclasses, as sluice.Client.open and its iterator.
     """
@@ -81,7 +83,8 @@ class DataServiceDataset(torch.utils.data.IterableDataset):
     def __init__(self, dispatcher: str, spec: Spec, *, data: Optional[str] = None, job: str,
                  epochs: Optional[int] = None, seed: int = 0, deterministic: bool = False,
                  drop_remainder: bool = False, split_size: int = 0, timeout: float = 10.0,
-                 tls: Optional[TLS] = None, dispatcher_lost_timeout: float = 600.0) -> None:
+                 tls: Optional[TLS] = None, dispatcher_lost_timeout: float = 600.0,
+                 sharing: Optional[str] = None) -> None:
         super().__init__()
         self.dispatcher = dispatcher
         self.spec = spec
@@ -95,6 +98,7 @@ class DataServiceDataset(torch.utils.data.IterableDataset):
         self.timeout = timeout
         self.tls = tls
         self.dispatcher_lost_timeout = dispatcher_lost_timeout
+        self.sharing = sharing
         self._epoch = 0  # the epoch the next pass reads
         self._iterator: Optional[BatchIterator] = None
         self._iterator_epoch = 0
@@ -145,7 +149,7 @@ class DataServiceDataset(torch.utils.data.IterableDataset):
             seed=_epoch_seed(self.seed, epoch), consumer_index=consumer_index,
             num_consumers=num_consumers, deterministic=self.deterministic,
             drop_remainder=self.drop_remainder, split_size=self.split_size,
-            restore_state=restore)
+            restore_state=restore, sharing=self.sharing)
         self._iterator_epoch = epoch
         return self._generate(self._iterator, epoch)
 

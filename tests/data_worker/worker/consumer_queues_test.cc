@@ -105,5 +105,33 @@ TEST(ConsumerQueues, ABatchLostInFlightRestartsTheTaskFromTheClientsCount) {
   EXPECT_EQ(second.restart[0].skip_batches(), 1u);
 }
 
+// The fan-out of a production group (task_runner.h) pushes with a bound: a queue that stays
+// full answers kFull and keeps what it holds; a dropped task answers kGone.
+TEST(ConsumerQueues, PushWithinAnswersFullAfterTheBoundAndGoneForADroppedTask) {
+  prometheus::Registry registry;
+  ConsumerQueues queues(/*queue_batches=*/1, /*queue_bytes=*/0, registry);
+  const uint64_t task = queues.AddTask(Assignment(0, 0), /*parallel=*/false);
+  EXPECT_TRUE(queues.HasRoom(task));
+  EXPECT_EQ(queues.PushWithin(task, Batch(0, 0), absl::Milliseconds(1)),
+            ConsumerQueues::PushResult::kPushed);
+  EXPECT_FALSE(queues.HasRoom(task));
+  EXPECT_EQ(queues.PushWithin(task, Batch(0, 1), absl::Milliseconds(1)),
+            ConsumerQueues::PushResult::kFull);
+  EXPECT_EQ(queues.queued_batches(), 1u);
+  EXPECT_EQ(queues.blocked_producers(), 0);
+  // Read: room again.
+  const ConsumerQueues::Opened opened = queues.Open({kJob, 0}, {}, [] {});
+  StreamEvent e = queues.Poll(opened.stream_id);
+  ASSERT_EQ(e.kind, StreamEvent::kBatch);
+  EXPECT_EQ(e.batch.header.batch_index(), 0u);
+  EXPECT_TRUE(queues.HasRoom(task));
+  EXPECT_EQ(queues.PushWithin(task, Batch(0, 1), absl::Milliseconds(1)),
+            ConsumerQueues::PushResult::kPushed);
+  queues.DropTask(KeyOf(Assignment(0, 0).key()));
+  EXPECT_EQ(queues.PushWithin(task, Batch(0, 2), absl::Milliseconds(1)),
+            ConsumerQueues::PushResult::kGone);
+  EXPECT_TRUE(queues.HasRoom(task));  // gone: its producer finds out at once
+}
+
 }  // namespace
 }  // namespace sluice::data_worker

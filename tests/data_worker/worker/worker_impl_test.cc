@@ -4,6 +4,7 @@
 // fake dispatcher, reader); splitting it would copy the fixture.
 #include "data_worker/worker/worker_impl.h"
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <memory>
@@ -22,6 +23,7 @@
 #include "common/record/sharding.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "prometheus/registry.h"
 #include "tests/data_worker/pipeline/test_data.h"
 #include "tests/data_worker/worker/worker_test_util.h"
 #include "tests/testing/temp_dir.h"
@@ -1025,6 +1027,152 @@ TEST_F(WorkerImplTest, DescribeTasksAreAnsweredInTheNextHeartbeat) {
               HasSubstr("pipeline source '/etc' is outside the worker's --data-root"));
   ASSERT_TRUE(w->Heartbeat().ok());
   EXPECT_EQ(w->last_heartbeat().described_size(), 0);
+}
+
+// ---- Production groups (docs/sharing.md) ----
+
+double EventCount(prometheus::Registry& registry, const std::string& name,
+                  const std::string& event) {
+  double total = 0;
+  for (const prometheus::MetricFamily& f : registry.Collect()) {
+    if (f.name != name) continue;
+    for (const prometheus::ClientMetric& m : f.metric) {
+      for (const prometheus::ClientMetric::Label& l : m.label) {
+        if (l.name == "event" && l.value == event) total += m.counter.value;
+      }
+    }
+  }
+  return total;
+}
+
+class SharedProductionTest : public WorkerImplTest {
+ protected:
+  std::unique_ptr<WorkerImpl> MakeSharingWorker(size_t queue_batches) {
+    WorkerOptions options;
+    options.address = "127.0.0.1:1";
+    options.data_roots = {dir_.path()};
+    options.threads = 2;
+    options.capacity = 2;
+    options.queue_batches = queue_batches;
+    options.queue_bytes = 0;
+    options.heartbeat_thread = false;
+    options.clock = &clock_;
+    options.share_detach_after = absl::Milliseconds(50);
+    options.registry = &registry_;
+    auto w = WorkerImpl::Create(options, std::make_unique<FakeDispatcher>(&fake_));
+    EXPECT_TRUE(w.ok()) << w.status();
+    EXPECT_TRUE((*w)->Start().ok());
+    return std::move(*w);
+  }
+
+  // Slot 0 of consumer 0 of `job`: records [0, 40) of shard 0, 10 batches of 4.
+  static proto::SplitAssignment Slot(uint64_t job, uint64_t skip, uint64_t group) {
+    proto::SplitAssignment a = MakeSplit(job, 0, 0, 0, 0, 40, 0, skip);
+    a.set_share_group(group);
+    return a;
+  }
+
+  // Reads the stream to its marker: batch index -> (ids, label bytes).
+  static std::map<uint64_t, std::pair<std::vector<uint64_t>, std::string>> ReadAll(
+      Reader& reader, uint64_t* marker_index) {
+    std::map<uint64_t, std::pair<std::vector<uint64_t>, std::string>> out;
+    while (true) {
+      StreamEvent e = reader.Next();
+      EXPECT_EQ(e.kind, StreamEvent::kBatch) << e.status;
+      if (e.kind != StreamEvent::kBatch) return out;
+      if (e.batch.header.end_of_split()) {
+        *marker_index = e.batch.header.batch_index();
+        return out;
+      }
+      const service::ColumnBytes& col = e.batch.columns[0];
+      EXPECT_FALSE(out.contains(e.batch.header.batch_index()));
+      out[e.batch.header.batch_index()] = {
+          Ids(e.batch.header), std::string(reinterpret_cast<const char*>(col.data), col.size)};
+    }
+  }
+
+  prometheus::Registry registry_;
+};
+
+TEST_F(SharedProductionTest, AGroupsSlotIsProducedOnceForEveryMember) {
+  auto w = MakeSharingWorker(/*queue_batches=*/16);
+  proto::WorkerHeartbeatResponse r;
+  for (uint64_t job : {1, 2, 3}) *r.add_jobs() = MakeJob(job, Yaml(kShuffledLabels), 4);
+  *r.add_start() = Slot(1, /*skip=*/0, /*group=*/77);
+  *r.add_start() = Slot(2, /*skip=*/0, /*group=*/77);
+  *r.add_start() = Slot(3, /*skip=*/3, /*group=*/77);  // its consumer holds 3 batches
+  Deliver(*w, r);
+  auto r1 = Open(*w, 1, 0);
+  auto r2 = Open(*w, 2, 0);
+  auto r3 = Open(*w, 3, 0, nullptr, Holds{.batches = 3});
+  uint64_t m1 = 0, m2 = 0, m3 = 0;
+  const auto b1 = ReadAll(*r1, &m1);
+  const auto b2 = ReadAll(*r2, &m2);
+  const auto b3 = ReadAll(*r3, &m3);
+  EXPECT_EQ(m1, 10u);
+  EXPECT_EQ(m2, 10u);
+  EXPECT_EQ(m3, 10u);
+  ASSERT_EQ(b1.size(), 10u);
+  EXPECT_EQ(b1, b2);  // the same bytes, each job under its own key
+  ASSERT_EQ(b3.size(), 7u);
+  EXPECT_EQ(b3.begin()->first, 3u);
+  for (const auto& [index, batch] : b3) EXPECT_EQ(batch, b1.at(index));
+  std::vector<uint64_t> ids;
+  for (const auto& [index, batch] : b1)
+    ids.insert(ids.end(), batch.first.begin(), batch.first.end());
+  std::sort(ids.begin(), ids.end());
+  std::vector<uint64_t> expected(40);
+  for (uint64_t i = 0; i < 40; ++i) expected[i] = i;
+  EXPECT_EQ(ids, expected);
+  // One production served three tasks.
+  EXPECT_EQ(EventCount(registry_, "sluice_worker_splits_total", "started"), 1);
+  EXPECT_EQ(EventCount(registry_, "sluice_worker_shared_splits_total", "joined"), 2);
+  EXPECT_EQ(EventCount(registry_, "sluice_worker_shared_splits_total", "detached"), 0);
+  // The heartbeat counts the group's slot as one production.
+  ASSERT_TRUE(w->Heartbeat().ok());
+  EXPECT_EQ(w->last_heartbeat().splits_size(), 3);
+}
+
+TEST_F(SharedProductionTest, AMemberThatStopsReadingIsDetachedAndGetsItsRestAlone) {
+  auto w = MakeSharingWorker(/*queue_batches=*/1);
+  proto::WorkerHeartbeatResponse r;
+  for (uint64_t job : {1, 2}) *r.add_jobs() = MakeJob(job, Yaml(kShuffledLabels), 4);
+  *r.add_start() = Slot(1, 0, 77);
+  *r.add_start() = Slot(2, 0, 77);
+  Deliver(*w, r);
+  // Job 2's consumer reads nothing: job 1 gets its whole slot all the same.
+  auto r1 = Open(*w, 1, 0);
+  uint64_t m1 = 0;
+  const auto b1 = ReadAll(*r1, &m1);
+  EXPECT_EQ(m1, 10u);
+  ASSERT_EQ(b1.size(), 10u);
+  EXPECT_EQ(EventCount(registry_, "sluice_worker_shared_splits_total", "detached"), 1);
+  // Job 2 then reads: every batch once, in order, the same bytes, from its own production.
+  auto r2 = Open(*w, 2, 0);
+  uint64_t m2 = 0;
+  const auto b2 = ReadAll(*r2, &m2);
+  EXPECT_EQ(m2, 10u);
+  EXPECT_EQ(b2, b1);
+  EXPECT_EQ(EventCount(registry_, "sluice_worker_splits_total", "started"), 2);
+}
+
+TEST_F(SharedProductionTest, SlotsOfAnotherGroupOrPositionAreNotShared) {
+  auto w = MakeSharingWorker(/*queue_batches=*/16);
+  proto::WorkerHeartbeatResponse r;
+  for (uint64_t job : {1, 2, 3}) *r.add_jobs() = MakeJob(job, Yaml(kShuffledLabels), 4);
+  *r.add_start() = Slot(1, 0, 77);
+  *r.add_start() = Slot(2, 0, 78);  // another group
+  proto::SplitAssignment other = MakeSplit(3, 0, /*position=*/1, 0, 0, 40, 0, 0);
+  other.set_share_group(77);  // another slot
+  *r.add_start() = other;
+  Deliver(*w, r);
+  for (uint64_t job : {1, 2, 3}) {
+    auto reader = Open(*w, job, 0);
+    uint64_t marker = 0;
+    EXPECT_EQ(ReadAll(*reader, &marker).size(), 10u);
+  }
+  EXPECT_EQ(EventCount(registry_, "sluice_worker_splits_total", "started"), 3);
+  EXPECT_EQ(EventCount(registry_, "sluice_worker_shared_splits_total", "joined"), 0);
 }
 
 }  // namespace
