@@ -25,6 +25,7 @@
 namespace sluice {
 namespace {
 
+using client::AtEpochBoundary;
 using client::CheckSameJob;
 using client::DispatcherError;
 using client::kProtocolVersion;
