@@ -291,7 +291,8 @@ TEST(StatusJson, RendersAFixedStatusExactly) {
             R"("jobs":[{"job_id":7,"job_name":"j1","batch_size":8,"num_epochs":30,)"
             R"("demand_elements_per_second":821,"capacity_elements_per_second":396.8,)"
             R"("need_workers":2.07031,"priority":0,"min_workers":0,)"
-            R"("allocated_workers":0,"allocation_reason":"","consumers":[)"
+            R"("allocated_workers":0,"allocation_reason":"","share_group":0,"shares_with":[],)"
+            R"("consumers":[)"
             R"({"consumer_index":0,"epoch":7,"finished":false,"splits_done":3,)"
             R"("splits":12,"batches_per_second":24.99,"wait_fraction":0.799},)"
             R"({"consumer_index":1,"epoch":30,"finished":true,"splits_done":0,)"
@@ -299,7 +300,8 @@ TEST(StatusJson, RendersAFixedStatusExactly) {
             R"({"job_id":8,"job_name":"j2 ünïcode","batch_size":0,"num_epochs":0,)"
             R"("demand_elements_per_second":0,"capacity_elements_per_second":0,)"
             R"("need_workers":0,"priority":0,"min_workers":0,)"
-            R"("allocated_workers":0,"allocation_reason":"","consumers":[]}]})");
+            R"("allocated_workers":0,"allocation_reason":"","share_group":0,"shares_with":[],)"
+            R"("consumers":[]}]})");
 }
 
 // Whatever a client named its job, the line parses, and so does a rate that is
