@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "opencv2/imgcodecs.hpp"
 #include "sluice/client.h"
+#include "tests/testing/cluster_testing.h"
 #include "tests/testing/temp_dir.h"
 #include "tools/local_cluster/local_cluster.h"
 
@@ -27,10 +28,7 @@ using ::sluice::testing::TempDir;
 
 constexpr int kRecords = 240;
 
-std::string BinDir() {
-  const char* dir = std::getenv("SLUICE_BIN_DIR");
-  return dir != nullptr ? dir : tools::BinDir();
-}
+using ::sluice::testing::BinDir;
 
 void WriteDataset(const std::string& dir, int records) {
   auto writer = record::DatasetWriter::Create(dir, record::ImageClassificationSchema(),

@@ -23,6 +23,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sluice/client.h"
+#include "tests/testing/cluster_testing.h"
 #include "tests/testing/temp_dir.h"
 #include "tools/local_cluster/local_cluster.h"
 
@@ -37,10 +38,7 @@ constexpr int kSplit = 40;
 // decisions see no epoch start.
 constexpr int kBigRecords = 2400;
 
-std::string BinDir() {
-  const char* dir = std::getenv("SLUICE_BIN_DIR");
-  return dir != nullptr ? dir : tools::BinDir();
-}
+using ::sluice::testing::BinDir;
 
 void WriteDataset(const std::string& dir, int records = kRecords) {
   auto writer = record::DatasetWriter::Create(dir, record::ImageClassificationSchema(), {});

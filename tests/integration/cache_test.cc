@@ -24,6 +24,7 @@
 #include "opencv2/imgproc.hpp"
 #include "proto/dispatcher.grpc.pb.h"
 #include "sluice/client.h"
+#include "tests/testing/cluster_testing.h"
 #include "tests/testing/temp_dir.h"
 #include "tools/local_cluster/local_cluster.h"
 
@@ -36,10 +37,7 @@ using ::sluice::testing::TempDir;
 constexpr int kRecords = 240;  // 2 shards of 120; 6 splits of 40; batches of 8
 constexpr int kSplit = 40;
 
-std::string BinDir() {
-  const char* dir = std::getenv("SLUICE_BIN_DIR");
-  return dir != nullptr ? dir : tools::BinDir();
-}
+using ::sluice::testing::BinDir;
 
 void WriteDataset(const std::string& dir) {
   auto writer = record::DatasetWriter::Create(dir, record::ImageClassificationSchema(),

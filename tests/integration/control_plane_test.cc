@@ -30,6 +30,7 @@
 #include "opencv2/imgproc.hpp"
 #include "prometheus/registry.h"
 #include "sluice/client.h"
+#include "tests/testing/cluster_testing.h"
 #include "tests/testing/temp_dir.h"
 #include "tools/local_cluster/local_cluster.h"
 
@@ -41,10 +42,7 @@ using ::testing::HasSubstr;
 
 constexpr int kRecords = 480;  // "ds": 3 shards of 160; label = index % 10
 
-std::string BinDir() {
-  const char* dir = std::getenv("SLUICE_BIN_DIR");
-  return dir != nullptr ? dir : tools::BinDir();
-}
+using ::sluice::testing::BinDir;
 
 std::string Jpeg(int i) {
   cv::Mat image(24, 32, CV_8UC3, cv::Scalar(i % 256, (i * 7) % 256, (i * 13) % 256));

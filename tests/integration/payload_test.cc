@@ -22,6 +22,7 @@
 #include "opencv2/imgcodecs.hpp"
 #include "opencv2/imgproc.hpp"
 #include "sluice/client.h"
+#include "tests/testing/cluster_testing.h"
 #include "tests/testing/executor_testing.h"
 #include "tests/testing/temp_dir.h"
 #include "tools/local_cluster/local_cluster.h"
@@ -36,10 +37,7 @@ constexpr int kBatch = 8;
 constexpr int kSplit = 24;
 constexpr int kEpochs = 2;
 
-std::string BinDir() {
-  const char* dir = std::getenv("SLUICE_BIN_DIR");
-  return dir != nullptr ? dir : tools::BinDir();
-}
+using ::sluice::testing::BinDir;
 
 int64_t LabelOf(uint64_t record) { return static_cast<int64_t>(record % 7); }
 

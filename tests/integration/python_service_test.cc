@@ -22,6 +22,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sluice/client.h"
+#include "tests/testing/cluster_testing.h"
 #include "tests/testing/executor_testing.h"
 #include "tests/testing/temp_dir.h"
 #include "tools/local_cluster/local_cluster.h"
@@ -35,10 +36,7 @@ using ::testing::HasSubstr;
 constexpr int kRecords = 32;
 constexpr int kEpochs = 2;
 
-std::string BinDir() {
-  const char* dir = std::getenv("SLUICE_BIN_DIR");
-  return dir != nullptr ? dir : tools::BinDir();
-}
+using ::sluice::testing::BinDir;
 
 // Decode, then `fn` on [image, label] (label = record), then a random flip in
 // C++ after it, batches of 4.

@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "opencv2/imgcodecs.hpp"
 #include "proto/dispatcher.pb.h"
+#include "tests/testing/cluster_testing.h"
 #include "tests/testing/temp_dir.h"
 #include "tools/local_cluster/local_cluster.h"
 
@@ -30,10 +31,7 @@ using ::testing::HasSubstr;
 
 constexpr int kRecords = 480;  // 3 shards of 160
 
-std::string BinDir() {
-  const char* dir = std::getenv("SLUICE_BIN_DIR");
-  return dir != nullptr ? dir : tools::BinDir();
-}
+using ::sluice::testing::BinDir;
 
 void WriteDataset(const std::string& dir) {
   auto writer = record::DatasetWriter::Create(dir, record::ImageClassificationSchema(),

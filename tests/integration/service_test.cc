@@ -27,6 +27,7 @@
 #include "opencv2/imgproc.hpp"
 #include "proto/dispatcher.grpc.pb.h"
 #include "sluice/client.h"
+#include "tests/testing/cluster_testing.h"
 #include "tests/testing/executor_testing.h"
 #include "tests/testing/temp_dir.h"
 #include "tools/local_cluster/local_cluster.h"
@@ -41,10 +42,7 @@ constexpr int kRecords = 480;  // 3 shards; 12 splits of 40 records; batches of 
 constexpr int kBatch = 8;
 constexpr int kSplit = 40;
 
-std::string BinDir() {
-  const char* dir = std::getenv("SLUICE_BIN_DIR");
-  return dir != nullptr ? dir : tools::BinDir();
-}
+using ::sluice::testing::BinDir;
 
 // Small JPEGs; label = index % 10. The key column pads every record to the same
 // 2035 encoded bytes, so the shard limit cuts exactly 160 records per shard: 3

@@ -27,6 +27,7 @@
 #include "opencv2/imgcodecs.hpp"
 #include "proto/dispatcher.grpc.pb.h"
 #include "sluice/client.h"
+#include "tests/testing/cluster_testing.h"
 #include "tests/testing/temp_dir.h"
 #include "tools/local_cluster/local_cluster.h"
 
@@ -38,10 +39,7 @@ using ::sluice::testing::TempDir;
 constexpr int kRecords = 480;
 constexpr uint64_t kSplitSize = 40;  // 12 slots of 5 batches per job and epoch
 
-std::string BinDir() {
-  const char* dir = std::getenv("SLUICE_BIN_DIR");
-  return dir != nullptr ? dir : tools::BinDir();
-}
+using ::sluice::testing::BinDir;
 
 void WriteDataset(const std::string& dir, int records) {
   auto writer = record::DatasetWriter::Create(dir, record::ImageClassificationSchema(),
