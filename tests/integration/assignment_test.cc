@@ -31,19 +31,10 @@ constexpr int kRecords = 240;
 using ::sluice::testing::BinDir;
 
 void WriteDataset(const std::string& dir, int records) {
-  auto writer = record::DatasetWriter::Create(dir, record::ImageClassificationSchema(),
-                                              {.shard_size_bytes = 40000});
-  ASSERT_TRUE(writer.ok()) << writer.status();
-  for (int i = 0; i < records; ++i) {
-    cv::Mat image(16, 16, CV_8UC3, cv::Scalar(i % 256, (i * 7) % 256, 9));
-    std::vector<uchar> jpeg;
-    cv::imencode(".jpg", image, jpeg);
-    ASSERT_TRUE((*writer)
-                    ->Add({record::Tensor::Bytes(std::string(jpeg.begin(), jpeg.end())),
-                           record::Tensor::Int64(i % 10), record::Tensor::Bytes("")})
-                    .ok());
-  }
-  ASSERT_TRUE((*writer)->Finish().ok());
+  testing::WriteJpegDataset(
+      dir, {.records = records, .shard_size_bytes = 40000, .image = [](int i) {
+              return testing::Jpeg(cv::Mat(16, 16, CV_8UC3, cv::Scalar(i % 256, (i * 7) % 256, 9)));
+            }});
 }
 
 proto::Pipeline MakePipeline(const std::string& dataset) {

@@ -41,15 +41,7 @@ constexpr int kBigRecords = 2400;
 using ::sluice::testing::BinDir;
 
 void WriteDataset(const std::string& dir, int records = kRecords) {
-  auto writer = record::DatasetWriter::Create(dir, record::ImageClassificationSchema(), {});
-  ASSERT_TRUE(writer.ok()) << writer.status();
-  for (int i = 0; i < records; ++i) {
-    ASSERT_TRUE((*writer)
-                    ->Add({record::Tensor::Bytes("x"), record::Tensor::Int64(i % 10),
-                           record::Tensor::Bytes("k")})
-                    .ok());
-  }
-  ASSERT_TRUE((*writer)->Finish().ok());
+  testing::WriteLabelDataset(dir, records, "x");
 }
 
 // label -> sleep per element -> batches of 8: latency, not CPU.

@@ -39,25 +39,20 @@ constexpr int kSplit = 40;
 
 using ::sluice::testing::BinDir;
 
+// Record i: a 32x24 image of its own colour with a white disc, padded to 2000 bytes.
+std::string DiscImage(int i) {
+  cv::Mat image(24, 32, CV_8UC3, cv::Scalar(i % 256, (i * 7) % 256, (i * 13) % 256));
+  cv::circle(image, {i % 32, i % 24}, 5, cv::Scalar(255, 255, 255), -1);
+  return testing::Jpeg(image);
+}
+
 void WriteDataset(const std::string& dir) {
-  auto writer = record::DatasetWriter::Create(dir, record::ImageClassificationSchema(),
-                                              {.shard_size_bytes = 249000});
-  ASSERT_TRUE(writer.ok()) << writer.status();
-  for (int i = 0; i < kRecords; ++i) {
-    cv::Mat image(24, 32, CV_8UC3, cv::Scalar(i % 256, (i * 7) % 256, (i * 13) % 256));
-    cv::circle(image, {i % 32, i % 24}, 5, cv::Scalar(255, 255, 255), -1);
-    std::vector<uchar> jpeg;
-    cv::imencode(".jpg", image, jpeg);
-    ASSERT_TRUE((*writer)
-                    ->Add({record::Tensor::Bytes(std::string(jpeg.begin(), jpeg.end())),
-                           record::Tensor::Int64(i % 10),
-                           record::Tensor::Bytes(std::string(2000 - jpeg.size(), 'k'))})
-                    .ok());
-  }
-  auto manifest = (*writer)->Finish();
-  ASSERT_TRUE(manifest.ok()) << manifest.status();
-  ASSERT_EQ(manifest->shards.size(), 2u);
-  for (const auto& shard : manifest->shards) ASSERT_EQ(shard.records, 120u);
+  record::Manifest manifest;
+  testing::WriteJpegDataset(
+      dir, {.records = kRecords, .shard_size_bytes = 249000, .image = DiscImage, .pad_to = 2000},
+      &manifest);
+  ASSERT_EQ(manifest.shards.size(), 2u);
+  for (const auto& shard : manifest.shards) ASSERT_EQ(shard.records, 120u);
 }
 
 // Shuffle, decode + resize (+ a sleep, so that a kill lands mid-epoch), the cache, then

@@ -43,29 +43,23 @@ using ::testing::HasSubstr;
 constexpr int kRecords = 480;  // "ds": 3 shards of 160; label = index % 10
 
 using ::sluice::testing::BinDir;
+using ::sluice::testing::Received;
 
 std::string Jpeg(int i) {
-  cv::Mat image(24, 32, CV_8UC3, cv::Scalar(i % 256, (i * 7) % 256, (i * 13) % 256));
-  std::vector<uchar> jpeg;
-  cv::imencode(".jpg", image, jpeg);
-  return std::string(jpeg.begin(), jpeg.end());
+  return testing::Jpeg(
+      cv::Mat(24, 32, CV_8UC3, cv::Scalar(i % 256, (i * 7) % 256, (i * 13) % 256)));
 }
 
 // `records` records of 2035 bytes (3 shards of 160 for 480); records in [bad_begin, bad_end)
 // are not images.
 void WriteDataset(const std::string& dir, int records, int bad_begin = 0, int bad_end = 0) {
-  auto writer = record::DatasetWriter::Create(dir, record::ImageClassificationSchema(),
-                                              {.shard_size_bytes = 332000});
-  ASSERT_TRUE(writer.ok()) << writer.status();
-  for (int i = 0; i < records; ++i) {
-    std::string image = i >= bad_begin && i < bad_end ? std::string(600, 'x') : Jpeg(i);
-    const std::string pad(2000 - image.size(), 'k');
-    ASSERT_TRUE((*writer)
-                    ->Add({record::Tensor::Bytes(std::move(image)), record::Tensor::Int64(i % 10),
-                           record::Tensor::Bytes(pad)})
-                    .ok());
-  }
-  ASSERT_TRUE((*writer)->Finish().ok());
+  testing::WriteJpegDataset(
+      dir,
+      {.records = records,
+       .shard_size_bytes = 332000,
+       .image =
+           [&](int i) { return i >= bad_begin && i < bad_end ? std::string(600, 'x') : Jpeg(i); },
+       .pad_to = 2000});
 }
 
 struct PipelineOptions {
@@ -126,38 +120,14 @@ class ControlPlaneTest : public ::testing::Test {
         .job_name = name, .pipeline = pipeline, .seed = 11, .num_epochs = epochs, .split_size = 40};
   }
 
-  struct Received {
-    std::map<uint64_t, std::vector<uint64_t>> ids;  // per epoch, in delivery order
-    std::vector<std::vector<int64_t>> shapes;       // of the image column
-    absl::Status status;
-    int max_buffered = 0;
-  };
-
   static Received Consume(const std::string& address, const JobOptions& job,
                           const std::function<void(int)>& after_batch = nullptr) {
-    Received out;
-    auto client = DataServiceClient::Create({.dispatcher_address = address,
-                                             .connect_timeout = absl::Seconds(5),
-                                             .heartbeat_interval = absl::Milliseconds(100),
-                                             .prefetch_batches = 4,
-                                             .dispatcher_lost_timeout = absl::Seconds(60)});
-    if (!client.ok()) return {{}, {}, client.status()};
-    auto it = (*client)->Open(job);
-    if (!it.ok()) return {{}, {}, it.status()};
-    for (int batches = 0;;) {
-      auto batch = (*it)->GetNext();
-      out.max_buffered = std::max(out.max_buffered, (*it)->buffered_batches());
-      if (!batch.ok()) {
-        out.status = batch.status();
-        return out;
-      }
-      if (!batch->has_value()) break;
-      auto& ids = out.ids[(*batch)->epoch];
-      ids.insert(ids.end(), (*batch)->global_indices.begin(), (*batch)->global_indices.end());
-      out.shapes.push_back((*batch)->columns.at(0).shape);
-      if (after_batch) after_batch(++batches);
-    }
-    return out;
+    return testing::ConsumeJob({.dispatcher_address = address,
+                                .connect_timeout = absl::Seconds(5),
+                                .heartbeat_interval = absl::Milliseconds(100),
+                                .prefetch_batches = 4,
+                                .dispatcher_lost_timeout = absl::Seconds(60)},
+                               job, after_batch);
   }
 
   // Exactly `want`, each once.

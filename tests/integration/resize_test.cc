@@ -34,21 +34,14 @@ constexpr int kRecords = 480;  // 3 shards of 160
 using ::sluice::testing::BinDir;
 
 void WriteDataset(const std::string& dir) {
-  auto writer = record::DatasetWriter::Create(dir, record::ImageClassificationSchema(),
-                                              {.shard_size_bytes = 332000});
-  ASSERT_TRUE(writer.ok()) << writer.status();
-  for (int i = 0; i < kRecords; ++i) {
-    cv::Mat image(8, 8, CV_8UC3, cv::Scalar(i % 256, (i * 7) % 256, 0));
-    std::vector<uchar> jpeg;
-    cv::imencode(".jpg", image, jpeg);
-    std::string bytes(jpeg.begin(), jpeg.end());
-    const std::string pad(2000 - bytes.size(), 'k');
-    ASSERT_TRUE((*writer)
-                    ->Add({record::Tensor::Bytes(std::move(bytes)), record::Tensor::Int64(i % 10),
-                           record::Tensor::Bytes(pad)})
-                    .ok());
-  }
-  ASSERT_TRUE((*writer)->Finish().ok());
+  testing::WriteJpegDataset(dir, {.records = kRecords,
+                                  .shard_size_bytes = 332000,
+                                  .image =
+                                      [](int i) {
+                                        return testing::Jpeg(cv::Mat(
+                                            8, 8, CV_8UC3, cv::Scalar(i % 256, (i * 7) % 256, 0)));
+                                      },
+                                  .pad_to = 2000});
 }
 
 class ResizeTest : public ::testing::Test {

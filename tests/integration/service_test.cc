@@ -43,29 +43,25 @@ constexpr int kBatch = 8;
 constexpr int kSplit = 40;
 
 using ::sluice::testing::BinDir;
+using ::sluice::testing::Received;
 
 // Small JPEGs; label = index % 10. The key column pads every record to the same
 // 2035 encoded bytes, so the shard limit cuts exactly 160 records per shard: 3
 // shards of 4 whole splits.
+// Record i: a 32x24 image of its own colour with a white disc, padded to 2000 bytes.
+std::string DiscImage(int i) {
+  cv::Mat image(24, 32, CV_8UC3, cv::Scalar(i % 256, (i * 7) % 256, (i * 13) % 256));
+  cv::circle(image, {i % 32, i % 24}, 5, cv::Scalar(255, 255, 255), -1);
+  return testing::Jpeg(image);
+}
+
 void WriteDataset(const std::string& dir) {
-  auto writer = record::DatasetWriter::Create(dir, record::ImageClassificationSchema(),
-                                              {.shard_size_bytes = 332000});
-  ASSERT_TRUE(writer.ok()) << writer.status();
-  for (int i = 0; i < kRecords; ++i) {
-    cv::Mat image(24, 32, CV_8UC3, cv::Scalar(i % 256, (i * 7) % 256, (i * 13) % 256));
-    cv::circle(image, {i % 32, i % 24}, 5, cv::Scalar(255, 255, 255), -1);
-    std::vector<uchar> jpeg;
-    cv::imencode(".jpg", image, jpeg);
-    ASSERT_TRUE((*writer)
-                    ->Add({record::Tensor::Bytes(std::string(jpeg.begin(), jpeg.end())),
-                           record::Tensor::Int64(i % 10),
-                           record::Tensor::Bytes(std::string(2000 - jpeg.size(), 'k'))})
-                    .ok());
-  }
-  auto manifest = (*writer)->Finish();
-  ASSERT_TRUE(manifest.ok()) << manifest.status();
-  ASSERT_EQ(manifest->shards.size(), 3u);
-  for (const auto& shard : manifest->shards) ASSERT_EQ(shard.records, 160u);
+  record::Manifest manifest;
+  testing::WriteJpegDataset(
+      dir, {.records = kRecords, .shard_size_bytes = 332000, .image = DiscImage, .pad_to = 2000},
+      &manifest);
+  ASSERT_EQ(manifest.shards.size(), 3u);
+  for (const auto& shard : manifest.shards) ASSERT_EQ(shard.records, 160u);
 }
 
 // Decode → Resize 16 → (optional sleep per element) → HWC2CHW, batches of 8.
@@ -129,28 +125,12 @@ class ServiceTest : public ::testing::Test {
     return client.ok() ? *std::move(client) : nullptr;
   }
 
-  // Every id this consumer received, per epoch, in delivery order.
-  struct Received {
-    std::map<uint64_t, std::vector<uint64_t>> ids;
-    absl::Status status;
-  };
-
   static Received Consume(const std::string& address, JobOptions job,
                           const std::function<void(int batches)>& after_batch = nullptr) {
-    Received out;
-    auto client = Connect(address);
-    if (client == nullptr) return {{}, absl::UnavailableError("no client")};
-    auto it = client->Open(job);
-    if (!it.ok()) return {{}, it.status()};
-    for (int batches = 0;;) {
-      auto batch = (*it)->GetNext();
-      if (!batch.ok()) return {out.ids, batch.status()};
-      if (!batch->has_value()) break;
-      auto& ids = out.ids[(*batch)->epoch];
-      ids.insert(ids.end(), (*batch)->global_indices.begin(), (*batch)->global_indices.end());
-      if (after_batch) after_batch(++batches);
-    }
-    return out;
+    return testing::ConsumeJob({.dispatcher_address = address,
+                                .connect_timeout = absl::Seconds(5),
+                                .heartbeat_interval = absl::Milliseconds(100)},
+                               job, after_batch);
   }
 
   static JobOptions Job(const std::string& name, const proto::Pipeline& pipeline,

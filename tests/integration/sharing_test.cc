@@ -42,19 +42,10 @@ constexpr uint64_t kSplitSize = 40;  // 12 slots of 5 batches per job and epoch
 using ::sluice::testing::BinDir;
 
 void WriteDataset(const std::string& dir, int records) {
-  auto writer = record::DatasetWriter::Create(dir, record::ImageClassificationSchema(),
-                                              {.shard_size_bytes = 60000});
-  ASSERT_TRUE(writer.ok()) << writer.status();
-  for (int i = 0; i < records; ++i) {
-    cv::Mat image(16, 16, CV_8UC3, cv::Scalar(i % 256, (i * 7) % 256, 9));
-    std::vector<uchar> jpeg;
-    cv::imencode(".jpg", image, jpeg);
-    ASSERT_TRUE((*writer)
-                    ->Add({record::Tensor::Bytes(std::string(jpeg.begin(), jpeg.end())),
-                           record::Tensor::Int64(i % 10), record::Tensor::Bytes("")})
-                    .ok());
-  }
-  ASSERT_TRUE((*writer)->Finish().ok());
+  testing::WriteJpegDataset(
+      dir, {.records = records, .shard_size_bytes = 60000, .image = [](int i) {
+              return testing::Jpeg(cv::Mat(16, 16, CV_8UC3, cv::Scalar(i % 256, (i * 7) % 256, 9)));
+            }});
 }
 
 // Seeded augmentation (random crop and flip), so that a batch's bytes depend on the seed, the

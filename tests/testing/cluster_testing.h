@@ -1,9 +1,14 @@
-// What the real-process tests share (tests/integration): where the binaries are, a small labelled
-// dataset, its batch pipeline, and a cluster secured with mutual TLS and a token.
+// What the real-process tests share (tests/integration): where the binaries are, small labelled
+// datasets (of placeholder or JPEG images), a batch pipeline, and a cluster secured with mutual TLS
+// and a token.
 #ifndef SLUICE_TESTS_TESTING_CLUSTER_TESTING_H_
 #define SLUICE_TESTS_TESTING_CLUSTER_TESTING_H_
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
+#include <functional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,7 +18,10 @@
 #include "common/pipeline_spec/parse.h"
 #include "common/record/dataset.h"
 #include "gtest/gtest.h"
+#include "opencv2/core.hpp"
+#include "opencv2/imgcodecs.hpp"
 #include "proto/pipeline.pb.h"
+#include "sluice/client.h"
 #include "tools/local_cluster/certificates.h"
 #include "tools/local_cluster/local_cluster.h"
 
@@ -40,6 +48,44 @@ inline void WriteLabelDataset(const std::string& dir, int records,
   ASSERT_TRUE((*writer)->Finish().ok());
 }
 
+// `image` as JPEG bytes (OpenCV's default quality).
+inline std::string Jpeg(const cv::Mat& image) {
+  std::vector<uchar> jpeg;
+  EXPECT_TRUE(cv::imencode(".jpg", image, jpeg));
+  return std::string(jpeg.begin(), jpeg.end());
+}
+
+struct JpegDatasetOptions {
+  int records = 0;
+  uint64_t shard_size_bytes = record::DatasetWriter::Options().shard_size_bytes;
+  // Record i's image bytes (usually Jpeg(some cv::Mat made from i)).
+  std::function<std::string(int)> image;
+  // 0: an empty key. Else each key pads its record's image to this many bytes, so records have
+  // one size and a shard holds a known number of them.
+  size_t pad_to = 0;
+};
+
+// A dataset of image-classification records under `dir`: record i has image `image(i)`, label
+// i % 10 and the key above. `manifest`, if given, receives what the writer wrote.
+inline void WriteJpegDataset(const std::string& dir, const JpegDatasetOptions& options,
+                             record::Manifest* manifest = nullptr) {
+  auto writer = record::DatasetWriter::Create(dir, record::ImageClassificationSchema(),
+                                              {.shard_size_bytes = options.shard_size_bytes});
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  for (int i = 0; i < options.records; ++i) {
+    std::string image = options.image(i);
+    ASSERT_LE(image.size(), options.pad_to == 0 ? image.size() : options.pad_to) << "record " << i;
+    std::string key = options.pad_to == 0 ? "" : std::string(options.pad_to - image.size(), 'k');
+    ASSERT_TRUE((*writer)
+                    ->Add({record::Tensor::Bytes(std::move(image)), record::Tensor::Int64(i % 10),
+                           record::Tensor::Bytes(std::move(key))})
+                    .ok());
+  }
+  auto written = (*writer)->Finish();
+  ASSERT_TRUE(written.ok()) << written.status();
+  if (manifest != nullptr) *manifest = *std::move(written);
+}
+
 // The labels of `dataset` in batches of 8, the last one short.
 inline proto::Pipeline LabelPipeline(const std::string& dataset) {
   auto pipeline = pipeline_spec::ParsePipelineSpec(
@@ -48,6 +94,38 @@ inline proto::Pipeline LabelPipeline(const std::string& dataset) {
                    "drop_remainder: false}\n"));
   EXPECT_TRUE(pipeline.ok()) << pipeline.status();
   return pipeline.value_or(proto::Pipeline());
+}
+
+// What one consumer received until its job ended or its first error.
+struct Received {
+  std::map<uint64_t, std::vector<uint64_t>> ids;  // per epoch, in delivery order
+  std::vector<std::vector<int64_t>> shapes;       // of the first column, per batch
+  int max_buffered = 0;                           // the most batches the iterator held
+  absl::Status status;                            // OK when the job ended
+};
+
+// Opens `job` with a client made of `options` and reads it to the end (or its first error);
+// `after_batch(n)` runs after the n-th batch.
+inline Received ConsumeJob(const ClientOptions& options, const JobOptions& job,
+                           const std::function<void(int batches)>& after_batch = nullptr) {
+  Received out;
+  auto client = DataServiceClient::Create(options);
+  if (!client.ok()) return {.status = client.status()};
+  auto it = (*client)->Open(job);
+  if (!it.ok()) return {.status = it.status()};
+  for (int batches = 0;;) {
+    auto batch = (*it)->GetNext();
+    out.max_buffered = std::max(out.max_buffered, (*it)->buffered_batches());
+    if (!batch.ok()) {
+      out.status = batch.status();
+      return out;
+    }
+    if (!batch->has_value()) return out;
+    auto& ids = out.ids[(*batch)->epoch];
+    ids.insert(ids.end(), (*batch)->global_indices.begin(), (*batch)->global_indices.end());
+    out.shapes.push_back((*batch)->columns.at(0).shape);
+    if (after_batch) after_batch(++batches);
+  }
 }
 
 // One worker and a dispatcher serving `data_root` under mutual TLS with `certs`; the processes
