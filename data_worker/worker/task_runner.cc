@@ -434,8 +434,7 @@ void TaskRunner::Submit(Producer& producer, SubmittedRun run) {
   if (!id.ok()) {
     run.stopped = true;
     EndCaptures(run);
-    queues_->Fail(run.task.task_id, id.status());
-    for (const QueuedTask& m : run.members) queues_->Fail(m.task_id, id.status());
+    FailTasks(run, id.status());
     return;
   }
   run.run = *id;
@@ -489,11 +488,15 @@ void TaskRunner::StopTask(Producer& producer, uint64_t task_id) {
   }
 }
 
-void TaskRunner::FailRun(Producer& producer, SubmittedRun& run, const absl::Status& status) {
+void TaskRunner::FailTasks(const SubmittedRun& run, const absl::Status& status) {
   queues_->Fail(run.task.task_id, status);
   for (const QueuedTask& m : run.members) {
     if (m.task_id != run.task.task_id) queues_->Fail(m.task_id, status);
   }
+}
+
+void TaskRunner::FailRun(Producer& producer, SubmittedRun& run, const absl::Status& status) {
+  FailTasks(run, status);
   StopTask(producer, run.task.task_id);
 }
 

@@ -195,6 +195,8 @@ class TaskRunner {
   // Streams batch `index` of a shared run to every member that needs it; detaches laggards.
   void FanOut(Producer& producer, SubmittedRun& run, const service::WireBatch& batch,
               uint64_t index) ABSL_LOCKS_EXCLUDED(mu_);
+  // Fails the queues of every task of `run` (its own and its sharing members) with `status`.
+  void FailTasks(const SubmittedRun& run, const absl::Status& status);
   // Fails every task of `run` with `status` and stops it.
   void FailRun(Producer& producer, SubmittedRun& run, const absl::Status& status);
   // The producer's oldest run ended: its marker, or the walk's next epoch.
