@@ -20,37 +20,15 @@ images="${IMAGES:-1000}"
 rounds="${ROUNDS:-3}"
 spec="$root/bench/pipelines/imagenet_eval_cached.yaml"
 if (( rounds < 3 )); then echo "ROUNDS must be >= 3 (a median of fewer is no headline)" >&2; exit 2; fi
-work="$(mktemp -d /tmp/sluice-cache-bench-XXXXXX)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-echo "# $(date -u +%FT%TZ)  nproc=$(nproc)  $(lscpu | sed -n 's/^Model name: *//p')  uptime: $(uptime)"
+source "$root/bench/lib/cluster.sh"
+bench_start cache-bench
 echo "== data: $images synthetic JPEGs"
-"$bin/sluice" datagen --output "$work/jpegs" --images "$images" >/dev/null 2>&1
-"$bin/sluice" record convert --input "$work/jpegs" --output "$work/ds" >/dev/null 2>&1
-
-await_file() { for _ in $(seq 200); do [[ -s "$1" ]] && return 0; sleep 0.05; done; echo "no $1" >&2; exit 1; }
+make_dataset "$images" "$work/ds"
 echo "== cluster: sluice-dispatcher + 1 sluice-worker --cache-root $work/cache"
-mkdir -p "$work/dispatcher" "$work/cache"
-"$bin/sluice-dispatcher" --port 0 --address-file "$work/dispatcher.address" \
-  --work-dir "$work/dispatcher" >"$work/dispatcher.log" 2>&1 &
-pids+=($!)
-await_file "$work/dispatcher.address"
-dispatcher="$(cat "$work/dispatcher.address")"
-"$bin/sluice-worker" --dispatcher "$dispatcher" --port 0 --address-file "$work/worker.address" \
-  --data-root "$work" --cache-root "$work/cache" >"$work/worker.log" 2>&1 &
-worker=$!
-pids+=($worker)
-await_file "$work/worker.address"
-
-# "median [min-max]" of the numbers on stdin.
-stats() { sort -g | awk '{v[NR]=$1} END {m = (NR % 2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2;
-  printf "%.3f [%.3f-%.3f]", m, v[1], v[NR]}'; }
+mkdir -p "$work/cache"
+start_dispatcher "$work"
+start_worker "$work" worker --data-root "$work" --cache-root "$work/cache"
+worker=$worker_pid
 
 : >"$work/rounds"
 for r in $(seq "$rounds"); do
@@ -77,10 +55,10 @@ for r in $(seq "$rounds"); do
 done
 
 echo "== median [range] over $rounds rounds"
-echo "worker CPU per image, epoch 1 (computes, writes the cache): $(awk '{print $1}' "$work/rounds" | stats) ms"
-echo "worker CPU per image, epochs 2-3 (read the cache):          $(awk '{print $2}' "$work/rounds" | stats) ms"
-echo "CPU ratio cached / computed:                                 $(awk '{print $3}' "$work/rounds" | stats)  (goal <= 0.333)"
-echo "throughput, epoch 1:                                         $(awk '{print $4}' "$work/rounds" | stats) img/s"
-echo "throughput, epochs 2-3:                                      $(awk '{print $5}' "$work/rounds" | stats) img/s"
-echo "throughput ratio cached / computed:                          $(awk '{print $6}' "$work/rounds" | stats)"
+echo "worker CPU per image, epoch 1 (computes, writes the cache): $(awk '{print $1}' "$work/rounds" | summary 3) ms"
+echo "worker CPU per image, epochs 2-3 (read the cache):          $(awk '{print $2}' "$work/rounds" | summary 3) ms"
+echo "CPU ratio cached / computed:                                 $(awk '{print $3}' "$work/rounds" | summary 3)  (goal <= 0.333)"
+echo "throughput, epoch 1:                                         $(awk '{print $4}' "$work/rounds" | summary 3) img/s"
+echo "throughput, epochs 2-3:                                      $(awk '{print $5}' "$work/rounds" | summary 3) img/s"
+echo "throughput ratio cached / computed:                          $(awk '{print $6}' "$work/rounds" | summary 3)"
 echo "cached output byte-identical to computed in every round:     $(awk '$7!="yes"{bad=1} END{print bad ? "NO" : "yes"}' "$work/rounds")"

@@ -26,41 +26,16 @@ jobs="${JOBS:-10}"
 rounds="${ROUNDS:-3}"
 spec="${SPEC:-$root/bench/pipelines/imagenet_train.yaml}"
 if (( rounds < 3 )); then echo "ROUNDS must be >= 3 (a median of fewer is no headline)" >&2; exit 2; fi
-work="$(mktemp -d /tmp/sluice-first-batch-XXXXXX)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-echo "# $(date -u +%FT%TZ)  nproc=$(nproc)  $(lscpu | sed -n 's/^Model name: *//p')  uptime: $(uptime)"
+source "$root/bench/lib/cluster.sh"
+bench_start first-batch
 echo "== data: $images synthetic JPEGs"
-"$bin/sluice" datagen --output "$work/jpegs" --images "$images" >/dev/null 2>&1
-"$bin/sluice" record convert --input "$work/jpegs" --output "$work/ds" >/dev/null 2>&1
-
-await_file() { for _ in $(seq 200); do [[ -s "$1" ]] && return 0; sleep 0.05; done; echo "no $1" >&2; exit 1; }
+make_dataset "$images" "$work/ds"
 echo "== cluster: sluice-dispatcher + 2 sluice-worker (default heartbeat interval)"
-mkdir -p "$work/dispatcher"
-"$bin/sluice-dispatcher" --port 0 --address-file "$work/dispatcher.address" \
-  --work-dir "$work/dispatcher" >"$work/dispatcher.log" 2>&1 &
-pids+=($!)
-await_file "$work/dispatcher.address"
-dispatcher="$(cat "$work/dispatcher.address")"
-for w in 1 2; do
-  "$bin/sluice-worker" --dispatcher "$dispatcher" --port 0 --address-file "$work/worker$w.address" \
-    --data-root "$work" >"$work/worker$w.log" 2>&1 &
-  pids+=($!)
-  await_file "$work/worker$w.address"
-done
+start_dispatcher "$work"
+for w in 1 2; do start_worker "$work" "worker$w" --data-root "$work"; done
 
 # The number after "<name>" on the last line that has it.
 field() { sed -n "s/.*$1 *\([0-9.]*\).*/\1/p" "$2" | tail -1; }
-# "median [min-max]" of the numbers on stdin.
-summary() { sort -g | awk '{v[NR] = $1} END {
-  m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
-  printf "%.3f [%.3f-%.3f]", m, v[1], v[NR] }'; }
 # p50 and p90 (nearest rank) of the numbers on stdin: "p50 p90".
 percentiles() { sort -g | awk '{v[NR] = $1} END {
   i = int(0.9 * NR); if (i < 0.9 * NR) i++
@@ -94,18 +69,15 @@ for r in $(seq "$rounds"); do
   if (( r % 2 )); then service_round "$r"; inproc_round "$r"; else inproc_round "$r"; service_round "$r"; fi
 done
 
-per_round() {  # command printing one number for round $r
-  for r in $(seq "$rounds"); do eval "$1"; echo; done | sed '/^$/d'
-}
 echo
 echo "== summary ($rounds rounds, median [min-max]; machine: $(nproc) cores; load after: $(cut -d' ' -f1-3 /proc/loadavg))"
 echo "service, $jobs new jobs on a warm cluster, each leaving after one batch"
-echo "  first batch p50                 $(per_round 'cat $work/p50.$r' | summary) s"
-echo "  first batch p90                 $(per_round 'cat $work/p90.$r' | summary) s  (goal <= 0.15 s)"
+echo "  first batch p50                 $(per_round 'cat $work/p50.$r' | summary 3) s"
+echo "  first batch p90                 $(per_round 'cat $work/p90.$r' | summary 3) s  (goal <= 0.15 s)"
 echo "in-process"
-echo "  first batch                     $(per_round 'field "first batch after" $work/inproc.$r.txt' | summary) s"
-echo "  ratio service p50 / in-process first batch   $(per_round 'awk -v a=$(cat $work/p50.$r) -v b=$(field "first batch after" $work/inproc.$r.txt) "BEGIN {printf \"%.3f\", a / b}"' | summary)"
+echo "  first batch                     $(per_round 'field "first batch after" $work/inproc.$r.txt' | summary 3) s"
+echo "  ratio service p50 / in-process first batch   $(per_round 'awk -v a=$(cat $work/p50.$r) -v b=$(field "first batch after" $work/inproc.$r.txt) "BEGIN {printf \"%.3f\", a / b}"' | summary 3)"
 echo "whole run, $images images x $epochs epochs (startup included)"
-echo "  service images/s                $(per_round 'field "throughput:" $work/service.$r.txt' | summary)"
-echo "  in-process images/s             $(per_round 'field "throughput:" $work/inproc.$r.txt' | summary)"
-echo "  ratio service/in-process        $(per_round 'awk -v a=$(field "throughput:" $work/service.$r.txt) -v b=$(field "throughput:" $work/inproc.$r.txt) "BEGIN {printf \"%.3f\", a / b}"' | summary)  (goal >= 0.9)"
+echo "  service images/s                $(per_round 'field "throughput:" $work/service.$r.txt' | summary 3)"
+echo "  in-process images/s             $(per_round 'field "throughput:" $work/inproc.$r.txt' | summary 3)"
+echo "  ratio service/in-process        $(per_round 'awk -v a=$(field "throughput:" $work/service.$r.txt) -v b=$(field "throughput:" $work/inproc.$r.txt) "BEGIN {printf \"%.3f\", a / b}"' | summary 3)  (goal >= 0.9)"

@@ -31,26 +31,14 @@ if (( rounds < 3 )); then echo "ROUNDS must be >= 3 (a median of fewer is no hea
 spec="$root/bench/pipelines/imagenet_train.yaml"
 py=/usr/bin/python3
 export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}"
-work="$(mktemp -d "${TMPDIR:-/tmp}/sluice-pyclient-XXXXXX")"
-cluster_pid=""
-cleanup() {
-  if [[ -n "$cluster_pid" ]]; then kill -TERM "$cluster_pid" 2>/dev/null; wait "$cluster_pid" || true; fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-echo "# $(date -u +%FT%TZ)  nproc=$(nproc)  $(lscpu | sed -n 's/^Model name: *//p')  uptime: $(uptime)"
-# "median [min-max]" of the numbers on stdin.
-summary() { sort -g | awk '{v[NR] = $1} END {
-  m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
-  printf "%.2f [%.2f-%.2f]", m, v[1], v[NR] }'; }
-"$bin/sluice" datagen --output "$work/images" --images "$images" --seed 1 >/dev/null 2>&1
-"$bin/sluice" record convert --input "$work/images" --output "$work/ds" >/dev/null 2>&1
-echo "# data: $images JPEGs, $(du -sm "$work/images" | cut -f1) MB; cluster: sluice local --workers $workers"
+source "$root/bench/lib/cluster.sh"
+bench_start pyclient
+make_dataset "$images" "$work/ds" 1
+echo "# data: $images JPEGs, $(du -sm "$work/ds.jpegs" | cut -f1) MB; cluster: sluice local --workers $workers"
 
 "$bin/sluice" local --workers "$workers" --data-root "$work" --address-file "$work/address" \
   --work-dir "$work/cluster" --log-level warn >"$work/local.txt" 2>&1 &
-cluster_pid=$!
+bench_pids+=($!)
 for _ in $(seq 200); do [[ -s "$work/address" ]] && break; sleep 0.1; done
 dispatcher="$(cat "$work/address")"
 
@@ -153,7 +141,7 @@ os._exit(0)  # skip tearing down the loader's workers
 PY
 torch_rates=(); torch_steady=(); sl_rates=(); sl_steady=(); loop_ratios=(); loop_steady_ratios=()
 run_torch() {
-  read -r rate steady wait n < <("$py" "$work/loop.py" torch "$loop_epochs" "$work/images" "$(nproc)")
+  read -r rate steady wait n < <("$py" "$work/loop.py" torch "$loop_epochs" "$work/ds.jpegs" "$(nproc)")
   echo "round $1  DataLoader + ImageFolder (num_workers=$(nproc))  $rate images/s whole run, $steady from step 10, waited $wait of the time, $n images"
   torch_rates+=("$rate"); torch_steady+=("$steady")
 }

@@ -25,32 +25,19 @@ epochs="${EPOCHS:-2}"
 rounds="${ROUNDS:-3}"
 spec="${SPEC:-$root/bench/pipelines/imagenet_train.yaml}"
 if (( rounds < 3 )); then echo "ROUNDS must be >= 3 (a median of fewer is no headline)" >&2; exit 2; fi
-work="$(mktemp -d /tmp/sluice-overhead-XXXXXX)"
-cluster_pid=""
-cleanup() {
-  [[ -n "$cluster_pid" ]] && kill -TERM "$cluster_pid" 2>/dev/null && wait "$cluster_pid" || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-echo "# $(date -u +%FT%TZ)  nproc=$(nproc)  $(lscpu | sed -n 's/^Model name: *//p')  uptime: $(uptime)"
+source "$root/bench/lib/cluster.sh"
+bench_start overhead
 echo "== data: $images synthetic JPEGs"
-"$bin/sluice" datagen --output "$work/jpegs" --images "$images" >/dev/null 2>&1
-"$bin/sluice" record convert --input "$work/jpegs" --output "$work/ds" >/dev/null 2>&1
+make_dataset "$images" "$work/ds"
 
-# CPU seconds (user + system) of a process so far.
-cpu_of() { awk -v tck="$(getconf CLK_TCK)" '{printf "%.3f", ($14 + $15) / tck}' "/proc/$1/stat"; }
 # The number after "<name>:" in a file (the last such line).
 field() { sed -n "s/^$1: *\([0-9.]*\).*/\1/p" "$2" | tail -1; }
-# "median [min-max]" of the numbers on stdin.
-summary() { sort -g | awk '{v[NR] = $1} END {
-  m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
-  printf "%.2f [%.2f-%.2f]", m, v[1], v[NR] }'; }
 
 echo "== cluster: sluice local --workers 1"
 "$bin/sluice" local --workers 1 --data-root "$work" --address-file "$work/address" \
   --work-dir "$work/cluster" >"$work/local.txt" 2>&1 &
 cluster_pid=$!
+bench_pids+=("$cluster_pid")
 for _ in $(seq 100); do [[ -s "$work/address" ]] && break; sleep 0.1; done
 worker_pid=""
 for _ in $(seq 100); do
@@ -68,10 +55,10 @@ inproc_run() {  # round
 }
 service_run() {  # round, finish
   local out="$work/service.$1.$2.txt" before after
-  before=$(cpu_of "$worker_pid")
+  before=$(cpu_seconds "$worker_pid")
   "$bin/sluice" consume --dispatcher "$(cat "$work/address")" --spec "$spec" --data "$work/ds" \
     --job "overhead-$1-$2" --epochs "$epochs" --finish "$2" >"$out"
-  after=$(cpu_of "$worker_pid")
+  after=$(cpu_seconds "$worker_pid")
   awk -v a="$after" -v b="$before" 'BEGIN {printf "worker cpu: %.3f s\n", a - b}' >>"$out"
   printf 'round %s  service %-7s  whole run %s  from first batch %s images/s\n' "$1" "$2" \
     "$(field throughput "$out")" "$(field "throughput from first batch" "$out")"
@@ -83,15 +70,14 @@ for r in $(seq "$rounds"); do
     service_run "$r" auto; service_run "$r" worker; inproc_run "$r"
   fi
 done
-kill -TERM "$cluster_pid" 2>/dev/null && wait "$cluster_pid" || true
-cluster_pid=""
+stop_cluster
 
 echo "== (c) transport: uint8 batches, data plane vs TCP socket copy into fresh memory"
 "$bin/transport_bench" | tee "$work/transport.txt"
 
 images_total=$((images * epochs))
 # One figure per round, from the files of `kind` (inproc or service.<finish>).
-per_round() {  # kind, awk program over the round's file(s) -> one number
+of_rounds() {  # kind, awk program over the round's file(s) -> one number
   local kind=$1 prog=$2
   for r in $(seq "$rounds"); do
     local f="$work/$kind.$r.txt"
@@ -114,18 +100,18 @@ ratio() {  # finish, name, [inverse]
 echo
 echo "== summary ($images images x $epochs epochs, $rounds rounds, median [min-max]; machine: $(nproc) cores; load after: $(cut -d' ' -f1-3 /proc/loadavg))"
 echo "in-process"
-echo "  images/s, whole run             $(per_round inproc "$(val throughput)" | summary)"
-echo "  images/s from first batch       $(per_round inproc "$(val "throughput from first batch")" | summary)"
-echo "  cpu from first batch            $(per_round inproc "$(val "cpu from first batch")" | summary) us/image"
+echo "  images/s, whole run             $(of_rounds inproc "$(val throughput)" | summary)"
+echo "  images/s from first batch       $(of_rounds inproc "$(val "throughput from first batch")" | summary)"
+echo "  cpu from first batch            $(of_rounds inproc "$(val "cpu from first batch")" | summary) us/image"
 for f in auto worker; do
   echo "service, finish $f"
-  echo "  images/s, whole run             $(per_round "$f" "$(val throughput)" | summary)"
-  echo "  images/s from first batch       $(per_round "$f" "$(val "throughput from first batch")" | summary)"
+  echo "  images/s, whole run             $(of_rounds "$f" "$(val throughput)" | summary)"
+  echo "  images/s from first batch       $(of_rounds "$f" "$(val "throughput from first batch")" | summary)"
   echo "  ratio service/in-process, whole run         $(ratio "$f" throughput | summary)  (goal >= 0.85)"
   echo "  ratio service/in-process, from first batch  $(ratio "$f" "throughput from first batch" | summary)  (goal >= 0.85)"
-  echo "  wire                            $(per_round "$f" "$(val wire)" | awk '{print $1 / 1000}' | summary) KB/image$([[ $f == auto ]] && echo "  (goal <= 151 KB)")"
-  echo "  worker cpu                      $(per_round "$f" "$(val "worker cpu")" | awk -v n="$images_total" '{print 1e6 * $1 / n}' | summary) us/image (whole run)"
-  echo "  trainer cpu                     $(per_round "$f" "$(val "cpu from first batch")" | summary) us/image (from first batch)"
+  echo "  wire                            $(of_rounds "$f" "$(val wire)" | awk '{print $1 / 1000}' | summary) KB/image$([[ $f == auto ]] && echo "  (goal <= 151 KB)")"
+  echo "  worker cpu                      $(of_rounds "$f" "$(val "worker cpu")" | awk -v n="$images_total" '{print 1e6 * $1 / n}' | summary) us/image (whole run)"
+  echo "  trainer cpu                     $(of_rounds "$f" "$(val "cpu from first batch")" | summary) us/image (from first batch)"
   cpu_ratios=$(for r in $(seq "$rounds"); do
     ic=$(awk "$(val "cpu from first batch")" "$work/inproc.$r.txt")
     wc=$(awk "$(val "worker cpu")" "$work/service.$r.$f.txt")
@@ -133,6 +119,6 @@ for f in auto worker; do
     awk -v ic="$ic" -v wc="$wc" -v tc="$tc" -v n="$images_total" 'BEGIN {printf "%.4f\n", ic / (1e6 * wc / n + tc)}'
   done)
   echo "  cpu ratio in-process/service    $(summary <<<"$cpu_ratios")  (in-process cpu / (worker + trainer); robust to load)"
-  echo "  first batch after job creation  $(per_round "$f" '{ if (match($0, /first batch after [0-9.]+s/)) { s = substr($0, RSTART + 18, RLENGTH - 19); x = s + 0 } } END { print x }' | summary) s"
+  echo "  first batch after job creation  $(of_rounds "$f" '{ if (match($0, /first batch after [0-9.]+s/)) { s = substr($0, RSTART + 18, RLENGTH - 19); x = s + 0 } } END { print x }' | summary) s"
 done
 sed -n 's/^ratio grpc\/tcp *\([0-9.]*\).*/transport uint8 data plane \/ tcp   \1  (median of transport_bench'"'"'s runs; goal >= 0.8)/p' "$work/transport.txt"

@@ -25,25 +25,13 @@ split="${SPLIT:-64}"
 rounds="${ROUNDS:-3}"
 spec="${SPEC:-$root/bench/pipelines/imagenet_train.yaml}"
 if (( rounds < 3 )); then echo "ROUNDS must be >= 3 (a median of fewer is no headline)" >&2; exit 2; fi
-work="$(mktemp -d /tmp/sluice-shared-jobs-XXXXXX)"
-pids=()
-stop_cluster() {
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  pids=()
-}
-cleanup() { stop_cluster; rm -rf "$work"; }
-trap cleanup EXIT
-
-echo "# $(date -u +%FT%TZ)  nproc=$(nproc)  $(lscpu | sed -n 's/^Model name: *//p')  uptime: $(uptime)"
+source "$root/bench/lib/cluster.sh"
+bench_start shared-jobs
 echo "== data: $images synthetic JPEGs; spec $(basename "$spec"); $epochs epochs; split size $split"
-"$bin/sluice" datagen --output "$work/jpegs" --images "$images" >/dev/null 2>&1
-"$bin/sluice" record convert --input "$work/jpegs" --output "$work/ds" >/dev/null 2>&1
+make_dataset "$images" "$work/ds"
 
-await_file() { for _ in $(seq 200); do [[ -s "$1" ]] && return 0; sleep 0.05; done; echo "no $1" >&2; exit 1; }
 worker_pids=()
 metrics_ports=()
-free_port() { /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 # The sum over the workers of metric $1 with label event="$2".
 worker_count() {
   local total=0 v
@@ -56,40 +44,22 @@ worker_count() {
 }
 start_cluster() {  # name
   local dir="$work/$1"
-  mkdir -p "$dir/dispatcher"
-  "$bin/sluice-dispatcher" --port 0 --address-file "$dir/dispatcher.address" \
-    --work-dir "$dir/dispatcher" >"$dir/dispatcher.log" 2>&1 &
-  pids+=($!)
-  await_file "$dir/dispatcher.address"
-  dispatcher="$(cat "$dir/dispatcher.address")"
+  start_dispatcher "$dir"
   worker_pids=()
   metrics_ports=()
   for w in 1 2; do
     local port; port=$(free_port)
     metrics_ports+=("$port")
-    "$bin/sluice-worker" --dispatcher "$dispatcher" --port 0 --address-file "$dir/worker$w.address" \
-      --metrics-port "$port" --data-root "$work" >"$dir/worker$w.log" 2>&1 &
-    pids+=($!)
-    worker_pids+=($!)
-    await_file "$dir/worker$w.address"
+    start_worker "$dir" "worker$w" --metrics-port "$port" --data-root "$work"
+    worker_pids+=("$worker_pid")
   done
 }
-# The workers' CPU seconds so far (utime + stime, in clock ticks, of every worker process).
-worker_cpu() {
-  local ticks=0 t
-  for p in "${worker_pids[@]}"; do
-    t=$(awk '{print $14 + $15}' "/proc/$p/stat")
-    ticks=$((ticks + t))
-  done
-  awk -v t="$ticks" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.2f", t / hz}'
-}
-
 run_case() {  # round case(1|4s|4) -> prints the workers' CPU seconds
   local name="r$1-$2" n=1 sharing=off
   [[ "$2" != 1 ]] && n=4
   [[ "$2" == 4s ]] && sharing=auto
   start_cluster "$name"
-  local before; before=$(worker_cpu)
+  local before; before=$(cpu_seconds "${worker_pids[@]}")
   local consumers=()
   for j in $(seq "$n"); do
     "$bin/sluice" consume --dispatcher "$dispatcher" --spec "$spec" --data "$work/ds" \
@@ -98,7 +68,7 @@ run_case() {  # round case(1|4s|4) -> prints the workers' CPU seconds
     consumers+=($!)
   done
   for p in "${consumers[@]}"; do wait "$p"; done
-  local after; after=$(worker_cpu)
+  local after; after=$(cpu_seconds "${worker_pids[@]}")
   for j in $(seq "$n"); do
     # Each of the $images records exactly $epochs times.
     local bad
@@ -125,13 +95,6 @@ for r in $(seq "$rounds"); do
   for i in 0 1 2; do run_case "$r" "${cases[$(( (i + r) % 3 ))]}"; done
 done
 
-# "median [min-max]" of the numbers on stdin.
-summary() { sort -g | awk '{v[NR] = $1} END {
-  m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
-  printf "%.2f [%.2f-%.2f]", m, v[1], v[NR] }'; }
-per_round() {  # command printing one number for round $r
-  for r in $(seq "$rounds"); do eval "$1"; echo; done | sed '/^$/d'
-}
 ratio() { awk -v a="$(cat "$work/cpu.$1.$r")" -v b="$(cat "$work/cpu.1.$r")" 'BEGIN {printf "%.3f", a / b}'; }
 echo
 echo "== summary ($rounds rounds, median [min-max]; machine: $(nproc) cores; load after: $(cut -d' ' -f1-3 /proc/loadavg))"

@@ -24,17 +24,9 @@ stall="${STALL:-4}"
 rounds="${ROUNDS:-3}"
 if (( rounds < 3 )); then echo "ROUNDS must be >= 3 (a median of fewer is no headline)" >&2; exit 2; fi
 export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}"
-work="$(mktemp -d "${TMPDIR:-/tmp}/sluice-stalled-XXXXXX")"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-echo "# $(date -u +%FT%TZ)  nproc=$(nproc)  $(lscpu | sed -n 's/^Model name: *//p')  uptime: $(uptime)"
-"$bin/sluice" datagen --output "$work/images" --images "$images" --seed 1 >/dev/null 2>&1
-"$bin/sluice" record convert --input "$work/images" --output "$work/ds" >/dev/null 2>&1
+source "$root/bench/lib/cluster.sh"
+bench_start stalled
+make_dataset "$images" "$work/ds" 1
 cat >"$work/spec.yaml" <<EOF
 seed: 1
 source: {dataset: {path: $work/ds}, columns: [image, label]}
@@ -42,24 +34,14 @@ nodes:
   - map: {input_columns: [image], ops: [{decode: {}}, {resize: {height: 512, width: 512}}, {cast: {dtype: float32}}]}
   - batch: {size: 8}
 EOF
-# "median [min-max]" of the numbers on stdin.
-summary() { sort -g | awk '{v[NR] = $1} END {
-  m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
-  printf "%.1f [%.1f-%.1f]", m, v[1], v[NR] }'; }
-wait_file() { for _ in $(seq 200); do [[ -s "$1" ]] && return 0; sleep 0.1; done; echo "no $1" >&2; exit 1; }
 
 rss_mb=(); growth_mb=(); peak_mb=()
 for r in $(seq "$rounds"); do
-  "$bin/sluice-dispatcher" --port 0 --address-file "$work/d$r.addr" --work-dir "$work/d$r" \
-    --log-level warn >"$work/d$r.log" 2>&1 &
-  dpid=$!; pids+=("$dpid")
-  wait_file "$work/d$r.addr"
-  "$bin/sluice-worker" --dispatcher "$(cat "$work/d$r.addr")" --port 0 --address-file "$work/w$r.addr" \
-    --data-root "$work" --threads 1 --memory-mb 64 --queue-batches 4 --log-level warn \
-    >"$work/w$r.log" 2>&1 &
-  wpid=$!; pids+=("$wpid")
-  wait_file "$work/w$r.addr"
-  read -r rss growth peak < <(/usr/bin/python3 - "$(cat "$work/d$r.addr")" "$work/spec.yaml" "$wpid" "$stall" <<'PY'
+  start_dispatcher "$work/round$r" --log-level warn
+  start_worker "$work/round$r" worker --data-root "$work" --threads 1 --memory-mb 64 \
+    --queue-batches 4 --log-level warn
+  wpid=$worker_pid
+  read -r rss growth peak < <(/usr/bin/python3 - "$dispatcher" "$work/spec.yaml" "$wpid" "$stall" <<'PY'
 import sys, time
 import sluice
 dispatcher, spec, pid, stall = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
@@ -87,12 +69,10 @@ PY
 )
   echo "round $r  worker RSS after 2 s of stall $rss MB, growth over the next $((${stall%.*} - 2)) s $growth MB, peak $peak MB"
   rss_mb+=("$rss"); growth_mb+=("$growth"); peak_mb+=("$peak")
-  kill -TERM "$wpid" "$dpid" 2>/dev/null || true
-  wait "$wpid" 2>/dev/null || true; wait "$dpid" 2>/dev/null || true
-  pids=()
+  stop_cluster
 done
 echo
 echo "== summary ($images images, $rounds rounds, median [min-max]; load after: $(cut -d' ' -f1-3 /proc/loadavg))"
-echo "worker RSS, stall 2 s old       $(printf '%s\n' "${rss_mb[@]}" | summary) MB"
-echo "growth over the rest of the stall $(printf '%s\n' "${growth_mb[@]}" | summary) MB  (the test's old bound: 30 MB)"
-echo "peak                             $(printf '%s\n' "${peak_mb[@]}" | summary) MB  (unbounded: the $((images / 8 * 25)) MB epoch)"
+echo "worker RSS, stall 2 s old       $(printf '%s\n' "${rss_mb[@]}" | summary 1) MB"
+echo "growth over the rest of the stall $(printf '%s\n' "${growth_mb[@]}" | summary 1) MB  (the test's old bound: 30 MB)"
+echo "peak                             $(printf '%s\n' "${peak_mb[@]}" | summary 1) MB  (unbounded: the $((images / 8 * 25)) MB epoch)"
