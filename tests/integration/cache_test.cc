@@ -39,17 +39,11 @@ constexpr int kSplit = 40;
 
 using ::sluice::testing::BinDir;
 
-// Record i: a 32x24 image of its own colour with a white disc, padded to 2000 bytes.
-std::string DiscImage(int i) {
-  cv::Mat image(24, 32, CV_8UC3, cv::Scalar(i % 256, (i * 7) % 256, (i * 13) % 256));
-  cv::circle(image, {i % 32, i % 24}, 5, cv::Scalar(255, 255, 255), -1);
-  return testing::Jpeg(image);
-}
-
 void WriteDataset(const std::string& dir) {
   record::Manifest manifest;
   testing::WriteJpegDataset(
-      dir, {.records = kRecords, .shard_size_bytes = 249000, .image = DiscImage, .pad_to = 2000},
+      dir,
+      {.records = kRecords, .shard_size_bytes = 249000, .image = testing::DiscJpeg, .pad_to = 2000},
       &manifest);
   ASSERT_EQ(manifest.shards.size(), 2u);
   for (const auto& shard : manifest.shards) ASSERT_EQ(shard.records, 120u);

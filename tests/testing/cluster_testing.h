@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "opencv2/core.hpp"
 #include "opencv2/imgcodecs.hpp"
+#include "opencv2/imgproc.hpp"
 #include "proto/pipeline.pb.h"
 #include "sluice/client.h"
 #include "tools/local_cluster/certificates.h"
@@ -53,6 +54,13 @@ inline std::string Jpeg(const cv::Mat& image) {
   std::vector<uchar> jpeg;
   EXPECT_TRUE(cv::imencode(".jpg", image, jpeg));
   return std::string(jpeg.begin(), jpeg.end());
+}
+
+// Record i's image of the JPEG datasets: 32x24 pixels of its own colour with a white disc.
+inline std::string DiscJpeg(int i) {
+  cv::Mat image(24, 32, CV_8UC3, cv::Scalar(i % 256, (i * 7) % 256, (i * 13) % 256));
+  cv::circle(image, {i % 32, i % 24}, 5, cv::Scalar(255, 255, 255), -1);
+  return Jpeg(image);
 }
 
 struct JpegDatasetOptions {
