@@ -1,7 +1,11 @@
 # cmake -DVERSION=x.y.z -DSOURCE_DIR=... -DOUTPUT=.../build_version.h -P version.cmake
 # Writes OUTPUT (only when its contents change, so nothing recompiles for nothing) with the
-# project version and the git revision of SOURCE_DIR.
+# project version and the git revision of SOURCE_DIR; without a git checkout (an image build, a
+# source archive), the revision given in the environment as SLUICE_REVISION, else "unknown".
 set(revision "unknown")
+if(DEFINED ENV{SLUICE_REVISION} AND NOT "$ENV{SLUICE_REVISION}" STREQUAL "")
+  set(revision "$ENV{SLUICE_REVISION}")
+endif()
 find_program(GIT git)
 if(GIT)
   execute_process(COMMAND ${GIT} -C ${SOURCE_DIR} rev-parse --short=12 HEAD

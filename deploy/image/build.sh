@@ -9,7 +9,9 @@
 #   3. check  podman image mount (an overlay on top keeps it unmodified), then under chroot as uid
 #             10001: every binary's --help and a short
 #             local cluster (`sluice demo`: synthetic JPEGs -> dataset -> dispatcher + 2 workers ->
-#             one epoch consumed through the client library).
+#             one epoch consumed through the client library); then the image's Python wheel
+#             pip-installed into a fresh venv here, reading one epoch from a `sluice local`
+#             running inside the image.
 #
 #   deploy/image/build.sh                      # all three, prints how long each took
 #   SLUICE_IMAGE=localhost/sluice:dev          # the tag to build (default)
@@ -85,6 +87,7 @@ if step build; then
   echo "== build: podman build --isolation chroot --storage-driver vfs -> $image"
   pm build --isolation chroot --pull=never --layers \
     --build-arg "BASE_IMAGE=$base" \
+    --build-arg "SLUICE_REVISION=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)" \
     --ignorefile deploy/image/Dockerfile.dockerignore \
     --volume "$ccache_dir:/ccache" \
     -f deploy/image/Dockerfile -t "$image" .
@@ -130,6 +133,44 @@ if step check; then
     die "sluice demo failed inside the image (log: /tmp/sluice-image-demo.log)"
   fi
   tail -5 /tmp/sluice-image-demo.log | sed 's/^/   | /'
+
+  # The image's wheel, as a trainer image installs it: pip into a fresh venv of this machine's
+  # Debian python3 (the interpreter the wheel is for), imported from another folder, reading one
+  # epoch from a `sluice local` cluster running inside the image.
+  echo "   the image's wheel: pip install into a fresh venv, read an epoch from the image's cluster"
+  wheel=$(ls "$root"/usr/local/share/sluice/python/sluice-*.whl 2>/dev/null | head -1)
+  [[ -n "$wheel" ]] || die "no wheel in /usr/local/share/sluice/python of the image"
+  /usr/bin/python3 -m venv --system-site-packages "$ovl/venv"
+  "$ovl/venv/bin/python" -m pip install --quiet --no-index --no-deps \
+    --disable-pip-version-check "$wheel" || die "pip install $(basename "$wheel") failed"
+  run /bin/sh -c 'mkdir -p /tmp/wheel && cd /tmp/wheel &&
+    sluice datagen --output jpegs --images 40 --classes 4 >/dev/null 2>&1 &&
+    sluice record convert --input jpegs --output ds >/dev/null 2>&1' ||
+    die "making the wheel check's dataset inside the image failed"
+  # Started without `run`: $! must be sluice local itself (chroot and env exec it) for the TERM.
+  chroot --userspec=10001:10001 "$root" /usr/bin/env -i HOME=/tmp PATH=/usr/local/bin:/usr/bin:/bin \
+    /usr/local/bin/sluice local --workers 1 --data-root /tmp/wheel \
+    --address-file /tmp/wheel/address --work-dir /tmp/wheel/cluster \
+    >/tmp/sluice-image-local.log 2>&1 &
+  local_pid=$!
+  for _ in $(seq 100); do [[ -s "$root/tmp/wheel/address" ]] && break; sleep 0.1; done
+  [[ -s "$root/tmp/wheel/address" ]] || die "sluice local did not start in the image (log: /tmp/sluice-image-local.log)"
+  read_out=$(cd "$ovl" && env -i PATH=/usr/bin:/bin HOME=/tmp "$ovl/venv/bin/python" - \
+      "$(cat "$root/tmp/wheel/address")" <<'PY'
+import sys, sluice
+spec = {"source": {"dataset": {"path": "/tmp/wheel/ds"}, "columns": ["image", "label"]},
+        "nodes": [{"map": {"input_columns": ["image"],
+                           "ops": [{"decode": {}}, {"resize": {"height": 8, "width": 8}}]}},
+                  {"batch": {"size": 8}}]}
+ids = sorted(int(i) for b in sluice.Client(sys.argv[1]).open(spec, job="wheel", epochs=1)
+             for i in b["index"])
+print(sluice.__file__, "records", len(ids), "exactly once" if ids == list(range(40)) else ids)
+PY
+  ) || { kill "$local_pid" 2>/dev/null; die "the wheel could not read from the image's cluster"; }
+  kill -TERM "$local_pid" 2>/dev/null; wait "$local_pid" 2>/dev/null || true
+  echo "   | $read_out"
+  [[ "$read_out" == "$ovl/venv/"*"records 40 exactly once" ]] ||
+    die "the wheel's read was not every record once from the venv: $read_out"
   cleanup
   trap - EXIT
   echo "   check took $(elapsed "$t0")"
