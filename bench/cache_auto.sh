@@ -66,25 +66,30 @@ remove_caches() {
     for n in $names; do "$bin/sluice" cache rm --dispatcher "$dispatcher" "$n" >/dev/null 2>&1 || true; done
     sleep 0.1
   done
+  [[ -z "$names" ]] || { echo "caches not removed: $names" >&2; exit 1; }
   for _ in $(seq 100); do [[ -z "$(ls -A "$work/cache")" ]] && break; sleep 0.1; done
 }
 
-# run NAME SPEC CACHE ROUND: prints "cpu_ms_epoch1 cpu_ms_epoch2 cpu_ms_epoch3 d1 d2 d3".
+# run NAME SPEC CACHE ROUND: writes "cpu_ms_epoch1 cpu_ms_epoch2 cpu_ms_epoch3 d1 d2 d3" to
+# $work/NAME-ROUND.result, then removes every cache (in this shell: the next job starts after).
 run() {
   "$bin/cache_bench" --dispatcher "$dispatcher" --spec "$root/bench/pipelines/$2" --data "$work/ds" \
     --job "$1-$4" --worker-pid "$worker" --epochs 3 --cache "$3" >"$work/$1-$4" 2>"$work/$1-$4.err" \
     || { cat "$work/$1-$4.err" >&2; exit 1; }
   awk -v n="$images" '{cpu[$2] = 1000 * $8 / n; d[$2] = $10; if ($4 != n) bad = 1}
     END {if (bad) {print "short epoch" > "/dev/stderr"; exit 1}
-         print cpu[0], cpu[1], cpu[2], d[0], d[1], d[2]}' "$work/$1-$4"
+         print cpu[0], cpu[1], cpu[2], d[0], d[1], d[2]}' "$work/$1-$4" >"$work/$1-$4.result"
   remove_caches
 }
 
 : >"$work/rounds"
 for r in $(seq "$rounds"); do
-  read -r n1 n2 n3 nd1 nd2 nd3 < <(run none imagenet_eval_split.yaml off "$r")
-  read -r a1 a2 a3 ad1 ad2 ad3 < <(run auto imagenet_eval_split.yaml auto "$r")
-  read -r e1 e2 e3 ed1 ed2 ed3 < <(run explicit imagenet_eval_cached.yaml off "$r")
+  run none imagenet_eval_split.yaml off "$r"
+  run auto imagenet_eval_split.yaml auto "$r"
+  run explicit imagenet_eval_cached.yaml off "$r"
+  read -r n1 n2 n3 nd1 nd2 nd3 <"$work/none-$r.result"
+  read -r a1 a2 a3 ad1 ad2 ad3 <"$work/auto-$r.result"
+  read -r e1 e2 e3 ed1 ed2 ed3 <"$work/explicit-$r.result"
   same=yes
   for d in "$nd2" "$nd3" "$ad1" "$ad2" "$ad3" "$ed1" "$ed2" "$ed3"; do [[ "$d" == "$nd1" ]] || same=no; done
   decision="$(grep -o "cache: auto decided.*" "$work/dispatcher.log" | tail -1)"
