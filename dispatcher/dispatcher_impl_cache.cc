@@ -82,7 +82,7 @@ proto::CacheDecision DispatcherImpl::AutoCacheDecisionOf(const DispatcherState::
   if (d.decided()) {
     uint64_t epoch = 0;
     for (const DispatcherState::Consumer& c : job.consumers) epoch = std::max(epoch, c.epoch);
-    d.set_from_epoch(epoch + 1);
+    d.set_from_epoch(epoch);
   }
   return d;
 }
