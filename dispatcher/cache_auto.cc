@@ -75,12 +75,12 @@ proto::CacheDecision DecideAutoCache(const AutoCacheInput& in) {
   double compute = 0;  // CPU seconds per record of nodes [0, k]
   int best = -1;
   double best_saved = 0, best_bytes = 0, best_compute = 0, last_compute = 0;
-  bool over_budget = false;
-  std::string why_not;
+  bool over_budget = false, candidate = false;
   for (int k = 0; k < end; ++k) {
     const auto it = by_node.find(k);
     if (it != by_node.end()) compute += it->second.busy_seconds() / static_cast<double>(measured);
     if (!p.nodes(k).has_map() && !p.nodes(k).has_filter()) continue;
+    candidate = true;
     if (it == by_node.end()) continue;  // not measured: no estimate of its output
     last_compute = compute * records;
     const double bytes =
@@ -101,7 +101,9 @@ proto::CacheDecision DecideAutoCache(const AutoCacheInput& in) {
     d.set_reason(random_op.has_value() && random_node == 0
                      ? absl::StrCat("no deterministic prefix: ", *random_op,
                                     " draws new randomness each epoch")
-                     : "no map or filter node before the batch to cache after");
+                 : candidate ? "no candidate node's cost was measured (a map whose tail the client "
+                               "runs, or a pipeline run as one stage, is not measured)"
+                             : "no map or filter node before the batch to cache after");
     return d;
   }
   if (best < 0 || best_saved < in.min_saved_fraction * last_compute) {

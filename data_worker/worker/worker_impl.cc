@@ -23,7 +23,8 @@ namespace {
 
 // `cache: auto` (docs/cache.md): a measuring job's stage costs as NodeCosts. Each map and filter
 // runs as a stage of its own ("map[2]", "source+map[0]" with the read fused in), named by its
-// ordinal among the maps or filters; a stage with the batch is no cut candidate.
+// ordinal among the maps or filters; a stage with the batch is no cut candidate, nor is the map
+// whose tail the trainer's client runs (finish: what the worker measured is not the whole node).
 void AddNodeCosts(const Job& job, const std::vector<TaskRunner::StageCost>& stages,
                   proto::WorkerHeartbeatRequest* request) {
   if (stages.empty() || stages.front().elements == 0) return;
@@ -31,6 +32,14 @@ void AddNodeCosts(const Job& job, const std::vector<TaskRunner::StageCost>& stag
   for (int i = 0; i < job.spec.nodes_size(); ++i) {
     if (job.spec.nodes(i).has_map()) maps.push_back(i);
     if (job.spec.nodes(i).has_filter()) filters.push_back(i);
+  }
+  int tail_node = -1;  // in the job's pipeline as sent: the map right before the batch
+  if (job.tail.has_value()) {
+    proto::Pipeline sent;
+    if (!sent.ParseFromString(job.info.pipeline())) return;
+    for (int i = 1; i < sent.nodes_size(); ++i) {
+      if (sent.nodes(i).has_batch()) tail_node = i - 1;
+    }
   }
   for (const TaskRunner::StageCost& s : stages) {
     const std::vector<absl::string_view> parts = absl::StrSplit(s.name, '+');
@@ -45,6 +54,7 @@ void AddNodeCosts(const Job& job, const std::vector<TaskRunner::StageCost>& stag
         ordinal >= static_cast<int>(ordinals->size())) {
       continue;
     }
+    if ((*ordinals)[ordinal] == tail_node) continue;
     proto::NodeCost* c = request->add_node_costs();
     c->set_job_id(job.info.job_id());
     c->set_node_index((*ordinals)[ordinal]);

@@ -186,6 +186,19 @@ TEST(CacheAuto, ARandomFirstOpLeavesNoPrefix) {
   EXPECT_EQ(d.reason(), "no deterministic prefix: nodes[0].ops[0] draws new randomness each epoch");
 }
 
+TEST(CacheAuto, AMapWithoutMeasurementsIsNoCandidate) {
+  // The worker measured only the source (the map's tail runs in the client: not reported).
+  const proto::Pipeline p = EvalPipeline({Map({Op::kDecode, Op::kNormalize})});
+  AutoCacheInput in = Example(&p);
+  in.costs = {Cost(1, 1000, 0.2, 0)};  // the batch node: no candidate either
+  const proto::CacheDecision d = DecideAutoCache(in);
+  EXPECT_TRUE(d.decided());
+  EXPECT_FALSE(d.cache());
+  EXPECT_EQ(d.reason(),
+            "no candidate node's cost was measured (a map whose tail the client runs, or a "
+            "pipeline run as one stage, is not measured)");
+}
+
 TEST(CacheAuto, WithCacheAfterInsertsTheNodeAndRefusesASecond) {
   const proto::Pipeline p = EvalPipeline({Map({Op::kDecode}), Map({Op::kCenterCrop})});
   absl::StatusOr<proto::Pipeline> q = WithCacheAfter(p, 0, "auto-x");
