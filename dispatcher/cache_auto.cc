@@ -130,7 +130,7 @@ proto::CacheDecision DecideAutoCache(const AutoCacheInput& in) {
   d.set_after_node(best);
   d.set_fingerprint(key->fingerprint);
   d.set_name(absl::StrCat("auto-", key->fingerprint));
-  d.set_estimated_bytes(static_cast<uint64_t>(best_bytes));
+  d.set_estimated_bytes(static_cast<uint64_t>(std::min(best_bytes, 1.8e19)));  // < 2^64
   d.set_cpu_seconds_saved_per_epoch(best_saved);
   d.set_reason(absl::StrFormat(
       "cache after nodes[%d]: recomputing costs %.2f CPU s per epoch, reading %s back saves %.2f",
