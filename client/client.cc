@@ -230,6 +230,12 @@ class DataServiceClientImpl final : public DataServiceClient {
       return absl::InvalidArgumentError(
           absl::StrCat("JobOptions.sharing '", job.sharing, "' must be 'auto' or 'off'"));
     }
+    if (job.cache == "auto") {
+      config->set_cache(proto::CACHE_MODE_AUTO);
+    } else if (!job.cache.empty() && job.cache != "off") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("JobOptions.cache '", job.cache, "' must be 'auto' or 'off'"));
+    }
     if (restore.has_value() && AtEpochBoundary(*restore)) {
       get_job.set_restore_at_boundary(true);
       get_job.set_restore_epoch(restore->epoch());

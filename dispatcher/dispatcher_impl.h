@@ -257,6 +257,10 @@ struct DispatcherOptions {
   // Bytes all caches' committed files may take together (docs/cache.md,
   // dispatcher/cache_catalog.h: eviction by cache, oldest unused first); 0 = unlimited.
   uint64_t cache_budget_bytes = 0;
+  // `cache: auto` (cache_auto.h): decide once the workers measured this many records of the
+  // job (0: one epoch's), and the CPU seconds reading back one cached byte costs.
+  uint64_t auto_cache_min_records = 0;
+  double auto_cache_read_seconds_per_byte = 1e-9;
 };
 
 class DispatcherImpl {
@@ -383,6 +387,19 @@ class DispatcherImpl {
   // Cache nodes (dispatcher_impl_cache.cc, docs/cache.md). The job's cache, from its
   // dataset's pipeline and split size; nullopt without a cache node.
   std::optional<pipeline_spec::CacheKey> CacheKeyOfJob(const DispatcherState::Job& job) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The pipeline the job's workers run: its dataset's, with the cache node `cache: auto`
+  // decided on (cache_auto.h); nullopt when the dataset is gone.
+  std::optional<proto::Pipeline> PipelineOfJob(const DispatcherState::Job& job) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A `cache: auto` job still measuring (no decision journaled yet).
+  static bool MeasuresCost(const DispatcherState::Job& job);
+  // Its journaled decision, or DecideAutoCache over the costs measured so far.
+  proto::CacheDecision AutoCacheDecisionOf(const DispatcherState::Job& job) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A heartbeat's node costs: kept per job and worker; a job whose costs now cover an epoch
+  // gets its decision journaled (and its cache created).
+  absl::Status DecideAutoCaches(const proto::WorkerHeartbeatRequest& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Journals the job's cache if it is new.
   absl::Status CreateCache(const DispatcherState::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -615,6 +632,9 @@ class DispatcherImpl {
   std::thread maintenance_ ABSL_GUARDED_BY(mu_);
   // Commits since the last snapshot was enqueued (the compaction policy).
   uint64_t updates_since_snapshot_ ABSL_GUARDED_BY(mu_) = 0;
+  // `cache: auto` jobs still measuring: each worker's last NodeCost report (soft state).
+  std::map<uint64_t, std::map<uint64_t, std::vector<proto::NodeCost>>> node_costs_
+      ABSL_GUARDED_BY(mu_);
   uint64_t bytes_since_snapshot_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t last_snapshot_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   // A random value per process: versions of one process never name another's lists.

@@ -2,6 +2,8 @@
 // cache (created with the job); workers report the files they write in their heartbeats, and
 // the first file of each split is committed through the journal (cache_catalog.h has the
 // policy); every worker learns the commits from its heartbeat answers.
+#include <algorithm>
+#include <iterator>
 #include <map>
 #include <set>
 #include <string>
@@ -9,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/base/status_macros.h"
+#include "dispatcher/cache_auto.h"
 #include "dispatcher/dispatcher_impl.h"
 
 namespace sluice::dispatcher {
@@ -23,13 +26,91 @@ std::string Bytes(uint64_t b) {
 
 }  // namespace
 
-std::optional<pipeline_spec::CacheKey> DispatcherImpl::CacheKeyOfJob(
+std::optional<proto::Pipeline> DispatcherImpl::PipelineOfJob(
     const DispatcherState::Job& job) const {
   const DispatcherState::Dataset* dataset = state_.FindDataset(job.dataset_id);
   if (dataset == nullptr) return std::nullopt;
   proto::Pipeline pipeline;
   if (!pipeline.ParseFromString(dataset->pipeline)) return std::nullopt;
-  return pipeline_spec::CacheKeyOf(pipeline, job.config.split_size());
+  if (job.cache_decision.has_value() && job.cache_decision->cache()) {
+    absl::StatusOr<proto::Pipeline> cut =
+        WithCacheAfter(pipeline, job.cache_decision->after_node(), job.cache_decision->name());
+    if (cut.ok()) return *std::move(cut);
+  }
+  return pipeline;
+}
+
+std::optional<pipeline_spec::CacheKey> DispatcherImpl::CacheKeyOfJob(
+    const DispatcherState::Job& job) const {
+  std::optional<proto::Pipeline> pipeline = PipelineOfJob(job);
+  if (!pipeline.has_value()) return std::nullopt;
+  return pipeline_spec::CacheKeyOf(*pipeline, job.config.split_size());
+}
+
+bool DispatcherImpl::MeasuresCost(const DispatcherState::Job& job) {
+  return job.config.cache() == proto::CACHE_MODE_AUTO &&
+         job.config.mode() == proto::PROCESSING_MODE_DISTRIBUTED_EPOCH &&
+         !job.cache_decision.has_value();
+}
+
+proto::CacheDecision DispatcherImpl::AutoCacheDecisionOf(const DispatcherState::Job& job) const {
+  if (job.cache_decision.has_value()) return *job.cache_decision;
+  proto::CacheDecision d;
+  const DispatcherState::Dataset* dataset = state_.FindDataset(job.dataset_id);
+  proto::Pipeline pipeline;
+  if (dataset == nullptr || !pipeline.ParseFromString(dataset->pipeline)) {
+    d.set_reason("the job's dataset is gone");
+    return d;
+  }
+  AutoCacheInput in;
+  in.pipeline = &pipeline;
+  in.split_size = job.config.split_size();
+  for (const record::Split& s : job.splits) in.records_per_epoch += s.size();
+  in.min_records =
+      options_.auto_cache_min_records > 0 ? options_.auto_cache_min_records : in.records_per_epoch;
+  if (auto it = node_costs_.find(job.id); it != node_costs_.end()) {
+    for (const auto& [worker, costs] : it->second) {
+      in.costs.insert(in.costs.end(), costs.begin(), costs.end());
+    }
+  }
+  if (options_.cache_budget_bytes > 0) {
+    const uint64_t used = state_.caches().total_bytes();
+    in.free_bytes = options_.cache_budget_bytes > used ? options_.cache_budget_bytes - used : 0;
+  }
+  in.read_seconds_per_byte = options_.auto_cache_read_seconds_per_byte;
+  d = DecideAutoCache(in);
+  if (d.decided()) {
+    uint64_t epoch = 0;
+    for (const DispatcherState::Consumer& c : job.consumers) epoch = std::max(epoch, c.epoch);
+    d.set_from_epoch(epoch);
+  }
+  return d;
+}
+
+absl::Status DispatcherImpl::DecideAutoCaches(const proto::WorkerHeartbeatRequest& request) {
+  std::map<uint64_t, std::vector<proto::NodeCost>> reported;
+  for (const proto::NodeCost& c : request.node_costs()) reported[c.job_id()].push_back(c);
+  for (auto& [job_id, costs] : reported) {
+    const DispatcherState::Job* job = state_.FindJob(job_id);
+    if (job == nullptr || !MeasuresCost(*job)) continue;
+    node_costs_[job_id][request.worker_id()] = std::move(costs);
+    const proto::CacheDecision d = AutoCacheDecisionOf(*job);
+    if (!d.decided()) continue;
+    proto::Update update;
+    update.mutable_cache_decision()->set_job_id(job_id);
+    *update.mutable_cache_decision()->mutable_decision() = d;
+    RETURN_IF_ERROR(Commit(update));
+    node_costs_.erase(job_id);
+    logger_->info("job {} '{}': cache: auto decided from {} records: {}", job_id, job->name,
+                  d.records_measured(), d.reason());
+    if (d.cache()) RETURN_IF_ERROR(CreateCache(*state_.FindJob(job_id)));
+  }
+  // Jobs that are gone or decided keep no measurements.
+  for (auto it = node_costs_.begin(); it != node_costs_.end();) {
+    const DispatcherState::Job* job = state_.FindJob(it->first);
+    it = job == nullptr || !MeasuresCost(*job) ? node_costs_.erase(it) : std::next(it);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status DispatcherImpl::CreateCache(const DispatcherState::Job& job) {
@@ -166,6 +247,9 @@ void DispatcherImpl::FillCacheStatus(const proto::GetStatusRequest& request,
   for (proto::JobStatus& j : *response->mutable_jobs()) {
     const DispatcherState::Job* job = state_.FindJob(j.job_id());
     if (job == nullptr) continue;
+    if (job->config.cache() == proto::CACHE_MODE_AUTO) {
+      *j.mutable_cache_decision() = AutoCacheDecisionOf(*job);
+    }
     std::optional<pipeline_spec::CacheKey> key = CacheKeyOfJob(*job);
     if (!key.has_value()) continue;
     const CacheCatalog::Cache* c = state_.caches().Find(key->fingerprint);

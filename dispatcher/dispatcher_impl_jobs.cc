@@ -227,10 +227,12 @@ absl::Status DispatcherImpl::DoGetOrCreateJob(const proto::GetOrCreateJobRequest
   {
     // A cache node writes whole splits: slots must not span two (docs/cache.md).
     proto::Pipeline pipeline;
+    // So does `cache: auto`, which may place one from the second epoch.
     config.set_slots_follow_splits(
         config.mode() == proto::PROCESSING_MODE_DISTRIBUTED_EPOCH &&
         pipeline.ParseFromString(dataset->pipeline) &&
-        pipeline_spec::CacheKeyOf(pipeline, config.split_size()).has_value());
+        (config.cache() == proto::CACHE_MODE_AUTO ||
+         pipeline_spec::CacheKeyOf(pipeline, config.split_size()).has_value()));
   }
   uint64_t first_epoch = 0;  // a job replaced at an epoch boundary continues there
   // A mid-epoch resume on another number of consumers (or a restore inside such an epoch).

@@ -200,6 +200,14 @@ void DispatcherImpl::FillJobInfo(const DispatcherState::Job& job, proto::JobInfo
     info->set_batch_size(dataset->batch_size);
   }
   *info->mutable_config() = job.config;
+  if (job.cache_decision.has_value()) {
+    // `cache: auto` decided: the pipeline with its cache node, if it caches (docs/cache.md).
+    *info->mutable_cache_decision() = *job.cache_decision;
+    std::optional<proto::Pipeline> pipeline = PipelineOfJob(job);
+    if (dataset != nullptr && pipeline.has_value()) {
+      info->set_pipeline(pipeline->SerializeAsString());
+    }
+  }
 }
 
 absl::Status DispatcherImpl::DoWorkerHeartbeat(const proto::WorkerHeartbeatRequest& request,
@@ -232,6 +240,7 @@ absl::Status DispatcherImpl::DoWorkerHeartbeat(const proto::WorkerHeartbeatReque
     signal.jobs = std::move(jobs);
   }
   response->set_incarnation(incarnation_);
+  RETURN_IF_ERROR(DecideAutoCaches(request));
   if (!request.splits().empty()) {
     proto::Update update;
     proto::UpdateWorkerProgress* u = update.mutable_worker_progress();
@@ -296,6 +305,17 @@ absl::Status DispatcherImpl::DoWorkerHeartbeat(const proto::WorkerHeartbeatReque
   for (uint64_t job_id : referenced_jobs) {
     if (known.contains(job_id)) continue;
     FillJobInfo(*state_.FindJob(job_id), response->add_jobs());
+  }
+  // `cache: auto` jobs decided since the worker got their JobInfo: it builds them again.
+  const std::set<uint64_t> decided(request.cache_decided_job_ids().begin(),
+                                   request.cache_decided_job_ids().end());
+  for (uint64_t job_id : known) {
+    const DispatcherState::Job* job = state_.FindJob(job_id);
+    if (job == nullptr || job->finished() || !job->cache_decision.has_value() ||
+        decided.contains(job_id)) {
+      continue;
+    }
+    FillJobInfo(*job, response->add_jobs());
   }
   // Jobs the worker caches that are over: it frees their pipelines, splits and queues.
   for (uint64_t job_id : known) {

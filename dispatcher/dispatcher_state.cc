@@ -127,6 +127,15 @@ absl::Status DispatcherState::Apply(const proto::Update& update) {
       return ApplyIdFloor(update.id_floor());
     case proto::Update::kRemoveDataset:
       return ApplyRemoveDataset(update.remove_dataset());
+    case proto::Update::kCacheDecision: {
+      auto it = jobs_.find(update.cache_decision().job_id());
+      if (it == jobs_.end()) {
+        return absl::NotFoundError(
+            absl::StrCat("job ", update.cache_decision().job_id(), " not found"));
+      }
+      it->second.cache_decision = update.cache_decision().decision();
+      return absl::OkStatus();
+    }
     case proto::Update::kCacheCreate:
     case proto::Update::kCacheCommit:
     case proto::Update::kCacheRemove:
@@ -556,6 +565,8 @@ absl::Status DispatcherState::Validate(const proto::Update& update) const {
       return absl::OkStatus();
     case proto::Update::kRemoveDataset:
       return CheckRemoveDataset(update.remove_dataset());
+    case proto::Update::kCacheDecision:
+      return need_job(update.cache_decision().job_id());
     case proto::Update::kCacheCreate:
     case proto::Update::kCacheCommit:
     case proto::Update::kCacheRemove:
@@ -704,6 +715,11 @@ proto::DispatcherSnapshot DispatcherState::Snapshot() const {
     if (job.resized.has_value()) {
       *u->mutable_resized() = *job.resized;
       u->set_first_epoch(job.resized->epoch());
+    }
+    if (job.cache_decision.has_value()) {
+      proto::UpdateCacheDecision* d = add()->mutable_cache_decision();
+      d->set_job_id(id);
+      *d->mutable_decision() = *job.cache_decision;
     }
     for (const Consumer& c : job.consumers) {
       proto::UpdateConsumerState* cs = add()->mutable_consumer_state();

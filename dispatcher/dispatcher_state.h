@@ -105,6 +105,8 @@ class DispatcherState {
     // A job resumed mid-epoch on another number of consumers: the layout of that epoch.
     std::optional<proto::ResizedEpoch> resized;
     Layout resized_layout;  // LayoutFromProto(*resized)
+    // `cache: auto` (dispatcher/cache_auto.h): the decision, made once and journaled.
+    std::optional<proto::CacheDecision> cache_decision;
 
     bool finished() const;
   };

@@ -42,6 +42,7 @@ struct Flags {
   bool verify_shard_counts = true;
   absl::Duration dataset_ttl = absl::Minutes(10);
   uint64_t cache_budget_bytes = 0;
+  double auto_cache_read_ns_per_byte = 1;
   // Autoscaling (docs/autoscaling.md).
   std::string scaler = "none";
   uint32_t min_workers = 1;
@@ -89,6 +90,7 @@ int Run(const Flags& flags) {
   options.verify_shard_counts = flags.verify_shard_counts;
   options.dataset_ttl = flags.dataset_ttl;
   options.cache_budget_bytes = flags.cache_budget_bytes;
+  options.auto_cache_read_seconds_per_byte = flags.auto_cache_read_ns_per_byte * 1e-9;
   options.limits = flags.limits;
   if (flags.min_workers > flags.max_workers || flags.scale_period <= absl::ZeroDuration()) {
     logger->error("--min-workers must be <= --max-workers and --scale-period positive");
@@ -207,6 +209,12 @@ int main(int argc, char** argv) {
                  "sees every commit, so it keeps the budget): a commit that would exceed it "
                  "evicts the oldest cache no live job uses, or is skipped (docs/cache.md); "
                  "0 = unlimited")
+      ->capture_default_str();
+  app.add_option("--auto-cache-read-ns-per-byte", flags.auto_cache_read_ns_per_byte,
+                 "`cache: auto` jobs: the CPU nanoseconds reading one cached byte back costs "
+                 "(file read, checksum, copy), weighed against recomputing the prefix "
+                 "(docs/cache.md); raise it for slow shared storage")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   sluice::AddDurationOption(app, "--consumer-timeout", &flags.consumer_timeout,
                             "A consumer without a heartbeat this long is gone; "

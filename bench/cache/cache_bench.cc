@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
   std::string dispatcher, spec, data, job;
   std::vector<int> pids;
   uint64_t epochs = 3, split_size = 0;
+  std::string cache = "off";
   app.add_option("--dispatcher", dispatcher)->required();
   app.add_option("--spec", spec)->required();
   app.add_option("--data", data)->required();
@@ -56,6 +57,7 @@ int main(int argc, char** argv) {
   app.add_option("--worker-pid", pids)->required();
   app.add_option("--epochs", epochs);
   app.add_option("--split-size", split_size);
+  app.add_option("--cache", cache, "JobOptions.cache: auto or off (docs/cache.md)");
   CLI11_PARSE(app, argc, argv);
 
   auto pipeline = sluice::pipeline_spec::LoadPipelineSpecFile(spec);
@@ -69,8 +71,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", client.status().ToString().c_str());
     return 1;
   }
-  auto it = (*client)->Open(
-      {.job_name = job, .pipeline = *pipeline, .num_epochs = epochs, .split_size = split_size});
+  auto it = (*client)->Open({.job_name = job,
+                             .pipeline = *pipeline,
+                             .num_epochs = epochs,
+                             .split_size = split_size,
+                             .cache = cache});
   if (!it.ok()) {
     std::fprintf(stderr, "%s\n", it.status().ToString().c_str());
     return 1;

@@ -314,7 +314,7 @@ std::unique_ptr<PyIterator> Open(PyClient& client, const std::string& spec, bool
                                  const std::optional<py::bytes>& restore, const std::string& finish,
                                  int32_t priority, uint32_t min_workers,
                                  const std::vector<py::bytes>& restore_states,
-                                 const std::string& sharing) {
+                                 const std::string& sharing, const std::string& cache) {
   if (num_consumers == 0 || consumer_index >= num_consumers) {
     ThrowStatus(absl::InvalidArgumentError(absl::StrCat("consumer_index ", consumer_index,
                                                         " must be < num_consumers ", num_consumers,
@@ -334,6 +334,7 @@ std::unique_ptr<PyIterator> Open(PyClient& client, const std::string& spec, bool
   options.priority = priority;
   options.min_workers = min_workers;
   options.sharing = sharing;
+  options.cache = cache;
   if (restore.has_value()) {
     options.restore_state = std::string(*restore);
   }
@@ -379,7 +380,7 @@ PYBIND11_MODULE(_sluice, m) {
            py::arg("deterministic"), py::arg("drop_remainder"), py::arg("split_size"),
            py::arg("restore_state"), py::arg("finish") = "", py::arg("priority") = 0,
            py::arg("min_workers") = 0, py::arg("restore_states") = std::vector<py::bytes>{},
-           py::arg("sharing") = "");
+           py::arg("sharing") = "", py::arg("cache") = "");
   py::class_<PyIterator>(m, "Iterator")
       .def("next", &PyIterator::Next)
       .def("save_state", &PyIterator::SaveState)

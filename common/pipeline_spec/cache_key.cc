@@ -51,4 +51,19 @@ std::optional<CacheKey> CacheKeyOf(const proto::Pipeline& pipeline, uint64_t spl
   return key;
 }
 
+bool DrawsPerEpochRandomness(proto::OpSpec::OpCase op_case) {
+  using S = proto::OpSpec;
+  switch (op_case) {
+    case S::kRandomResizedCrop:
+    case S::kRandomCrop:
+    case S::kRandomHorizontalFlip:
+    case S::kRandomRotation:
+    case S::kColorJitter:
+    case S::kPython:
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace sluice::pipeline_spec

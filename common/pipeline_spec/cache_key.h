@@ -28,6 +28,12 @@ struct CacheKey {
 // The pipeline's first cache node and its fingerprint for `split_size`; nullopt without one.
 std::optional<CacheKey> CacheKeyOf(const proto::Pipeline& pipeline, uint64_t split_size);
 
+// True for ops whose draws change from epoch to epoch (the Random* ops, ColorJitter: the epoch
+// seeds them) and for python ops (sluice cannot see inside them): no cache node may come after
+// one, since a cached copy would repeat epoch 1's draws. The validator (data_worker) refuses such
+// a cache node; `cache: auto` (dispatcher/cache_auto.h) places none there.
+bool DrawsPerEpochRandomness(proto::OpSpec::OpCase op_case);
+
 }  // namespace sluice::pipeline_spec
 
 #endif  // SLUICE_COMMON_PIPELINE_SPEC_CACHE_KEY_H_

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
+#include "common/pipeline_spec/cache_key.h"
 #include "common/record/schema.h"
 #include "data_worker/ops/color.h"
 #include "data_worker/ops/decode.h"
@@ -311,18 +312,7 @@ absl::Status InferOpType(const proto::OpSpec& spec, const OpLabel& label, const 
 }
 
 bool DrawsPerEpochRandomness(proto::OpSpec::OpCase op_case) {
-  using S = proto::OpSpec;
-  switch (op_case) {
-    case S::kRandomResizedCrop:
-    case S::kRandomCrop:
-    case S::kRandomHorizontalFlip:
-    case S::kRandomRotation:
-    case S::kColorJitter:
-    case S::kPython:
-      return true;
-    default:
-      return false;
-  }
+  return pipeline_spec::DrawsPerEpochRandomness(op_case);  // one home, shared with the dispatcher
 }
 
 }  // namespace sluice::data_worker

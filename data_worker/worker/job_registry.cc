@@ -76,6 +76,12 @@ JobRegistry::JobRegistry(std::vector<std::string> data_roots,
 pipeline::ExecutorOptions JobRegistry::OptionsFor(const Job& job) const {
   pipeline::ExecutorOptions o = executor_options_;
   o.cache = job.cache;
+  if (job.measuring) {
+    o.optimizer.map_fusion = false;
+    o.optimizer.map_batch_fusion = false;
+    o.optimizer.vectorization = false;
+    o.optimizer.pipeline_parallel = false;
+  }
   return o;
 }
 
@@ -143,9 +149,12 @@ std::shared_ptr<Job> JobRegistry::Build(const proto::JobInfo& info) const {
   }
   if (job->status.ok()) job->status = service::CheckPipelineLimits(job->spec, limits_);
   if (job->status.ok()) job->status = CheckDataRoot(job->spec);
+  job->measuring = info.config().cache() == proto::CACHE_MODE_AUTO &&
+                   info.config().mode() == proto::PROCESSING_MODE_DISTRIBUTED_EPOCH &&
+                   !info.cache_decision().decided();
   if (job->status.ok()) {
     absl::StatusOr<std::unique_ptr<pipeline::Executor>> ex =
-        pipeline::Executor::Create(job->spec, executor_options_);
+        pipeline::Executor::Create(job->spec, OptionsFor(*job));
     if (!ex.ok()) {
       job->status = absl::IsNotFound(ex.status())
                         ? absl::FailedPreconditionError(ex.status().message())
@@ -220,11 +229,26 @@ absl::Status JobRegistry::CutTail(Job* job, std::unique_ptr<pipeline::Executor>*
 void JobRegistry::Add(const proto::JobInfo& info) {
   {
     absl::MutexLock lock(&mu_);
-    if (jobs_.contains(info.job_id())) return;
+    auto it = jobs_.find(info.job_id());
+    if (it != jobs_.end() &&
+        (it->second->info.cache_decision().decided() || !info.cache_decision().decided())) {
+      return;
+    }
   }
   std::shared_ptr<Job> job = Build(info);
+  std::shared_ptr<Job> replaced;  // destroyed outside the lock
   absl::MutexLock lock(&mu_);
-  jobs_.emplace(info.job_id(), std::move(job));
+  std::shared_ptr<Job>& slot = jobs_[info.job_id()];
+  if (slot != nullptr &&
+      (slot->info.cache_decision().decided() || !info.cache_decision().decided())) {
+    return;  // another heartbeat's Add came first
+  }
+  if (slot != nullptr) {
+    logger_->info("job {}: cache auto decided ({}): pipeline built again", info.job_id(),
+                  info.cache_decision().reason());
+  }
+  replaced = std::move(slot);
+  slot = std::move(job);
 }
 
 std::shared_ptr<const Job> JobRegistry::Get(uint64_t job_id) const {
@@ -255,13 +279,15 @@ void JobRegistry::Clear() {
   gone.swap(jobs_);
 }
 
-absl::StatusOr<std::unique_ptr<pipeline::Executor>> JobRegistry::AcquireExecutor(uint64_t job_id) {
+absl::StatusOr<std::unique_ptr<pipeline::Executor>> JobRegistry::AcquireExecutor(
+    uint64_t job_id, std::shared_ptr<const Job>* built_for) {
   std::shared_ptr<Job> job;
   {
     absl::MutexLock lock(&mu_);
     auto it = jobs_.find(job_id);
     if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", job_id, " is gone"));
     job = it->second;
+    if (built_for != nullptr) *built_for = job;
     if (!job->status.ok()) return job->status;
     if (!job->idle.empty()) {
       std::unique_ptr<pipeline::Executor> ex = std::move(job->idle.back());
@@ -272,10 +298,13 @@ absl::StatusOr<std::unique_ptr<pipeline::Executor>> JobRegistry::AcquireExecutor
   return pipeline::Executor::Create(job->spec, OptionsFor(*job));
 }
 
-void JobRegistry::ReleaseExecutor(uint64_t job_id, std::unique_ptr<pipeline::Executor> executor) {
+void JobRegistry::ReleaseExecutor(uint64_t job_id, std::unique_ptr<pipeline::Executor> executor,
+                                  const Job* built_for) {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
-  if (it != jobs_.end()) it->second->idle.push_back(std::move(executor));
+  if (it == jobs_.end()) return;
+  if (built_for != nullptr && built_for != it->second.get()) return;  // built again since
+  it->second->idle.push_back(std::move(executor));
 }
 
 }  // namespace sluice::data_worker

@@ -65,6 +65,13 @@ struct Job {
   std::optional<pipeline_spec::CacheKey> cache_key;
   std::shared_ptr<SplitCache> cache;
 
+  // `cache: auto` still undecided (docs/cache.md): the executors run every map and filter node
+  // as a stage of its own (no map fusion, map+batch fusion or vectorization), so that each
+  // node's cost and output size is measured (TaskRunner::stage_costs) and reported. Once the
+  // dispatcher decides, it sends the JobInfo again (with the cache node, if any) and Add()
+  // builds the job anew.
+  bool measuring = false;
+
   // Idle executors of this job (running none); guarded by the registry.
   std::vector<std::unique_ptr<pipeline::Executor>> idle;
 };
@@ -81,7 +88,9 @@ class JobRegistry {
   static absl::StatusOr<std::vector<std::string>> CanonicalDataRoots(
       std::vector<std::string> roots);
 
-  // Builds `info`'s job unless known. Never fails: a bad job is kept refused.
+  // Builds `info`'s job unless known, or known from an earlier JobInfo without the `cache: auto`
+  // decision `info` carries (the job is then built again: runs in flight keep the old Job and
+  // its executors, which are dropped when released). Never fails: a bad job is kept refused.
   void Add(const proto::JobInfo& info) ABSL_LOCKS_EXCLUDED(mu_);
   // Null when unknown.
   std::shared_ptr<const Job> Get(uint64_t job_id) const ABSL_LOCKS_EXCLUDED(mu_);
@@ -89,12 +98,14 @@ class JobRegistry {
   void Remove(uint64_t job_id) ABSL_LOCKS_EXCLUDED(mu_);
   void Clear() ABSL_LOCKS_EXCLUDED(mu_);
 
-  // An idle executor of `job` or a new one (its creation error).
-  absl::StatusOr<std::unique_ptr<pipeline::Executor>> AcquireExecutor(uint64_t job_id)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  // Back to the pool (dropped if the job was removed meanwhile).
-  void ReleaseExecutor(uint64_t job_id, std::unique_ptr<pipeline::Executor> executor)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // An idle executor of `job` or a new one (its creation error); `built_for` (optional) gets the
+  // Job it runs the pipeline of.
+  absl::StatusOr<std::unique_ptr<pipeline::Executor>> AcquireExecutor(
+      uint64_t job_id, std::shared_ptr<const Job>* built_for = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
+  // Back to the pool; dropped if the job was removed meanwhile, or built again since the
+  // executor's `built_for` (when given).
+  void ReleaseExecutor(uint64_t job_id, std::unique_ptr<pipeline::Executor> executor,
+                       const Job* built_for = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
 
   // PermissionDenied unless the pipeline's source lies under a data root (exposed for tests).
   absl::Status CheckDataRoot(const proto::Pipeline& spec) const;

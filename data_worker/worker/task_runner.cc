@@ -212,6 +212,11 @@ TaskRunner::Busy TaskRunner::busy() const {
   return out;
 }
 
+std::map<uint64_t, std::vector<TaskRunner::StageCost>> TaskRunner::stage_costs() const {
+  absl::MutexLock lock(&mu_);
+  return stage_costs_;
+}
+
 void TaskRunner::CountBusy(PipelineCounters& r) {
   const pipeline::PipelineStats stats = r.ex->stats();
   const double busy = BusySince(stats, r.busy_base);
@@ -222,6 +227,35 @@ void TaskRunner::CountBusy(PipelineCounters& r) {
     JobBusy& job = run_busy_by_job_[r.job_id];
     job.busy_seconds += busy;
     job.elements += elements;
+    std::vector<StageCost>& costs = stage_costs_[r.job_id];
+    bool same = costs.size() == stats.stages.size();
+    for (size_t i = 0; same && i < costs.size(); ++i) same = costs[i].name == stats.stages[i].name;
+    if (!same) {
+      // The job's first runs, or its pipeline built again (`cache: auto` decided): from here.
+      costs.assign(stats.stages.size(), StageCost{});
+      for (size_t i = 0; i < costs.size(); ++i) costs[i].name = stats.stages[i].name;
+    }
+    for (size_t i = 0; i < stats.stages.size(); ++i) {
+      const pipeline::StageStats& s = stats.stages[i];
+      const uint64_t in =
+          s.elements - (i < r.stage_elements_base.size() ? r.stage_elements_base[i] : 0);
+      const uint64_t dropped =
+          s.dropped - (i < r.stage_dropped_base.size() ? r.stage_dropped_base[i] : 0);
+      costs[i].elements += in;
+      costs[i].out += in - std::min(in, dropped);
+      costs[i].busy_seconds += s.busy_seconds - (i < r.busy_base.size() ? r.busy_base[i] : 0);
+      if (s.peak_queue_items > 0) {
+        costs[i].bytes_per_element =
+            std::max(costs[i].bytes_per_element, static_cast<double>(s.peak_queue_bytes) /
+                                                     static_cast<double>(s.peak_queue_items));
+      }
+    }
+  }
+  r.stage_elements_base.assign(stats.stages.size(), 0);
+  r.stage_dropped_base.assign(stats.stages.size(), 0);
+  for (size_t i = 0; i < stats.stages.size(); ++i) {
+    r.stage_elements_base[i] = stats.stages[i].elements;
+    r.stage_dropped_base[i] = stats.stages[i].dropped;
   }
   r.busy_base.assign(stats.stages.size(), 0);
   for (size_t i = 0; i < stats.stages.size(); ++i) r.busy_base[i] = stats.stages[i].busy_seconds;
@@ -236,6 +270,7 @@ void TaskRunner::ForgetJob(uint64_t job_id) {
     r.forgotten = true;
   }
   run_busy_by_job_.erase(job_id);
+  stage_costs_.erase(job_id);
 }
 
 int64_t TaskRunner::peak_bytes() const {
@@ -407,7 +442,9 @@ void TaskRunner::Begin(Producer& producer, QueuedTask task) {
   SubmittedRun run;
   run.epoch = task.parallel ? 0 : task.assignment.key().epoch();
   run.task = std::move(task);
-  run.job = std::move(job);
+  // The pipeline's Job: the registry's, unless it was built again while a run of this producer
+  // still uses the old one (its cache, if any, is the one its executor reads and offers to).
+  run.job = (*pipeline)->job;
   run.pipeline = *pipeline;
   run.members = std::move(members);
   Submit(producer, std::move(run));
@@ -668,13 +705,15 @@ void TaskRunner::EndRun(Producer& producer) {
 absl::StatusOr<TaskRunner::Pipeline*> TaskRunner::PipelineFor(Producer& producer, uint64_t job_id) {
   auto it = producer.pipelines.find(job_id);
   if (it != producer.pipelines.end()) return &it->second;
-  absl::StatusOr<std::unique_ptr<pipeline::Executor>> ex = jobs_->AcquireExecutor(job_id);
+  std::shared_ptr<const Job> built_for;
+  absl::StatusOr<std::unique_ptr<pipeline::Executor>> ex =
+      jobs_->AcquireExecutor(job_id, &built_for);
   if (!ex.ok()) return ex.status();
   // Its first threads fit the producer's share (no run is in flight yet when the producer was
   // idle).
   (*ex)->SetCpuBudget(producer.cpu_share > 0 ? producer.cpu_share : cpu_budget_);
   if (absl::Status s = (*ex)->Open(); !s.ok()) {
-    jobs_->ReleaseExecutor(job_id, *std::move(ex));
+    jobs_->ReleaseExecutor(job_id, *std::move(ex), built_for.get());
     return s;
   }
   {
@@ -682,13 +721,17 @@ absl::StatusOr<TaskRunner::Pipeline*> TaskRunner::PipelineFor(Producer& producer
     // Counted from now: a pooled executor's stats include its earlier life.
     const pipeline::PipelineStats stats = (*ex)->stats();
     PipelineCounters r{ex->get(), job_id, {}, stats.elements_out};
-    for (const pipeline::StageStats& stage : stats.stages)
+    for (const pipeline::StageStats& stage : stats.stages) {
       r.busy_base.push_back(stage.busy_seconds);
+      r.stage_elements_base.push_back(stage.elements);
+      r.stage_dropped_base.push_back(stage.dropped);
+    }
     counters_.push_back(std::move(r));
   }
   Pipeline& p = producer.pipelines[job_id];
   p.job_id = job_id;
   p.ex = *std::move(ex);
+  p.job = std::move(built_for);
   return &p;
 }
 
@@ -697,7 +740,8 @@ void TaskRunner::Retire(Producer& producer, bool all) {
     Pipeline& p = it->second;
     const bool used = std::any_of(producer.runs.begin(), producer.runs.end(),
                                   [&](const SubmittedRun& r) { return r.pipeline == &p; });
-    if (used || (!all && jobs_->Get(p.job_id) != nullptr)) {
+    // Kept while its Job is the registry's (not removed, not built again).
+    if (used || (!all && jobs_->Get(p.job_id) == p.job)) {
       ++it;
       continue;
     }
@@ -709,7 +753,7 @@ void TaskRunner::Retire(Producer& producer, bool all) {
       counters_.erase(counters_.begin() + (&r - counters_.data()));
       retired_thread_starts_ += p.ex->thread_starts();
     }
-    jobs_->ReleaseExecutor(p.job_id, std::move(p.ex));
+    jobs_->ReleaseExecutor(p.job_id, std::move(p.ex), p.job.get());
     it = producer.pipelines.erase(it);
   }
 }

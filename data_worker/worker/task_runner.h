@@ -135,6 +135,17 @@ class TaskRunner {
     std::map<uint64_t, JobBusy> by_job;
   };
   Busy busy() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Per job, its pipelines' stages (in plan order) summed over the runs that ended: what
+  // `cache: auto` measures (docs/cache.md). `elements` are those the stage processed, `out` those
+  // it passed on, `bytes_per_element` the largest average element size seen in its output queue.
+  struct StageCost {
+    std::string name;  // "map[1]", "filter[0]", "map[2]+batch", "source"
+    uint64_t elements = 0;
+    uint64_t out = 0;
+    double busy_seconds = 0;
+    double bytes_per_element = 0;
+  };
+  std::map<uint64_t, std::vector<StageCost>> stage_costs() const ABSL_LOCKS_EXCLUDED(mu_);
   // Stops reporting a job that is over, so the per-job counters stay bounded.
   void ForgetJob(uint64_t job_id) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -152,6 +163,9 @@ class TaskRunner {
   struct Pipeline {
     uint64_t job_id = 0;
     std::unique_ptr<pipeline::Executor> ex;
+    // The Job `ex` runs the pipeline of: a job built again (`cache: auto` decided) retires the
+    // pipeline once no run uses it, and a run always uses its pipeline's Job (its cache).
+    std::shared_ptr<const Job> job;
   };
   // A run submitted to a producer's pipeline: one split (or one epoch of a parallel walk).
   struct SubmittedRun {
@@ -238,6 +252,8 @@ class TaskRunner {
     uint64_t job_id;
     std::vector<double> busy_base;  // per stage
     uint64_t elements_base;
+    std::vector<uint64_t> stage_elements_base;  // per stage, for stage_costs
+    std::vector<uint64_t> stage_dropped_base;
     bool forgotten = false;  // its job is over (ForgetJob): counted in the totals only
   };
   std::vector<PipelineCounters> counters_ ABSL_GUARDED_BY(mu_);
@@ -247,6 +263,7 @@ class TaskRunner {
   double run_busy_seconds_ ABSL_GUARDED_BY(mu_) = 0;  // summed over runs
   uint64_t elements_run_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<uint64_t, JobBusy> run_busy_by_job_ ABSL_GUARDED_BY(mu_);  // busy summed over runs
+  std::map<uint64_t, std::vector<StageCost>> stage_costs_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> threads_;  // started by Start, joined by Stop
 };
 

@@ -1,12 +1,18 @@
 #include "data_worker/worker/worker_impl.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "common/base/logging.h"
 #include "common/base/retry.h"
 #include "common/base/status_macros.h"
@@ -14,6 +20,50 @@
 
 namespace sluice::data_worker {
 namespace {
+
+// `cache: auto` (docs/cache.md): a measuring job's stage costs as NodeCosts. Each map and filter
+// runs as a stage of its own ("map[2]", "source+map[0]" with the read fused in), named by its
+// ordinal among the maps or filters; a stage with the batch is no cut candidate, nor is the map
+// whose tail the trainer's client runs (finish: what the worker measured is not the whole node).
+void AddNodeCosts(const Job& job, const std::vector<TaskRunner::StageCost>& stages,
+                  proto::WorkerHeartbeatRequest* request) {
+  if (stages.empty() || stages.front().elements == 0) return;
+  std::vector<int> maps, filters;  // node index by ordinal
+  for (int i = 0; i < job.spec.nodes_size(); ++i) {
+    if (job.spec.nodes(i).has_map()) maps.push_back(i);
+    if (job.spec.nodes(i).has_filter()) filters.push_back(i);
+  }
+  int tail_node = -1;  // in the job's pipeline as sent: the map right before the batch
+  if (job.tail.has_value()) {
+    proto::Pipeline sent;
+    if (!sent.ParseFromString(job.info.pipeline())) return;
+    for (int i = 1; i < sent.nodes_size(); ++i) {
+      if (sent.nodes(i).has_batch()) tail_node = i - 1;
+    }
+  }
+  for (const TaskRunner::StageCost& s : stages) {
+    const std::vector<absl::string_view> parts = absl::StrSplit(s.name, '+');
+    if (std::find(parts.begin(), parts.end(), "batch") != parts.end()) continue;
+    absl::string_view last = parts.back();
+    const std::vector<int>* ordinals = nullptr;
+    if (absl::ConsumePrefix(&last, "map[")) ordinals = &maps;
+    if (absl::ConsumePrefix(&last, "filter[")) ordinals = &filters;
+    int ordinal = -1;
+    if (ordinals == nullptr || !absl::ConsumeSuffix(&last, "]") ||
+        !absl::SimpleAtoi(last, &ordinal) || ordinal < 0 ||
+        ordinal >= static_cast<int>(ordinals->size())) {
+      continue;
+    }
+    if ((*ordinals)[ordinal] == tail_node) continue;
+    proto::NodeCost* c = request->add_node_costs();
+    c->set_job_id(job.info.job_id());
+    c->set_node_index((*ordinals)[ordinal]);
+    c->set_records(stages.front().elements);
+    c->set_busy_seconds(s.busy_seconds);
+    c->set_out_elements(s.out);
+    c->set_out_bytes(static_cast<uint64_t>(s.bytes_per_element * static_cast<double>(s.out)));
+  }
+}
 
 constexpr char kHeartbeatsHelp[] =
     "WorkerHeartbeat calls by what triggered them: start (the first), "
@@ -214,7 +264,16 @@ absl::Status WorkerImpl::Heartbeat() {
       elements_at_rate_since_ = elements;
     }
     request.set_elements_per_second(elements_per_second_);
-    for (uint64_t id : jobs_.ids()) request.add_known_job_ids(id);
+    const std::map<uint64_t, std::vector<TaskRunner::StageCost>> costs = runner_.stage_costs();
+    for (uint64_t id : jobs_.ids()) {
+      request.add_known_job_ids(id);
+      const std::shared_ptr<const Job> job = jobs_.Get(id);
+      if (job == nullptr) continue;
+      if (job->info.cache_decision().decided()) request.add_cache_decided_job_ids(id);
+      if (auto it = costs.find(id); job->measuring && it != costs.end()) {
+        AddNodeCosts(*job, it->second, &request);
+      }
+    }
     for (proto::DatasetDescription& d : described_) *request.add_described() = std::move(d);
     described_.clear();
     caches_.Fill(&request);

@@ -266,5 +266,61 @@ TEST_F(CacheTest, ASecondJobWithTheSamePrefixReadsTheCommittedCache) {
   }
 }
 
+// `cache: auto` (docs/cache.md): no cache node in the pipeline. The first epoch measures each
+// node's cost; decode + resize + 3 ms per element before a random flip is worth caching, so the
+// dispatcher caches after it (the flip comes after the cut); the following epochs write and then
+// read the cache. Every record exactly once each epoch, and every epoch byte-identical to the same
+// job run without the cache.
+TEST_F(CacheTest, CacheAutoCachesTheExpensiveDeterministicPrefixFromTheSecondEpoch) {
+  const std::string yaml = absl::StrCat(R"(
+seed: 3
+source: {dataset: {path: )",
+                                        data_->Join("ds"), R"(}, columns: [image, label]}
+nodes:
+  - shuffle: {seed: 3}
+  - map:
+      input_columns: [image]
+      ops: [{decode: {}}, {resize: {height: 16, width: 16}}, {sleep: {micros: 3000}}]
+  - map: {input_columns: [image], ops: [{random_horizontal_flip: {}}, {hwc2chw: {}}]}
+  - batch: {size: 8}
+)");
+  const absl::StatusOr<proto::Pipeline> pipeline = pipeline_spec::ParsePipelineSpec(yaml);
+  ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+  // The cache it should choose: right after nodes[1], the expensive map.
+  proto::Pipeline expected = *pipeline;
+  expected.mutable_nodes()->Clear();
+  for (int i = 0; i < pipeline->nodes_size(); ++i) {
+    *expected.add_nodes() = pipeline->nodes(i);
+    if (i == 1) expected.add_nodes()->mutable_cache()->set_name("x");
+  }
+  const std::string fp = pipeline_spec::CacheKeyOf(expected, kSplit)->fingerprint;
+
+  auto cluster = StartCluster(2);
+  ASSERT_NE(cluster, nullptr);
+  JobOptions job = Job("auto", *pipeline, 3);
+  job.cache = "auto";
+  Received r = Consume(cluster->dispatcher_address(), job);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  for (uint64_t epoch : {0, 1, 2}) ExpectEveryRecordOnce(r.ids[epoch]);
+
+  const proto::CacheStatus cache = OnlyCache(cluster->dispatcher_address());
+  EXPECT_EQ(cache.name(), "auto-" + fp);
+  EXPECT_EQ(cache.fingerprint(), fp);
+  EXPECT_EQ(cache.splits_total(), 6u);
+  EXPECT_GT(cache.splits_committed(), 0u);  // written in epoch 1 (the second) at the latest
+  EXPECT_GT(SumOverWorkers(*cluster, "sluice_worker_cache_written_files_total"), 0);
+  EXPECT_GT(SumOverWorkers(*cluster, "sluice_worker_cache_read_elements_total"), 0);
+
+  // The same job without `cache: auto`: the same bytes, epoch by epoch (the flip's draws follow
+  // the epoch, cached prefix or not).
+  Received plain = Consume(cluster->dispatcher_address(), Job("plain", *pipeline, 3));
+  ASSERT_TRUE(plain.status.ok()) << plain.status;
+  for (uint64_t epoch : {0, 1, 2}) {
+    ASSERT_EQ(r.images[epoch].size(), static_cast<size_t>(kRecords));
+    EXPECT_EQ(r.images[epoch], plain.images[epoch]) << "epoch " << epoch;
+  }
+  EXPECT_NE(r.images[0], r.images[1]);  // the flip did draw anew each epoch
+}
+
 }  // namespace
 }  // namespace sluice

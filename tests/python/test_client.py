@@ -209,6 +209,27 @@ def test_a_bad_sharing_value_is_invalid_argument(cluster, dataset, spec_file, jo
         client.open(spec_file, data=dataset, job=job, sharing="always")
 
 
+def test_a_bad_cache_value_is_invalid_argument(cluster, dataset, spec_file, job):
+    client = sluice.Client(cluster)
+    with pytest.raises(sluice.InvalidArgument, match="cache 'always' must be 'auto' or 'off'"):
+        client.open(spec_file, data=dataset, job=job, cache="always")
+
+
+def test_cache_auto_shows_its_decision_in_status(cluster, dataset, spec_file, job):
+    client = sluice.Client(cluster)
+    with client.open(spec_file, data=dataset, job=job, split_size=SPLIT_SIZE,
+                     cache="auto") as it:
+        next(it)
+        status = json.loads(run(BIN / "sluice", "status", "--dispatcher", cluster,
+                                "--json").stdout)
+        drain(it)
+    jobs = [j for j in status["jobs"] if j["job_name"] == job]
+    assert len(jobs) == 1, status
+    decision = jobs[0]["cache_decision"]
+    assert decision is not None, jobs[0]
+    assert decision["reason"] != ""
+
+
 def test_priority_and_min_workers_reach_the_dispatcher(cluster, dataset, spec_file, job):
     client = sluice.Client(cluster)
     with client.open(spec_file, data=dataset, job=job, split_size=SPLIT_SIZE, priority=2,

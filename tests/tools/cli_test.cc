@@ -314,11 +314,12 @@ TEST_F(CliTest, ConsumeStepTimeSetsTheDemandAndStatusJsonHasTheDocumentedKeys) {
             (std::set<std::string>{"worker_id", "address", "state", "splits", "queue_depth",
                                    "queue_capacity", "elements_per_second",
                                    "elements_per_busy_second", "age_seconds", "assigned_job_id"}));
-  EXPECT_EQ(keys(job), (std::set<std::string>{
-                           "job_id", "job_name", "batch_size", "num_epochs",
-                           "demand_elements_per_second", "capacity_elements_per_second",
-                           "need_workers", "priority", "min_workers", "allocated_workers",
-                           "allocation_reason", "share_group", "shares_with", "consumers"}));
+  EXPECT_EQ(keys(job),
+            (std::set<std::string>{"job_id", "job_name", "batch_size", "num_epochs",
+                                   "demand_elements_per_second", "capacity_elements_per_second",
+                                   "need_workers", "priority", "min_workers", "allocated_workers",
+                                   "allocation_reason", "share_group", "shares_with",
+                                   "cache_decision", "consumers"}));
   ASSERT_EQ(job["consumers"].size(), 1u);
   EXPECT_EQ(keys(job["consumers"][0]),
             (std::set<std::string>{"consumer_index", "epoch", "finished", "splits_done", "splits",

@@ -292,7 +292,7 @@ TEST(StatusJson, RendersAFixedStatusExactly) {
             R"("demand_elements_per_second":821,"capacity_elements_per_second":396.8,)"
             R"("need_workers":2.07031,"priority":0,"min_workers":0,)"
             R"("allocated_workers":0,"allocation_reason":"","share_group":0,"shares_with":[],)"
-            R"("consumers":[)"
+            R"("cache_decision":null,"consumers":[)"
             R"({"consumer_index":0,"epoch":7,"finished":false,"splits_done":3,)"
             R"("splits":12,"batches_per_second":24.99,"wait_fraction":0.799},)"
             R"({"consumer_index":1,"epoch":30,"finished":true,"splits_done":0,)"
@@ -301,7 +301,7 @@ TEST(StatusJson, RendersAFixedStatusExactly) {
             R"("demand_elements_per_second":0,"capacity_elements_per_second":0,)"
             R"("need_workers":0,"priority":0,"min_workers":0,)"
             R"("allocated_workers":0,"allocation_reason":"","share_group":0,"shares_with":[],)"
-            R"("consumers":[]}]})");
+            R"("cache_decision":null,"consumers":[]}]})");
 }
 
 // Whatever a client named its job, the line parses, and so does a rate that is
@@ -320,6 +320,46 @@ TEST(StatusJson, IsValidJsonWhateverTheNamesAndRates) {
   EXPECT_THAT(job["job_name"].get<std::string>(), StartsWith("tab\there\x01 "));
   EXPECT_TRUE(job["need_workers"].is_null());
   EXPECT_TRUE(job["demand_elements_per_second"].is_null());
+}
+
+// `cache: auto`: the decision (or why there is none yet) in both renderings.
+TEST(StatusJson, RendersTheAutoCacheDecision) {
+  proto::GetStatusResponse s = FixedStatus();
+  proto::CacheDecision* d = s.mutable_jobs(0)->mutable_cache_decision();
+  d->set_decided(true);
+  d->set_cache(true);
+  d->set_after_node(1);
+  d->set_name("auto-5f0c2e7a91b3d4c8");
+  d->set_fingerprint("5f0c2e7a91b3d4c8");
+  d->set_estimated_bytes(50000000);
+  d->set_cpu_seconds_saved_per_epoch(2.05);
+  d->set_records_measured(1000);
+  d->set_from_epoch(1);
+  d->set_reason("cache after nodes[1]: recomputing costs 2.1 CPU s per epoch");
+  s.mutable_jobs(1)->mutable_cache_decision()->set_reason("measuring: 312 of 1000 records");
+  const std::string json = StatusJson(s);
+  EXPECT_THAT(json,
+              ::testing::HasSubstr(
+                  R"("shares_with":[],"cache_decision":{"decided":true,"cache":true,)"
+                  R"("after_node":1,"name":"auto-5f0c2e7a91b3d4c8",)"
+                  R"("fingerprint":"5f0c2e7a91b3d4c8","estimated_bytes":50000000,)"
+                  R"("cpu_seconds_saved_per_epoch":2.05,"records_measured":1000,)"
+                  R"("from_epoch":1,)"
+                  R"("reason":"cache after nodes[1]: recomputing costs 2.1 CPU s per epoch"},)"
+                  R"("consumers":[)"));
+  EXPECT_THAT(json, ::testing::HasSubstr(
+                        R"("cache_decision":{"decided":false,"cache":false,"after_node":0,)"
+                        R"("name":"","fingerprint":"","estimated_bytes":0,)"
+                        R"("cpu_seconds_saved_per_epoch":0,"records_measured":0,"from_epoch":0,)"
+                        R"("reason":"measuring: 312 of 1000 records"},"consumers":[]}]})"));
+  const std::string text = StatusText(s);
+  EXPECT_THAT(text, ::testing::HasSubstr(
+                        "need 2.07 workers\n"
+                        "  cache auto: from epoch 1, cache after nodes[1]: recomputing costs 2.1 "
+                        "CPU s per epoch\n"
+                        "  CONSUMER"));
+  EXPECT_THAT(text, ::testing::HasSubstr("need 0.00 workers\n"
+                                         "  cache auto: measuring: 312 of 1000 records\n"));
 }
 
 TEST(StatusJson, EmptyStatusHasEveryKey) {

@@ -53,6 +53,7 @@ struct ConsumeFlags {
   uint32_t min_workers = 0;
   std::string finish;  // empty: the spec's
   std::string sharing = "off";
+  std::string cache = "off";
   absl::Duration dispatcher_lost_timeout = ClientOptions().dispatcher_lost_timeout;
 };
 
@@ -99,7 +100,8 @@ absl::Status RunConsume(const ConsumeFlags& flags) {
                  .split_size = flags.split_size,
                  .priority = flags.priority,
                  .min_workers = flags.min_workers,
-                 .sharing = flags.sharing};
+                 .sharing = flags.sharing,
+                 .cache = flags.cache};
   if (!flags.restore_state.empty()) {
     // FILE[,FILE...]: one state, or the states of every old consumer (another number of
     // consumers mid-epoch).
@@ -220,6 +222,12 @@ void AddConsumeCommand(CLI::App& app) {
   cmd->add_option("--sharing", flags->sharing,
                   "auto: share production with the other jobs of the same dataset, "
                   "pipeline, seed and layout that opt in (docs/sharing.md); off: not")
+      ->check(CLI::IsMember({"auto", "off"}))
+      ->capture_default_str();
+  cmd->add_option("--cache", flags->cache,
+                  "auto: the dispatcher caches the pipeline's deterministic prefix from the "
+                  "second epoch when its measured cost says reading it back is cheaper "
+                  "(docs/cache.md); off: only an explicit cache node caches")
       ->check(CLI::IsMember({"auto", "off"}))
       ->capture_default_str();
   cmd->add_option("--min-workers", flags->min_workers,

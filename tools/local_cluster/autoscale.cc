@@ -106,6 +106,21 @@ std::string StatusJson(const proto::GetStatusResponse& s) {
                            {"batches_per_second", Number(c.batches_per_second())},
                            {"wait_fraction", Number(c.wait_fraction())}});
     }
+    // `cache: auto` (docs/cache.md): null for a job without it.
+    Json cache_decision = nullptr;
+    if (j.has_cache_decision()) {
+      const proto::CacheDecision& d = j.cache_decision();
+      cache_decision = {{"decided", d.decided()},
+                        {"cache", d.cache()},
+                        {"after_node", d.after_node()},
+                        {"name", d.name()},
+                        {"fingerprint", d.fingerprint()},
+                        {"estimated_bytes", d.estimated_bytes()},
+                        {"cpu_seconds_saved_per_epoch", Number(d.cpu_seconds_saved_per_epoch())},
+                        {"records_measured", d.records_measured()},
+                        {"from_epoch", d.from_epoch()},
+                        {"reason", d.reason()}};
+    }
     jobs.push_back(
         {{"job_id", j.job_id()},
          {"job_name", j.job_name()},
@@ -120,6 +135,7 @@ std::string StatusJson(const proto::GetStatusResponse& s) {
          {"allocation_reason", j.allocation_reason()},
          {"share_group", j.share_group()},
          {"shares_with", std::vector<uint64_t>(j.shares_with().begin(), j.shares_with().end())},
+         {"cache_decision", std::move(cache_decision)},
          {"consumers", std::move(consumers)}});
   }
   const Json status = {{"workers", std::move(workers)},
@@ -178,6 +194,14 @@ std::string StatusText(const proto::GetStatusResponse& s) {
       if (!assigned.empty()) {
         absl::StrAppend(&out, "  served first by worker(s) ", absl::StrJoin(assigned, ", "), "\n");
       }
+    }
+    if (j.has_cache_decision()) {
+      const proto::CacheDecision& d = j.cache_decision();
+      absl::StrAppendFormat(&out, "  cache auto: %s%s\n",
+                            !d.decided() ? ""
+                            : d.cache()  ? absl::StrFormat("from epoch %d, ", d.from_epoch())
+                                         : std::string("no cache: "),
+                            d.reason());
     }
     if (!j.cache().empty()) absl::StrAppendFormat(&out, "  %s\n", j.cache());
     absl::StrAppendFormat(&out, "  %-9s %6s %12s %10s %8s\n", "CONSUMER", "EPOCH", "PROGRESS",

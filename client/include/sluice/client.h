@@ -124,6 +124,12 @@ struct JobOptions {
   // (docs/sharing.md). "off" or empty (default): the job's batches are its own. Open() fails
   // InvalidArgument for another value.
   std::string sharing;
+  // "auto": the dispatcher measures the pipeline's per-node cost in the first epoch and, when
+  // reading a deterministic prefix back is cheaper than computing it, caches that prefix (within
+  // its --cache-budget-bytes) for the following epochs and for later jobs with the same prefix;
+  // `sluice status` says what it decided and why (docs/cache.md, "cache: auto"). "off" or empty
+  // (default): only an explicit cache node caches. Open() fails InvalidArgument for another value.
+  std::string cache;
   // BatchIterator::SaveState() of an earlier iterator of this consumer (another process,
   // another number of workers): continue with what it had not returned, each record of the
   // epoch exactly once; in deterministic mode the continuation is the exact tail of the

@@ -85,7 +85,8 @@ class Client:
              deterministic: bool = False, drop_remainder: bool = False, split_size: int = 0,
              restore_state: Optional[RestoreState] = None,
              finish: Optional[str] = None, priority: int = 0,
-             min_workers: int = 0, sharing: Optional[str] = None) -> "BatchIterator":
+             min_workers: int = 0, sharing: Optional[str] = None,
+             cache: Optional[str] = None) -> "BatchIterator":
         """Starts reading this consumer's share of the job named `job`.
 
         Consumers of one training run open the same `job` with the same spec, each with its own
@@ -119,6 +120,10 @@ class Client:
             sharing: "auto" to share production with the other jobs of the same dataset,
                 pipeline, seed and layout that opt in (each batch produced once for all of
                 them, each job still exactly once; docs/sharing.md); None or "off": not.
+            cache: "auto" to let the dispatcher cache the pipeline's deterministic prefix from
+                the second epoch when its measured cost says reading it back is cheaper than
+                computing it (docs/cache.md, "cache: auto"); None or "off": only an explicit
+                cache node caches.
 
         Returns:
             A BatchIterator yielding dicts {column: numpy array, ..., "index": int64 array}.
@@ -136,7 +141,8 @@ class Client:
                        num_consumers=num_consumers, deterministic=deterministic,
                        drop_remainder=drop_remainder, split_size=split_size,
                        finish="" if finish is None else finish, priority=priority,
-                       min_workers=min_workers, sharing="" if sharing is None else sharing)
+                       min_workers=min_workers, sharing="" if sharing is None else sharing,
+                       cache="" if cache is None else cache)
         return BatchIterator(self, options, restore_state)
 
 
