@@ -520,6 +520,8 @@ void WorkerImpl::WatchLoop() {
       request.set_worker_id(worker_id_);
       request.set_max_wait_seconds(absl::ToDoubleSeconds(interval));
     }
+    // A job of these that is over answers the call at once: its production stops now.
+    for (uint64_t id : jobs_.ids()) request.add_known_job_ids(id);
     if (request.worker_id() == 0) {
       // Registering again: watch after the heartbeat that does.
       AwaitHeartbeat(seen, interval);
@@ -535,7 +537,7 @@ void WorkerImpl::WatchLoop() {
     if (status.ok()) {
       failures = 0;
       watching_.store(true);
-      if (!response.work_available()) continue;
+      if (!response.work_available() && !response.jobs_over()) continue;
     } else if (absl::IsNotFound(status)) {
       failures = 0;  // the heartbeat that follows registers again
     } else {

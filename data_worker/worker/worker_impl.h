@@ -31,7 +31,9 @@
 //
 // Assignment channel. Besides heartbeats, a watch thread keeps one WatchAssignment call open;
 // when the dispatcher answers work_available, the next heartbeat goes at once (the splits come
-// in its response), and the watch is renewed after that heartbeat. Against a dispatcher
+// in its response), and the watch is renewed after that heartbeat. The call lists the jobs the
+// worker runs: one that is over (its consumers left) answers jobs_over, and the heartbeat that
+// follows drops it (finished_job_ids), so its producers stop at once. Against a dispatcher
 // without the RPC (UNIMPLEMENTED) the thread ends and heartbeats alone bring work, with the
 // sooner idle heartbeats below (wants_splits_).
 //
