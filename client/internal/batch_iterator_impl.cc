@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <memory>
 #include <random>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -65,14 +64,6 @@ DType ToDType(proto::TensorDType dtype) {
   }
 }
 
-// Threads that finish one batch on the host: the batch waits for the whole copy (a job's first
-// batch included), so it is spread over the trainer's cores, up to 4.
-int FinishThreads() {
-  static const int threads =
-      static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
-  return threads;
-}
-
 // Trainer-side finishing on the host: runs the header's tail ops on the received column,
 // fused with the copy into the trainer's float32 buffer (common/tensor_kernels/finish.h).
 // The seam for device finishing: a GPU trainer would instead hand the uint8 column (and the
@@ -85,7 +76,7 @@ absl::Status FinishOnHost(const service::ReceivedBatch& wire, const proto::Colum
   const std::vector<proto::OpSpec> ops(finish.ops().begin(), finish.ops().end());
   ASSIGN_OR_RETURN(kernels::Finisher finisher, kernels::Finisher::Create(ops, dtype, c.shape()));
   std::shared_ptr<uint8_t[]> out = buffers.Get(finisher.out_bytes());
-  finisher.Run(wire.pieces[finish.column()], reinterpret_cast<float*>(out.get()), FinishThreads());
+  finisher.Run(wire.pieces[finish.column()], reinterpret_cast<float*>(out.get()));
   column->dtype = DType::kFloat32;
   column->shape = finisher.out_shape();
   column->data = out.get();

@@ -1,12 +1,9 @@
 #include "common/tensor_kernels/finish.h"
 
-#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
-#include <thread>
 #include <utility>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -101,71 +98,46 @@ size_t Finisher::in_bytes() const {
   return static_cast<size_t>(n_ * plane_ * channels_) * (float_input_ ? sizeof(float) : 1);
 }
 
-void Finisher::Run(absl::Span<const absl::Span<const uint8_t>> pieces, float* out,
-                   int threads) const {
+void Finisher::Run(absl::Span<const absl::Span<const uint8_t>> pieces, float* out) const {
   const size_t element = float_input_ ? sizeof(float) : 1;
   const size_t image_bytes = static_cast<size_t>(plane_ * channels_) * element;
   const int64_t image_values = plane_ * channels_;
-  // Where each image starts: (piece, offset), found in one cheap pass so that the images can
-  // then be finished in any order, by any thread.
-  std::vector<std::pair<size_t, size_t>> starts(static_cast<size_t>(n_));
-  size_t piece = 0, offset = 0;
+  std::unique_ptr<uint8_t[]> scratch;  // one image, when it spans pieces
+  size_t piece = 0, offset = 0;        // read position
   for (int64_t i = 0; i < n_; ++i) {
     while (piece < pieces.size() && offset == pieces[piece].size()) {
       ++piece;
       offset = 0;
     }
-    starts[i] = {piece, offset};
-    for (size_t left = image_bytes; left > 0 && piece < pieces.size();) {
-      if (offset == pieces[piece].size()) {
-        ++piece;
-        offset = 0;
-        continue;
+    const uint8_t* src = nullptr;
+    if (piece < pieces.size() && pieces[piece].size() - offset >= image_bytes &&
+        reinterpret_cast<uintptr_t>(pieces[piece].data() + offset) % element == 0) {
+      src = pieces[piece].data() + offset;
+      offset += image_bytes;
+    } else {
+      if (scratch == nullptr) {
+        scratch = std::make_unique_for_overwrite<uint8_t[]>(image_bytes);
       }
-      const size_t take = std::min(left, pieces[piece].size() - offset);
-      offset += take;
-      left -= take;
-    }
-  }
-  auto finish = [&](int64_t begin, int64_t end) {
-    std::unique_ptr<uint8_t[]> scratch;  // one image, when it spans pieces
-    for (int64_t i = begin; i < end; ++i) {
-      auto [p, o] = starts[i];
-      const uint8_t* src = nullptr;
-      if (p < pieces.size() && pieces[p].size() - o >= image_bytes &&
-          reinterpret_cast<uintptr_t>(pieces[p].data() + o) % element == 0) {
-        src = pieces[p].data() + o;
-      } else {
-        if (scratch == nullptr) scratch = std::make_unique_for_overwrite<uint8_t[]>(image_bytes);
-        for (size_t got = 0; got < image_bytes;) {
-          if (o == pieces[p].size()) {
-            ++p;
-            o = 0;
-            continue;
-          }
-          const size_t take = std::min(image_bytes - got, pieces[p].size() - o);
-          std::memcpy(scratch.get() + got, pieces[p].data() + o, take);
-          got += take;
-          o += take;
+      for (size_t got = 0; got < image_bytes;) {
+        if (offset == pieces[piece].size()) {
+          ++piece;
+          offset = 0;
+          continue;
         }
-        src = scratch.get();
+        const size_t take = std::min(image_bytes - got, pieces[piece].size() - offset);
+        std::memcpy(scratch.get() + got, pieces[piece].data() + offset, take);
+        got += take;
+        offset += take;
       }
-      float* dst = out + i * image_values;
-      if (float_input_) {
-        NormalizeImage(norm_, reinterpret_cast<const float*>(src), plane_, channels_, chw_, dst);
-      } else {
-        NormalizeImage(norm_, src, plane_, channels_, chw_, dst);
-      }
+      src = scratch.get();
     }
-  };
-  const int64_t parts = std::clamp<int64_t>(threads, 1, std::max<int64_t>(1, n_));
-  std::vector<std::thread> helpers;
-  helpers.reserve(parts - 1);
-  for (int64_t k = 1; k < parts; ++k) {
-    helpers.emplace_back(finish, n_ * k / parts, n_ * (k + 1) / parts);
+    float* dst = out + i * image_values;
+    if (float_input_) {
+      NormalizeImage(norm_, reinterpret_cast<const float*>(src), plane_, channels_, chw_, dst);
+    } else {
+      NormalizeImage(norm_, src, plane_, channels_, chw_, dst);
+    }
   }
-  finish(0, n_ / parts);
-  for (std::thread& t : helpers) t.join();
 }
 
 }  // namespace sluice::kernels

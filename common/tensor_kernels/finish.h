@@ -61,10 +61,7 @@ class Finisher {
   // writes out_bytes() to `out`. An image that lies in one piece (aligned for its dtype) is read
   // where it is; one that spans pieces is first gathered into a one-image scratch buffer that
   // stays in cache, so the column is read once from memory and the output written once.
-  // `threads` > 1 splits the images into that many contiguous ranges finished at once (the
-  // caller's thread takes one; the others are started and joined here): the same bits, sooner,
-  // when the trainer has idle cores (a job's first batch waits on this copy).
-  void Run(absl::Span<const absl::Span<const uint8_t>> pieces, float* out, int threads = 1) const;
+  void Run(absl::Span<const absl::Span<const uint8_t>> pieces, float* out) const;
 
  private:
   Finisher(NormalizeCoefficients norm) : norm_(std::move(norm)) {}

@@ -1,7 +1,6 @@
 // The client's trainer-side finishing gives the bits the worker's ops give
 // (fused and vectorized, as the worker runs them), whatever the slices the
-// column arrived in and however many threads finish it; and only tails it can
-// run are accepted.
+// column arrived in; and only tails it can run are accepted.
 #include "common/tensor_kernels/finish.h"
 
 #include <cstring>
@@ -78,14 +77,10 @@ TEST(Finisher, GivesTheWorkersBitsAtAnySliceBoundaries) {
           pieces.emplace_back(reinterpret_cast<const uint8_t*>(in.data()) + i,
                               std::min(piece, in.size() - i));
         }
-        // 3 images over 1 thread, 2 (ranges of 1 and 2 images), 3 and 8 (more than images).
-        for (int threads : {1, 2, 3, 8}) {
-          std::vector<float> got(f->out_bytes() / sizeof(float), -1.0f);
-          f->Run(pieces, got.data(), threads);
-          EXPECT_EQ(std::memcmp(got.data(), want.data(), want.num_bytes()), 0)
-              << "tail of " << tail.size() << " ops, pieces of " << piece << ", " << threads
-              << " threads";
-        }
+        std::vector<float> got(f->out_bytes() / sizeof(float), -1.0f);
+        f->Run(pieces, got.data());
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), want.num_bytes()), 0)
+            << "tail of " << tail.size() << " ops, pieces of " << piece;
       }
     }
   }
