@@ -135,7 +135,12 @@
 // which is answered work_available = true as soon as WorkerHeartbeat would hand it something
 // (a consumer has a pending slot and the worker, not draining, has free capacity; or a
 // PARALLEL_EPOCHS job newer than the call exists), and false after the heartbeat interval.
-// The worker then heartbeats at once and re-watches after that heartbeat. Every RPC that
+// The worker then heartbeats at once and re-watches after that heartbeat. The call also lists
+// the jobs the worker runs: one that is over (collected because its consumers left, or
+// finished) answers it at once with jobs_over, so the worker drops that job's splits and stops
+// producing now, not at its next heartbeat (a trainer that leaves after one batch would
+// otherwise leave its splits producing into full queues for up to an interval, taking the CPU
+// of the next job's first batch). Every RPC that
 // changed the state and every Tick() re-check the held calls. Example: worker 1 (capacity 2,
 // idle) watches; GetOrCreateJob makes job 3 with 4 pending slots: the call returns at once,
 // worker 1's heartbeat gets positions 0 and 1, its next watch is held (no free capacity) until
@@ -574,7 +579,8 @@ class DispatcherImpl {
   // A held WatchAssignment call.
   struct Watch {
     uint64_t worker_id = 0;
-    uint64_t max_job_id = 0;  // the newest job when the call came
+    uint64_t max_job_id = 0;              // the newest job when the call came
+    std::vector<uint64_t> known_job_ids;  // WatchAssignmentRequest.known_job_ids
     absl::Time deadline;
     proto::WatchAssignmentResponse* response = nullptr;
     Done done;
@@ -582,6 +588,9 @@ class DispatcherImpl {
   // Whether WorkerHeartbeat would hand `watch`'s worker something now.
   // Whether some consumer has a slot AssignSplits would hand out now.
   bool AnyAssignableSlot() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a job `watch`'s worker runs is over (gone or finished): its heartbeat answer then
+  // lists it in finished_job_ids.
+  bool KnownJobOver(const Watch& watch) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `any_pending`: AnyAssignableSlot(); `newest_parallel`: the newest
   // PARALLEL_EPOCHS job (0: none).
   bool WorkWaitsFor(const Watch& watch, bool any_pending, uint64_t newest_parallel) const

@@ -31,6 +31,14 @@ bool DispatcherImpl::AnyAssignableSlot() const {
   return false;
 }
 
+bool DispatcherImpl::KnownJobOver(const Watch& watch) const {
+  for (uint64_t job_id : watch.known_job_ids) {
+    const DispatcherState::Job* job = state_.FindJob(job_id);
+    if (job == nullptr || job->finished()) return true;
+  }
+  return false;
+}
+
 bool DispatcherImpl::WorkWaitsFor(const Watch& watch, bool any_pending,
                                   uint64_t newest_parallel) const {
   const DispatcherState::Worker* worker = state_.FindWorker(watch.worker_id);
@@ -63,10 +71,14 @@ void DispatcherImpl::WatchAssignment(const proto::WatchAssignmentRequest& reques
         wait = std::min(wait, absl::Seconds(request.max_wait_seconds()));
       Watch watch{.worker_id = request.worker_id(),
                   .max_job_id = state_.jobs().empty() ? 0 : state_.jobs().rbegin()->first,
+                  .known_job_ids = {request.known_job_ids().begin(), request.known_job_ids().end()},
                   .deadline = clock_->Now() + wait,
                   .response = response};
-      if (WorkWaitsFor(watch, AnyAssignableSlot(), NewestParallelJob(state_))) {
-        response->set_work_available(true);
+      const bool over = KnownJobOver(watch);
+      const bool work = WorkWaitsFor(watch, AnyAssignableSlot(), NewestParallelJob(state_));
+      if (over || work) {
+        response->set_jobs_over(over);
+        response->set_work_available(work);
         metrics_.assignment_wakeups.Increment();
       } else {
         watch.done = std::move(done);
@@ -91,13 +103,20 @@ void DispatcherImpl::AnswerWatches(bool stopping) {
       if (stopping) {
         answers.emplace_back(std::move(watch.done),
                              absl::UnavailableError("the dispatcher is stopping"));
-      } else if (state_.FindWorker(watch.worker_id) == nullptr) {
+        continue;
+      }
+      if (state_.FindWorker(watch.worker_id) == nullptr) {
         answers.emplace_back(std::move(watch.done),
                              absl::NotFoundError(absl::StrCat(
                                  "worker ", watch.worker_id,
                                  " is no longer registered: call WorkerRegister again")));
-      } else if (WorkWaitsFor(watch, any_pending, newest_parallel)) {
-        watch.response->set_work_available(true);
+        continue;
+      }
+      const bool over = KnownJobOver(watch);
+      const bool work = WorkWaitsFor(watch, any_pending, newest_parallel);
+      if (over || work) {
+        watch.response->set_jobs_over(over);
+        watch.response->set_work_available(work);
         metrics_.assignment_wakeups.Increment();
         answers.emplace_back(std::move(watch.done), absl::OkStatus());
       } else if (now >= watch.deadline) {

@@ -31,7 +31,9 @@
 //
 // Assignment channel. Besides heartbeats, a watch thread keeps one WatchAssignment call open;
 // when the dispatcher answers work_available, the next heartbeat goes at once (the splits come
-// in its response), and the watch is renewed after that heartbeat. Against a dispatcher
+// in its response), and the watch is renewed after that heartbeat. The call lists the jobs the
+// worker runs: one that is over (its consumers left) answers jobs_over, and the heartbeat that
+// follows drops it (finished_job_ids), so its producers stop at once. Against a dispatcher
 // without the RPC (UNIMPLEMENTED) the thread ends and heartbeats alone bring work, with the
 // sooner idle heartbeats below (wants_splits_).
 //
@@ -223,6 +225,8 @@ class WorkerImpl {
   void HeartbeatLoop() ABSL_LOCKS_EXCLUDED(mu_);
   // The assignment channel's thread (see the protocol above).
   void WatchLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  // Asks the heartbeat thread for a heartbeat now (heartbeat_due_) and wakes it.
+  void HeartbeatSoon() ABSL_LOCKS_EXCLUDED(due_mu_);
   // Waits until `heartbeats_` passes `seen`, the worker stops, or `timeout` passes.
   void AwaitHeartbeat(uint64_t seen, absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_);
   // Adds the response's new tasks to the queues and the runner.
@@ -268,8 +272,11 @@ class WorkerImpl {
   std::vector<proto::DatasetDescription> described_ ABSL_GUARDED_BY(mu_);
 
   // A split stopped producing since the last heartbeat: the heartbeat thread sends the next
-  // one at once (ConsumerQueues::set_on_split_end).
+  // one at once (ConsumerQueues::set_on_split_end). Set through HeartbeatSoon(), which wakes
+  // the heartbeat thread's wait on due_cv_ (due_mu_ is a leaf lock: taken from any context).
   std::atomic<bool> heartbeat_due_{false};
+  absl::Mutex due_mu_;
+  absl::CondVar due_cv_;
   // While the worker could produce more splits than it holds and a consumer is attached, the
   // next split may appear at any moment (the consumer finishing an epoch makes the dispatcher
   // hand out the next one): heartbeats come sooner, after interval / 8 (at least 10 ms), then

@@ -82,10 +82,11 @@ class DispatcherWatchTest : public ::testing::Test {
     return response;
   }
 
-  void Watch(uint64_t worker, HeldWatch* watch) {
+  void Watch(uint64_t worker, HeldWatch* watch, const std::vector<uint64_t>& known_jobs = {}) {
     proto::WatchAssignmentRequest request;
     request.set_protocol_version(kProtocolVersion);
     request.set_worker_id(worker);
+    for (uint64_t job : known_jobs) request.add_known_job_ids(job);
     impl_->WatchAssignment(request, &watch->response,
                            [watch](absl::Status s) { watch->status = s; });
   }
@@ -180,6 +181,49 @@ TEST_F(DispatcherWatchTest, AJobWhoseConsumerLeavesFreesItsWorkerAtOnce) {
   EXPECT_EQ(beat.finished_job_ids(0), left);
   ASSERT_EQ(beat.start_size(), 1);
   EXPECT_EQ(beat.start(0).key().job_id(), next);
+}
+
+TEST_F(DispatcherWatchTest, AWatchIsAnsweredJobsOverWhenAJobItsWorkerRunsIsCollected) {
+  const uint64_t worker = Worker(/*capacity=*/2);
+  const uint64_t left = Job("left");
+  const proto::WorkerHeartbeatResponse first = Beat(worker);
+  ASSERT_EQ(first.start_size(), 1);  // one split until the consumer's first batch
+  const std::vector<proto::SplitAssignment> held(first.start().begin(), first.start().end());
+  HeldWatch watch;
+  Watch(worker, &watch, /*known_jobs=*/{left});
+  EXPECT_FALSE(watch.status.has_value());  // the job is live and nothing waits: held
+  // The consumer saved its state and left after its first batch: "left" is collected, and the
+  // worker that produces its split hears so now, not at its next heartbeat.
+  Leave(left);
+  ASSERT_TRUE(watch.status.has_value());
+  EXPECT_TRUE(watch.status->ok()) << *watch.status;
+  EXPECT_TRUE(watch.response.jobs_over());
+  EXPECT_FALSE(watch.response.work_available());
+  const proto::WorkerHeartbeatResponse beat = Beat(worker, held, {left});
+  ASSERT_EQ(beat.finished_job_ids_size(), 1);
+  EXPECT_EQ(beat.finished_job_ids(0), left);
+  ASSERT_EQ(beat.drop_size(), 1);
+  EXPECT_EQ(beat.drop(0).job_id(), left);
+  // Once the worker no longer runs it, its watch is held again.
+  HeldWatch again;
+  Watch(worker, &again);
+  EXPECT_FALSE(again.status.has_value());
+}
+
+TEST_F(DispatcherWatchTest, AWatchListingAJobTheDispatcherDoesNotHaveIsAnsweredAtOnce) {
+  const uint64_t worker = Worker(/*capacity=*/1);
+  const uint64_t live = Job("live");
+  const proto::WorkerHeartbeatResponse first = Beat(worker);
+  ASSERT_EQ(first.start_size(), 1);
+  HeldWatch held;
+  Watch(worker, &held, /*known_jobs=*/{live});
+  EXPECT_FALSE(held.status.has_value());
+  HeldWatch gone;
+  Watch(worker, &gone, /*known_jobs=*/{live, /*never created=*/live + 1000});
+  ASSERT_TRUE(gone.status.has_value());
+  EXPECT_TRUE(gone.status->ok()) << *gone.status;
+  EXPECT_TRUE(gone.response.jobs_over());
+  EXPECT_FALSE(gone.response.work_available());
 }
 
 TEST_F(DispatcherWatchTest, UnknownWorkersAndAStoppingDispatcherAnswerAtOnce) {

@@ -9,6 +9,7 @@
 #include <future>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -37,12 +38,14 @@ void WriteDataset(const std::string& dir, int records) {
             }});
 }
 
-proto::Pipeline MakePipeline(const std::string& dataset) {
+// `more_ops`: YAML list items run after decode.
+proto::Pipeline MakePipeline(const std::string& dataset, const std::string& more_ops = "") {
   absl::StatusOr<proto::Pipeline> pipeline = pipeline_spec::ParsePipelineSpec(
       absl::StrCat("seed: 3\nsource:\n  dataset: {path: ", dataset,
                    "}\n  columns: [image, label]\nnodes:\n  - map:\n"
                    "      input_columns: [image]\n      ops:\n"
-                   "        - decode: {}\n  - batch: {size: 8}\n"));
+                   "        - decode: {}\n",
+                   more_ops, "  - batch: {size: 8}\n"));
   EXPECT_TRUE(pipeline.ok()) << pipeline.status();
   return pipeline.ok() ? *pipeline : proto::Pipeline();
 }
@@ -197,6 +200,46 @@ TEST_F(AssignmentTest, ATrainerThatSavesAndLeavesHoldsNoCapacityAndResumesOnce) 
   EXPECT_EQ(Scrape(cluster->worker(0).metrics_port, "sluice_worker_heartbeats_total",
                    "trigger")["interval"],
             0);
+}
+
+TEST_F(AssignmentTest, AWorkerStopsALeftJobsProductionWithoutAHeartbeat) {
+  // One worker, one split at a time, queues of 2 batches, heartbeats every minute: job "left"
+  // has its split producing into a full queue when its trainer leaves after one batch. The
+  // worker must drop that production at once (WatchAssignmentResponse.jobs_over), not at its
+  // next heartbeat a minute later, even though no other job comes to wake it.
+  auto cluster =
+      StartCluster(1, {"--consumer-timeout", "600s"}, {"--capacity", "1", "--queue-batches", "2"});
+  ASSERT_NE(cluster, nullptr);
+  const int metrics = cluster->worker(0).metrics_port;
+  // One split of 300 batches of 1.2 MB: more than the client's prefetch, the queue and gRPC's
+  // windows hold, so the producer waits on a full queue when the trainer leaves.
+  WriteDataset(data_.Join("big"), 2400);
+  JobOptions job =
+      Job("left", MakePipeline(data_.Join("big"), "        - random_resized_crop: {size: 224}\n"));
+  job.split_size = 2400;
+  {
+    auto client = Client(cluster->dispatcher_address());
+    ASSERT_TRUE(client.ok()) << client.status();
+    auto it = (*client)->Open(job);
+    ASSERT_TRUE(it.ok()) << it.status();
+    absl::StatusOr<std::optional<Batch>> batch = (*it)->GetNext();
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    ASSERT_TRUE(batch->has_value());
+  }  // closed: the trainer leaves while its split is still being produced
+  // Polled until the production is gone; the bound is a hang guard only (the heartbeat that
+  // would otherwise drop it comes after 60 s).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (ScrapeValue(metrics, "sluice_worker_queue_depth") != 0 ||
+         ScrapeValue(metrics, "sluice_worker_blocked_producers") != 0) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline)
+        << "the worker still produces the left job: queue depth "
+        << ScrapeValue(metrics, "sluice_worker_queue_depth");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::map<std::string, double> heartbeats =
+      Scrape(metrics, "sluice_worker_heartbeats_total", "trigger");
+  EXPECT_EQ(heartbeats["interval"], 0);
+  EXPECT_EQ(heartbeats["start"], 1);
 }
 
 }  // namespace
