@@ -4,15 +4,19 @@
 // segfault or hang being replaced with their element redone once.
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/synchronization/mutex.h"
 #include "common/base/random.h"
 #include "common/pipeline_spec/parse.h"
+#include "data_worker/pipeline/element_cache.h"
 #include "data_worker/pipeline/executor.h"
 #include "data_worker/python/python_pool.h"
 #include "gmock/gmock.h"
@@ -484,6 +488,226 @@ TEST_F(PythonOpTest, AGroupOutOfRangeIsRefused) {
   const Out out = RunSpec(Spec("invert", 1, "fail", ", group: -1"));
   EXPECT_EQ(out.status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(out.status.message(), HasSubstr("group must be in [0, 1024] (0: 8), got -1"));
+}
+
+// A grouped python op after a cache node (docs/cache.md). The cache is an
+// in-memory ElementCache: what the cache step offered (the capture of epoch
+// 1) and what a lookup answers (a later epoch). Before a cache node a python op
+// is refused: it draws new randomness each epoch.
+
+std::vector<Tensor> CloneAll(const std::vector<Tensor>& columns) {
+  std::vector<Tensor> v;
+  for (const Tensor& t : columns) v.push_back(t.Clone());
+  return v;
+}
+
+// Thread-safe: the executor's stage threads call it.
+class MemoryCache : public pl::ElementCache {
+ public:
+  // Lookups of `global` answer kHit with `columns` from now on.
+  void Put(uint64_t global, std::vector<Tensor> columns) {
+    absl::MutexLock lock(&mu_);
+    stored_[global] = std::move(columns);
+  }
+  void SetAbsent(uint64_t global) {
+    absl::MutexLock lock(&mu_);
+    absent_.insert(global);
+  }
+  absl::StatusOr<Found> Lookup(uint64_t global, std::vector<Tensor>* columns) override {
+    absl::MutexLock lock(&mu_);
+    if (absent_.count(global) > 0) return Found::kAbsent;
+    auto it = stored_.find(global);
+    if (it == stored_.end()) return Found::kMiss;
+    ++hits_;
+    *columns = CloneAll(it->second);
+    return Found::kHit;
+  }
+  void Offer(uint64_t global, const std::vector<Tensor>& columns) override {
+    absl::MutexLock lock(&mu_);
+    offered_[global] = CloneAll(columns);
+  }
+  // What the cache step offered, by global index.
+  std::map<uint64_t, std::vector<Tensor>> offered() const {
+    absl::MutexLock lock(&mu_);
+    std::map<uint64_t, std::vector<Tensor>> v;
+    for (const auto& [g, columns] : offered_) v[g] = CloneAll(columns);
+    return v;
+  }
+  int hits() const {
+    absl::MutexLock lock(&mu_);
+    return hits_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::map<uint64_t, std::vector<Tensor>> stored_ ABSL_GUARDED_BY(mu_);
+  std::set<uint64_t> absent_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, std::vector<Tensor>> offered_ ABSL_GUARDED_BY(mu_);
+  int hits_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// Runs `epoch` of `yaml` with `cache`; the first column as bytes and the
+// second as an int64, by global index.
+struct CachedOut {
+  std::map<uint64_t, std::string> first;
+  std::map<uint64_t, int64_t> second;
+  absl::Status status;
+  std::string plan;
+};
+
+CachedOut RunCached(const std::string& yaml, std::shared_ptr<MemoryCache> cache, uint64_t epoch) {
+  CachedOut out;
+  auto spec = sluice::pipeline_spec::ParsePipelineSpec(yaml);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  pl::ExecutorOptions eo;
+  eo.cpu_budget = 4;
+  eo.autotune = false;
+  eo.cache = std::move(cache);
+  auto ex = pl::Executor::Create(*spec, eo);
+  if (!ex.ok()) {
+    out.status = ex.status();
+    return out;
+  }
+  auto outputs = testonly::RunSplit(**ex, (*ex)->EpochOrder(epoch), epoch);
+  out.status = outputs.status();
+  if (outputs.ok()) {
+    for (const pl::Element& e : *outputs) {
+      const uint64_t g = e.global_indices[0];
+      EXPECT_EQ(out.first.count(g), 0u) << "twice: " << g;
+      out.first[g] = std::string(e.columns[0].bytes());
+      if (e.columns.size() > 1) out.second[g] = *e.columns[1].data_as<int64_t>();
+    }
+  }
+  out.plan = (*ex)->stats().plan;
+  return out;
+}
+
+// decode → cache → python `fn` on [image, label], group `group`, 2 threads:
+// two stages, the python op's groups mix nothing but computed-or-cached
+// elements of the stage before.
+std::string ImageCacheSpec(int group) {
+  return absl::StrCat(R"(
+seed: 11
+source: {synthetic: {num_records: 8, height: 6, width: 5, num_classes: 1000}, columns: [image, label]}
+nodes:
+  - map: {input_columns: [image], ops: [{decode: {}}]}
+  - cache: {name: eval}
+  - map:
+      input_columns: [image, label]
+      ops: [{python: {module: sluice_test_fns, function: invert_and_draw, group: )",
+                      group, R"(}}]
+      num_parallel_workers: 2
+)");
+}
+
+TEST_F(PythonOpTest, AGroupedOpAfterACacheIsByteIdenticalInTheCaptureAndFromTheCache) {
+  auto run = [](int group, const std::shared_ptr<MemoryCache>& cache, uint64_t epoch) {
+    CachedOut out = RunCached(ImageCacheSpec(group), cache, epoch);
+    EXPECT_TRUE(out.status.ok()) << out.status;
+    EXPECT_EQ(out.first.size(), static_cast<size_t>(kRecords)) << group << " " << epoch;
+    return out;
+  };
+  // Epoch 1 (index 0) writes the cache: the decoded images, each offered once.
+  auto capture_one = std::make_shared<MemoryCache>();
+  auto capture_eight = std::make_shared<MemoryCache>();
+  const CachedOut one = run(1, capture_one, 0);
+  const CachedOut eight = run(8, capture_eight, 0);
+  EXPECT_EQ(eight.first, one.first);
+  EXPECT_EQ(eight.second, one.second);
+  for (int g = 0; g < kRecords; ++g) {
+    EXPECT_EQ(eight.first.at(g), Inverted(decoded_.at(g))) << g;
+  }
+  for (const auto* cache : {capture_one.get(), capture_eight.get()}) {
+    const auto offered = cache->offered();
+    ASSERT_EQ(offered.size(), static_cast<size_t>(kRecords));
+    for (const auto& [g, cols] : offered) {
+      EXPECT_EQ(cols[0].bytes(), decoded_.at(g)) << g;
+      EXPECT_EQ(*cols[1].data_as<int64_t>(), static_cast<int64_t>(g)) << g;
+    }
+  }
+  // Epoch 2 (index 1) reads it: every element a hit, nothing offered again;
+  // the python op draws epoch 2's numbers.
+  auto replay = [&](const std::shared_ptr<MemoryCache>& from) {
+    auto cache = std::make_shared<MemoryCache>();
+    for (auto& [g, cols] : from->offered()) cache->Put(g, std::move(cols));
+    return cache;
+  };
+  auto read_one = replay(capture_eight);
+  auto read_eight = replay(capture_eight);
+  const CachedOut one2 = run(1, read_one, 1);
+  const CachedOut eight2 = run(8, read_eight, 1);
+  EXPECT_EQ(read_one->hits(), kRecords);
+  EXPECT_EQ(read_eight->hits(), kRecords);
+  EXPECT_TRUE(read_eight->offered().empty());
+  EXPECT_EQ(eight2.first, one2.first);
+  EXPECT_EQ(eight2.second, one2.second);
+  EXPECT_EQ(eight2.first, eight.first);  // the same images
+  for (int g = 0; g < kRecords; ++g) {
+    EXPECT_NE(eight2.second.at(g), eight.second.at(g)) << g;  // new draws
+  }
+}
+
+// source [label] → cache → python (label + 1000), group `group`, 1 thread: one
+// stage, whose groups (the next `group` records) mix elements read from the
+// cache and elements computed.
+std::string LabelCacheSpec(int group) {
+  return absl::StrCat(R"(
+seed: 11
+source: {synthetic: {num_records: 8, height: 6, width: 5, num_classes: 1000}, columns: [label]}
+nodes:
+  - cache: {name: eval}
+  - map:
+      input_columns: [label]
+      ops: [{python: {module: sluice_test_fns, function: label_plus_1000, group: )",
+                      group, "}}]\n      num_parallel_workers: 1\n");
+}
+
+TEST_F(PythonOpTest, AGroupMixingCachedAndComputedElementsTreatsEachAsAlone) {
+  for (int group : {1, 8}) {
+    // Records 0, 2, 4 cached with label 100 + record; record 6 absent from
+    // its cached split; the others computed (and offered).
+    auto cache = std::make_shared<MemoryCache>();
+    for (int g : {0, 2, 4}) {
+      std::vector<Tensor> cols;
+      cols.push_back(Tensor::Scalar<int64_t>(100 + g));
+      cache->Put(g, std::move(cols));
+    }
+    cache->SetAbsent(6);
+    const CachedOut out = RunCached(LabelCacheSpec(group), cache, 0);
+    ASSERT_TRUE(out.status.ok()) << out.status;
+    EXPECT_EQ(out.plan, "source+map[0][Read cache(eval) map[0]{Python}]") << group;
+    std::map<uint64_t, int64_t> values;
+    for (const auto& [g, bytes] : out.first) {
+      int64_t v = 0;
+      ASSERT_EQ(bytes.size(), sizeof(v));
+      memcpy(&v, bytes.data(), sizeof(v));
+      values[g] = v;
+    }
+    const std::map<uint64_t, int64_t> expected = {{0, 1100}, {1, 1001}, {2, 1102}, {3, 1003},
+                                                  {4, 1104}, {5, 1005}, {7, 1007}};
+    EXPECT_EQ(values, expected) << group;
+    const auto offered = cache->offered();
+    std::map<uint64_t, int64_t> offered_labels;
+    for (const auto& [g, cols] : offered) offered_labels[g] = *cols[0].data_as<int64_t>();
+    const std::map<uint64_t, int64_t> computed = {{1, 1}, {3, 3}, {5, 5}, {7, 7}};
+    EXPECT_EQ(offered_labels, computed) << group;
+    EXPECT_EQ(cache->hits(), 3) << group;
+  }
+}
+
+TEST_F(PythonOpTest, APythonOpBeforeACacheIsRefused) {
+  const CachedOut out = RunCached(R"(
+seed: 11
+source: {synthetic: {num_records: 8, height: 6, width: 5, num_classes: 1000}, columns: [label]}
+nodes:
+  - map:
+      input_columns: [label]
+      ops: [{python: {module: sluice_test_fns, function: label_plus_1000, group: 8}}]
+  - cache: {name: eval}
+)",
+                                  std::make_shared<MemoryCache>(), 0);
+  EXPECT_EQ(out.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(out.status.message(), HasSubstr("cache 'eval' comes after map[0].ops[0] (Python)"));
 }
 
 }  // namespace

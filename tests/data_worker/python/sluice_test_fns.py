@@ -119,3 +119,8 @@ label_always_exits_on_4 = _plus_1000(_always_exit_on_4)
 def label_draw(label, rng):
     """The element's first draw."""
     return np.int64(rng.integers(0, 1 << 62))
+
+
+def invert_and_draw(image, label, rng):
+    """The image inverted; the label replaced by the element's first draw."""
+    return 255 - image, np.int64(rng.integers(0, 1 << 62))
