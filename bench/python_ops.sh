@@ -14,6 +14,10 @@
 # sluice gets --threads T (its stage threads, each with one Python process busy at a time); the
 # DataLoader num_workers = T. Each side takes one warm-up epoch, then E timed epochs. R rounds,
 # alternating sides; the median ratio and the range are printed.
+# Then the costs: CPU per image of each side's parts, on their own (bench/python_ops_costs.py for
+# PIL decode + crop and the augmentation; sluice's decode + crop from `pipeline run` of the augment
+# spec without its python op) and the ratio those parts allow the augment mode when both sides
+# use the cores fully and nothing else costs: (PIL + augment) / (sluice decode + crop + augment).
 # Needs build/bin/sluice and Debian's /usr/bin/python3 with torch, torchvision and numpy.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -70,3 +74,23 @@ for mode in augment alone; do
   hi="$(printf '%s\n' "${ratios[@]}" | sort -g | tail -1)"
   echo "$mode: sluice/pytorch median $med (range $lo-$hi)"
 done
+
+noaug="$work/python_augment_cpp_only.yaml"
+grep -v 'python:' "$root/bench/pipelines/python_augment.yaml" >"$noaug"
+sluice_cpu() {  # spec -> CPU us/image of the sluice process (not its Python processes)
+  "$build/bin/sluice" pipeline run --spec "$1" --data "$work/ds" --threads "$threads" \
+    --epochs "$epochs" --warmup-epochs 1 --allow-python-ops \
+    --python-path "$root/examples/python_transforms" 2>/dev/null |
+    sed -n 's/^cpu: \([0-9.]*\) us\/image/\1/p'
+}
+cpp_us="$(sluice_cpu "$noaug")"
+aug_us="$(sluice_cpu "$root/bench/pipelines/python_augment.yaml")"
+costs="$(/usr/bin/python3 "$root/bench/python_ops_costs.py" --data "$work/images")"
+pil_ms="$(sed -n 's/^pil_decode_crop_ms: //p' <<<"$costs")"
+augment_ms="$(sed -n 's/^augment_ms: //p' <<<"$costs")"
+echo "costs, CPU ms/image: sluice decode+crop $(awk -v u="$cpp_us" 'BEGIN {printf "%.3f", u / 1e3}')," \
+     "sluice process with the python op $(awk -v u="$aug_us" 'BEGIN {printf "%.3f", u / 1e3}')" \
+     "(its Python processes not counted), PIL decode+crop $pil_ms, augment $augment_ms"
+awk -v c="$cpp_us" -v p="$pil_ms" -v a="$augment_ms" 'BEGIN {
+  printf "augment ratio the parts allow: (%.3f + %.3f) / (%.3f + %.3f) = %.2f\n",
+         p, a, c / 1e3, a, (p + a) / (c / 1e3 + a) }'

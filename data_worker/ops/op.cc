@@ -21,6 +21,16 @@ absl::StatusOr<std::vector<Tensor>> Op::ApplyColumns(std::vector<Tensor>,
   return absl::UnimplementedError(absl::StrCat(Sv(name()), " works on one column at a time"));
 }
 
+std::vector<absl::StatusOr<std::vector<Tensor>>> Op::ApplyColumnsGroup(
+    std::vector<std::vector<Tensor>> columns, const std::vector<ElementContext>& ctxs) const {
+  std::vector<absl::StatusOr<std::vector<Tensor>>> out;
+  out.reserve(columns.size());
+  for (size_t i = 0; i < columns.size(); ++i) {
+    out.push_back(ApplyColumns(std::move(columns[i]), ctxs[i]));
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<std::unique_ptr<Op>>> BuildOps(const std::vector<proto::OpSpec>& specs,
                                                           int first_position, bool fuse) {
   std::vector<OpLabel> labels;

@@ -74,6 +74,16 @@ class Op {
   // Default: Unimplemented.
   virtual absl::StatusOr<std::vector<Tensor>> ApplyColumns(std::vector<Tensor> columns,
                                                            const ElementContext& ctx) const;
+  // Grouping: an op whose per-call cost is mostly a round trip (the python
+  // op) returns the number of elements it wants per call; the map stage then
+  // hands it up to that many ready elements at once through
+  // ApplyColumnsGroup. REQUIRES for > 1: takes_all_columns().
+  virtual int group_size() const { return 1; }
+  // ApplyColumns of each element (columns[i] with ctxs[i]): one result per
+  // element, in order, each exactly what ApplyColumns would return. Default:
+  // a loop over ApplyColumns.
+  virtual std::vector<absl::StatusOr<std::vector<Tensor>>> ApplyColumnsGroup(
+      std::vector<std::vector<Tensor>> columns, const std::vector<ElementContext>& ctxs) const;
 };
 
 // Validates and builds the ops of one map stage. `first_position` is the

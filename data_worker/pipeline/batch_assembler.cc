@@ -26,6 +26,13 @@ bool BatchAssembler::Reserve() {
   return true;
 }
 
+bool BatchAssembler::TryReserve() {
+  absl::MutexLock lock(&mu_);
+  if (cancelled_ || reserved_ >= next_commit_ + options_.window) return false;
+  ++reserved_;
+  return true;
+}
+
 void BatchAssembler::Unreserve() {
   absl::MutexLock lock(&mu_);
   --reserved_;

@@ -92,6 +92,8 @@ class BatchAssembler {
   // Waits until fewer than `window` items are reserved and uncommitted, then
   // reserves one; false once cancelled. Call before popping an input item.
   bool Reserve() ABSL_LOCKS_EXCLUDED(mu_);
+  // Reserve without waiting: false if the window is full (or cancelled).
+  bool TryReserve() ABSL_LOCKS_EXCLUDED(mu_);
   // Gives a reservation back (the input ended instead of giving an item).
   void Unreserve() ABSL_LOCKS_EXCLUDED(mu_);
   // The item at input sequence `seq` (each seq exactly once, any order).

@@ -45,6 +45,11 @@ class MemoryBudget {
     mu_.Await(absl::Condition(&room));
   }
 
+  // What WaitForRoom waits for, now: true if it would return at once.
+  bool HasRoom(const std::function<bool()>& go) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return limit_ <= 0 || used_ < limit_ || go();
+  }
   int64_t limit() const { return limit_; }
   int64_t used() const ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);

@@ -33,7 +33,8 @@ namespace sluice::data_worker::pipeline {
 template <typename T>
 class OrderedQueue {
  public:
-  enum class PopResult { kItem, kEnd, kCancelled };
+  // kNotReady: TryPop only.
+  enum class PopResult { kItem, kEnd, kCancelled, kNotReady };
 
   // `clock` times how long Pop waits (autotune's consumer-starvation signal);
   // not owned.
@@ -64,27 +65,20 @@ class OrderedQueue {
   // Cancel().
   PopResult Pop(T* item, uint64_t* seq) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
-    auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return cancelled_ || (end_ && head_ >= *end_) ||
-             (!items_.empty() && items_.begin()->first == head_);
-    };
-    if (!ready()) {
+    if (!Ready()) {
       const absl::Time start = clock_->Now();
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return Ready(); };
       mu_.Await(absl::Condition(&ready));
       empty_wait_ += clock_->Now() - start;
     }
-    if (cancelled_) return PopResult::kCancelled;
-    if (items_.empty() || items_.begin()->first != head_) {
-      *seq = head_;  // == the end
-      return PopResult::kEnd;
-    }
-    auto it = items_.begin();
-    *item = std::move(it->second.item);
-    *seq = it->first;
-    bytes_ -= it->second.bytes;
-    items_.erase(it);
-    ++head_;
-    return PopResult::kItem;
+    return Take(item, seq);
+  }
+
+  // Pop without waiting: kNotReady if the head is not there yet.
+  PopResult TryPop(T* item, uint64_t* seq) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    if (!Ready()) return PopResult::kNotReady;
+    return Take(item, seq);
   }
 
   // The number of items the producer will push in total (0..end-1).
@@ -139,6 +133,25 @@ class OrderedQueue {
     T item;
     int64_t bytes;
   };
+  bool Ready() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return cancelled_ || (end_ && head_ >= *end_) ||
+           (!items_.empty() && items_.begin()->first == head_);
+  }
+  // Pop's answer once Ready().
+  PopResult Take(T* item, uint64_t* seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (cancelled_) return PopResult::kCancelled;
+    if (items_.empty() || items_.begin()->first != head_) {
+      *seq = head_;  // == the end
+      return PopResult::kEnd;
+    }
+    auto it = items_.begin();
+    *item = std::move(it->second.item);
+    *seq = it->first;
+    bytes_ -= it->second.bytes;
+    items_.erase(it);
+    ++head_;
+    return PopResult::kItem;
+  }
   Clock* const clock_;
   mutable absl::Mutex mu_;
   std::map<uint64_t, Entry> items_ ABSL_GUARDED_BY(mu_);

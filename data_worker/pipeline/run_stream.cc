@@ -42,9 +42,20 @@ RunStream::RunStream(const EpochContext& ctx) : ctx_(ctx), start_(ctx.clock->Now
           [this, i](uint64_t n) { queues_[i]->SetEnd(n); },
           [this](absl::Status st, uint64_t global) { return Wrap(st, global, "batch", ""); });
     }
+    for (const Step& step : s->plan->steps) {
+      if (step.kind != Step::kMap) continue;
+      for (const auto& op : step.map.ops) {
+        s->group = std::max(s->group, op->group_size());
+      }
+    }
     stages_.push_back(std::move(s));
     const int64_t cap = i + 1 == ns && plan.prefetch > 0 ? plan.prefetch : 2;
     queues_.push_back(std::make_unique<ItemQueue>(cap, share, ctx_.clock));
+  }
+  // A grouping stage's input queue holds at least a group, so that a group
+  // can be waiting when a worker comes for it.
+  for (int i = 1; i < ns; ++i) {
+    if (stages_[i]->group > 2) queues_[i - 1]->SetLimits(stages_[i]->group, share);
   }
 }
 
@@ -91,18 +102,24 @@ bool RunStream::FeedIdle() const {
   return runs_.empty();
 }
 
-ItemQueue::PopResult RunStream::PopInput(int stage, Item* item, uint64_t* seq) {
-  if (stage > 0) return queues_[stage - 1]->Pop(item, seq);
-  if (ctx_.budget != nullptr) {
+ItemQueue::PopResult RunStream::PopInput(int stage, Item* item, uint64_t* seq, bool wait) {
+  if (stage > 0) {
+    return wait ? queues_[stage - 1]->Pop(item, seq) : queues_[stage - 1]->TryPop(item, seq);
+  }
+  auto go = [this] { return budget_cancelled_.load() || outputs_waiting_.load() == 0; };
+  if (!wait && ctx_.budget != nullptr && !ctx_.budget->HasRoom(go)) {
+    return ItemQueue::PopResult::kNotReady;
+  }
+  if (wait && ctx_.budget != nullptr) {
     // Under a full worker budget the pipeline runs at most one output ahead of
     // its reader; a reader that waits for it always gets it.
-    ctx_.budget->WaitForRoom(
-        [this] { return budget_cancelled_.load() || outputs_waiting_.load() == 0; });
+    ctx_.budget->WaitForRoom(go);
   }
   absl::MutexLock lock(&feed_mu_);
   auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(feed_mu_) {
     return feed_cancelled_ || feed_closed_ || !runs_.empty();
   };
+  if (!wait && !ready()) return ItemQueue::PopResult::kNotReady;
   feed_mu_.Await(absl::Condition(&ready));
   if (feed_cancelled_) return ItemQueue::PopResult::kCancelled;
   *seq = next_feed_;
@@ -129,13 +146,10 @@ absl::Status RunStream::Wrap(const absl::Status& s, uint64_t global, std::string
   return absl::Status(s.code(), absl::StrCat(where, ": ", s.message()));
 }
 
-void RunStream::Process(Stage& stage, Item* item) {
-  Element& e = *item->element();
+void RunStream::Process(Stage& stage, const std::vector<Item*>& items) {
   const LogicalPipeline& lp = *ctx_.logical;
-  const uint64_t global = e.global_indices[0];
-  const ElementContext ctx{lp.seed, e.epoch, global};
   ExecutorMetrics* m = ctx_.metrics;
-  auto fail = [&](const absl::Status& s) {
+  auto fail = [&](Item* item, const absl::Status& s) {
     if (lp.skip_errors && s.code() == absl::StatusCode::kDataLoss) {
       item->Drop();
       stage.skipped.fetch_add(1);
@@ -145,118 +159,224 @@ void RunStream::Process(Stage& stage, Item* item) {
       item->Fail(s);
     }
   };
+  auto context = [&](Item* item) {
+    const Element& e = *item->element();
+    return ElementContext{lp.seed, e.epoch, e.global_indices[0]};
+  };
+  // The items not dropped or failed by an earlier step.
+  auto present = [&] {
+    std::vector<Item*> v;
+    for (Item* item : items) {
+      if (item->element() != nullptr) v.push_back(item);
+    }
+    return v;
+  };
+  // The present items a step computes: not those read from the cache, whose
+  // steps before the cache node were run before they were cached.
+  auto live = [&] {
+    std::vector<Item*> v;
+    for (Item* item : present()) {
+      if (!item->element()->from_cache) v.push_back(item);
+    }
+    return v;
+  };
+  auto observe = [&](const Op& op, absl::Time t0, size_t n) {
+    if (!m) return;
+    auto it = m->ops.find(op.name());
+    if (it == m->ops.end()) return;
+    const double each = absl::ToDoubleSeconds(ctx_.clock->Now() - t0) / static_cast<double>(n);
+    for (size_t i = 0; i < n; ++i) it->second->Observe(each);
+  };
   for (const Step& step : stage.plan->steps) {
-    if (e.from_cache && step.kind != Step::kCache) continue;  // computed before it was cached
     switch (step.kind) {
-      case Step::kRead: {
-        if (ctx_.cache != nullptr) {
-          absl::StatusOr<ElementCache::Found> found = ctx_.cache->Lookup(global, &e.columns);
-          if (!found.ok()) return fail(Wrap(found.status(), global, "cache", ""));
-          if (*found == ElementCache::Found::kAbsent) {
-            item->Drop();
-            stage.dropped.fetch_add(1);
-            return;
+      case Step::kRead:
+        for (Item* item : live()) {
+          Element& e = *item->element();
+          const uint64_t global = e.global_indices[0];
+          if (ctx_.cache != nullptr) {
+            absl::StatusOr<ElementCache::Found> found = ctx_.cache->Lookup(global, &e.columns);
+            if (!found.ok()) {
+              fail(item, Wrap(found.status(), global, "cache", ""));
+              continue;
+            }
+            if (*found == ElementCache::Found::kAbsent) {
+              item->Drop();
+              stage.dropped.fetch_add(1);
+              continue;
+            }
+            if (*found == ElementCache::Found::kHit) {
+              e.from_cache = true;
+              continue;
+            }
           }
-          if (*found == ElementCache::Found::kHit) {
-            e.from_cache = true;
-            break;
+          auto cols = lp.source->Read(global, lp.source_columns);
+          if (!cols.ok()) {
+            absl::Status s = cols.status();
+            if (s.code() == absl::StatusCode::kNotFound) {
+              s = absl::DataLossError(s.message());
+            }
+            fail(item, Wrap(s, global, "source", ""));
+            continue;
           }
+          item->element()->columns = std::move(*cols);
         }
-        auto cols = lp.source->Read(global, lp.source_columns);
-        if (!cols.ok()) {
-          absl::Status s = cols.status();
-          if (s.code() == absl::StatusCode::kNotFound) {
-            s = absl::DataLossError(s.message());
-          }
-          return fail(Wrap(s, global, "source", ""));
-        }
-        e.columns = std::move(*cols);
         break;
-      }
       case Step::kMap: {
-        // Runs of per-column ops go column by column; an op that takes all
-        // columns (python) gets them together.
+        // Runs of per-column ops go column by column, element by element; an
+        // op that takes all columns (python) gets them together, for all the
+        // elements of the group at once if it groups.
         const auto& ops = step.map.ops;
         for (size_t begin = 0; begin < ops.size();) {
-          auto observe = [&](const Op& op, absl::Time t0) {
-            if (!m) return;
-            auto it = m->ops.find(op.name());
-            if (it != m->ops.end()) {
-              it->second->Observe(absl::ToDoubleSeconds(ctx_.clock->Now() - t0));
-            }
-          };
           if (ops[begin]->takes_all_columns()) {
             const Op& op = *ops[begin];
-            std::vector<Tensor> cols;
-            for (int slot : step.map.slots) {
-              cols.push_back(std::move(e.columns[slot]));
+            const std::vector<Item*> group = live();
+            if (group.empty()) break;
+            std::vector<std::vector<Tensor>> cols(group.size());
+            std::vector<ElementContext> ctxs;
+            for (size_t i = 0; i < group.size(); ++i) {
+              Element& e = *group[i]->element();
+              for (int slot : step.map.slots) {
+                cols[i].push_back(std::move(e.columns[slot]));
+              }
+              ctxs.push_back(context(group[i]));
             }
             const absl::Time t0 = m ? ctx_.clock->Now() : absl::InfinitePast();
-            auto r = op.ApplyColumns(std::move(cols), ctx);
-            observe(op, t0);
-            if (!r.ok()) {
-              return fail(Wrap(r.status(), global, step.map.name, op.name()));
+            std::vector<absl::StatusOr<std::vector<Tensor>>> r;
+            if (group.size() == 1) {
+              r.push_back(op.ApplyColumns(std::move(cols[0]), ctxs[0]));
+            } else {
+              r = op.ApplyColumnsGroup(std::move(cols), ctxs);
             }
-            for (size_t k = 0; k < step.map.slots.size(); ++k) {
-              e.columns[step.map.slots[k]] = std::move((*r)[k]);
+            observe(op, t0, group.size());
+            for (size_t i = 0; i < group.size(); ++i) {
+              if (!r[i].ok()) {
+                fail(group[i], Wrap(r[i].status(), ctxs[i].global_index, step.map.name, op.name()));
+                continue;
+              }
+              Element& e = *group[i]->element();
+              for (size_t k = 0; k < step.map.slots.size(); ++k) {
+                e.columns[step.map.slots[k]] = std::move((*r[i])[k]);
+              }
             }
             ++begin;
             continue;
           }
           size_t end = begin;
           while (end < ops.size() && !ops[end]->takes_all_columns()) ++end;
-          for (int slot : step.map.slots) {
-            Tensor t = std::move(e.columns[slot]);
-            for (size_t i = begin; i < end; ++i) {
-              const Op& op = *ops[i];
-              const absl::Time t0 = m ? ctx_.clock->Now() : absl::InfinitePast();
-              auto r = op.Apply(std::move(t), ctx);
-              observe(op, t0);
-              if (!r.ok()) {
-                return fail(Wrap(r.status(), global, step.map.name, op.name()));
+          for (Item* item : live()) {
+            Element& e = *item->element();
+            const ElementContext ctx = context(item);
+            bool failed = false;
+            for (int slot : step.map.slots) {
+              Tensor t = std::move(e.columns[slot]);
+              for (size_t i = begin; i < end && !failed; ++i) {
+                const Op& op = *ops[i];
+                const absl::Time t0 = m ? ctx_.clock->Now() : absl::InfinitePast();
+                auto r = op.Apply(std::move(t), ctx);
+                observe(op, t0, 1);
+                if (!r.ok()) {
+                  fail(item, Wrap(r.status(), ctx.global_index, step.map.name, op.name()));
+                  failed = true;
+                  break;
+                }
+                t = std::move(*r);
               }
-              t = std::move(*r);
+              if (failed) break;
+              e.columns[slot] = std::move(t);
             }
-            e.columns[slot] = std::move(t);
           }
           begin = end;
         }
         break;
       }
       case Step::kCache:
-        if (e.from_cache) {
-          e.from_cache = false;
-        } else if (ctx_.cache != nullptr) {
-          ctx_.cache->Offer(global, e.columns);
+        for (Item* item : present()) {
+          Element& e = *item->element();
+          if (e.from_cache) {
+            e.from_cache = false;
+          } else if (ctx_.cache != nullptr) {
+            ctx_.cache->Offer(e.global_indices[0], e.columns);
+          }
         }
         break;
       case Step::kFilter:
-        for (const auto& [slot, filter] : step.filter.predicates) {
-          const Tensor& t = e.columns[slot];
-          const int64_t v =
-              t.dtype() == DType::kInt32 ? int64_t{*t.data_as<int32_t>()} : *t.data_as<int64_t>();
-          if (!filter.Matches(v)) {
-            item->Drop();
-            stage.dropped.fetch_add(1);
-            return;
+        for (Item* item : live()) {
+          const Element& e = *item->element();
+          for (const auto& [slot, filter] : step.filter.predicates) {
+            const Tensor& t = e.columns[slot];
+            const int64_t v =
+                t.dtype() == DType::kInt32 ? int64_t{*t.data_as<int32_t>()} : *t.data_as<int64_t>();
+            if (!filter.Matches(v)) {
+              item->Drop();
+              stage.dropped.fetch_add(1);
+              break;
+            }
           }
         }
         break;
     }
   }
-  item->Recount();
+  for (Item* item : present()) item->Recount();
 }
 
-void RunStream::TimedProcess(int si, Item* item) {
+namespace {
+
+// The elements of `items` the stage's steps run on (not holes, errors or
+// end-of-run markers).
+std::vector<Item*> Elements(std::vector<Item>& items) {
+  std::vector<Item*> v;
+  for (Item& item : items) {
+    if (item.element() != nullptr && !item.element()->end_of_run) {
+      v.push_back(&item);
+    }
+  }
+  return v;
+}
+
+}  // namespace
+
+void RunStream::TimedProcess(int si, const std::vector<Item*>& items) {
   Stage& stage = *stages_[si];
   const absl::Time t0 = ctx_.clock->Now();
-  Process(stage, item);
+  Process(stage, items);
   const absl::Duration busy = ctx_.clock->Now() - t0;
   stage.busy_ns.fetch_add(absl::ToInt64Nanoseconds(busy));
   if (ExecutorMetrics* m = ctx_.metrics) {
     m->stages[si].busy->Increment(absl::ToDoubleSeconds(busy));
-    m->stages[si].latency->Observe(absl::ToDoubleSeconds(busy));
+    const double each = absl::ToDoubleSeconds(busy) / static_cast<double>(items.size());
+    for (size_t i = 0; i < items.size(); ++i) {
+      m->stages[si].latency->Observe(each);
+    }
   }
+}
+
+ItemQueue::PopResult RunStream::PopGroup(int si, std::vector<Item>* items,
+                                         std::vector<uint64_t>* seqs, uint64_t* end) {
+  Stage& s = *stages_[si];
+  BatchAssembler* assembler = s.assembler.get();
+  Item item;
+  uint64_t seq = 0;
+  if (assembler != nullptr && !assembler->Reserve()) {
+    return ItemQueue::PopResult::kCancelled;
+  }
+  const auto r = PopInput(si, &item, &seq, /*wait=*/true);
+  if (r != ItemQueue::PopResult::kItem) {
+    if (assembler != nullptr) assembler->Unreserve();
+    *end = seq;
+    return r;
+  }
+  items->push_back(std::move(item));
+  seqs->push_back(seq);
+  while (items->size() < static_cast<size_t>(s.group)) {
+    if (assembler != nullptr && !assembler->TryReserve()) break;
+    if (PopInput(si, &item, &seq, /*wait=*/false) != ItemQueue::PopResult::kItem) {
+      if (assembler != nullptr) assembler->Unreserve();
+      break;
+    }
+    items->push_back(std::move(item));
+    seqs->push_back(seq);
+  }
+  return ItemQueue::PopResult::kItem;
 }
 
 void RunStream::ElementWorker(int si) {
@@ -264,25 +384,29 @@ void RunStream::ElementWorker(int si) {
   ItemQueue& out = *queues_[si];
   while (true) {
     if (LeaveIfAboveTarget(si)) return;
-    Item item;
-    uint64_t seq = 0;
-    const auto r = PopInput(si, &item, &seq);
+    std::vector<Item> items;
+    std::vector<uint64_t> seqs;
+    uint64_t end = 0;
+    const auto r = PopGroup(si, &items, &seqs, &end);
     if (r == ItemQueue::PopResult::kCancelled) return;
     if (r == ItemQueue::PopResult::kEnd) {
-      out.SetEnd(seq);
+      out.SetEnd(end);
       stage.finished = true;
       return;
     }
-    if (item.element() != nullptr && !item.element()->end_of_run) {
-      TimedProcess(si, &item);
-      stage.elements.fetch_add(1);
+    const std::vector<Item*> elements = Elements(items);
+    if (!elements.empty()) {
+      TimedProcess(si, elements);
+      stage.elements.fetch_add(elements.size());
       if (ExecutorMetrics* m = ctx_.metrics) {
-        m->stages[si].elements->Increment();
+        m->stages[si].elements->Increment(static_cast<double>(elements.size()));
       }
     }
-    const int64_t bytes = item.bytes();
-    if (si + 1 == static_cast<int>(queues_.size())) outputs_waiting_.fetch_add(1);
-    if (!out.Push(seq, std::move(item), bytes)) return;
+    for (size_t i = 0; i < items.size(); ++i) {
+      const int64_t bytes = items[i].bytes();
+      if (si + 1 == static_cast<int>(queues_.size())) outputs_waiting_.fetch_add(1);
+      if (!out.Push(seqs[i], std::move(items[i]), bytes)) return;
+    }
   }
 }
 
@@ -291,36 +415,42 @@ void RunStream::BatchWorker(int si) {
   BatchAssembler& assembler = *s.assembler;
   while (true) {
     if (LeaveIfAboveTarget(si)) return;
-    if (!assembler.Reserve()) return;
-    Item item;
-    uint64_t seq = 0;
-    const auto r = PopInput(si, &item, &seq);
+    std::vector<Item> items;
+    std::vector<uint64_t> seqs;
+    uint64_t end = 0;
+    const auto r = PopGroup(si, &items, &seqs, &end);
     if (r == ItemQueue::PopResult::kCancelled) return;
     if (r == ItemQueue::PopResult::kEnd) {
-      assembler.Unreserve();
-      assembler.SetInputEnd(seq);
+      assembler.SetInputEnd(end);
       s.finished = true;
       return;
     }
     // The steps and writing into the batch (and finishing it) are the
-    // stage's work: two clock reads per element (three with metrics, which
+    // stage's work: two clock reads per group (three with metrics, which
     // time the steps alone).
     const absl::Time t0 = ctx_.clock->Now();
     ExecutorMetrics* m = ctx_.metrics;
-    const bool marker = item.element() != nullptr && item.element()->end_of_run;
-    if (item.element() != nullptr && !marker && !s.plan->steps.empty()) {
-      Process(s, &item);
+    const std::vector<Item*> elements = Elements(items);
+    if (!elements.empty() && !s.plan->steps.empty()) {
+      Process(s, elements);
       if (m != nullptr) {
         const double steps = absl::ToDoubleSeconds(ctx_.clock->Now() - t0);
         m->stages[si].busy->Increment(steps);
-        m->stages[si].latency->Observe(steps);
+        const double each = steps / static_cast<double>(elements.size());
+        for (size_t i = 0; i < elements.size(); ++i) {
+          m->stages[si].latency->Observe(each);
+        }
       }
     }
-    if ((item.element() != nullptr && !marker) || !item.status().ok()) {
-      s.elements.fetch_add(1);
-      if (m != nullptr) m->stages[si].elements->Increment();
+    for (size_t i = 0; i < items.size(); ++i) {
+      Item& item = items[i];
+      const bool marker = item.element() != nullptr && item.element()->end_of_run;
+      if ((item.element() != nullptr && !marker) || !item.status().ok()) {
+        s.elements.fetch_add(1);
+        if (m != nullptr) m->stages[si].elements->Increment();
+      }
+      assembler.Add(seqs[i], std::move(item));
     }
-    assembler.Add(seq, std::move(item));
     s.busy_ns.fetch_add(absl::ToInt64Nanoseconds(ctx_.clock->Now() - t0));
   }
 }
@@ -452,7 +582,8 @@ void RunStream::Autotune() {
         if (spawns) ++running;
         AddWorker(i);
       }
-      queues_[i]->SetLimits(d.queue_capacity[i], d.queue_bytes[i]);
+      const int64_t group = i + 1 < n ? stages_[i + 1]->group : 1;
+      queues_[i]->SetLimits(std::max<int64_t>(d.queue_capacity[i], group), d.queue_bytes[i]);
     }
   }
 }

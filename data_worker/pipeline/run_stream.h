@@ -106,6 +106,9 @@ class RunStream {
     std::atomic<int64_t> busy_ns{0};
     std::atomic<bool> finished{false};
     std::unique_ptr<BatchAssembler> assembler;  // batch stages only
+    // Elements a worker takes at once: the largest Op::group_size() of the
+    // stage's ops (1: one at a time).
+    int group = 1;
   };
 
   // Builds the queues; starts nothing. The feed is open and empty.
@@ -151,15 +154,26 @@ class RunStream {
   std::atomic<uint64_t> batches_out{0};
 
  private:
-  ItemQueue::PopResult PopInput(int stage, Item* item, uint64_t* seq) ABSL_LOCKS_EXCLUDED(feed_mu_);
+  // The next input item of `stage`; with wait=false, kNotReady instead of
+  // waiting for one.
+  ItemQueue::PopResult PopInput(int stage, Item* item, uint64_t* seq, bool wait = true)
+      ABSL_LOCKS_EXCLUDED(feed_mu_);
+  // Waits for one input item of stage si, then takes the ones already
+  // waiting behind it, up to the stage's group (reserving each in the batch
+  // stage's assembler): items[i] at sequence seqs[i], in order. kEnd (the
+  // input's end in *end) or kCancelled when the first one is.
+  ItemQueue::PopResult PopGroup(int si, std::vector<Item>* items, std::vector<uint64_t>* seqs,
+                                uint64_t* end);
   // "<shard or file>: record <global>: <node> (<op>): <message>".
   absl::Status Wrap(const absl::Status& s, uint64_t global, std::string_view node,
                     std::string_view op) const;
-  // Runs the per-element steps of `stage` on `item` (turning it into a hole
-  // or an error).
-  void Process(Stage& stage, Item* item);
+  // Runs the per-element steps of `stage` on `items` (elements, not markers),
+  // step by step over the group, turning each into a hole or an error on
+  // failure. Each element's result is what it would be alone: ops draw from
+  // the element's context, never from its group.
+  void Process(Stage& stage, const std::vector<Item*>& items);
   // Process with timing and counters.
-  void TimedProcess(int si, Item* item);
+  void TimedProcess(int si, const std::vector<Item*>& items);
   void ElementWorker(int si);
   void BatchWorker(int si);
   // A finished batch of stage `si`: vectorized ops, then the output queue.

@@ -26,6 +26,11 @@ bool IsIdentifier(absl::string_view s) {
   return true;
 }
 
+// Elements per request when the spec leaves `group` at 0.
+constexpr int kDefaultGroup = 8;
+// The largest `group` accepted.
+constexpr int kMaxGroup = 1024;
+
 class PythonOpImpl final : public Op {
  public:
   PythonOpImpl(OpLabel label, const proto::PythonOp& spec, std::vector<DType> output_dtypes,
@@ -34,6 +39,7 @@ class PythonOpImpl final : public Op {
         module_(spec.module()),
         function_(spec.function()),
         output_dtypes_(std::move(output_dtypes)),
+        group_(spec.group() > 0 ? spec.group() : kDefaultGroup),
         pool_(std::move(pool)) {}
 
   std::string_view name() const override { return label_.name; }
@@ -52,9 +58,55 @@ class PythonOpImpl final : public Op {
                                                    const ElementContext& ctx) const override {
     std::vector<const Tensor*> in;
     for (const Tensor& t : columns) in.push_back(&t);
-    const uint64_t seed =
-        MixSeed({ctx.seed, ctx.epoch, ctx.global_index, static_cast<uint64_t>(label_.position)});
-    absl::StatusOr<std::vector<Tensor>> out = pool_->Call(module_, function_, seed, in);
+    return Check(columns, pool_->Call(module_, function_, Seed(ctx), in));
+  }
+
+  int group_size() const override { return group_; }
+
+  // Requests of at most group_ elements and kGroupBytes of inputs (an
+  // element larger than that goes alone).
+  std::vector<absl::StatusOr<std::vector<Tensor>>> ApplyColumnsGroup(
+      std::vector<std::vector<Tensor>> columns,
+      const std::vector<ElementContext>& ctxs) const override {
+    std::vector<absl::StatusOr<std::vector<Tensor>>> out;
+    out.reserve(columns.size());
+    for (size_t begin = 0; begin < columns.size();) {
+      std::vector<python::CallInput> group;
+      size_t bytes = 0;
+      size_t end = begin;
+      for (; end < columns.size() && end - begin < static_cast<size_t>(group_); ++end) {
+        size_t b = 0;
+        for (const Tensor& t : columns[end]) b += t.num_bytes();
+        if (end > begin && bytes + b > kGroupBytes) break;
+        bytes += b;
+        python::CallInput in;
+        in.seed = Seed(ctxs[end]);
+        for (const Tensor& t : columns[end]) in.columns.push_back(&t);
+        group.push_back(std::move(in));
+      }
+      absl::StatusOr<std::vector<python::CallResult>> results =
+          pool_->CallGroup(module_, function_, group);
+      for (size_t i = begin; i < end; ++i) {
+        out.push_back(results.ok() ? Check(columns[i], std::move((*results)[i - begin]))
+                                   : Check(columns[i], results.status()));
+      }
+      begin = end;
+    }
+    return out;
+  }
+
+ private:
+  // Inputs of one request at most (unless one element is larger).
+  static constexpr size_t kGroupBytes = size_t{1} << 20;
+
+  uint64_t Seed(const ElementContext& ctx) const {
+    return MixSeed({ctx.seed, ctx.epoch, ctx.global_index, static_cast<uint64_t>(label_.position)});
+  }
+
+  // The op's error (its label first) or the results, checked against the
+  // columns they replace.
+  absl::StatusOr<std::vector<Tensor>> Check(const std::vector<Tensor>& columns,
+                                            absl::StatusOr<std::vector<Tensor>> out) const {
     if (!out.ok()) {
       return absl::Status(out.status().code(),
                           absl::StrCat(label_.ToString(), ": ", module_, ".", function_, ": ",
@@ -83,11 +135,11 @@ class PythonOpImpl final : public Op {
     return out;
   }
 
- private:
   OpLabel label_;
   std::string module_;
   std::string function_;
   std::vector<DType> output_dtypes_;  // kBytes = the input's dtype
+  int group_;
   std::shared_ptr<python::PythonPool> pool_;
 };
 
@@ -103,6 +155,10 @@ absl::StatusOr<std::unique_ptr<Op>> MakePython(const proto::PythonOp& spec, OpLa
   if (!IsIdentifier(spec.function())) {
     return label.FieldError(
         "function", absl::StrCat("must be a Python identifier, got '", spec.function(), "'"));
+  }
+  if (spec.group() < 0 || spec.group() > kMaxGroup) {
+    return label.FieldError("group", absl::StrCat("must be in [0, ", kMaxGroup, "] (0: ",
+                                                  kDefaultGroup, "), got ", spec.group()));
   }
   std::vector<DType> dtypes;
   for (const std::string& d : spec.output_dtypes()) {

@@ -7,6 +7,11 @@
 // only on the element, never on the worker, the thread or the process that ran
 // it. It returns one array or a tuple with one array per column.
 //
+// Groups: group_size() is the spec's `group` (0: 8), and ApplyColumnsGroup
+// sends up to that many elements (and at most 1 MiB of inputs) to one process
+// per request (PythonPool::CallGroup): the same calls, seeds and per-element
+// errors as ApplyColumns on each, one round trip instead of one per element.
+//
 // Errors (the op's label first, then the Python text):
 //   FailedPrecondition  python ops are disabled on this worker (no
 //                       --allow-python-ops): when the op is built
@@ -16,7 +21,8 @@
 //   InvalidArgument     the module or function cannot be imported (with the
 //                       ImportError), wrong number of results, or a dtype
 //                       that differs from output_dtypes (or from the
-//                       input's): ends the job whatever on_error says
+//                       input's), or a `group` outside [0, 1024] (when the
+//                       op is built): ends the job whatever on_error says
 #ifndef SLUICE_DATA_WORKER_PYTHON_PYTHON_OP_H_
 #define SLUICE_DATA_WORKER_PYTHON_PYTHON_OP_H_
 

@@ -20,6 +20,7 @@ PythonPool::~PythonPool() = default;
 absl::StatusOr<std::unique_ptr<PythonProcess>> PythonPool::Acquire() {
   {
     absl::MutexLock lock(&mu_);
+    ++requests_;
     if (!idle_.empty()) {
       std::unique_ptr<PythonProcess> p = std::move(idle_.back());
       idle_.pop_back();
@@ -62,9 +63,49 @@ absl::StatusOr<std::vector<Tensor>> PythonPool::Call(const std::string& module,
                                           " times on this element (last: ", last.message(), ")"));
 }
 
+absl::StatusOr<std::vector<CallResult>> PythonPool::CallGroup(
+    const std::string& module, const std::string& function,
+    const std::vector<CallInput>& elements) {
+  std::vector<CallResult> out;
+  if (elements.size() > 1) {
+    absl::StatusOr<std::unique_ptr<PythonProcess>> p = Acquire();
+    if (!p.ok()) return p.status();
+    absl::StatusOr<std::vector<CallResult>> group =
+        (*p)->CallGroup(module, function, elements, options_.timeout);
+    if (group.ok()) {
+      Release(*std::move(p));
+      return group;
+    }
+    if (absl::IsInvalidArgument(group.status())) {  // the import failed
+      Release(*std::move(p));
+      for (size_t i = 0; i < elements.size(); ++i) {
+        out.push_back(group.status());
+      }
+      return out;
+    }
+    if (!absl::IsUnavailable(group.status())) return group.status();
+    absl::MutexLock lock(&mu_);
+    ++replaced_;
+  }
+  // One element, or the redo of a group whose process died: element by
+  // element, each with its own attempts.
+  for (const CallInput& e : elements) {
+    out.push_back(Call(module, function, e.seed, e.columns));
+    if (absl::IsFailedPrecondition(out.back().status())) {
+      return out.back().status();
+    }
+  }
+  return out;
+}
+
 int PythonPool::processes_started() const {
   absl::MutexLock lock(&mu_);
   return started_;
+}
+
+int PythonPool::requests() const {
+  absl::MutexLock lock(&mu_);
+  return requests_;
 }
 
 int PythonPool::processes_replaced() const {

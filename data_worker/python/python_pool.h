@@ -16,6 +16,11 @@
 // delivered twice. After `max_attempts` such failures on one call, the call
 // fails with DataLoss (the record is bad under on_error: skip).
 //
+// Groups: CallGroup hands one process several elements in one request (the
+// python op's `group`), so the per-element round trip (two wake-ups) is paid
+// once per group; a crash or timeout during a group redoes its elements one
+// by one on fresh processes (see CallGroup).
+//
 // Thread-safe.
 //
 //   PythonPool pool(options);
@@ -68,11 +73,27 @@ class PythonPool {
                                            uint64_t seed, const std::vector<const Tensor*>& columns)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Runs module.function once per element (PythonProcess::CallGroup) on one
+  // process, in one request: one result per element, in order, each as Call
+  // would return it. If the process dies or hangs during the group, it is
+  // replaced and the group is redone element by element on fresh processes
+  // (each element with Call's max_attempts), so an element that kills its
+  // process fails alone and no result is delivered twice. Errors of the whole
+  // call: FailedPrecondition if the interpreter cannot start, Internal for a
+  // garbled answer. REQUIRES: elements is not empty.
+  absl::StatusOr<std::vector<CallResult>> CallGroup(const std::string& module,
+                                                    const std::string& function,
+                                                    const std::vector<CallInput>& elements)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   const PythonOptions& options() const { return options_; }
   // Processes started so far (replacements included), and processes replaced
   // after a crash or timeout: for tests and metrics.
   int processes_started() const ABSL_LOCKS_EXCLUDED(mu_);
   int processes_replaced() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Requests sent to processes (a Call or a whole group is one; redone ones
+  // count again): for tests and metrics.
+  int requests() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   absl::StatusOr<std::unique_ptr<PythonProcess>> Acquire() ABSL_LOCKS_EXCLUDED(mu_);
@@ -83,6 +104,7 @@ class PythonPool {
   std::vector<std::unique_ptr<PythonProcess>> idle_ ABSL_GUARDED_BY(mu_);
   int started_ ABSL_GUARDED_BY(mu_) = 0;
   int replaced_ ABSL_GUARDED_BY(mu_) = 0;
+  int requests_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // The worker's pool, configured once by main() from its flags (and by tests)

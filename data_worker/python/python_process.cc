@@ -281,67 +281,46 @@ absl::StatusOr<std::string> PythonProcess::ReadBytes(size_t n, absl::Time deadli
   return out;
 }
 
-absl::StatusOr<std::vector<Tensor>> PythonProcess::Call(const std::string& module,
-                                                        const std::string& function, uint64_t seed,
-                                                        const std::vector<const Tensor*>& columns,
-                                                        absl::Duration timeout) {
-  timeout_ = timeout;
-  // Inputs, 64-byte aligned from offset 0.
-  size_t end = 0;
-  std::vector<size_t> offsets;
-  for (const Tensor* t : columns) {
-    offsets.push_back(end);
-    end = Align(end + t->num_bytes());
-  }
-  if (absl::Status s = MapShm(std::max(end, shm_size_)); !s.ok()) return s;
-  std::string request =
-      absl::StrCat("CALL ", module, " ", function, " ", seed, " ", columns.size(), "\n");
-  for (size_t i = 0; i < columns.size(); ++i) {
-    const Tensor& t = *columns[i];
-    if (t.num_bytes() > 0) {
-      std::memcpy(shm_ + offsets[i], t.data(), t.num_bytes());
-    }
+void PythonProcess::PutInputs(const std::vector<const Tensor*>& columns, size_t* end,
+                              std::string* request) {
+  for (const Tensor* c : columns) {
+    const Tensor& t = *c;
+    const size_t offset = *end;
+    if (t.num_bytes() > 0) std::memcpy(shm_ + offset, t.data(), t.num_bytes());
+    *end = Align(offset + t.num_bytes());
     const bool bytes = !record::IsNumeric(t.dtype());
     std::vector<int64_t> shape =
         bytes ? std::vector<int64_t>{static_cast<int64_t>(t.num_bytes())} : t.shape();
-    absl::StrAppend(&request, bytes ? "uint8" : record::DTypeName(t.dtype()), " ", offsets[i], " ",
+    absl::StrAppend(request, bytes ? "uint8" : record::DTypeName(t.dtype()), " ", offset, " ",
                     t.num_bytes(), " ", shape.size());
-    for (int64_t d : shape) absl::StrAppend(&request, " ", d);
-    absl::StrAppend(&request, "\n");
+    for (int64_t d : shape) absl::StrAppend(request, " ", d);
+    absl::StrAppend(request, "\n");
   }
-  const absl::Time deadline =
-      timeout == absl::InfiniteDuration() ? absl::InfiniteFuture() : absl::Now() + timeout;
-  if (absl::Status s = Send(request); !s.ok()) return s;
-  absl::StatusOr<std::string> head = ReadLine(deadline);
-  if (!head.ok()) return head.status();
-  std::vector<std::string> f = absl::StrSplit(*head, ' ');
-  if (f.size() == 3 && f[0] == "ERR") {
-    size_t n = 0;
-    if (!absl::SimpleAtoi(f[2], &n)) {
-      return absl::InternalError(
-          absl::StrCat("bad error line from the Python process: '", *head, "'"));
-    }
-    absl::StatusOr<std::string> text = ReadBytes(n, deadline);
-    if (!text.ok()) return text.status();
-    if (f[1] == "import") return absl::InvalidArgumentError(*text);
-    if (f[1] == "result") return absl::InvalidArgumentError(*text);
-    return absl::DataLossError(*text);
-  }
-  size_t nouts = 0, size = 0;
-  if (f.size() != 3 || f[0] != "OK" || !absl::SimpleAtoi(f[1], &nouts) ||
-      !absl::SimpleAtoi(f[2], &size)) {
+}
+
+absl::Status PythonProcess::ReadError(const std::vector<std::string>& head, absl::Time deadline) {
+  size_t n = 0;
+  if (head.size() != 3 || !absl::SimpleAtoi(head[2], &n)) {
     return absl::InternalError(
-        absl::StrCat("bad answer line from the Python process: '", *head, "'"));
+        absl::StrCat("bad error line from the Python process: '", absl::StrJoin(head, " "), "'"));
   }
+  absl::StatusOr<std::string> text = ReadBytes(n, deadline);
+  if (!text.ok()) return text.status();
+  if (head[1] == "import" || head[1] == "result") {
+    return absl::InvalidArgumentError(*text);
+  }
+  return absl::DataLossError(*text);
+}
+
+absl::StatusOr<std::vector<Tensor>> PythonProcess::ReadResults(size_t n, absl::Time deadline) {
   std::vector<Layout> layouts;
-  for (size_t k = 0; k < nouts; ++k) {
+  for (size_t k = 0; k < n; ++k) {
     absl::StatusOr<std::string> line = ReadLine(deadline);
     if (!line.ok()) return line.status();
     absl::StatusOr<Layout> l = ParseLayout(*line);
     if (!l.ok()) return l.status();
     layouts.push_back(*std::move(l));
   }
-  if (absl::Status s = MapShm(size); !s.ok()) return s;
   std::vector<Tensor> out;
   for (const Layout& l : layouts) {
     Tensor t = Tensor::Allocate(l.dtype, l.shape);
@@ -350,6 +329,98 @@ absl::StatusOr<std::vector<Tensor>> PythonProcess::Call(const std::string& modul
     }
     if (l.nbytes > 0) std::memcpy(t.data(), shm_ + l.offset, l.nbytes);
     out.push_back(std::move(t));
+  }
+  return out;
+}
+
+namespace {
+
+// Bytes the inputs take in the shared memory, 64-byte aligned from 0.
+size_t InputBytes(const std::vector<const Tensor*>& columns, size_t end) {
+  for (const Tensor* t : columns) end = Align(end + t->num_bytes());
+  return end;
+}
+
+absl::Time DeadlineAfter(absl::Duration timeout, size_t calls) {
+  return timeout == absl::InfiniteDuration() ? absl::InfiniteFuture()
+                                             : absl::Now() + timeout * static_cast<int64_t>(calls);
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<Tensor>> PythonProcess::Call(const std::string& module,
+                                                        const std::string& function, uint64_t seed,
+                                                        const std::vector<const Tensor*>& columns,
+                                                        absl::Duration timeout) {
+  timeout_ = timeout;
+  const size_t need = InputBytes(columns, 0);
+  if (absl::Status s = MapShm(std::max(need, shm_size_)); !s.ok()) return s;
+  std::string request =
+      absl::StrCat("CALL ", module, " ", function, " ", seed, " ", columns.size(), "\n");
+  size_t end = 0;
+  PutInputs(columns, &end, &request);
+  const absl::Time deadline = DeadlineAfter(timeout, 1);
+  if (absl::Status s = Send(request); !s.ok()) return s;
+  absl::StatusOr<std::string> head = ReadLine(deadline);
+  if (!head.ok()) return head.status();
+  std::vector<std::string> f = absl::StrSplit(*head, ' ');
+  if (!f.empty() && f[0] == "ERR") return ReadError(f, deadline);
+  size_t nouts = 0, size = 0;
+  if (f.size() != 3 || f[0] != "OK" || !absl::SimpleAtoi(f[1], &nouts) ||
+      !absl::SimpleAtoi(f[2], &size)) {
+    return absl::InternalError(
+        absl::StrCat("bad answer line from the Python process: '", *head, "'"));
+  }
+  if (absl::Status s = MapShm(size); !s.ok()) return s;
+  return ReadResults(nouts, deadline);
+}
+
+absl::StatusOr<std::vector<CallResult>> PythonProcess::CallGroup(
+    const std::string& module, const std::string& function, const std::vector<CallInput>& elements,
+    absl::Duration timeout) {
+  timeout_ = timeout * static_cast<int64_t>(elements.size());
+  size_t need = 0;
+  for (const CallInput& e : elements) need = InputBytes(e.columns, need);
+  if (absl::Status s = MapShm(std::max(need, shm_size_)); !s.ok()) return s;
+  std::string request = absl::StrCat("GROUP ", module, " ", function, " ", elements.size(), "\n");
+  size_t end = 0;
+  for (const CallInput& e : elements) {
+    absl::StrAppend(&request, e.seed, " ", e.columns.size(), "\n");
+    PutInputs(e.columns, &end, &request);
+  }
+  const absl::Time deadline = DeadlineAfter(timeout, elements.size());
+  if (absl::Status s = Send(request); !s.ok()) return s;
+  absl::StatusOr<std::string> head = ReadLine(deadline);
+  if (!head.ok()) return head.status();
+  std::vector<std::string> f = absl::StrSplit(*head, ' ');
+  if (!f.empty() && f[0] == "ERR") return ReadError(f, deadline);
+  size_t n = 0, size = 0;
+  if (f.size() != 3 || f[0] != "GROUP" || !absl::SimpleAtoi(f[1], &n) || n != elements.size() ||
+      !absl::SimpleAtoi(f[2], &size)) {
+    return absl::InternalError(
+        absl::StrCat("bad group answer line from the Python process: '", *head, "'"));
+  }
+  if (absl::Status s = MapShm(size); !s.ok()) return s;
+  std::vector<CallResult> out;
+  out.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    absl::StatusOr<std::string> line = ReadLine(deadline);
+    if (!line.ok()) return line.status();
+    std::vector<std::string> g = absl::StrSplit(*line, ' ');
+    if (!g.empty() && g[0] == "ERR") {
+      absl::Status err = ReadError(g, deadline);
+      if (absl::IsUnavailable(err) || absl::IsInternal(err)) return err;
+      out.push_back(std::move(err));
+      continue;
+    }
+    size_t nouts = 0;
+    if (g.size() != 2 || g[0] != "OK" || !absl::SimpleAtoi(g[1], &nouts)) {
+      return absl::InternalError(
+          absl::StrCat("bad answer line from the Python process: '", *line, "'"));
+    }
+    absl::StatusOr<std::vector<Tensor>> r = ReadResults(nouts, deadline);
+    if (!r.ok()) return r.status();
+    out.push_back(*std::move(r));
   }
   return out;
 }

@@ -27,6 +27,17 @@
 
 namespace sluice::data_worker::python {
 
+// One element of a group call (PythonProcess::CallGroup): the seed of its
+// generator and its columns (not owned).
+struct CallInput {
+  uint64_t seed = 0;
+  std::vector<const Tensor*> columns;
+};
+
+// The result of one element of a group: its arrays, or Call's per-element
+// errors (InvalidArgument for a bad result, DataLoss for an exception).
+using CallResult = absl::StatusOr<std::vector<Tensor>>;
+
 struct ProcessOptions {
   std::string interpreter;  // absolute path of python3 (needs numpy)
   // Prepended to the child's PYTHONPATH.
@@ -54,6 +65,17 @@ class PythonProcess {
                                            uint64_t seed, const std::vector<const Tensor*>& columns,
                                            absl::Duration timeout);
 
+  // Calls module.function once per element, in order, in one request and one
+  // answer (runner.py's GROUP): the same calls, generators and per-element
+  // errors as that many Call()s. The whole group fails with InvalidArgument
+  // (the import error) or Unavailable (the process died, or did not answer
+  // within `timeout` times the number of elements: drop it; no result of the
+  // group was delivered). REQUIRES: elements is not empty.
+  absl::StatusOr<std::vector<CallResult>> CallGroup(const std::string& module,
+                                                    const std::string& function,
+                                                    const std::vector<CallInput>& elements,
+                                                    absl::Duration timeout);
+
   pid_t pid() const { return pid_; }
 
  private:
@@ -67,6 +89,14 @@ class PythonProcess {
   absl::StatusOr<std::string> ReadLine(absl::Time deadline);
   absl::StatusOr<std::string> ReadBytes(size_t n, absl::Time deadline);
   absl::Status Fill(absl::Time deadline);
+  // Copies `columns` into the shared memory from *end on and appends their
+  // layout lines to *request.
+  void PutInputs(const std::vector<const Tensor*>& columns, size_t* end, std::string* request);
+  // The text of an "ERR <kind> <n>" line's answer as a Status (import and
+  // result: InvalidArgument; call: DataLoss).
+  absl::Status ReadError(const std::vector<std::string>& head, absl::Time deadline);
+  // Reads `n` layout lines and copies the results out of the shared memory.
+  absl::StatusOr<std::vector<Tensor>> ReadResults(size_t n, absl::Time deadline);
   // The process is gone (`exiting`) or hung: kill it and say why
   // (Unavailable).
   absl::Status Dead(const std::string& what, bool exiting);

@@ -2,7 +2,8 @@
 #
 # The worker starts `python3 -c <this file>` with fd 3 = a shared-memory file (memfd) and
 # fd 4 = a stream socket to the worker; stdout goes to the worker's stderr. Each request is
-# one call; the tensors stay in the shared memory, the socket carries only their layout:
+# one call or one group of calls; the tensors stay in the shared memory, the socket carries
+# only their layout:
 #
 #   worker -> child   CALL <module> <function> <seed> <ncols>\n
 #                     <dtype> <offset> <nbytes> <ndim> <d0> <d1> ...\n      (ncols lines)
@@ -10,8 +11,26 @@
 #                     <dtype> <offset> <nbytes> <ndim> <d0> <d1> ...\n      (nouts lines)
 #                 or  ERR <kind> <nbytes>\n<nbytes of UTF-8 text>          (kind: import|call|result)
 #
-# Inputs are numpy views of the shared memory (no copy). Outputs are written after the inputs,
-# 64-byte aligned; the child grows the memfd when they do not fit (the worker re-reads its size).
+# A group is n calls of the same function in one request and one answer (the function is
+# still called once per element, in order, each with its own generator):
+#
+#   worker -> child   GROUP <module> <function> <n>\n
+#                     then per element: <seed> <ncols>\n and its ncols layout lines
+#   child -> worker   GROUP <n> <shm_size>\n
+#                     then per element: OK <nouts>\n and its nouts layout lines,
+#                                   or  ERR <kind> <nbytes>\n<text>        (kind: call|result)
+#                 or  ERR import <nbytes>\n<text>                          (the whole group)
+#
+# Example, a group of two one-column elements, the second raising:
+#
+#   GROUP augment_numpy train 2\n
+#   7301 1\nuint8 0 150528 3 224 224 3\n
+#   9924 1\nuint8 150528 150528 3 224 224 3\n
+#   -> GROUP 2 1048576\nOK 1\nuint8 301056 150528 3 224 224 3\nERR call 93\nTraceback ...
+#
+# Inputs are numpy views of the shared memory (no copy). Outputs are written after all the
+# request's inputs, 64-byte aligned; the child grows the memfd when they do not fit (the
+# worker re-reads its size).
 import importlib
 import mmap
 import os
@@ -60,9 +79,77 @@ def send(data):
         view = view[n:]
 
 
-def send_error(kind, text):
+def error(kind, text):
     body = text.encode("utf-8", "replace")
-    send(b"ERR %s %d\n" % (kind.encode(), len(body)) + body)
+    return b"ERR %s %d\n" % (kind.encode(), len(body)) + body
+
+
+def load(functions, module, function):
+    """The function, or raises (the caller sends the traceback as an import error)."""
+    key = (module, function)
+    fn = functions.get(key)
+    if fn is None:
+        fn = getattr(importlib.import_module(module.decode()), function.decode())
+        if not callable(fn):
+            raise TypeError("%s.%s is not callable" % (module.decode(), function.decode()))
+        functions[key] = fn
+    return fn
+
+
+def inputs_end(specs):
+    return max((int(offset) + int(nbytes) for _, offset, nbytes, *_ in specs), default=0)
+
+
+def call(fn, buf, specs, seed):
+    """One call: (the result arrays, None) or (None, (kind, text))."""
+    columns = [view(buf, np.dtype(dtype.decode()), tuple(int(d) for d in dims), int(offset),
+                    int(nbytes))
+               for dtype, offset, nbytes, ndim, *dims in specs]
+    rng = np.random.Generator(np.random.PCG64(int(seed)))
+    try:
+        result = fn(*columns, rng=rng)
+    except BaseException:
+        return None, ("call", traceback.format_exc())
+    del columns
+    outputs = result if isinstance(result, (tuple, list)) else (result,)
+    arrays = []
+    for k, out in enumerate(outputs):
+        a = np.asarray(out)
+        if a.dtype.name not in DTYPES:
+            return None, ("result", "result %d is %s%s; return one of %s (cast with .astype)" % (
+                k, a.dtype.name, list(a.shape), ", ".join(DTYPES)))
+        arrays.append(a)
+    return arrays, None
+
+
+def write_results(shm, results, end):
+    """Copies every result array into the shared memory after `end`; returns the layout
+    lines of each result (None for an error) and the shared memory's size."""
+    offset = align(end)
+    placed = []
+    for arrays, _ in results:
+        if arrays is None:
+            placed.append(None)
+            continue
+        layout = []
+        for a in arrays:
+            layout.append((a, offset))
+            offset = align(offset + a.nbytes)
+        placed.append(layout)
+    buf = shm.buffer(need=offset)
+    lines = []
+    for layout in placed:
+        if layout is None:
+            lines.append(None)
+            continue
+        text = []
+        for a, off in layout:
+            if a.nbytes:
+                np.copyto(view(buf, a.dtype, a.shape, off, a.nbytes), a, casting="no")
+            text.append(("%s %d %d %d%s\n" % (a.dtype.name, off, a.nbytes, a.ndim,
+                                              "".join(" %d" % d for d in a.shape))).encode())
+        lines.append(text)
+    return lines, shm.size
 
 
 def main():
@@ -73,61 +160,42 @@ def main():
         line = reader.readline()
         if not line:
             return
-        _, module, function, seed, ncols = line.split()
-        specs = [reader.readline().split() for _ in range(int(ncols))]
-        key = (module, function)
-        fn = functions.get(key)
-        if fn is None:
-            try:
-                fn = getattr(importlib.import_module(module.decode()), function.decode())
-                if not callable(fn):
-                    raise TypeError("%s.%s is not callable" % (module.decode(), function.decode()))
-            except BaseException:
-                send_error("import", traceback.format_exc())
-                continue
-            functions[key] = fn
-        buf = shm.buffer()
-        columns = []
-        end = 0
-        for dtype, offset, nbytes, ndim, *dims in specs:
-            offset, nbytes = int(offset), int(nbytes)
-            shape = tuple(int(d) for d in dims)
-            columns.append(view(buf, np.dtype(dtype.decode()), shape, offset, nbytes))
-            end = max(end, offset + nbytes)
-        rng = np.random.Generator(np.random.PCG64(int(seed)))
+        words = line.split()
+        if words[0] == b"GROUP":
+            _, module, function, n = words
+            elements = []
+            for _ in range(int(n)):
+                seed, ncols = reader.readline().split()
+                elements.append((seed, [reader.readline().split() for _ in range(int(ncols))]))
+        else:
+            _, module, function, seed, ncols = words
+            elements = [(seed, [reader.readline().split() for _ in range(int(ncols))])]
         try:
-            result = fn(*columns, rng=rng)
+            fn = load(functions, module, function)
         except BaseException:
-            send_error("call", traceback.format_exc())
+            send(error("import", traceback.format_exc()))
             continue
-        del columns
-        outputs = result if isinstance(result, (tuple, list)) else (result,)
-        arrays = []
-        error = None
-        for k, out in enumerate(outputs):
-            a = np.asarray(out)
-            if a.dtype.name not in DTYPES:
-                error = "result %d is %s%s; return one of %s (cast with .astype)" % (
-                    k, a.dtype.name, list(a.shape), ", ".join(DTYPES))
-                break
-            arrays.append(a)
-        if error is not None:
-            send_error("result", error)
-            continue
-        offset = align(end)
-        layout = []
-        for a in arrays:
-            layout.append((a, offset))
-            offset = align(offset + a.nbytes)
-        buf = shm.buffer(need=offset)
-        header = [b"OK %d %d\n" % (len(arrays), shm.size)]
-        for a, off in layout:
-            if a.nbytes:
-                np.copyto(view(buf, a.dtype, a.shape, off, a.nbytes), a, casting="no")
-            header.append(("%s %d %d %d%s\n" % (a.dtype.name, off, a.nbytes, a.ndim,
-                                                "".join(" %d" % d for d in a.shape))).encode())
-        del result, outputs, arrays, layout
-        send(b"".join(header))
+        buf = shm.buffer()
+        end = max((inputs_end(specs) for _, specs in elements), default=0)
+        results = [call(fn, buf, specs, seed) for seed, specs in elements]
+        del buf
+        lines, size = write_results(shm, results, end)
+        if words[0] == b"GROUP":
+            out = [b"GROUP %d %d\n" % (len(results), size)]
+            for (arrays, err), text in zip(results, lines):
+                if err is not None:
+                    out.append(error(*err))
+                else:
+                    out.append(b"OK %d\n" % len(arrays))
+                    out.extend(text)
+        else:
+            (arrays, err), text = results[0], lines[0]
+            if err is not None:
+                out = [error(*err)]
+            else:
+                out = [b"OK %d %d\n" % (len(arrays), size)] + text
+        del results
+        send(b"".join(out))
 
 
 main()

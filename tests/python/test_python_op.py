@@ -18,3 +18,11 @@ def test_python_op_output_dtypes_and_json():
     spec = json.loads(p.to_json())
     assert spec["nodes"][0]["map"]["ops"][1] == {
         "python": {"module": "m", "function": "f", "output_dtypes": ["float32", ""]}}
+
+
+def test_python_op_group():
+    p = (sluice.Pipeline().dataset("/d").columns(["label"])
+         .map(["label"], [sluice.ops.python("m", "f", group=32)]))
+    spec = json.loads(p.to_json())
+    assert spec["nodes"][0]["map"]["ops"][0] == {
+        "python": {"module": "m", "function": "f", "group": 32}}

@@ -134,12 +134,14 @@ inline proto::OpSpec Sleep(int64_t micros) {
 // module.function(*columns, rng=numpy.random.Generator) in the worker's Python
 // processes, on all of the map's input columns (docs/python.md, "Python
 // transforms"). `output_dtypes`: one per column, "" or none = the input's.
+// `group`: elements per request to a Python process (0: 8; 1: one at a time).
 // Only the names travel: the module must be importable on the worker.
 inline proto::OpSpec Python(const std::string& module, const std::string& function,
-                            const std::vector<std::string>& output_dtypes = {}) {
+                            const std::vector<std::string>& output_dtypes = {}, int group = 0) {
   proto::OpSpec op;
   op.mutable_python()->set_module(module);
   op.mutable_python()->set_function(function);
+  if (group != 0) op.mutable_python()->set_group(group);
   for (const std::string& d : output_dtypes) {
     op.mutable_python()->add_output_dtypes(d);
   }

@@ -243,7 +243,8 @@ class ops:  # noqa: N801 (a namespace, like the C++ free functions)
 
     @staticmethod
     def python(module: str, function: str,
-               output_dtypes: Optional[Sequence[str]] = None) -> Op:
+               output_dtypes: Optional[Sequence[str]] = None,
+               group: Optional[int] = None) -> Op:
         """A user function run in the workers' Python processes (docs/python.md).
 
         The worker imports ``module`` (from its image or ``--python-path``; it refuses the op
@@ -251,11 +252,15 @@ class ops:  # noqa: N801 (a namespace, like the C++ free functions)
         ``function(*columns, rng=numpy.random.Generator)`` with the map's input columns as
         numpy arrays; it returns one array or a tuple, one per column. Only the two names are
         sent, never code. ``output_dtypes``: one per column (default: each input's dtype).
+        ``group``: elements handed to a Python process per request (default 8; 1 = one
+        element per request); the function is still called once per element.
         Returns the op as a dict.
         """
         fields: Dict[str, Any] = {"module": module, "function": function}
         if output_dtypes:
             fields["output_dtypes"] = list(output_dtypes)
+        if group is not None:
+            fields["group"] = group
         return {"python": fields}
 
 

@@ -202,5 +202,17 @@ TEST(BatchAssembler, ReserveWaitsForCommitsAndStopsOnCancel) {
   EXPECT_FALSE(got);
 }
 
+TEST(BatchAssembler, TryReserveNeverWaits) {
+  Sink sink;
+  auto a = Make(&sink, /*batch_size=*/2, false, /*window=*/2);
+  ASSERT_TRUE(a->TryReserve());
+  ASSERT_TRUE(a->TryReserve());
+  EXPECT_FALSE(a->TryReserve());  // the window is full
+  a->Add(0, Elem(0, &sink.live));
+  EXPECT_TRUE(a->TryReserve());
+  a->Cancel();
+  EXPECT_FALSE(a->TryReserve());
+}
+
 }  // namespace
 }  // namespace sluice::data_worker::pipeline

@@ -35,6 +35,27 @@ TEST(OrderedQueue, PopsInSequenceOrderWhateverThePushOrder) {
   EXPECT_EQ(snap.peak_bytes, 3);
 }
 
+TEST(OrderedQueue, TryPopGivesTheHeadOnlyIfItIsThere) {
+  FakeClock clock;
+  Queue q(/*capacity=*/8, /*byte_limit=*/1 << 20, &clock);
+  std::string item;
+  uint64_t seq = 99;
+  ASSERT_TRUE(q.Push(1, "b", 1));
+  EXPECT_EQ(q.TryPop(&item, &seq), Queue::PopResult::kNotReady);  // 0 missing
+  ASSERT_TRUE(q.Push(0, "a", 1));
+  ASSERT_EQ(q.TryPop(&item, &seq), Queue::PopResult::kItem);
+  EXPECT_EQ(item, "a");
+  EXPECT_EQ(seq, 0u);
+  ASSERT_EQ(q.TryPop(&item, &seq), Queue::PopResult::kItem);
+  EXPECT_EQ(item, "b");
+  EXPECT_EQ(q.TryPop(&item, &seq), Queue::PopResult::kNotReady);
+  q.SetEnd(2);
+  EXPECT_EQ(q.TryPop(&item, &seq), Queue::PopResult::kEnd);
+  EXPECT_EQ(seq, 2u);
+  q.Cancel();
+  EXPECT_EQ(q.TryPop(&item, &seq), Queue::PopResult::kCancelled);
+}
+
 TEST(OrderedQueue, PushBeyondCapacityWaitsForTheHeadToBePopped) {
   FakeClock clock;
   Queue q(/*capacity=*/2, /*byte_limit=*/1 << 20, &clock);

@@ -4,14 +4,19 @@
 // segfault or hang being replaced with their element redone once.
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
+#include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/synchronization/mutex.h"
 #include "common/base/random.h"
 #include "common/pipeline_spec/parse.h"
+#include "data_worker/pipeline/element_cache.h"
 #include "data_worker/pipeline/executor.h"
 #include "data_worker/python/python_pool.h"
 #include "gmock/gmock.h"
@@ -27,6 +32,10 @@ namespace pl = pipeline;
 
 constexpr int kRecords = 8;
 constexpr char kInt32[] = ", output_dtypes: [int32]";
+// One element per request, as before groups; and groups of 8 (all the
+// records).
+constexpr char kOne[] = ", group: 1";
+constexpr char kEight[] = ", group: 8";
 
 // source → decode → python (module sluice_test_fns, function `fn`) on
 // [image, label], label = record index.
@@ -231,7 +240,7 @@ TEST_F(PythonOpTest, AHangPastTheTimeoutIsKilledAndItsElementRedoneOnce) {
 
 TEST_F(PythonOpTest, AnElementThatAlwaysKillsItsProcessFailsAfterThreeTries) {
   auto pool = python::ConfiguredPythonPool();
-  const Out out = RunSpec(Spec("always_exits_on_4", 1));
+  const Out out = RunSpec(Spec("always_exits_on_4", 1, "fail", kOne));
   EXPECT_EQ(out.status.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(out.status.message(),
               HasSubstr("record 4: map[1] (Python): op 1 (Python): "
@@ -241,7 +250,7 @@ TEST_F(PythonOpTest, AnElementThatAlwaysKillsItsProcessFailsAfterThreeTries) {
   EXPECT_THAT(out.status.message(), HasSubstr("exited with status 9)"));
   EXPECT_EQ(pool->processes_replaced(), 3);
   // Under skip it is one skipped record.
-  const Out skipped = RunSpec(Spec("always_exits_on_4", 1, "skip"));
+  const Out skipped = RunSpec(Spec("always_exits_on_4", 1, "skip", kOne));
   ASSERT_TRUE(skipped.status.ok()) << skipped.status;
   EXPECT_EQ(skipped.deliveries, kRecords - 1);
   EXPECT_EQ(skipped.stats.skipped, 1u);
@@ -286,6 +295,419 @@ TEST_F(PythonOpTest, NamesThatAreNotPythonIdentifiersAreRefused) {
   out = RunSpec(yaml);
   EXPECT_EQ(out.status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(out.status.message(), HasSubstr("function must be a Python identifier, got 'a.b'"));
+}
+
+// Groups (`group: N`): several elements per request, the same bytes, errors
+// and recovery per element as one element per request. These pipelines read
+// only the label, so they run as one stage fed straight from the record
+// order: with one thread, a group is exactly the next N records.
+
+// source [label] → python `fn` on [label], group `group`, `threads` threads.
+std::string LabelSpec(const std::string& fn, int group, int threads = 1,
+                      const std::string& on_error = "fail") {
+  return absl::StrCat(R"(
+seed: 11
+on_error: )",
+                      on_error, R"(
+source: {synthetic: {num_records: 8, height: 6, width: 5, num_classes: 1000}, columns: [label]}
+nodes:
+  - map:
+      input_columns: [label]
+      ops: [{python: {module: sluice_test_fns, function: )",
+                      fn, ", group: ", group, R"(}}]
+      num_parallel_workers: )",
+                      threads, "\n");
+}
+
+struct LabelOut {
+  std::map<uint64_t, int64_t> values;  // global index → the function's value
+  int deliveries = 0;
+  absl::Status status;
+  pl::PipelineStats stats;
+};
+
+LabelOut RunLabels(const std::string& yaml) {
+  LabelOut out;
+  auto spec = sluice::pipeline_spec::ParsePipelineSpec(yaml);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  pl::ExecutorOptions eo;
+  eo.cpu_budget = 4;
+  eo.autotune = false;
+  auto ex = pl::Executor::Create(*spec, eo);
+  if (!ex.ok()) {
+    out.status = ex.status();
+    return out;
+  }
+  auto outputs = testonly::RunSplit(**ex, (*ex)->EpochOrder(0), 0);
+  out.status = outputs.status();
+  if (outputs.ok()) {
+    for (const pl::Element& e : *outputs) {
+      ++out.deliveries;
+      out.values[e.global_indices[0]] = *e.columns[0].data_as<int64_t>();
+    }
+  }
+  out.stats = (*ex)->stats();
+  return out;
+}
+
+// Every record except `missing` once, as label + 1000.
+void ExpectPlus1000(const LabelOut& out, int missing = -1) {
+  ASSERT_TRUE(out.status.ok()) << out.status;
+  EXPECT_EQ(out.deliveries, missing < 0 ? kRecords : kRecords - 1);
+  for (int g = 0; g < kRecords; ++g) {
+    if (g == missing) {
+      EXPECT_EQ(out.values.count(g), 0u);
+      continue;
+    }
+    ASSERT_EQ(out.values.count(g), 1u) << g;
+    EXPECT_EQ(out.values.at(g), g + 1000) << g;
+  }
+}
+
+TEST_F(PythonOpTest, AGroupedRunIsByteIdenticalToThePerElementRun) {
+  auto pool = python::ConfiguredPythonPool();
+  const LabelOut alone = RunLabels(LabelSpec("label_draw", 1));
+  ASSERT_TRUE(alone.status.ok()) << alone.status;
+  EXPECT_EQ(pool->requests(), kRecords);
+  // Each value is the element's own generator's first draw (seeded as
+  // TheGeneratorIsSeededFromSeedEpochAndRecord checks): all different.
+  std::set<int64_t> distinct;
+  for (const auto& [g, v] : alone.values) distinct.insert(v);
+  EXPECT_EQ(distinct.size(), static_cast<size_t>(kRecords));
+  const LabelOut grouped = RunLabels(LabelSpec("label_draw", 8));
+  ASSERT_TRUE(grouped.status.ok()) << grouped.status;
+  EXPECT_EQ(pool->requests(), kRecords + 1);  // the eight in one request
+  EXPECT_EQ(grouped.values, alone.values);
+  for (int threads : {2, 3}) {
+    const LabelOut more = RunLabels(LabelSpec("label_draw", 3, threads));
+    EXPECT_EQ(more.values, alone.values) << threads;
+  }
+  // Images through a grouped two-stage pipeline: the same exact bytes.
+  const Out one = RunSpec(Spec("draws", 1, "fail", absl::StrCat(kInt32, kOne)));
+  const Out eight = RunSpec(Spec("draws", 2, "fail", absl::StrCat(kInt32, kEight)));
+  ASSERT_TRUE(one.status.ok()) << one.status;
+  ASSERT_TRUE(eight.status.ok()) << eight.status;
+  EXPECT_EQ(eight.images, one.images);
+  EXPECT_EQ(eight.images.size(), static_cast<size_t>(kRecords));
+  ExpectAllInverted(RunSpec(Spec("invert", 2, "fail", kEight)));
+}
+
+// One request for the eight elements; the exception of element 3 is its own.
+TEST_F(PythonOpTest, APoolGroupCallsTheFunctionOncePerElementInOneRequest) {
+  auto pool = python::ConfiguredPythonPool();
+  std::vector<Tensor> images, labels;
+  for (int g = 0; g < kRecords; ++g) {
+    Tensor image = Tensor::Allocate(DType::kUint8, {1, 2, 3});
+    for (int i = 0; i < 6; ++i) {
+      image.data()[i] = static_cast<uint8_t>(10 * g + i);
+    }
+    images.push_back(std::move(image));
+    Tensor label = Tensor::Allocate(DType::kInt64, {});
+    *label.data_as<int64_t>() = g;
+    labels.push_back(std::move(label));
+  }
+  std::vector<python::CallInput> group;
+  for (int g = 0; g < kRecords; ++g) {
+    group.push_back(python::CallInput{uint64_t(100 + g), {&images[g], &labels[g]}});
+  }
+  auto out = pool->CallGroup("sluice_test_fns", "raises_on_3", group);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(pool->requests(), 1);
+  ASSERT_EQ(out->size(), static_cast<size_t>(kRecords));
+  for (int g = 0; g < kRecords; ++g) {
+    const auto& r = (*out)[g];
+    if (g == 3) {
+      EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
+      EXPECT_THAT(r.status().message(), HasSubstr("ValueError: bad record 3"));
+      continue;
+    }
+    ASSERT_TRUE(r.ok()) << g << ": " << r.status();
+    ASSERT_EQ(r->size(), 2u);
+    std::string want;
+    for (int i = 0; i < 6; ++i) {
+      want.push_back(static_cast<char>(255 - (10 * g + i)));
+    }
+    EXPECT_EQ(std::string((*r)[0].bytes()), want) << g;
+    EXPECT_EQ(*(*r)[1].data_as<int64_t>(), g);
+  }
+}
+
+TEST_F(PythonOpTest, AnExceptionInAGroupFailsOnlyItsElement) {
+  auto pool = python::ConfiguredPythonPool();
+  const LabelOut out = RunLabels(LabelSpec("label_raises_on_3", 8));
+  EXPECT_EQ(out.status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(out.status.message(), HasSubstr("record 3: map[0] (Python)"));
+  EXPECT_THAT(out.status.message(), HasSubstr("ValueError: bad record 3"));
+  const LabelOut skipped = RunLabels(LabelSpec("label_raises_on_3", 8, 1, "skip"));
+  ExpectPlus1000(skipped, /*missing=*/3);
+  EXPECT_EQ(skipped.stats.skipped, 1u);
+  EXPECT_EQ(pool->requests(), 2);  // one group per run
+}
+
+// The process dies in the middle of the group: a fresh process redoes the
+// eight elements one by one (record 3 succeeds the second time).
+TEST_F(PythonOpTest, AProcessThatExitsDuringAGroupIsReplacedAndTheGroupRedone) {
+  auto pool = python::ConfiguredPythonPool();
+  ExpectPlus1000(RunLabels(LabelSpec("label_exits_once_on_3", 8)));
+  EXPECT_EQ(pool->processes_replaced(), 1);
+  EXPECT_EQ(pool->requests(), 1 + kRecords);
+}
+
+TEST_F(PythonOpTest, AProcessThatSegfaultsDuringAGroupIsReplacedAndTheGroupRedone) {
+  auto pool = python::ConfiguredPythonPool();
+  ExpectPlus1000(RunLabels(LabelSpec("label_segfaults_once_on_5", 8)));
+  EXPECT_EQ(pool->processes_replaced(), 1);
+  EXPECT_EQ(pool->requests(), 1 + kRecords);
+  // With images, two stages and two threads: every record once, exact bytes.
+  ExpectAllInverted(RunSpec(Spec("segfaults_once_on_5", 2, "fail", kEight)));
+}
+
+// The group's deadline is the timeout times its elements (2 x 1 s here).
+TEST_F(PythonOpTest, AHangDuringAGroupIsKilledAndTheGroupRedone) {
+  python::PythonOptions o = Options();
+  o.timeout = absl::Seconds(1);
+  python::ConfigurePython(o);
+  auto pool = python::ConfiguredPythonPool();
+  ExpectPlus1000(RunLabels(LabelSpec("label_hangs_once_on_2", 2)));
+  EXPECT_EQ(pool->processes_replaced(), 1);
+  // Groups {0,1} {2,3} {4,5} {6,7}, the second redone as two requests.
+  EXPECT_EQ(pool->requests(), 4 + 2);
+}
+
+// The group dies once; element by element, record 4 kills three more
+// processes and is skipped alone.
+TEST_F(PythonOpTest, AnElementThatAlwaysKillsItsProcessInAGroupFailsAlone) {
+  auto pool = python::ConfiguredPythonPool();
+  const LabelOut out = RunLabels(LabelSpec("label_always_exits_on_4", 8, 1, "skip"));
+  ExpectPlus1000(out, /*missing=*/4);
+  EXPECT_EQ(out.stats.skipped, 1u);
+  EXPECT_EQ(pool->processes_replaced(), 4);
+}
+
+TEST_F(PythonOpTest, AGroupOutOfRangeIsRefused) {
+  const Out out = RunSpec(Spec("invert", 1, "fail", ", group: -1"));
+  EXPECT_EQ(out.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(out.status.message(), HasSubstr("group must be in [0, 1024] (0: 8), got -1"));
+}
+
+// A grouped python op after a cache node (docs/cache.md). The cache is an
+// in-memory ElementCache: what the cache step offered (the capture of epoch
+// 1) and what a lookup answers (a later epoch). Before a cache node a python op
+// is refused: it draws new randomness each epoch.
+
+std::vector<Tensor> CloneAll(const std::vector<Tensor>& columns) {
+  std::vector<Tensor> v;
+  for (const Tensor& t : columns) v.push_back(t.Clone());
+  return v;
+}
+
+// Thread-safe: the executor's stage threads call it.
+class MemoryCache : public pl::ElementCache {
+ public:
+  // Lookups of `global` answer kHit with `columns` from now on.
+  void Put(uint64_t global, std::vector<Tensor> columns) {
+    absl::MutexLock lock(&mu_);
+    stored_[global] = std::move(columns);
+  }
+  void SetAbsent(uint64_t global) {
+    absl::MutexLock lock(&mu_);
+    absent_.insert(global);
+  }
+  absl::StatusOr<Found> Lookup(uint64_t global, std::vector<Tensor>* columns) override {
+    absl::MutexLock lock(&mu_);
+    if (absent_.count(global) > 0) return Found::kAbsent;
+    auto it = stored_.find(global);
+    if (it == stored_.end()) return Found::kMiss;
+    ++hits_;
+    *columns = CloneAll(it->second);
+    return Found::kHit;
+  }
+  void Offer(uint64_t global, const std::vector<Tensor>& columns) override {
+    absl::MutexLock lock(&mu_);
+    offered_[global] = CloneAll(columns);
+  }
+  // What the cache step offered, by global index.
+  std::map<uint64_t, std::vector<Tensor>> offered() const {
+    absl::MutexLock lock(&mu_);
+    std::map<uint64_t, std::vector<Tensor>> v;
+    for (const auto& [g, columns] : offered_) v[g] = CloneAll(columns);
+    return v;
+  }
+  int hits() const {
+    absl::MutexLock lock(&mu_);
+    return hits_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::map<uint64_t, std::vector<Tensor>> stored_ ABSL_GUARDED_BY(mu_);
+  std::set<uint64_t> absent_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, std::vector<Tensor>> offered_ ABSL_GUARDED_BY(mu_);
+  int hits_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// Runs `epoch` of `yaml` with `cache`; the first column as bytes and the
+// second as an int64, by global index.
+struct CachedOut {
+  std::map<uint64_t, std::string> first;
+  std::map<uint64_t, int64_t> second;
+  absl::Status status;
+  std::string plan;
+};
+
+CachedOut RunCached(const std::string& yaml, std::shared_ptr<MemoryCache> cache, uint64_t epoch) {
+  CachedOut out;
+  auto spec = sluice::pipeline_spec::ParsePipelineSpec(yaml);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  pl::ExecutorOptions eo;
+  eo.cpu_budget = 4;
+  eo.autotune = false;
+  eo.cache = std::move(cache);
+  auto ex = pl::Executor::Create(*spec, eo);
+  if (!ex.ok()) {
+    out.status = ex.status();
+    return out;
+  }
+  auto outputs = testonly::RunSplit(**ex, (*ex)->EpochOrder(epoch), epoch);
+  out.status = outputs.status();
+  if (outputs.ok()) {
+    for (const pl::Element& e : *outputs) {
+      const uint64_t g = e.global_indices[0];
+      EXPECT_EQ(out.first.count(g), 0u) << "twice: " << g;
+      out.first[g] = std::string(e.columns[0].bytes());
+      if (e.columns.size() > 1) out.second[g] = *e.columns[1].data_as<int64_t>();
+    }
+  }
+  out.plan = (*ex)->stats().plan;
+  return out;
+}
+
+// decode → cache → python `fn` on [image, label], group `group`, 2 threads:
+// two stages, the python op's groups mix nothing but computed-or-cached
+// elements of the stage before.
+std::string ImageCacheSpec(int group) {
+  return absl::StrCat(R"(
+seed: 11
+source: {synthetic: {num_records: 8, height: 6, width: 5, num_classes: 1000}, columns: [image, label]}
+nodes:
+  - map: {input_columns: [image], ops: [{decode: {}}]}
+  - cache: {name: eval}
+  - map:
+      input_columns: [image, label]
+      ops: [{python: {module: sluice_test_fns, function: invert_and_draw, group: )",
+                      group, R"(}}]
+      num_parallel_workers: 2
+)");
+}
+
+TEST_F(PythonOpTest, AGroupedOpAfterACacheIsByteIdenticalInTheCaptureAndFromTheCache) {
+  auto run = [](int group, const std::shared_ptr<MemoryCache>& cache, uint64_t epoch) {
+    CachedOut out = RunCached(ImageCacheSpec(group), cache, epoch);
+    EXPECT_TRUE(out.status.ok()) << out.status;
+    EXPECT_EQ(out.first.size(), static_cast<size_t>(kRecords)) << group << " " << epoch;
+    return out;
+  };
+  // Epoch 1 (index 0) writes the cache: the decoded images, each offered once.
+  auto capture_one = std::make_shared<MemoryCache>();
+  auto capture_eight = std::make_shared<MemoryCache>();
+  const CachedOut one = run(1, capture_one, 0);
+  const CachedOut eight = run(8, capture_eight, 0);
+  EXPECT_EQ(eight.first, one.first);
+  EXPECT_EQ(eight.second, one.second);
+  for (int g = 0; g < kRecords; ++g) {
+    EXPECT_EQ(eight.first.at(g), Inverted(decoded_.at(g))) << g;
+  }
+  for (const auto* cache : {capture_one.get(), capture_eight.get()}) {
+    const auto offered = cache->offered();
+    ASSERT_EQ(offered.size(), static_cast<size_t>(kRecords));
+    for (const auto& [g, cols] : offered) {
+      EXPECT_EQ(cols[0].bytes(), decoded_.at(g)) << g;
+      EXPECT_EQ(*cols[1].data_as<int64_t>(), static_cast<int64_t>(g)) << g;
+    }
+  }
+  // Epoch 2 (index 1) reads it: every element a hit, nothing offered again;
+  // the python op draws epoch 2's numbers.
+  auto replay = [&](const std::shared_ptr<MemoryCache>& from) {
+    auto cache = std::make_shared<MemoryCache>();
+    for (auto& [g, cols] : from->offered()) cache->Put(g, std::move(cols));
+    return cache;
+  };
+  auto read_one = replay(capture_eight);
+  auto read_eight = replay(capture_eight);
+  const CachedOut one2 = run(1, read_one, 1);
+  const CachedOut eight2 = run(8, read_eight, 1);
+  EXPECT_EQ(read_one->hits(), kRecords);
+  EXPECT_EQ(read_eight->hits(), kRecords);
+  EXPECT_TRUE(read_eight->offered().empty());
+  EXPECT_EQ(eight2.first, one2.first);
+  EXPECT_EQ(eight2.second, one2.second);
+  EXPECT_EQ(eight2.first, eight.first);  // the same images
+  for (int g = 0; g < kRecords; ++g) {
+    EXPECT_NE(eight2.second.at(g), eight.second.at(g)) << g;  // new draws
+  }
+}
+
+// source [label] → cache → python (label + 1000), group `group`, 1 thread: one
+// stage, whose groups (the next `group` records) mix elements read from the
+// cache and elements computed.
+std::string LabelCacheSpec(int group) {
+  return absl::StrCat(R"(
+seed: 11
+source: {synthetic: {num_records: 8, height: 6, width: 5, num_classes: 1000}, columns: [label]}
+nodes:
+  - cache: {name: eval}
+  - map:
+      input_columns: [label]
+      ops: [{python: {module: sluice_test_fns, function: label_plus_1000, group: )",
+                      group, "}}]\n      num_parallel_workers: 1\n");
+}
+
+TEST_F(PythonOpTest, AGroupMixingCachedAndComputedElementsTreatsEachAsAlone) {
+  for (int group : {1, 8}) {
+    // Records 0, 2, 4 cached with label 100 + record; record 6 absent from
+    // its cached split; the others computed (and offered).
+    auto cache = std::make_shared<MemoryCache>();
+    for (int g : {0, 2, 4}) {
+      std::vector<Tensor> cols;
+      cols.push_back(Tensor::Scalar<int64_t>(100 + g));
+      cache->Put(g, std::move(cols));
+    }
+    cache->SetAbsent(6);
+    const CachedOut out = RunCached(LabelCacheSpec(group), cache, 0);
+    ASSERT_TRUE(out.status.ok()) << out.status;
+    EXPECT_EQ(out.plan, "source+map[0][Read cache(eval) map[0]{Python}]") << group;
+    std::map<uint64_t, int64_t> values;
+    for (const auto& [g, bytes] : out.first) {
+      int64_t v = 0;
+      ASSERT_EQ(bytes.size(), sizeof(v));
+      memcpy(&v, bytes.data(), sizeof(v));
+      values[g] = v;
+    }
+    const std::map<uint64_t, int64_t> expected = {{0, 1100}, {1, 1001}, {2, 1102}, {3, 1003},
+                                                  {4, 1104}, {5, 1005}, {7, 1007}};
+    EXPECT_EQ(values, expected) << group;
+    const auto offered = cache->offered();
+    std::map<uint64_t, int64_t> offered_labels;
+    for (const auto& [g, cols] : offered) offered_labels[g] = *cols[0].data_as<int64_t>();
+    const std::map<uint64_t, int64_t> computed = {{1, 1}, {3, 3}, {5, 5}, {7, 7}};
+    EXPECT_EQ(offered_labels, computed) << group;
+    EXPECT_EQ(cache->hits(), 3) << group;
+  }
+}
+
+TEST_F(PythonOpTest, APythonOpBeforeACacheIsRefused) {
+  const CachedOut out = RunCached(R"(
+seed: 11
+source: {synthetic: {num_records: 8, height: 6, width: 5, num_classes: 1000}, columns: [label]}
+nodes:
+  - map:
+      input_columns: [label]
+      ops: [{python: {module: sluice_test_fns, function: label_plus_1000, group: 8}}]
+  - cache: {name: eval}
+)",
+                                  std::make_shared<MemoryCache>(), 0);
+  EXPECT_EQ(out.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(out.status.message(), HasSubstr("cache 'eval' comes after map[0].ops[0] (Python)"));
 }
 
 }  // namespace

@@ -70,3 +70,57 @@ def always_exits_on_4(image, label, rng):
 
 
 not_callable = 3
+
+
+# Label-only functions (source columns [label]: the whole pipeline is one stage reading the
+# feed, so a worker's groups are exactly the next `group` records): label + 1000, after the
+# fault of the image version.
+
+def _plus_1000(fault):
+    def fn(label, rng):
+        fault(int(label))
+        return label + 1000
+    return fn
+
+
+def _raise_on_3(g):
+    if g == 3:
+        raise ValueError("bad record %d" % g)
+
+
+def _exit_once_on_3(g):
+    if g == 3 and _first_time("exit", g):
+        os._exit(7)
+
+
+def _segfault_once_on_5(g):
+    if g == 5 and _first_time("segv", g):
+        ctypes.string_at(0)
+
+
+def _hang_once_on_2(g):
+    if g == 2 and _first_time("hang", g):
+        time.sleep(3600)
+
+
+def _always_exit_on_4(g):
+    if g == 4:
+        os._exit(9)
+
+
+label_plus_1000 = _plus_1000(lambda g: None)
+label_raises_on_3 = _plus_1000(_raise_on_3)
+label_exits_once_on_3 = _plus_1000(_exit_once_on_3)
+label_segfaults_once_on_5 = _plus_1000(_segfault_once_on_5)
+label_hangs_once_on_2 = _plus_1000(_hang_once_on_2)
+label_always_exits_on_4 = _plus_1000(_always_exit_on_4)
+
+
+def label_draw(label, rng):
+    """The element's first draw."""
+    return np.int64(rng.integers(0, 1 << 62))
+
+
+def invert_and_draw(image, label, rng):
+    """The image inverted; the label replaced by the element's first draw."""
+    return 255 - image, np.int64(rng.integers(0, 1 << 62))
