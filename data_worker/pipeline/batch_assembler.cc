@@ -15,7 +15,7 @@ BatchAssembler::BatchAssembler(Options options, EmitFn emit, EndFn set_end, Wrap
       set_end_(std::move(set_end)),
       wrap_(std::move(wrap)) {
   absl::MutexLock lock(&mu_);
-  spare_nodes_.reserve(options_.window);
+  spare_nodes_.reserve(MaxSpareNodes());
 }
 
 bool BatchAssembler::Reserve() {
@@ -83,7 +83,7 @@ void BatchAssembler::Commit(Actions* actions) {
   while (!pending_.empty() && pending_.begin()->first == next_commit_) {
     auto node = pending_.extract(pending_.begin());
     Item item = std::move(node.mapped());
-    if (spare_nodes_.size() < options_.window) spare_nodes_.push_back(std::move(node));
+    if (spare_nodes_.size() < MaxSpareNodes()) spare_nodes_.push_back(std::move(node));
     ++next_commit_;
     if (options_.runs && item.element() != nullptr && item.element()->end_of_run) {
       const uint64_t marker = CutLastBatch(actions);

@@ -41,6 +41,7 @@
 #ifndef SLUICE_DATA_WORKER_PIPELINE_BATCH_ASSEMBLER_H_
 #define SLUICE_DATA_WORKER_PIPELINE_BATCH_ASSEMBLER_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -139,6 +140,9 @@ class BatchAssembler {
   void Run(Actions* actions) ABSL_LOCKS_EXCLUDED(mu_);
   void Write(Action& a) ABSL_LOCKS_EXCLUDED(mu_);
   void Finish(uint64_t k) ABSL_LOCKS_EXCLUDED(mu_);
+  // The window, but never a huge reservation for a huge batch size (which
+  // fails at its first batch, max_buffer_bytes).
+  size_t MaxSpareNodes() const { return std::min<uint64_t>(options_.window, 4096); }
   void AddLive(int64_t delta) {
     if (options_.live != nullptr) options_.live->Add(delta);
   }
@@ -150,8 +154,8 @@ class BatchAssembler {
 
   absl::Mutex mu_;
   std::map<uint64_t, Item> pending_ ABSL_GUARDED_BY(mu_);  // by input seq
-  // Nodes of pending_ already committed, reused by Add (at most `window`,
-  // reserved: no allocation per item in steady state).
+  // Nodes of pending_ already committed, reused by Add (at most
+  // MaxSpareNodes(), reserved: no allocation per item in steady state).
   std::vector<std::map<uint64_t, Item>::node_type> spare_nodes_ ABSL_GUARDED_BY(mu_);
   uint64_t reserved_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_commit_ ABSL_GUARDED_BY(mu_) = 0;
