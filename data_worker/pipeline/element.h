@@ -139,7 +139,7 @@ class Item {
 // it is copied into its batch, and the source reads the next record into the
 // same tensors (Source::ReadInto, Tensor::Reallocate). In steady state an
 // element costs no heap allocation (tests/data_worker/pipeline/
-// allocation_test.cc; docs/architecture.md "Element recycling").
+// allocation_test.cc; docs/engine.md "Element recycling").
 //
 // Bounds: at most kMaxElements elements of at most kMaxElementBytes of storage
 // each (larger ones, e.g. decoded images, are freed as before), so the pool

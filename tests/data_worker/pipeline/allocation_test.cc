@@ -1,7 +1,7 @@
 // Heap allocations on the executor's hot path, counted by replacing the global
 // operator new in this test binary: after a warm-up run, a run of small records
 // (label int64 + feature float32[16], batched by 64) allocates per batch only,
-// nothing per element (docs/architecture.md, "Element and tensor recycling").
+// nothing per element (docs/engine.md, "Element recycling").
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
