@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/base/status_macros.h"
 
 namespace sluice::record {
 namespace {
@@ -83,7 +84,13 @@ absl::StatusOr<std::string> EncodeRecord(const Schema& schema, const std::vector
 absl::StatusOr<std::vector<TensorView>> DecodeRecord(const Schema& schema,
                                                      std::string_view buffer) {
   std::vector<TensorView> views;
-  views.reserve(schema.columns.size());
+  RETURN_IF_ERROR(DecodeRecordInto(schema, buffer, &views));
+  return views;
+}
+
+absl::Status DecodeRecordInto(const Schema& schema, std::string_view buffer,
+                              std::vector<TensorView>* views) {
+  views->resize(schema.columns.size());
   size_t pos = 0;
   auto take = [&](size_t n) -> const char* {
     if (buffer.size() - pos < n) return nullptr;
@@ -91,7 +98,8 @@ absl::StatusOr<std::vector<TensorView>> DecodeRecord(const Schema& schema,
     pos += n;
     return p;
   };
-  for (const ColumnSpec& spec : schema.columns) {
+  for (size_t c = 0; c < schema.columns.size(); ++c) {
+    const ColumnSpec& spec = schema.columns[c];
     const char* p = take(1);
     if (p == nullptr) {
       return absl::DataLossError(absl::StrCat("record ends before column '", spec.name, "'"));
@@ -100,7 +108,7 @@ absl::StatusOr<std::vector<TensorView>> DecodeRecord(const Schema& schema,
     if (ndim > 8) {
       return absl::DataLossError(absl::StrCat("column '", spec.name, "' claims ", ndim, " dims"));
     }
-    TensorView view;
+    TensorView& view = (*views)[c];
     view.shape.resize(ndim);
     p = take(8 * ndim + 8);
     if (p == nullptr) {
@@ -118,13 +126,12 @@ absl::StatusOr<std::vector<TensorView>> DecodeRecord(const Schema& schema,
       return absl::DataLossError(why);
     }
     view.data = std::string_view(data, nbytes);
-    views.push_back(std::move(view));
   }
   if (pos != buffer.size()) {
     return absl::DataLossError(
         absl::StrCat("record has ", buffer.size() - pos, " trailing bytes after its last column"));
   }
-  return views;
+  return absl::OkStatus();
 }
 
 }  // namespace sluice::record

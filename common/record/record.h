@@ -61,6 +61,10 @@ absl::StatusOr<std::string> EncodeRecord(const Schema& schema, const std::vector
 // Parses `buffer` (which must outlive the views). DataLoss says what is
 // malformed.
 absl::StatusOr<std::vector<TensorView>> DecodeRecord(const Schema& schema, std::string_view buffer);
+// As DecodeRecord, into `views` (resized to the schema's columns), reusing its
+// storage: no allocation when `views` decoded a record of this schema before.
+absl::Status DecodeRecordInto(const Schema& schema, std::string_view buffer,
+                              std::vector<TensorView>* views);
 
 }  // namespace sluice::record
 

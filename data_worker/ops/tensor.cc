@@ -31,6 +31,7 @@ Tensor& Tensor::operator=(Tensor&& other) noexcept {
   buffer_ = std::move(other.buffer_);
   str_ = std::move(other.str_);
   size_ = other.size_;
+  capacity_ = other.capacity_;
   // A short string moves its bytes (SSO), so re-point into whichever storage we
   // now own.
   data_ = buffer_ ? buffer_.get() : reinterpret_cast<uint8_t*>(str_.data());
@@ -39,6 +40,7 @@ Tensor& Tensor::operator=(Tensor&& other) noexcept {
   other.str_.clear();
   other.data_ = reinterpret_cast<uint8_t*>(other.str_.data());
   other.size_ = 0;
+  other.capacity_ = 0;
   return *this;
 }
 
@@ -48,9 +50,35 @@ Tensor Tensor::Allocate(DType dtype, std::vector<int64_t> shape) {
   t.shape_ = std::move(shape);
   t.size_ = ElementSize(dtype) * t.num_elements();
   // make_unique_for_overwrite: default-initialized, i.e. no zero fill.
-  t.buffer_ = std::make_unique_for_overwrite<uint8_t[]>(t.size_ == 0 ? 1 : t.size_);
+  t.capacity_ = t.size_ == 0 ? 1 : t.size_;
+  t.buffer_ = std::make_unique_for_overwrite<uint8_t[]>(t.capacity_);
   t.data_ = t.buffer_.get();
   return t;
+}
+
+void Tensor::Reallocate(DType dtype, absl::Span<const int64_t> shape) {
+  size_t size = ElementSize(dtype);
+  for (int64_t d : shape) size *= static_cast<size_t>(d);
+  if (!buffer_ || capacity_ < size) {
+    capacity_ = size == 0 ? 1 : size;
+    buffer_ = std::make_unique_for_overwrite<uint8_t[]>(capacity_);
+  }
+  str_ = std::string();
+  dtype_ = dtype;
+  shape_.assign(shape.begin(), shape.end());
+  size_ = size;
+  data_ = buffer_.get();
+}
+
+void Tensor::Clear() {
+  size_ = 0;
+  if (buffer_) {
+    shape_.assign(1, 0);
+    return;
+  }
+  shape_.clear();
+  str_.clear();
+  data_ = reinterpret_cast<uint8_t*>(str_.data());
 }
 
 Tensor Tensor::FromBytes(std::string bytes) {

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "common/record/schema.h"
 #include "opencv2/core/mat.hpp"
 
@@ -55,6 +56,17 @@ class Tensor {
   // REQUIRES: dtype is numeric and every dimension >= 0. The contents are
   // uninitialized.
   static Tensor Allocate(DType dtype, std::vector<int64_t> shape);
+  // Makes this a numeric tensor of `dtype` and `shape` (contents uninitialized),
+  // reusing its buffer and shape storage when they are large enough: no
+  // allocation when a recycled tensor (Clear) gets a shape no larger than
+  // before. REQUIRES: as Allocate.
+  void Reallocate(DType dtype, absl::Span<const int64_t> shape);
+  // Makes this an empty tensor of the same dtype (shape [0] if numeric, no
+  // bytes) that keeps its storage for a later Reallocate (pipeline/element.h
+  // ElementPool).
+  void Clear();
+  // Bytes of storage held (at least num_bytes()).
+  size_t capacity() const { return buffer_ ? capacity_ : str_.capacity(); }
   // A kBytes tensor taking ownership of `bytes` (no copy).
   static Tensor FromBytes(std::string bytes);
   template <typename T>
@@ -110,6 +122,7 @@ class Tensor {
   std::string str_;
   uint8_t* data_ = nullptr;
   size_t size_ = 0;
+  size_t capacity_ = 0;  // of buffer_
 };
 
 // Stacks N tensors of one dtype and shape S into one of shape [N, S...].

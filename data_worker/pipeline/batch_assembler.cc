@@ -13,7 +13,10 @@ BatchAssembler::BatchAssembler(Options options, EmitFn emit, EndFn set_end, Wrap
     : options_(std::move(options)),
       emit_(std::move(emit)),
       set_end_(std::move(set_end)),
-      wrap_(std::move(wrap)) {}
+      wrap_(std::move(wrap)) {
+  absl::MutexLock lock(&mu_);
+  spare_nodes_.reserve(MaxSpareNodes());
+}
 
 bool BatchAssembler::Reserve() {
   absl::MutexLock lock(&mu_);
@@ -39,17 +42,25 @@ void BatchAssembler::Unreserve() {
 }
 
 void BatchAssembler::Add(uint64_t seq, Item item) {
-  std::vector<Action> actions;
+  Actions actions;
   {
     absl::MutexLock lock(&mu_);
-    pending_.emplace(seq, std::move(item));
+    if (spare_nodes_.empty()) {
+      pending_.emplace(seq, std::move(item));
+    } else {
+      auto node = std::move(spare_nodes_.back());
+      spare_nodes_.pop_back();
+      node.key() = seq;
+      node.mapped() = std::move(item);
+      pending_.insert(std::move(node));
+    }
     Commit(&actions);
   }
   Run(&actions);
 }
 
 void BatchAssembler::SetInputEnd(uint64_t end) {
-  std::vector<Action> actions;
+  Actions actions;
   {
     absl::MutexLock lock(&mu_);
     input_end_ = end;
@@ -74,11 +85,12 @@ void BatchAssembler::Clear() {
   for (auto& [k, b] : batches) AddLive(-b.counted);
 }
 
-void BatchAssembler::Commit(std::vector<Action>* actions) {
+void BatchAssembler::Commit(Actions* actions) {
   const int64_t B = options_.batch_size;
   while (!pending_.empty() && pending_.begin()->first == next_commit_) {
-    Item item = std::move(pending_.begin()->second);
-    pending_.erase(pending_.begin());
+    auto node = pending_.extract(pending_.begin());
+    Item item = std::move(node.mapped());
+    if (spare_nodes_.size() < MaxSpareNodes()) spare_nodes_.push_back(std::move(node));
     ++next_commit_;
     if (options_.runs && item.element() != nullptr && item.element()->end_of_run) {
       const uint64_t marker = CutLastBatch(actions);
@@ -121,7 +133,7 @@ void BatchAssembler::Commit(std::vector<Action>* actions) {
   }
 }
 
-uint64_t BatchAssembler::CutLastBatch(std::vector<Action>* actions) {
+uint64_t BatchAssembler::CutLastBatch(Actions* actions) {
   const int64_t B = options_.batch_size;
   if (stopped_) return base_ + count_ / B + 1;  // after the error's batch
   const uint64_t full = base_ + count_ / B;
@@ -143,7 +155,7 @@ uint64_t BatchAssembler::CutLastBatch(std::vector<Action>* actions) {
   return full;
 }
 
-void BatchAssembler::Run(std::vector<Action>* actions) {
+void BatchAssembler::Run(Actions* actions) {
   for (Action& a : *actions) {
     if (a.kind == Action::kFinish) {
       Finish(a.batch);
@@ -223,6 +235,7 @@ void BatchAssembler::Write(Action& a) {
     std::memcpy(dst.data() + a.slot * t.num_bytes(), t.data(), t.num_bytes());
   }
   if (!unallocated) b->buffer.ids[a.slot] = e.global_indices[0];
+  if (options_.pool != nullptr) options_.pool->Put(a.item.Take());
   a.item = Item();
   bool finish = false;
   {

@@ -41,6 +41,7 @@
 #ifndef SLUICE_DATA_WORKER_PIPELINE_BATCH_ASSEMBLER_H_
 #define SLUICE_DATA_WORKER_PIPELINE_BATCH_ASSEMBLER_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -49,6 +50,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "data_worker/pipeline/element.h"
@@ -76,6 +78,9 @@ class BatchAssembler {
     // A batch whose buffer (batch_size x the first element's bytes, plus its ids) would be
     // larger is not allocated: RESOURCE_EXHAUSTED at its place. 0: no bound.
     int64_t max_buffer_bytes = 0;
+    // Takes each element back once it is written into its batch (element.h);
+    // null: the element is freed. Not owned.
+    ElementPool* pool = nullptr;
   };
   // Batch `index` is complete: the batch (the epoch of its first element), a run's marker or the
   // error at its place. Called outside the lock, once per batch, in any order.
@@ -127,14 +132,19 @@ class BatchAssembler {
     int64_t slot = 0;
     Item item;
   };
+  // Inline: an Add that commits a few items does not allocate.
+  using Actions = absl::InlinedVector<Action, 4>;
 
-  void Commit(std::vector<Action>* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Commit(Actions* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Cuts the current run's last batch (as the input end does) and returns the
   // number of the first output after the run's batches.
-  uint64_t CutLastBatch(std::vector<Action>* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Run(std::vector<Action>* actions) ABSL_LOCKS_EXCLUDED(mu_);
+  uint64_t CutLastBatch(Actions* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Run(Actions* actions) ABSL_LOCKS_EXCLUDED(mu_);
   void Write(Action& a) ABSL_LOCKS_EXCLUDED(mu_);
   void Finish(uint64_t k) ABSL_LOCKS_EXCLUDED(mu_);
+  // The window, but never a huge reservation for a huge batch size (which
+  // fails at its first batch, max_buffer_bytes).
+  size_t MaxSpareNodes() const { return std::min<uint64_t>(options_.window, 4096); }
   void AddLive(int64_t delta) {
     if (options_.live != nullptr) options_.live->Add(delta);
   }
@@ -146,6 +156,9 @@ class BatchAssembler {
 
   absl::Mutex mu_;
   std::map<uint64_t, Item> pending_ ABSL_GUARDED_BY(mu_);  // by input seq
+  // Nodes of pending_ already committed, reused by Add (at most
+  // MaxSpareNodes(), reserved: no allocation per item in steady state).
+  std::vector<std::map<uint64_t, Item>::node_type> spare_nodes_ ABSL_GUARDED_BY(mu_);
   uint64_t reserved_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_commit_ ABSL_GUARDED_BY(mu_) = 0;
   // Elements committed (with runs: in the current run).

@@ -1,7 +1,8 @@
 // What flows through the executor: Element (one output of the pipeline: an
 // element or a batch), LiveBytes (the executor-wide count of element bytes in
-// flight) and Item (an Element, a hole or an error on its way between stages,
-// counted in LiveBytes while it exists).
+// flight), Item (an Element, a hole or an error on its way between stages,
+// counted in LiveBytes while it exists) and ElementPool (elements recycled
+// with their storage, so the hot path does not allocate per element).
 //
 // Item accounting: an Item counts its element's bytes when it is made and
 // after Recount() (ops changed the element), and gives them back when it is
@@ -16,7 +17,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "data_worker/ops/tensor.h"
 #include "data_worker/pipeline/memory_budget.h"
 
@@ -128,6 +131,69 @@ class Item {
   absl::Status status_;
   LiveBytes* live_ = nullptr;
   int64_t counted_ = 0;
+};
+
+// A bounded free list of elements whose storage (the columns' buffers and
+// shapes, the global_indices vector) is kept for the next element: the feed
+// takes an element with Get(), the batch stage gives it back with Put() once
+// it is copied into its batch, and the source reads the next record into the
+// same tensors (Source::ReadInto, Tensor::Reallocate). In steady state an
+// element costs no heap allocation (tests/data_worker/pipeline/
+// allocation_test.cc; docs/engine.md "Element recycling").
+//
+// Bounds: at most kMaxElements elements of at most kMaxElementBytes of storage
+// each (larger ones, e.g. decoded images, are freed as before), so the pool
+// holds at most 1 MiB that is not counted in LiveBytes: an element in the pool
+// is no longer in flight. Thread-safe.
+class ElementPool {
+ public:
+  static constexpr size_t kMaxElements = 256;
+  static constexpr size_t kMaxElementBytes = 4096;
+
+  ElementPool() { free_.reserve(kMaxElements); }
+  ElementPool(const ElementPool&) = delete;
+  ElementPool& operator=(const ElementPool&) = delete;
+
+  // An element with no global indices, epoch 0, no flags, and columns that
+  // hold no bytes (Tensor::Clear: storage kept): recycled, or new if the pool
+  // is empty.
+  std::unique_ptr<Element> Get() ABSL_LOCKS_EXCLUDED(mu_) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!free_.empty()) {
+        std::unique_ptr<Element> e = std::move(free_.back());
+        free_.pop_back();
+        return e;
+      }
+    }
+    return std::make_unique<Element>();
+  }
+
+  // Takes `e` back (clears it) if it is small enough and the pool has room;
+  // else frees it. Null is ignored.
+  void Put(std::unique_ptr<Element> e) ABSL_LOCKS_EXCLUDED(mu_) {
+    if (e == nullptr) return;
+    size_t bytes = 0;
+    for (const Tensor& t : e->columns) bytes += t.capacity();
+    if (bytes > kMaxElementBytes) return;
+    for (Tensor& t : e->columns) t.Clear();
+    e->global_indices.clear();
+    e->epoch = 0;
+    e->end_of_run = false;
+    e->from_cache = false;
+    absl::MutexLock lock(&mu_);
+    if (free_.size() < kMaxElements) free_.push_back(std::move(e));
+  }
+
+  size_t size() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return free_.size();
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  // Reserved to kMaxElements: Put never allocates.
+  std::vector<std::unique_ptr<Element>> free_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace sluice::data_worker::pipeline

@@ -104,6 +104,7 @@ absl::Status Executor::Open() {
   ctx.thread_starts = &thread_starts_;
   ctx.budget = options_.worker_budget;
   ctx.cache = options_.cache.get();
+  ctx.pool = &pool_;
   auto run = std::make_unique<RunStream>(ctx);
   const int ns = static_cast<int>(plan_.stages.size());
   // Initial threads: the spec's count, or 1 per AUTOTUNE stage (autotune grows

@@ -201,6 +201,8 @@ class Executor {
 
   // Declared before run_: the run's items count into live_ until destroyed.
   LiveBytes live_{options_.worker_budget};
+  // Declared before run_ as well: the run's elements are recycled here.
+  ElementPool pool_;
   std::unique_ptr<ExecutorMetrics> metrics_;  // null without a registry
 
   mutable absl::Mutex mu_;

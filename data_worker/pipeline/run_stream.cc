@@ -34,6 +34,7 @@ RunStream::RunStream(const EpochContext& ctx) : ctx_(ctx), start_(ctx.clock->Now
       o.live = ctx_.live;
       o.runs = true;
       o.max_buffer_bytes = ctx_.memory_budget_bytes;
+      o.pool = ctx_.pool;
       s->assembler = std::make_unique<BatchAssembler>(
           std::move(o),
           [this, i](uint64_t k, absl::StatusOr<Element> batch) {
@@ -126,9 +127,11 @@ ItemQueue::PopResult RunStream::PopInput(int stage, Item* item, uint64_t* seq, b
   if (runs_.empty()) return ItemQueue::PopResult::kEnd;  // closed
   ++next_feed_;
   Run& run = runs_.front();
-  auto e = std::make_unique<Element>();
+  const bool ends = run.cancelled || run.next >= run.indices.size();
+  // A run's marker has no columns: never a recycled element.
+  auto e = ends || ctx_.pool == nullptr ? std::make_unique<Element>() : ctx_.pool->Get();
   e->epoch = run.epoch;
-  if (run.cancelled || run.next >= run.indices.size()) {
+  if (ends) {
     e->end_of_run = true;
     runs_.pop_front();
   } else {
@@ -209,16 +212,15 @@ void RunStream::Process(Stage& stage, const std::vector<Item*>& items) {
               continue;
             }
           }
-          auto cols = lp.source->Read(global, lp.source_columns);
-          if (!cols.ok()) {
-            absl::Status s = cols.status();
+          // Into the element's tensors: a recycled element keeps their storage.
+          if (absl::Status s = lp.source->ReadInto(global, lp.source_columns, &e.columns);
+              !s.ok()) {
             if (s.code() == absl::StatusCode::kNotFound) {
               s = absl::DataLossError(s.message());
             }
             fail(item, Wrap(s, global, "source", ""));
             continue;
           }
-          item->element()->columns = std::move(*cols);
         }
         break;
       case Step::kMap: {

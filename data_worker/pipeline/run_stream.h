@@ -86,6 +86,9 @@ struct EpochContext {
   std::atomic<uint64_t>* thread_starts = nullptr;
   // The worker's budget the feed waits on (memory_budget.h); null: none.
   MemoryBudget* budget = nullptr;
+  // Where the feed takes its elements and the batch stage gives them back
+  // (element.h); null: elements are allocated and freed. Not owned.
+  ElementPool* pool = nullptr;
   // The cache node's storage (element_cache.h); null: the cache step does nothing.
   ElementCache* cache = nullptr;
 };

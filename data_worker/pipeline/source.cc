@@ -48,33 +48,39 @@ class DatasetSourceImpl final : public Source {
   }
   absl::StatusOr<std::vector<Tensor>> Read(uint64_t global,
                                            const std::vector<int>& columns) const override {
-    // The verified record in the shard's memory map: each column is copied
-    // once, into its Tensor.
-    ASSIGN_OR_RETURN(std::string_view encoded, ds_->ReadView(global));
-    auto views = record::DecodeRecord(ds_->schema(), encoded);
-    if (!views.ok()) {
-      return absl::DataLossError(
-          absl::StrCat(Describe(global), ": record ", global, ": ", views.status().message()));
-    }
     std::vector<Tensor> out;
-    out.reserve(columns.size());
-    for (int c : columns) {
-      const record::ColumnSpec& spec = ds_->schema().columns[c];
-      const record::TensorView& v = (*views)[c];
+    RETURN_IF_ERROR(ReadInto(global, columns, &out));
+    return out;
+  }
+  absl::Status ReadInto(uint64_t global, const std::vector<int>& columns,
+                        std::vector<Tensor>* out) const override {
+    // The verified record in the shard's memory map: each column is copied
+    // once, into its Tensor. The views are the calling thread's scratch, so a
+    // steady stream of reads allocates nothing.
+    thread_local std::vector<record::TensorView> views;
+    ASSIGN_OR_RETURN(std::string_view encoded, ds_->ReadView(global));
+    if (absl::Status s = record::DecodeRecordInto(ds_->schema(), encoded, &views); !s.ok()) {
+      return absl::DataLossError(
+          absl::StrCat(Describe(global), ": record ", global, ": ", s.message()));
+    }
+    out->resize(columns.size());
+    for (size_t i = 0; i < columns.size(); ++i) {
+      const record::ColumnSpec& spec = ds_->schema().columns[columns[i]];
+      const record::TensorView& v = views[columns[i]];
+      Tensor& t = (*out)[i];
       if (!record::IsNumeric(spec.dtype)) {
-        out.push_back(Tensor::FromBytes(std::string(v.data)));
+        t = Tensor::FromBytes(std::string(v.data));
         continue;
       }
-      Tensor t = Tensor::Allocate(spec.dtype, v.shape);
+      t.Reallocate(spec.dtype, v.shape);
       if (t.num_bytes() != v.data.size()) {
         return absl::DataLossError(absl::StrCat(Describe(global), ": record ", global, ": column '",
                                                 spec.name, "' has ", v.data.size(),
                                                 " bytes for shape ", ShapeToString(v.shape)));
       }
       std::memcpy(t.data(), v.data.data(), v.data.size());
-      out.push_back(std::move(t));
     }
-    return out;
+    return absl::OkStatus();
   }
 
  private:

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -33,6 +34,17 @@ class Source {
   // the file.
   virtual absl::StatusOr<std::vector<Tensor>> Read(uint64_t global,
                                                    const std::vector<int>& columns) const = 0;
+  // As Read, into `out` (resized to `columns`): a source that can reuses the
+  // storage of the tensors already there (Tensor::Reallocate), so a recycled
+  // element (ElementPool) is read without allocating. Errors as Read; on an
+  // error `out` holds unspecified tensors.
+  virtual absl::Status ReadInto(uint64_t global, const std::vector<int>& columns,
+                                std::vector<Tensor>* out) const {
+    absl::StatusOr<std::vector<Tensor>> read = Read(global, columns);
+    if (!read.ok()) return read.status();
+    *out = std::move(*read);
+    return absl::OkStatus();
+  }
   // Where record `global` lives, for error messages: a shard or image file
   // path.
   virtual std::string Describe(uint64_t global) const = 0;

@@ -44,6 +44,28 @@ TEST(Record, EveryDTypeRoundTrips) {
   EXPECT_EQ((*views)[4].AsInt64(), -9000000000LL);
 }
 
+TEST(Record, DecodeRecordIntoReusesTheViewsOfAnEarlierRecord) {
+  const Schema schema{{{.name = "label", .dtype = DType::kInt64},
+                       {.name = "feature", .dtype = DType::kFloat32, .shape = {-1}}}};
+  auto first = EncodeRecord(schema, {Tensor::Int64(7), Tensor::Of<float>({3}, {1, 2, 3})});
+  auto second = EncodeRecord(schema, {Tensor::Int64(8), Tensor::Of<float>({2}, {4, 5})});
+  ASSERT_TRUE(first.ok() && second.ok());
+  std::vector<TensorView> views;
+  ASSERT_TRUE(DecodeRecordInto(schema, *first, &views).ok());
+  ASSERT_EQ(views.size(), 2u);
+  const int64_t* shape_storage = views[1].shape.data();
+  ASSERT_TRUE(DecodeRecordInto(schema, *second, &views).ok());
+  ASSERT_EQ(views.size(), 2u);
+  EXPECT_EQ(views[0].AsInt64(), 8);
+  EXPECT_EQ(views[1].shape, std::vector<int64_t>({2}));
+  EXPECT_EQ(views[1].data.size(), 8u);
+  EXPECT_EQ(views[1].shape.data(), shape_storage);  // no new shape vector
+  // Errors as DecodeRecord.
+  const absl::Status s = DecodeRecordInto(schema, second->substr(0, 20), &views);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(s.message(), "record ends inside column 'feature'");
+}
+
 TEST(Record, ZeroLengthBytesRoundTrip) {
   const Schema schema{{{.name = "b", .dtype = DType::kBytes}}};
   auto encoded = EncodeRecord(schema, {Tensor::Bytes("")});

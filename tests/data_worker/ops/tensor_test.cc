@@ -39,6 +39,30 @@ TEST(Tensor, TruncateLeadingKeepsTheFirstRowsInPlace) {
   EXPECT_EQ(moved.Clone().num_bytes(), 24u);
 }
 
+TEST(Tensor, ReallocateReusesTheBufferWhenItIsLargeEnough) {
+  Tensor t = Tensor::Allocate(DType::kFloat32, {4, 4});
+  const uint8_t* buffer = t.data();
+  t.Clear();
+  EXPECT_EQ(t.num_bytes(), 0u);
+  EXPECT_EQ(t.shape(), std::vector<int64_t>({0}));
+  EXPECT_EQ(t.capacity(), 64u);
+  t.Reallocate(DType::kInt64, {2});
+  EXPECT_EQ(t.dtype(), DType::kInt64);
+  EXPECT_EQ(t.shape(), std::vector<int64_t>({2}));
+  EXPECT_EQ(t.num_bytes(), 16u);
+  EXPECT_EQ(t.data(), buffer);
+  t.Reallocate(DType::kUint8, {65});
+  EXPECT_EQ(t.num_bytes(), 65u);
+  EXPECT_EQ(t.capacity(), 65u);
+  EXPECT_NE(t.data(), buffer);
+  // A bytes tensor becomes numeric.
+  Tensor b = Tensor::FromBytes("key");
+  b.Reallocate(DType::kInt32, {});
+  EXPECT_EQ(b.dtype(), DType::kInt32);
+  EXPECT_EQ(b.num_bytes(), 4u);
+  EXPECT_TRUE(b.shape().empty());
+}
+
 TEST(Tensor, ScalarAndCloneAreIndependent) {
   Tensor s = Tensor::Scalar<int64_t>(7);
   Tensor c = s.Clone();
