@@ -149,7 +149,7 @@ absl::Status RunStream::Wrap(const absl::Status& s, uint64_t global, std::string
   return absl::Status(s.code(), absl::StrCat(where, ": ", s.message()));
 }
 
-void RunStream::Process(Stage& stage, const std::vector<Item*>& items) {
+void RunStream::Process(Stage& stage, const ItemRefs& items) {
   const LogicalPipeline& lp = *ctx_.logical;
   ExecutorMetrics* m = ctx_.metrics;
   auto fail = [&](Item* item, const absl::Status& s) {
@@ -168,7 +168,7 @@ void RunStream::Process(Stage& stage, const std::vector<Item*>& items) {
   };
   // The items not dropped or failed by an earlier step.
   auto present = [&] {
-    std::vector<Item*> v;
+    ItemRefs v;
     for (Item* item : items) {
       if (item->element() != nullptr) v.push_back(item);
     }
@@ -177,7 +177,7 @@ void RunStream::Process(Stage& stage, const std::vector<Item*>& items) {
   // The present items a step computes: not those read from the cache, whose
   // steps before the cache node were run before they were cached.
   auto live = [&] {
-    std::vector<Item*> v;
+    ItemRefs v;
     for (Item* item : present()) {
       if (!item->element()->from_cache) v.push_back(item);
     }
@@ -231,7 +231,7 @@ void RunStream::Process(Stage& stage, const std::vector<Item*>& items) {
         for (size_t begin = 0; begin < ops.size();) {
           if (ops[begin]->takes_all_columns()) {
             const Op& op = *ops[begin];
-            const std::vector<Item*> group = live();
+            const ItemRefs group = live();
             if (group.empty()) break;
             std::vector<std::vector<Tensor>> cols(group.size());
             std::vector<ElementContext> ctxs;
@@ -325,8 +325,8 @@ namespace {
 
 // The elements of `items` the stage's steps run on (not holes, errors or
 // end-of-run markers).
-std::vector<Item*> Elements(std::vector<Item>& items) {
-  std::vector<Item*> v;
+ItemRefs Elements(ItemGroup& items) {
+  ItemRefs v;
   for (Item& item : items) {
     if (item.element() != nullptr && !item.element()->end_of_run) {
       v.push_back(&item);
@@ -337,7 +337,7 @@ std::vector<Item*> Elements(std::vector<Item>& items) {
 
 }  // namespace
 
-void RunStream::TimedProcess(int si, const std::vector<Item*>& items) {
+void RunStream::TimedProcess(int si, const ItemRefs& items) {
   Stage& stage = *stages_[si];
   const absl::Time t0 = ctx_.clock->Now();
   Process(stage, items);
@@ -352,8 +352,7 @@ void RunStream::TimedProcess(int si, const std::vector<Item*>& items) {
   }
 }
 
-ItemQueue::PopResult RunStream::PopGroup(int si, std::vector<Item>* items,
-                                         std::vector<uint64_t>* seqs, uint64_t* end) {
+ItemQueue::PopResult RunStream::PopGroup(int si, ItemGroup* items, GroupSeqs* seqs, uint64_t* end) {
   Stage& s = *stages_[si];
   BatchAssembler* assembler = s.assembler.get();
   Item item;
@@ -386,8 +385,8 @@ void RunStream::ElementWorker(int si) {
   ItemQueue& out = *queues_[si];
   while (true) {
     if (LeaveIfAboveTarget(si)) return;
-    std::vector<Item> items;
-    std::vector<uint64_t> seqs;
+    ItemGroup items;
+    GroupSeqs seqs;
     uint64_t end = 0;
     const auto r = PopGroup(si, &items, &seqs, &end);
     if (r == ItemQueue::PopResult::kCancelled) return;
@@ -396,7 +395,7 @@ void RunStream::ElementWorker(int si) {
       stage.finished = true;
       return;
     }
-    const std::vector<Item*> elements = Elements(items);
+    const ItemRefs elements = Elements(items);
     if (!elements.empty()) {
       TimedProcess(si, elements);
       stage.elements.fetch_add(elements.size());
@@ -417,8 +416,8 @@ void RunStream::BatchWorker(int si) {
   BatchAssembler& assembler = *s.assembler;
   while (true) {
     if (LeaveIfAboveTarget(si)) return;
-    std::vector<Item> items;
-    std::vector<uint64_t> seqs;
+    ItemGroup items;
+    GroupSeqs seqs;
     uint64_t end = 0;
     const auto r = PopGroup(si, &items, &seqs, &end);
     if (r == ItemQueue::PopResult::kCancelled) return;
@@ -432,7 +431,7 @@ void RunStream::BatchWorker(int si) {
     // time the steps alone).
     const absl::Time t0 = ctx_.clock->Now();
     ExecutorMetrics* m = ctx_.metrics;
-    const std::vector<Item*> elements = Elements(items);
+    const ItemRefs elements = Elements(items);
     if (!elements.empty() && !s.plan->steps.empty()) {
       Process(s, elements);
       if (m != nullptr) {

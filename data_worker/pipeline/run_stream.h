@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -53,6 +54,11 @@
 namespace sluice::data_worker::pipeline {
 
 using ItemQueue = OrderedQueue<Item>;
+// The items a stage worker takes at once (at most its group size) and pointers to them, held
+// inline: an ungrouped stage, or a python op's default group of 8, allocates nothing per group.
+using ItemGroup = absl::InlinedVector<Item, 8>;
+using ItemRefs = absl::InlinedVector<Item*, 8>;
+using GroupSeqs = absl::InlinedVector<uint64_t, 8>;
 
 // Metric references, built once per executor.
 struct ExecutorMetrics {
@@ -165,8 +171,7 @@ class RunStream {
   // waiting behind it, up to the stage's group (reserving each in the batch
   // stage's assembler): items[i] at sequence seqs[i], in order. kEnd (the
   // input's end in *end) or kCancelled when the first one is.
-  ItemQueue::PopResult PopGroup(int si, std::vector<Item>* items, std::vector<uint64_t>* seqs,
-                                uint64_t* end);
+  ItemQueue::PopResult PopGroup(int si, ItemGroup* items, GroupSeqs* seqs, uint64_t* end);
   // "<shard or file>: record <global>: <node> (<op>): <message>".
   absl::Status Wrap(const absl::Status& s, uint64_t global, std::string_view node,
                     std::string_view op) const;
@@ -174,9 +179,9 @@ class RunStream {
   // step by step over the group, turning each into a hole or an error on
   // failure. Each element's result is what it would be alone: ops draw from
   // the element's context, never from its group.
-  void Process(Stage& stage, const std::vector<Item*>& items);
+  void Process(Stage& stage, const ItemRefs& items);
   // Process with timing and counters.
-  void TimedProcess(int si, const std::vector<Item*>& items);
+  void TimedProcess(int si, const ItemRefs& items);
   void ElementWorker(int si);
   void BatchWorker(int si);
   // A finished batch of stage `si`: vectorized ops, then the output queue.
