@@ -25,36 +25,15 @@ images="${IMAGES:-1000}"
 rounds="${ROUNDS:-3}"
 py=/usr/bin/python3
 if (( rounds < 3 )); then echo "ROUNDS must be >= 3 (a median of fewer is no headline)" >&2; exit 2; fi
-work="$(mktemp -d /tmp/sluice-cache-auto-bench-XXXXXX)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-echo "# $(date -u +%FT%TZ)  nproc=$(nproc)  $(lscpu | sed -n 's/^Model name: *//p')  uptime: $(uptime)"
+source "$root/bench/lib/cluster.sh"
+bench_start cache-auto-bench
 echo "== data: $images synthetic JPEGs"
-"$bin/sluice" datagen --output "$work/jpegs" --images "$images" >/dev/null 2>&1
-"$bin/sluice" record convert --input "$work/jpegs" --output "$work/ds" >/dev/null 2>&1
-
-await_file() { for _ in $(seq 200); do [[ -s "$1" ]] && return 0; sleep 0.05; done; echo "no $1" >&2; exit 1; }
+make_dataset "$images" "$work/ds"
 echo "== cluster: sluice-dispatcher + 1 sluice-worker --cache-root $work/cache"
-mkdir -p "$work/dispatcher" "$work/cache"
-"$bin/sluice-dispatcher" --port 0 --address-file "$work/dispatcher.address" \
-  --work-dir "$work/dispatcher" >"$work/dispatcher.log" 2>&1 &
-pids+=($!)
-await_file "$work/dispatcher.address"
-dispatcher="$(cat "$work/dispatcher.address")"
-"$bin/sluice-worker" --dispatcher "$dispatcher" --port 0 --address-file "$work/worker.address" \
-  --data-root "$work" --cache-root "$work/cache" >"$work/worker.log" 2>&1 &
-worker=$!
-pids+=($worker)
-await_file "$work/worker.address"
-
-stats() { sort -g | awk '{v[NR]=$1} END {m = (NR % 2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2;
-  printf "%.3f [%.3f-%.3f]", m, v[1], v[NR]}'; }
+mkdir -p "$work/cache"
+start_dispatcher "$work"
+start_worker "$work" worker --data-root "$work" --cache-root "$work/cache"
+worker=$worker_pid
 
 # Removes every cache (once the job that used it has left) and waits for the folder to empty.
 remove_caches() {
@@ -103,7 +82,7 @@ for r in $(seq "$rounds"); do
   [[ "$same" == yes ]] || { echo "outputs differ between the jobs or epochs" >&2; exit 1; }
 done
 
-col() { awk -v c="$1" '{print $c}' "$work/rounds" | stats; }
+col() { awk -v c="$1" '{print $c}' "$work/rounds" | summary 3; }
 echo "== median [range] over $rounds rounds, worker CPU ms per image"
 echo "epochs 2-3:  none $(col 1)  auto $(col 2)  explicit $(col 3)"
 echo "             auto / none $(col 4)   auto / explicit $(col 5)"

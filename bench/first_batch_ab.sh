@@ -17,20 +17,10 @@ if (( $# != 2 )); then echo "usage: $0 BIN_DIR_A BIN_DIR_B" >&2; exit 2; fi
 images="${IMAGES:-2000}"
 jobs="${JOBS:-30}"
 spec="${SPEC:-$root/bench/pipelines/imagenet_train.yaml}"
-work="$(mktemp -d /tmp/sluice-first-batch-ab-XXXXXX)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-echo "# $(date -u +%FT%TZ)  nproc=$(nproc)  $(lscpu | sed -n 's/^Model name: *//p')  load: $(cut -d' ' -f1-3 /proc/loadavg)"
-"$1/sluice" datagen --output "$work/jpegs" --images "$images" >/dev/null 2>&1
-"$1/sluice" record convert --input "$work/jpegs" --output "$work/ds" >/dev/null 2>&1
-
-await_file() { for _ in $(seq 200); do [[ -s "$1" ]] && return 0; sleep 0.05; done; echo "no $1" >&2; exit 1; }
+bin="$1"
+source "$root/bench/lib/cluster.sh"
+bench_start first-batch-ab
+make_dataset "$images" "$work/ds"
 consume() {  # bin cluster job -> first-batch seconds
   "$1/sluice" consume --dispatcher "$(cat "$work/$2/dispatcher.address")" --spec "$spec" \
     --data "$work/ds" --job "$3" --epochs 1 --stop-after-batches 1 \
@@ -38,17 +28,9 @@ consume() {  # bin cluster job -> first-batch seconds
 }
 bins=("$1" "$2")
 for c in 0 1; do
-  mkdir -p "$work/$c/dispatcher"
-  "${bins[$c]}/sluice-dispatcher" --port 0 --address-file "$work/$c/dispatcher.address" \
-    --work-dir "$work/$c/dispatcher" >"$work/$c/dispatcher.log" 2>&1 &
-  pids+=($!)
-  await_file "$work/$c/dispatcher.address"
-  for w in 1 2; do
-    "${bins[$c]}/sluice-worker" --dispatcher "$(cat "$work/$c/dispatcher.address")" --port 0 \
-      --address-file "$work/$c/worker$w.address" --data-root "$work" >"$work/$c/worker$w.log" 2>&1 &
-    pids+=($!)
-    await_file "$work/$c/worker$w.address"
-  done
+  bin="${bins[$c]}"
+  start_dispatcher "$work/$c"
+  for w in 1 2; do start_worker "$work/$c" "worker$w" --data-root "$work"; done
   consume "${bins[$c]}" "$c" warmup >/dev/null
 done
 for j in $(seq "$jobs"); do
