@@ -208,6 +208,7 @@ TEST_F(DispatcherWatchTest, AWatchIsAnsweredJobsOverWhenAJobItsWorkerRunsIsColle
   HeldWatch again;
   Watch(worker, &again);
   EXPECT_FALSE(again.status.has_value());
+  impl_->Stop();  // answers the held watch while `again` lives
 }
 
 TEST_F(DispatcherWatchTest, AWatchListingAJobTheDispatcherDoesNotHaveIsAnsweredAtOnce) {
@@ -224,6 +225,7 @@ TEST_F(DispatcherWatchTest, AWatchListingAJobTheDispatcherDoesNotHaveIsAnsweredA
   EXPECT_TRUE(gone.status->ok()) << *gone.status;
   EXPECT_TRUE(gone.response.jobs_over());
   EXPECT_FALSE(gone.response.work_available());
+  impl_->Stop();  // answers the held watch while `held` lives
 }
 
 TEST_F(DispatcherWatchTest, UnknownWorkersAndAStoppingDispatcherAnswerAtOnce) {
