@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -72,28 +73,35 @@ struct Out {
   pl::PipelineStats stats;
 };
 
-Out RunSpec(const std::string& yaml) {
-  Out out;
+// Runs `yaml`'s epoch 0 as one split; `each` sees every delivered element; `stats` gets the
+// executor's stats if it was built.
+absl::Status RunEpoch(const std::string& yaml, const std::function<void(const pl::Element&)>& each,
+                      pl::PipelineStats* stats) {
   auto spec = sluice::pipeline_spec::ParsePipelineSpec(yaml);
   EXPECT_TRUE(spec.ok()) << spec.status();
   pl::ExecutorOptions eo;
   eo.cpu_budget = 4;
   eo.autotune = false;
   auto ex = pl::Executor::Create(*spec, eo);
-  if (!ex.ok()) {
-    out.status = ex.status();
-    return out;
-  }
+  if (!ex.ok()) return ex.status();
   auto outputs = testonly::RunSplit(**ex, (*ex)->EpochOrder(0), 0);
-  out.status = outputs.status();
   if (outputs.ok()) {
-    for (const pl::Element& e : *outputs) {
-      ++out.deliveries;
-      out.images[e.global_indices[0]] = std::string(e.columns[0].bytes());
-      out.labels[e.global_indices[0]] = *e.columns[1].data_as<int64_t>();
-    }
+    for (const pl::Element& e : *outputs) each(e);
   }
-  out.stats = (*ex)->stats();
+  *stats = (*ex)->stats();
+  return outputs.status();
+}
+
+Out RunSpec(const std::string& yaml) {
+  Out out;
+  out.status = RunEpoch(
+      yaml,
+      [&](const pl::Element& e) {
+        ++out.deliveries;
+        out.images[e.global_indices[0]] = std::string(e.columns[0].bytes());
+        out.labels[e.global_indices[0]] = *e.columns[1].data_as<int64_t>();
+      },
+      &out.stats);
   return out;
 }
 
@@ -328,25 +336,13 @@ struct LabelOut {
 
 LabelOut RunLabels(const std::string& yaml) {
   LabelOut out;
-  auto spec = sluice::pipeline_spec::ParsePipelineSpec(yaml);
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  pl::ExecutorOptions eo;
-  eo.cpu_budget = 4;
-  eo.autotune = false;
-  auto ex = pl::Executor::Create(*spec, eo);
-  if (!ex.ok()) {
-    out.status = ex.status();
-    return out;
-  }
-  auto outputs = testonly::RunSplit(**ex, (*ex)->EpochOrder(0), 0);
-  out.status = outputs.status();
-  if (outputs.ok()) {
-    for (const pl::Element& e : *outputs) {
-      ++out.deliveries;
-      out.values[e.global_indices[0]] = *e.columns[0].data_as<int64_t>();
-    }
-  }
-  out.stats = (*ex)->stats();
+  out.status = RunEpoch(
+      yaml,
+      [&](const pl::Element& e) {
+        ++out.deliveries;
+        out.values[e.global_indices[0]] = *e.columns[0].data_as<int64_t>();
+      },
+      &out.stats);
   return out;
 }
 
