@@ -238,7 +238,9 @@ class DispatcherAutoCacheTest : public ::testing::Test {
     ASSERT_TRUE(impl.ok()) << impl.status();
     impl_ = std::move(*impl);
   }
-  proto::GetOrCreateJobResponse AutoJob() {
+  // A job `name` over pipeline_ (100 records, splits of 50) with `cache` and `epochs` (0: unset).
+  proto::GetOrCreateJobResponse Job(const std::string& name, proto::CacheMode cache,
+                                    uint64_t epochs) {
     proto::RegisterDatasetRequest d;
     d.set_protocol_version(kProtocolVersion);
     d.set_pipeline(pipeline_.SerializeAsString());
@@ -248,12 +250,12 @@ class DispatcherAutoCacheTest : public ::testing::Test {
     EXPECT_TRUE(Sync(impl_).RegisterDataset(d, &dr).ok());
     proto::GetOrCreateJobRequest j;
     j.set_protocol_version(kProtocolVersion);
-    j.set_job_name("eval");
+    j.set_job_name(name);
     j.set_dataset_id(dr.dataset_id());
     j.mutable_config()->set_num_consumers(1);
-    j.mutable_config()->set_num_epochs(3);
+    j.mutable_config()->set_num_epochs(epochs);
     j.mutable_config()->set_split_size(50);
-    j.mutable_config()->set_cache(proto::CACHE_MODE_AUTO);
+    j.mutable_config()->set_cache(cache);
     proto::GetOrCreateJobResponse jr;
     EXPECT_TRUE(Sync(impl_).GetOrCreateJob(j, &jr).ok());
     return jr;
@@ -301,7 +303,7 @@ class DispatcherAutoCacheTest : public ::testing::Test {
 };
 
 TEST_F(DispatcherAutoCacheTest, DecidesOnceAnEpochIsMeasuredKeepsItAcrossARestartAndTellsWorkers) {
-  const proto::GetOrCreateJobResponse created = AutoJob();
+  const proto::GetOrCreateJobResponse created = Job("eval", proto::CACHE_MODE_AUTO, /*epochs=*/3);
   const uint64_t job = created.job_id();
   EXPECT_TRUE(created.config().slots_follow_splits());  // splits can be written from epoch 1
   const uint64_t w1 = Worker();
@@ -359,21 +361,8 @@ TEST_F(DispatcherAutoCacheTest, DecidesOnceAnEpochIsMeasuredKeepsItAcrossARestar
 }
 
 TEST_F(DispatcherAutoCacheTest, AJobWithoutCacheAutoHasNoDecision) {
-  proto::RegisterDatasetRequest d;
-  d.set_protocol_version(kProtocolVersion);
-  d.set_pipeline(pipeline_.SerializeAsString());
-  d.add_shard_record_counts(100);
-  d.set_batch_size(10);
-  proto::RegisterDatasetResponse dr;
-  ASSERT_TRUE(Sync(impl_).RegisterDataset(d, &dr).ok());
-  proto::GetOrCreateJobRequest j;
-  j.set_protocol_version(kProtocolVersion);
-  j.set_job_name("plain");
-  j.set_dataset_id(dr.dataset_id());
-  j.mutable_config()->set_num_consumers(1);
-  j.mutable_config()->set_split_size(50);
-  proto::GetOrCreateJobResponse jr;
-  ASSERT_TRUE(Sync(impl_).GetOrCreateJob(j, &jr).ok());
+  const proto::GetOrCreateJobResponse jr =
+      Job("plain", proto::CACHE_MODE_UNSPECIFIED, /*epochs=*/0);
   EXPECT_FALSE(jr.config().slots_follow_splits());
   Beat(Worker(), jr.job_id(), {Cost(0, 100, 5.0, 100)});
   const proto::GetStatusResponse status = Status();
