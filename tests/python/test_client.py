@@ -215,30 +215,29 @@ def test_a_bad_cache_value_is_invalid_argument(cluster, dataset, spec_file, job)
         client.open(spec_file, data=dataset, job=job, cache="always")
 
 
-def test_cache_auto_shows_its_decision_in_status(cluster, dataset, spec_file, job):
+def job_status_after_first_batch(cluster, dataset, spec_file, job, **options):
+    """The job's entry of `sluice status --json`, taken after its first batch (opened with
+    `options`); the job is then read to the end."""
     client = sluice.Client(cluster)
-    with client.open(spec_file, data=dataset, job=job, split_size=SPLIT_SIZE,
-                     cache="auto") as it:
+    with client.open(spec_file, data=dataset, job=job, split_size=SPLIT_SIZE, **options) as it:
         next(it)
         status = json.loads(run(BIN / "sluice", "status", "--dispatcher", cluster,
                                 "--json").stdout)
         drain(it)
     jobs = [j for j in status["jobs"] if j["job_name"] == job]
     assert len(jobs) == 1, status
-    decision = jobs[0]["cache_decision"]
-    assert decision is not None, jobs[0]
+    return jobs[0]
+
+
+def test_cache_auto_shows_its_decision_in_status(cluster, dataset, spec_file, job):
+    entry = job_status_after_first_batch(cluster, dataset, spec_file, job, cache="auto")
+    decision = entry["cache_decision"]
+    assert decision is not None, entry
     assert decision["reason"] != ""
 
 
 def test_priority_and_min_workers_reach_the_dispatcher(cluster, dataset, spec_file, job):
-    client = sluice.Client(cluster)
-    with client.open(spec_file, data=dataset, job=job, split_size=SPLIT_SIZE, priority=2,
-                     min_workers=1) as it:
-        next(it)
-        status = json.loads(run(BIN / "sluice", "status", "--dispatcher", cluster,
-                                "--json").stdout)
-        drain(it)
-    jobs = [j for j in status["jobs"] if j["job_name"] == job]
-    assert len(jobs) == 1, status
-    assert jobs[0]["priority"] == 2
-    assert jobs[0]["min_workers"] == 1
+    entry = job_status_after_first_batch(cluster, dataset, spec_file, job, priority=2,
+                                         min_workers=1)
+    assert entry["priority"] == 2
+    assert entry["min_workers"] == 1
