@@ -16,11 +16,13 @@ RandomHorizontalFlip → Normalize → HWC2CHW) through the engine's own physica
 flip ops, epoch 0, dataset order), with the crop box and flip sluice drew for each image
 (`--dump-boxes`). torchvision applies the same boxes: `F.resized_crop(img, top, left, h, w, 224,
 BILINEAR)`, `F.hflip` when sluice flipped, ToTensor, on the PIL decode of the same JPEG bytes.
-Prints the same pixel statistics (goal: mean <= 2/255). Then the box distribution: sluice's boxes
-for --draws elements on image 0's size against as many `RandomResizedCrop.get_params` draws on the
-same size, compared by two-sample Kolmogorov-Smirnov tests on the area scale (h·w / H·W) and the
-log aspect ratio (log w/h), once per torch seed in --tv-seeds; goal: median p > 0.01 for both
-(indistinguishable).
+Prints the same pixel statistics (goal: mean <= 2/255). Then the box distribution on image 0's
+size, compared by two-sample Kolmogorov-Smirnov tests on the area scale (h·w / H·W) and the log
+aspect ratio (log w/h): for each torch seed in --tv-seeds, --draws `RandomResizedCrop.get_params`
+boxes against --draws sluice boxes of their own (elements k·D .. (k+1)·D-1 for the k-th seed, so
+the pairs are independent and, if the distributions are the same, each p is uniform on [0, 1]);
+goal: median p > 0.01 for both (indistinguishable). A control line compares torchvision with
+itself (seed s against seed s + 1000) to show how p spreads when the distributions are equal.
 """
 import argparse
 import io
@@ -156,7 +158,8 @@ def train(bin_dir: Path, work: Path, args) -> None:
     subprocess.run([str(bin_dir / "kernel_ceiling_bench"), "--spec", args.spec, "--data",
                     str(work / "ds"), "--chain", "plan", "--epochs", "0", "--threads", "1",
                     "--dump", str(dump), "--dump-count", str(count),
-                    "--dump-boxes", str(boxes_file), "--box-draws", str(args.draws)],
+                    "--dump-boxes", str(boxes_file),
+                    "--box-draws", str(args.draws * len(args.tv_seeds))],
                    check=True, stdout=subprocess.DEVNULL)
     boxes, draws, size = [], [], None
     for line in boxes_file.read_text().splitlines():
@@ -196,29 +199,42 @@ def train(bin_dir: Path, work: Path, args) -> None:
     print("max abs diff: %.1f/255" % (worst * 255))
     print("PSNR: %.1f dB" % psnr)
 
-    # The box distribution on image 0's size, sluice vs torchvision. One torchvision sample of
-    # len(draws) boxes per seed in --tv-seeds: under the hypothesis that the distributions are the
-    # same, each p-value is uniform on [0, 1], so the verdict reads the median over the seeds.
+    # The box distribution on image 0's size, sluice vs torchvision: the k-th torch seed's sample
+    # against the k-th block of sluice's draws, so the pairs are independent and, under the
+    # hypothesis that the distributions are the same, each p is uniform on [0, 1]; the verdict
+    # reads the median. The control pairs torchvision with itself (seed s vs s + 1000).
     H, W = size
-    ours_b = np.array(draws, dtype=np.float64)  # top, left, h, w
+    D = args.draws
+    ours_all_b = np.array(draws, dtype=np.float64)  # top, left, h, w
     dummy = torch.empty((3, H, W), dtype=torch.uint8)
+
+    def torchvision_boxes(seed):
+        torch.manual_seed(seed)
+        return np.array([transforms.RandomResizedCrop.get_params(
+            dummy, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0)) for _ in range(D)],
+            dtype=np.float64)  # i, j, h, w
+
     features = (("scale", lambda b: b[:, 2] * b[:, 3] / (H * W)),
                 ("log-ratio", lambda b: np.log(b[:, 3] / b[:, 2])))
     pvalues = {name: [] for name, _ in features}
-    for seed in args.tv_seeds:
-        torch.manual_seed(seed)
-        tv_b = np.array([transforms.RandomResizedCrop.get_params(
-            dummy, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0)) for _ in range(len(draws))],
-            dtype=np.float64)  # i, j, h, w
+    control = {name: [] for name, _ in features}
+    for k, seed in enumerate(args.tv_seeds):
+        ours_b = ours_all_b[k * D:(k + 1) * D]
+        tv_b, tv_other = torchvision_boxes(seed), torchvision_boxes(seed + 1000)
         for name, fn in features:
             stat, p = ks_2samp(fn(ours_b), fn(tv_b))
+            _, p_control = ks_2samp(fn(tv_other), fn(tv_b))
             pvalues[name].append(p)
-            print("box %s: torch seed %d: KS D=%.4f p=%.3f over %d + %d draws on %dx%d" % (
-                name, seed, stat, p, len(ours_b), len(tv_b), W, H))
+            control[name].append(p_control)
+            print("box %s: sluice draws %d..%d vs torch seed %d: KS D=%.4f p=%.3f on %dx%d "
+                  "(control, torch seed %d vs %d: p=%.3f)" % (
+                      name, k * D, (k + 1) * D - 1, seed, stat, p, W, H, seed + 1000, seed,
+                      p_control))
     medians = {name: float(np.median(ps)) for name, ps in pvalues.items()}
     for name, m in medians.items():
-        print("box %s: median p %.3f over %d torchvision samples (goal p > 0.01)" % (
-            name, m, len(pvalues[name])))
+        print("box %s: median p %.3f over %d independent pairs of %d draws (goal p > 0.01); "
+              "control median p %.3f" % (name, m, len(pvalues[name]), D,
+                                         float(np.median(control[name]))))
     ok = mean <= 2 / 255 and min(medians.values()) > 0.01
     print("verdict: %s" % ("PASS" if ok else "FAIL"))
 
