@@ -33,6 +33,11 @@
 // an error ends only its run (the run's items up to its marker are dropped);
 // `set_end` counts batches and markers. The input must end with a marker.
 //
+// Batch write fusion (Options::writes, plan.h): a written column is not
+// copied but written into its slot by its op (Op::ApplyInto), mirrored first
+// if the write's flip draws so for the element; the batch's column has the
+// op's output type (e.g. float32 C×H×W of a uint8 H×W×C element).
+//
 // Memory: batch buffers are counted in Options::live while they are being
 // filled. Reserve() bounds the items popped but not committed to `window`.
 //
@@ -54,6 +59,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "data_worker/pipeline/element.h"
+#include "data_worker/pipeline/plan.h"
 
 namespace sluice::data_worker::pipeline {
 
@@ -81,6 +87,10 @@ class BatchAssembler {
     // Takes each element back once it is written into its batch (element.h);
     // null: the element is freed. Not owned.
     ElementPool* pool = nullptr;
+    // Columns written through an op instead of copied, and the job's seed
+    // (the flip's draw: ElementContext{seed, epoch, global index}).
+    std::vector<StagePlan::SlotWrite> writes;
+    uint64_t seed = 0;
   };
   // Batch `index` is complete: the batch (the epoch of its first element), a run's marker or the
   // error at its place. Called outside the lock, once per batch, in any order.
@@ -141,6 +151,15 @@ class BatchAssembler {
   uint64_t CutLastBatch(Actions* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Run(Actions* actions) ABSL_LOCKS_EXCLUDED(mu_);
   void Write(Action& a) ABSL_LOCKS_EXCLUDED(mu_);
+  // A written column of element `e`: how its op reads it (mirrored or not)
+  // and the type it writes; mirrors the column first where the op cannot
+  // read it mirrored. Errors: the op's (or the flip's) InvalidArgument.
+  struct Written {
+    int slot = 0;
+    bool mirror = false;
+    TensorType type;
+  };
+  absl::StatusOr<Written> PrepareWrite(const StagePlan::SlotWrite& w, Element& e) const;
   void Finish(uint64_t k) ABSL_LOCKS_EXCLUDED(mu_);
   // The window, but never a huge reservation for a huge batch size (which
   // fails at its first batch, max_buffer_bytes).

@@ -35,6 +35,8 @@ RunStream::RunStream(const EpochContext& ctx) : ctx_(ctx), start_(ctx.clock->Now
       o.runs = true;
       o.max_buffer_bytes = ctx_.memory_budget_bytes;
       o.pool = ctx_.pool;
+      o.writes = s->plan->writes;
+      o.seed = ctx_.logical->seed;
       s->assembler = std::make_unique<BatchAssembler>(
           std::move(o),
           [this, i](uint64_t k, absl::StatusOr<Element> batch) {
