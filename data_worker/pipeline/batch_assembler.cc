@@ -120,7 +120,8 @@ void BatchAssembler::Commit(Actions* actions) {
     Batch& b = batches_[k];
     if (b.expected == 0) b.expected = B;
     ++b.assigned;
-    actions->push_back(Action{Action::kWrite, k, static_cast<int64_t>(pos % B), std::move(item)});
+    actions->push_back(
+        Action{Action::kWrite, k, static_cast<int64_t>(pos % B), std::move(item), &b});
   }
   if (!input_end_ || next_commit_ < *input_end_) return;
   if (options_.runs) {
@@ -227,31 +228,24 @@ void BatchAssembler::Write(Action& a) {
     for (int64_t d : shape_of(c)) n *= d;
     return n;
   };
-  Batch* b;
-  {
-    absl::MutexLock lock(&mu_);
-    b = &batches_[a.batch];
-    if (!shape_error.ok()) {
-      // Not a type to allocate the batch with: the batch fails below.
-    } else if (!b->allocated && options_.max_buffer_bytes > 0) {
-      // Checked before anything is allocated: a batch size of 1e9 must fail its job, not
-      // the worker.
+  Batch* b = a.target;
+  if (shape_error.ok()) {
+    // The first element written into the batch fixes its column types.
+    absl::call_once(b->allocate, [&] {
+      b->epoch = e.epoch;
+      // Checked before anything is allocated: a batch size of 1e9 must fail
+      // its job, not the worker.
       int64_t per_element = static_cast<int64_t>(sizeof(uint64_t));
       for (size_t c = 0; c < e.columns.size(); ++c) per_element += bytes_of(c);
-      if (B > options_.max_buffer_bytes / std::max<int64_t>(1, per_element)) {
-        b->allocated = true;
-        b->epoch = e.epoch;
-        b->error = absl::ResourceExhaustedError(absl::StrCat(
+      if (options_.max_buffer_bytes > 0 &&
+          B > options_.max_buffer_bytes / std::max<int64_t>(1, per_element)) {
+        b->alloc_error = absl::ResourceExhaustedError(absl::StrCat(
             "a batch of ", B, " elements of ", per_element,
             " bytes is more than this worker's memory budget of ", options_.max_buffer_bytes,
             " bytes (--memory-mb): use a smaller batch size or smaller "
             "images"));
+        return;
       }
-    }
-    if (shape_error.ok() && !b->allocated) {
-      // The first element committed to the batch fixes its column types.
-      b->allocated = true;
-      b->epoch = e.epoch;
       b->buffer.ids.assign(B, 0);
       int64_t bytes = 0;
       for (size_t c = 0; c < e.columns.size(); ++c) {
@@ -262,7 +256,7 @@ void BatchAssembler::Write(Action& a) {
       }
       b->counted = bytes;
       AddLive(bytes);
-    }
+    });
   }
   // Slots are disjoint: threads write one batch concurrently without the
   // lock.
@@ -320,16 +314,15 @@ void BatchAssembler::Write(Action& a) {
 }
 
 void BatchAssembler::Finish(uint64_t k) {
-  Batch b;
+  std::map<uint64_t, Batch>::node_type node;
   {
     absl::MutexLock lock(&mu_);
-    auto it = batches_.find(k);
-    b = std::move(it->second);
-    batches_.erase(it);
+    node = batches_.extract(k);
   }
+  Batch& b = node.mapped();
   AddLive(-b.counted);
-  if (!b.error.ok()) {
-    emit_(k, b.error);
+  if (!b.error.ok() || !b.alloc_error.ok()) {
+    emit_(k, !b.error.ok() ? b.error : b.alloc_error);
     return;
   }
   Element e;

@@ -54,6 +54,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/call_once.h"
 #include "absl/base/thread_annotations.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
@@ -123,13 +124,18 @@ class BatchAssembler {
   void Clear() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  // A batch being filled. Its buffer (and epoch, counted and alloc_error) is
+  // set once, by the first write to reach it, through `allocate` (no lock:
+  // call_once orders it before every other write's reads); the counters and
+  // `error` are changed under mu_.
   struct Batch {
+    absl::once_flag allocate;
     BatchBuffer buffer;
-    bool allocated = false;
-    int64_t assigned = 0;  // slots given to committed elements
-    int64_t filled = 0;    // slots written
-    int64_t expected = 0;  // slots the batch will have (0 = not yet known)
-    bool discard = false;  // short last batch under drop_remainder
+    absl::Status alloc_error;  // the buffer would pass max_buffer_bytes
+    int64_t assigned = 0;      // slots given to committed elements
+    int64_t filled = 0;        // slots written
+    int64_t expected = 0;      // slots the batch will have (0 = not yet known)
+    bool discard = false;      // short last batch under drop_remainder
     absl::Status error;
     int64_t counted = 0;  // live bytes counted for the buffer
     uint64_t epoch = 0;   // of its first element
@@ -141,6 +147,9 @@ class BatchAssembler {
     uint64_t batch;
     int64_t slot = 0;
     Item item;
+    // kWrite: batch `batch` (stays put until this write has counted itself
+    // filled).
+    Batch* target = nullptr;
   };
   // Inline: an Add that commits a few items does not allocate.
   using Actions = absl::InlinedVector<Action, 4>;
