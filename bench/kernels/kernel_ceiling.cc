@@ -12,9 +12,12 @@
 //
 //   plan  The physical plan the optimizer makes of the spec, without its
 //         Read step: per element the batch stage's map ops (e.g.
-//         Decode+RandomResizedCrop, RandomHorizontalFlip), a copy into the
-//         element's slot of a uint8 batch buffer, then per batch the
-//         vectorized ops (Normalize+HWC2CHW). What the engine would reach if
+//         Decode+RandomResizedCrop), then the element written into its slot
+//         of the batch buffer as the plan says: through the batch write
+//         fusion's op (RandomHorizontalFlip + Normalize+HWC2CHW into a float32
+//         batch, Op::ApplyInto), or copied into a uint8 batch that the
+//         vectorized ops (Normalize+HWC2CHW) then run on (`--disable-write`:
+//         the plan without batch write fusion). What the engine would reach if
 //         reading, queueing, ordering and thread hand-offs were free.
 //   fast  The fastest chain written by hand for the same transforms at the
 //         same fidelity: the same region decode (libjpeg-turbo ROI + DCT
@@ -284,6 +287,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--dump", dump, "Write the plan chain's first outputs here");
   app.add_option("--dump-count", dump_count, "Outputs to --dump")->capture_default_str();
+  bool disable_write = false;
+  app.add_flag("--disable-write", disable_write,
+               "The plan chain without batch write fusion (as `sluice pipeline run "
+               "--disable batch_write_fusion`)");
   bool micro = false;
   app.add_flag("--micro", micro,
                "Also time the normalize pass alone: the old per-channel "
@@ -302,7 +309,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", std::string(lp.status().message()).c_str());
     return 1;
   }
-  auto plan = pl::Optimize(*lp, pl::OptimizerOptions());
+  pl::OptimizerOptions optimizer;
+  optimizer.batch_write_fusion = !disable_write;
+  auto plan = pl::Optimize(*lp, optimizer);
   if (!plan.ok() || !lp->batch) {
     std::fprintf(stderr, "the spec must validate and have a batch node\n");
     return 1;
@@ -345,6 +354,22 @@ int main(int argc, char** argv) {
     }
     probe = std::move(*r);
   }
+  // Batch write fusion: the image column is written through the plan's op.
+  const pl::StagePlan::SlotWrite* slot_write = nullptr;
+  for (const auto& w : plan->stages.back().writes) {
+    if (w.slot == image_slot) slot_write = &w;
+  }
+  dw::DType batch_dtype = probe.dtype();
+  std::vector<int64_t> batch_shape = probe.shape();
+  if (slot_write != nullptr) {
+    auto type = slot_write->op->OutputType(probe);
+    if (!type.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(type.status().message()).c_str());
+      return 1;
+    }
+    batch_dtype = type->dtype;
+    batch_shape = type->shape;
+  }
   std::printf("plan: %s\n", plan->Describe().c_str());
   std::printf("records: %zu in memory, %d threads, batch %d, avx2 %d\n", records.size(), threads,
               batch_size, sluice::kernels::NormalizeKernelUsesAvx2() ? 1 : 0);
@@ -359,7 +384,21 @@ int main(int argc, char** argv) {
       if (!r.ok()) return false;
       x = std::move(*r);
     }
-    if (x.num_bytes() * batch->dim(0) != batch->num_bytes()) return false;
+    const int64_t bytes = batch->num_bytes() / batch->dim(0);
+    if (slot_write != nullptr) {
+      bool mirror = slot_write->mirror != nullptr && slot_write->mirror->Mirrors(ctx);
+      if (mirror && !slot_write->op->MirrorsInto(x)) {
+        auto r = slot_write->mirror->Apply(std::move(x), ctx);
+        if (!r.ok()) return false;
+        x = std::move(*r);
+        mirror = false;
+      }
+      auto type = slot_write->op->OutputType(x);
+      if (!type.ok() || type->shape != batch_shape) return false;
+      slot_write->op->ApplyInto(x, mirror, batch->data() + slot * bytes);
+      return true;
+    }
+    if (static_cast<int64_t>(x.num_bytes()) != bytes) return false;
     std::memcpy(batch->data() + slot * x.num_bytes(), x.data(), x.num_bytes());
     return true;
   };
@@ -381,7 +420,7 @@ int main(int argc, char** argv) {
       out.write(reinterpret_cast<const char*>(batch->data()), batch->num_bytes());
       return true;
     };
-    if (!RunEpoch(first, 1, 1, 0, probe.dtype(), probe.shape(), plan_element, write)) {
+    if (!RunEpoch(first, 1, 1, 0, batch_dtype, batch_shape, plan_element, write)) {
       return 1;
     }
     std::printf("dumped %zu outputs to %s\n", first.size(), dump.c_str());
@@ -436,8 +475,8 @@ int main(int argc, char** argv) {
   if (chain == "plan" || chain == "both" || chain == "all") {
     plan_rate = Time(
         [&](uint64_t e) {
-          return RunEpoch(records, threads, batch_size, e, probe.dtype(), probe.shape(),
-                          plan_element, plan_finish);
+          return RunEpoch(records, threads, batch_size, e, batch_dtype, batch_shape, plan_element,
+                          plan_finish);
         },
         epochs, records.size(), &plan_cpu);
     std::printf("plan: %.1f images/s, %.0f us CPU/image\n", plan_rate, plan_cpu);

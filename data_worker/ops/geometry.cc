@@ -165,14 +165,18 @@ class RandomHorizontalFlipOpImpl final : public Op {
   std::string_view name() const override { return label_.name; }
   absl::StatusOr<Tensor> Apply(Tensor input, const ElementContext& ctx) const override {
     if (!IsCvImage(input)) return label_.InputError(kCvImageExpectation, input);
-    Rng rng = ctx.RngFor(label_.position);
-    if (!rng.Bernoulli(p_)) return input;
+    if (!Mirrors(ctx)) return input;
     return CatchCv(label_, [&]() -> absl::StatusOr<Tensor> {
       // cv::flip swaps mirrored pairs, so flipping in place is safe.
       cv::Mat mat = input.AsMat();
       cv::flip(mat, mat, /*flipCode=*/1);
       return std::move(input);
     });
+  }
+  bool mirrors() const override { return true; }
+  bool Mirrors(const ElementContext& ctx) const override {
+    Rng rng = ctx.RngFor(label_.position);
+    return rng.Bernoulli(p_);
   }
 
  private:

@@ -21,6 +21,10 @@ absl::StatusOr<std::vector<Tensor>> Op::ApplyColumns(std::vector<Tensor>,
   return absl::UnimplementedError(absl::StrCat(Sv(name()), " works on one column at a time"));
 }
 
+absl::StatusOr<TensorType> Op::OutputType(const Tensor&) const {
+  return absl::UnimplementedError(absl::StrCat(Sv(name()), " cannot write into a batch"));
+}
+
 std::vector<absl::StatusOr<std::vector<Tensor>>> Op::ApplyColumnsGroup(
     std::vector<std::vector<Tensor>> columns, const std::vector<ElementContext>& ctxs) const {
   std::vector<absl::StatusOr<std::vector<Tensor>>> out;

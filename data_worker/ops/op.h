@@ -40,6 +40,12 @@ struct OpLabel;  // op_util.h
 
 // Identity of the element being processed; every random op derives its
 // generator from it.
+// A tensor's dtype and shape: what Op::ApplyInto writes.
+struct TensorType {
+  DType dtype = DType::kUint8;
+  std::vector<int64_t> shape;
+};
+
 struct ElementContext {
   uint64_t seed = 0;
   uint64_t epoch = 0;
@@ -84,6 +90,28 @@ class Op {
   // a loop over ApplyColumns.
   virtual std::vector<absl::StatusOr<std::vector<Tensor>>> ApplyColumnsGroup(
       std::vector<std::vector<Tensor>> columns, const std::vector<ElementContext>& ctxs) const;
+
+  // Writing into the batch (batch write fusion, pipeline/plan.h): an op that
+  // can write its output for one element straight into a caller's buffer (the
+  // element's slot of the batch tensor) returns true and implements
+  // OutputType, ApplyInto and, if it can read its input mirrored, MirrorsInto.
+  virtual bool writes_into() const { return false; }
+  // The dtype and shape Apply would return for `input`, or the error Apply
+  // would return. Default: Unimplemented.
+  virtual absl::StatusOr<TensorType> OutputType(const Tensor& input) const;
+  // True if ApplyInto(input, /*mirror=*/true, ...) is supported for `input`.
+  virtual bool MirrorsInto(const Tensor& /*input*/) const { return false; }
+  // Writes the bytes Apply(input) would hold (of `input` mirrored left-right
+  // first, if `mirror`) at `dst`, OutputType(input)'s size. REQUIRES:
+  // writes_into(), OutputType(input) ok, !mirror || MirrorsInto(input).
+  virtual void ApplyInto(const Tensor& /*input*/, bool /*mirror*/, uint8_t* /*dst*/) const {}
+
+  // Mirroring ops (RandomHorizontalFlip): an op that does nothing but mirror
+  // some elements left-right returns true, and Mirrors says whether it
+  // mirrors the element of `ctx` (the draw its Apply makes). The optimizer
+  // may then fold it into the next op's ApplyInto.
+  virtual bool mirrors() const { return false; }
+  virtual bool Mirrors(const ElementContext& /*ctx*/) const { return false; }
 };
 
 // Validates and builds the ops of one map stage. `first_position` is the

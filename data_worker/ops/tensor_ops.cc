@@ -278,15 +278,45 @@ class NormalizeHwc2ChwOpImpl final : public Op {
   }
   bool has_batched_kernel() const override { return true; }
   absl::StatusOr<Tensor> ApplyBatch(Tensor batch) const override { return Run(batch, 4); }
+  bool writes_into() const override { return true; }
+  absl::StatusOr<TensorType> OutputType(const Tensor& in) const override {
+    RETURN_IF_ERROR(CheckInput(in, 3));
+    return TensorType{out_dtype_, {in.dim(2), in.dim(0), in.dim(1)}};
+  }
+  bool MirrorsInto(const Tensor& in) const override {
+    return in.dtype() == DType::kUint8 && in.rank() == 3 && in.dim(2) == 3 &&
+           out_dtype_ == DType::kFloat32 && norm_.Accepts(3);
+  }
+  // One element of ApplyBatch: the same kernel on the same pixels, so the same
+  // bits (mirrored: the AVX2 kernel reads each row right to left; the
+  // arithmetic per pixel is unchanged).
+  void ApplyInto(const Tensor& in, bool mirror, uint8_t* dst) const override {
+    const int64_t h = in.dim(0), w = in.dim(1), c = in.dim(2);
+    if (mirror) {
+      const float scale[3] = {norm_.scale8(0), norm_.scale8(1), norm_.scale8(2)};
+      const float bias[3] = {norm_.bias(0), norm_.bias(1), norm_.bias(2)};
+      kernels::NormalizeHwc3ToChw(in.data(), h, w, /*src_stride=*/w * 3, /*flip=*/true, scale, bias,
+                                  reinterpret_cast<float*>(dst));
+    } else if (out_dtype_ == DType::kFloat16) {
+      Fill(in, reinterpret_cast<cv::float16_t*>(dst), 1, h * w, static_cast<int>(c));
+    } else {
+      Fill(in, reinterpret_cast<float*>(dst), 1, h * w, static_cast<int>(c));
+    }
+  }
 
  private:
-  absl::StatusOr<Tensor> Run(const Tensor& in, int rank) const {
+  absl::Status CheckInput(const Tensor& in, int rank) const {
     if ((in.dtype() != DType::kUint8 && in.dtype() != DType::kFloat32) || in.rank() != rank ||
         !norm_.Accepts(in.dim(rank - 1))) {
       return label_.InputError(rank == 3 ? "uint8 or float32 H×W×C with C matching mean/std"
                                          : "uint8 or float32 N×H×W×C with C matching mean/std",
                                in);
     }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<Tensor> Run(const Tensor& in, int rank) const {
+    RETURN_IF_ERROR(CheckInput(in, rank));
     const int64_t n = rank == 4 ? in.dim(0) : 1;
     const int64_t h = in.dim(rank - 3), w = in.dim(rank - 2), c = in.dim(rank - 1);
     std::vector<int64_t> shape;

@@ -120,7 +120,8 @@ void BatchAssembler::Commit(Actions* actions) {
     Batch& b = batches_[k];
     if (b.expected == 0) b.expected = B;
     ++b.assigned;
-    actions->push_back(Action{Action::kWrite, k, static_cast<int64_t>(pos % B), std::move(item)});
+    actions->push_back(
+        Action{Action::kWrite, k, static_cast<int64_t>(pos % B), std::move(item), &b});
   }
   if (!input_end_ || next_commit_ < *input_end_) return;
   if (options_.runs) {
@@ -168,49 +169,100 @@ void BatchAssembler::Run(Actions* actions) {
   actions->clear();
 }
 
+absl::StatusOr<BatchAssembler::Written> BatchAssembler::PrepareWrite(const StagePlan::SlotWrite& w,
+                                                                     Element& e) const {
+  if (w.slot < 0 || static_cast<size_t>(w.slot) >= e.columns.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("an element has ", e.columns.size(), " columns, no column ", w.slot));
+  }
+  Written out;
+  out.slot = w.slot;
+  Tensor& t = e.columns[w.slot];
+  const ElementContext ctx{options_.seed, e.epoch, e.global_indices[0]};
+  if (w.mirror != nullptr && w.mirror->Mirrors(ctx)) {
+    if (w.op->MirrorsInto(t)) {
+      out.mirror = true;
+    } else {
+      absl::StatusOr<Tensor> r = w.mirror->Apply(std::move(t), ctx);
+      if (!r.ok()) return r.status();
+      t = *std::move(r);
+    }
+  }
+  absl::StatusOr<TensorType> type = w.op->OutputType(t);
+  if (!type.ok()) return type.status();
+  out.type = *std::move(type);
+  return out;
+}
+
 void BatchAssembler::Write(Action& a) {
-  const Element& e = *a.item.element();
+  Element& e = *a.item.element();
   const int64_t B = options_.batch_size;
-  Batch* b;
-  {
-    absl::MutexLock lock(&mu_);
-    b = &batches_[a.batch];
-    if (!b->allocated && options_.max_buffer_bytes > 0) {
-      // Checked before anything is allocated: a batch size of 1e9 must fail its job, not
-      // the worker.
+  // The written columns (batch write fusion) and their types in the batch.
+  absl::InlinedVector<Written, 1> written;
+  absl::Status shape_error;
+  for (const StagePlan::SlotWrite& w : options_.writes) {
+    absl::StatusOr<Written> r = PrepareWrite(w, e);
+    if (!r.ok()) {
+      shape_error = wrap_(r.status(), e.global_indices[0]);
+      break;
+    }
+    written.push_back(*std::move(r));
+  }
+  auto written_of = [&](size_t c) -> const Written* {
+    for (const Written& w : written) {
+      if (static_cast<size_t>(w.slot) == c) return &w;
+    }
+    return nullptr;
+  };
+  // Column c as the batch holds it: its dtype, shape and bytes per element.
+  auto dtype_of = [&](size_t c) {
+    const Written* w = written_of(c);
+    return w != nullptr ? w->type.dtype : e.columns[c].dtype();
+  };
+  auto shape_of = [&](size_t c) -> const std::vector<int64_t>& {
+    const Written* w = written_of(c);
+    return w != nullptr ? w->type.shape : e.columns[c].shape();
+  };
+  auto bytes_of = [&](size_t c) {
+    int64_t n = static_cast<int64_t>(record::DTypeSize(dtype_of(c)));
+    for (int64_t d : shape_of(c)) n *= d;
+    return n;
+  };
+  Batch* b = a.target;
+  if (shape_error.ok()) {
+    // The first element written into the batch fixes its column types.
+    absl::call_once(b->allocate, [&] {
+      b->epoch = e.epoch;
+      // Checked before anything is allocated: a batch size of 1e9 must fail
+      // its job, not the worker.
       int64_t per_element = static_cast<int64_t>(sizeof(uint64_t));
-      for (const Tensor& t : e.columns) per_element += t.num_bytes();
-      if (B > options_.max_buffer_bytes / std::max<int64_t>(1, per_element)) {
-        b->allocated = true;
-        b->epoch = e.epoch;
-        b->error = absl::ResourceExhaustedError(absl::StrCat(
+      for (size_t c = 0; c < e.columns.size(); ++c) per_element += bytes_of(c);
+      if (options_.max_buffer_bytes > 0 &&
+          B > options_.max_buffer_bytes / std::max<int64_t>(1, per_element)) {
+        b->alloc_error = absl::ResourceExhaustedError(absl::StrCat(
             "a batch of ", B, " elements of ", per_element,
             " bytes is more than this worker's memory budget of ", options_.max_buffer_bytes,
             " bytes (--memory-mb): use a smaller batch size or smaller "
             "images"));
+        return;
       }
-    }
-    if (!b->allocated) {
-      // The first element committed to the batch fixes its column types.
-      b->allocated = true;
-      b->epoch = e.epoch;
       b->buffer.ids.assign(B, 0);
       int64_t bytes = 0;
-      for (const Tensor& t : e.columns) {
+      for (size_t c = 0; c < e.columns.size(); ++c) {
         std::vector<int64_t> shape = {B};
-        shape.insert(shape.end(), t.shape().begin(), t.shape().end());
-        b->buffer.columns.push_back(Tensor::Allocate(t.dtype(), shape));
+        shape.insert(shape.end(), shape_of(c).begin(), shape_of(c).end());
+        b->buffer.columns.push_back(Tensor::Allocate(dtype_of(c), shape));
         bytes += b->buffer.columns.back().num_bytes();
       }
       b->counted = bytes;
       AddLive(bytes);
-    }
+    });
   }
   // Slots are disjoint: threads write one batch concurrently without the
   // lock.
-  absl::Status shape_error;
-  const bool unallocated = b->buffer.columns.size() != e.columns.size() || b->buffer.ids.empty();
-  if (unallocated && !b->buffer.ids.empty()) {
+  const bool unallocated =
+      !shape_error.ok() || b->buffer.columns.size() != e.columns.size() || b->buffer.ids.empty();
+  if (shape_error.ok() && unallocated && !b->buffer.ids.empty()) {
     shape_error = wrap_(absl::InvalidArgumentError(absl::StrCat("an element has ", e.columns.size(),
                                                                 " columns but the batch holds ",
                                                                 b->buffer.columns.size())),
@@ -219,20 +271,29 @@ void BatchAssembler::Write(Action& a) {
   for (size_t c = 0; !unallocated && c < e.columns.size(); ++c) {
     const Tensor& t = e.columns[c];
     Tensor& dst = b->buffer.columns[c];
-    const bool same = t.dtype() == dst.dtype() && t.rank() + 1 == dst.rank() &&
-                      std::equal(t.shape().begin(), t.shape().end(), dst.shape().begin() + 1);
+    const std::vector<int64_t>& shape = shape_of(c);
+    const bool same = dtype_of(c) == dst.dtype() && shape.size() + 1 == dst.shape().size() &&
+                      std::equal(shape.begin(), shape.end(), dst.shape().begin() + 1);
     if (!same) {
       std::vector<int64_t> want(dst.shape().begin() + 1, dst.shape().end());
       const std::string name = c < options_.column_names.size() ? options_.column_names[c] : "";
-      shape_error = wrap_(
-          absl::InvalidArgumentError(absl::StrCat(
-              "column '", name, "' is ", record::DTypeName(t.dtype()), ShapeToString(t.shape()),
-              " but the batch holds ", record::DTypeName(dst.dtype()), ShapeToString(want),
-              "; resize or crop to a fixed size first")),
-          e.global_indices[0]);
+      shape_error =
+          wrap_(absl::InvalidArgumentError(absl::StrCat(
+                    "column '", name, "' is ", record::DTypeName(dtype_of(c)), ShapeToString(shape),
+                    " but the batch holds ", record::DTypeName(dst.dtype()), ShapeToString(want),
+                    "; resize or crop to a fixed size first")),
+                e.global_indices[0]);
       break;
     }
-    std::memcpy(dst.data() + a.slot * t.num_bytes(), t.data(), t.num_bytes());
+    const int64_t bytes = bytes_of(c);
+    uint8_t* slot = dst.data() + a.slot * bytes;
+    if (const Written* w = written_of(c); w != nullptr) {
+      for (const StagePlan::SlotWrite& sw : options_.writes) {
+        if (sw.slot == w->slot) sw.op->ApplyInto(t, w->mirror, slot);
+      }
+    } else {
+      std::memcpy(slot, t.data(), bytes);
+    }
   }
   if (!unallocated) b->buffer.ids[a.slot] = e.global_indices[0];
   if (options_.pool != nullptr) options_.pool->Put(a.item.Take());
@@ -253,16 +314,15 @@ void BatchAssembler::Write(Action& a) {
 }
 
 void BatchAssembler::Finish(uint64_t k) {
-  Batch b;
+  std::map<uint64_t, Batch>::node_type node;
   {
     absl::MutexLock lock(&mu_);
-    auto it = batches_.find(k);
-    b = std::move(it->second);
-    batches_.erase(it);
+    node = batches_.extract(k);
   }
+  Batch& b = node.mapped();
   AddLive(-b.counted);
-  if (!b.error.ok()) {
-    emit_(k, b.error);
+  if (!b.error.ok() || !b.alloc_error.ok()) {
+    emit_(k, !b.error.ok() ? b.error : b.alloc_error);
     return;
   }
   Element e;

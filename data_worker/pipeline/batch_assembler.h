@@ -33,6 +33,11 @@
 // an error ends only its run (the run's items up to its marker are dropped);
 // `set_end` counts batches and markers. The input must end with a marker.
 //
+// Batch write fusion (Options::writes, plan.h): a written column is not
+// copied but written into its slot by its op (Op::ApplyInto), mirrored first
+// if the write's flip draws so for the element; the batch's column has the
+// op's output type (e.g. float32 C×H×W of a uint8 H×W×C element).
+//
 // Memory: batch buffers are counted in Options::live while they are being
 // filled. Reserve() bounds the items popped but not committed to `window`.
 //
@@ -49,11 +54,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/call_once.h"
 #include "absl/base/thread_annotations.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "data_worker/pipeline/element.h"
+#include "data_worker/pipeline/plan.h"
 
 namespace sluice::data_worker::pipeline {
 
@@ -81,6 +88,10 @@ class BatchAssembler {
     // Takes each element back once it is written into its batch (element.h);
     // null: the element is freed. Not owned.
     ElementPool* pool = nullptr;
+    // Columns written through an op instead of copied, and the job's seed
+    // (the flip's draw: ElementContext{seed, epoch, global index}).
+    std::vector<StagePlan::SlotWrite> writes;
+    uint64_t seed = 0;
   };
   // Batch `index` is complete: the batch (the epoch of its first element), a run's marker or the
   // error at its place. Called outside the lock, once per batch, in any order.
@@ -113,13 +124,18 @@ class BatchAssembler {
   void Clear() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  // A batch being filled. Its buffer (and epoch, counted and alloc_error) is
+  // set once, by the first write to reach it, through `allocate` (no lock:
+  // call_once orders it before every other write's reads); the counters and
+  // `error` are changed under mu_.
   struct Batch {
+    absl::once_flag allocate;
     BatchBuffer buffer;
-    bool allocated = false;
-    int64_t assigned = 0;  // slots given to committed elements
-    int64_t filled = 0;    // slots written
-    int64_t expected = 0;  // slots the batch will have (0 = not yet known)
-    bool discard = false;  // short last batch under drop_remainder
+    absl::Status alloc_error;  // the buffer would pass max_buffer_bytes
+    int64_t assigned = 0;      // slots given to committed elements
+    int64_t filled = 0;        // slots written
+    int64_t expected = 0;      // slots the batch will have (0 = not yet known)
+    bool discard = false;      // short last batch under drop_remainder
     absl::Status error;
     int64_t counted = 0;  // live bytes counted for the buffer
     uint64_t epoch = 0;   // of its first element
@@ -131,6 +147,9 @@ class BatchAssembler {
     uint64_t batch;
     int64_t slot = 0;
     Item item;
+    // kWrite: batch `batch` (stays put until this write has counted itself
+    // filled).
+    Batch* target = nullptr;
   };
   // Inline: an Add that commits a few items does not allocate.
   using Actions = absl::InlinedVector<Action, 4>;
@@ -141,6 +160,15 @@ class BatchAssembler {
   uint64_t CutLastBatch(Actions* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Run(Actions* actions) ABSL_LOCKS_EXCLUDED(mu_);
   void Write(Action& a) ABSL_LOCKS_EXCLUDED(mu_);
+  // A written column of element `e`: how its op reads it (mirrored or not)
+  // and the type it writes; mirrors the column first where the op cannot
+  // read it mirrored. Errors: the op's (or the flip's) InvalidArgument.
+  struct Written {
+    int slot = 0;
+    bool mirror = false;
+    TensorType type;
+  };
+  absl::StatusOr<Written> PrepareWrite(const StagePlan::SlotWrite& w, Element& e) const;
   void Finish(uint64_t k) ABSL_LOCKS_EXCLUDED(mu_);
   // The window, but never a huge reservation for a huge batch size (which
   // fails at its first batch, max_buffer_bytes).

@@ -57,6 +57,11 @@ std::string PhysicalPlan::Describe() const {
       for (const auto& op : ops) names.emplace_back(op->name());
       steps.push_back(absl::StrCat("vectorized[", slot, "]{", absl::StrJoin(names, ","), "}"));
     }
+    for (const StagePlan::SlotWrite& w : s.writes) {
+      std::string ops = w.mirror ? std::string(w.mirror->name()) + "," : "";
+      ops += w.op->name();
+      steps.push_back(absl::StrCat("write[", w.slot, "]{", ops, "}"));
+    }
     parts.push_back(absl::StrCat(s.name, "[", absl::StrJoin(steps, " "), "]"));
   }
   return absl::StrJoin(parts, " -> ");
@@ -214,8 +219,9 @@ void MakeStages(const LogicalPipeline& lp, std::vector<PendingStep> steps,
 }
 
 // Vectorization: trailing batched-kernel ops of the map step right before
-// batching run once per batch, after it.
-void Vectorize(PhysicalPlan& plan) {
+// batching run once per batch, after it; or, with batch write fusion, are
+// written into the batch slots by the batch stage's threads.
+void Vectorize(PhysicalPlan& plan, bool batch_write_fusion) {
   StagePlan& b = plan.stages.back();
   Step* last_map = nullptr;
   StagePlan* owner = nullptr;
@@ -233,6 +239,20 @@ void Vectorize(PhysicalPlan& plan) {
     auto& ops = last_map->map.ops;
     size_t first = ops.size();
     while (first > 0 && ops[first - 1]->has_batched_kernel()) --first;
+    if (batch_write_fusion && owner == &b && first + 1 == ops.size() && ops[first]->writes_into()) {
+      const bool mirror = first > 0 && ops[first - 1]->mirrors();
+      const size_t begin = mirror ? first - 1 : first;
+      for (int slot : last_map->map.slots) {
+        b.writes.push_back({slot, mirror ? ops[begin] : nullptr, ops[first]});
+      }
+      std::vector<std::string> names;
+      for (size_t i = begin; i < ops.size(); ++i) names.emplace_back(ops[i]->name());
+      plan.rewrites.push_back(absl::StrCat("batch write fusion: ", last_map->map.name, " ",
+                                           absl::StrJoin(names, ","), " into the batch slots"));
+      ops.erase(ops.begin() + begin, ops.end());
+      if (ops.empty()) owner->steps.pop_back();
+      return;
+    }
     if (first < ops.size()) {
       std::vector<std::shared_ptr<const Op>> moved(ops.begin() + first, ops.end());
       std::vector<std::string> names;
@@ -260,7 +280,9 @@ absl::StatusOr<PhysicalPlan> Optimize(const LogicalPipeline& lp, const Optimizer
   if (options.filter_pushdown) nodes = PushDownFilters(std::move(nodes), plan);
   ASSIGN_OR_RETURN(std::vector<PendingStep> steps, MakeSteps(nodes, options, plan));
   MakeStages(lp, std::move(steps), options, plan);
-  if (options.vectorization && lp.batch) Vectorize(plan);
+  if (options.vectorization && lp.batch) {
+    Vectorize(plan, options.batch_write_fusion && options.op_fusion);
+  }
   return plan;
 }
 

@@ -24,7 +24,17 @@
 //     hand-off in between;
 //   - vectorization: trailing ops of the last map that have batched kernels
 //     (Normalize, HWC2CHW, Cast, OneHot and their fusions) run once per batch
-//     (ApplyBatch).
+//     (ApplyBatch);
+//   - batch write fusion (instead of vectorizing them): when those trailing
+//     ops are one op that writes into a buffer (Normalize+HWC2CHW[+Cast]) in
+//     the batch stage's own map, each thread writes its element through it
+//     straight into the element's slot of the batch tensor (Op::ApplyInto),
+//     with a RandomHorizontalFlip right before it folded in (mirrored reads).
+//     Each element is then written once, in its final form: no uint8 batch
+//     and no second pass over the batch:
+//
+//       source+map[0]+batch[Read map[0]{Decode+RandomResizedCrop} Batch(64)
+//                           write[0]{RandomHorizontalFlip,Normalize+HWC2CHW}]
 // Pipeline parallelism is the plan with everything in one stage.
 #ifndef SLUICE_DATA_WORKER_PIPELINE_PLAN_H_
 #define SLUICE_DATA_WORKER_PIPELINE_PLAN_H_
@@ -51,9 +61,12 @@ struct OptimizerOptions {
   // Everything in one stage (N threads run the whole chain on disjoint
   // elements).
   bool pipeline_parallel = false;
+  // Trailing Normalize+HWC2CHW[+Cast] (and a flip before it) written into the
+  // batch slot instead of vectorized; needs vectorization and op_fusion.
+  bool batch_write_fusion = true;
 
   static OptimizerOptions None() {
-    return OptimizerOptions{false, false, false, false, false, false, false, false};
+    return OptimizerOptions{false, false, false, false, false, false, false, false, false};
   }
 };
 
@@ -89,6 +102,15 @@ struct StagePlan {
   bool drop_remainder = false;
   // Ops run on the stacked column `slot` after batching.
   std::vector<std::pair<int, std::vector<std::shared_ptr<const Op>>>> vectorized;
+  // Batch write fusion: column `slot` of each element is written into its
+  // slot of the batch by op->ApplyInto, mirrored if `mirror` (null: none)
+  // mirrors the element (Op::Mirrors), instead of copied.
+  struct SlotWrite {
+    int slot = 0;
+    std::shared_ptr<const Op> mirror;
+    std::shared_ptr<const Op> op;
+  };
+  std::vector<SlotWrite> writes;
 };
 
 struct PhysicalPlan {

@@ -75,6 +75,7 @@ absl::StatusOr<OptimizerOptions> ParseOptimizer(const PipelineFlags& flags) {
       {"map_batch_fusion", &OptimizerOptions::map_batch_fusion},
       {"vectorization", &OptimizerOptions::vectorization},
       {"op_fusion", &OptimizerOptions::op_fusion},
+      {"batch_write_fusion", &OptimizerOptions::batch_write_fusion},
   };
   for (absl::string_view name : absl::StrSplit(flags.disable, ',', absl::SkipEmpty())) {
     bool found = false;
@@ -88,7 +89,8 @@ absl::StatusOr<OptimizerOptions> ParseOptimizer(const PipelineFlags& flags) {
       return absl::InvalidArgumentError(
           absl::StrFormat("--disable: unknown rewrite '%s' (map_fusion, filter_fusion, "
                           "filter_pushdown, "
-                          "source_fusion, map_batch_fusion, vectorization, op_fusion)",
+                          "source_fusion, map_batch_fusion, vectorization, op_fusion, "
+                          "batch_write_fusion)",
                           name));
     }
   }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "data_worker/ops/op.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -173,6 +174,68 @@ TEST(BatchAssembler, ABatchOverTheBudgetIsRefusedBeforeItsBufferIsAllocated) {
   b->SetInputEnd(1);
   ASSERT_EQ(fits.batches.size(), 1u);
   EXPECT_TRUE(fits.batches.at(0).ok()) << fits.batches.at(0).status();
+}
+
+// Batch write fusion: column 1 is written through Normalize+HWC2CHW (mean 0,
+// std 1: x / 255) after a flip that always mirrors (p = 1), into a float32
+// C×H×W batch; an element the op rejects (a gray H×W image: the flip takes
+// it, Normalize+HWC2CHW does not) fails its batch, naming the record and the
+// op, as the unfused ops would.
+TEST(BatchAssembler, WrittenColumnsGoThroughTheirOpIntoAFloatBatch) {
+  std::vector<proto::OpSpec> specs(3);
+  specs[0].mutable_random_horizontal_flip()->set_p(1);
+  specs[1].mutable_normalize()->add_mean(0);
+  specs[1].mutable_normalize()->add_std(1);
+  specs[2].mutable_hwc2chw();
+  auto ops = BuildOps(specs, /*first_position=*/0, /*fuse=*/true);
+  ASSERT_TRUE(ops.ok()) << ops.status();
+  ASSERT_EQ(ops->size(), 2u);
+  Sink sink;
+  BatchAssembler::Options o;
+  o.batch_size = 2;
+  o.window = 10;
+  o.column_names = {"value", "image"};
+  o.live = &sink.live;
+  o.writes.push_back({/*slot=*/1, std::move((*ops)[0]), std::move((*ops)[1])});
+  BatchAssembler a(
+      o, [&](uint64_t k, absl::StatusOr<Element> b) { sink.batches.emplace(k, std::move(b)); },
+      [&](uint64_t n) { sink.end = n; },
+      [](absl::Status s, uint64_t global) {
+        return absl::Status(s.code(), absl::StrCat("record ", global, ": ", s.message()));
+      });
+  // Elements: a 1×2 RGB image (0, 10, 20) (30, 40, 50) + g, or a 2×2 gray
+  // one (rank 2: not H×W×C).
+  auto image = [&](uint64_t g, bool gray) {
+    auto e = std::make_unique<Element>();
+    e->global_indices = {g};
+    e->columns.push_back(Tensor::Scalar<int32_t>(static_cast<int32_t>(g)));
+    Tensor img = Tensor::Allocate(
+        DType::kUint8, gray ? std::vector<int64_t>{2, 2} : std::vector<int64_t>{1, 2, 3});
+    for (int64_t i = 0; i < img.num_elements(); ++i) img.data()[i] = 10 * i + g;
+    e->columns.push_back(std::move(img));
+    return Item(std::move(e), &sink.live);
+  };
+  a.Add(0, image(1, false));
+  a.Add(1, image(2, false));
+  a.Add(2, image(3, false));
+  a.Add(3, image(4, /*gray=*/true));
+  a.SetInputEnd(4);
+  ASSERT_EQ(sink.batches.size(), 2u);
+  ASSERT_TRUE(sink.batches.at(0).ok()) << sink.batches.at(0).status();
+  const Tensor& t = sink.batches.at(0)->columns[1];
+  ASSERT_EQ(t.dtype(), DType::kFloat32);
+  EXPECT_EQ(t.shape(), (std::vector<int64_t>{2, 3, 1, 2}));
+  // Mirrored, C×H×W: R plane (30, 0), G (40, 10), B (50, 20), plus g.
+  const float want[2][6] = {{31, 1, 41, 11, 51, 21}, {32, 2, 42, 12, 52, 22}};
+  for (int i = 0; i < 2; ++i) {
+    for (int k = 0; k < 6; ++k) {
+      EXPECT_FLOAT_EQ(t.data_as<float>()[i * 6 + k], want[i][k] / 255) << i << " " << k;
+    }
+  }
+  EXPECT_THAT(Values(*sink.batches.at(0)), ElementsAre(1, 2));
+  ASSERT_FALSE(sink.batches.at(1).ok());
+  EXPECT_EQ(sink.batches.at(1).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(sink.batches.at(1).status().message(), HasSubstr("record 4: op 1 (Normalize)"));
 }
 
 TEST(BatchAssembler, ClearFreesPartialBatchesAndPendingItems) {

@@ -192,12 +192,72 @@ TEST_F(ExecutorTest, EveryRewriteKeepsTheOutputIdentical) {
 
 TEST_F(ExecutorTest, VectorizationMovesNormalizeAfterBatch) {
   OptimizerOptions opt;
+  opt.batch_write_fusion = false;
   auto ex = Executor::Create(Spec(kTrain), Fixed(2, false, opt));
   ASSERT_TRUE(ex.ok());
   const PhysicalPlan& plan = (*ex)->plan();
   ASSERT_FALSE(plan.stages.empty());
   ASSERT_EQ(plan.stages.back().vectorized.size(), 1u);
   EXPECT_EQ(plan.stages.back().vectorized[0].second.back()->name(), "Normalize+HWC2CHW");
+}
+
+// Batch write fusion writes each element through Normalize+HWC2CHW (and a
+// flip before it) into its batch slot: the same bytes as the plan that
+// copies uint8 elements into the batch and normalizes the batch, on the
+// JPEGs of the test dataset, whichever kernel the write takes (AVX2 mirrored
+// reads for uint8 to float32; the flip op then the table kernel for float32
+// input or float16 output).
+TEST_F(ExecutorTest, BatchWriteFusionGivesTheBytesOfTheVectorizedPlan) {
+  const std::string train = R"(
+seed: 3
+source: {dataset: {path: DIR}, columns: [image, label]}
+nodes:
+  - shuffle: {seed: 4}
+  - map:
+      input_columns: [image]
+      ops:
+        - decode: {}
+        - random_resized_crop: {size: 40}
+        - random_horizontal_flip: {}
+        - normalize: {mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]}
+        - hwc2chw: {}
+  - batch: {size: 5}
+)";
+  const std::string eval =
+      absl::StrReplaceAll(train, {{"random_resized_crop: {size: 40}", "resize: {size: 45}"},
+                                  {"random_horizontal_flip: {}", "center_crop: {size: 37}"}});
+  const std::string float16 = absl::StrReplaceAll(
+      train, {{"hwc2chw: {}", "hwc2chw: {}\n        - cast: {dtype: float16}"}});
+  const std::string float_input = absl::StrReplaceAll(
+      train, {{"random_horizontal_flip: {}",
+               "cast: {dtype: float32}\n        - random_horizontal_flip: {}"}});
+  struct Case {
+    const char* name;
+    std::string spec;
+    const char* write;
+  };
+  const Case cases[] = {
+      {"train", train, "write[0]{RandomHorizontalFlip,Normalize+HWC2CHW}]"},
+      {"eval", eval, "write[0]{Normalize+HWC2CHW}]"},
+      {"float16 output", float16, "write[0]{RandomHorizontalFlip,Normalize+HWC2CHW+Cast}]"},
+      {"float32 input", float_input, "write[0]{RandomHorizontalFlip,Normalize+HWC2CHW}]"},
+  };
+  OptimizerOptions no_write;
+  no_write.batch_write_fusion = false;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto ex = Executor::Create(Spec(c.spec), Fixed(3, false));
+    ASSERT_TRUE(ex.ok()) << ex.status();
+    EXPECT_THAT((*ex)->plan().Describe(), ::testing::EndsWith(c.write));
+    for (uint64_t epoch : {0, 1}) {
+      auto fused = RunAll(**ex, epoch);
+      ASSERT_TRUE(fused.ok()) << fused.status();
+      const Output reference = Run(c.spec, Fixed(2, false, no_write), epoch);
+      EXPECT_EQ(fused->outputs, 8);
+      EXPECT_EQ(fused->ids, reference.ids);
+      EXPECT_TRUE(fused->bytes == reference.bytes);
+    }
+  }
 }
 
 TEST_F(ExecutorTest, OrderFollowsThePermutationAndExplicitIndices) {

@@ -62,6 +62,8 @@ TEST_F(PlanTest, EveryRewriteOn) {
 }
 
 TEST_F(PlanTest, TrailingBatchedOpsOfTheLastMapRunAfterBatching) {
+  OptimizerOptions no_write;
+  no_write.batch_write_fusion = false;
   auto plan = Optimize(Logical(R"(
 source: {dataset: {path: DIR}, columns: [image]}
 nodes:
@@ -71,11 +73,71 @@ nodes:
             hwc2chw, {cast: {dtype: float16}}]
   - batch: {size: 4}
 )"),
-                       OptimizerOptions());
+                       no_write);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->Describe(),
             "source+map[0]+batch[Read map[0]{Decode+CenterCrop} Batch(4) "
             "vectorized[0]{Normalize+HWC2CHW+Cast}]");
+}
+
+constexpr char kTrainTail[] = R"(
+source: {dataset: {path: DIR}, columns: [image, label]}
+nodes:
+  - map:
+      input_columns: [image]
+      ops: [decode, {random_resized_crop: {size: 16}}, random_horizontal_flip,
+            {normalize: {mean: [0.5], std: [0.5]}}, hwc2chw]
+  - batch: {size: 4}
+)";
+
+TEST_F(PlanTest, BatchWriteFusionWritesTheFlipAndNormalizeIntoTheBatch) {
+  auto plan = Optimize(Logical(kTrainTail), OptimizerOptions());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->Describe(),
+            "source+map[0]+batch[Read map[0]{Decode+RandomResizedCrop} Batch(4) "
+            "write[0]{RandomHorizontalFlip,Normalize+HWC2CHW}]");
+  EXPECT_EQ(plan->rewrites.back(),
+            "batch write fusion: map[0] RandomHorizontalFlip,Normalize+HWC2CHW into the batch "
+            "slots");
+  ASSERT_EQ(plan->stages.back().writes.size(), 1u);
+  EXPECT_TRUE(plan->stages.back().vectorized.empty());
+
+  // A cast to float16 is fused in too; an op between the flip and Normalize
+  // keeps the flip per element.
+  plan = Optimize(Logical(absl::StrReplaceAll(
+                      kTrainTail, {{"hwc2chw]", "hwc2chw, {cast: {dtype: float16}}]"},
+                                   {"random_horizontal_flip,",
+                                    "random_horizontal_flip, {resize: {height: 8, width: 8}},"}})),
+                  OptimizerOptions());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->Describe(),
+            "source+map[0]+batch[Read map[0]{Decode+RandomResizedCrop,RandomHorizontalFlip,"
+            "Resize} Batch(4) write[0]{Normalize+HWC2CHW+Cast}]");
+}
+
+TEST_F(PlanTest, BatchWriteFusionCanBeTurnedOffAndNeedsOpFusionAndVectorization) {
+  const std::string vectorized =
+      "source+map[0]+batch[Read map[0]{Decode+RandomResizedCrop,RandomHorizontalFlip} Batch(4) "
+      "vectorized[0]{Normalize+HWC2CHW}]";
+  OptimizerOptions o;
+  o.batch_write_fusion = false;
+  auto plan = Optimize(Logical(kTrainTail), o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->Describe(), vectorized);
+  o = OptimizerOptions();
+  o.vectorization = false;
+  plan = Optimize(Logical(kTrainTail), o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->Describe(),
+            "source+map[0]+batch[Read map[0]{Decode+RandomResizedCrop,RandomHorizontalFlip,"
+            "Normalize+HWC2CHW} Batch(4)]");
+  o = OptimizerOptions();
+  o.op_fusion = false;
+  plan = Optimize(Logical(kTrainTail), o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->Describe(),
+            "source+map[0]+batch[Read map[0]{Decode,RandomResizedCrop,RandomHorizontalFlip} "
+            "Batch(4) vectorized[0]{Normalize,HWC2CHW}]");
 }
 
 TEST_F(PlanTest, NoRewritesIsOneStagePerNode) {
