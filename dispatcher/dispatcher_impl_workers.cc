@@ -71,7 +71,8 @@ bool DispatcherImpl::Behind(const DispatcherState::Consumer& consumer) const {
 bool DispatcherImpl::Assignable(const DispatcherState::Job& job,
                                 const DispatcherState::Consumer& consumer) const {
   if (consumer.pending.empty()) return false;
-  if (ShareGroupOf(job) != 0 && Behind(consumer)) return false;
+  // A paused consumer's next slots would only fill a queue nobody reads.
+  if (Behind(consumer)) return false;
   if (!options_.first_split_alone || consumer.in_production == 0) return true;
   auto it = consumer_signals_.find({job.id, consumer.index});
   return it != consumer_signals_.end() && it->second.batches_returned_total > 0;
