@@ -48,6 +48,8 @@ struct ConsumeFlags {
   service::ChannelOptions security;  // --tls-* --auth-token-file
   // Sleep after each batch: a training step's stand-in (demand = batch ÷ step).
   absl::Duration step_time = absl::ZeroDuration();
+  uint64_t pause_after_batches = 0;  // 0: never
+  absl::Duration pause_for = absl::ZeroDuration();
   uint64_t split_size = 0;  // 0: the dispatcher's default
   int32_t priority = 0;
   uint32_t min_workers = 0;
@@ -122,6 +124,10 @@ absl::Status RunConsume(const ConsumeFlags& flags) {
   if (flags.stop_after_batches > 0 && flags.save_state.empty()) {
     return absl::InvalidArgumentError("--stop-after-batches needs --save-state FILE");
   }
+  if ((flags.pause_after_batches > 0) != (flags.pause_for > absl::ZeroDuration())) {
+    return absl::InvalidArgumentError(
+        "--pause-after-batches N and --pause-for DURATION go together (both > 0)");
+  }
   const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(std::unique_ptr<BatchIterator> batches, client->Open(job));
   std::ofstream ids;
@@ -149,6 +155,14 @@ absl::Status RunConsume(const ConsumeFlags& flags) {
     }
     bar.Update(images);
     if (flags.step_time > absl::ZeroDuration()) absl::SleepFor(flags.step_time);
+    if (num_batches == flags.pause_after_batches) {
+      // The iterator stays open and heartbeats: only reading stops.
+      std::printf("pausing reads for %s after %llu batches\n",
+                  absl::FormatDuration(flags.pause_for).c_str(),
+                  static_cast<unsigned long long>(num_batches));
+      std::fflush(stdout);
+      absl::SleepFor(flags.pause_for);
+    }
   }
   bar.Done();
   if (!flags.save_state.empty()) {
@@ -239,6 +253,11 @@ void AddConsumeCommand(CLI::App& app) {
   AddDurationOption(*cmd, "--step-time", &flags->step_time,
                     "Sleep this long after each batch, standing in for a "
                     "training step (e.g. 40ms)");
+  cmd->add_option("--pause-after-batches", flags->pause_after_batches,
+                  "After returning this many batches, read nothing for --pause-for, with the "
+                  "iterator open (a trainer in a long evaluation or checkpoint), then go on");
+  AddDurationOption(*cmd, "--pause-for", &flags->pause_for,
+                    "How long --pause-after-batches stops reading");
   AddDurationOption(*cmd, "--dispatcher-lost-timeout", &flags->dispatcher_lost_timeout,
                     "Keep reading the splits held and retrying the dispatcher "
                     "this long before failing");
