@@ -115,8 +115,9 @@
 // full, unread, for the worker's --pause-unread-after) has its slot paused by the worker
 // (data_worker/worker/task_runner.h): the worker reports it `detached`, so it counts in none of
 // that worker's capacity, and the consumer is *behind*: it gets no new slot until the worker
-// reports the slot producing again (the consumer read, and the slot resumed). GetStatus shows
-// such a consumer `paused`.
+// reports the slot producing again (the consumer read, and the slot resumed), except a slot
+// before the one that waits (a deterministic trainer may wait for it to release the other's
+// batches). GetStatus shows such a consumer `paused`.
 //
 // Exactly-once under worker loss. A worker with no heartbeat for worker_timeout
 // (Tick(), on the injected clock) is removed, and so is one that calls
@@ -529,8 +530,8 @@ class DispatcherImpl {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   proto::SplitAssignment MakeAssignment(const DispatcherState::Job& job, const SlotKey& key) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether a split of `consumer` may be handed out now: it has one pending, it is not Behind,
-  // and (with
+  // Whether a split of `consumer` may be handed out now: it has one pending, it is not Behind
+  // (unless its lowest pending slot comes before the slot that waits), and (with
   // options.first_split_alone) it is not starting up. Starting up = it returned no batch yet
   // and has a split in production: until its first batch, one split gets all of the workers'
   // CPU, so that batch comes about as soon as in-process (docs/architecture.md, "Work reaches

@@ -1122,6 +1122,39 @@ TEST_F(DispatcherImplTest, APausedConsumerHoldsNoCapacityGetsNoSlotAndShowsPause
   EXPECT_THAT(Starts(*third, names), ElementsAre("a1"));
 }
 
+TEST_F(DispatcherImplTest, APausedConsumerStillGetsASlotBeforeTheOneThatWaits) {
+  // A deterministic trainer releases slot 1's batches only after slot 0's: slot 1 paused on w2
+  // (its queue full, unread) while slot 0, handed back by the lost w1, is pending again. Slot 0
+  // must go out (or the trainer waits forever); slot 2 must not.
+  const uint64_t ds = Dataset({64}, 8);
+  const uint64_t a = Job(JobRequest("a", ds, 1, proto::REMAINDER_MODE_PAD, 16)).job_id();
+  const std::map<uint64_t, std::string> names = {{a, "a"}};
+  const uint64_t w1 = Worker("w:1", /*capacity=*/1);
+  const uint64_t w2 = Worker("w:2", /*capacity=*/1);
+  auto first = WorkerBeat(w1);
+  ASSERT_TRUE(first.ok());
+  EXPECT_THAT(Starts(*first, names), ElementsAre("a0"));
+  auto second = WorkerBeat(w2);
+  ASSERT_TRUE(second.ok());
+  EXPECT_THAT(Starts(*second, names), ElementsAre("a1"));
+  proto::WorkerUnregisterRequest request;
+  request.set_protocol_version(kProtocolVersion);
+  request.set_worker_id(w1);
+  proto::WorkerUnregisterResponse response;
+  ASSERT_TRUE(Sync(impl_).WorkerUnregister(request, &response).ok());
+  ClientBeat(a, 0, {{.epoch = 0, .position = 0, .batches = 0}});  // slot 0: pending again
+  const Produced paused{
+      .key = SlotKey::FromProto(second->start(0).key()), .batches = 2, .detached = true};
+  auto third = WorkerBeat(w2, {paused});
+  ASSERT_TRUE(third.ok());
+  EXPECT_THAT(Starts(*third, names), ElementsAre("a0"));
+  // Slot 0 producing, slot 1 still waiting: nothing more for w2, and slot 2 for nobody.
+  const uint64_t w3 = Worker("w:3", /*capacity=*/1);
+  auto fourth = WorkerBeat(w3);
+  ASSERT_TRUE(fourth.ok());
+  EXPECT_EQ(fourth->start_size(), 0);
+}
+
 TEST_F(DispatcherImplTest, ProductionGroupsSurviveARestart) {
   const uint64_t ds = Dataset({64}, 8);
   const uint64_t a = Job(Sharing(JobRequest("a", ds, 1, proto::REMAINDER_MODE_PAD, 16))).job_id();
