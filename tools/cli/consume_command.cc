@@ -10,11 +10,13 @@
 // TLS and token: --tls-ca --tls-cert --tls-key --tls-server-name --auth-token-file
 // (docs/security.md), also as SLUICE_TLS_CA, ... like every flag.
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -140,9 +142,18 @@ absl::Status RunConsume(const ConsumeFlags& flags) {
   std::optional<double> first_batch_seconds;
   uint64_t first_batch_images = 0;
   double first_batch_cpu = 0;
+  // Time from each batch's return to the next one's (the trainer's wait for data): the ones that
+  // cross an epoch boundary apart from the others.
+  std::vector<double> waits, epoch_gaps;
+  std::optional<std::pair<absl::Time, uint64_t>> previous;  // the last batch: when, its epoch
   while (flags.stop_after_batches == 0 || num_batches < flags.stop_after_batches) {
     ASSIGN_OR_RETURN(std::optional<Batch> batch, batches->GetNext());
     if (!batch.has_value()) break;
+    const absl::Time now = absl::Now();
+    if (previous.has_value()) {
+      (batch->epoch != previous->second ? epoch_gaps : waits)
+          .push_back(absl::ToDoubleSeconds(now - previous->first));
+    }
     if (!first_batch_seconds) {
       first_batch_seconds = absl::ToDoubleSeconds(absl::Now() - start);
       first_batch_images = batch->global_indices.size();
@@ -163,6 +174,7 @@ absl::Status RunConsume(const ConsumeFlags& flags) {
       std::fflush(stdout);
       absl::SleepFor(flags.pause_for);
     }
+    previous.emplace(absl::Now(), batch->epoch);
   }
   bar.Done();
   if (!flags.save_state.empty()) {
@@ -180,6 +192,15 @@ absl::Status RunConsume(const ConsumeFlags& flags) {
       static_cast<unsigned long long>(flags.epochs), seconds, first_batch_seconds.value_or(0));
   PrintFromFirstBatch(seconds - first_batch_seconds.value_or(0), images - first_batch_images,
                       ProcessCpuSeconds() - first_batch_cpu);
+  if (!epoch_gaps.empty()) {
+    // Scripts read this line (bench/epoch_gap.sh): the wait for the first batch of each new
+    // epoch, and the median wait for a batch within an epoch.
+    std::string gaps;
+    for (double g : epoch_gaps) absl::StrAppendFormat(&gaps, " %.4f", g);
+    std::sort(waits.begin(), waits.end());
+    std::printf("epoch gaps:%s s; median wait within an epoch %.4f s\n", gaps.c_str(),
+                waits.empty() ? 0.0 : waits[waits.size() / 2]);
+  }
   std::printf("wire: %.0f bytes/image\n",
               images > 0 ? static_cast<double>(batches->received_bytes()) / images : 0.0);
   // Last: scripts and tests read this line.
