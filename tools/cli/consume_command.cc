@@ -62,6 +62,10 @@ struct ConsumeFlags {
 };
 
 absl::Status RunConsume(const ConsumeFlags& flags) {
+  if ((flags.pause_after_batches > 0) != (flags.pause_for > absl::ZeroDuration())) {
+    return absl::InvalidArgumentError(
+        "--pause-after-batches N and --pause-for DURATION go together (both > 0)");
+  }
   ASSIGN_OR_RETURN(proto::Pipeline pipeline,
                    sluice::pipeline_spec::LoadPipelineSpecFile(flags.spec));
   if (!flags.data.empty()) {
@@ -125,10 +129,6 @@ absl::Status RunConsume(const ConsumeFlags& flags) {
   }
   if (flags.stop_after_batches > 0 && flags.save_state.empty()) {
     return absl::InvalidArgumentError("--stop-after-batches needs --save-state FILE");
-  }
-  if ((flags.pause_after_batches > 0) != (flags.pause_for > absl::ZeroDuration())) {
-    return absl::InvalidArgumentError(
-        "--pause-after-batches N and --pause-for DURATION go together (both > 0)");
   }
   const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(std::unique_ptr<BatchIterator> batches, client->Open(job));
