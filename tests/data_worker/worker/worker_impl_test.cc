@@ -1180,7 +1180,8 @@ TEST_F(SharedProductionTest, SlotsOfAnotherGroupOrPositionAreNotShared) {
 
 class PausedConsumerTest : public WorkerImplTest {
  protected:
-  // One producer, queues of 2 batches, splits that pause after 50 ms unread.
+  // One producer, queues of 2 batches, splits that pause after 500 ms unread (long enough that a
+  // test thread about to read is not taken for a trainer that stopped, even under ASan).
   std::unique_ptr<WorkerImpl> MakePausingWorker() {
     WorkerOptions options;
     options.address = "127.0.0.1:1";
@@ -1191,7 +1192,7 @@ class PausedConsumerTest : public WorkerImplTest {
     options.queue_bytes = 0;
     options.heartbeat_thread = false;
     options.clock = &clock_;
-    options.pause_unread_after = absl::Milliseconds(50);
+    options.pause_unread_after = absl::Milliseconds(500);
     options.registry = &registry_;
     auto w = WorkerImpl::Create(options, std::make_unique<FakeDispatcher>(&fake_));
     EXPECT_TRUE(w.ok()) << w.status();
@@ -1233,7 +1234,7 @@ TEST_F(PausedConsumerTest, AConsumerThatStopsReadingFreesTheProducerAndResumesEx
     ASSERT_EQ(e.batch.header.batch_index(), i);
   }
   ASSERT_TRUE(Eventually(
-      [&] { return EventCount(registry_, "sluice_worker_paused_splits_total", "paused") == 1; }));
+      [&] { return EventCount(registry_, "sluice_worker_paused_splits_total", "paused") >= 1; }));
   EXPECT_EQ(w->blocked_producers(), 0);
   EXPECT_EQ(w->queued_batches(), 2u);  // batches 3 and 4 stay queued
   // The split is reported detached: it holds none of the worker's capacity.
@@ -1253,7 +1254,9 @@ TEST_F(PausedConsumerTest, AConsumerThatStopsReadingFreesTheProducerAndResumesEx
 
   // Job 1 reads again: batches 3-9 and the marker, each once, in order.
   ExpectRest(*r1, 3);
-  EXPECT_EQ(EventCount(registry_, "sluice_worker_paused_splits_total", "resumed"), 1);
+  // Every pause resumed (job 2's too, had its reader been slow to start).
+  EXPECT_EQ(EventCount(registry_, "sluice_worker_paused_splits_total", "resumed"),
+            EventCount(registry_, "sluice_worker_paused_splits_total", "paused"));
   ASSERT_TRUE(w->Heartbeat().ok());
   const proto::WorkerHeartbeatRequest last = w->last_heartbeat();
   ASSERT_EQ(last.splits_size(), 2);
@@ -1276,7 +1279,9 @@ TEST_F(PausedConsumerTest, APausedSplitResumesWhenItsConsumerAttachesAgain) {
   // and the rest comes once.
   auto reader = Open(*w, 1, 0, nullptr, Holds{.batches = 1});
   ExpectRest(*reader, 1);
-  EXPECT_EQ(EventCount(registry_, "sluice_worker_paused_splits_total", "resumed"), 1);
+  EXPECT_GE(EventCount(registry_, "sluice_worker_paused_splits_total", "resumed"), 1);
+  EXPECT_EQ(EventCount(registry_, "sluice_worker_paused_splits_total", "resumed"),
+            EventCount(registry_, "sluice_worker_paused_splits_total", "paused"));
 }
 
 }  // namespace
