@@ -1175,7 +1175,6 @@ TEST_F(SharedProductionTest, SlotsOfAnotherGroupOrPositionAreNotShared) {
   EXPECT_EQ(EventCount(registry_, "sluice_worker_shared_splits_total", "joined"), 0);
 }
 
-
 // ---- Paused consumers (task_runner.h) ----
 
 class PausedConsumerTest : public WorkerImplTest {
