@@ -111,6 +111,14 @@
 // then gives that capacity to waiting jobs). The saved state continues the work exactly once:
 // restoring it recreates the job by name and produces everything the state had not returned.
 //
+// Paused consumers. A consumer that heartbeats but stopped reading (its worker queue stayed
+// full, unread, for the worker's --pause-unread-after) has its slot paused by the worker
+// (data_worker/worker/task_runner.h): the worker reports it `detached`, so it counts in none of
+// that worker's capacity, and the consumer is *behind*: it gets no new slot until the worker
+// reports the slot producing again (the consumer read, and the slot resumed), except a slot
+// before the one that waits (a deterministic trainer may wait for it to release the other's
+// batches). GetStatus shows such a consumer `paused`.
+//
 // Exactly-once under worker loss. A worker with no heartbeat for worker_timeout
 // (Tick(), on the injected clock) is removed, and so is one that calls
 // WorkerUnregister. Its unfinished splits go to AWAITING_PROGRESS: they are not
@@ -522,7 +530,8 @@ class DispatcherImpl {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   proto::SplitAssignment MakeAssignment(const DispatcherState::Job& job, const SlotKey& key) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether a split of `consumer` may be handed out now: it has one pending, and (with
+  // Whether a split of `consumer` may be handed out now: it has one pending, it is not Behind
+  // (unless its lowest pending slot comes before the slot that waits), and (with
   // options.first_split_alone) it is not starting up. Starting up = it returned no batch yet
   // and has a split in production: until its first batch, one split gets all of the workers'
   // CPU, so that batch comes about as soon as in-process (docs/architecture.md, "Work reaches
@@ -541,9 +550,10 @@ class DispatcherImpl {
   // The other live jobs of `job`'s production group (empty when it does not share).
   std::vector<const DispatcherState::Job*> SharePeers(const DispatcherState::Job& job) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether a consumer of a sharing job holds a slot its worker detached from the production
-  // group and that waits for the consumer to read (docs/sharing.md): the consumer is behind;
-  // it gets no slot until it reads again, and joins no group.
+  // Whether a consumer holds a slot its worker detached (from its production group,
+  // docs/sharing.md, or paused: its trainer stopped reading) and that waits for the consumer to
+  // read: the consumer is behind (`sluice status`: paused); it gets no slot until it reads
+  // again, and joins no group.
   bool Behind(const DispatcherState::Consumer& consumer) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The slots `worker` is producing, a production group's same slot counted once (it is one
   // production on the worker), a detached one that waits for its consumer not at all.

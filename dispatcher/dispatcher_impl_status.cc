@@ -261,6 +261,7 @@ absl::Status DispatcherImpl::DoGetStatus(const proto::GetStatusRequest& request,
       cs->set_finished(c.finished);
       cs->set_splits_done(c.done);
       cs->set_splits(c.slots.size());
+      cs->set_paused(Behind(c));
       auto it = consumer_signals_.find({id, c.index});
       if (it != consumer_signals_.end()) {
         cs->set_batches_per_second(it->second.batches_per_second);

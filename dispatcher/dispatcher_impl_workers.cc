@@ -71,7 +71,15 @@ bool DispatcherImpl::Behind(const DispatcherState::Consumer& consumer) const {
 bool DispatcherImpl::Assignable(const DispatcherState::Job& job,
                                 const DispatcherState::Consumer& consumer) const {
   if (consumer.pending.empty()) return false;
-  if (ShareGroupOf(job) != 0 && Behind(consumer)) return false;
+  // A behind consumer's next slots would only fill a queue nobody reads. But a slot before the
+  // one that waits may be what its trainer waits for (deterministic order releases the waiting
+  // slot's batches only after it; e.g. it was handed back by a lost worker): that one goes.
+  for (uint64_t position = 0; position < consumer.slots.size(); ++position) {
+    const DispatcherState::Slot& slot = consumer.slots[position];
+    if (slot.status != proto::SPLIT_STATUS_ASSIGNED || !slot.detached) continue;
+    if (*consumer.pending.begin() > position) return false;
+    break;
+  }
   if (!options_.first_split_alone || consumer.in_production == 0) return true;
   auto it = consumer_signals_.find({job.id, consumer.index});
   return it != consumer_signals_.end() && it->second.batches_returned_total > 0;

@@ -193,12 +193,19 @@ bool ConsumerQueues::IsLive(uint64_t task_id) const {
 }
 
 bool ConsumerQueues::Push(uint64_t task_id, service::WireBatch batch) {
-  return PushUntil(task_id, std::move(batch), absl::InfiniteFuture()) == PushResult::kPushed;
+  return PushUntil(task_id, std::move(batch), absl::InfiniteFuture(), absl::InfiniteDuration()) ==
+         PushResult::kPushed;
 }
 
 ConsumerQueues::PushResult ConsumerQueues::PushWithin(uint64_t task_id, service::WireBatch batch,
                                                       absl::Duration bound) {
-  return PushUntil(task_id, std::move(batch), absl::Now() + bound);
+  return PushUntil(task_id, std::move(batch), absl::Now() + bound, absl::InfiniteDuration());
+}
+
+ConsumerQueues::PushResult ConsumerQueues::PushUnlessUnread(uint64_t task_id,
+                                                            service::WireBatch batch,
+                                                            absl::Duration unread_after) {
+  return PushUntil(task_id, std::move(batch), absl::InfiniteFuture(), unread_after);
 }
 
 bool ConsumerQueues::HasRoom(uint64_t task_id) const {
@@ -211,7 +218,8 @@ bool ConsumerQueues::HasRoom(uint64_t task_id) const {
 }
 
 ConsumerQueues::PushResult ConsumerQueues::PushUntil(uint64_t task_id, service::WireBatch batch,
-                                                     absl::Time deadline) {
+                                                     absl::Time deadline,
+                                                     absl::Duration unread_after) {
   std::function<void()> notify;
   bool split_ended = false;
   {
@@ -230,8 +238,17 @@ ConsumerQueues::PushResult ConsumerQueues::PushUntil(uint64_t task_id, service::
     bool timed_out = false;
     if (!stopped_ && FindTask(task_id) != nullptr && full()) {
       blocked_producers_.Increment();
+      // Renewed whenever a stream reads the queue: only a consumer that reads nothing for
+      // `unread_after` ends the wait.
+      uint64_t reads = q->reads;
+      absl::Time unread_at = absl::Now() + unread_after;
       while (!stopped_ && FindTask(task_id) != nullptr && full() && !timed_out) {
-        timed_out = space_.WaitWithDeadline(&mu_, deadline);
+        timed_out = space_.WaitWithDeadline(&mu_, std::min(deadline, unread_at));
+        if (timed_out && q->reads != reads && absl::Now() < deadline) {
+          reads = q->reads;
+          unread_at = absl::Now() + unread_after;
+          timed_out = false;
+        }
       }
       blocked_producers_.Decrement();
     }
@@ -325,6 +342,7 @@ ConsumerQueues::Opened ConsumerQueues::Open(const ConsumerKey& consumer,
     streams_[opened.stream_id] = consumer;
     ended_[opened.stream_id] = false;
     superseded = std::move(q.notify);
+    ++q.reads;  // a consumer that attaches reads again
     q.reader = opened.stream_id;
     q.notify = std::move(notify);
   }
@@ -389,6 +407,7 @@ StreamEvent ConsumerQueues::Poll(uint64_t stream_id) {
     if (Task* task = FindTask(front.task_id); task != nullptr)
       task->sent = std::max(task->sent, front.batch.header.batch_index() + 1);
     event.kind = StreamEvent::kBatch;
+    ++q.reads;
     event.batch = std::move(front.batch);
     Charge(-service::BatchBytes(event.batch));
     --queued_batches_;

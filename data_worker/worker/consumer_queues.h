@@ -128,6 +128,12 @@ class ConsumerQueues {
   enum class PushResult { kPushed, kFull, kGone };
   PushResult PushWithin(uint64_t task_id, service::WireBatch batch, absl::Duration bound)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Push() that gives up when its consumer stopped reading (task_runner.h, "Paused
+  // consumers"): kFull once the queue stayed full for `unread_after` with no batch taken from
+  // it by a stream (nor a stream attached) in that time; the batch is not queued. A consumer
+  // that reads, however slowly, keeps the wait going.
+  PushResult PushUnlessUnread(uint64_t task_id, service::WireBatch batch,
+                              absl::Duration unread_after) ABSL_LOCKS_EXCLUDED(mu_);
   // Whether a Push() of the task would queue a batch now without waiting (true if the task is
   // gone: its producer finds out at once).
   bool HasRoom(uint64_t task_id) const ABSL_LOCKS_EXCLUDED(mu_);
@@ -188,13 +194,15 @@ class ConsumerQueues {
     absl::Status error;   // sticky; reported after the queued batches
     uint64_t reader = 0;  // active stream id; 0 = none
     std::function<void()> notify;
+    uint64_t reads = 0;  // batches streams took from it, and streams attached (PushUnlessUnread)
   };
 
   Task* FindTask(uint64_t task_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const Task* FindTask(uint64_t task_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Push() until `deadline` (InfiniteFuture: no bound).
-  PushResult PushUntil(uint64_t task_id, service::WireBatch batch, absl::Time deadline)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // Push() until `deadline` (InfiniteFuture: no bound), or until the consumer's queue was not
+  // read for `unread_after` (InfiniteDuration: no bound).
+  PushResult PushUntil(uint64_t task_id, service::WireBatch batch, absl::Time deadline,
+                       absl::Duration unread_after) ABSL_LOCKS_EXCLUDED(mu_);
   void EraseTask(std::map<TaskKey, Task>::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Erases a queued batch; returns the next.
   std::deque<Queued>::iterator Unqueue(Queue& q, std::deque<Queued>::iterator it)

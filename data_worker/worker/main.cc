@@ -64,6 +64,7 @@ struct WorkerFlags {
   absl::Duration connect_timeout = absl::Seconds(10);
   absl::Duration drain_timeout = absl::Seconds(30);
   absl::Duration share_detach_after = absl::Seconds(2);
+  absl::Duration pause_unread_after = absl::Seconds(5);
   sluice::data_worker::python::PythonOptions python{.timeout = absl::Seconds(60)};
 };
 
@@ -120,6 +121,12 @@ void AddWorkerFlags(CLI::App& app, WorkerFlags* f) {
       "How long a production group (jobs with sharing auto, docs/sharing.md) waits for a "
       "job whose queue is full while the others read, before that job gets its batches "
       "produced again for it alone");
+  AddDurationOption(
+      app, "--pause-unread-after", &f->pause_unread_after,
+      "How long a split's producer waits on the full queue of a trainer that reads nothing "
+      "(it still heartbeats: a paused evaluation loop, a long checkpoint) before the split "
+      "pauses: its producer and capacity go to other jobs, and it resumes from where delivery "
+      "stopped when the trainer reads again; 0: never");
   AddDurationOption(app, "--connect-timeout", &f->connect_timeout,
                     "How long to keep retrying an unreachable dispatcher");
   AddDurationOption(app, "--drain-timeout", &f->drain_timeout, "How long a drain may take");
@@ -191,6 +198,9 @@ absl::StatusOr<std::unique_ptr<WorkerImpl>> CreateWorker(
   options.limits = f.limits;
   options.heartbeat_interval = f.heartbeat_interval;
   options.share_detach_after = f.share_detach_after;
+  options.pause_unread_after = f.pause_unread_after == absl::ZeroDuration()
+                                   ? absl::InfiniteDuration()
+                                   : f.pause_unread_after;
   options.registry = &server.registry();
   options.logger = server.logger();
   return WorkerImpl::Create(options, std::move(client));

@@ -131,12 +131,13 @@ absl::StatusOr<std::optional<proto::ColumnFinish>> FinishOrShip(const Job& job,
 
 TaskRunner::TaskRunner(ConsumerQueues* queues, JobRegistry* jobs, prometheus::Registry& registry,
                        std::shared_ptr<spdlog::logger> logger, int cpu_budget,
-                       absl::Duration share_detach_after)
+                       absl::Duration share_detach_after, absl::Duration pause_unread_after)
     : queues_(queues),
       jobs_(jobs),
       logger_(std::move(logger)),
       cpu_budget_(std::max(1, cpu_budget)),
       share_detach_after_(share_detach_after),
+      pause_unread_after_(pause_unread_after),
       splits_started_(AddCounter(registry, "sluice_worker_splits_total", "Splits by event.",
                                  {{"event", "started"}})),
       shared_joined_(
@@ -145,7 +146,15 @@ TaskRunner::TaskRunner(ConsumerQueues* queues, JobRegistry* jobs, prometheus::Re
                      "another job's production of the same slot, detached = fell behind the group.",
                      {{"event", "joined"}})),
       shared_detached_(
-          AddCounter(registry, "sluice_worker_shared_splits_total", "", {{"event", "detached"}})) {}
+          AddCounter(registry, "sluice_worker_shared_splits_total", "", {{"event", "detached"}})),
+      paused_(AddCounter(registry, "sluice_worker_paused_splits_total",
+                         "Split tasks by event: paused = its consumer read nothing for "
+                         "--pause-unread-after while its queue was full (the task stopped "
+                         "producing and freed its producer), resumed = taken again once the "
+                         "consumer read.",
+                         {{"event", "paused"}})),
+      resumed_(
+          AddCounter(registry, "sluice_worker_paused_splits_total", "", {{"event", "resumed"}})) {}
 
 TaskRunner::~TaskRunner() { Stop(); }
 
@@ -423,6 +432,14 @@ void TaskRunner::Begin(Producer& producer, QueuedTask task) {
     if (members.size() == 1) members.clear();
   }
   if (!queues_->IsLive(task.task_id)) return;
+  if (task.paused) {
+    resumed_.Increment();
+    logger_->info("job {} consumer {}: slot {} of epoch {} resumes from batch {}",
+                  task.assignment.key().job_id(), task.assignment.key().consumer_index(),
+                  task.assignment.key().position(), task.assignment.key().epoch(),
+                  task.assignment.skip_batches());
+    if (on_pause_change_) on_pause_change_();
+  }
   const uint64_t job_id = task.assignment.key().job_id();
   std::shared_ptr<const Job> job = jobs_->Get(job_id);
   if (job == nullptr) return;
@@ -592,9 +609,37 @@ void TaskRunner::Deliver(Producer& producer, SubmittedRun& run, pipeline::Elemen
     UpdatePeak();
     return;
   }
+  if (!run.task.parallel && pause_unread_after_ != absl::InfiniteDuration()) {
+    const ConsumerQueues::PushResult r =
+        queues_->PushUnlessUnread(run.task.task_id, *std::move(batch), pause_unread_after_);
+    UpdatePeak();
+    if (r == ConsumerQueues::PushResult::kFull) Pause(producer, run.task, index);
+    if (r == ConsumerQueues::PushResult::kGone) StopTask(producer, run.task.task_id);
+    return;
+  }
   const bool pushed = queues_->Push(run.task.task_id, *std::move(batch));
   UpdatePeak();
   if (!pushed) StopTask(producer, run.task.task_id);
+}
+
+void TaskRunner::Pause(Producer& producer, const QueuedTask& task, uint64_t index) {
+  StopTask(producer, task.task_id);
+  paused_.Increment();
+  const proto::SplitKey& key = task.assignment.key();
+  logger_->info(
+      "job {} consumer {}: slot {} of epoch {} paused at batch {}: its consumer read nothing "
+      "for {} with its queue full",
+      key.job_id(), key.consumer_index(), key.position(), key.epoch(), index,
+      absl::FormatDuration(pause_unread_after_));
+  QueuedTask paused{
+      .task_id = task.task_id, .assignment = task.assignment, .detached = true, .paused = true};
+  paused.assignment.set_skip_batches(std::max(paused.assignment.skip_batches(), index));
+  {
+    absl::MutexLock lock(&mu_);
+    pending_.push_back(std::move(paused));
+    work_available_.Signal();
+  }
+  if (on_pause_change_) on_pause_change_();
 }
 
 void TaskRunner::FanOut(Producer& producer, SubmittedRun& run, const service::WireBatch& batch,
@@ -697,6 +742,14 @@ void TaskRunner::EndRun(Producer& producer) {
   }
   if (!run.members.empty()) {
     FanOut(producer, run, marker, marker.header.batch_index());
+    return;
+  }
+  if (!run.task.parallel && pause_unread_after_ != absl::InfiniteDuration()) {
+    const uint64_t index = marker.header.batch_index();
+    if (queues_->PushUnlessUnread(run.task.task_id, std::move(marker), pause_unread_after_) ==
+        ConsumerQueues::PushResult::kFull) {
+      Pause(producer, run.task, index);  // produced again only for its marker
+    }
     return;
   }
   queues_->Push(run.task.task_id, std::move(marker));

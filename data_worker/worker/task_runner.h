@@ -40,12 +40,31 @@
 // within the bound; B is detached with skip 4; the run goes on for A and C; B's own task
 // produces the slot again, discards batches 0-3 and sends 4, 5, ... when B reads again.
 // A group whose members all stay full waits for them (nobody is behind the others).
+//
+// Paused consumers. A trainer that still heartbeats but stopped reading (an evaluation loop
+// between its passes, a long checkpoint) fills its queue; its producer would then wait in
+// Push() for as long as the trainer does, holding one of the worker's `--capacity` producers
+// (and, at the dispatcher, one unit of the worker's capacity) that other jobs wait for. So a
+// split task's producer waits at most `pause_unread_after` on a queue nobody reads
+// (ConsumerQueues::PushUnlessUnread): then the task is *paused*. The run stops (its pipeline
+// cancels the rest), the batches already queued stay queued (the queue's bound: bounded
+// memory), and the task goes back to the FIFO as a detached task (like a member that fell
+// behind its group) with skip_batches = the batch that found no room: it holds no producer,
+// the heartbeat reports it `detached` (it takes none of the worker's capacity), and a producer
+// takes it again only when its queue has room, i.e. once the consumer read (or attached
+// again). Its run then produces the slot from its first record and discards the batches below
+// that index, so each batch reaches the queue once. Example: slot of 10 batches, queue of 2,
+// the trainer stops after reading 3: batches 3, 4 are queued, 5 finds no room; after the bound
+// the task pauses with skip 5; when the trainer reads batch 3 the task resumes, discards 0-4
+// and queues 5, 6, ..., then the marker 10. PARALLEL_EPOCHS walks and production groups are not
+// paused (a group detaches its laggards instead).
 #ifndef SLUICE_DATA_WORKER_WORKER_TASK_RUNNER_H_
 #define SLUICE_DATA_WORKER_WORKER_TASK_RUNNER_H_
 
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -87,9 +106,12 @@ class TaskRunner {
   // resolved).
   // `share_detach_after`: how long a production group waits for a member whose queue is full
   // while the others take their batch, before it detaches it.
+  // `pause_unread_after`: how long a split task's producer waits on the full queue of a
+  // consumer that reads nothing before the task pauses (InfiniteDuration: never).
   TaskRunner(ConsumerQueues* queues, JobRegistry* jobs, prometheus::Registry& registry,
              std::shared_ptr<spdlog::logger> logger, int cpu_budget,
-             absl::Duration share_detach_after = absl::Seconds(2));
+             absl::Duration share_detach_after = absl::Seconds(2),
+             absl::Duration pause_unread_after = absl::InfiniteDuration());
   ~TaskRunner();  // Stop()s
 
   void Start(int threads) ABSL_LOCKS_EXCLUDED(mu_);
@@ -103,8 +125,14 @@ class TaskRunner {
   void EnqueueGroup(std::vector<std::pair<uint64_t, proto::SplitAssignment>> tasks)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // The detached tasks that wait for room in their consumer's queue (no producer runs them).
+  // The detached tasks that wait for room in their consumer's queue (no producer runs them):
+  // members that fell behind their group, and paused tasks.
   std::set<uint64_t> waiting_detached() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Called (from a producer thread, without a lock) when a task pauses and when a paused task
+  // resumes, so that the worker reports it at once: the dispatcher then hands the freed
+  // capacity to another job, or gives the consumer its next slots. Set before Start().
+  void set_on_pause_change(std::function<void()> hook) { on_pause_change_ = std::move(hook); }
 
   // Peak over time of queued bytes plus the live bytes of every running Executor.
   int64_t peak_bytes() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -154,8 +182,10 @@ class TaskRunner {
     uint64_t task_id = 0;
     proto::SplitAssignment assignment;
     bool parallel = false;
-    // It fell behind its production group: produced alone, taken when its queue has room.
+    // It fell behind its production group, or paused: produced alone, taken when its queue has
+    // room.
     bool detached = false;
+    bool paused = false;  // it paused (its consumer stopped reading)
     // The other members of its production group, taken with it (Take).
     std::vector<QueuedTask> shared;
   };
@@ -209,6 +239,9 @@ class TaskRunner {
   // Streams batch `index` of a shared run to every member that needs it; detaches laggards.
   void FanOut(Producer& producer, SubmittedRun& run, const service::WireBatch& batch,
               uint64_t index) ABSL_LOCKS_EXCLUDED(mu_);
+  // The task's consumer read nothing while its batch `index` waited for room: stops its runs
+  // and queues it again, detached, from that batch.
+  void Pause(Producer& producer, const QueuedTask& task, uint64_t index) ABSL_LOCKS_EXCLUDED(mu_);
   // Fails the queues of every task of `run` (its own and its sharing members) with `status`.
   void FailTasks(const SubmittedRun& run, const absl::Status& status);
   // Fails every task of `run` with `status` and stops it.
@@ -236,9 +269,13 @@ class TaskRunner {
   const std::shared_ptr<spdlog::logger> logger_;
   const int cpu_budget_;
   const absl::Duration share_detach_after_;
+  const absl::Duration pause_unread_after_;
+  std::function<void()> on_pause_change_;  // set before Start, then read only
   prometheus::Counter& splits_started_;
   prometheus::Counter& shared_joined_;    // members served by another task's production
   prometheus::Counter& shared_detached_;  // members that fell behind their group
+  prometheus::Counter& paused_;           // tasks whose consumer stopped reading
+  prometheus::Counter& resumed_;          // paused tasks taken again
 
   mutable absl::Mutex mu_;
   absl::CondVar work_available_;

@@ -99,7 +99,7 @@ WorkerImpl::WorkerImpl(WorkerOptions options, std::vector<std::string> data_root
       runner_(&queues_, &jobs_, registry_, logger_,
               options_.threads > 0 ? options_.threads
                                    : static_cast<int>(std::thread::hardware_concurrency()),
-              options_.share_detach_after),
+              options_.share_detach_after, options_.pause_unread_after),
       address_(options_.address),
       heartbeat_interval_(options_.heartbeat_interval),
       start_heartbeats_(AddCounter(registry_, "sluice_worker_heartbeats_total", kHeartbeatsHelp,
@@ -110,6 +110,7 @@ WorkerImpl::WorkerImpl(WorkerOptions options, std::vector<std::string> data_root
                                    {{"trigger", "event"}})) {
   rate_since_ = clock_->Now();
   queues_.set_on_split_end([this] { HeartbeatSoon(); });
+  runner_.set_on_pause_change([this] { HeartbeatSoon(); });
 }
 
 WorkerImpl::~WorkerImpl() { Stop(); }

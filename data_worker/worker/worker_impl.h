@@ -37,6 +37,12 @@
 // without the RPC (UNIMPLEMENTED) the thread ends and heartbeats alone bring work, with the
 // sooner idle heartbeats below (wants_splits_).
 //
+// Paused consumers. A split whose consumer read nothing for --pause-unread-after while its queue
+// was full pauses (task_runner.h): its producer is freed, the heartbeat that follows at once
+// reports the split `detached` (it holds none of the worker's capacity; the dispatcher gives
+// that consumer no new slot meanwhile), and it resumes from the batch that found no room as
+// soon as the consumer reads again or attaches again.
+//
 // Lost and draining. NOT_FOUND from WorkerHeartbeat (the dispatcher declared us lost): every
 // task and queued batch is dropped and the worker registers again. Drain(): DrainWorker RPC;
 // the dispatcher stops assigning and drops the splits we have not finished producing;
@@ -133,6 +139,10 @@ struct WorkerOptions {
   absl::Duration heartbeat_interval = absl::Seconds(1);
   // TaskRunner's: how long a production group waits for a member that fell behind.
   absl::Duration share_detach_after = absl::Seconds(2);
+  // TaskRunner's ("Paused consumers"): how long a split's producer waits on the full queue of
+  // a consumer that reads nothing before the split pauses and frees the producer
+  // (InfiniteDuration: never).
+  absl::Duration pause_unread_after = absl::Seconds(5);
   bool heartbeat_thread = true;  // false: the caller calls Heartbeat() (tests)
   Clock* clock = nullptr;        // null: RealClock::Get()
   // Open streams, batch bytes, pipeline bytes and nodes (common/service/limits.h).

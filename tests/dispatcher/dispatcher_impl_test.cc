@@ -1085,6 +1085,76 @@ TEST_F(DispatcherImplTest, AConsumerWhoseSlotWasDetachedWaitsAndHoldsNoCapacity)
   EXPECT_EQ(third->start_size(), 0);
 }
 
+TEST_F(DispatcherImplTest, APausedConsumerHoldsNoCapacityGetsNoSlotAndShowsPaused) {
+  // Jobs that do not share: a's trainer stopped reading and its worker paused slot a0
+  // (--pause-unread-after), reporting it detached.
+  const uint64_t ds = Dataset({64}, 8);
+  const uint64_t a = Job(JobRequest("a", ds, 1, proto::REMAINDER_MODE_PAD, 16)).job_id();
+  const uint64_t b = Job(JobRequest("b", ds, 1, proto::REMAINDER_MODE_PAD, 16)).job_id();
+  const std::map<uint64_t, std::string> names = {{a, "a"}, {b, "b"}};
+  const uint64_t w = Worker("w:1", /*capacity=*/2);
+  auto first = WorkerBeat(w);
+  ASSERT_TRUE(first.ok());
+  EXPECT_THAT(Starts(*first, names), ElementsAre("a0", "b0"));
+  std::vector<Produced> held = Producing(*first, /*finished=*/false);
+  held[0] = {.key = held[0].key, .batches = 2, .detached = true};
+  auto second = WorkerBeat(w, held);
+  ASSERT_TRUE(second.ok());
+  // a0 takes none of the two productions; the free one goes to b, not to a's next slot (which
+  // would only fill the same unread queue).
+  EXPECT_THAT(Starts(*second, names), ElementsAre("b1"));
+  proto::GetStatusRequest request;
+  request.set_protocol_version(kProtocolVersion);
+  proto::GetStatusResponse status;
+  ASSERT_TRUE(Sync(impl_).GetStatus(request, &status).ok());
+  std::map<std::string, bool> paused;
+  for (const proto::JobStatus& j : status.jobs()) {
+    ASSERT_EQ(j.consumers_size(), 1);
+    paused[j.job_name()] = j.consumers(0).paused();
+  }
+  EXPECT_EQ(paused, (std::map<std::string, bool>{{"a", true}, {"b", false}}));
+  // a reads again: a0 resumed and finishes, b0 is done producing: a gets its next slot.
+  held[0] = {.key = held[0].key, .batches = 8, .finished = true};
+  held[1].finished = true;
+  held.push_back({.key = SlotKey::FromProto(second->start(0).key())});
+  auto third = WorkerBeat(w, held);
+  ASSERT_TRUE(third.ok());
+  EXPECT_THAT(Starts(*third, names), ElementsAre("a1"));
+}
+
+TEST_F(DispatcherImplTest, APausedConsumerStillGetsASlotBeforeTheOneThatWaits) {
+  // A deterministic trainer releases slot 1's batches only after slot 0's: slot 1 paused on w2
+  // (its queue full, unread) while slot 0, handed back by the lost w1, is pending again. Slot 0
+  // must go out (or the trainer waits forever); slot 2 must not.
+  const uint64_t ds = Dataset({64}, 8);
+  const uint64_t a = Job(JobRequest("a", ds, 1, proto::REMAINDER_MODE_PAD, 16)).job_id();
+  const std::map<uint64_t, std::string> names = {{a, "a"}};
+  const uint64_t w1 = Worker("w:1", /*capacity=*/1);
+  const uint64_t w2 = Worker("w:2", /*capacity=*/1);
+  auto first = WorkerBeat(w1);
+  ASSERT_TRUE(first.ok());
+  EXPECT_THAT(Starts(*first, names), ElementsAre("a0"));
+  auto second = WorkerBeat(w2);
+  ASSERT_TRUE(second.ok());
+  EXPECT_THAT(Starts(*second, names), ElementsAre("a1"));
+  proto::WorkerUnregisterRequest request;
+  request.set_protocol_version(kProtocolVersion);
+  request.set_worker_id(w1);
+  proto::WorkerUnregisterResponse response;
+  ASSERT_TRUE(Sync(impl_).WorkerUnregister(request, &response).ok());
+  ClientBeat(a, 0, {{.epoch = 0, .position = 0, .batches = 0}});  // slot 0: pending again
+  const Produced paused{
+      .key = SlotKey::FromProto(second->start(0).key()), .batches = 2, .detached = true};
+  auto third = WorkerBeat(w2, {paused});
+  ASSERT_TRUE(third.ok());
+  EXPECT_THAT(Starts(*third, names), ElementsAre("a0"));
+  // Slot 0 producing, slot 1 still waiting: nothing more for w2, and slot 2 for nobody.
+  const uint64_t w3 = Worker("w:3", /*capacity=*/1);
+  auto fourth = WorkerBeat(w3);
+  ASSERT_TRUE(fourth.ok());
+  EXPECT_EQ(fourth->start_size(), 0);
+}
+
 TEST_F(DispatcherImplTest, ProductionGroupsSurviveARestart) {
   const uint64_t ds = Dataset({64}, 8);
   const uint64_t a = Job(Sharing(JobRequest("a", ds, 1, proto::REMAINDER_MODE_PAD, 16))).job_id();

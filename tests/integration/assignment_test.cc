@@ -1,6 +1,7 @@
 // The assignment channel with real processes: a worker learns of a new job's splits when they
 // exist, not at its next heartbeat (WatchAssignment, dispatcher/dispatcher_impl.h), and a trainer
-// that closes its iterator frees the workers at once (ClientHeartbeatRequest.leaving). The
+// that closes its iterator frees the workers at once (ClientHeartbeatRequest.leaving), and one
+// that stops reading without leaving frees them after --pause-unread-after (its split pauses). The
 // cluster's heartbeat interval is a minute, so a run that needed an interval heartbeat could not
 // finish without one: the workers' own count of interval heartbeats proves it did not.
 #include <algorithm>
@@ -20,6 +21,7 @@
 #include "sluice/client.h"
 #include "tests/testing/cluster_testing.h"
 #include "tests/testing/temp_dir.h"
+#include "tools/local_cluster/autoscale.h"
 #include "tools/local_cluster/local_cluster.h"
 
 namespace sluice {
@@ -72,10 +74,12 @@ JobOptions Job(const std::string& name, const proto::Pipeline& pipeline) {
   return {.job_name = name, .pipeline = pipeline, .seed = 5, .split_size = 40};
 }
 
-absl::StatusOr<std::unique_ptr<DataServiceClient>> Client(const std::string& address) {
+absl::StatusOr<std::unique_ptr<DataServiceClient>> Client(const std::string& address,
+                                                          int prefetch_batches = 16) {
   return DataServiceClient::Create({.dispatcher_address = address,
                                     .connect_timeout = absl::Seconds(5),
-                                    .heartbeat_interval = absl::Milliseconds(100)});
+                                    .heartbeat_interval = absl::Milliseconds(100),
+                                    .prefetch_batches = prefetch_batches});
 }
 
 // Every record of the job's one epoch (what is left of it after `job.restore_state`), in
@@ -240,6 +244,81 @@ TEST_F(AssignmentTest, AWorkerStopsALeftJobsProductionWithoutAHeartbeat) {
       Scrape(metrics, "sluice_worker_heartbeats_total", "trigger");
   EXPECT_EQ(heartbeats["interval"], 0);
   EXPECT_EQ(heartbeats["start"], 1);
+}
+
+TEST_F(AssignmentTest, ATrainerThatStopsReadingHoldsNoCapacityAndGetsItsEpochOnceWhenItReads) {
+  // One worker producing one split at a time, leases of 10 minutes: job "paused" holds the
+  // worker's only producer (its queue full) when its trainer stops reading but stays (its
+  // iterator open, heartbeating). Job "other" must get the worker after --pause-unread-after,
+  // not after the lease (which the heartbeats renew: without the pause, never). When "paused"
+  // reads again it gets every record of its epoch exactly once.
+  auto cluster =
+      StartCluster(1, {"--consumer-timeout", "600s"},
+                   {"--capacity", "1", "--queue-batches", "2", "--pause-unread-after", "500ms"});
+  ASSERT_NE(cluster, nullptr);
+  const int metrics = cluster->worker(0).metrics_port;
+  // 2 slots of 50 batches of 1.2 MB: more than the client's prefetch, the queue and gRPC's
+  // windows hold, so the producer waits on a full queue when the trainer stops.
+  WriteDataset(data_.Join("big"), 800);
+  JobOptions paused_job = Job(
+      "paused", MakePipeline(data_.Join("big"), "        - random_resized_crop: {size: 224}\n"));
+  paused_job.split_size = 400;
+  auto paused_client = Client(cluster->dispatcher_address(), /*prefetch_batches=*/2);
+  ASSERT_TRUE(paused_client.ok()) << paused_client.status();
+  auto paused_it = (*paused_client)->Open(paused_job);
+  ASSERT_TRUE(paused_it.ok()) << paused_it.status();
+  std::vector<uint64_t> paused_ids;
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<std::optional<Batch>> batch = (*paused_it)->GetNext();
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    ASSERT_TRUE(batch->has_value());
+    paused_ids.insert(paused_ids.end(), (*batch)->global_indices.begin(),
+                      (*batch)->global_indices.end());
+  }
+  // The trainer stops reading here. A hang guard only: the other job normally ends in a few
+  // seconds.
+  std::future<absl::StatusOr<std::vector<uint64_t>>> other = std::async(std::launch::async, [&] {
+    return ConsumeAll(cluster->dispatcher_address(), Job("other", MakePipeline(data_.Join("ds"))));
+  });
+  if (other.wait_for(std::chrono::seconds(120)) != std::future_status::ready) {
+    // Leaving frees the worker: the other job ends, and the test fails instead of hanging.
+    paused_it->reset();
+    FAIL() << "the other job waited for the paused trainer";
+  }
+  absl::StatusOr<std::vector<uint64_t>> other_ids = other.get();
+  ASSERT_TRUE(other_ids.ok()) << other_ids.status();
+  std::sort(other_ids->begin(), other_ids->end());
+  EXPECT_EQ(*other_ids, Range(kRecords));
+
+  // The dispatcher shows the trainer paused (`sluice status`).
+  absl::StatusOr<proto::GetStatusResponse> status =
+      tools::FetchStatus(cluster->dispatcher_address());
+  ASSERT_TRUE(status.ok()) << status.status();
+  bool shown = false;
+  for (const proto::JobStatus& j : status->jobs()) {
+    if (j.job_name() != "paused") continue;
+    ASSERT_EQ(j.consumers_size(), 1);
+    EXPECT_TRUE(j.consumers(0).paused());
+    shown = true;
+  }
+  EXPECT_TRUE(shown);
+  EXPECT_GE(Scrape(metrics, "sluice_worker_paused_splits_total", "event")["paused"], 1);
+
+  // It reads again: the rest of its epoch, each record once.
+  while (true) {
+    absl::StatusOr<std::optional<Batch>> batch = (*paused_it)->GetNext();
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    if (!batch->has_value()) break;
+    paused_ids.insert(paused_ids.end(), (*batch)->global_indices.begin(),
+                      (*batch)->global_indices.end());
+  }
+  std::sort(paused_ids.begin(), paused_ids.end());
+  EXPECT_EQ(paused_ids, Range(800));
+  std::map<std::string, double> pauses =
+      Scrape(metrics, "sluice_worker_paused_splits_total", "event");
+  EXPECT_EQ(pauses["resumed"], pauses["paused"]);
+  // The worker never needed its one-minute heartbeat.
+  EXPECT_EQ(Scrape(metrics, "sluice_worker_heartbeats_total", "trigger")["interval"], 0);
 }
 
 }  // namespace

@@ -405,7 +405,9 @@ TEST_F(ServiceTest, ClientThatStopsReadingKeepsWorkerMemoryBounded) {
       MakePipeline(data_->Join("ds"), 0,
                    "        - resize: {height: 512, width: 512}\n        - "
                    "cast: {dtype: float32}\n");
-  auto cluster = StartCluster(1, {"--memory-mb", "64", "--queue-batches", "4"});
+  // Producers that wait (no --pause-unread-after: a paused split would free them).
+  auto cluster =
+      StartCluster(1, {"--memory-mb", "64", "--queue-batches", "4", "--pause-unread-after", "0"});
   ASSERT_NE(cluster, nullptr);
   auto client = Connect(cluster->dispatcher_address(), /*prefetch_batches=*/2);
   ASSERT_NE(client, nullptr);

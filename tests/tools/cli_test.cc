@@ -254,6 +254,24 @@ TEST_F(CliTest, StepTimeThatIsNotADurationIsAUsageErrorNamingTheFlag) {
       HasSubstr("is negative"));
 }
 
+// `--pause-after-batches` and `--pause-for` go together, refused before connecting anywhere.
+TEST_F(CliTest, PauseAfterBatchesWithoutPauseForIsRefusedNamingBothFlags) {
+  const std::string spec = tmp_.Join("p.yaml");
+  WriteFile(spec,
+            "source: {dataset: {path: /x}, columns: [label]}\nnodes:\n  - batch: {size: 8}\n");
+  for (const std::vector<std::string>& flags :
+       {std::vector<std::string>{"--pause-after-batches", "2"},
+        std::vector<std::string>{"--pause-for", "3s"}}) {
+    std::vector<std::string> args = {
+        "consume", "--dispatcher", "127.0.0.1:1", "--spec", spec, "--job", "j"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    const Result r = Run(args);
+    EXPECT_EQ(r.exit_code, 1) << flags[0];
+    EXPECT_THAT(r.output, HasSubstr("--pause-after-batches N and --pause-for DURATION go together"))
+        << flags[0];
+  }
+}
+
 // The interface issue 8 names, on real processes: a consumer that takes a
 // batch of 8 every 40 ms (`--step-time 40ms`) reads at most 8 / 0.04 = 200
 // images/s from its first batch on (each later batch needs a whole step
@@ -323,7 +341,7 @@ TEST_F(CliTest, ConsumeStepTimeSetsTheDemandAndStatusJsonHasTheDocumentedKeys) {
   ASSERT_EQ(job["consumers"].size(), 1u);
   EXPECT_EQ(keys(job["consumers"][0]),
             (std::set<std::string>{"consumer_index", "epoch", "finished", "splits_done", "splits",
-                                   "batches_per_second", "wait_fraction"}));
+                                   "batches_per_second", "wait_fraction", "paused"}));
   EXPECT_EQ(job["job_name"], "steps");
   EXPECT_EQ(job["batch_size"], 8);
   EXPECT_EQ(job["num_epochs"], 4);

@@ -10,11 +10,13 @@
 // TLS and token: --tls-ca --tls-cert --tls-key --tls-server-name --auth-token-file
 // (docs/security.md), also as SLUICE_TLS_CA, ... like every flag.
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -48,6 +50,8 @@ struct ConsumeFlags {
   service::ChannelOptions security;  // --tls-* --auth-token-file
   // Sleep after each batch: a training step's stand-in (demand = batch ÷ step).
   absl::Duration step_time = absl::ZeroDuration();
+  uint64_t pause_after_batches = 0;  // 0: never
+  absl::Duration pause_for = absl::ZeroDuration();
   uint64_t split_size = 0;  // 0: the dispatcher's default
   int32_t priority = 0;
   uint32_t min_workers = 0;
@@ -58,6 +62,10 @@ struct ConsumeFlags {
 };
 
 absl::Status RunConsume(const ConsumeFlags& flags) {
+  if ((flags.pause_after_batches > 0) != (flags.pause_for > absl::ZeroDuration())) {
+    return absl::InvalidArgumentError(
+        "--pause-after-batches N and --pause-for DURATION go together (both > 0)");
+  }
   ASSIGN_OR_RETURN(proto::Pipeline pipeline,
                    sluice::pipeline_spec::LoadPipelineSpecFile(flags.spec));
   if (!flags.data.empty()) {
@@ -134,9 +142,18 @@ absl::Status RunConsume(const ConsumeFlags& flags) {
   std::optional<double> first_batch_seconds;
   uint64_t first_batch_images = 0;
   double first_batch_cpu = 0;
+  // Time from each batch's return to the next one's (the trainer's wait for data): the ones that
+  // cross an epoch boundary apart from the others.
+  std::vector<double> waits, epoch_gaps;
+  std::optional<std::pair<absl::Time, uint64_t>> previous;  // the last batch: when, its epoch
   while (flags.stop_after_batches == 0 || num_batches < flags.stop_after_batches) {
     ASSIGN_OR_RETURN(std::optional<Batch> batch, batches->GetNext());
     if (!batch.has_value()) break;
+    const absl::Time now = absl::Now();
+    if (previous.has_value()) {
+      (batch->epoch != previous->second ? epoch_gaps : waits)
+          .push_back(absl::ToDoubleSeconds(now - previous->first));
+    }
     if (!first_batch_seconds) {
       first_batch_seconds = absl::ToDoubleSeconds(absl::Now() - start);
       first_batch_images = batch->global_indices.size();
@@ -149,6 +166,15 @@ absl::Status RunConsume(const ConsumeFlags& flags) {
     }
     bar.Update(images);
     if (flags.step_time > absl::ZeroDuration()) absl::SleepFor(flags.step_time);
+    if (num_batches == flags.pause_after_batches) {
+      // The iterator stays open and heartbeats: only reading stops.
+      std::printf("pausing reads for %s after %llu batches\n",
+                  absl::FormatDuration(flags.pause_for).c_str(),
+                  static_cast<unsigned long long>(num_batches));
+      std::fflush(stdout);
+      absl::SleepFor(flags.pause_for);
+    }
+    previous.emplace(absl::Now(), batch->epoch);
   }
   bar.Done();
   if (!flags.save_state.empty()) {
@@ -166,6 +192,15 @@ absl::Status RunConsume(const ConsumeFlags& flags) {
       static_cast<unsigned long long>(flags.epochs), seconds, first_batch_seconds.value_or(0));
   PrintFromFirstBatch(seconds - first_batch_seconds.value_or(0), images - first_batch_images,
                       ProcessCpuSeconds() - first_batch_cpu);
+  if (!epoch_gaps.empty()) {
+    // Scripts read this line (bench/epoch_gap.sh): the wait for the first batch of each new
+    // epoch, and the median wait for a batch within an epoch.
+    std::string gaps;
+    for (double g : epoch_gaps) absl::StrAppendFormat(&gaps, " %.4f", g);
+    std::sort(waits.begin(), waits.end());
+    std::printf("epoch gaps:%s s; median wait within an epoch %.4f s\n", gaps.c_str(),
+                waits.empty() ? 0.0 : waits[waits.size() / 2]);
+  }
   std::printf("wire: %.0f bytes/image\n",
               images > 0 ? static_cast<double>(batches->received_bytes()) / images : 0.0);
   // Last: scripts and tests read this line.
@@ -239,6 +274,11 @@ void AddConsumeCommand(CLI::App& app) {
   AddDurationOption(*cmd, "--step-time", &flags->step_time,
                     "Sleep this long after each batch, standing in for a "
                     "training step (e.g. 40ms)");
+  cmd->add_option("--pause-after-batches", flags->pause_after_batches,
+                  "After returning this many batches, read nothing for --pause-for, with the "
+                  "iterator open (a trainer in a long evaluation or checkpoint), then go on");
+  AddDurationOption(*cmd, "--pause-for", &flags->pause_for,
+                    "How long --pause-after-batches stops reading");
   AddDurationOption(*cmd, "--dispatcher-lost-timeout", &flags->dispatcher_lost_timeout,
                     "Keep reading the splits held and retrying the dispatcher "
                     "this long before failing");

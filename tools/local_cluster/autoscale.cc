@@ -104,7 +104,8 @@ std::string StatusJson(const proto::GetStatusResponse& s) {
                            {"splits_done", c.splits_done()},
                            {"splits", c.splits()},
                            {"batches_per_second", Number(c.batches_per_second())},
-                           {"wait_fraction", Number(c.wait_fraction())}});
+                           {"wait_fraction", Number(c.wait_fraction())},
+                           {"paused", c.paused()}});
     }
     // `cache: auto` (docs/cache.md): null for a job without it.
     Json cache_decision = nullptr;
@@ -208,9 +209,10 @@ std::string StatusText(const proto::GetStatusResponse& s) {
                           "BATCHES/S", "WAIT");
     for (const proto::ConsumerStatus& c : j.consumers()) {
       absl::StrAppendFormat(
-          &out, "  %-9d %6d %12s %10.2f %7.1f%%\n", c.consumer_index(), c.epoch(),
+          &out, "  %-9d %6d %12s %10.2f %7.1f%%%s\n", c.consumer_index(), c.epoch(),
           c.finished() ? std::string("finished") : absl::StrCat(c.splits_done(), "/", c.splits()),
-          c.batches_per_second(), 100 * c.wait_fraction());
+          c.batches_per_second(), 100 * c.wait_fraction(),
+          c.paused() ? "  paused (reads nothing: its slot frees its worker)" : "");
     }
   }
   return out;

@@ -135,5 +135,39 @@ TEST(ConsumerQueues, PushWithinAnswersFullAfterTheBoundAndGoneForADroppedTask) {
   EXPECT_TRUE(queues.HasRoom(task));  // gone: its producer finds out at once
 }
 
+TEST(ConsumerQueues, PushUnlessUnreadGivesUpOnlyOnAQueueNobodyReads) {
+  prometheus::Registry registry;
+  ConsumerQueues queues(/*queue_batches=*/1, /*queue_bytes=*/0, registry);
+  const uint64_t task = queues.AddTask(Assignment(0, 0), /*parallel=*/false);
+  const ConsumerQueues::Opened opened = queues.Open({kJob, 0}, {}, [] {});
+  ASSERT_TRUE(queues.Push(task, Batch(0, 0)));
+  // Nobody reads: the batch is not queued.
+  EXPECT_EQ(queues.PushUnlessUnread(task, Batch(0, 1), absl::Milliseconds(20)),
+            ConsumerQueues::PushResult::kFull);
+  EXPECT_EQ(queues.queued_batches(), 1u);
+  EXPECT_EQ(queues.blocked_producers(), 0);
+  // A consumer that reads, however late, gets the batch: the bound (here longer than any test)
+  // counts from the last read, not from the start of the wait.
+  std::future<ConsumerQueues::PushResult> pushed = std::async(std::launch::async, [&] {
+    return queues.PushUnlessUnread(task, Batch(0, 1), absl::Minutes(10));
+  });
+  while (queues.blocked_producers() == 0) std::this_thread::yield();
+  StreamEvent event = queues.Poll(opened.stream_id);
+  ASSERT_EQ(event.kind, StreamEvent::kBatch);
+  EXPECT_EQ(event.batch.header.batch_index(), 0u);
+  EXPECT_EQ(pushed.get(), ConsumerQueues::PushResult::kPushed);
+  event = queues.Poll(opened.stream_id);
+  ASSERT_EQ(event.kind, StreamEvent::kBatch);
+  EXPECT_EQ(event.batch.header.batch_index(), 1u);
+  // A dropped task's producer finds out at once.
+  ASSERT_TRUE(queues.Push(task, Batch(0, 2)));
+  std::future<ConsumerQueues::PushResult> gone = std::async(std::launch::async, [&] {
+    return queues.PushUnlessUnread(task, Batch(0, 3), absl::Minutes(10));
+  });
+  while (queues.blocked_producers() == 0) std::this_thread::yield();
+  queues.DropTask({kJob, 0, 0, 0});
+  EXPECT_EQ(gone.get(), ConsumerQueues::PushResult::kGone);
+}
+
 }  // namespace
 }  // namespace sluice::data_worker

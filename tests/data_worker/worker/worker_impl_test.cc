@@ -1175,5 +1175,113 @@ TEST_F(SharedProductionTest, SlotsOfAnotherGroupOrPositionAreNotShared) {
   EXPECT_EQ(EventCount(registry_, "sluice_worker_shared_splits_total", "joined"), 0);
 }
 
+// ---- Paused consumers (task_runner.h) ----
+
+class PausedConsumerTest : public WorkerImplTest {
+ protected:
+  // One producer, queues of 2 batches, splits that pause after 500 ms unread (long enough that a
+  // test thread about to read is not taken for a trainer that stopped, even under ASan).
+  std::unique_ptr<WorkerImpl> MakePausingWorker() {
+    WorkerOptions options;
+    options.address = "127.0.0.1:1";
+    options.data_roots = {dir_.path()};
+    options.threads = 1;
+    options.capacity = 1;
+    options.queue_batches = 2;
+    options.queue_bytes = 0;
+    options.heartbeat_thread = false;
+    options.clock = &clock_;
+    options.pause_unread_after = absl::Milliseconds(500);
+    options.registry = &registry_;
+    auto w = WorkerImpl::Create(options, std::make_unique<FakeDispatcher>(&fake_));
+    EXPECT_TRUE(w.ok()) << w.status();
+    EXPECT_TRUE((*w)->Start().ok());
+    return std::move(*w);
+  }
+
+  // Reads batches [from, 10) and the marker of slot 0 (records 0..39 in order, 4 per batch).
+  static void ExpectRest(Reader& reader, uint64_t from) {
+    for (uint64_t i = from; i < 10; ++i) {
+      StreamEvent e = reader.Next();
+      ASSERT_EQ(e.kind, StreamEvent::kBatch) << "batch " << i << ": " << e.status;
+      ASSERT_FALSE(e.batch.header.end_of_split()) << "batch " << i;
+      EXPECT_EQ(e.batch.header.batch_index(), i);
+      EXPECT_EQ(Ids(e.batch.header),
+                (std::vector<uint64_t>{4 * i, 4 * i + 1, 4 * i + 2, 4 * i + 3}));
+    }
+    StreamEvent marker = reader.Next();
+    ASSERT_EQ(marker.kind, StreamEvent::kBatch) << marker.status;
+    EXPECT_TRUE(marker.batch.header.end_of_split());
+    EXPECT_EQ(marker.batch.header.batch_index(), 10u);
+  }
+
+  prometheus::Registry registry_;
+};
+
+TEST_F(PausedConsumerTest, AConsumerThatStopsReadingFreesTheProducerAndResumesExactlyOnce) {
+  auto w = MakePausingWorker();
+  proto::WorkerHeartbeatResponse r;
+  *r.add_jobs() = MakeJob(1, Yaml(kLabels), 4);
+  *r.add_jobs() = MakeJob(2, Yaml(kLabels), 4);
+  *r.add_start() = MakeSplit(1, 0, 0, 0, 0, 40, 0, 0);  // 10 batches
+  Deliver(*w, r);
+  // Job 1's trainer reads batches 0-2, then stops: 3 and 4 fill its queue, 5 finds no room.
+  auto r1 = Open(*w, 1, 0);
+  for (uint64_t i = 0; i < 3; ++i) {
+    StreamEvent e = r1->Next();
+    ASSERT_EQ(e.kind, StreamEvent::kBatch) << e.status;
+    ASSERT_EQ(e.batch.header.batch_index(), i);
+  }
+  ASSERT_TRUE(Eventually(
+      [&] { return EventCount(registry_, "sluice_worker_paused_splits_total", "paused") >= 1; }));
+  EXPECT_EQ(w->blocked_producers(), 0);
+  EXPECT_EQ(w->queued_batches(), 2u);  // batches 3 and 4 stay queued
+  // The split is reported detached: it holds none of the worker's capacity.
+  ASSERT_TRUE(w->Heartbeat().ok());
+  ASSERT_EQ(w->last_heartbeat().splits_size(), 1);
+  EXPECT_TRUE(w->last_heartbeat().splits(0).detached());
+  EXPECT_FALSE(w->last_heartbeat().splits(0).finished_producing());
+  EXPECT_EQ(w->last_heartbeat().splits(0).produced_batches(), 5u);
+
+  // The worker's only producer serves job 2's whole slot meanwhile (held, Next() would give up
+  // after 20 s and fail).
+  proto::WorkerHeartbeatResponse second;
+  *second.add_start() = MakeSplit(2, 0, 0, 0, 0, 40, 0, 0);
+  Deliver(*w, second);
+  auto r2 = Open(*w, 2, 0);
+  ExpectRest(*r2, 0);
+
+  // Job 1 reads again: batches 3-9 and the marker, each once, in order.
+  ExpectRest(*r1, 3);
+  // Every pause resumed (job 2's too, had its reader been slow to start).
+  EXPECT_EQ(EventCount(registry_, "sluice_worker_paused_splits_total", "resumed"),
+            EventCount(registry_, "sluice_worker_paused_splits_total", "paused"));
+  ASSERT_TRUE(w->Heartbeat().ok());
+  const proto::WorkerHeartbeatRequest last = w->last_heartbeat();
+  ASSERT_EQ(last.splits_size(), 2);
+  for (const proto::WorkerSplitProgress& p : last.splits()) {
+    EXPECT_FALSE(p.detached()) << p.key().job_id();
+    EXPECT_TRUE(p.finished_producing()) << p.key().job_id();
+  }
+}
+
+TEST_F(PausedConsumerTest, APausedSplitResumesWhenItsConsumerAttachesAgain) {
+  auto w = MakePausingWorker();
+  proto::WorkerHeartbeatResponse r;
+  *r.add_jobs() = MakeJob(1, Yaml(kLabels), 4);
+  *r.add_start() = MakeSplit(1, 0, 0, 0, 0, 40, 0, 0);
+  Deliver(*w, r);
+  // No trainer attaches at all: batches 0 and 1 fill the queue, then the split pauses.
+  ASSERT_TRUE(Eventually(
+      [&] { return EventCount(registry_, "sluice_worker_paused_splits_total", "paused") == 1; }));
+  // A trainer that restored a state holding batch 0 attaches: the held batch is discarded,
+  // and the rest comes once.
+  auto reader = Open(*w, 1, 0, nullptr, Holds{.batches = 1});
+  ExpectRest(*reader, 1);
+  EXPECT_GE(EventCount(registry_, "sluice_worker_paused_splits_total", "resumed"), 1);
+  EXPECT_EQ(EventCount(registry_, "sluice_worker_paused_splits_total", "resumed"),
+            EventCount(registry_, "sluice_worker_paused_splits_total", "paused"));
+}
+
 }  // namespace
 }  // namespace sluice::data_worker
