@@ -126,7 +126,8 @@ void AddWorkerFlags(CLI::App& app, WorkerFlags* f) {
       "How long a split's producer waits on the full queue of a trainer that reads nothing "
       "(it still heartbeats: a paused evaluation loop, a long checkpoint) before the split "
       "pauses: its producer and capacity go to other jobs, and it resumes from where delivery "
-      "stopped when the trainer reads again; 0: never");
+      "stopped when the trainer reads again; each pause of a split doubles the next one's wait "
+      "(a trainer with a longer step pauses once, not per batch); 0: never");
   AddDurationOption(app, "--connect-timeout", &f->connect_timeout,
                     "How long to keep retrying an unreachable dispatcher");
   AddDurationOption(app, "--drain-timeout", &f->drain_timeout, "How long a drain may take");

@@ -611,7 +611,7 @@ void TaskRunner::Deliver(Producer& producer, SubmittedRun& run, pipeline::Elemen
   }
   if (!run.task.parallel && pause_unread_after_ != absl::InfiniteDuration()) {
     const ConsumerQueues::PushResult r =
-        queues_->PushUnlessUnread(run.task.task_id, *std::move(batch), pause_unread_after_);
+        queues_->PushUnlessUnread(run.task.task_id, *std::move(batch), UnreadLimit(run.task));
     UpdatePeak();
     if (r == ConsumerQueues::PushResult::kFull) Pause(producer, run.task, index);
     if (r == ConsumerQueues::PushResult::kGone) StopTask(producer, run.task.task_id);
@@ -622,6 +622,10 @@ void TaskRunner::Deliver(Producer& producer, SubmittedRun& run, pipeline::Elemen
   if (!pushed) StopTask(producer, run.task.task_id);
 }
 
+absl::Duration TaskRunner::UnreadLimit(const QueuedTask& task) const {
+  return pause_unread_after_ * (int64_t{1} << std::min<uint32_t>(task.pauses, 6));
+}
+
 void TaskRunner::Pause(Producer& producer, const QueuedTask& task, uint64_t index) {
   StopTask(producer, task.task_id);
   paused_.Increment();
@@ -630,9 +634,12 @@ void TaskRunner::Pause(Producer& producer, const QueuedTask& task, uint64_t inde
       "job {} consumer {}: slot {} of epoch {} paused at batch {}: its consumer read nothing "
       "for {} with its queue full",
       key.job_id(), key.consumer_index(), key.position(), key.epoch(), index,
-      absl::FormatDuration(pause_unread_after_));
-  QueuedTask paused{
-      .task_id = task.task_id, .assignment = task.assignment, .detached = true, .paused = true};
+      absl::FormatDuration(UnreadLimit(task)));
+  QueuedTask paused{.task_id = task.task_id,
+                    .assignment = task.assignment,
+                    .detached = true,
+                    .paused = true,
+                    .pauses = task.pauses + 1};
   paused.assignment.set_skip_batches(std::max(paused.assignment.skip_batches(), index));
   {
     absl::MutexLock lock(&mu_);
@@ -746,7 +753,7 @@ void TaskRunner::EndRun(Producer& producer) {
   }
   if (!run.task.parallel && pause_unread_after_ != absl::InfiniteDuration()) {
     const uint64_t index = marker.header.batch_index();
-    if (queues_->PushUnlessUnread(run.task.task_id, std::move(marker), pause_unread_after_) ==
+    if (queues_->PushUnlessUnread(run.task.task_id, std::move(marker), UnreadLimit(run.task)) ==
         ConsumerQueues::PushResult::kFull) {
       Pause(producer, run.task, index);  // produced again only for its marker
     }

@@ -186,6 +186,10 @@ class TaskRunner {
     // room.
     bool detached = false;
     bool paused = false;  // it paused (its consumer stopped reading)
+    // How often it paused: each pause doubles the unread time the next one needs
+    // (UnreadLimit), so a trainer whose step is longer than --pause-unread-after pauses
+    // once per split, not at every batch (each resume recomputes the slot's prefix).
+    uint32_t pauses = 0;
     // The other members of its production group, taken with it (Take).
     std::vector<QueuedTask> shared;
   };
@@ -239,6 +243,9 @@ class TaskRunner {
   // Streams batch `index` of a shared run to every member that needs it; detaches laggards.
   void FanOut(Producer& producer, SubmittedRun& run, const service::WireBatch& batch,
               uint64_t index) ABSL_LOCKS_EXCLUDED(mu_);
+  // How long `task`'s queue may stay full and unread before it pauses:
+  // --pause-unread-after, doubled per earlier pause of the task (at most 64x).
+  absl::Duration UnreadLimit(const QueuedTask& task) const;
   // The task's consumer read nothing while its batch `index` waited for room: stops its runs
   // and queues it again, detached, from that batch.
   void Pause(Producer& producer, const QueuedTask& task, uint64_t index) ABSL_LOCKS_EXCLUDED(mu_);

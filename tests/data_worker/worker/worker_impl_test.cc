@@ -1181,7 +1181,8 @@ class PausedConsumerTest : public WorkerImplTest {
  protected:
   // One producer, queues of 2 batches, splits that pause after 500 ms unread (long enough that a
   // test thread about to read is not taken for a trainer that stopped, even under ASan).
-  std::unique_ptr<WorkerImpl> MakePausingWorker() {
+  std::unique_ptr<WorkerImpl> MakePausingWorker(
+      absl::Duration pause_unread_after = absl::Milliseconds(500)) {
     WorkerOptions options;
     options.address = "127.0.0.1:1";
     options.data_roots = {dir_.path()};
@@ -1191,7 +1192,7 @@ class PausedConsumerTest : public WorkerImplTest {
     options.queue_bytes = 0;
     options.heartbeat_thread = false;
     options.clock = &clock_;
-    options.pause_unread_after = absl::Milliseconds(500);
+    options.pause_unread_after = pause_unread_after;
     options.registry = &registry_;
     auto w = WorkerImpl::Create(options, std::make_unique<FakeDispatcher>(&fake_));
     EXPECT_TRUE(w.ok()) << w.status();
@@ -1281,6 +1282,32 @@ TEST_F(PausedConsumerTest, APausedSplitResumesWhenItsConsumerAttachesAgain) {
   EXPECT_GE(EventCount(registry_, "sluice_worker_paused_splits_total", "resumed"), 1);
   EXPECT_EQ(EventCount(registry_, "sluice_worker_paused_splits_total", "resumed"),
             EventCount(registry_, "sluice_worker_paused_splits_total", "paused"));
+}
+
+TEST_F(PausedConsumerTest, ATrainerWithALongerStepPausesOnceNotAtEveryBatch) {
+  // The trainer takes a batch every 300 ms, longer than the 200 ms after which a full, unread
+  // queue pauses: the first wait pauses the split, and each pause doubles the next one's wait
+  // (400 ms), so it is not paused (and its prefix recomputed) again at every batch. Without the
+  // doubling it pauses at about every one of its 10 batches.
+  auto w = MakePausingWorker(absl::Milliseconds(200));
+  proto::WorkerHeartbeatResponse r;
+  *r.add_jobs() = MakeJob(1, Yaml(kLabels), 4);
+  *r.add_start() = MakeSplit(1, 0, 0, 0, 0, 40, 0, 0);
+  Deliver(*w, r);
+  auto reader = Open(*w, 1, 0);
+  for (uint64_t i = 0; i < 10; ++i) {
+    absl::SleepFor(absl::Milliseconds(300));  // the trainer's step, not a synchronisation
+    StreamEvent e = reader->Next();
+    ASSERT_EQ(e.kind, StreamEvent::kBatch) << "batch " << i << ": " << e.status;
+    EXPECT_EQ(e.batch.header.batch_index(), i);
+    EXPECT_EQ(Ids(e.batch.header), (std::vector<uint64_t>{4 * i, 4 * i + 1, 4 * i + 2, 4 * i + 3}));
+  }
+  StreamEvent marker = reader->Next();
+  ASSERT_EQ(marker.kind, StreamEvent::kBatch) << marker.status;
+  EXPECT_TRUE(marker.batch.header.end_of_split());
+  const double paused = EventCount(registry_, "sluice_worker_paused_splits_total", "paused");
+  EXPECT_GE(paused, 1);
+  EXPECT_LE(paused, 3);  // 1 on time; a thread descheduled for over 100 ms may add one or two
 }
 
 }  // namespace
