@@ -660,12 +660,12 @@ absl::StatusOr<proto::ResizedEpoch> DispatcherImpl::PlanResize(
                    record::EnumerateSplits(dataset.shard_record_counts, old_split_size));
   Layout old;
   if (first.has_resized()) {
-    if (static_cast<uint32_t>(first.resized().consumers_size()) != n ||
-        first.resized().epoch() != first.epoch()) {
+    if (LayoutConsumers(first.resized()) != n || first.resized().epoch() != first.epoch()) {
       return absl::InvalidArgumentError(
           "the restored states carry a re-partitioned layout of another epoch or size");
     }
-    old = LayoutFromProto(first.resized());
+    ASSIGN_OR_RETURN(
+        old, DispatcherState::ResizedLayout(first.resized(), *config, splits, dataset.batch_size));
   } else {
     proto::JobConfig old_config = *config;
     old_config.set_num_consumers(n);
@@ -680,6 +680,8 @@ absl::StatusOr<proto::ResizedEpoch> DispatcherImpl::PlanResize(
   proto::ResizedEpoch out;
   out.set_epoch(first.epoch());
   out.set_from_consumers(n);
+  out.set_num_consumers(config->num_consumers());
+  if (first.has_resized()) *out.mutable_previous() = first.resized();
   std::string digest =
       absl::StrCat(first.job_fingerprint(), ";", old_split_size, ";", first.resized().digest());
   for (uint32_t k = 0; k < n; ++k) {
@@ -696,9 +698,9 @@ absl::StatusOr<proto::ResizedEpoch> DispatcherImpl::PlanResize(
     }
     out.add_from_returned(total);
   }
-  ASSIGN_OR_RETURN(Layout layout,
-                   Repartition(old, returned, config->num_consumers(), dataset.batch_size));
-  LayoutToProto(layout, &out);
+  // Computed here to refuse what does not fit now; journaled and answered as `returned` only.
+  RETURN_IF_ERROR(Repartition(old, returned, config->num_consumers(), dataset.batch_size).status());
+  ReturnedToProto(returned, &out);
   out.set_digest(record::Checksum(digest));
   return out;
 }

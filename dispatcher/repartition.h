@@ -64,7 +64,20 @@ uint64_t NominalBatches(const SlotSource& source, uint64_t batch_size);
 absl::StatusOr<Layout> Repartition(const Layout& old, const Returned& returned,
                                    uint32_t num_consumers, uint64_t batch_size);
 
-// Conversions to and from the journal's form (pieces carry split_id, offset, count).
+// The computed form of proto::ResizedEpoch (what is journaled, answered and saved): `returned`
+// as runs, O(N + runs) whatever the number of slots; the layout is Repartition() of the old
+// layout and these (DispatcherState::ResizedLayout). A complete slot's batch count is not kept
+// (Repartition skips complete slots whatever their count).
+void ReturnedToProto(const Returned& returned, proto::ResizedEpoch* out);
+// InvalidArgument if `in` does not name one entry per consumer of `old`, or a position is past
+// its consumer's slots, or its ranges are not ascending.
+absl::StatusOr<Returned> ReturnedFromProto(const proto::ResizedEpoch& in, const Layout& old);
+
+// The consumers of `resized`'s layout: num_consumers in the computed form, the listed ones else.
+uint32_t LayoutConsumers(const proto::ResizedEpoch& resized);
+
+// The listed form, of states and journals written before the computed form (pieces carry
+// split_id, offset, count): read only, and written by tests that check it is still read.
 void LayoutToProto(const Layout& layout, proto::ResizedEpoch* out);
 Layout LayoutFromProto(const proto::ResizedEpoch& in);
 
