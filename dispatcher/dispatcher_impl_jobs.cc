@@ -15,6 +15,8 @@
 #include "common/record/checksum.h"
 #include "common/service/identity.h"
 #include "dispatcher/dispatcher_impl.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 
 namespace sluice::dispatcher {
 namespace {
@@ -682,25 +684,43 @@ absl::StatusOr<proto::ResizedEpoch> DispatcherImpl::PlanResize(
   out.set_from_consumers(n);
   out.set_num_consumers(config->num_consumers());
   if (first.has_resized()) *out.mutable_previous() = first.resized();
-  std::string digest =
-      absl::StrCat(first.job_fingerprint(), ";", old_split_size, ";", first.resized().digest());
   for (uint32_t k = 0; k < n; ++k) {
-    uint64_t total = 0;
+    const proto::ConsumerCheckpoint& state = *by_index[k];
     std::map<uint64_t, ReturnedSlot>& r = returned[k];
-    for (const proto::ClientSplitProgress& p : by_index[k]->splits()) {
+    // Slots returned whole, as runs (a state of this version), then one by one (partly
+    // returned ones, and every slot in a state of an older version).
+    const auto& ranges = state.complete_ranges();
+    uint64_t floor = 0;
+    for (int i = 0; i + 1 < ranges.size(); i += 2) {
+      if (ranges[i] < floor || ranges[i + 1] <= ranges[i] || ranges[i + 1] > old[k].size()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the restored state of consumer ", k, " has complete range [", ranges[i], ", ",
+            ranges[i + 1], "), not ascending or past its ", old[k].size(), " slots"));
+      }
+      floor = ranges[i + 1];
+      for (uint64_t p = ranges[i]; p < ranges[i + 1]; ++p)
+        r.emplace_hint(r.end(), p, ReturnedSlot{.complete = true});
+    }
+    uint64_t total = state.complete_batches();
+    for (const proto::ClientSplitProgress& p : state.splits()) {
       if (p.epoch() != first.epoch()) continue;
       r[p.position()] = {.batches = p.delivered_batches(), .complete = p.complete()};
-    }
-    absl::StrAppend(&digest, "|", k, ":");
-    for (const auto& [position, slot] : r) {
-      absl::StrAppend(&digest, position, ",", slot.batches, ",", slot.complete ? 1 : 0, ";");
-      total += slot.batches;
+      total += p.delivered_batches();
     }
     out.add_from_returned(total);
   }
   // Computed here to refuse what does not fit now; journaled and answered as `returned` only.
   RETURN_IF_ERROR(Repartition(old, returned, config->num_consumers(), dataset.batch_size).status());
   ReturnedToProto(returned, &out);
+  // The set of states, as the re-partition sees it: what each returned, in runs.
+  std::string digest;
+  {
+    google::protobuf::io::StringOutputStream stream(&digest);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    out.SerializeToCodedStream(&coded);
+  }
+  digest = absl::StrCat(first.job_fingerprint(), ";", old_split_size, ";", digest);
   out.set_digest(record::Checksum(digest));
   return out;
 }
