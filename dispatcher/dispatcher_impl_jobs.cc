@@ -691,7 +691,11 @@ absl::StatusOr<proto::ResizedEpoch> DispatcherImpl::PlanResize(
     // returned ones, and every slot in a state of an older version).
     const auto& ranges = state.complete_ranges();
     uint64_t floor = 0;
-    for (int i = 0; i + 1 < ranges.size(); i += 2) {
+    if (ranges.size() % 2 != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("the restored state of consumer ", k,
+                                                     " has complete ranges that are not pairs"));
+    }
+    for (int i = 0; i < ranges.size(); i += 2) {
       if (ranges[i] < floor || ranges[i + 1] <= ranges[i] || ranges[i + 1] > old[k].size()) {
         return absl::InvalidArgumentError(absl::StrCat(
             "the restored state of consumer ", k, " has complete range [", ranges[i], ", ",

@@ -857,6 +857,25 @@ proto::ConsumerCheckpoint State3(uint32_t index,
   return c;
 }
 
+TEST_F(DispatcherImplTest, ResumedStatesWhoseCompleteRunsAreDamagedAreRefused) {
+  // 60 records, slots of 10: each of 3 old consumers has 2 slots.
+  const uint64_t ds = Dataset({60}, 5);
+  for (const std::vector<uint64_t>& ranges :
+       std::vector<std::vector<uint64_t>>{{0, 3}, {1, 0}, {1, 2, 0, 1}, {0}}) {
+    proto::GetOrCreateJobRequest request =
+        JobRequest("r", ds, /*consumers=*/2, proto::REMAINDER_MODE_PAD, /*split_size=*/10);
+    *request.add_resize_from() = State3(0, {});
+    *request.add_resize_from() = State3(1, {});
+    proto::ConsumerCheckpoint damaged = State3(2, {});
+    for (uint64_t r : ranges) damaged.add_complete_ranges(r);
+    *request.add_resize_from() = damaged;
+    proto::GetOrCreateJobResponse response;
+    const absl::Status s = Sync(impl_).GetOrCreateJob(request, &response);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << ranges.size();
+    EXPECT_THAT(std::string(s.message()), HasSubstr("the restored state of consumer 2 has"));
+  }
+}
+
 TEST_F(DispatcherImplTest, ThreeStatesResumeOnTwoConsumersAndARestartKeepsTheLayout) {
   // 60 records, batch 5, slots of 10: 3 consumers of 2 slots of 2 batches. Consumer 0 returned
   // its slot 0, consumer 1 one batch, consumer 2 nothing: 9 batches left, 5 + 4.
