@@ -277,6 +277,7 @@ class DataServiceClientImpl final : public DataServiceClient {
                        client::RestoredSlots(*restore, 2 * created.splits_per_epoch() + 1024));
     }
     params.restore = std::move(restore);
+    params.restore_ranges = created.restore_ranges();
     params.split_size = created.config().split_size();
     if (created.has_resized()) params.resized = created.resized();
     ASSIGN_OR_RETURN(std::unique_ptr<client::BatchIteratorImpl> it,

@@ -195,6 +195,7 @@ absl::Status DispatcherImpl::DoRegisterDataset(const proto::RegisterDatasetReque
 absl::Status DispatcherImpl::DoGetOrCreateJob(const proto::GetOrCreateJobRequest& request,
                                               proto::GetOrCreateJobResponse* response) {
   RETURN_IF_ERROR(Admit(request.protocol_version()));
+  response->set_restore_ranges(true);
   absl::MutexLock lock(&mu_);
   const DispatcherState::Dataset* dataset = state_.FindDataset(request.dataset_id());
   if (dataset == nullptr) {
@@ -825,9 +826,29 @@ absl::Status DispatcherImpl::RestoreConsumer(const DispatcherState::Job& job,
   u->set_job_id(job.id);
   u->set_consumer_index(consumer.index);
   u->set_epoch(epoch);
+  // The slots returned whole, as runs.
+  std::vector<bool> whole(slots.size(), false);
+  const auto& ranges = request.restore_complete_ranges();
+  uint64_t floor = 0, whole_count = 0;
+  for (int i = 0; i < ranges.size(); i += 2) {
+    if (i + 1 >= ranges.size() || ranges[i] < floor || ranges[i + 1] <= ranges[i] ||
+        ranges[i + 1] > slots.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "restore_complete_ranges must be ascending [begin, end) pairs within the consumer's ",
+          slots.size(), " slots of epoch ", epoch));
+    }
+    floor = ranges[i + 1];
+    whole_count += ranges[i + 1] - ranges[i];
+    std::fill(whole.begin() + static_cast<int64_t>(ranges[i]),
+              whole.begin() + static_cast<int64_t>(ranges[i + 1]), true);
+  }
   for (uint64_t pos = 0; pos < slots.size(); ++pos) {
     proto::SplitState* s = u->add_slots();
     s->set_position(pos);
+    if (whole[pos]) {
+      s->set_status(proto::SPLIT_STATUS_DONE);
+      continue;
+    }
     auto it = saved.find(pos);
     const uint64_t returned = it == saved.end() ? 0 : it->second->delivered_batches();
     s->set_delivered_batches(returned);
@@ -856,7 +877,7 @@ absl::Status DispatcherImpl::RestoreConsumer(const DispatcherState::Job& job,
       "job {} consumer {} continues from a checkpoint at epoch {} ({} splits "
       "returned "
       "in part or whole)",
-      job.id, consumer.index, epoch, saved.size());
+      job.id, consumer.index, epoch, saved.size() + whole_count);
   return Commit(update);
 }
 

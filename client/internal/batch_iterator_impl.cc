@@ -385,7 +385,19 @@ absl::Status BatchIteratorImpl::Heartbeat(bool leaving) {
              ? 0.0
              : std::max(0.0, absl::ToDoubleSeconds(clock_->Now() - waiting_since_))));
     request.set_batches_returned_total(batches_returned_);
+    // A restore sends the slots returned whole as runs, to a dispatcher that reads them.
+    const bool ranges = restore_pending_ && params_.restore_ranges;
     for (const SlotProgress& p : state_.Progress()) {
+      if (ranges && p.complete && p.epoch == params_.restore->epoch()) {
+        const int n = request.restore_complete_ranges_size();
+        if (n > 0 && request.restore_complete_ranges(n - 1) == p.position) {
+          request.set_restore_complete_ranges(n - 1, p.position + 1);
+        } else {
+          request.add_restore_complete_ranges(p.position);
+          request.add_restore_complete_ranges(p.position + 1);
+        }
+        continue;
+      }
       proto::ClientSplitProgress* out = request.add_progress();
       out->set_epoch(p.epoch);
       out->set_position(p.position);

@@ -73,7 +73,9 @@ struct IteratorParams {
   // Continue from this checkpoint (SaveState of an earlier iterator of this consumer).
   std::optional<proto::ConsumerCheckpoint> restore;
   std::vector<SlotProgress> restored_slots;  // RestoredSlots(*restore)
-  uint64_t split_size = 0;                   // the job's, for ConsumerCheckpoint.split_size
+  // The dispatcher reads restore_complete_ranges (GetOrCreateJobResponse.restore_ranges).
+  bool restore_ranges = false;
+  uint64_t split_size = 0;  // the job's, for ConsumerCheckpoint.split_size
   // The job continues a re-partitioned epoch: its layout, saved with a state of that epoch.
   std::optional<proto::ResizedEpoch> resized;
 };
