@@ -271,7 +271,13 @@ class DataServiceClientImpl final : public DataServiceClient {
     params.num_consumers = job.num_consumers;
     params.num_epochs = job.num_epochs;
     params.job_fingerprint = fingerprint;
+    if (restore.has_value()) {
+      // A consumer has at most the epoch's splits, and a re-partition cuts a few more.
+      ASSIGN_OR_RETURN(params.restored_slots,
+                       client::RestoredSlots(*restore, 2 * created.splits_per_epoch() + 1024));
+    }
     params.restore = std::move(restore);
+    params.restore_ranges = created.restore_ranges();
     params.split_size = created.config().split_size();
     if (created.has_resized()) params.resized = created.resized();
     ASSIGN_OR_RETURN(std::unique_ptr<client::BatchIteratorImpl> it,

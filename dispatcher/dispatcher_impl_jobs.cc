@@ -15,6 +15,8 @@
 #include "common/record/checksum.h"
 #include "common/service/identity.h"
 #include "dispatcher/dispatcher_impl.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 
 namespace sluice::dispatcher {
 namespace {
@@ -193,6 +195,7 @@ absl::Status DispatcherImpl::DoRegisterDataset(const proto::RegisterDatasetReque
 absl::Status DispatcherImpl::DoGetOrCreateJob(const proto::GetOrCreateJobRequest& request,
                                               proto::GetOrCreateJobResponse* response) {
   RETURN_IF_ERROR(Admit(request.protocol_version()));
+  response->set_restore_ranges(true);
   absl::MutexLock lock(&mu_);
   const DispatcherState::Dataset* dataset = state_.FindDataset(request.dataset_id());
   if (dataset == nullptr) {
@@ -660,12 +663,12 @@ absl::StatusOr<proto::ResizedEpoch> DispatcherImpl::PlanResize(
                    record::EnumerateSplits(dataset.shard_record_counts, old_split_size));
   Layout old;
   if (first.has_resized()) {
-    if (static_cast<uint32_t>(first.resized().consumers_size()) != n ||
-        first.resized().epoch() != first.epoch()) {
+    if (LayoutConsumers(first.resized()) != n || first.resized().epoch() != first.epoch()) {
       return absl::InvalidArgumentError(
           "the restored states carry a re-partitioned layout of another epoch or size");
     }
-    old = LayoutFromProto(first.resized());
+    ASSIGN_OR_RETURN(
+        old, DispatcherState::ResizedLayout(first.resized(), *config, splits, dataset.batch_size));
   } else {
     proto::JobConfig old_config = *config;
     old_config.set_num_consumers(n);
@@ -680,25 +683,49 @@ absl::StatusOr<proto::ResizedEpoch> DispatcherImpl::PlanResize(
   proto::ResizedEpoch out;
   out.set_epoch(first.epoch());
   out.set_from_consumers(n);
-  std::string digest =
-      absl::StrCat(first.job_fingerprint(), ";", old_split_size, ";", first.resized().digest());
+  out.set_num_consumers(config->num_consumers());
+  if (first.has_resized()) *out.mutable_previous() = first.resized();
   for (uint32_t k = 0; k < n; ++k) {
-    uint64_t total = 0;
+    const proto::ConsumerCheckpoint& state = *by_index[k];
     std::map<uint64_t, ReturnedSlot>& r = returned[k];
-    for (const proto::ClientSplitProgress& p : by_index[k]->splits()) {
+    // Slots returned whole, as runs (a state of this version), then one by one (partly
+    // returned ones, and every slot in a state of an older version).
+    const auto& ranges = state.complete_ranges();
+    uint64_t floor = 0;
+    if (ranges.size() % 2 != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("the restored state of consumer ", k,
+                                                     " has complete ranges that are not pairs"));
+    }
+    for (int i = 0; i < ranges.size(); i += 2) {
+      if (ranges[i] < floor || ranges[i + 1] <= ranges[i] || ranges[i + 1] > old[k].size()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the restored state of consumer ", k, " has complete range [", ranges[i], ", ",
+            ranges[i + 1], "), not ascending or past its ", old[k].size(), " slots"));
+      }
+      floor = ranges[i + 1];
+      for (uint64_t p = ranges[i]; p < ranges[i + 1]; ++p)
+        r.emplace_hint(r.end(), p, ReturnedSlot{.complete = true});
+    }
+    uint64_t total = state.complete_batches();
+    for (const proto::ClientSplitProgress& p : state.splits()) {
       if (p.epoch() != first.epoch()) continue;
       r[p.position()] = {.batches = p.delivered_batches(), .complete = p.complete()};
-    }
-    absl::StrAppend(&digest, "|", k, ":");
-    for (const auto& [position, slot] : r) {
-      absl::StrAppend(&digest, position, ",", slot.batches, ",", slot.complete ? 1 : 0, ";");
-      total += slot.batches;
+      total += p.delivered_batches();
     }
     out.add_from_returned(total);
   }
-  ASSIGN_OR_RETURN(Layout layout,
-                   Repartition(old, returned, config->num_consumers(), dataset.batch_size));
-  LayoutToProto(layout, &out);
+  // Computed here to refuse what does not fit now; journaled and answered as `returned` only.
+  RETURN_IF_ERROR(Repartition(old, returned, config->num_consumers(), dataset.batch_size).status());
+  ReturnedToProto(returned, &out);
+  // The set of states, as the re-partition sees it: what each returned, in runs.
+  std::string digest;
+  {
+    google::protobuf::io::StringOutputStream stream(&digest);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    out.SerializeToCodedStream(&coded);
+  }
+  digest = absl::StrCat(first.job_fingerprint(), ";", old_split_size, ";", digest);
   out.set_digest(record::Checksum(digest));
   return out;
 }
@@ -799,9 +826,29 @@ absl::Status DispatcherImpl::RestoreConsumer(const DispatcherState::Job& job,
   u->set_job_id(job.id);
   u->set_consumer_index(consumer.index);
   u->set_epoch(epoch);
+  // The slots returned whole, as runs.
+  std::vector<bool> whole(slots.size(), false);
+  const auto& ranges = request.restore_complete_ranges();
+  uint64_t floor = 0, whole_count = 0;
+  for (int i = 0; i < ranges.size(); i += 2) {
+    if (i + 1 >= ranges.size() || ranges[i] < floor || ranges[i + 1] <= ranges[i] ||
+        ranges[i + 1] > slots.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "restore_complete_ranges must be ascending [begin, end) pairs within the consumer's ",
+          slots.size(), " slots of epoch ", epoch));
+    }
+    floor = ranges[i + 1];
+    whole_count += ranges[i + 1] - ranges[i];
+    std::fill(whole.begin() + static_cast<int64_t>(ranges[i]),
+              whole.begin() + static_cast<int64_t>(ranges[i + 1]), true);
+  }
   for (uint64_t pos = 0; pos < slots.size(); ++pos) {
     proto::SplitState* s = u->add_slots();
     s->set_position(pos);
+    if (whole[pos]) {
+      s->set_status(proto::SPLIT_STATUS_DONE);
+      continue;
+    }
     auto it = saved.find(pos);
     const uint64_t returned = it == saved.end() ? 0 : it->second->delivered_batches();
     s->set_delivered_batches(returned);
@@ -830,7 +877,7 @@ absl::Status DispatcherImpl::RestoreConsumer(const DispatcherState::Job& job,
       "job {} consumer {} continues from a checkpoint at epoch {} ({} splits "
       "returned "
       "in part or whole)",
-      job.id, consumer.index, epoch, saved.size());
+      job.id, consumer.index, epoch, saved.size() + whole_count);
   return Commit(update);
 }
 

@@ -10,37 +10,39 @@
 namespace sluice::dispatcher {
 namespace {
 
-// A re-partitioned epoch's layout reads only pieces of the job's splits and names every consumer.
-absl::Status CheckResizedEpoch(const proto::UpdateCreateJob& u,
-                               const std::vector<record::Split>& splits) {
+// The layout of a re-partitioned epoch, checked: it names every consumer of the job and reads
+// only pieces of the job's splits.
+absl::StatusOr<Layout> CheckedResizedLayout(const proto::UpdateCreateJob& u,
+                                            const std::vector<record::Split>& splits,
+                                            uint64_t batch_size) {
   const proto::ResizedEpoch& r = u.resized();
-  if (r.epoch() != u.first_epoch() ||
-      static_cast<uint64_t>(r.consumers_size()) != u.config().num_consumers()) {
+  if (r.epoch() != u.first_epoch() || LayoutConsumers(r) != u.config().num_consumers()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("the re-partitioned epoch ", r.epoch(), " has ", r.consumers_size(),
+        absl::StrCat("the re-partitioned epoch ", r.epoch(), " has ", LayoutConsumers(r),
                      " consumers; the job starts at epoch ", u.first_epoch(), " with ",
                      u.config().num_consumers()));
   }
+  ASSIGN_OR_RETURN(Layout layout,
+                   DispatcherState::ResizedLayout(r, u.config(), splits, batch_size));
   uint64_t slots = 0;
-  for (const proto::ConsumerLayout& c : r.consumers()) {
-    slots += static_cast<uint64_t>(c.slots_size());
-    for (const proto::SlotRange& s : c.slots()) {
-      if (s.pieces_size() == 0 || (s.end_batch() != 0 && s.end_batch() <= s.first_batch()))
+  for (const std::vector<SlotSource>& consumer : layout) {
+    slots += consumer.size();
+    for (const SlotSource& s : consumer) {
+      if (s.pieces.empty() || (s.end_batch != 0 && s.end_batch <= s.first_batch))
         return absl::InvalidArgumentError("a re-partitioned slot is empty");
-      for (const proto::SplitPiece& p : s.pieces()) {
-        if (p.split_id() >= splits.size() || p.count() == 0 ||
-            p.offset() > splits[p.split_id()].size() ||
-            p.count() > splits[p.split_id()].size() - p.offset()) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "a re-partitioned slot reads split ", p.split_id(), " [", p.offset(), ", +",
-              p.count(), "), which the job's ", splits.size(), " splits do not have"));
+      for (const record::SplitPiece& p : s.pieces) {
+        if (p.split_id >= splits.size() || p.count == 0 || p.offset > splits[p.split_id].size() ||
+            p.count > splits[p.split_id].size() - p.offset) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("a re-partitioned slot reads split ", p.split_id, " [", p.offset, ", +",
+                           p.count, "), which the job's ", splits.size(), " splits do not have"));
         }
       }
     }
   }
   if (slots > kMaxJobSplits)
     return absl::InvalidArgumentError("the re-partitioned epoch has too many slots");
-  return absl::OkStatus();
+  return layout;
 }
 
 }  // namespace
@@ -97,6 +99,43 @@ absl::StatusOr<std::vector<SlotSource>> DispatcherState::SlotsOf(const Job& job,
   std::vector<SlotSource> out(pieces.size());
   for (size_t i = 0; i < pieces.size(); ++i) out[i].pieces = std::move(pieces[i]);
   return out;
+}
+
+absl::StatusOr<Layout> DispatcherState::ResizedLayout(const proto::ResizedEpoch& resized,
+                                                      const proto::JobConfig& config,
+                                                      const std::vector<record::Split>& splits,
+                                                      uint64_t batch_size) {
+  if (resized.num_consumers() == 0) return LayoutFromProto(resized);  // the listed form
+  if (resized.num_consumers() > kMaxJobConsumers || resized.from_consumers() == 0 ||
+      resized.from_consumers() > kMaxJobConsumers || batch_size == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a re-partitioned epoch from ", resized.from_consumers(), " to ", resized.num_consumers(),
+        " consumers (batch ", batch_size, ") is out of range"));
+  }
+  Layout old;
+  if (resized.has_previous()) {
+    const proto::ResizedEpoch& previous = resized.previous();
+    if (previous.epoch() != resized.epoch() ||
+        LayoutConsumers(previous) != resized.from_consumers()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a re-partitioned epoch ", resized.epoch(), " of ", resized.from_consumers(),
+                       " consumers continues one of epoch ", previous.epoch(), " with ",
+                       LayoutConsumers(previous)));
+    }
+    ASSIGN_OR_RETURN(old, ResizedLayout(previous, config, splits, batch_size));
+  } else {
+    proto::JobConfig old_config = config;
+    old_config.set_num_consumers(resized.from_consumers());
+    for (uint32_t k = 0; k < resized.from_consumers(); ++k) {
+      ASSIGN_OR_RETURN(std::vector<record::SlotPieces> pieces,
+                       ConsumerSlots(old_config, splits, k, resized.epoch()));
+      std::vector<SlotSource>& slots = old.emplace_back();
+      slots.reserve(pieces.size());
+      for (record::SlotPieces& p : pieces) slots.push_back({.pieces = std::move(p)});
+    }
+  }
+  ASSIGN_OR_RETURN(Returned returned, ReturnedFromProto(resized, old));
+  return Repartition(old, returned, resized.num_consumers(), batch_size);
 }
 
 absl::Status DispatcherState::Apply(const proto::Update& update) {
@@ -282,9 +321,8 @@ absl::Status DispatcherState::ApplyCreateJob(const proto::UpdateCreateJob& u) {
   ASSIGN_OR_RETURN(job.splits,
                    record::EnumerateSplits(dataset->shard_record_counts, u.config().split_size()));
   if (u.has_resized()) {
-    RETURN_IF_ERROR(CheckResizedEpoch(u, job.splits));
+    ASSIGN_OR_RETURN(job.resized_layout, CheckedResizedLayout(u, job.splits, dataset->batch_size));
     job.resized = u.resized();
-    job.resized_layout = LayoutFromProto(u.resized());
   }
   job.consumers.resize(u.config().num_consumers());
   for (uint32_t i = 0; i < job.consumers.size(); ++i) {
@@ -506,7 +544,8 @@ absl::Status DispatcherState::Validate(const proto::Update& update) const {
         ASSIGN_OR_RETURN(std::vector<record::Split> splits,
                          record::EnumerateSplits(datasets_.at(u.dataset_id()).shard_record_counts,
                                                  u.config().split_size()));
-        RETURN_IF_ERROR(CheckResizedEpoch(u, splits));
+        RETURN_IF_ERROR(
+            CheckedResizedLayout(u, splits, datasets_.at(u.dataset_id()).batch_size).status());
       }
       return absl::OkStatus();
     }

@@ -104,7 +104,7 @@ class DispatcherState {
     std::vector<Consumer> consumers;
     // A job resumed mid-epoch on another number of consumers: the layout of that epoch.
     std::optional<proto::ResizedEpoch> resized;
-    Layout resized_layout;  // LayoutFromProto(*resized)
+    Layout resized_layout;  // ResizedLayout(*resized, ...)
     // `cache: auto` (dispatcher/cache_auto.h): the decision, made once and journaled.
     std::optional<proto::CacheDecision> cache_decision;
 
@@ -141,6 +141,14 @@ class DispatcherState {
   static absl::StatusOr<std::vector<record::SlotPieces>> ConsumerSlots(
       const proto::JobConfig& config, const std::vector<record::Split>& splits, uint32_t consumer,
       uint64_t epoch);
+
+  // The layout of the re-partitioned epoch `resized` of a job of `config` (any num_consumers),
+  // its `splits` and `batch_size`: computed (Repartition over the old layout, itself ordinary
+  // or `previous`'s), or read from the listed form. InvalidArgument if `resized` does not fit.
+  static absl::StatusOr<Layout> ResizedLayout(const proto::ResizedEpoch& resized,
+                                              const proto::JobConfig& config,
+                                              const std::vector<record::Split>& splits,
+                                              uint64_t batch_size);
 
   // The slots of `consumer` in `epoch` of `job`: its re-partitioned layout in that epoch, else
   // ConsumerSlots (whole pieces).

@@ -74,6 +74,76 @@ absl::StatusOr<Layout> Repartition(const Layout& old, const Returned& returned,
   return out;
 }
 
+void ReturnedToProto(const Returned& returned, proto::ResizedEpoch* out) {
+  out->clear_returned();
+  for (const std::map<uint64_t, ReturnedSlot>& consumer : returned) {
+    proto::ReturnedRuns* runs = out->add_returned();
+    for (const auto& [position, slot] : consumer) {
+      if (slot.complete) {
+        const int n = runs->complete_ranges_size();
+        if (n > 0 && runs->complete_ranges(n - 1) == position) {
+          runs->set_complete_ranges(n - 1, position + 1);
+        } else {
+          runs->add_complete_ranges(position);
+          runs->add_complete_ranges(position + 1);
+        }
+      } else if (slot.batches > 0) {
+        proto::ClientSplitProgress* p = runs->add_partial();
+        p->set_position(position);
+        p->set_delivered_batches(slot.batches);
+      }
+    }
+  }
+}
+
+absl::StatusOr<Returned> ReturnedFromProto(const proto::ResizedEpoch& in, const Layout& old) {
+  if (static_cast<size_t>(in.returned_size()) != old.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a re-partitioned epoch names what ", in.returned_size(),
+                     " old consumers returned, but the old layout has ", old.size()));
+  }
+  Returned out(old.size());
+  for (size_t k = 0; k < old.size(); ++k) {
+    const proto::ReturnedRuns& runs = in.returned(static_cast<int>(k));
+    const uint64_t slots = old[k].size();
+    auto past = [&](uint64_t position) {
+      return absl::InvalidArgumentError(absl::StrCat("a re-partitioned epoch: old consumer ", k,
+                                                     " position ", position, " is past its ", slots,
+                                                     " slots"));
+    };
+    if (runs.complete_ranges_size() % 2 != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("a re-partitioned epoch: old consumer ", k,
+                                                     "'s complete ranges are not pairs"));
+    }
+    uint64_t floor = 0;
+    for (int i = 0; i < runs.complete_ranges_size(); i += 2) {
+      const uint64_t begin = runs.complete_ranges(i), end = runs.complete_ranges(i + 1);
+      if (begin < floor || end <= begin) {
+        return absl::InvalidArgumentError(absl::StrCat("a re-partitioned epoch: old consumer ", k,
+                                                       "'s complete ranges are not ascending"));
+      }
+      if (end > slots) return past(end - 1);
+      for (uint64_t p = begin; p < end; ++p)
+        out[k].emplace_hint(out[k].end(), p, ReturnedSlot{.complete = true});
+      floor = end;
+    }
+    for (const proto::ClientSplitProgress& p : runs.partial()) {
+      if (p.position() >= slots) return past(p.position());
+      if (!out[k].emplace(p.position(), ReturnedSlot{.batches = p.delivered_batches()}).second) {
+        return absl::InvalidArgumentError(absl::StrCat("a re-partitioned epoch: old consumer ", k,
+                                                       " position ", p.position(),
+                                                       " is both complete and partial"));
+      }
+    }
+  }
+  return out;
+}
+
+uint32_t LayoutConsumers(const proto::ResizedEpoch& resized) {
+  return resized.num_consumers() != 0 ? resized.num_consumers()
+                                      : static_cast<uint32_t>(resized.consumers_size());
+}
+
 void LayoutToProto(const Layout& layout, proto::ResizedEpoch* out) {
   out->clear_consumers();
   for (const std::vector<SlotSource>& consumer : layout) {

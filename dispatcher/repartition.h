@@ -21,6 +21,13 @@
 //                               1          2          1          2          1          2   = 9
 //   2 new consumers, 5 and 4 batches:
 //   new 0: c0p0[1,e) c0p1[0,e) c1p0[1,e) c1p1[0,1)      new 1: c1p1[1,e) c2p0[1,e) c2p1[0,e)
+//
+// The layout is never listed in a message, journal record or saved state (at ~30 bytes a slot,
+// 200,000 slots passed gRPC's 4 MB): what is sent is what decides it, proto::ResizedEpoch's
+// computed form, and the dispatcher computes the slots again (DispatcherState::ResizedLayout).
+// The example is {from_consumers 3, num_consumers 2, returned [{partial [{position 0,
+// delivered_batches 1}]} x 3]}; an old consumer that returned its first 100,000 slots whole
+// and slot 100,001 too has {complete_ranges [0, 100000, 100001, 100002]}.
 #ifndef SLUICE_DISPATCHER_REPARTITION_H_
 #define SLUICE_DISPATCHER_REPARTITION_H_
 
@@ -64,7 +71,20 @@ uint64_t NominalBatches(const SlotSource& source, uint64_t batch_size);
 absl::StatusOr<Layout> Repartition(const Layout& old, const Returned& returned,
                                    uint32_t num_consumers, uint64_t batch_size);
 
-// Conversions to and from the journal's form (pieces carry split_id, offset, count).
+// The computed form of proto::ResizedEpoch (what is journaled, answered and saved): `returned`
+// as runs, O(N + runs) whatever the number of slots; the layout is Repartition() of the old
+// layout and these (DispatcherState::ResizedLayout). A complete slot's batch count is not kept
+// (Repartition skips complete slots whatever their count).
+void ReturnedToProto(const Returned& returned, proto::ResizedEpoch* out);
+// InvalidArgument if `in` does not name one entry per consumer of `old`, or a position is past
+// its consumer's slots, or its ranges are not ascending.
+absl::StatusOr<Returned> ReturnedFromProto(const proto::ResizedEpoch& in, const Layout& old);
+
+// The consumers of `resized`'s layout: num_consumers in the computed form, the listed ones else.
+uint32_t LayoutConsumers(const proto::ResizedEpoch& resized);
+
+// The listed form, of states and journals written before the computed form (pieces carry
+// split_id, offset, count): read only, and written by tests that check it is still read.
 void LayoutToProto(const Layout& layout, proto::ResizedEpoch* out);
 Layout LayoutFromProto(const proto::ResizedEpoch& in);
 

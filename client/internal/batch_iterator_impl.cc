@@ -150,14 +150,7 @@ BatchIteratorImpl::BatchIteratorImpl(IteratorParams params)
       state_(params_.deterministic, /*track_splits=*/!params_.parallel_epochs,
              params_.options.prefetch_batches) {
   if (params_.restore.has_value()) {
-    std::vector<SlotProgress> slots;
-    for (const proto::ClientSplitProgress& p : params_.restore->splits()) {
-      slots.push_back({.epoch = p.epoch(),
-                       .position = p.position(),
-                       .batches = p.delivered_batches(),
-                       .complete = p.complete()});
-    }
-    state_.Restore(params_.restore->epoch(), slots);
+    state_.Restore(params_.restore->epoch(), params_.restored_slots);
     restore_pending_ = true;
   }
   if (params_.options.registry != nullptr) {
@@ -345,8 +338,21 @@ absl::StatusOr<std::string> BatchIteratorImpl::SaveState() const {
   if (checkpoint.finished()) return checkpoint.SerializeAsString();
   if (params_.resized.has_value() && params_.resized->epoch() == epoch)
     *checkpoint.mutable_resized() = *params_.resized;
+  // Slots returned whole as runs (complete_ranges), so the state stays small at any number of
+  // slots; the others one by one.
   for (const SlotProgress& p : state_.Progress(/*acknowledged=*/true)) {
     if (p.epoch != epoch || (p.batches == 0 && !p.complete)) continue;
+    if (p.complete) {
+      const int n = checkpoint.complete_ranges_size();
+      if (n > 0 && checkpoint.complete_ranges(n - 1) == p.position) {
+        checkpoint.set_complete_ranges(n - 1, p.position + 1);
+      } else {
+        checkpoint.add_complete_ranges(p.position);
+        checkpoint.add_complete_ranges(p.position + 1);
+      }
+      checkpoint.set_complete_batches(checkpoint.complete_batches() + p.batches);
+      continue;
+    }
     proto::ClientSplitProgress* out = checkpoint.add_splits();
     out->set_epoch(p.epoch);
     out->set_position(p.position);
@@ -379,7 +385,19 @@ absl::Status BatchIteratorImpl::Heartbeat(bool leaving) {
              ? 0.0
              : std::max(0.0, absl::ToDoubleSeconds(clock_->Now() - waiting_since_))));
     request.set_batches_returned_total(batches_returned_);
+    // A restore sends the slots returned whole as runs, to a dispatcher that reads them.
+    const bool ranges = restore_pending_ && params_.restore_ranges;
     for (const SlotProgress& p : state_.Progress()) {
+      if (ranges && p.complete && p.epoch == params_.restore->epoch()) {
+        const int n = request.restore_complete_ranges_size();
+        if (n > 0 && request.restore_complete_ranges(n - 1) == p.position) {
+          request.set_restore_complete_ranges(n - 1, p.position + 1);
+        } else {
+          request.add_restore_complete_ranges(p.position);
+          request.add_restore_complete_ranges(p.position + 1);
+        }
+        continue;
+      }
       proto::ClientSplitProgress* out = request.add_progress();
       out->set_epoch(p.epoch);
       out->set_position(p.position);

@@ -72,13 +72,18 @@ struct IteratorParams {
   uint64_t job_fingerprint = 0;  // ConsumerCheckpoint.job_fingerprint
   // Continue from this checkpoint (SaveState of an earlier iterator of this consumer).
   std::optional<proto::ConsumerCheckpoint> restore;
+  std::vector<SlotProgress> restored_slots;  // RestoredSlots(*restore)
+  // The dispatcher reads restore_complete_ranges (GetOrCreateJobResponse.restore_ranges).
+  bool restore_ranges = false;
   uint64_t split_size = 0;  // the job's, for ConsumerCheckpoint.split_size
   // The job continues a re-partitioned epoch: its layout, saved with a state of that epoch.
   std::optional<proto::ResizedEpoch> resized;
 };
 
-// The version SaveState() writes and Open(restore_state) accepts.
-inline constexpr uint32_t kCheckpointVersion = 1;
+// The version SaveState() writes and Open(restore_state) accepts (and every earlier one). 2:
+// slots returned whole are ConsumerCheckpoint.complete_ranges, which a client reading only 1
+// would take for not returned; it refuses a state of version 2 instead.
+inline constexpr uint32_t kCheckpointVersion = 2;
 
 class BatchIteratorImpl final : public BatchIterator {
  public:

@@ -74,7 +74,38 @@ absl::Status CheckSameJob(const proto::ConsumerCheckpoint& checkpoint, const Job
 }
 
 bool AtEpochBoundary(const proto::ConsumerCheckpoint& checkpoint) {
-  return !checkpoint.finished() && checkpoint.splits().empty();
+  return !checkpoint.finished() && checkpoint.splits().empty() &&
+         checkpoint.complete_ranges().empty();
+}
+
+absl::StatusOr<std::vector<SlotProgress>> RestoredSlots(const proto::ConsumerCheckpoint& checkpoint,
+                                                        uint64_t max_positions) {
+  std::vector<SlotProgress> out;
+  const auto& ranges = checkpoint.complete_ranges();
+  if (ranges.size() % 2 != 0) {
+    return absl::InvalidArgumentError(
+        "the restored state's complete ranges are not [begin, end) pairs: a damaged state");
+  }
+  uint64_t floor = 0;
+  for (int i = 0; i < ranges.size(); i += 2) {
+    if (ranges[i] < floor || ranges[i + 1] <= ranges[i] || ranges[i + 1] > max_positions) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the restored state's complete range [", ranges[i], ", ", ranges[i + 1],
+          ") is not ascending or passes the job's ", max_positions, " slots: a damaged state"));
+    }
+    floor = ranges[i + 1];
+  }
+  for (int i = 0; i < ranges.size(); i += 2) {
+    for (uint64_t p = ranges[i]; p < ranges[i + 1]; ++p)
+      out.push_back({.epoch = checkpoint.epoch(), .position = p, .complete = true});
+  }
+  for (const proto::ClientSplitProgress& p : checkpoint.splits()) {
+    out.push_back({.epoch = p.epoch(),
+                   .position = p.position(),
+                   .batches = p.delivered_batches(),
+                   .complete = p.complete()});
+  }
+  return out;
 }
 
 absl::StatusOr<RestorePlan> PlanRestore(const JobOptions& job) {

@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "client/internal/iterator_state.h"
 #include "proto/dispatcher.pb.h"
 #include "sluice/client.h"
 
@@ -37,6 +38,14 @@ absl::Status CheckSameJob(const proto::ConsumerCheckpoint& checkpoint, const Job
 
 // Nothing of the checkpoint's epoch was returned: any consumer of any world size may start there.
 bool AtEpochBoundary(const proto::ConsumerCheckpoint& checkpoint);
+
+// The slots `checkpoint` says were returned, as IteratorState::Restore takes them: `splits`,
+// and every position of `complete_ranges` as a complete slot (batch count 0: not kept).
+// INVALID_ARGUMENT when the ranges are not ascending [begin, end) pairs or reach past
+// `max_positions`, a bound on the consumer's slots the caller knows from the dispatcher (no
+// number in the file decides an allocation).
+absl::StatusOr<std::vector<SlotProgress>> RestoredSlots(const proto::ConsumerCheckpoint& checkpoint,
+                                                        uint64_t max_positions);
 
 }  // namespace sluice::client
 

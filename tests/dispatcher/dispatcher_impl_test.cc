@@ -857,6 +857,69 @@ proto::ConsumerCheckpoint State3(uint32_t index,
   return c;
 }
 
+TEST_F(DispatcherImplTest, ARestoringConsumerSendsTheSlotsItReturnedWholeAsRuns) {
+  // 60 records, batch 5, slots of 10: one consumer of 6 slots of 2 batches.
+  const uint64_t ds = Dataset({60}, 5);
+  const proto::GetOrCreateJobResponse created =
+      Job(JobRequest("j", ds, /*consumers=*/1, proto::REMAINDER_MODE_PAD, /*split_size=*/10));
+  EXPECT_TRUE(created.restore_ranges());
+  // The checkpoint returned slots 0, 1 and 3 whole and one batch of slot 4.
+  auto restore = [&](std::vector<uint64_t> ranges, proto::ClientHeartbeatResponse* response) {
+    proto::ClientHeartbeatRequest request;
+    request.set_protocol_version(kProtocolVersion);
+    request.set_job_id(created.job_id());
+    request.set_restore(true);
+    request.set_restore_epoch(0);
+    request.set_splits_count_only(true);
+    request.set_done_as_ranges(true);
+    for (uint64_t r : ranges) request.add_restore_complete_ranges(r);
+    proto::ClientSplitProgress* p = request.add_progress();
+    p->set_position(4);
+    p->set_delivered_batches(1);
+    return Sync(impl_).ClientHeartbeat(request, response);
+  };
+  proto::ClientHeartbeatResponse response;
+  ASSERT_TRUE(restore({0, 2, 3, 4}, &response).ok());
+  EXPECT_THAT(response.done_ranges(), ElementsAre(0, 2, 3, 4));
+  const proto::GetJobStateResponse state = State(created.job_id());
+  ASSERT_EQ(state.consumers_size(), 1);
+  ASSERT_EQ(state.consumers(0).splits_size(), 6);
+  std::vector<std::pair<proto::SplitStatus, uint64_t>> got;  // status, skip_batches
+  for (const proto::SplitState& s : state.consumers(0).splits())
+    got.emplace_back(s.status(), s.skip_batches());
+  const std::vector<std::pair<proto::SplitStatus, uint64_t>> want = {
+      {proto::SPLIT_STATUS_DONE, 0},    {proto::SPLIT_STATUS_DONE, 0},
+      {proto::SPLIT_STATUS_PENDING, 0}, {proto::SPLIT_STATUS_DONE, 0},
+      {proto::SPLIT_STATUS_PENDING, 1}, {proto::SPLIT_STATUS_PENDING, 0}};
+  EXPECT_EQ(got, want);
+  // Runs past the consumer's 6 slots, or not ascending pairs: refused.
+  for (const std::vector<uint64_t>& bad :
+       std::vector<std::vector<uint64_t>>{{0, 7}, {3, 4, 0, 1}, {2}}) {
+    const absl::Status s = restore(bad, &response);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad.size();
+    EXPECT_THAT(std::string(s.message()), HasSubstr("restore_complete_ranges must be ascending"));
+  }
+}
+
+TEST_F(DispatcherImplTest, ResumedStatesWhoseCompleteRunsAreDamagedAreRefused) {
+  // 60 records, slots of 10: each of 3 old consumers has 2 slots.
+  const uint64_t ds = Dataset({60}, 5);
+  for (const std::vector<uint64_t>& ranges :
+       std::vector<std::vector<uint64_t>>{{0, 3}, {1, 0}, {1, 2, 0, 1}, {0}}) {
+    proto::GetOrCreateJobRequest request =
+        JobRequest("r", ds, /*consumers=*/2, proto::REMAINDER_MODE_PAD, /*split_size=*/10);
+    *request.add_resize_from() = State3(0, {});
+    *request.add_resize_from() = State3(1, {});
+    proto::ConsumerCheckpoint damaged = State3(2, {});
+    for (uint64_t r : ranges) damaged.add_complete_ranges(r);
+    *request.add_resize_from() = damaged;
+    proto::GetOrCreateJobResponse response;
+    const absl::Status s = Sync(impl_).GetOrCreateJob(request, &response);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << ranges.size();
+    EXPECT_THAT(std::string(s.message()), HasSubstr("the restored state of consumer 2 has"));
+  }
+}
+
 TEST_F(DispatcherImplTest, ThreeStatesResumeOnTwoConsumersAndARestartKeepsTheLayout) {
   // 60 records, batch 5, slots of 10: 3 consumers of 2 slots of 2 batches. Consumer 0 returned
   // its slot 0, consumer 1 one batch, consumer 2 nothing: 9 batches left, 5 + 4.

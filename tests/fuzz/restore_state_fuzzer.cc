@@ -38,18 +38,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   IteratorState state(/*deterministic=*/size % 3 == 0, /*track_splits=*/true,
                       /*prefetch=*/4);
-  std::vector<sluice::client::SlotProgress> slots;
   const uint64_t epoch = checkpoint->epoch();
+  // A dispatcher answering that the job has 4,096 slots per epoch bounds the ranges.
+  absl::StatusOr<std::vector<sluice::client::SlotProgress>> slots =
+      sluice::client::RestoredSlots(*checkpoint, /*max_positions=*/4096);
+  if (!slots.ok()) return 0;
   uint64_t positions = 0;  // what a dispatcher would answer: the slots the state names
-  for (const sluice::proto::ClientSplitProgress& p : checkpoint->splits()) {
-    slots.push_back({.epoch = p.epoch(),
-                     .position = p.position(),
-                     .batches = p.delivered_batches(),
-                     .complete = p.complete()});
-    if (p.epoch() == epoch)
-      positions = std::max(positions, std::min<uint64_t>(p.position(), 4095) + 1);
+  for (const sluice::client::SlotProgress& p : *slots) {
+    if (p.epoch == epoch) positions = std::max(positions, std::min<uint64_t>(p.position, 4095) + 1);
   }
-  state.Restore(epoch, slots);
+  state.Restore(epoch, *slots);
   state.ApplyHeartbeat(epoch, positions, /*done_positions=*/{}, checkpoint->finished());
   (void)state.Progress(/*acknowledged=*/false);
   (void)state.Progress(/*acknowledged=*/true);
