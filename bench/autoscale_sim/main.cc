@@ -321,8 +321,8 @@ struct Range {
 };
 
 int RunTraces(const std::vector<std::string>& paths, const std::vector<PolicyFactory>& policies,
-              const WorldOptions& o, int seeds,
-              const dispatcher::AutoscalerOptions& sluice_options) {
+              const WorldOptions& o, int seeds, const dispatcher::AutoscalerOptions& sluice_options,
+              bool reasons) {
   std::vector<Scenario> scenarios;
   for (const std::string& path : paths) {
     absl::StatusOr<Scenario> s = ReadTrace(path);
@@ -362,6 +362,15 @@ int RunTraces(const std::vector<std::string>& paths, const std::vector<PolicyFac
         so.seed = static_cast<uint64_t>(seed);
         std::unique_ptr<Policy> policy = f.make(s.max_workers > 0 ? s.max_workers : o.max_workers);
         const RunResult r = Run(s, *policy, so);
+        if (reasons && seed == 1 && &f == &policies.front()) {
+          int last = -1;
+          for (const PeriodRecord& p : r.periods) {
+            if (p.desired != last) {
+              absl::PrintF("    t=%5.1f  oracle %.0f  %s\n", p.time, p.oracle, p.reason);
+            }
+            last = p.desired;
+          }
+        }
         const TraceMetrics m = MeasureTrace(s, r, so);
         sum.cost.Add(m.cost_ratio);
         sum.wait.Add(100 * m.wait);
@@ -449,7 +458,9 @@ int Main(int argc, char** argv) {
                  "relative standard error (0: fixed --headroom)");
   app.add_option("--min-headroom", min_headroom, "the least headroom the noise can give");
   bool reasons = false;
-  app.add_flag("--reasons", reasons, "print sluice's reason at each change in the combined trace");
+  app.add_flag("--reasons", reasons,
+               "print sluice's reason at each change in the combined trace (with --trace: in each "
+               "trace, seed 1)");
   std::string bench_path;
   app.add_option("--bench-trace", bench_path,
                  "replay bench/autoscale.sh's load with sluice's policy and "
@@ -488,7 +499,7 @@ int Main(int argc, char** argv) {
        [&](int max_workers) { return MakeHpaPolicy(o.min_workers, max_workers, o.period); }},
   };
   if (!trace_paths.empty()) {
-    return RunTraces(trace_paths, policies, o, std::max(1, seeds), sluice_options);
+    return RunTraces(trace_paths, policies, o, std::max(1, seeds), sluice_options, reasons);
   }
 
   std::printf(

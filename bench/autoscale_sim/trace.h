@@ -21,6 +21,7 @@
 //   at T cost ID xF       job ID's cost per element × F
 //   at T lose_worker      the oldest ready worker dies
 //   at T slow_worker xF   the oldest ready worker's speed × F
+//   at T priority ID P    job ID's priority becomes P (an integer)
 //   at T stop ID          job ID's trainers leave
 //   at T stop all         every trainer leaves
 //
