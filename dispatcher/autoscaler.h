@@ -27,8 +27,12 @@
 //   up         when need > current × scale_up_utilization × (1 + noise): at
 //              once, to target, at most × max_scale_up_factor per call
 //   down       to ceil(max need × headroom over the stabilization window ÷
-//              (1 - noise)), at most one step per period; demand that left (a
-//              job with no consumer) leaves the window at once
+//              (1 - noise)), at most one step per period, where the window
+//              holds each job's demand and divides it by the job's capacity
+//              now (cheaper elements count at once); demand that left (a job
+//              with no consumer) leaves the window at once, and so does a
+//              job's earlier demand once two readings agree on a drop of more
+//              than drop_tolerance (a paused trainer keeps its last demand)
 //   (the noise in the band is the measured part only, at most headroom - 1)
 //
 // Worked example (headroom 1.05): one job, batch 64, 2 consumers each returning

@@ -355,6 +355,7 @@ int RunTraces(const std::vector<std::string>& paths, const std::vector<PolicyFac
       int never = 0, events = 0, unfinished = 0, jobs = 0;
     };
     std::vector<Summary> summaries;
+    std::string reason_lines;  // --reasons: sluice's, seed 1, after the table
     for (const PolicyFactory& f : policies) {
       Summary sum{.name = f.name};
       for (int seed = 1; seed <= seeds; ++seed) {
@@ -366,7 +367,8 @@ int RunTraces(const std::vector<std::string>& paths, const std::vector<PolicyFac
           int last = -1;
           for (const PeriodRecord& p : r.periods) {
             if (p.desired != last) {
-              absl::PrintF("    t=%5.1f  oracle %.0f  %s\n", p.time, p.oracle, p.reason);
+              absl::StrAppendFormat(&reason_lines, "    t=%5.1f  oracle %.0f  %s\n", p.time,
+                                    p.oracle, p.reason);
             }
             last = p.desired;
           }
@@ -397,6 +399,7 @@ int RunTraces(const std::vector<std::string>& paths, const std::vector<PolicyFac
           sum.never, sum.events, sum.changes.mean(), sum.changes.max, jct, p90, sum.unfinished);
       summaries.push_back(sum);
     }
+    if (!reason_lines.empty()) absl::PrintF("\nsluice's decisions (seed 1):\n%s", reason_lines);
     // The goals, against the best faithful peer.
     const Summary& sl = summaries[0];
     if (sl.jobs >= 2) {
