@@ -166,14 +166,16 @@ void Autoscaler::EstimateDemand(const AutoscalerInput& input, Estimate& e,
     // no worker) shows no demand: the last estimate stands, if any.
     const bool starved = c.batches_per_second <= 0 && c.wait_fraction >= 1 - o.min_busy_fraction;
     const bool known = previous != consumer_demand_.end() && previous->second > 0;
-    // Nothing returned and no wait: the trainer did not ask (a checkpoint, an
-    // evaluation). A pause, not a lower demand: the last estimate stands.
-    const bool paused = c.batches_per_second <= 0 && c.wait_fraction <= o.idle_wait_fraction;
-    if ((input.now - c.epoch_started < o.epoch_grace || starved || paused) && known) {
+    if ((input.now - c.epoch_started < o.epoch_grace || starved) && known) {
       demand = previous->second;
-      if (paused) e.paused_jobs.insert(c.job_id);
     } else if (starved) {
       starved_jobs.insert(c.job_id);
+    }
+    // Nothing returned and no wait: the trainer did not ask (a checkpoint, an
+    // evaluation). Its reading counts (the window holds the demand before the
+    // pause), but a pause is not a lower demand: it confirms no drop.
+    if (c.batches_per_second <= 0 && c.wait_fraction <= o.idle_wait_fraction) {
+      e.paused_jobs.insert(c.job_id);
     }
     consumer_demand[key] = demand;
     e.demands_by_job[c.job_id].push_back(demand);
@@ -360,10 +362,10 @@ void Autoscaler::RecordHistory(absl::Time now, Estimate& e) {
 // each other and are both lower than every earlier reading of the window by
 // more than that, the earlier readings of that job are forgotten, so the
 // scale-down follows in this decision rather than after the window. A pause
-// (a checkpoint, an evaluation) does not look like this: a consumer that
-// neither received nor waited keeps its last demand (EstimateDemand) and its
-// readings confirm nothing, and the periods a pause begins and ends in read
-// two different partial rates.
+// (a checkpoint, an evaluation) does not look like this: a reading in which
+// a consumer neither received nor waited confirms nothing (the window holds
+// the demand before the pause, as it always did), and the periods a pause
+// begins and ends in read two different partial rates.
 void Autoscaler::ForgetConfirmedDrops(Estimate& e) {
   const double tolerance = options_.drop_tolerance;
   if (tolerance <= 0 || history_.size() < 3) return;

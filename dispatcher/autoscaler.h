@@ -32,7 +32,7 @@
 //              now (cheaper elements count at once); demand that left (a job
 //              with no consumer) leaves the window at once, and so does a
 //              job's earlier demand once two readings agree on a drop of more
-//              than drop_tolerance (a paused trainer keeps its last demand)
+//              than drop_tolerance (a paused trainer confirms no drop)
 //   (the noise in the band is the measured part only, at most headroom - 1)
 //
 // Worked example (headroom 1.05): one job, batch 64, 2 consumers each returning
@@ -88,7 +88,8 @@ struct AutoscalerOptions {
   // Except for a job whose demand fell and stayed down: when its last two
   // readings agree within this fraction and are both lower by more than it
   // than every earlier one in the window, the earlier ones are forgotten (a
-  // pause reads 0 or two different partial rates). 0: always the window.
+  // pause reads 0, which confirms nothing, or two different partial rates).
+  // 0: always the window.
   double drop_tolerance = 0.1;
   // A worker's measurements count only this long after it registered (cold
   // caches, first splits opening files, the pipeline's autotune settling).
@@ -296,7 +297,7 @@ class Autoscaler {
     absl::Time time;
     std::map<uint64_t, double> demand_by_job;
     double headroom = 0;
-    // Jobs with a paused consumer (its last demand kept): such a reading
+    // Jobs with a paused consumer (it neither received nor waited): such a reading
     // confirms no drop.
     std::set<uint64_t> paused_jobs;
   };

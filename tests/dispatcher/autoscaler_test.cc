@@ -312,9 +312,9 @@ TEST_F(AutoscalerAfterTheWindowTest, SmallDemandDropWaitsForTheWindow) {
 }
 
 // A trainer in a checkpoint: the period it starts in reads half its rate, then
-// it neither receives nor waits for 10 s (its last demand stands), then the
-// period it ends in reads three quarters. No two readings agree on a lower
-// level: the count holds.
+// it neither receives nor waits for 10 s (readings that confirm nothing), then
+// the period it ends in reads three quarters. No two readings agree on a lower
+// level: the window holds the count.
 TEST_F(AutoscalerAfterTheWindowTest, APausedTrainerKeepsItsWorkers) {
   std::vector<double> rates = {4, 0, 0, 0, 0, 0, 6, 8, 8};
   for (double rate : rates) {
@@ -324,6 +324,39 @@ TEST_F(AutoscalerAfterTheWindowTest, APausedTrainerKeepsItsWorkers) {
     AutoscalerDecision d = Next(in);
     ASSERT_EQ(d.desired_workers, 6) << "rate " << rate << ": " << d.reason;
   }
+}
+
+// Two trainers of 4 batches/s (512 el/s, 6 workers); one stops asking for 10
+// s (an evaluation on one rank) while the other goes on: the job reads 256
+// el/s five times in a row, readings that agree on a drop of half, but a
+// paused consumer's readings confirm no drop. The window holds the count.
+TEST_F(AutoscalerTest, OneTrainerPausedConfirmsNoDrop) {
+  auto input = [&](double second_rate) {
+    AutoscalerInput in = Steady();
+    in.consumers[0].batches_per_second = 4;
+    ConsumerSample second = in.consumers[0];
+    second.consumer_index = 1;
+    second.batches_per_second = second_rate;
+    in.consumers.push_back(second);
+    return in;
+  };
+  for (int i = 0; i < 16; ++i) ASSERT_EQ(Next(input(4)).desired_workers, 6);
+  for (int i = 0; i < 5; ++i) {
+    AutoscalerDecision d = Next(input(0));
+    ASSERT_EQ(d.desired_workers, 6) << "period " << i << ": " << d.reason;
+  }
+}
+
+// A trainer that stays idle (neither receives nor waits) reads no demand, and
+// its idle readings confirm no drop: the window holds the steady state's 512
+// el/s for 30 s (15 decisions), then its workers go, down to min_workers.
+TEST_F(AutoscalerAfterTheWindowTest, ATrainerIdleForLongerThanTheWindowGivesItsWorkersBack) {
+  AutoscalerInput idle = Steady();
+  idle.consumers[0].batches_per_second = 0;
+  idle.consumers[0].wait_fraction = 0;
+  std::vector<int> counts;
+  for (int i = 0; i < 16; ++i) counts.push_back(Next(idle).desired_workers);
+  EXPECT_THAT(counts, ElementsAre(6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 1, 1));
 }
 
 TEST_F(AutoscalerTest, AtMostOneScaleDownPerPeriod) {
