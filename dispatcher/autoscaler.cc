@@ -109,13 +109,15 @@ struct Autoscaler::Estimate {
   int jobs_measured_warming = 0;
   bool need_known = true;
   double need = 0;
-  std::map<uint64_t, double> need_by_job;
   double headroom = 0;
   double noise = 0;  // z × need's relative standard error, as measured
   // The largest need × headroom over the scale-down window.
   double stable_need = 0;
   double stable_headroom = 0;
-  std::string description;  // "need 8.00 workers (...) x 1.05 headroom"
+  absl::Time time;                        // the decision's
+  std::vector<uint64_t> confirmed_drops;  // ForgetConfirmedDrops()
+  std::set<uint64_t> paused_jobs;         // a consumer paused (EstimateDemand)
+  std::string description;                // "need 8.00 workers (...) x 1.05 headroom"
 };
 
 Autoscaler::Autoscaler(AutoscalerOptions options) : options_(std::move(options)) {}
@@ -168,6 +170,12 @@ void Autoscaler::EstimateDemand(const AutoscalerInput& input, Estimate& e,
       demand = previous->second;
     } else if (starved) {
       starved_jobs.insert(c.job_id);
+    }
+    // Nothing returned and no wait: the trainer did not ask (a checkpoint, an
+    // evaluation). Its reading counts (the window holds the demand before the
+    // pause), but a pause is not a lower demand: it confirms no drop.
+    if (c.batches_per_second <= 0 && c.wait_fraction <= o.idle_wait_fraction) {
+      e.paused_jobs.insert(c.job_id);
     }
     consumer_demand[key] = demand;
     e.demands_by_job[c.job_id].push_back(demand);
@@ -265,7 +273,6 @@ void Autoscaler::SumNeed(Estimate& e) const {
     }
     job.need = job.demand > 0 ? job.demand / job.capacity : 0;
     e.need += job.need;
-    e.need_by_job[job_id] = job.need;
   }
 }
 
@@ -314,25 +321,78 @@ void Autoscaler::MeasureNoise(Estimate& e) const {
 
 // History for scale-downs: only jobs that still have consumers count, so
 // demand that left leaves at once. The largest need × headroom over the
-// window: a scale-up's own target (taken with the noisier headroom of a step)
-// holds for the whole window.
+// window, each past demand divided by the job's capacity now: a scale-up's own
+// target (taken with the noisier headroom of a step) holds for the whole
+// window, but workers that became faster per element (the pipeline's cost
+// fell, a slow worker recovered) count at their new capacity at once. Only
+// the trainers' side can pause for a while and come back (a checkpoint, an
+// evaluation); the capacity is measured on the workers, averaged over them,
+// and its noise is in the band's margin.
 void Autoscaler::RecordHistory(absl::Time now, Estimate& e) {
   if (first_call_ == absl::InfinitePast()) first_call_ = now;
-  if (e.need_known) history_.push_back({now, e.need_by_job, e.headroom});
+  e.time = now;
+  if (e.need_known) {
+    std::map<uint64_t, double> demand_by_job;
+    for (const auto& [job_id, job] : e.jobs) demand_by_job[job_id] = job.demand;
+    history_.push_back({now, std::move(demand_by_job), e.headroom, e.paused_jobs});
+  }
   while (!history_.empty() && now - history_.front().time >= options_.scale_down_window) {
     history_.pop_front();
   }
+  ForgetConfirmedDrops(e);
   e.stable_need = e.need;
   e.stable_headroom = e.headroom;
   for (const HistoryEntry& h : history_) {
     double sum = 0;
-    for (const auto& [job_id, n] : h.need_by_job) {
-      if (e.jobs.contains(job_id)) sum += n;
+    for (const auto& [job_id, demand] : h.demand_by_job) {
+      auto job = e.jobs.find(job_id);
+      if (job != e.jobs.end() && job->second.capacity > 0) {
+        sum += demand / job->second.capacity;
+      }
     }
     if (sum * h.headroom > e.stable_need * e.stable_headroom) {
       e.stable_need = sum;
       e.stable_headroom = h.headroom;
     }
+  }
+}
+
+// A job's demand that fell and stayed down is not a pause: when the last two
+// readings, at least half a period apart, agree within `drop_tolerance` of
+// each other and are both lower than every earlier reading of the window by
+// more than that, the earlier readings of that job are forgotten, so the
+// scale-down follows in this decision rather than after the window. A pause
+// (a checkpoint, an evaluation) does not look like this: a reading in which
+// a consumer neither received nor waited confirms nothing (the window holds
+// the demand before the pause, as it always did), and the periods a pause
+// begins and ends in read two different partial rates.
+void Autoscaler::ForgetConfirmedDrops(Estimate& e) {
+  const double tolerance = options_.drop_tolerance;
+  if (tolerance <= 0 || history_.size() < 3) return;
+  const HistoryEntry& last = history_[history_.size() - 1];
+  const HistoryEntry& before = history_[history_.size() - 2];
+  if (last.time != e.time || last.time - before.time < options_.period / 2) return;
+  for (const auto& [job_id, job] : e.jobs) {
+    auto a = last.demand_by_job.find(job_id);
+    auto b = before.demand_by_job.find(job_id);
+    if (a == last.demand_by_job.end() || b == before.demand_by_job.end()) continue;
+    if (a->second <= 0 || b->second <= 0) continue;
+    if (last.paused_jobs.contains(job_id) || before.paused_jobs.contains(job_id)) continue;
+    if (std::abs(a->second / b->second - 1) > tolerance) continue;
+    const double level = std::max(a->second, b->second);
+    double earlier = 0;
+    bool any = false;
+    for (size_t i = 0; i + 2 < history_.size(); ++i) {
+      auto d = history_[i].demand_by_job.find(job_id);
+      if (d == history_[i].demand_by_job.end()) continue;
+      earlier = std::max(earlier, d->second);
+      any = true;
+    }
+    if (!any || level >= earlier * (1 - tolerance)) continue;
+    for (size_t i = 0; i + 2 < history_.size(); ++i) {
+      history_[i].demand_by_job.erase(job_id);
+    }
+    e.confirmed_drops.push_back(job_id);
   }
 }
 
@@ -405,6 +465,11 @@ std::string Autoscaler::ScaleDownOrHold(absl::Time now, const Estimate& e, int& 
     desired = stable_target;
     if (e.jobs.empty()) {
       return absl::StrFormat("down %d -> %d: no live consumer", current, desired);
+    }
+    if (!e.confirmed_drops.empty()) {
+      return absl::StrFormat("down %d -> %d: demand of job %s fell and two readings agree; %s",
+                             current, desired, absl::StrJoin(e.confirmed_drops, ", "),
+                             e.description);
     }
     return absl::StrFormat(
         "down %d -> %d: largest need over the last %s %.2f workers x %.2f "

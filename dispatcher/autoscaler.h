@@ -27,8 +27,12 @@
 //   up         when need > current × scale_up_utilization × (1 + noise): at
 //              once, to target, at most × max_scale_up_factor per call
 //   down       to ceil(max need × headroom over the stabilization window ÷
-//              (1 - noise)), at most one step per period; demand that left (a
-//              job with no consumer) leaves the window at once
+//              (1 - noise)), at most one step per period, where the window
+//              holds each job's demand and divides it by the job's capacity
+//              now (cheaper elements count at once); demand that left (a job
+//              with no consumer) leaves the window at once, and so does a
+//              job's earlier demand once two readings agree on a drop of more
+//              than drop_tolerance (a paused trainer confirms no drop)
 //   (the noise in the band is the measured part only, at most headroom - 1)
 //
 // Worked example (headroom 1.05): one job, batch 64, 2 consumers each returning
@@ -46,6 +50,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -77,8 +82,15 @@ struct AutoscalerOptions {
   double max_scale_up_factor = 4.0;
   // The decision period: at most one scale-down per period.
   absl::Duration period = absl::Seconds(2);
-  // A scale-down goes to the largest need seen over this window.
+  // A scale-down goes to the largest need seen over this window (each past
+  // demand over the job's capacity now).
   absl::Duration scale_down_window = absl::Seconds(30);
+  // Except for a job whose demand fell and stayed down: when its last two
+  // readings agree within this fraction and are both lower by more than it
+  // than every earlier one in the window, the earlier ones are forgotten (a
+  // pause reads 0, which confirms nothing, or two different partial rates).
+  // 0: always the window.
+  double drop_tolerance = 0.1;
   // A worker's measurements count only this long after it registered (cold
   // caches, first splits opening files, the pipeline's autotune settling).
   absl::Duration warmup = absl::Seconds(5);
@@ -277,10 +289,17 @@ class Autoscaler {
   const AutoscalerOptions& options() const { return options_; }
 
  private:
+  // One decision's demand per job (elements/s) and headroom. The window holds
+  // demand, not need: a trainer's pause is what it waits out, while a change
+  // of the workers' capacity (a cheaper pipeline, a worker that recovered) is
+  // divided in at the next decision.
   struct HistoryEntry {
     absl::Time time;
-    std::map<uint64_t, double> need_by_job;
+    std::map<uint64_t, double> demand_by_job;
     double headroom = 0;
+    // Jobs with a paused consumer (it neither received nor waited): such a reading
+    // confirms no drop.
+    std::set<uint64_t> paused_jobs;
   };
 
   struct Census;
@@ -294,6 +313,7 @@ class Autoscaler {
   void SumNeed(Estimate& e) const;
   void MeasureNoise(Estimate& e) const;
   void RecordHistory(absl::Time now, Estimate& e);
+  void ForgetConfirmedDrops(Estimate& e);
   std::string ScaleUp(const AutoscalerInput& input, const Census& census, const Estimate& e,
                       int& desired) const;
   std::string ScaleDownOrHold(absl::Time now, const Estimate& e, int& desired);

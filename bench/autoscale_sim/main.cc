@@ -321,8 +321,8 @@ struct Range {
 };
 
 int RunTraces(const std::vector<std::string>& paths, const std::vector<PolicyFactory>& policies,
-              const WorldOptions& o, int seeds,
-              const dispatcher::AutoscalerOptions& sluice_options) {
+              const WorldOptions& o, int seeds, const dispatcher::AutoscalerOptions& sluice_options,
+              bool reasons) {
   std::vector<Scenario> scenarios;
   for (const std::string& path : paths) {
     absl::StatusOr<Scenario> s = ReadTrace(path);
@@ -355,6 +355,7 @@ int RunTraces(const std::vector<std::string>& paths, const std::vector<PolicyFac
       int never = 0, events = 0, unfinished = 0, jobs = 0;
     };
     std::vector<Summary> summaries;
+    std::string reason_lines;  // --reasons: sluice's, seed 1, after the table
     for (const PolicyFactory& f : policies) {
       Summary sum{.name = f.name};
       for (int seed = 1; seed <= seeds; ++seed) {
@@ -362,6 +363,16 @@ int RunTraces(const std::vector<std::string>& paths, const std::vector<PolicyFac
         so.seed = static_cast<uint64_t>(seed);
         std::unique_ptr<Policy> policy = f.make(s.max_workers > 0 ? s.max_workers : o.max_workers);
         const RunResult r = Run(s, *policy, so);
+        if (reasons && seed == 1 && &f == &policies.front()) {
+          int last = -1;
+          for (const PeriodRecord& p : r.periods) {
+            if (p.desired != last) {
+              absl::StrAppendFormat(&reason_lines, "    t=%5.1f  oracle %.0f  %s\n", p.time,
+                                    p.oracle, p.reason);
+            }
+            last = p.desired;
+          }
+        }
         const TraceMetrics m = MeasureTrace(s, r, so);
         sum.cost.Add(m.cost_ratio);
         sum.wait.Add(100 * m.wait);
@@ -388,6 +399,7 @@ int RunTraces(const std::vector<std::string>& paths, const std::vector<PolicyFac
           sum.never, sum.events, sum.changes.mean(), sum.changes.max, jct, p90, sum.unfinished);
       summaries.push_back(sum);
     }
+    if (!reason_lines.empty()) absl::PrintF("\nsluice's decisions (seed 1):\n%s", reason_lines);
     // The goals, against the best faithful peer.
     const Summary& sl = summaries[0];
     if (sl.jobs >= 2) {
@@ -449,7 +461,9 @@ int Main(int argc, char** argv) {
                  "relative standard error (0: fixed --headroom)");
   app.add_option("--min-headroom", min_headroom, "the least headroom the noise can give");
   bool reasons = false;
-  app.add_flag("--reasons", reasons, "print sluice's reason at each change in the combined trace");
+  app.add_flag("--reasons", reasons,
+               "print sluice's reason at each change in the combined trace (with --trace: in each "
+               "trace, seed 1)");
   std::string bench_path;
   app.add_option("--bench-trace", bench_path,
                  "replay bench/autoscale.sh's load with sluice's policy and "
@@ -488,7 +502,7 @@ int Main(int argc, char** argv) {
        [&](int max_workers) { return MakeHpaPolicy(o.min_workers, max_workers, o.period); }},
   };
   if (!trace_paths.empty()) {
-    return RunTraces(trace_paths, policies, o, std::max(1, seeds), sluice_options);
+    return RunTraces(trace_paths, policies, o, std::max(1, seeds), sluice_options, reasons);
   }
 
   std::printf(

@@ -436,6 +436,11 @@ class World {
         jobs_.push_back(j);
         break;
       }
+      case LoadStep::Kind::kPriority:
+        for (Job& j : jobs_) {
+          if (j.spec.id == step.job) j.spec.priority = static_cast<int>(step.factor);
+        }
+        break;
       case LoadStep::Kind::kAllStop:
         for (Job& j : jobs_) {
           if (j.active) jobs_left_.push_back(j.spec.id);

@@ -64,6 +64,7 @@ struct LoadStep {
     kAddJob,       // `job_spec` arrives
     kAllStop,      // every consumer leaves
     kJobStop,      // job `job`'s consumers leave (it ran its epochs)
+    kPriority,     // job `job`'s priority becomes `factor` (an integer)
   };
   double at = 0;
   Kind kind = Kind::kDemandTimes;

@@ -143,6 +143,15 @@ absl::StatusOr<LoadStep> ParseStep(const LineParser& p, const std::vector<std::s
     auto f = p.Factor(tokens[3]);
     if (!f.ok()) return f.status();
     step.factor = *f;
+  } else if (what == "priority" && n == 5) {
+    step.kind = Kind::kPriority;
+    auto id = p.JobId(tokens[3]);
+    if (!id.ok()) return id.status();
+    step.job = *id;
+    auto priority = p.Number(tokens[4], "the priority");
+    if (!priority.ok()) return priority.status();
+    if (*priority != std::floor(*priority)) return p.Error("the priority must be an integer");
+    step.factor = *priority;
   } else if (what == "stop" && n == 4 && tokens[3] == "all") {
     step.kind = Kind::kAllStop;
   } else if (what == "stop" && n == 4) {
@@ -153,7 +162,7 @@ absl::StatusOr<LoadStep> ParseStep(const LineParser& p, const std::vector<std::s
   } else {
     return p.Error(absl::StrCat("unknown or malformed event '", what,
                                 "' (job, demand xF, cost ID xF, lose_worker, slow_worker xF, "
-                                "stop ID|all)"));
+                                "priority ID P, stop ID|all)"));
   }
   return step;
 }
@@ -192,7 +201,8 @@ absl::StatusOr<Scenario> ParseTrace(absl::string_view text, const std::string& n
         }
         job_ids.push_back(step->job);
       }
-      if ((step->kind == Kind::kCostTimes || step->kind == Kind::kJobStop) &&
+      if ((step->kind == Kind::kCostTimes || step->kind == Kind::kJobStop ||
+           step->kind == Kind::kPriority) &&
           std::find(job_ids.begin(), job_ids.end(), step->job) == job_ids.end()) {
         return p.Error(absl::StrCat("job ", step->job, " has not arrived"));
       }

@@ -1,7 +1,8 @@
 // Load traces for `autoscale_sim --trace FILE`: jobs arriving and leaving,
 // step times, per-element costs, worker failures, and the pool's bound. The
 // traces the policies were tuned on are in bench/autoscale_sim/traces/tune/,
-// the held-out ones (never tuned on) in traces/heldout/.
+// the held-out ones (never tuned on) in traces/heldout/ and traces/heldout2/
+// (the second set committed before any policy ran on it).
 //
 // Format: one directive per line; '#' starts a comment; blank lines are
 // ignored. Times in seconds from the start.
@@ -21,6 +22,7 @@
 //   at T cost ID xF       job ID's cost per element × F
 //   at T lose_worker      the oldest ready worker dies
 //   at T slow_worker xF   the oldest ready worker's speed × F
+//   at T priority ID P    job ID's priority becomes P (an integer)
 //   at T stop ID          job ID's trainers leave
 //   at T stop all         every trainer leaves
 //

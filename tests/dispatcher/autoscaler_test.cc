@@ -269,6 +269,96 @@ TEST_F(AutoscalerTest, MeasuredDemandDropScalesDownAfterTheWindowOneStep) {
   EXPECT_THAT(d.drain.size(), 4u);
 }
 
+// Past the first window (a restarted dispatcher does not scale down before
+// it), the steady state of 6 workers: 16 decisions, 32 s.
+class AutoscalerAfterTheWindowTest : public AutoscalerTest {
+ protected:
+  void SetUp() override {
+    for (int i = 0; i < 16; ++i) ASSERT_EQ(Next(Steady()).desired_workers, 6);
+  }
+};
+
+// The pipeline got twice as cheap (200 el/s per worker): need 2.56, 3 with
+// the headroom, at the next decision. The window holds the trainers' demand,
+// which did not change; it is divided by the capacity measured now.
+TEST_F(AutoscalerAfterTheWindowTest, CapacityRiseScalesDownAtTheNextDecision) {
+  AutoscalerDecision d = Next(Input(6, 200, 8, 8));
+  EXPECT_EQ(d.desired_workers, 3);
+  EXPECT_EQ(d.reason,
+            "down 6 -> 3: largest need over the last 30s 2.56 workers x 1.05 headroom; now need "
+            "2.56 workers (job 1: 512 el/s / 200 el/s per worker) x 1.05 headroom");
+  EXPECT_THAT(d.drain, ElementsAre(6, 5, 4));
+}
+
+// Demand halves (4 batches/s: need 2.56): the first reading differs from the
+// window, the second agrees with the first, so the drop is believed in the
+// second decision instead of after the 30 s window.
+TEST_F(AutoscalerAfterTheWindowTest, DemandDropThatTwoReadingsAgreeOnScalesDownAtTheSecond) {
+  EXPECT_EQ(Next(Input(6, 100, 4, 4)).desired_workers, 6);
+  AutoscalerDecision d = Next(Input(6, 100, 4.1, 4.1));
+  EXPECT_EQ(d.desired_workers, 3);
+  EXPECT_EQ(d.reason,
+            "down 6 -> 3: demand of job 1 fell and two readings agree; need 2.62 workers (job 1: "
+            "262 el/s / 100 el/s per worker) x 1.05 headroom");
+}
+
+// A drop of less than drop_tolerance (10%) is left to the window.
+TEST_F(AutoscalerAfterTheWindowTest, SmallDemandDropWaitsForTheWindow) {
+  // 7.4 batches/s: need 4.74 x 1.05 = 4.97 -> 5, 7.5% below 8: down once the
+  // 30 s window (15 decisions) no longer holds a reading of 8.
+  std::vector<int> counts;
+  for (int i = 0; i < 16; ++i) counts.push_back(Next(Input(6, 100, 7.4, 7.4)).desired_workers);
+  EXPECT_THAT(counts, ElementsAre(6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 5, 5));
+}
+
+// A trainer in a checkpoint: the period it starts in reads half its rate, then
+// it neither receives nor waits for 10 s (readings that confirm nothing), then
+// the period it ends in reads three quarters. No two readings agree on a lower
+// level: the window holds the count.
+TEST_F(AutoscalerAfterTheWindowTest, APausedTrainerKeepsItsWorkers) {
+  std::vector<double> rates = {4, 0, 0, 0, 0, 0, 6, 8, 8};
+  for (double rate : rates) {
+    AutoscalerInput in = Steady();
+    in.consumers[0].batches_per_second = rate;
+    in.consumers[0].wait_fraction = 0;
+    AutoscalerDecision d = Next(in);
+    ASSERT_EQ(d.desired_workers, 6) << "rate " << rate << ": " << d.reason;
+  }
+}
+
+// Two trainers of 4 batches/s (512 el/s, 6 workers); one stops asking for 10
+// s (an evaluation on one rank) while the other goes on: the job reads 256
+// el/s five times in a row, readings that agree on a drop of half, but a
+// paused consumer's readings confirm no drop. The window holds the count.
+TEST_F(AutoscalerTest, OneTrainerPausedConfirmsNoDrop) {
+  auto input = [&](double second_rate) {
+    AutoscalerInput in = Steady();
+    in.consumers[0].batches_per_second = 4;
+    ConsumerSample second = in.consumers[0];
+    second.consumer_index = 1;
+    second.batches_per_second = second_rate;
+    in.consumers.push_back(second);
+    return in;
+  };
+  for (int i = 0; i < 16; ++i) ASSERT_EQ(Next(input(4)).desired_workers, 6);
+  for (int i = 0; i < 5; ++i) {
+    AutoscalerDecision d = Next(input(0));
+    ASSERT_EQ(d.desired_workers, 6) << "period " << i << ": " << d.reason;
+  }
+}
+
+// A trainer that stays idle (neither receives nor waits) reads no demand, and
+// its idle readings confirm no drop: the window holds the steady state's 512
+// el/s for 30 s (15 decisions), then its workers go, down to min_workers.
+TEST_F(AutoscalerAfterTheWindowTest, ATrainerIdleForLongerThanTheWindowGivesItsWorkersBack) {
+  AutoscalerInput idle = Steady();
+  idle.consumers[0].batches_per_second = 0;
+  idle.consumers[0].wait_fraction = 0;
+  std::vector<int> counts;
+  for (int i = 0; i < 16; ++i) counts.push_back(Next(idle).desired_workers);
+  EXPECT_THAT(counts, ElementsAre(6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 1, 1));
+}
+
 TEST_F(AutoscalerTest, AtMostOneScaleDownPerPeriod) {
   Next(Steady());
   AutoscalerInput none = Steady();
