@@ -428,6 +428,40 @@ TEST_F(PythonOpTest, APoolGroupCallsTheFunctionOncePerElementInOneRequest) {
   }
 }
 
+// One process runs the eight elements of a group with one generator
+// re-seeded per element: each element's draws are those of numpy's own fresh
+// Generator(PCG64(seed)) (computed here by numpy outside sluice), whatever
+// the element before it drew or left buffered.
+TEST_F(PythonOpTest, EachElementOfAGroupDrawsNumpysFreshGeneratorsStream) {
+  auto pool = python::ConfiguredPythonPool();
+  std::vector<Tensor> labels;
+  for (int g = 0; g < kRecords; ++g) {
+    labels.push_back(Tensor::Allocate(DType::kInt64, {}));
+    *labels.back().data_as<int64_t>() = g;
+  }
+  std::vector<python::CallInput> group;
+  const std::vector<uint64_t> seeds = {0, 1, 7, 4294967296, 12345678901234567, 99, 100, ~0ull};
+  for (int g = 0; g < kRecords; ++g) group.push_back({seeds[g], {&labels[g]}});
+  auto out = pool->CallGroup("sluice_test_fns", "mixed_draws", group);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(pool->requests(), 1);
+  ASSERT_EQ(out->size(), static_cast<size_t>(kRecords));
+  for (int g = 0; g < kRecords; ++g) {
+    const std::string cmd = absl::StrCat(
+        SLUICE_PYTHON_EXECUTABLE, " -c 'import sys; sys.path.insert(0, \"", SLUICE_TEST_PYTHON_DIR,
+        "\"); import numpy as np, sluice_test_fns as f; sys.stdout.buffer.write(f.mixed_draws(0, "
+        "np.random.Generator(np.random.PCG64(",
+        seeds[g], "))).tobytes())'");
+    FILE* p = popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    char buf[64];
+    ASSERT_EQ(fread(buf, 1, sizeof(buf), p), sizeof(buf));
+    pclose(p);
+    ASSERT_TRUE((*out)[g].ok()) << g << ": " << (*out)[g].status();
+    EXPECT_EQ(std::string((*(*out)[g])[0].bytes()), std::string(buf, sizeof(buf))) << g;
+  }
+}
+
 TEST_F(PythonOpTest, AnExceptionInAGroupFailsOnlyItsElement) {
   auto pool = python::ConfiguredPythonPool();
   const LabelOut out = RunLabels(LabelSpec("label_raises_on_3", 8));

@@ -124,3 +124,14 @@ def label_draw(label, rng):
 def invert_and_draw(image, label, rng):
     """The image inverted; the label replaced by the element's first draw."""
     return 255 - image, np.int64(rng.integers(0, 1 << 62))
+
+
+def mixed_draws(label, rng):
+    """Eight int64 from draws of several kinds. It starts and ends with 32-bit draws, which
+    numpy serves from half a buffered 64-bit word: the last leaves half a word buffered, which
+    the next element's generator must not see (the last value says whether one is: 1)."""
+    first = rng.integers(0, 1 << 32, size=1, dtype=np.uint32).astype(np.int64)
+    floats = (rng.random(2) * (1 << 52)).astype(np.int64)
+    normals = (rng.standard_normal(2) * 1e9).astype(np.int64)
+    last = rng.integers(0, 1 << 32, size=2, dtype=np.uint32).astype(np.int64)
+    return np.concatenate([first, floats, normals, last, [int(rng.bit_generator.state["has_uint32"])]])
