@@ -5,7 +5,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <set>
@@ -490,6 +492,23 @@ TEST_F(PythonOpTest, AProcessThatSegfaultsDuringAGroupIsReplacedAndTheGroupRedon
   EXPECT_EQ(pool->requests(), 1 + kRecords);
   // With images, two stages and two threads: every record once, exact bytes.
   ExpectAllInverted(RunSpec(Spec("segfaults_once_on_5", 2, "fail", kEight)));
+}
+
+// SIGKILL from outside (what the OOM killer sends) in the middle of a group of
+// eight: the process is replaced and each element of the group is redone
+// exactly once, element by element. The function logs every call: records
+// 0-3 ran in the group (3 killed it) and once more in the redo, 4-7 only in
+// the redo; each record is delivered once.
+TEST_F(PythonOpTest, ASigkillDuringAGroupRedoesEachOfItsElementsExactlyOnce) {
+  auto pool = python::ConfiguredPythonPool();
+  ExpectPlus1000(RunLabels(LabelSpec("label_sigkills_once_on_3_logged", 8)));
+  EXPECT_EQ(pool->processes_replaced(), 1);
+  EXPECT_EQ(pool->requests(), 1 + kRecords);
+  for (int g = 0; g < kRecords; ++g) {
+    std::ifstream calls(markers_.Join(absl::StrCat("calls-", g)));
+    std::string text((std::istreambuf_iterator<char>(calls)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(text, g <= 3 ? "call\ncall\n" : "call\n") << g;
+  }
 }
 
 // The group's deadline is the timeout times its elements (2 x 1 s here).

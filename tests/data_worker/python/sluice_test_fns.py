@@ -5,6 +5,7 @@ redone call (on a fresh process) succeeds.
 """
 import ctypes
 import os
+import signal
 import time
 
 import numpy as np
@@ -54,6 +55,13 @@ def exits_once_on_3(image, label, rng):
 def segfaults_once_on_5(image, label, rng):
     if int(label) == 5 and _first_time("segv", label):
         ctypes.string_at(0)
+    return 255 - image, label
+
+
+def sigkills_once_on_3(image, label, rng):
+    """Killed from outside, as the kernel's OOM killer does (SIGKILL), the first time."""
+    if int(label) == 3 and _first_time("sigkill", label):
+        os.kill(os.getpid(), signal.SIGKILL)
     return 255 - image, label
 
 
@@ -108,12 +116,22 @@ def _always_exit_on_4(g):
         os._exit(9)
 
 
+def _sigkill_once_on_3_logged(g):
+    """Logs the call (one line per call in calls-<g>), then SIGKILLs its process the first
+    time on record 3."""
+    with open(os.path.join(os.environ["SLUICE_TEST_MARKERS"], "calls-%d" % g), "a") as f:
+        f.write("call\n")
+    if g == 3 and _first_time("sigkill", g):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 label_plus_1000 = _plus_1000(lambda g: None)
 label_raises_on_3 = _plus_1000(_raise_on_3)
 label_exits_once_on_3 = _plus_1000(_exit_once_on_3)
 label_segfaults_once_on_5 = _plus_1000(_segfault_once_on_5)
 label_hangs_once_on_2 = _plus_1000(_hang_once_on_2)
 label_always_exits_on_4 = _plus_1000(_always_exit_on_4)
+label_sigkills_once_on_3_logged = _plus_1000(_sigkill_once_on_3_logged)
 
 
 def label_draw(label, rng):
