@@ -138,8 +138,9 @@ def call(fn, buf, specs, rng):
     for k, out in enumerate(outputs):
         a = np.asarray(out)
         if a.dtype not in NAME_OF:
+            name = a.dtype.name if a.dtype.isnative else a.dtype.str  # '>i4': not native
             return None, ("result", "result %d is %s%s; return one of %s (cast with .astype)" % (
-                k, a.dtype.name, list(a.shape), ", ".join(DTYPES)))
+                k, name, list(a.shape), ", ".join(DTYPES)))
         arrays.append(a)
     return arrays, None
 

@@ -200,6 +200,10 @@ TEST_F(PythonOpTest, UnsupportedResultDtypeNamesIt) {
   EXPECT_EQ(out.status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(out.status.message(), HasSubstr("result 0 is float64[6, 5, 3]; return one of uint8, "
                                               "int32, int64, float16, float32"));
+  // A supported type in the other byte order is not copied as is: named too.
+  const Out swapped = RunSpec(Spec("big_endian", 1, "fail", kInt32));
+  EXPECT_EQ(swapped.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(swapped.status.message(), HasSubstr("result 0 is >i4[6, 5, 3]; return one of"));
 }
 
 TEST_F(PythonOpTest, WrongNumberOfResultsIsAnError) {

@@ -28,6 +28,10 @@ def wrong_dtype(image, label, rng):
     return image.astype(np.float64), label
 
 
+def big_endian(image, label, rng):
+    return image.astype(">i4"), label
+
+
 def one_result(image, label, rng):
     return image
 
