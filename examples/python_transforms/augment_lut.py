@@ -7,8 +7,8 @@ brightness and contrast applied through one 256-entry uint8 lookup table.
 new uint8 H×W×C array of the same shape. Brightness multiplies every level by ``b``; contrast
 then scales the distance from mid-gray (128) by ``c``; the result is rounded and clipped to
 [0, 255]. Both factors depend only on the level, so they become one table and the image is
-indexed through it once (about 0.3 ms of CPU for 224×224×3 here, against 1.8 ms for augment_numpy's
-float32 color jitter). Every random choice comes from ``rng``.
+indexed through it once (about 0.3 ms of CPU for 224×224×3 here, against 1.8 ms for
+augment_numpy's float32 color jitter). Every random choice comes from ``rng``.
 """
 import numpy as np
 

@@ -156,4 +156,5 @@ def mixed_draws(label, rng):
     floats = (rng.random(2) * (1 << 52)).astype(np.int64)
     normals = (rng.standard_normal(2) * 1e9).astype(np.int64)
     last = rng.integers(0, 1 << 32, size=2, dtype=np.uint32).astype(np.int64)
-    return np.concatenate([first, floats, normals, last, [int(rng.bit_generator.state["has_uint32"])]])
+    buffered = [int(rng.bit_generator.state["has_uint32"])]
+    return np.concatenate([first, floats, normals, last, buffered])
