@@ -1,24 +1,31 @@
 #!/usr/bin/env bash
 # sluice's python op vs PyTorch's DataLoader running the same user function on the same cores,
-# one run, ratios printed (issue goals: augment >= 2x, alone >= 0.9x). Figures go to
-# docs/BENCHMARKS.md.
+# one run, ratios printed (issue goals: augment >= 2x, alone >= 0.9x), for user functions of
+# different costs. Figures go to docs/BENCHMARKS.md.
 #
 #   bench/python_ops.sh [--images N] [--epochs E] [--threads T] [--rounds R]
+#                       [--modes "augment pil lut alone"]
 #
 # augment: sluice `pipeline run --spec bench/pipelines/python_augment.yaml` (C++ decode +
 #          RandomResizedCrop(224), then examples/python_transforms/augment_numpy.train in the
 #          worker's Python process pool) vs bench/python_ops_loader.py --mode augment
 #          (torchvision ImageFolder decode + RandomResizedCrop, then the same function);
+# pil:     the same with augment_pil.train (PIL rotation, blur, autocontrast: about as costly);
+# lut:     the same with augment_lut.train (flip + brightness/contrast through a uint8 table:
+#          a cheap function);
 # alone:   bench/pipelines/python_alone.yaml vs --mode alone: only augment_numpy.busy, a pure
 #          Python function, on each record's label.
 # sluice gets --threads T (its stage threads, each with one Python process busy at a time); the
-# DataLoader num_workers = T. Each side takes one warm-up epoch, then E timed epochs. R rounds,
-# alternating sides; the median ratio and the range are printed.
-# Then the costs: CPU per image of each side's parts, on their own (bench/python_ops_costs.py for
-# PIL decode + crop and the augmentation; sluice's decode + crop from `pipeline run` of the augment
-# spec without its python op) and the ratio those parts allow the augment mode when both sides
-# use the cores fully and nothing else costs: (PIL + augment) / (sluice decode + crop + augment).
-# Needs build/bin/sluice and Debian's /usr/bin/python3 with torch, torchvision and numpy.
+# DataLoader num_workers = T. Each side takes one warm-up epoch, then E timed epochs (5E for
+# alone). R rounds,
+# alternating sides; the median ratio and the range are printed per mode.
+# Then the costs, CPU per image of each side's parts on their own: PIL decode + crop and each
+# function (bench/python_ops_costs.py); sluice's decode + crop (`pipeline run` of the augment
+# spec without its python op); sluice's python-op path (bench/pipelines/python_path.yaml: the
+# same with a function that returns its input; the sluice process's and its Python processes'
+# CPU minus decode + crop). And per mode the ratio those parts allow when both sides use the
+# cores fully and nothing else costs: (PIL + f) / (sluice decode + crop + path + f).
+# Needs build/bin/sluice and Debian's /usr/bin/python3 with torch, torchvision, numpy and PIL.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${SLUICE_BUILD_DIR:-$root/build}"
@@ -26,12 +33,14 @@ images=1000
 epochs=2
 threads=2
 rounds=3
+modes="augment pil lut alone"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --images) images="$2"; shift 2 ;;
     --epochs) epochs="$2"; shift 2 ;;
     --threads) threads="$2"; shift 2 ;;
     --rounds) rounds="$2"; shift 2 ;;
+    --modes) modes="$2"; shift 2 ;;
     *) echo "python_ops.sh: unknown flag $1" >&2; exit 1 ;;
   esac
 done
@@ -46,25 +55,30 @@ echo "# $(date -u +%FT%TZ)  nproc=$(nproc)  $(lscpu | sed -n 's/^Model name: *//
 "$build/bin/sluice" datagen --output "$work/images" --images "$images" --seed 1 2>/dev/null
 "$build/bin/sluice" record convert --input "$work/images" --output "$work/ds" \
   --format imagefolder >/dev/null 2>&1
-echo "# data: $images JPEGs; threads=$threads epochs=$epochs rounds=$rounds"
+echo "# data: $images JPEGs; threads=$threads epochs=$epochs rounds=$rounds modes=$modes"
 
-sluice_rate() {  # spec
+sluice_rate() {  # spec epochs
   "$build/bin/sluice" pipeline run --spec "$1" --data "$work/ds" --threads "$threads" \
-    --epochs "$epochs" --warmup-epochs 1 --allow-python-ops \
-    --python-path "$root/examples/python_transforms" 2>/dev/null |
+    --epochs "$2" --warmup-epochs 1 --allow-python-ops \
+    --python-path "$root/examples/python_transforms" --python-path "$root/bench" 2>/dev/null |
     sed -n 's/^throughput: \([0-9.]*\) images\/s/\1/p'
 }
-torch_rate() {  # mode
+torch_rate() {  # mode epochs
   /usr/bin/python3 "$root/bench/python_ops_loader.py" --data "$work/images" --mode "$1" \
-    --workers "$threads" --epochs "$epochs" | sed -n 's/^pytorch: \([0-9.]*\) images\/s/\1/p'
+    --workers "$threads" --epochs "$2" | sed -n 's/^pytorch: \([0-9.]*\) images\/s/\1/p'
 }
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
-for mode in augment alone; do
+declare -A medians
+for mode in $modes; do
   ratios=()
+  # alone reads no image and is ~10x faster per record: 5x the epochs, so that a timed run
+  # lasts seconds, not a fraction of one.
+  e="$epochs"
+  if [[ "$mode" == alone ]]; then e=$((epochs * 5)); fi
   for ((r = 1; r <= rounds; r++)); do
-    s="$(sluice_rate "$root/bench/pipelines/python_$mode.yaml")"
-    t="$(torch_rate "$mode")"
+    s="$(sluice_rate "$root/bench/pipelines/python_$mode.yaml" "$e")"
+    t="$(torch_rate "$mode" "$e")"
     ratio="$(awk -v s="$s" -v t="$t" 'BEGIN {printf "%.2f", s / t}')"
     echo "$mode round $r: sluice $s images/s, pytorch $t images/s, ratio $ratio"
     ratios+=("$ratio")
@@ -73,24 +87,30 @@ for mode in augment alone; do
   lo="$(printf '%s\n' "${ratios[@]}" | sort -g | head -1)"
   hi="$(printf '%s\n' "${ratios[@]}" | sort -g | tail -1)"
   echo "$mode: sluice/pytorch median $med (range $lo-$hi)"
+  medians[$mode]="$med ($lo-$hi)"
 done
 
 noaug="$work/python_augment_cpp_only.yaml"
 grep -v 'python:' "$root/bench/pipelines/python_augment.yaml" >"$noaug"
-sluice_cpu() {  # spec -> CPU us/image of the sluice process (not its Python processes)
+sluice_cpu() {  # spec -> "<sluice process us/image> <its Python processes' us/image>"
   "$build/bin/sluice" pipeline run --spec "$1" --data "$work/ds" --threads "$threads" \
     --epochs "$epochs" --warmup-epochs 1 --allow-python-ops \
-    --python-path "$root/examples/python_transforms" 2>/dev/null |
-    sed -n 's/^cpu: \([0-9.]*\) us\/image/\1/p'
+    --python-path "$root/examples/python_transforms" --python-path "$root/bench" 2>/dev/null |
+    awk '/^cpu: / {c = $2} /^python cpu: / {p = $3} END {printf "%s %s\n", c, p + 0}'
 }
-cpp_us="$(sluice_cpu "$noaug")"
-aug_us="$(sluice_cpu "$root/bench/pipelines/python_augment.yaml")"
+cpp_us="$(sluice_cpu "$noaug" | cut -d' ' -f1)"
+read -r path_sluice_us path_python_us <<<"$(sluice_cpu "$root/bench/pipelines/python_path.yaml")"
 costs="$(/usr/bin/python3 "$root/bench/python_ops_costs.py" --data "$work/images")"
-pil_ms="$(sed -n 's/^pil_decode_crop_ms: //p' <<<"$costs")"
-augment_ms="$(sed -n 's/^augment_ms: //p' <<<"$costs")"
-echo "costs, CPU ms/image: sluice decode+crop $(awk -v u="$cpp_us" 'BEGIN {printf "%.3f", u / 1e3}')," \
-     "sluice process with the python op $(awk -v u="$aug_us" 'BEGIN {printf "%.3f", u / 1e3}')" \
-     "(its Python processes not counted), PIL decode+crop $pil_ms, augment $augment_ms"
-awk -v c="$cpp_us" -v p="$pil_ms" -v a="$augment_ms" 'BEGIN {
-  printf "augment ratio the parts allow: (%.3f + %.3f) / (%.3f + %.3f) = %.2f\n",
-         p, a, c / 1e3, a, (p + a) / (c / 1e3 + a) }'
+cost() { sed -n "s/^$1_ms: //p" <<<"$costs"; }
+pil_ms="$(cost pil_decode_crop)"
+awk -v c="$cpp_us" -v s="$path_sluice_us" -v p="$path_python_us" -v pil="$pil_ms" 'BEGIN {
+  printf "costs, CPU ms/image: sluice decode+crop %.3f; sluice python-op path %.3f (sluice side %.3f, Python side %.3f); PIL decode+crop %.3f\n",
+         c / 1e3, (s + p - c) / 1e3, (s - c) / 1e3, p / 1e3, pil }'
+for mode in augment pil lut; do
+  f_ms="$(cost "$mode")"
+  awk -v m="$mode" -v c="$cpp_us" -v s="$path_sluice_us" -v p="$path_python_us" -v pil="$pil_ms" \
+      -v f="$f_ms" -v r="${medians[$mode]:-not run}" 'BEGIN {
+    path = (s + p - c) / 1e3
+    printf "%s: function %.3f ms; ratio the parts allow (%.3f + %.3f) / (%.3f + %.3f + %.3f) = %.2f; measured %s\n",
+           m, f, pil, f, c / 1e3, path, f, (pil + f) / (c / 1e3 + path + f), r }'
+done

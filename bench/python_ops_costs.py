@@ -6,9 +6,12 @@
 In this one process (no DataLoader, no IPC), CPU time (time.process_time) per image of:
   pil_decode_crop: torchvision ImageFolder's PIL decode + RandomResizedCrop(224), as the
                    DataLoader side of bench/python_ops.sh does it;
-  augment:         examples/python_transforms/augment_numpy.train on those 224x224 crops, with
-                   a fresh numpy Generator per image, as both sides call it.
-Prints `pil_decode_crop_ms: X` and `augment_ms: Y` (the better of 2 passes over N images).
+  augment, pil, lut: the user functions of the modes of the same names
+                   (examples/python_transforms/augment_numpy, augment_pil, augment_lut .train)
+                   on those 224x224 crops, with a fresh numpy Generator per image, as both
+                   sides call them.
+Prints `pil_decode_crop_ms: X`, `augment_ms: Y`, `pil_ms: Z`, `lut_ms: W` (the better of 2
+passes over N images).
 """
 import argparse
 import os
@@ -21,7 +24,11 @@ from torchvision import transforms
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples",
                                 "python_transforms"))
+import augment_lut  # noqa: E402
 import augment_numpy  # noqa: E402
+import augment_pil  # noqa: E402
+
+FUNCTIONS = {"augment": augment_numpy.train, "pil": augment_pil.train, "lut": augment_lut.train}
 
 
 def main():
@@ -31,18 +38,18 @@ def main():
     args = ap.parse_args()
     ds = torchvision.datasets.ImageFolder(args.data, transform=transforms.RandomResizedCrop(224))
     n = min(args.images, len(ds))
-    decode, augment = [], []
+    costs = {"pil_decode_crop": [], **{name: [] for name in FUNCTIONS}}
     for _ in range(2):
         t0 = time.process_time()
         crops = [np.asarray(ds[i][0]) for i in range(n)]
-        t1 = time.process_time()
-        for i, crop in enumerate(crops):
-            augment_numpy.train(crop, np.random.default_rng(i))
-        t2 = time.process_time()
-        decode.append((t1 - t0) / n)
-        augment.append((t2 - t1) / n)
-    print("pil_decode_crop_ms: %.3f" % (1e3 * min(decode)))
-    print("augment_ms: %.3f" % (1e3 * min(augment)))
+        costs["pil_decode_crop"].append((time.process_time() - t0) / n)
+        for name, fn in FUNCTIONS.items():
+            t0 = time.process_time()
+            for i, crop in enumerate(crops):
+                fn(crop, np.random.default_rng(i))
+            costs[name].append((time.process_time() - t0) / n)
+    for name, values in costs.items():
+        print("%s_ms: %.3f" % (name, 1e3 * min(values)))
 
 
 if __name__ == "__main__":

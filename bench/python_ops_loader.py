@@ -1,11 +1,13 @@
 #!/usr/bin/python3
 """PyTorch DataLoader peer of bench/python_ops.sh: the same user function as sluice's python op.
 
-    /usr/bin/python3 bench/python_ops_loader.py --data IMAGE_FOLDER --mode augment|alone
-        [--workers N] [--epochs E]
+    /usr/bin/python3 bench/python_ops_loader.py --data IMAGE_FOLDER
+        --mode augment|pil|lut|alone [--workers N] [--epochs E]
 
 augment: torchvision ImageFolder decode (PIL) + RandomResizedCrop(224), then
          examples/python_transforms/augment_numpy.train on the uint8 array; batch 64.
+pil:     the same with augment_pil.train (PIL rotation, blur, autocontrast);
+lut:     the same with augment_lut.train (flip, brightness/contrast through a uint8 table);
 alone:   only augment_numpy.busy on each record's label (no image is read); batch 64.
 One warm-up epoch, then E timed epochs; prints `pytorch: <N> images/s`.
 """
@@ -21,12 +23,17 @@ from torchvision import transforms
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples",
                                 "python_transforms"))
+import augment_lut  # noqa: E402
 import augment_numpy  # noqa: E402
+import augment_pil  # noqa: E402
+
+FUNCTIONS = {"augment": augment_numpy.train, "pil": augment_pil.train, "lut": augment_lut.train}
 
 
 class Augmented(torch.utils.data.Dataset):
-    def __init__(self, root):
+    def __init__(self, root, fn):
         self.ds = torchvision.datasets.ImageFolder(root, transform=transforms.RandomResizedCrop(224))
+        self.fn = fn
 
     def __len__(self):
         return len(self.ds)
@@ -34,7 +41,7 @@ class Augmented(torch.utils.data.Dataset):
     def __getitem__(self, i):
         img, label = self.ds[i]
         rng = np.random.default_rng(i)
-        return augment_numpy.train(np.asarray(img), rng), label
+        return self.fn(np.asarray(img), rng), label
 
 
 class Alone(torch.utils.data.Dataset):
@@ -52,11 +59,11 @@ class Alone(torch.utils.data.Dataset):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", required=True)
-    ap.add_argument("--mode", choices=["augment", "alone"], required=True)
+    ap.add_argument("--mode", choices=["augment", "pil", "lut", "alone"], required=True)
     ap.add_argument("--workers", type=int, default=os.cpu_count())
     ap.add_argument("--epochs", type=int, default=2)
     args = ap.parse_args()
-    ds = Augmented(args.data) if args.mode == "augment" else Alone(args.data)
+    ds = Alone(args.data) if args.mode == "alone" else Augmented(args.data, FUNCTIONS[args.mode])
     loader = torch.utils.data.DataLoader(ds, batch_size=64, shuffle=True,
                                          num_workers=args.workers,
                                          persistent_workers=args.workers > 0)

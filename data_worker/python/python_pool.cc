@@ -1,5 +1,10 @@
 #include "data_worker/python/python_pool.h"
 
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -10,6 +15,24 @@ namespace {
 
 ABSL_CONST_INIT absl::Mutex g_mu(absl::kConstInit);
 std::shared_ptr<PythonPool>* g_pool ABSL_GUARDED_BY(g_mu) = nullptr;
+
+// utime + stime of /proc/<pid>/stat, in seconds (0 if it cannot be read).
+double ProcessCpuSeconds(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  // Fields after the command (which may hold spaces) in parentheses: state is
+  // field 3, utime 14, stime 15.
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(stat.substr(close + 2));
+  std::string field;
+  unsigned long long utime = 0, stime = 0;
+  for (int k = 3; k <= 15 && rest >> field; ++k) {
+    if (k == 14) utime = std::stoull(field);
+    if (k == 15) stime = std::stoull(field);
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
 
 }  // namespace
 
@@ -106,6 +129,13 @@ int PythonPool::processes_started() const {
 int PythonPool::requests() const {
   absl::MutexLock lock(&mu_);
   return requests_;
+}
+
+double PythonPool::idle_cpu_seconds() const {
+  absl::MutexLock lock(&mu_);
+  double total = 0;
+  for (const std::unique_ptr<PythonProcess>& p : idle_) total += ProcessCpuSeconds(p->pid());
+  return total;
 }
 
 int PythonPool::processes_replaced() const {

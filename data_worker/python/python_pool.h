@@ -94,6 +94,11 @@ class PythonPool {
   // Requests sent to processes (a Call or a whole group is one; redone ones
   // count again): for tests and metrics.
   int requests() const ABSL_LOCKS_EXCLUDED(mu_);
+  // CPU seconds (user + system) the idle processes have used since they
+  // started, read from /proc (0 for one that cannot be read): for benchmarks,
+  // between epochs, when every process is idle (sluice pipeline run's
+  // "python cpu" line).
+  double idle_cpu_seconds() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   absl::StatusOr<std::unique_ptr<PythonProcess>> Acquire() ABSL_LOCKS_EXCLUDED(mu_);

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "data_worker/python/numpy_seed.h"
 #include "data_worker/python/runner_source.h"
 
 extern char** environ;
@@ -341,6 +342,12 @@ size_t InputBytes(const std::vector<const Tensor*>& columns, size_t end) {
   return end;
 }
 
+// numpy's PCG64(seed) as runner.py receives it: "<state> <inc>" in hex.
+std::string Generator(uint64_t seed) {
+  const Pcg64State s = NumpyPcg64State(seed);
+  return absl::StrCat(Hex128(s.state), " ", Hex128(s.inc));
+}
+
 absl::Time DeadlineAfter(absl::Duration timeout, size_t calls) {
   return timeout == absl::InfiniteDuration() ? absl::InfiniteFuture()
                                              : absl::Now() + timeout * static_cast<int64_t>(calls);
@@ -356,7 +363,7 @@ absl::StatusOr<std::vector<Tensor>> PythonProcess::Call(const std::string& modul
   const size_t need = InputBytes(columns, 0);
   if (absl::Status s = MapShm(std::max(need, shm_size_)); !s.ok()) return s;
   std::string request =
-      absl::StrCat("CALL ", module, " ", function, " ", seed, " ", columns.size(), "\n");
+      absl::StrCat("CALL ", module, " ", function, " ", Generator(seed), " ", columns.size(), "\n");
   size_t end = 0;
   PutInputs(columns, &end, &request);
   const absl::Time deadline = DeadlineAfter(timeout, 1);
@@ -385,7 +392,7 @@ absl::StatusOr<std::vector<CallResult>> PythonProcess::CallGroup(
   std::string request = absl::StrCat("GROUP ", module, " ", function, " ", elements.size(), "\n");
   size_t end = 0;
   for (const CallInput& e : elements) {
-    absl::StrAppend(&request, e.seed, " ", e.columns.size(), "\n");
+    absl::StrAppend(&request, Generator(e.seed), " ", e.columns.size(), "\n");
     PutInputs(e.columns, &end, &request);
   }
   const absl::Time deadline = DeadlineAfter(timeout, elements.size());

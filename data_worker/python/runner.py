@@ -5,7 +5,7 @@
 # one call or one group of calls; the tensors stay in the shared memory, the socket carries
 # only their layout:
 #
-#   worker -> child   CALL <module> <function> <seed> <ncols>\n
+#   worker -> child   CALL <module> <function> <state> <inc> <ncols>\n
 #                     <dtype> <offset> <nbytes> <ndim> <d0> <d1> ...\n      (ncols lines)
 #   child -> worker   OK <nouts> <shm_size>\n
 #                     <dtype> <offset> <nbytes> <ndim> <d0> <d1> ...\n      (nouts lines)
@@ -15,7 +15,7 @@
 # still called once per element, in order, each with its own generator):
 #
 #   worker -> child   GROUP <module> <function> <n>\n
-#                     then per element: <seed> <ncols>\n and its ncols layout lines
+#                     then per element: <state> <inc> <ncols>\n and its ncols layout lines
 #   child -> worker   GROUP <n> <shm_size>\n
 #                     then per element: OK <nouts>\n and its nouts layout lines,
 #                                   or  ERR <kind> <nbytes>\n<text>        (kind: call|result)
@@ -24,9 +24,14 @@
 # Example, a group of two one-column elements, the second raising:
 #
 #   GROUP augment_numpy train 2\n
-#   7301 1\nuint8 0 150528 3 224 224 3\n
-#   9924 1\nuint8 150528 150528 3 224 224 3\n
+#   1aa1...61e3 418d...73a9 1\nuint8 0 150528 3 224 224 3\n
+#   9c5b...bc7e 922a...937b 1\nuint8 150528 150528 3 224 224 3\n
 #   -> GROUP 2 1048576\nOK 1\nuint8 301056 150528 3 224 224 3\nERR call 93\nTraceback ...
+#
+# <state> <inc> (32 hex digits each) are the element's generator: the state of
+# numpy.random.PCG64(seed) right after construction, which the worker computes
+# (data_worker/python/numpy_seed.h), set on one reused PCG64 (about 1 us, where building
+# Generator(PCG64(seed)) costs about 25 us): the same stream, bit for bit.
 #
 # Inputs are numpy views of the shared memory (no copy). Outputs are written after all the
 # request's inputs, 64-byte aligned; the child grows the memfd when they do not fit (the
@@ -42,6 +47,10 @@ import numpy as np
 SHM_FD = 3
 CTL_FD = 4
 DTYPES = ("uint8", "int32", "int64", "float16", "float32")
+# Wire name -> dtype, and the dtypes a result may have -> their wire name (native byte
+# order only: a dict lookup, where dtype.name is Python-level code).
+DTYPE_OF = {name.encode(): np.dtype(name) for name in DTYPES}
+NAME_OF = {np.dtype(name): name for name in DTYPES}
 
 
 class Shm:
@@ -100,12 +109,25 @@ def inputs_end(specs):
     return max((int(offset) + int(nbytes) for _, offset, nbytes, *_ in specs), default=0)
 
 
-def call(fn, buf, specs, seed):
+class Rng:
+    """The generator every call gets: one PCG64, re-seeded per element with the state
+    the worker sent (valid during the call only)."""
+
+    def __init__(self):
+        self.bits = np.random.PCG64(0)
+        self.generator = np.random.Generator(self.bits)
+
+    def seeded(self, state, inc):
+        self.bits.state = {"bit_generator": "PCG64",
+                           "state": {"state": int(state, 16), "inc": int(inc, 16)},
+                           "has_uint32": 0, "uinteger": 0}
+        return self.generator
+
+
+def call(fn, buf, specs, rng):
     """One call: (the result arrays, None) or (None, (kind, text))."""
-    columns = [view(buf, np.dtype(dtype.decode()), tuple(int(d) for d in dims), int(offset),
-                    int(nbytes))
+    columns = [view(buf, DTYPE_OF[dtype], tuple(int(d) for d in dims), int(offset), int(nbytes))
                for dtype, offset, nbytes, ndim, *dims in specs]
-    rng = np.random.Generator(np.random.PCG64(int(seed)))
     try:
         result = fn(*columns, rng=rng)
     except BaseException:
@@ -115,9 +137,10 @@ def call(fn, buf, specs, seed):
     arrays = []
     for k, out in enumerate(outputs):
         a = np.asarray(out)
-        if a.dtype.name not in DTYPES:
+        if a.dtype not in NAME_OF:
+            name = a.dtype.name if a.dtype.isnative else a.dtype.str  # '>i4': not native
             return None, ("result", "result %d is %s%s; return one of %s (cast with .astype)" % (
-                k, a.dtype.name, list(a.shape), ", ".join(DTYPES)))
+                k, name, list(a.shape), ", ".join(DTYPES)))
         arrays.append(a)
     return arrays, None
 
@@ -146,7 +169,7 @@ def write_results(shm, results, end):
         for a, off in layout:
             if a.nbytes:
                 np.copyto(view(buf, a.dtype, a.shape, off, a.nbytes), a, casting="no")
-            text.append(("%s %d %d %d%s\n" % (a.dtype.name, off, a.nbytes, a.ndim,
+            text.append(("%s %d %d %d%s\n" % (NAME_OF[a.dtype], off, a.nbytes, a.ndim,
                                               "".join(" %d" % d for d in a.shape))).encode())
         lines.append(text)
     return lines, shm.size
@@ -155,6 +178,7 @@ def write_results(shm, results, end):
 def main():
     reader = os.fdopen(CTL_FD, "rb", buffering=1 << 16, closefd=False)
     shm = Shm()
+    rng = Rng()
     functions = {}
     while True:
         line = reader.readline()
@@ -165,19 +189,20 @@ def main():
             _, module, function, n = words
             elements = []
             for _ in range(int(n)):
-                seed, ncols = reader.readline().split()
-                elements.append((seed, [reader.readline().split() for _ in range(int(ncols))]))
+                state, inc, ncols = reader.readline().split()
+                elements.append((state, inc,
+                                 [reader.readline().split() for _ in range(int(ncols))]))
         else:
-            _, module, function, seed, ncols = words
-            elements = [(seed, [reader.readline().split() for _ in range(int(ncols))])]
+            _, module, function, state, inc, ncols = words
+            elements = [(state, inc, [reader.readline().split() for _ in range(int(ncols))])]
         try:
             fn = load(functions, module, function)
         except BaseException:
             send(error("import", traceback.format_exc()))
             continue
         buf = shm.buffer()
-        end = max((inputs_end(specs) for _, specs in elements), default=0)
-        results = [call(fn, buf, specs, seed) for seed, specs in elements]
+        end = max((inputs_end(specs) for _, _, specs in elements), default=0)
+        results = [call(fn, buf, specs, rng.seeded(state, inc)) for state, inc, specs in elements]
         del buf
         lines, size = write_results(shm, results, end)
         if words[0] == b"GROUP":

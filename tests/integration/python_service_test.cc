@@ -4,12 +4,15 @@
 // tests/data_worker/python/sluice_test_fns.py.
 //   - Every record arrives once per epoch with exactly the bytes the in-process
 //     executor computes (the generator depends on seed, epoch and record only),
-//     also when a Python process exits in the middle of the job.
+//     also when a Python process exits in the middle of the job, is killed
+//     with SIGKILL in the middle of a group, or hangs past
+//     --python-op-timeout.
 //   - An exception ends the job with the Python traceback in the consumer's
 //     error.
 //   - A worker without --allow-python-ops refuses the job, saying so.
 #include <cstdint>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -38,20 +41,20 @@ constexpr int kEpochs = 2;
 
 using ::sluice::testing::BinDir;
 
-// Decode, then `fn` on [image, label] (label = record), then a random flip in
-// C++ after it, batches of 4.
-proto::Pipeline MakePipeline(const std::string& fn) {
+// Decode, then `fn` on [image, label] (label = record; `extra` adds fields to
+// the python op), then a random flip in C++ after it, batches of 4.
+proto::Pipeline MakePipeline(const std::string& fn, const std::string& extra = "") {
   auto p = pipeline_spec::ParsePipelineSpec(absl::StrReplaceAll(R"(
 seed: 3
 source: {synthetic: {num_records: 32, height: 12, width: 10, num_classes: 1000}, columns: [image, label]}
 nodes:
   - shuffle: {seed: 4}
   - map: {input_columns: [image], ops: [{decode: {}}]}
-  - map: {input_columns: [image, label], ops: [{python: {module: sluice_test_fns, function: FN}}]}
+  - map: {input_columns: [image, label], ops: [{python: {module: sluice_test_fns, function: FN EXTRA}}]}
   - map: {input_columns: [image], ops: [{random_horizontal_flip: {}}]}
   - batch: {size: 4}
 )",
-                                                                {{"FN", fn}}));
+                                                                {{"FN", fn}, {" EXTRA", extra}}));
   EXPECT_TRUE(p.ok()) << p.status();
   return p.value_or(proto::Pipeline());
 }
@@ -64,10 +67,10 @@ struct Batch {
 
 class PythonServiceTest : public ::testing::Test {
  protected:
-  void StartCluster(bool allow) {
+  void StartCluster(bool allow, const std::string& timeout = "20s") {
     setenv("SLUICE_TEST_MARKERS", markers_.path().c_str(), 1);
     std::vector<std::string> flags = {"--python-path", SLUICE_TEST_PYTHON_DIR,
-                                      "--python-op-timeout", "20s"};
+                                      "--python-op-timeout", timeout};
     if (allow) flags.push_back("--allow-python-ops");
     auto cluster = tools::LocalCluster::Start({.bin_dir = BinDir(),
                                                .workers = 2,
@@ -115,11 +118,10 @@ class PythonServiceTest : public ::testing::Test {
   std::unique_ptr<DataServiceClient> client_;
 };
 
-TEST_F(PythonServiceTest, EveryRecordOnceWithTheExecutorsBytesDespiteACrash) {
-  StartCluster(/*allow=*/true);
-  const proto::Pipeline pipeline = MakePipeline("exits_once_on_3");
-  std::vector<Batch> got;
-  ASSERT_TRUE(Read(pipeline, &got).ok());
+// Every record of every epoch once in `got`, each batch with the bytes the
+// in-process executor computes for its records.
+void ExpectEveryRecordOnceWithTheExecutorsBytes(const proto::Pipeline& pipeline,
+                                                const std::vector<Batch>& got) {
   std::map<uint64_t, std::vector<int>> counts;
   for (const Batch& b : got) {
     auto& c = counts[b.epoch];
@@ -132,10 +134,6 @@ TEST_F(PythonServiceTest, EveryRecordOnceWithTheExecutorsBytesDespiteACrash) {
       EXPECT_EQ(c[i], 1) << "epoch " << epoch << " record " << i;
     }
   }
-  // The process that exited on record 3 left its marker: it did happen.
-  EXPECT_EQ(testing::ReadFile(markers_.Join("exit-3")), "");
-  EXPECT_TRUE(std::ifstream(markers_.Join("exit-3")).good());
-
   data_worker::python::PythonOptions o;
   o.allow = true;
   o.python_path = {SLUICE_TEST_PYTHON_DIR};
@@ -150,6 +148,41 @@ TEST_F(PythonServiceTest, EveryRecordOnceWithTheExecutorsBytesDespiteACrash) {
     EXPECT_EQ(b.image, std::string(image.bytes().data(), image.num_bytes()))
         << "epoch " << b.epoch << " first record " << b.indices[0];
   }
+}
+
+TEST_F(PythonServiceTest, EveryRecordOnceWithTheExecutorsBytesDespiteACrash) {
+  StartCluster(/*allow=*/true);
+  const proto::Pipeline pipeline = MakePipeline("exits_once_on_3");
+  std::vector<Batch> got;
+  ASSERT_TRUE(Read(pipeline, &got).ok());
+  // The process that exited on record 3 left its marker: it did happen.
+  EXPECT_TRUE(std::ifstream(markers_.Join("exit-3")).good());
+  ExpectEveryRecordOnceWithTheExecutorsBytes(pipeline, got);
+}
+
+// The OOM killer's way: SIGKILL from outside, in the middle of a group of 8 in
+// a real worker. The group is redone on a fresh process; nothing is lost or
+// delivered twice.
+TEST_F(PythonServiceTest, ASigkillInTheMiddleOfAGroupLosesAndDuplicatesNothing) {
+  StartCluster(/*allow=*/true);
+  const proto::Pipeline pipeline = MakePipeline("sigkills_once_on_3", ", group: 8");
+  std::vector<Batch> got;
+  const absl::Status s = Read(pipeline, &got);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_TRUE(std::ifstream(markers_.Join("sigkill-3")).good());
+  ExpectEveryRecordOnceWithTheExecutorsBytes(pipeline, got);
+}
+
+// A function that hangs past the worker's --python-op-timeout (1 s; a group
+// of 2 waits 2 s) is killed and its group redone.
+TEST_F(PythonServiceTest, AHangPastThePythonOpTimeoutIsKilledAndRedone) {
+  StartCluster(/*allow=*/true, /*timeout=*/"1s");
+  const proto::Pipeline pipeline = MakePipeline("hangs_once_on_2", ", group: 2");
+  std::vector<Batch> got;
+  const absl::Status s = Read(pipeline, &got);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_TRUE(std::ifstream(markers_.Join("hang-2")).good());
+  ExpectEveryRecordOnceWithTheExecutorsBytes(pipeline, got);
 }
 
 TEST_F(PythonServiceTest, AnExceptionReachesTheConsumerWithItsTraceback) {

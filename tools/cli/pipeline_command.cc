@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <thread>
 
@@ -143,7 +144,12 @@ absl::Status RunPipeline(const PipelineFlags& flags) {
     if (!ids) return absl::InvalidArgumentError("--ids-out: cannot write '" + flags.ids_out + "'");
   }
   uint64_t elements = 0;
-  double timed_seconds = 0, timed_cpu = 0;
+  double timed_seconds = 0, timed_cpu = 0, timed_python_cpu = 0;
+  // The Python processes' CPU (python ops): read between epochs, when they are
+  // all idle.
+  const std::shared_ptr<data_worker::python::PythonPool> pool =
+      data_worker::python::ConfiguredPythonPool();
+  auto python_cpu = [&] { return pool != nullptr ? pool->idle_cpu_seconds() : 0.0; };
   // From the first timed batch on (what bench/service_overhead.sh compares with
   // the service's consume).
   std::optional<absl::Time> first_batch;
@@ -156,6 +162,7 @@ absl::Status RunPipeline(const PipelineFlags& flags) {
                     executor->source_size());
     const absl::Time start = absl::Now();
     const double cpu_start = ProcessCpuSeconds();
+    const double python_cpu_start = python_cpu();
     RETURN_IF_ERROR(executor->Start(epoch));
     uint64_t epoch_elements = 0;
     while (true) {
@@ -179,6 +186,7 @@ absl::Status RunPipeline(const PipelineFlags& flags) {
     if (!warmup) {
       timed_seconds += absl::ToDoubleSeconds(absl::Now() - start);
       timed_cpu += ProcessCpuSeconds() - cpu_start;
+      timed_python_cpu += python_cpu() - python_cpu_start;
       elements += epoch_elements;
     }
   }
@@ -190,6 +198,12 @@ absl::Status RunPipeline(const PipelineFlags& flags) {
   // CPU per image: robust to other jobs sharing the machine (wall-clock
   // throughput is not).
   std::printf("cpu: %.0f us/image\n", elements > 0 ? 1e6 * timed_cpu / elements : 0.0);
+  if (pool != nullptr && timed_python_cpu > 0) {
+    // Processes started during the timed epochs count from their start on
+    // (numpy's import included); one replaced after a crash loses its share.
+    std::printf("python cpu: %.0f us/image\n",
+                elements > 0 ? 1e6 * timed_python_cpu / elements : 0.0);
+  }
   if (first_batch.has_value()) {
     std::printf("first batch after %.3fs\n", absl::ToDoubleSeconds(*first_batch - created));
     PrintFromFirstBatch(absl::ToDoubleSeconds(absl::Now() - *first_batch),

@@ -5,7 +5,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <set>
@@ -198,6 +200,10 @@ TEST_F(PythonOpTest, UnsupportedResultDtypeNamesIt) {
   EXPECT_EQ(out.status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(out.status.message(), HasSubstr("result 0 is float64[6, 5, 3]; return one of uint8, "
                                               "int32, int64, float16, float32"));
+  // A supported type in the other byte order is not copied as is: named too.
+  const Out swapped = RunSpec(Spec("big_endian", 1, "fail", kInt32));
+  EXPECT_EQ(swapped.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(swapped.status.message(), HasSubstr("result 0 is >i4[6, 5, 3]; return one of"));
 }
 
 TEST_F(PythonOpTest, WrongNumberOfResultsIsAnError) {
@@ -428,6 +434,40 @@ TEST_F(PythonOpTest, APoolGroupCallsTheFunctionOncePerElementInOneRequest) {
   }
 }
 
+// One process runs the eight elements of a group with one generator
+// re-seeded per element: each element's draws are those of numpy's own fresh
+// Generator(PCG64(seed)) (computed here by numpy outside sluice), whatever
+// the element before it drew or left buffered.
+TEST_F(PythonOpTest, EachElementOfAGroupDrawsNumpysFreshGeneratorsStream) {
+  auto pool = python::ConfiguredPythonPool();
+  std::vector<Tensor> labels;
+  for (int g = 0; g < kRecords; ++g) {
+    labels.push_back(Tensor::Allocate(DType::kInt64, {}));
+    *labels.back().data_as<int64_t>() = g;
+  }
+  std::vector<python::CallInput> group;
+  const std::vector<uint64_t> seeds = {0, 1, 7, 4294967296, 12345678901234567, 99, 100, ~0ull};
+  for (int g = 0; g < kRecords; ++g) group.push_back({seeds[g], {&labels[g]}});
+  auto out = pool->CallGroup("sluice_test_fns", "mixed_draws", group);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(pool->requests(), 1);
+  ASSERT_EQ(out->size(), static_cast<size_t>(kRecords));
+  for (int g = 0; g < kRecords; ++g) {
+    const std::string cmd = absl::StrCat(
+        SLUICE_PYTHON_EXECUTABLE, " -c 'import sys; sys.path.insert(0, \"", SLUICE_TEST_PYTHON_DIR,
+        "\"); import numpy as np, sluice_test_fns as f; sys.stdout.buffer.write(f.mixed_draws(0, "
+        "np.random.Generator(np.random.PCG64(",
+        seeds[g], "))).tobytes())'");
+    FILE* p = popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    char buf[64];
+    ASSERT_EQ(fread(buf, 1, sizeof(buf), p), sizeof(buf));
+    pclose(p);
+    ASSERT_TRUE((*out)[g].ok()) << g << ": " << (*out)[g].status();
+    EXPECT_EQ(std::string((*(*out)[g])[0].bytes()), std::string(buf, sizeof(buf))) << g;
+  }
+}
+
 TEST_F(PythonOpTest, AnExceptionInAGroupFailsOnlyItsElement) {
   auto pool = python::ConfiguredPythonPool();
   const LabelOut out = RunLabels(LabelSpec("label_raises_on_3", 8));
@@ -456,6 +496,23 @@ TEST_F(PythonOpTest, AProcessThatSegfaultsDuringAGroupIsReplacedAndTheGroupRedon
   EXPECT_EQ(pool->requests(), 1 + kRecords);
   // With images, two stages and two threads: every record once, exact bytes.
   ExpectAllInverted(RunSpec(Spec("segfaults_once_on_5", 2, "fail", kEight)));
+}
+
+// SIGKILL from outside (what the OOM killer sends) in the middle of a group of
+// eight: the process is replaced and each element of the group is redone
+// exactly once, element by element. The function logs every call: records
+// 0-3 ran in the group (3 killed it) and once more in the redo, 4-7 only in
+// the redo; each record is delivered once.
+TEST_F(PythonOpTest, ASigkillDuringAGroupRedoesEachOfItsElementsExactlyOnce) {
+  auto pool = python::ConfiguredPythonPool();
+  ExpectPlus1000(RunLabels(LabelSpec("label_sigkills_once_on_3_logged", 8)));
+  EXPECT_EQ(pool->processes_replaced(), 1);
+  EXPECT_EQ(pool->requests(), 1 + kRecords);
+  for (int g = 0; g < kRecords; ++g) {
+    std::ifstream calls(markers_.Join(absl::StrCat("calls-", g)));
+    std::string text((std::istreambuf_iterator<char>(calls)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(text, g <= 3 ? "call\ncall\n" : "call\n") << g;
+  }
 }
 
 // The group's deadline is the timeout times its elements (2 x 1 s here).

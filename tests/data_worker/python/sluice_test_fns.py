@@ -5,6 +5,7 @@ redone call (on a fresh process) succeeds.
 """
 import ctypes
 import os
+import signal
 import time
 
 import numpy as np
@@ -25,6 +26,10 @@ def to_float(image, label, rng):
 
 def wrong_dtype(image, label, rng):
     return image.astype(np.float64), label
+
+
+def big_endian(image, label, rng):
+    return image.astype(">i4"), label
 
 
 def one_result(image, label, rng):
@@ -54,6 +59,13 @@ def exits_once_on_3(image, label, rng):
 def segfaults_once_on_5(image, label, rng):
     if int(label) == 5 and _first_time("segv", label):
         ctypes.string_at(0)
+    return 255 - image, label
+
+
+def sigkills_once_on_3(image, label, rng):
+    """Killed from outside, as the kernel's OOM killer does (SIGKILL), the first time."""
+    if int(label) == 3 and _first_time("sigkill", label):
+        os.kill(os.getpid(), signal.SIGKILL)
     return 255 - image, label
 
 
@@ -108,12 +120,22 @@ def _always_exit_on_4(g):
         os._exit(9)
 
 
+def _sigkill_once_on_3_logged(g):
+    """Logs the call (one line per call in calls-<g>), then SIGKILLs its process the first
+    time on record 3."""
+    with open(os.path.join(os.environ["SLUICE_TEST_MARKERS"], "calls-%d" % g), "a") as f:
+        f.write("call\n")
+    if g == 3 and _first_time("sigkill", g):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 label_plus_1000 = _plus_1000(lambda g: None)
 label_raises_on_3 = _plus_1000(_raise_on_3)
 label_exits_once_on_3 = _plus_1000(_exit_once_on_3)
 label_segfaults_once_on_5 = _plus_1000(_segfault_once_on_5)
 label_hangs_once_on_2 = _plus_1000(_hang_once_on_2)
 label_always_exits_on_4 = _plus_1000(_always_exit_on_4)
+label_sigkills_once_on_3_logged = _plus_1000(_sigkill_once_on_3_logged)
 
 
 def label_draw(label, rng):
@@ -124,3 +146,15 @@ def label_draw(label, rng):
 def invert_and_draw(image, label, rng):
     """The image inverted; the label replaced by the element's first draw."""
     return 255 - image, np.int64(rng.integers(0, 1 << 62))
+
+
+def mixed_draws(label, rng):
+    """Eight int64 from draws of several kinds. It starts and ends with 32-bit draws, which
+    numpy serves from half a buffered 64-bit word: the last leaves half a word buffered, which
+    the next element's generator must not see (the last value says whether one is: 1)."""
+    first = rng.integers(0, 1 << 32, size=1, dtype=np.uint32).astype(np.int64)
+    floats = (rng.random(2) * (1 << 52)).astype(np.int64)
+    normals = (rng.standard_normal(2) * 1e9).astype(np.int64)
+    last = rng.integers(0, 1 << 32, size=2, dtype=np.uint32).astype(np.int64)
+    buffered = [int(rng.bit_generator.state["has_uint32"])]
+    return np.concatenate([first, floats, normals, last, buffered])
