@@ -431,9 +431,7 @@ absl::Status DispatcherImpl::DoClientHeartbeat(const proto::ClientHeartbeatReque
   const DispatcherState::Consumer& consumer = job->consumers[request.consumer_index()];
   if (!consumer.slots.empty()) {
     int newly_done = 0;
-    bool awaiting = false;
-    for (const DispatcherState::Slot& slot : consumer.slots)
-      awaiting = awaiting || slot.status == proto::SPLIT_STATUS_AWAITING_PROGRESS;
+    const bool awaiting = !consumer.awaiting.empty();
     for (const proto::ClientSplitProgress& p : request.progress()) {
       const DispatcherState::Slot* slot =
           state_.FindSlot({job->id, consumer.index, p.epoch(), p.position()});

@@ -62,10 +62,7 @@ int DispatcherImpl::AffinityTier(uint64_t worker_id, const DispatcherState::Job&
 }
 
 bool DispatcherImpl::Behind(const DispatcherState::Consumer& consumer) const {
-  return std::any_of(consumer.slots.begin(), consumer.slots.end(),
-                     [](const DispatcherState::Slot& s) {
-                       return s.status == proto::SPLIT_STATUS_ASSIGNED && s.detached;
-                     });
+  return !consumer.detached.empty();
 }
 
 bool DispatcherImpl::Assignable(const DispatcherState::Job& job,
@@ -74,11 +71,8 @@ bool DispatcherImpl::Assignable(const DispatcherState::Job& job,
   // A behind consumer's next slots would only fill a queue nobody reads. But a slot before the
   // one that waits may be what its trainer waits for (deterministic order releases the waiting
   // slot's batches only after it; e.g. it was handed back by a lost worker): that one goes.
-  for (uint64_t position = 0; position < consumer.slots.size(); ++position) {
-    const DispatcherState::Slot& slot = consumer.slots[position];
-    if (slot.status != proto::SPLIT_STATUS_ASSIGNED || !slot.detached) continue;
-    if (*consumer.pending.begin() > position) return false;
-    break;
+  if (!consumer.detached.empty() && *consumer.pending.begin() > *consumer.detached.begin()) {
+    return false;
   }
   if (!options_.first_split_alone || consumer.in_production == 0) return true;
   auto it = consumer_signals_.find({job.id, consumer.index});

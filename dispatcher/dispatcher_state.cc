@@ -215,23 +215,42 @@ const DispatcherState::Slot* DispatcherState::FindSlot(const SlotKey& key) const
   return const_cast<DispatcherState*>(this)->MutableSlot(key);
 }
 
+DispatcherState::SlotClass DispatcherState::Classify(const Slot& slot) {
+  const bool assigned = slot.status == proto::SPLIT_STATUS_ASSIGNED;
+  return {.pending = slot.status == proto::SPLIT_STATUS_PENDING,
+          .awaiting = slot.status == proto::SPLIT_STATUS_AWAITING_PROGRESS,
+          .detached = assigned && slot.detached,
+          .producing = assigned && !slot.finished_producing};
+}
+
 void DispatcherState::Reindex(Consumer& consumer) {
   consumer.pending.clear();
+  consumer.awaiting.clear();
+  consumer.detached.clear();
   consumer.in_production = 0;
   for (uint64_t pos = 0; pos < consumer.slots.size(); ++pos) {
-    const Slot& slot = consumer.slots[pos];
-    if (slot.status == proto::SPLIT_STATUS_PENDING) {
-      consumer.pending.insert(consumer.pending.end(), pos);
-    } else if (slot.status == proto::SPLIT_STATUS_ASSIGNED && !slot.finished_producing) {
-      ++consumer.in_production;
-    }
+    Reindex(consumer, pos, SlotClass{});
   }
 }
 
-void DispatcherState::Reindex(const SlotKey& key) {
+void DispatcherState::Reindex(Consumer& consumer, uint64_t position, const SlotClass& before) {
+  const SlotClass now = Classify(consumer.slots[position]);
+  if (now == before) return;
+  const auto move = [&](std::set<uint64_t>& index, bool was, bool is) {
+    if (was && !is) index.erase(position);
+    if (is && !was) index.insert(index.end(), position);
+  };
+  move(consumer.pending, before.pending, now.pending);
+  move(consumer.awaiting, before.awaiting, now.awaiting);
+  move(consumer.detached, before.detached, now.detached);
+  if (before.producing && !now.producing) --consumer.in_production;
+  if (now.producing && !before.producing) ++consumer.in_production;
+}
+
+void DispatcherState::Reindex(const SlotKey& key, const SlotClass& before) {
   auto it = jobs_.find(key.job_id);
   if (it == jobs_.end() || key.consumer >= it->second.consumers.size()) return;
-  Reindex(it->second.consumers[key.consumer]);
+  Reindex(it->second.consumers[key.consumer], key.position, before);
 }
 
 uint64_t DispatcherState::WorkerHash(uint64_t id, const std::string& address) {
@@ -371,6 +390,7 @@ absl::Status DispatcherState::ApplyAssignSplit(const proto::UpdateAssignSplit& u
                                                       proto::SplitStatus_Name(slot->status),
                                                       ", not pending"));
   }
+  const SlotClass before = Classify(*slot);
   slot->status = proto::SPLIT_STATUS_ASSIGNED;
   slot->worker_id = u.worker_id();
   slot->skip_batches = u.skip_batches();
@@ -378,7 +398,7 @@ absl::Status DispatcherState::ApplyAssignSplit(const proto::UpdateAssignSplit& u
   slot->finished_producing = false;
   ++slot->assignments;
   wit->second.slots.insert(key);
-  Reindex(key);
+  Reindex(key, before);
   return absl::OkStatus();
 }
 
@@ -399,6 +419,7 @@ absl::Status DispatcherState::ApplyClientProgress(const proto::UpdateClientProgr
     if (p.epoch() != consumer.epoch || p.position() >= consumer.slots.size()) continue;
     Slot& slot = consumer.slots[p.position()];
     if (slot.status == proto::SPLIT_STATUS_DONE) continue;
+    const SlotClass before = Classify(slot);
     slot.delivered_batches = std::max(slot.delivered_batches, p.delivered_batches());
     if (p.complete()) {
       if (slot.status == proto::SPLIT_STATUS_ASSIGNED) {
@@ -410,17 +431,19 @@ absl::Status DispatcherState::ApplyClientProgress(const proto::UpdateClientProgr
       slot.status = proto::SPLIT_STATUS_DONE;
       slot.worker_id = 0;
       ++consumer.done;
+      Reindex(consumer, p.position(), before);
     }
   }
   // The consumer has now said how far it got: released splits may go to another
   // worker.
-  for (Slot& slot : consumer.slots) {
-    if (slot.status == proto::SPLIT_STATUS_AWAITING_PROGRESS) {
-      slot.status = proto::SPLIT_STATUS_PENDING;
-      slot.skip_batches = slot.delivered_batches;
-    }
+  const std::set<uint64_t> awaiting = std::move(consumer.awaiting);
+  consumer.awaiting.clear();
+  for (uint64_t position : awaiting) {
+    Slot& slot = consumer.slots[position];
+    slot.status = proto::SPLIT_STATUS_PENDING;
+    slot.skip_batches = slot.delivered_batches;
+    Reindex(consumer, position, SlotClass{});
   }
-  Reindex(consumer);
   if (consumer.done == consumer.slots.size()) {
     ++consumer.epoch;
     RETURN_IF_ERROR(StartEpoch(job, consumer));
@@ -440,12 +463,11 @@ absl::Status DispatcherState::ApplyWorkerProgress(const proto::UpdateWorkerProgr
         slot->worker_id != u.worker_id()) {
       continue;
     }
+    const SlotClass before = Classify(*slot);
     slot->produced_batches = std::max(slot->produced_batches, p.produced_batches());
     slot->detached = p.detached();
-    if (!slot->finished_producing && p.finished_producing()) {
-      slot->finished_producing = true;
-      Reindex(SlotKey::FromProto(p.key()));
-    }
+    if (p.finished_producing()) slot->finished_producing = true;
+    Reindex(SlotKey::FromProto(p.key()), before);
   }
   return absl::OkStatus();
 }
@@ -454,11 +476,12 @@ void DispatcherState::Release(Worker& worker, const SlotKey& key) {
   worker.slots.erase(key);
   Slot* slot = MutableSlot(key);
   if (slot == nullptr || slot->status != proto::SPLIT_STATUS_ASSIGNED) return;
+  const SlotClass before = Classify(*slot);
   slot->status = proto::SPLIT_STATUS_AWAITING_PROGRESS;
   slot->worker_id = 0;
   slot->finished_producing = false;
   slot->detached = false;
-  Reindex(key);
+  Reindex(key, before);
 }
 
 absl::Status DispatcherState::ApplyWorkerLost(const proto::UpdateWorkerLost& u) {

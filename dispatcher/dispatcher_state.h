@@ -88,10 +88,13 @@ class DispatcherState {
     bool finished = false;
     uint64_t done = 0;        // slots of `epoch` that are DONE
     std::vector<Slot> slots;  // of `epoch`; position = index (empty in PARALLEL_EPOCHS mode)
-    // Indexes of `slots`, kept by Apply, so that assigning a split does not walk every slot
-    // of every consumer: positions of PENDING slots, and the ASSIGNED slots whose worker has
-    // not finished producing them.
+    // Indexes of `slots`, kept by Apply one slot at a time, so that neither assigning a split
+    // nor applying a report walks every slot (a job may have 1,000,000): positions of PENDING
+    // slots, of AWAITING_PROGRESS slots, of ASSIGNED slots their worker paused (detached), and
+    // the count of ASSIGNED slots whose worker has not finished producing them.
     std::set<uint64_t> pending;
+    std::set<uint64_t> awaiting;
+    std::set<uint64_t> detached;
     uint32_t in_production = 0;
   };
 
@@ -201,9 +204,21 @@ class DispatcherState {
   // The slot goes back to AWAITING_PROGRESS: reassigned after its consumer's
   // next report.
   void Release(Worker& worker, const SlotKey& key);
-  // Recomputes consumer.pending and consumer.in_production from its slots.
+  // What a slot counts for in its consumer's indexes (Consumer::pending, ...).
+  struct SlotClass {
+    bool pending = false;
+    bool awaiting = false;
+    bool detached = false;
+    bool producing = false;
+    bool operator==(const SlotClass&) const = default;
+  };
+  static SlotClass Classify(const Slot& slot);
+  // Recomputes all of consumer's indexes from its slots.
   static void Reindex(Consumer& consumer);
-  void Reindex(const SlotKey& key);
+  // Moves slot `position` of `consumer` from the indexes of `before` (its class before it
+  // changed) to those of its class now.
+  static void Reindex(Consumer& consumer, uint64_t position, const SlotClass& before);
+  void Reindex(const SlotKey& key, const SlotClass& before);
   static uint64_t WorkerHash(uint64_t id, const std::string& address);
 
   std::map<uint64_t, Dataset> datasets_;
