@@ -609,17 +609,21 @@ void TaskRunner::Deliver(Producer& producer, SubmittedRun& run, pipeline::Elemen
     UpdatePeak();
     return;
   }
-  if (!run.task.parallel && pause_unread_after_ != absl::InfiniteDuration()) {
-    const ConsumerQueues::PushResult r =
-        queues_->PushUnlessUnread(run.task.task_id, *std::move(batch), UnreadLimit(run.task));
-    UpdatePeak();
-    if (r == ConsumerQueues::PushResult::kFull) Pause(producer, run.task, index);
-    if (r == ConsumerQueues::PushResult::kGone) StopTask(producer, run.task.task_id);
-    return;
-  }
-  const bool pushed = queues_->Push(run.task.task_id, *std::move(batch));
+  const ConsumerQueues::PushResult pushed = PushOwn(producer, run, *std::move(batch), index);
   UpdatePeak();
-  if (!pushed) StopTask(producer, run.task.task_id);
+  if (pushed == ConsumerQueues::PushResult::kGone) StopTask(producer, run.task.task_id);
+}
+
+ConsumerQueues::PushResult TaskRunner::PushOwn(Producer& producer, const SubmittedRun& run,
+                                               service::WireBatch batch, uint64_t index) {
+  if (run.task.parallel || pause_unread_after_ == absl::InfiniteDuration()) {
+    return queues_->Push(run.task.task_id, std::move(batch)) ? ConsumerQueues::PushResult::kPushed
+                                                             : ConsumerQueues::PushResult::kGone;
+  }
+  const ConsumerQueues::PushResult pushed =
+      queues_->PushUnlessUnread(run.task.task_id, std::move(batch), UnreadLimit(run.task));
+  if (pushed == ConsumerQueues::PushResult::kFull) Pause(producer, run.task, index);
+  return pushed;
 }
 
 absl::Duration TaskRunner::UnreadLimit(const QueuedTask& task) const {
@@ -751,15 +755,9 @@ void TaskRunner::EndRun(Producer& producer) {
     FanOut(producer, run, marker, marker.header.batch_index());
     return;
   }
-  if (!run.task.parallel && pause_unread_after_ != absl::InfiniteDuration()) {
-    const uint64_t index = marker.header.batch_index();
-    if (queues_->PushUnlessUnread(run.task.task_id, std::move(marker), UnreadLimit(run.task)) ==
-        ConsumerQueues::PushResult::kFull) {
-      Pause(producer, run.task, index);  // produced again only for its marker
-    }
-    return;
-  }
-  queues_->Push(run.task.task_id, std::move(marker));
+  // Paused here, the task is produced again only for its marker.
+  const uint64_t index = marker.header.batch_index();
+  PushOwn(producer, run, std::move(marker), index);
 }
 
 absl::StatusOr<TaskRunner::Pipeline*> TaskRunner::PipelineFor(Producer& producer, uint64_t job_id) {

@@ -243,6 +243,12 @@ class TaskRunner {
   // Streams batch `index` of a shared run to every member that needs it; detaches laggards.
   void FanOut(Producer& producer, SubmittedRun& run, const service::WireBatch& batch,
               uint64_t index) ABSL_LOCKS_EXCLUDED(mu_);
+  // Queues batch `index` of `run` for its own task's consumer, waiting for room; a split task
+  // whose consumer reads nothing for UnreadLimit pauses instead (kFull; Pause). kGone: the
+  // task was dropped.
+  ConsumerQueues::PushResult PushOwn(Producer& producer, const SubmittedRun& run,
+                                     service::WireBatch batch, uint64_t index)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // How long `task`'s queue may stay full and unread before it pauses:
   // --pause-unread-after, doubled per earlier pause of the task (at most 64x).
   absl::Duration UnreadLimit(const QueuedTask& task) const;
