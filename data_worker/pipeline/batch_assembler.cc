@@ -177,6 +177,7 @@ absl::StatusOr<BatchAssembler::Written> BatchAssembler::PrepareWrite(const Stage
   }
   Written out;
   out.slot = w.slot;
+  out.op = w.op.get();
   Tensor& t = e.columns[w.slot];
   const ElementContext ctx{options_.seed, e.epoch, e.global_indices[0]};
   if (w.mirror != nullptr && w.mirror->Mirrors(ctx)) {
@@ -288,9 +289,7 @@ void BatchAssembler::Write(Action& a) {
     const int64_t bytes = bytes_of(c);
     uint8_t* slot = dst.data() + a.slot * bytes;
     if (const Written* w = written_of(c); w != nullptr) {
-      for (const StagePlan::SlotWrite& sw : options_.writes) {
-        if (sw.slot == w->slot) sw.op->ApplyInto(t, w->mirror, slot);
-      }
+      w->op->ApplyInto(t, w->mirror, slot);
     } else {
       std::memcpy(slot, t.data(), bytes);
     }

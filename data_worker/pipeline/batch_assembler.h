@@ -165,6 +165,7 @@ class BatchAssembler {
   // read it mirrored. Errors: the op's (or the flip's) InvalidArgument.
   struct Written {
     int slot = 0;
+    const Op* op = nullptr;  // writes the column into its batch slot (StagePlan::SlotWrite)
     bool mirror = false;
     TensorType type;
   };
