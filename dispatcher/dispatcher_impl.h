@@ -536,7 +536,13 @@ class DispatcherImpl {
   // and has a split in production: until its first batch, one split gets all of the workers'
   // CPU, so that batch comes about as soon as in-process (docs/architecture.md, "Work reaches
   // workers at once").
-  bool Assignable(const DispatcherState::Job& job, const DispatcherState::Consumer& consumer) const
+  //
+  // Returns the epoch to hand a slot of out of: the consumer itself, or, while its epoch has
+  // nothing left to hand out (no slot pending or awaiting progress), its following epoch opened
+  // early (Consumer::next) if it is not Behind; nullptr when none. A following epoch's slots come after every current epoch's
+  // slot of any job (AssignSplits): they use capacity that would otherwise idle.
+  const DispatcherState::Consumer* Assignable(const DispatcherState::Job& job,
+                                              const DispatcherState::Consumer& consumer) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Hands up to `free` pending splits to `worker_id`, appending them to `out`. A slot of a
   // sharing job goes out with the same slot of every job of its production group that has it

@@ -431,7 +431,8 @@ absl::Status DispatcherImpl::DoClientHeartbeat(const proto::ClientHeartbeatReque
   const DispatcherState::Consumer& consumer = job->consumers[request.consumer_index()];
   if (!consumer.slots.empty()) {
     int newly_done = 0;
-    const bool awaiting = !consumer.awaiting.empty();
+    const bool awaiting = !consumer.awaiting.empty() ||
+                          (consumer.next != nullptr && !consumer.next->awaiting.empty());
     for (const proto::ClientSplitProgress& p : request.progress()) {
       const DispatcherState::Slot* slot =
           state_.FindSlot({job->id, consumer.index, p.epoch(), p.position()});

@@ -25,7 +25,7 @@ bool DispatcherImpl::AnyAssignableSlot() const {
   for (const auto& [job_id, job] : state_.jobs()) {
     if (job.config.mode() != proto::PROCESSING_MODE_DISTRIBUTED_EPOCH) continue;
     for (const DispatcherState::Consumer& consumer : job.consumers) {
-      if (Assignable(job, consumer)) return true;
+      if (Assignable(job, consumer) != nullptr) return true;
     }
   }
   return false;

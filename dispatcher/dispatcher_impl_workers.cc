@@ -65,18 +65,31 @@ bool DispatcherImpl::Behind(const DispatcherState::Consumer& consumer) const {
   return !consumer.detached.empty();
 }
 
-bool DispatcherImpl::Assignable(const DispatcherState::Job& job,
-                                const DispatcherState::Consumer& consumer) const {
-  if (consumer.pending.empty()) return false;
+const DispatcherState::Consumer* DispatcherImpl::Assignable(
+    const DispatcherState::Job& job, const DispatcherState::Consumer& consumer) const {
+  if (consumer.pending.empty()) {
+    // The following epoch, while this one has nothing left to hand out (a slot a lost worker
+    // handed back is this epoch's work, pending after the consumer's next report).
+    const DispatcherState::Consumer* next = consumer.next.get();
+    if (next == nullptr || next->pending.empty() || !consumer.awaiting.empty() ||
+        Behind(consumer)) {
+      return nullptr;
+    }
+    if (!next->detached.empty() && *next->pending.begin() > *next->detached.begin()) {
+      return nullptr;
+    }
+    return next;
+  }
   // A behind consumer's next slots would only fill a queue nobody reads. But a slot before the
   // one that waits may be what its trainer waits for (deterministic order releases the waiting
   // slot's batches only after it; e.g. it was handed back by a lost worker): that one goes.
   if (!consumer.detached.empty() && *consumer.pending.begin() > *consumer.detached.begin()) {
-    return false;
+    return nullptr;
   }
-  if (!options_.first_split_alone || consumer.in_production == 0) return true;
+  if (!options_.first_split_alone || consumer.in_production == 0) return &consumer;
   auto it = consumer_signals_.find({job.id, consumer.index});
-  return it != consumer_signals_.end() && it->second.batches_returned_total > 0;
+  return it != consumer_signals_.end() && it->second.batches_returned_total > 0 ? &consumer
+                                                                                : nullptr;
 }
 
 absl::Status DispatcherImpl::AssignSplits(uint64_t worker_id, int free,
@@ -89,19 +102,26 @@ absl::Status DispatcherImpl::AssignSplits(uint64_t worker_id, int free,
   // the others (the pool is never idle for the sake of the allocation); among
   // those, a job allocated nothing gets splits only when no allocated job has
   // one pending.
+  const auto in_production = [](const DispatcherState::Consumer& c) {
+    return c.in_production + (c.next != nullptr ? c.next->in_production : 0);
+  };
   while (free > 0) {
     const DispatcherState::Job* best_job = nullptr;
     const DispatcherState::Consumer* best = nullptr;
-    std::pair<int, double> best_rank;
+    const DispatcherState::Consumer* best_epoch = nullptr;
+    std::tuple<bool, int, double> best_rank;
     for (const auto& [job_id, job] : state_.jobs()) {
       if (job.config.mode() != proto::PROCESSING_MODE_DISTRIBUTED_EPOCH) continue;
       const double load = AllocationLoad(job);
       for (const DispatcherState::Consumer& consumer : job.consumers) {
-        if (!Assignable(job, consumer)) continue;
-        const std::pair<int, double> rank{AffinityTier(worker_id, job, consumer), load};
+        const DispatcherState::Consumer* epoch = Assignable(job, consumer);
+        if (epoch == nullptr) continue;
+        const std::tuple<bool, int, double> rank{epoch != &consumer,
+                                                 AffinityTier(worker_id, job, consumer), load};
         if (best == nullptr || rank < best_rank ||
-            (rank == best_rank && consumer.in_production < best->in_production)) {
+            (rank == best_rank && in_production(consumer) < in_production(*best))) {
           best = &consumer;
+          best_epoch = epoch;
           best_job = &job;
           best_rank = rank;
         }
@@ -109,6 +129,14 @@ absl::Status DispatcherImpl::AssignSplits(uint64_t worker_id, int free,
     }
     if (best == nullptr) break;
     const DispatcherState::Job& job = *best_job;
+    if (best_epoch != best) {
+      // The following epoch's lowest pending slot, for this job alone (its peers' epochs need
+      // not be aligned).
+      const SlotKey key{job.id, best->index, best_epoch->epoch, *best_epoch->pending.begin()};
+      RETURN_IF_ERROR(AssignSlot(job, key, worker_id, /*share_group=*/0, out));
+      --free;
+      continue;
+    }
     const DispatcherState::Consumer& consumer = *best;
     const uint64_t group = ShareGroupOf(job);
     const std::vector<const DispatcherState::Job*> peers = SharePeers(job);

@@ -1,6 +1,7 @@
 #include "dispatcher/dispatcher_state.h"
 
 #include <algorithm>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -68,6 +69,15 @@ proto::SplitKey SlotKey::ToProto() const {
   key.set_epoch(epoch);
   key.set_position(position);
   return key;
+}
+
+DispatcherState::Consumer* DispatcherState::Consumer::OfEpoch(uint64_t of) {
+  if (of == epoch) return this;
+  return next != nullptr && next->epoch == of ? next.get() : nullptr;
+}
+
+const DispatcherState::Consumer* DispatcherState::Consumer::OfEpoch(uint64_t of) const {
+  return const_cast<Consumer*>(this)->OfEpoch(of);
 }
 
 bool DispatcherState::Job::finished() const {
@@ -250,7 +260,8 @@ void DispatcherState::Reindex(Consumer& consumer, uint64_t position, const SlotC
 void DispatcherState::Reindex(const SlotKey& key, const SlotClass& before) {
   auto it = jobs_.find(key.job_id);
   if (it == jobs_.end() || key.consumer >= it->second.consumers.size()) return;
-  Reindex(it->second.consumers[key.consumer], key.position, before);
+  Consumer* of_epoch = it->second.consumers[key.consumer].OfEpoch(key.epoch);
+  if (of_epoch != nullptr) Reindex(*of_epoch, key.position, before);
 }
 
 uint64_t DispatcherState::WorkerHash(uint64_t id, const std::string& address) {
@@ -266,10 +277,9 @@ DispatcherState::Slot* DispatcherState::MutableSlot(const SlotKey& key) {
   auto it = jobs_.find(key.job_id);
   if (it == jobs_.end() || key.consumer >= it->second.consumers.size()) return nullptr;
   Consumer& consumer = it->second.consumers[key.consumer];
-  if (consumer.finished || consumer.epoch != key.epoch || key.position >= consumer.slots.size()) {
-    return nullptr;
-  }
-  return &consumer.slots[key.position];
+  Consumer* of_epoch = consumer.finished ? nullptr : consumer.OfEpoch(key.epoch);
+  if (of_epoch == nullptr || key.position >= of_epoch->slots.size()) return nullptr;
+  return &of_epoch->slots[key.position];
 }
 
 absl::Status DispatcherState::ApplyRegisterDataset(const proto::UpdateRegisterDataset& u) {
@@ -308,6 +318,22 @@ absl::Status DispatcherState::StartEpoch(Job& job, Consumer& consumer) {
     consumer.slots[i].end_batch = slots[i].end_batch;
   }
   Reindex(consumer);
+  return absl::OkStatus();
+}
+
+absl::Status DispatcherState::OpenNextEpoch(Job& job, Consumer& consumer) {
+  if (consumer.finished || consumer.next != nullptr || consumer.slots.empty() ||
+      !consumer.pending.empty() || !consumer.awaiting.empty()) {
+    return absl::OkStatus();
+  }
+  if (job.config.num_epochs() != 0 && consumer.epoch + 1 >= job.config.num_epochs()) {
+    return absl::OkStatus();
+  }
+  auto next = std::make_unique<Consumer>();
+  next->index = consumer.index;
+  next->epoch = consumer.epoch + 1;
+  RETURN_IF_ERROR(StartEpoch(job, *next));
+  if (!next->finished && !next->slots.empty()) consumer.next = std::move(next);
   return absl::OkStatus();
 }
 
@@ -399,7 +425,8 @@ absl::Status DispatcherState::ApplyAssignSplit(const proto::UpdateAssignSplit& u
   ++slot->assignments;
   wit->second.slots.insert(key);
   Reindex(key, before);
-  return absl::OkStatus();
+  Job& job = jobs_.at(key.job_id);
+  return OpenNextEpoch(job, job.consumers[key.consumer]);
 }
 
 absl::Status DispatcherState::ApplyClientProgress(const proto::UpdateClientProgress& u) {
@@ -413,11 +440,28 @@ absl::Status DispatcherState::ApplyClientProgress(const proto::UpdateClientProgr
   }
   Consumer& consumer = job.consumers[u.consumer_index()];
   if (consumer.finished || consumer.slots.empty()) return absl::OkStatus();
-  for (const proto::ClientSplitProgress& p : u.progress()) {
-    // Reports about an earlier epoch are stale (that epoch is done); later ones
-    // cannot happen.
-    if (p.epoch() != consumer.epoch || p.position() >= consumer.slots.size()) continue;
-    Slot& slot = consumer.slots[p.position()];
+  ApplyProgress(job, consumer, u.progress());
+  if (consumer.next != nullptr) ApplyProgress(job, *consumer.next, u.progress());
+  while (!consumer.finished && !consumer.slots.empty() && consumer.done == consumer.slots.size()) {
+    if (consumer.next != nullptr) {
+      std::unique_ptr<Consumer> next = std::move(consumer.next);
+      consumer = std::move(*next);
+    } else {
+      ++consumer.epoch;
+      RETURN_IF_ERROR(StartEpoch(job, consumer));
+    }
+  }
+  return OpenNextEpoch(job, consumer);
+}
+
+void DispatcherState::ApplyProgress(
+    const Job& job, Consumer& target,
+    const google::protobuf::RepeatedPtrField<proto::ClientSplitProgress>& progress) {
+  for (const proto::ClientSplitProgress& p : progress) {
+    // Reports about an earlier epoch are stale (that epoch is done); those about the other
+    // open epoch are the other call's.
+    if (p.epoch() != target.epoch || p.position() >= target.slots.size()) continue;
+    Slot& slot = target.slots[p.position()];
     if (slot.status == proto::SPLIT_STATUS_DONE) continue;
     const SlotClass before = Classify(slot);
     slot.delivered_batches = std::max(slot.delivered_batches, p.delivered_batches());
@@ -425,30 +469,25 @@ absl::Status DispatcherState::ApplyClientProgress(const proto::UpdateClientProgr
       if (slot.status == proto::SPLIT_STATUS_ASSIGNED) {
         auto wit = workers_.find(slot.worker_id);
         if (wit != workers_.end()) {
-          wit->second.slots.erase({job.id, consumer.index, consumer.epoch, p.position()});
+          wit->second.slots.erase({job.id, target.index, target.epoch, p.position()});
         }
       }
       slot.status = proto::SPLIT_STATUS_DONE;
       slot.worker_id = 0;
-      ++consumer.done;
-      Reindex(consumer, p.position(), before);
+      ++target.done;
+      Reindex(target, p.position(), before);
     }
   }
   // The consumer has now said how far it got: released splits may go to another
   // worker.
-  const std::set<uint64_t> awaiting = std::move(consumer.awaiting);
-  consumer.awaiting.clear();
+  const std::set<uint64_t> awaiting = std::move(target.awaiting);
+  target.awaiting.clear();
   for (uint64_t position : awaiting) {
-    Slot& slot = consumer.slots[position];
+    Slot& slot = target.slots[position];
     slot.status = proto::SPLIT_STATUS_PENDING;
     slot.skip_batches = slot.delivered_batches;
-    Reindex(consumer, position, SlotClass{});
+    Reindex(target, position, SlotClass{});
   }
-  if (consumer.done == consumer.slots.size()) {
-    ++consumer.epoch;
-    RETURN_IF_ERROR(StartEpoch(job, consumer));
-  }
-  return absl::OkStatus();
 }
 
 absl::Status DispatcherState::ApplyWorkerProgress(const proto::UpdateWorkerProgress& u) {
@@ -647,6 +686,11 @@ absl::Status DispatcherState::ApplyConsumerState(const proto::UpdateConsumerStat
   if (u.consumer_index() >= job.consumers.size())
     return absl::InvalidArgumentError("consumer index out of range");
   Consumer& consumer = job.consumers[u.consumer_index()];
+  if (u.lookahead() && (consumer.finished || u.finished() || u.epoch() != consumer.epoch + 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("consumer ", consumer.index, " of job ", job.id, " is at epoch ",
+                     consumer.epoch, ": it has no following epoch ", u.epoch(), " to restore"));
+  }
   // The slots' pieces follow from (config, consumer, epoch): the update only carries state.
   std::vector<SlotSource> pieces;
   if (!u.finished()) {
@@ -659,20 +703,42 @@ absl::Status DispatcherState::ApplyConsumerState(const proto::UpdateConsumerStat
   } else if (u.slots_size() != 0) {
     return absl::InvalidArgumentError("a finished consumer has no slots");
   }
-  // Whatever workers held of this consumer is replaced.
+  // Whatever workers held of this consumer (of that epoch, for the following one) is replaced.
   for (auto& [id, worker] : workers_) {
     for (auto it = worker.slots.begin(); it != worker.slots.end();) {
-      it = it->job_id == job.id && it->consumer == consumer.index ? worker.slots.erase(it)
-                                                                  : std::next(it);
+      const bool replaced = it->job_id == job.id && it->consumer == consumer.index &&
+                            (!u.lookahead() || it->epoch == u.epoch());
+      it = replaced ? worker.slots.erase(it) : std::next(it);
     }
+  }
+  if (u.lookahead()) {
+    consumer.next = std::make_unique<Consumer>();
+    consumer.next->index = consumer.index;
+    consumer.next->epoch = u.epoch();
+    RestoreSlots(job, *consumer.next, u, std::move(pieces));
+    return absl::OkStatus();
   }
   consumer.epoch = u.epoch();
   consumer.finished = u.finished();
-  consumer.done = 0;
-  consumer.slots.assign(static_cast<size_t>(u.slots_size()), Slot{});
+  consumer.next.reset();
+  RestoreSlots(job, consumer, u, std::move(pieces));
+  // A consumer restored into a re-partitioned epoch that left it nothing starts the next one.
+  if (!consumer.finished && consumer.slots.empty() && job.resized.has_value() &&
+      job.resized->epoch() == consumer.epoch) {
+    ++consumer.epoch;
+    return StartEpoch(job, consumer);
+  }
+  return OpenNextEpoch(job, consumer);
+}
+
+void DispatcherState::RestoreSlots(const Job& job, Consumer& target,
+                                   const proto::UpdateConsumerState& u,
+                                   std::vector<SlotSource> pieces) {
+  target.done = 0;
+  target.slots.assign(static_cast<size_t>(u.slots_size()), Slot{});
   for (int i = 0; i < u.slots_size(); ++i) {
     const proto::SplitState& in = u.slots(i);
-    Slot& slot = consumer.slots[static_cast<size_t>(i)];
+    Slot& slot = target.slots[static_cast<size_t>(i)];
     slot.pieces = std::move(pieces[static_cast<size_t>(i)].pieces);
     slot.first_batch = pieces[static_cast<size_t>(i)].first_batch;
     slot.end_batch = pieces[static_cast<size_t>(i)].end_batch;
@@ -689,20 +755,12 @@ absl::Status DispatcherState::ApplyConsumerState(const proto::UpdateConsumerStat
         slot.status = proto::SPLIT_STATUS_AWAITING_PROGRESS;
         slot.worker_id = 0;
       } else {
-        wit->second.slots.insert(
-            {job.id, consumer.index, consumer.epoch, static_cast<uint64_t>(i)});
+        wit->second.slots.insert({job.id, target.index, target.epoch, static_cast<uint64_t>(i)});
       }
     }
-    if (slot.status == proto::SPLIT_STATUS_DONE) ++consumer.done;
+    if (slot.status == proto::SPLIT_STATUS_DONE) ++target.done;
   }
-  Reindex(consumer);
-  // A consumer restored into a re-partitioned epoch that left it nothing starts the next one.
-  if (!consumer.finished && consumer.slots.empty() && job.resized.has_value() &&
-      job.resized->epoch() == consumer.epoch) {
-    ++consumer.epoch;
-    return StartEpoch(job, consumer);
-  }
-  return absl::OkStatus();
+  Reindex(target);
 }
 
 absl::Status DispatcherState::ApplyRemoveJob(const proto::UpdateRemoveJob& u) {
@@ -745,6 +803,21 @@ absl::Status DispatcherState::ApplyIdFloor(const proto::UpdateIdFloor& u) {
   return absl::OkStatus();
 }
 
+void DispatcherState::SnapshotConsumer(uint64_t job_id, const Consumer& c, bool lookahead,
+                                       proto::UpdateConsumerState* out) {
+  out->set_job_id(job_id);
+  out->set_consumer_index(c.index);
+  out->set_epoch(c.epoch);
+  out->set_finished(c.finished);
+  out->set_lookahead(lookahead);
+  for (size_t pos = 0; pos < c.slots.size(); ++pos) {
+    const Slot& slot = c.slots[pos];
+    proto::SplitState* s = out->add_slots();
+    slot.ToProto(pos, s);
+    s->set_finished_producing(slot.finished_producing);
+  }
+}
+
 proto::DispatcherSnapshot DispatcherState::Snapshot() const {
   proto::DispatcherSnapshot snapshot;
   auto add = [&]() { return snapshot.add_updates(); };
@@ -784,16 +857,9 @@ proto::DispatcherSnapshot DispatcherState::Snapshot() const {
       *d->mutable_decision() = *job.cache_decision;
     }
     for (const Consumer& c : job.consumers) {
-      proto::UpdateConsumerState* cs = add()->mutable_consumer_state();
-      cs->set_job_id(id);
-      cs->set_consumer_index(c.index);
-      cs->set_epoch(c.epoch);
-      cs->set_finished(c.finished);
-      for (size_t pos = 0; pos < c.slots.size(); ++pos) {
-        const Slot& slot = c.slots[pos];
-        proto::SplitState* s = cs->add_slots();
-        slot.ToProto(pos, s);
-        s->set_finished_producing(slot.finished_producing);
+      SnapshotConsumer(id, c, /*lookahead=*/false, add()->mutable_consumer_state());
+      if (c.next != nullptr) {
+        SnapshotConsumer(id, *c.next, /*lookahead=*/true, add()->mutable_consumer_state());
       }
     }
   }

@@ -17,6 +17,7 @@
 #include <compare>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -96,6 +97,15 @@ class DispatcherState {
     std::set<uint64_t> awaiting;
     std::set<uint64_t> detached;
     uint32_t in_production = 0;
+    // The following epoch (epoch + 1, same index), opened as soon as this one has nothing left
+    // to hand out (no PENDING or AWAITING_PROGRESS slot), so that its first slots are produced
+    // while this epoch's last batches are still being read; it becomes the consumer's epoch
+    // when this one is done. Null otherwise (and in the last epoch).
+    std::unique_ptr<Consumer> next;
+
+    // The consumer's slots of `epoch`: this, its `next`, or nullptr.
+    Consumer* OfEpoch(uint64_t epoch);
+    const Consumer* OfEpoch(uint64_t epoch) const;
   };
 
   struct Job {
@@ -200,6 +210,19 @@ class DispatcherState {
 
   // Fills consumer.slots for consumer.epoch (or marks it finished).
   absl::Status StartEpoch(Job& job, Consumer& consumer);
+  // Opens consumer.next when its epoch has nothing left to hand out (Consumer::next).
+  absl::Status OpenNextEpoch(Job& job, Consumer& consumer);
+  // Applies the entries of `progress` about target.epoch to its slots (delivered counts,
+  // completions) and makes its AWAITING_PROGRESS slots PENDING.
+  void ApplyProgress(
+      const Job& job, Consumer& target,
+      const google::protobuf::RepeatedPtrField<proto::ClientSplitProgress>& progress);
+  // Sets `target`'s slots from a saved state `u` (of target.epoch) and their `pieces`.
+  void RestoreSlots(const Job& job, Consumer& target, const proto::UpdateConsumerState& u,
+                    std::vector<SlotSource> pieces);
+  // The consumer state update that rebuilds `c`; `lookahead`: `c` is a consumer's `next`.
+  static void SnapshotConsumer(uint64_t job_id, const Consumer& c, bool lookahead,
+                               proto::UpdateConsumerState* out);
   Slot* MutableSlot(const SlotKey& key);
   // The slot goes back to AWAITING_PROGRESS: reassigned after its consumer's
   // next report.

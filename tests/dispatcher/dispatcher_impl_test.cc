@@ -434,6 +434,70 @@ TEST_F(DispatcherImplTest,
   EXPECT_TRUE(ClientBeat(job, 0).finished());
 }
 
+// Job A (2 slots per epoch, 2 epochs) on a worker of capacity 3: once epoch 0 has nothing left to
+// hand out, the third producer starts epoch 1's first slot, before epoch 0 is done. A new job
+// B's slots of its current epoch then come before A's following epoch.
+TEST_F(DispatcherImplTest, TheNextEpochsSlotsGoOutBeforeTheCurrentOneIsDoneAfterOtherJobsWork) {
+  const uint64_t dataset = Dataset({40}, 10);
+  const uint64_t a = Job(JobRequest("a", dataset, 1, proto::REMAINDER_MODE_PAD, 20, 2)).job_id();
+  const uint64_t w = Worker("w:1", 3);
+  auto r = WorkerBeat(w);
+  ASSERT_TRUE(r.ok());
+  std::vector<SlotKey> started;
+  for (const auto& s : r->start()) started.push_back(SlotKey::FromProto(s.key()));
+  EXPECT_THAT(started, ElementsAre(SlotKey{a, 0, 0, 0}, SlotKey{a, 0, 0, 1}, SlotKey{a, 0, 1, 0}));
+  const uint64_t b = Job(JobRequest("b", dataset, 1, proto::REMAINDER_MODE_PAD, 20, 1)).job_id();
+  r = WorkerBeat(w, {{{a, 0, 0, 0}, 2, true}, {{a, 0, 0, 1}, 2, true}, {{a, 0, 1, 0}, 2, true}});
+  ASSERT_TRUE(r.ok());
+  started.clear();
+  for (const auto& s : r->start()) started.push_back(SlotKey::FromProto(s.key()));
+  EXPECT_THAT(started, ElementsAre(SlotKey{b, 0, 0, 0}, SlotKey{b, 0, 0, 1}, SlotKey{a, 0, 1, 1}));
+  // The consumer reads epoch 0 to its end and the first batch of epoch 1 in one report.
+  proto::ClientHeartbeatResponse client =
+      ClientBeat(a, 0, {{0, 0, 2, true}, {0, 1, 2, true}, {1, 0, 1, false}});
+  EXPECT_EQ(client.epoch(), 1u);
+  const proto::GetJobStateResponse state = State(a);
+  ASSERT_EQ(state.consumers(0).splits_size(), 2);
+  EXPECT_EQ(state.consumers(0).splits(0).status(), proto::SPLIT_STATUS_ASSIGNED);
+  EXPECT_EQ(state.consumers(0).splits(0).delivered_batches(), 1u);
+  EXPECT_EQ(state.consumers(0).splits(1).worker_id(), w);
+}
+
+// A slot of the following epoch handed back by a lost worker becomes assignable with the
+// consumer's next report, which is journaled (a restart replays the reassignment).
+TEST_F(DispatcherImplTest, AFollowingEpochsSlotOfALostWorkerIsReassignedAndReplayed) {
+  const uint64_t job =
+      Job(JobRequest("j", Dataset({40}, 10), 1, proto::REMAINDER_MODE_PAD, 20, 3)).job_id();
+  const uint64_t w1 = Worker("w1:1", 3);
+  auto r = WorkerBeat(w1);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->start_size(), 3);
+  EXPECT_EQ(SlotKey::FromProto(r->start(2).key()), (SlotKey{job, 0, 1, 0}));
+  ClientBeat(job, 0, {{0, 0, 1, false}});
+  clock_.Advance(absl::Seconds(11));
+  const uint64_t w2 = Worker("w2:1", 3);
+  ASSERT_TRUE(impl_->Tick().ok());  // w1 lost: all three slots wait for the consumer's report
+  r = WorkerBeat(w2);
+  EXPECT_EQ(r->start_size(), 0);
+  ClientBeat(job, 0, {{0, 0, 1, false}});  // nothing of epoch 1 delivered
+  r = WorkerBeat(w2);
+  std::vector<SlotKey> started;
+  for (const auto& s : r->start()) started.push_back(SlotKey::FromProto(s.key()));
+  EXPECT_THAT(started,
+              ElementsAre(SlotKey{job, 0, 0, 0}, SlotKey{job, 0, 0, 1}, SlotKey{job, 0, 1, 0}));
+  EXPECT_EQ(r->start(0).skip_batches(), 1u);
+  Restart(journal_);
+  r = WorkerBeat(w2,
+                 {{{job, 0, 0, 0}, 2, true}, {{job, 0, 0, 1}, 2, true}, {{job, 0, 1, 0}, 2, true}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->drop_size(), 0);
+  // Epoch 0 returned, and epoch 1's first slot: epoch 1 is the consumer's, its slot 0 on w2.
+  ClientBeat(job, 0, {{0, 0, 2, true}, {0, 1, 2, true}, {1, 0, 2, true}});
+  const proto::GetJobStateResponse state = State(job);
+  EXPECT_EQ(state.consumers(0).epoch(), 1u);
+  EXPECT_EQ(state.consumers(0).splits(0).status(), proto::SPLIT_STATUS_DONE);
+}
+
 TEST_F(DispatcherImplTest, SplitAWorkerStopsReportingIsHandedBack) {
   const uint64_t job =
       Job(JobRequest("j", Dataset({40}, 10), 1, proto::REMAINDER_MODE_PAD, 20)).job_id();

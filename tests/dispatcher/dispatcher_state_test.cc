@@ -137,6 +137,89 @@ TEST(DispatcherState, CompletingEverySplitAdvancesTheEpochThenFinishes) {
   EXPECT_EQ(state.FindJob(1)->consumers[0].epoch, 2u);
 }
 
+// Epoch 0 of one consumer over 100 records in splits of 50: positions 0 and 1. Once both are
+// assigned, epoch 1 opens (its slots may be produced while epoch 0's last batches are read);
+// the last epoch opens nothing after it.
+TEST(DispatcherState, TheNextEpochOpensOnceTheCurrentHasNothingLeftToHandOut) {
+  DispatcherState state;
+  ASSERT_TRUE(state.Apply(RegisterDataset(1, {100}, 10)).ok());
+  ASSERT_TRUE(state.Apply(CreateJob(1, 1, 1, 50, 2)).ok());
+  ASSERT_TRUE(state.Apply(RegisterWorker(1)).ok());
+  const DispatcherState::Consumer& consumer = state.FindJob(1)->consumers[0];
+  ASSERT_TRUE(state.Apply(Assign({1, 0, 0, 0}, 1)).ok());
+  EXPECT_EQ(consumer.next, nullptr);
+  EXPECT_EQ(state.Apply(Assign({1, 0, 1, 0}, 1)).code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(state.Apply(Assign({1, 0, 0, 1}, 1)).ok());
+  ASSERT_NE(consumer.next, nullptr);
+  EXPECT_EQ(consumer.next->epoch, 1u);
+  EXPECT_THAT(consumer.next->pending, ElementsAre(0, 1));
+  ASSERT_TRUE(state.Apply(Assign({1, 0, 1, 1}, 1)).ok());
+  EXPECT_EQ(state.FindSlot({1, 0, 1, 1})->status, proto::SPLIT_STATUS_ASSIGNED);
+  EXPECT_THAT(state.FindWorker(1)->slots,
+              ElementsAre(SlotKey{1, 0, 0, 0}, SlotKey{1, 0, 0, 1}, SlotKey{1, 0, 1, 1}));
+  // A report about the following epoch counts before the current one is done.
+  ASSERT_TRUE(state.Apply(Progress(1, 0, 1, 1, 2, false)).ok());
+  EXPECT_EQ(state.FindSlot({1, 0, 1, 1})->delivered_batches, 2u);
+  EXPECT_EQ(consumer.epoch, 0u);
+  // Epoch 0 done: epoch 1, with its assignment, is the consumer's; it is the last.
+  ASSERT_TRUE(state.Apply(Progress(1, 0, 0, 0, 5, true)).ok());
+  ASSERT_TRUE(state.Apply(Progress(1, 0, 0, 1, 5, true)).ok());
+  EXPECT_EQ(consumer.epoch, 1u);
+  EXPECT_EQ(consumer.done, 0u);
+  EXPECT_EQ(consumer.slots[1].status, proto::SPLIT_STATUS_ASSIGNED);
+  EXPECT_EQ(consumer.slots[1].delivered_batches, 2u);
+  EXPECT_THAT(consumer.pending, ElementsAre(0));
+  EXPECT_THAT(state.FindWorker(1)->slots, ElementsAre(SlotKey{1, 0, 1, 1}));
+  ASSERT_TRUE(state.Apply(Assign({1, 0, 1, 0}, 1)).ok());
+  EXPECT_EQ(consumer.next, nullptr);
+  ASSERT_TRUE(state.Apply(Progress(1, 0, 1, 0, 5, true)).ok());
+  ASSERT_TRUE(state.Apply(Progress(1, 0, 1, 1, 5, true)).ok());
+  EXPECT_TRUE(consumer.finished);
+}
+
+// A worker lost while it held a slot of the following epoch hands it back like any other; the
+// snapshot carries the following epoch, and a restart replays to the same state.
+TEST(DispatcherState, TheFollowingEpochSurvivesALostWorkerAndASnapshot) {
+  DispatcherState state;
+  ASSERT_TRUE(state.Apply(RegisterDataset(1, {100}, 10)).ok());
+  ASSERT_TRUE(state.Apply(CreateJob(1, 1, 1, 50, 0)).ok());
+  ASSERT_TRUE(state.Apply(RegisterWorker(1)).ok());
+  ASSERT_TRUE(state.Apply(RegisterWorker(2)).ok());
+  ASSERT_TRUE(state.Apply(Assign({1, 0, 0, 0}, 1)).ok());
+  ASSERT_TRUE(state.Apply(Assign({1, 0, 0, 1}, 1)).ok());
+  ASSERT_TRUE(state.Apply(Assign({1, 0, 1, 0}, 2)).ok());
+  ASSERT_TRUE(state.Apply(Lost(2)).ok());
+  EXPECT_EQ(state.FindSlot({1, 0, 1, 0})->status, proto::SPLIT_STATUS_AWAITING_PROGRESS);
+  const DispatcherState::Consumer& consumer = state.FindJob(1)->consumers[0];
+  EXPECT_TRUE(consumer.next->pending.count(0) == 0 && consumer.next->awaiting.count(0) == 1);
+  // The consumer's next report (nothing of epoch 1 delivered) makes it assignable again.
+  ASSERT_TRUE(state.Apply(Progress(1, 0, 0, 0, 1, false)).ok());
+  EXPECT_THAT(consumer.next->pending, ElementsAre(0, 1));
+  ASSERT_TRUE(state.Apply(Assign({1, 0, 1, 1}, 1)).ok());
+
+  const proto::DispatcherSnapshot snapshot = state.Snapshot();
+  DispatcherState replayed;
+  for (const proto::Update& u : snapshot.updates())
+    ASSERT_TRUE(replayed.Apply(u).ok()) << u.DebugString();
+  EXPECT_EQ(replayed.Snapshot().SerializeAsString(), snapshot.SerializeAsString());
+  const DispatcherState::Consumer& again = replayed.FindJob(1)->consumers[0];
+  ASSERT_NE(again.next, nullptr);
+  EXPECT_EQ(again.next->epoch, 1u);
+  EXPECT_THAT(again.next->pending, ElementsAre(0));
+  EXPECT_EQ(replayed.FindSlot({1, 0, 1, 1})->status, proto::SPLIT_STATUS_ASSIGNED);
+  EXPECT_THAT(replayed.FindWorker(1)->slots,
+              ElementsAre(SlotKey{1, 0, 0, 0}, SlotKey{1, 0, 0, 1}, SlotKey{1, 0, 1, 1}));
+  // A following-epoch state for a consumer not right before it is refused.
+  proto::Update wrong;
+  *wrong.mutable_consumer_state() = snapshot.updates(snapshot.updates_size() - 1).consumer_state();
+  ASSERT_TRUE(wrong.consumer_state().lookahead());
+  wrong.mutable_consumer_state()->set_epoch(5);
+  const absl::Status refused = replayed.Apply(wrong);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused.message(),
+            "consumer 0 of job 1 is at epoch 0: it has no following epoch 5 to restore");
+}
+
 TEST(DispatcherState, LostWorkersSplitsWaitForTheConsumersReportThenSkipItsPrefix) {
   DispatcherState state;
   ASSERT_TRUE(state.Apply(RegisterDataset(1, {100}, 10)).ok());
