@@ -676,7 +676,7 @@ void BatchIteratorImpl::ReaderLoop(Reader* reader) {
       // short pause) while the batch the deterministic cursor waits for is missing: it may be
       // the next one this worker sends.
       while (!cancelled_ && error_.ok() && state_.buffered() >= params_.options.prefetch_batches &&
-             state_.CursorBuffered()) {
+             state_.NextBuffered()) {
         cv_.Wait(&mu_);
       }
       const absl::Time resume = absl::Now() + absl::Milliseconds(50);

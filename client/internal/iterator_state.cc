@@ -11,7 +11,36 @@ IteratorState::IteratorState(bool deterministic, bool track_splits, int prefetch
       prefetch_(prefetch < 1 ? 1 : prefetch) {}
 
 int IteratorState::buffered() const {
-  return static_cast<int>(deterministic_ ? ordered_.size() : fifo_.size());
+  return static_cast<int>(deterministic_ ? ordered_.size() : fifo_.size()) + later_count_;
+}
+
+bool IteratorState::NextBuffered() const {
+  return deterministic_ ? ordered_.contains(cursor_) : !fifo_.empty();
+}
+
+void IteratorState::CountFullyReturned(uint64_t epoch) { ++fully_returned_[epoch]; }
+
+bool IteratorState::EpochFullyReturned(uint64_t epoch) const {
+  auto n = num_positions_.find(epoch);
+  auto returned = fully_returned_.find(epoch);
+  return n != num_positions_.end() && returned != fully_returned_.end() &&
+         returned->second >= n->second;
+}
+
+uint64_t IteratorState::ReleaseEpoch() const {
+  uint64_t epoch = epoch_;
+  while (EpochFullyReturned(epoch)) ++epoch;
+  return epoch;
+}
+
+void IteratorState::ReleaseLater() {
+  if (later_.empty()) return;
+  const uint64_t release = ReleaseEpoch();
+  while (!later_.empty() && later_.begin()->first <= release) {
+    for (Batch& batch : later_.begin()->second) fifo_.push_back(std::move(batch));
+    later_count_ -= static_cast<int>(later_.begin()->second.size());
+    later_.erase(later_.begin());
+  }
 }
 
 IteratorState::Admit IteratorState::Check(uint64_t epoch, uint64_t position, uint64_t index,
@@ -29,14 +58,12 @@ IteratorState::Admit IteratorState::Check(uint64_t epoch, uint64_t position, uin
     return Admit::kDuplicate;  // parallel epochs: nothing to track
   }
   if (buffered() < prefetch_) return Admit::kAccept;
-  if (deterministic_) {
-    const BatchKey key{epoch, position, index};
-    if (key == cursor_) return Admit::kAccept;
-    if (!ordered_.contains(cursor_)) {
-      return buffered() < 4 * prefetch_ + 4 ? Admit::kAccept : Admit::kDrop;
-    }
-  }
-  return Admit::kWait;
+  if (!track_splits_ || NextBuffered()) return Admit::kWait;
+  // The trainer waits for a batch that may be queued behind this one on its worker stream.
+  const bool next =
+      deterministic_ ? BatchKey{epoch, position, index} == cursor_ : epoch <= ReleaseEpoch();
+  if (next) return Admit::kAccept;
+  return buffered() < 4 * prefetch_ + 4 ? Admit::kAccept : Admit::kDrop;
 }
 
 void IteratorState::Accept(Batch batch) {
@@ -49,16 +76,24 @@ void IteratorState::Accept(Batch batch) {
   if (deterministic_) {
     const BatchKey key{batch.epoch, batch.position, batch.batch_index};
     ordered_.emplace(key, std::move(batch));
-  } else {
+  } else if (batch.epoch <= ReleaseEpoch()) {
     fifo_.push_back(std::move(batch));
+  } else {
+    const uint64_t epoch = batch.epoch;
+    later_[epoch].push_back(std::move(batch));
+    ++later_count_;
   }
 }
 
 void IteratorState::AcceptMarker(uint64_t epoch, uint64_t position, uint64_t /*count*/) {
   Slot& slot = slots_[{epoch, position}];
   slot.complete = true;
-  if (slot.FullyReturned()) progress_due_ = true;
+  if (slot.FullyReturned()) {
+    progress_due_ = true;
+    CountFullyReturned(epoch);
+  }
   if (deterministic_) AdvanceCursor();
+  ReleaseLater();
 }
 
 std::optional<Batch> IteratorState::Pop() {
@@ -78,10 +113,14 @@ std::optional<Batch> IteratorState::Pop() {
     auto slot = slots_.find({batch->epoch, batch->position});
     if (slot != slots_.end()) {
       ++slot->second.returned;
-      if (slot->second.FullyReturned()) progress_due_ = true;
+      if (slot->second.FullyReturned()) {
+        progress_due_ = true;
+        CountFullyReturned(batch->epoch);
+      }
     }
   }
   if (deterministic_) AdvanceCursor();
+  ReleaseLater();
   return batch;
 }
 
@@ -114,6 +153,7 @@ void IteratorState::AdvanceCursor() {
 void IteratorState::Forget(uint64_t below_epoch) {
   slots_.erase(slots_.begin(), slots_.lower_bound({below_epoch, 0}));
   num_positions_.erase(num_positions_.begin(), num_positions_.lower_bound(below_epoch));
+  fully_returned_.erase(fully_returned_.begin(), fully_returned_.lower_bound(below_epoch));
 }
 
 void IteratorState::ApplyHeartbeat(uint64_t epoch, uint64_t num_positions,
@@ -133,12 +173,14 @@ void IteratorState::ApplyHeartbeat(uint64_t epoch, uint64_t num_positions,
     if (!slot.complete) {
       slot.complete = true;
       slot.done_elsewhere = slot.received == 0;
+      if (slot.FullyReturned()) CountFullyReturned(epoch);
     }
     slot.acknowledged = true;
   }
   // Older epochs are done; deterministic mode still needs their slots until the cursor passed.
   Forget(deterministic_ ? std::min(epoch, std::get<0>(cursor_)) : epoch);
   if (deterministic_) AdvanceCursor();
+  ReleaseLater();
 }
 
 void IteratorState::Restore(uint64_t epoch, const std::vector<SlotProgress>& returned) {
@@ -149,6 +191,7 @@ void IteratorState::Restore(uint64_t epoch, const std::vector<SlotProgress>& ret
     Slot& slot = slots_[{p.epoch, p.position}];
     slot.received = slot.returned = p.batches;
     slot.complete = p.complete;
+    if (slot.complete) CountFullyReturned(p.epoch);
   }
   // The cursor moves on once the first heartbeat tells how many positions the epoch has.
 }

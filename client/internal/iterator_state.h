@@ -19,16 +19,20 @@
 // in its prefetch buffer gets them again (through SaveState()/restore). Held() reports
 // *received* counts: what the worker streams need not send again.
 //
-// Release order. Default: arrival order (FIFO). Deterministic: (epoch, position, batch_index) of
-// the split sequence; the cursor skips slots that are complete and fully released (an empty
-// split's marker alone moves it on).
+// Release order. Default: arrival order (FIFO), one epoch at a time: batches of the following
+// epoch (its first slots are produced before this one ends, DispatcherState::Consumer::next)
+// are held until every slot of the current epoch was returned in full, which the iterator
+// knows from the markers and its own returns, without waiting for the dispatcher.
+// Deterministic: (epoch, position, batch_index) of the split sequence; the cursor skips slots
+// that are complete and fully released (an empty split's marker alone moves it on).
 //
-// Bound. A data batch waits (kWait) while `prefetch` batches are buffered. Deterministic mode
-// accepts beyond that the batch the cursor waits for and, while the cursor's batch is missing,
-// others up to a hard cap of 4 x prefetch + 4 (that batch may be queued behind them on a worker
-// stream, so readers must keep reading). Past the cap a batch that is not the cursor's is
-// dropped (kDrop), so a stalled worker cannot make the client buffer without bound; the worker
-// produces it again when the stream is reopened.
+// Bound. A data batch waits (kWait) while `prefetch` batches are buffered. Beyond that, while no
+// batch the trainer may take next is buffered (deterministic: the cursor's; default: one of the
+// current epoch), a batch it may take is accepted, and others up to a hard cap of
+// 4 x prefetch + 4 (the one it waits for may be queued behind them on a worker stream, so
+// readers must keep reading). Past the cap such a batch is dropped (kDrop), so a stalled worker
+// cannot make the client buffer without bound; the worker produces it again when the stream is
+// reopened.
 //
 // Example (deterministic, prefetch 2): sequence of epoch 0 has positions 0 and 1, two batches
 // each. Worker B sends (1,0), (1,1), marker (1,2): accepted (the cursor (0,0) is not buffered).
@@ -104,8 +108,8 @@ class IteratorState {
   bool started() const { return started_; }
   bool finished() const { return finished_; }
   int buffered() const;
-  // Deterministic mode: the batch the cursor waits for is buffered (always true otherwise).
-  bool CursorBuffered() const { return !deterministic_ || ordered_.contains(cursor_); }
+  // A batch Pop() would return now is buffered.
+  bool NextBuffered() const;
   uint64_t epoch() const { return epoch_; }
 
  private:
@@ -122,6 +126,14 @@ class IteratorState {
 
   void AdvanceCursor();
   void Forget(uint64_t below_epoch);
+  // Counts a slot that just became FullyReturned.
+  void CountFullyReturned(uint64_t epoch);
+  // Every slot of `epoch` (whose length is known) is fully returned.
+  bool EpochFullyReturned(uint64_t epoch) const;
+  // The earliest epoch not returned in full: default mode releases batches up to it.
+  uint64_t ReleaseEpoch() const;
+  // Default mode: moves the held batches of epochs now released to `fifo_`.
+  void ReleaseLater();
 
   const bool deterministic_;
   const bool track_splits_;
@@ -130,11 +142,14 @@ class IteratorState {
   bool started_ = false;
   bool finished_ = false;
   bool progress_due_ = false;
-  uint64_t epoch_ = 0;                          // the dispatcher's current epoch for this consumer
-  std::map<uint64_t, uint64_t> num_positions_;  // per epoch, as heartbeats told
+  uint64_t epoch_ = 0;                           // the dispatcher's current epoch for this consumer
+  std::map<uint64_t, uint64_t> num_positions_;   // per epoch, as heartbeats told
+  std::map<uint64_t, uint64_t> fully_returned_;  // per epoch, slots FullyReturned
   std::map<Key, Slot> slots_;
 
-  std::deque<Batch> fifo_;             // default mode
+  std::deque<Batch> fifo_;                       // default mode: released in this order
+  std::map<uint64_t, std::deque<Batch>> later_;  // default mode: per epoch after ReleaseEpoch()
+  int later_count_ = 0;
   std::map<BatchKey, Batch> ordered_;  // deterministic mode
   BatchKey cursor_{0, 0, 0};           // deterministic: the next batch to release
 };

@@ -1,7 +1,9 @@
 #include "client/internal/iterator_state.h"
 
+#include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -36,6 +38,60 @@ Admit Offer(IteratorState& state, uint64_t epoch, uint64_t position, uint64_t in
 void PopAll(IteratorState& state) {
   while (state.Pop().has_value()) {
   }
+}
+
+// Default order, epoch 0 of two slots: batches of epoch 1 (produced early) that arrive before
+// epoch 0's last batch wait for it, without a heartbeat in between.
+TEST(IteratorState, DefaultOrderReleasesTheFollowingEpochOnlyAfterTheCurrentOne) {
+  IteratorState state(/*deterministic=*/false, /*track_splits=*/true, /*prefetch=*/8);
+  state.ApplyHeartbeat(/*epoch=*/0, /*num_positions=*/2, {}, /*finished=*/false);
+  EXPECT_EQ(Offer(state, 0, 0, 0, /*last=*/true), Admit::kAccept);
+  EXPECT_EQ(Offer(state, 1, 0, 0, false), Admit::kAccept);
+  EXPECT_EQ(Offer(state, 0, 1, 0, false), Admit::kAccept);
+  EXPECT_EQ(Offer(state, 1, 1, 0, false), Admit::kAccept);
+  std::optional<Batch> a = state.Pop();
+  std::optional<Batch> b = state.Pop();
+  ASSERT_TRUE(a.has_value() && b.has_value());
+  EXPECT_EQ(std::make_pair(a->epoch, a->position), std::make_pair(0ul, 0ul));
+  EXPECT_EQ(std::make_pair(b->epoch, b->position), std::make_pair(0ul, 1ul));
+  EXPECT_FALSE(state.Pop().has_value());  // epoch 0 slot 1's marker has not come
+  EXPECT_EQ(state.buffered(), 2);
+  EXPECT_FALSE(state.NextBuffered());
+  ASSERT_EQ(state.Check(0, 1, 1, /*marker=*/true), Admit::kAccept);
+  state.AcceptMarker(0, 1, 1);
+  EXPECT_TRUE(state.NextBuffered());
+  std::vector<std::pair<uint64_t, uint64_t>> order;
+  while (std::optional<Batch> batch = state.Pop())
+    order.emplace_back(batch->epoch, batch->position);
+  EXPECT_EQ(order, (std::vector<std::pair<uint64_t, uint64_t>>{{1, 0}, {1, 1}}));
+  // The epoch-1 reports go out with the next heartbeat, before the dispatcher moved on.
+  std::vector<SlotProgress> progress = state.Progress();
+  ASSERT_EQ(progress.size(), 4u);
+  EXPECT_EQ(progress[2].epoch, 1u);
+  EXPECT_EQ(progress[2].batches, 1u);
+}
+
+// Prefetch 2: batches of the following epoch fill the buffer; one of the current epoch is still
+// taken (it may be queued behind them on a stream), and past 4 x 2 + 4 buffered the following
+// epoch's batches are dropped, to be sent again, instead of waiting for room that never comes.
+TEST(IteratorState, TheFollowingEpochNeverBlocksTheCurrentOnesLastBatch) {
+  IteratorState state(/*deterministic=*/false, /*track_splits=*/true, /*prefetch=*/2);
+  state.ApplyHeartbeat(/*epoch=*/0, /*num_positions=*/1, {}, /*finished=*/false);
+  for (uint64_t position = 0; position < 12; ++position) {
+    EXPECT_EQ(Offer(state, 1, position, 0, false), Admit::kAccept) << position;
+  }
+  EXPECT_EQ(Offer(state, 1, 12, 0, false), Admit::kDrop);
+  EXPECT_EQ(Offer(state, 0, 0, 0, false), Admit::kAccept);
+  EXPECT_EQ(Offer(state, 0, 0, 1, false), Admit::kWait);  // the trainer has one to take
+  std::optional<Batch> batch = state.Pop();
+  ASSERT_TRUE(batch.has_value());
+  EXPECT_EQ(batch->epoch, 0u);
+  EXPECT_EQ(Offer(state, 0, 0, 1, /*last=*/true), Admit::kAccept);
+  ASSERT_TRUE(state.Pop().has_value());
+  batch = state.Pop();
+  ASSERT_TRUE(batch.has_value());
+  EXPECT_EQ(batch->epoch, 1u);
+  EXPECT_EQ(batch->position, 0u);
 }
 
 TEST(IteratorState, AcceptsTheNextBatchOfASplitOnly) {
