@@ -398,6 +398,27 @@ TEST_F(AutoscalerAfterTheWindowTest, IdleStretchesOfAFewStepsAreNoPause) {
   EXPECT_EQ(Next(reading(0.25)).desired_workers, 3);
 }
 
+// The step grows 5x (8 -> 1.6 batches/s) in the middle of a period: the mixed
+// reading (4.8 batches/s) has 0.625 s stretches without a batch, more than 4 of
+// the 0.125 s steps before it, so it reads as a pause and confirms nothing;
+// the next two readings (limit: 4 of the mix's 0.208 s steps, then of the new
+// 0.625 s ones) agree, and the fall is believed at the third, a period later
+// than a smaller one.
+TEST_F(AutoscalerAfterTheWindowTest, AStepFiveTimesLongerIsBelievedByTwoAgreeingReadings) {
+  auto reading = [&](double rate) {
+    AutoscalerInput in = Input(6, 100, rate, rate);
+    in.consumers[0].longest_idle_seconds = 0.625;
+    return in;
+  };
+  EXPECT_EQ(Next(reading(4.8)).desired_workers, 6);
+  EXPECT_EQ(Next(reading(1.6)).desired_workers, 6);
+  AutoscalerDecision d = Next(reading(1.6));
+  EXPECT_EQ(d.desired_workers, 2);
+  EXPECT_EQ(d.reason,
+            "down 6 -> 2: demand of job 1 fell and two readings agree; need 1.02 workers (job 1: "
+            "102 el/s / 100 el/s per worker) x 1.05 headroom");
+}
+
 // A trainer in a checkpoint: the period it starts in reads half its rate, then
 // it neither receives nor waits for 10 s (readings that confirm nothing), then
 // the period it ends in reads three quarters. No two readings agree on a lower
