@@ -27,6 +27,11 @@ struct ConsumerSignal {
   double window_wait = 0;
   double batches_per_second = 0;
   double window_wait_fraction = 0;
+  // The last report whose counters moved (a batch returned, or time waited), and the longest
+  // stretch of the window in which they did not: at least this long the trainer neither received
+  // nor waited (ConsumerSample::longest_idle_seconds: its step, or a pause).
+  absl::Time last_active = absl::InfinitePast();
+  double window_longest_idle = 0;
   // Its iterator was closed (ClientHeartbeatRequest.leaving): away without waiting for the
   // lease.
   bool left = false;

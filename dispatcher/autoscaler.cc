@@ -115,7 +115,8 @@ struct Autoscaler::Estimate {
   double stable_need = 0;
   double stable_headroom = 0;
   absl::Time time;                        // the decision's
-  std::vector<uint64_t> confirmed_drops;  // ForgetConfirmedDrops()
+  std::vector<uint64_t> confirmed_drops;  // ForgetConfirmedDrops(): readings agree
+  std::vector<uint64_t> falling_drops;    // ForgetConfirmedDrops(): readings fall
   std::set<uint64_t> paused_jobs;         // a consumer paused (EstimateDemand)
   std::string description;                // "need 8.00 workers (...) x 1.05 headroom"
 };
@@ -173,8 +174,16 @@ void Autoscaler::EstimateDemand(const AutoscalerInput& input, Estimate& e,
     }
     // Nothing returned and no wait: the trainer did not ask (a checkpoint, an
     // evaluation). Its reading counts (the window holds the demand before the
-    // pause), but a pause is not a lower demand: it confirms no drop.
-    if (c.batches_per_second <= 0 && c.wait_fraction <= o.idle_wait_fraction) {
+    // pause), but a pause is not a lower demand: it confirms no drop. So does
+    // a pause in part of the window: a stretch without a batch or a wait much
+    // longer than the trainer's step (the shorter of this reading's and the
+    // last one's: a pause lengthens the step this reading shows).
+    const double fastest = std::max(demand, known ? previous->second : 0.0);
+    const double idle_limit =
+        std::max(fastest > 0 ? o.pause_idle_steps * static_cast<double>(batch_size) / fastest : 0.0,
+                 o.drop_tolerance * absl::ToDoubleSeconds(o.period));
+    if ((c.batches_per_second <= 0 && c.wait_fraction <= o.idle_wait_fraction) ||
+        c.longest_idle_seconds > idle_limit) {
       e.paused_jobs.insert(c.job_id);
     }
     consumer_demand[key] = demand;
@@ -358,14 +367,17 @@ void Autoscaler::RecordHistory(absl::Time now, Estimate& e) {
 }
 
 // A job's demand that fell and stayed down is not a pause: when the last two
-// readings, at least half a period apart, agree within `drop_tolerance` of
-// each other and are both lower than every earlier reading of the window by
-// more than that, the earlier readings of that job are forgotten, so the
-// scale-down follows in this decision rather than after the window. A pause
-// (a checkpoint, an evaluation) does not look like this: a reading in which
-// a consumer neither received nor waited confirms nothing (the window holds
-// the demand before the pause, as it always did), and the periods a pause
-// begins and ends in read two different partial rates.
+// readings, at least half a period apart, are both lower than every earlier
+// reading of the window by more than `drop_tolerance`, and
+//   - agree within it: the earlier readings are forgotten, the two kept;
+//   - or the last is lower than the one before by more than it: the demand
+//     fell in two steps, or in one that began inside the period before, whose
+//     reading mixes the two levels; everything before the last is forgotten,
+// so the scale-down follows in this decision rather than after the window.
+// A pause (a checkpoint, an evaluation) does not look like this: a reading
+// with a pause in it (EstimateDemand: a stretch without a batch or a wait of
+// several steps) confirms nothing, so the window holds the demand before the
+// pause, as it always did.
 void Autoscaler::ForgetConfirmedDrops(Estimate& e) {
   const double tolerance = options_.drop_tolerance;
   if (tolerance <= 0 || history_.size() < 3) return;
@@ -378,7 +390,9 @@ void Autoscaler::ForgetConfirmedDrops(Estimate& e) {
     if (a == last.demand_by_job.end() || b == before.demand_by_job.end()) continue;
     if (a->second <= 0 || b->second <= 0) continue;
     if (last.paused_jobs.contains(job_id) || before.paused_jobs.contains(job_id)) continue;
-    if (std::abs(a->second / b->second - 1) > tolerance) continue;
+    const bool agree = std::abs(a->second / b->second - 1) <= tolerance;
+    const bool falling = a->second < b->second * (1 - tolerance);
+    if (!agree && !falling) continue;
     const double level = std::max(a->second, b->second);
     double earlier = 0;
     bool any = false;
@@ -389,10 +403,11 @@ void Autoscaler::ForgetConfirmedDrops(Estimate& e) {
       any = true;
     }
     if (!any || level >= earlier * (1 - tolerance)) continue;
-    for (size_t i = 0; i + 2 < history_.size(); ++i) {
+    const size_t kept = falling ? 1 : 2;
+    for (size_t i = 0; i + kept < history_.size(); ++i) {
       history_[i].demand_by_job.erase(job_id);
     }
-    e.confirmed_drops.push_back(job_id);
+    (falling ? e.falling_drops : e.confirmed_drops).push_back(job_id);
   }
 }
 
@@ -466,9 +481,17 @@ std::string Autoscaler::ScaleDownOrHold(absl::Time now, const Estimate& e, int& 
     if (e.jobs.empty()) {
       return absl::StrFormat("down %d -> %d: no live consumer", current, desired);
     }
-    if (!e.confirmed_drops.empty()) {
-      return absl::StrFormat("down %d -> %d: demand of job %s fell and two readings agree; %s",
-                             current, desired, absl::StrJoin(e.confirmed_drops, ", "),
+    if (!e.confirmed_drops.empty() || !e.falling_drops.empty()) {
+      std::vector<std::string> drops;
+      if (!e.confirmed_drops.empty()) {
+        drops.push_back(absl::StrCat("demand of job ", absl::StrJoin(e.confirmed_drops, ", "),
+                                     " fell and two readings agree"));
+      }
+      if (!e.falling_drops.empty()) {
+        drops.push_back(absl::StrCat("demand of job ", absl::StrJoin(e.falling_drops, ", "),
+                                     " fell in each of the last two readings"));
+      }
+      return absl::StrFormat("down %d -> %d: %s; %s", current, desired, absl::StrJoin(drops, "; "),
                              e.description);
     }
     return absl::StrFormat(

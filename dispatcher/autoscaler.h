@@ -32,7 +32,8 @@
 //              now (cheaper elements count at once); demand that left (a job
 //              with no consumer) leaves the window at once, and so does a
 //              job's earlier demand once two readings agree on a drop of more
-//              than drop_tolerance (a paused trainer confirms no drop)
+//              than drop_tolerance, or fall by more than it one after the
+//              other (a reading with a pause in it confirms no drop)
 //   (the noise in the band is the measured part only, at most headroom - 1)
 //
 // Worked example (headroom 1.05): one job, batch 64, 2 consumers each returning
@@ -86,11 +87,19 @@ struct AutoscalerOptions {
   // demand over the job's capacity now).
   absl::Duration scale_down_window = absl::Seconds(30);
   // Except for a job whose demand fell and stayed down: when its last two
-  // readings agree within this fraction and are both lower by more than it
-  // than every earlier one in the window, the earlier ones are forgotten (a
-  // pause reads 0, which confirms nothing, or two different partial rates).
+  // readings are both lower by more than this fraction than every earlier
+  // one in the window, and either agree within it or the last is lower than
+  // the one before by more than it (a fall that began inside a period reads
+  // as a mix first), the readings before the lower level are forgotten. A
+  // reading with a pause in it (see pause_idle_steps) confirms nothing.
   // 0: always the window.
   double drop_tolerance = 0.1;
+  // A consumer's reading holds a pause (a checkpoint, an evaluation) when it
+  // neither received a batch nor waited for longer than this many of its
+  // steps (batch_size ÷ its demand), and for longer than drop_tolerance ×
+  // period (a shorter stretch cannot by itself move a reading by the
+  // tolerance). Its own steps are what a trainer does between batches.
+  double pause_idle_steps = 4;
   // A worker's measurements count only this long after it registered (cold
   // caches, first splits opening files, the pipeline's autotune settling).
   absl::Duration warmup = absl::Seconds(5);
@@ -153,6 +162,9 @@ struct ConsumerSample {
   double wait_fraction = 0;       // of the window spent waiting for a batch
   // When its current epoch started; InfinitePast() = long ago.
   absl::Time epoch_started = absl::InfinitePast();
+  // The longest stretch of the window (seconds) in which it neither received
+  // a batch nor waited: one step of its own work, or a pause. 0: not measured.
+  double longest_idle_seconds = 0;
 };
 
 struct JobSample {

@@ -406,6 +406,12 @@ absl::Status DispatcherImpl::DoClientHeartbeat(const proto::ClientHeartbeatReque
     job_metrics.elements_returned->Increment(
         static_cast<double>(batches_delta * dataset->batch_size));
   }
+  if (batches_delta > 0 || wait_delta > 0 || signal.last_active == absl::InfinitePast()) {
+    signal.last_active = now;
+  } else {
+    signal.window_longest_idle =
+        std::max(signal.window_longest_idle, absl::ToDoubleSeconds(now - signal.last_active));
+  }
   if (signal.last_report != absl::InfinitePast() && now > signal.last_report) {
     signal.wait_fraction =
         std::clamp(wait_delta / absl::ToDoubleSeconds(now - signal.last_report), 0.0, 1.0);

@@ -145,7 +145,9 @@ absl::Status DispatcherImpl::Autoscale(absl::Time now) {
       // the wait, and demand with them, most in a short first window right
       // after a step.
       const double dt = absl::ToDoubleSeconds(signal.last_report - signal.window_start);
+      const double longest_idle = signal.window_longest_idle;
       if (dt > 0) {
+        signal.window_longest_idle = 0;
         signal.batches_per_second =
             static_cast<double>(signal.batches_returned_total - signal.window_batches) / dt;
         signal.window_wait_fraction =
@@ -158,7 +160,8 @@ absl::Status DispatcherImpl::Autoscale(absl::Time now) {
                               .consumer_index = c.index,
                               .batches_per_second = signal.batches_per_second,
                               .wait_fraction = signal.window_wait_fraction,
-                              .epoch_started = signal.epoch_started});
+                              .epoch_started = signal.epoch_started,
+                              .longest_idle_seconds = longest_idle});
     }
   }
   AutoscalerDecision decision = autoscaler_.Decide(in);

@@ -5,7 +5,7 @@
 // for bench/autoscale_sim/plot.py.
 //
 //   autoscale_sim [--csv out.csv] [--series series.csv] [--seed 1]
-//                 [--seeds 20] [--headroom 1.05] [--reasons]
+//                 [--seeds 20] [--headroom 1.05] [--reasons] [--periods]
 //                 [--bench-trace bench.csv --bench-startup 0.6 ...]
 //   autoscale_sim --trace FILE... [--seeds 5]
 //                 replays trace files (trace.h) instead: per trace and
@@ -322,7 +322,7 @@ struct Range {
 
 int RunTraces(const std::vector<std::string>& paths, const std::vector<PolicyFactory>& policies,
               const WorldOptions& o, int seeds, const dispatcher::AutoscalerOptions& sluice_options,
-              bool reasons) {
+              bool reasons, bool periods) {
   std::vector<Scenario> scenarios;
   for (const std::string& path : paths) {
     absl::StatusOr<Scenario> s = ReadTrace(path);
@@ -356,6 +356,8 @@ int RunTraces(const std::vector<std::string>& paths, const std::vector<PolicyFac
     };
     std::vector<Summary> summaries;
     std::string reason_lines;  // --reasons: sluice's, seed 1, after the table
+    // --periods: every policy's decision per period, seed 1.
+    std::map<double, std::pair<double, std::map<std::string, int>>> period_rows;
     for (const PolicyFactory& f : policies) {
       Summary sum{.name = f.name};
       for (int seed = 1; seed <= seeds; ++seed) {
@@ -371,6 +373,13 @@ int RunTraces(const std::vector<std::string>& paths, const std::vector<PolicyFac
                                     p.oracle, p.reason);
             }
             last = p.desired;
+          }
+        }
+        if (periods && seed == 1) {
+          for (const PeriodRecord& p : r.periods) {
+            auto& row = period_rows[p.time];
+            row.first = p.oracle;
+            row.second[f.name] = p.desired;
           }
         }
         const TraceMetrics m = MeasureTrace(s, r, so);
@@ -400,6 +409,21 @@ int RunTraces(const std::vector<std::string>& paths, const std::vector<PolicyFac
       summaries.push_back(sum);
     }
     if (!reason_lines.empty()) absl::PrintF("\nsluice's decisions (seed 1):\n%s", reason_lines);
+    if (!period_rows.empty()) {
+      absl::PrintF("\nper period (seed 1): time, oracle, each policy's decision\n\n| t | oracle |");
+      for (const PolicyFactory& f : policies) absl::PrintF(" %s |", f.name);
+      std::string separator;
+      for (size_t i = 0; i < policies.size(); ++i) separator += "---|";
+      absl::PrintF("\n|---|---|%s\n", separator);
+      for (const auto& [t, row] : period_rows) {
+        absl::PrintF("| %.1f | %.0f |", t, row.first);
+        for (const PolicyFactory& f : policies) {
+          auto d = row.second.find(f.name);
+          absl::PrintF("%s", d == row.second.end() ? " |" : absl::StrFormat(" %d |", d->second));
+        }
+        absl::PrintF("\n");
+      }
+    }
     // The goals, against the best faithful peer.
     const Summary& sl = summaries[0];
     if (sl.jobs >= 2) {
@@ -464,6 +488,9 @@ int Main(int argc, char** argv) {
   app.add_flag("--reasons", reasons,
                "print sluice's reason at each change in the combined trace (with --trace: in each "
                "trace, seed 1)");
+  bool periods = false;
+  app.add_flag("--periods", periods,
+               "with --trace: print every policy's decision per period (seed 1) after each table");
   std::string bench_path;
   app.add_option("--bench-trace", bench_path,
                  "replay bench/autoscale.sh's load with sluice's policy and "
@@ -502,7 +529,8 @@ int Main(int argc, char** argv) {
        [&](int max_workers) { return MakeHpaPolicy(o.min_workers, max_workers, o.period); }},
   };
   if (!trace_paths.empty()) {
-    return RunTraces(trace_paths, policies, o, std::max(1, seeds), sluice_options, reasons);
+    return RunTraces(trace_paths, policies, o, std::max(1, seeds), sluice_options, reasons,
+                     periods);
   }
 
   std::printf(

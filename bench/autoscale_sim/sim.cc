@@ -44,6 +44,9 @@ struct Job {
   // This period:
   double consumed = 0;
   double wait = 0;  // seconds a consumer waited (all consumers alike)
+  // The longest step a consumer took (its longest stretch without a batch or
+  // a wait: the trainers never pause in this model).
+  double longest_step = 0;
   double demand() const {
     return active ? spec.consumers * static_cast<double>(spec.batch_size) / spec.step_seconds : 0;
   }
@@ -328,6 +331,8 @@ class World {
         cs.batches_per_second =
             per_consumer * Noise(o_, kConsumer, j.spec.id * 1000 + c, k, o_.measure_noise);
         cs.wait_fraction = std::clamp(j.wait / measured, 0.0, 1.0);
+        cs.longest_idle_seconds =
+            j.consumed > 0 ? std::min(measured, std::max(j.longest_step, j.spec.step_seconds)) : 0;
         in.consumers.push_back(cs);
         obs.batch_seconds.push_back(cs.batches_per_second > 0 ? 1 / cs.batches_per_second : kInf);
       }
@@ -378,6 +383,7 @@ class World {
     for (Job& j : jobs_) {
       j.consumed = 0;
       j.wait = 0;
+      j.longest_step = j.spec.step_seconds;
     }
   }
 
@@ -412,7 +418,10 @@ class World {
   void Apply(const LoadStep& step, double t) {
     switch (step.kind) {
       case LoadStep::Kind::kDemandTimes:
-        for (Job& j : jobs_) j.spec.step_seconds /= step.factor;
+        for (Job& j : jobs_) {
+          j.spec.step_seconds /= step.factor;
+          j.longest_step = std::max(j.longest_step, j.spec.step_seconds);
+        }
         break;
       case LoadStep::Kind::kCostTimes:
         for (Job& j : jobs_) {

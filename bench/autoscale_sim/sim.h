@@ -16,7 +16,9 @@
 // no time step.
 //
 // Every control period the simulator builds, from what the period's
-// heartbeats would carry, the same AutoscalerInput the dispatcher builds, and
+// heartbeats would carry, the same AutoscalerInput the dispatcher builds (a
+// consumer's longest stretch without a batch or a wait is its longest step of
+// the period: trainers do not pause in this model), and
 // asks a Policy for a worker count (and, for a policy that divides a bounded
 // pool, each job's share: the ready workers' time then goes to the jobs in
 // that proportion). Every policy is also asked at once when a job's trainers

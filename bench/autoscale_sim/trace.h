@@ -1,8 +1,9 @@
 // Load traces for `autoscale_sim --trace FILE`: jobs arriving and leaving,
 // step times, per-element costs, worker failures, and the pool's bound. The
 // traces the policies were tuned on are in bench/autoscale_sim/traces/tune/,
-// the held-out ones (never tuned on) in traces/heldout/ and traces/heldout2/
-// (the second set committed before any policy ran on it).
+// the held-out ones (never tuned on) in traces/heldout/, traces/heldout2/ and
+// traces/heldout3/ (the second and third sets committed before any policy ran
+// on them).
 //
 // Format: one directive per line; '#' starts a comment; blank lines are
 // ignored. Times in seconds from the start.

@@ -311,6 +311,114 @@ TEST_F(AutoscalerAfterTheWindowTest, SmallDemandDropWaitsForTheWindow) {
   EXPECT_THAT(counts, ElementsAre(6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 5, 5));
 }
 
+// The trainer's step slowed in the middle of a period: that period reads the
+// mix of the two levels (6 batches/s, 25% below 8), the next one the new level
+// (4 batches/s: need 2.56, 3 with the headroom), lower than the mix by more
+// than drop_tolerance. Demand that fell in each of the last two readings is
+// believed at the second: the whole new level, not the mix.
+TEST_F(AutoscalerAfterTheWindowTest, DemandFallThatBeganInsideAPeriodScalesDownAtTheFirstWhole) {
+  AutoscalerDecision mixed = Next(Input(6, 100, 6, 6));
+  EXPECT_EQ(mixed.desired_workers, 6);
+  EXPECT_EQ(mixed.reason,
+            "hold 6: need 3.84 workers (job 1: 384 el/s / 100 el/s per worker) x 1.05 headroom = "
+            "5 (5.12 x 1.05 seen in the last 30s)");
+  AutoscalerDecision d = Next(Input(6, 100, 4, 4));
+  EXPECT_EQ(d.desired_workers, 3);
+  EXPECT_EQ(d.reason,
+            "down 6 -> 3: demand of job 1 fell in each of the last two readings; need 2.56 workers "
+            "(job 1: 256 el/s / 100 el/s per worker) x 1.05 headroom");
+  EXPECT_THAT(d.drain, ElementsAre(6, 5, 4));
+  // The new level holds.
+  EXPECT_EQ(Next(Input(6 - 3, 100, 4.1, 4.1)).desired_workers, 3);
+}
+
+// A pause that begins in one period and ends in the next reads two falling
+// partial rates (4, then 2 batches/s: the same as a fall), but each reading
+// has an idle stretch (1.0 s, then 1.5 s without a batch or a wait) of more
+// than pause_idle_steps (4) of the trainer's 0.125 s steps: they confirm
+// nothing and the window holds the count. The same readings without the idle
+// stretches are a fall, and scale down.
+TEST_F(AutoscalerAfterTheWindowTest, APauseAcrossTwoPeriodsConfirmsNoFall) {
+  auto reading = [&](double rate, double idle) {
+    AutoscalerInput in = Steady();
+    in.consumers[0].batches_per_second = rate;
+    in.consumers[0].wait_fraction = 0;
+    in.consumers[0].longest_idle_seconds = idle;
+    return in;
+  };
+  EXPECT_EQ(Next(reading(4, 1.0)).desired_workers, 6);
+  AutoscalerDecision d = Next(reading(2, 1.5));
+  EXPECT_EQ(d.desired_workers, 6);
+  EXPECT_EQ(d.reason,
+            "hold 6: need 1.28 workers (job 1: 128 el/s / 100 el/s per worker) x 1.05 headroom = 2 "
+            "(5.12 x 1.05 seen in the last 30s)");
+  EXPECT_EQ(Next(reading(8, 0.125)).desired_workers, 6);
+
+  Autoscaler fresh(AutoscalerOptions{.min_workers = 1, .max_workers = 64});
+  scaler_ = fresh;
+  for (int i = 0; i < 16; ++i) ASSERT_EQ(Next(Steady()).desired_workers, 6);
+  EXPECT_EQ(Next(reading(4, 0.125)).desired_workers, 6);
+  EXPECT_EQ(Next(reading(2, 0.125)).desired_workers, 2);
+}
+
+// A pause that begins and ends at the same point of two consecutive periods
+// reads the same partial rate twice (4 batches/s), readings that agree on a
+// drop of half; their idle stretches (1.0 s each) say it is a pause.
+TEST_F(AutoscalerAfterTheWindowTest, APauseThatReadsTheSamePartialRateTwiceConfirmsNoDrop) {
+  for (int i = 0; i < 2; ++i) {
+    AutoscalerInput in = Steady();
+    in.consumers[0].batches_per_second = 4;
+    in.consumers[0].wait_fraction = 0;
+    in.consumers[0].longest_idle_seconds = 1.0;
+    AutoscalerDecision d = Next(in);
+    ASSERT_EQ(d.desired_workers, 6) << "reading " << i << ": " << d.reason;
+  }
+}
+
+// An idle stretch is a pause only beyond pause_idle_steps (4) of the trainer's
+// step, the shorter one of this reading and the last: after 8 batches/s of 64
+// (0.125 s), 0.5 s in the first reading after the steady state. A trainer
+// whose step grew to 0.25 s (4 batches/s) shows 0.25 s stretches from then on.
+// 0.45 s in the first reading: no pause, the fall is believed at the second;
+// 0.55 s: a pause, so the first reading confirms nothing and the third does.
+TEST_F(AutoscalerAfterTheWindowTest, IdleStretchesOfAFewStepsAreNoPause) {
+  auto reading = [&](double idle) {
+    AutoscalerInput in = Input(6, 100, 4, 4);
+    in.consumers[0].longest_idle_seconds = idle;
+    return in;
+  };
+  EXPECT_EQ(Next(reading(0.45)).desired_workers, 6);
+  EXPECT_EQ(Next(reading(0.25)).desired_workers, 3);
+
+  Autoscaler fresh(AutoscalerOptions{.min_workers = 1, .max_workers = 64});
+  scaler_ = fresh;
+  for (int i = 0; i < 16; ++i) ASSERT_EQ(Next(Steady()).desired_workers, 6);
+  EXPECT_EQ(Next(reading(0.55)).desired_workers, 6);
+  EXPECT_EQ(Next(reading(0.25)).desired_workers, 6);
+  EXPECT_EQ(Next(reading(0.25)).desired_workers, 3);
+}
+
+// The step grows 5x (8 -> 1.6 batches/s) in the middle of a period: the mixed
+// reading (4.8 batches/s) has 0.625 s stretches without a batch, more than 4 of
+// the 0.125 s steps before it, so it reads as a pause and confirms nothing;
+// the next two readings (limit: 4 of the mix's 0.208 s steps, then of the new
+// 0.625 s ones) agree, and the fall is believed at the third, a period later
+// than a smaller one.
+TEST_F(AutoscalerAfterTheWindowTest, AStepFiveTimesLongerIsBelievedByTwoAgreeingReadings) {
+  auto reading = [&](double rate) {
+    AutoscalerInput in = Input(6, 100, rate, rate);
+    in.consumers[0].longest_idle_seconds = 0.625;
+    return in;
+  };
+  EXPECT_EQ(Next(reading(4.8)).desired_workers, 6);
+  EXPECT_EQ(Next(reading(1.6)).desired_workers, 6);
+  AutoscalerDecision d = Next(reading(1.6));
+  EXPECT_EQ(d.desired_workers, 2);
+  EXPECT_EQ(d.reason,
+            "down 6 -> 2: demand of job 1 fell and two readings agree; need 1.02 workers (job 1: "
+            "102 el/s / 100 el/s per worker) x 1.05 headroom");
+}
+
 // A trainer in a checkpoint: the period it starts in reads half its rate, then
 // it neither receives nor waits for 10 s (readings that confirm nothing), then
 // the period it ends in reads three quarters. No two readings agree on a lower

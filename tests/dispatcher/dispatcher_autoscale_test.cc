@@ -315,6 +315,63 @@ TEST_F(DispatcherAutoscaleTest, DecidesOncePerScalePeriod) {
   EXPECT_EQ(impl_->desired_workers(), 5);
 }
 
+// The idle stretch the autoscaler tells a pause by comes from the client's
+// heartbeats (every 0.5 s here): two warm workers of 100 el per busy second and
+// a consumer returning 16 batches/s of 10 (160 el/s: need 1.6 x 1.05 -> 2)
+// for 32 s, then two periods whose readings fall, 8 then 4 batches/s. Spread
+// over every heartbeat, that is a fall: down to 1 at the second. Returned in
+// the first second of the first period and the last half second of the
+// second (a pause of 2.5 s between), it confirms nothing: hold 2.
+TEST_F(DispatcherAutoscaleTest, APauseBetweenHeartbeatsIsNotAFall) {
+  for (const bool paused : {false, true}) {
+    SCOPED_TRACE(paused ? "paused" : "spread");
+    Start(DispatcherOptions::Scaler::kNone);
+    job_ = Job();
+    a_ = Worker("a:1");
+    b_ = Worker("b:1");
+    ASSERT_TRUE(impl_->Tick().ok());
+    clock_.Advance(absl::Seconds(6));
+    uint64_t batches = 0, elements = 0;
+    double busy = 0;
+    ClientBeat(job_, 0, 0);
+    WorkerBeat(a_, 0, 0);
+    WorkerBeat(b_, 0, 0);
+    ASSERT_TRUE(impl_->Tick().ok());
+    // One period: a heartbeat every 0.5 s returning `per_beat[k]` batches.
+    auto period = [&](std::vector<uint64_t> per_beat) {
+      for (uint64_t n : per_beat) {
+        clock_.Advance(absl::Milliseconds(500));
+        batches += n;
+        ClientBeat(job_, batches, 0);
+      }
+      elements += 80;
+      busy += 0.8;
+      WorkerBeat(a_, elements, busy);
+      WorkerBeat(b_, elements, busy);
+      EXPECT_TRUE(impl_->Tick().ok());
+      return Status();
+    };
+    for (int i = 0; i < 16; ++i) ASSERT_EQ(period({8, 8, 8, 8}).desired_workers(), 2);
+    const proto::GetStatusResponse first =
+        period(paused ? std::vector<uint64_t>{8, 8, 0, 0} : std::vector<uint64_t>{4, 4, 4, 4});
+    EXPECT_EQ(first.desired_workers(), 2);
+    EXPECT_DOUBLE_EQ(first.jobs(0).consumers(0).batches_per_second(), 8);
+    const proto::GetStatusResponse second =
+        period(paused ? std::vector<uint64_t>{0, 0, 0, 8} : std::vector<uint64_t>{2, 2, 2, 2});
+    EXPECT_DOUBLE_EQ(second.jobs(0).consumers(0).batches_per_second(), 4);
+    if (paused) {
+      EXPECT_EQ(second.desired_workers(), 2);
+      EXPECT_THAT(second.reason(), StartsWith("hold 2: need 0.40 workers"));
+    } else {
+      EXPECT_EQ(second.desired_workers(), 1);
+      EXPECT_EQ(second.reason(),
+                absl::StrCat("down 2 -> 1: demand of job ", job_,
+                             " fell in each of the last two readings; need 0.40 workers (job ",
+                             job_, ": 40 el/s / 100 el/s per worker) x 1.05 headroom"));
+    }
+  }
+}
+
 // Demand that left is decided at once, not at the end of the period: the
 // consumer completes all 10 splits of its single epoch half a second after
 // the decision for 5 workers, and the next tick scales down to the minimum.
