@@ -831,8 +831,8 @@ absl::Status DispatcherImpl::RestoreConsumer(const DispatcherState::Job& job,
   u->set_job_id(job.id);
   u->set_consumer_index(consumer.index);
   u->set_epoch(epoch);
-  // The slots returned whole, as runs.
-  std::vector<bool> whole(slots.size(), false);
+  // Compact: the slots returned whole as runs, the others only when they are not fresh.
+  u->set_num_slots(slots.size());
   const auto& ranges = request.restore_complete_ranges();
   uint64_t floor = 0, whole_count = 0;
   for (int i = 0; i < ranges.size(); i += 2) {
@@ -844,39 +844,40 @@ absl::Status DispatcherImpl::RestoreConsumer(const DispatcherState::Job& job,
     }
     floor = ranges[i + 1];
     whole_count += ranges[i + 1] - ranges[i];
-    std::fill(whole.begin() + static_cast<int64_t>(ranges[i]),
-              whole.begin() + static_cast<int64_t>(ranges[i + 1]), true);
+    u->add_done_ranges(ranges[i]);
+    u->add_done_ranges(ranges[i + 1]);
   }
+  // A worker that still holds a split keeps it: the new process's stream tells it what it holds,
+  // and it produces the split again from there. Anything else is produced anew.
+  const DispatcherState::Consumer* live = consumer.OfEpoch(epoch);
+  int range = 0;  // the first run not entirely below `pos`
   for (uint64_t pos = 0; pos < slots.size(); ++pos) {
-    proto::SplitState* s = u->add_slots();
-    s->set_position(pos);
-    if (whole[pos]) {
-      s->set_status(proto::SPLIT_STATUS_DONE);
-      continue;
-    }
+    while (range < ranges.size() && ranges[range + 1] <= pos) range += 2;
+    if (range < ranges.size() && ranges[range] <= pos) continue;  // returned whole
     auto it = saved.find(pos);
     const uint64_t returned = it == saved.end() ? 0 : it->second->delivered_batches();
-    s->set_delivered_batches(returned);
+    const DispatcherState::Slot* live_slot =
+        live != nullptr && pos < live->slots.size() ? &live->slots[pos] : nullptr;
+    proto::SplitState s;
+    s.set_position(pos);
+    s.set_delivered_batches(returned);
     if (it != saved.end() && it->second->complete()) {
-      s->set_status(proto::SPLIT_STATUS_DONE);
-      continue;
-    }
-    // A worker that still holds the split keeps it: the new process's stream tells it what
-    // it holds, and it produces the split again from there. Anything else is produced anew.
-    const DispatcherState::Slot* live =
-        consumer.epoch == epoch && pos < consumer.slots.size() ? &consumer.slots[pos] : nullptr;
-    if (live != nullptr && live->status == proto::SPLIT_STATUS_ASSIGNED) {
-      s->set_status(proto::SPLIT_STATUS_ASSIGNED);
-      s->set_worker_id(live->worker_id);
-      s->set_skip_batches(live->skip_batches);
-      s->set_produced_batches(live->produced_batches);
-      s->set_finished_producing(live->finished_producing);
-      s->set_assignments(live->assignments);
+      s.set_status(proto::SPLIT_STATUS_DONE);
+    } else if (live_slot != nullptr && live_slot->status == proto::SPLIT_STATUS_ASSIGNED) {
+      s.set_status(proto::SPLIT_STATUS_ASSIGNED);
+      s.set_worker_id(live_slot->worker_id);
+      s.set_skip_batches(live_slot->skip_batches);
+      s.set_produced_batches(live_slot->produced_batches);
+      s.set_finished_producing(live_slot->finished_producing);
+      s.set_assignments(live_slot->assignments);
     } else {
-      s->set_status(proto::SPLIT_STATUS_PENDING);
-      s->set_skip_batches(returned);
-      s->set_assignments(live != nullptr ? live->assignments : 0);
+      s.set_status(proto::SPLIT_STATUS_PENDING);
+      s.set_skip_batches(returned);
+      s.set_assignments(live_slot != nullptr ? live_slot->assignments : 0);
     }
+    const bool fresh =
+        s.status() == proto::SPLIT_STATUS_PENDING && returned == 0 && s.assignments() == 0;
+    if (!fresh) *u->add_slots() = std::move(s);
   }
   logger_->info(
       "job {} consumer {} continues from a checkpoint at epoch {} ({} splits "

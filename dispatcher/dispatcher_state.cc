@@ -649,16 +649,12 @@ absl::Status DispatcherState::Validate(const proto::Update& update) const {
       if (u.consumer_index() >= job.consumers.size())
         return absl::InvalidArgumentError("consumer index out of range");
       if (u.finished()) {
-        return u.slots_size() == 0 ? absl::OkStatus()
-                                   : absl::InvalidArgumentError("a finished consumer has no slots");
+        return u.slots_size() == 0 && u.num_slots() == 0
+                   ? absl::OkStatus()
+                   : absl::InvalidArgumentError("a finished consumer has no slots");
       }
       ASSIGN_OR_RETURN(std::vector<SlotSource> slots, SlotsOf(job, u.consumer_index(), u.epoch()));
-      if (slots.size() != static_cast<size_t>(u.slots_size())) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("consumer ", u.consumer_index(), " of job ", job.id, " has ", slots.size(),
-                         " slots in epoch ", u.epoch(), ", the update ", u.slots_size()));
-      }
-      return absl::OkStatus();
+      return CheckSlots(u, job, slots.size());
     }
     case proto::Update::kRemoveJob:
       return need_job(update.remove_job().job_id());
@@ -695,12 +691,8 @@ absl::Status DispatcherState::ApplyConsumerState(const proto::UpdateConsumerStat
   std::vector<SlotSource> pieces;
   if (!u.finished()) {
     ASSIGN_OR_RETURN(pieces, SlotsOf(job, consumer.index, u.epoch()));
-    if (pieces.size() != static_cast<size_t>(u.slots_size())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("consumer ", consumer.index, " of job ", job.id, " has ", pieces.size(),
-                       " slots in epoch ", u.epoch(), ", the update ", u.slots_size()));
-    }
-  } else if (u.slots_size() != 0) {
+    RETURN_IF_ERROR(CheckSlots(u, job, pieces.size()));
+  } else if (u.slots_size() != 0 || u.num_slots() != 0) {
     return absl::InvalidArgumentError("a finished consumer has no slots");
   }
   // Whatever workers held of this consumer (of that epoch, for the following one) is replaced.
@@ -731,17 +723,57 @@ absl::Status DispatcherState::ApplyConsumerState(const proto::UpdateConsumerStat
   return OpenNextEpoch(job, consumer);
 }
 
+absl::Status DispatcherState::CheckSlots(const proto::UpdateConsumerState& u, const Job& job,
+                                         uint64_t num_slots) {
+  const uint64_t described =
+      u.num_slots() != 0 ? u.num_slots() : static_cast<uint64_t>(u.slots_size());
+  if (described != num_slots) {
+    return absl::InvalidArgumentError(absl::StrCat("consumer ", u.consumer_index(), " of job ",
+                                                   job.id, " has ", num_slots, " slots in epoch ",
+                                                   u.epoch(), ", the update ", described));
+  }
+  if (u.num_slots() == 0) {
+    return u.done_ranges_size() == 0
+               ? absl::OkStatus()
+               : absl::InvalidArgumentError("done_ranges without num_slots (the compact form)");
+  }
+  const auto& ranges = u.done_ranges();
+  for (int i = 0; i < ranges.size(); i += 2) {
+    if (i + 1 >= ranges.size() || ranges[i + 1] <= ranges[i] || ranges[i + 1] > num_slots ||
+        (i > 0 && ranges[i] < ranges[i - 1])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "done_ranges must be ascending [begin, end) pairs within ", num_slots, " slots"));
+    }
+  }
+  for (const proto::SplitState& slot : u.slots()) {
+    if (slot.position() >= num_slots) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a listed slot's position ", slot.position(), " is not below ", num_slots));
+    }
+  }
+  return absl::OkStatus();
+}
+
 void DispatcherState::RestoreSlots(const Job& job, Consumer& target,
                                    const proto::UpdateConsumerState& u,
                                    std::vector<SlotSource> pieces) {
   target.done = 0;
-  target.slots.assign(static_cast<size_t>(u.slots_size()), Slot{});
+  target.slots.assign(pieces.size(), Slot{});
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    target.slots[i].pieces = std::move(pieces[i].pieces);
+    target.slots[i].first_batch = pieces[i].first_batch;
+    target.slots[i].end_batch = pieces[i].end_batch;
+  }
+  const auto& ranges = u.done_ranges();
+  for (int i = 0; i + 1 < ranges.size(); i += 2) {
+    for (uint64_t pos = ranges[i]; pos < ranges[i + 1]; ++pos) {
+      target.slots[pos].status = proto::SPLIT_STATUS_DONE;
+    }
+  }
   for (int i = 0; i < u.slots_size(); ++i) {
     const proto::SplitState& in = u.slots(i);
-    Slot& slot = target.slots[static_cast<size_t>(i)];
-    slot.pieces = std::move(pieces[static_cast<size_t>(i)].pieces);
-    slot.first_batch = pieces[static_cast<size_t>(i)].first_batch;
-    slot.end_batch = pieces[static_cast<size_t>(i)].end_batch;
+    const uint64_t position = u.num_slots() != 0 ? in.position() : static_cast<uint64_t>(i);
+    Slot& slot = target.slots[position];
     slot.status = in.status();
     slot.worker_id = in.worker_id();
     slot.delivered_batches = in.delivered_batches();
@@ -755,9 +787,11 @@ void DispatcherState::RestoreSlots(const Job& job, Consumer& target,
         slot.status = proto::SPLIT_STATUS_AWAITING_PROGRESS;
         slot.worker_id = 0;
       } else {
-        wit->second.slots.insert({job.id, target.index, target.epoch, static_cast<uint64_t>(i)});
+        wit->second.slots.insert({job.id, target.index, target.epoch, position});
       }
     }
+  }
+  for (const Slot& slot : target.slots) {
     if (slot.status == proto::SPLIT_STATUS_DONE) ++target.done;
   }
   Reindex(target);
@@ -810,11 +844,27 @@ void DispatcherState::SnapshotConsumer(uint64_t job_id, const Consumer& c, bool 
   out->set_epoch(c.epoch);
   out->set_finished(c.finished);
   out->set_lookahead(lookahead);
+  // Compact: fresh slots are left out, DONE ones without counters go as runs.
+  out->set_num_slots(c.slots.size());
   for (size_t pos = 0; pos < c.slots.size(); ++pos) {
     const Slot& slot = c.slots[pos];
-    proto::SplitState* s = out->add_slots();
-    slot.ToProto(pos, s);
-    s->set_finished_producing(slot.finished_producing);
+    const bool counters = slot.worker_id != 0 || slot.delivered_batches != 0 ||
+                          slot.produced_batches != 0 || slot.skip_batches != 0 ||
+                          slot.assignments != 0 || slot.finished_producing;
+    if (slot.status == proto::SPLIT_STATUS_PENDING && !counters) continue;
+    if (slot.status != proto::SPLIT_STATUS_DONE || counters) {
+      proto::SplitState* s = out->add_slots();
+      slot.ToProto(pos, s);
+      s->set_finished_producing(slot.finished_producing);
+      continue;
+    }
+    const int n = out->done_ranges_size();
+    if (n > 0 && out->done_ranges(n - 1) == pos) {
+      out->set_done_ranges(n - 1, pos + 1);
+    } else {
+      out->add_done_ranges(pos);
+      out->add_done_ranges(pos + 1);
+    }
   }
 }
 

@@ -217,9 +217,14 @@ class DispatcherState {
   void ApplyProgress(
       const Job& job, Consumer& target,
       const google::protobuf::RepeatedPtrField<proto::ClientSplitProgress>& progress);
-  // Sets `target`'s slots from a saved state `u` (of target.epoch) and their `pieces`.
+  // Sets `target`'s slots from a saved state `u` (of target.epoch, either form, checked by
+  // CheckSlots) and their `pieces`.
   void RestoreSlots(const Job& job, Consumer& target, const proto::UpdateConsumerState& u,
                     std::vector<SlotSource> pieces);
+  // InvalidArgument unless `u` describes `num_slots` slots (listed: one per slot; compact: its
+  // ranges and positions within them).
+  static absl::Status CheckSlots(const proto::UpdateConsumerState& u, const Job& job,
+                                 uint64_t num_slots);
   // The consumer state update that rebuilds `c`; `lookahead`: `c` is a consumer's `next`.
   static void SnapshotConsumer(uint64_t job_id, const Consumer& c, bool lookahead,
                                proto::UpdateConsumerState* out);

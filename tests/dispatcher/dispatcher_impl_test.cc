@@ -956,6 +956,18 @@ TEST_F(DispatcherImplTest, ARestoringConsumerSendsTheSlotsItReturnedWholeAsRuns)
       {proto::SPLIT_STATUS_PENDING, 0}, {proto::SPLIT_STATUS_DONE, 0},
       {proto::SPLIT_STATUS_PENDING, 1}, {proto::SPLIT_STATUS_PENDING, 0}};
   EXPECT_EQ(got, want);
+  // The journaled state is compact: the runs, and only the slot returned in part.
+  const Journal::Contents journaled = *journal_->Read();
+  ASSERT_FALSE(journaled.updates.empty());
+  const proto::Update& last = journaled.updates.back();
+  ASSERT_TRUE(last.has_consumer_state());
+  EXPECT_EQ(last.consumer_state().num_slots(), 6u);
+  EXPECT_THAT(last.consumer_state().done_ranges(), ElementsAre(0, 2, 3, 4));
+  ASSERT_EQ(last.consumer_state().slots_size(), 1);
+  EXPECT_EQ(last.consumer_state().slots(0).position(), 4u);
+  EXPECT_EQ(last.consumer_state().slots(0).skip_batches(), 1u);
+  Restart(journal_);
+  EXPECT_EQ(State(created.job_id()).SerializeAsString(), state.SerializeAsString());
   // Runs past the consumer's 6 slots, or not ascending pairs: refused.
   for (const std::vector<uint64_t>& bad :
        std::vector<std::vector<uint64_t>>{{0, 7}, {3, 4, 0, 1}, {2}}) {

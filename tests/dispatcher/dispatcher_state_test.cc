@@ -220,6 +220,55 @@ TEST(DispatcherState, TheFollowingEpochSurvivesALostWorkerAndASnapshot) {
             "consumer 0 of job 1 is at epoch 0: it has no following epoch 5 to restore");
 }
 
+// The compact consumer state (a restore's record, snapshots): 4 slots of 25 records; slots 0-1
+// DONE as a run, slot 3 returned in part; slot 2 fresh, not named.
+TEST(DispatcherState, ACompactConsumerStateNamesOnlyWhatIsNotFresh) {
+  DispatcherState state;
+  ASSERT_TRUE(state.Apply(RegisterDataset(1, {100}, 5)).ok());
+  ASSERT_TRUE(state.Apply(CreateJob(1, 1, 1, 25, 1)).ok());
+  proto::Update u;
+  proto::UpdateConsumerState* cs = u.mutable_consumer_state();
+  cs->set_job_id(1);
+  cs->set_num_slots(4);
+  cs->add_done_ranges(0);
+  cs->add_done_ranges(2);
+  proto::SplitState* part = cs->add_slots();
+  part->set_position(3);
+  part->set_status(proto::SPLIT_STATUS_PENDING);
+  part->set_delivered_batches(2);
+  part->set_skip_batches(2);
+  ASSERT_TRUE(state.Apply(u).ok());
+  const DispatcherState::Consumer& consumer = state.FindJob(1)->consumers[0];
+  EXPECT_EQ(consumer.done, 2u);
+  EXPECT_THAT(consumer.pending, ElementsAre(2, 3));
+  EXPECT_EQ(consumer.slots[3].skip_batches, 2u);
+  EXPECT_EQ(consumer.slots[2].skip_batches, 0u);
+  // The snapshot writes the same compact form.
+  const proto::DispatcherSnapshot snapshot = state.Snapshot();
+  const proto::UpdateConsumerState& saved =
+      snapshot.updates(snapshot.updates_size() - 1).consumer_state();
+  EXPECT_EQ(saved.num_slots(), 4u);
+  EXPECT_THAT(saved.done_ranges(), ElementsAre(0, 2));
+  ASSERT_EQ(saved.slots_size(), 1);
+  EXPECT_EQ(saved.slots(0).position(), 3u);
+
+  const auto refused = [&](proto::Update bad) {
+    const absl::Status s = state.Apply(bad);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    return std::string(s.message());
+  };
+  proto::Update bad = u;
+  bad.mutable_consumer_state()->set_num_slots(5);
+  EXPECT_EQ(refused(bad), "consumer 0 of job 1 has 4 slots in epoch 0, the update 5");
+  bad = u;
+  bad.mutable_consumer_state()->set_done_ranges(1, 5);
+  EXPECT_EQ(refused(bad), "done_ranges must be ascending [begin, end) pairs within 4 slots");
+  bad = u;
+  bad.mutable_consumer_state()->mutable_slots(0)->set_position(4);
+  EXPECT_EQ(refused(bad), "a listed slot's position 4 is not below 4");
+  EXPECT_EQ(consumer.done, 2u);  // unchanged
+}
+
 TEST(DispatcherState, LostWorkersSplitsWaitForTheConsumersReportThenSkipItsPrefix) {
   DispatcherState state;
   ASSERT_TRUE(state.Apply(RegisterDataset(1, {100}, 10)).ok());

@@ -128,8 +128,6 @@ class ResizeScaleTest : public ::testing::Test {
     ASSERT_TRUE(contents.ok()) << contents.status();
     int creates = 0;
     for (const proto::Update& u : contents->updates) {
-      // Not bounded yet: a restore journals the consumer's every slot (docs/delivery.md).
-      if (u.has_consumer_state()) continue;
       EXPECT_LT(u.ByteSizeLong(), kBound) << u.kind_case();
       if (u.has_create_job() && u.create_job().has_resized()) ++creates;
     }
