@@ -43,6 +43,10 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(const std::string& 
   if (address.empty()) return absl::InvalidArgumentError("empty address (want host:port)");
   if (absl::Status s = CheckChannelOptions(options); !s.ok()) return s;
   grpc::ChannelArguments args;
+  // A peer that comes back at another address under the same DNS name (a restarted pod behind a
+  // headless Service) is looked up again on the next reconnect; gRPC's default waits 30 s
+  // between two lookups, longer than a restarted dispatcher takes to come back.
+  args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, 1000);
   if (options.max_receive_message_bytes != 0)
     args.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
   if (!options.tls()) {

@@ -31,6 +31,7 @@
 #include "prometheus/registry.h"
 #include "sluice/client.h"
 #include "tests/testing/cluster_testing.h"
+#include "tests/testing/fake_dns.h"
 #include "tests/testing/temp_dir.h"
 #include "tools/local_cluster/local_cluster.h"
 
@@ -411,6 +412,44 @@ TEST_F(ControlPlaneTest, ADispatcherKilledMidEpochContinuesEveryJobAndServesNewP
   ASSERT_TRUE(other.status.ok()) << other.status;
   ASSERT_FALSE(other.shapes.empty());
   for (const auto& shape : other.shapes) EXPECT_THAT(shape, ::testing::ElementsAre(8, 8, 8, 3));
+}
+
+// A dispatcher that comes back at another address under the same DNS name (a restarted pod
+// behind a headless Service gets a new IP) is found again by the workers and the trainer, which
+// dial the name; every record still comes exactly once.
+TEST_F(ControlPlaneTest, ADispatcherBackAtAnotherAddressUnderItsNameIsFoundByName) {
+  testing::FakeDns dns("127.0.0.2");
+  ASSERT_NE(dns.port(), 0);
+  absl::StatusOr<int> port = tools::PickFreePort();
+  ASSERT_TRUE(port.ok()) << port.status();
+  const std::string name =
+      absl::StrCat("dns://127.0.0.1:", dns.port(), "/dispatcher.sluice.test:", *port);
+  auto cluster = tools::LocalCluster::Start({.bin_dir = BinDir(),
+                                             .workers = 2,
+                                             .dispatcher_port = *port,
+                                             .data_roots = {data_->path()},
+                                             .work_dir = tmp_.Join("moved"),
+                                             .worker_threads = 1,
+                                             .heartbeat_interval = absl::Milliseconds(100),
+                                             .worker_timeout = absl::Seconds(1),
+                                             .dispatcher_host = "127.0.0.2",
+                                             .dispatcher_target = name});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  ASSERT_EQ((*cluster)->dispatcher_address(), absl::StrCat("127.0.0.2:", *port));
+  absl::Status moved = absl::UnknownError("not moved");
+  Received r = Consume(name,
+                       Job("moves", MakePipeline(data_->Join("ds"), {.sleep_micros = 3000}),
+                           /*epochs=*/2),
+                       [&](int batches) {
+                         if (batches != 20) return;
+                         dns.Point("127.0.0.3");
+                         moved = (*cluster)->RestartDispatcher("127.0.0.3");
+                       });
+  ASSERT_TRUE(moved.ok()) << moved;
+  EXPECT_EQ((*cluster)->dispatcher_address(), absl::StrCat("127.0.0.3:", *port));
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  ExpectExactly(r.ids[0], Range(kRecords));
+  ExpectExactly(r.ids[1], Range(kRecords));
 }
 
 TEST_F(ControlPlaneTest, ANewDispatcherWithoutItsStateNeverServesAnOldJobsPipeline) {

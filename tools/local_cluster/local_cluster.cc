@@ -117,12 +117,13 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(LocalClusterOp
   if (ec) return absl::InternalError("cannot create '" + options.work_dir + "': " + ec.message());
   auto cluster = std::unique_ptr<LocalCluster>(new LocalCluster(std::move(options)));
   const LocalClusterOptions& o = cluster->options_;
-  ASSIGN_OR_RETURN(cluster->dispatcher_, cluster->LaunchDispatcher(o.dispatcher_port));
+  ASSIGN_OR_RETURN(cluster->dispatcher_,
+                   cluster->LaunchDispatcher(o.dispatcher_host, o.dispatcher_port));
   for (int i = 0; i < o.workers; ++i) RETURN_IF_ERROR(cluster->AddWorker().status());
   return cluster;
 }
 
-absl::StatusOr<ServerProcess> LocalCluster::LaunchDispatcher(int port) {
+absl::StatusOr<ServerProcess> LocalCluster::LaunchDispatcher(const std::string& host, int port) {
   const LocalClusterOptions& o = options_;
   const std::string state_dir = (fs::path(o.work_dir) / "dispatcher-state").string();
   std::error_code ec;
@@ -138,12 +139,13 @@ absl::StatusOr<ServerProcess> LocalCluster::LaunchDispatcher(int port) {
                                    absl::FormatDuration(o.heartbeat_interval),
                                    "--worker-timeout",
                                    absl::FormatDuration(o.worker_timeout)};
+  if (!host.empty()) argv.insert(argv.end(), {"--host", host});
   AddSecurityFlags(o, &argv);
   argv.insert(argv.end(), o.extra_dispatcher_flags.begin(), o.extra_dispatcher_flags.end());
   return Launch("dispatcher", std::move(argv));
 }
 
-absl::Status LocalCluster::RestartDispatcher() {
+absl::Status LocalCluster::RestartDispatcher(const std::string& host) {
   const std::string address = dispatcher_.address;
   const size_t colon = address.rfind(':');
   int port = 0;
@@ -152,8 +154,9 @@ absl::Status LocalCluster::RestartDispatcher() {
   }
   dispatcher_.process->Signal(SIGKILL);
   (void)dispatcher_.process->Wait(absl::Seconds(10));
-  ASSIGN_OR_RETURN(dispatcher_, LaunchDispatcher(port));
-  if (dispatcher_.address != address) {
+  ASSIGN_OR_RETURN(dispatcher_,
+                   LaunchDispatcher(host.empty() ? options_.dispatcher_host : host, port));
+  if (host.empty() && dispatcher_.address != address) {
     return absl::InternalError("the restarted dispatcher listens on " + dispatcher_.address +
                                ", not " + address);
   }
@@ -181,15 +184,16 @@ absl::StatusOr<ServerProcess> LocalCluster::Launch(const std::string& name,
 }
 
 absl::StatusOr<int> LocalCluster::AddWorker() {
-  std::vector<std::string> argv = {(fs::path(options_.bin_dir) / "sluice-worker").string(),
-                                   "--dispatcher",
-                                   dispatcher_.address,
-                                   "--port",
-                                   "0",
-                                   "--log-level",
-                                   options_.log_level,
-                                   "--heartbeat-interval",
-                                   absl::FormatDuration(options_.heartbeat_interval)};
+  std::vector<std::string> argv = {
+      (fs::path(options_.bin_dir) / "sluice-worker").string(),
+      "--dispatcher",
+      options_.dispatcher_target.empty() ? dispatcher_.address : options_.dispatcher_target,
+      "--port",
+      "0",
+      "--log-level",
+      options_.log_level,
+      "--heartbeat-interval",
+      absl::FormatDuration(options_.heartbeat_interval)};
   for (const std::string& root : options_.data_roots)
     argv.insert(argv.end(), {"--data-root", root});
   if (options_.worker_threads > 0) {

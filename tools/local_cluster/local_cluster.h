@@ -38,6 +38,8 @@ struct LocalClusterOptions {
   absl::Duration start_timeout = absl::Seconds(20);
   std::vector<std::string> extra_worker_flags;      // e.g. {"--memory-mb", "64"}
   std::vector<std::string> extra_dispatcher_flags;  // e.g. {"--consumer-timeout", "2s"}
+  std::string dispatcher_host;                      // its --host ("": its default)
+  std::string dispatcher_target;  // what workers dial, e.g. a DNS name ("": its address)
 
   // Transport security of every process (docs/security.md; certificates.h makes throwaway
   // ones): --tls-cert/--tls-key serve TLS, --tls-ca adds mutual TLS (workers present the same
@@ -68,8 +70,8 @@ class LocalCluster {
   const LocalClusterOptions& options() const { return options_; }
 
   // SIGKILLs the dispatcher and starts it again on the same port with the same --work-dir, so
-  // it recovers from its journal.
-  absl::Status RestartDispatcher();
+  // it recovers from its journal; on `host` if given (another address), else where it was.
+  absl::Status RestartDispatcher(const std::string& host = "");
   // Sends `signal` to the dispatcher (SIGSTOP/SIGCONT: a paused node).
   void SignalDispatcher(int signal);
   // Starts one more worker; returns its index.
@@ -91,7 +93,7 @@ class LocalCluster {
   explicit LocalCluster(LocalClusterOptions options) : options_(std::move(options)) {}
   absl::StatusOr<ServerProcess> Launch(const std::string& name, std::vector<std::string> argv,
                                        const std::vector<std::string>& extra = {});
-  absl::StatusOr<ServerProcess> LaunchDispatcher(int port);
+  absl::StatusOr<ServerProcess> LaunchDispatcher(const std::string& host, int port);
 
   const LocalClusterOptions options_;
   ServerProcess dispatcher_;
