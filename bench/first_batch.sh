@@ -10,7 +10,8 @@
 #   (b)      the same pipeline in-process (`sluice pipeline run`): its first batch, from building
 #            the pipeline, and its whole run;
 #   (c)      the whole EPOCHS-epoch run of IMAGES images through the service (`sluice consume`,
-#            startup included) vs (b)'s whole run: the ratio (goal >= 0.9).
+#            startup included) vs (b)'s whole run: the ratio (goal >= 0.9), and the CPU-seconds
+#            each side used (on one machine the service's processes share its cores).
 # ROUNDS rounds (default 3, at least 3); odd rounds run the service first, even rounds
 # in-process first. Headlines are the median of the rounds with their range [min-max]; ratios
 # are taken within a round.
@@ -50,18 +51,30 @@ leave_after_one() {  # job name -> its first-batch seconds
 echo "== warm-up job"
 leave_after_one warmup >/dev/null
 
+# CPU-seconds (user + system) the cluster's processes have used so far.
+servers_cpu() {
+  local ticks=0 p
+  for p in "${bench_pids[@]}"; do ticks=$((ticks + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done
+  awk -v t="$ticks" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.2f", t / hz}'
+}
 service_round() {  # round
   for j in $(seq "$jobs"); do leave_after_one "fb-$1-$j"; done >"$work/first.$1.txt"
-  "$bin/sluice" consume --dispatcher "$dispatcher" --spec "$spec" --data "$work/ds" \
+  local before; before=$(servers_cpu)
+  /usr/bin/time -f "trainer cpu %U %S" -o "$work/service-time.$1.txt" \
+    "$bin/sluice" consume --dispatcher "$dispatcher" --spec "$spec" --data "$work/ds" \
     --job "run-$1" --epochs "$epochs" >"$work/service.$1.txt" 2>/dev/null
+  awk -v a="$before" -v b="$(servers_cpu)" 'BEGIN {printf "%.2f\n", b - a}' >"$work/servers-cpu.$1"
+  awk '/trainer cpu/ {printf "%.2f\n", $3 + $4}' "$work/service-time.$1.txt" >"$work/trainer-cpu.$1"
   read -r p50 p90 < <(percentiles <"$work/first.$1.txt")
   echo "$p50" >"$work/p50.$1"; echo "$p90" >"$work/p90.$1"
   printf 'round %s  service     first batch p50 %.3f s  p90 %.3f s (%s jobs)  whole run %s images/s\n' \
     "$1" "$p50" "$p90" "$jobs" "$(field "throughput:" "$work/service.$1.txt")"
 }
 inproc_round() {  # round
-  "$bin/sluice" pipeline run --spec "$spec" --data "$work/ds" --epochs "$epochs" \
+  /usr/bin/time -f "inproc cpu %U %S" -o "$work/inproc-time.$1.txt" \
+    "$bin/sluice" pipeline run --spec "$spec" --data "$work/ds" --epochs "$epochs" \
     >"$work/inproc.$1.txt" 2>/dev/null
+  awk '/inproc cpu/ {printf "%.2f\n", $3 + $4}' "$work/inproc-time.$1.txt" >"$work/inproc-cpu.$1"
   printf 'round %s  in-process  first batch %.3f s  whole run %s images/s\n' "$1" \
     "$(field "first batch after" "$work/inproc.$1.txt")" "$(field "throughput:" "$work/inproc.$1.txt")"
 }
@@ -81,3 +94,7 @@ echo "whole run, $images images x $epochs epochs (startup included)"
 echo "  service images/s                $(per_round 'field "throughput:" $work/service.$r.txt' | summary 3)"
 echo "  in-process images/s             $(per_round 'field "throughput:" $work/inproc.$r.txt' | summary 3)"
 echo "  ratio service/in-process        $(per_round 'awk -v a=$(field "throughput:" $work/service.$r.txt) -v b=$(field "throughput:" $work/inproc.$r.txt) "BEGIN {printf \"%.3f\", a / b}"' | summary 3)  (goal >= 0.9)"
+echo "CPU-seconds of the whole run (user + system)"
+echo "  in-process                      $(per_round 'cat $work/inproc-cpu.$r' | summary 2)"
+echo "  service: workers + dispatcher   $(per_round 'cat $work/servers-cpu.$r' | summary 2)"
+echo "  service: the trainer            $(per_round 'cat $work/trainer-cpu.$r' | summary 2)"
