@@ -101,7 +101,8 @@ absl::Status DispatcherImpl::AssignSplits(uint64_t worker_id, int free,
   // is assigned to (worker_jobs_) first, then a new job's first split, then
   // the others (the pool is never idle for the sake of the allocation); among
   // those, a job allocated nothing gets splits only when no allocated job has
-  // one pending.
+  // one pending. A slot of a consumer's following epoch (Assignable) comes after
+  // every current epoch's slot.
   const auto in_production = [](const DispatcherState::Consumer& c) {
     return c.in_production + (c.next != nullptr ? c.next->in_production : 0);
   };
