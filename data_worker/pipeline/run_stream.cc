@@ -531,17 +531,24 @@ void RunStream::AddWorker(int si) {
 
 // Every autotune_interval: samples the stages' counters and queues, sets the
 // queue-depth gauges and, with autotune on, applies DecideAutotune (more
-// threads, queue limits).
+// threads, queue limits). Until the first interval in which an element
+// finished, intervals are a fifth as long: a stream starts with one thread
+// per AUTOTUNE stage, and the first decision (a second thread for a starved
+// consumer) then comes once the first elements are measured, not a whole
+// interval after the start.
 void RunStream::Autotune() {
   const int n = static_cast<int>(stages_.size());
   std::vector<uint64_t> last_elements(n, 0);
   std::vector<int64_t> last_busy(n, 0);
   absl::Duration last_wait;
   absl::Time last = ctx_.clock->Now();
+  bool measured = false;
   while (true) {
     {
       absl::MutexLock lock(&mu_);
-      if (mu_.AwaitWithTimeout(absl::Condition(&cancelled_), ctx_.autotune_interval)) {
+      const absl::Duration interval =
+          measured ? ctx_.autotune_interval : ctx_.autotune_interval / 5;
+      if (mu_.AwaitWithTimeout(absl::Condition(&cancelled_), interval)) {
         return;
       }
     }
@@ -581,6 +588,7 @@ void RunStream::Autotune() {
     uint64_t processed = 0;
     for (const StageSample& sample : in.stages) processed += sample.elements;
     if (processed == 0 && FeedIdle()) continue;
+    if (processed > 0) measured = true;
     absl::MutexLock lock(&mu_);
     if (cancelled_) return;
     if (!ctx_.autotune) continue;  // metrics only
