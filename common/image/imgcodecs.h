@@ -3,7 +3,7 @@
 // sluice decodes JPEG with libjpeg-turbo and WebP with libwebp directly; only PNG and BMP (and the
 // JPEG encoder of `sluice datagen` and the synthetic source) go through OpenCV's imgcodecs. That
 // library maps ~140 further shared libraries (GDAL, GDCM, OpenEXR, ...) whose loading and symbol
-// binding cost every process ~60 ms of start-up, so no sluice binary links it: the first call
+// binding cost every process ~80 ms of CPU at start, so no sluice binary links it: the first call
 // below dlopen()s it (RTLD_LAZY | RTLD_LOCAL, once per process, thread-safe) and later calls
 // reuse it. A process that only reads JPEGs never maps it.
 //

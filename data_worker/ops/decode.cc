@@ -188,9 +188,10 @@ absl::StatusOr<Tensor> DecodeFull(std::string_view encoded) {
   absl::StatusOr<cv::Mat> decoded =
       image::Imdecode(encoded, cv::IMREAD_COLOR | cv::IMREAD_IGNORE_ORIENTATION);
   if (!decoded.ok()) {
-    if (absl::IsDataLoss(decoded.status()))
+    if (absl::IsDataLoss(decoded.status())) {
       return DecodeError(std::string(decoded.status().message()));
-    return decoded.status();
+    }
+    return decoded.status();  // FailedPrecondition: the library is missing
   }
   const cv::Mat& bgr = *decoded;
   if (bgr.empty() || bgr.type() != CV_8UC3) {

@@ -260,16 +260,16 @@ class Generator {
 }  // namespace
 
 absl::StatusOr<std::string> SyntheticJpeg(uint64_t seed, uint64_t index) {
-  cv::Mat image;
+  cv::Mat mat;
   try {
-    image = SyntheticImage(seed, index);
+    mat = SyntheticImage(seed, index);
   } catch (const cv::Exception& e) {
     return absl::InternalError(
         absl::StrCat("OpenCV failed on synthetic image ", index, ": ", e.what()));
   }
   std::vector<uint8_t> jpeg;
   if (absl::Status status =
-          image::Imencode(".jpg", image, {cv::IMWRITE_JPEG_QUALITY, kJpegQuality}, &jpeg);
+          image::Imencode(".jpg", mat, {cv::IMWRITE_JPEG_QUALITY, kJpegQuality}, &jpeg);
       !status.ok()) {
     return absl::Status(status.code(), absl::StrCat("JPEG encoding of synthetic image ", index,
                                                     ": ", status.message()));
