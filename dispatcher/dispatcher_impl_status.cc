@@ -144,9 +144,14 @@ absl::Status DispatcherImpl::Autoscale(absl::Time now) {
       // (up to a heartbeat interval) would understate both the rate and
       // the wait, and demand with them, most in a short first window right
       // after a step.
+      // A window that returned exactly one batch is extended to the next
+      // report: the consumer's step on that batch has not been seen yet, and
+      // the first such window (registration to first batch) is the job's
+      // start-up, nearly all wait: its demand, batch / the few ms not
+      // waiting, would be the consumer's own start-up speed, not its steps'.
       const double dt = absl::ToDoubleSeconds(signal.last_report - signal.window_start);
       const double longest_idle = signal.window_longest_idle;
-      if (dt > 0) {
+      if (dt > 0 && signal.batches_returned_total - signal.window_batches != 1) {
         signal.window_longest_idle = 0;
         signal.batches_per_second =
             static_cast<double>(signal.batches_returned_total - signal.window_batches) / dt;

@@ -15,8 +15,9 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
+#include "common/image/imgcodecs.h"
 #include "opencv2/core.hpp"
-#include "opencv2/imgcodecs.hpp"
+#include "opencv2/imgcodecs.hpp"  // constants only: the codecs load through common/image
 #include "opencv2/imgproc.hpp"
 
 namespace sluice::data_worker {
@@ -184,14 +185,15 @@ absl::StatusOr<Tensor> DecodeFull(std::string_view encoded) {
                                     absl::CHexEscape(Sv(encoded.substr(0, 4))),
                                     "'); sluice decodes JPEG, PNG, BMP and WebP"));
   }
-  cv::Mat bgr;
-  try {
-    const cv::Mat buf(1, static_cast<int>(encoded.size()), CV_8UC1,
-                      const_cast<char*>(encoded.data()));
-    bgr = cv::imdecode(buf, cv::IMREAD_COLOR | cv::IMREAD_IGNORE_ORIENTATION);
-  } catch (const cv::Exception& e) {
-    return DecodeError(e.what());
+  absl::StatusOr<cv::Mat> decoded =
+      image::Imdecode(encoded, cv::IMREAD_COLOR | cv::IMREAD_IGNORE_ORIENTATION);
+  if (!decoded.ok()) {
+    if (absl::IsDataLoss(decoded.status())) {
+      return DecodeError(std::string(decoded.status().message()));
+    }
+    return decoded.status();  // FailedPrecondition: the library is missing
   }
+  const cv::Mat& bgr = *decoded;
   if (bgr.empty() || bgr.type() != CV_8UC3) {
     return DecodeError("corrupt data");
   }

@@ -66,10 +66,14 @@ class OrderedQueue {
   PopResult Pop(T* item, uint64_t* seq) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     if (!Ready()) {
-      const absl::Time start = clock_->Now();
+      const absl::Duration start = clock_->Now() - absl::UnixEpoch();
+      ++waiting_;
+      waiting_since_sum_ += start;
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return Ready(); };
       mu_.Await(absl::Condition(&ready));
-      empty_wait_ += clock_->Now() - start;
+      empty_wait_ += (clock_->Now() - absl::UnixEpoch()) - start;
+      --waiting_;
+      waiting_since_sum_ -= start;
     }
     return Take(item, seq);
   }
@@ -114,10 +118,15 @@ class OrderedQueue {
     int64_t max_item_bytes = 0;
     int64_t capacity = 0;
     int64_t byte_limit = 0;
-    absl::Duration empty_wait;  // total time Pop waited for the head
+    // Total time Pop waited for the head, including the waits still going on:
+    // a consumer that has been waiting for its first item since the start
+    // counts as starved in every interval, not only once the item arrives.
+    absl::Duration empty_wait;
+    int64_t waiting = 0;  // Pops waiting for the head now
   };
   Snapshot snapshot() const ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
+    const absl::Duration now = clock_->Now() - absl::UnixEpoch();
     return Snapshot{static_cast<int64_t>(items_.size()),
                     bytes_,
                     peak_items_,
@@ -125,7 +134,8 @@ class OrderedQueue {
                     max_item_bytes_,
                     capacity_,
                     byte_limit_,
-                    empty_wait_};
+                    empty_wait_ + waiting_ * now - waiting_since_sum_,
+                    waiting_};
   }
 
  private:
@@ -164,7 +174,11 @@ class OrderedQueue {
   int64_t max_item_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t peak_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t peak_items_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Duration empty_wait_ ABSL_GUARDED_BY(mu_);
+  absl::Duration empty_wait_ ABSL_GUARDED_BY(mu_);  // of the waits that ended
+  // The Pops waiting now, and the sum of their start times (since the Unix
+  // epoch): their waits so far are waiting_ × now − waiting_since_sum_.
+  int64_t waiting_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Duration waiting_since_sum_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace sluice::data_worker::pipeline

@@ -5,19 +5,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "data_worker/pipeline/autotune.h"
+#include "data_worker/pipeline/busy_sampler.h"
 
 namespace sluice::data_worker::pipeline {
 namespace {
 
 absl::string_view Sv(std::string_view s) { return absl::string_view(s.data(), s.size()); }
-
-// Busy time without metrics: a worker times one group in kBusySample (its
-// first, then every kBusySample-th) and counts it kBusySample times. Two
-// clock reads per group cost ~0.1 µs (bench/kernels/small_records.cc
-// --clocks), a fifth of an element's executor overhead on small records;
-// autotune needs the stage's busy time over an interval, not each group's.
-// With metrics every group is timed (the latency histogram observes each).
-constexpr uint64_t kBusySample = 8;
 
 }  // namespace
 
@@ -347,7 +340,7 @@ ItemRefs Elements(ItemGroup& items) {
 
 }  // namespace
 
-void RunStream::TimedProcess(int si, const ItemRefs& items, int64_t weight) {
+absl::Duration RunStream::TimedProcess(int si, const ItemRefs& items, int64_t weight) {
   Stage& stage = *stages_[si];
   const absl::Time t0 = ctx_.clock->Now();
   Process(stage, items);
@@ -360,6 +353,7 @@ void RunStream::TimedProcess(int si, const ItemRefs& items, int64_t weight) {
       m->stages[si].latency->Observe(each);
     }
   }
+  return busy;
 }
 
 ItemQueue::PopResult RunStream::PopGroup(int si, ItemGroup* items, GroupSeqs* seqs, uint64_t* end) {
@@ -393,7 +387,8 @@ ItemQueue::PopResult RunStream::PopGroup(int si, ItemGroup* items, GroupSeqs* se
 void RunStream::ElementWorker(int si) {
   Stage& stage = *stages_[si];
   ItemQueue& out = *queues_[si];
-  for (uint64_t groups = 0;; ++groups) {
+  BusySampler sampler;
+  while (true) {
     if (LeaveIfAboveTarget(si)) return;
     ItemGroup items;
     GroupSeqs seqs;
@@ -409,8 +404,8 @@ void RunStream::ElementWorker(int si) {
     if (!elements.empty()) {
       if (ctx_.metrics != nullptr) {
         TimedProcess(si, elements, /*weight=*/1);
-      } else if (groups % kBusySample == 0) {
-        TimedProcess(si, elements, /*weight=*/kBusySample);
+      } else if (const int64_t weight = sampler.Next(); weight > 0) {
+        sampler.Timed(TimedProcess(si, elements, weight));
       } else {
         Process(stage, elements);
       }
@@ -430,7 +425,8 @@ void RunStream::ElementWorker(int si) {
 void RunStream::BatchWorker(int si) {
   Stage& s = *stages_[si];
   BatchAssembler& assembler = *s.assembler;
-  for (uint64_t groups = 0;; ++groups) {
+  BusySampler sampler;
+  while (true) {
     if (LeaveIfAboveTarget(si)) return;
     ItemGroup items;
     GroupSeqs seqs;
@@ -446,7 +442,8 @@ void RunStream::BatchWorker(int si) {
     // stage's work: two clock reads per timed group (three with metrics,
     // which time the steps alone).
     ExecutorMetrics* m = ctx_.metrics;
-    const bool timed = m != nullptr || groups % kBusySample == 0;
+    const int64_t weight = m != nullptr ? 1 : sampler.Next();
+    const bool timed = weight > 0;
     const absl::Time t0 = timed ? ctx_.clock->Now() : absl::InfinitePast();
     const ItemRefs elements = Elements(items);
     if (!elements.empty() && !s.plan->steps.empty()) {
@@ -470,8 +467,9 @@ void RunStream::BatchWorker(int si) {
       assembler.Add(seqs[i], std::move(item));
     }
     if (timed) {
-      const int64_t weight = m != nullptr ? 1 : kBusySample;
-      s.busy_ns.fetch_add(weight * absl::ToInt64Nanoseconds(ctx_.clock->Now() - t0));
+      const absl::Duration busy = ctx_.clock->Now() - t0;
+      s.busy_ns.fetch_add(weight * absl::ToInt64Nanoseconds(busy));
+      sampler.Timed(busy);
     }
   }
 }
@@ -533,17 +531,24 @@ void RunStream::AddWorker(int si) {
 
 // Every autotune_interval: samples the stages' counters and queues, sets the
 // queue-depth gauges and, with autotune on, applies DecideAutotune (more
-// threads, queue limits).
+// threads, queue limits). Until the first interval in which an element
+// finished, intervals are a fifth as long: a stream starts with one thread
+// per AUTOTUNE stage, and the first decision (a second thread for a starved
+// consumer) then comes once the first elements are measured, not a whole
+// interval after the start.
 void RunStream::Autotune() {
   const int n = static_cast<int>(stages_.size());
   std::vector<uint64_t> last_elements(n, 0);
   std::vector<int64_t> last_busy(n, 0);
   absl::Duration last_wait;
   absl::Time last = ctx_.clock->Now();
+  bool measured = false;
   while (true) {
     {
       absl::MutexLock lock(&mu_);
-      if (mu_.AwaitWithTimeout(absl::Condition(&cancelled_), ctx_.autotune_interval)) {
+      const absl::Duration interval =
+          measured ? ctx_.autotune_interval : ctx_.autotune_interval / 5;
+      if (mu_.AwaitWithTimeout(absl::Condition(&cancelled_), interval)) {
         return;
       }
     }
@@ -583,6 +588,7 @@ void RunStream::Autotune() {
     uint64_t processed = 0;
     for (const StageSample& sample : in.stages) processed += sample.elements;
     if (processed == 0 && FeedIdle()) continue;
+    if (processed > 0) measured = true;
     absl::MutexLock lock(&mu_);
     if (cancelled_) return;
     if (!ctx_.autotune) continue;  // metrics only

@@ -181,8 +181,8 @@ class RunStream {
   // the element's context, never from its group.
   void Process(Stage& stage, const ItemRefs& items);
   // Process with timing and counters; the time counts `weight` times in the
-  // stage's busy time (kBusySample in run_stream.cc).
-  void TimedProcess(int si, const ItemRefs& items, int64_t weight);
+  // stage's busy time (busy_sampler.h); returns the time taken.
+  absl::Duration TimedProcess(int si, const ItemRefs& items, int64_t weight);
   void ElementWorker(int si);
   void BatchWorker(int si);
   // A finished batch of stage `si`: vectorized ops, then the output queue.

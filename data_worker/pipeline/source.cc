@@ -10,8 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/random.h"
 #include "common/base/status_macros.h"
+#include "common/image/imgcodecs.h"
 #include "opencv2/core.hpp"
-#include "opencv2/imgcodecs.hpp"
+#include "opencv2/imgcodecs.hpp"  // constants only: the codecs load through common/image
 
 namespace sluice::data_worker::pipeline {
 namespace {
@@ -219,12 +220,9 @@ absl::StatusOr<std::vector<std::string>> MakeSyntheticImages(int h, int w) {
       }
     }
     std::vector<uint8_t> buf;
-    try {
-      if (!cv::imencode(".jpg", img, buf, {cv::IMWRITE_JPEG_QUALITY, 90})) {
-        return absl::InternalError("synthetic source: cv::imencode failed");
-      }
-    } catch (const cv::Exception& e) {
-      return absl::InternalError(absl::StrCat("synthetic source: ", e.what()));
+    if (absl::Status status = image::Imencode(".jpg", img, {cv::IMWRITE_JPEG_QUALITY, 90}, &buf);
+        !status.ok()) {
+      return absl::Status(status.code(), absl::StrCat("synthetic source: ", status.message()));
     }
     out.emplace_back(buf.begin(), buf.end());
   }

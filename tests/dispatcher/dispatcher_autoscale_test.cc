@@ -304,6 +304,38 @@ TEST_F(DispatcherAutoscaleTest, AdvisoryScalerDrainsNobody) {
   }
 }
 
+// A consumer registers at t = 6 s and gets its first batch 0.5 s later, all
+// of it waiting (the job's workers starting): a window of one batch in
+// 0.5 s with no time busy would say 2 batches/s at a busy fraction of at most
+// 0.02, a demand of 1,000 el/s. It is extended to the next report instead:
+// 41 batches in 2.5 s, 1.0 s of it waiting -> 16.4 batches/s at a busy
+// fraction of 0.6, 273.3 el/s (40 batches per 1.5 s busy after the first).
+TEST_F(DispatcherAutoscaleTest, AWindowOfOneBatchIsExtendedToTheNextReport) {
+  Start(DispatcherOptions::Scaler::kNone);
+  job_ = Job();
+  a_ = Worker("a:1");
+  ASSERT_TRUE(impl_->Tick().ok());  // a decision at t = 0: the next one at 6.5 s
+  clock_.Advance(absl::Seconds(6));
+  ClientBeat(job_, 0, 0);
+  clock_.Advance(absl::Milliseconds(500));
+  ClientBeat(job_, 1, 0.5);
+  ASSERT_TRUE(impl_->Tick().ok());
+  proto::GetStatusResponse status = Status();
+  ASSERT_EQ(status.jobs_size(), 1);
+  ASSERT_EQ(status.jobs(0).consumers_size(), 1);
+  EXPECT_EQ(status.jobs(0).consumers(0).batches_per_second(), 0);
+  EXPECT_EQ(status.jobs(0).demand_elements_per_second(), 0);
+  clock_.Advance(absl::Seconds(2));
+  ClientBeat(job_, 41, 1.0);
+  ASSERT_TRUE(impl_->Tick().ok());
+  status = Status();
+  ASSERT_EQ(status.jobs_size(), 1);
+  ASSERT_EQ(status.jobs(0).consumers_size(), 1);
+  EXPECT_DOUBLE_EQ(status.jobs(0).consumers(0).batches_per_second(), 16.4);
+  EXPECT_DOUBLE_EQ(status.jobs(0).consumers(0).wait_fraction(), 0.4);
+  EXPECT_NEAR(status.jobs(0).demand_elements_per_second(), 273.33, 0.01);
+}
+
 TEST_F(DispatcherAutoscaleTest, DecidesOncePerScalePeriod) {
   Start(DispatcherOptions::Scaler::kNone);
   TwoWarmWorkersAndAWaitingConsumer();

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <memory>
 #include <opencv2/core.hpp>
-#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgcodecs.hpp>  // constants only: the codecs load through common/image
 #include <opencv2/imgproc.hpp>
 #include <string>
 #include <system_error>
@@ -20,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "common/base/random.h"
+#include "common/image/imgcodecs.h"
 
 namespace sluice::tools {
 namespace fs = std::filesystem;
@@ -259,18 +260,21 @@ class Generator {
 }  // namespace
 
 absl::StatusOr<std::string> SyntheticJpeg(uint64_t seed, uint64_t index) {
+  cv::Mat mat;
   try {
-    const cv::Mat image = SyntheticImage(seed, index);
-    std::vector<uchar> jpeg;
-    if (!cv::imencode(".jpg", image, jpeg, {cv::IMWRITE_JPEG_QUALITY, kJpegQuality})) {
-      return absl::InternalError(
-          absl::StrCat("JPEG encoding of synthetic image ", index, " failed"));
-    }
-    return std::string(jpeg.begin(), jpeg.end());
+    mat = SyntheticImage(seed, index);
   } catch (const cv::Exception& e) {
     return absl::InternalError(
         absl::StrCat("OpenCV failed on synthetic image ", index, ": ", e.what()));
   }
+  std::vector<uint8_t> jpeg;
+  if (absl::Status status =
+          image::Imencode(".jpg", mat, {cv::IMWRITE_JPEG_QUALITY, kJpegQuality}, &jpeg);
+      !status.ok()) {
+    return absl::Status(status.code(), absl::StrCat("JPEG encoding of synthetic image ", index,
+                                                    ": ", status.message()));
+  }
+  return std::string(jpeg.begin(), jpeg.end());
 }
 
 absl::Status GenerateImageFolder(const DatagenOptions& options) {

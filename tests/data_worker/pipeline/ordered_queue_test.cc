@@ -137,6 +137,29 @@ TEST(OrderedQueue, PopWaitIsTimedWithTheClock) {
   EXPECT_EQ(q.snapshot().empty_wait, absl::ZeroDuration());
 }
 
+TEST(OrderedQueue, AWaitStillGoingOnCountsInTheSnapshot) {
+  FakeClock clock(absl::FromUnixSeconds(1000));
+  Queue q(/*capacity=*/4, /*byte_limit=*/1 << 20, &clock);
+  Queue::PopResult popped = Queue::PopResult::kCancelled;
+  std::thread consumer([&] {
+    std::string item;
+    uint64_t seq;
+    popped = q.Pop(&item, &seq);
+  });
+  while (q.snapshot().waiting != 1) std::this_thread::yield();
+  clock.Advance(absl::Seconds(2));
+  EXPECT_EQ(q.snapshot().empty_wait, absl::Seconds(2));
+  clock.Advance(absl::Seconds(3));
+  EXPECT_EQ(q.snapshot().empty_wait, absl::Seconds(5));
+  ASSERT_TRUE(q.Push(0, "a", 1));
+  consumer.join();
+  EXPECT_EQ(popped, Queue::PopResult::kItem);
+  clock.Advance(absl::Seconds(7));
+  const Queue::Snapshot after = q.snapshot();
+  EXPECT_EQ(after.waiting, 0);
+  EXPECT_EQ(after.empty_wait, absl::Seconds(5));
+}
+
 TEST(OrderedQueue, ClearDropsQueuedItemsAndSetLimitsApplies) {
   FakeClock clock;
   Queue q(/*capacity=*/4, /*byte_limit=*/100, &clock);
