@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
 #include "common/record/checksum.h"
+#include "common/service/position_runs.h"
 
 namespace sluice::dispatcher {
 namespace {
@@ -858,13 +859,7 @@ void DispatcherState::SnapshotConsumer(uint64_t job_id, const Consumer& c, bool 
       s->set_finished_producing(slot.finished_producing);
       continue;
     }
-    const int n = out->done_ranges_size();
-    if (n > 0 && out->done_ranges(n - 1) == pos) {
-      out->set_done_ranges(n - 1, pos + 1);
-    } else {
-      out->add_done_ranges(pos);
-      out->add_done_ranges(pos + 1);
-    }
+    service::AppendToRuns(out->mutable_done_ranges(), pos);
   }
 }
 

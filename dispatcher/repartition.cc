@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/service/position_runs.h"
 
 namespace sluice::dispatcher {
 
@@ -80,13 +81,7 @@ void ReturnedToProto(const Returned& returned, proto::ResizedEpoch* out) {
     proto::ReturnedRuns* runs = out->add_returned();
     for (const auto& [position, slot] : consumer) {
       if (slot.complete) {
-        const int n = runs->complete_ranges_size();
-        if (n > 0 && runs->complete_ranges(n - 1) == position) {
-          runs->set_complete_ranges(n - 1, position + 1);
-        } else {
-          runs->add_complete_ranges(position);
-          runs->add_complete_ranges(position + 1);
-        }
+        service::AppendToRuns(runs->mutable_complete_ranges(), position);
       } else if (slot.batches > 0) {
         proto::ClientSplitProgress* p = runs->add_partial();
         p->set_position(position);

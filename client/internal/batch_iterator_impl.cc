@@ -14,6 +14,7 @@
 #include "common/service/batch_codec.h"
 #include "common/service/channel_factory.h"
 #include "common/service/grpc_status.h"
+#include "common/service/position_runs.h"
 #include "common/service/retry_policy.h"
 #include "common/tensor_kernels/finish.h"
 
@@ -343,13 +344,7 @@ absl::StatusOr<std::string> BatchIteratorImpl::SaveState() const {
   for (const SlotProgress& p : state_.Progress(/*acknowledged=*/true)) {
     if (p.epoch != epoch || (p.batches == 0 && !p.complete)) continue;
     if (p.complete) {
-      const int n = checkpoint.complete_ranges_size();
-      if (n > 0 && checkpoint.complete_ranges(n - 1) == p.position) {
-        checkpoint.set_complete_ranges(n - 1, p.position + 1);
-      } else {
-        checkpoint.add_complete_ranges(p.position);
-        checkpoint.add_complete_ranges(p.position + 1);
-      }
+      service::AppendToRuns(checkpoint.mutable_complete_ranges(), p.position);
       checkpoint.set_complete_batches(checkpoint.complete_batches() + p.batches);
       continue;
     }
@@ -389,13 +384,7 @@ absl::Status BatchIteratorImpl::Heartbeat(bool leaving) {
     const bool ranges = restore_pending_ && params_.restore_ranges;
     for (const SlotProgress& p : state_.Progress()) {
       if (ranges && p.complete && p.epoch == params_.restore->epoch()) {
-        const int n = request.restore_complete_ranges_size();
-        if (n > 0 && request.restore_complete_ranges(n - 1) == p.position) {
-          request.set_restore_complete_ranges(n - 1, p.position + 1);
-        } else {
-          request.add_restore_complete_ranges(p.position);
-          request.add_restore_complete_ranges(p.position + 1);
-        }
+        service::AppendToRuns(request.mutable_restore_complete_ranges(), p.position);
         continue;
       }
       proto::ClientSplitProgress* out = request.add_progress();
