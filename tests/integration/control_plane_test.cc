@@ -310,6 +310,27 @@ TEST_F(ControlPlaneTest, FilterAndAWorkerKillStillDeliverEveryKeptRecordOnce) {
   ExpectExactly(r.ids[0], want);
 }
 
+// Workers killed just before an epoch ends, while they may hold slots of the next epoch (opened
+// early): 60 batches per epoch; worker 1 dies at the 58th batch of epoch 0, worker 2 at the 58th
+// of epoch 1. Every epoch still delivers every record exactly once.
+TEST_F(ControlPlaneTest, WorkersKilledAtEpochEndsLoseNothingOfEitherEpoch) {
+  auto cluster = StartCluster(3);
+  ASSERT_NE(cluster, nullptr);
+  int kills = 0;
+  Received r = Consume(cluster->dispatcher_address(),
+                       Job("epoch-ends", MakePipeline(data_->Join("ds"), {.sleep_micros = 2000}),
+                           /*epochs=*/3),
+                       [&](int batches) {
+                         if (batches == 58 || batches == 118) {
+                           cluster->SignalWorker(batches == 58 ? 1 : 2, SIGKILL);
+                           ++kills;
+                         }
+                       });
+  ASSERT_EQ(kills, 2);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  for (int epoch = 0; epoch < 3; ++epoch) ExpectExactly(r.ids[epoch], Range(kRecords));
+}
+
 // True iff nothing accepts a TCP connection on 127.0.0.1:`port`.
 bool Refuses(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
