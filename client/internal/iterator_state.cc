@@ -11,7 +11,9 @@ IteratorState::IteratorState(bool deterministic, bool track_splits, int prefetch
       prefetch_(prefetch < 1 ? 1 : prefetch) {}
 
 int IteratorState::buffered() const {
-  return static_cast<int>(deterministic_ ? ordered_.size() : fifo_.size()) + later_count_;
+  size_t n = deterministic_ ? ordered_.size() : fifo_.size();
+  for (const auto& [epoch, batches] : later_) n += batches.size();  // at most an epoch or two
+  return static_cast<int>(n);
 }
 
 bool IteratorState::NextBuffered() const {
@@ -38,7 +40,6 @@ void IteratorState::ReleaseLater() {
   const uint64_t release = ReleaseEpoch();
   while (!later_.empty() && later_.begin()->first <= release) {
     for (Batch& batch : later_.begin()->second) fifo_.push_back(std::move(batch));
-    later_count_ -= static_cast<int>(later_.begin()->second.size());
     later_.erase(later_.begin());
   }
 }
@@ -81,7 +82,6 @@ void IteratorState::Accept(Batch batch) {
   } else {
     const uint64_t epoch = batch.epoch;
     later_[epoch].push_back(std::move(batch));
-    ++later_count_;
   }
 }
 

@@ -149,9 +149,8 @@ class IteratorState {
 
   std::deque<Batch> fifo_;                       // default mode: released in this order
   std::map<uint64_t, std::deque<Batch>> later_;  // default mode: per epoch after ReleaseEpoch()
-  int later_count_ = 0;
-  std::map<BatchKey, Batch> ordered_;  // deterministic mode
-  BatchKey cursor_{0, 0, 0};           // deterministic: the next batch to release
+  std::map<BatchKey, Batch> ordered_;            // deterministic mode
+  BatchKey cursor_{0, 0, 0};                     // deterministic: the next batch to release
 };
 
 // The two lists of a ClientHeartbeatResponse that the dispatcher omits when the client holds
