@@ -11,7 +11,9 @@
 #            the pipeline, and its whole run;
 #   (c)      the whole EPOCHS-epoch run of IMAGES images through the service (`sluice consume`,
 #            startup included) vs (b)'s whole run: the ratio (goal >= 0.9), and the CPU-seconds
-#            each side used (on one machine the service's processes share its cores).
+#            each side used (on one machine the service's processes share its cores); the
+#            trainer shares the workers' host, so batches come through its shared-memory rings;
+#            the same run with --shared-memory-mb 0 (loopback TCP) is printed beside it.
 # ROUNDS rounds (default 3, at least 3); odd rounds run the service first, even rounds
 # in-process first. Headlines are the median of the rounds with their range [min-max]; ratios
 # are taken within a round.
@@ -65,6 +67,9 @@ service_round() {  # round
     --job "run-$1" --epochs "$epochs" >"$work/service.$1.txt" 2>/dev/null
   awk -v a="$before" -v b="$(servers_cpu)" 'BEGIN {printf "%.2f\n", b - a}' >"$work/servers-cpu.$1"
   awk '/trainer cpu/ {printf "%.2f\n", $3 + $4}' "$work/service-time.$1.txt" >"$work/trainer-cpu.$1"
+  # The same run with the batches through loopback TCP only (no shared-memory ring).
+  "$bin/sluice" consume --dispatcher "$dispatcher" --spec "$spec" --data "$work/ds" \
+    --job "tcp-$1" --epochs "$epochs" --shared-memory-mb 0 >"$work/service-tcp.$1.txt" 2>/dev/null
   read -r p50 p90 < <(percentiles <"$work/first.$1.txt")
   echo "$p50" >"$work/p50.$1"; echo "$p90" >"$work/p90.$1"
   printf 'round %s  service     first batch p50 %.3f s  p90 %.3f s (%s jobs)  whole run %s images/s\n' \
@@ -94,6 +99,8 @@ echo "whole run, $images images x $epochs epochs (startup included)"
 echo "  service images/s                $(per_round 'field "throughput:" $work/service.$r.txt' | summary 3)"
 echo "  in-process images/s             $(per_round 'field "throughput:" $work/inproc.$r.txt' | summary 3)"
 echo "  ratio service/in-process        $(per_round 'awk -v a=$(field "throughput:" $work/service.$r.txt) -v b=$(field "throughput:" $work/inproc.$r.txt) "BEGIN {printf \"%.3f\", a / b}"' | summary 3)  (goal >= 0.9)"
+echo "  through shared memory           $(per_round 'sed -n "s/.* \([0-9]*\)% through shared memory.*/\1/p" $work/service.$r.txt' | summary 0) % of the bytes"
+echo "  the same, loopback TCP only     $(per_round 'awk -v a=$(field "throughput:" $work/service-tcp.$r.txt) -v b=$(field "throughput:" $work/inproc.$r.txt) "BEGIN {printf \"%.3f\", a / b}"' | summary 3)  (--shared-memory-mb 0)"
 echo "CPU-seconds of the whole run (user + system)"
 echo "  in-process                      $(per_round 'cat $work/inproc-cpu.$r' | summary 2)"
 echo "  service: workers + dispatcher   $(per_round 'cat $work/servers-cpu.$r' | summary 2)"

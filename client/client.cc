@@ -15,6 +15,7 @@
 #include "common/service/channel_factory.h"
 #include "common/service/grpc_status.h"
 #include "common/service/retry_policy.h"
+#include "common/service/shared_memory_ring.h"
 #include "common/tensor_kernels/finish.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
@@ -334,6 +335,13 @@ absl::StatusOr<std::unique_ptr<DataServiceClient>> DataServiceClient::Create(
   if (options.prefetch_batches < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ClientOptions.prefetch_batches must be >= 1, got ", options.prefetch_batches));
+  }
+  if (options.shared_memory_bytes != 0 &&
+      (options.shared_memory_bytes < service::kMinRingBytes ||
+       options.shared_memory_bytes > service::kMaxRingBytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ClientOptions.shared_memory_bytes must be 0 (off) or between ", service::kMinRingBytes,
+        " and ", service::kMaxRingBytes, ", got ", options.shared_memory_bytes));
   }
   if (options.logger == nullptr) options.logger = NullLogger();
   if (options.clock == nullptr) options.clock = RealClock::Get();

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "client/internal/channel_options.h"
 #include "common/base/retry.h"
@@ -297,6 +298,11 @@ int BatchIteratorImpl::buffered_batches() const {
   return state_.buffered();
 }
 
+uint64_t BatchIteratorImpl::shared_memory_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return shared_memory_bytes_;
+}
+
 uint64_t BatchIteratorImpl::received_bytes() const {
   absl::MutexLock lock(&mu_);
   return received_bytes_;
@@ -501,14 +507,12 @@ void BatchIteratorImpl::HeartbeatLoop() {
 }
 
 BatchIteratorImpl::DeliverResult BatchIteratorImpl::Deliver(grpc::ByteBuffer* frame,
-                                                            const std::string& address) {
+                                                            const std::string& address,
+                                                            service::SharedMemoryRing* ring) {
   const size_t frame_bytes = frame->Length();
-  {
-    absl::MutexLock lock(&mu_);
-    received_bytes_ += frame_bytes;
-  }
-  // DecodeBatch runs CheckBatch on the header and checks the lengths against the frame.
-  absl::StatusOr<service::ReceivedBatch> received = service::DecodeBatch(frame);
+  // DecodeBatch runs CheckBatch on the header and checks the lengths against the frame (or
+  // against its span of the ring).
+  absl::StatusOr<service::ReceivedBatch> received = service::DecodeBatch(frame, ring);
   if (!received.ok()) {
     absl::MutexLock lock(&mu_);
     Fail(absl::DataLossError(absl::StrCat(
@@ -516,6 +520,16 @@ BatchIteratorImpl::DeliverResult BatchIteratorImpl::Deliver(grpc::ByteBuffer* fr
     return DeliverResult::kStop;
   }
   const proto::Batch* wire = &received->header;
+  // The ring space is the worker's again once the batch is copied or finished out of it (below),
+  // whatever happens to the batch.
+  absl::Cleanup release = [&] {
+    if (wire->has_shared_memory()) ring->Release(wire->shared_memory());
+  };
+  {
+    absl::MutexLock lock(&mu_);
+    received_bytes_ += frame_bytes + wire->shared_memory().length();
+    shared_memory_bytes_ += wire->shared_memory().length();
+  }
   const bool ours =
       params_.parallel_epochs || (wire->key().job_id() == params_.job_id &&
                                   wire->key().consumer_index() == params_.consumer_index);
@@ -607,11 +621,24 @@ void BatchIteratorImpl::ReaderLoop(Reader* reader) {
     reader->exited = true;
     return;
   }
+  // Offered on every stream to this worker; used if the worker shares this host.
+  std::unique_ptr<service::SharedMemoryRing> ring;
+  if (params_.options.shared_memory_bytes > 0) {
+    absl::StatusOr<std::unique_ptr<service::SharedMemoryRing>> created =
+        service::SharedMemoryRing::Create(params_.options.shared_memory_bytes);
+    if (created.ok()) {
+      ring = *std::move(created);
+    } else {
+      logger_->debug("sluice client (job {}): batches from {} come through the stream only: {}",
+                     params_.job_id, address, created.status().ToString());
+    }
+  }
   int failures = 0;
   while (true) {
     grpc::ClientContext* context;
     proto::GetBatchesRequest request;
     request.set_protocol_version(kProtocolVersion);
+    if (ring != nullptr) *request.mutable_shared_memory() = ring->offer();
     request.set_job_id(params_.job_id);
     request.set_consumer_index(params_.consumer_index);
     {
@@ -639,7 +666,7 @@ void BatchIteratorImpl::ReaderLoop(Reader* reader) {
     grpc::ByteBuffer frame;
     while (stream->Read(&frame)) {
       received_any = true;
-      const DeliverResult result = Deliver(&frame, address);
+      const DeliverResult result = Deliver(&frame, address, ring.get());
       if (result == DeliverResult::kStop) {
         context->TryCancel();
         break;

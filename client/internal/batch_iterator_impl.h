@@ -40,6 +40,7 @@
 #include "client/internal/buffer_pool.h"
 #include "client/internal/iterator_state.h"
 #include "common/service/protocol.h"
+#include "common/service/shared_memory_ring.h"
 #include "grpcpp/grpcpp.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
@@ -99,6 +100,7 @@ class BatchIteratorImpl final : public BatchIterator {
   uint64_t duplicate_batches() const override ABSL_LOCKS_EXCLUDED(mu_);
   uint64_t job_id() const override { return params_.job_id; }
   uint64_t received_bytes() const override ABSL_LOCKS_EXCLUDED(mu_);
+  uint64_t shared_memory_bytes() const override ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<std::string> SaveState() const override ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
@@ -122,9 +124,10 @@ class BatchIteratorImpl final : public BatchIterator {
   // Hands one message to the state; waits while the buffer is full. kReopen: batches before
   // it are missing; reopen the stream from what the consumer holds. kStop: the reader must
   // stop.
-  // `frame` is taken over (its slices move into the batch).
-  DeliverResult Deliver(grpc::ByteBuffer* frame, const std::string& address)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // `frame` is taken over (its slices move into the batch). `ring`: the reader's shared-memory
+  // ring (null: none offered); a batch read from it is released before this returns.
+  DeliverResult Deliver(grpc::ByteBuffer* frame, const std::string& address,
+                        service::SharedMemoryRing* ring) ABSL_LOCKS_EXCLUDED(mu_);
   // Starts readers for `addresses` that have none; collects exited ones that
   // are not listed.
   void SyncReaders(const std::set<std::string>& addresses) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -173,6 +176,7 @@ class BatchIteratorImpl final : public BatchIterator {
   uint64_t batches_returned_ ABSL_GUARDED_BY(mu_) = 0;  // by GetNext, cumulative
   uint64_t duplicates_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t received_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t shared_memory_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread heartbeat_thread_;
 };
 

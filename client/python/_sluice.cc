@@ -280,9 +280,11 @@ class PyIterator {
 
 std::unique_ptr<PyClient> CreateClient(const std::string& dispatcher, double timeout_seconds,
                                        const py::dict& tls,
-                                       double dispatcher_lost_timeout_seconds) {
+                                       double dispatcher_lost_timeout_seconds,
+                                       uint64_t shared_memory_mb) {
   ClientOptions options;
   options.dispatcher_address = dispatcher;
+  options.shared_memory_bytes = shared_memory_mb << 20;
   if (timeout_seconds <= 0) {
     ThrowStatus(absl::InvalidArgumentError(
         absl::StrCat("timeout must be > 0 seconds, got ", timeout_seconds)));
@@ -374,7 +376,8 @@ PYBIND11_MODULE(_sluice, m) {
   py::class_<PyClient>(m, "Client")
       .def(py::init(&CreateClient), py::arg("dispatcher"), py::arg("timeout"), py::arg("tls"),
            py::arg("dispatcher_lost_timeout") =
-               absl::ToDoubleSeconds(sluice::ClientOptions().dispatcher_lost_timeout))
+               absl::ToDoubleSeconds(sluice::ClientOptions().dispatcher_lost_timeout),
+           py::arg("shared_memory_mb") = sluice::ClientOptions().shared_memory_bytes >> 20)
       .def("open", &Open, py::arg("spec"), py::arg("spec_is_file"), py::arg("data"), py::arg("job"),
            py::arg("epochs"), py::arg("seed"), py::arg("consumer_index"), py::arg("num_consumers"),
            py::arg("deterministic"), py::arg("drop_remainder"), py::arg("split_size"),

@@ -58,15 +58,30 @@ class SliceCursor {
 
 }  // namespace
 
-grpc::ByteBuffer EncodeBatch(const WireBatch& batch) {
-  const size_t header_bytes = batch.header.ByteSizeLong();
+namespace {
+
+// The length-prefixed header slice.
+grpc::Slice HeaderSlice(const proto::Batch& header) {
+  const size_t header_bytes = header.ByteSizeLong();
   std::string head(4 + header_bytes, '\0');
   const uint32_t h = static_cast<uint32_t>(header_bytes);
   for (int i = 0; i < 4; ++i) head[i] = static_cast<char>((h >> (8 * i)) & 0xff);
-  batch.header.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(head.data() + 4));
+  header.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(head.data() + 4));
+  return grpc::Slice(head);  // copies the header only (tens to hundreds of bytes)
+}
+
+}  // namespace
+
+grpc::ByteBuffer EncodeBatch(const WireBatch& batch, const proto::SharedMemorySpan* shared) {
+  if (shared != nullptr) {
+    proto::Batch header = batch.header;
+    *header.mutable_shared_memory() = *shared;
+    grpc::Slice head = HeaderSlice(header);
+    return grpc::ByteBuffer(&head, 1);
+  }
   std::vector<grpc::Slice> slices;
   slices.reserve(1 + batch.columns.size());
-  slices.emplace_back(head);  // copies the header only (tens to hundreds of bytes)
+  slices.push_back(HeaderSlice(batch.header));
   for (const ColumnBytes& c : batch.columns) {
     if (c.size == 0) continue;
     slices.emplace_back(const_cast<uint8_t*>(c.data), c.size, &ReleaseOwner,
@@ -75,17 +90,18 @@ grpc::ByteBuffer EncodeBatch(const WireBatch& batch) {
   return grpc::ByteBuffer(slices.data(), slices.size());
 }
 
-absl::StatusOr<ReceivedBatch> DecodeBatch(grpc::ByteBuffer* frame) {
+absl::StatusOr<ReceivedBatch> DecodeBatch(grpc::ByteBuffer* frame, const SharedMemoryRing* ring) {
   std::vector<grpc::Slice> slices;
   if (grpc::Status s = frame->Dump(&slices); !s.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot read the batch frame: ", s.error_message()));
   }
   frame->Clear();
-  return DecodeBatch(std::move(slices));
+  return DecodeBatch(std::move(slices), ring);
 }
 
-absl::StatusOr<ReceivedBatch> DecodeBatch(std::vector<grpc::Slice> slices) {
+absl::StatusOr<ReceivedBatch> DecodeBatch(std::vector<grpc::Slice> slices,
+                                          const SharedMemoryRing* ring) {
   auto owned = std::make_shared<std::vector<grpc::Slice>>(std::move(slices));
   SliceCursor cursor(*owned);
   cursor.Init();
@@ -112,6 +128,28 @@ absl::StatusOr<ReceivedBatch> DecodeBatch(std::vector<grpc::Slice> slices) {
   // Each data_length is below kMaxColumnBytes (CheckBatch), so the sum cannot wrap.
   uint64_t total = 0;
   for (const proto::Column& c : batch.header.columns()) total += c.data_length();
+  if (batch.header.has_shared_memory()) {
+    const proto::SharedMemorySpan& span = batch.header.shared_memory();
+    if (ring == nullptr) {
+      return absl::InvalidArgumentError(
+          "batch frame names a shared-memory ring, but this stream offered none");
+    }
+    if (cursor.remaining() != 0 || span.length() != total) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "batch columns hold ", total, " bytes but its shared-memory span has ", span.length(),
+          " and the frame ", cursor.remaining(), " after the header (want 0)"));
+    }
+    ASSIGN_OR_RETURN(absl::Span<const uint8_t> bytes, ring->Read(span));
+    batch.pieces.reserve(batch.header.columns_size());
+    for (const proto::Column& c : batch.header.columns()) {
+      const size_t n = static_cast<size_t>(c.data_length());
+      batch.pieces.emplace_back();
+      if (n > 0) batch.pieces.back().push_back(bytes.subspan(0, n));
+      bytes.remove_prefix(n);
+    }
+    batch.borrowed = true;
+    return batch;
+  }
   if (total != cursor.remaining()) {
     return absl::InvalidArgumentError(absl::StrCat("batch columns hold ", total,
                                                    " bytes but the frame has ", cursor.remaining(),
@@ -129,7 +167,7 @@ ColumnBytes Gather(const ReceivedBatch& batch, int column, size_t alignment) {
   const std::vector<absl::Span<const uint8_t>>& pieces = batch.pieces[column];
   ColumnBytes out;
   if (pieces.empty()) return out;
-  if (pieces.size() == 1 &&
+  if (pieces.size() == 1 && !batch.borrowed &&
       reinterpret_cast<uintptr_t>(pieces[0].data()) % std::max<size_t>(alignment, 1) == 0) {
     out.data = pieces[0].data();
     out.size = pieces[0].size();

@@ -20,6 +20,10 @@
 // and after the split's last batch:
 //   slice 0: [u32 H] key {...} split_id 12 batch_index 4 end_of_split: true  (4 = the batch count)
 //
+// Through shared memory (a worker on the trainer's host, common/service/shared_memory_ring.h) the
+// frame is the header slice alone; its shared_memory span says where in the client's ring the
+// column bytes lie, back to back in header order.
+//
 // Sender: EncodeBatch() builds the frame from a WireBatch whose columns are shared buffers; each
 // column slice holds a reference to its buffer until gRPC has written it (no copy in user space).
 // Receiver: DecodeBatch() takes the received slices, copies and parses only the header, checks it
@@ -39,6 +43,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "common/service/shared_memory_ring.h"
 #include "common/service/wire_batch.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
@@ -51,8 +56,11 @@
 namespace sluice::service {
 
 // The frame of `batch`: one slice for the length-prefixed header, one per non-empty column that
-// references the column's buffer (sharing its owner). REQUIRES: built with AppendColumn.
-grpc::ByteBuffer EncodeBatch(const WireBatch& batch);
+// references the column's buffer (sharing its owner). With `shared` (the columns already written
+// to the client's ring there): the header slice alone, naming the span. REQUIRES: built with
+// AppendColumn.
+grpc::ByteBuffer EncodeBatch(const WireBatch& batch,
+                             const proto::SharedMemorySpan* shared = nullptr);
 
 // A decoded frame: the checked header and, per header column, the pieces of the received slices
 // that hold its bytes (in order; concatenated they are exactly data_length bytes).
@@ -61,17 +69,24 @@ struct ReceivedBatch {
   std::vector<std::vector<absl::Span<const uint8_t>>> pieces;
   // Keeps every piece alive (the received slices).
   std::shared_ptr<const void> slices;
+  // The pieces lie in the stream's shared-memory ring and stay valid only until the receiver
+  // releases the header's span: Gather copies them.
+  bool borrowed = false;
 };
 
 // Takes the slices of `frame` over (no copy of the column bytes). InvalidArgument naming what is
 // wrong: a frame shorter than its header length says, a header that does not parse or fails
-// CheckBatch, or column lengths that do not add up to the bytes after the header.
-absl::StatusOr<ReceivedBatch> DecodeBatch(grpc::ByteBuffer* frame);
-absl::StatusOr<ReceivedBatch> DecodeBatch(std::vector<grpc::Slice> slices);
+// CheckBatch, or column lengths that do not add up to the bytes after the header (for a header
+// with a shared-memory span: to the span, with no bytes after the header, and `ring` set; the
+// ring's DataLoss for a span outside it).
+absl::StatusOr<ReceivedBatch> DecodeBatch(grpc::ByteBuffer* frame,
+                                          const SharedMemoryRing* ring = nullptr);
+absl::StatusOr<ReceivedBatch> DecodeBatch(std::vector<grpc::Slice> slices,
+                                          const SharedMemoryRing* ring = nullptr);
 
 // Column `column` of `batch` as one contiguous buffer: the received bytes themselves (owner = the
-// slices) when they lie in one piece whose address is a multiple of `alignment`; otherwise one
-// copy into a new buffer owned by the result. REQUIRES: column < batch.pieces.size().
+// slices) when they lie in one piece whose address is a multiple of `alignment` and are not
+// borrowed; otherwise one copy into a new buffer owned by the result. REQUIRES: column < batch.pieces.size().
 ColumnBytes Gather(const ReceivedBatch& batch, int column, size_t alignment);
 
 // The GetBatches method, raw: the path of WorkerService.GetBatches (proto/worker_service.proto),

@@ -1,6 +1,7 @@
 #include "data_worker/worker/grpc_worker_service.h"
 
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -44,7 +45,8 @@ class Notifier {
 class BatchWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   // A request that does not parse ends the call at once.
-  BatchWriter(WorkerImpl* impl, const grpc::ByteBuffer& raw_request,
+  BatchWriter(WorkerImpl* impl, service::SharedMemoryRingWriters* rings,
+              const grpc::ByteBuffer& raw_request,
               const absl::StatusOr<service::Identity>& caller)
       : impl_(impl), notifier_(std::make_shared<Notifier>()) {
     proto::GetBatchesRequest request;
@@ -72,6 +74,13 @@ class BatchWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       return;
     }
     stream_id_ = *id;
+    if (request.has_shared_memory()) {
+      // A ring this worker cannot use (another host or container, another user) leaves the
+      // batches on the stream.
+      absl::StatusOr<std::shared_ptr<service::SharedMemoryRingWriter>> ring =
+          rings->Claim(request.shared_memory(), stream_id_);
+      if (ring.ok()) ring_ = *std::move(ring);
+    }
     WriteNextLocked();
   }
 
@@ -124,7 +133,12 @@ class BatchWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
         return;
       case StreamEvent::kBatch:
         batch_ = std::move(event.batch);
-        frame_ = service::EncodeBatch(batch_);
+        if (std::optional<proto::SharedMemorySpan> span =
+                ring_ == nullptr ? std::nullopt : ring_->Write(stream_id_, batch_.columns)) {
+          frame_ = service::EncodeBatch(batch_, &*span);
+        } else {
+          frame_ = service::EncodeBatch(batch_);
+        }
         writing_ = true;
         StartWrite(&frame_);
         return;
@@ -139,6 +153,7 @@ class BatchWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   const std::shared_ptr<Notifier> notifier_;
   absl::Mutex mu_;
   uint64_t stream_id_ = 0;  // written once in the constructor
+  std::shared_ptr<service::SharedMemoryRingWriter> ring_;  // likewise; null: all on the stream
   // The write in flight: the batch (handed back if the write fails) and its frame.
   service::WireBatch batch_ ABSL_GUARDED_BY(mu_);
   grpc::ByteBuffer frame_ ABSL_GUARDED_BY(mu_);
@@ -156,7 +171,7 @@ void Notifier::Notify() {
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* GrpcWorkerService::GetBatches(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
-  return new BatchWriter(impl_, *request, CallerOf(*context));
+  return new BatchWriter(impl_, &rings_, *request, CallerOf(*context));
 }
 
 grpc::ServerUnaryReactor* GrpcWorkerService::DescribeDataset(

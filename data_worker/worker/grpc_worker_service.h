@@ -7,11 +7,15 @@
 // keeps at most one write in flight: it polls WorkerImpl::PollStream when a
 // write completes or when the producer notifies it that a batch was queued; it
 // never blocks inside a reaction. A batch whose write fails is handed back to
-// the queue (ReturnBatch), so a broken stream loses nothing. Does not own the
+// the queue (ReturnBatch), so a broken stream loses nothing. A client on this
+// host that offers a shared-memory ring gets each batch's bytes written there
+// and only the header on the stream (common/service/shared_memory_ring.h); a
+// batch that does not fit goes on the stream. Does not own the
 // impl, which must outlive the server (shut the server down first).
 #ifndef SLUICE_DATA_WORKER_WORKER_GRPC_WORKER_SERVICE_H_
 #define SLUICE_DATA_WORKER_WORKER_GRPC_WORKER_SERVICE_H_
 
+#include "common/service/shared_memory_ring.h"
 #include "data_worker/worker/worker_impl.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/worker_service.grpc.pb.h"
@@ -39,6 +43,7 @@ class GrpcWorkerService final
 
  private:
   WorkerImpl* const impl_;
+  service::SharedMemoryRingWriters rings_;
 };
 
 }  // namespace sluice::data_worker

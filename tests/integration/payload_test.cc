@@ -5,7 +5,9 @@
 // epoch and records: batches are matched by their global record indices, and
 // the executor is run on exactly those indices, in that order, for that epoch.
 // The pipeline draws random crops and flips, so a worker that used another
-// seed, epoch or record would show in the pixels.
+// seed, epoch or record would show in the pixels. Both transports: the workers on this host
+// write the batches into the consumer's shared-memory ring (the default), or the stream carries
+// them (ClientOptions::shared_memory_bytes = 0).
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -94,7 +96,16 @@ struct Received {
   std::vector<int64_t> image_shape;
 };
 
-TEST(PayloadTest, ServiceBatchesCarryTheExecutorsPixelsAndTheRightLabels) {
+class PayloadTest : public ::testing::TestWithParam<uint64_t> {};
+
+INSTANTIATE_TEST_SUITE_P(Transports, PayloadTest,
+                         ::testing::Values(ClientOptions().shared_memory_bytes, 0),
+                         [](const ::testing::TestParamInfo<uint64_t>& info) {
+                           return info.param > 0 ? std::string("SharedMemory")
+                                                 : std::string("StreamOnly");
+                         });
+
+TEST_P(PayloadTest, ServiceBatchesCarryTheExecutorsPixelsAndTheRightLabels) {
   TempDir data;
   WriteDataset(data.Join("ds"));
   const proto::Pipeline pipeline = MakePipeline(data.Join("ds"));
@@ -110,7 +121,8 @@ TEST(PayloadTest, ServiceBatchesCarryTheExecutorsPixelsAndTheRightLabels) {
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   auto client = DataServiceClient::Create({.dispatcher_address = (*cluster)->dispatcher_address(),
                                            .connect_timeout = absl::Seconds(5),
-                                           .heartbeat_interval = absl::Milliseconds(100)});
+                                           .heartbeat_interval = absl::Milliseconds(100),
+                                           .shared_memory_bytes = GetParam()});
   ASSERT_TRUE(client.ok()) << client.status();
   auto it = (*client)->Open({.job_name = "payload",
                              .pipeline = pipeline,
@@ -136,6 +148,11 @@ TEST(PayloadTest, ServiceBatchesCarryTheExecutorsPixelsAndTheRightLabels) {
     }
     received.push_back(std::move(r));
   }
+  // Through shared memory: every column byte (nothing falls back to the stream with a ring
+  // this much larger than a batch); otherwise none.
+  uint64_t column_bytes = 0;
+  for (const Received& r : received) column_bytes += r.image.size() + r.label.size();
+  EXPECT_EQ((*it)->shared_memory_bytes(), GetParam() > 0 ? column_bytes : 0);
   // Every record once per epoch (splits end at shard boundaries, so some
   // batches are short).
   ASSERT_GE(received.size(), static_cast<size_t>(kEpochs * kRecords / kBatch));

@@ -152,11 +152,15 @@ proto::GetStatusResponse Status(const std::string& dispatcher) {
   return status;
 }
 
+// A small shared-memory ring (1 MiB, a couple of the larger batches): a trainer that stops
+// reading stops its workers after a few batches, as through a socket, and batches that do not fit
+// take the stream.
 absl::StatusOr<std::unique_ptr<DataServiceClient>> Client(const std::string& address) {
   return DataServiceClient::Create({.dispatcher_address = address,
                                     .connect_timeout = absl::Seconds(5),
                                     .heartbeat_interval = absl::Milliseconds(100),
-                                    .prefetch_batches = 2});
+                                    .prefetch_batches = 2,
+                                    .shared_memory_bytes = 1 << 20});
 }
 
 // Reads the iterator to its end; `after(n)` runs after the n-th batch (from 1).

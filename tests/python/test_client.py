@@ -183,6 +183,24 @@ def test_the_lost_dispatcher_timeout_is_settable_and_checked(cluster, dataset, s
     assert sorted(ids) == list(range(NUM_IMAGES))
 
 
+def test_shared_memory_or_not_the_bytes_are_the_same(cluster, dataset, work, job):
+    with pytest.raises(sluice.InvalidArgument, match="shared_memory_mb must be 0 .off. or"):
+        sluice.Client(cluster, shared_memory_mb=-1)
+    spec = work / "random_ops.json"
+    spec.write_text(small_pipeline(random_ops=True).to_json())
+    streams = {}
+    for mb in (64, 0):
+        stream = bytearray()
+        for batch in sluice.Client(cluster, shared_memory_mb=mb).open(
+                str(spec), data=dataset, job="%s-%d" % (job, mb), epochs=2, seed=7,
+                deterministic=True):
+            stream += batch["image"].tobytes() + batch["label"].tobytes()
+            stream += batch["index"].astype("<i8").tobytes()
+        streams[mb] = bytes(stream)
+    assert len(streams[64]) == 2 * NUM_IMAGES * (3 * 32 * 32 * 4 + 8 + 8)
+    assert streams[64] == streams[0]
+
+
 def test_two_jobs_with_sharing_auto_share_production(cluster, dataset, spec_file, job):
     client = sluice.Client(cluster)
     first = client.open(spec_file, data=dataset, job=job + "-a", split_size=SPLIT_SIZE,

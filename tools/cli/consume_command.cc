@@ -59,6 +59,7 @@ struct ConsumeFlags {
   std::string sharing = "off";
   std::string cache = "off";
   absl::Duration dispatcher_lost_timeout = ClientOptions().dispatcher_lost_timeout;
+  uint64_t shared_memory_mb = ClientOptions().shared_memory_bytes >> 20;
 };
 
 absl::Status RunConsume(const ConsumeFlags& flags) {
@@ -92,6 +93,7 @@ absl::Status RunConsume(const ConsumeFlags& flags) {
       std::unique_ptr<DataServiceClient> client,
       DataServiceClient::Create({.dispatcher_address = flags.dispatcher,
                                  .dispatcher_lost_timeout = flags.dispatcher_lost_timeout,
+                                 .shared_memory_bytes = flags.shared_memory_mb << 20,
                                  .tls_ca = flags.security.tls_ca,
                                  .tls_cert = flags.security.tls_cert,
                                  .tls_key = flags.security.tls_key,
@@ -201,8 +203,11 @@ absl::Status RunConsume(const ConsumeFlags& flags) {
     std::printf("epoch gaps:%s s; median wait within an epoch %.4f s\n", gaps.c_str(),
                 waits.empty() ? 0.0 : waits[waits.size() / 2]);
   }
-  std::printf("wire: %.0f bytes/image\n",
-              images > 0 ? static_cast<double>(batches->received_bytes()) / images : 0.0);
+  const uint64_t received = batches->received_bytes();
+  std::printf("wire: %.0f bytes/image, %.0f%% through shared memory\n",
+              images > 0 ? static_cast<double>(received) / images : 0.0,
+              received > 0 ? 100.0 * static_cast<double>(batches->shared_memory_bytes()) / received
+                           : 0.0);
   // Last: scripts and tests read this line.
   std::printf("throughput: %.1f images/s\n", seconds > 0 ? images / seconds : 0.0);
   return absl::OkStatus();
@@ -282,6 +287,10 @@ void AddConsumeCommand(CLI::App& app) {
   AddDurationOption(*cmd, "--dispatcher-lost-timeout", &flags->dispatcher_lost_timeout,
                     "Keep reading the splits held and retrying the dispatcher "
                     "this long before failing");
+  cmd->add_option("--shared-memory-mb", flags->shared_memory_mb,
+                  "Shared-memory ring offered to each worker, in MiB: workers on this host "
+                  "write batches there instead of sending them through loopback TCP (0: off)")
+      ->capture_default_str();
   cmd->callback([flags] { Finish(RunConsume(*flags)); });
 }
 

@@ -71,6 +71,11 @@ struct ClientOptions {
   // iterator keeps reading the splits it holds and retrying the dispatcher (stopped, paused,
   // restarting): a trainer outlives a dispatcher restart or a node pause of several minutes.
   absl::Duration dispatcher_lost_timeout = absl::Minutes(10);
+  // Bytes of the shared-memory ring offered to each worker (a file in /dev/shm, taken as batches
+  // touch it): a worker on this host writes batches there and streams only their headers,
+  // instead of sending their bytes through loopback TCP. Workers elsewhere ignore it. 0: off;
+  // otherwise 1 MiB .. 16 GiB. Size it to a few batches: a batch that does not fit is streamed.
+  uint64_t shared_memory_bytes = uint64_t{64} << 20;
   std::shared_ptr<spdlog::logger> logger;    // null: no logging
   prometheus::Registry* registry = nullptr;  // null: no metrics
   // null: RealClock::Get(). Measures the trainer's wait time and the time
@@ -209,9 +214,11 @@ class BatchIterator {
   // reassignment).
   virtual uint64_t duplicate_batches() const = 0;
   virtual uint64_t job_id() const = 0;
-  // Bytes of batch frames received from workers so far (headers and column
-  // bytes, duplicates included): what crossed the wire to this consumer.
+  // Bytes of batches received from workers so far (frame headers and column
+  // bytes, duplicates included), through the stream or shared memory.
   virtual uint64_t received_bytes() const { return 0; }
+  // Of those, the column bytes a worker on this host wrote to shared memory.
+  virtual uint64_t shared_memory_bytes() const { return 0; }
 
   // A small versioned blob of what this iterator has returned so far (job, consumer, epoch,
   // per split the batches returned). Pass it as JobOptions::restore_state to continue in a new

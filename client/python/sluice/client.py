@@ -60,6 +60,9 @@ class Client:
         dispatcher_lost_timeout: seconds an iterator keeps reading the splits it holds and
             retrying an unreachable dispatcher (stopped, paused, restarting) before it raises
             sluice.Unavailable.
+        shared_memory_mb: the shared-memory ring offered to each worker, in MiB: workers on
+            this host write batches there instead of sending them through loopback TCP
+            (docs/architecture.md, "Co-located trainers and workers"); 0: off.
 
     Raises:
         sluice.Unavailable: nothing (or no sluice dispatcher) answers at `dispatcher` within
@@ -70,15 +73,18 @@ class Client:
 
     def __init__(self, dispatcher: str, *, timeout: float = 10.0,
                  tls: Optional[TLS] = None,
-                 dispatcher_lost_timeout: float = 600.0) -> None:
+                 dispatcher_lost_timeout: float = 600.0, shared_memory_mb: int = 64) -> None:
         tls_fields = {} if tls is None else {
             k: str(v) for k, v in dataclasses.asdict(tls).items() if v is not None}
         self.dispatcher = dispatcher
         if not dispatcher_lost_timeout > 0:
             raise errors.InvalidArgument("dispatcher_lost_timeout must be > 0 seconds, got %r"
                                          % (dispatcher_lost_timeout,))
+        if not 0 <= shared_memory_mb <= 16384:
+            raise errors.InvalidArgument("shared_memory_mb must be 0 (off) or 1..16384, got %r"
+                                         % (shared_memory_mb,))
         self._client = _sluice.Client(dispatcher, float(timeout), tls_fields,
-                                      float(dispatcher_lost_timeout))
+                                      float(dispatcher_lost_timeout), int(shared_memory_mb))
 
     def open(self, spec: Spec, *, data: Optional[str] = None, job: str, epochs: int = 1,
              seed: int = 0, consumer_index: int = 0, num_consumers: int = 1,

@@ -74,6 +74,8 @@ class DataServiceDataset(torch.utils.data.IterableDataset):
         tls: transport security (sluice.TLS, e.g. sluice.TLS.from_env()), None for plaintext.
         dispatcher_lost_timeout: seconds to keep reading and retrying an unreachable
             dispatcher before raising sluice.Unavailable.
+        shared_memory_mb: the shared-memory ring each consumer offers each worker on its host
+            (sluice.Client); 0: batches through loopback TCP only.
         sharing: "auto" to share production with other jobs of the same spec, data, seed and
             layout (docs/sharing.md); None or "off": not.
 
@@ -84,7 +86,7 @@ class DataServiceDataset(torch.utils.data.IterableDataset):
                  epochs: Optional[int] = None, seed: int = 0, deterministic: bool = False,
                  drop_remainder: bool = False, split_size: int = 0, timeout: float = 10.0,
                  tls: Optional[TLS] = None, dispatcher_lost_timeout: float = 600.0,
-                 sharing: Optional[str] = None) -> None:
+                 sharing: Optional[str] = None, shared_memory_mb: int = 64) -> None:
         super().__init__()
         self.dispatcher = dispatcher
         self.spec = spec
@@ -99,6 +101,7 @@ class DataServiceDataset(torch.utils.data.IterableDataset):
         self.tls = tls
         self.dispatcher_lost_timeout = dispatcher_lost_timeout
         self.sharing = sharing
+        self.shared_memory_mb = shared_memory_mb
         self._epoch = 0  # the epoch the next pass reads
         self._iterator: Optional[BatchIterator] = None
         self._iterator_epoch = 0
@@ -143,7 +146,8 @@ class DataServiceDataset(torch.utils.data.IterableDataset):
         if state is not None and state.get("iterator_state") and state.get("epoch", 0) == epoch:
             restore = state["iterator_state"]  # a dict, or a list of all old ranks' dicts
         client = Client(self.dispatcher, timeout=self.timeout, tls=self.tls,
-                        dispatcher_lost_timeout=self.dispatcher_lost_timeout)
+                        dispatcher_lost_timeout=self.dispatcher_lost_timeout,
+                        shared_memory_mb=self.shared_memory_mb)
         self._iterator = client.open(
             self.spec, data=self.data, job=self.job_name(epoch), epochs=1,
             seed=_epoch_seed(self.seed, epoch), consumer_index=consumer_index,

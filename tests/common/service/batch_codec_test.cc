@@ -119,6 +119,48 @@ TEST(Gather, ReferencesAColumnInOneSliceAndCopiesOneThatSpansSeveral) {
   EXPECT_NE(copied.owner, cut->slices);
 }
 
+TEST(SharedMemoryFrame, IsTheHeaderAloneAndItsColumnsAreReadFromTheRingAndCopied) {
+  absl::StatusOr<std::unique_ptr<SharedMemoryRing>> ring = SharedMemoryRing::Create(1 << 20);
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  SharedMemoryRingWriters writers;
+  absl::StatusOr<std::shared_ptr<SharedMemoryRingWriter>> writer =
+      writers.Claim((*ring)->offer(), 1);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  const WireBatch batch = TwoColumns();
+  std::optional<proto::SharedMemorySpan> span = (*writer)->Write(1, batch.columns);
+  ASSERT_TRUE(span.has_value());
+  ASSERT_EQ(span->length(), 22u);  // "abcdef" and two int64
+  grpc::ByteBuffer frame = EncodeBatch(batch, &*span);
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(frame.Dump(&slices).ok());
+  ASSERT_EQ(slices.size(), 1u);  // the header only
+  const std::string bytes = Flatten(frame);
+
+  absl::StatusOr<ReceivedBatch> got = DecodeBatch(Cut(bytes, 5), ring->get());
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(got->borrowed);
+  EXPECT_EQ(got->header.shared_memory().position(), 0u);
+  const ColumnBytes image = Gather(*got, 0, /*alignment=*/1);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(image.data), image.size), "abcdef");
+  EXPECT_NE(image.data, got->pieces[0][0].data());  // copied out: the ring space is reused
+  const ColumnBytes label = Gather(*got, 1, /*alignment=*/8);
+  int64_t values[2];
+  std::memcpy(values, label.data, 16);
+  EXPECT_EQ(values[0], 7);
+  EXPECT_EQ(values[1], 8);
+
+  EXPECT_EQ(DecodeBatch(Cut(bytes, 5)).status(),
+            absl::InvalidArgumentError(
+                "batch frame names a shared-memory ring, but this stream offered none"));
+  EXPECT_EQ(DecodeBatch(Cut(bytes + "x", 5), ring->get()).status(),
+            absl::InvalidArgumentError("batch columns hold 22 bytes but its shared-memory span "
+                                       "has 22 and the frame 1 after the header (want 0)"));
+  proto::SharedMemorySpan beyond = *span;
+  beyond.set_position((1 << 20) - 10);
+  EXPECT_EQ(DecodeBatch(Cut(Flatten(EncodeBatch(batch, &beyond)), 5), ring->get()).status().code(),
+            absl::StatusCode::kDataLoss);
+}
+
 TEST(DecodeBatch, RefusesFramesWhoseLengthsDoNotAddUp) {
   const std::string bytes = Flatten(EncodeBatch(TwoColumns()));
   // One byte missing, one byte too many, a cut-off length prefix.
