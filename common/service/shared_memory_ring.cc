@@ -76,6 +76,13 @@ std::string RandomBytes(size_t n) {
   return out;
 }
 
+proto::SharedMemorySpan Span(uint64_t position, uint64_t length) {
+  proto::SharedMemorySpan span;
+  span.set_position(position);
+  span.set_length(length);
+  return span;
+}
+
 uint64_t LoadU64(const uint8_t* at) {
   uint64_t v;
   std::memcpy(&v, at, sizeof(v));
@@ -166,9 +173,9 @@ void SharedMemoryRing::Release(const proto::SharedMemorySpan& span) {
       .store(released_, std::memory_order_release);
 }
 
-SharedMemoryRingWriter::SharedMemoryRingWriter(int fd, const uint8_t* control, uint64_t capacity,
+SharedMemoryRingWriter::SharedMemoryRingWriter(int fd, uint8_t* map, uint64_t capacity,
                                                std::string token)
-    : fd_(fd), control_(control), capacity_(capacity), token_(std::move(token)) {
+    : fd_(fd), map_(map), capacity_(capacity), token_(std::move(token)) {
   absl::MutexLock lock(&mu_);
   written_ = floor_ = ReleasedLocked();
 }
@@ -202,7 +209,8 @@ absl::StatusOr<std::shared_ptr<SharedMemoryRingWriter>> SharedMemoryRingWriter::
         "shared-memory ring /dev/shm", path, " belongs to uid ", st.st_uid, ", not this worker's ",
         geteuid()));
   } else {
-    void* map = mmap(nullptr, kControlBytes, PROT_READ, MAP_SHARED, fd, 0);
+    void* map = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE,
+                     MAP_SHARED, fd, 0);
     if (map == MAP_FAILED) {
       status = absl::UnavailableError(
           absl::StrCat("cannot map shared-memory ring /dev/shm", path, ": ", ErrnoText(errno)));
@@ -224,22 +232,21 @@ absl::StatusOr<std::shared_ptr<SharedMemoryRingWriter>> SharedMemoryRingWriter::
     }
   }
   if (!status.ok()) {
-    if (control != nullptr) munmap(const_cast<uint8_t*>(control), kControlBytes);
+    if (control != nullptr) munmap(const_cast<uint8_t*>(control), static_cast<size_t>(st.st_size));
     close(fd);
     return status;
   }
   return std::shared_ptr<SharedMemoryRingWriter>(
-      new SharedMemoryRingWriter(fd, control, capacity, offer.token()));
+      new SharedMemoryRingWriter(fd, const_cast<uint8_t*>(control), capacity, offer.token()));
 }
 
 SharedMemoryRingWriter::~SharedMemoryRingWriter() {
-  munmap(const_cast<uint8_t*>(control_), kControlBytes);
+  munmap(map_, kControlBytes + capacity_);
   close(fd_);
 }
 
 uint64_t SharedMemoryRingWriter::ReleasedLocked() const {
-  return std::atomic_ref<uint64_t>(*const_cast<uint64_t*>(
-                                       reinterpret_cast<const uint64_t*>(control_ + kReleasedAt)))
+  return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(map_ + kReleasedAt))
       .load(std::memory_order_acquire);
 }
 
@@ -266,6 +273,22 @@ std::optional<proto::SharedMemorySpan> SharedMemoryRingWriter::Write(
   // The client releases in order; a value outside [floor, written] is not believed.
   const uint64_t free_from = std::max(floor_, std::min(ReleasedLocked(), written_));
   if (position + length - free_from > capacity_) return std::nullopt;
+  if (!populate_tried_ && position >= capacity_) {
+    // A lap is done: the ring's pages exist. Map them all at once (one call, where a store into
+    // each would fault it in) and copy into the mapping from now on; if that fails (an old
+    // kernel, or no page for a tail the first lap skipped), go on through the file.
+    populate_tried_ = true;
+    populated_ = madvise(map_ + kControlBytes, capacity_, MADV_POPULATE_WRITE) == 0;
+  }
+  if (populated_) {
+    uint8_t* to = map_ + kControlBytes + position % capacity_;
+    for (const iovec& part : parts) {
+      std::memcpy(to, part.iov_base, part.iov_len);
+      to += part.iov_len;
+    }
+    written_ = position + length;
+    return Span(position, length);
+  }
   off_t at = static_cast<off_t>(kControlBytes + position % capacity_);
   size_t first = 0;
   while (first < parts.size()) {
@@ -287,10 +310,7 @@ std::optional<proto::SharedMemorySpan> SharedMemoryRingWriter::Write(
     }
   }
   written_ = position + length;
-  proto::SharedMemorySpan span;
-  span.set_position(position);
-  span.set_length(length);
-  return span;
+  return Span(position, length);
 }
 
 absl::StatusOr<std::shared_ptr<SharedMemoryRingWriter>> SharedMemoryRingWriters::Claim(

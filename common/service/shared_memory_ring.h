@@ -75,11 +75,12 @@ class SharedMemoryRing {
   uint64_t released_ = 0;
 };
 
-// The worker's side of one ring: the file opened and its control page mapped read-only. Column
-// bytes are written through the file (pwritev): a full /dev/shm is then an error (ENOSPC), not a
-// SIGBUS, and so is a file its client shrank. (Stores into a mapping measured slower here: each
-// worker process would fault every page of every ring in once more.) Only a file of the worker's
-// uid is used. Thread-safe.
+// The worker's side of one ring: the file opened and mapped. In the ring's first lap column bytes
+// are written through the file (pwritev), so that a /dev/shm too full to give a page is an error
+// (ENOSPC), not a SIGBUS; after it, when every page exists, the whole ring is mapped in one call
+// (MADV_POPULATE_WRITE) and batches are copied into the mapping, without the file's per-page
+// work. Only a file of the worker's uid is used (a process that could shrink it under the worker
+// could also kill it). Thread-safe.
 class SharedMemoryRingWriter {
  public:
   // Opens the offered ring. InvalidArgument for a malformed name; NotFound when the file is
@@ -104,17 +105,19 @@ class SharedMemoryRingWriter {
   const std::string& token() const { return token_; }
 
  private:
-  SharedMemoryRingWriter(int fd, const uint8_t* control, uint64_t capacity, std::string token);
+  SharedMemoryRingWriter(int fd, uint8_t* map, uint64_t capacity, std::string token);
   uint64_t ReleasedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int fd_;
-  const uint8_t* const control_;  // kControlBytes, read-only
+  uint8_t* const map_;  // kControlBytes + capacity_
   const uint64_t capacity_;
   const std::string token_;
   absl::Mutex mu_;
   uint64_t owner_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t written_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t floor_ ABSL_GUARDED_BY(mu_) = 0;  // free below this whatever `released` says
+  bool populate_tried_ ABSL_GUARDED_BY(mu_) = false;
+  bool populated_ ABSL_GUARDED_BY(mu_) = false;  // every page mapped: copy into map_
   bool broken_ ABSL_GUARDED_BY(mu_) = false;
 };
 
