@@ -2,7 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <signal.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <random>
 #include <utility>
 #include <vector>
@@ -21,7 +22,6 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 
@@ -38,33 +38,39 @@ constexpr absl::string_view kPrefix = "sluice-";
 
 std::string ErrnoText(int error) { return std::strerror(error); }
 
-// sluice-<pid>-<32 hex digits>; the pid, or 0 when `name` is not of that form.
-pid_t RingPid(absl::string_view name) {
-  if (!absl::ConsumePrefix(&name, kPrefix)) return 0;
+// sluice-<pid>-<32 hex digits>.
+bool IsRingName(absl::string_view name) {
+  if (!absl::ConsumePrefix(&name, kPrefix)) return false;
   const size_t dash = name.find('-');
-  if (dash == absl::string_view::npos || name.size() - dash - 1 != 32) return 0;
+  if (dash == absl::string_view::npos || dash == 0 || dash > 10 || name.size() - dash - 1 != 32) {
+    return false;
+  }
+  for (char c : name.substr(0, dash)) {
+    if (!absl::ascii_isdigit(c)) return false;
+  }
   for (char c : name.substr(dash + 1)) {
-    if (!absl::ascii_isxdigit(c) || absl::ascii_isupper(c)) return 0;
+    if (!absl::ascii_isxdigit(c) || absl::ascii_isupper(c)) return false;
   }
-  const absl::string_view digits = name.substr(0, dash);
-  if (digits.empty() || digits.size() > 10) return 0;
-  for (char c : digits) {
-    if (!absl::ascii_isdigit(c)) return 0;
-  }
-  int64_t pid = 0;
-  if (!absl::SimpleAtoi(digits, &pid) || pid <= 0 || pid > INT32_MAX) return 0;
-  return static_cast<pid_t>(pid);
+  return true;
 }
 
-// Removes the rings of this host's processes that are gone (killed before they could unlink).
+// Removes the rings whose client is gone (killed before it could unlink): a live client holds a
+// shared flock on its ring for the ring's life, whatever pid namespace it runs in. A ring made
+// in the last minute may not be locked yet, and is left alone.
 void RemoveOrphans() {
   DIR* dir = opendir("/dev/shm");
   if (dir == nullptr) return;
+  const time_t recent = time(nullptr) - 60;
   while (const dirent* entry = readdir(dir)) {
-    const pid_t pid = RingPid(entry->d_name);
-    if (pid != 0 && kill(pid, 0) != 0 && errno == ESRCH) {
-      shm_unlink(absl::StrCat("/", entry->d_name).c_str());
+    if (!IsRingName(entry->d_name)) continue;
+    const std::string path = absl::StrCat("/", entry->d_name);
+    const int fd = shm_open(path.c_str(), O_RDONLY, 0);
+    if (fd < 0) continue;
+    struct stat st;
+    if (fstat(fd, &st) == 0 && st.st_mtime < recent && flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      shm_unlink(path.c_str());
     }
+    close(fd);
   }
   closedir(dir);
 }
@@ -91,9 +97,9 @@ uint64_t LoadU64(const uint8_t* at) {
 
 }  // namespace
 
-SharedMemoryRing::SharedMemoryRing(proto::SharedMemoryOffer offer, uint64_t capacity,
+SharedMemoryRing::SharedMemoryRing(proto::SharedMemoryOffer offer, int fd, uint64_t capacity,
                                    uint8_t* map)
-    : offer_(std::move(offer)), capacity_(capacity), map_(map) {}
+    : offer_(std::move(offer)), fd_(fd), capacity_(capacity), map_(map) {}
 
 absl::StatusOr<std::unique_ptr<SharedMemoryRing>> SharedMemoryRing::Create(uint64_t capacity) {
   if (capacity < kMinRingBytes || capacity > kMaxRingBytes) {
@@ -127,6 +133,7 @@ absl::StatusOr<std::unique_ptr<SharedMemoryRing>> SharedMemoryRing::Create(uint6
     return absl::UnavailableError(
         absl::StrCat("cannot create the shared-memory ring /dev/shm", path, ": ", ErrnoText(errno)));
   }
+  flock(fd, LOCK_SH);  // "in use", for RemoveOrphans() of other clients
   const size_t size = kControlBytes + capacity;
   void* map = MAP_FAILED;
   int error = 0;
@@ -136,8 +143,8 @@ absl::StatusOr<std::unique_ptr<SharedMemoryRing>> SharedMemoryRing::Create(uint6
     map = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (map == MAP_FAILED) error = errno;
   }
-  close(fd);
   if (map == MAP_FAILED) {
+    close(fd);
     shm_unlink(path.c_str());
     return absl::UnavailableError(absl::StrCat("cannot size the shared-memory ring /dev/shm", path,
                                                " to ", size, " bytes: ", ErrnoText(error)));
@@ -146,12 +153,14 @@ absl::StatusOr<std::unique_ptr<SharedMemoryRing>> SharedMemoryRing::Create(uint6
   std::memcpy(bytes, kMagic, sizeof(kMagic));
   std::memcpy(bytes + kCapacityAt, &capacity, sizeof(capacity));
   std::memcpy(bytes + kTokenAt, offer.token().data(), kTokenBytes);
-  return std::unique_ptr<SharedMemoryRing>(new SharedMemoryRing(std::move(offer), capacity, bytes));
+  return std::unique_ptr<SharedMemoryRing>(
+      new SharedMemoryRing(std::move(offer), fd, capacity, bytes));
 }
 
 SharedMemoryRing::~SharedMemoryRing() {
   munmap(map_, kControlBytes + capacity_);
   shm_unlink(absl::StrCat("/", offer_.name()).c_str());
+  close(fd_);
 }
 
 absl::StatusOr<absl::Span<const uint8_t>> SharedMemoryRing::Read(
@@ -182,7 +191,7 @@ SharedMemoryRingWriter::SharedMemoryRingWriter(int fd, uint8_t* map, uint64_t ca
 
 absl::StatusOr<std::shared_ptr<SharedMemoryRingWriter>> SharedMemoryRingWriter::Open(
     const proto::SharedMemoryOffer& offer) {
-  if (RingPid(offer.name()) == 0) {
+  if (!IsRingName(offer.name())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "shared-memory ring name \"", absl::CHexEscape(offer.name().substr(0, 64)),
         "\" is not sluice-<pid>-<32 hex digits>"));

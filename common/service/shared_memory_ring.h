@@ -4,8 +4,9 @@
 // once by the worker and read in place by the client, and the gRPC stream carries only headers.
 //
 // The client owns the ring: a file in /dev/shm (shm_open), 0600, named sluice-<pid>-<32 hex>,
-// created per worker connection and unlinked when the connection ends (and, at the next start,
-// when the process that made it is gone). It offers {name, token} in its GetBatchesRequest; a
+// created per worker connection and unlinked when the connection ends; it holds a shared flock on
+// it meanwhile, so that the next client to start on the host removes a ring whose client was
+// killed (no lock held, older than a minute), in any pid namespace. It offers {name, token} in its GetBatchesRequest; a
 // worker that can open the file, owns it under the same uid and finds the token in it writes
 // each batch's column bytes there and sends a header whose SharedMemorySpan says where. Anything
 // else (another host, another container's /dev/shm, another user, a full /dev/shm) leaves the
@@ -51,7 +52,7 @@ class SharedMemoryRing {
   // A new ring of `capacity` data bytes (kMinRingBytes..kMaxRingBytes; pages are taken from
   // /dev/shm as batches first touch them), or of an eighth of what /dev/shm has free if that is
   // less. Unavailable naming the file when /dev/shm cannot hold it, or when that eighth is below
-  // kMinRingBytes. First removes rings left by processes of this host that are gone.
+  // kMinRingBytes. First removes the rings in /dev/shm that no live client holds.
   static absl::StatusOr<std::unique_ptr<SharedMemoryRing>> Create(uint64_t capacity);
   ~SharedMemoryRing();  // unmaps and unlinks
   SharedMemoryRing(const SharedMemoryRing&) = delete;
@@ -67,9 +68,10 @@ class SharedMemoryRing {
   void Release(const proto::SharedMemorySpan& span);
 
  private:
-  SharedMemoryRing(proto::SharedMemoryOffer offer, uint64_t capacity, uint8_t* map);
+  SharedMemoryRing(proto::SharedMemoryOffer offer, int fd, uint64_t capacity, uint8_t* map);
 
   const proto::SharedMemoryOffer offer_;
+  const int fd_;  // holds a shared flock: the ring is in use
   const uint64_t capacity_;
   uint8_t* const map_;  // kControlBytes + capacity_, read-write
   uint64_t released_ = 0;

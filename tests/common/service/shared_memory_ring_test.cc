@@ -5,11 +5,13 @@
 #include "common/service/shared_memory_ring.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
-#include <sys/wait.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdint>
+#include <ctime>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -217,22 +219,41 @@ TEST(SharedMemoryRingTest, SizesOutsideTheLimitsAreRefused) {
             absl::StatusCode::kInvalidArgument);
 }
 
-TEST(SharedMemoryRingTest, RingsOfProcessesThatAreGoneAreRemoved) {
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) _exit(0);
-  ASSERT_EQ(waitpid(child, nullptr, 0), child);  // gone, its pid not reused this soon
-  const std::string orphan = absl::StrCat("sluice-", child, "-0123456789abcdef0123456789abcdef");
-  const std::string alive = absl::StrCat("sluice-", getpid(), "-0123456789abcdef0123456789abcdef");
-  for (const std::string& name : {orphan, alive}) {
+TEST(SharedMemoryRingTest, RingsThatNoClientHoldsAreRemovedOnceTheyAreAMinuteOld) {
+  // A ring of a killed client (no lock, old), a live one (locked, old), one being made (no lock
+  // yet, new).
+  const std::string orphan = "sluice-99-0123456789abcdef0123456789abcdef";
+  const std::string held = "sluice-98-0123456789abcdef0123456789abcdef";
+  const std::string fresh = "sluice-97-0123456789abcdef0123456789abcdef";
+  int held_fd = -1;
+  for (const std::string& name : {orphan, held, fresh}) {
     const int fd = shm_open(("/" + name).c_str(), O_RDWR | O_CREAT, 0600);
     ASSERT_GE(fd, 0);
-    close(fd);
+    if (name != fresh) {
+      const timespec old[2] = {{time(nullptr) - 120, 0}, {time(nullptr) - 120, 0}};
+      ASSERT_EQ(futimens(fd, old), 0);
+    }
+    if (name == held) {
+      ASSERT_EQ(flock(fd, LOCK_SH), 0);
+      held_fd = fd;
+    } else {
+      close(fd);
+    }
   }
-  ASSERT_TRUE(SharedMemoryRing::Create(kMiB).ok());
+  absl::StatusOr<std::unique_ptr<SharedMemoryRing>> ring = SharedMemoryRing::Create(kMiB);
+  ASSERT_TRUE(ring.ok()) << ring.status();
   EXPECT_FALSE(Exists(orphan));
-  EXPECT_TRUE(Exists(alive));
-  shm_unlink(("/" + alive).c_str());
+  EXPECT_TRUE(Exists(held));
+  EXPECT_TRUE(Exists(fresh));
+  // A live ring holds its lock: another client's clean-up leaves it, however old.
+  const std::string path = "/dev/shm/" + (*ring)->offer().name();
+  const timespec old[2] = {{time(nullptr) - 120, 0}, {time(nullptr) - 120, 0}};
+  ASSERT_EQ(utimensat(AT_FDCWD, path.c_str(), old, 0), 0);
+  ASSERT_TRUE(SharedMemoryRing::Create(kMiB).ok());
+  EXPECT_TRUE(Exists((*ring)->offer().name()));
+  close(held_fd);
+  shm_unlink(("/" + held).c_str());
+  shm_unlink(("/" + fresh).c_str());
 }
 
 }  // namespace
