@@ -336,9 +336,8 @@ absl::StatusOr<std::unique_ptr<DataServiceClient>> DataServiceClient::Create(
     return absl::InvalidArgumentError(absl::StrCat(
         "ClientOptions.prefetch_batches must be >= 1, got ", options.prefetch_batches));
   }
-  if (options.shared_memory_bytes != 0 &&
-      (options.shared_memory_bytes < service::kMinRingBytes ||
-       options.shared_memory_bytes > service::kMaxRingBytes)) {
+  if (options.shared_memory_bytes != 0 && (options.shared_memory_bytes < service::kMinRingBytes ||
+                                           options.shared_memory_bytes > service::kMaxRingBytes)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ClientOptions.shared_memory_bytes must be 0 (off) or between ", service::kMinRingBytes,
         " and ", service::kMaxRingBytes, ", got ", options.shared_memory_bytes));

@@ -279,8 +279,7 @@ class PyIterator {
 };
 
 std::unique_ptr<PyClient> CreateClient(const std::string& dispatcher, double timeout_seconds,
-                                       const py::dict& tls,
-                                       double dispatcher_lost_timeout_seconds,
+                                       const py::dict& tls, double dispatcher_lost_timeout_seconds,
                                        uint64_t shared_memory_mb) {
   ClientOptions options;
   options.dispatcher_address = dispatcher;

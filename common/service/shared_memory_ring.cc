@@ -20,10 +20,10 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 
 namespace sluice::service {
 namespace {
@@ -115,23 +115,24 @@ absl::StatusOr<std::unique_ptr<SharedMemoryRing>> SharedMemoryRing::Create(uint6
   if (statvfs("/dev/shm", &fs) == 0) {
     const uint64_t share = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize / 8;
     if (share < kMinRingBytes) {
-      return absl::UnavailableError(absl::StrCat(
-          "/dev/shm has ", static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize,
-          " bytes free; a shared-memory ring takes at most an eighth of that, and ", share,
-          " is below ", kMinRingBytes));
+      return absl::UnavailableError(
+          absl::StrCat("/dev/shm has ", static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize,
+                       " bytes free; a shared-memory ring takes at most an eighth of that, and ",
+                       share, " is below ", kMinRingBytes));
     }
     capacity = std::min(capacity, share);
   }
   std::string hex;
-  for (char c : RandomBytes(16)) absl::StrAppend(&hex, absl::Hex(static_cast<uint8_t>(c), absl::kZeroPad2));
+  for (char c : RandomBytes(16))
+    absl::StrAppend(&hex, absl::Hex(static_cast<uint8_t>(c), absl::kZeroPad2));
   proto::SharedMemoryOffer offer;
   offer.set_name(absl::StrCat(kPrefix, getpid(), "-", hex));
   offer.set_token(RandomBytes(kTokenBytes));
   const std::string path = absl::StrCat("/", offer.name());
   const int fd = shm_open(path.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
   if (fd < 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot create the shared-memory ring /dev/shm", path, ": ", ErrnoText(errno)));
+    return absl::UnavailableError(absl::StrCat("cannot create the shared-memory ring /dev/shm",
+                                               path, ": ", ErrnoText(errno)));
   }
   flock(fd, LOCK_SH);  // "in use", for RemoveOrphans() of other clients
   const size_t size = kControlBytes + capacity;
@@ -167,11 +168,10 @@ absl::StatusOr<absl::Span<const uint8_t>> SharedMemoryRing::Read(
     const proto::SharedMemorySpan& span) const {
   const uint64_t position = span.position();
   const uint64_t length = span.length();
-  if (position < released_ || length > capacity_ ||
-      position % capacity_ + length > capacity_) {
-    return absl::DataLossError(absl::StrCat(
-        "the batch's shared-memory span [", position, ", +", length, ") is not in the ring ",
-        offer_.name(), " (", capacity_, " bytes, released up to ", released_, ")"));
+  if (position < released_ || length > capacity_ || position % capacity_ + length > capacity_) {
+    return absl::DataLossError(absl::StrCat("the batch's shared-memory span [", position, ", +",
+                                            length, ") is not in the ring ", offer_.name(), " (",
+                                            capacity_, " bytes, released up to ", released_, ")"));
   }
   return absl::Span<const uint8_t>(map_ + kControlBytes + position % capacity_, length);
 }
@@ -192,15 +192,16 @@ SharedMemoryRingWriter::SharedMemoryRingWriter(int fd, uint8_t* map, uint64_t ca
 absl::StatusOr<std::shared_ptr<SharedMemoryRingWriter>> SharedMemoryRingWriter::Open(
     const proto::SharedMemoryOffer& offer) {
   if (!IsRingName(offer.name())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "shared-memory ring name \"", absl::CHexEscape(offer.name().substr(0, 64)),
-        "\" is not sluice-<pid>-<32 hex digits>"));
+    return absl::InvalidArgumentError(absl::StrCat("shared-memory ring name \"",
+                                                   absl::CHexEscape(offer.name().substr(0, 64)),
+                                                   "\" is not sluice-<pid>-<32 hex digits>"));
   }
   const std::string path = absl::StrCat("/", offer.name());
   const int fd = shm_open(path.c_str(), O_RDWR, 0);
   if (fd < 0) {
     const int error = errno;
-    const std::string what = absl::StrCat("shared-memory ring /dev/shm", path, ": ", ErrnoText(error));
+    const std::string what =
+        absl::StrCat("shared-memory ring /dev/shm", path, ": ", ErrnoText(error));
     if (error == ENOENT) return absl::NotFoundError(what);
     if (error == EACCES) return absl::PermissionDeniedError(what);
     return absl::UnavailableError(what);
@@ -209,17 +210,18 @@ absl::StatusOr<std::shared_ptr<SharedMemoryRingWriter>> SharedMemoryRingWriter::
   const uint8_t* control = nullptr;
   absl::Status status;
   if (fstat(fd, &st) != 0) {
-    status = absl::UnavailableError(absl::StrCat("shared-memory ring /dev/shm", path, ": ", ErrnoText(errno)));
+    status = absl::UnavailableError(
+        absl::StrCat("shared-memory ring /dev/shm", path, ": ", ErrnoText(errno)));
   } else if (!S_ISREG(st.st_mode) || st.st_size < static_cast<off_t>(kControlBytes)) {
     status = absl::FailedPreconditionError(
         absl::StrCat("/dev/shm", path, " is not a sluice shared-memory ring"));
   } else if (st.st_uid != geteuid()) {
-    status = absl::PermissionDeniedError(absl::StrCat(
-        "shared-memory ring /dev/shm", path, " belongs to uid ", st.st_uid, ", not this worker's ",
-        geteuid()));
+    status = absl::PermissionDeniedError(absl::StrCat("shared-memory ring /dev/shm", path,
+                                                      " belongs to uid ", st.st_uid,
+                                                      ", not this worker's ", geteuid()));
   } else {
-    void* map = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE,
-                     MAP_SHARED, fd, 0);
+    void* map =
+        mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (map == MAP_FAILED) {
       status = absl::UnavailableError(
           absl::StrCat("cannot map shared-memory ring /dev/shm", path, ": ", ErrnoText(errno)));
@@ -301,8 +303,9 @@ std::optional<proto::SharedMemorySpan> SharedMemoryRingWriter::Write(
   off_t at = static_cast<off_t>(kControlBytes + position % capacity_);
   size_t first = 0;
   while (first < parts.size()) {
-    const ssize_t n = pwritev(fd_, parts.data() + first,
-                              static_cast<int>(std::min<size_t>(parts.size() - first, IOV_MAX)), at);
+    const ssize_t n =
+        pwritev(fd_, parts.data() + first,
+                static_cast<int>(std::min<size_t>(parts.size() - first, IOV_MAX)), at);
     if (n <= 0) {
       if (n < 0 && errno == EINTR) continue;
       broken_ = true;  // ENOSPC: /dev/shm is full; the stream carries the batches from now on
@@ -331,8 +334,8 @@ absl::StatusOr<std::shared_ptr<SharedMemoryRingWriter>> SharedMemoryRingWriters:
   std::shared_ptr<SharedMemoryRingWriter> ring;
   if (auto it = open_.find(offer.name()); it != open_.end()) ring = it->second.lock();
   if (ring != nullptr && ring->token() != offer.token()) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "shared-memory ring /dev/shm/", offer.name(), ": the token does not match"));
+    return absl::PermissionDeniedError(
+        absl::StrCat("shared-memory ring /dev/shm/", offer.name(), ": the token does not match"));
   }
   if (ring == nullptr) {
     absl::StatusOr<std::shared_ptr<SharedMemoryRingWriter>> opened =

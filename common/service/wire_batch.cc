@@ -101,8 +101,8 @@ absl::Status AppendColumn(std::string name, record::DType dtype, absl::Span<cons
 
 absl::Status CheckBatch(const proto::Batch& batch) {
   if (batch.end_of_split()) {
-    if (batch.columns_size() != 0 || batch.global_indices_size() != 0 ||
-        batch.finish_size() != 0 || batch.has_shared_memory())
+    if (batch.columns_size() != 0 || batch.global_indices_size() != 0 || batch.finish_size() != 0 ||
+        batch.has_shared_memory())
       return absl::InvalidArgumentError(
           "an end-of-split marker carries columns, indices, finish ops or a shared-memory span");
     return absl::OkStatus();

@@ -46,8 +46,7 @@ class BatchWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   // A request that does not parse ends the call at once.
   BatchWriter(WorkerImpl* impl, service::SharedMemoryRingWriters* rings,
-              const grpc::ByteBuffer& raw_request,
-              const absl::StatusOr<service::Identity>& caller)
+              const grpc::ByteBuffer& raw_request, const absl::StatusOr<service::Identity>& caller)
       : impl_(impl), notifier_(std::make_shared<Notifier>()) {
     proto::GetBatchesRequest request;
     grpc::ByteBuffer copy(raw_request);  // shares the slices
@@ -152,7 +151,7 @@ class BatchWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   WorkerImpl* const impl_;
   const std::shared_ptr<Notifier> notifier_;
   absl::Mutex mu_;
-  uint64_t stream_id_ = 0;  // written once in the constructor
+  uint64_t stream_id_ = 0;                                 // written once in the constructor
   std::shared_ptr<service::SharedMemoryRingWriter> ring_;  // likewise; null: all on the stream
   // The write in flight: the batch (handed back if the write fails) and its frame.
   service::WireBatch batch_ ABSL_GUARDED_BY(mu_);

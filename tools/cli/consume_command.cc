@@ -204,10 +204,10 @@ absl::Status RunConsume(const ConsumeFlags& flags) {
                 waits.empty() ? 0.0 : waits[waits.size() / 2]);
   }
   const uint64_t received = batches->received_bytes();
-  std::printf("wire: %.0f bytes/image, %.0f%% through shared memory\n",
-              images > 0 ? static_cast<double>(received) / images : 0.0,
-              received > 0 ? 100.0 * static_cast<double>(batches->shared_memory_bytes()) / received
-                           : 0.0);
+  std::printf(
+      "wire: %.0f bytes/image, %.0f%% through shared memory\n",
+      images > 0 ? static_cast<double>(received) / images : 0.0,
+      received > 0 ? 100.0 * static_cast<double>(batches->shared_memory_bytes()) / received : 0.0);
   // Last: scripts and tests read this line.
   std::printf("throughput: %.1f images/s\n", seconds > 0 ? images / seconds : 0.0);
   return absl::OkStatus();

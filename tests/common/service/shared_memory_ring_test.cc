@@ -108,12 +108,12 @@ TEST(SharedMemoryRingTest, ANewStreamFencesTheOldOneAndFreesWhatItLeftUnread) {
   Pair p = Open(kMiB, writers, /*stream=*/7);
   const auto a = Filled(700 * 1024, 'a');
   ASSERT_TRUE(p.writer->Write(7, {Bytes(a)}).has_value());  // in flight, never read
-  absl::StatusOr<std::shared_ptr<SharedMemoryRingWriter>> again =
-      writers.Claim(p.ring->offer(), 8);
+  absl::StatusOr<std::shared_ptr<SharedMemoryRingWriter>> again = writers.Claim(p.ring->offer(), 8);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->get(), p.writer.get());  // the same ring, continued
   EXPECT_FALSE(p.writer->Write(7, {Bytes(a)}).has_value());
-  std::optional<proto::SharedMemorySpan> span = p.writer->Write(8, {Bytes(Filled(700 * 1024, 'b'))});
+  std::optional<proto::SharedMemorySpan> span =
+      p.writer->Write(8, {Bytes(Filled(700 * 1024, 'b'))});
   ASSERT_TRUE(span.has_value());
   EXPECT_EQ(span->position(), kMiB);
   EXPECT_EQ(Text(*p.ring->Read(*span)), std::string(700 * 1024, 'b'));
@@ -144,9 +144,9 @@ TEST(SharedMemoryRingTest, SpansOutsideTheRingAreDataLoss) {
   span.set_position(kMiB - 4);
   span.set_length(8);  // would wrap
   EXPECT_EQ(p.ring->Read(span).status(),
-            absl::DataLossError(absl::StrCat(
-                "the batch's shared-memory span [1048572, +8) is not in the ring ",
-                p.ring->offer().name(), " (1048576 bytes, released up to 0)")));
+            absl::DataLossError(
+                absl::StrCat("the batch's shared-memory span [1048572, +8) is not in the ring ",
+                             p.ring->offer().name(), " (1048576 bytes, released up to 0)")));
   span.set_position(100);
   span.set_length(10);
   ASSERT_TRUE(p.ring->Read(span).ok());
@@ -166,9 +166,10 @@ TEST(SharedMemoryRingTest, OffersThatAreNotTheCallersRingAreRefused) {
 
   proto::SharedMemoryOffer bad = offer;
   bad.set_name("../../etc/passwd");
-  EXPECT_EQ(writers.Claim(bad, 1).status(),
-            absl::InvalidArgumentError(
-                "shared-memory ring name \"../../etc/passwd\" is not sluice-<pid>-<32 hex digits>"));
+  EXPECT_EQ(
+      writers.Claim(bad, 1).status(),
+      absl::InvalidArgumentError(
+          "shared-memory ring name \"../../etc/passwd\" is not sluice-<pid>-<32 hex digits>"));
   bad.set_name("sluice-1-0123456789abcdef0123456789abcdeF");
   EXPECT_EQ(writers.Claim(bad, 1).status().code(), absl::StatusCode::kInvalidArgument);
 
@@ -194,8 +195,8 @@ TEST(SharedMemoryRingTest, OffersThatAreNotTheCallersRingAreRefused) {
   close(fd);
   bad.set_name(name);
   EXPECT_EQ(writers.Claim(bad, 3).status(),
-            absl::FailedPreconditionError(
-                absl::StrCat("/dev/shm/", name, " is not a sluice shared-memory ring of its size")));
+            absl::FailedPreconditionError(absl::StrCat(
+                "/dev/shm/", name, " is not a sluice shared-memory ring of its size")));
   shm_unlink(("/" + name).c_str());
 }
 
@@ -207,8 +208,8 @@ TEST(SharedMemoryRingTest, ARingOfAnotherUserIsRefused) {
   ASSERT_EQ(chown(path.c_str(), 65534, 65534), 0);
   SharedMemoryRingWriters writers;
   EXPECT_EQ(writers.Claim((*ring)->offer(), 1).status(),
-            absl::PermissionDeniedError(absl::StrCat("shared-memory ring ", path,
-                                                     " belongs to uid 65534, not this worker's 0")));
+            absl::PermissionDeniedError(absl::StrCat(
+                "shared-memory ring ", path, " belongs to uid 65534, not this worker's 0")));
 }
 
 TEST(SharedMemoryRingTest, SizesOutsideTheLimitsAreRefused) {
