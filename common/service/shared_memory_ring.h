@@ -6,12 +6,12 @@
 // The client owns the ring: a file in /dev/shm (shm_open), 0600, named sluice-<pid>-<32 hex>,
 // created per worker connection and unlinked when the connection ends; it holds a shared flock on
 // it meanwhile, so that the next client to start on the host removes a ring whose client was
-// killed (no lock held, older than a minute), in any pid namespace. It offers {name, token} in its GetBatchesRequest; a
-// worker that can open the file, owns it under the same uid and finds the token in it writes
-// each batch's column bytes there and sends a header whose SharedMemorySpan says where. Anything
-// else (another host, another container's /dev/shm, another user, a full /dev/shm) leaves the
-// batches on the stream, as before. Nothing is ever waited for: a batch that does not fit goes on
-// the stream.
+// killed (no lock held, older than a minute), in any pid namespace. It offers {name, token} in
+// its GetBatchesRequest; a worker that can open the file, owns it under the same uid and finds
+// the token in it writes each batch's column bytes there and sends a header whose
+// SharedMemorySpan says where. Anything else (another host, another container's /dev/shm, another
+// user, a full /dev/shm) leaves the batches on the stream, as before. Nothing is ever waited for:
+// a batch that does not fit goes on the stream.
 //
 //   file = [control page, kControlBytes][data: capacity bytes]
 //   control page = magic "sluice-ring-v1\0\0" (16) | capacity u64 | token (32) | released u64

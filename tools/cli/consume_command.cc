@@ -290,6 +290,7 @@ void AddConsumeCommand(CLI::App& app) {
   cmd->add_option("--shared-memory-mb", flags->shared_memory_mb,
                   "Shared-memory ring offered to each worker, in MiB: workers on this host "
                   "write batches there instead of sending them through loopback TCP (0: off)")
+      ->check(CLI::Range(0, 16384))
       ->capture_default_str();
   cmd->callback([flags] { Finish(RunConsume(*flags)); });
 }
