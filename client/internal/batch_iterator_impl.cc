@@ -78,7 +78,8 @@ absl::Status FinishOnHost(const service::ReceivedBatch& wire, const proto::Colum
   const std::vector<proto::OpSpec> ops(finish.ops().begin(), finish.ops().end());
   ASSIGN_OR_RETURN(kernels::Finisher finisher, kernels::Finisher::Create(ops, dtype, c.shape()));
   std::shared_ptr<uint8_t[]> out = buffers.Get(finisher.out_bytes());
-  finisher.Run(wire.pieces[finish.column()], reinterpret_cast<float*>(out.get()));
+  RETURN_IF_ERROR(finisher.Run(wire.pieces[finish.column()], finish.mirrored(),
+                               reinterpret_cast<float*>(out.get())));
   column->dtype = DType::kFloat32;
   column->shape = finisher.out_shape();
   column->data = out.get();

@@ -136,6 +136,11 @@ absl::Status CheckBatch(const proto::Batch& batch) {
                                                      batch.columns_size(), " (or twice)"));
     }
     seen[f.column()] = true;
+    if (!f.mirrored().empty() && f.mirrored_size() != elements) {
+      return absl::InvalidArgumentError(absl::StrCat("finish of column ", f.column(), ": ",
+                                                     f.mirrored_size(), " mirror flags but ",
+                                                     elements, " elements"));
+    }
   }
   return absl::OkStatus();
 }

@@ -49,8 +49,9 @@ absl::Status AppendColumn(std::string name, record::DType dtype, absl::Span<cons
 // The checks a receiver makes before it trusts a header from the network: a data batch has at
 // least one column, every column a known dtype, a shape whose leading dimension is the element
 // count, and a data_length equal to what its shape says; one global index per element; every
-// `finish` entry names an existing column, at most once. An end-of-split marker has no columns,
-// indices or finish entries. InvalidArgument naming the column otherwise.
+// `finish` entry names an existing column, at most once, with no mirror flags or one per element.
+// An end-of-split marker has no columns, indices or finish entries. InvalidArgument naming the
+// column otherwise.
 absl::Status CheckBatch(const proto::Batch& header);
 
 // Bytes of all column buffers (what a queue accounts; what the frame carries beyond its header).

@@ -30,9 +30,11 @@ bool IsUnder(const std::string& path, const std::string& root) {
 
 // Cuts the tail the client can run (kernels::ClientTailLength) off the map right before the
 // batch: `spec` is then the pipeline without it. Only when the batch is followed by nothing but
-// prefetch and the map works on one column in place. Returns the cut ops (empty: no cut) and
-// sets `column` to the map's column.
-std::vector<proto::OpSpec> CutClientTail(proto::Pipeline* spec, std::string* column) {
+// prefetch and the map works on one column in place. Returns the cut ops (empty: no cut), sets
+// `column` to the map's column and `position` to the pipeline-wide position of the first cut op
+// (map ops are numbered in pipeline order; the numbers seed their draws).
+std::vector<proto::OpSpec> CutClientTail(proto::Pipeline* spec, std::string* column,
+                                         int* position) {
   int batch = -1;
   for (int i = 0; i < spec->nodes_size(); ++i) {
     if (spec->nodes(i).has_batch()) {
@@ -52,6 +54,10 @@ std::vector<proto::OpSpec> CutClientTail(proto::Pipeline* spec, std::string* col
   const size_t n = kernels::ClientTailLength(ops);
   if (n == 0) return {};
   *column = map->input_columns(0);
+  *position = static_cast<int>(ops.size() - n);
+  for (int i = 0; i < batch - 1; ++i) {
+    if (spec->nodes(i).has_map()) *position += spec->nodes(i).map().ops_size();
+  }
   std::vector<proto::OpSpec> tail(ops.end() - n, ops.end());
   if (n == ops.size()) {
     spec->mutable_nodes()->DeleteSubrange(batch - 1, 1);
@@ -204,10 +210,10 @@ std::shared_ptr<Job> JobRegistry::Build(const proto::JobInfo& info) const {
 absl::Status JobRegistry::CutTail(Job* job, std::unique_ptr<pipeline::Executor>* executor) const {
   proto::Pipeline cut = job->spec;
   std::string column;
-  std::vector<proto::OpSpec> specs = CutClientTail(&cut, &column);
+  int position = 0;
+  std::vector<proto::OpSpec> specs = CutClientTail(&cut, &column, &position);
   if (specs.empty()) return absl::OkStatus();
-  ASSIGN_OR_RETURN(auto ops, BuildOps(specs, /*first_position=*/0,
-                                      /*fuse=*/true));
+  ASSIGN_OR_RETURN(std::vector<std::unique_ptr<Op>> ops, BuildOps(specs, position, /*fuse=*/true));
   ASSIGN_OR_RETURN(std::unique_ptr<pipeline::Executor> ex,
                    pipeline::Executor::Create(cut, OptionsFor(*job)));
   const std::vector<std::string>& names = ex->logical().column_names;
@@ -219,7 +225,14 @@ absl::Status JobRegistry::CutTail(Job* job, std::unique_ptr<pipeline::Executor>*
   Job::Tail tail;
   tail.column = static_cast<int>(it - names.begin());
   tail.specs = std::move(specs);
-  for (auto& op : ops) tail.ops.push_back(std::move(op));
+  tail.seed = ex->logical().seed;
+  for (auto& op : ops) {
+    if (op->mirrors() && tail.ops.empty() && tail.mirror == nullptr) {
+      tail.mirror = std::move(op);
+    } else {
+      tail.ops.push_back(std::move(op));
+    }
+  }
   job->tail = std::move(tail);
   job->spec = std::move(cut);  // the executors run the pipeline without the tail
   *executor = std::move(ex);

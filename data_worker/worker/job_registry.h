@@ -52,10 +52,14 @@ struct Job {
   // runs the pipeline without that tail; TaskRunner then ships each batch with the tail named
   // in its header (finish client; auto when the column is uint8, so the wire carries 4x fewer
   // bytes) or runs `ops` itself (finish auto on a float32 column).
+  // A RandomHorizontalFlip right before that tail goes with it: the worker only draws it
+  // (`mirror`, with its pipeline-wide position and the pipeline's seed) and sends the draws.
   struct Tail {
     int column = 0;                              // index into column_names
     std::vector<proto::OpSpec> specs;            // what the header names
-    std::vector<std::shared_ptr<const Op>> ops;  // the same ops, built (fused), for the worker
+    std::shared_ptr<const Op> mirror;            // the flip that specs begin with (null: none)
+    uint64_t seed = 0;                           // the pipeline's, for the flip's draws
+    std::vector<std::shared_ptr<const Op>> ops;  // the ops after it, built (fused), for the worker
   };
   kernels::FinishMode finish = kernels::FinishMode::kAuto;
   std::optional<Tail> tail;

@@ -1,6 +1,7 @@
 #include "data_worker/worker/task_runner.h"
 
 #include <algorithm>
+#include <cstring>
 #include <set>
 #include <utility>
 
@@ -114,12 +115,40 @@ absl::StatusOr<std::optional<proto::ColumnFinish>> FinishOrShip(const Job& job,
   Tensor& column = element->columns[tail.column];
   const bool ship = job.finish == kernels::FinishMode::kClient ||
                     (job.finish == kernels::FinishMode::kAuto && column.dtype() == DType::kUint8);
+  // The flip accepts images of up to 4 channels (its error otherwise comes from the loop below).
+  const bool mirrorable = tail.mirror == nullptr || (column.rank() == 4 && column.dim(1) > 0 &&
+                                                     column.dim(2) > 0 && column.dim(3) <= 4);
+  const int64_t n = column.rank() > 0 ? column.dim(0) : 0;
+  if (tail.mirror != nullptr && element->global_indices.size() != static_cast<size_t>(n)) {
+    return absl::InternalError(absl::StrCat("a batch of ", n, " elements has ",
+                                            element->global_indices.size(), " record ids"));
+  }
+  auto context = [&](int64_t i) {
+    return ElementContext{tail.seed, element->epoch, element->global_indices[i]};
+  };
   // The client can run it on this column (the one check both sides share).
-  if (ship && kernels::Finisher::Create(tail.specs, column.dtype(), column.shape()).ok()) {
+  if (ship && mirrorable &&
+      kernels::Finisher::Create(tail.specs, column.dtype(), column.shape()).ok()) {
     proto::ColumnFinish finish;
     finish.set_column(tail.column);
     finish.mutable_ops()->Add(tail.specs.begin(), tail.specs.end());
+    if (tail.mirror != nullptr) {
+      for (int64_t i = 0; i < n; ++i) finish.add_mirrored(tail.mirror->Mirrors(context(i)));
+    }
     return finish;
+  }
+  if (tail.mirror != nullptr && n > 0) {
+    // The flip as the executor would have run it, element by element (a rare path: a float32
+    // column under finish auto, or a column the client cannot finish).
+    const std::vector<int64_t> shape(column.shape().begin() + 1, column.shape().end());
+    const size_t bytes = column.num_bytes() / static_cast<size_t>(n);
+    for (int64_t i = 0; i < n; ++i) {
+      Tensor one = Tensor::Allocate(column.dtype(), shape);
+      std::memcpy(one.data(), column.data() + i * bytes, bytes);
+      absl::StatusOr<Tensor> out = tail.mirror->Apply(std::move(one), context(i));
+      if (!out.ok()) return out.status();
+      std::memcpy(column.data() + i * bytes, out->data(), bytes);
+    }
   }
   for (const std::shared_ptr<const Op>& op : tail.ops) {
     absl::StatusOr<Tensor> out = op->ApplyBatch(std::move(column));

@@ -46,6 +46,29 @@ data_worker::Tensor OnWorker(const std::vector<proto::OpSpec>& specs, data_worke
   return batch;
 }
 
+proto::OpSpec Flip() {
+  proto::OpSpec op;
+  op.mutable_random_horizontal_flip()->set_p(1.0);  // mirrors every element it is run on
+  return op;
+}
+
+// What the worker's RandomHorizontalFlip makes of the elements of `batch` whose flag is set.
+data_worker::Tensor MirroredOnWorker(const std::vector<bool>& flags, data_worker::Tensor batch) {
+  auto flip = data_worker::BuildOps({Flip()}, /*first_position=*/0, /*fuse=*/false);
+  EXPECT_TRUE(flip.ok()) << flip.status();
+  const std::vector<int64_t> shape(batch.shape().begin() + 1, batch.shape().end());
+  const size_t bytes = batch.num_bytes() / flags.size();
+  for (size_t i = 0; i < flags.size(); ++i) {
+    if (!flags[i]) continue;
+    data_worker::Tensor one = data_worker::Tensor::Allocate(batch.dtype(), shape);
+    std::memcpy(one.data(), batch.data() + i * bytes, bytes);
+    auto out = (*flip)[0]->Apply(std::move(one), data_worker::ElementContext{});
+    EXPECT_TRUE(out.ok()) << out.status();
+    std::memcpy(batch.data() + i * bytes, out->data(), bytes);
+  }
+  return batch;
+}
+
 TEST(Finisher, GivesTheWorkersBitsAtAnySliceBoundaries) {
   const std::vector<std::vector<proto::OpSpec>> tails = {
       {Normalize({0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f}), Hwc2Chw()},
@@ -53,46 +76,92 @@ TEST(Finisher, GivesTheWorkersBitsAtAnySliceBoundaries) {
       {Normalize({0.5f}, {0.25f})},
       {Normalize({0.1f, 0.2f, 0.3f}, {0.3f, 0.2f, 0.1f}), Cast("float32")},
   };
+  // Without a flip, and with one whose draws mirror the first and last element (uint8 into
+  // C×H×W: the kernel reads those rows right to left; anything else: mirrored into scratch).
+  const std::vector<std::vector<bool>> mirrors = {{}, {true, false, true}};
   for (const record::DType dtype : {record::DType::kUint8, record::DType::kFloat32}) {
-    for (const std::vector<proto::OpSpec>& tail : tails) {
-      const std::vector<int64_t> shape = {3, 5, 37, 3};  // odd widths
-      data_worker::Tensor batch = data_worker::Tensor::Allocate(dtype, shape);
-      for (int64_t i = 0; i < batch.num_elements(); ++i) {
-        if (dtype == record::DType::kUint8) {
-          batch.data()[i] = static_cast<uint8_t>(i * 37 + 11);
-        } else {
-          batch.data_as<float>()[i] = static_cast<float>(i % 251) / 7.0f;
+    for (const std::vector<bool>& flags : mirrors) {
+      for (std::vector<proto::OpSpec> tail : tails) {
+        const std::vector<int64_t> shape = {3, 5, 37, 3};  // odd widths
+        data_worker::Tensor batch = data_worker::Tensor::Allocate(dtype, shape);
+        for (int64_t i = 0; i < batch.num_elements(); ++i) {
+          if (dtype == record::DType::kUint8) {
+            batch.data()[i] = static_cast<uint8_t>(i * 37 + 11);
+          } else {
+            batch.data_as<float>()[i] = static_cast<float>(i % 251) / 7.0f;
+          }
         }
-      }
-      const std::string in(reinterpret_cast<const char*>(batch.data()), batch.num_bytes());
-      const data_worker::Tensor want = OnWorker(tail, std::move(batch));
-      absl::StatusOr<Finisher> f = Finisher::Create(tail, dtype, shape);
-      ASSERT_TRUE(f.ok()) << f.status();
-      ASSERT_EQ(f->out_shape(), want.shape());
-      ASSERT_EQ(f->out_bytes(), want.num_bytes());
-      ASSERT_EQ(f->in_bytes(), in.size());
-      for (size_t piece : {size_t{1}, size_t{4}, size_t{1000}, in.size()}) {
-        std::vector<absl::Span<const uint8_t>> pieces;
-        for (size_t i = 0; i < in.size(); i += piece) {
-          pieces.emplace_back(reinterpret_cast<const uint8_t*>(in.data()) + i,
-                              std::min(piece, in.size() - i));
+        const std::string in(reinterpret_cast<const char*>(batch.data()), batch.num_bytes());
+        if (!flags.empty()) {
+          batch = MirroredOnWorker(flags, std::move(batch));
+          tail.insert(tail.begin(), Flip());
         }
-        std::vector<float> got(f->out_bytes() / sizeof(float), -1.0f);
-        f->Run(pieces, got.data());
-        EXPECT_EQ(std::memcmp(got.data(), want.data(), want.num_bytes()), 0)
-            << "tail of " << tail.size() << " ops, pieces of " << piece;
+        const data_worker::Tensor want =
+            OnWorker(std::vector<proto::OpSpec>(tail.begin() + (flags.empty() ? 0 : 1), tail.end()),
+                     std::move(batch));
+        absl::StatusOr<Finisher> f = Finisher::Create(tail, dtype, shape);
+        ASSERT_EQ(f.ok() && f->mirrors(), !flags.empty());
+        ASSERT_TRUE(f.ok()) << f.status();
+        ASSERT_EQ(f->out_shape(), want.shape());
+        ASSERT_EQ(f->out_bytes(), want.num_bytes());
+        ASSERT_EQ(f->in_bytes(), in.size());
+        for (size_t piece : {size_t{1}, size_t{4}, size_t{1000}, in.size()}) {
+          std::vector<absl::Span<const uint8_t>> pieces;
+          for (size_t i = 0; i < in.size(); i += piece) {
+            pieces.emplace_back(reinterpret_cast<const uint8_t*>(in.data()) + i,
+                                std::min(piece, in.size() - i));
+          }
+          std::vector<float> got(f->out_bytes() / sizeof(float), -1.0f);
+          const bool flag_storage[] = {flags.size() > 0 && flags[0], flags.size() > 1 && flags[1],
+                                       flags.size() > 2 && flags[2]};
+          ASSERT_TRUE(
+              f->Run(pieces, absl::MakeConstSpan(flag_storage, flags.size()), got.data()).ok());
+          EXPECT_EQ(std::memcmp(got.data(), want.data(), want.num_bytes()), 0)
+              << "tail of " << tail.size() << " ops, pieces of " << piece << ", "
+              << (flags.empty() ? "no flip" : "flip");
+        }
       }
     }
   }
 }
 
-TEST(ClientTailLength, IsTheNormalizeTailAndNothingElse) {
+TEST(Finisher, RunsOnlyWithOneMirrorFlagPerElementAfterAFlip) {
+  const int64_t shape[] = {2, 4, 4, 3};
+  const std::vector<proto::OpSpec> plain = {Normalize({0.5f}, {0.2f}), Hwc2Chw()};
+  const std::vector<proto::OpSpec> flipped = {Flip(), Normalize({0.5f}, {0.2f}), Hwc2Chw()};
+  const std::string in(2 * 4 * 4 * 3, '\x7f');
+  const std::vector<absl::Span<const uint8_t>> pieces = {
+      {reinterpret_cast<const uint8_t*>(in.data()), in.size()}};
+  std::vector<float> out(2 * 4 * 4 * 3, -1.0f);
+  const bool one[] = {true};
+  const bool two[] = {true, false};
+  absl::StatusOr<Finisher> f = Finisher::Create(flipped, record::DType::kUint8, shape);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->Run(pieces, {}, out.data()).message(),
+            "finish begins with random_horizontal_flip: 2 mirror flags expected, 0 given");
+  EXPECT_EQ(f->Run(pieces, one, out.data()).message(),
+            "finish begins with random_horizontal_flip: 2 mirror flags expected, 1 given");
+  EXPECT_EQ(out[0], -1.0f);  // nothing written
+  EXPECT_TRUE(f->Run(pieces, two, out.data()).ok());
+  absl::StatusOr<Finisher> g = Finisher::Create(plain, record::DType::kUint8, shape);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_FALSE(g->mirrors());
+  EXPECT_EQ(g->Run(pieces, two, out.data()).message(),
+            "finish carries mirror flags but does not begin with random_horizontal_flip");
+  // A flip alone, or one after the normalize, is no tail.
+  EXPECT_FALSE(Finisher::Create({Flip()}, record::DType::kUint8, shape).ok());
+  EXPECT_FALSE(
+      Finisher::Create({Normalize({0.5f}, {0.2f}), Flip()}, record::DType::kUint8, shape).ok());
+}
+
+TEST(ClientTailLength, IsTheNormalizeTailWithTheFlipBeforeItAndNothingElse) {
   const proto::OpSpec norm = Normalize({0.5f}, {0.5f});
   proto::OpSpec flip;
   flip.mutable_random_horizontal_flip();
   using Ops = std::vector<proto::OpSpec>;
-  EXPECT_EQ(ClientTailLength(Ops{flip, norm, Hwc2Chw()}), 2u);
-  EXPECT_EQ(ClientTailLength(Ops{flip, norm, Hwc2Chw(), Cast("float32")}), 3u);
+  EXPECT_EQ(ClientTailLength(Ops{flip, norm, Hwc2Chw()}), 3u);
+  EXPECT_EQ(ClientTailLength(Ops{flip, norm, Hwc2Chw(), Cast("float32")}), 4u);
+  EXPECT_EQ(ClientTailLength(Ops{flip, flip, norm}), 2u);
   EXPECT_EQ(ClientTailLength(Ops{norm}), 1u);
   EXPECT_EQ(ClientTailLength(Ops{norm, Cast("float16")}), 0u);
   EXPECT_EQ(ClientTailLength(Ops{Hwc2Chw(), norm, flip}), 0u);

@@ -279,6 +279,85 @@ finish: )";
   }
 }
 
+// A RandomHorizontalFlip right before the tail goes to the client with it: the worker ships the
+// uint8 pixels unmirrored, names the flip first and sends its draws (p: 1 mirrors every element;
+// the bits against in-process: ServiceTest.BatchesFinishedByClientOrWorkerAreByteIdenticalToInProcess).
+TEST_F(WorkerImplTest, AFlipBeforeTheTailShipsAsOneDrawPerElement) {
+  const std::string spec = R"(
+source: {dataset: {path: DIR}, columns: [image]}
+nodes:
+  - map: {input_columns: [image], ops: [{decode: {}}, {resize: {height: 8, width: 6}}, {random_horizontal_flip: {p: P}}, {normalize: {mean: [0.5], std: [0.25]}}, {hwc2chw: {}}]}
+  - batch: {size: 4}
+)";
+  std::string pixels[2];  // the shipped uint8 column under p: 1 and p: 0
+  uint64_t job = 0;
+  for (const std::string p : {"1", "0"}) {
+    SCOPED_TRACE(p);
+    ++job;
+    auto w = MakeWorker();
+    proto::WorkerHeartbeatResponse r;
+    *r.add_jobs() = MakeJob(job, Yaml(absl::StrReplaceAll(spec, {{"P", p}}).c_str()), 4);
+    *r.add_start() = MakeSplit(job, 0, 0, 0, 0, 4, 0, 0);
+    Deliver(*w, r);
+    auto reader = Open(*w, job, 0);
+    ASSERT_NE(reader, nullptr);
+    StreamEvent b = reader->Next();
+    ASSERT_EQ(b.kind, StreamEvent::kBatch) << b.status;
+    const proto::Batch& h = b.batch.header;
+    ASSERT_EQ(h.finish_size(), 1);
+    ASSERT_EQ(h.finish(0).ops_size(), 3);
+    EXPECT_TRUE(h.finish(0).ops(0).has_random_horizontal_flip());
+    EXPECT_TRUE(h.finish(0).ops(1).has_normalize());
+    EXPECT_TRUE(h.finish(0).ops(2).has_hwc2chw());
+    if (p == "1") {
+      EXPECT_THAT(h.finish(0).mirrored(), ElementsAre(true, true, true, true));
+    } else {
+      EXPECT_THAT(h.finish(0).mirrored(), ElementsAre(false, false, false, false));
+    }
+    ASSERT_EQ(h.columns(0).dtype(), proto::TENSOR_DTYPE_UINT8);
+    ASSERT_EQ(b.batch.columns.size(), 1u);
+    pixels[job - 1].assign(reinterpret_cast<const char*>(b.batch.columns[0].data),
+                           b.batch.columns[0].size);
+    w->Stop();
+  }
+  EXPECT_EQ(pixels[0].size(), 4u * 8 * 6 * 3);
+  EXPECT_EQ(pixels[0], pixels[1]);  // not mirrored on the worker
+}
+
+// On a float32 column under finish auto the worker runs the cut flip itself, element by
+// element with the op's own draws: the same bits as the uncut pipeline (finish worker).
+TEST_F(WorkerImplTest, ACutFlipTheWorkerRunsItselfGivesTheUncutPipelinesBits) {
+  const std::string spec = R"(
+seed: 9
+source: {dataset: {path: DIR}, columns: [image]}
+nodes:
+  - map: {input_columns: [image], ops: [{decode: {}}, {resize: {height: 8, width: 6}}, {cast: {dtype: float32}}, {random_horizontal_flip: {}}, {normalize: {mean: [0.5], std: [0.25]}}, {hwc2chw: {}}]}
+  - batch: {size: 8}
+finish: )";
+  std::string images[2];
+  uint64_t job = 0;
+  for (const std::string finish : {"auto", "worker"}) {
+    SCOPED_TRACE(finish);
+    ++job;
+    auto w = MakeWorker();
+    proto::WorkerHeartbeatResponse r;
+    *r.add_jobs() = MakeJob(job, Yaml((spec + finish + "\n").c_str()), 8);
+    *r.add_start() = MakeSplit(job, 0, 0, 0, 0, 8, 0, 0);
+    Deliver(*w, r);
+    auto reader = Open(*w, job, 0);
+    ASSERT_NE(reader, nullptr);
+    StreamEvent b = reader->Next();
+    ASSERT_EQ(b.kind, StreamEvent::kBatch) << b.status;
+    EXPECT_EQ(b.batch.header.finish_size(), 0);
+    EXPECT_THAT(b.batch.header.columns(0).shape(), ElementsAre(8, 3, 8, 6));
+    images[job - 1].assign(reinterpret_cast<const char*>(b.batch.columns[0].data),
+                           b.batch.columns[0].size);
+    w->Stop();
+  }
+  EXPECT_EQ(images[0].size(), 8u * 3 * 8 * 6 * 4);
+  EXPECT_EQ(images[0], images[1]);
+}
+
 TEST_F(WorkerImplTest, SplitYieldsItsGlobalIndicesInOrderAfterSkippedBatches) {
   auto w = MakeWorker();
   proto::WorkerHeartbeatResponse r;
