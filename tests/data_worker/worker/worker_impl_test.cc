@@ -190,6 +190,24 @@ class WorkerImplTest : public ::testing::Test {
     return r;
   }
 
+  // Job `job` of `yaml` (batches of `batch_size`) on a new worker: the first event of consumer
+  // 0's stream over records [0, records).
+  StreamEvent FirstBatch(uint64_t job, const std::string& yaml, uint64_t batch_size,
+                         uint64_t records) {
+    auto w = MakeWorker();
+    proto::WorkerHeartbeatResponse r;
+    *r.add_jobs() = MakeJob(job, Yaml(yaml.c_str()), batch_size);
+    *r.add_start() = MakeSplit(job, 0, 0, 0, 0, records, 0, 0);
+    Deliver(*w, r);
+    auto reader = Open(*w, job, 0);
+    EXPECT_NE(reader, nullptr);
+    StreamEvent event;
+    if (reader != nullptr) event = reader->Next();
+    reader.reset();
+    w->Stop();
+    return event;  // its column bytes are owned by the event
+  }
+
   static std::vector<uint64_t> Ids(const proto::Batch& b) {
     return {b.global_indices().begin(), b.global_indices().end()};
   }
@@ -212,15 +230,7 @@ finish: )";
   uint64_t job = 0;
   for (const std::string finish : {"client", "auto", "worker"}) {
     SCOPED_TRACE(finish);
-    ++job;
-    auto w = MakeWorker();
-    proto::WorkerHeartbeatResponse r;
-    *r.add_jobs() = MakeJob(job, Yaml((tail + finish + "\n").c_str()), 4);
-    *r.add_start() = MakeSplit(job, 0, 0, 0, 0, 8, 0, 0);
-    Deliver(*w, r);
-    auto reader = Open(*w, job, 0);
-    ASSERT_NE(reader, nullptr);
-    StreamEvent b = reader->Next();
+    const StreamEvent b = FirstBatch(++job, tail + finish + "\n", 4, 8);
     ASSERT_EQ(b.kind, StreamEvent::kBatch) << b.status;
     const proto::Batch& h = b.batch.header;
     ASSERT_EQ(h.columns_size(), 2);
@@ -239,7 +249,6 @@ finish: )";
       EXPECT_EQ(h.columns(1).data_length(), 4u * 8 * 6 * 3);
     }
     EXPECT_EQ(h.columns(0).dtype(), proto::TENSOR_DTYPE_INT64);
-    w->Stop();
   }
 }
 
@@ -255,15 +264,7 @@ finish: )";
   uint64_t job = 0;
   for (const std::string finish : {"auto", "client"}) {
     SCOPED_TRACE(finish);
-    ++job;
-    auto w = MakeWorker();
-    proto::WorkerHeartbeatResponse r;
-    *r.add_jobs() = MakeJob(job, Yaml((tail + finish + "\n").c_str()), 4);
-    *r.add_start() = MakeSplit(job, 0, 0, 0, 0, 4, 0, 0);
-    Deliver(*w, r);
-    auto reader = Open(*w, job, 0);
-    ASSERT_NE(reader, nullptr);
-    StreamEvent b = reader->Next();
+    const StreamEvent b = FirstBatch(++job, tail + finish + "\n", 4, 4);
     ASSERT_EQ(b.kind, StreamEvent::kBatch) << b.status;
     const proto::Batch& h = b.batch.header;
     ASSERT_EQ(h.columns_size(), 1);
@@ -275,7 +276,6 @@ finish: )";
       ASSERT_EQ(h.finish_size(), 1);
       EXPECT_THAT(h.columns(0).shape(), ElementsAre(4, 8, 6, 3));
     }
-    w->Stop();
   }
 }
 
@@ -293,15 +293,7 @@ nodes:
   uint64_t job = 0;
   for (const std::string p : {"1", "0"}) {
     SCOPED_TRACE(p);
-    ++job;
-    auto w = MakeWorker();
-    proto::WorkerHeartbeatResponse r;
-    *r.add_jobs() = MakeJob(job, Yaml(absl::StrReplaceAll(spec, {{"P", p}}).c_str()), 4);
-    *r.add_start() = MakeSplit(job, 0, 0, 0, 0, 4, 0, 0);
-    Deliver(*w, r);
-    auto reader = Open(*w, job, 0);
-    ASSERT_NE(reader, nullptr);
-    StreamEvent b = reader->Next();
+    const StreamEvent b = FirstBatch(++job, absl::StrReplaceAll(spec, {{"P", p}}), 4, 4);
     ASSERT_EQ(b.kind, StreamEvent::kBatch) << b.status;
     const proto::Batch& h = b.batch.header;
     ASSERT_EQ(h.finish_size(), 1);
@@ -318,7 +310,6 @@ nodes:
     ASSERT_EQ(b.batch.columns.size(), 1u);
     pixels[job - 1].assign(reinterpret_cast<const char*>(b.batch.columns[0].data),
                            b.batch.columns[0].size);
-    w->Stop();
   }
   EXPECT_EQ(pixels[0].size(), 4u * 8 * 6 * 3);
   EXPECT_EQ(pixels[0], pixels[1]);  // not mirrored on the worker
@@ -338,21 +329,12 @@ finish: )";
   uint64_t job = 0;
   for (const std::string finish : {"auto", "worker"}) {
     SCOPED_TRACE(finish);
-    ++job;
-    auto w = MakeWorker();
-    proto::WorkerHeartbeatResponse r;
-    *r.add_jobs() = MakeJob(job, Yaml((spec + finish + "\n").c_str()), 8);
-    *r.add_start() = MakeSplit(job, 0, 0, 0, 0, 8, 0, 0);
-    Deliver(*w, r);
-    auto reader = Open(*w, job, 0);
-    ASSERT_NE(reader, nullptr);
-    StreamEvent b = reader->Next();
+    const StreamEvent b = FirstBatch(++job, spec + finish + "\n", 8, 8);
     ASSERT_EQ(b.kind, StreamEvent::kBatch) << b.status;
     EXPECT_EQ(b.batch.header.finish_size(), 0);
     EXPECT_THAT(b.batch.header.columns(0).shape(), ElementsAre(8, 3, 8, 6));
     images[job - 1].assign(reinterpret_cast<const char*>(b.batch.columns[0].data),
                            b.batch.columns[0].size);
-    w->Stop();
   }
   EXPECT_EQ(images[0].size(), 8u * 3 * 8 * 6 * 4);
   EXPECT_EQ(images[0], images[1]);
