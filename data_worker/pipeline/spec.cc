@@ -13,6 +13,7 @@
 #include "data_worker/ops/op.h"
 #include "data_worker/ops/op_util.h"
 #include "data_worker/ops/registry.h"
+#include "data_worker/python/python_op.h"
 
 namespace sluice::data_worker::pipeline {
 
@@ -186,7 +187,11 @@ class Validator {
       SpecLocation at = where();
       at.op_index = j;
       const OpLabel label{position_ + j, std::string(OpTypeName(op.op_case())), at};
-      RETURN_IF_ERROR(BuildOps({op}, {label}, /*fuse=*/false).status());
+      // The op's parameters. For a python op only the spec's own fields: whether this
+      // process runs python ops is the executor's check (plan.cc builds the op), so a
+      // consumer validates a spec that only its workers can run.
+      RETURN_IF_ERROR(op.has_python() ? CheckPython(op.python(), label)
+                                      : BuildOps({op}, {label}, /*fuse=*/false).status());
       for (size_t k = 0; k < lm.slots.size(); ++k) {
         infer_ctx_.column = static_cast<int>(k);
         RETURN_IF_ERROR(InferOpType(op, label, infer_ctx_, &types_[lm.slots[k]]));

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/base/random.h"
+#include "common/base/status_macros.h"
 #include "data_worker/python/python_pool.h"
 
 namespace sluice::data_worker {
@@ -143,23 +144,8 @@ class PythonOpImpl final : public Op {
   std::shared_ptr<python::PythonPool> pool_;
 };
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<Op>> MakePython(const proto::PythonOp& spec, OpLabel label) {
-  for (absl::string_view part : absl::StrSplit(spec.module(), '.')) {
-    if (!IsIdentifier(part)) {
-      return label.FieldError(
-          "module", absl::StrCat("must be a dotted Python module name, got '", spec.module(), "'"));
-    }
-  }
-  if (!IsIdentifier(spec.function())) {
-    return label.FieldError(
-        "function", absl::StrCat("must be a Python identifier, got '", spec.function(), "'"));
-  }
-  if (spec.group() < 0 || spec.group() > kMaxGroup) {
-    return label.FieldError("group", absl::StrCat("must be in [0, ", kMaxGroup, "] (0: ",
-                                                  kDefaultGroup, "), got ", spec.group()));
-  }
+// output_dtypes as DTypes (kBytes: the input's), or InvalidArgument naming the field.
+absl::StatusOr<std::vector<DType>> OutputDtypes(const proto::PythonOp& spec, const OpLabel& label) {
   std::vector<DType> dtypes;
   for (const std::string& d : spec.output_dtypes()) {
     if (d.empty()) {
@@ -175,6 +161,32 @@ absl::StatusOr<std::unique_ptr<Op>> MakePython(const proto::PythonOp& spec, OpLa
     }
     dtypes.push_back(*t);
   }
+  return dtypes;
+}
+
+}  // namespace
+
+absl::Status CheckPython(const proto::PythonOp& spec, const OpLabel& label) {
+  for (absl::string_view part : absl::StrSplit(spec.module(), '.')) {
+    if (!IsIdentifier(part)) {
+      return label.FieldError(
+          "module", absl::StrCat("must be a dotted Python module name, got '", spec.module(), "'"));
+    }
+  }
+  if (!IsIdentifier(spec.function())) {
+    return label.FieldError(
+        "function", absl::StrCat("must be a Python identifier, got '", spec.function(), "'"));
+  }
+  if (spec.group() < 0 || spec.group() > kMaxGroup) {
+    return label.FieldError("group", absl::StrCat("must be in [0, ", kMaxGroup, "] (0: ",
+                                                  kDefaultGroup, "), got ", spec.group()));
+  }
+  return OutputDtypes(spec, label).status();
+}
+
+absl::StatusOr<std::unique_ptr<Op>> MakePython(const proto::PythonOp& spec, OpLabel label) {
+  RETURN_IF_ERROR(CheckPython(spec, label));
+  ASSIGN_OR_RETURN(std::vector<DType> dtypes, OutputDtypes(spec, label));
   std::shared_ptr<python::PythonPool> pool = python::ConfiguredPythonPool();
   if (pool == nullptr) {
     return absl::FailedPreconditionError(
@@ -182,6 +194,12 @@ absl::StatusOr<std::unique_ptr<Op>> MakePython(const proto::PythonOp& spec, OpLa
                      ": python ops are disabled on this worker; start sluice-worker (or "
                      "sluice pipeline run) with "
                      "--allow-python-ops (and --python-path for the team's modules)"));
+  }
+  if (!python::ModuleAllowed(pool->options(), spec.module())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(label.ToString(), ": module '", spec.module(),
+                     "' is not one this worker runs python ops from (--python-modules ",
+                     absl::StrJoin(pool->options().modules, ","), ")"));
   }
   return std::make_unique<PythonOpImpl>(std::move(label), spec, std::move(dtypes), std::move(pool));
 }

@@ -14,7 +14,8 @@
 //
 // Errors (the op's label first, then the Python text):
 //   FailedPrecondition  python ops are disabled on this worker (no
-//                       --allow-python-ops): when the op is built
+//                       --allow-python-ops), or the module is not on its
+//                       --python-modules list: when the op is built
 //   DataLoss            the function raised (with its traceback), or its process
 //                       died max_attempts times: a bad record, skipped and
 //                       counted under on_error: skip
@@ -35,9 +36,15 @@
 
 namespace sluice::data_worker {
 
-// Validates the names (a dotted module of identifiers, an identifier) and
-// output_dtypes; builds the op on the configured pool (ConfigurePython).
-// Building never starts a process: the first Apply does.
+// The spec's own fields: the names (a dotted module of identifiers, an
+// identifier), `group` and output_dtypes; InvalidArgument naming the field.
+// What a consumer can check: whether a worker runs python ops, and from which
+// modules, is that worker's (MakePython).
+absl::Status CheckPython(const proto::PythonOp& spec, const OpLabel& label);
+
+// CheckPython, then the op on the configured pool (ConfigurePython):
+// FailedPrecondition if python ops are disabled or the module is not on the
+// pool's `modules` list. Building never starts a process: the first Apply does.
 absl::StatusOr<std::unique_ptr<Op>> MakePython(const proto::PythonOp& spec, OpLabel label);
 
 // Type inference: the column's dtype becomes output_dtypes[ctx.column] (or

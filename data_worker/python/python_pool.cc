@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "data_worker/python/runner_source.h"
 
@@ -34,9 +35,14 @@ double ProcessCpuSeconds(pid_t pid) {
   return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
+PythonOptions WithTimeoutResolved(PythonOptions options) {
+  if (options.timeout == absl::ZeroDuration()) options.timeout = absl::InfiniteDuration();
+  return options;
+}
+
 }  // namespace
 
-PythonPool::PythonPool(PythonOptions options) : options_(std::move(options)) {}
+PythonPool::PythonPool(PythonOptions options) : options_(WithTimeoutResolved(std::move(options))) {}
 
 PythonPool::~PythonPool() = default;
 
@@ -153,6 +159,14 @@ void ConfigurePython(PythonOptions options) {
 std::shared_ptr<PythonPool> ConfiguredPythonPool() {
   absl::MutexLock lock(&g_mu);
   return g_pool != nullptr ? *g_pool : nullptr;
+}
+
+bool ModuleAllowed(const PythonOptions& options, const std::string& module) {
+  if (options.modules.empty()) return true;
+  for (const std::string& allowed : options.modules) {
+    if (module == allowed || absl::StartsWith(module, absl::StrCat(allowed, "."))) return true;
+  }
+  return false;
 }
 
 }  // namespace sluice::data_worker::python

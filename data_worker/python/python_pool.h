@@ -49,8 +49,13 @@ struct PythonOptions {
   // Folders searched for user modules before the image's own packages
   // (--python-path).
   std::vector<std::string> python_path;
-  // A call that takes longer is treated like a crash (--python-op-timeout).
-  absl::Duration timeout = absl::InfiniteDuration();
+  // The modules python ops may name (--python-modules): each entry allows
+  // that module and its submodules ("team_a" allows "team_a.color"). Empty:
+  // any module the worker can import.
+  std::vector<std::string> modules;
+  // A call that takes longer is treated like a crash (--python-op-timeout;
+  // zero or InfiniteDuration: no limit).
+  absl::Duration timeout = absl::Seconds(60);
   // Empty: the python3 sluice was built against (CMake SLUICE_PYTHON_EXECUTABLE).
   std::string interpreter;
   int max_attempts = 3;
@@ -119,6 +124,9 @@ class PythonPool {
 void ConfigurePython(PythonOptions options);
 // The configured pool, or null if python ops are not allowed.
 std::shared_ptr<PythonPool> ConfiguredPythonPool();
+
+// Whether `options.modules` lets a python op name `module` (a dotted name).
+bool ModuleAllowed(const PythonOptions& options, const std::string& module);
 
 }  // namespace sluice::data_worker::python
 

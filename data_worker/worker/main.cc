@@ -30,6 +30,7 @@
 #include "common/service/limits.h"
 #include "common/service/server_main.h"
 #include "data_worker/pipeline/allocator.h"
+#include "data_worker/python/python_flags.h"
 #include "data_worker/python/python_pool.h"
 #include "data_worker/worker/grpc_dispatcher_client.h"
 #include "data_worker/worker/grpc_worker_service.h"
@@ -65,7 +66,7 @@ struct WorkerFlags {
   absl::Duration drain_timeout = absl::Seconds(30);
   absl::Duration share_detach_after = absl::Seconds(2);
   absl::Duration pause_unread_after = absl::Seconds(5);
-  sluice::data_worker::python::PythonOptions python{.timeout = absl::Seconds(60)};
+  sluice::data_worker::python::PythonOptions python;
 };
 
 void AddWorkerFlags(CLI::App& app, WorkerFlags* f) {
@@ -131,18 +132,7 @@ void AddWorkerFlags(CLI::App& app, WorkerFlags* f) {
   AddDurationOption(app, "--connect-timeout", &f->connect_timeout,
                     "How long to keep retrying an unreachable dispatcher");
   AddDurationOption(app, "--drain-timeout", &f->drain_timeout, "How long a drain may take");
-  app.add_flag("--allow-python-ops", f->python.allow,
-               "Run pipelines' python ops (user functions named by module "
-               "and function, imported from this worker's image or "
-               "--python-path; never code sent by a client). Off: such "
-               "pipelines are refused");
-  app.add_option("--python-path", f->python.python_path,
-                 "Folder searched for the python ops' modules, before the "
-                 "image's packages (repeatable)")
-      ->check(CLI::ExistingDirectory);
-  AddDurationOption(app, "--python-op-timeout", &f->python.timeout,
-                    "A python op call that takes longer is killed and redone "
-                    "on a fresh process, like a crash (0: no limit)");
+  sluice::data_worker::python::AddPythonFlags(app, &f->python);
   service::SetEnvNames(app);
 }
 
@@ -275,9 +265,6 @@ int Run(int argc, char** argv) {
   WorkerFlags f;
   AddWorkerFlags(app, &f);
   CLI11_PARSE(app, argc, argv);
-  if (f.python.timeout == absl::ZeroDuration()) {
-    f.python.timeout = absl::InfiniteDuration();
-  }
   // Before any pipeline is built: the python op takes the pool then.
   sluice::data_worker::python::ConfigurePython(f.python);
 

@@ -374,5 +374,62 @@ TEST_F(CliTest, ConsumeStepTimeSetsTheDemandAndStatusJsonHasTheDocumentedKeys) {
   EXPECT_EQ(*code, 0) << TailOfFile(log);
 }
 
+// The python op's flags, as sluice-worker takes them, on `sluice pipeline run` and on
+// `sluice local` (which hands them to its workers): a team's module runs, a hang ends at
+// --python-op-timeout, a module off the --python-modules list is refused by a real worker.
+TEST_F(CliTest, PipelineRunAndLocalTakeThePythonOpFlags) {
+  const std::string ds = MakeDataset();
+  const std::string py = tmp_.Join("py");
+  std::filesystem::create_directories(py);
+  WriteFile(py + "/team_fns.py",
+            "import time\n"
+            "def plus(label, rng):\n    return label + 1000\n"
+            "def hang(label, rng):\n    time.sleep(3600)\n");
+  auto spec = [&](const std::string& module, const std::string& function) {
+    const std::string path = tmp_.Join(absl::StrCat(module, "_", function, ".yaml"));
+    WriteFile(path, absl::StrCat("source: {dataset: {path: /not/used}, columns: [label]}\n"
+                                 "nodes:\n"
+                                 "  - map: {input_columns: [label], ops: [{python: {module: ",
+                                 module, ", function: ", function, ", group: 1}}]}\n",
+                                 "  - batch: {size: 8}\n"));
+    return path;
+  };
+
+  const Result hang =
+      Run({"pipeline", "run", "--spec", spec("team_fns", "hang"), "--data", ds, "--threads", "1",
+           "--allow-python-ops", "--python-path", py, "--python-op-timeout", "300ms"});
+  EXPECT_EQ(hang.exit_code, 1) << hang.output;
+  EXPECT_THAT(hang.output, HasSubstr("team_fns.hang: the Python process died 3 times on this "
+                                     "element (last: the Python process"));
+  EXPECT_THAT(hang.output, HasSubstr("did not answer within 300ms"));
+
+  const std::string work = tmp_.Join("local");
+  const std::string log = tmp_.Join("local.log");
+  auto local = Subprocess::Start(
+      {Bin(), "local", "--workers", "1", "--threads-per-worker", "1", "--data-root", tmp_.path(),
+       "--work-dir", work, "--address-file", tmp_.Join("address"), "--allow-python-ops",
+       "--python-path", py, "--python-modules", "team_fns"},
+      {.log_file = log});
+  ASSERT_TRUE(local.ok()) << local.status();
+  auto address = WaitForAddressFile(tmp_.Join("address"), **local, absl::Seconds(60));
+  ASSERT_TRUE(address.ok()) << address.status();
+  const Result ok = Run({"consume", "--dispatcher", *address, "--spec", spec("team_fns", "plus"),
+                         "--data", ds, "--job", "team", "--ids-out", tmp_.Join("ids")});
+  ASSERT_EQ(ok.exit_code, 0) << ok.output;
+  std::ifstream ids(tmp_.Join("ids"));
+  std::vector<int> seen(40, 0);
+  for (int id; ids >> id;) ++seen.at(id);
+  EXPECT_EQ(seen, std::vector<int>(40, 1));
+  const Result refused = Run({"consume", "--dispatcher", *address, "--spec", spec("os", "getpid"),
+                              "--data", ds, "--job", "stdlib"});
+  EXPECT_EQ(refused.exit_code, 1) << refused.output;
+  EXPECT_THAT(refused.output, HasSubstr("module 'os' is not one this worker runs python ops from "
+                                        "(--python-modules team_fns)"));
+  (*local)->Signal(SIGTERM);
+  auto code = (*local)->Wait(absl::Seconds(60));
+  ASSERT_TRUE(code.ok()) << code.status() << TailOfFile(log);
+  EXPECT_EQ(*code, 0) << TailOfFile(log);
+}
+
 }  // namespace
 }  // namespace sluice

@@ -2,6 +2,9 @@
 //     [--tls | --tls-cert F --tls-key F [--tls-ca F] [--auth-token-file F]]
 // A dispatcher and N worker processes on loopback, until Ctrl-C or SIGTERM.
 //
+// sluice local ... [--allow-python-ops [--python-path DIR]... [--python-modules M,...]
+//     [--python-op-timeout 60s]]: the workers' python-op flags (docs/python.md).
+//
 // sluice local --autoscale --min-workers N --max-workers M [--scale-interval 2s]
 // Starts N workers; the dispatcher (--scaler local) sizes the pool and drains
 // the workers that leave; this loop starts the ones it asks for
@@ -19,6 +22,7 @@
 #include "common/base/signals.h"
 #include "common/base/status_macros.h"
 #include "common/service/server_main.h"
+#include "data_worker/python/python_flags.h"
 #include "tools/cli/command.h"
 #include "tools/local_cluster/autoscale.h"
 #include "tools/local_cluster/certificates.h"
@@ -44,6 +48,8 @@ struct LocalFlags {
   int min_workers = 1;
   int max_workers = 8;
   absl::Duration scale_interval = absl::Seconds(2);
+  // Handed to every worker (python ops: docs/python.md).
+  data_worker::python::PythonOptions python;
 };
 
 absl::Status RunLocal(const LocalFlags& flags) {
@@ -51,13 +57,15 @@ absl::Status RunLocal(const LocalFlags& flags) {
   // WaitForStopSignal below.
   BlockStopSignals();
 
-  tools::LocalClusterOptions options{.bin_dir = tools::BinDir(),
-                                     .workers = flags.workers,
-                                     .dispatcher_port = flags.port,
-                                     .data_roots = flags.data_roots,
-                                     .work_dir = flags.work_dir,
-                                     .worker_threads = flags.threads_per_worker,
-                                     .log_level = flags.log_level};
+  tools::LocalClusterOptions options{
+      .bin_dir = tools::BinDir(),
+      .workers = flags.workers,
+      .dispatcher_port = flags.port,
+      .data_roots = flags.data_roots,
+      .work_dir = flags.work_dir,
+      .worker_threads = flags.threads_per_worker,
+      .log_level = flags.log_level,
+      .extra_worker_flags = data_worker::python::PythonWorkerFlags(flags.python)};
   if (flags.autoscale) {
     if (flags.min_workers < 0 || flags.min_workers > flags.max_workers ||
         flags.scale_interval <= absl::ZeroDuration()) {
@@ -202,6 +210,7 @@ void AddLocalCommand(CLI::App& app) {
       ->capture_default_str();
   AddDurationOption(*cmd, "--scale-interval", &flags->scale_interval,
                     "With --autoscale: how often to decide and act");
+  data_worker::python::AddPythonFlags(*cmd, &flags->python);
   service::SetEnvNames(*cmd);
   cmd->callback([flags] { Finish(RunLocal(*flags)); });
 }

@@ -1,5 +1,6 @@
 // sluice pipeline run --spec FILE.yaml [--data DIR] [--epochs E] [--threads N]
-//                     [--ids-out FILE] [--allow-python-ops --python-path DIR]
+//                     [--ids-out FILE] [--allow-python-ops --python-path DIR
+//                     --python-modules M,... --python-op-timeout 60s]
 // Runs a pipeline in this process (no service), checks every output's dtype
 // and shape against what validation inferred from the spec, and reports
 // per-stage statistics, the autotuned parallelism and, last,
@@ -21,6 +22,7 @@
 #include "common/record/dataset.h"
 #include "data_worker/pipeline/executor.h"
 #include "data_worker/pipeline/spec.h"
+#include "data_worker/python/python_flags.h"
 #include "data_worker/python/python_pool.h"
 #include "tools/cli/command.h"
 #include "tools/cli/progress.h"
@@ -41,8 +43,7 @@ struct PipelineFlags {
   int threads = 0;
   int64_t memory_mb = 1024;
   bool no_optimize = false;
-  bool allow_python_ops = false;
-  std::vector<std::string> python_path;
+  data_worker::python::PythonOptions python;
 };
 
 // Points the pipeline's source at `data`: a Unirecord dataset folder or an
@@ -125,10 +126,7 @@ absl::Status RunPipeline(const PipelineFlags& flags) {
   if (!flags.data.empty()) RETURN_IF_ERROR(ReplaceSource(flags.data, pipeline));
   if (flags.epochs == 0) return absl::InvalidArgumentError("--epochs must be > 0");
   if (flags.memory_mb <= 0) return absl::InvalidArgumentError("--memory-mb must be > 0");
-  data_worker::python::PythonOptions python;
-  python.allow = flags.allow_python_ops;
-  python.python_path = flags.python_path;
-  data_worker::python::ConfigurePython(python);
+  data_worker::python::ConfigurePython(flags.python);
   // The first batch's latency counts from here: building the pipeline included, as the
   // service's counts from opening the job (bench/first_batch.sh compares the two).
   const absl::Time created = absl::Now();
@@ -241,11 +239,7 @@ void AddPipelineCommands(CLI::App& app) {
   run->add_flag("--no-optimize", flags->no_optimize, "Run the graph as written: no rewrites");
   run->add_option("--disable", flags->disable,
                   "Rewrites to turn off, comma-separated (e.g. vectorization,op_fusion)");
-  run->add_flag("--allow-python-ops", flags->allow_python_ops,
-                "Run the spec's python ops (as sluice-worker's flag)");
-  run->add_option("--python-path", flags->python_path,
-                  "Folder searched for the python ops' modules (repeatable)")
-      ->check(CLI::ExistingDirectory);
+  data_worker::python::AddPythonFlags(*run, &flags->python);
   run->callback([flags] { Finish(RunPipeline(*flags)); });
 }
 

@@ -293,9 +293,39 @@ TEST_F(PythonOpTest, WorkersRefusePythonOpsUnlessAllowed) {
   const Out out = RunSpec(Spec("invert", 1));
   EXPECT_EQ(out.status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(out.status.message(),
-              HasSubstr("map[1].ops[0] (Python): python ops are disabled on "
+              HasSubstr("op 1 (Python): python ops are disabled on "
                         "this worker; start sluice-worker (or sluice pipeline "
                         "run) with --allow-python-ops"));
+  // The spec itself is sound: a consumer (sluice consume) validates it without Python.
+  auto spec = pipeline_spec::ParsePipelineSpec(Spec("invert", 1));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(pl::Validate(*spec).ok()) << pl::Validate(*spec).status();
+  // ... and its fields are still checked there.
+  spec->mutable_nodes(1)->mutable_map()->mutable_ops(0)->mutable_python()->set_group(-1);
+  EXPECT_THAT(pl::Validate(*spec).status().message(), HasSubstr("group must be in [0, 1024]"));
+}
+
+TEST_F(PythonOpTest, OnlyModulesOnTheWorkersListMayBeNamed) {
+  python::PythonOptions o = Options();
+  // A prefix of the module's name is not the module.
+  o.modules = {"os", "sluice_test"};
+  python::ConfigurePython(o);
+  Out out = RunSpec(Spec("invert", 1));
+  EXPECT_EQ(out.status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(out.status.message(),
+              HasSubstr("op 1 (Python): module 'sluice_test_fns' is not one this worker "
+                        "runs python ops from (--python-modules os,sluice_test)"));
+  o.modules = {"os", "sluice_test_fns"};
+  python::ConfigurePython(o);
+  ExpectAllInverted(RunSpec(Spec("invert", 1)));
+  // A listed module allows its submodules, and only those.
+  o.modules = {"team"};
+  EXPECT_TRUE(python::ModuleAllowed(o, "team"));
+  EXPECT_TRUE(python::ModuleAllowed(o, "team.color.jitter"));
+  EXPECT_FALSE(python::ModuleAllowed(o, "teams"));
+  EXPECT_FALSE(python::ModuleAllowed(o, "tea"));
+  EXPECT_FALSE(python::ModuleAllowed(o, "os"));
+  EXPECT_TRUE(python::ModuleAllowed(Options(), "os"));  // no list: any module
 }
 
 TEST_F(PythonOpTest, NamesThatAreNotPythonIdentifiersAreRefused) {
