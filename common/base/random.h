@@ -3,7 +3,8 @@
 // values from the same seed.
 //
 // Seeds are derived with MixSeed, e.g. the augmentation of one element:
-//   Rng rng(MixSeed({job_seed, epoch, global_index, op_position}));
+//   Rng rng(MixSeed({JobPipelineSeed(pipeline_seed, job_seed), epoch, global_index,
+//                    op_position}));
 #ifndef SLUICE_COMMON_BASE_RANDOM_H_
 #define SLUICE_COMMON_BASE_RANDOM_H_
 
@@ -25,6 +26,15 @@ constexpr uint64_t MixSeed(std::initializer_list<uint64_t> parts) {
   uint64_t h = 0x6a09e667f3bcc909ULL;
   for (uint64_t p : parts) h = Mix64(h ^ Mix64(p));
   return h;
+}
+
+// The seed a service job's random ops draw from (with epoch, record and op
+// position): the pipeline's own `seed` mixed with the job's seed, so that jobs
+// of different seeds (a new training run, or each epoch's job of the PyTorch
+// dataset) draw different augmentations. A job seed of 0 leaves the
+// pipeline's seed: that job draws what the pipeline draws in-process.
+constexpr uint64_t JobPipelineSeed(uint64_t pipeline_seed, uint64_t job_seed) {
+  return job_seed == 0 ? pipeline_seed : MixSeed({pipeline_seed, job_seed});
 }
 
 // xoshiro256** seeded through SplitMix64. Not thread-safe; cheap to create per

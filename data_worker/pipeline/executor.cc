@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/random.h"
 #include "common/base/status_macros.h"
 #include "common/metrics/metrics.h"
 #include "common/record/sharding.h"
@@ -60,6 +61,7 @@ Executor::~Executor() { Stop(); }
 absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const proto::Pipeline& spec,
                                                            ExecutorOptions options) {
   ASSIGN_OR_RETURN(LogicalPipeline lp, Validate(spec));
+  lp.seed = JobPipelineSeed(lp.seed, options.job_seed);
   ASSIGN_OR_RETURN(PhysicalPlan plan, Optimize(lp, options.optimizer));
   return std::unique_ptr<Executor>(new Executor(std::move(lp), std::move(plan), options));
 }

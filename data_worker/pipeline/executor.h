@@ -102,6 +102,9 @@ struct ExecutorOptions {
   // The storage of the pipeline's cache node (element_cache.h, docs/cache.md); null: the node
   // caches nothing and every element is computed.
   std::shared_ptr<ElementCache> cache;
+  // The service job's seed: random ops draw from JobPipelineSeed(the spec's
+  // seed, job_seed) (common/base/random.h); 0 (in-process runs): the spec's.
+  uint64_t job_seed = 0;
 };
 
 struct StageStats {

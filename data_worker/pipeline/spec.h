@@ -78,6 +78,8 @@ struct LogicalPipeline {
   std::vector<ColumnType> column_types;
   bool shuffle = false;
   uint64_t shuffle_seed = 0;
+  // What random ops draw from: the spec's seed (Validate), mixed with the
+  // service job's by Executor::Create (JobPipelineSeed).
   uint64_t seed = 0;
   bool skip_errors = false;
   int source_parallelism = kAutotune;

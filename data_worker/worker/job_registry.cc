@@ -82,6 +82,7 @@ JobRegistry::JobRegistry(std::vector<std::string> data_roots,
 pipeline::ExecutorOptions JobRegistry::OptionsFor(const Job& job) const {
   pipeline::ExecutorOptions o = executor_options_;
   o.cache = job.cache;
+  o.job_seed = job.info.config().seed();
   if (job.measuring) {
     o.optimizer.map_fusion = false;
     o.optimizer.map_batch_fusion = false;

@@ -5,7 +5,7 @@
 // epoch and records: batches are matched by their global record indices, and
 // the executor is run on exactly those indices, in that order, for that epoch.
 // The pipeline draws random crops and flips, so a worker that used another
-// seed, epoch or record would show in the pixels. Both transports: the workers on this host
+// seed (the pipeline's mixed with the job's), epoch or record would show in the pixels. Both transports: the workers on this host
 // write the batches into the consumer's shared-memory ring (the default), or the stream carries
 // them (ClientOptions::shared_memory_bytes = 0).
 #include <cstdint>
@@ -38,6 +38,7 @@ constexpr int kRecords = 96;
 constexpr int kBatch = 8;
 constexpr int kSplit = 24;
 constexpr int kEpochs = 2;
+constexpr uint64_t kJobSeed = 13;
 
 using ::sluice::testing::BinDir;
 
@@ -126,7 +127,7 @@ TEST_P(PayloadTest, ServiceBatchesCarryTheExecutorsPixelsAndTheRightLabels) {
   ASSERT_TRUE(client.ok()) << client.status();
   auto it = (*client)->Open({.job_name = "payload",
                              .pipeline = pipeline,
-                             .seed = 13,
+                             .seed = kJobSeed,
                              .num_epochs = kEpochs,
                              .num_consumers = 1,
                              .consumer_index = 0,
@@ -171,7 +172,9 @@ TEST_P(PayloadTest, ServiceBatchesCarryTheExecutorsPixelsAndTheRightLabels) {
       ASSERT_EQ(counts[i], 1) << "epoch " << epoch << " record " << i;
   }
 
-  auto executor = data_worker::pipeline::Executor::Create(pipeline, {.cpu_budget = 1});
+  // Given the job's seed, which the workers mix into the pipeline's.
+  auto executor =
+      data_worker::pipeline::Executor::Create(pipeline, {.cpu_budget = 1, .job_seed = kJobSeed});
   ASSERT_TRUE(executor.ok()) << executor.status();
   for (const Received& r : received) {
     SCOPED_TRACE(absl::StrCat("epoch ", r.epoch, " first record ", r.indices.front()));

@@ -38,6 +38,7 @@ using ::testing::HasSubstr;
 
 constexpr int kRecords = 32;
 constexpr int kEpochs = 2;
+constexpr uint64_t kJobSeed = 13;
 
 using ::sluice::testing::BinDir;
 
@@ -94,7 +95,7 @@ class PythonServiceTest : public ::testing::Test {
   absl::Status Read(const proto::Pipeline& pipeline, std::vector<Batch>* out) {
     auto it = client_->Open({.job_name = "python",
                              .pipeline = pipeline,
-                             .seed = 13,
+                             .seed = kJobSeed,
                              .num_epochs = kEpochs,
                              .num_consumers = 1,
                              .consumer_index = 0,
@@ -138,7 +139,8 @@ void ExpectEveryRecordOnceWithTheExecutorsBytes(const proto::Pipeline& pipeline,
   o.allow = true;
   o.python_path = {SLUICE_TEST_PYTHON_DIR};
   data_worker::python::ConfigurePython(o);
-  auto ex = data_worker::pipeline::Executor::Create(pipeline, {.cpu_budget = 1});
+  auto ex =
+      data_worker::pipeline::Executor::Create(pipeline, {.cpu_budget = 1, .job_seed = kJobSeed});
   ASSERT_TRUE(ex.ok()) << ex.status();
   for (const Batch& b : got) {
     auto want = testonly::RunSplit(**ex, b.indices, b.epoch);

@@ -41,6 +41,7 @@ using ::testing::HasSubstr;
 constexpr int kRecords = 480;  // 3 shards; 12 splits of 40 records; batches of 8
 constexpr int kBatch = 8;
 constexpr int kSplit = 40;
+constexpr uint64_t kJobSeed = 11;
 
 using ::sluice::testing::BinDir;
 using ::sluice::testing::Received;
@@ -131,7 +132,7 @@ class ServiceTest : public ::testing::Test {
                         uint32_t consumers = 1, uint32_t index = 0) {
     return {.job_name = name,
             .pipeline = pipeline,
-            .seed = 11,
+            .seed = kJobSeed,
             .num_epochs = 2,
             .num_consumers = consumers,
             .consumer_index = index,
@@ -222,13 +223,14 @@ nodes:
 }
 
 TEST_F(ServiceTest, BatchesFinishedByClientOrWorkerAreByteIdenticalToInProcess) {
-  // In-process (the Executor, as `sluice pipeline run`): each record's image
-  // bytes and label per epoch. The random flip depends only on (pipeline seed,
-  // epoch, record), so the order does not matter.
+  // In-process (the Executor, as `sluice pipeline run`, given the job's seed):
+  // each record's image bytes and label per epoch. The random flip depends
+  // only on (pipeline and job seed, epoch, record), so the order does not
+  // matter.
   std::map<std::pair<uint64_t, uint64_t>, std::string> want;
   {
-    auto ex =
-        data_worker::pipeline::Executor::Create(FinishPipeline(data_->Join("ds"), "worker"), {});
+    auto ex = data_worker::pipeline::Executor::Create(FinishPipeline(data_->Join("ds"), "worker"),
+                                                      {.job_seed = kJobSeed});
     ASSERT_TRUE(ex.ok()) << ex.status();
     for (uint64_t epoch : {0, 1}) {
       std::vector<uint64_t> order(kRecords);

@@ -112,3 +112,31 @@ def test_tls_from_env(monkeypatch):
     monkeypatch.delenv("SLUICE_TLS_KEY", raising=False)
     assert sluice.TLS.from_env() == sluice.TLS(ca="/t/ca.crt", token_file="/t/token",
                                                server_name="sluice.sluice.svc")
+
+
+def test_each_epoch_draws_its_own_augmentation(cluster, dataset, work, job):
+    """Epoch e is its own service job (seed mixed from seed and e): its random crops and flips
+    must differ from the other epochs' (they were the same in every epoch while workers drew
+    from the spec's seed only), and a rerun of an epoch under the same seed draws the same."""
+    from conftest import small_pipeline
+    spec = work / "random_ops.json"
+    spec.write_text(small_pipeline(random_ops=True).to_json())
+
+    def images(name, epoch, seed=3):
+        ds = DataServiceDataset(cluster, str(spec), data=dataset, job=name, seed=seed,
+                                split_size=SPLIT_SIZE)
+        ds.set_epoch(epoch)
+        out = {}
+        for batch in ds:
+            for index, image in zip(batch["index"].tolist(), batch["image"]):
+                out[index] = image.clone()
+        assert sorted(out) == list(range(NUM_IMAGES))
+        return out
+
+    first, second = images(job, 0), images(job, 1)
+    again = images(job + "-again", 0)
+    other_seed = images(job + "-seed", 0, seed=4)
+    for index in range(NUM_IMAGES):
+        assert not torch.equal(first[index], second[index]), index
+        assert torch.equal(first[index], again[index]), index
+        assert not torch.equal(first[index], other_seed[index]), index

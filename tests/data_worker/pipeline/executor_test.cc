@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
+#include "common/base/random.h"
 #include "common/pipeline_spec/parse.h"
 #include "common/record/convert/convert.h"
 #include "common/record/sharding.h"
@@ -145,6 +146,30 @@ TEST_F(ExecutorTest, DifferentEpochsDiffer) {
   const Output p1 = Run(plain, Fixed(2, false), 1);
   EXPECT_EQ(p0.ids, p1.ids);
   EXPECT_NE(p0.bytes, p1.bytes);
+}
+
+// A service job's seed mixes into the spec's (JobPipelineSeed): a job of seed 7 draws as the
+// spec would with seed MixSeed({11, 7}), another job seed draws otherwise, and job seed 0 draws
+// the spec's own (the in-process run).
+TEST_F(ExecutorTest, TheJobsSeedMixesIntoTheSpecsSeed) {
+  const std::string plain =
+      absl::StrReplaceAll(std::string(kTrain), {{"  - shuffle: {seed: 5}\n", ""}});
+  ExecutorOptions job7 = Fixed(2, false);
+  job7.job_seed = 7;
+  ExecutorOptions job8 = Fixed(2, false);
+  job8.job_seed = 8;
+  const Output spec = Run(plain, Fixed(2, false));
+  const Output seven = Run(plain, job7);
+  EXPECT_EQ(seven.ids, spec.ids);
+  EXPECT_NE(seven.bytes, spec.bytes);
+  EXPECT_NE(Run(plain, job8).bytes, seven.bytes);
+  const std::string mixed =
+      absl::StrReplaceAll(plain, {{"seed: 11\n", absl::StrCat("seed: ", MixSeed({11, 7}), "\n")}});
+  ASSERT_NE(mixed, plain);
+  EXPECT_TRUE(Run(mixed, Fixed(2, false)) == seven);
+  ExecutorOptions job0 = Fixed(2, false);
+  job0.job_seed = 0;
+  EXPECT_TRUE(Run(plain, job0) == spec);
 }
 
 // Graph rewrites are exact. (Kernel fusion inside BuildOps — ROI/DCT-scaled
