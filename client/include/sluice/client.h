@@ -106,6 +106,9 @@ struct JobOptions {
   // Its source must be a Unirecord dataset folder (or a synthetic source); its
   // batch node gives the batch size (no batch node: 1).
   proto::Pipeline pipeline;
+  // Orders the records, and draws the augmentation: random ops draw from the
+  // pipeline's seed mixed with this one (0: the pipeline's own draws, those of
+  // an in-process run).
   uint64_t seed = 0;
   uint64_t num_epochs = 1;  // 0: repeat until the iterator is destroyed
   uint32_t num_consumers = 1;
