@@ -164,9 +164,9 @@ absl::StatusOr<std::vector<DType>> OutputDtypes(const proto::PythonOp& spec, con
   return dtypes;
 }
 
-}  // namespace
-
-absl::Status CheckPython(const proto::PythonOp& spec, const OpLabel& label) {
+// The spec's own fields: its output dtypes, or InvalidArgument naming the field.
+absl::StatusOr<std::vector<DType>> CheckedFields(const proto::PythonOp& spec,
+                                                 const OpLabel& label) {
   for (absl::string_view part : absl::StrSplit(spec.module(), '.')) {
     if (!IsIdentifier(part)) {
       return label.FieldError(
@@ -181,12 +181,17 @@ absl::Status CheckPython(const proto::PythonOp& spec, const OpLabel& label) {
     return label.FieldError("group", absl::StrCat("must be in [0, ", kMaxGroup, "] (0: ",
                                                   kDefaultGroup, "), got ", spec.group()));
   }
-  return OutputDtypes(spec, label).status();
+  return OutputDtypes(spec, label);
+}
+
+}  // namespace
+
+absl::Status CheckPython(const proto::PythonOp& spec, const OpLabel& label) {
+  return CheckedFields(spec, label).status();
 }
 
 absl::StatusOr<std::unique_ptr<Op>> MakePython(const proto::PythonOp& spec, OpLabel label) {
-  RETURN_IF_ERROR(CheckPython(spec, label));
-  ASSIGN_OR_RETURN(std::vector<DType> dtypes, OutputDtypes(spec, label));
+  ASSIGN_OR_RETURN(std::vector<DType> dtypes, CheckedFields(spec, label));
   std::shared_ptr<python::PythonPool> pool = python::ConfiguredPythonPool();
   if (pool == nullptr) {
     return absl::FailedPreconditionError(

@@ -5,9 +5,10 @@
 // epoch and records: batches are matched by their global record indices, and
 // the executor is run on exactly those indices, in that order, for that epoch.
 // The pipeline draws random crops and flips, so a worker that used another
-// seed (the pipeline's mixed with the job's), epoch or record would show in the pixels. Both transports: the workers on this host
-// write the batches into the consumer's shared-memory ring (the default), or the stream carries
-// them (ClientOptions::shared_memory_bytes = 0).
+// seed (the pipeline's mixed with the job's), epoch or record would show in the
+// pixels. Both transports: the workers on this host write the batches into the
+// consumer's shared-memory ring (the default), or the stream carries them
+// (ClientOptions::shared_memory_bytes = 0).
 #include <cstdint>
 #include <cstring>
 #include <map>

@@ -3,6 +3,9 @@
 tests/data_worker/python and tests/integration/python_service_test.cc)."""
 import json
 
+import pytest
+
+import conftest
 import sluice
 
 
@@ -32,9 +35,6 @@ def test_a_teams_function_runs_on_workers_that_list_its_module(work, dataset, tm
     """`sluice local` with the python-op flags, read through the client: the team's function
     gives each record's value, its generator depends on the seed only, and a module off
     --python-modules is refused by the workers."""
-    import pytest
-    import conftest
-
     (tmp_path / "team_aug.py").write_text(
         "def shift(label, rng):\n"
         "    return label + 1000\n"
@@ -47,9 +47,9 @@ def test_a_teams_function_runs_on_workers_that_list_its_module(work, dataset, tm
         client = sluice.Client(address)
 
         def labels(name, ops, seed=0):
-            pipeline = (sluice.Pipeline().dataset("/unused").columns(["label"])
-                        .map(["label"], ops) if ops else
-                        sluice.Pipeline().dataset("/unused").columns(["label"]))
+            pipeline = sluice.Pipeline().dataset("/unused").columns(["label"])
+            if ops:
+                pipeline = pipeline.map(["label"], ops)
             path = tmp_path / (name + ".json")
             path.write_text(pipeline.batch(8).to_json())
             out = {}
