@@ -2,7 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -35,32 +35,62 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(const std::vector<
   if (access(argv[0].c_str(), X_OK) != 0) {
     return absl::NotFoundError(absl::StrCat("cannot run '", argv[0], "': ", std::strerror(errno)));
   }
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  if (!options.log_file.empty()) {
-    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, options.log_file.c_str(),
-                                     O_WRONLY | O_CREAT | O_APPEND, 0644);
-    posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-  }
-  // The child starts with no blocked signals and default handlers, whatever its
-  // parent blocks (a parent may block SIGINT/SIGTERM to sigwait for them).
-  posix_spawnattr_t attributes;
-  posix_spawnattr_init(&attributes);
-  sigset_t none, defaults;
-  sigemptyset(&none);
-  sigemptyset(&defaults);
-  for (int sig : {SIGINT, SIGTERM, SIGPIPE, SIGHUP}) sigaddset(&defaults, sig);
-  posix_spawnattr_setsigmask(&attributes, &none);
-  posix_spawnattr_setsigdefault(&attributes, &defaults);
-  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  // Everything the child needs is prepared before fork(): between fork() and exec the child of
+  // a threaded parent may only make async-signal-safe calls (no allocation, no locks).
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
-  pid_t pid;
-  const int err = posix_spawn(&pid, argv[0].c_str(), &actions, &attributes, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attributes);
-  if (err != 0) {
+  const char* log_file = options.log_file.empty() ? nullptr : options.log_file.c_str();
+  const pid_t parent = getpid();
+  // The child reports a failed exec (its errno) on this pipe; exec closes it on success.
+  int report[2];
+  if (pipe2(report, O_CLOEXEC) != 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot start '", argv[0], "': pipe2: ", std::strerror(errno)));
+  }
+  const pid_t pid = fork();
+  if (pid < 0) {
+    const int err = errno;
+    close(report[0]);
+    close(report[1]);
+    return absl::InternalError(
+        absl::StrCat("cannot start '", argv[0], "': fork: ", std::strerror(err)));
+  }
+  if (pid == 0) {
+    close(report[0]);
+    auto fail = [&](int err) {
+      (void)!write(report[1], &err, sizeof(err));
+      _exit(127);
+    };
+    if (options.exit_with_parent) {
+      if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0) fail(errno);
+      if (getppid() != parent) _exit(128 + SIGTERM);  // the parent died before prctl
+    }
+    if (log_file != nullptr) {
+      const int fd = open(log_file, O_WRONLY | O_CREAT | O_APPEND, 0644);
+      if (fd < 0) fail(errno);
+      if (dup2(fd, STDOUT_FILENO) < 0 || dup2(fd, STDERR_FILENO) < 0) fail(errno);
+      if (fd != STDOUT_FILENO && fd != STDERR_FILENO) close(fd);
+    }
+    // The child starts with no blocked signals and default handlers, whatever its parent
+    // blocks (a parent may block SIGINT/SIGTERM to sigwait for them).
+    for (int sig : {SIGINT, SIGTERM, SIGPIPE, SIGHUP}) signal(sig, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    execve(args[0], args.data(), environ);
+    fail(errno);
+  }
+  close(report[1]);
+  int err = 0;
+  ssize_t n;
+  do {
+    n = read(report[0], &err, sizeof(err));
+  } while (n < 0 && errno == EINTR);
+  close(report[0]);
+  if (n == sizeof(err)) {
+    int status;
+    waitpid(pid, &status, 0);
     return absl::InternalError(absl::StrCat("cannot start '", argv[0], "': ", std::strerror(err)));
   }
   return std::unique_ptr<Subprocess>(

@@ -14,8 +14,9 @@
 //                    WaitForAddressFile(file, *dispatcher, absl::Seconds(10)));
 //
 // A Subprocess that is destroyed while its child runs kills it (SIGKILL) and
-// reaps it, so no child outlives its owner by accident. Not thread-safe: one
-// owner thread.
+// reaps it, so no child outlives its owner by accident; with
+// Options::exit_with_parent it also ends when its owner is killed. Not
+// thread-safe: one owner thread.
 #ifndef SLUICE_COMMON_BASE_PROCESS_H_
 #define SLUICE_COMMON_BASE_PROCESS_H_
 
@@ -36,6 +37,10 @@ class Subprocess {
   struct Options {
     // stdout and stderr of the child go here (appended); empty: inherited.
     std::string log_file;
+    // The child gets SIGTERM when the thread that started it ends, however it ends (the
+    // parent SIGKILLed or crashed included; Linux's PR_SET_PDEATHSIG). For servers that must
+    // not outlive the tool that runs them; start them from a thread that lives as long.
+    bool exit_with_parent = false;
   };
 
   // argv[0] is the program path. InvalidArgument for an empty argv, NotFound if

@@ -1,10 +1,15 @@
 // The `sluice` binary as a user runs it: exit codes and the messages bad flags
 // and bad data give.
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <sstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -429,6 +434,54 @@ TEST_F(CliTest, PipelineRunAndLocalTakeThePythonOpFlags) {
   auto code = (*local)->Wait(absl::Seconds(60));
   ASSERT_TRUE(code.ok()) << code.status() << TailOfFile(log);
   EXPECT_EQ(*code, 0) << TailOfFile(log);
+}
+
+// The processes whose parent is `parent`, from /proc/PID/stat ("pid (comm) state ppid ...").
+std::vector<pid_t> ChildrenOf(pid_t parent) {
+  std::vector<pid_t> children;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    std::ifstream in(entry.path() / "stat");
+    std::string stat;
+    if (!std::getline(in, stat)) continue;
+    const size_t comm_end = stat.rfind(')');
+    if (comm_end == std::string::npos) continue;
+    std::istringstream rest(stat.substr(comm_end + 1));
+    char state;
+    pid_t ppid;
+    if (rest >> state >> ppid && ppid == parent)
+      children.push_back(std::stoi(entry.path().filename()));
+  }
+  return children;
+}
+
+TEST_F(CliTest, AKilledLocalTakesItsDispatcherAndWorkersWithIt) {
+  // Orphans are reparented to this process, which waits for them and reads how they ended.
+  ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  const std::string log = tmp_.Join("local.log");
+  auto local = Subprocess::Start(
+      {Bin(), "local", "--workers", "2", "--threads-per-worker", "1", "--data-root", tmp_.path(),
+       "--work-dir", tmp_.Join("local"), "--address-file", tmp_.Join("address")},
+      {.log_file = log});
+  ASSERT_TRUE(local.ok()) << local.status();
+  auto address = WaitForAddressFile(tmp_.Join("address"), **local, absl::Seconds(60));
+  ASSERT_TRUE(address.ok()) << address.status();
+  const std::vector<pid_t> servers = ChildrenOf((*local)->pid());
+  ASSERT_EQ(servers.size(), 3u) << "a dispatcher and 2 workers";
+
+  (*local)->Signal(SIGKILL);  // no handler runs: only the kernel can tell the children
+  ASSERT_EQ((*local)->Wait(absl::Seconds(10)).value_or(-1), 128 + SIGKILL);
+  for (pid_t pid : servers) {
+    int status = 0, waited_ms = 0;
+    while (waitpid(pid, &status, WNOHANG) != pid && waited_ms < 60'000) {
+      usleep(10'000);
+      waited_ms += 10;
+    }
+    ASSERT_LT(waited_ms, 60'000) << "pid " << pid << " outlived sluice local by a minute\n"
+                                 << ReadFile(log);
+    // SIGTERM is their graceful stop: the dispatcher and the workers exit 0.
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "pid " << pid << ": status " << status;
+  }
 }
 
 }  // namespace

@@ -176,8 +176,8 @@ absl::StatusOr<ServerProcess> LocalCluster::Launch(const std::string& name,
                            std::to_string(server.metrics_port)});
   ASSIGN_OR_RETURN(
       server.process,
-      Subprocess::Start(argv,
-                        {.log_file = (fs::path(options_.work_dir) / (name + ".log")).string()}));
+      Subprocess::Start(argv, {.log_file = (fs::path(options_.work_dir) / (name + ".log")).string(),
+                               .exit_with_parent = true}));
   ASSIGN_OR_RETURN(server.address,
                    WaitForAddressFile(address_file, *server.process, options_.start_timeout));
   return server;

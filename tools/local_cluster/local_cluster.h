@@ -10,7 +10,9 @@
 //   ... clients connect to cluster->dispatcher_address() ...
 //   cluster->Stop();  // workers drain on SIGTERM, then the dispatcher stops
 //
-// Not thread-safe: one owner thread. The destructor stops whatever still runs.
+// Not thread-safe: one owner thread. The destructor stops whatever still runs,
+// and the children get SIGTERM if the owner thread ends without it (the process
+// killed or crashed: Subprocess::Options::exit_with_parent).
 #ifndef SLUICE_TOOLS_LOCAL_CLUSTER_LOCAL_CLUSTER_H_
 #define SLUICE_TOOLS_LOCAL_CLUSTER_LOCAL_CLUSTER_H_
 
