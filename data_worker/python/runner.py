@@ -36,16 +36,22 @@
 # Inputs are numpy views of the shared memory (no copy). Outputs are written after all the
 # request's inputs, 64-byte aligned; the child grows the memfd when they do not fit (the
 # worker re-reads its size).
+#
+# The child ends when the worker does: at the socket's end of file between calls, and within
+# ORPHAN_CHECK_SECONDS while a call runs (a worker killed while a user function hangs).
 import importlib
 import mmap
 import os
 import sys
+import threading
+import time
 import traceback
 
 import numpy as np
 
 SHM_FD = 3
 CTL_FD = 4
+ORPHAN_CHECK_SECONDS = 0.5
 DTYPES = ("uint8", "int32", "int64", "float16", "float32")
 # Wire name -> dtype, and the dtypes a result may have -> their wire name (native byte
 # order only: a dict lookup, where dtype.name is Python-level code).
@@ -175,7 +181,16 @@ def write_results(shm, results, end):
     return lines, shm.size
 
 
+def exit_when_orphaned(worker):
+    """Runs beside the calls: once the worker is gone (this process was given another
+    parent), ends the process, whatever the user function is doing."""
+    while os.getppid() == worker:
+        time.sleep(ORPHAN_CHECK_SECONDS)
+    os._exit(1)
+
+
 def main():
+    threading.Thread(target=exit_when_orphaned, args=(os.getppid(),), daemon=True).start()
     reader = os.fdopen(CTL_FD, "rb", buffering=1 << 16, closefd=False)
     shm = Shm()
     rng = Rng()

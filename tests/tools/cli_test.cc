@@ -484,5 +484,52 @@ TEST_F(CliTest, AKilledLocalTakesItsDispatcherAndWorkersWithIt) {
   }
 }
 
+// A worker killed while a user function hangs in one of its Python processes: the process does
+// not wait for the function (an hour here) but ends within a second, through its watch on its
+// parent (data_worker/python/runner.py).
+TEST_F(CliTest, AKilledWorkersPythonProcessEndsEvenInTheMiddleOfACall) {
+  ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  const std::string ds = MakeDataset(8);
+  const std::string py = tmp_.Join("py"), in_call = tmp_.Join("in_call");
+  std::filesystem::create_directories(py);
+  WriteFile(py + "/stuck.py", absl::StrCat("import time\n"
+                                           "def hang(label, rng):\n"
+                                           "    open('",
+                                           in_call,
+                                           "', 'w').close()\n"
+                                           "    time.sleep(3600)\n"));
+  const std::string spec = tmp_.Join("stuck.yaml");
+  WriteFile(spec,
+            "source: {dataset: {path: /not/used}, columns: [label]}\n"
+            "nodes:\n"
+            "  - map: {input_columns: [label], ops: [{python: {module: stuck, function: hang}}]}\n"
+            "  - batch: {size: 8}\n");
+  const std::string log = tmp_.Join("run.log");
+  auto run =
+      Subprocess::Start({Bin(), "pipeline", "run", "--spec", spec, "--data", ds, "--threads", "1",
+                         "--allow-python-ops", "--python-path", py, "--python-op-timeout", "0"},
+                        {.log_file = log});
+  ASSERT_TRUE(run.ok()) << run.status();
+  for (int waited_ms = 0; !std::filesystem::exists(in_call); waited_ms += 10) {
+    ASSERT_LT(waited_ms, 60'000) << "the function was never called\n" << ReadFile(log);
+    ASSERT_FALSE((*run)->Poll().has_value()) << ReadFile(log);
+    usleep(10'000);
+  }
+  const std::vector<pid_t> pythons = ChildrenOf((*run)->pid());
+  ASSERT_FALSE(pythons.empty());
+
+  (*run)->Signal(SIGKILL);
+  ASSERT_EQ((*run)->Wait(absl::Seconds(10)).value_or(-1), 128 + SIGKILL);
+  for (pid_t pid : pythons) {
+    int status = 0, waited_ms = 0;
+    while (waitpid(pid, &status, WNOHANG) != pid && waited_ms < 10'000) {
+      usleep(10'000);
+      waited_ms += 10;
+    }
+    ASSERT_LT(waited_ms, 10'000) << "Python process " << pid << " still runs";
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << "status " << status;
+  }
+}
+
 }  // namespace
 }  // namespace sluice
