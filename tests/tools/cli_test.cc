@@ -457,6 +457,19 @@ std::vector<pid_t> ChildrenOf(pid_t parent) {
 TEST_F(CliTest, AKilledLocalTakesItsDispatcherAndWorkersWithIt) {
   // Orphans are reparented to this process, which waits for them and reads how they ended.
   ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  // A worker draining when its dispatcher is gone waits --drain-timeout for the dispatcher's
+  // word, then --connect-timeout to unregister (30 s + 10 s by default); short ones here, which
+  // the workers take from the environment `sluice local` passes on.
+  struct ShortTimeouts {
+    ShortTimeouts() {
+      setenv("SLUICE_DRAIN_TIMEOUT", "1s", 1);
+      setenv("SLUICE_CONNECT_TIMEOUT", "1s", 1);
+    }
+    ~ShortTimeouts() {
+      unsetenv("SLUICE_DRAIN_TIMEOUT");
+      unsetenv("SLUICE_CONNECT_TIMEOUT");
+    }
+  } short_timeouts;
   const std::string log = tmp_.Join("local.log");
   auto local = Subprocess::Start(
       {Bin(), "local", "--workers", "2", "--threads-per-worker", "1", "--data-root", tmp_.path(),
