@@ -628,12 +628,13 @@ void AllocateWorkers(double pool, double headroom, std::vector<JobEstimate>& job
   auto smith = [](const JobEstimate* j) {
     return j->remaining_seconds > 0 && j->need > 0 ? 1 / (j->need * j->remaining_seconds) : 0.0;
   };
-  // 1. min_workers, higher priority first.
+  // 1. min_workers, higher priority first, each at most an equal share of the pool.
+  const double equal_share = jobs.empty() ? 0 : std::max(0.0, pool) / jobs.size();
   std::stable_sort(order.begin(), order.end(), [](const JobEstimate* a, const JobEstimate* b) {
     return a->priority > b->priority;
   });
   for (JobEstimate* j : order) {
-    const double given = std::min<double>(j->min_workers, left);
+    const double given = std::min({static_cast<double>(j->min_workers), equal_share, left});
     j->allocated = given;
     left -= given;
   }
@@ -666,6 +667,11 @@ void AllocateWorkers(double pool, double headroom, std::vector<JobEstimate>& job
           absl::StrFormat("%.2f to read its demand: its trainers got nothing yet", j->allocated);
     } else if (j->allocated >= want - 1e-9) {
       j->allocation_reason = absl::StrFormat("its need %.2f x %.2f headroom", j->need, headroom);
+    } else if (j->min_workers > equal_share && j->allocated <= equal_share + 1e-9) {
+      j->allocation_reason = absl::StrFormat(
+          "min_workers %d capped at an equal share of the pool (%.2f of %.2f workers, %d "
+          "jobs) of its need %.2f: priority %d",
+          j->min_workers, equal_share, pool, static_cast<int>(jobs.size()), j->need, j->priority);
     } else if (j->allocated > 0 && j->allocated <= j->min_workers) {
       j->allocation_reason = absl::StrFormat(
           "min_workers %d of its need %.2f: priority %d, %.2f "

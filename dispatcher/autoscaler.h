@@ -241,8 +241,10 @@ struct AutoscalerDecision {
 // Divides `pool` workers among `jobs` (their need, consumers, priority,
 // min_workers and remaining_seconds set) and sets each job's `allocated` and
 // `allocation_reason`:
-//   1. min_workers first, higher priority first, until the pool runs out;
-//      then one worker to each starved job (its demand is read from it);
+//   1. min_workers first, higher priority first, until the pool runs out,
+//      each job's at most an equal share of the pool (pool ÷ jobs: a job
+//      that reserves more cannot take the others' workers); then one worker
+//      to each starved job (its demand is read from it);
 //   2. then the next worker goes where it removes the most trainer wait,
 //      each job up to need × headroom. A job's trainers wait (1 - allocated
 //      / need) of the time, so a worker removes consumers / need

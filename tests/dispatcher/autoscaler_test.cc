@@ -815,6 +815,35 @@ TEST(AllocateWorkers, WorkedExampleFromTheHeader) {
             "removed per worker");
 }
 
+// A reservation larger than the pool: without the equal-share cap, job 1 (priority -5,
+// min_workers 10) took all 3 workers and job 2, of higher priority, got none, ever.
+TEST(AllocateWorkers, AReservationTakesAtMostAnEqualShareOfThePool) {
+  std::vector<JobEstimate> jobs = {Job(1, 4, 3.2, /*priority=*/-5, /*min_workers=*/10),
+                                   Job(2, 4, 3.2)};
+  AllocateWorkers(/*pool=*/3, /*headroom=*/1, jobs);
+  EXPECT_DOUBLE_EQ(jobs[0].allocated, 1.5);
+  EXPECT_DOUBLE_EQ(jobs[1].allocated, 1.5);
+  EXPECT_EQ(jobs[0].allocation_reason,
+            "min_workers 10 capped at an equal share of the pool (1.50 of 3.00 workers, 2 jobs) "
+            "of its need 3.20: priority -5");
+  EXPECT_EQ(jobs[1].allocation_reason,
+            "1.50 of its need 3.20: the pool ran out (priority 0, 1.25 trainers' wait removed per "
+            "worker)");
+
+  // A new job whose demand is unknown still gets its one worker to read it from.
+  jobs = {Job(1, 4, 3.2, /*priority=*/-5, /*min_workers=*/10), Job(2, 4, 0)};
+  jobs[1].starved = true;
+  AllocateWorkers(/*pool=*/3, /*headroom=*/1, jobs);
+  EXPECT_DOUBLE_EQ(jobs[0].allocated, 2);
+  EXPECT_DOUBLE_EQ(jobs[1].allocated, 1);
+
+  // Reservations within their share are kept whole, also against a higher priority.
+  jobs = {Job(1, 4, 3.2, /*priority=*/-5, /*min_workers=*/1), Job(2, 4, 3.2)};
+  AllocateWorkers(/*pool=*/3, /*headroom=*/1, jobs);
+  EXPECT_DOUBLE_EQ(jobs[0].allocated, 1);
+  EXPECT_DOUBLE_EQ(jobs[1].allocated, 2);
+}
+
 TEST(AllocateWorkers, JobsWhoseEndIsKnownGoFewestWorkerSecondsFirst) {
   // The header's example with job 2 60 s from its end and job 1 200 s:
   // 8 x 60 = 480 < 4 x 200 = 800 worker-seconds: job 2 gets its 8, job 1
@@ -889,11 +918,12 @@ TEST(AllocateWorkers, HigherPriorityIsServedFirstWhateverItsGain) {
   EXPECT_DOUBLE_EQ(jobs[1].allocated, 6);
 }
 
-TEST(AllocateWorkers, MinWorkersGoToTheHigherPriorityFirst) {
+TEST(AllocateWorkers, MinWorkersAreKeptAndTheRestGoesToTheHigherPriority) {
+  // Both reserve 2 (within the equal share 2.5); the last worker goes to priority 1.
   std::vector<JobEstimate> jobs = {Job(1, 1, 4, 0, 2), Job(2, 1, 4, 1, 2)};
-  AllocateWorkers(/*pool=*/3, /*headroom=*/1, jobs);
-  EXPECT_DOUBLE_EQ(jobs[0].allocated, 1);
-  EXPECT_DOUBLE_EQ(jobs[1].allocated, 2);
+  AllocateWorkers(/*pool=*/5, /*headroom=*/1, jobs);
+  EXPECT_DOUBLE_EQ(jobs[0].allocated, 2);
+  EXPECT_DOUBLE_EQ(jobs[1].allocated, 3);
 }
 
 TEST(AllocateWorkers, EqualGainsGoToTheEarlierJob) {
