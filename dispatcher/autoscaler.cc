@@ -464,9 +464,9 @@ std::string Autoscaler::ScaleDownOrHold(absl::Time now, const Estimate& e, int& 
   // trimmed by one worker a window later (a direction change).
   const int stable_target = std::clamp(
       CeilWorkers(e.stable_need * e.stable_headroom / (1 - e.noise)), min_workers, max_workers);
-  // Until a whole window was seen (a restarted dispatcher), only demand that
+  // A restarted dispatcher: until a whole window was seen, only demand that
   // left can scale down.
-  const bool window_seen = now - first_call_ >= o.scale_down_window;
+  const bool window_seen = !o.restarted || now - first_call_ >= o.scale_down_window;
   if (stable_target < current && !window_seen && !e.jobs.empty()) {
     return absl::StrCat("hold ", current, ": ", e.description, " = ", target,
                         "; no scale-down before ", absl::FormatDuration(o.scale_down_window),

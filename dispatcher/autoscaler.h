@@ -86,6 +86,12 @@ struct AutoscalerOptions {
   // A scale-down goes to the largest need seen over this window (each past
   // demand over the job's capacity now).
   absl::Duration scale_down_window = absl::Seconds(30);
+  // The dispatcher recovered jobs or workers from its journal: the workers it
+  // finds were sized on demand this autoscaler never saw, so nothing is scaled
+  // down (except for demand that left) before a whole scale_down_window of its
+  // own measurements. A fresh dispatcher has no such past and scales down from
+  // its first decisions.
+  bool restarted = false;
   // Except for a job whose demand fell and stayed down: when its last two
   // readings are both lower by more than this fraction than every earlier
   // one in the window, and either agree within it or the last is lower than

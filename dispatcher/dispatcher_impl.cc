@@ -72,6 +72,13 @@ absl::StatusOr<std::unique_ptr<DispatcherImpl>> DispatcherImpl::Create(Dispatche
       RETURN_IF_ERROR(impl->Commit(floor));
     }
     impl->incarnation_ = impl->state_.incarnation();
+    if (!impl->state_.jobs().empty() || !impl->state_.workers().empty()) {
+      // The workers were sized on demand this dispatcher has not seen: none is scaled down
+      // before a window of its own measurements.
+      AutoscalerOptions restarted = impl->autoscaler_.options();
+      restarted.restarted = true;
+      impl->autoscaler_ = Autoscaler(restarted);
+    }
     // Workers and consumers known from the journal get a full timeout to reconnect.
     for (const auto& [id, worker] : impl->state_.workers()) {
       impl->worker_signals_[id].last_seen = now;

@@ -91,7 +91,9 @@ class AutoscalerTest : public ::testing::Test {
   }
 
   FakeClock clock_;
-  Autoscaler scaler_{AutoscalerOptions{.min_workers = 1, .max_workers = 64}};
+  // A restarted dispatcher's: no scale-down in the first window but for demand that left (the
+  // tests below count periods from there; AFreshDispatcher... tests the other kind).
+  Autoscaler scaler_{AutoscalerOptions{.min_workers = 1, .max_workers = 64, .restarted = true}};
 };
 
 TEST_F(AutoscalerTest, SteadyStateHolds) {
@@ -776,6 +778,23 @@ TEST_F(AutoscalerTest, ScaleDownOnlyToACountThatKeepsItsNoiseMargin) {
   for (int i = 0; i < 20; ++i) counts.push_back(decide(7.9).desired_workers);
   EXPECT_THAT(counts, ElementsAre(22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 21, 21,
                                   21, 21, 21, 21));
+}
+
+// The same first decision as StalledWorkerIsNotMeasuredAndDrainedFirst (7 workers, need 5.12)
+// on a fresh dispatcher: it has no unseen past, so it scales down at once.
+TEST_F(AutoscalerTest, AFreshDispatcherScalesDownFromItsFirstDecisions) {
+  Autoscaler fresh(AutoscalerOptions{.min_workers = 1, .max_workers = 64});
+  AutoscalerInput in = Input(7, 100, 8, 8);
+  in.now = clock_.Now();
+  AutoscalerDecision d = fresh.Decide(in);
+  EXPECT_EQ(d.desired_workers, 6);
+  EXPECT_THAT(d.reason, StartsWith("down 7 -> 6: largest need over the last 30s 5.12 workers"));
+
+  // Restarted, the same input holds 7 for the first window.
+  Autoscaler restarted(AutoscalerOptions{.min_workers = 1, .max_workers = 64, .restarted = true});
+  d = restarted.Decide(in);
+  EXPECT_EQ(d.desired_workers, 7);
+  EXPECT_THAT(d.reason, HasSubstr("no scale-down before 30s of measurements"));
 }
 
 TEST_F(AutoscalerTest, DrainingWorkersDoNotCount) {

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/clock.h"
 #include "dispatcher/dispatcher_impl.h"
+#include "dispatcher/journal.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
@@ -24,8 +25,11 @@ using ::testing::StartsWith;
 
 class DispatcherAutoscaleTest : public ::testing::Test {
  protected:
-  void Start(DispatcherOptions::Scaler scaler, uint32_t max_workers = 16) {
+  void Start(DispatcherOptions::Scaler scaler, uint32_t max_workers = 16,
+             std::shared_ptr<Journal> journal = nullptr) {
+    impl_.reset();
     DispatcherOptions options;
+    options.journal = std::move(journal);
     options.clock = &clock_;
     options.registry = &registry_;
     options.worker_timeout = absl::Seconds(60);
@@ -152,6 +156,42 @@ class DispatcherAutoscaleTest : public ::testing::Test {
   std::map<uint64_t, std::vector<proto::SplitKey>> held_;
   uint64_t job_ = 0, a_ = 0, b_ = 0;
 };
+
+// Three workers, one job whose consumer reads 100 el/s, 100 el per busy second: need 1.00,
+// x 1.05 -> 2. A fresh dispatcher scales down to 2 at once; one restarted from its journal
+// (the job and workers recovered) was sized on demand it never saw and holds 3 for a window.
+class FirstWindowTest : public DispatcherAutoscaleTest,
+                        public ::testing::WithParamInterface<bool> {};
+
+TEST_P(FirstWindowTest, OnlyARestartedDispatcherHoldsItsWorkersForAWindow) {
+  const bool restart = GetParam();
+  auto journal = std::make_shared<InMemoryJournal>();
+  Start(DispatcherOptions::Scaler::kNone, 16, journal);
+  job_ = Job();
+  const std::vector<uint64_t> workers = {Worker("a:1"), Worker("b:1"), Worker("c:1")};
+  if (restart) Start(DispatcherOptions::Scaler::kNone, 16, journal);
+  ASSERT_TRUE(impl_->Tick().ok());
+  clock_.Advance(absl::Seconds(6));  // past the workers' warm-up
+  for (uint64_t w : workers) WorkerBeat(w, 0, 0);
+  ClientBeat(job_, 0, 0);
+  ASSERT_TRUE(impl_->Tick().ok());
+  clock_.Advance(absl::Seconds(2));
+  WorkerBeat(workers[0], 100, 1.0);
+  WorkerBeat(workers[1], 100, 1.0);
+  WorkerBeat(workers[2], 0, 0);
+  ClientBeat(job_, 20, 0);
+  ASSERT_TRUE(impl_->Tick().ok());
+  const proto::GetStatusResponse status = Status();
+  if (restart) {
+    EXPECT_EQ(impl_->desired_workers(), 3);
+    EXPECT_THAT(status.reason(), HasSubstr("no scale-down before 30s of measurements"));
+  } else {
+    EXPECT_EQ(impl_->desired_workers(), 2);
+    EXPECT_THAT(status.reason(), StartsWith("down 3 -> 2: largest need over the last 30s 1.00"));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(FreshAndRestarted, FirstWindowTest, ::testing::Bool());
 
 TEST_F(DispatcherAutoscaleTest, SizesFromDemandAndBusyTimeCapacity) {
   Start(DispatcherOptions::Scaler::kNone);
