@@ -628,13 +628,34 @@ void AllocateWorkers(double pool, double headroom, std::vector<JobEstimate>& job
   auto smith = [](const JobEstimate* j) {
     return j->remaining_seconds > 0 && j->need > 0 ? 1 / (j->need * j->remaining_seconds) : 0.0;
   };
-  // 1. min_workers, higher priority first, each at most an equal share of the pool.
-  const double equal_share = jobs.empty() ? 0 : std::max(0.0, pool) / jobs.size();
+  // 1. min_workers, whole, while the pool holds every reservation; when they add up to more,
+  // the largest are dropped (ties: the lower priority, then the later job) until the rest fit.
+  double reserved = 0;
+  std::vector<JobEstimate*> reserving;
+  for (JobEstimate* j : order) {
+    if (j->min_workers <= 0) continue;
+    reserved += j->min_workers;
+    reserving.push_back(j);
+  }
+  const double all_reserved = reserved;
+  std::stable_sort(reserving.begin(), reserving.end(),
+                   [](const JobEstimate* a, const JobEstimate* b) {
+                     if (a->min_workers != b->min_workers) return a->min_workers > b->min_workers;
+                     if (a->priority != b->priority) return a->priority < b->priority;
+                     return a->job_id > b->job_id;
+                   });
+  std::set<JobEstimate*> dropped;
+  for (JobEstimate* j : reserving) {
+    if (reserved <= left + 1e-9) break;
+    reserved -= j->min_workers;
+    dropped.insert(j);
+  }
   std::stable_sort(order.begin(), order.end(), [](const JobEstimate* a, const JobEstimate* b) {
     return a->priority > b->priority;
   });
   for (JobEstimate* j : order) {
-    const double given = std::min({static_cast<double>(j->min_workers), equal_share, left});
+    if (dropped.contains(j)) continue;
+    const double given = std::min<double>(j->min_workers, left);
     j->allocated = given;
     left -= given;
   }
@@ -667,12 +688,7 @@ void AllocateWorkers(double pool, double headroom, std::vector<JobEstimate>& job
           absl::StrFormat("%.2f to read its demand: its trainers got nothing yet", j->allocated);
     } else if (j->allocated >= want - 1e-9) {
       j->allocation_reason = absl::StrFormat("its need %.2f x %.2f headroom", j->need, headroom);
-    } else if (j->min_workers > equal_share && j->allocated <= equal_share + 1e-9) {
-      j->allocation_reason = absl::StrFormat(
-          "min_workers %d capped at an equal share of the pool (%.2f of %.2f workers, %d "
-          "jobs) of its need %.2f: priority %d",
-          j->min_workers, equal_share, pool, static_cast<int>(jobs.size()), j->need, j->priority);
-    } else if (j->allocated > 0 && j->allocated <= j->min_workers) {
+    } else if (j->allocated > 0 && j->allocated <= j->min_workers && !dropped.contains(j)) {
       j->allocation_reason = absl::StrFormat(
           "min_workers %d of its need %.2f: priority %d, %.2f "
           "trainers' wait removed per worker",
@@ -683,6 +699,12 @@ void AllocateWorkers(double pool, double headroom, std::vector<JobEstimate>& job
           "trainers' wait removed per worker)",
           j->allocated, j->need, j->priority, gain(j));
     }
+  }
+  for (JobEstimate* j : dropped) {
+    absl::StrAppend(&j->allocation_reason,
+                    absl::StrFormat("; min_workers %d not reserved: the jobs reserve %.0f of a "
+                                    "pool of %.2f, and the largest reservations are dropped",
+                                    j->min_workers, all_reserved, pool));
   }
   // 3. The rest in proportion to what each job wanted.
   if (left > 1e-9 && wanted > 0) {

@@ -247,10 +247,12 @@ struct AutoscalerDecision {
 // Divides `pool` workers among `jobs` (their need, consumers, priority,
 // min_workers and remaining_seconds set) and sets each job's `allocated` and
 // `allocation_reason`:
-//   1. min_workers first, higher priority first, until the pool runs out,
-//      each job's at most an equal share of the pool (pool ÷ jobs: a job
-//      that reserves more cannot take the others' workers); then one worker
-//      to each starved job (its demand is read from it);
+//   1. min_workers first, whole, whatever the other jobs' priority, while
+//      the pool holds every job's; when the reservations add up to more, the
+//      largest are dropped (ties: the lower priority, then the later job)
+//      until the rest fit, so that no job can reserve the others out and an
+//      outsized reservation voids only its own; then one worker to each
+//      starved job (its demand is read from it);
 //   2. then the next worker goes where it removes the most trainer wait,
 //      each job up to need × headroom. A job's trainers wait (1 - allocated
 //      / need) of the time, so a worker removes consumers / need

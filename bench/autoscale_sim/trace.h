@@ -6,7 +6,8 @@
 // on them).
 //
 // Format: one directive per line; '#' starts a comment; blank lines are
-// ignored. Times in seconds from the start.
+// ignored. Times in seconds from the start; the `at` lines in time order
+// (lines of the same time apply in file order).
 //
 //   duration 600          seconds simulated (required)
 //   max_workers 8         the pool's bound (default: the simulator's, 128)

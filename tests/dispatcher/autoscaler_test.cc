@@ -834,20 +834,30 @@ TEST(AllocateWorkers, WorkedExampleFromTheHeader) {
             "removed per worker");
 }
 
-// A reservation larger than the pool: without the equal-share cap, job 1 (priority -5,
-// min_workers 10) took all 3 workers and job 2, of higher priority, got none, ever.
-TEST(AllocateWorkers, AReservationTakesAtMostAnEqualShareOfThePool) {
+// A reservation larger than the pool: before, job 1 (priority -5, min_workers 10) took all 3
+// workers and job 2, of higher priority, got none, ever. Now the reservations (10) exceed the
+// pool, so the largest is dropped and priority decides.
+TEST(AllocateWorkers, AnOutsizedReservationIsDroppedAndVoidsOnlyItsOwn) {
   std::vector<JobEstimate> jobs = {Job(1, 4, 3.2, /*priority=*/-5, /*min_workers=*/10),
                                    Job(2, 4, 3.2)};
   AllocateWorkers(/*pool=*/3, /*headroom=*/1, jobs);
-  EXPECT_DOUBLE_EQ(jobs[0].allocated, 1.5);
-  EXPECT_DOUBLE_EQ(jobs[1].allocated, 1.5);
+  EXPECT_DOUBLE_EQ(jobs[0].allocated, 0);
+  EXPECT_DOUBLE_EQ(jobs[1].allocated, 3);
   EXPECT_EQ(jobs[0].allocation_reason,
-            "min_workers 10 capped at an equal share of the pool (1.50 of 3.00 workers, 2 jobs) "
-            "of its need 3.20: priority -5");
+            "0.00 of its need 3.20: the pool ran out (priority -5, 1.25 trainers' wait removed per "
+            "worker); min_workers 10 not reserved: the jobs reserve 10 of a pool of 3.00, and the "
+            "largest reservations are dropped");
   EXPECT_EQ(jobs[1].allocation_reason,
-            "1.50 of its need 3.20: the pool ran out (priority 0, 1.25 trainers' wait removed per "
+            "3.00 of its need 3.20: the pool ran out (priority 0, 1.25 trainers' wait removed per "
             "worker)");
+
+  // The others' reservations stay: job 2 keeps its 3 against job 3's higher priority.
+  jobs = {Job(1, 4, 6, 0, /*min_workers=*/1000), Job(2, 2, 6, 0, /*min_workers=*/3),
+          Job(3, 2, 6, /*priority=*/1)};
+  AllocateWorkers(/*pool=*/8, /*headroom=*/1, jobs);
+  EXPECT_DOUBLE_EQ(jobs[0].allocated, 0);
+  EXPECT_DOUBLE_EQ(jobs[1].allocated, 3);
+  EXPECT_DOUBLE_EQ(jobs[2].allocated, 5);
 
   // A new job whose demand is unknown still gets its one worker to read it from.
   jobs = {Job(1, 4, 3.2, /*priority=*/-5, /*min_workers=*/10), Job(2, 4, 0)};
@@ -855,12 +865,15 @@ TEST(AllocateWorkers, AReservationTakesAtMostAnEqualShareOfThePool) {
   AllocateWorkers(/*pool=*/3, /*headroom=*/1, jobs);
   EXPECT_DOUBLE_EQ(jobs[0].allocated, 2);
   EXPECT_DOUBLE_EQ(jobs[1].allocated, 1);
+}
 
-  // Reservations within their share are kept whole, also against a higher priority.
-  jobs = {Job(1, 4, 3.2, /*priority=*/-5, /*min_workers=*/1), Job(2, 4, 3.2)};
+// Two reservations of 2 on a pool of 3: the lower priority's is dropped; priority 1 then gets
+// its reservation and the last worker.
+TEST(AllocateWorkers, ReservationsThatDoNotFitDropTheLowerPriorityFirst) {
+  std::vector<JobEstimate> jobs = {Job(1, 1, 4, 0, 2), Job(2, 1, 4, 1, 2)};
   AllocateWorkers(/*pool=*/3, /*headroom=*/1, jobs);
-  EXPECT_DOUBLE_EQ(jobs[0].allocated, 1);
-  EXPECT_DOUBLE_EQ(jobs[1].allocated, 2);
+  EXPECT_DOUBLE_EQ(jobs[0].allocated, 0);
+  EXPECT_DOUBLE_EQ(jobs[1].allocated, 3);
 }
 
 TEST(AllocateWorkers, JobsWhoseEndIsKnownGoFewestWorkerSecondsFirst) {
