@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -454,6 +455,22 @@ std::vector<pid_t> ChildrenOf(pid_t parent) {
   return children;
 }
 
+// Waits up to `timeout_ms` for `pid`, a child or an orphan reparented to this process (a
+// subreaper): its exit code (128 + signal if one ended it), or nullopt if it still runs (it is
+// then killed, so that a failed test leaves nothing running).
+std::optional<int> WaitForExit(pid_t pid, int timeout_ms) {
+  for (int waited_ms = 0; waited_ms < timeout_ms; waited_ms += 10) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+    }
+    usleep(10'000);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  return std::nullopt;
+}
+
 TEST_F(CliTest, AKilledLocalTakesItsDispatcherAndWorkersWithIt) {
   // Orphans are reparented to this process, which waits for them and reads how they ended.
   ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
@@ -484,16 +501,8 @@ TEST_F(CliTest, AKilledLocalTakesItsDispatcherAndWorkersWithIt) {
   (*local)->Signal(SIGKILL);  // no handler runs: only the kernel can tell the children
   ASSERT_EQ((*local)->Wait(absl::Seconds(10)).value_or(-1), 128 + SIGKILL);
   for (pid_t pid : servers) {
-    int status = 0, waited_ms = 0;
-    while (waitpid(pid, &status, WNOHANG) != pid && waited_ms < 60'000) {
-      usleep(10'000);
-      waited_ms += 10;
-    }
-    ASSERT_LT(waited_ms, 60'000) << "pid " << pid << " outlived sluice local by a minute\n"
-                                 << ReadFile(log);
     // SIGTERM is their graceful stop: the dispatcher and the workers exit 0.
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-        << "pid " << pid << ": status " << status;
+    EXPECT_EQ(WaitForExit(pid, 60'000), 0) << "pid " << pid << "\n" << ReadFile(log);
   }
 }
 
@@ -534,13 +543,7 @@ TEST_F(CliTest, AKilledWorkersPythonProcessEndsEvenInTheMiddleOfACall) {
   (*run)->Signal(SIGKILL);
   ASSERT_EQ((*run)->Wait(absl::Seconds(10)).value_or(-1), 128 + SIGKILL);
   for (pid_t pid : pythons) {
-    int status = 0, waited_ms = 0;
-    while (waitpid(pid, &status, WNOHANG) != pid && waited_ms < 10'000) {
-      usleep(10'000);
-      waited_ms += 10;
-    }
-    ASSERT_LT(waited_ms, 10'000) << "Python process " << pid << " still runs";
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << "status " << status;
+    EXPECT_EQ(WaitForExit(pid, 10'000), 1) << "Python process " << pid;
   }
 }
 
