@@ -122,8 +122,9 @@ struct JobOptions {
   uint64_t split_size = 0;  // records per split; 0: the dispatcher's default
   bool parallel_epochs = false;
   // When the autoscaler's pool is bounded (--max-workers), a job of higher
-  // priority gets its need first, and min_workers are reserved for it
-  // (docs/autoscaling.md, "Many jobs, one pool").
+  // priority gets its need first, and min_workers are reserved for it while
+  // the pool holds every job's reservation (when they do not fit, the
+  // largest are dropped; docs/autoscaling.md, "Many jobs, one pool").
   int32_t priority = 0;
   uint32_t min_workers = 0;
   // "auto": share production with the other jobs that opt in and whose slots are byte-identical

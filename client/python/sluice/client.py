@@ -122,7 +122,8 @@ class Client:
                 are the same either way.
             priority: when the dispatcher's worker pool is bounded (--max-workers), a job of
                 higher priority gets its need first (default 0).
-            min_workers: workers reserved for this job when the pool is bounded.
+            min_workers: workers reserved for this job when the pool is bounded
+                (while every job's reservation fits the pool; else the largest are dropped).
             sharing: "auto" to share production with the other jobs of the same dataset,
                 pipeline, seed and layout that opt in (each batch produced once for all of
                 them, each job still exactly once; docs/sharing.md); None or "off": not.
