@@ -630,7 +630,7 @@ void AllocateWorkers(double pool, double headroom, std::vector<JobEstimate>& job
   };
   // 1. min_workers, whole, while the pool holds every reservation; when they add up to more,
   // the largest are dropped (ties: the lower priority, then the later job) until the rest fit.
-  double reserved = 0;
+  double reserved = 0;  // by the jobs whose reservation is kept
   std::vector<JobEstimate*> reserving;
   for (JobEstimate* j : order) {
     if (j->min_workers <= 0) continue;
@@ -646,7 +646,7 @@ void AllocateWorkers(double pool, double headroom, std::vector<JobEstimate>& job
                    });
   std::set<JobEstimate*> dropped;
   for (JobEstimate* j : reserving) {
-    if (reserved <= left + 1e-9) break;
+    if (reserved <= left + 1e-9) break;  // `left` is still the whole pool
     reserved -= j->min_workers;
     dropped.insert(j);
   }

@@ -951,7 +951,7 @@ TEST(AllocateWorkers, HigherPriorityIsServedFirstWhateverItsGain) {
 }
 
 TEST(AllocateWorkers, MinWorkersAreKeptAndTheRestGoesToTheHigherPriority) {
-  // Both reserve 2 (within the equal share 2.5); the last worker goes to priority 1.
+  // Both reserve 2 and the pool of 5 holds both; the last worker goes to priority 1.
   std::vector<JobEstimate> jobs = {Job(1, 1, 4, 0, 2), Job(2, 1, 4, 1, 2)};
   AllocateWorkers(/*pool=*/5, /*headroom=*/1, jobs);
   EXPECT_DOUBLE_EQ(jobs[0].allocated, 2);
