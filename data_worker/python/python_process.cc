@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -165,7 +166,12 @@ absl::StatusOr<std::unique_ptr<PythonProcess>> PythonProcess::Start(const Proces
     return absl::FailedPreconditionError(
         absl::StrCat("cannot start the Python interpreter ", interpreter, ": ", std::strerror(rc)));
   }
-  auto p = std::unique_ptr<PythonProcess>(new PythonProcess(pid, shm, sv[0]));
+  // Readable once the child has ended, even while a process it forked keeps
+  // the socket open (no end of file then). -1 where the kernel has no pidfd
+  // (before Linux 5.3): the socket's end of file alone says so.
+  // (glibc 2.36 declares pidfd_open without C linkage: the system call.)
+  const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  auto p = std::unique_ptr<PythonProcess>(new PythonProcess(pid, pidfd, shm, sv[0]));
   if (absl::Status s = p->MapShm(kInitialShm); !s.ok()) return s;
   return p;
 }
@@ -174,12 +180,18 @@ PythonProcess::~PythonProcess() {
   if (shm_ != nullptr) munmap(shm_, shm_size_);
   close(socket_fd_);
   close(shm_fd_);
+  if (pidfd_ >= 0) close(pidfd_);
   if (!reaped_) {
-    kill(pid_, SIGKILL);
+    KillGroup();
     int status = 0;
     while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
     }
   }
+}
+
+void PythonProcess::KillGroup() {
+  kill(-pid_, SIGKILL);
+  kill(pid_, SIGKILL);  // in case it left its group
 }
 
 absl::Status PythonProcess::MapShm(size_t size) {
@@ -215,8 +227,9 @@ absl::Status PythonProcess::Dead(const std::string& what, bool exiting) {
   std::string how;
   if (r == pid_) {
     how = DescribeWait(status);
+    kill(-pid_, SIGKILL);  // what it forked (its group outlives it)
   } else {
-    kill(pid_, SIGKILL);
+    KillGroup();
     while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
     }
     how = absl::StrCat(what, "; killed it");
@@ -247,11 +260,13 @@ absl::Status PythonProcess::Fill(absl::Time deadline) {
       }
       ms = static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 1 << 30));
     }
-    pollfd p{socket_fd_, POLLIN, 0};
-    const int r = poll(&p, 1, ms);
+    pollfd p[2] = {{socket_fd_, POLLIN, 0}, {pidfd_, POLLIN, 0}};
+    const int r = poll(p, pidfd_ >= 0 ? 2 : 1, ms);
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) return Errno("poll");
     if (r == 0) continue;  // the deadline check above decides
+    // What it wrote before it ended is read first.
+    if ((p[0].revents & (POLLIN | POLLHUP | POLLERR)) == 0) return Dead("ended", /*exiting=*/true);
     char buf[1 << 16];
     const ssize_t n = read(socket_fd_, buf, sizeof(buf));
     if (n < 0 && errno == EINTR) continue;

@@ -8,6 +8,10 @@
 // corrupt the protocol. Inputs are copied once into the memfd and are numpy
 // views there; outputs are copied once out of it.
 //
+// The child leads its own process group: what a user function forks is
+// killed with it when it dies, hangs or is stopped, and its death is seen
+// (through a pidfd) even while such a fork keeps the socket open.
+//
 // Not thread-safe: one caller at a time (PythonPool hands a process to one
 // thread). A process whose call returns Unavailable (it died, or was killed
 // after the timeout) is dead and must be dropped.
@@ -79,8 +83,8 @@ class PythonProcess {
   pid_t pid() const { return pid_; }
 
  private:
-  PythonProcess(pid_t pid, int shm_fd, int socket_fd)
-      : pid_(pid), shm_fd_(shm_fd), socket_fd_(socket_fd) {}
+  PythonProcess(pid_t pid, int pidfd, int shm_fd, int socket_fd)
+      : pid_(pid), pidfd_(pidfd), shm_fd_(shm_fd), socket_fd_(socket_fd) {}
 
   // Maps at least `size` bytes of the memfd (growing it if needed).
   absl::Status MapShm(size_t size);
@@ -101,7 +105,11 @@ class PythonProcess {
   // (Unavailable).
   absl::Status Dead(const std::string& what, bool exiting);
 
+  // SIGKILLs the child and its process group (what it forked).
+  void KillGroup();
+
   pid_t pid_;
+  int pidfd_;  // -1: the kernel has none
   int shm_fd_;
   int socket_fd_;
   bool reaped_ = false;

@@ -38,10 +38,12 @@
 # worker re-reads its size).
 #
 # The child ends when the worker does: at the socket's end of file between calls, and within
-# ORPHAN_CHECK_SECONDS while a call runs (a worker killed while a user function hangs).
+# ORPHAN_CHECK_SECONDS while a call runs (a worker killed while a user function hangs), then
+# with every process the user function forked.
 import importlib
 import mmap
 import os
+import signal
 import sys
 import threading
 import time
@@ -183,10 +185,14 @@ def write_results(shm, results, end):
 
 def exit_when_orphaned(worker):
     """Runs beside the calls: once the worker is gone (this process was given another
-    parent), ends the process, whatever the user function is doing."""
+    parent), ends the process and what the user function forked (its process group, which
+    this process leads), whatever the function is doing."""
     while os.getppid() == worker:
         time.sleep(ORPHAN_CHECK_SECONDS)
-    os._exit(1)
+    try:
+        os.killpg(os.getpid(), signal.SIGKILL)
+    finally:
+        os._exit(1)
 
 
 def main():

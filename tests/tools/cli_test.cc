@@ -508,17 +508,23 @@ TEST_F(CliTest, AKilledLocalTakesItsDispatcherAndWorkersWithIt) {
 
 // A worker killed while a user function hangs in one of its Python processes: the process does
 // not wait for the function (an hour here) but ends within a second, through its watch on its
-// parent (data_worker/python/runner.py).
+// parent (data_worker/python/runner.py), and takes with it the helper process the function
+// forked.
 TEST_F(CliTest, AKilledWorkersPythonProcessEndsEvenInTheMiddleOfACall) {
   ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
   const std::string ds = MakeDataset(8);
   const std::string py = tmp_.Join("py"), in_call = tmp_.Join("in_call");
   std::filesystem::create_directories(py);
-  WriteFile(py + "/stuck.py", absl::StrCat("import time\n"
+  WriteFile(py + "/stuck.py", absl::StrCat("import os, time\n"
                                            "def hang(label, rng):\n"
-                                           "    open('",
+                                           "    helper = os.fork()\n"
+                                           "    if helper == 0:\n"
+                                           "        time.sleep(3600)\n"
+                                           "        os._exit(0)\n"
+                                           "    with open('",
                                            in_call,
-                                           "', 'w').close()\n"
+                                           "', 'w') as f:\n"
+                                           "        f.write(str(helper))\n"
                                            "    time.sleep(3600)\n"));
   const std::string spec = tmp_.Join("stuck.yaml");
   WriteFile(spec,
@@ -532,7 +538,8 @@ TEST_F(CliTest, AKilledWorkersPythonProcessEndsEvenInTheMiddleOfACall) {
                          "--allow-python-ops", "--python-path", py, "--python-op-timeout", "0"},
                         {.log_file = log});
   ASSERT_TRUE(run.ok()) << run.status();
-  for (int waited_ms = 0; !std::filesystem::exists(in_call); waited_ms += 10) {
+  pid_t helper = 0;
+  for (int waited_ms = 0; !(std::ifstream(in_call) >> helper); waited_ms += 10) {
     ASSERT_LT(waited_ms, 60'000) << "the function was never called\n" << ReadFile(log);
     ASSERT_FALSE((*run)->Poll().has_value()) << ReadFile(log);
     usleep(10'000);
@@ -542,9 +549,11 @@ TEST_F(CliTest, AKilledWorkersPythonProcessEndsEvenInTheMiddleOfACall) {
 
   (*run)->Signal(SIGKILL);
   ASSERT_EQ((*run)->Wait(absl::Seconds(10)).value_or(-1), 128 + SIGKILL);
+  // The process kills its whole process group, itself included.
   for (pid_t pid : pythons) {
-    EXPECT_EQ(WaitForExit(pid, 10'000), 1) << "Python process " << pid;
+    EXPECT_EQ(WaitForExit(pid, 10'000), 128 + SIGKILL) << "Python process " << pid;
   }
+  EXPECT_EQ(WaitForExit(helper, 10'000), 128 + SIGKILL) << "the function's helper " << helper;
 }
 
 }  // namespace

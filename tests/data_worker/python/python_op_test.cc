@@ -2,6 +2,11 @@
 // running tests/data_worker/python/sluice_test_fns.py: exact bytes, the same
 // random draws at any parallelism, user exceptions, and processes that exit,
 // segfault or hang being replaced with their element redone once.
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -241,6 +246,37 @@ TEST_F(PythonOpTest, AProcessThatSegfaultsIsReplacedAndItsElementRedoneOnce) {
   auto pool = python::ConfiguredPythonPool();
   ExpectAllInverted(RunSpec(Spec("segfaults_once_on_5", 2)));
   EXPECT_EQ(pool->processes_replaced(), 1);
+}
+
+// The process's death is seen even while a child it forked keeps its end of
+// the socket open (no end of file); the child goes with it. No timeout: without
+// that, the run would wait for the child forever.
+TEST_F(PythonOpTest, AProcessThatExitsLeavingAForkedChildIsReplacedAndTheChildKilled) {
+  python::PythonOptions o = Options();
+  o.timeout = absl::InfiniteDuration();
+  python::ConfigurePython(o);
+  auto pool = python::ConfiguredPythonPool();
+  // The orphaned child becomes ours, so that we can see how it ends.
+  ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  ExpectAllInverted(RunSpec(Spec("forks_then_exits_once_on_3", 2)));
+  EXPECT_EQ(pool->processes_replaced(), 1);
+  std::ifstream in(markers_.path() + "/grandchild-3");
+  pid_t child = 0;
+  ASSERT_TRUE(in >> child);
+  int status = 0;
+  pid_t r = 0;
+  for (int i = 0; i < 1000 && r == 0; ++i) {
+    r = waitpid(child, &status, WNOHANG);
+    if (r == 0) usleep(10000);
+  }
+  if (r == 0) {
+    kill(child, SIGKILL);
+    waitpid(child, &status, 0);
+  }
+  prctl(PR_SET_CHILD_SUBREAPER, 0);
+  ASSERT_EQ(r, child) << "the forked child outlived its Python process";
+  ASSERT_TRUE(WIFSIGNALED(status));
+  EXPECT_EQ(WTERMSIG(status), SIGKILL);
 }
 
 TEST_F(PythonOpTest, AHangPastTheTimeoutIsKilledAndItsElementRedoneOnce) {

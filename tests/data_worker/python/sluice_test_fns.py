@@ -75,6 +75,21 @@ def hangs_once_on_2(image, label, rng):
     return 255 - image, label
 
 
+def forks_then_exits_once_on_3(image, label, rng):
+    """Forks a child that sleeps on (as a user's multiprocessing helper may), holding the
+    process's ends of the worker's socket and shared memory, writes the child's pid in
+    grandchild-3, then exits, the first time."""
+    if int(label) == 3 and _first_time("fork", label):
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(3600)
+            os._exit(0)
+        with open(os.path.join(os.environ["SLUICE_TEST_MARKERS"], "grandchild-3"), "w") as f:
+            f.write(str(pid))
+        os._exit(7)
+    return 255 - image, label
+
+
 def always_exits_on_4(image, label, rng):
     if int(label) == 4:
         os._exit(9)
