@@ -59,6 +59,7 @@ absl::StatusOr<std::unique_ptr<PythonProcess>> PythonPool::Acquire() {
   }
   ProcessOptions po;
   po.interpreter = options_.interpreter.empty() ? kDefaultInterpreter : options_.interpreter;
+  po.max_result_bytes = options_.max_result_bytes;
   po.python_path = options_.python_path;
   return PythonProcess::Start(po);
 }
@@ -103,6 +104,13 @@ absl::StatusOr<std::vector<CallResult>> PythonPool::CallGroup(
         (*p)->CallGroup(module, function, elements, options_.timeout);
     if (group.ok()) {
       Release(*std::move(p));
+      if (group->size() == elements.size()) return group;
+      // The results reached the size limit before the group's end: the rest
+      // are asked again, as a group of their own.
+      const std::vector<CallInput> rest(elements.begin() + group->size(), elements.end());
+      absl::StatusOr<std::vector<CallResult>> more = CallGroup(module, function, rest);
+      if (!more.ok()) return more.status();
+      for (CallResult& r : *more) group->push_back(std::move(r));
       return group;
     }
     if (absl::IsInvalidArgument(group.status())) {  // the import failed

@@ -137,6 +137,9 @@ absl::StatusOr<std::unique_ptr<PythonProcess>> PythonProcess::Start(const Proces
   posix_spawn_file_actions_adddup2(&actions, shm_hi, 3);
   posix_spawn_file_actions_adddup2(&actions, child_hi, 4);
   posix_spawn_file_actions_adddup2(&actions, 2, 1);
+  // A function that reads its standard input gets end of file, not the
+  // worker's terminal.
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
   std::vector<std::string> env = ChildEnv(options);
   std::vector<char*> envp;
   for (std::string& e : env) envp.push_back(e.data());
@@ -154,7 +157,8 @@ absl::StatusOr<std::unique_ptr<PythonProcess>> PythonProcess::Start(const Proces
   std::string interpreter = options.interpreter;
   std::string dash_c = "-c";
   std::string source = kRunnerSource;
-  char* argv[] = {interpreter.data(), dash_c.data(), source.data(), nullptr};
+  std::string limit = absl::StrCat(options.max_result_bytes);
+  char* argv[] = {interpreter.data(), dash_c.data(), source.data(), limit.data(), nullptr};
   pid_t pid = 0;
   const int rc = posix_spawn(&pid, interpreter.c_str(), &actions, &attr, argv, envp.data());
   posix_spawn_file_actions_destroy(&actions);
@@ -417,8 +421,8 @@ absl::StatusOr<std::vector<CallResult>> PythonProcess::CallGroup(
   std::vector<std::string> f = absl::StrSplit(*head, ' ');
   if (!f.empty() && f[0] == "ERR") return ReadError(f, deadline);
   size_t n = 0, size = 0;
-  if (f.size() != 3 || f[0] != "GROUP" || !absl::SimpleAtoi(f[1], &n) || n != elements.size() ||
-      !absl::SimpleAtoi(f[2], &size)) {
+  if (f.size() != 3 || f[0] != "GROUP" || !absl::SimpleAtoi(f[1], &n) || n == 0 ||
+      n > elements.size() || !absl::SimpleAtoi(f[2], &size)) {
     return absl::InternalError(
         absl::StrCat("bad group answer line from the Python process: '", *head, "'"));
   }

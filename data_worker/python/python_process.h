@@ -5,7 +5,7 @@
 // format) started with posix_spawn: fd 3 is a memfd both sides map, fd 4 a
 // stream socket that carries one request line per call and the layout of the
 // results; stdout goes to the worker's stderr, so a user's print() cannot
-// corrupt the protocol. Inputs are copied once into the memfd and are numpy
+// corrupt the protocol, and stdin is /dev/null. Inputs are copied once into the memfd and are numpy
 // views there; outputs are copied once out of it.
 //
 // The child leads its own process group: what a user function forks is
@@ -46,6 +46,9 @@ struct ProcessOptions {
   std::string interpreter;  // absolute path of python3 (needs numpy)
   // Prepended to the child's PYTHONPATH.
   std::vector<std::string> python_path;
+  // The most bytes one element's results may take (0: no limit); see
+  // PythonOptions::max_result_bytes.
+  int64_t max_result_bytes = 0;
 };
 
 class PythonProcess {
@@ -61,7 +64,8 @@ class PythonProcess {
   // tensor per result array. Errors, each with the Python text:
   //   InvalidArgument     the module or function cannot be imported/found, or
   //                       a result is not an array of a supported dtype
-  //   DataLoss            the function raised (the traceback)
+  //   DataLoss            the function raised (the traceback), or its results
+  //                       take more than max_result_bytes
   //   Unavailable         the process died (signal, exit) or did not answer
   //                       within `timeout` (then it was killed): drop it
   // REQUIRES: numeric or bytes columns (bytes go as 1-D uint8 arrays).
@@ -71,7 +75,9 @@ class PythonProcess {
 
   // Calls module.function once per element, in order, in one request and one
   // answer (runner.py's GROUP): the same calls, generators and per-element
-  // errors as that many Call()s. The whole group fails with InvalidArgument
+  // errors as that many Call()s. The answer may cover only the first k >= 1
+  // elements, when their results passed max_result_bytes: the caller asks
+  // again for the rest. The whole group fails with InvalidArgument
   // (the import error) or Unavailable (the process died, or did not answer
   // within `timeout` times the number of elements: drop it; no result of the
   // group was delivered). REQUIRES: elements is not empty.

@@ -9,17 +9,23 @@
 #                     <dtype> <offset> <nbytes> <ndim> <d0> <d1> ...\n      (ncols lines)
 #   child -> worker   OK <nouts> <shm_size>\n
 #                     <dtype> <offset> <nbytes> <ndim> <d0> <d1> ...\n      (nouts lines)
-#                 or  ERR <kind> <nbytes>\n<nbytes of UTF-8 text>          (kind: import|call|result)
+#                 or  ERR <kind> <nbytes>\n<nbytes of UTF-8 text>  (kind: import|call|result|size)
 #
 # A group is n calls of the same function in one request and one answer (the function is
 # still called once per element, in order, each with its own generator):
 #
 #   worker -> child   GROUP <module> <function> <n>\n
 #                     then per element: <state> <inc> <ncols>\n and its ncols layout lines
-#   child -> worker   GROUP <n> <shm_size>\n
+#   child -> worker   GROUP <k> <shm_size>\n
 #                     then per element: OK <nouts>\n and its nouts layout lines,
-#                                   or  ERR <kind> <nbytes>\n<text>        (kind: call|result)
+#                                   or  ERR <kind> <nbytes>\n<text>   (kind: call|result|size)
 #                 or  ERR import <nbytes>\n<text>                          (the whole group)
+#
+# k is n, or fewer (at least 1) when the results of the first k elements took more than the
+# limit (the worker asks again for the rest): `python3 -c <this file> <limit>`, the most bytes
+# one element's results may take (the worker's memory budget; 0: no limit), so that a function
+# that returns too much fails its element (ERR size: a bad record, like an exception) instead
+# of filling the worker's memory.
 #
 # Example, a group of two one-column elements, the second raising:
 #
@@ -54,6 +60,7 @@ import numpy as np
 SHM_FD = 3
 CTL_FD = 4
 ORPHAN_CHECK_SECONDS = 0.5
+RESULT_LIMIT = int(sys.argv[1]) if len(sys.argv) > 1 else 0
 DTYPES = ("uint8", "int32", "int64", "float16", "float32")
 # Wire name -> dtype, and the dtypes a result may have -> their wire name (native byte
 # order only: a dict lookup, where dtype.name is Python-level code).
@@ -150,6 +157,10 @@ def call(fn, buf, specs, rng):
             return None, ("result", "result %d is %s%s; return one of %s (cast with .astype)" % (
                 k, name, list(a.shape), ", ".join(DTYPES)))
         arrays.append(a)
+    size = sum(a.nbytes for a in arrays)
+    if RESULT_LIMIT and size > RESULT_LIMIT:
+        return None, ("size", "results of %d bytes for one element, more than this worker's "
+                      "limit of %d bytes (its memory budget, --memory-mb)" % (size, RESULT_LIMIT))
     return arrays, None
 
 
@@ -223,7 +234,14 @@ def main():
             continue
         buf = shm.buffer()
         end = max((inputs_end(specs) for _, _, specs in elements), default=0)
-        results = [call(fn, buf, specs, rng.seeded(state, inc)) for state, inc, specs in elements]
+        results = []
+        size = 0
+        for state, inc, specs in elements:
+            results.append(call(fn, buf, specs, rng.seeded(state, inc)))
+            arrays = results[-1][0]
+            size += sum(a.nbytes for a in arrays) if arrays is not None else 0
+            if RESULT_LIMIT and size > RESULT_LIMIT:
+                break  # the worker asks again for the rest
         del buf
         lines, size = write_results(shm, results, end)
         if words[0] == b"GROUP":

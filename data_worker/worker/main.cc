@@ -265,7 +265,9 @@ int Run(int argc, char** argv) {
   WorkerFlags f;
   AddWorkerFlags(app, &f);
   CLI11_PARSE(app, argc, argv);
-  // Before any pipeline is built: the python op takes the pool then.
+  // Before any pipeline is built: the python op takes the pool then. One
+  // element's results may take at most the worker's memory budget.
+  f.python.max_result_bytes = f.memory_mb << 20;
   sluice::data_worker::python::ConfigurePython(f.python);
 
   std::string advertise_host;

@@ -197,6 +197,19 @@ TEST_F(PythonServiceTest, AnExceptionReachesTheConsumerWithItsTraceback) {
   EXPECT_THAT(s.message(), HasSubstr("ValueError: bad record 3"));
 }
 
+// A traceback of 100 KB (a long message, 50 frames deep) still reaches the
+// consumer, shortened in the middle: its start and its last lines.
+TEST_F(PythonServiceTest, AHugeTracebackReachesTheConsumerShortened) {
+  StartCluster(/*allow=*/true);
+  std::vector<Batch> got;
+  const absl::Status s = Read(MakePipeline("raises_long_on_3"), &got);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s.code();
+  EXPECT_THAT(s.message(), HasSubstr("record 3"));
+  EXPECT_THAT(s.message(), HasSubstr("Traceback (most recent call last)"));
+  EXPECT_THAT(s.message(), HasSubstr("x end of record 3"));
+  EXPECT_LT(s.message().size(), 8000u);
+}
+
 TEST_F(PythonServiceTest, WorkersWithoutAllowPythonOpsRefuseTheJob) {
   StartCluster(/*allow=*/false);
   std::vector<Batch> got;

@@ -126,7 +126,9 @@ absl::Status RunPipeline(const PipelineFlags& flags) {
   if (!flags.data.empty()) RETURN_IF_ERROR(ReplaceSource(flags.data, pipeline));
   if (flags.epochs == 0) return absl::InvalidArgumentError("--epochs must be > 0");
   if (flags.memory_mb <= 0) return absl::InvalidArgumentError("--memory-mb must be > 0");
-  data_worker::python::ConfigurePython(flags.python);
+  data_worker::python::PythonOptions python = flags.python;
+  python.max_result_bytes = flags.memory_mb << 20;
+  data_worker::python::ConfigurePython(python);
   // The first batch's latency counts from here: building the pipeline included, as the
   // service's counts from opening the job (bench/first_batch.sh compares the two).
   const absl::Time created = absl::Now();

@@ -24,6 +24,35 @@ TEST(ToGrpcStatus, MapsEveryCodeOneToOne) {
   EXPECT_EQ(ToGrpcStatus(absl::InvalidArgumentError("bad")).error_message(), "bad");
 }
 
+TEST(WireMessage, KeepsAMessageThatFits) {
+  const std::string fits(6000, 'a');
+  EXPECT_EQ(WireMessage(fits), fits);
+  // Percent-encoded bytes count three: 2000 newlines are 6000 bytes on the wire.
+  const std::string newlines(2000, '\n');
+  EXPECT_EQ(WireMessage(newlines), newlines);
+}
+
+TEST(WireMessage, CutsTheMiddleOfALongOneKeepingItsStartAndEnd) {
+  const std::string message = "record 3: " + std::string(10000, 'x') + " end";
+  // 10014 bytes: the first 1500 and the last 4000 stay.
+  EXPECT_EQ(WireMessage(message), "record 3: " + std::string(1490, 'x') +
+                                      "\n... (4514 bytes cut) ...\n" + std::string(3996, 'x') +
+                                      " end");
+  EXPECT_EQ(ToGrpcStatus(absl::DataLossError(message)).error_message(), WireMessage(message));
+}
+
+TEST(WireMessage, CutsBetweenUtf8CharactersCountingTheirEncoding) {
+  // "é" is 2 bytes, 6 on the wire: the head holds 250 of them (1500 wire bytes), the tail
+  // 666 (3996); the cut moves to the characters' boundaries.
+  std::string message;
+  for (int i = 0; i < 3000; ++i) message += "\xc3\xa9";
+  const std::string got = WireMessage(message);
+  std::string head, tail;
+  for (int i = 0; i < 250; ++i) head += "\xc3\xa9";
+  for (int i = 0; i < 666; ++i) tail += "\xc3\xa9";
+  EXPECT_EQ(got, head + "\n... (4168 bytes cut) ...\n" + tail);
+}
+
 TEST(FromGrpcStatus, PrefixesTheMessageAndKeepsTheCode) {
   const absl::Status s =
       FromGrpcStatus(grpc::Status(grpc::StatusCode::DATA_LOSS, "record 7"), "worker 127.0.0.1:5");

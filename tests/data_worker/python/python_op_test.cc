@@ -306,6 +306,62 @@ TEST_F(PythonOpTest, AnElementThatAlwaysKillsItsProcessFailsAfterThreeTries) {
   EXPECT_EQ(skipped.stats.skipped, 1u);
 }
 
+// A function that returns more than the worker's memory budget fails its
+// element (a bad record: skipped under skip), where it would have filled the
+// worker's memory.
+TEST_F(PythonOpTest, ResultsLargerThanTheMemoryBudgetFailTheirElement) {
+  python::PythonOptions o = Options();
+  o.max_result_bytes = 1 << 20;
+  python::ConfigurePython(o);
+  const Out out = RunSpec(Spec("grows_on_5", 2));
+  EXPECT_EQ(out.status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(out.status.message(),
+              HasSubstr("record 5: map[1] (Python): op 1 (Python): sluice_test_fns.grows_on_5: "
+                        "results of 3000008 bytes for one element, more than this worker's limit "
+                        "of 1048576 bytes (its memory budget, --memory-mb)"));
+  const Out skipped = RunSpec(Spec("grows_on_5", 2, "skip"));
+  ASSERT_TRUE(skipped.status.ok()) << skipped.status;
+  EXPECT_EQ(skipped.deliveries, kRecords - 1);
+  EXPECT_EQ(skipped.images.count(5), 0u);
+  EXPECT_EQ(skipped.stats.skipped, 1u);
+}
+
+// A group's answer stops once its results pass the limit; the rest are asked
+// again: 14 bytes per element and a limit of 30 make requests of 3, 3 and 2.
+TEST_F(PythonOpTest, AGroupWhoseResultsPassTheLimitIsAnsweredInParts) {
+  python::PythonOptions o = Options();
+  o.max_result_bytes = 30;
+  python::ConfigurePython(o);
+  auto pool = python::ConfiguredPythonPool();
+  std::vector<Tensor> images, labels;
+  for (int g = 0; g < kRecords; ++g) {
+    Tensor image = Tensor::Allocate(DType::kUint8, {1, 2, 3});
+    for (int i = 0; i < 6; ++i) image.data()[i] = static_cast<uint8_t>(10 * g + i);
+    images.push_back(std::move(image));
+    Tensor label = Tensor::Allocate(DType::kInt64, {});
+    *label.data_as<int64_t>() = g;
+    labels.push_back(std::move(label));
+  }
+  std::vector<python::CallInput> group;
+  for (int g = 0; g < kRecords; ++g) {
+    group.push_back(python::CallInput{uint64_t(100 + g), {&images[g], &labels[g]}});
+  }
+  auto out = pool->CallGroup("sluice_test_fns", "invert", group);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(pool->requests(), 3);
+  EXPECT_EQ(pool->processes_started(), 1);
+  ASSERT_EQ(out->size(), static_cast<size_t>(kRecords));
+  for (int g = 0; g < kRecords; ++g) {
+    const auto& r = (*out)[g];
+    ASSERT_TRUE(r.ok()) << g << ": " << r.status();
+    ASSERT_EQ(r->size(), 2u);
+    std::string want;
+    for (int i = 0; i < 6; ++i) want.push_back(static_cast<char>(255 - (10 * g + i)));
+    EXPECT_EQ(std::string((*r)[0].bytes()), want) << g;
+    EXPECT_EQ(*(*r)[1].data_as<int64_t>(), g);
+  }
+}
+
 TEST_F(PythonOpTest, AMissingModuleIsInvalidArgumentWithTheImportError) {
   std::string yaml =
       absl::StrReplaceAll(Spec("invert", 1), {{"module: sluice_test_fns", "module: no_such_mod"}});

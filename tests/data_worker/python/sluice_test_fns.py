@@ -42,6 +42,17 @@ def raises_on_3(image, label, rng):
     return 255 - image, label
 
 
+def raises_long_on_3(image, label, rng):
+    """An exception whose message is 100,000 characters, raised 50 calls deep."""
+    def deep(n):
+        if n == 0:
+            raise ValueError("start " + "x" * 100000 + " end of record %d" % int(label))
+        deep(n - 1)
+    if int(label) == 3:
+        deep(50)
+    return 255 - image, label
+
+
 def _first_time(tag, label):
     path = os.path.join(os.environ["SLUICE_TEST_MARKERS"], "%s-%d" % (tag, int(label)))
     if os.path.exists(path):
@@ -93,6 +104,13 @@ def forks_then_exits_once_on_3(image, label, rng):
 def always_exits_on_4(image, label, rng):
     if int(label) == 4:
         os._exit(9)
+    return 255 - image, label
+
+
+def grows_on_5(image, label, rng):
+    """A 1000x1000x3 image (3,000,000 bytes) for record 5."""
+    if int(label) == 5:
+        return np.zeros((1000, 1000, 3), np.uint8), label
     return 255 - image, label
 
 
