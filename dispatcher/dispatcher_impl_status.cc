@@ -2,6 +2,7 @@
 // metrics, GetStatus) and the autoscaler's decision each tick.
 
 #include <algorithm>
+#include <limits>
 #include <set>
 #include <string>
 #include <vector>
@@ -134,7 +135,9 @@ absl::Status DispatcherImpl::Autoscale(absl::Time now) {
     in.jobs.push_back({.job_id = id,
                        .batch_size = dataset != nullptr ? dataset->batch_size : uint64_t{1},
                        .priority = job.config.priority(),
-                       .min_workers = static_cast<int>(job.config.min_workers()),
+                       // uint32 on the wire: above INT_MAX is as outsized as INT_MAX.
+                       .min_workers = static_cast<int>(std::min<uint32_t>(
+                           job.config.min_workers(), std::numeric_limits<int>::max())),
                        .remaining_elements = RemainingRecords(job)});
     for (const DispatcherState::Consumer& c : job.consumers) {
       if (!LiveConsumer(id, c, now)) continue;

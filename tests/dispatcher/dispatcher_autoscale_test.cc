@@ -526,6 +526,29 @@ TEST_F(DispatcherAutoscaleTest, BoundedPoolGoesToTheHigherPriorityJobFirst) {
   EXPECT_EQ(response.start(0).key().job_id(), high);
 }
 
+// min_workers is a uint32 on the wire: 4,000,000,000 is an outsized
+// reservation (dropped, and said so), not a negative one read as none.
+TEST_F(DispatcherAutoscaleTest, AReservationAboveIntMaxIsOutsizedNotNegative) {
+  Start(DispatcherOptions::Scaler::kNone, /*max_workers=*/3);
+  const uint64_t low = Job("low", /*priority=*/0, /*min_workers=*/4'000'000'000u);
+  a_ = Worker("a:1");
+  ASSERT_TRUE(impl_->Tick().ok());
+  clock_.Advance(absl::Seconds(6));
+  WorkerBeat(a_, 0, 0, {{low, 0, 0}});
+  ClientBeat(low, 0, 0);
+  ASSERT_TRUE(impl_->Tick().ok());
+  clock_.Advance(absl::Seconds(2));
+  WorkerBeat(a_, 200, 2.0, {{low, 100, 1.0}});
+  ClientBeat(low, 40, 1.0);
+  ASSERT_TRUE(impl_->Tick().ok());
+  const proto::GetStatusResponse status = Status();
+  ASSERT_EQ(status.jobs_size(), 1);
+  EXPECT_EQ(status.jobs(0).min_workers(), 4'000'000'000u);
+  EXPECT_THAT(status.jobs(0).allocation_reason(),
+              HasSubstr("; min_workers 2147483647 not reserved: the jobs reserve 2147483647 of a "
+                        "pool of 3"));
+}
+
 // A pool bounded at 3 workers, two jobs that each need 4 (as above): "high"
 // has priority 1, "low" min_workers 1. The allocation: low its minimum 1,
 // high the other 2 (it wants 4.14). Worker affinity (AssignWorkersToJobs,
