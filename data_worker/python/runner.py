@@ -206,7 +206,19 @@ def exit_when_orphaned(worker):
         os._exit(1)
 
 
+def first_for_the_oom_killer():
+    """Out of memory, the kernel kills this process before its worker (a process may raise
+    its own score): a user function that takes too much memory costs its element a retry on
+    a fresh process, not every job the worker serves."""
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+    except OSError:
+        pass
+
+
 def main():
+    first_for_the_oom_killer()
     threading.Thread(target=exit_when_orphaned, args=(os.getppid(),), daemon=True).start()
     reader = os.fdopen(CTL_FD, "rb", buffering=1 << 16, closefd=False)
     shm = Shm()

@@ -279,6 +279,21 @@ TEST_F(PythonOpTest, AProcessThatExitsLeavingAForkedChildIsReplacedAndTheChildKi
   EXPECT_EQ(WTERMSIG(status), SIGKILL);
 }
 
+// Out of memory, the kernel's OOM killer takes a Python process (replaced, its
+// element redone) before the worker that serves every job.
+TEST_F(PythonOpTest, TheOomKillerTakesAPythonProcessBeforeItsWorker) {
+  auto p = python::PythonProcess::Start(
+      {.interpreter = SLUICE_PYTHON_EXECUTABLE, .python_path = {SLUICE_TEST_PYTHON_DIR}});
+  ASSERT_TRUE(p.ok()) << p.status();
+  Tensor label = Tensor::Allocate(DType::kInt64, {});
+  *label.data_as<int64_t>() = 1;
+  auto out = (*p)->Call("sluice_test_fns", "label_draw", 1, {&label}, absl::Seconds(60));
+  ASSERT_TRUE(out.ok()) << out.status();
+  int adj = 0;
+  ASSERT_TRUE(std::ifstream(absl::StrCat("/proc/", (*p)->pid(), "/oom_score_adj")) >> adj);
+  EXPECT_EQ(adj, 1000);
+}
+
 TEST_F(PythonOpTest, AHangPastTheTimeoutIsKilledAndItsElementRedoneOnce) {
   python::PythonOptions o = Options();
   o.timeout = absl::Seconds(1);
