@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -504,6 +506,110 @@ TEST_F(CliTest, AKilledLocalTakesItsDispatcherAndWorkersWithIt) {
     // SIGTERM is their graceful stop: the dispatcher and the workers exit 0.
     EXPECT_EQ(WaitForExit(pid, 60'000), 0) << "pid " << pid << "\n" << ReadFile(log);
   }
+}
+
+// A memory cgroup limited to `limit` bytes (cgroup v2, or v1's memory controller), for a
+// real out-of-memory kill; Make() gives nullopt where this machine cannot make one (not root,
+// no writable cgroup file system). Removed at destruction.
+class MemoryCgroup {
+ public:
+  static std::optional<MemoryCgroup> Make(const std::string& name, int64_t limit) {
+    for (const auto& [root, limit_file, events_file] :
+         {std::tuple<std::string, std::string, std::string>{
+              "/sys/fs/cgroup/memory", "memory.limit_in_bytes", "memory.oom_control"},
+          {"/sys/fs/cgroup", "memory.max", "memory.events"}}) {
+      const std::string dir = root + "/" + name;
+      std::error_code ec;
+      std::filesystem::create_directory(dir, ec);
+      if (ec || !std::filesystem::exists(dir + "/" + limit_file)) {
+        std::filesystem::remove(dir, ec);
+        continue;
+      }
+      std::ofstream(dir + "/" + limit_file) << limit;
+      int64_t set = 0;
+      if (std::ifstream(dir + "/" + limit_file) >> set && set == limit) {
+        return MemoryCgroup(dir, events_file);
+      }
+      std::filesystem::remove(dir, ec);
+    }
+    return std::nullopt;
+  }
+  MemoryCgroup(MemoryCgroup&& other) noexcept
+      : dir_(std::move(other.dir_)), events_(other.events_) {
+    other.dir_.clear();
+  }
+  // Waits (up to 10 s) for its last processes to end: the Python processes of a sluice that
+  // exited end within half a second.
+  ~MemoryCgroup() {
+    for (int i = 0; !dir_.empty() && rmdir(dir_.c_str()) != 0 && errno == EBUSY && i < 1000; ++i) {
+      usleep(10'000);
+    }
+  }
+  // The file a process writes its pid to, to join.
+  std::string procs() const { return dir_ + "/cgroup.procs"; }
+  // Processes the kernel's OOM killer killed in the cgroup ("oom_kill N").
+  int oom_kills() const {
+    std::ifstream in(dir_ + "/" + events_);
+    std::string key;
+    int64_t value = 0;
+    while (in >> key >> value) {
+      if (key == "oom_kill") return static_cast<int>(value);
+    }
+    return -1;
+  }
+
+ private:
+  MemoryCgroup(std::string dir, std::string events) : dir_(std::move(dir)), events_(events) {}
+  std::string dir_;
+  std::string events_;
+};
+
+// A user function that takes more memory than its worker may have: the kernel's OOM killer
+// kills its Python process (a real kill, in a memory cgroup of 1 GiB; the function touches
+// 4 GiB), which is replaced, and the element is redone: every record once.
+TEST_F(CliTest, AnOutOfMemoryKillOfAPythonProcessLosesAndRepeatsNothing) {
+  std::optional<MemoryCgroup> cgroup =
+      MemoryCgroup::Make(absl::StrCat("sluice-cli-test-", getpid()), int64_t{1} << 30);
+  if (!cgroup.has_value()) GTEST_SKIP() << "no memory cgroup can be made here (needs root)";
+  const std::string ds = MakeDataset(8);
+  const std::string py = tmp_.Join("py"), marker = tmp_.Join("took-memory");
+  std::filesystem::create_directories(py);
+  WriteFile(py + "/greedy.py", absl::StrCat("import os\n"
+                                            "import numpy as np\n"
+                                            "def once(label, rng):\n"
+                                            "    if not os.path.exists('",
+                                            marker,
+                                            "'):\n"
+                                            "        open('",
+                                            marker,
+                                            "', 'w').close()\n"
+                                            "        big = np.ones(4 << 30, np.uint8)\n"
+                                            "        label = label + big[0] - 1\n"
+                                            "    return label + 1000\n"));
+  const std::string spec = tmp_.Join("greedy.yaml");
+  WriteFile(spec,
+            "source: {dataset: {path: /not/used}, columns: [label]}\n"
+            "nodes:\n"
+            "  - map: {input_columns: [label], ops: [{python: {module: greedy, function: once}}]}\n"
+            "  - batch: {size: 1}\n");
+  const std::string log = tmp_.Join("run.log"), ids = tmp_.Join("ids.txt");
+  // The shell joins the cgroup (exit 77 if it may not), then becomes sluice.
+  auto run = Subprocess::Start(
+      {"/bin/sh", "-c",
+       absl::StrCat("echo $$ > ", cgroup->procs(), " || exit 77; exec \"$0\" \"$@\""), Bin(),
+       "pipeline", "run", "--spec", spec, "--data", ds, "--threads", "1", "--allow-python-ops",
+       "--python-path", py, "--ids-out", ids},
+      {.log_file = log});
+  ASSERT_TRUE(run.ok()) << run.status();
+  const int code = (*run)->Wait(absl::Seconds(120)).value_or(-1);
+  if (code == 77) GTEST_SKIP() << "cannot join the memory cgroup: " << ReadFile(log);
+  ASSERT_EQ(code, 0) << ReadFile(log);
+  EXPECT_TRUE(std::filesystem::exists(marker));
+  EXPECT_EQ(cgroup->oom_kills(), 1) << ReadFile(log);
+  std::multiset<int> got;
+  std::ifstream in(ids);
+  for (int id; in >> id;) got.insert(id);
+  EXPECT_EQ(got, (std::multiset<int>{0, 1, 2, 3, 4, 5, 6, 7}));
 }
 
 // A worker killed while a user function hangs in one of its Python processes: the process does
