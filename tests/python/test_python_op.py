@@ -23,6 +23,12 @@ def test_python_op_output_dtypes_and_json():
         "python": {"module": "m", "function": "f", "output_dtypes": ["float32", ""]}}
 
 
+def test_python_op_output_dtypes_as_one_string_is_an_error():
+    with pytest.raises(ValueError, match=r"output_dtypes: a list with one dtype per column, "
+                                         r"got the string 'float32' \(write \['float32'\]\)"):
+        sluice.ops.python("m", "f", output_dtypes="float32")
+
+
 def test_python_op_group():
     p = (sluice.Pipeline().dataset("/d").columns(["label"])
          .map(["label"], [sluice.ops.python("m", "f", group=32)]))

@@ -256,6 +256,9 @@ class ops:  # noqa: N801 (a namespace, like the C++ free functions)
         element per request); the function is still called once per element.
         Returns the op as a dict.
         """
+        if isinstance(output_dtypes, str):  # list() would make one dtype per letter
+            raise ValueError("output_dtypes: a list with one dtype per column, got the string "
+                             "%r (write [%r])" % (output_dtypes, output_dtypes))
         fields: Dict[str, Any] = {"module": module, "function": function}
         if output_dtypes:
             fields["output_dtypes"] = list(output_dtypes)
