@@ -58,9 +58,8 @@ struct PythonOptions {
   absl::Duration timeout = absl::Seconds(60);
   // The most bytes one element's results may take (the worker's memory
   // budget, --memory-mb): larger results are the element's DataLoss (a bad
-  // record, skipped under on_error: skip),
-  // and a group's answer stops once its results pass it (the rest go in the
-  // next request). 0: no limit.
+  // record, skipped under on_error: skip), and a group's answer stops once
+  // its results pass it (the rest go in the next request). 0: no limit.
   int64_t max_result_bytes = 0;
   // Empty: the python3 sluice was built against (CMake SLUICE_PYTHON_EXECUTABLE).
   std::string interpreter;

@@ -220,25 +220,25 @@ absl::Status PythonProcess::MapShm(size_t size) {
 }
 
 absl::Status PythonProcess::Dead(const std::string& what, bool exiting) {
-  int status = 0;
-  pid_t r = waitpid(pid_, &status, WNOHANG);
+  // Whether the child has ended, without reaping it: until it is reaped its
+  // pid, and so its process group's id, cannot be reused.
+  auto ended = [&] {
+    siginfo_t info{};
+    return waitid(P_PID, pid_, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid_;
+  };
+  bool gone = ended();
   // A process that closed its socket is normally on its way out: give it a
   // moment to end, so that the message says how (signal, exit status).
-  for (int i = 0; exiting && r == 0 && i < 100; ++i) {
+  for (int i = 0; exiting && !gone && i < 100; ++i) {
     usleep(2000);
-    r = waitpid(pid_, &status, WNOHANG);
+    gone = ended();
   }
-  std::string how;
-  if (r == pid_) {
-    how = DescribeWait(status);
-    kill(-pid_, SIGKILL);  // what it forked (its group outlives it)
-  } else {
-    KillGroup();
-    while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-    }
-    how = absl::StrCat(what, "; killed it");
+  KillGroup();  // what it forked, and itself if it still runs
+  int status = 0;
+  while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
   }
   reaped_ = true;
+  const std::string how = gone ? DescribeWait(status) : absl::StrCat(what, "; killed it");
   return absl::UnavailableError(absl::StrCat("the Python process (pid ", pid_, ") ", how));
 }
 

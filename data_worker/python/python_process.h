@@ -5,8 +5,8 @@
 // format) started with posix_spawn: fd 3 is a memfd both sides map, fd 4 a
 // stream socket that carries one request line per call and the layout of the
 // results; stdout goes to the worker's stderr, so a user's print() cannot
-// corrupt the protocol, and stdin is /dev/null. Inputs are copied once into the memfd and are numpy
-// views there; outputs are copied once out of it.
+// corrupt the protocol, and stdin is /dev/null. Inputs are copied once into
+// the memfd and are numpy views there; outputs are copied once out of it.
 //
 // The child leads its own process group: what a user function forks is
 // killed with it when it dies, hangs or is stopped, and its death is seen
@@ -111,7 +111,8 @@ class PythonProcess {
   // (Unavailable).
   absl::Status Dead(const std::string& what, bool exiting);
 
-  // SIGKILLs the child and its process group (what it forked).
+  // SIGKILLs the child and its process group (what it forked); call before
+  // reaping the child, while its pid cannot name another group.
   void KillGroup();
 
   pid_t pid_;
