@@ -125,6 +125,29 @@ std::string Inverted(std::string s) {
   return s;
 }
 
+// kRecords elements for a pool's group call: record g's image is 1x2x3
+// bytes 10g..10g+5, its label g, its seed 100 + g.
+struct SmallRecords {
+  SmallRecords() {
+    for (int g = 0; g < kRecords; ++g) {
+      Tensor image = Tensor::Allocate(DType::kUint8, {1, 2, 3});
+      for (int i = 0; i < 6; ++i) image.data()[i] = static_cast<uint8_t>(10 * g + i);
+      images.push_back(std::move(image));
+      Tensor label = Tensor::Allocate(DType::kInt64, {});
+      *label.data_as<int64_t>() = g;
+      labels.push_back(std::move(label));
+    }
+    for (int g = 0; g < kRecords; ++g) {
+      group.push_back(python::CallInput{uint64_t(100 + g), {&images[g], &labels[g]}});
+    }
+  }
+  SmallRecords(const SmallRecords&) = delete;
+  SmallRecords& operator=(const SmallRecords&) = delete;
+
+  std::vector<Tensor> images, labels;
+  std::vector<python::CallInput> group;
+};
+
 class PythonOpTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -348,20 +371,8 @@ TEST_F(PythonOpTest, AGroupWhoseResultsPassTheLimitIsAnsweredInParts) {
   o.max_result_bytes = 30;
   python::ConfigurePython(o);
   auto pool = python::ConfiguredPythonPool();
-  std::vector<Tensor> images, labels;
-  for (int g = 0; g < kRecords; ++g) {
-    Tensor image = Tensor::Allocate(DType::kUint8, {1, 2, 3});
-    for (int i = 0; i < 6; ++i) image.data()[i] = static_cast<uint8_t>(10 * g + i);
-    images.push_back(std::move(image));
-    Tensor label = Tensor::Allocate(DType::kInt64, {});
-    *label.data_as<int64_t>() = g;
-    labels.push_back(std::move(label));
-  }
-  std::vector<python::CallInput> group;
-  for (int g = 0; g < kRecords; ++g) {
-    group.push_back(python::CallInput{uint64_t(100 + g), {&images[g], &labels[g]}});
-  }
-  auto out = pool->CallGroup("sluice_test_fns", "invert", group);
+  const SmallRecords records;
+  auto out = pool->CallGroup("sluice_test_fns", "invert", records.group);
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(pool->requests(), 3);
   EXPECT_EQ(pool->processes_started(), 1);
@@ -534,22 +545,8 @@ TEST_F(PythonOpTest, AGroupedRunIsByteIdenticalToThePerElementRun) {
 // One request for the eight elements; the exception of element 3 is its own.
 TEST_F(PythonOpTest, APoolGroupCallsTheFunctionOncePerElementInOneRequest) {
   auto pool = python::ConfiguredPythonPool();
-  std::vector<Tensor> images, labels;
-  for (int g = 0; g < kRecords; ++g) {
-    Tensor image = Tensor::Allocate(DType::kUint8, {1, 2, 3});
-    for (int i = 0; i < 6; ++i) {
-      image.data()[i] = static_cast<uint8_t>(10 * g + i);
-    }
-    images.push_back(std::move(image));
-    Tensor label = Tensor::Allocate(DType::kInt64, {});
-    *label.data_as<int64_t>() = g;
-    labels.push_back(std::move(label));
-  }
-  std::vector<python::CallInput> group;
-  for (int g = 0; g < kRecords; ++g) {
-    group.push_back(python::CallInput{uint64_t(100 + g), {&images[g], &labels[g]}});
-  }
-  auto out = pool->CallGroup("sluice_test_fns", "raises_on_3", group);
+  const SmallRecords records;
+  auto out = pool->CallGroup("sluice_test_fns", "raises_on_3", records.group);
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(pool->requests(), 1);
   ASSERT_EQ(out->size(), static_cast<size_t>(kRecords));
