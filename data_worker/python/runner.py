@@ -157,11 +157,29 @@ def call(fn, buf, specs, rng):
             return None, ("result", "result %d is %s%s; return one of %s (cast with .astype)" % (
                 k, name, list(a.shape), ", ".join(DTYPES)))
         arrays.append(a)
-    size = sum(a.nbytes for a in arrays)
-    if RESULT_LIMIT and size > RESULT_LIMIT:
-        return None, ("size", "results of %d bytes for one element, more than this worker's "
-                      "limit of %d bytes (its memory budget, --memory-mb)" % (size, RESULT_LIMIT))
     return arrays, None
+
+
+def call_all(fn, buf, elements, rng):
+    """The calls of one request, in order, each as call() returns it. An element whose results
+    take more than RESULT_LIMIT bytes fails (ERR size), and the request stops once its results
+    so far take more (the worker asks again for the rest)."""
+    results = []
+    total = 0
+    for state, inc, specs in elements:
+        arrays, err = call(fn, buf, specs, rng.seeded(state, inc))
+        if arrays is not None and RESULT_LIMIT:
+            size = sum(a.nbytes for a in arrays)
+            if size > RESULT_LIMIT:
+                arrays, err = None, ("size", "results of %d bytes for one element, more than this "
+                                     "worker's limit of %d bytes (its memory budget, --memory-mb)"
+                                     % (size, RESULT_LIMIT))
+            else:
+                total += size
+        results.append((arrays, err))
+        if RESULT_LIMIT and total > RESULT_LIMIT:
+            break
+    return results
 
 
 def write_results(shm, results, end):
@@ -246,14 +264,7 @@ def main():
             continue
         buf = shm.buffer()
         end = max((inputs_end(specs) for _, _, specs in elements), default=0)
-        results = []
-        size = 0
-        for state, inc, specs in elements:
-            results.append(call(fn, buf, specs, rng.seeded(state, inc)))
-            arrays = results[-1][0]
-            size += sum(a.nbytes for a in arrays) if arrays is not None else 0
-            if RESULT_LIMIT and size > RESULT_LIMIT:
-                break  # the worker asks again for the rest
+        results = call_all(fn, buf, elements, rng)
         del buf
         lines, size = write_results(shm, results, end)
         if words[0] == b"GROUP":
