@@ -141,6 +141,12 @@ struct SmallRecords {
       group.push_back(python::CallInput{uint64_t(100 + g), {&images[g], &labels[g]}});
     }
   }
+  // Record g's image bytes through sluice_test_fns.invert: 255 - (10g..10g+5).
+  static std::string InvertedImage(int g) {
+    std::string bytes;
+    for (int i = 0; i < 6; ++i) bytes.push_back(static_cast<char>(255 - (10 * g + i)));
+    return bytes;
+  }
   SmallRecords(const SmallRecords&) = delete;
   SmallRecords& operator=(const SmallRecords&) = delete;
 
@@ -381,9 +387,7 @@ TEST_F(PythonOpTest, AGroupWhoseResultsPassTheLimitIsAnsweredInParts) {
     const auto& r = (*out)[g];
     ASSERT_TRUE(r.ok()) << g << ": " << r.status();
     ASSERT_EQ(r->size(), 2u);
-    std::string want;
-    for (int i = 0; i < 6; ++i) want.push_back(static_cast<char>(255 - (10 * g + i)));
-    EXPECT_EQ(std::string((*r)[0].bytes()), want) << g;
+    EXPECT_EQ(std::string((*r)[0].bytes()), SmallRecords::InvertedImage(g)) << g;
     EXPECT_EQ(*(*r)[1].data_as<int64_t>(), g);
   }
 }
@@ -559,11 +563,7 @@ TEST_F(PythonOpTest, APoolGroupCallsTheFunctionOncePerElementInOneRequest) {
     }
     ASSERT_TRUE(r.ok()) << g << ": " << r.status();
     ASSERT_EQ(r->size(), 2u);
-    std::string want;
-    for (int i = 0; i < 6; ++i) {
-      want.push_back(static_cast<char>(255 - (10 * g + i)));
-    }
-    EXPECT_EQ(std::string((*r)[0].bytes()), want) << g;
+    EXPECT_EQ(std::string((*r)[0].bytes()), SmallRecords::InvertedImage(g)) << g;
     EXPECT_EQ(*(*r)[1].data_as<int64_t>(), g);
   }
 }
