@@ -241,6 +241,13 @@ struct DispatcherOptions {
   // A consumer without a ClientHeartbeat this long is gone (its lease expired); a job all of
   // whose consumers are gone (or finished) is collected: workers drop its splits and pipeline.
   absl::Duration consumer_timeout = absl::Seconds(60);
+  // A consumer without a ClientHeartbeat this long is no demand: its client reports every 200 ms
+  // while its iterator is open (at most 2 s apart while retrying), so its trainer died, is
+  // stopped, or cannot reach the dispatcher. The autoscaler stops counting it, and a bounded
+  // pool's share goes to the jobs that are still reading, within seconds instead of a lease;
+  // the lease above still keeps its splits and job for a restarted trainer, and its next report
+  // counts it again. A consumer that closed its iterator (`leaving`) is no demand at once.
+  absl::Duration consumer_silence = absl::Seconds(5);
   // A consumer that returned no batch yet gets one split in production at a time, so its first
   // batch gets all of the workers' CPU instead of a share (Assignable). sluice-dispatcher turns
   // it on (--first-split-alone); off here, every pick is by the rule above.
@@ -583,7 +590,8 @@ class DispatcherImpl {
   // One autoscaling decision from the window's signals (and, kLocal, drains).
   absl::Status Autoscale(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether consumer `index` of `job_id` counts as demand: it is not
-  // finished, it has reported, and not longer than consumer_timeout ago.
+  // finished and did not leave, it has reported, and not longer than
+  // consumer_silence ago.
   bool LiveConsumer(uint64_t job_id, const DispatcherState::Consumer& consumer,
                     absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // True when a job the last decision counted has no live consumer any more

@@ -418,6 +418,12 @@ absl::Status DispatcherImpl::DoClientHeartbeat(const proto::ClientHeartbeatReque
   }
   signal.wait_seconds_total = request.wait_seconds_total();
   signal.buffer_fill = request.buffer_fill();
+  // Back after a silence or a leave (LiveConsumer): its rates are read from this report on,
+  // not averaged over the time it was away.
+  if (signal.left || (signal.last_report != absl::InfinitePast() &&
+                      now - signal.last_report >= options_.consumer_silence)) {
+    signal.window_start = absl::InfinitePast();
+  }
   signal.last_report = now;
   if (request.batches_returned_total() < signal.batches_returned_total) {
     signal.window_batches = 0;  // the client restarted

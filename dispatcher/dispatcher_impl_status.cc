@@ -71,9 +71,9 @@ bool DispatcherImpl::LiveConsumer(uint64_t job_id, const DispatcherState::Consum
                                   absl::Time now) const {
   if (consumer.finished) return false;
   auto it = consumer_signals_.find({job_id, consumer.index});
-  // Never reported, or gone.
+  // Never reported, left, or silent.
   return it != consumer_signals_.end() && it->second.window_start != absl::InfinitePast() &&
-         now - it->second.last_report < options_.consumer_timeout;
+         !it->second.left && now - it->second.last_report < options_.consumer_silence;
 }
 
 bool DispatcherImpl::DemandLeft(absl::Time now) const {
@@ -253,13 +253,19 @@ absl::Status DispatcherImpl::DoGetStatus(const proto::GetStatusRequest& request,
     const DispatcherState::Dataset* dataset = state_.FindDataset(job.dataset_id);
     j->set_batch_size(dataset != nullptr ? dataset->batch_size : 0);
     j->set_num_epochs(job.config.num_epochs());
+    bool estimated = false;
     for (const JobEstimate& e : decision_.jobs) {
       if (e.job_id != id) continue;
+      estimated = true;
       j->set_demand_elements_per_second(e.demand);
       j->set_capacity_elements_per_second(e.capacity);
       j->set_need_workers(e.need);
       j->set_allocated_workers(e.allocated);
       j->set_allocation_reason(e.allocation_reason);
+    }
+    if (!estimated) {  // in no decision yet, or not in the last one
+      j->set_allocation_reason(
+          "no demand: none of its consumers is reading (finished, left, silent or not started)");
     }
     j->set_priority(job.config.priority());
     j->set_min_workers(job.config.min_workers());
@@ -277,6 +283,11 @@ absl::Status DispatcherImpl::DoGetStatus(const proto::GetStatusRequest& request,
       if (it != consumer_signals_.end()) {
         cs->set_batches_per_second(it->second.batches_per_second);
         cs->set_wait_fraction(it->second.window_wait_fraction);
+        const absl::Duration silent = now - it->second.last_report;
+        if (!c.finished && it->second.last_report != absl::InfinitePast() &&
+            silent >= options_.consumer_silence) {
+          cs->set_silent_seconds(absl::ToDoubleSeconds(silent));
+        }
       }
     }
   }

@@ -43,7 +43,8 @@ class DispatcherAutoscaleTest : public ::testing::Test {
   }
 
   // A job of one consumer over 1000 records, batches of 10.
-  uint64_t Job(const std::string& name = "j", int priority = 0, uint32_t min_workers = 0) {
+  uint64_t Job(const std::string& name = "j", int priority = 0, uint32_t min_workers = 0,
+               uint32_t consumers = 1) {
     proto::RegisterDatasetRequest dataset;
     dataset.set_protocol_version(kProtocolVersion);
     dataset.set_pipeline("pipe");
@@ -59,6 +60,7 @@ class DispatcherAutoscaleTest : public ::testing::Test {
     request.mutable_config()->set_split_size(100);
     request.mutable_config()->set_priority(priority);
     request.mutable_config()->set_min_workers(min_workers);
+    request.mutable_config()->set_num_consumers(consumers);
     proto::GetOrCreateJobResponse response;
     EXPECT_TRUE(Sync(impl_).GetOrCreateJob(request, &response).ok());
     return response.job_id();
@@ -110,10 +112,13 @@ class DispatcherAutoscaleTest : public ::testing::Test {
     return response;
   }
 
-  void ClientBeat(uint64_t job, uint64_t batches, double wait_seconds) {
+  void ClientBeat(uint64_t job, uint64_t batches, double wait_seconds, uint32_t consumer = 0,
+                  bool leaving = false) {
     proto::ClientHeartbeatRequest request;
     request.set_protocol_version(kProtocolVersion);
     request.set_job_id(job);
+    request.set_consumer_index(consumer);
+    request.set_leaving(leaving);
     request.set_batches_returned_total(batches);
     request.set_wait_seconds_total(wait_seconds);
     proto::ClientHeartbeatResponse response;
@@ -147,6 +152,22 @@ class DispatcherAutoscaleTest : public ::testing::Test {
     WorkerBeat(a_, 200, 2.0);
     WorkerBeat(b_, 100, 1.0);  // busy half the time: still 100 el/busy-s
     ClientBeat(job_, 40, 1.0);
+    ASSERT_TRUE(impl_->Tick().ok());
+  }
+
+  // A pool bounded at 2, jobs "low" and "high" (priority 1), workers a_ and b_ past their
+  // warm-up, every counter at 0: the next reports measure.
+  void LowAndHighOnTwoWarmWorkers(uint64_t& low, uint64_t& high) {
+    Start(DispatcherOptions::Scaler::kNone, /*max_workers=*/2);
+    low = Job("low");
+    high = Job("high", /*priority=*/1);
+    a_ = Worker("a:1");
+    b_ = Worker("b:1");
+    ASSERT_TRUE(impl_->Tick().ok());
+    clock_.Advance(absl::Seconds(6));
+    for (uint64_t w : {a_, b_}) WorkerBeat(w, 0, 0, {{low, 0, 0}, {high, 0, 0}});
+    ClientBeat(low, 0, 0);
+    ClientBeat(high, 0, 0);
     ASSERT_TRUE(impl_->Tick().ok());
   }
 
@@ -479,17 +500,8 @@ TEST_F(DispatcherAutoscaleTest, AJobWhoseConsumersLeftIsDecidedAtOnce) {
 // wants 4.14 and is short of it. A third worker's split then comes from high,
 // where without the allocation the lower job id (low) would have had it.
 TEST_F(DispatcherAutoscaleTest, BoundedPoolGoesToTheHigherPriorityJobFirst) {
-  Start(DispatcherOptions::Scaler::kNone, /*max_workers=*/2);
-  const uint64_t low = Job("low");
-  const uint64_t high = Job("high", /*priority=*/1);
-  a_ = Worker("a:1");
-  b_ = Worker("b:1");
-  ASSERT_TRUE(impl_->Tick().ok());
-  clock_.Advance(absl::Seconds(6));
-  for (uint64_t w : {a_, b_}) WorkerBeat(w, 0, 0, {{low, 0, 0}, {high, 0, 0}});
-  ClientBeat(low, 0, 0);
-  ClientBeat(high, 0, 0);
-  ASSERT_TRUE(impl_->Tick().ok());
+  uint64_t low = 0, high = 0;
+  ASSERT_NO_FATAL_FAILURE(LowAndHighOnTwoWarmWorkers(low, high));
   clock_.Advance(absl::Seconds(2));
   for (uint64_t w : {a_, b_}) {
     WorkerBeat(w, 200, 2.0, {{low, 100, 1.0}, {high, 100, 1.0}});
@@ -524,6 +536,101 @@ TEST_F(DispatcherAutoscaleTest, BoundedPoolGoesToTheHigherPriorityJobFirst) {
   const proto::WorkerHeartbeatResponse response = WorkerBeat(c, 0, 0);
   ASSERT_EQ(response.start_size(), 1);
   EXPECT_EQ(response.start(0).key().job_id(), high);
+}
+
+// A trainer killed without closing its iterator sends nothing more. Its lease keeps its job for
+// a restart (consumer_timeout, 60 s), but its demand is gone once it has been silent for
+// consumer_silence (5 s): the pool bounded at 2 that went to "high" (priority 1) goes to "low"
+// in the tick that finds it silent, not a minute later. When its consumer reports again, the
+// job gets its share back at the next decision.
+TEST_F(DispatcherAutoscaleTest, ATrainerThatStopsReportingGivesUpItsShareWithinSeconds) {
+  uint64_t low = 0, high = 0;
+  ASSERT_NO_FATAL_FAILURE(LowAndHighOnTwoWarmWorkers(low, high));
+  // Each second: both workers make 100 elements per busy second, 50 of each job; low's consumer
+  // returns 20 batches of 10 while waiting half the time (demand 400 el/s, need 4), and so does
+  // high's while `high_reports`.
+  int second = 0;
+  uint64_t high_batches = 0;
+  double high_wait = 0;
+  auto one_second = [&](bool high_reports) {
+    clock_.Advance(absl::Seconds(1));
+    ++second;
+    const uint64_t elements = 100 * static_cast<uint64_t>(second);
+    for (uint64_t w : {a_, b_}) {
+      WorkerBeat(w, elements, second,
+                 {{low, elements / 2, second / 2.0}, {high, elements / 2, second / 2.0}});
+    }
+    ClientBeat(low, 20 * static_cast<uint64_t>(second), second / 2.0);
+    if (high_reports) {
+      high_batches += 20;
+      high_wait += 0.5;
+      ClientBeat(high, high_batches, high_wait);
+    }
+    ASSERT_TRUE(impl_->Tick().ok());
+  };
+  auto allocated = [&](uint64_t job) {
+    const proto::GetStatusResponse status = Status();
+    for (const proto::JobStatus& j : status.jobs()) {
+      if (j.job_id() == job) return j.allocated_workers();
+    }
+    ADD_FAILURE() << "job " << job << " not in the status";
+    return -1.0;
+  };
+  one_second(true);
+  one_second(true);  // a decision: high has both workers
+  ASSERT_TRUE(Status().pool_bound());
+  ASSERT_DOUBLE_EQ(allocated(high), 2);
+  ASSERT_DOUBLE_EQ(allocated(low), 0);
+  // high's trainer is killed: 4 silent seconds change nothing (a decision at second 4 included).
+  for (int i = 0; i < 4; ++i) {
+    one_second(false);
+    EXPECT_DOUBLE_EQ(allocated(high), 2) << "after " << i + 1 << " silent seconds";
+  }
+  one_second(false);  // 5 s silent: decided in this tick, one second after the last decision
+  EXPECT_DOUBLE_EQ(allocated(high), 0);
+  EXPECT_DOUBLE_EQ(allocated(low), 2);
+  const proto::GetStatusResponse status = Status();
+  ASSERT_EQ(status.jobs_size(), 2);  // the job is kept for a restart
+  EXPECT_EQ(status.jobs(0).allocation_reason(),
+            "2.00 of its need 4.00: the pool ran out (priority 0, 0.25 "
+            "trainers' wait removed per worker)");
+  EXPECT_EQ(status.jobs(1).allocation_reason(),
+            "no demand: none of its consumers is reading (finished, left, silent or not started)");
+  ASSERT_EQ(status.jobs(1).consumers_size(), 1);
+  EXPECT_DOUBLE_EQ(status.jobs(1).consumers(0).silent_seconds(), 5);
+  EXPECT_DOUBLE_EQ(status.jobs(0).consumers(0).silent_seconds(), 0);
+  // A restarted trainer reports again: high has its share back at the next decision.
+  one_second(true);
+  one_second(true);
+  EXPECT_DOUBLE_EQ(allocated(high), 2);
+  EXPECT_DOUBLE_EQ(allocated(low), 0);
+}
+
+// A consumer that closes its iterator while the other consumer of its job reads on is no
+// demand from the next decision: the job's 800 el/s (two consumers each returning 20 batches/s
+// of 10, waiting half the time) reads 400, not 800 until its lease runs out.
+TEST_F(DispatcherAutoscaleTest, AConsumerThatLeftIsNoDemandWhileItsJobGoesOn) {
+  Start(DispatcherOptions::Scaler::kNone);
+  job_ = Job("two", /*priority=*/0, /*min_workers=*/0, /*consumers=*/2);
+  a_ = Worker("a:1");
+  ASSERT_TRUE(impl_->Tick().ok());
+  clock_.Advance(absl::Seconds(6));
+  WorkerBeat(a_, 0, 0);
+  for (uint32_t c : {0u, 1u}) ClientBeat(job_, 0, 0, c);
+  ASSERT_TRUE(impl_->Tick().ok());
+  clock_.Advance(absl::Seconds(2));
+  WorkerBeat(a_, 200, 2.0);
+  for (uint32_t c : {0u, 1u}) ClientBeat(job_, 40, 1.0, c);
+  ASSERT_TRUE(impl_->Tick().ok());
+  ASSERT_EQ(Status().jobs_size(), 1);
+  ASSERT_DOUBLE_EQ(Status().jobs(0).demand_elements_per_second(), 800);
+  clock_.Advance(absl::Seconds(2));
+  WorkerBeat(a_, 400, 4.0);
+  ClientBeat(job_, 80, 2.0, 0);
+  ClientBeat(job_, 80, 2.0, 1, /*leaving=*/true);
+  ASSERT_TRUE(impl_->Tick().ok());
+  ASSERT_EQ(Status().jobs_size(), 1);
+  EXPECT_DOUBLE_EQ(Status().jobs(0).demand_elements_per_second(), 400);
 }
 
 // min_workers is a uint32 on the wire: 4,000,000,000 is an outsized

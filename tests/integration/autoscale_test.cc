@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/base/process.h"
 #include "common/pipeline_spec/parse.h"
 #include "common/record/dataset.h"
 #include "data_worker/pipeline/spec.h"
@@ -436,6 +437,65 @@ TEST_F(AutoscaleTest, ThreeJobsShareABoundedPoolHigherPriorityFirst) {
   ExpectEveryRecordOncePerEpoch(high_ids, 10);
   ExpectEveryRecordOncePerEpoch(mid_ids, 6);
   ExpectEveryRecordOncePerEpoch(low_ids, 3);
+}
+
+// A trainer SIGKILLed mid-epoch sends no `leaving`: its job keeps its lease (60 s) for a restart,
+// but its share of the bounded pool goes to the job still reading as soon as the dispatcher finds
+// it silent (5 s), not when the lease runs out. "doomed" is a real `sluice consume` process of
+// priority 1 (a step of 200 ms: 40 el/s, less than a worker); "steady" reads 15 epochs as fast
+// as it can (it needs more than the pool). Seen in the status while doomed's job is still
+// there: its consumer silent, its allocation 0, steady's the whole pool; steady reads every
+// record once per epoch.
+TEST_F(AutoscaleTest, AKilledTrainersShareGoesToTheJobStillReading) {
+  auto cluster = Start(/*min=*/1, /*max=*/2);
+  ASSERT_NE(cluster, nullptr);
+  const std::string spec = tmp_.Join("doomed.yaml");
+  ASSERT_TRUE(WriteFileAtomically(
+                  spec, absl::StrCat("seed: 3\nsource:\n  dataset: {path: ", data_->Join("ds"),
+                                     "}\n  columns: [label]\nnodes:\n  - map:\n"
+                                     "      input_columns: [label]\n"
+                                     "      ops:\n        - sleep: {micros: 20000}\n"
+                                     "  - batch: {size: 8, drop_remainder: false}\n"))
+                  .ok());
+  auto doomed = Subprocess::Start(
+      {BinDir() + "/sluice", "consume", "--dispatcher", cluster->address(), "--spec", spec, "--job",
+       "doomed", "--epochs", "1000", "--priority", "1", "--step-time", "200ms"},
+      {.log_file = tmp_.Join("doomed.log")});
+  ASSERT_TRUE(doomed.ok()) << doomed.status();
+  std::map<uint64_t, std::vector<uint64_t>> steady_ids;
+  std::thread steady([&] {
+    steady_ids = Consume(cluster->address(), "steady", /*epochs=*/15, /*sleep_micros=*/20000);
+  });
+  auto job = [](const proto::GetStatusResponse& status,
+                const std::string& name) -> const proto::JobStatus* {
+    for (const proto::JobStatus& j : status.jobs()) {
+      if (j.job_name() == name) return &j;
+    }
+    return nullptr;
+  };
+  std::string seen;  // the last status, for a failure's message
+  auto shares = [&](bool doomed_alive) {
+    absl::StatusOr<proto::GetStatusResponse> status = tools::FetchStatus(cluster->address());
+    if (!status.ok()) return false;
+    seen = tools::StatusText(*status);
+    const proto::JobStatus* d = job(*status, "doomed");
+    const proto::JobStatus* s = job(*status, "steady");
+    if (!status->pool_bound() || d == nullptr || s == nullptr || d->consumers_size() != 1) {
+      return false;
+    }
+    if (doomed_alive) return d->allocated_workers() > 0 && s->allocated_workers() > 0;
+    return d->consumers(0).silent_seconds() > 0 && d->allocated_workers() == 0 &&
+           s->allocated_workers() == 2;
+  };
+  EXPECT_TRUE(cluster->Eventually([&] { return shares(/*doomed_alive=*/true); })) << seen;
+  (*doomed)->Signal(SIGKILL);
+  ASSERT_TRUE((*doomed)->Wait(absl::Seconds(10)).ok());
+  // Well inside the 60 s lease: the job must still be listed.
+  EXPECT_TRUE(
+      cluster->Eventually([&] { return shares(/*doomed_alive=*/false); }, absl::Seconds(40)))
+      << seen;
+  steady.join();
+  ExpectEveryRecordOncePerEpoch(steady_ids, 15);
 }
 
 }  // namespace

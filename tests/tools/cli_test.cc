@@ -347,9 +347,10 @@ TEST_F(CliTest, ConsumeStepTimeSetsTheDemandAndStatusJsonHasTheDocumentedKeys) {
                                    "allocation_reason", "share_group", "shares_with",
                                    "cache_decision", "consumers"}));
   ASSERT_EQ(job["consumers"].size(), 1u);
-  EXPECT_EQ(keys(job["consumers"][0]),
-            (std::set<std::string>{"consumer_index", "epoch", "finished", "splits_done", "splits",
-                                   "batches_per_second", "wait_fraction", "paused"}));
+  EXPECT_EQ(
+      keys(job["consumers"][0]),
+      (std::set<std::string>{"consumer_index", "epoch", "finished", "splits_done", "splits",
+                             "batches_per_second", "wait_fraction", "paused", "silent_seconds"}));
   EXPECT_EQ(job["job_name"], "steps");
   EXPECT_EQ(job["batch_size"], 8);
   EXPECT_EQ(job["num_epochs"], 4);

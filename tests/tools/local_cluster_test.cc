@@ -266,6 +266,7 @@ proto::GetStatusResponse FixedStatus() {
   c->set_batches_per_second(24.99);
   c->set_wait_fraction(0.799);
   c->set_paused(true);
+  c->set_silent_seconds(7.25);
   proto::ConsumerStatus* f = j->add_consumers();
   f->set_consumer_index(1);
   f->set_epoch(30);
@@ -295,9 +296,11 @@ TEST(StatusJson, RendersAFixedStatusExactly) {
             R"("allocated_workers":0,"allocation_reason":"","share_group":0,"shares_with":[],)"
             R"("cache_decision":null,"consumers":[)"
             R"({"consumer_index":0,"epoch":7,"finished":false,"splits_done":3,)"
-            R"("splits":12,"batches_per_second":24.99,"wait_fraction":0.799,"paused":true},)"
+            R"("splits":12,"batches_per_second":24.99,"wait_fraction":0.799,"paused":true,)"
+            R"("silent_seconds":7.25},)"
             R"({"consumer_index":1,"epoch":30,"finished":true,"splits_done":0,)"
-            R"("splits":0,"batches_per_second":0,"wait_fraction":0,"paused":false}]},)"
+            R"("splits":0,"batches_per_second":0,"wait_fraction":0,"paused":false,)"
+            R"("silent_seconds":0}]},)"
             R"({"job_id":8,"job_name":"j2 ünïcode","batch_size":0,"num_epochs":0,)"
             R"("demand_elements_per_second":0,"capacity_elements_per_second":0,)"
             R"("need_workers":0,"priority":0,"min_workers":0,)"
@@ -386,7 +389,7 @@ TEST(StatusText, RendersAFixedStatusExactly) {
             "worker, need 2.07 workers\n"
             "  CONSUMER   EPOCH     PROGRESS  BATCHES/S     WAIT\n"
             "  0              7         3/12      24.99    79.9%  paused (reads nothing: its slot "
-            "frees its worker)\n"
+            "frees its worker)  silent 7s (no heartbeat: counted as no demand)\n"
             "  1             30     finished       0.00     0.0%\n"
             "\n"
             "job 8 'j2 ünïcode' (batch 0, epochs: forever): demand 0.0 el/s, 0.0 "

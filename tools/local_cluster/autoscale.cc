@@ -105,7 +105,8 @@ std::string StatusJson(const proto::GetStatusResponse& s) {
                            {"splits", c.splits()},
                            {"batches_per_second", Number(c.batches_per_second())},
                            {"wait_fraction", Number(c.wait_fraction())},
-                           {"paused", c.paused()}});
+                           {"paused", c.paused()},
+                           {"silent_seconds", Number(c.silent_seconds())}});
     }
     // `cache: auto` (docs/cache.md): null for a job without it.
     Json cache_decision = nullptr;
@@ -209,10 +210,14 @@ std::string StatusText(const proto::GetStatusResponse& s) {
                           "BATCHES/S", "WAIT");
     for (const proto::ConsumerStatus& c : j.consumers()) {
       absl::StrAppendFormat(
-          &out, "  %-9d %6d %12s %10.2f %7.1f%%%s\n", c.consumer_index(), c.epoch(),
+          &out, "  %-9d %6d %12s %10.2f %7.1f%%%s%s\n", c.consumer_index(), c.epoch(),
           c.finished() ? std::string("finished") : absl::StrCat(c.splits_done(), "/", c.splits()),
           c.batches_per_second(), 100 * c.wait_fraction(),
-          c.paused() ? "  paused (reads nothing: its slot frees its worker)" : "");
+          c.paused() ? "  paused (reads nothing: its slot frees its worker)" : "",
+          c.silent_seconds() > 0
+              ? absl::StrFormat("  silent %.0fs (no heartbeat: counted as no demand)",
+                                c.silent_seconds())
+              : "");
     }
   }
   return out;
