@@ -18,11 +18,15 @@ a_j <= n_j workers, and completes after work_j x cost_j worker-seconds):
                speed-up up to the need, moving work of the job that completes later behind that
                of the one that completes sooner delays neither, which is why we expect no such
                schedule to do better;
+  by priority  the same search over the orders that serve a higher `priority=` first, as
+               sluice must (its allocation honours priority; the peers ignore it): the bound for
+               sluice on a trace with priorities (a `priority` directive that changes one later
+               is not modelled);
   no waiting   each job's completion if it had its need from arrival: a bound no schedule meets
                when the pool is short.
 
-and the ratio fair share / best order: the most any allocation can gain over a peer that shares
-the pool fairly. Directives that change the load after the start (demand, cost, lose_worker,
+and the ratios fair share / best order and fair share / by priority: the most any allocation, and
+any allocation that serves priorities first, can gain over a peer that shares the pool fairly. Directives that change the load after the start (demand, cost, lose_worker,
 slow_worker, stop) are not modelled: the trace is flagged and its figures are approximate.
 Trace errors name the file and line.
 """
@@ -40,6 +44,7 @@ class Job:
     arrival: float
     need: float  # workers
     work: float  # worker-seconds
+    priority: int = 0
 
 
 def parse(path: str) -> tuple[list[Job], float, list[str]]:
@@ -64,7 +69,7 @@ def parse(path: str) -> tuple[list[Job], float, list[str]]:
                     cost = 1 / float(kv["rate"]) if "rate" in kv else float(kv["cost"])
                     if "work" in kv:
                         jobs.append(Job(int(words[3]), float(words[1]), demand * cost,
-                                        float(kv["work"]) * cost))
+                                        float(kv["work"]) * cost, int(kv.get("priority", 0))))
                 except (KeyError, ValueError) as e:
                     raise ValueError(f"{path}:{number}: cannot read job directive: {e}") from e
             elif words[0] == "at":
@@ -145,28 +150,34 @@ RULES = [
 ]
 
 
-def run_rule(jobs: list[Job], pool: float, rule) -> float:
-    """Mean JCT when the pool goes to the live jobs in the order `rule` gives at every event."""
+def run_rule(jobs: list[Job], pool: float, rule, by_priority: bool) -> float:
+    """Mean JCT when the pool goes to the live jobs in the order `rule` gives at every event
+    (within each priority, higher first, when `by_priority`)."""
     t, left, done = 0.0, {j.id: j.work for j in jobs}, {}
     while len(done) < len(jobs):
-        order = sorted(live_jobs(jobs, t, done), key=lambda j: (rule(j, left), j.id))
+        order = sorted(live_jobs(jobs, t, done),
+                       key=lambda j: (-j.priority if by_priority else 0, rule(j, left), j.id))
         t, left, done = advance(jobs, t, left, fill(tuple(order), pool), done)
     return sum(done.values()) / len(jobs)
 
 
-def best_order(jobs: list[Job], pool: float) -> tuple[float, bool]:
-    """The lowest mean JCT over every order at every event, and whether it was searched
-    exhaustively: with more than EXHAUSTIVE_JOBS jobs only the RULES are tried (the result is then
-    an upper bound on the best order's mean JCT, and fair / best may understate the headroom)."""
+def best_order(jobs: list[Job], pool: float, by_priority: bool = False) -> tuple[float, bool]:
+    """The lowest mean JCT over every order at every event (every order that serves a higher
+    priority first, when `by_priority`), and whether it was searched exhaustively: with more than
+    EXHAUSTIVE_JOBS jobs only the RULES are tried (the result is then an upper bound on the best
+    order's mean JCT, and fair / best may understate the headroom)."""
     if len(jobs) > EXHAUSTIVE_JOBS:
-        return min(run_rule(jobs, pool, rule) for rule in RULES), False
+        return min(run_rule(jobs, pool, rule, by_priority) for rule in RULES), False
+
+    def allowed(order: tuple[Job, ...]) -> bool:
+        return not by_priority or all(a.priority >= b.priority for a, b in zip(order, order[1:]))
 
     def search(t: float, left: dict[int, float], done: dict[int, float]) -> float:
         if len(done) == len(jobs):
             return sum(done.values())
         live = live_jobs(jobs, t, done)
         return min(search(*advance(jobs, t, left, fill(order, pool), done))
-                   for order in itertools.permutations(live))
+                   for order in itertools.permutations(live) if allowed(order))
 
     return search(0.0, {j.id: j.work for j in jobs}, {}) / len(jobs), True
 
@@ -187,12 +198,18 @@ def main(paths: list[str]) -> int:
         fair_mean = sum(fair.values()) / len(fair)
         best, exhaustive = best_order(jobs, pool)
         alone = sum(j.work / j.need for j in jobs) / len(jobs)
+        prioritized = len({j.priority for j in jobs}) > 1
         print(f"{path} (pool {pool:g}, need {sum(j.need for j in jobs):.1f})")
         for j in jobs:
             print(f"  job {j.id}: arrives {j.arrival:g} s, need {j.need:.2f} workers, "
-                  f"{j.work:.0f} worker-s, {j.work / j.need:.1f} s at full speed")
+                  f"{j.work:.0f} worker-s, {j.work / j.need:.1f} s at full speed"
+                  + (f", priority {j.priority}" if j.priority else ""))
         print(f"  mean JCT: fair share {fair_mean:.1f} s, best order {best:.1f} s, "
               f"no waiting {alone:.1f} s; fair share / best order = {fair_mean / best:.2f}x")
+        if prioritized:
+            ranked, _ = best_order(jobs, pool, by_priority=True)
+            print(f"  by priority: best order serving higher priority first {ranked:.1f} s; "
+                  f"fair share / by priority = {fair_mean / ranked:.2f}x")
         if not exhaustive:
             print(f"  not exhaustive: more than {EXHAUSTIVE_JOBS} jobs, only the rule orders were "
                   "tried at every event (the best order may be lower, the headroom larger)")
