@@ -290,8 +290,10 @@ TraceMetrics MeasureTrace(const Scenario& s, const RunResult& r, const WorldOpti
     ++m.jobs_with_work;
     if (j.completed < 0) {
       ++m.unfinished;
-      // Counted as running to the end: a lower bound on its JCT.
-      jct.push_back(s.duration - j.arrived);
+      // Its trainers left first: it ended then, whatever the policy (no policy can make a job
+      // that is cancelled end later). Still running at the end: counted as running to the
+      // end, a lower bound on its JCT.
+      jct.push_back((j.stopped >= 0 ? j.stopped : s.duration) - j.arrived);
     } else {
       jct.push_back(j.completed - j.arrived);
     }
@@ -342,7 +344,8 @@ int RunTraces(const std::vector<std::string>& paths, const std::vector<PolicyFac
   absl::PrintF(
       "# per policy: mean over seeds (min-max); converge = mean periods from "
       "an event until the count stays in the oracle's band (never: events it "
-      "never settled after, over all seeds)\n");
+      "never settled after, over all seeds); JCT of a job that did not complete "
+      "(unfinished): until its trainers left, or until the end\n");
   for (const Scenario& s : scenarios) {
     absl::PrintF(
         "\n%s (max_workers %d)\n\n| policy | worker-s / oracle | trainer "

@@ -41,6 +41,7 @@ struct Job {
   double buffer = 0;  // elements
   double consumed_total = 0;
   double completed = -1;
+  double stopped = -1;  // its trainers left (`stop`) before it completed: when
   // This period:
   double consumed = 0;
   double wait = 0;  // seconds a consumer waited (all consumers alike)
@@ -110,7 +111,8 @@ class World {
       }
     }
     for (const Job& j : jobs_) {
-      result_.jobs.push_back({.id = j.spec.id, .arrived = j.arrived, .completed = j.completed});
+      result_.jobs.push_back(
+          {.id = j.spec.id, .arrived = j.arrived, .completed = j.completed, .stopped = j.stopped});
     }
     return result_;
   }
@@ -452,7 +454,10 @@ class World {
         break;
       case LoadStep::Kind::kAllStop:
         for (Job& j : jobs_) {
-          if (j.active) jobs_left_.push_back(j.spec.id);
+          if (j.active) {
+            jobs_left_.push_back(j.spec.id);
+            if (j.completed < 0) j.stopped = t;
+          }
           j.active = false;
         }
         break;
@@ -461,6 +466,7 @@ class World {
           if (j.spec.id == step.job && j.active) {
             j.active = false;
             jobs_left_.push_back(j.spec.id);
+            if (j.completed < 0) j.stopped = t;
           }
         }
         break;

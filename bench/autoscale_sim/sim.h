@@ -169,7 +169,8 @@ struct PeriodRecord {
 struct JobRecord {
   uint64_t id = 0;
   double arrived = 0;
-  double completed = -1;  // -1: did not complete (no work, or trace ended)
+  double completed = -1;  // -1: did not complete (no work, stopped, or trace ended)
+  double stopped = -1;    // its trainers left before it completed: when (-1: they did not)
 };
 
 struct RunResult {
