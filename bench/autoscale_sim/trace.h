@@ -1,9 +1,12 @@
 // Load traces for `autoscale_sim --trace FILE`: jobs arriving and leaving,
 // step times, per-element costs, worker failures, and the pool's bound. The
-// traces the policies were tuned on are in bench/autoscale_sim/traces/tune/,
-// the held-out ones (never tuned on) in traces/heldout/, traces/heldout2/ and
-// traces/heldout3/ (the second and third sets committed before any policy ran
-// on them).
+// traces the policies were first tuned on are in bench/autoscale_sim/traces/
+// tune/. Four held-out sets followed, each committed before any policy ran on
+// it and reported blind first: traces/heldout/, heldout2/, heldout3/ and
+// heldout4/. Once reported, a set is a tuning set too (the rule:
+// tune only on the repo's traces, report the others separately); the next
+// blind report needs a new set (docs/BENCHMARKS.md says which figures were
+// blind).
 //
 // Format: one directive per line; '#' starts a comment; blank lines are
 // ignored. Times in seconds from the start; the `at` lines in time order
@@ -25,7 +28,9 @@
 //   at T lose_worker      the oldest ready worker dies
 //   at T slow_worker xF   the oldest ready worker's speed × F
 //   at T priority ID P    job ID's priority becomes P (an integer)
-//   at T stop ID          job ID's trainers leave
+//   at T stop ID          job ID's trainers leave (a job whose work is not
+//                         done ends there: its JCT is T - its arrival, and
+//                         it counts as unfinished)
 //   at T stop all         every trainer leaves
 //
 // Example: two jobs under a pool of 8 workers; job 2 arrives at 20 s with
