@@ -411,6 +411,21 @@ void Autoscaler::ForgetConfirmedDrops(Estimate& e) {
   }
 }
 
+int Autoscaler::ScaleDownTarget(double need, double headroom) const {
+  const AutoscalerOptions& o = options_;
+  const int most = CeilWorkers(need * headroom);
+  if (o.max_expected_shortfall <= 0 || o.noise_z <= 0 || headroom <= 1) return most;
+  const double sd = need * (headroom - 1) / o.noise_z;
+  for (int n = std::max(1, CeilWorkers(need)); n < most; ++n) {
+    // E[max(0, N - n)] for N ~ Normal(need, sd): sd x (density(d) - d x P(Z > d)).
+    const double d = (n - need) / sd;
+    const double above = 0.5 * std::erfc(d / std::sqrt(2.0));
+    const double density = std::exp(-0.5 * d * d) / std::sqrt(2 * M_PI);
+    if (sd * (density - d * above) <= o.max_expected_shortfall * need) return n;
+  }
+  return most;
+}
+
 std::string Autoscaler::ScaleUp(const AutoscalerInput& input, const Census& census,
                                 const Estimate& e, int& desired) const {
   const AutoscalerOptions& o = options_;
@@ -462,8 +477,9 @@ std::string Autoscaler::ScaleDownOrHold(absl::Time now, const Estimate& e, int& 
   // The down band mirrors the up band: the count scaled down to keeps a noise
   // margin too, else a scale-up whose measurement came out a little high is
   // trimmed by one worker a window later (a direction change).
-  const int stable_target = std::clamp(
-      CeilWorkers(e.stable_need * e.stable_headroom / (1 - e.noise)), min_workers, max_workers);
+  const double stable_need = e.stable_need / (1 - e.noise);
+  const int stable_target =
+      std::clamp(ScaleDownTarget(stable_need, e.stable_headroom), min_workers, max_workers);
   // A restarted dispatcher: until a whole window was seen, only demand that
   // left can scale down.
   const bool window_seen = !o.restarted || now - first_call_ >= o.scale_down_window;
@@ -481,6 +497,14 @@ std::string Autoscaler::ScaleDownOrHold(absl::Time now, const Estimate& e, int& 
     if (e.jobs.empty()) {
       return absl::StrFormat("down %d -> %d: no live consumer", current, desired);
     }
+    // The rounding, when it took fewer workers than the headroom would.
+    std::string rounding;
+    const int ceiled = CeilWorkers(stable_need * e.stable_headroom);
+    if (desired < ceiled) {
+      rounding = absl::StrFormat(
+          "; %d rather than ceil(%.2f x %.2f) = %d: short by at most %.1f%% on average", desired,
+          stable_need, e.stable_headroom, ceiled, 100 * o.max_expected_shortfall);
+    }
     if (!e.confirmed_drops.empty() || !e.falling_drops.empty()) {
       std::vector<std::string> drops;
       if (!e.confirmed_drops.empty()) {
@@ -491,14 +515,14 @@ std::string Autoscaler::ScaleDownOrHold(absl::Time now, const Estimate& e, int& 
         drops.push_back(absl::StrCat("demand of job ", absl::StrJoin(e.falling_drops, ", "),
                                      " fell in each of the last two readings"));
       }
-      return absl::StrFormat("down %d -> %d: %s; %s", current, desired, absl::StrJoin(drops, "; "),
-                             e.description);
+      return absl::StrFormat("down %d -> %d: %s; %s%s", current, desired,
+                             absl::StrJoin(drops, "; "), e.description, rounding);
     }
     return absl::StrFormat(
         "down %d -> %d: largest need over the last %s %.2f workers x %.2f "
-        "headroom; now %s",
+        "headroom; now %s%s",
         current, desired, absl::FormatDuration(o.scale_down_window), e.stable_need,
-        e.stable_headroom, e.description);
+        e.stable_headroom, e.description, rounding);
   }
   std::string verdict = absl::StrCat("hold ", current, ": ", e.description, " = ", target);
   if (stable_target > target) {

@@ -14,6 +14,7 @@ namespace sluice::dispatcher {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::EndsWith;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::StartsWith;
@@ -290,6 +291,21 @@ TEST_F(AutoscalerAfterTheWindowTest, CapacityRiseScalesDownAtTheNextDecision) {
             "down 6 -> 3: largest need over the last 30s 2.56 workers x 1.05 headroom; now need "
             "2.56 workers (job 1: 512 el/s / 200 el/s per worker) x 1.05 headroom");
   EXPECT_THAT(d.drain, ElementsAre(6, 5, 4));
+}
+
+// A scale-down takes the fewest workers whose expected shortfall is at most
+// 0.5% of the need. One consumer shows no spread, so the need is taken as
+// known to 2.5% (headroom 1.05 = 1 + 2σ). Need 4.95 (capacity 512/4.95): 5
+// workers would be short by 0.58% of it on average, so 6 stay. Need 4.80: 5
+// are short by 0.049% on average: down to 5, where ceil(4.80 x 1.05 = 5.04)
+// would keep 6.
+TEST_F(AutoscalerAfterTheWindowTest, AScaleDownRoundsToTheFewestWorkersShortByAtMostHalfAPercent) {
+  EXPECT_EQ(Next(Input(6, 512 / 4.95, 8, 8)).desired_workers, 6);
+  AutoscalerDecision d = Next(Input(6, 512 / 4.8, 8, 8));
+  EXPECT_EQ(d.desired_workers, 5);
+  EXPECT_THAT(d.reason, StartsWith("down 6 -> 5: largest need over the last 30s 4.80 workers"));
+  EXPECT_THAT(d.reason, EndsWith("; 5 rather than ceil(4.80 x 1.05) = 6: short by at most 0.5% on "
+                                 "average"));
 }
 
 // Demand halves (4 batches/s: need 2.56): the first reading differs from the
@@ -756,26 +772,38 @@ TEST_F(AutoscalerTest, NoThrashOnNoiseWithTheNoiseHeadroom) {
   }
 }
 
-// The down band mirrors the up band: 22 workers, capacities 97/103 (headroom
-// 1.0131), need 20.48 → 20.75 → 21 workers, but 20.75 is within the noise of
-// 21 (21 × (1 - 0.0131) = 20.72): the count holds. A need of 20.22 (20.49) is
-// clear of it: down to 21 once the window no longer holds the larger need.
+// The down band mirrors the up band: 22 workers, capacities 97/103 (noise
+// 0.0131), need 20.8: 20.8 ÷ (1 - 0.0131) = 21.08 needs 22, so the count
+// holds. A need of 20.48 (÷ (1 - 0.0131) = 20.75) is clear of 21: read to
+// 0.66% (σ = 0.136 workers), 21 workers are short of it by 0.008% on average
+// (at most 0.5%), so it goes down to 21 once the window no longer holds the
+// larger need, though ceil(20.75 × 1.0131) would be 22.
 TEST_F(AutoscalerTest, ScaleDownOnlyToACountThatKeepsItsNoiseMargin) {
   Autoscaler scaler({.max_workers = 64});
   int period = 0;
   auto decide = [&](double served) {
-    AutoscalerInput in = ManySamples(97, 103, /*workers=*/22, served);
-    for (ConsumerSample& c : in.consumers) c.wait_fraction = 0;
+    AutoscalerInput in = ManySamples(97, 103, /*workers=*/22);
+    for (ConsumerSample& c : in.consumers) {
+      c.batches_per_second = served;  // 4 consumers x batches of 64: need = served x 2.56
+      c.wait_fraction = 0;
+    }
     in.now = absl::FromUnixSeconds(1000 + 2 * period++);
     for (WorkerSample& w : in.workers) w.last_heartbeat = in.now;
     return scaler.Decide(in);
   };
   for (int i = 0; i < 20; ++i) {
-    AutoscalerDecision d = decide(8);
+    AutoscalerDecision d = decide(8.125);
     ASSERT_EQ(d.desired_workers, 22) << "period " << i << ": " << d.reason;
   }
   std::vector<int> counts;
-  for (int i = 0; i < 20; ++i) counts.push_back(decide(7.9).desired_workers);
+  std::string first_down;
+  for (int i = 0; i < 20; ++i) {
+    AutoscalerDecision d = decide(8);
+    if (first_down.empty() && d.desired_workers < 22) first_down = d.reason;
+    counts.push_back(d.desired_workers);
+  }
+  EXPECT_THAT(first_down, EndsWith("; 21 rather than ceil(20.75 x 1.01) = 22: short by at most "
+                                   "0.5% on average"));
   EXPECT_THAT(counts, ElementsAre(22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 21, 21,
                                   21, 21, 21, 21));
 }
