@@ -476,8 +476,11 @@ std::string Autoscaler::ScaleDownOrHold(absl::Time now, const Estimate& e, int& 
   const int target = CeilWorkers(e.need * e.headroom);
   // The down band mirrors the up band: the count scaled down to keeps a noise
   // margin too, else a scale-up whose measurement came out a little high is
-  // trimmed by one worker a window later (a direction change).
-  const double stable_need = e.stable_need / (1 - e.noise);
+  // trimmed by one worker a window later (a direction change). Not after a
+  // fall two readings confirmed: those readings are the new level, and no
+  // scale-up's reading is in the window any more.
+  const bool fell = !e.confirmed_drops.empty() || !e.falling_drops.empty();
+  const double stable_need = fell ? e.stable_need : e.stable_need / (1 - e.noise);
   const int stable_target =
       std::clamp(ScaleDownTarget(stable_need, e.stable_headroom), min_workers, max_workers);
   // A restarted dispatcher: until a whole window was seen, only demand that

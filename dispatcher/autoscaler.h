@@ -27,7 +27,8 @@
 //   up         when need > current × scale_up_utilization × (1 + noise): at
 //              once, to target, at most × max_scale_up_factor per call
 //   down       to the fewest workers whose expected shortfall for max need
-//              over the stabilization window ÷ (1 - noise), read with the
+//              over the stabilization window ÷ (1 - noise) (without the ÷
+//              after a confirmed fall), read with the
 //              headroom's spread, is at most 0.5% (never more than ceil of it
 //              × headroom), at most one step per period, where the window
 //              holds each job's demand and divides it by the job's capacity

@@ -74,6 +74,20 @@ class AutoscalerTest : public ::testing::Test {
     return in;
   }
 
+  // 22 registered workers at 97 and 103 elements per busy second (noise
+  // 0.0131), 4 consumers returning `served` batches of 64 a second without
+  // waiting (need = served x 2.56), a period after the previous call.
+  AutoscalerDecision DecideAt22Workers(Autoscaler& scaler, double served) {
+    AutoscalerInput in = ManySamples(97, 103, /*workers=*/22);
+    for (ConsumerSample& c : in.consumers) {
+      c.batches_per_second = served;
+      c.wait_fraction = 0;
+    }
+    in.now = absl::FromUnixSeconds(1000 + 2 * period_++);
+    for (WorkerSample& w : in.workers) w.last_heartbeat = in.now;
+    return scaler.Decide(in);
+  }
+
   // The steady state: 6 workers serving the 512 elements/s.
   AutoscalerInput Steady() { return Input(6, 100, 8, 8); }
 
@@ -95,6 +109,7 @@ class AutoscalerTest : public ::testing::Test {
   // A restarted dispatcher's: no scale-down in the first window but for demand that left (the
   // tests below count periods from there; AFreshDispatcher... tests the other kind).
   Autoscaler scaler_{AutoscalerOptions{.min_workers = 1, .max_workers = 64, .restarted = true}};
+  int period_ = 0;  // DecideAt22Workers' clock, in periods of 2 s
 };
 
 TEST_F(AutoscalerTest, SteadyStateHolds) {
@@ -780,17 +795,7 @@ TEST_F(AutoscalerTest, NoThrashOnNoiseWithTheNoiseHeadroom) {
 // larger need, though ceil(20.75 × 1.0131) would be 22.
 TEST_F(AutoscalerTest, ScaleDownOnlyToACountThatKeepsItsNoiseMargin) {
   Autoscaler scaler({.max_workers = 64});
-  int period = 0;
-  auto decide = [&](double served) {
-    AutoscalerInput in = ManySamples(97, 103, /*workers=*/22);
-    for (ConsumerSample& c : in.consumers) {
-      c.batches_per_second = served;  // 4 consumers x batches of 64: need = served x 2.56
-      c.wait_fraction = 0;
-    }
-    in.now = absl::FromUnixSeconds(1000 + 2 * period++);
-    for (WorkerSample& w : in.workers) w.last_heartbeat = in.now;
-    return scaler.Decide(in);
-  };
+  auto decide = [&](double served) { return DecideAt22Workers(scaler, served); };
   for (int i = 0; i < 20; ++i) {
     AutoscalerDecision d = decide(8.125);
     ASSERT_EQ(d.desired_workers, 22) << "period " << i << ": " << d.reason;
@@ -806,6 +811,21 @@ TEST_F(AutoscalerTest, ScaleDownOnlyToACountThatKeepsItsNoiseMargin) {
                                    "0.5% on average"));
   EXPECT_THAT(counts, ElementsAre(22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 21, 21,
                                   21, 21, 21, 21));
+}
+
+// A fall that two readings confirm is scaled down to without the noise margin:
+// 22 workers (noise 0.0131), need 20.8, then 16.9 twice (18.75% lower). With
+// the margin, 16.9 ÷ (1 - 0.0131) = 17.12 would take 18; the readings are the
+// new level, so 17, which are short of 16.9 (read to 0.66%) by 0.066% on
+// average.
+TEST_F(AutoscalerTest, AConfirmedFallIsScaledDownToWithoutTheNoiseMargin) {
+  Autoscaler scaler({.max_workers = 64});
+  auto decide = [&](double served) { return DecideAt22Workers(scaler, served); };
+  for (int i = 0; i < 5; ++i) ASSERT_EQ(decide(8.125).desired_workers, 22);
+  EXPECT_EQ(decide(16.9 / 2.56).desired_workers, 22);  // one reading: not yet believed
+  AutoscalerDecision d = decide(16.9 / 2.56);
+  EXPECT_EQ(d.desired_workers, 17);
+  EXPECT_THAT(d.reason, StartsWith("down 22 -> 17: demand of job 1 fell and two readings agree"));
 }
 
 // The same first decision as StalledWorkerIsNotMeasuredAndDrainedFirst (7 workers, need 5.12)
