@@ -507,6 +507,10 @@ std::string Autoscaler::ScaleDownOrHold(absl::Time now, const Estimate& e, int& 
       rounding = absl::StrFormat(
           "; %d rather than ceil(%.2f x %.2f) = %d: short by at most %.1f%% on average", desired,
           stable_need, e.stable_headroom, ceiled, 100 * o.max_expected_shortfall);
+      if (!fell && e.noise > 0) {
+        absl::StrAppendFormat(&rounding, " (%.2f = %.2f / (1 - %.3f noise))", stable_need,
+                              e.stable_need, e.noise);
+      }
     }
     if (!e.confirmed_drops.empty() || !e.falling_drops.empty()) {
       std::vector<std::string> drops;

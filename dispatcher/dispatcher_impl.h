@@ -247,6 +247,9 @@ struct DispatcherOptions {
   // pool's share goes to the jobs that are still reading, within seconds instead of a lease;
   // the lease above still keeps its splits and job for a restarted trainer, and its next report
   // counts it again. A consumer that closed its iterator (`leaving`) is no demand at once.
+  // Never less than the longest stall of the dispatcher itself that does not restart the leases
+  // (3 heartbeat intervals + 1 s, RestartLeasesAfterPause) plus a second: a dispatcher that did
+  // not run cannot tell a silent consumer from one it could not hear.
   absl::Duration consumer_silence = absl::Seconds(5);
   // A consumer that returned no batch yet gets one split in production at a time, so its first
   // batch gets all of the workers' CPU instead of a share (Assignable). sluice-dispatcher turns
@@ -591,7 +594,9 @@ class DispatcherImpl {
   absl::Status Autoscale(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether consumer `index` of `job_id` counts as demand: it is not
   // finished and did not leave, it has reported, and not longer than
-  // consumer_silence ago.
+  // ConsumerSilence() ago.
+  // options_.consumer_silence, at least 3 heartbeat intervals + 2 s.
+  absl::Duration ConsumerSilence() const;
   bool LiveConsumer(uint64_t job_id, const DispatcherState::Consumer& consumer,
                     absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // True when a job the last decision counted has no live consumer any more

@@ -421,7 +421,7 @@ absl::Status DispatcherImpl::DoClientHeartbeat(const proto::ClientHeartbeatReque
   // Back after a silence or a leave (LiveConsumer): its rates are read from this report on,
   // not averaged over the time it was away.
   if (signal.left || (signal.last_report != absl::InfinitePast() &&
-                      now - signal.last_report >= options_.consumer_silence)) {
+                      now - signal.last_report >= ConsumerSilence())) {
     signal.window_start = absl::InfinitePast();
   }
   signal.last_report = now;

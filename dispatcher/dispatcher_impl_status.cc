@@ -67,13 +67,17 @@ void DispatcherImpl::UpdateGauges() {
   metrics_.KeepOnlyJobs(live);
 }
 
+absl::Duration DispatcherImpl::ConsumerSilence() const {
+  return std::max(options_.consumer_silence, 3 * options_.heartbeat_interval + absl::Seconds(2));
+}
+
 bool DispatcherImpl::LiveConsumer(uint64_t job_id, const DispatcherState::Consumer& consumer,
                                   absl::Time now) const {
   if (consumer.finished) return false;
   auto it = consumer_signals_.find({job_id, consumer.index});
   // Never reported, left, or silent.
   return it != consumer_signals_.end() && it->second.window_start != absl::InfinitePast() &&
-         !it->second.left && now - it->second.last_report < options_.consumer_silence;
+         !it->second.left && now - it->second.last_report < ConsumerSilence();
 }
 
 bool DispatcherImpl::DemandLeft(absl::Time now) const {
@@ -285,7 +289,7 @@ absl::Status DispatcherImpl::DoGetStatus(const proto::GetStatusRequest& request,
         cs->set_wait_fraction(it->second.window_wait_fraction);
         const absl::Duration silent = now - it->second.last_report;
         if (!c.finished && it->second.last_report != absl::InfinitePast() &&
-            silent >= options_.consumer_silence) {
+            silent >= ConsumerSilence()) {
           cs->set_silent_seconds(absl::ToDoubleSeconds(silent));
         }
       }

@@ -808,7 +808,7 @@ TEST_F(AutoscalerTest, ScaleDownOnlyToACountThatKeepsItsNoiseMargin) {
     counts.push_back(d.desired_workers);
   }
   EXPECT_THAT(first_down, EndsWith("; 21 rather than ceil(20.75 x 1.01) = 22: short by at most "
-                                   "0.5% on average"));
+                                   "0.5% on average (20.75 = 20.48 / (1 - 0.013 noise))"));
   EXPECT_THAT(counts, ElementsAre(22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 22, 21, 21,
                                   21, 21, 21, 21));
 }

@@ -26,9 +26,11 @@ using ::testing::StartsWith;
 class DispatcherAutoscaleTest : public ::testing::Test {
  protected:
   void Start(DispatcherOptions::Scaler scaler, uint32_t max_workers = 16,
-             std::shared_ptr<Journal> journal = nullptr) {
+             std::shared_ptr<Journal> journal = nullptr,
+             absl::Duration heartbeat_interval = absl::Seconds(1)) {
     impl_.reset();
     DispatcherOptions options;
+    options.heartbeat_interval = heartbeat_interval;
     options.journal = std::move(journal);
     options.clock = &clock_;
     options.registry = &registry_;
@@ -157,8 +159,10 @@ class DispatcherAutoscaleTest : public ::testing::Test {
 
   // A pool bounded at 2, jobs "low" and "high" (priority 1), workers a_ and b_ past their
   // warm-up, every counter at 0: the next reports measure.
-  void LowAndHighOnTwoWarmWorkers(uint64_t& low, uint64_t& high) {
-    Start(DispatcherOptions::Scaler::kNone, /*max_workers=*/2);
+  void LowAndHighOnTwoWarmWorkers(uint64_t& low, uint64_t& high,
+                                  absl::Duration heartbeat_interval = absl::Seconds(1)) {
+    Start(DispatcherOptions::Scaler::kNone, /*max_workers=*/2, /*journal=*/nullptr,
+          heartbeat_interval);
     low = Job("low");
     high = Job("high", /*priority=*/1);
     a_ = Worker("a:1");
@@ -542,10 +546,25 @@ TEST_F(DispatcherAutoscaleTest, BoundedPoolGoesToTheHigherPriorityJobFirst) {
 // a restart (consumer_timeout, 60 s), but its demand is gone once it has been silent for
 // consumer_silence (5 s): the pool bounded at 2 that went to "high" (priority 1) goes to "low"
 // in the tick that finds it silent, not a minute later. When its consumer reports again, the
-// job gets its share back at the next decision.
-TEST_F(DispatcherAutoscaleTest, ATrainerThatStopsReportingGivesUpItsShareWithinSeconds) {
+// job gets its share back at the next decision. With a maintenance tick of 3 s (--heartbeat-
+// interval) the silence is 11 s: a dispatcher stall of up to 3 ticks + 1 s does not restart the
+// leases, and must not read as every consumer falling silent.
+struct SilenceCase {
+  absl::Duration heartbeat_interval;
+  int silent_seconds;  // after which the consumer is no demand
+};
+
+class ConsumerSilenceTest : public DispatcherAutoscaleTest,
+                            public ::testing::WithParamInterface<SilenceCase> {};
+
+INSTANTIATE_TEST_SUITE_P(Ticks, ConsumerSilenceTest,
+                         ::testing::Values(SilenceCase{absl::Seconds(1), 5},
+                                           SilenceCase{absl::Seconds(3), 11}));
+
+TEST_P(ConsumerSilenceTest, ATrainerThatStopsReportingGivesUpItsShareWithinSeconds) {
+  const int silence = GetParam().silent_seconds;
   uint64_t low = 0, high = 0;
-  ASSERT_NO_FATAL_FAILURE(LowAndHighOnTwoWarmWorkers(low, high));
+  ASSERT_NO_FATAL_FAILURE(LowAndHighOnTwoWarmWorkers(low, high, GetParam().heartbeat_interval));
   // Each second: both workers make 100 elements per busy second, 50 of each job; low's consumer
   // returns 20 batches of 10 while waiting half the time (demand 400 el/s, need 4), and so does
   // high's while `high_reports`.
@@ -581,12 +600,12 @@ TEST_F(DispatcherAutoscaleTest, ATrainerThatStopsReportingGivesUpItsShareWithinS
   ASSERT_TRUE(Status().pool_bound());
   ASSERT_DOUBLE_EQ(allocated(high), 2);
   ASSERT_DOUBLE_EQ(allocated(low), 0);
-  // high's trainer is killed: 4 silent seconds change nothing (a decision at second 4 included).
-  for (int i = 0; i < 4; ++i) {
+  // high's trainer is killed: silence - 1 silent seconds change nothing (decisions included).
+  for (int i = 0; i < silence - 1; ++i) {
     one_second(false);
     EXPECT_DOUBLE_EQ(allocated(high), 2) << "after " << i + 1 << " silent seconds";
   }
-  one_second(false);  // 5 s silent: decided in this tick, one second after the last decision
+  one_second(false);  // silent long enough: decided in this tick, whatever the period
   EXPECT_DOUBLE_EQ(allocated(high), 0);
   EXPECT_DOUBLE_EQ(allocated(low), 2);
   const proto::GetStatusResponse status = Status();
@@ -597,7 +616,7 @@ TEST_F(DispatcherAutoscaleTest, ATrainerThatStopsReportingGivesUpItsShareWithinS
   EXPECT_EQ(status.jobs(1).allocation_reason(),
             "no demand: none of its consumers is reading (finished, left, silent or not started)");
   ASSERT_EQ(status.jobs(1).consumers_size(), 1);
-  EXPECT_DOUBLE_EQ(status.jobs(1).consumers(0).silent_seconds(), 5);
+  EXPECT_DOUBLE_EQ(status.jobs(1).consumers(0).silent_seconds(), silence);
   EXPECT_DOUBLE_EQ(status.jobs(0).consumers(0).silent_seconds(), 0);
   // A restarted trainer reports again: high has its share back at the next decision.
   one_second(true);
