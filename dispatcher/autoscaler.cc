@@ -411,10 +411,12 @@ void Autoscaler::ForgetConfirmedDrops(Estimate& e) {
   }
 }
 
-int Autoscaler::ScaleDownTarget(double need, double headroom) const {
+int Autoscaler::ScaleDownTarget(double need, double headroom, bool noise_measured) const {
   const AutoscalerOptions& o = options_;
   const int most = CeilWorkers(need * headroom);
-  if (o.max_expected_shortfall <= 0 || o.noise_z <= 0 || headroom <= 1) return most;
+  if (!noise_measured || o.max_expected_shortfall <= 0 || o.noise_z <= 0 || headroom <= 1) {
+    return most;
+  }
   const double sd = need * (headroom - 1) / o.noise_z;
   for (int n = std::max(1, CeilWorkers(need)); n < most; ++n) {
     // E[max(0, N - n)] for N ~ Normal(need, sd): sd x (density(d) - d x P(Z > d)).
@@ -482,7 +484,8 @@ std::string Autoscaler::ScaleDownOrHold(absl::Time now, const Estimate& e, int& 
   const bool fell = !e.confirmed_drops.empty() || !e.falling_drops.empty();
   const double stable_need = fell ? e.stable_need : e.stable_need / (1 - e.noise);
   const int stable_target =
-      std::clamp(ScaleDownTarget(stable_need, e.stable_headroom), min_workers, max_workers);
+      std::clamp(ScaleDownTarget(stable_need, e.stable_headroom, /*noise_measured=*/e.noise > 0),
+                 min_workers, max_workers);
   // A restarted dispatcher: until a whole window was seen, only demand that
   // left can scale down.
   const bool window_seen = !o.restarted || now - first_call_ >= o.scale_down_window;

@@ -84,7 +84,11 @@ struct AutoscalerOptions {
   // that fell to 4.97, read to 1%, gets 5 (short by 0.17% on average) where
   // 4.97 x 1.02 = 5.07 rounds to 6: 20% more workers for a fraction of a
   // percent. A scale-up keeps ceil(need x headroom): its first reading after
-  // a step is the least sure. 0: ceil(need x headroom) both ways.
+  // a step is the least sure. So does a scale-down whose noise could not be
+  // measured (fewer than 3 workers or consumers): the spread the headroom
+  // assumes is a guess, and one worker's capacity read over one period moves
+  // by more than it (bench/autoscale.sh: 1 -> 2 -> 1 -> 2 workers for a need
+  // of 0.97-1.07). 0: ceil(need x headroom) both ways.
   double max_expected_shortfall = 0.005;
   // Scale up only when the measured need passes this fraction of the current
   // workers: between 1/headroom and this (95-100% busy) noise cannot add a
@@ -349,8 +353,9 @@ class Autoscaler {
   void RecordHistory(absl::Time now, Estimate& e);
   void ForgetConfirmedDrops(Estimate& e);
   // Whole workers for a scale-down to `need` read with `headroom`
-  // (max_expected_shortfall).
-  int ScaleDownTarget(double need, double headroom) const;
+  // (max_expected_shortfall; ceil(need x headroom) unless the noise was
+  // measured).
+  int ScaleDownTarget(double need, double headroom, bool noise_measured) const;
   std::string ScaleUp(const AutoscalerInput& input, const Census& census, const Estimate& e,
                       int& desired) const;
   std::string ScaleDownOrHold(absl::Time now, const Estimate& e, int& desired);

@@ -17,6 +17,7 @@ using ::testing::ElementsAre;
 using ::testing::EndsWith;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 constexpr absl::Duration kPeriod = absl::Seconds(2);
@@ -308,19 +309,18 @@ TEST_F(AutoscalerAfterTheWindowTest, CapacityRiseScalesDownAtTheNextDecision) {
   EXPECT_THAT(d.drain, ElementsAre(6, 5, 4));
 }
 
-// A scale-down takes the fewest workers whose expected shortfall is at most
-// 0.5% of the need. One consumer shows no spread, so the need is taken as
-// known to 2.5% (headroom 1.05 = 1 + 2σ). Need 4.95 (capacity 512/4.95): 5
-// workers would be short by 0.58% of it on average, so 6 stay. Need 4.80: 5
-// are short by 0.049% on average: down to 5, where ceil(4.80 x 1.05 = 5.04)
-// would keep 6.
-TEST_F(AutoscalerAfterTheWindowTest, AScaleDownRoundsToTheFewestWorkersShortByAtMostHalfAPercent) {
-  EXPECT_EQ(Next(Input(6, 512 / 4.95, 8, 8)).desired_workers, 6);
+// The shortfall rounding needs a measured spread. One consumer shows none: the
+// 2.5% the fixed headroom stands for is a guess, and one worker's capacity read
+// over a period moves by more (bench/autoscale.sh flapped 1 -> 2 -> 1 -> 2 at a
+// need of 0.97-1.07 with it). So a need of 4.80 keeps ceil(4.80 x 1.05 = 5.04)
+// = 6, where a spread of 2.5% would have allowed 5; a need of 4.50 goes to
+// ceil(4.725) = 5. (Measured spreads: ScaleDownOnlyToACountThatKeepsItsNoiseMargin.)
+TEST_F(AutoscalerAfterTheWindowTest, AScaleDownWithoutAMeasuredSpreadKeepsTheHeadroomsCeiling) {
   AutoscalerDecision d = Next(Input(6, 512 / 4.8, 8, 8));
-  EXPECT_EQ(d.desired_workers, 5);
-  EXPECT_THAT(d.reason, StartsWith("down 6 -> 5: largest need over the last 30s 4.80 workers"));
-  EXPECT_THAT(d.reason, EndsWith("; 5 rather than ceil(4.80 x 1.05) = 6: short by at most 0.5% on "
-                                 "average"));
+  EXPECT_EQ(d.desired_workers, 6) << d.reason;
+  d = Next(Input(6, 512 / 4.5, 8, 8));
+  EXPECT_EQ(d.desired_workers, 5) << d.reason;
+  EXPECT_THAT(d.reason, Not(HasSubstr("rather than")));
 }
 
 // Demand halves (4 batches/s: need 2.56): the first reading differs from the
