@@ -28,11 +28,12 @@
 //              once, to target, at most × max_scale_up_factor per call
 //   down       to the fewest workers whose expected shortfall for max need
 //              over the stabilization window ÷ (1 - noise) (without the ÷
-//              after a confirmed fall), read with the
-//              headroom's spread, is at most 0.5% (never more than ceil of it
-//              × headroom), at most one step per period, where the window
-//              holds each job's demand and divides it by the job's capacity
-//              now (cheaper elements count at once); demand that left (a job
+//              after a confirmed fall), read with the headroom's spread, is at
+//              most 0.5% (never more than ceil of it × headroom; just that
+//              ceil when no spread was measured), at most one step per period,
+//              where the window holds each job's demand and divides it by the
+//              job's capacity now (cheaper elements count at once); demand that
+//              left (a job
 //              with no consumer) leaves the window at once, and so does a
 //              job's earlier demand once two readings agree on a drop of more
 //              than drop_tolerance, or fall by more than it one after the
