@@ -515,7 +515,7 @@ std::string Autoscaler::ScaleDownOrHold(absl::Time now, const Estimate& e, int& 
                               e.stable_need, e.noise);
       }
     }
-    if (!e.confirmed_drops.empty() || !e.falling_drops.empty()) {
+    if (fell) {
       std::vector<std::string> drops;
       if (!e.confirmed_drops.empty()) {
         drops.push_back(absl::StrCat("demand of job ", absl::StrJoin(e.confirmed_drops, ", "),

@@ -26,8 +26,9 @@ a_j <= n_j workers, and completes after work_j x cost_j worker-seconds):
                when the pool is short.
 
 and the ratios fair share / best order and fair share / by priority: the most any allocation, and
-any allocation that serves priorities first, can gain over a peer that shares the pool fairly. Directives that change the load after the start (demand, cost, lose_worker,
-slow_worker, stop) are not modelled: the trace is flagged and its figures are approximate.
+any allocation that serves priorities first, can gain over a peer that shares the pool fairly.
+Directives that change the load after the start (demand, cost, lose_worker, slow_worker, stop)
+are not modelled: the trace is flagged and its figures are approximate.
 Trace errors name the file and line.
 """
 

@@ -453,21 +453,13 @@ class World {
         }
         break;
       case LoadStep::Kind::kAllStop:
-        for (Job& j : jobs_) {
-          if (j.active) {
-            jobs_left_.push_back(j.spec.id);
-            if (j.completed < 0) j.stopped = t;
-          }
-          j.active = false;
-        }
-        break;
       case LoadStep::Kind::kJobStop:
         for (Job& j : jobs_) {
-          if (j.spec.id == step.job && j.active) {
-            j.active = false;
-            jobs_left_.push_back(j.spec.id);
-            if (j.completed < 0) j.stopped = t;
-          }
+          if (!j.active) continue;
+          if (step.kind == LoadStep::Kind::kJobStop && j.spec.id != step.job) continue;
+          j.active = false;
+          jobs_left_.push_back(j.spec.id);
+          if (j.completed < 0) j.stopped = t;
         }
         break;
     }
