@@ -361,6 +361,8 @@ int RunTraces(const std::vector<std::string>& paths, const std::vector<PolicyFac
     std::string reason_lines;  // --reasons: sluice's, seed 1, after the table
     // --periods: every policy's decision per period, seed 1.
     std::map<double, std::pair<double, std::map<std::string, int>>> period_rows;
+    // --periods on a trace with work: each job's completion per policy, seed 1.
+    std::map<uint64_t, std::pair<double, std::map<std::string, std::string>>> job_rows;
     for (const PolicyFactory& f : policies) {
       Summary sum{.name = f.name};
       for (int seed = 1; seed <= seeds; ++seed) {
@@ -383,6 +385,13 @@ int RunTraces(const std::vector<std::string>& paths, const std::vector<PolicyFac
             auto& row = period_rows[p.time];
             row.first = p.oracle;
             row.second[f.name] = p.desired;
+          }
+          for (const JobRecord& j : r.jobs) {
+            auto& row = job_rows[j.id];
+            row.first = j.arrived;
+            row.second[f.name] = j.completed >= 0 ? absl::StrFormat("%.1f", j.completed - j.arrived)
+                                 : j.stopped >= 0 ? absl::StrFormat("stopped at %.1f", j.stopped)
+                                                  : "-";
           }
         }
         const TraceMetrics m = MeasureTrace(s, r, so);
@@ -424,6 +433,19 @@ int RunTraces(const std::vector<std::string>& paths, const std::vector<PolicyFac
           auto d = row.second.find(f.name);
           absl::PrintF("%s", d == row.second.end() ? " |" : absl::StrFormat(" %d |", d->second));
         }
+        absl::PrintF("\n");
+      }
+    }
+    if (job_rows.size() >= 2) {
+      absl::PrintF(
+          "\nper job (seed 1): arrival, each policy's completion time (s)\n\n| job | arrived |");
+      for (const PolicyFactory& f : policies) absl::PrintF(" %s |", f.name);
+      std::string separator;
+      for (size_t i = 0; i < policies.size(); ++i) separator += "---|";
+      absl::PrintF("\n|---|---|%s\n", separator);
+      for (const auto& [id, row] : job_rows) {
+        absl::PrintF("| %d | %.1f |", id, row.first);
+        for (const PolicyFactory& f : policies) absl::PrintF(" %s |", row.second.at(f.name));
         absl::PrintF("\n");
       }
     }
@@ -493,7 +515,8 @@ int Main(int argc, char** argv) {
                "trace, seed 1)");
   bool periods = false;
   app.add_flag("--periods", periods,
-               "with --trace: print every policy's decision per period (seed 1) after each table");
+               "with --trace: print every policy's decision per period, and on a multi-job trace "
+               "each job's completion time, (seed 1) after each table");
   std::string bench_path;
   app.add_option("--bench-trace", bench_path,
                  "replay bench/autoscale.sh's load with sluice's policy and "
