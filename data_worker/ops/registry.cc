@@ -131,9 +131,12 @@ absl::Status InferSameImage(const proto::OpSpec&, const OpLabel& label, const In
 
 absl::Status InferColorJitter(const proto::OpSpec&, const OpLabel& label, const InferContext&,
                               ColumnType* t) {
-  if (t->dtype != DType::kUint8 || t->shape.size() != 3 || t->shape[2] != 3) {
+  // -1 channels (after a python op): checked on each element instead.
+  if (t->dtype != DType::kUint8 || t->shape.size() != 3 ||
+      (t->shape[2] != 3 && t->shape[2] != -1)) {
     return Wrong(label, *t, "a uint8 RGB image H×W×3");
   }
+  t->shape[2] = 3;
   return absl::OkStatus();
 }
 

@@ -66,7 +66,7 @@ absl::StatusOr<std::unique_ptr<PythonProcess>> PythonPool::Acquire() {
 
 void PythonPool::Release(std::unique_ptr<PythonProcess> p) {
   absl::MutexLock lock(&mu_);
-  if (static_cast<int>(idle_.size()) < options_.max_idle) {
+  if (p->alive() && static_cast<int>(idle_.size()) < options_.max_idle) {
     idle_.push_back(std::move(p));
   }
 }
@@ -128,7 +128,7 @@ absl::StatusOr<std::vector<CallResult>> PythonPool::CallGroup(
   // element, each with its own attempts.
   for (const CallInput& e : elements) {
     out.push_back(Call(module, function, e.seed, e.columns));
-    if (absl::IsFailedPrecondition(out.back().status())) {
+    if (absl::IsInternal(out.back().status())) {
       return out.back().status();
     }
   }

@@ -78,7 +78,7 @@ class PythonPool {
   // idle or new process, again on a new process after a crash or a timeout.
   // Errors: as PythonProcess::Call, except that Unavailable becomes DataLoss
   // ("... died N times on this element: <last reason>") after max_attempts;
-  // FailedPrecondition if the interpreter cannot start.
+  // Internal if the interpreter cannot start.
   absl::StatusOr<std::vector<Tensor>> Call(const std::string& module, const std::string& function,
                                            uint64_t seed, const std::vector<const Tensor*>& columns)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -89,8 +89,7 @@ class PythonPool {
   // replaced and the group is redone element by element on fresh processes
   // (each element with Call's max_attempts), so an element that kills its
   // process fails alone and no result is delivered twice. Errors of the whole
-  // call: FailedPrecondition if the interpreter cannot start, Internal for a
-  // garbled answer. REQUIRES: elements is not empty.
+  // call: Internal if the interpreter cannot start or for a garbled answer. REQUIRES: elements is not empty.
   absl::StatusOr<std::vector<CallResult>> CallGroup(const std::string& module,
                                                     const std::string& function,
                                                     const std::vector<CallInput>& elements)

@@ -29,6 +29,9 @@ namespace sluice::data_worker::python {
 namespace {
 
 constexpr size_t kInitialShm = size_t{1} << 20;
+// A shared memory grown past this (an element with large results) shrinks
+// back when a request needs less than a quarter of it.
+constexpr size_t kShrinkAbove = size_t{64} << 20;
 constexpr size_t kAlign = 64;
 
 size_t Align(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
@@ -37,26 +40,18 @@ absl::Status Errno(const std::string& what) {
   return absl::InternalError(absl::StrCat(what, ": ", std::strerror(errno)));
 }
 
-// The child's environment: ours, with PYTHONPATH extended and the numeric
-// libraries held to one thread each (the pool owns the parallelism).
-std::vector<std::string> ChildEnv(const ProcessOptions& options) {
+// The child's environment: ours, with the numeric libraries held to one
+// thread each (the pool owns the parallelism). --python-path goes on the
+// command line: runner.py puts it on sys.path after its own imports.
+std::vector<std::string> ChildEnv() {
   std::vector<std::string> env;
-  std::string pythonpath = absl::StrJoin(options.python_path, ":");
   bool omp = false, blas = false;
   for (char** e = environ; *e != nullptr; ++e) {
     std::string_view v(*e);
-    if (v.rfind("PYTHONPATH=", 0) == 0) {
-      const std::string old(v.substr(11));
-      if (!old.empty()) {
-        pythonpath = pythonpath.empty() ? old : pythonpath + ":" + old;
-      }
-      continue;
-    }
     if (v.rfind("OMP_NUM_THREADS=", 0) == 0) omp = true;
     if (v.rfind("OPENBLAS_NUM_THREADS=", 0) == 0) blas = true;
     env.emplace_back(v);
   }
-  if (!pythonpath.empty()) env.push_back("PYTHONPATH=" + pythonpath);
   if (!omp) env.push_back("OMP_NUM_THREADS=1");
   if (!blas) env.push_back("OPENBLAS_NUM_THREADS=1");
   return env;
@@ -140,7 +135,7 @@ absl::StatusOr<std::unique_ptr<PythonProcess>> PythonProcess::Start(const Proces
   // A function that reads its standard input gets end of file, not the
   // worker's terminal.
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  std::vector<std::string> env = ChildEnv(options);
+  std::vector<std::string> env = ChildEnv();
   std::vector<char*> envp;
   for (std::string& e : env) envp.push_back(e.data());
   envp.push_back(nullptr);
@@ -158,16 +153,19 @@ absl::StatusOr<std::unique_ptr<PythonProcess>> PythonProcess::Start(const Proces
   std::string dash_c = "-c";
   std::string source = kRunnerSource;
   std::string limit = absl::StrCat(options.max_result_bytes);
-  char* argv[] = {interpreter.data(), dash_c.data(), source.data(), limit.data(), nullptr};
+  std::vector<std::string> folders = options.python_path;
+  std::vector<char*> argv = {interpreter.data(), dash_c.data(), source.data(), limit.data()};
+  for (std::string& f : folders) argv.push_back(f.data());
+  argv.push_back(nullptr);
   pid_t pid = 0;
-  const int rc = posix_spawn(&pid, interpreter.c_str(), &actions, &attr, argv, envp.data());
+  const int rc = posix_spawn(&pid, interpreter.c_str(), &actions, &attr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   cleanup();
   if (rc != 0) {
     close(shm);
     close(sv[0]);
-    return absl::FailedPreconditionError(
+    return absl::InternalError(
         absl::StrCat("cannot start the Python interpreter ", interpreter, ": ", std::strerror(rc)));
   }
   // Readable once the child has ended, even while a process it forked keeps
@@ -202,7 +200,12 @@ absl::Status PythonProcess::MapShm(size_t size) {
   struct stat st;
   if (fstat(shm_fd_, &st) != 0) return Errno("fstat(memfd)");
   size_t have = static_cast<size_t>(st.st_size);
-  if (size > have) {
+  if (have > kShrinkAbove && size < have / 4) {
+    // The child re-reads the size before each request and maps it again.
+    const size_t smaller = std::max(size, kInitialShm);
+    if (ftruncate(shm_fd_, smaller) != 0) return Errno("ftruncate(memfd)");
+    have = smaller;
+  } else if (size > have) {
     if (ftruncate(shm_fd_, size) != 0) return Errno("ftruncate(memfd)");
     have = size;
   }
@@ -259,8 +262,7 @@ absl::Status PythonProcess::Fill(absl::Time deadline) {
     if (deadline != absl::InfiniteFuture()) {
       const absl::Duration left = deadline - absl::Now();
       if (left <= absl::ZeroDuration()) {
-        return Dead(absl::StrCat("did not answer within ", absl::FormatDuration(timeout_)),
-                    /*exiting=*/false);
+        return Dead(absl::StrCat("did not answer within ", waiting_for_), /*exiting=*/false);
       }
       ms = static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 1 << 30));
     }
@@ -374,13 +376,38 @@ absl::Time DeadlineAfter(absl::Duration timeout, size_t calls) {
 
 }  // namespace
 
+absl::Status PythonProcess::Load(const std::string& module, const std::string& function,
+                                 absl::Duration timeout) {
+  const std::string name = absl::StrCat(module, ".", function);
+  if (loaded_.contains(name)) return absl::OkStatus();
+  const absl::Duration limit = std::max(timeout, kImportTimeout);
+  waiting_for_ = absl::FormatDuration(limit);
+  absl::Status s = Send(absl::StrCat("LOAD ", module, " ", function, "\n"));
+  absl::StatusOr<std::string> head = s.ok() ? ReadLine(DeadlineAfter(limit, 1)) : s;
+  if (!head.ok()) {
+    // The process is dead (or killed): what ended it was the import, which
+    // would do the same on any process.
+    return absl::InvalidArgumentError(absl::StrCat(head.status().message(), " while importing ",
+                                                   module, " for ", name,
+                                                   " (its output is in this worker's log)"));
+  }
+  std::vector<std::string> f = absl::StrSplit(*head, ' ');
+  if (!f.empty() && f[0] == "ERR") return ReadError(f, DeadlineAfter(limit, 1));
+  if (*head != "LOADED") {
+    return Dead(absl::StrCat("answered '", *head, "' to LOAD"), /*exiting=*/false);
+  }
+  loaded_.insert(name);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<Tensor>> PythonProcess::Call(const std::string& module,
                                                         const std::string& function, uint64_t seed,
                                                         const std::vector<const Tensor*>& columns,
                                                         absl::Duration timeout) {
-  timeout_ = timeout;
+  if (absl::Status s = Load(module, function, timeout); !s.ok()) return s;
+  waiting_for_ = absl::FormatDuration(timeout);
   const size_t need = InputBytes(columns, 0);
-  if (absl::Status s = MapShm(std::max(need, shm_size_)); !s.ok()) return s;
+  if (absl::Status s = MapShm(need); !s.ok()) return s;
   std::string request =
       absl::StrCat("CALL ", module, " ", function, " ", Generator(seed), " ", columns.size(), "\n");
   size_t end = 0;
@@ -404,10 +431,16 @@ absl::StatusOr<std::vector<Tensor>> PythonProcess::Call(const std::string& modul
 absl::StatusOr<std::vector<CallResult>> PythonProcess::CallGroup(
     const std::string& module, const std::string& function, const std::vector<CallInput>& elements,
     absl::Duration timeout) {
-  timeout_ = timeout * static_cast<int64_t>(elements.size());
+  if (absl::Status s = Load(module, function, timeout); !s.ok()) return s;
+  waiting_for_ =
+      elements.size() == 1
+          ? absl::FormatDuration(timeout)
+          : absl::StrCat(absl::FormatDuration(timeout * static_cast<int64_t>(elements.size())),
+                         " (", elements.size(), " calls of at most ", absl::FormatDuration(timeout),
+                         ")");
   size_t need = 0;
   for (const CallInput& e : elements) need = InputBytes(e.columns, need);
-  if (absl::Status s = MapShm(std::max(need, shm_size_)); !s.ok()) return s;
+  if (absl::Status s = MapShm(need); !s.ok()) return s;
   std::string request = absl::StrCat("GROUP ", module, " ", function, " ", elements.size(), "\n");
   size_t end = 0;
   for (const CallInput& e : elements) {

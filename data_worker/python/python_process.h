@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "data_worker/ops/tensor.h"
@@ -44,7 +45,7 @@ using CallResult = absl::StatusOr<std::vector<Tensor>>;
 
 struct ProcessOptions {
   std::string interpreter;  // absolute path of python3 (needs numpy)
-  // Prepended to the child's PYTHONPATH.
+  // Folders searched first for the user's modules (runner.py's sys.path).
   std::vector<std::string> python_path;
   // The most bytes one element's results may take (0: no limit); see
   // PythonOptions::max_result_bytes.
@@ -62,8 +63,10 @@ class PythonProcess {
 
   // Calls module.function(*columns, rng=Generator(PCG64(seed))). Returns one
   // tensor per result array. Errors, each with the Python text:
-  //   InvalidArgument     the module or function cannot be imported/found, or
-  //                       a result is not an array of a supported dtype
+  //   InvalidArgument     the module or function cannot be imported/found
+  //                       (also when importing it ended or hung the process:
+  //                       then alive() is false), or a result is not an array
+  //                       of a supported dtype
   //   DataLoss            the function raised (the traceback), or its results
   //                       take more than max_result_bytes
   //   Unavailable         the process died (signal, exit) or did not answer
@@ -87,8 +90,20 @@ class PythonProcess {
                                                     absl::Duration timeout);
 
   pid_t pid() const { return pid_; }
+  // False once the process died or was killed (an error said so): drop it.
+  bool alive() const { return !reaped_; }
+
+  // The least time an import gets (Load): a module may import a large
+  // library (torch takes seconds) on a loaded machine.
+  static constexpr absl::Duration kImportTimeout = absl::Minutes(5);
 
  private:
+  // Imports module.function in the child unless done before, within
+  // max(timeout, kImportTimeout). InvalidArgument: it raised (the
+  // traceback), or the process died or hung while importing (then it is dead,
+  // alive() is false: the same import would end any process the same way).
+  absl::Status Load(const std::string& module, const std::string& function, absl::Duration timeout);
+
   PythonProcess(pid_t pid, int pidfd, int shm_fd, int socket_fd)
       : pid_(pid), pidfd_(pidfd), shm_fd_(shm_fd), socket_fd_(socket_fd) {}
 
@@ -122,8 +137,9 @@ class PythonProcess {
   bool reaped_ = false;
   uint8_t* shm_ = nullptr;
   size_t shm_size_ = 0;
-  std::string in_;  // bytes read from the socket, not yet consumed
-  absl::Duration timeout_ = absl::InfiniteDuration();
+  std::string in_;                           // bytes read from the socket, not yet consumed
+  std::string waiting_for_;                  // how long the current wait may take, for its error
+  absl::flat_hash_set<std::string> loaded_;  // "module.function" imported in the child
 };
 
 }  // namespace sluice::data_worker::python

@@ -1,9 +1,19 @@
 # The child side of a sluice worker's Python process (data_worker/python/python_process.h).
 #
-# The worker starts `python3 -c <this file>` with fd 3 = a shared-memory file (memfd) and
-# fd 4 = a stream socket to the worker; stdout goes to the worker's stderr. Each request is
-# one call or one group of calls; the tensors stay in the shared memory, the socket carries
-# only their layout:
+# The worker starts `python3 -c <this file> <limit> [<folder>...]` with fd 3 = a shared-memory
+# file (memfd) and fd 4 = a stream socket to the worker; stdout goes to the worker's stderr.
+# The folders (--python-path) go first on sys.path once the runner's own modules are imported,
+# and the worker's current directory (which `-c` puts there) is taken off it: neither can
+# shadow numpy or the standard library the runner uses.
+#
+# Before the first call of a function the worker has it imported, so that an import that
+# crashes, exits or takes long is told apart from the calls (and its time is not a call's):
+#
+#   worker -> child   LOAD <module> <function>\n
+#   child -> worker   LOADED\n  or  ERR import <nbytes>\n<text>
+#
+# Each request is then one call or one group of calls; the tensors stay in the shared memory,
+# the socket carries only their layout:
 #
 #   worker -> child   CALL <module> <function> <state> <inc> <ncols>\n
 #                     <dtype> <offset> <nbytes> <ndim> <d0> <d1> ...\n      (ncols lines)
@@ -43,14 +53,19 @@
 # request's inputs, 64-byte aligned; the child grows the memfd when they do not fit (the
 # worker re-reads its size).
 #
-# The child ends when the worker does: at the socket's end of file between calls, and within
-# ORPHAN_CHECK_SECONDS while a call runs (a worker killed while a user function hangs), then
-# with every process the user function forked.
+# The child ends when the worker does, with every process the user function forked (its
+# process group): at the socket's end of file between calls, and within ORPHAN_CHECK_SECONDS
+# while a call runs (a worker killed while a user function hangs). Only this process answers:
+# a process the user function forked that returns from the call instead of exiting ends there
+# (its answer would be read as the next request's).
+import sys
+
+sys.path[:] = [p for p in sys.path if p not in ("", ".")]
+
 import importlib
 import mmap
 import os
 import signal
-import sys
 import threading
 import time
 import traceback
@@ -61,6 +76,8 @@ SHM_FD = 3
 CTL_FD = 4
 ORPHAN_CHECK_SECONDS = 0.5
 RESULT_LIMIT = int(sys.argv[1]) if len(sys.argv) > 1 else 0
+USER_PATH = sys.argv[2:]
+RUNNER_PID = os.getpid()
 DTYPES = ("uint8", "int32", "int64", "float16", "float32")
 # Wire name -> dtype, and the dtypes a result may have -> their wire name (native byte
 # order only: a dict lookup, where dtype.name is Python-level code).
@@ -96,7 +113,14 @@ def view(buf, dtype, shape, offset, nbytes):
     return np.frombuffer(buf, dtype=dtype, count=nbytes // dtype.itemsize, offset=offset).reshape(shape)
 
 
+def exit_if_forked():
+    """Ends a process the user function forked that came back here instead of exiting."""
+    if os.getpid() != RUNNER_PID:
+        os._exit(0)
+
+
 def send(data):
+    exit_if_forked()
     view = memoryview(data)
     while view:
         n = os.write(CTL_FD, view)
@@ -104,7 +128,7 @@ def send(data):
 
 
 def error(kind, text):
-    body = text.encode("utf-8", "replace")
+    body = text.replace("\0", "\\0").encode("utf-8", "replace")
     return b"ERR %s %d\n" % (kind.encode(), len(body)) + body
 
 
@@ -146,13 +170,19 @@ def call(fn, buf, specs, rng):
     try:
         result = fn(*columns, rng=rng)
     except BaseException:
+        exit_if_forked()
         return None, ("call", traceback.format_exc())
+    exit_if_forked()
     del columns
-    outputs = result if isinstance(result, (tuple, list)) else (result,)
+    outputs = result if isinstance(result, tuple) else (result,)
     arrays = []
     for k, out in enumerate(outputs):
         a = np.asarray(out)
         if a.dtype not in NAME_OF:
+            if out is None or not isinstance(out, (np.ndarray, np.generic, int, float, list)):
+                return None, ("result", "result %d is %s, not an array; return a numpy array "
+                              "(or a tuple of arrays, one per output column)" % (
+                                  k, "None" if out is None else "a " + type(out).__name__))
             name = a.dtype.name if a.dtype.isnative else a.dtype.str  # '>i4': not native
             return None, ("result", "result %d is %s%s; return one of %s (cast with .astype)" % (
                 k, name, list(a.shape), ", ".join(DTYPES)))
@@ -236,6 +266,7 @@ def first_for_the_oom_killer():
 
 
 def main():
+    sys.path[0:0] = USER_PATH
     first_for_the_oom_killer()
     threading.Thread(target=exit_when_orphaned, args=(os.getppid(),), daemon=True).start()
     reader = os.fdopen(CTL_FD, "rb", buffering=1 << 16, closefd=False)
@@ -245,8 +276,17 @@ def main():
     while True:
         line = reader.readline()
         if not line:
-            return
+            os.killpg(os.getpid(), signal.SIGKILL)  # with what the user function forked
         words = line.split()
+        if words[0] == b"LOAD":
+            try:
+                load(functions, words[1], words[2])
+            except BaseException:
+                exit_if_forked()
+                send(error("import", traceback.format_exc()))
+                continue
+            send(b"LOADED\n")
+            continue
         if words[0] == b"GROUP":
             _, module, function, n = words
             elements = []

@@ -4,6 +4,7 @@
 // segfault or hang being replaced with their element redone once.
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -408,6 +409,167 @@ TEST_F(PythonOpTest, ANonCallableIsInvalidArgument) {
   const Out out = RunSpec(Spec("not_callable", 1));
   EXPECT_EQ(out.status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(out.status.message(), HasSubstr("sluice_test_fns.not_callable is not callable"));
+}
+
+// A process the user function forks that comes back from the call, rather
+// than exiting, would answer too: its zeros, read as the next request's
+// answer, would land in another record (of this job or a later one). Only the
+// process sluice started answers.
+TEST_F(PythonOpTest, AForkedChildThatReturnsFromTheCallNeverAnswers) {
+  for (const char* group : {kOne, kEight}) {
+    ExpectAllInverted(RunSpec(Spec("fork_comes_back", 2, "fail", group)));
+    // The same processes then serve another function: no stale answer.
+    ExpectAllInverted(RunSpec(Spec("invert", 2, "fail", group)));
+  }
+}
+
+// A module whose import ends the process (a broken C extension) fails the
+// job with the import named, under on_error: skip too (any process would die
+// the same way), rather than dropping every record as a bad one.
+TEST_F(PythonOpTest, AnImportThatKillsItsProcessEndsTheRunEvenUnderSkip) {
+  for (const char* on_error : {"fail", "skip"}) {
+    const std::string yaml =
+        absl::StrReplaceAll(Spec("invert", 1, on_error),
+                            {{"module: sluice_test_fns", "module: sluice_test_exits_at_import"}});
+    const Out out = RunSpec(yaml);
+    EXPECT_EQ(out.status.code(), absl::StatusCode::kInvalidArgument) << on_error;
+    EXPECT_THAT(
+        out.status.message(),
+        HasSubstr("exited with status 5 while importing sluice_test_exits_at_import for "
+                  "sluice_test_exits_at_import.invert (its output is in this worker's log)"))
+        << on_error;
+    EXPECT_EQ(out.deliveries, 0);
+  }
+}
+
+// The import's time is not a call's: a module that takes 2 s to import runs
+// under a 1 s --python-op-timeout without a process being killed.
+TEST_F(PythonOpTest, AnImportSlowerThanTheCallTimeoutIsNotATimeout) {
+  python::PythonOptions o = Options();
+  o.timeout = absl::Seconds(1);
+  python::ConfigurePython(o);
+  auto pool = python::ConfiguredPythonPool();
+  for (const char* group : {kOne, kEight}) {
+    const std::string yaml =
+        absl::StrReplaceAll(Spec("invert", 2, "fail", group),
+                            {{"module: sluice_test_fns", "module: sluice_test_slow_import"}});
+    ExpectAllInverted(RunSpec(yaml));
+  }
+  EXPECT_EQ(pool->processes_replaced(), 0);
+}
+
+// A team folder on --python-path holding its own numpy.py and traceback.py
+// does not replace the modules the Python process's runner imports.
+TEST_F(PythonOpTest, ModulesOnThePythonPathDoNotShadowTheRunners) {
+  python::PythonOptions o = Options();
+  o.python_path = {SLUICE_TEST_PYTHON_DIR "/shadow", SLUICE_TEST_PYTHON_DIR};
+  python::ConfigurePython(o);
+  auto pool = python::ConfiguredPythonPool();
+  ExpectAllInverted(RunSpec(Spec("invert", 2)));
+  EXPECT_EQ(pool->processes_replaced(), 0);
+}
+
+// A helper the user function forked (and left running) ends with its Python
+// process when the worker ends without stopping it (an orderly exit that does
+// not run destructors, or a crash between calls).
+TEST_F(PythonOpTest, AForkedHelperEndsWhenItsWorkerExits) {
+  // The orphans become ours, so that we can see how they end.
+  ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  const pid_t worker = fork();
+  if (worker == 0) {
+    auto p = python::PythonProcess::Start(
+        {.interpreter = SLUICE_PYTHON_EXECUTABLE, .python_path = {SLUICE_TEST_PYTHON_DIR}});
+    if (!p.ok()) _exit(2);
+    Tensor image = Tensor::Allocate(DType::kUint8, {1, 2, 3});
+    Tensor label = Tensor::Allocate(DType::kInt64, {});
+    *label.data_as<int64_t>() = 6;
+    auto out =
+        (*p)->Call("sluice_test_fns", "forks_a_helper", 1, {&image, &label}, absl::Seconds(60));
+    _exit(out.ok() ? 0 : 3);  // no destructor: the Python process sees its socket close
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(worker, &status, 0), worker);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  std::ifstream in(markers_.path() + "/helper-6");
+  pid_t helper = 0;
+  ASSERT_TRUE(in >> helper);
+  // The Python process (now ours too) and its helper end; reap whatever comes.
+  pid_t r = 0;
+  for (int i = 0; i < 1000 && r != helper; ++i) {
+    const pid_t any = waitpid(-1, &status, WNOHANG);
+    if (any == helper) r = helper;
+    if (any <= 0) usleep(10000);
+  }
+  if (r != helper) {
+    kill(helper, SIGKILL);
+    waitpid(helper, &status, 0);
+  }
+  while (waitpid(-1, nullptr, WNOHANG) > 0) {
+  }
+  prctl(PR_SET_CHILD_SUBREAPER, 0);
+  ASSERT_EQ(r, helper) << "the forked helper outlived its worker";
+  ASSERT_TRUE(WIFSIGNALED(status));
+  EXPECT_EQ(WTERMSIG(status), SIGKILL);
+}
+
+// One element's 100 MB of results do not stay in the process's shared memory
+// for every later request: it shrinks back to 1 MiB.
+TEST_F(PythonOpTest, TheSharedMemoryShrinksBackAfterALargeResult) {
+  auto p = python::PythonProcess::Start(
+      {.interpreter = SLUICE_PYTHON_EXECUTABLE, .python_path = {SLUICE_TEST_PYTHON_DIR}});
+  ASSERT_TRUE(p.ok()) << p.status();
+  auto shm_bytes = [&] {
+    struct stat st {};
+    EXPECT_EQ(stat(absl::StrCat("/proc/", (*p)->pid(), "/fd/3").c_str(), &st), 0);
+    return static_cast<int64_t>(st.st_size);
+  };
+  Tensor image = Tensor::Allocate(DType::kUint8, {1, 2, 3});
+  for (int i = 0; i < 6; ++i) image.data()[i] = static_cast<uint8_t>(i);
+  Tensor label = Tensor::Allocate(DType::kInt64, {});
+  for (int64_t g : {1, 2}) {
+    *label.data_as<int64_t>() = g;
+    auto out =
+        (*p)->Call("sluice_test_fns", "big_then_small", 1, {&image, &label}, absl::Seconds(60));
+    ASSERT_TRUE(out.ok()) << out.status();
+    ASSERT_EQ(out->size(), 2u);
+    EXPECT_EQ((*out)[0].num_bytes(), g == 1 ? 100'000'000u : 6u);
+    if (g == 1) {
+      EXPECT_GE(shm_bytes(), 100'000'000);
+    } else {
+      EXPECT_EQ(shm_bytes(), 1 << 20);
+      EXPECT_EQ(std::string((*out)[0].bytes()), std::string("\xff\xfe\xfd\xfc\xfb\xfa"));
+    }
+  }
+}
+
+TEST_F(PythonOpTest, AResultThatIsNotAnArraySaysWhatItIs) {
+  Out out = RunSpec(Spec("returns_none", 1));
+  EXPECT_EQ(out.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(out.status.message(),
+              HasSubstr("sluice_test_fns.returns_none: result 0 is None, not an array; return a "
+                        "numpy array (or a tuple of arrays, one per output column)"));
+  out = RunSpec(Spec("returns_dict", 1));
+  EXPECT_EQ(out.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(out.status.message(), HasSubstr("result 0 is a dict, not an array"));
+}
+
+// A python op's output has unknown dimensions until it runs: an op that
+// needs three channels (color_jitter) may follow it, checked per element.
+TEST_F(PythonOpTest, AnOpThatNeedsThreeChannelsMayFollowAPythonOp) {
+  const std::string yaml = R"(
+seed: 11
+source: {synthetic: {num_records: 8, height: 6, width: 5, num_classes: 1000}, columns: [image, label]}
+nodes:
+  - map: {input_columns: [image], ops: [{decode: {}}]}
+  - map:
+      input_columns: [image, label]
+      ops: [{python: {module: sluice_test_fns, function: invert}}]
+  - map: {input_columns: [image], ops: [{color_jitter: {brightness: 0.5}}]}
+)";
+  const Out out = RunSpec(yaml);
+  ASSERT_TRUE(out.status.ok()) << out.status;
+  EXPECT_EQ(out.deliveries, kRecords);
 }
 
 TEST_F(PythonOpTest, WorkersRefusePythonOpsUnlessAllowed) {

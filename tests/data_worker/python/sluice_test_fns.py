@@ -114,6 +114,42 @@ def grows_on_5(image, label, rng):
     return 255 - image, label
 
 
+def fork_comes_back(image, label, rng):
+    """Forks a child that returns from the call (zeros) instead of exiting, ahead of this
+    process's own answer: only the process sluice started may answer."""
+    if os.fork() == 0:
+        return np.zeros_like(image), label
+    time.sleep(0.05)
+    return 255 - image, label
+
+
+def forks_a_helper(image, label, rng):
+    """Forks a helper that sleeps on (in this process's group) and writes its pid in
+    helper-<label>; returns normally."""
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(3600)
+        os._exit(0)
+    with open(os.path.join(os.environ["SLUICE_TEST_MARKERS"], "helper-%d" % int(label)), "w") as f:
+        f.write(str(pid))
+    return 255 - image, label
+
+
+def big_then_small(image, label, rng):
+    """100 MB of results for record 1, the image's 6 bytes otherwise."""
+    if int(label) == 1:
+        return np.zeros((100, 1000, 1000), np.uint8), label
+    return 255 - image, label
+
+
+def returns_none(image, label, rng):
+    return None
+
+
+def returns_dict(image, label, rng):
+    return {"image": image}
+
+
 not_callable = 3
 
 
