@@ -192,6 +192,13 @@ class Validator {
       // consumer validates a spec that only its workers can run.
       RETURN_IF_ERROR(op.has_python() ? CheckPython(op.python(), label)
                                       : BuildOps({op}, {label}, /*fuse=*/false).status());
+      if (op.has_python() &&
+          static_cast<size_t>(op.python().output_dtypes_size()) > lm.slots.size()) {
+        return label.FieldError(
+            "output_dtypes",
+            absl::StrCat("has ", op.python().output_dtypes_size(), " entries for the map's ",
+                         lm.slots.size(), " columns: one per column, in order"));
+      }
       for (size_t k = 0; k < lm.slots.size(); ++k) {
         infer_ctx_.column = static_cast<int>(k);
         RETURN_IF_ERROR(InferOpType(op, label, infer_ctx_, &types_[lm.slots[k]]));

@@ -228,6 +228,13 @@ TEST_F(PythonOpTest, DeclaredOutputDtypesAreChecked) {
   EXPECT_THAT(out.status.message(), HasSubstr("op 1 (Python): sluice_test_fns.to_float returned "
                                               "float32[6,5,3] for column 0, expected uint8 of rank "
                                               "3"));
+  // More dtypes than the map has columns is a mistake in the spec.
+  auto three = sluice::pipeline_spec::ParsePipelineSpec(
+      Spec("to_float", 1, "fail", ", output_dtypes: [float32, int64, int64]"));
+  ASSERT_TRUE(three.ok()) << three.status();
+  EXPECT_THAT(pl::Validate(*three).status().message(),
+              HasSubstr("output_dtypes has 3 entries for the map's 2 columns: one per column, in "
+                        "order"));
 }
 
 TEST_F(PythonOpTest, UnsupportedResultDtypeNamesIt) {
