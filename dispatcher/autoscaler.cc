@@ -534,6 +534,13 @@ std::string Autoscaler::ScaleDownOrHold(absl::Time now, const Estimate& e, int& 
         current, desired, absl::FormatDuration(o.scale_down_window), e.stable_need,
         e.stable_headroom, e.description, rounding);
   }
+  // Workers were lost (not drained) since the last decision, and the need it
+  // was sized for still stands: replace them, up to the count that need keeps.
+  if (current < last_desired_ && stable_target > current && !e.jobs.empty()) {
+    desired = std::min(last_desired_, stable_target);
+    return absl::StrFormat("up %d -> %d: replace lost workers; %s = %d", current, desired,
+                           e.description, stable_target);
+  }
   std::string verdict = absl::StrCat("hold ", current, ": ", e.description, " = ", target);
   if (stable_target > target) {
     absl::StrAppend(&verdict,

@@ -192,6 +192,24 @@ TEST_F(AutoscalerTest, LostWorkerIsReplacedOneForOneWithinTheBand) {
   EXPECT_THAT(d.reason, StartsWith("up 5 -> 7: need 6.50 workers"));
 }
 
+// A worker lost while the need sits inside the band of the count left (4.9
+// workers of need on 5: no scale-up is due) is still replaced: the count was
+// sized with the headroom, and holding 5 would give the headroom away for good
+// (an HPA fed the desired count would cancel the Deployment's replacement pod).
+TEST_F(AutoscalerTest, LostWorkerIsReplacedWhenTheNeedItWasSizedForStands) {
+  Next(Steady());
+  AutoscalerDecision d = Next(Input(6, 100, 490.0 / 64, 490.0 / 64));
+  EXPECT_EQ(d.desired_workers, 6);  // the window's 5.12 x 1.05 still holds 6
+  d = Next(Input(5, 100, 490.0 / 64, 490.0 / 64));
+  EXPECT_DOUBLE_EQ(d.need, 4.9);
+  EXPECT_EQ(d.desired_workers, 6);
+  EXPECT_THAT(d.reason, StartsWith("up 5 -> 6: replace lost workers; need 4.90 workers"));
+  // Then 5 are back: held.
+  d = Next(Input(6, 100, 490.0 / 64, 490.0 / 64));
+  EXPECT_EQ(d.desired_workers, 6);
+  EXPECT_THAT(d.reason, StartsWith("hold 6"));
+}
+
 TEST_F(AutoscalerTest, SecondJobAddsItsNeed) {
   Next(Steady());
   // Job 2 (batch 32) arrives: its consumer wants 20 batches/s = 640 el/s and
