@@ -26,7 +26,10 @@ std::string ConfigString(const proto::JobConfig& c) {
                       ", epochs ", c.num_epochs(), ", consumers ", c.num_consumers(),
                       ", deterministic ", c.deterministic() ? "true" : "false", ", remainder ",
                       proto::RemainderMode_Name(c.remainder()), ", split_size ", c.split_size(),
-                      c.sharing() == proto::SHARING_MODE_AUTO ? ", sharing auto" : "", "}");
+                      ", priority ", c.priority(), ", min_workers ", c.min_workers(),
+                      c.sharing() == proto::SHARING_MODE_AUTO ? ", sharing auto" : "",
+                      c.cache() == proto::CACHE_MODE_AUTO ? ", cache auto" : "",
+                      c.slots_follow_splits() ? ", slots follow splits" : "", "}");
 }
 
 record::RemainderPolicy Remainder(const proto::JobConfig& c) {

@@ -100,7 +100,7 @@ int Run(const Flags& flags) {
                                            : DispatcherOptions::Scaler::kNone;
   options.min_workers = flags.min_workers;
   options.max_workers = flags.max_workers;
-  if (flags.max_cpus < 0 || !(flags.worker_cpus > 0)) {
+  if (!(flags.max_cpus >= 0) || !(flags.worker_cpus > 0)) {  // NaN too
     logger->error("--max-cpus must be >= 0 and --worker-cpus positive");
     return 2;
   }

@@ -704,6 +704,15 @@ TEST_F(DispatcherImplTest, JobNameIsIdempotentForTheSameConfigOnly) {
       JobRequest("train", dataset, 3, proto::REMAINDER_MODE_PAD, 20), &response);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.message(), HasSubstr("use another job name"));
+  // The message shows what differs, the job options included.
+  proto::GetOrCreateJobRequest urgent =
+      JobRequest("train", dataset, 2, proto::REMAINDER_MODE_PAD, 20);
+  urgent.mutable_config()->set_priority(5);
+  urgent.mutable_config()->set_min_workers(3);
+  s = Sync(impl_).GetOrCreateJob(urgent, &response);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("split_size 20, priority 0, min_workers 0}"));
+  EXPECT_THAT(s.message(), HasSubstr("split_size 20, priority 5, min_workers 3}"));
   // Anonymous jobs are always new.
   EXPECT_NE(Job(JobRequest("", dataset, 1, proto::REMAINDER_MODE_PAD, 20)).job_id(),
             Job(JobRequest("", dataset, 1, proto::REMAINDER_MODE_PAD, 20)).job_id());

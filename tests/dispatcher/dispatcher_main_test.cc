@@ -170,6 +170,15 @@ TEST(DispatcherMain, MaxCpusBoundsThePoolOrIsAClearUsageError) {
               ::testing::HasSubstr("--max-cpus 1 holds 0 workers of "
                                    "--worker-cpus 2, fewer than --min-workers "
                                    "1"));
+  // Not a number is not a budget (NaN passed a `< 0` check and was ignored).
+  auto nan = Subprocess::Start({binary, "--port", "0", "--metrics-port", "0", "--max-cpus", "nan"},
+                               {.log_file = dir.Join("nan.log")});
+  ASSERT_TRUE(nan.ok()) << nan.status();
+  code = (*nan)->Wait(absl::Seconds(20));
+  ASSERT_TRUE(code.ok()) << "the dispatcher did not exit";
+  EXPECT_EQ(*code, 2);
+  EXPECT_THAT(testing::ReadFile(dir.Join("nan.log")),
+              ::testing::HasSubstr("--max-cpus must be >= 0 and --worker-cpus positive"));
   auto good = Subprocess::Start(
       {binary, "--port", "0", "--metrics-port", "0", "--max-cpus", "7", "--worker-cpus", "2"},
       {.log_file = dir.Join("good.log")});
