@@ -72,6 +72,12 @@ int CeilWorkers(double x) {
   return static_cast<int>(std::ceil(x - 1e-9));
 }
 
+std::vector<JobEstimate> JobsOf(const std::map<uint64_t, JobEstimate>& jobs) {
+  std::vector<JobEstimate> out;
+  for (const auto& [id, job] : jobs) out.push_back(job);
+  return out;
+}
+
 // The estimate in one line: "need 8.00 workers (job 1: 1024 el/s / 128 el/s
 // per worker) x 1.05 headroom".
 std::string Describe(const std::map<uint64_t, JobEstimate>& jobs, double need, double headroom) {
@@ -612,6 +618,15 @@ AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
   } else {
     verdict = ScaleDownOrHold(now, e, desired);
   }
+  // The jobs' reservations: the pool holds each job's min_workers even where
+  // its need is less (those that fit in max_workers; the others are dropped
+  // as AllocateWorkers drops them).
+  const double held = e.need_known ? ReservedNeed(JobsOf(e.jobs), e.headroom, max_workers) : 0;
+  if (e.need_known && CeilWorkers(held) > CeilWorkers(e.need * e.headroom) &&
+      desired < CeilWorkers(held)) {
+    desired = CeilWorkers(held);
+    notes.push_back(absl::StrFormat("raised to %d for the jobs' min_workers", desired));
+  }
   if (desired > max_workers) {
     desired = max_workers;
     notes.push_back(absl::StrCat("limited to max_workers ", max_workers));
@@ -624,9 +639,9 @@ AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
   d.desired_workers = desired;
   last_desired_ = desired;
 
-  for (const auto& [id, job] : e.jobs) d.jobs.push_back(job);
+  d.jobs = JobsOf(e.jobs);
   if (e.need_known) {
-    d.pool_bound = e.need * e.headroom > desired + 1e-9;
+    d.pool_bound = std::max(e.need * e.headroom, held) > desired + 1e-9;
     AllocateWorkers(desired, e.headroom, d.jobs);
   }
 
@@ -655,6 +670,39 @@ AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
   return d;
 }
 
+std::set<uint64_t> DroppedReservations(const std::vector<JobEstimate>& jobs, double pool) {
+  double reserved = 0;
+  std::vector<const JobEstimate*> reserving;
+  for (const JobEstimate& j : jobs) {
+    if (j.min_workers <= 0) continue;
+    reserved += j.min_workers;
+    reserving.push_back(&j);
+  }
+  std::stable_sort(reserving.begin(), reserving.end(),
+                   [](const JobEstimate* a, const JobEstimate* b) {
+                     if (a->min_workers != b->min_workers) return a->min_workers > b->min_workers;
+                     if (a->priority != b->priority) return a->priority < b->priority;
+                     return a->job_id > b->job_id;
+                   });
+  std::set<uint64_t> dropped;
+  for (const JobEstimate* j : reserving) {
+    if (reserved <= std::max(0.0, pool) + 1e-9) break;
+    reserved -= j->min_workers;
+    dropped.insert(j->job_id);
+  }
+  return dropped;
+}
+
+double ReservedNeed(const std::vector<JobEstimate>& jobs, double headroom, double pool) {
+  const std::set<uint64_t> dropped = DroppedReservations(jobs, pool);
+  double total = 0;
+  for (const JobEstimate& j : jobs) {
+    const double kept = dropped.contains(j.job_id) ? 0.0 : static_cast<double>(j.min_workers);
+    total += std::max(j.need * headroom, kept);
+  }
+  return total;
+}
+
 void AllocateWorkers(double pool, double headroom, std::vector<JobEstimate>& jobs) {
   double left = std::max(0.0, pool);
   std::vector<JobEstimate*> order;
@@ -671,25 +719,12 @@ void AllocateWorkers(double pool, double headroom, std::vector<JobEstimate>& job
   };
   // 1. min_workers, whole, while the pool holds every reservation; when they add up to more,
   // the largest are dropped (ties: the lower priority, then the later job) until the rest fit.
-  double reserved = 0;  // by the jobs whose reservation is kept
-  std::vector<JobEstimate*> reserving;
-  for (JobEstimate* j : order) {
-    if (j->min_workers <= 0) continue;
-    reserved += j->min_workers;
-    reserving.push_back(j);
-  }
-  const double all_reserved = reserved;
-  std::stable_sort(reserving.begin(), reserving.end(),
-                   [](const JobEstimate* a, const JobEstimate* b) {
-                     if (a->min_workers != b->min_workers) return a->min_workers > b->min_workers;
-                     if (a->priority != b->priority) return a->priority < b->priority;
-                     return a->job_id > b->job_id;
-                   });
+  double all_reserved = 0;
+  for (const JobEstimate* j : order) all_reserved += std::max(0, j->min_workers);
+  const std::set<uint64_t> dropped_ids = DroppedReservations(jobs, pool);
   std::set<JobEstimate*> dropped;
-  for (JobEstimate* j : reserving) {
-    if (reserved <= left + 1e-9) break;  // `left` is still the whole pool
-    reserved -= j->min_workers;
-    dropped.insert(j);
+  for (JobEstimate* j : order) {
+    if (dropped_ids.contains(j->job_id)) dropped.insert(j);
   }
   std::stable_sort(order.begin(), order.end(), [](const JobEstimate* a, const JobEstimate* b) {
     return a->priority > b->priority;
@@ -727,6 +762,12 @@ void AllocateWorkers(double pool, double headroom, std::vector<JobEstimate>& job
     if (j->starved) {
       j->allocation_reason =
           absl::StrFormat("%.2f to read its demand: its trainers got nothing yet", j->allocated);
+    } else if (j->min_workers >= want && j->allocated >= j->min_workers - 1e-9 &&
+               !dropped.contains(j)) {
+      j->allocation_reason = absl::StrFormat(
+          "its min_workers %d (its need %.2f x %.2f headroom "
+          "is less)",
+          j->min_workers, j->need, headroom);
     } else if (j->allocated >= want - 1e-9) {
       j->allocation_reason = absl::StrFormat("its need %.2f x %.2f headroom", j->need, headroom);
     } else if (j->allocated > 0 && j->allocated <= j->min_workers && !dropped.contains(j)) {

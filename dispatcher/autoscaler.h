@@ -293,6 +293,17 @@ struct AutoscalerDecision {
 // 200 = 800), job 2 would get its 8 first and job 1 the last 1.
 void AllocateWorkers(double pool, double headroom, std::vector<JobEstimate>& jobs);
 
+// The jobs (ids) whose min_workers a pool of `pool` workers does not keep:
+// none while every reservation fits; otherwise the largest (ties: the lower
+// priority, then the later job) until the rest fit.
+std::set<uint64_t> DroppedReservations(const std::vector<JobEstimate>& jobs, double pool);
+
+// Workers the jobs hold with their reservations: Σ max(need × headroom,
+// min_workers), a reservation that `pool` does not keep counting 0. The
+// autoscaler provisions at least this many (within max_workers), so that a
+// reservation above a job's need takes no worker from the other jobs' need.
+double ReservedNeed(const std::vector<JobEstimate>& jobs, double headroom, double pool);
+
 // Worker affinity for a bounded pool: which job each of `workers` (the
 // registered, non-draining ones) serves first, so that the split hand-out
 // gives each job its share of AllocateWorkers' division in whole workers.

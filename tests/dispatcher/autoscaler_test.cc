@@ -1079,6 +1079,53 @@ TEST(AutoscalerAllocation, BoundedPoolIsDividedByGainThenPriority) {
   EXPECT_EQ(d.jobs[1].priority, 1);
 }
 
+// A reservation above its job's need is provisioned, not taken from the
+// other jobs' need: job 1 needs 0.1 workers (10 / 100 el/s) and reserves 2,
+// job 2 needs 2.4 (120 / 50; 2.52 with headroom): the pool is sized to
+// ceil(2 + 2.52) = 5, unbounded, and each job gets what it holds, with the
+// reason naming the reservation. Before, the count followed the need (3) and
+// job 2 read "1.00 of its need 2.40: the pool ran out".
+TEST(AutoscalerAllocation, AReservationAboveTheNeedIsProvisionedNotTakenFromOtherJobs) {
+  Autoscaler scaler(AutoscalerOptions{.min_workers = 1, .max_workers = 64, .noise_z = 0});
+  AutoscalerInput in;
+  in.now = absl::FromUnixSeconds(1000);
+  for (uint64_t id = 1; id <= 3; ++id) {
+    WorkerSample w;
+    w.worker_id = id;
+    w.registered = absl::FromUnixSeconds(0);
+    w.last_heartbeat = in.now;
+    w.capacity = {{1, 100}, {2, 50}};
+    in.workers.push_back(w);
+  }
+  in.jobs = {{.job_id = 1, .batch_size = 10, .min_workers = 2}, {.job_id = 2, .batch_size = 12}};
+  in.consumers = {{.job_id = 1, .batches_per_second = 1, .wait_fraction = 0},
+                  {.job_id = 2, .batches_per_second = 10, .wait_fraction = 0}};
+  AutoscalerDecision d = scaler.Decide(in);
+  EXPECT_EQ(d.desired_workers, 5);
+  EXPECT_THAT(d.reason, HasSubstr("raised to 5 for the jobs' min_workers"));
+  EXPECT_FALSE(d.pool_bound);
+  ASSERT_EQ(d.jobs.size(), 2u);
+  // Each holds its own; the rest of the 5 (0.48) goes in proportion to that (2 : 2.52).
+  const double rest = 5 - 2 - 2.52;
+  EXPECT_NEAR(d.jobs[0].allocated, 2 + rest * 2 / 4.52, 1e-9);
+  EXPECT_EQ(d.jobs[0].allocation_reason,
+            "its min_workers 2 (its need 0.10 x 1.05 headroom is less)");
+  EXPECT_NEAR(d.jobs[1].allocated, 2.52 + rest * 2.52 / 4.52, 1e-9);
+  EXPECT_EQ(d.jobs[1].allocation_reason, "its need 2.40 x 1.05 headroom");
+  // With max_workers 4 the pool binds: the reservation first, job 2 the rest.
+  Autoscaler four(AutoscalerOptions{.min_workers = 1, .max_workers = 4, .noise_z = 0});
+  d = four.Decide(in);
+  EXPECT_EQ(d.desired_workers, 4);
+  EXPECT_TRUE(d.pool_bound);
+  EXPECT_DOUBLE_EQ(d.jobs[0].allocated, 2);
+  EXPECT_DOUBLE_EQ(d.jobs[1].allocated, 2);
+  // A reservation the pool cannot hold raises nothing: min_workers 9 of 4.
+  in.jobs[0].min_workers = 9;
+  d = four.Decide(in);
+  EXPECT_EQ(d.desired_workers, 3);
+  EXPECT_THAT(d.reason, Not(HasSubstr("min_workers")));
+}
+
 TEST(AutoscalerAllocation, UnboundedPoolGivesEveryJobItsNeed) {
   Autoscaler scaler(AutoscalerOptions{.min_workers = 1, .max_workers = 64, .noise_z = 0});
   AutoscalerInput in;
