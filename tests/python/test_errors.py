@@ -60,6 +60,24 @@ def test_bad_consumer_index_is_invalid_argument(cluster, dataset, spec_file, job
         client.open(spec_file, data=dataset, job=job, consumer_index=2, num_consumers=2)
 
 
+@pytest.mark.parametrize("name,value,expected", [
+    ("priority", 2**31, "priority must be an integer in [-2147483648, 2147483647], got 2147483648"),
+    ("priority", -2**31 - 1, "priority must be an integer in [-2147483648, 2147483647], got "
+                             "-2147483649"),
+    ("priority", None, "priority must be an integer in [-2147483648, 2147483647], got None"),
+    ("priority", True, "priority must be an integer in [-2147483648, 2147483647], got True"),
+    ("min_workers", -1, "min_workers must be an integer in [0, 4294967295], got -1"),
+    ("min_workers", 1.9, "min_workers must be an integer in [0, 4294967295], got 1.9"),
+    ("epochs", "2", "epochs must be an integer in [0, 18446744073709551615], got '2'"),
+])
+def test_an_integer_option_out_of_range_is_invalid_argument_naming_it(cluster, dataset, spec_file,
+                                                                       job, name, value, expected):
+    client = sluice.Client(cluster)
+    with pytest.raises(sluice.InvalidArgument) as info:
+        client.open(spec_file, data=dataset, job=job, **{name: value})
+    assert info.value.message == expected
+
+
 def test_missing_dataset_is_reported(cluster, work, spec_file, job):
     client = sluice.Client(cluster)
     with pytest.raises((sluice.NotFound, sluice.InvalidArgument)) as info:

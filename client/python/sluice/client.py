@@ -150,7 +150,28 @@ class Client:
                        finish="" if finish is None else finish, priority=priority,
                        min_workers=min_workers, sharing="" if sharing is None else sharing,
                        cache="" if cache is None else cache)
+        _check_integers(options)
         return BatchIterator(self, options, restore_state)
+
+
+# The integer arguments of Client.open and the range of their wire types.
+_INTEGER_RANGES = {
+    "epochs": (0, 2**64 - 1), "seed": (0, 2**64 - 1), "consumer_index": (0, 2**32 - 1),
+    "num_consumers": (0, 2**32 - 1), "split_size": (0, 2**64 - 1),
+    "priority": (-2**31, 2**31 - 1), "min_workers": (0, 2**32 - 1),
+}
+
+
+def _check_integers(options: Dict[str, Any]) -> None:
+    """Raises InvalidArgument naming an integer argument that is not one (a bool, a float,
+    None) or is out of its range; numpy integers become ints."""
+    for name, (low, high) in _INTEGER_RANGES.items():
+        value = options[name]
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
+                or not low <= value <= high:
+            raise errors.InvalidArgument(
+                "%s must be an integer in [%d, %d], got %r" % (name, low, high, value))
+        options[name] = int(value)
 
 
 class BatchIterator:
