@@ -75,6 +75,7 @@ absl::StatusOr<std::vector<Tensor>> PythonPool::Call(const std::string& module,
                                                      const std::string& function, uint64_t seed,
                                                      const std::vector<const Tensor*>& columns) {
   absl::Status last;
+  int import_deaths = 0;
   for (int attempt = 0; attempt < options_.max_attempts; ++attempt) {
     absl::StatusOr<std::unique_ptr<PythonProcess>> p = Acquire();
     if (!p.ok()) return p.status();
@@ -86,8 +87,16 @@ absl::StatusOr<std::vector<Tensor>> PythonPool::Call(const std::string& module,
     }
     if (!absl::IsUnavailable(out.status())) return out;  // drops the process
     last = out.status();
+    if ((*p)->died_importing()) ++import_deaths;
     absl::MutexLock lock(&mu_);
     ++replaced_;
+  }
+  if (import_deaths == options_.max_attempts) {
+    // The module, not this element: it would end any process (a broken C
+    // extension, an exit at import), so no record can be computed.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the Python process died ", options_.max_attempts,
+        " times while importing (last: ", last.message(), "; its output is in this worker's log)"));
   }
   return absl::DataLossError(absl::StrCat("the Python process died ", options_.max_attempts,
                                           " times on this element (last: ", last.message(), ")"));
@@ -128,7 +137,9 @@ absl::StatusOr<std::vector<CallResult>> PythonPool::CallGroup(
   // element, each with its own attempts.
   for (const CallInput& e : elements) {
     out.push_back(Call(module, function, e.seed, e.columns));
-    if (absl::IsInternal(out.back().status())) {
+    // Internal (the interpreter cannot start) or InvalidArgument (the import
+    // fails, or a result is malformed): the job ends, the rest need not run.
+    if (absl::IsInternal(out.back().status()) || absl::IsInvalidArgument(out.back().status())) {
       return out.back().status();
     }
   }
@@ -150,6 +161,13 @@ double PythonPool::idle_cpu_seconds() const {
   double total = 0;
   for (const std::unique_ptr<PythonProcess>& p : idle_) total += ProcessCpuSeconds(p->pid());
   return total;
+}
+
+std::vector<pid_t> PythonPool::idle_pids() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<pid_t> pids;
+  for (const std::unique_ptr<PythonProcess>& p : idle_) pids.push_back(p->pid());
+  return pids;
 }
 
 int PythonPool::processes_replaced() const {

@@ -108,6 +108,8 @@ class PythonPool {
   // between epochs, when every process is idle (sluice pipeline run's
   // "python cpu" line).
   double idle_cpu_seconds() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The idle processes' pids (tests).
+  std::vector<pid_t> idle_pids() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   absl::StatusOr<std::unique_ptr<PythonProcess>> Acquire() ABSL_LOCKS_EXCLUDED(mu_);

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -385,11 +386,12 @@ absl::Status PythonProcess::Load(const std::string& module, const std::string& f
   absl::Status s = Send(absl::StrCat("LOAD ", module, " ", function, "\n"));
   absl::StatusOr<std::string> head = s.ok() ? ReadLine(DeadlineAfter(limit, 1)) : s;
   if (!head.ok()) {
-    // The process is dead (or killed): what ended it was the import, which
-    // would do the same on any process.
-    return absl::InvalidArgumentError(absl::StrCat(head.status().message(), " while importing ",
-                                                   module, " for ", name,
-                                                   " (its output is in this worker's log)"));
+    // The process is dead (or was killed): by the import, or before it (an
+    // idle process the OOM killer chose). Unavailable: the pool tries a fresh
+    // process, and names the import once every attempt died in it.
+    died_importing_ = true;
+    return absl::UnavailableError(
+        absl::StrCat(head.status().message(), " while importing ", module, " for ", name));
   }
   std::vector<std::string> f = absl::StrSplit(*head, ' ');
   if (!f.empty() && f[0] == "ERR") return ReadError(f, DeadlineAfter(limit, 1));
@@ -432,12 +434,10 @@ absl::StatusOr<std::vector<CallResult>> PythonProcess::CallGroup(
     const std::string& module, const std::string& function, const std::vector<CallInput>& elements,
     absl::Duration timeout) {
   if (absl::Status s = Load(module, function, timeout); !s.ok()) return s;
-  waiting_for_ =
-      elements.size() == 1
-          ? absl::FormatDuration(timeout)
-          : absl::StrCat(absl::FormatDuration(timeout * static_cast<int64_t>(elements.size())),
-                         " (", elements.size(), " calls of at most ", absl::FormatDuration(timeout),
-                         ")");
+  waiting_for_ = elements.size() == 1
+                     ? absl::FormatDuration(timeout)
+                     : absl::StrCat(absl::FormatDuration(timeout), " (call 1 of a group of ",
+                                    elements.size(), ")");
   size_t need = 0;
   for (const CallInput& e : elements) need = InputBytes(e.columns, need);
   if (absl::Status s = MapShm(need); !s.ok()) return s;
@@ -447,9 +447,17 @@ absl::StatusOr<std::vector<CallResult>> PythonProcess::CallGroup(
     absl::StrAppend(&request, Generator(e.seed), " ", e.columns.size(), "\n");
     PutInputs(e.columns, &end, &request);
   }
-  const absl::Time deadline = DeadlineAfter(timeout, elements.size());
+  absl::Time deadline = DeadlineAfter(timeout, 1);
   if (absl::Status s = Send(request); !s.ok()) return s;
   absl::StatusOr<std::string> head = ReadLine(deadline);
+  // Progress (runner.py): each call must end within `timeout` of the last report.
+  size_t done = 0;
+  while (head.ok() && absl::StartsWith(*head, "P ") && absl::SimpleAtoi(head->substr(2), &done)) {
+    deadline = DeadlineAfter(timeout, 1);
+    waiting_for_ = absl::StrCat(absl::FormatDuration(timeout), " (call ", done + 1,
+                                " of a group of ", elements.size(), ")");
+    head = ReadLine(deadline);
+  }
   if (!head.ok()) return head.status();
   std::vector<std::string> f = absl::StrSplit(*head, ' ');
   if (!f.empty() && f[0] == "ERR") return ReadError(f, deadline);

@@ -63,10 +63,8 @@ class PythonProcess {
 
   // Calls module.function(*columns, rng=Generator(PCG64(seed))). Returns one
   // tensor per result array. Errors, each with the Python text:
-  //   InvalidArgument     the module or function cannot be imported/found
-  //                       (also when importing it ended or hung the process:
-  //                       then alive() is false), or a result is not an array
-  //                       of a supported dtype
+  //   InvalidArgument     the module or function cannot be imported/found, or
+  //                       a result is not an array of a supported dtype
   //   DataLoss            the function raised (the traceback), or its results
   //                       take more than max_result_bytes
   //   Unavailable         the process died (signal, exit) or did not answer
@@ -81,9 +79,10 @@ class PythonProcess {
   // errors as that many Call()s. The answer may cover only the first k >= 1
   // elements, when their results passed max_result_bytes: the caller asks
   // again for the rest. The whole group fails with InvalidArgument
-  // (the import error) or Unavailable (the process died, or did not answer
-  // within `timeout` times the number of elements: drop it; no result of the
-  // group was delivered). REQUIRES: elements is not empty.
+  // (the import error) or Unavailable (the process died, or one call did not
+  // end within `timeout` of the one before, as the child's progress reports
+  // tell: drop it; no result of the group was delivered). REQUIRES: elements
+  // is not empty.
   absl::StatusOr<std::vector<CallResult>> CallGroup(const std::string& module,
                                                     const std::string& function,
                                                     const std::vector<CallInput>& elements,
@@ -92,6 +91,9 @@ class PythonProcess {
   pid_t pid() const { return pid_; }
   // False once the process died or was killed (an error said so): drop it.
   bool alive() const { return !reaped_; }
+  // The process died (or was killed after the import timeout) on its way
+  // through an import (Load), not in a call.
+  bool died_importing() const { return died_importing_; }
 
   // The least time an import gets (Load): a module may import a large
   // library (torch takes seconds) on a loaded machine.
@@ -100,8 +102,8 @@ class PythonProcess {
  private:
   // Imports module.function in the child unless done before, within
   // max(timeout, kImportTimeout). InvalidArgument: it raised (the
-  // traceback), or the process died or hung while importing (then it is dead,
-  // alive() is false: the same import would end any process the same way).
+  // traceback); Unavailable: the process died or hung while importing (or had
+  // died before), and died_importing() is true.
   absl::Status Load(const std::string& module, const std::string& function, absl::Duration timeout);
 
   PythonProcess(pid_t pid, int pidfd, int shm_fd, int socket_fd)
@@ -137,7 +139,8 @@ class PythonProcess {
   bool reaped_ = false;
   uint8_t* shm_ = nullptr;
   size_t shm_size_ = 0;
-  std::string in_;                           // bytes read from the socket, not yet consumed
+  std::string in_;  // bytes read from the socket, not yet consumed
+  bool died_importing_ = false;
   std::string waiting_for_;                  // how long the current wait may take, for its error
   absl::flat_hash_set<std::string> loaded_;  // "module.function" imported in the child
 };

@@ -31,6 +31,10 @@
 #                                   or  ERR <kind> <nbytes>\n<text>   (kind: call|result|size)
 #                 or  ERR import <nbytes>\n<text>                          (the whole group)
 #
+# While a group runs, the child reports progress, at most every PROGRESS_SECONDS (so that a
+# group of cheap calls costs no extra messages): `P <calls done>\n` before the answer. The
+# worker's deadline is then --python-op-timeout from the last report, not the whole group's.
+#
 # k is n, or fewer (at least 1) when the results of the first k elements took more than the
 # limit (the worker asks again for the rest): `python3 -c <this file> <limit>`, the most bytes
 # one element's results may take (the worker's memory budget; 0: no limit), so that a function
@@ -75,6 +79,7 @@ import numpy as np
 SHM_FD = 3
 CTL_FD = 4
 ORPHAN_CHECK_SECONDS = 0.5
+PROGRESS_SECONDS = 0.01
 RESULT_LIMIT = int(sys.argv[1]) if len(sys.argv) > 1 else 0
 USER_PATH = sys.argv[2:]
 RUNNER_PID = os.getpid()
@@ -196,7 +201,11 @@ def call_all(fn, buf, elements, rng):
     so far take more (the worker asks again for the rest)."""
     results = []
     total = 0
+    reported = time.monotonic()
     for state, inc, specs in elements:
+        if results and time.monotonic() - reported >= PROGRESS_SECONDS:
+            send(b"P %d\n" % len(results))
+            reported = time.monotonic()
         arrays, err = call(fn, buf, specs, rng.seeded(state, inc))
         if arrays is not None and RESULT_LIMIT:
             size = sum(a.nbytes for a in arrays)

@@ -440,10 +440,14 @@ TEST_F(PythonOpTest, AnImportThatKillsItsProcessEndsTheRunEvenUnderSkip) {
                             {{"module: sluice_test_fns", "module: sluice_test_exits_at_import"}});
     const Out out = RunSpec(yaml);
     EXPECT_EQ(out.status.code(), absl::StatusCode::kInvalidArgument) << on_error;
-    EXPECT_THAT(
-        out.status.message(),
-        HasSubstr("exited with status 5 while importing sluice_test_exits_at_import for "
-                  "sluice_test_exits_at_import.invert (its output is in this worker's log)"))
+    EXPECT_THAT(out.status.message(),
+                HasSubstr("sluice_test_exits_at_import.invert: the Python process died 3 times "
+                          "while importing (last: the Python process (pid "))
+        << on_error;
+    EXPECT_THAT(out.status.message(),
+                HasSubstr("exited with status 5 while importing sluice_test_exits_at_import for "
+                          "sluice_test_exits_at_import.invert; its output is in this worker's "
+                          "log)"))
         << on_error;
     EXPECT_EQ(out.deliveries, 0);
   }
@@ -1064,6 +1068,37 @@ nodes:
                                   std::make_shared<MemoryCache>(), 0);
   EXPECT_EQ(out.status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(out.status.message(), HasSubstr("cache 'eval' comes after map[0].ops[0] (Python)"));
+}
+
+// A process that died while idle (the OOM killer picks Python processes
+// first) is replaced when next used, even for a function it has not imported
+// yet: its death is not the import's fault.
+TEST_F(PythonOpTest, AProcessThatDiedIdleIsReplacedNotBlamedOnTheNextImport) {
+  auto pool = python::ConfiguredPythonPool();
+  ExpectAllInverted(RunSpec(Spec("invert", 1)));
+  std::vector<pid_t> idle = pool->idle_pids();
+  ASSERT_FALSE(idle.empty());
+  for (pid_t pid : idle) kill(pid, SIGKILL);
+  usleep(100000);
+  const LabelOut out = RunLabels(LabelSpec("label_plus_1000", 8));
+  ExpectPlus1000(out);
+  EXPECT_GE(pool->processes_replaced(), 1);
+}
+
+// Within a group each call has the timeout from the end of the one before
+// (the runner's progress reports), not the timeout times the group's size: a
+// hang in call 4 of 8 is seen 1 s after call 3 ended, and the error says where.
+TEST_F(PythonOpTest, AHangInAGroupIsSeenAfterOneTimeoutNotOnePerElement) {
+  auto p = python::PythonProcess::Start(
+      {.interpreter = SLUICE_PYTHON_EXECUTABLE, .python_path = {SLUICE_TEST_PYTHON_DIR}});
+  ASSERT_TRUE(p.ok()) << p.status();
+  const SmallRecords records;
+  auto out =
+      (*p)->CallGroup("sluice_test_fns", "slow_then_hangs_on_3", records.group, absl::Seconds(1));
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(out.status().message(),
+              HasSubstr("did not answer within 1s (call 4 of a group of 8); killed it"));
+  EXPECT_FALSE((*p)->alive());
 }
 
 }  // namespace

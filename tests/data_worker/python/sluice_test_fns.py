@@ -227,3 +227,11 @@ def mixed_draws(label, rng):
     last = rng.integers(0, 1 << 32, size=2, dtype=np.uint32).astype(np.int64)
     buffered = [int(rng.bit_generator.state["has_uint32"])]
     return np.concatenate([first, floats, normals, last, buffered])
+
+
+def slow_then_hangs_on_3(image, label, rng):
+    """20 ms per call (the runner reports its progress), and record 3 hangs."""
+    time.sleep(0.02)
+    if int(label) == 3:
+        time.sleep(3600)
+    return 255 - image, label
