@@ -1039,6 +1039,22 @@ TEST(AllocateWorkers, WhatIsLeftGoesInProportionToTheNeed) {
   EXPECT_DOUBLE_EQ(jobs[1].allocated, 7.5);
 }
 
+// `workers` warm workers (registered long ago, heartbeating now, at t = 1000 s)
+// with the given per-job capacities.
+AutoscalerInput WarmPool(int workers, std::vector<JobCapacity> capacity) {
+  AutoscalerInput in;
+  in.now = absl::FromUnixSeconds(1000);
+  for (int id = 1; id <= workers; ++id) {
+    WorkerSample w;
+    w.worker_id = static_cast<uint64_t>(id);
+    w.registered = absl::FromUnixSeconds(0);
+    w.last_heartbeat = in.now;
+    w.capacity = capacity;
+    in.workers.push_back(w);
+  }
+  return in;
+}
+
 // Two jobs on 10 workers with max_workers 10 (fixed headroom 1.05): job 1
 // needs 512 / 100 = 5.12 workers (5.376 with headroom), job 2 640 / 50 = 12.8
 // (13.44). Job 1 removes 1/5.12 trainer-seconds of wait per worker, job 2
@@ -1046,16 +1062,7 @@ TEST(AllocateWorkers, WhatIsLeftGoesInProportionToTheNeed) {
 // would take all 10; job 1's min_workers 2 keeps 2 of them.
 TEST(AutoscalerAllocation, BoundedPoolIsDividedByGainThenPriority) {
   Autoscaler scaler(AutoscalerOptions{.min_workers = 1, .max_workers = 10, .noise_z = 0});
-  AutoscalerInput in;
-  in.now = absl::FromUnixSeconds(1000);
-  for (uint64_t id = 1; id <= 10; ++id) {
-    WorkerSample w;
-    w.worker_id = id;
-    w.registered = absl::FromUnixSeconds(0);
-    w.last_heartbeat = in.now;
-    w.capacity = {{1, 100}, {2, 50}};
-    in.workers.push_back(w);
-  }
+  AutoscalerInput in = WarmPool(10, {{1, 100}, {2, 50}});
   in.jobs = {{.job_id = 1, .batch_size = 64}, {.job_id = 2, .batch_size = 32}};
   in.consumers = {{.job_id = 1, .batches_per_second = 8, .wait_fraction = 0},
                   {.job_id = 2, .batches_per_second = 10, .wait_fraction = 0.5}};
@@ -1087,16 +1094,7 @@ TEST(AutoscalerAllocation, BoundedPoolIsDividedByGainThenPriority) {
 // job 2 read "1.00 of its need 2.40: the pool ran out".
 TEST(AutoscalerAllocation, AReservationAboveTheNeedIsProvisionedNotTakenFromOtherJobs) {
   Autoscaler scaler(AutoscalerOptions{.min_workers = 1, .max_workers = 64, .noise_z = 0});
-  AutoscalerInput in;
-  in.now = absl::FromUnixSeconds(1000);
-  for (uint64_t id = 1; id <= 3; ++id) {
-    WorkerSample w;
-    w.worker_id = id;
-    w.registered = absl::FromUnixSeconds(0);
-    w.last_heartbeat = in.now;
-    w.capacity = {{1, 100}, {2, 50}};
-    in.workers.push_back(w);
-  }
+  AutoscalerInput in = WarmPool(3, {{1, 100}, {2, 50}});
   in.jobs = {{.job_id = 1, .batch_size = 10, .min_workers = 2}, {.job_id = 2, .batch_size = 12}};
   in.consumers = {{.job_id = 1, .batches_per_second = 1, .wait_fraction = 0},
                   {.job_id = 2, .batches_per_second = 10, .wait_fraction = 0}};
@@ -1128,16 +1126,7 @@ TEST(AutoscalerAllocation, AReservationAboveTheNeedIsProvisionedNotTakenFromOthe
 
 TEST(AutoscalerAllocation, UnboundedPoolGivesEveryJobItsNeed) {
   Autoscaler scaler(AutoscalerOptions{.min_workers = 1, .max_workers = 64, .noise_z = 0});
-  AutoscalerInput in;
-  in.now = absl::FromUnixSeconds(1000);
-  for (uint64_t id = 1; id <= 6; ++id) {
-    WorkerSample w;
-    w.worker_id = id;
-    w.registered = absl::FromUnixSeconds(0);
-    w.last_heartbeat = in.now;
-    w.capacity = {{1, 100}};
-    in.workers.push_back(w);
-  }
+  AutoscalerInput in = WarmPool(6, {{1, 100}});
   in.jobs = {{.job_id = 1, .batch_size = 64}};
   in.consumers = {{.job_id = 1, .batches_per_second = 8, .wait_fraction = 0}};
   AutoscalerDecision d = scaler.Decide(in);
