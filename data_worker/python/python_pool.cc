@@ -47,13 +47,18 @@ PythonPool::PythonPool(PythonOptions options) : options_(WithTimeoutResolved(std
 PythonPool::~PythonPool() = default;
 
 absl::StatusOr<std::unique_ptr<PythonProcess>> PythonPool::Acquire() {
+  std::vector<std::unique_ptr<PythonProcess>> dead;  // ended while idle: reaped unlocked
   {
     absl::MutexLock lock(&mu_);
     ++requests_;
-    if (!idle_.empty()) {
+    while (!idle_.empty()) {
       std::unique_ptr<PythonProcess> p = std::move(idle_.back());
       idle_.pop_back();
-      return p;
+      if (!p->Ended()) return p;
+      // Died while idle (the OOM killer takes Python processes first): not a
+      // call's attempt, not an import's fault.
+      ++replaced_;
+      dead.push_back(std::move(p));
     }
     ++started_;
   }

@@ -223,19 +223,21 @@ absl::Status PythonProcess::MapShm(size_t size) {
   return absl::OkStatus();
 }
 
+bool PythonProcess::Ended() const {
+  // Without reaping it: until it is reaped its pid, and so its process
+  // group's id, cannot be reused.
+  siginfo_t info{};
+  return reaped_ ||
+         (waitid(P_PID, pid_, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid_);
+}
+
 absl::Status PythonProcess::Dead(const std::string& what, bool exiting) {
-  // Whether the child has ended, without reaping it: until it is reaped its
-  // pid, and so its process group's id, cannot be reused.
-  auto ended = [&] {
-    siginfo_t info{};
-    return waitid(P_PID, pid_, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid_;
-  };
-  bool gone = ended();
+  bool gone = Ended();
   // A process that closed its socket is normally on its way out: give it a
   // moment to end, so that the message says how (signal, exit status).
   for (int i = 0; exiting && !gone && i < 100; ++i) {
     usleep(2000);
-    gone = ended();
+    gone = Ended();
   }
   KillGroup();  // what it forked, and itself if it still runs
   int status = 0;

@@ -91,6 +91,9 @@ class PythonProcess {
   pid_t pid() const { return pid_; }
   // False once the process died or was killed (an error said so): drop it.
   bool alive() const { return !reaped_; }
+  // The process has ended (it may not be reaped yet): one that died while
+  // idle, e.g. the OOM killer's choice, reads true before any call fails.
+  bool Ended() const;
   // The process died (or was killed after the import timeout) on its way
   // through an import (Load), not in a call.
   bool died_importing() const { return died_importing_; }
