@@ -72,6 +72,13 @@ int CeilWorkers(double x) {
   return static_cast<int>(std::ceil(x - 1e-9));
 }
 
+// The workers the jobs' min_workers add up to.
+double TotalReserved(const std::vector<JobEstimate>& jobs) {
+  double total = 0;
+  for (const JobEstimate& j : jobs) total += std::max(0, j.min_workers);
+  return total;
+}
+
 std::vector<JobEstimate> JobsOf(const std::map<uint64_t, JobEstimate>& jobs) {
   std::vector<JobEstimate> out;
   for (const auto& [id, job] : jobs) out.push_back(job);
@@ -621,7 +628,8 @@ AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
   // The jobs' reservations: the pool holds each job's min_workers even where
   // its need is less (those that fit in max_workers; the others are dropped
   // as AllocateWorkers drops them).
-  const double held = e.need_known ? ReservedNeed(JobsOf(e.jobs), e.headroom, max_workers) : 0;
+  d.jobs = JobsOf(e.jobs);
+  const double held = e.need_known ? ReservedNeed(d.jobs, e.headroom, max_workers) : 0;
   if (e.need_known && CeilWorkers(held) > CeilWorkers(e.need * e.headroom) &&
       desired < CeilWorkers(held)) {
     desired = CeilWorkers(held);
@@ -639,7 +647,6 @@ AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
   d.desired_workers = desired;
   last_desired_ = desired;
 
-  d.jobs = JobsOf(e.jobs);
   if (e.need_known) {
     d.pool_bound = std::max(e.need * e.headroom, held) > desired + 1e-9;
     AllocateWorkers(desired, e.headroom, d.jobs);
@@ -671,12 +678,10 @@ AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
 }
 
 std::set<uint64_t> DroppedReservations(const std::vector<JobEstimate>& jobs, double pool) {
-  double reserved = 0;
+  double reserved = TotalReserved(jobs);
   std::vector<const JobEstimate*> reserving;
   for (const JobEstimate& j : jobs) {
-    if (j.min_workers <= 0) continue;
-    reserved += j.min_workers;
-    reserving.push_back(&j);
+    if (j.min_workers > 0) reserving.push_back(&j);
   }
   std::stable_sort(reserving.begin(), reserving.end(),
                    [](const JobEstimate* a, const JobEstimate* b) {
@@ -719,8 +724,6 @@ void AllocateWorkers(double pool, double headroom, std::vector<JobEstimate>& job
   };
   // 1. min_workers, whole, while the pool holds every reservation; when they add up to more,
   // the largest are dropped (ties: the lower priority, then the later job) until the rest fit.
-  double all_reserved = 0;
-  for (const JobEstimate* j : order) all_reserved += std::max(0, j->min_workers);
   const std::set<uint64_t> dropped_ids = DroppedReservations(jobs, pool);
   std::set<JobEstimate*> dropped;
   for (JobEstimate* j : order) {
@@ -786,7 +789,7 @@ void AllocateWorkers(double pool, double headroom, std::vector<JobEstimate>& job
     absl::StrAppend(&j->allocation_reason,
                     absl::StrFormat("; min_workers %d not reserved: the jobs reserve %.0f of a "
                                     "pool of %.2f, and the largest reservations are dropped",
-                                    j->min_workers, all_reserved, pool));
+                                    j->min_workers, TotalReserved(jobs), pool));
   }
   // 3. The rest in proportion to what each job wanted.
   if (left > 1e-9 && wanted > 0) {

@@ -126,6 +126,25 @@ std::string Inverted(std::string s) {
   return s;
 }
 
+// `pid`, an orphan this test process reaps (PR_SET_CHILD_SUBREAPER), ends by
+// SIGKILL within 10 s; `what` says who outlived whom if it does not. Until its
+// parent ends it is not ours yet (ECHILD).
+void ExpectSigkilledSoon(pid_t pid, const std::string& what) {
+  int status = 0;
+  pid_t r = 0;
+  for (int i = 0; i < 1000 && r != pid; ++i) {
+    r = waitpid(pid, &status, WNOHANG);
+    if (r != pid) usleep(10000);
+  }
+  if (r != pid) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+  }
+  ASSERT_EQ(r, pid) << what;
+  ASSERT_TRUE(WIFSIGNALED(status)) << what;
+  EXPECT_EQ(WTERMSIG(status), SIGKILL) << what;
+}
+
 // kRecords elements for a pool's group call: record g's image is 1x2x3
 // bytes 10g..10g+5, its label g, its seed 100 + g.
 struct SmallRecords {
@@ -300,20 +319,8 @@ TEST_F(PythonOpTest, AProcessThatExitsLeavingAForkedChildIsReplacedAndTheChildKi
   std::ifstream in(markers_.path() + "/grandchild-3");
   pid_t child = 0;
   ASSERT_TRUE(in >> child);
-  int status = 0;
-  pid_t r = 0;
-  for (int i = 0; i < 1000 && r == 0; ++i) {
-    r = waitpid(child, &status, WNOHANG);
-    if (r == 0) usleep(10000);
-  }
-  if (r == 0) {
-    kill(child, SIGKILL);
-    waitpid(child, &status, 0);
-  }
+  ExpectSigkilledSoon(child, "the forked child outlived its Python process");
   prctl(PR_SET_CHILD_SUBREAPER, 0);
-  ASSERT_EQ(r, child) << "the forked child outlived its Python process";
-  ASSERT_TRUE(WIFSIGNALED(status));
-  EXPECT_EQ(WTERMSIG(status), SIGKILL);
 }
 
 // Out of memory, the kernel's OOM killer takes a Python process (replaced, its
@@ -505,23 +512,11 @@ TEST_F(PythonOpTest, AForkedHelperEndsWhenItsWorkerExits) {
   std::ifstream in(markers_.path() + "/helper-6");
   pid_t helper = 0;
   ASSERT_TRUE(in >> helper);
-  // The Python process (now ours too) and its helper end; reap whatever comes.
-  pid_t r = 0;
-  for (int i = 0; i < 1000 && r != helper; ++i) {
-    const pid_t any = waitpid(-1, &status, WNOHANG);
-    if (any == helper) r = helper;
-    if (any <= 0) usleep(10000);
-  }
-  if (r != helper) {
-    kill(helper, SIGKILL);
-    waitpid(helper, &status, 0);
-  }
+  ExpectSigkilledSoon(helper, "the forked helper outlived its worker");
+  // The Python process, an orphan of ours too, is reaped as well.
   while (waitpid(-1, nullptr, WNOHANG) > 0) {
   }
   prctl(PR_SET_CHILD_SUBREAPER, 0);
-  ASSERT_EQ(r, helper) << "the forked helper outlived its worker";
-  ASSERT_TRUE(WIFSIGNALED(status));
-  EXPECT_EQ(WTERMSIG(status), SIGKILL);
 }
 
 // One element's 100 MB of results do not stay in the process's shared memory
