@@ -509,6 +509,85 @@ TEST_F(CliTest, AKilledLocalTakesItsDispatcherAndWorkersWithIt) {
   }
 }
 
+// The worker processes among `parent`'s children (/proc/PID/comm).
+std::vector<pid_t> WorkersOf(pid_t parent) {
+  std::vector<pid_t> workers;
+  for (pid_t pid : ChildrenOf(parent)) {
+    std::string comm;
+    if (std::getline(std::ifstream(absl::StrCat("/proc/", pid, "/comm")), comm) &&
+        comm == "sluice-worker") {
+      workers.push_back(pid);
+    }
+  }
+  return workers;
+}
+
+size_t Count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// A worker of a fixed pool that is killed (an OOM kill, a crash) is replaced, as a Deployment
+// replaces a pod, and the job it served ends with every record once; workers that keep dying
+// stop the cluster rather than restart forever.
+TEST_F(CliTest, ALocalWorkerThatDiesIsReplacedAndOnesThatKeepDyingStopTheCluster) {
+  const std::string ds = MakeDataset(200);
+  const std::string spec = tmp_.Join("labels.yaml");
+  WriteFile(spec,
+            "source: {dataset: {path: /not/used}, columns: [label]}\n"
+            "nodes:\n  - batch: {size: 4}\n");
+  const std::string log = tmp_.Join("local.log");
+  auto local = Subprocess::Start(
+      {Bin(), "local", "--workers", "2", "--threads-per-worker", "1", "--data-root", tmp_.path(),
+       "--work-dir", tmp_.Join("local"), "--address-file", tmp_.Join("address")},
+      {.log_file = log});
+  ASSERT_TRUE(local.ok()) << local.status();
+  auto address = WaitForAddressFile(tmp_.Join("address"), **local, absl::Seconds(60));
+  ASSERT_TRUE(address.ok()) << address.status();
+  ASSERT_EQ(WorkersOf((*local)->pid()).size(), 2u);
+  // Kills one worker, then waits until its replacement is announced and running.
+  auto kill_one = [&](size_t kills_so_far) {
+    const std::vector<pid_t> workers = WorkersOf((*local)->pid());
+    if (workers.empty()) return false;
+    kill(workers[0], SIGKILL);
+    for (int i = 0; i < 3000; ++i) {
+      if (Count(ReadFile(log), "starting a new worker") > kills_so_far &&
+          WorkersOf((*local)->pid()).size() == 2) {
+        return true;
+      }
+      usleep(10'000);
+    }
+    return false;
+  };
+
+  // 200 records, 2 epochs, in batches of 4 every 40 ms: 4 s; a worker is killed after 1 s.
+  const std::string consume_log = tmp_.Join("consume.log");
+  auto consume = Subprocess::Start(
+      {Bin(), "consume", "--dispatcher", *address, "--spec", spec, "--data", ds, "--job", "j",
+       "--epochs", "2", "--split-size", "20", "--step-time", "40ms", "--ids-out",
+       tmp_.Join("ids")},
+      {.log_file = consume_log});
+  ASSERT_TRUE(consume.ok()) << consume.status();
+  absl::SleepFor(absl::Seconds(1));
+  ASSERT_TRUE(kill_one(0)) << ReadFile(log);
+  ASSERT_EQ((*consume)->Wait(absl::Seconds(120)).value_or(-1), 0) << ReadFile(consume_log);
+  std::ifstream ids(tmp_.Join("ids"));
+  std::vector<int> seen(200, 0);
+  for (int id; ids >> id;) ++seen.at(id);
+  EXPECT_EQ(seen, std::vector<int>(200, 2)) << "each record once per epoch";
+  EXPECT_THAT(ReadFile(log), HasSubstr(absl::StrCat("exited with code ", 128 + SIGKILL,
+                                                    "; starting a new worker")));
+  EXPECT_FALSE((*local)->Poll().has_value()) << ReadFile(log);
+
+  // Four more deaths within the minute are replaced; the sixth stops the cluster.
+  for (size_t kills = 1; kills < 5; ++kills) ASSERT_TRUE(kill_one(kills)) << ReadFile(log);
+  kill(WorkersOf((*local)->pid()).at(0), SIGKILL);
+  ASSERT_EQ((*local)->Wait(absl::Seconds(60)).value_or(-1), 1) << ReadFile(log);
+  EXPECT_THAT(ReadFile(log),
+              HasSubstr("5 workers were replaced in the last 1m: stopped the cluster"));
+}
+
 // A memory cgroup limited to `limit` bytes (cgroup v2, or v1's memory controller), for a
 // real out-of-memory kill; Make() gives nullopt where this machine cannot make one (not root,
 // no writable cgroup file system). Removed at destruction.

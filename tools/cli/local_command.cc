@@ -1,6 +1,8 @@
 // sluice local --workers N [--port P] [--data-root DIR]... [--address-file FILE]
 //     [--tls | --tls-cert F --tls-key F [--tls-ca F] [--auth-token-file F]]
-// A dispatcher and N worker processes on loopback, until Ctrl-C or SIGTERM.
+// A dispatcher and N worker processes on loopback, until Ctrl-C or SIGTERM; a
+// worker that dies is replaced (ReplaceExitedWorkers), the dispatcher's exit
+// stops the cluster.
 //
 // sluice local ... [--allow-python-ops [--python-path DIR]... [--python-modules M,...]
 //     [--python-op-timeout 60s]]: the workers' python-op flags (docs/python.md).
@@ -12,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <deque>
 #include <cstdio>
 #include <filesystem>
 
@@ -51,6 +54,42 @@ struct LocalFlags {
   // Handed to every worker (python ops: docs/python.md).
   data_worker::python::PythonOptions python;
 };
+
+// A fixed pool's workers that exited (killed, out of memory, crashed) are replaced by new
+// ones, printed as they are. Workers that keep dying (more than kMaxReplacements within
+// kReplacementWindow: a crash loop) stop the cluster instead, with the last one's exit.
+constexpr int kMaxReplacements = 5;
+constexpr absl::Duration kReplacementWindow = absl::Minutes(1);
+
+absl::Status ReplaceExitedWorkers(tools::LocalCluster& cluster,
+                                  std::deque<absl::Time>& replacements) {
+  for (const std::string& exited : cluster.ReapExitedWorkers()) {
+    const absl::Time now = absl::Now();
+    while (!replacements.empty() && now - replacements.front() > kReplacementWindow) {
+      replacements.pop_front();
+    }
+    if (static_cast<int>(replacements.size()) >= kMaxReplacements) {
+      cluster.Stop();
+      return absl::AbortedError(absl::StrFormat(
+          "sluice local: %s; %d workers were replaced in the last %s: stopped the cluster", exited,
+          replacements.size(), absl::FormatDuration(kReplacementWindow)));
+    }
+    replacements.push_back(now);
+    std::printf("sluice local: %s; starting a new worker\n", exited.c_str());
+    std::fflush(stdout);
+    absl::StatusOr<int> added = cluster.AddWorker();
+    if (!added.ok()) {
+      cluster.Stop();
+      return absl::AbortedError(absl::StrCat("sluice local: ", exited,
+                                             "; its replacement did not start: ",
+                                             added.status().message(), "; stopped the cluster"));
+    }
+    std::printf("  worker %d    %s   metrics http://127.0.0.1:%d/metrics\n", *added,
+                cluster.worker(*added).address.c_str(), cluster.worker(*added).metrics_port);
+    std::fflush(stdout);
+  }
+  return absl::OkStatus();
+}
 
 absl::Status RunLocal(const LocalFlags& flags) {
   // Block the stop signals before any child starts; they are taken with
@@ -130,6 +169,7 @@ absl::Status RunLocal(const LocalFlags& flags) {
   std::fflush(stdout);
 
   tools::LocalAutoscaler scaler(cluster.get(), flags.max_workers);
+  std::deque<absl::Time> replacements;
   absl::Time next_step = absl::Now();
   const absl::Time start = absl::Now();
   while (true) {
@@ -157,21 +197,16 @@ absl::Status RunLocal(const LocalFlags& flags) {
         }
         std::fflush(stdout);
       }
-      // Workers come and go: only the dispatcher's exit stops the cluster.
       continue;
     }
-    if (flags.autoscale) {
-      if (std::string exited = cluster->FindExitedChild();
-          !exited.empty() && exited.rfind("sluice-dispatcher", 0) == 0) {
-        cluster->Stop();
-        return absl::AbortedError("sluice local: " + exited);
-      }
-      continue;
-    }
-    if (std::string exited = cluster->FindExitedChild(); !exited.empty()) {
+    // Only the dispatcher's exit stops the cluster. Autoscaled workers come and go (the step
+    // above forgets them); a fixed pool replaces a worker that died, as a Deployment would.
+    if (std::string exited = cluster->FindExitedChild();
+        !exited.empty() && exited.rfind("sluice-dispatcher", 0) == 0) {
       cluster->Stop();
       return absl::AbortedError("sluice local: " + exited + "; stopped the cluster");
     }
+    if (!flags.autoscale) RETURN_IF_ERROR(ReplaceExitedWorkers(*cluster, replacements));
   }
 }
 
