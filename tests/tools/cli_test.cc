@@ -386,6 +386,53 @@ TEST_F(CliTest, ConsumeStepTimeSetsTheDemandAndStatusJsonHasTheDocumentedKeys) {
 // The python op's flags, as sluice-worker takes them, on `sluice pipeline run` and on
 // `sluice local` (which hands them to its workers): a team's module runs, a hang ends at
 // --python-op-timeout, a module off the --python-modules list is refused by a real worker.
+// Ctrl-C of a consumer is a trainer stopped by hand: it leaves its job as at a normal end, so
+// the dispatcher frees its share at once (silence alone would take 5 s, and 60 s to forget the
+// consumer), and exits 130.
+TEST_F(CliTest, AnInterruptedConsumeLeavesItsJobAtOnceAndExits130) {
+  const std::string ds = MakeDataset(200);
+  const std::string spec = tmp_.Join("labels.yaml");
+  WriteFile(spec,
+            "source: {dataset: {path: /not/used}, columns: [label]}\n"
+            "nodes:\n  - batch: {size: 4}\n");
+  const std::string log = tmp_.Join("local.log");
+  auto local = Subprocess::Start(
+      {Bin(), "local", "--workers", "1", "--threads-per-worker", "1", "--data-root", tmp_.path(),
+       "--work-dir", tmp_.Join("local"), "--address-file", tmp_.Join("address")},
+      {.log_file = log});
+  ASSERT_TRUE(local.ok()) << local.status();
+  auto address = WaitForAddressFile(tmp_.Join("address"), **local, absl::Seconds(60));
+  ASSERT_TRUE(address.ok()) << address.status();
+  // 200 records x 5 epochs in batches of 4, one every 50 ms: 12.5 s.
+  const std::string consume_log = tmp_.Join("consume.log");
+  auto consume =
+      Subprocess::Start({Bin(), "consume", "--dispatcher", *address, "--spec", spec, "--data", ds,
+                         "--job", "stopped", "--epochs", "5", "--step-time", "50ms"},
+                        {.log_file = consume_log});
+  ASSERT_TRUE(consume.ok()) << consume.status();
+  auto consumers = [&]() -> int {
+    const Result r = Run({"status", "--dispatcher", *address, "--json"});
+    const nlohmann::json status = nlohmann::json::parse(r.output, nullptr, false);
+    if (status.is_discarded()) return -1;
+    for (const auto& job : status["jobs"]) {
+      if (job["job_name"] == "stopped") return static_cast<int>(job["consumers"].size());
+    }
+    return 0;
+  };
+  for (int i = 0; i < 100 && consumers() != 1; ++i) absl::SleepFor(absl::Milliseconds(100));
+  ASSERT_EQ(consumers(), 1);
+  absl::SleepFor(absl::Seconds(1));
+
+  (*consume)->Signal(SIGINT);
+  ASSERT_EQ((*consume)->Wait(absl::Seconds(10)).value_or(-1), 130) << ReadFile(consume_log);
+  EXPECT_THAT(ReadFile(consume_log), HasSubstr("interrupted (SIGINT) after "));
+  EXPECT_THAT(ReadFile(consume_log), HasSubstr("left the job stopped"));
+  // Gone at once: a consumer that just stops heartbeating is listed for --consumer-timeout (60 s).
+  EXPECT_EQ(consumers(), 0);
+  (*local)->Signal(SIGTERM);
+  EXPECT_EQ((*local)->Wait(absl::Seconds(60)).value_or(-1), 0) << TailOfFile(log);
+}
+
 TEST_F(CliTest, PipelineRunAndLocalTakeThePythonOpFlags) {
   const std::string ds = MakeDataset();
   const std::string py = tmp_.Join("py");
@@ -565,8 +612,7 @@ TEST_F(CliTest, ALocalWorkerThatDiesIsReplacedAndOnesThatKeepDyingStopTheCluster
   const std::string consume_log = tmp_.Join("consume.log");
   auto consume = Subprocess::Start(
       {Bin(), "consume", "--dispatcher", *address, "--spec", spec, "--data", ds, "--job", "j",
-       "--epochs", "2", "--split-size", "20", "--step-time", "40ms", "--ids-out",
-       tmp_.Join("ids")},
+       "--epochs", "2", "--split-size", "20", "--step-time", "40ms", "--ids-out", tmp_.Join("ids")},
       {.log_file = consume_log});
   ASSERT_TRUE(consume.ok()) << consume.status();
   absl::SleepFor(absl::Seconds(1));

@@ -6,16 +6,22 @@
 // A trainer without the training: reads this consumer's share of every epoch through the
 // service. --stop-after-batches N --save-state FILE returns N batches, saves the iterator's
 // state and exits 0 (a training run checkpointing and stopping); --restore-state FILE
-// continues from such a state, in a new process.
+// continues from such a state, in a new process. Ctrl-C or SIGTERM leaves the job as a normal
+// end does (its share freed at once) and exits 128 + the signal (InterruptWatcher).
 // TLS and token: --tls-ca --tls-cert --tls-key --tls-server-name --auth-token-file
 // (docs/security.md), also as SLUICE_TLS_CA, ... like every flag.
 
 #include <algorithm>
+#include <atomic>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -24,6 +30,7 @@
 #include "absl/time/clock.h"
 #include "common/base/duration_flag.h"
 #include "common/base/process.h"
+#include "common/base/signals.h"
 #include "common/base/status_macros.h"
 #include "common/pipeline_spec/parse.h"
 #include "common/record/dataset.h"
@@ -62,7 +69,53 @@ struct ConsumeFlags {
   uint64_t shared_memory_mb = ClientOptions().shared_memory_bytes >> 20;
 };
 
-absl::Status RunConsume(const ConsumeFlags& flags) {
+std::string SignalName(int signal) { return absl::StrCat("SIG", sigabbrev_np(signal)); }
+
+// Ctrl-C or SIGTERM while consuming: the loop stops after the batch in hand, the iterator
+// leaves the job as at a normal end (the dispatcher frees this consumer's share at once, not
+// when its lease runs out), and the process exits 128 + the signal. If the loop is blocked
+// (no batch comes) for kStopGrace after the signal, the process exits then without leaving.
+class InterruptWatcher {
+ public:
+  static constexpr absl::Duration kStopGrace = absl::Seconds(3);
+  // Before any thread starts: the threads inherit the blocked signals.
+  InterruptWatcher() {
+    BlockStopSignals();
+    thread_ = std::thread([this] {
+      while (!done_) {
+        const int signal = WaitForStopSignal(absl::Milliseconds(100));
+        if (signal == 0) continue;
+        signal_ = signal;
+        const absl::Time deadline = absl::Now() + kStopGrace;
+        while (!done_ && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+        if (done_) return;
+        std::fprintf(stderr, "sluice consume: %s, and no batch came within %s: exiting\n",
+                     SignalName(signal).c_str(), absl::FormatDuration(kStopGrace).c_str());
+        std::_Exit(128 + signal);
+      }
+    });
+  }
+  ~InterruptWatcher() {
+    done_ = true;
+    thread_.join();
+  }
+  // The stop signal taken (SIGINT, SIGTERM), or 0.
+  int signal() const { return signal_; }
+  // Sleeps `d`, or less if a stop signal comes.
+  void SleepFor(absl::Duration d) const {
+    const absl::Time end = absl::Now() + d;
+    while (signal_ == 0 && absl::Now() < end) {
+      absl::SleepFor(std::min(end - absl::Now(), absl::Milliseconds(10)));
+    }
+  }
+
+ private:
+  std::atomic<int> signal_{0};
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
+absl::Status RunConsume(const ConsumeFlags& flags, const InterruptWatcher& interrupts) {
   if ((flags.pause_after_batches > 0) != (flags.pause_for > absl::ZeroDuration())) {
     return absl::InvalidArgumentError(
         "--pause-after-batches N and --pause-for DURATION go together (both > 0)");
@@ -149,6 +202,13 @@ absl::Status RunConsume(const ConsumeFlags& flags) {
   std::vector<double> waits, epoch_gaps;
   std::optional<std::pair<absl::Time, uint64_t>> previous;  // the last batch: when, its epoch
   while (flags.stop_after_batches == 0 || num_batches < flags.stop_after_batches) {
+    if (interrupts.signal() != 0) {
+      bar.Done();
+      return absl::CancelledError(absl::StrFormat(
+          "interrupted (%s) after %llu batches (%llu images); left the job %s",
+          SignalName(interrupts.signal()), static_cast<unsigned long long>(num_batches),
+          static_cast<unsigned long long>(images), flags.job));
+    }
     ASSIGN_OR_RETURN(std::optional<Batch> batch, batches->GetNext());
     if (!batch.has_value()) break;
     const absl::Time now = absl::Now();
@@ -167,14 +227,14 @@ absl::Status RunConsume(const ConsumeFlags& flags) {
       for (uint64_t id : batch->global_indices) ids << id << '\n';
     }
     bar.Update(images);
-    if (flags.step_time > absl::ZeroDuration()) absl::SleepFor(flags.step_time);
+    if (flags.step_time > absl::ZeroDuration()) interrupts.SleepFor(flags.step_time);
     if (num_batches == flags.pause_after_batches) {
       // The iterator stays open and heartbeats: only reading stops.
       std::printf("pausing reads for %s after %llu batches\n",
                   absl::FormatDuration(flags.pause_for).c_str(),
                   static_cast<unsigned long long>(num_batches));
       std::fflush(stdout);
-      absl::SleepFor(flags.pause_for);
+      interrupts.SleepFor(flags.pause_for);
     }
     previous.emplace(absl::Now(), batch->epoch);
   }
@@ -293,7 +353,11 @@ void AddConsumeCommand(CLI::App& app) {
                   "write batches there instead of sending them through loopback TCP (0: off)")
       ->check(CLI::Range(0, 16384))
       ->capture_default_str();
-  cmd->callback([flags] { Finish(RunConsume(*flags)); });
+  cmd->callback([flags] {
+    InterruptWatcher interrupts;
+    const absl::Status status = RunConsume(*flags, interrupts);
+    Finish(status, interrupts.signal() != 0 ? 128 + interrupts.signal() : 1);
+  });
 }
 
 }  // namespace sluice::cli

@@ -14,8 +14,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <deque>
 #include <cstdio>
+#include <deque>
 #include <filesystem>
 
 #include "absl/strings/str_format.h"
@@ -80,9 +80,9 @@ absl::Status ReplaceExitedWorkers(tools::LocalCluster& cluster,
     absl::StatusOr<int> added = cluster.AddWorker();
     if (!added.ok()) {
       cluster.Stop();
-      return absl::AbortedError(absl::StrCat("sluice local: ", exited,
-                                             "; its replacement did not start: ",
-                                             added.status().message(), "; stopped the cluster"));
+      return absl::AbortedError(absl::StrCat(
+          "sluice local: ", exited, "; its replacement did not start: ", added.status().message(),
+          "; stopped the cluster"));
     }
     std::printf("  worker %d    %s   metrics http://127.0.0.1:%d/metrics\n", *added,
                 cluster.worker(*added).address.c_str(), cluster.worker(*added).metrics_port);
