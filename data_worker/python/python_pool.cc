@@ -9,7 +9,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/metrics/metrics.h"
 #include "data_worker/python/runner_source.h"
+#include "spdlog/spdlog.h"
 
 namespace sluice::data_worker::python {
 namespace {
@@ -42,7 +44,31 @@ PythonOptions WithTimeoutResolved(PythonOptions options) {
 
 }  // namespace
 
-PythonPool::PythonPool(PythonOptions options) : options_(WithTimeoutResolved(std::move(options))) {}
+constexpr char kProcessesHelp[] =
+    "Python processes of the python op's pool, by event: started (replacements included), "
+    "replaced (one that died, was killed after --python-op-timeout, or ended while idle).";
+
+PythonPool::PythonPool(PythonOptions options, prometheus::Registry* registry,
+                       std::shared_ptr<spdlog::logger> logger)
+    : options_(WithTimeoutResolved(std::move(options))),
+      started_total_(registry == nullptr
+                         ? nullptr
+                         : &AddCounter(*registry, "sluice_worker_python_processes_total",
+                                       kProcessesHelp, {{"event", "started"}})),
+      replaced_total_(registry == nullptr
+                          ? nullptr
+                          : &AddCounter(*registry, "sluice_worker_python_processes_total",
+                                        kProcessesHelp, {{"event", "replaced"}})),
+      logger_(std::move(logger)) {}
+
+void PythonPool::CountReplaced(const std::string& why) {
+  {
+    absl::MutexLock lock(&mu_);
+    ++replaced_;
+  }
+  if (replaced_total_ != nullptr) replaced_total_->Increment();
+  if (logger_ != nullptr) logger_->warn("python op: {}", why);
+}
 
 PythonPool::~PythonPool() = default;
 
@@ -57,11 +83,15 @@ absl::StatusOr<std::unique_ptr<PythonProcess>> PythonPool::Acquire() {
       if (!p->Ended()) return p;
       // Died while idle (the OOM killer takes Python processes first): not a
       // call's attempt, not an import's fault.
-      ++replaced_;
       dead.push_back(std::move(p));
     }
     ++started_;
   }
+  for (const std::unique_ptr<PythonProcess>& p : dead) {
+    CountReplaced(absl::StrCat("the Python process (pid ", p->pid(),
+                               ") ended while idle (killed, or out of memory); a new one starts"));
+  }
+  if (started_total_ != nullptr) started_total_->Increment();
   ProcessOptions po;
   po.interpreter = options_.interpreter.empty() ? kDefaultInterpreter : options_.interpreter;
   po.max_result_bytes = options_.max_result_bytes;
@@ -93,8 +123,11 @@ absl::StatusOr<std::vector<Tensor>> PythonPool::Call(const std::string& module,
     if (!absl::IsUnavailable(out.status())) return out;  // drops the process
     last = out.status();
     if ((*p)->died_importing()) ++import_deaths;
-    absl::MutexLock lock(&mu_);
-    ++replaced_;
+    CountReplaced(absl::StrCat(module, ".", function, ": ", last.message(),
+                               attempt + 1 < options_.max_attempts
+                                   ? absl::StrCat("; a new process redoes the element (attempt ",
+                                                  attempt + 2, " of ", options_.max_attempts, ")")
+                                   : "; the element failed"));
   }
   if (import_deaths == options_.max_attempts) {
     // The module, not this element: it would end any process (a broken C
@@ -135,8 +168,9 @@ absl::StatusOr<std::vector<CallResult>> PythonPool::CallGroup(
       return out;
     }
     if (!absl::IsUnavailable(group.status())) return group.status();
-    absl::MutexLock lock(&mu_);
-    ++replaced_;
+    CountReplaced(absl::StrCat(module, ".", function, ": ", group.status().message(),
+                               "; new processes redo the group's ", elements.size(),
+                               " elements one by one"));
   }
   // One element, or the redo of a group whose process died: element by
   // element, each with its own attempts.
@@ -180,8 +214,11 @@ int PythonPool::processes_replaced() const {
   return replaced_;
 }
 
-void ConfigurePython(PythonOptions options) {
-  auto pool = options.allow ? std::make_shared<PythonPool>(std::move(options)) : nullptr;
+void ConfigurePython(PythonOptions options, prometheus::Registry* registry,
+                     std::shared_ptr<spdlog::logger> logger) {
+  auto pool = options.allow
+                  ? std::make_shared<PythonPool>(std::move(options), registry, std::move(logger))
+                  : nullptr;
   absl::MutexLock lock(&g_mu);
   if (g_pool == nullptr) g_pool = new std::shared_ptr<PythonPool>();
   *g_pool = std::move(pool);

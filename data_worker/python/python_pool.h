@@ -41,6 +41,14 @@
 #include "data_worker/ops/tensor.h"
 #include "data_worker/python/python_process.h"
 
+namespace prometheus {
+class Counter;
+class Registry;
+}  // namespace prometheus
+namespace spdlog {
+class logger;
+}  // namespace spdlog
+
 namespace sluice::data_worker::python {
 
 struct PythonOptions {
@@ -69,7 +77,10 @@ struct PythonOptions {
 
 class PythonPool {
  public:
-  explicit PythonPool(PythonOptions options);
+  // `registry`, if given, gets sluice_worker_python_processes_total{event="started"|"replaced"};
+  // `logger`, if given, a warning for each process replaced (what ended it, what is redone).
+  explicit PythonPool(PythonOptions options, prometheus::Registry* registry = nullptr,
+                      std::shared_ptr<spdlog::logger> logger = nullptr);
   ~PythonPool();
   PythonPool(const PythonPool&) = delete;
   PythonPool& operator=(const PythonPool&) = delete;
@@ -114,8 +125,13 @@ class PythonPool {
  private:
   absl::StatusOr<std::unique_ptr<PythonProcess>> Acquire() ABSL_LOCKS_EXCLUDED(mu_);
   void Release(std::unique_ptr<PythonProcess> p) ABSL_LOCKS_EXCLUDED(mu_);
+  // Counts a process replaced after `why` (its end, and what is redone).
+  void CountReplaced(const std::string& why) ABSL_LOCKS_EXCLUDED(mu_);
 
   const PythonOptions options_;
+  prometheus::Counter* const started_total_;   // null without a registry
+  prometheus::Counter* const replaced_total_;  // null without a registry
+  const std::shared_ptr<spdlog::logger> logger_;
   mutable absl::Mutex mu_;
   std::vector<std::unique_ptr<PythonProcess>> idle_ ABSL_GUARDED_BY(mu_);
   int started_ ABSL_GUARDED_BY(mu_) = 0;
@@ -127,7 +143,9 @@ class PythonPool {
 // before pipelines are built; the python op takes it when it is built, so a
 // later ConfigurePython affects only ops built after it. Not configured:
 // python ops are refused.
-void ConfigurePython(PythonOptions options);
+// `registry` and `logger`: the pool's metrics and warnings (PythonPool's constructor).
+void ConfigurePython(PythonOptions options, prometheus::Registry* registry = nullptr,
+                     std::shared_ptr<spdlog::logger> logger = nullptr);
 // The configured pool, or null if python ops are not allowed.
 std::shared_ptr<PythonPool> ConfiguredPythonPool();
 

@@ -265,10 +265,6 @@ int Run(int argc, char** argv) {
   WorkerFlags f;
   AddWorkerFlags(app, &f);
   CLI11_PARSE(app, argc, argv);
-  // Before any pipeline is built: the python op takes the pool then. One
-  // element's results may take at most the worker's memory budget.
-  f.python.max_result_bytes = f.memory_mb << 20;
-  sluice::data_worker::python::ConfigurePython(f.python);
 
   std::string advertise_host;
   int advertise_port = -1;
@@ -290,6 +286,10 @@ int Run(int argc, char** argv) {
   }
   service::ServerMain& server = **main;
   const std::shared_ptr<spdlog::logger>& logger = server.logger();
+  // Before any pipeline is built (the python op takes the pool then). One
+  // element's results may take at most the worker's memory budget.
+  f.python.max_result_bytes = f.memory_mb << 20;
+  sluice::data_worker::python::ConfigurePython(f.python, &server.registry(), logger);
   // ServerMain printed "metrics on HOST:PORT" on stdout; stderr carries only log lines (JSON
   // with --log-format json).
 

@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,9 @@
 #include "data_worker/python/python_pool.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "prometheus/registry.h"
+#include "spdlog/sinks/ostream_sink.h"
+#include "spdlog/spdlog.h"
 #include "tests/testing/executor_testing.h"
 #include "tests/testing/temp_dir.h"
 
@@ -296,6 +300,33 @@ TEST_F(PythonOpTest, AProcessThatExitsIsReplacedAndItsElementRedoneOnce) {
   auto pool = python::ConfiguredPythonPool();
   ExpectAllInverted(RunSpec(Spec("exits_once_on_3", 2)));
   EXPECT_EQ(pool->processes_replaced(), 1);
+}
+
+// An operator sees each replacement: a warning in the worker's log naming the function, the
+// process and what is redone, and sluice_worker_python_processes_total{event}.
+TEST_F(PythonOpTest, AReplacedProcessIsLoggedAndCounted) {
+  prometheus::Registry registry;
+  std::ostringstream log;
+  python::ConfigurePython(Options(), &registry,
+                          std::make_shared<spdlog::logger>(
+                              "worker", std::make_shared<spdlog::sinks::ostream_sink_mt>(log)));
+  ExpectAllInverted(RunSpec(Spec("exits_once_on_3", 2)));
+  std::map<std::string, double> processes;
+  for (const auto& family : registry.Collect()) {
+    if (family.name != "sluice_worker_python_processes_total") continue;
+    for (const auto& metric : family.metric) {
+      ASSERT_EQ(metric.label.size(), 1u);
+      processes[metric.label[0].value] = metric.counter.value;
+    }
+  }
+  EXPECT_EQ(processes["replaced"], 1);
+  EXPECT_EQ(processes["started"], python::ConfiguredPythonPool()->processes_started());
+  EXPECT_GE(processes["started"], 2);
+  EXPECT_THAT(log.str(),
+              ::testing::HasSubstr("[warning] python op: sluice_test_fns.exits_once_on_3: "
+                                   "the Python process (pid "));
+  EXPECT_THAT(log.str(),
+              ::testing::HasSubstr(") exited with status 7; new processes redo the group's "));
 }
 
 TEST_F(PythonOpTest, AProcessThatSegfaultsIsReplacedAndItsElementRedoneOnce) {
