@@ -250,6 +250,15 @@ TEST_F(CliTest, LocalTlsServesASecuredConsumerAndRefusesAPlaintextOne) {
 
 // `sluice consume --step-time` refuses what is not a duration, naming the
 // flag, before it connects anywhere.
+TEST_F(CliTest, LocalMaxCpusIsCheckedAndNeedsAutoscale) {
+  const Result nan = Run({"local", "--autoscale", "--max-cpus", "nan"});
+  EXPECT_EQ(nan.exit_code, 1);
+  EXPECT_THAT(nan.output, HasSubstr("--max-cpus must be >= 0 (got nan)"));
+  const Result fixed = Run({"local", "--max-cpus", "4"});
+  EXPECT_EQ(fixed.exit_code, 1);
+  EXPECT_THAT(fixed.output, HasSubstr("--max-cpus bounds an autoscaled pool: add --autoscale"));
+}
+
 TEST_F(CliTest, StepTimeThatIsNotADurationIsAUsageErrorNamingTheFlag) {
   for (const char* bad : {"-1s", "abc"}) {
     const Result r = Run({"consume", "--dispatcher", "127.0.0.1:1", "--spec",

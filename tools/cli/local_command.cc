@@ -8,6 +8,7 @@
 //     [--python-op-timeout 60s]]: the workers' python-op flags (docs/python.md).
 //
 // sluice local --autoscale --min-workers N --max-workers M [--scale-interval 2s]
+//     [--max-cpus C [--worker-cpus W]]
 // Starts N workers; the dispatcher (--scaler local) sizes the pool and drains
 // the workers that leave; this loop starts the ones it asks for
 // (tools/local_cluster/autoscale.h).
@@ -50,6 +51,8 @@ struct LocalFlags {
   bool autoscale = false;
   int min_workers = 1;
   int max_workers = 8;
+  double max_cpus = 0;  // the dispatcher's CPU budget (0: none)
+  double worker_cpus = 1;
   absl::Duration scale_interval = absl::Seconds(2);
   // Handed to every worker (python ops: docs/python.md).
   data_worker::python::PythonOptions python;
@@ -105,6 +108,11 @@ absl::Status RunLocal(const LocalFlags& flags) {
       .worker_threads = flags.threads_per_worker,
       .log_level = flags.log_level,
       .extra_worker_flags = data_worker::python::PythonWorkerFlags(flags.python)};
+  if (!(flags.max_cpus >= 0) || !(flags.worker_cpus > 0)) {  // NaN too
+    return absl::InvalidArgumentError(absl::StrCat("--max-cpus must be >= 0 (got ", flags.max_cpus,
+                                                   ") and --worker-cpus positive (got ",
+                                                   flags.worker_cpus, ")"));
+  }
   if (flags.autoscale) {
     if (flags.min_workers < 0 || flags.min_workers > flags.max_workers ||
         flags.scale_interval <= absl::ZeroDuration()) {
@@ -117,6 +125,14 @@ absl::Status RunLocal(const LocalFlags& flags) {
                                       "--min-workers",  std::to_string(flags.min_workers),
                                       "--max-workers",  std::to_string(flags.max_workers),
                                       "--scale-period", absl::FormatDuration(flags.scale_interval)};
+    if (flags.max_cpus > 0) {
+      // The dispatcher checks the budget (it must hold --min-workers) and bounds the pool.
+      options.extra_dispatcher_flags.insert(options.extra_dispatcher_flags.end(),
+                                            {"--max-cpus", absl::StrCat(flags.max_cpus),
+                                             "--worker-cpus", absl::StrCat(flags.worker_cpus)});
+    }
+  } else if (flags.max_cpus > 0) {
+    return absl::InvalidArgumentError("--max-cpus bounds an autoscaled pool: add --autoscale");
   }
   if (options.data_roots.empty()) options.data_roots.push_back(fs::current_path().string());
   if (options.work_dir.empty()) {
@@ -242,6 +258,11 @@ void AddLocalCommand(CLI::App& app) {
   cmd->add_option("--min-workers", flags->min_workers, "With --autoscale: fewest workers")
       ->capture_default_str();
   cmd->add_option("--max-workers", flags->max_workers, "With --autoscale: most workers")
+      ->capture_default_str();
+  cmd->add_option("--max-cpus", flags->max_cpus,
+                  "With --autoscale: a CPU budget, at most floor(C / --worker-cpus) workers "
+                  "(0: none)");
+  cmd->add_option("--worker-cpus", flags->worker_cpus, "With --max-cpus: CPUs one worker takes")
       ->capture_default_str();
   AddDurationOption(*cmd, "--scale-interval", &flags->scale_interval,
                     "With --autoscale: how often to decide and act");
