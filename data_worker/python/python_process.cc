@@ -14,7 +14,9 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -45,16 +47,23 @@ absl::Status Errno(const std::string& what) {
 // thread each (the pool owns the parallelism). --python-path goes on the
 // command line: runner.py puts it on sys.path after its own imports.
 std::vector<std::string> ChildEnv() {
+  // name → the value a Python process gets unless the worker's environment sets one:
+  // one thread per process for numpy's BLAS and OpenMP (the pool is the parallelism); one
+  // str/bytes hash seed for every process (a function that iterates a set of strings then
+  // computes the same result on any process: the output depends on the record, never on which
+  // process ran it); print() written through (its output reaches the worker's log even when
+  // the process is killed).
+  std::vector<std::pair<std::string, std::string>> defaults = {{"OMP_NUM_THREADS", "1"},
+                                                               {"OPENBLAS_NUM_THREADS", "1"},
+                                                               {"PYTHONHASHSEED", "0"},
+                                                               {"PYTHONUNBUFFERED", "1"}};
   std::vector<std::string> env;
-  bool omp = false, blas = false;
   for (char** e = environ; *e != nullptr; ++e) {
     std::string_view v(*e);
-    if (v.rfind("OMP_NUM_THREADS=", 0) == 0) omp = true;
-    if (v.rfind("OPENBLAS_NUM_THREADS=", 0) == 0) blas = true;
+    std::erase_if(defaults, [&](const auto& d) { return v.rfind(d.first + "=", 0) == 0; });
     env.emplace_back(v);
   }
-  if (!omp) env.push_back("OMP_NUM_THREADS=1");
-  if (!blas) env.push_back("OPENBLAS_NUM_THREADS=1");
+  for (const auto& [name, value] : defaults) env.push_back(name + "=" + value);
   return env;
 }
 

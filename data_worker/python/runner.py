@@ -182,7 +182,12 @@ def call(fn, buf, specs, rng):
     outputs = result if isinstance(result, tuple) else (result,)
     arrays = []
     for k, out in enumerate(outputs):
-        a = np.asarray(out)
+        try:
+            a = np.asarray(out)
+        except BaseException as e:  # a ragged list, a tensor that needs .detach(), ...
+            return None, ("result", "result %d (a %s) cannot be made a numpy array: %s: %s; "
+                          "return a numpy array (or a tuple of arrays, one per output column)" % (
+                              k, type(out).__name__, type(e).__name__, e))
         if a.dtype not in NAME_OF:
             if out is None or not isinstance(out, (np.ndarray, np.generic, int, float, list)):
                 return None, ("result", "result %d is %s, not an array; return a numpy array "

@@ -589,6 +589,41 @@ TEST_F(PythonOpTest, AResultThatIsNotAnArraySaysWhatItIs) {
   out = RunSpec(Spec("returns_dict", 1));
   EXPECT_EQ(out.status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(out.status.message(), HasSubstr("result 0 is a dict, not an array"));
+  // numpy cannot make one array of it: the function's error, not a dead process retried 3
+  // times (nor, under skip, every record skipped).
+  for (const char* on_error : {"fail", "skip"}) {
+    out = RunSpec(Spec("returns_ragged_list", 1, on_error));
+    EXPECT_EQ(out.status.code(), absl::StatusCode::kInvalidArgument) << on_error;
+    EXPECT_THAT(out.status.message(),
+                HasSubstr("sluice_test_fns.returns_ragged_list: result 0 (a list) cannot be made "
+                          "a numpy array: ValueError: setting an array element with a sequence."))
+        << on_error;
+  }
+  EXPECT_EQ(python::ConfiguredPythonPool()->processes_replaced(), 0);
+}
+
+// Every Python process hashes strings alike (PYTHONHASHSEED), so a function that iterates a
+// set of strings gives the same result on any process; and print() is written through, so
+// what a function printed before its process was killed is in the worker's log.
+TEST_F(PythonOpTest, EveryProcessHashesStringsAlikeAndWritesPrintsThrough) {
+  unsetenv("PYTHONUNBUFFERED");  // as on a worker started without it
+  Tensor image = Tensor::Allocate(DType::kUint8, {1, 2, 3});
+  Tensor label = Tensor::Allocate(DType::kInt64, {});
+  std::set<int64_t> hashes;
+  for (int i = 0; i < 3; ++i) {
+    auto p = python::PythonProcess::Start(
+        {.interpreter = SLUICE_PYTHON_EXECUTABLE, .python_path = {SLUICE_TEST_PYTHON_DIR}});
+    ASSERT_TRUE(p.ok()) << p.status();
+    auto out =
+        (*p)->Call("sluice_test_fns", "hash_of_a_string", 1, {&image, &label}, absl::Seconds(60));
+    ASSERT_TRUE(out.ok()) << out.status();
+    hashes.insert(*(*out)[1].data_as<int64_t>());
+    out =
+        (*p)->Call("sluice_test_fns", "stdout_unbuffered", 1, {&image, &label}, absl::Seconds(60));
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_EQ(*(*out)[1].data_as<int64_t>(), 1);
+  }
+  EXPECT_EQ(hashes.size(), 1u);
 }
 
 // A python op's output has unknown dimensions until it runs: an op that

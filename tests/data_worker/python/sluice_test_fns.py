@@ -150,6 +150,21 @@ def returns_dict(image, label, rng):
     return {"image": image}
 
 
+def returns_ragged_list(image, label, rng):
+    return [image, label]  # a list is one array: these two do not make one
+
+
+def hash_of_a_string(image, label, rng):
+    """Python's str hash, randomized per interpreter unless PYTHONHASHSEED is set."""
+    return image, np.int64(hash("sluice") & 0x7FFFFFFF)
+
+
+def stdout_unbuffered(image, label, rng):
+    """1 if what the function prints reaches the worker's log at once (no buffer to lose)."""
+    import sys
+    return image, np.int64(sys.stdout.write_through)
+
+
 not_callable = 3
 
 
