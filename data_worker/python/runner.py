@@ -70,7 +70,6 @@ import importlib
 import mmap
 import os
 import signal
-import threading
 import time
 import traceback
 
@@ -256,16 +255,30 @@ def write_results(shm, results, end):
     return lines, shm.size
 
 
-def exit_when_orphaned(worker):
-    """Runs beside the calls: once the worker is gone (this process was given another
-    parent), ends the process and what the user function forked (its process group, which
-    this process leads), whatever the function is doing."""
-    while os.getppid() == worker:
-        time.sleep(ORPHAN_CHECK_SECONDS)
+def watch_the_worker():
+    """Forks a watcher beside the calls: once the worker is gone (this process was given
+    another parent), it kills this process group: this process, what the user function
+    forked, and itself, whatever the function is doing. A process, not a thread: a function
+    stuck in C code that holds the GIL (a regular expression backtracking) would keep a
+    thread from ever running. It ends by itself once this process has ended."""
+    runner, worker = os.getpid(), os.getppid()
+    if os.fork() != 0:
+        return
     try:
-        os.killpg(os.getpid(), signal.SIGKILL)
+        os.close(CTL_FD)
+        while os.getppid() == runner:
+            time.sleep(ORPHAN_CHECK_SECONDS)
+            try:
+                with open("/proc/%d/stat" % runner, "rb") as f:
+                    stat = f.read()
+            except OSError:
+                break
+            # "pid (comm) state ppid ...": the command may hold spaces and parentheses.
+            state, ppid = stat[stat.rindex(b")") + 2:].split()[:2]
+            if state != b"Z" and int(ppid) != worker:
+                os.killpg(runner, signal.SIGKILL)
     finally:
-        os._exit(1)
+        os._exit(0)
 
 
 def first_for_the_oom_killer():
@@ -282,7 +295,7 @@ def first_for_the_oom_killer():
 def main():
     sys.path[0:0] = USER_PATH
     first_for_the_oom_killer()
-    threading.Thread(target=exit_when_orphaned, args=(os.getppid(),), daemon=True).start()
+    watch_the_worker()
     reader = os.fdopen(CTL_FD, "rb", buffering=1 << 16, closefd=False)
     shm = Shm()
     rng = Rng()

@@ -550,6 +550,37 @@ TEST_F(PythonOpTest, AForkedHelperEndsWhenItsWorkerExits) {
   prctl(PR_SET_CHILD_SUBREAPER, 0);
 }
 
+// A function stuck in C code that holds the GIL cannot stop a thread of its process from
+// running, so the process's watch for its worker is a process of its own: the worker killed
+// mid-call, the Python process ends within a second or so all the same.
+TEST_F(PythonOpTest, AFunctionHoldingTheGilEndsWhenItsWorkerIsKilled) {
+  ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  const pid_t worker = fork();
+  if (worker == 0) {
+    auto p = python::PythonProcess::Start(
+        {.interpreter = SLUICE_PYTHON_EXECUTABLE, .python_path = {SLUICE_TEST_PYTHON_DIR}});
+    if (!p.ok()) _exit(2);
+    Tensor image = Tensor::Allocate(DType::kUint8, {1, 2, 3});
+    Tensor label = Tensor::Allocate(DType::kInt64, {});
+    *label.data_as<int64_t>() = 4;
+    (void)(*p)->Call("sluice_test_fns", "holds_the_gil", 1, {&image, &label},
+                     absl::InfiniteDuration());
+    _exit(3);
+  }
+  const std::string marker = markers_.path() + "/gil-4";
+  pid_t python = 0;
+  for (int i = 0; i < 3000 && !(std::ifstream(marker) >> python); ++i) usleep(10000);
+  ASSERT_GT(python, 0) << "the function never started";
+  usleep(300'000);  // inside the regular expression
+  kill(worker, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(waitpid(worker, &status, 0), worker);
+  ExpectSigkilledSoon(python, "the Python process outlived its worker");
+  while (waitpid(-1, nullptr, WNOHANG) > 0) {
+  }
+  prctl(PR_SET_CHILD_SUBREAPER, 0);
+}
+
 // One element's 100 MB of results do not stay in the process's shared memory
 // for every later request: it shrinks back to 1 MiB.
 TEST_F(PythonOpTest, TheSharedMemoryShrinksBackAfterALargeResult) {

@@ -135,6 +135,16 @@ def forks_a_helper(image, label, rng):
     return 255 - image, label
 
 
+def holds_the_gil(image, label, rng):
+    """Writes this process's pid in gil-<label>, then backtracks in a regular expression for
+    hours without releasing the GIL."""
+    import re
+    with open(os.path.join(os.environ["SLUICE_TEST_MARKERS"], "gil-%d" % int(label)), "w") as f:
+        f.write(str(os.getpid()))
+    re.match(r"(a+)+$", "a" * 64 + "b")
+    return image, label
+
+
 def big_then_small(image, label, rng):
     """100 MB of results for record 1, the image's 6 bytes otherwise."""
     if int(label) == 1:
