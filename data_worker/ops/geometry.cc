@@ -327,6 +327,13 @@ Tensor CropAndResize(const Tensor& src, const CropBox& box, int out_height, int 
   cv::Mat dst = out.AsMat();
   if (box.height == out_height && box.width == out_width) {
     roi.copyTo(dst);
+  } else if (roi.depth() == CV_32S || roi.depth() == CV_16F) {
+    // OpenCV's resize has no int32 or float16 kernel (an assertion, not an error): through
+    // float32, rounded and saturated back (int32 exact up to 2^24).
+    cv::Mat wide, resized;
+    roi.convertTo(wide, CV_32F);
+    cv::resize(wide, resized, dst.size(), 0, 0, cv_interpolation);
+    resized.convertTo(dst, dst.type());
   } else {
     cv::resize(roi, dst, dst.size(), 0, 0, cv_interpolation);
   }

@@ -46,6 +46,33 @@ TEST(Resize, ShorterSideLikeTorchvisionAndExactVsOpenCv) {
   EXPECT_EQ(Compare(out2.AsMat(), ref).max, 0);
 }
 
+// OpenCV's resize has no int32 or float16 kernel; the ops take both (as their checks say).
+// 1x2 -> 1x4, bilinear with half-pixel centres: source x = -0.25 (clamped), 0.25, 0.75, 1.25
+// (clamped): {0, a/4, 3a/4, a}.
+TEST(Resize, Int32AndFloat16ImagesAreResized) {
+  proto::OpSpec spec;
+  spec.mutable_resize()->set_height(1);
+  spec.mutable_resize()->set_width(4);
+  Tensor ints = Tensor::Allocate(DType::kInt32, {1, 2, 1});
+  ints.data_as<int32_t>()[0] = 0;
+  ints.data_as<int32_t>()[1] = 1'000'000;
+  absl::StatusOr<Tensor> out = One(spec)->Apply(std::move(ints), {});
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->dtype(), DType::kInt32);
+  ASSERT_EQ(out->shape(), (std::vector<int64_t>{1, 4, 1}));
+  EXPECT_EQ(std::vector<int32_t>(out->data_as<int32_t>(), out->data_as<int32_t>() + 4),
+            (std::vector<int32_t>{0, 250'000, 750'000, 1'000'000}));
+  Tensor halves = Tensor::Allocate(DType::kFloat16, {1, 2, 1});
+  halves.data_as<uint16_t>()[0] = 0x0000;  // 0.0
+  halves.data_as<uint16_t>()[1] = 0x4400;  // 4.0
+  out = One(spec)->Apply(std::move(halves), {});
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->dtype(), DType::kFloat16);
+  // 0.0, 1.0, 3.0, 4.0 in IEEE half precision.
+  EXPECT_EQ(std::vector<uint16_t>(out->data_as<uint16_t>(), out->data_as<uint16_t>() + 4),
+            (std::vector<uint16_t>{0x0000, 0x3C00, 0x4200, 0x4400}));
+}
+
 TEST(Resize, AThinImageResizedByItsShorterSideIsRefusedBeforeAllocating) {
   // 2 x 4000 resized to a shorter side of 16384: the longer side would be 32768000.
   const cv::Mat img = MakeRgb(2, 4000);
