@@ -265,7 +265,8 @@ def watch_the_worker():
     if os.fork() != 0:
         return
     try:
-        os.close(CTL_FD)
+        os.close(CTL_FD)  # the shared memory and the socket are the runner's alone
+        os.close(SHM_FD)
         while os.getppid() == runner:
             time.sleep(ORPHAN_CHECK_SECONDS)
             try:
