@@ -144,8 +144,24 @@ def load(functions, module, function):
         fn = getattr(importlib.import_module(module.decode()), function.decode())
         if not callable(fn):
             raise TypeError("%s.%s is not callable" % (module.decode(), function.decode()))
+        check_takes_rng(fn, "%s.%s" % (module.decode(), function.decode()))
         functions[key] = fn
     return fn
+
+
+def check_takes_rng(fn, name):
+    """Raises TypeError if `fn` cannot take the rng keyword every call passes: a programming
+    error that would otherwise fail (or, under on_error: skip, drop) every record."""
+    import inspect
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without a signature: its call will tell
+        return
+    try:
+        signature.bind_partial(rng=None)
+    except TypeError:
+        raise TypeError("%s%s cannot take the keyword argument rng that every call passes: "
+                        "define it as F(*columns, rng) (or with **kwargs)" % (name, signature))
 
 
 def inputs_end(specs):

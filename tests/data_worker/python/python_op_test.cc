@@ -456,6 +456,19 @@ TEST_F(PythonOpTest, ANonCallableIsInvalidArgument) {
   EXPECT_THAT(out.status.message(), HasSubstr("sluice_test_fns.not_callable is not callable"));
 }
 
+// A function that cannot take the rng keyword would raise on every record (and, under
+// on_error: skip, drop them all with the run "successful"): refused when it is loaded.
+TEST_F(PythonOpTest, AFunctionWithoutTheRngParameterIsInvalidArgumentEvenUnderSkip) {
+  for (const char* on_error : {"fail", "skip"}) {
+    const Out out = RunSpec(Spec("takes_no_rng", 1, on_error));
+    EXPECT_EQ(out.status.code(), absl::StatusCode::kInvalidArgument) << on_error;
+    EXPECT_THAT(out.status.message(),
+                HasSubstr("sluice_test_fns.takes_no_rng(image, label) cannot take the keyword "
+                          "argument rng that every call passes"))
+        << on_error;
+  }
+}
+
 // A process the user function forks that comes back from the call, rather
 // than exiting, would answer too: its zeros, read as the next request's
 // answer, would land in another record (of this job or a later one). Only the

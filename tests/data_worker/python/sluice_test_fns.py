@@ -178,6 +178,10 @@ def stdout_unbuffered(image, label, rng):
 not_callable = 3
 
 
+def takes_no_rng(image, label):
+    return image, label
+
+
 # Label-only functions (source columns [label]: the whole pipeline is one stage reading the
 # feed, so a worker's groups are exactly the next `group` records): label + 1000, after the
 # fault of the image version.
