@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/base/process.h"
+#include "common/base/status_macros.h"
 #include "common/record/dataset.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -64,6 +65,29 @@ class CliTest : public ::testing::Test {
     EXPECT_EQ(Run({"record", "convert", "--input", images, "--output", ds}).exit_code, 0);
     return ds;
   }
+
+  // A spec that batches the label column alone (no image work), `batch` records a batch.
+  std::string LabelsSpec(int batch) {
+    const std::string spec = tmp_.Join("labels.yaml");
+    WriteFile(spec, absl::StrCat("source: {dataset: {path: /not/used}, columns: [label]}\n"
+                                 "nodes:\n  - batch: {size: ",
+                                 batch, "}\n"));
+    return spec;
+  }
+
+  // `sluice local FLAGS` reading this test's folder, its output in LocalLog(), once its
+  // dispatcher listens; `address` gets the dispatcher's.
+  absl::StatusOr<std::unique_ptr<Subprocess>> StartLocal(std::vector<std::string> flags,
+                                                         std::string* address) {
+    flags.insert(flags.begin(), {Bin(), "local"});
+    flags.insert(flags.end(), {"--data-root", tmp_.path(), "--work-dir", tmp_.Join("local"),
+                               "--address-file", tmp_.Join("address")});
+    ASSIGN_OR_RETURN(std::unique_ptr<Subprocess> local,
+                     Subprocess::Start(flags, {.log_file = LocalLog()}));
+    ASSIGN_OR_RETURN(*address, WaitForAddressFile(tmp_.Join("address"), *local, absl::Seconds(60)));
+    return local;
+  }
+  std::string LocalLog() { return tmp_.Join("local.log"); }
 
   TempDir tmp_;
   int runs_ = 0;
@@ -300,31 +324,25 @@ TEST_F(CliTest, PauseAfterBatchesWithoutPauseForIsRefusedNamingBothFlags) {
 // documents.
 TEST_F(CliTest, ConsumeStepTimeSetsTheDemandAndStatusJsonHasTheDocumentedKeys) {
   const std::string ds = MakeDataset(400);
-  const std::string spec = tmp_.Join("labels.yaml");
-  WriteFile(spec,
-            "source: {dataset: {path: /not/used}, columns: [label]}\n"
-            "nodes:\n  - batch: {size: 8}\n");
-  const std::string log = tmp_.Join("local.log");
-  auto local = Subprocess::Start(
-      {Bin(), "local", "--autoscale", "--min-workers", "1", "--max-workers", "2",
-       "--scale-interval", "2s", "--threads-per-worker", "1", "--data-root", tmp_.path(),
-       "--work-dir", tmp_.Join("local"), "--address-file", tmp_.Join("address")},
-      {.log_file = log});
+  const std::string spec = LabelsSpec(8);
+  const std::string log = LocalLog();
+  std::string address;
+  auto local = StartLocal({"--autoscale", "--min-workers", "1", "--max-workers", "2",
+                           "--scale-interval", "2s", "--threads-per-worker", "1"},
+                          &address);
   ASSERT_TRUE(local.ok()) << local.status();
-  auto address = WaitForAddressFile(tmp_.Join("address"), **local, absl::Seconds(60));
-  ASSERT_TRUE(address.ok()) << address.status();
 
   // 400 images x 4 epochs = 200 batches: 8 s at 40 ms.
   const std::string consume_log = tmp_.Join("consume.log");
   auto consume = Subprocess::Start(
-      {Bin(), "consume", "--dispatcher", *address, "--spec", spec, "--data", ds, "--job", "steps",
+      {Bin(), "consume", "--dispatcher", address, "--spec", spec, "--data", ds, "--job", "steps",
        "--epochs", "4", "--split-size", "200", "--step-time", "40ms"},
       {.log_file = consume_log});
   ASSERT_TRUE(consume.ok()) << consume.status();
   nlohmann::json status, job;
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   while (absl::Now() < deadline) {
-    const Result r = Run({"status", "--dispatcher", *address, "--json"});
+    const Result r = Run({"status", "--dispatcher", address, "--json"});
     ASSERT_EQ(r.exit_code, 0) << r.output;
     status = nlohmann::json::parse(r.output, nullptr, false);
     ASSERT_FALSE(status.is_discarded()) << r.output;
@@ -392,35 +410,25 @@ TEST_F(CliTest, ConsumeStepTimeSetsTheDemandAndStatusJsonHasTheDocumentedKeys) {
   EXPECT_EQ(*code, 0) << TailOfFile(log);
 }
 
-// The python op's flags, as sluice-worker takes them, on `sluice pipeline run` and on
-// `sluice local` (which hands them to its workers): a team's module runs, a hang ends at
-// --python-op-timeout, a module off the --python-modules list is refused by a real worker.
 // Ctrl-C of a consumer is a trainer stopped by hand: it leaves its job as at a normal end, so
 // the dispatcher frees its share at once (silence alone would take 5 s, and 60 s to forget the
 // consumer), and exits 130.
 TEST_F(CliTest, AnInterruptedConsumeLeavesItsJobAtOnceAndExits130) {
   const std::string ds = MakeDataset(200);
-  const std::string spec = tmp_.Join("labels.yaml");
-  WriteFile(spec,
-            "source: {dataset: {path: /not/used}, columns: [label]}\n"
-            "nodes:\n  - batch: {size: 4}\n");
-  const std::string log = tmp_.Join("local.log");
-  auto local = Subprocess::Start(
-      {Bin(), "local", "--workers", "1", "--threads-per-worker", "1", "--data-root", tmp_.path(),
-       "--work-dir", tmp_.Join("local"), "--address-file", tmp_.Join("address")},
-      {.log_file = log});
+  const std::string spec = LabelsSpec(4);
+  const std::string log = LocalLog();
+  std::string address;
+  auto local = StartLocal({"--workers", "1", "--threads-per-worker", "1"}, &address);
   ASSERT_TRUE(local.ok()) << local.status();
-  auto address = WaitForAddressFile(tmp_.Join("address"), **local, absl::Seconds(60));
-  ASSERT_TRUE(address.ok()) << address.status();
   // 200 records x 5 epochs in batches of 4, one every 50 ms: 12.5 s.
   const std::string consume_log = tmp_.Join("consume.log");
   auto consume =
-      Subprocess::Start({Bin(), "consume", "--dispatcher", *address, "--spec", spec, "--data", ds,
+      Subprocess::Start({Bin(), "consume", "--dispatcher", address, "--spec", spec, "--data", ds,
                          "--job", "stopped", "--epochs", "5", "--step-time", "50ms"},
                         {.log_file = consume_log});
   ASSERT_TRUE(consume.ok()) << consume.status();
   auto consumers = [&]() -> int {
-    const Result r = Run({"status", "--dispatcher", *address, "--json"});
+    const Result r = Run({"status", "--dispatcher", address, "--json"});
     const nlohmann::json status = nlohmann::json::parse(r.output, nullptr, false);
     if (status.is_discarded()) return -1;
     for (const auto& job : status["jobs"]) {
@@ -442,6 +450,9 @@ TEST_F(CliTest, AnInterruptedConsumeLeavesItsJobAtOnceAndExits130) {
   EXPECT_EQ((*local)->Wait(absl::Seconds(60)).value_or(-1), 0) << TailOfFile(log);
 }
 
+// The python op's flags, as sluice-worker takes them, on `sluice pipeline run` and on
+// `sluice local` (which hands them to its workers): a team's module runs, a hang ends at
+// --python-op-timeout, a module off the --python-modules list is refused by a real worker.
 TEST_F(CliTest, PipelineRunAndLocalTakeThePythonOpFlags) {
   const std::string ds = MakeDataset();
   const std::string py = tmp_.Join("py");
@@ -589,18 +600,11 @@ size_t Count(const std::string& text, const std::string& what) {
 // stop the cluster rather than restart forever.
 TEST_F(CliTest, ALocalWorkerThatDiesIsReplacedAndOnesThatKeepDyingStopTheCluster) {
   const std::string ds = MakeDataset(200);
-  const std::string spec = tmp_.Join("labels.yaml");
-  WriteFile(spec,
-            "source: {dataset: {path: /not/used}, columns: [label]}\n"
-            "nodes:\n  - batch: {size: 4}\n");
-  const std::string log = tmp_.Join("local.log");
-  auto local = Subprocess::Start(
-      {Bin(), "local", "--workers", "2", "--threads-per-worker", "1", "--data-root", tmp_.path(),
-       "--work-dir", tmp_.Join("local"), "--address-file", tmp_.Join("address")},
-      {.log_file = log});
+  const std::string spec = LabelsSpec(4);
+  const std::string log = LocalLog();
+  std::string address;
+  auto local = StartLocal({"--workers", "2", "--threads-per-worker", "1"}, &address);
   ASSERT_TRUE(local.ok()) << local.status();
-  auto address = WaitForAddressFile(tmp_.Join("address"), **local, absl::Seconds(60));
-  ASSERT_TRUE(address.ok()) << address.status();
   ASSERT_EQ(WorkersOf((*local)->pid()).size(), 2u);
   // Kills one worker, then waits until its replacement is announced and running.
   auto kill_one = [&](size_t kills_so_far) {
@@ -620,7 +624,7 @@ TEST_F(CliTest, ALocalWorkerThatDiesIsReplacedAndOnesThatKeepDyingStopTheCluster
   // 200 records, 2 epochs, in batches of 4 every 40 ms: 4 s; a worker is killed after 1 s.
   const std::string consume_log = tmp_.Join("consume.log");
   auto consume = Subprocess::Start(
-      {Bin(), "consume", "--dispatcher", *address, "--spec", spec, "--data", ds, "--job", "j",
+      {Bin(), "consume", "--dispatcher", address, "--spec", spec, "--data", ds, "--job", "j",
        "--epochs", "2", "--split-size", "20", "--step-time", "40ms", "--ids-out", tmp_.Join("ids")},
       {.log_file = consume_log});
   ASSERT_TRUE(consume.ok()) << consume.status();

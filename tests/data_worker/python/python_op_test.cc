@@ -149,6 +149,23 @@ void ExpectSigkilledSoon(pid_t pid, const std::string& what) {
   EXPECT_EQ(WTERMSIG(status), SIGKILL) << what;
 }
 
+// A forked child standing for a worker: it starts a Python process and calls
+// sluice_test_fns.`function` on a 1x2x3 image and `label`, then exits 0 if the call succeeded
+// (3 if not, 2 if the process did not start) without running destructors, so the Python
+// process sees only its socket close. Returns the child's pid.
+pid_t ForkAWorkerCalling(const std::string& function, int64_t label, absl::Duration timeout) {
+  const pid_t worker = fork();
+  if (worker != 0) return worker;
+  auto p = python::PythonProcess::Start(
+      {.interpreter = SLUICE_PYTHON_EXECUTABLE, .python_path = {SLUICE_TEST_PYTHON_DIR}});
+  if (!p.ok()) _exit(2);
+  Tensor image = Tensor::Allocate(DType::kUint8, {1, 2, 3});
+  Tensor labels = Tensor::Allocate(DType::kInt64, {});
+  *labels.data_as<int64_t>() = label;
+  auto out = (*p)->Call("sluice_test_fns", function, 1, {&image, &labels}, timeout);
+  _exit(out.ok() ? 0 : 3);
+}
+
 // kRecords elements for a pool's group call: record g's image is 1x2x3
 // bytes 10g..10g+5, its label g, its seed 100 + g.
 struct SmallRecords {
@@ -537,18 +554,7 @@ TEST_F(PythonOpTest, ModulesOnThePythonPathDoNotShadowTheRunners) {
 TEST_F(PythonOpTest, AForkedHelperEndsWhenItsWorkerExits) {
   // The orphans become ours, so that we can see how they end.
   ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
-  const pid_t worker = fork();
-  if (worker == 0) {
-    auto p = python::PythonProcess::Start(
-        {.interpreter = SLUICE_PYTHON_EXECUTABLE, .python_path = {SLUICE_TEST_PYTHON_DIR}});
-    if (!p.ok()) _exit(2);
-    Tensor image = Tensor::Allocate(DType::kUint8, {1, 2, 3});
-    Tensor label = Tensor::Allocate(DType::kInt64, {});
-    *label.data_as<int64_t>() = 6;
-    auto out =
-        (*p)->Call("sluice_test_fns", "forks_a_helper", 1, {&image, &label}, absl::Seconds(60));
-    _exit(out.ok() ? 0 : 3);  // no destructor: the Python process sees its socket close
-  }
+  const pid_t worker = ForkAWorkerCalling("forks_a_helper", 6, absl::Seconds(60));
   int status = 0;
   ASSERT_EQ(waitpid(worker, &status, 0), worker);
   ASSERT_TRUE(WIFEXITED(status));
@@ -568,18 +574,7 @@ TEST_F(PythonOpTest, AForkedHelperEndsWhenItsWorkerExits) {
 // mid-call, the Python process ends within a second or so all the same.
 TEST_F(PythonOpTest, AFunctionHoldingTheGilEndsWhenItsWorkerIsKilled) {
   ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
-  const pid_t worker = fork();
-  if (worker == 0) {
-    auto p = python::PythonProcess::Start(
-        {.interpreter = SLUICE_PYTHON_EXECUTABLE, .python_path = {SLUICE_TEST_PYTHON_DIR}});
-    if (!p.ok()) _exit(2);
-    Tensor image = Tensor::Allocate(DType::kUint8, {1, 2, 3});
-    Tensor label = Tensor::Allocate(DType::kInt64, {});
-    *label.data_as<int64_t>() = 4;
-    (void)(*p)->Call("sluice_test_fns", "holds_the_gil", 1, {&image, &label},
-                     absl::InfiniteDuration());
-    _exit(3);
-  }
+  const pid_t worker = ForkAWorkerCalling("holds_the_gil", 4, absl::InfiniteDuration());
   const std::string marker = markers_.path() + "/gil-4";
   pid_t python = 0;
   for (int i = 0; i < 3000 && !(std::ifstream(marker) >> python); ++i) usleep(10000);
