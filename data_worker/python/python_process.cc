@@ -52,11 +52,19 @@ std::vector<std::string> ChildEnv() {
   // str/bytes hash seed for every process (a function that iterates a set of strings then
   // computes the same result on any process: the output depends on the record, never on which
   // process ran it); print() written through (its output reaches the worker's log even when
-  // the process is killed).
-  std::vector<std::pair<std::string, std::string>> defaults = {{"OMP_NUM_THREADS", "1"},
-                                                               {"OPENBLAS_NUM_THREADS", "1"},
-                                                               {"PYTHONHASHSEED", "0"},
-                                                               {"PYTHONUNBUFFERED", "1"}};
+  // the process is killed); glibc's heap kept rather than given back after every element.
+  // glibc starts with a 128 KiB mmap threshold and returns free memory at the heap's top above
+  // twice the threshold it adapted to, so a function that frees a few images' worth (PIL does,
+  // per call) gives the pages back and faults them in again on the next element: a third of a
+  // PIL augmentation's time (bench/python_ops.sh). Fixed at the ceiling glibc's adaptation
+  // reaches (32 MiB, trim at twice that), a process keeps at most 64 MiB it does not use.
+  std::vector<std::pair<std::string, std::string>> defaults = {
+      {"OMP_NUM_THREADS", "1"},
+      {"OPENBLAS_NUM_THREADS", "1"},
+      {"PYTHONHASHSEED", "0"},
+      {"PYTHONUNBUFFERED", "1"},
+      {"MALLOC_MMAP_THRESHOLD_", "33554432"},
+      {"MALLOC_TRIM_THRESHOLD_", "67108864"}};
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
     std::string_view v(*e);

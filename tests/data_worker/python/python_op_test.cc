@@ -665,6 +665,28 @@ TEST_F(PythonOpTest, EveryProcessHashesStringsAlikeAndWritesPrintsThrough) {
   EXPECT_EQ(hashes.size(), 1u);
 }
 
+// A Python process keeps its heap (MALLOC_TRIM_THRESHOLD_, MALLOC_MMAP_THRESHOLD_) instead of
+// giving freed images back to the kernel and faulting them in again on the next element; a
+// worker started with its own glibc settings passes them on.
+TEST_F(PythonOpTest, AProcessKeepsItsHeapUnlessTheWorkerSaysOtherwise) {
+  Tensor image = Tensor::Allocate(DType::kUint8, {1, 2, 3});
+  Tensor label = Tensor::Allocate(DType::kInt64, {});
+  auto faults = [&] {
+    auto p = python::PythonProcess::Start(
+        {.interpreter = SLUICE_PYTHON_EXECUTABLE, .python_path = {SLUICE_TEST_PYTHON_DIR}});
+    EXPECT_TRUE(p.ok()) << p.status();
+    if (!p.ok()) return int64_t{-1};
+    auto out = (*p)->Call("sluice_test_fns", "heap_faults", 1, {&image, &label}, absl::Seconds(60));
+    EXPECT_TRUE(out.ok()) << out.status();
+    return out.ok() ? *(*out)[1].data_as<int64_t>() : int64_t{-1};
+  };
+  EXPECT_LE(faults(), 10);
+  // glibc's own trim threshold, as a worker's environment may set it: every round faults.
+  setenv("MALLOC_TRIM_THRESHOLD_", "131072", 1);
+  EXPECT_GE(faults(), 1000);
+  unsetenv("MALLOC_TRIM_THRESHOLD_");
+}
+
 // A python op's output has unknown dimensions until it runs: an op that
 // needs three channels (color_jitter) may follow it, checked per element.
 TEST_F(PythonOpTest, AnOpThatNeedsThreeChannelsMayFollowAPythonOp) {
