@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Offline checks of everything under deploy/ (no cluster, no build, no image needed):
 #   1. kubectl kustomize renders every overlay (dev, production, hpa) and the examples (the
-#      trainer Job, the PyTorch DDP Job);
+#      trainer Job, the PyTorch DDP Job, the dev cluster with python-ops workers);
 #   2. every rendered object validates against the Kubernetes and CRD schemas (KEDA, Prometheus
 #      operator, cert-manager) with no unknown field; selectors match labels, named ports exist,
 #      references resolve, pods are locked down, autoscaled Deployments set no replicas
@@ -96,6 +96,7 @@ for overlay in dev production hpa; do
 done
 run "kustomize examples/trainer" render deploy/kubernetes/examples/trainer "$out/trainer.yaml"
 run "kustomize examples/pytorch-ddp" render deploy/kubernetes/examples/pytorch-ddp "$out/pytorch-ddp.yaml"
+run "kustomize examples/python-ops" render deploy/kubernetes/examples/python-ops "$out/python-ops.yaml"
 run "examples/pytorch-ddp/train.py parses" /usr/bin/python3 -c \
   'import ast, sys; ast.parse(open(sys.argv[1]).read(), sys.argv[1])' \
   deploy/kubernetes/examples/pytorch-ddp/train.py
@@ -105,7 +106,7 @@ run "kustomize deploy/monitoring" render deploy/monitoring "$out/monitoring.yaml
 # overlay it is applied next to: the trainer Job with dev, the PyTorch DDP Job with production.
 run "schemas and cross-references" node deploy/checks/validate.mjs \
   "dev=$out/dev.yaml,$out/trainer.yaml" "production=$out/production.yaml,$out/pytorch-ddp.yaml" \
-  "hpa=$out/hpa.yaml"
+  "hpa=$out/hpa.yaml" "python-ops=$out/python-ops.yaml"
 run "validate.mjs catches what it claims (node --test)" env KUBECTL="$kubectl" \
   node --test deploy/checks/test/
 run "images: registry-qualified and tagged outside dev; kustomize edit set image works" \

@@ -2,13 +2,16 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/process.h"
 #include "common/metrics/metrics.h"
 #include "data_worker/python/runner_source.h"
 #include "spdlog/spdlog.h"
@@ -222,6 +225,46 @@ void ConfigurePython(PythonOptions options, prometheus::Registry* registry,
   absl::MutexLock lock(&g_mu);
   if (g_pool == nullptr) g_pool = new std::shared_ptr<PythonPool>();
   *g_pool = std::move(pool);
+}
+
+absl::Status CheckPythonInterpreter(const PythonOptions& options) {
+  if (!options.allow) return absl::OkStatus();
+  const std::string interpreter =
+      options.interpreter.empty() ? kDefaultInterpreter : options.interpreter;
+  const auto refused = [&](const std::string& why) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--allow-python-ops: ", interpreter, " cannot run python ops: ", why,
+        ". The worker needs the Python sluice was built against, with numpy (Debian 12: "
+        "apt-get install python3 python3-numpy; deploy/image/python-ops.Dockerfile builds such a "
+        "worker image)"));
+  };
+  // What the interpreter prints goes to a file, for the message; to the worker's stderr when
+  // /tmp takes no file.
+  char log[] = "/tmp/sluice-python-check-XXXXXX";
+  const int fd = mkstemp(log);
+  if (fd >= 0) close(fd);
+  const std::string log_file = fd >= 0 ? log : "";
+  absl::StatusOr<std::unique_ptr<Subprocess>> p =
+      Subprocess::Start({interpreter, "-c", "import numpy"}, {.log_file = log_file});
+  absl::Status result = absl::OkStatus();
+  if (!p.ok()) {
+    result = refused(std::string(p.status().message()));
+  } else {
+    // An import of numpy takes well under a second; a minute allows a machine that is
+    // busy starting many workers at once.
+    absl::StatusOr<int> code = (*p)->Wait(absl::Minutes(1));
+    if (!code.ok()) {
+      (*p)->Stop(absl::ZeroDuration());
+      result = refused("`import numpy` did not end within a minute");
+    } else if (*code != 0) {
+      result = refused(absl::StrCat("`import numpy` exited with ", *code, ": ",
+                                    log_file.empty()
+                                        ? "its output is in this log above"
+                                        : absl::StripAsciiWhitespace(TailOfFile(log_file, 600))));
+    }
+  }
+  if (!log_file.empty()) unlink(log_file.c_str());
+  return result;
 }
 
 std::shared_ptr<PythonPool> ConfiguredPythonPool() {

@@ -146,6 +146,11 @@ class PythonPool {
 // `registry` and `logger`: the pool's metrics and warnings (PythonPool's constructor).
 void ConfigurePython(PythonOptions options, prometheus::Registry* registry = nullptr,
                      std::shared_ptr<spdlog::logger> logger = nullptr);
+// With options.allow: whether the interpreter starts and imports numpy, as every Python
+// process of the pool must (a worker checks at start-up, so that an image without Python fails
+// its rollout with this message, not each job that names a python op later).
+// FailedPrecondition naming the interpreter and what it printed; OK without options.allow.
+absl::Status CheckPythonInterpreter(const PythonOptions& options);
 // The configured pool, or null if python ops are not allowed.
 std::shared_ptr<PythonPool> ConfiguredPythonPool();
 

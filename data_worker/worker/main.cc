@@ -289,6 +289,11 @@ int Run(int argc, char** argv) {
   // Before any pipeline is built (the python op takes the pool then). One
   // element's results may take at most the worker's memory budget.
   f.python.max_result_bytes = f.memory_mb << 20;
+  if (absl::Status python = sluice::data_worker::python::CheckPythonInterpreter(f.python);
+      !python.ok()) {
+    logger->error("{}", std::string(python.message()));
+    return ExitCode(python);
+  }
   sluice::data_worker::python::ConfigurePython(f.python, &server.registry(), logger);
   // ServerMain printed "metrics on HOST:PORT" on stdout; stderr carries only log lines (JSON
   // with --log-format json).

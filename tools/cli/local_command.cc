@@ -113,6 +113,8 @@ absl::Status RunLocal(const LocalFlags& flags) {
                                                    ") and --worker-cpus positive (got ",
                                                    flags.worker_cpus, ")"));
   }
+  // Before any child starts: each worker would refuse to start on its own.
+  RETURN_IF_ERROR(data_worker::python::CheckPythonInterpreter(flags.python));
   if (flags.autoscale) {
     if (flags.min_workers < 0 || flags.min_workers > flags.max_workers ||
         flags.scale_interval <= absl::ZeroDuration()) {

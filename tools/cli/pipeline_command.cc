@@ -128,6 +128,7 @@ absl::Status RunPipeline(const PipelineFlags& flags) {
   if (flags.memory_mb <= 0) return absl::InvalidArgumentError("--memory-mb must be > 0");
   data_worker::python::PythonOptions python = flags.python;
   python.max_result_bytes = flags.memory_mb << 20;
+  RETURN_IF_ERROR(data_worker::python::CheckPythonInterpreter(python));
   data_worker::python::ConfigurePython(python);
   // The first batch's latency counts from here: building the pipeline included, as the
   // service's counts from opening the job (bench/first_batch.sh compares the two).

@@ -665,6 +665,34 @@ TEST_F(PythonOpTest, EveryProcessHashesStringsAlikeAndWritesPrintsThrough) {
   EXPECT_EQ(hashes.size(), 1u);
 }
 
+// A worker started with --allow-python-ops checks its interpreter first: an image without
+// Python, or without numpy, is refused at start-up, naming the interpreter and what it printed.
+TEST_F(PythonOpTest, AWorkerWhosePythonCannotImportNumpyIsRefusedAtStartUp) {
+  python::PythonOptions o;
+  o.interpreter = "/nonexistent/python3";
+  EXPECT_TRUE(python::CheckPythonInterpreter(o).ok());  // python ops not allowed: not checked
+  o.allow = true;
+  absl::Status missing = python::CheckPythonInterpreter(o);
+  EXPECT_EQ(missing.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(missing.message(),
+              HasSubstr("--allow-python-ops: /nonexistent/python3 cannot run python ops: "));
+  EXPECT_THAT(missing.message(), HasSubstr("apt-get install python3 python3-numpy"));
+  // A Python without numpy on its path (-S: no site-packages).
+  const std::string no_numpy = ::testing::TempDir() + "/python3-without-numpy";
+  {
+    std::ofstream f(no_numpy);
+    f << "#!/bin/sh\nexec " << SLUICE_PYTHON_EXECUTABLE << " -S \"$@\"\n";
+  }
+  ASSERT_EQ(chmod(no_numpy.c_str(), 0755), 0);
+  o.interpreter = no_numpy;
+  absl::Status without = python::CheckPythonInterpreter(o);
+  EXPECT_EQ(without.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(without.message(), HasSubstr("`import numpy` exited with 1: "));
+  EXPECT_THAT(without.message(), HasSubstr("No module named 'numpy'"));
+  o.interpreter = SLUICE_PYTHON_EXECUTABLE;
+  EXPECT_TRUE(python::CheckPythonInterpreter(o).ok()) << python::CheckPythonInterpreter(o);
+}
+
 // A Python process keeps its heap (MALLOC_TRIM_THRESHOLD_, MALLOC_MMAP_THRESHOLD_) instead of
 // giving freed images back to the kernel and faulting them in again on the next element; a
 // worker started with its own glibc settings passes them on.
