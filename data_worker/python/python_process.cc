@@ -57,7 +57,7 @@ std::vector<std::string> ChildEnv() {
   // twice the threshold it adapted to, so a function that frees a few images' worth (PIL does,
   // per call) gives the pages back and faults them in again on the next element: a third of a
   // PIL augmentation's time (bench/python_ops.sh). Fixed at the ceiling glibc's adaptation
-  // reaches (32 MiB, trim at twice that), a process keeps at most 64 MiB it does not use.
+  // reaches (32 MiB, trim at twice that), a process keeps up to 64 MiB free at its heap's top.
   std::vector<std::pair<std::string, std::string>> defaults = {
       {"OMP_NUM_THREADS", "1"},
       {"OPENBLAS_NUM_THREADS", "1"},
