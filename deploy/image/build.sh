@@ -12,10 +12,17 @@
 #             one epoch consumed through the client library); then the image's Python wheel
 #             pip-installed into a fresh venv here, reading one epoch from a `sluice local`
 #             running inside the image.
+#   4. python-ops  deploy/image/python-ops.Dockerfile built on that image (Python, numpy, PIL and
+#             the example transforms), then checked under chroot as uid 10001: in the sluice
+#             image a worker with --allow-python-ops refuses to start (no Python); in the
+#             python-ops image a dispatcher and a worker configured as the kustomize component
+#             components/python-ops configures them serve examples/python_transforms/train.yaml
+#             (its numpy augmentation as a python op) to `sluice consume`.
 #
-#   deploy/image/build.sh                      # all three, prints how long each took
+#   deploy/image/build.sh                      # all four, prints how long each took
 #   SLUICE_IMAGE=localhost/sluice:dev          # the tag to build (default)
-#   SLUICE_IMAGE_STEPS="check"                 # only some steps (base build check)
+#   SLUICE_PYTHON_OPS_IMAGE=localhost/sluice-python-ops:dev   # step 4's tag (default)
+#   SLUICE_IMAGE_STEPS="check"                 # only some steps (base build check python-ops)
 #   DEBIAN_MIRROR=URL                          # default: the first Debian URI in /etc/apt
 #   SLUICE_IMAGE_CCACHE=DIR                    # compiler cache kept between builds
 #                                              #   (default ~/.cache/sluice-image-ccache)
@@ -25,8 +32,9 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 image="${SLUICE_IMAGE:-localhost/sluice:dev}"
+python_image="${SLUICE_PYTHON_OPS_IMAGE:-localhost/sluice-python-ops:dev}"
 base="${SLUICE_BASE_IMAGE:-localhost/sluice-base:debian12}"
-steps="${SLUICE_IMAGE_STEPS:-base build check}"
+steps="${SLUICE_IMAGE_STEPS:-base build check python-ops}"
 ccache_dir="${SLUICE_IMAGE_CCACHE:-${HOME:-/root}/.cache/sluice-image-ccache}"
 
 die() { echo "build.sh: $*" >&2; exit 1; }
@@ -95,20 +103,16 @@ if step build; then
   pm image inspect --format '   size {{.Size}} bytes, {{len .RootFS.Layers}} layers' "$image"
 fi
 
-if step check; then
-  t0=$(date +%s)
-  echo "== check: podman image mount $image, then chroot as uid 10001"
-  mnt=$(pm image mount "$image")
+# mount_image IMAGE: $root is IMAGE's root, writable, as a container runtime would give it;
+# run CMD... runs there as uid 10001; cleanup undoes it.
+mount_image() {
+  mounted="$1"
+  mnt=$(pm image mount "$mounted")
   # The image's layer folder is root-only (0700) and must stay unmodified: an overlay on top of it
   # gives a root that uid 10001 can enter and write (/tmp), as a container runtime would.
   ovl=$(mktemp -d /tmp/sluice-image-check-XXXXXX)
   mkdir -p "$ovl/upper" "$ovl/work" "$ovl/root"
   chmod 755 "$ovl/upper"
-  cleanup() {
-    umount -R -l "$ovl/root" 2>/dev/null || true
-    pm image unmount "$image" >/dev/null || true
-    rm -rf "$ovl"
-  }
   trap cleanup EXIT
   root="$ovl/root"
   mount -t overlay overlay -o "lowerdir=$mnt,upperdir=$ovl/upper,workdir=$ovl/work" "$root"
@@ -116,7 +120,18 @@ if step check; then
   mount -t proc proc "$root/proc"
   mount --rbind /dev "$root/dev" && mount --make-rslave "$root/dev"
   chmod 1777 "$root/tmp"
-  run() { chroot --userspec=10001:10001 "$root" /usr/bin/env -i HOME=/tmp PATH=/usr/local/bin:/usr/bin:/bin "$@"; }
+}
+cleanup() {
+  umount -R -l "$ovl/root" 2>/dev/null || true
+  pm image unmount "$mounted" >/dev/null || true
+  rm -rf "$ovl"
+}
+run() { chroot --userspec=10001:10001 "$root" /usr/bin/env -i HOME=/tmp PATH=/usr/local/bin:/usr/bin:/bin "$@"; }
+
+if step check; then
+  t0=$(date +%s)
+  echo "== check: podman image mount $image, then chroot as uid 10001"
+  mount_image "$image"
 
   for b in sluice sluice-dispatcher sluice-worker; do
     run "/usr/local/bin/$b" --help >/dev/null || die "$b --help failed inside the image"
@@ -174,5 +189,55 @@ PY
   cleanup
   trap - EXIT
   echo "   check took $(elapsed "$t0")"
+fi
+
+if step python-ops; then
+  t0=$(date +%s)
+  echo "== python-ops: $python_image from deploy/image/python-ops.Dockerfile on $image, then checked"
+  pm build --isolation chroot --pull=never --layers --build-arg "SLUICE_IMAGE=$image" \
+    --ignorefile deploy/image/python-ops.Dockerfile.dockerignore \
+    -f deploy/image/python-ops.Dockerfile -t "$python_image" . >/tmp/sluice-image-python-ops.log 2>&1 ||
+    { tail -30 /tmp/sluice-image-python-ops.log; die "podman build of python-ops.Dockerfile failed"; }
+  # The sluice image has no Python: a worker there refuses python ops at start-up.
+  mount_image "$image"
+  if run /usr/local/bin/sluice-worker --allow-python-ops --dispatcher 127.0.0.1:1 --data-root /tmp \
+      >/tmp/sluice-image-python-refused.log 2>&1; then
+    die "a worker with --allow-python-ops started in $image, which has no Python"
+  fi
+  grep -q -- "--allow-python-ops: /usr/bin/python3 cannot run python ops" \
+    /tmp/sluice-image-python-refused.log ||
+    { cat /tmp/sluice-image-python-refused.log; die "the worker's refusal did not say why"; }
+  echo "   $image: a worker with --allow-python-ops refuses to start: ok"
+  cleanup
+  # In the python-ops image, a dispatcher and a worker configured as components/python-ops
+  # configures them (environment only) serve the example pipeline, python op included, to
+  # `sluice consume`.
+  mount_image "$python_image"
+  mkdir -p "$root/tmp/py"
+  sed "s#/data/train#/tmp/py/ds#" examples/python_transforms/train.yaml >"$root/tmp/py/spec.yaml"
+  chown -R 10001:10001 "$root/tmp/py"
+  run /bin/sh -c '
+    set -e
+    mkdir -p /tmp/py && cd /tmp/py
+    sluice datagen --output jpegs --images 128 --classes 4 >/dev/null 2>&1
+    sluice record convert --input jpegs --output /tmp/py/ds >/dev/null 2>&1
+    sluice-dispatcher --port 0 --address-file d.addr >d.log 2>&1 & d=$!
+    for _ in $(seq 100); do [ -s d.addr ] && break; sleep 0.1; done
+    SLUICE_ALLOW_PYTHON_OPS=1 SLUICE_PYTHON_PATH=/opt/sluice/python \
+      SLUICE_PYTHON_MODULES=augment_numpy,augment_pil,augment_lut \
+      sluice-worker --dispatcher "$(cat d.addr)" --port 0 --data-root /tmp/py >w.log 2>&1 & w=$!
+    status=0
+    sluice consume --dispatcher "$(cat d.addr)" --spec spec.yaml --job python-ops --epochs 1 \
+      >consume.log 2>&1 || status=$?
+    kill $w $d; wait $w $d 2>/dev/null || true
+    tail -3 consume.log
+    exit $status' >/tmp/sluice-image-python-ops-run.log 2>&1 ||
+    { cat /tmp/sluice-image-python-ops-run.log "$root/tmp/py/w.log"; die "the python-ops image did not serve the python op"; }
+  grep -q "images/s" /tmp/sluice-image-python-ops-run.log ||
+    { cat /tmp/sluice-image-python-ops-run.log; die "sluice consume printed no throughput"; }
+  sed 's/^/   | /' /tmp/sluice-image-python-ops-run.log
+  cleanup
+  trap - EXIT
+  echo "   python-ops took $(elapsed "$t0")"
 fi
 echo "build.sh: ok ($image)"
