@@ -26,13 +26,22 @@ absl::StatusOr<TensorType> Op::OutputType(const Tensor&) const {
 }
 
 std::vector<absl::StatusOr<std::vector<Tensor>>> Op::ApplyColumnsGroup(
-    std::vector<std::vector<Tensor>> columns, const std::vector<ElementContext>& ctxs) const {
+    std::vector<std::vector<Tensor>> columns, const std::vector<ElementContext>& ctxs,
+    bool first_error_ends) const {
   std::vector<absl::StatusOr<std::vector<Tensor>>> out;
   out.reserve(columns.size());
+  bool failed = false;
   for (size_t i = 0; i < columns.size(); ++i) {
-    out.push_back(ApplyColumns(std::move(columns[i]), ctxs[i]));
+    out.push_back(failed ? NotComputed() : ApplyColumns(std::move(columns[i]), ctxs[i]));
+    failed = failed || (first_error_ends && !out.back().ok());
   }
   return out;
+}
+
+absl::Status NotComputed() {
+  return absl::AbortedError(
+      "not computed: an element before it in its group failed, which ends the run "
+      "(on_error: fail)");
 }
 
 absl::StatusOr<std::vector<std::unique_ptr<Op>>> BuildOps(const std::vector<proto::OpSpec>& specs,

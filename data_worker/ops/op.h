@@ -86,10 +86,14 @@ class Op {
   // ApplyColumnsGroup. REQUIRES for > 1: takes_all_columns().
   virtual int group_size() const { return 1; }
   // ApplyColumns of each element (columns[i] with ctxs[i]): one result per
-  // element, in order, each exactly what ApplyColumns would return. Default:
-  // a loop over ApplyColumns.
+  // element, in order, each exactly what ApplyColumns would return. With
+  // `first_error_ends` (on_error: fail, where the caller ends the run at the
+  // first failed element), the elements after a failed one may be left
+  // uncomputed: their result is NotComputed(). Default: a loop over
+  // ApplyColumns.
   virtual std::vector<absl::StatusOr<std::vector<Tensor>>> ApplyColumnsGroup(
-      std::vector<std::vector<Tensor>> columns, const std::vector<ElementContext>& ctxs) const;
+      std::vector<std::vector<Tensor>> columns, const std::vector<ElementContext>& ctxs,
+      bool first_error_ends) const;
 
   // Writing into the batch (batch write fusion, pipeline/plan.h): an op that
   // can write its output for one element straight into a caller's buffer (the
@@ -113,6 +117,10 @@ class Op {
   virtual bool mirrors() const { return false; }
   virtual bool Mirrors(const ElementContext& /*ctx*/) const { return false; }
 };
+
+// The result of an element of a group that was not computed because an element before it
+// failed and that failure ends the run (ApplyColumnsGroup's first_error_ends): Aborted.
+absl::Status NotComputed();
 
 // Validates and builds the ops of one map stage. `first_position` is the
 // pipeline-wide position of specs[0] (positions seed the randomness, so they

@@ -250,7 +250,7 @@ void RunStream::Process(Stage& stage, const ItemRefs& items) {
             if (group.size() == 1) {
               r.push_back(op.ApplyColumns(std::move(cols[0]), ctxs[0]));
             } else {
-              r = op.ApplyColumnsGroup(std::move(cols), ctxs);
+              r = op.ApplyColumnsGroup(std::move(cols), ctxs, !lp.skip_errors);
             }
             observe(op, t0, group.size());
             for (size_t i = 0; i < group.size(); ++i) {

@@ -67,11 +67,17 @@ class PythonOpImpl final : public Op {
   // Requests of at most group_ elements and kGroupBytes of inputs (an
   // element larger than that goes alone).
   std::vector<absl::StatusOr<std::vector<Tensor>>> ApplyColumnsGroup(
-      std::vector<std::vector<Tensor>> columns,
-      const std::vector<ElementContext>& ctxs) const override {
+      std::vector<std::vector<Tensor>> columns, const std::vector<ElementContext>& ctxs,
+      bool first_error_ends) const override {
     std::vector<absl::StatusOr<std::vector<Tensor>>> out;
     out.reserve(columns.size());
+    bool failed = false;
     for (size_t begin = 0; begin < columns.size();) {
+      if (failed) {
+        out.push_back(NotComputed());
+        ++begin;
+        continue;
+      }
       std::vector<python::CallInput> group;
       size_t bytes = 0;
       size_t end = begin;
@@ -86,10 +92,12 @@ class PythonOpImpl final : public Op {
         group.push_back(std::move(in));
       }
       absl::StatusOr<std::vector<python::CallResult>> results =
-          pool_->CallGroup(module_, function_, group);
+          pool_->CallGroup(module_, function_, group, first_error_ends);
       for (size_t i = begin; i < end; ++i) {
-        out.push_back(results.ok() ? Check(columns[i], std::move((*results)[i - begin]))
-                                   : Check(columns[i], results.status()));
+        out.push_back(failed         ? NotComputed()
+                      : results.ok() ? Check(columns[i], std::move((*results)[i - begin]))
+                                     : Check(columns[i], results.status()));
+        failed = failed || (first_error_ends && !out.back().ok());
       }
       begin = end;
     }

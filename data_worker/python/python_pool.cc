@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/process.h"
 #include "common/metrics/metrics.h"
+#include "data_worker/ops/op.h"
 #include "data_worker/python/runner_source.h"
 #include "spdlog/spdlog.h"
 
@@ -144,8 +145,8 @@ absl::StatusOr<std::vector<Tensor>> PythonPool::Call(const std::string& module,
 }
 
 absl::StatusOr<std::vector<CallResult>> PythonPool::CallGroup(
-    const std::string& module, const std::string& function,
-    const std::vector<CallInput>& elements) {
+    const std::string& module, const std::string& function, const std::vector<CallInput>& elements,
+    bool first_error_ends) {
   std::vector<CallResult> out;
   if (elements.size() > 1) {
     absl::StatusOr<std::unique_ptr<PythonProcess>> p = Acquire();
@@ -158,7 +159,8 @@ absl::StatusOr<std::vector<CallResult>> PythonPool::CallGroup(
       // The results reached the size limit before the group's end: the rest
       // are asked again, as a group of their own.
       const std::vector<CallInput> rest(elements.begin() + group->size(), elements.end());
-      absl::StatusOr<std::vector<CallResult>> more = CallGroup(module, function, rest);
+      absl::StatusOr<std::vector<CallResult>> more =
+          CallGroup(module, function, rest, first_error_ends);
       if (!more.ok()) return more.status();
       for (CallResult& r : *more) group->push_back(std::move(r));
       return group;
@@ -178,6 +180,10 @@ absl::StatusOr<std::vector<CallResult>> PythonPool::CallGroup(
   // One element, or the redo of a group whose process died: element by
   // element, each with its own attempts.
   for (const CallInput& e : elements) {
+    if (first_error_ends && !out.empty() && !out.back().ok()) {
+      out.push_back(NotComputed());
+      continue;
+    }
     out.push_back(Call(module, function, e.seed, e.columns));
     // Internal (the interpreter cannot start) or InvalidArgument (the import
     // fails, or a result is malformed): the job ends, the rest need not run.

@@ -99,11 +99,17 @@ class PythonPool {
   // would return it. If the process dies or hangs during the group, it is
   // replaced and the group is redone element by element on fresh processes
   // (each element with Call's max_attempts), so an element that kills its
-  // process fails alone and no result is delivered twice. Errors of the whole
-  // call: Internal if the interpreter cannot start or for a garbled answer. REQUIRES: elements is not empty.
+  // process fails alone and no result is delivered twice. With
+  // `first_error_ends` (on_error: fail: the first failed element ends the
+  // run), that redo stops at the first failed element and the rest get
+  // NotComputed() (op.h), so a group of elements that hang costs one element's
+  // attempts, not every element's. Errors of the whole call: Internal if the
+  // interpreter cannot start or for a garbled answer. REQUIRES: elements is
+  // not empty.
   absl::StatusOr<std::vector<CallResult>> CallGroup(const std::string& module,
                                                     const std::string& function,
-                                                    const std::vector<CallInput>& elements)
+                                                    const std::vector<CallInput>& elements,
+                                                    bool first_error_ends = false)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   const PythonOptions& options() const { return options_; }

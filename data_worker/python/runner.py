@@ -2,6 +2,10 @@
 #
 # The worker starts `python3 -c <this file> <limit> [<folder>...]` with fd 3 = a shared-memory
 # file (memfd) and fd 4 = a stream socket to the worker; stdout goes to the worker's stderr.
+# The runner moves both to fds PRIVATE_FD and above, close-on-exec, before any user code runs:
+# a user function that closes fd 3 or 4 (a library closing "every fd above stderr") or opens a
+# file that takes its number cannot make the runner map that file as the shared memory, and a
+# program the function starts does not inherit them.
 # The folders (--python-path) go first on sys.path once the runner's own modules are imported,
 # and the worker's current directory (which `-c` puts there) is taken off it: neither can
 # shadow numpy or the standard library the runner uses.
@@ -66,6 +70,7 @@ import sys
 
 sys.path[:] = [p for p in sys.path if p not in ("", ".")]
 
+import fcntl
 import importlib
 import mmap
 import os
@@ -75,8 +80,22 @@ import traceback
 
 import numpy as np
 
-SHM_FD = 3
-CTL_FD = 4
+PRIVATE_FD = 200
+
+
+def private_fd(fd):
+    """`fd` moved to PRIVATE_FD or above, close-on-exec (the lowest free number there; above
+    stderr if the open-files limit is lower)."""
+    try:
+        moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, PRIVATE_FD)
+    except OSError:
+        moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    os.close(fd)
+    return moved
+
+
+SHM_FD = private_fd(3)
+CTL_FD = private_fd(4)
 ORPHAN_CHECK_SECONDS = 0.5
 PROGRESS_SECONDS = 0.01
 RESULT_LIMIT = int(sys.argv[1]) if len(sys.argv) > 1 else 0
@@ -155,8 +174,10 @@ def check_takes_rng(fn, name):
     import inspect
     try:
         signature = inspect.signature(fn)
-    except (TypeError, ValueError):  # a builtin without a signature: its call will tell
-        return
+    except (TypeError, ValueError):  # a builtin or a C function (a numpy ufunc)
+        raise TypeError("%s has no signature Python can read, so whether it takes the keyword "
+                        "argument rng cannot be checked: wrap it in a Python function "
+                        "F(*columns, rng)" % name)
     try:
         signature.bind_partial(rng=None)
     except TypeError:

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iterator>
@@ -342,8 +343,12 @@ TEST_F(PythonOpTest, AReplacedProcessIsLoggedAndCounted) {
   EXPECT_THAT(log.str(),
               ::testing::HasSubstr("[warning] python op: sluice_test_fns.exits_once_on_3: "
                                    "the Python process (pid "));
+  // Record 3 died in a group, or alone when it was the only element ready (two threads
+  // share the eight records).
   EXPECT_THAT(log.str(),
-              ::testing::HasSubstr(") exited with status 7; new processes redo the group's "));
+              ::testing::ContainsRegex("\\) exited with status 7; (new processes redo the group's "
+                                       "[0-9]+ elements one by one|a new process redoes the "
+                                       "element \\(attempt 2 of 3\\))"));
 }
 
 TEST_F(PythonOpTest, AProcessThatSegfaultsIsReplacedAndItsElementRedoneOnce) {
@@ -486,6 +491,29 @@ TEST_F(PythonOpTest, AFunctionWithoutTheRngParameterIsInvalidArgumentEvenUnderSk
   }
 }
 
+// A callable whose signature Python cannot read (a numpy ufunc) cannot be checked for the rng
+// keyword either: refused when loaded, not a TypeError per record that skip would hide.
+TEST_F(PythonOpTest, AFunctionWithoutASignatureIsInvalidArgumentEvenUnderSkip) {
+  for (const char* on_error : {"fail", "skip"}) {
+    const Out out = RunSpec(Spec("no_signature", 1, on_error));
+    EXPECT_EQ(out.status.code(), absl::StatusCode::kInvalidArgument) << on_error;
+    EXPECT_THAT(out.status.message(),
+                HasSubstr("sluice_test_fns.no_signature has no signature Python can read"))
+        << on_error;
+  }
+}
+
+// A function that closes fds 3 and 4 (the numbers the worker hands the runner its shared
+// memory and socket on) and opens a file in their place: the runner moved both away before
+// any user code ran, so every result is still exact (it used to map the file as its shared
+// memory and read 0xAB bytes as the results).
+TEST_F(PythonOpTest, AFunctionThatClosesFd3AndOpensAFileKeepsItsResultsExact) {
+  for (const char* group : {kOne, kEight}) {
+    ExpectAllInverted(RunSpec(Spec("closes_fd3_and_opens_a_file", 2, "fail", group)));
+  }
+  EXPECT_EQ(python::ConfiguredPythonPool()->processes_replaced(), 0);
+}
+
 // A process the user function forks that comes back from the call, rather
 // than exiting, would answer too: its zeros, read as the next request's
 // answer, would land in another record (of this job or a later one). Only the
@@ -595,10 +623,19 @@ TEST_F(PythonOpTest, TheSharedMemoryShrinksBackAfterALargeResult) {
   auto p = python::PythonProcess::Start(
       {.interpreter = SLUICE_PYTHON_EXECUTABLE, .python_path = {SLUICE_TEST_PYTHON_DIR}});
   ASSERT_TRUE(p.ok()) << p.status();
-  auto shm_bytes = [&] {
-    struct stat st {};
-    EXPECT_EQ(stat(absl::StrCat("/proc/", (*p)->pid(), "/fd/3").c_str(), &st), 0);
-    return static_cast<int64_t>(st.st_size);
+  // The runner's memfd ("/memfd:sluice-python (deleted)"), at whatever fd it moved it to.
+  auto shm_bytes = [&]() -> int64_t {
+    const std::string fds = absl::StrCat("/proc/", (*p)->pid(), "/fd");
+    for (const auto& fd : std::filesystem::directory_iterator(fds)) {
+      std::error_code error;
+      const std::string target = std::filesystem::read_symlink(fd.path(), error).string();
+      if (target.rfind("/memfd:sluice-python", 0) != 0) continue;
+      struct stat st {};
+      EXPECT_EQ(stat(fd.path().c_str(), &st), 0);
+      return st.st_size;
+    }
+    ADD_FAILURE() << "no sluice-python memfd in " << fds;
+    return -1;
   };
   Tensor image = Tensor::Allocate(DType::kUint8, {1, 2, 3});
   for (int i = 0; i < 6; ++i) image.data()[i] = static_cast<uint8_t>(i);
@@ -992,6 +1029,54 @@ TEST_F(PythonOpTest, AnElementThatAlwaysKillsItsProcessInAGroupFailsAlone) {
   ExpectPlus1000(out, /*missing=*/4);
   EXPECT_EQ(out.stats.skipped, 1u);
   EXPECT_EQ(pool->processes_replaced(), 4);
+}
+
+// When a group's process dies, its elements are redone one by one. Under on_error: fail the
+// first failed element ends the run, so the redo stops there: record 4 (which kills every
+// process) is tried three times and records 5..7 are not computed. Without first_error_ends
+// (on_error: skip) every element is computed.
+TEST_F(PythonOpTest, UnderFailTheRedoOfAGroupStopsAtItsFirstFailedElement) {
+  auto pool = python::ConfiguredPythonPool();
+  const SmallRecords records;
+  auto out = pool->CallGroup("sluice_test_fns", "always_exits_on_4", records.group,
+                             /*first_error_ends=*/true);
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->size(), static_cast<size_t>(kRecords));
+  for (int g = 0; g < 4; ++g) {
+    ASSERT_TRUE((*out)[g].ok()) << g << ": " << (*out)[g].status();
+    EXPECT_EQ(std::string((*(*out)[g])[0].bytes()), SmallRecords::InvertedImage(g)) << g;
+  }
+  EXPECT_EQ((*out)[4].status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT((*out)[4].status().message(), HasSubstr("died 3 times on this element"));
+  for (int g = 5; g < kRecords; ++g) {
+    EXPECT_EQ((*out)[g].status().code(), absl::StatusCode::kAborted) << g;
+    EXPECT_THAT((*out)[g].status().message(),
+                HasSubstr("not computed: an element before it in its group failed"))
+        << g;
+  }
+  // The group (1 request), records 0..3 (4), record 4 three times (3).
+  EXPECT_EQ(pool->requests(), 1 + 4 + 3);
+  EXPECT_EQ(pool->processes_replaced(), 1 + 3);
+
+  auto all = pool->CallGroup("sluice_test_fns", "always_exits_on_4", records.group);
+  ASSERT_TRUE(all.ok()) << all.status();
+  for (int g = 5; g < kRecords; ++g) {
+    ASSERT_TRUE((*all)[g].ok()) << g << ": " << (*all)[g].status();
+    EXPECT_EQ(std::string((*(*all)[g])[0].bytes()), SmallRecords::InvertedImage(g)) << g;
+  }
+  // Then the group, records 0..3 and 5..7 (7), record 4 three times.
+  EXPECT_EQ(pool->requests(), 8 + 1 + 7 + 3);
+}
+
+// The run under on_error: fail ends with the failed element's own error (not the "not
+// computed" of the elements after it), after one element's attempts.
+TEST_F(PythonOpTest, UnderFailARunEndsWithTheFirstFailedElementOfItsGroup) {
+  auto pool = python::ConfiguredPythonPool();
+  const LabelOut out = RunLabels(LabelSpec("label_always_exits_on_4", 8));
+  EXPECT_EQ(out.status.code(), absl::StatusCode::kDataLoss) << out.status;
+  EXPECT_THAT(out.status.message(), HasSubstr("record 4: "));
+  EXPECT_THAT(out.status.message(), HasSubstr("died 3 times on this element"));
+  EXPECT_EQ(pool->requests(), 1 + 4 + 3);
 }
 
 TEST_F(PythonOpTest, AGroupOutOfRangeIsRefused) {

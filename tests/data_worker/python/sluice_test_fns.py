@@ -192,6 +192,28 @@ def heap_faults(image, label, rng):
     return image, np.int64(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 
 
+def closes_fd3_and_opens_a_file(image, label, rng):
+    """Closes fds 3 and 4 (where the worker handed the runner its shared memory and socket)
+    and opens a file of 4096 0xAB bytes, which takes fd 3, kept open."""
+    for fd in (3, 4):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    path = os.path.join(os.environ["SLUICE_TEST_MARKERS"], "fd3_%d" % os.getpid())
+    with open(path, "wb") as f:
+        f.write(b"\xab" * 4096)
+    _kept.append(open(path, "rb+"))
+    return 255 - image, label
+
+
+_kept = []
+
+
+# A numpy ufunc: callable, but with no signature inspect can read.
+no_signature = np.negative
+
+
 not_callable = 3
 
 
