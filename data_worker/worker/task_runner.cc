@@ -661,7 +661,6 @@ absl::Duration TaskRunner::UnreadLimit(const QueuedTask& task) const {
 
 void TaskRunner::Pause(Producer& producer, const QueuedTask& task, uint64_t index) {
   StopTask(producer, task.task_id);
-  paused_.Increment();
   const proto::SplitKey& key = task.assignment.key();
   logger_->info(
       "job {} consumer {}: slot {} of epoch {} paused at batch {}: its consumer read nothing "
@@ -679,6 +678,9 @@ void TaskRunner::Pause(Producer& producer, const QueuedTask& task, uint64_t inde
     pending_.push_back(std::move(paused));
     work_available_.Signal();
   }
+  // Counted once the task is pending again (detached, in the heartbeat): whoever sees the
+  // count sees the paused task.
+  paused_.Increment();
   if (on_pause_change_) on_pause_change_();
 }
 
