@@ -176,9 +176,11 @@ void Autoscaler::EstimateDemand(const AutoscalerInput& input, Estimate& e,
     const uint64_t batch_size = std::max<uint64_t>(1, sample->second->batch_size);
     double demand = std::max(0.0, c.batches_per_second) / busy * static_cast<double>(batch_size);
     auto previous = consumer_demand_.find(key);
-    // A trainer that got nothing and waited throughout (its job was given
-    // no worker) shows no demand: the last estimate stands, if any.
-    const bool starved = c.batches_per_second <= 0 && c.wait_fraction >= 1 - o.min_busy_fraction;
+    // A trainer that got nothing and waited (its job was given no worker, or
+    // too few to deliver a batch in the window) shows no demand: the last
+    // estimate stands, if any. Waiting only part of the window counts too: a
+    // trainer that paused, then waited, still asked.
+    const bool starved = c.batches_per_second <= 0 && c.wait_fraction > o.idle_wait_fraction;
     const bool known = previous != consumer_demand_.end() && previous->second > 0;
     if ((input.now - c.epoch_started < o.epoch_grace || starved) && known) {
       demand = previous->second;
@@ -765,8 +767,11 @@ void AllocateWorkers(double pool, double headroom, std::vector<JobEstimate>& job
     if (j->starved) {
       j->allocation_reason =
           absl::StrFormat("%.2f to read its demand: its trainers got nothing yet", j->allocated);
-    } else if (j->min_workers >= want && j->allocated >= j->min_workers - 1e-9 &&
-               !dropped.contains(j)) {
+    } else if (j->need <= 0 && j->min_workers == 0) {
+      j->allocation_reason =
+          "no demand: its trainers took no batch and waited for none (paused, or starting)";
+    } else if (j->min_workers > 0 && j->min_workers >= want &&
+               j->allocated >= j->min_workers - 1e-9 && !dropped.contains(j)) {
       j->allocation_reason = absl::StrFormat(
           "its min_workers %d (its need %.2f x %.2f headroom "
           "is less)",

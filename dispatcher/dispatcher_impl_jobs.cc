@@ -3,10 +3,12 @@
 // collection of finished jobs). The protocol is in dispatcher_impl.h.
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -21,15 +23,44 @@
 namespace sluice::dispatcher {
 namespace {
 
+// A job config's settings, in order, as (name, value).
+std::vector<std::pair<std::string, std::string>> Settings(const proto::JobConfig& c) {
+  const auto on_off = [](bool on) { return on ? "auto" : "off"; };
+  return {{"mode", proto::ProcessingMode_Name(c.mode())},
+          {"seed", absl::StrCat(c.seed())},
+          {"epochs", absl::StrCat(c.num_epochs())},
+          {"consumers", absl::StrCat(c.num_consumers())},
+          {"deterministic", c.deterministic() ? "true" : "false"},
+          {"remainder", proto::RemainderMode_Name(c.remainder())},
+          {"split_size", absl::StrCat(c.split_size())},
+          {"priority", absl::StrCat(c.priority())},
+          {"min_workers", absl::StrCat(c.min_workers())},
+          {"sharing", on_off(c.sharing() == proto::SHARING_MODE_AUTO)},
+          {"cache", on_off(c.cache() == proto::CACHE_MODE_AUTO)},
+          {"slots_follow_splits", c.slots_follow_splits() ? "true" : "false"}};
+}
+
+// "{mode PROCESSING_MODE_DISTRIBUTED_EPOCH, seed 1, ...}"
 std::string ConfigString(const proto::JobConfig& c) {
-  return absl::StrCat("{mode ", proto::ProcessingMode_Name(c.mode()), ", seed ", c.seed(),
-                      ", epochs ", c.num_epochs(), ", consumers ", c.num_consumers(),
-                      ", deterministic ", c.deterministic() ? "true" : "false", ", remainder ",
-                      proto::RemainderMode_Name(c.remainder()), ", split_size ", c.split_size(),
-                      ", priority ", c.priority(), ", min_workers ", c.min_workers(),
-                      c.sharing() == proto::SHARING_MODE_AUTO ? ", sharing auto" : "",
-                      c.cache() == proto::CACHE_MODE_AUTO ? ", cache auto" : "",
-                      c.slots_follow_splits() ? ", slots follow splits" : "", "}");
+  std::string out = "{";
+  for (const auto& [name, value] : Settings(c)) {
+    absl::StrAppend(&out, out.size() > 1 ? ", " : "", name, " ", value);
+  }
+  return out + "}";
+}
+
+// The settings that differ from `was` to `now`: "min_workers 0 -> 3, priority 0 -> 5" (in
+// Settings' order).
+std::string DifferingSettings(const proto::JobConfig& was, const proto::JobConfig& now) {
+  const auto a = Settings(was);
+  const auto b = Settings(now);
+  std::string out;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].second == b[i].second) continue;
+    absl::StrAppend(&out, out.empty() ? "" : ", ", a[i].first, " ", a[i].second, " -> ",
+                    b[i].second);
+  }
+  return out;
 }
 
 record::RemainderPolicy Remainder(const proto::JobConfig& c) {
@@ -220,6 +251,12 @@ absl::Status DispatcherImpl::DoGetOrCreateJob(const proto::GetOrCreateJobRequest
         "the dataset for each consumer on its own): set sharing off or change the mode");
   }
   RETURN_IF_ERROR(service::CheckConsumerLimit(config.num_consumers(), options_.limits));
+  if (config.min_workers() > static_cast<uint32_t>(std::numeric_limits<int32_t>::max())) {
+    // The allocation counts workers in an int: a larger reservation would wrap around.
+    return absl::InvalidArgumentError(absl::StrCat("min_workers ", config.min_workers(),
+                                                   " is more than ",
+                                                   std::numeric_limits<int32_t>::max()));
+  }
   const uint64_t records = TotalRecords(dataset->shard_record_counts);
   const uint64_t share = record::ShareSize(records, config.num_consumers(), Remainder(config));
   if (config.mode() == proto::PROCESSING_MODE_DISTRIBUTED_EPOCH && share == 0) {
@@ -303,10 +340,16 @@ absl::Status DispatcherImpl::DoGetOrCreateJob(const proto::GetOrCreateJobRequest
   }
   if (const DispatcherState::Job* job = state_.FindJobByName(request.job_name()); job != nullptr) {
     if (job->dataset_id != request.dataset_id() || !SameConfig(job->config, config)) {
+      std::string differs = DifferingSettings(job->config, config);
+      if (job->dataset_id != request.dataset_id()) {
+        differs = absl::StrCat("dataset ", job->dataset_id, " -> ", request.dataset_id(),
+                               differs.empty() ? "" : ", ", differs);
+      }
       return absl::FailedPreconditionError(absl::StrCat(
           "job '", request.job_name(), "' exists with dataset ", job->dataset_id, " and config ",
           ConfigString(job->config), "; this request has dataset ", request.dataset_id(),
-          " and config ", ConfigString(config), ": use another job name or the same settings"));
+          " and config ", ConfigString(config), differs.empty() ? "" : " (" + differs + ")",
+          ": use another job name or the same settings"));
     }
     response->set_job_id(job->id);
     response->set_created(false);

@@ -1005,6 +1005,26 @@ TEST(AutoscalerAllocation, AStarvedTrainerKeepsItsLastDemand) {
   d = scaler.Decide(in);
   EXPECT_DOUBLE_EQ(d.jobs[0].demand, 512);
   EXPECT_FALSE(d.jobs[0].starved);
+  // Nothing while waiting most but not all of the window (a pause, then a wait): still no
+  // reading of its demand, so the 512 stands (it fell to 0 when only a full wait counted).
+  in.now += absl::Seconds(2);
+  in.consumers[0].wait_fraction = 0.94;
+  d = scaler.Decide(in);
+  EXPECT_DOUBLE_EQ(d.jobs[0].demand, 512);
+}
+
+// A job whose trainers neither took a batch nor waited has no need and no reservation: the
+// reason says so (it read "its min_workers 0 (its need 0.00 ... is less)").
+TEST(AllocateWorkers, AJobWithoutDemandSaysSo) {
+  std::vector<JobEstimate> jobs = {Job(1, 2, 4), Job(2, 1, 0)};
+  AllocateWorkers(/*pool=*/6, /*headroom=*/1, jobs);
+  EXPECT_DOUBLE_EQ(jobs[1].allocated, 0.0);
+  EXPECT_EQ(jobs[1].allocation_reason,
+            "no demand: its trainers took no batch and waited for none (paused, or starting)");
+  // With a reservation, the reservation is the reason.
+  jobs = {Job(1, 2, 4), Job(2, 1, 0, /*priority=*/0, /*min_workers=*/1)};
+  AllocateWorkers(/*pool=*/6, /*headroom=*/1, jobs);
+  EXPECT_EQ(jobs[1].allocation_reason, "its min_workers 1 (its need 0.00 x 1.00 headroom is less)");
 }
 
 TEST(AllocateWorkers, HigherPriorityIsServedFirstWhateverItsGain) {

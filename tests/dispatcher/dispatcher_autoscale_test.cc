@@ -652,11 +652,12 @@ TEST_F(DispatcherAutoscaleTest, AConsumerThatLeftIsNoDemandWhileItsJobGoesOn) {
   EXPECT_DOUBLE_EQ(Status().jobs(0).demand_elements_per_second(), 400);
 }
 
-// min_workers is a uint32 on the wire: 4,000,000,000 is an outsized
-// reservation (dropped, and said so), not a negative one read as none.
-TEST_F(DispatcherAutoscaleTest, AReservationAboveIntMaxIsOutsizedNotNegative) {
+// The largest min_workers a job may ask for (above it the job is refused:
+// DispatcherImplTest.MinWorkersAboveInt32IsRefusedNamingIt) is an outsized
+// reservation: dropped, and said so, with no overflow in the sums.
+TEST_F(DispatcherAutoscaleTest, TheLargestReservationIsOutsizedAndSaysSo) {
   Start(DispatcherOptions::Scaler::kNone, /*max_workers=*/3);
-  const uint64_t low = Job("low", /*priority=*/0, /*min_workers=*/4'000'000'000u);
+  const uint64_t low = Job("low", /*priority=*/0, /*min_workers=*/2'147'483'647u);
   a_ = Worker("a:1");
   ASSERT_TRUE(impl_->Tick().ok());
   clock_.Advance(absl::Seconds(6));
@@ -669,7 +670,7 @@ TEST_F(DispatcherAutoscaleTest, AReservationAboveIntMaxIsOutsizedNotNegative) {
   ASSERT_TRUE(impl_->Tick().ok());
   const proto::GetStatusResponse status = Status();
   ASSERT_EQ(status.jobs_size(), 1);
-  EXPECT_EQ(status.jobs(0).min_workers(), 4'000'000'000u);
+  EXPECT_EQ(status.jobs(0).min_workers(), 2'147'483'647u);
   EXPECT_THAT(status.jobs(0).allocation_reason(),
               HasSubstr("; min_workers 2147483647 not reserved: the jobs reserve 2147483647 of a "
                         "pool of 3"));

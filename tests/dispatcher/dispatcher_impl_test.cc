@@ -690,6 +690,21 @@ TEST_F(DispatcherImplTest, UnknownJobIsNotFound) {
       absl::StatusCode::kNotFound);
 }
 
+// min_workers is a uint32 on the wire and an int in the allocation: 4294967295 would wrap to -1
+// (no reservation at all) and is refused instead, naming the field.
+TEST_F(DispatcherImplTest, MinWorkersAboveInt32IsRefusedNamingIt) {
+  const uint64_t dataset = Dataset({100}, 10);
+  proto::GetOrCreateJobRequest request =
+      JobRequest("greedy", dataset, 1, proto::REMAINDER_MODE_PAD, 20);
+  request.mutable_config()->set_min_workers(4294967295u);
+  proto::GetOrCreateJobResponse response;
+  const absl::Status s = Sync(impl_).GetOrCreateJob(request, &response);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "min_workers 4294967295 is more than 2147483647");
+  request.mutable_config()->set_min_workers(2147483647u);
+  EXPECT_TRUE(Sync(impl_).GetOrCreateJob(request, &response).ok());
+}
+
 TEST_F(DispatcherImplTest, JobNameIsIdempotentForTheSameConfigOnly) {
   const uint64_t dataset = Dataset({100}, 10);
   const auto first = Job(JobRequest("train", dataset, 2, proto::REMAINDER_MODE_PAD, 20));
@@ -711,8 +726,10 @@ TEST_F(DispatcherImplTest, JobNameIsIdempotentForTheSameConfigOnly) {
   urgent.mutable_config()->set_min_workers(3);
   s = Sync(impl_).GetOrCreateJob(urgent, &response);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(s.message(), HasSubstr("split_size 20, priority 0, min_workers 0}"));
-  EXPECT_THAT(s.message(), HasSubstr("split_size 20, priority 5, min_workers 3}"));
+  EXPECT_THAT(s.message(), HasSubstr("split_size 20, priority 0, min_workers 0, sharing off"));
+  EXPECT_THAT(s.message(), HasSubstr("split_size 20, priority 5, min_workers 3, sharing off"));
+  EXPECT_THAT(s.message(), HasSubstr("slots_follow_splits false} (priority 0 -> 5, min_workers "
+                                     "0 -> 3): use another job name or the same settings"));
   // Anonymous jobs are always new.
   EXPECT_NE(Job(JobRequest("", dataset, 1, proto::REMAINDER_MODE_PAD, 20)).job_id(),
             Job(JobRequest("", dataset, 1, proto::REMAINDER_MODE_PAD, 20)).job_id());

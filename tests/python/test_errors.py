@@ -66,8 +66,9 @@ def test_bad_consumer_index_is_invalid_argument(cluster, dataset, spec_file, job
                              "-2147483649"),
     ("priority", None, "priority must be an integer in [-2147483648, 2147483647], got None"),
     ("priority", True, "priority must be an integer in [-2147483648, 2147483647], got True"),
-    ("min_workers", -1, "min_workers must be an integer in [0, 4294967295], got -1"),
-    ("min_workers", 1.9, "min_workers must be an integer in [0, 4294967295], got 1.9"),
+    ("min_workers", -1, "min_workers must be an integer in [0, 2147483647], got -1"),
+    ("min_workers", 1.9, "min_workers must be an integer in [0, 2147483647], got 1.9"),
+    ("min_workers", 2**31, "min_workers must be an integer in [0, 2147483647], got 2147483648"),
     ("epochs", "2", "epochs must be an integer in [0, 18446744073709551615], got '2'"),
 ])
 def test_an_integer_option_out_of_range_is_invalid_argument_naming_it(cluster, dataset, spec_file,

@@ -51,7 +51,9 @@ class CliTest : public ::testing::Test {
     auto process = Subprocess::Start(args, {.log_file = log});
     EXPECT_TRUE(process.ok()) << process.status();
     if (!process.ok()) return {};
-    auto code = (*process)->Wait(absl::Seconds(120));
+    // Only a guard against a hang: `datagen --images 400` alone took over 2 minutes under
+    // ASan on a loaded 2-core machine.
+    auto code = (*process)->Wait(absl::Minutes(5));
     EXPECT_TRUE(code.ok()) << code.status();
     return {code.value_or(-1), ReadFile(log)};
   }
@@ -293,6 +295,15 @@ TEST_F(CliTest, StepTimeThatIsNotADurationIsAUsageErrorNamingTheFlag) {
   EXPECT_THAT(
       Run({"consume", "--dispatcher", "127.0.0.1:1", "--spec", "x", "--step-time", "-1s"}).output,
       HasSubstr("is negative"));
+}
+
+// The dispatcher counts reserved workers in an int: a larger --min-workers is refused before
+// connecting anywhere.
+TEST_F(CliTest, MinWorkersAboveTheDispatchersLimitIsAUsageErrorNamingTheFlag) {
+  const Result r =
+      Run({"consume", "--dispatcher", "127.0.0.1:1", "--spec", "x", "--min-workers", "4294967295"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.output, HasSubstr("--min-workers: Value 4294967295 not in range 0 to 2147483647"));
 }
 
 // `--pause-after-batches` and `--pause-for` go together, refused before connecting anywhere.

@@ -333,6 +333,7 @@ void AddConsumeCommand(CLI::App& app) {
   cmd->add_option("--min-workers", flags->min_workers,
                   "Workers reserved for this job when the pool is bounded (while every job's "
                   "reservation fits the pool; else the largest are dropped)")
+      ->check(CLI::Range(0, 2147483647))
       ->capture_default_str();
   cmd->add_option("--split-size", flags->split_size,
                   "Records per split (0: the dispatcher's default, 1024)")

@@ -154,11 +154,12 @@ class Client:
         return BatchIterator(self, options, restore_state)
 
 
-# The integer arguments of Client.open and the range of their wire types.
+# The integer arguments of Client.open and the range of their wire types (min_workers: the
+# dispatcher's, which counts workers in an int).
 _INTEGER_RANGES = {
     "epochs": (0, 2**64 - 1), "seed": (0, 2**64 - 1), "consumer_index": (0, 2**32 - 1),
     "num_consumers": (0, 2**32 - 1), "split_size": (0, 2**64 - 1),
-    "priority": (-2**31, 2**31 - 1), "min_workers": (0, 2**32 - 1),
+    "priority": (-2**31, 2**31 - 1), "min_workers": (0, 2**31 - 1),
 }
 
 
