@@ -6,7 +6,8 @@
 #   bench/autoscale_sim.sh [autoscale_sim flags]        e.g. --seed 2, --headroom 1.1
 #
 # Then it replays the traces in bench/autoscale_sim/traces/: tune/ (the ones sluice's policy was
-# tuned on first), heldout/ ... heldout4/ (each reported blind before any tuning on it), separately, over ${SEEDS:-5} noise seeds:
+# tuned on first), then every heldout*/ set (each reported blind before any tuning on it),
+# separately, over ${SEEDS:-5} noise seeds:
 # worker-seconds / oracle, trainer wait, periods to converge, direction changes, mean/p90 job
 # completion time, and the goals' ratios against the best faithful peer.
 #
@@ -24,8 +25,9 @@ echo "# $(date -u +%FT%TZ)  nproc=$(nproc)  load: $(cut -d' ' -f1-3 /proc/loadav
 "$build/bin/autoscale_sim" --csv "$out/table.csv" --series "$out/series.csv" "$@"
 /usr/bin/python3 "$root/bench/autoscale_sim/plot.py" "$out/series.csv" "$root/docs/img/autoscale_sim.png"
 echo "wrote $out/table.csv $out/series.csv docs/img/autoscale_sim.png"
-for set in tune heldout heldout2 heldout3 heldout4; do
+for dir in "$root"/bench/autoscale_sim/traces/tune "$root"/bench/autoscale_sim/traces/heldout*/; do
+  set_name="$(basename "$dir")"
   echo
-  echo "## traces/$set"
-  "$build/bin/autoscale_sim" --seeds "${SEEDS:-5}" --trace "$root"/bench/autoscale_sim/traces/$set/*.trace
+  echo "## traces/$set_name"
+  "$build/bin/autoscale_sim" --seeds "${SEEDS:-5}" --trace "$dir"/*.trace
 done
