@@ -142,7 +142,9 @@ struct AutoscalerOptions {
   double min_busy_fraction = 0.02;
   // Veto on scale-ups: if no consumer waits more than this and every warm
   // worker's output queue is full (or its producers blocked), the workers
-  // already outrun the trainers; the measured need is not believed.
+  // already outrun the trainers; the measured need is not believed. Also the
+  // wait above which a trainer that got no batch is starved (its demand
+  // unread), and at or below which it paused.
   double idle_wait_fraction = 0.01;
   double full_queue_fraction = 0.9;
 };
@@ -269,7 +271,8 @@ struct AutoscalerDecision {
 //      largest are dropped (ties: the lower priority, then the later job)
 //      until the rest fit, so that no job can reserve the others out and an
 //      outsized reservation voids only its own; then one worker to each
-//      starved job (its demand is read from it);
+//      starved job (its demand is read from it), whatever its priority: a
+//      demand must be read before it can be weighed;
 //   2. then the next worker goes where it removes the most trainer wait,
 //      each job up to need × headroom. A job's trainers wait (1 - allocated
 //      / need) of the time, so a worker removes consumers / need

@@ -4,7 +4,8 @@
 // The child is `<interpreter> -c <runner.py>` (runner.py explains the wire
 // format) started with posix_spawn: fd 3 is a memfd both sides map, fd 4 a
 // stream socket that carries one request line per call and the layout of the
-// results; stdout goes to the worker's stderr, so a user's print() cannot
+// results (the runner moves both to fds 200 and up before user code runs, so
+// a function that closes fds it did not open cannot reach them); stdout goes to the worker's stderr, so a user's print() cannot
 // corrupt the protocol, and stdin is /dev/null. Inputs are copied once into
 // the memfd and are numpy views there; outputs are copied once out of it.
 //

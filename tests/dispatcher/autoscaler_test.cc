@@ -978,6 +978,25 @@ TEST(AllocateWorkers, AStarvedJobGetsOneWorkerToReadItsDemand) {
   EXPECT_EQ(jobs[1].allocation_reason, "1.00 to read its demand: its trainers got nothing yet");
 }
 
+// Reading a new job's demand comes first, whatever its priority (docs/autoscaling.md, step 2):
+// on a pool of 1 a new priority-0 job takes the worker of a priority-5 job that needs it, and
+// gives it back once its demand is read.
+TEST(AllocateWorkers, ANewJobIsReadEvenBesideAHigherPriorityAndThenGivesItsWorkerBack) {
+  std::vector<JobEstimate> jobs = {Job(1, 1, 1, /*priority=*/5), Job(2, 1, 0)};
+  jobs[1].starved = true;
+  AllocateWorkers(/*pool=*/1, /*headroom=*/1, jobs);
+  EXPECT_DOUBLE_EQ(jobs[0].allocated, 0);
+  EXPECT_DOUBLE_EQ(jobs[1].allocated, 1);
+  jobs[1].starved = false;
+  jobs[1].need = 2;
+  AllocateWorkers(/*pool=*/1, /*headroom=*/1, jobs);
+  EXPECT_DOUBLE_EQ(jobs[0].allocated, 1);
+  EXPECT_DOUBLE_EQ(jobs[1].allocated, 0);
+  EXPECT_EQ(jobs[1].allocation_reason,
+            "0.00 of its need 2.00: the pool ran out (priority 0, 0.50 trainers' wait removed per "
+            "worker)");
+}
+
 TEST(AutoscalerAllocation, AStarvedTrainerKeepsItsLastDemand) {
   Autoscaler scaler(AutoscalerOptions{.noise_z = 0});
   AutoscalerInput in;
