@@ -252,7 +252,7 @@ absl::Status DispatcherImpl::DoGetOrCreateJob(const proto::GetOrCreateJobRequest
   }
   RETURN_IF_ERROR(service::CheckConsumerLimit(config.num_consumers(), options_.limits));
   if (config.min_workers() > static_cast<uint32_t>(std::numeric_limits<int32_t>::max())) {
-    // The allocation counts workers in an int: a larger reservation would wrap around.
+    // The allocation counts workers in an int: a larger reservation cannot be what it asks.
     return absl::InvalidArgumentError(absl::StrCat("min_workers ", config.min_workers(),
                                                    " is more than ",
                                                    std::numeric_limits<int32_t>::max()));

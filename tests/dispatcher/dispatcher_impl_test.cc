@@ -690,8 +690,8 @@ TEST_F(DispatcherImplTest, UnknownJobIsNotFound) {
       absl::StatusCode::kNotFound);
 }
 
-// min_workers is a uint32 on the wire and an int in the allocation: 4294967295 would wrap to -1
-// (no reservation at all) and is refused instead, naming the field.
+// min_workers is a uint32 on the wire and an int in the allocation: 4294967295 is refused,
+// naming the field (it was accepted and shown as a reservation of 2147483647).
 TEST_F(DispatcherImplTest, MinWorkersAboveInt32IsRefusedNamingIt) {
   const uint64_t dataset = Dataset({100}, 10);
   proto::GetOrCreateJobRequest request =
