@@ -322,6 +322,11 @@ struct Range {
   double mean() const { return n > 0 ? sum / n : 0; }
 };
 
+// a / b in `format`, or "-" where it is not a number (nothing measured).
+std::string Ratio(double a, double b, const absl::FormatSpec<double>& format) {
+  return b > 0 && std::isfinite(a / b) ? absl::StrFormat(format, a / b) : "-";
+}
+
 int RunTraces(const std::vector<std::string>& paths, const std::vector<PolicyFactory>& policies,
               const WorldOptions& o, int seeds, const dispatcher::AutoscalerOptions& sluice_options,
               bool reasons, bool periods) {
@@ -460,8 +465,8 @@ int RunTraces(const std::vector<std::string>& paths, const std::vector<PolicyFac
           who = summaries[i].name;
         }
       }
-      absl::PrintF("\nmean JCT: best peer (%s) %.1f s / sluice %.1f s = %.2fx\n", who, best,
-                   sl.jct.mean(), best / sl.jct.mean());
+      absl::PrintF("\nmean JCT: best peer (%s) %.1f s / sluice %.1f s = %s\n", who, best,
+                   sl.jct.mean(), Ratio(best, sl.jct.mean(), "%.2fx"));
     } else {
       // The best peer that feeds the trainers as well (trainer wait at most
       // one point above sluice's): fewer worker-seconds bought with waiting
@@ -482,8 +487,8 @@ int RunTraces(const std::vector<std::string>& paths, const std::vector<PolicyFac
       } else {
         absl::PrintF(
             "\nworker-seconds: sluice %.3f / best peer at no more wait (%s) "
-            "%.3f = %.3f\n",
-            sl.cost.mean(), who, best, sl.cost.mean() / best);
+            "%.3f = %s\n",
+            sl.cost.mean(), who, best, Ratio(sl.cost.mean(), best, "%.3f"));
       }
     }
   }

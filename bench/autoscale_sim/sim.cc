@@ -52,7 +52,7 @@ struct Job {
     return active ? spec.consumers * static_cast<double>(spec.batch_size) / spec.step_seconds : 0;
   }
   double capacity() const {
-    return static_cast<double>(spec.consumers * spec.buffer_batches) *
+    return static_cast<double>(spec.consumers) * static_cast<double>(spec.buffer_batches) *
            static_cast<double>(spec.batch_size);
   }
 };
@@ -488,8 +488,9 @@ double TrueNeed(const std::vector<JobSpec>& jobs) {
 }
 
 int OracleWorkers(double need, const WorldOptions& options) {
-  const int n = static_cast<int>(std::ceil(need - 1e-9));
-  return std::clamp(n, options.min_workers, options.max_workers);
+  const double n = std::ceil(need - 1e-9);
+  if (!(n < options.max_workers)) return options.max_workers;  // NaN too: no cast out of range
+  return std::max(options.min_workers, static_cast<int>(std::max(n, 0.0)));
 }
 
 RunResult Run(const Scenario& scenario, Policy& policy, const WorldOptions& options) {

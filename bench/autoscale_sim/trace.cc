@@ -3,8 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <map>
-#include <sstream>
+#include <set>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -18,6 +19,14 @@ namespace {
 
 using Kind = LoadStep::Kind;
 
+// The most workers a job may need (at arrival, or after its demand and cost
+// factors): far above any pool, and far below where counts stop being ints.
+constexpr double kMostWorkers = 1e6;
+// The largest trace file read.
+constexpr std::streamsize kMostBytes = 16 << 20;
+// The most workers a pool may hold (max_workers, initial_workers).
+constexpr double kMostPool = 100000;
+
 class LineParser {
  public:
   LineParser(const std::string& name, int line) : name_(name), line_(line) {}
@@ -26,12 +35,28 @@ class LineParser {
     return absl::InvalidArgumentError(absl::StrCat(name_, ":", line_, ": ", what));
   }
 
+  // A decimal number: digits, a sign, a point, an exponent (no hex, nan or inf).
   absl::StatusOr<double> Number(absl::string_view token, absl::string_view what) const {
     double x = 0;
-    if (!absl::SimpleAtod(token, &x) || !std::isfinite(x)) {
+    const bool decimal =
+        !token.empty() && token.find_first_not_of("0123456789+-.eE") == absl::string_view::npos;
+    if (!decimal || !absl::SimpleAtod(token, &x) || !std::isfinite(x)) {
       return Error(absl::StrCat(what, " must be a number, got '", token, "'"));
     }
     return x;
+  }
+
+  // A whole number within [low, high] (an int, unless `high` says less).
+  absl::StatusOr<int> Integer(absl::string_view token, absl::string_view what, double low,
+                              double high = std::numeric_limits<int>::max()) const {
+    absl::StatusOr<double> x = Number(token, what);
+    if (!x.ok()) return x.status();
+    if (*x != std::floor(*x)) return Error(absl::StrCat(what, " must be an integer"));
+    if (*x < low || *x > high) {
+      return Error(absl::StrCat(what, " must be within ", static_cast<int64_t>(low), "..",
+                                static_cast<int64_t>(high), ", got ", token));
+    }
+    return static_cast<int>(*x);
   }
 
   // "x2" -> 2 (a positive factor).
@@ -65,6 +90,7 @@ absl::StatusOr<JobSpec> ParseJob(const LineParser& p, const std::vector<std::str
   if (!id.ok()) return id.status();
   j.id = *id;
   std::map<std::string, double> kv;
+  std::map<std::string, std::string> text;
   for (size_t i = 4; i < tokens.size(); ++i) {
     std::vector<std::string> parts = absl::StrSplit(tokens[i], '=');
     if (parts.size() != 2) {
@@ -72,7 +98,10 @@ absl::StatusOr<JobSpec> ParseJob(const LineParser& p, const std::vector<std::str
     }
     auto v = p.Number(parts[1], parts[0]);
     if (!v.ok()) return v.status();
-    kv[parts[0]] = *v;
+    if (!kv.emplace(parts[0], *v).second) {
+      return p.Error(absl::StrCat("job ", j.id, " sets ", parts[0], "= twice"));
+    }
+    text[parts[0]] = parts[1];
   }
   for (const char* required : {"consumers", "batch", "step"}) {
     if (!kv.contains(required)) {
@@ -83,18 +112,22 @@ absl::StatusOr<JobSpec> ParseJob(const LineParser& p, const std::vector<std::str
     return p.Error(absl::StrCat("job ", j.id, " needs exactly one of rate= and cost="));
   }
   for (const auto& [key, value] : kv) {
-    const bool integer = key == "consumers" || key == "batch" || key == "priority" ||
-                         key == "min_workers" || key == "buffer";
-    if (integer && value != std::floor(value)) {
-      return p.Error(absl::StrCat(key, " must be an integer"));
-    }
     if (key == "consumers" || key == "batch" || key == "buffer") {
-      if (value < 1) return p.Error(absl::StrCat(key, " must be >= 1"));
+      // batch: a whole number a double holds exactly.
+      auto n =
+          p.Integer(text[key], key, 1, key == "batch" ? 1e15 : std::numeric_limits<int>::max());
+      if (!n.ok()) return n.status();
+    } else if (key == "priority") {
+      auto n = p.Integer(text[key], key, std::numeric_limits<int>::min());
+      if (!n.ok()) return n.status();
+    } else if (key == "min_workers") {
+      auto n = p.Integer(text[key], key, 0);
+      if (!n.ok()) return n.status();
     } else if (key == "step" || key == "rate" || key == "cost") {
       if (value <= 0) return p.Error(absl::StrCat(key, " must be positive"));
-    } else if (key == "work" || key == "min_workers") {
+    } else if (key == "work") {
       if (value < 0) return p.Error(absl::StrCat(key, " must be >= 0"));
-    } else if (key != "priority") {
+    } else {
       return p.Error(absl::StrCat("unknown job key '", key, "'"));
     }
   }
@@ -148,9 +181,8 @@ absl::StatusOr<LoadStep> ParseStep(const LineParser& p, const std::vector<std::s
     auto id = p.JobId(tokens[3]);
     if (!id.ok()) return id.status();
     step.job = *id;
-    auto priority = p.Number(tokens[4], "the priority");
+    auto priority = p.Integer(tokens[4], "the priority", std::numeric_limits<int>::min());
     if (!priority.ok()) return priority.status();
-    if (*priority != std::floor(*priority)) return p.Error("the priority must be an integer");
     step.factor = *priority;
   } else if (what == "stop" && n == 4 && tokens[3] == "all") {
     step.kind = Kind::kAllStop;
@@ -175,6 +207,13 @@ absl::StatusOr<Scenario> ParseTrace(absl::string_view text, const std::string& n
   s.measure_from = 0;
   s.duration = 0;
   std::vector<uint64_t> job_ids;
+  std::set<uint64_t> left;                     // jobs whose trainers left
+  std::map<uint64_t, double> need;             // each job's, in workers, after the events so far
+  std::set<std::string> directives;            // each may be given once
+  absl::ConsumePrefix(&text, "\xEF\xBB\xBF");  // a UTF-8 byte order mark
+  if (text.find('\0') != absl::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": holds a NUL byte (not a text file)"));
+  }
   int line_number = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++line_number;
@@ -201,12 +240,52 @@ absl::StatusOr<Scenario> ParseTrace(absl::string_view text, const std::string& n
         }
         job_ids.push_back(step->job);
       }
-      if ((step->kind == Kind::kCostTimes || step->kind == Kind::kJobStop ||
-           step->kind == Kind::kPriority) &&
-          std::find(job_ids.begin(), job_ids.end(), step->job) == job_ids.end()) {
-        return p.Error(absl::StrCat("job ", step->job, " has not arrived"));
+      if (step->kind == Kind::kCostTimes || step->kind == Kind::kJobStop ||
+          step->kind == Kind::kPriority) {
+        if (std::find(job_ids.begin(), job_ids.end(), step->job) == job_ids.end()) {
+          return p.Error(absl::StrCat("job ", step->job, " has not arrived"));
+        }
+        if (left.contains(step->job)) {
+          return p.Error(absl::StrCat("job ", step->job, " has left"));
+        }
+      }
+      switch (step->kind) {
+        case Kind::kAddJob:
+          need[step->job] = step->job_spec.consumers *
+                            static_cast<double>(step->job_spec.batch_size) /
+                            step->job_spec.step_seconds * step->job_spec.cost;
+          break;
+        case Kind::kDemandTimes:
+          for (auto& [id, n] : need) n *= step->factor;
+          break;
+        case Kind::kCostTimes:
+          need[step->job] *= step->factor;
+          break;
+        case Kind::kJobStop:
+          left.insert(step->job);
+          break;
+        case Kind::kAllStop:
+          left.insert(job_ids.begin(), job_ids.end());
+          break;
+        default:
+          break;
+      }
+      // What the simulator derives must stay finite and within what it models
+      // (NaN fails the test too).
+      for (const auto& [id, n] : need) {
+        if (!left.contains(id) && !(n <= kMostWorkers)) {
+          return p.Error(absl::StrCat("job ", id, " would need ", n,
+                                      " workers; the simulator models at most ", kMostWorkers));
+        }
       }
       if (step->kind == Kind::kAddJob && *at == 0) {
+        // Jobs at 0 exist before the first event, so an event at 0 before
+        // one would act on it against the file's order.
+        if (!s.steps.empty()) {
+          return p.Error(absl::StrCat("job ", step->job,
+                                      " arrives at 0 after an event at 0: list the jobs that "
+                                      "arrive at 0 first"));
+        }
         s.jobs.push_back(step->job_spec);
       } else {
         s.steps.push_back(*step);
@@ -216,17 +295,24 @@ absl::StatusOr<Scenario> ParseTrace(absl::string_view text, const std::string& n
     if (tokens.size() != 2) {
       return p.Error(absl::StrCat("'", head, "' takes one value"));
     }
+    const bool known = head == "duration" || head == "max_workers" || head == "initial_workers" ||
+                       head == "measure_from";
+    if (known && !directives.insert(head).second) {
+      return p.Error(absl::StrCat("'", head, "' is given twice"));
+    }
     auto v = p.Number(tokens[1], head);
     if (!v.ok()) return v.status();
     if (head == "duration") {
       if (*v <= 0) return p.Error("duration must be positive");
       s.duration = *v;
     } else if (head == "max_workers") {
-      if (*v < 1) return p.Error("max_workers must be >= 1");
-      s.max_workers = static_cast<int>(*v);
+      auto n = p.Integer(tokens[1], head, 1, kMostPool);
+      if (!n.ok()) return n.status();
+      s.max_workers = *n;
     } else if (head == "initial_workers") {
-      if (*v < 0) return p.Error("initial_workers must be >= 0");
-      s.initial_workers = static_cast<int>(*v);
+      auto n = p.Integer(tokens[1], head, 0, kMostPool);
+      if (!n.ok()) return n.status();
+      s.initial_workers = *n;
     } else if (head == "measure_from") {
       if (*v < 0) return p.Error("measure_from must be >= 0");
       s.measure_from = *v;
@@ -240,7 +326,16 @@ absl::StatusOr<Scenario> ParseTrace(absl::string_view text, const std::string& n
   }
   if (!s.steps.empty() && s.steps.back().at >= s.duration) {
     return absl::InvalidArgumentError(absl::StrCat(name, ": an event at ", s.steps.back().at,
-                                                   " s is past duration ", s.duration));
+                                                   " s is not before duration ", s.duration));
+  }
+  if (s.measure_from >= s.duration) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": measure_from ", s.measure_from,
+                                                   " is not before duration ", s.duration));
+  }
+  const int pool = s.max_workers > 0 ? s.max_workers : WorldOptions{}.max_workers;
+  if (s.initial_workers > pool) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": initial_workers ", s.initial_workers,
+                                                   " is more than max_workers ", pool));
   }
   return s;
 }
@@ -250,9 +345,14 @@ absl::StatusOr<Scenario> ReadTrace(const std::string& path) {
   if (!in) {
     return absl::NotFoundError(absl::StrCat("cannot read trace file ", path, " (--trace)"));
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParseTrace(text.str(), path);
+  std::string text(static_cast<size_t>(kMostBytes) + 1, '\0');
+  in.read(text.data(), kMostBytes + 1);
+  if (in.gcount() > kMostBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": more than ", kMostBytes >> 20, " MiB: not a trace (--trace)"));
+  }
+  text.resize(static_cast<size_t>(in.gcount()));
+  return ParseTrace(text, path);
 }
 
 }  // namespace sluice::autoscale_sim
