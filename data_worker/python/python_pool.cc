@@ -233,6 +233,14 @@ void ConfigurePython(PythonOptions options, prometheus::Registry* registry,
   *g_pool = std::move(pool);
 }
 
+// `import numpy` with the worker's current directory off the path, as runner.py
+// runs: a numpy.py where the worker was started is not what is checked.
+constexpr char kImportNumpy[] =
+    "import os, sys\n"
+    "sys.path[:] = [p for p in sys.path\n"
+    "               if p not in ('', '.') and os.path.realpath(p) != os.path.realpath('.')]\n"
+    "import numpy\n";
+
 absl::Status CheckPythonInterpreter(const PythonOptions& options) {
   if (!options.allow) return absl::OkStatus();
   const std::string interpreter =
@@ -251,7 +259,7 @@ absl::Status CheckPythonInterpreter(const PythonOptions& options) {
   if (fd >= 0) close(fd);
   const std::string log_file = fd >= 0 ? log : "";
   absl::StatusOr<std::unique_ptr<Subprocess>> p =
-      Subprocess::Start({interpreter, "-c", "import numpy"}, {.log_file = log_file});
+      Subprocess::Start({interpreter, "-c", kImportNumpy}, {.log_file = log_file});
   absl::Status result = absl::OkStatus();
   if (!p.ok()) {
     result = refused(std::string(p.status().message()));

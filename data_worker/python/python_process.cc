@@ -23,7 +23,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "data_worker/python/numpy_seed.h"
 #include "data_worker/python/runner_source.h"
 
 extern char** environ;
@@ -33,7 +32,8 @@ namespace {
 
 constexpr size_t kInitialShm = size_t{1} << 20;
 // A shared memory grown past this (an element with large results) shrinks
-// back when a request needs less than a quarter of it.
+// back when a request's inputs and the last answer's results both take less
+// than a quarter of it.
 constexpr size_t kShrinkAbove = size_t{64} << 20;
 constexpr size_t kAlign = 64;
 
@@ -218,7 +218,9 @@ absl::Status PythonProcess::MapShm(size_t size) {
   struct stat st;
   if (fstat(shm_fd_, &st) != 0) return Errno("fstat(memfd)");
   size_t have = static_cast<size_t>(st.st_size);
-  if (have > kShrinkAbove && size < have / 4) {
+  // Results as large as the last answer's would grow it again at once: a function whose
+  // results are steadily large keeps its memory (no shrink and refault per request).
+  if (have > kShrinkAbove && std::max(size, last_results_end_) < have / 4) {
     // The child re-reads the size before each request and maps it again.
     const size_t smaller = std::max(size, kInitialShm);
     if (ftruncate(shm_fd_, smaller) != 0) return Errno("ftruncate(memfd)");
@@ -370,6 +372,7 @@ absl::StatusOr<std::vector<Tensor>> PythonProcess::ReadResults(size_t n, absl::T
       return absl::InternalError("a result's layout does not fit its shape");
     }
     if (l.nbytes > 0) std::memcpy(t.data(), shm_ + l.offset, l.nbytes);
+    last_results_end_ = std::max(last_results_end_, l.offset + l.nbytes);
     out.push_back(std::move(t));
   }
   return out;
@@ -383,11 +386,8 @@ size_t InputBytes(const std::vector<const Tensor*>& columns, size_t end) {
   return end;
 }
 
-// numpy's PCG64(seed) as runner.py receives it: "<state> <inc>" in hex.
-std::string Generator(uint64_t seed) {
-  const Pcg64State s = NumpyPcg64State(seed);
-  return absl::StrCat(Hex128(s.state), " ", Hex128(s.inc));
-}
+// The element's generator as runner.py receives it: its seed, in decimal.
+std::string Generator(uint64_t seed) { return absl::StrCat(seed); }
 
 absl::Time DeadlineAfter(absl::Duration timeout, size_t calls) {
   return timeout == absl::InfiniteDuration() ? absl::InfiniteFuture()
@@ -429,6 +429,7 @@ absl::StatusOr<std::vector<Tensor>> PythonProcess::Call(const std::string& modul
   waiting_for_ = absl::FormatDuration(timeout);
   const size_t need = InputBytes(columns, 0);
   if (absl::Status s = MapShm(need); !s.ok()) return s;
+  last_results_end_ = 0;
   std::string request =
       absl::StrCat("CALL ", module, " ", function, " ", Generator(seed), " ", columns.size(), "\n");
   size_t end = 0;
@@ -460,6 +461,7 @@ absl::StatusOr<std::vector<CallResult>> PythonProcess::CallGroup(
   size_t need = 0;
   for (const CallInput& e : elements) need = InputBytes(e.columns, need);
   if (absl::Status s = MapShm(need); !s.ok()) return s;
+  last_results_end_ = 0;
   std::string request = absl::StrCat("GROUP ", module, " ", function, " ", elements.size(), "\n");
   size_t end = 0;
   for (const CallInput& e : elements) {

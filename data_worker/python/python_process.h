@@ -143,7 +143,8 @@ class PythonProcess {
   bool reaped_ = false;
   uint8_t* shm_ = nullptr;
   size_t shm_size_ = 0;
-  std::string in_;  // bytes read from the socket, not yet consumed
+  size_t last_results_end_ = 0;  // where the last answer's results end in the shared memory
+  std::string in_;               // bytes read from the socket, not yet consumed
   bool died_importing_ = false;
   std::string waiting_for_;                  // how long the current wait may take, for its error
   absl::flat_hash_set<std::string> loaded_;  // "module.function" imported in the child

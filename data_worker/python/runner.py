@@ -19,7 +19,7 @@
 # Each request is then one call or one group of calls; the tensors stay in the shared memory,
 # the socket carries only their layout:
 #
-#   worker -> child   CALL <module> <function> <state> <inc> <ncols>\n
+#   worker -> child   CALL <module> <function> <seed> <ncols>\n
 #                     <dtype> <offset> <nbytes> <ndim> <d0> <d1> ...\n      (ncols lines)
 #   child -> worker   OK <nouts> <shm_size>\n
 #                     <dtype> <offset> <nbytes> <ndim> <d0> <d1> ...\n      (nouts lines)
@@ -29,7 +29,7 @@
 # still called once per element, in order, each with its own generator):
 #
 #   worker -> child   GROUP <module> <function> <n>\n
-#                     then per element: <state> <inc> <ncols>\n and its ncols layout lines
+#                     then per element: <seed> <ncols>\n and its ncols layout lines
 #   child -> worker   GROUP <k> <shm_size>\n
 #                     then per element: OK <nouts>\n and its nouts layout lines,
 #                                   or  ERR <kind> <nbytes>\n<text>   (kind: call|result|size)
@@ -48,14 +48,15 @@
 # Example, a group of two one-column elements, the second raising:
 #
 #   GROUP augment_numpy train 2\n
-#   1aa1...61e3 418d...73a9 1\nuint8 0 150528 3 224 224 3\n
-#   9c5b...bc7e 922a...937b 1\nuint8 150528 150528 3 224 224 3\n
+#   8714532409152215325 1\nuint8 0 150528 3 224 224 3\n
+#   1327006925436741376 1\nuint8 150528 150528 3 224 224 3\n
 #   -> GROUP 2 1048576\nOK 1\nuint8 301056 150528 3 224 224 3\nERR call 93\nTraceback ...
 #
-# <state> <inc> (32 hex digits each) are the element's generator: the state of
-# numpy.random.PCG64(seed) right after construction, which the worker computes
-# (data_worker/python/numpy_seed.h), set on one reused PCG64 (about 1 us, where building
-# Generator(PCG64(seed)) costs about 25 us): the same stream, bit for bit.
+# <seed> (a decimal uint64, from the job's seed, the epoch and the record) seeds the element's
+# generator: a fresh numpy.random.Generator(numpy.random.PCG64(seed)) per call (about 9 us),
+# so that everything of it is the seed's alone, its SeedSequence too: child generators
+# spawned from it (rng.spawn, SeedSequence.spawn) do not depend on which process or thread
+# ran the element, or on what ran before.
 #
 # Inputs are numpy views of the shared memory (no copy). Outputs are written after all the
 # request's inputs, 64-byte aligned; the child grows the memfd when they do not fit (the
@@ -66,19 +67,24 @@
 # while a call runs (a worker killed while a user function hangs). Only this process answers:
 # a process the user function forked that returns from the call instead of exiting ends there
 # (its answer would be read as the next request's).
+import os
 import sys
 
-sys.path[:] = [p for p in sys.path if p not in ("", ".")]
+# The worker's current directory, however it got on the path ("" from -c, or an empty or
+# relative PYTHONPATH entry made absolute): nothing there may shadow what the runner imports.
+# The worker's start-up check of `import numpy` (python_pool.cc) filters the same way.
+sys.path[:] = [p for p in sys.path
+               if p not in ("", ".") and os.path.realpath(p) != os.path.realpath(".")]
 
 import fcntl
 import importlib
 import mmap
-import os
 import signal
 import time
 import traceback
 
 import numpy as np
+from numpy.random import PCG64, Generator
 
 PRIVATE_FD = 200
 
@@ -189,21 +195,6 @@ def inputs_end(specs):
     return max((int(offset) + int(nbytes) for _, offset, nbytes, *_ in specs), default=0)
 
 
-class Rng:
-    """The generator every call gets: one PCG64, re-seeded per element with the state
-    the worker sent (valid during the call only)."""
-
-    def __init__(self):
-        self.bits = np.random.PCG64(0)
-        self.generator = np.random.Generator(self.bits)
-
-    def seeded(self, state, inc):
-        self.bits.state = {"bit_generator": "PCG64",
-                           "state": {"state": int(state, 16), "inc": int(inc, 16)},
-                           "has_uint32": 0, "uinteger": 0}
-        return self.generator
-
-
 def call(fn, buf, specs, rng):
     """One call: (the result arrays, None) or (None, (kind, text))."""
     columns = [view(buf, DTYPE_OF[dtype], tuple(int(d) for d in dims), int(offset), int(nbytes))
@@ -215,6 +206,14 @@ def call(fn, buf, specs, rng):
         return None, ("call", traceback.format_exc())
     exit_if_forked()
     del columns
+    try:
+        return arrays_of(result)
+    except BaseException:  # a result whose own code raises (a tuple subclass's __iter__, ...)
+        return None, ("result", "the result could not be read:\n" + traceback.format_exc())
+
+
+def arrays_of(result):
+    """The function's result as arrays: (the arrays, None) or (None, ("result", text))."""
     outputs = result if isinstance(result, tuple) else (result,)
     arrays = []
     for k, out in enumerate(outputs):
@@ -236,18 +235,18 @@ def call(fn, buf, specs, rng):
     return arrays, None
 
 
-def call_all(fn, buf, elements, rng):
+def call_all(fn, buf, elements):
     """The calls of one request, in order, each as call() returns it. An element whose results
     take more than RESULT_LIMIT bytes fails (ERR size), and the request stops once its results
     so far take more (the worker asks again for the rest)."""
     results = []
     total = 0
     reported = time.monotonic()
-    for state, inc, specs in elements:
+    for seed, specs in elements:
         if results and time.monotonic() - reported >= PROGRESS_SECONDS:
             send(b"P %d\n" % len(results))
             reported = time.monotonic()
-        arrays, err = call(fn, buf, specs, rng.seeded(state, inc))
+        arrays, err = call(fn, buf, specs, Generator(PCG64(int(seed))))
         if arrays is not None and RESULT_LIMIT:
             size = sum(a.nbytes for a in arrays)
             if size > RESULT_LIMIT:
@@ -336,7 +335,6 @@ def main():
     watch_the_worker()
     reader = os.fdopen(CTL_FD, "rb", buffering=1 << 16, closefd=False)
     shm = Shm()
-    rng = Rng()
     functions = {}
     while True:
         line = reader.readline()
@@ -356,20 +354,20 @@ def main():
             _, module, function, n = words
             elements = []
             for _ in range(int(n)):
-                state, inc, ncols = reader.readline().split()
-                elements.append((state, inc,
+                seed, ncols = reader.readline().split()
+                elements.append((seed,
                                  [reader.readline().split() for _ in range(int(ncols))]))
         else:
-            _, module, function, state, inc, ncols = words
-            elements = [(state, inc, [reader.readline().split() for _ in range(int(ncols))])]
+            _, module, function, seed, ncols = words
+            elements = [(seed, [reader.readline().split() for _ in range(int(ncols))])]
         try:
             fn = load(functions, module, function)
         except BaseException:
             send(error("import", traceback.format_exc()))
             continue
         buf = shm.buffer()
-        end = max((inputs_end(specs) for _, _, specs in elements), default=0)
-        results = call_all(fn, buf, elements, rng)
+        end = max((inputs_end(specs) for _, specs in elements), default=0)
+        results = call_all(fn, buf, elements)
         del buf
         lines, size = write_results(shm, results, end)
         if words[0] == b"GROUP":

@@ -217,6 +217,10 @@ class PythonOpTest : public ::testing::Test {
     }
   }
 
+  // A group of 8 elements of `function` (label, rng) -> 8 int64: each element's
+  // bytes are those of the function given numpy's fresh Generator(PCG64(seed)).
+  void ExpectNumpysFreshStreams(const std::string& function);
+
   testing::TempDir markers_;
   std::map<uint64_t, std::string> decoded_;
 };
@@ -576,6 +580,32 @@ TEST_F(PythonOpTest, ModulesOnThePythonPathDoNotShadowTheRunners) {
   EXPECT_EQ(pool->processes_replaced(), 0);
 }
 
+// Nor does a numpy.py in the worker's current directory, also when an empty
+// PYTHONPATH entry (PYTHONPATH=":/x", as `ENV PYTHONPATH=$PYTHONPATH:/x` makes)
+// puts that directory on the path: neither the start-up check nor the runner
+// imports it.
+TEST_F(PythonOpTest, ANumpyPyInTheWorkersDirectoryIsNotImported) {
+  const std::filesystem::path before = std::filesystem::current_path();
+  const char* pythonpath = getenv("PYTHONPATH");
+  const std::string saved = pythonpath != nullptr ? pythonpath : "";
+  std::filesystem::current_path(SLUICE_TEST_PYTHON_DIR "/shadow");
+  setenv("PYTHONPATH", ":/nonexistent", 1);
+  python::PythonOptions o = Options();
+  const absl::Status check = python::CheckPythonInterpreter(o);
+  python::ConfigurePython(o);
+  auto pool = python::ConfiguredPythonPool();
+  const Out out = RunSpec(Spec("invert", 2));
+  std::filesystem::current_path(before);
+  if (pythonpath != nullptr) {
+    setenv("PYTHONPATH", saved.c_str(), 1);
+  } else {
+    unsetenv("PYTHONPATH");
+  }
+  EXPECT_TRUE(check.ok()) << check;
+  ExpectAllInverted(out);
+  EXPECT_EQ(pool->processes_replaced(), 0);
+}
+
 // A helper the user function forked (and left running) ends with its Python
 // process when the worker ends without stopping it (an orderly exit that does
 // not run destructors, or a crash between calls).
@@ -618,7 +648,8 @@ TEST_F(PythonOpTest, AFunctionHoldingTheGilEndsWhenItsWorkerIsKilled) {
 }
 
 // One element's 100 MB of results do not stay in the process's shared memory
-// for every later request: it shrinks back to 1 MiB.
+// for every later request: once an answer's results are small again, it
+// shrinks back to 1 MiB.
 TEST_F(PythonOpTest, TheSharedMemoryShrinksBackAfterALargeResult) {
   auto p = python::PythonProcess::Start(
       {.interpreter = SLUICE_PYTHON_EXECUTABLE, .python_path = {SLUICE_TEST_PYTHON_DIR}});
@@ -640,20 +671,60 @@ TEST_F(PythonOpTest, TheSharedMemoryShrinksBackAfterALargeResult) {
   Tensor image = Tensor::Allocate(DType::kUint8, {1, 2, 3});
   for (int i = 0; i < 6; ++i) image.data()[i] = static_cast<uint8_t>(i);
   Tensor label = Tensor::Allocate(DType::kInt64, {});
-  for (int64_t g : {1, 2}) {
+  int call = 0;
+  for (int64_t g : {1, 2, 2}) {
+    ++call;
     *label.data_as<int64_t>() = g;
     auto out =
         (*p)->Call("sluice_test_fns", "big_then_small", 1, {&image, &label}, absl::Seconds(60));
     ASSERT_TRUE(out.ok()) << out.status();
     ASSERT_EQ(out->size(), 2u);
     EXPECT_EQ((*out)[0].num_bytes(), g == 1 ? 100'000'000u : 6u);
-    if (g == 1) {
-      EXPECT_GE(shm_bytes(), 100'000'000);
+    if (call < 3) {
+      // The second request follows an answer of 100 MB: it keeps the memory.
+      EXPECT_GE(shm_bytes(), 100'000'000) << "call " << call;
     } else {
       EXPECT_EQ(shm_bytes(), 1 << 20);
       EXPECT_EQ(std::string((*out)[0].bytes()), std::string("\xff\xfe\xfd\xfc\xfb\xfa"));
     }
   }
+}
+
+// Results that are large on every request keep the shared memory they need: the
+// request after one is not shrunk to its small inputs' size (and faulted in again
+// by the answer), which made a function of 8 x 12 MB per group 8 times slower.
+TEST_F(PythonOpTest, SteadilyLargeResultsKeepTheirSharedMemory) {
+  auto p = python::PythonProcess::Start(
+      {.interpreter = SLUICE_PYTHON_EXECUTABLE, .python_path = {SLUICE_TEST_PYTHON_DIR}});
+  ASSERT_TRUE(p.ok()) << p.status();
+  Tensor image = Tensor::Allocate(DType::kUint8, {1, 2, 3});
+  Tensor label = Tensor::Allocate(DType::kInt64, {});
+  for (int call = 1; call <= 3; ++call) {
+    auto out =
+        (*p)->Call("sluice_test_fns", "shm_seen_then_big", 1, {&image, &label}, absl::Seconds(60));
+    ASSERT_TRUE(out.ok()) << out.status();
+    ASSERT_EQ(out->size(), 2u);
+    ASSERT_EQ((*out)[1].num_bytes(), 70'000'000u);
+    const int64_t seen = *(*out)[0].data_as<int64_t>();
+    if (call == 1) {
+      EXPECT_EQ(seen, 1 << 20);
+    } else {
+      EXPECT_GE(seen, 70'000'000) << "call " << call << " ran on a shrunk shared memory";
+    }
+  }
+}
+
+// The result's own code raises after the call (a tuple subclass whose __iter__
+// fails): the function's error, with the traceback, not a process that died
+// 3 times.
+TEST_F(PythonOpTest, AResultThatRaisesWhenReadIsTheFunctionsError) {
+  auto pool = python::ConfiguredPythonPool();
+  Out out = RunSpec(Spec("returns_unreadable_tuple", 1));
+  EXPECT_EQ(out.status.code(), absl::StatusCode::kInvalidArgument) << out.status;
+  EXPECT_THAT(out.status.message(),
+              HasSubstr("sluice_test_fns.returns_unreadable_tuple: the result could not be read:"));
+  EXPECT_THAT(out.status.message(), HasSubstr("RuntimeError: this tuple cannot be iterated"));
+  EXPECT_EQ(pool->processes_replaced(), 0);
 }
 
 TEST_F(PythonOpTest, AResultThatIsNotAnArraySaysWhatItIs) {
@@ -928,11 +999,20 @@ TEST_F(PythonOpTest, APoolGroupCallsTheFunctionOncePerElementInOneRequest) {
   }
 }
 
-// One process runs the eight elements of a group with one generator
-// re-seeded per element: each element's draws are those of numpy's own fresh
-// Generator(PCG64(seed)) (computed here by numpy outside sluice), whatever
-// the element before it drew or left buffered.
+// One process runs the eight elements of a group: each element's draws are
+// those of numpy's own fresh Generator(PCG64(seed)) (computed here by numpy
+// outside sluice), whatever the element before it drew or left buffered, and so
+// are the draws of child generators spawned from its SeedSequence (a reused
+// bit generator re-seeded per element carried another seed sequence, whose
+// children depended on what the process ran before).
 TEST_F(PythonOpTest, EachElementOfAGroupDrawsNumpysFreshGeneratorsStream) {
+  for (const char* function : {"mixed_draws", "spawned_draws"}) {
+    SCOPED_TRACE(function);
+    ExpectNumpysFreshStreams(function);
+  }
+}
+
+void PythonOpTest::ExpectNumpysFreshStreams(const std::string& function) {
   auto pool = python::ConfiguredPythonPool();
   std::vector<Tensor> labels;
   for (int g = 0; g < kRecords; ++g) {
@@ -942,16 +1022,16 @@ TEST_F(PythonOpTest, EachElementOfAGroupDrawsNumpysFreshGeneratorsStream) {
   std::vector<python::CallInput> group;
   const std::vector<uint64_t> seeds = {0, 1, 7, 4294967296, 12345678901234567, 99, 100, ~0ull};
   for (int g = 0; g < kRecords; ++g) group.push_back({seeds[g], {&labels[g]}});
-  auto out = pool->CallGroup("sluice_test_fns", "mixed_draws", group);
+  const auto before = pool->requests();
+  auto out = pool->CallGroup("sluice_test_fns", function, group);
   ASSERT_TRUE(out.ok()) << out.status();
-  EXPECT_EQ(pool->requests(), 1);
+  EXPECT_EQ(pool->requests(), before + 1);  // one group
   ASSERT_EQ(out->size(), static_cast<size_t>(kRecords));
   for (int g = 0; g < kRecords; ++g) {
     const std::string cmd = absl::StrCat(
         SLUICE_PYTHON_EXECUTABLE, " -c 'import sys; sys.path.insert(0, \"", SLUICE_TEST_PYTHON_DIR,
-        "\"); import numpy as np, sluice_test_fns as f; sys.stdout.buffer.write(f.mixed_draws(0, "
-        "np.random.Generator(np.random.PCG64(",
-        seeds[g], "))).tobytes())'");
+        "\"); import numpy as np, sluice_test_fns as f; sys.stdout.buffer.write(f.", function,
+        "(0, np.random.Generator(np.random.PCG64(", seeds[g], "))).tobytes())'");
     FILE* p = popen(cmd.c_str(), "r");
     ASSERT_NE(p, nullptr);
     char buf[64];

@@ -152,6 +152,30 @@ def big_then_small(image, label, rng):
     return 255 - image, label
 
 
+def shm_seen_then_big(image, label, rng):
+    """The size of the runner's shared memory while this call runs (int64), then 70 MB of
+    results."""
+    size = -1
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink("/proc/self/fd/" + fd)
+        except OSError:
+            continue
+        if target.startswith("/memfd:sluice-python"):
+            size = os.fstat(int(fd)).st_size
+    return np.int64(size), np.zeros((70, 1000, 1000), np.uint8)
+
+
+class _UnreadableTuple(tuple):
+    def __iter__(self):
+        raise RuntimeError("this tuple cannot be iterated")
+
+
+def returns_unreadable_tuple(image, label, rng):
+    """A tuple whose own code raises once the function has returned it."""
+    return _UnreadableTuple((image, label))
+
+
 def returns_none(image, label, rng):
     return None
 
@@ -295,6 +319,14 @@ def mixed_draws(label, rng):
     last = rng.integers(0, 1 << 32, size=2, dtype=np.uint32).astype(np.int64)
     buffered = [int(rng.bit_generator.state["has_uint32"])]
     return np.concatenate([first, floats, normals, last, buffered])
+
+
+def spawned_draws(label, rng):
+    """Eight int64: four draws from each of two child generators spawned from rng's
+    SeedSequence (numpy's way to derive independent streams)."""
+    children = rng.bit_generator._seed_seq.spawn(2)
+    return np.concatenate([np.random.Generator(np.random.PCG64(c)).integers(0, 1 << 62, 4)
+                           for c in children]).astype(np.int64)
 
 
 def slow_then_hangs_on_3(image, label, rng):
