@@ -260,6 +260,14 @@ class DataServiceClientImpl final : public DataServiceClient {
     options_.logger->info("sluice client: job {} ('{}', dataset {}), consumer {} of {}",
                           created.job_id(), job.job_name, dataset.dataset_id(), job.consumer_index,
                           job.num_consumers);
+    if (created.already_finished()) {
+      options_.logger->warn(
+          "sluice client: job '{}' had already read all its epochs when this consumer joined: "
+          "it reads nothing. The dispatcher keeps a finished job for its late readers for a "
+          "quarter of its consumer timeout after their last report; to read the data again, "
+          "use another job name",
+          job.job_name);
+    }
 
     client::IteratorParams params;
     params.options = options_;

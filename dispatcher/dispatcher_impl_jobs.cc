@@ -353,6 +353,7 @@ absl::Status DispatcherImpl::DoGetOrCreateJob(const proto::GetOrCreateJobRequest
     }
     response->set_job_id(job->id);
     response->set_created(false);
+    response->set_already_finished(job->finished());
     *response->mutable_config() = job->config;
     if (job->resized.has_value()) *response->mutable_resized() = *job->resized;
     SetShares(job->config, records, job->splits.size(), response);

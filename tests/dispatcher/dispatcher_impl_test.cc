@@ -434,6 +434,25 @@ TEST_F(DispatcherImplTest,
   EXPECT_TRUE(ClientBeat(job, 0).finished());
 }
 
+// A name reused while its finished job is still kept for late readers joins that job, which
+// has nothing left: the response says so, so the client can tell its user why it reads
+// nothing (it said nothing and read 0 records before).
+TEST_F(DispatcherImplTest, JoiningAFinishedJobSaysItIsAlreadyFinished) {
+  const auto request = JobRequest("done", Dataset({10}, 10), 1, proto::REMAINDER_MODE_PAD, 10);
+  const proto::GetOrCreateJobResponse first = Job(request);
+  EXPECT_FALSE(first.already_finished());
+  const uint64_t w = Worker("w:1", 1);
+  auto r = WorkerBeat(w);
+  ASSERT_THAT(Positions(*r), ElementsAre(0));
+  ClientBeat(first.job_id(), 0);
+  ClientBeat(first.job_id(), 0, {{0, 0, 1, true}});
+  ASSERT_TRUE(ClientBeat(first.job_id(), 0).finished());
+  const proto::GetOrCreateJobResponse again = Job(request);
+  EXPECT_FALSE(again.created());
+  EXPECT_EQ(again.job_id(), first.job_id());
+  EXPECT_TRUE(again.already_finished());
+}
+
 // Job A (2 slots per epoch, 2 epochs) on a worker of capacity 3: once epoch 0 has nothing left to
 // hand out, the third producer starts epoch 1's first slot, before epoch 0 is done. A new job
 // B's slots of its current epoch then come before A's following epoch.

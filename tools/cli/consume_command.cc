@@ -29,6 +29,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/base/duration_flag.h"
+#include "common/base/logging.h"
 #include "common/base/process.h"
 #include "common/base/signals.h"
 #include "common/base/status_macros.h"
@@ -147,6 +148,9 @@ absl::Status RunConsume(const ConsumeFlags& flags, const InterruptWatcher& inter
       DataServiceClient::Create({.dispatcher_address = flags.dispatcher,
                                  .dispatcher_lost_timeout = flags.dispatcher_lost_timeout,
                                  .shared_memory_bytes = flags.shared_memory_mb << 20,
+                                 // The client's warnings (a job that had already finished, a
+                                 // heartbeat that failed) on stderr.
+                                 .logger = MakeStderrLogger("consume", spdlog::level::warn),
                                  .tls_ca = flags.security.tls_ca,
                                  .tls_cert = flags.security.tls_cert,
                                  .tls_key = flags.security.tls_key,
