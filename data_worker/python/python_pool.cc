@@ -237,8 +237,12 @@ void ConfigurePython(PythonOptions options, prometheus::Registry* registry,
 // runs: a numpy.py where the worker was started is not what is checked.
 constexpr char kImportNumpy[] =
     "import os, sys\n"
+    "try:\n"
+    "    here = os.path.realpath(os.getcwd())\n"
+    "except OSError:\n"
+    "    here = None\n"
     "sys.path[:] = [p for p in sys.path\n"
-    "               if p not in ('', '.') and os.path.realpath(p) != os.path.realpath('.')]\n"
+    "               if p not in ('', '.') and (here is None or os.path.realpath(p) != here)]\n"
     "import numpy\n";
 
 absl::Status CheckPythonInterpreter(const PythonOptions& options) {

@@ -73,8 +73,12 @@ import sys
 # The worker's current directory, however it got on the path ("" from -c, or an empty or
 # relative PYTHONPATH entry made absolute): nothing there may shadow what the runner imports.
 # The worker's start-up check of `import numpy` (python_pool.cc) filters the same way.
+try:
+    HERE = os.path.realpath(os.getcwd())
+except OSError:  # the directory was removed: nothing is imported from it
+    HERE = None
 sys.path[:] = [p for p in sys.path
-               if p not in ("", ".") and os.path.realpath(p) != os.path.realpath(".")]
+               if p not in ("", ".") and (HERE is None or os.path.realpath(p) != HERE)]
 
 import fcntl
 import importlib
