@@ -12,13 +12,23 @@
 //
 // GIL: released while the client connects, while GetNext() waits for a batch,
 // and while an iterator is closed (its destructor joins its threads).
+//
+// Warnings: the C++ client's warnings and errors (a job that had already read
+// all its epochs, a failed heartbeat, ...) go to Python's logging, logger
+// "sluice". The client logs from its own threads, which must not take the GIL,
+// so they are kept in a ClientWarnings sink and handed to Python after open()
+// and after each next().
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <spdlog/logger.h>
+#include <spdlog/sinks/base_sink.h>
 
 #include <cstdint>
+#include <deque>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -177,23 +187,70 @@ absl::Status SetTls(O& options, const py::dict& tls) {
   }
 }
 
+// The client's log lines at warn and above, kept until a Python call can hand
+// them to logging.getLogger("sluice"). At most kMostKept wait; older ones are
+// dropped and counted in the next line handed over.
+class ClientWarnings : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  static constexpr size_t kMostKept = 100;
+
+  // Logs what is kept at WARNING (warn) or ERROR (err and above). Needs the GIL.
+  void HandToPython() {
+    std::deque<std::pair<spdlog::level::level_enum, std::string>> kept;
+    size_t dropped;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      kept.swap(kept_);
+      dropped = std::exchange(dropped_, 0);
+    }
+    if (kept.empty()) return;
+    py::object logger = py::module_::import("logging").attr("getLogger")("sluice");
+    if (dropped > 0) {
+      logger.attr("warning")(absl::StrCat("sluice client: ", dropped,
+                                          " earlier warnings were dropped (more than ", kMostKept,
+                                          " between two calls)"));
+    }
+    for (auto& [level, message] : kept) {
+      logger.attr(level >= spdlog::level::err ? "error" : "warning")(message);
+    }
+  }
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    if (kept_.size() == kMostKept) {
+      kept_.pop_front();
+      ++dropped_;
+    }
+    kept_.emplace_back(msg.level, std::string(msg.payload.data(), msg.payload.size()));
+  }
+  void flush_() override {}
+
+ private:
+  std::deque<std::pair<spdlog::level::level_enum, std::string>> kept_;
+  size_t dropped_ = 0;
+};
+
 // Python's sluice._sluice.Client: one DataServiceClient, shared by the
 // iterators it opened (they keep it alive).
 class PyClient {
  public:
-  explicit PyClient(std::shared_ptr<DataServiceClient> client) : client_(std::move(client)) {}
+  PyClient(std::shared_ptr<DataServiceClient> client, std::shared_ptr<ClientWarnings> warnings)
+      : client_(std::move(client)), warnings_(std::move(warnings)) {}
   const std::shared_ptr<DataServiceClient>& client() const { return client_; }
+  const std::shared_ptr<ClientWarnings>& warnings() const { return warnings_; }
 
  private:
   std::shared_ptr<DataServiceClient> client_;
+  std::shared_ptr<ClientWarnings> warnings_;
 };
 
 // Python's sluice._sluice.Iterator. Not thread-safe (like the Python iterator
 // protocol): one thread calls next() at a time.
 class PyIterator {
  public:
-  PyIterator(std::shared_ptr<DataServiceClient> client, std::unique_ptr<BatchIterator> it)
-      : client_(std::move(client)), it_(std::move(it)) {}
+  PyIterator(std::shared_ptr<DataServiceClient> client, std::shared_ptr<ClientWarnings> warnings,
+             std::unique_ptr<BatchIterator> it)
+      : client_(std::move(client)), warnings_(std::move(warnings)), it_(std::move(it)) {}
   ~PyIterator() { Close(); }
 
   // dict {column: array, "index": int64 array}, or None when all epochs are
@@ -205,6 +262,7 @@ class PyIterator {
       py::gil_scoped_release release;
       next = it->GetNext();
     }
+    warnings_->HandToPython();
     if (!next.ok()) ThrowStatus(next.status());
     if (!next->has_value()) return py::none();
     Batch& batch = **next;
@@ -273,6 +331,7 @@ class PyIterator {
   }
 
   std::shared_ptr<DataServiceClient> client_;
+  std::shared_ptr<ClientWarnings> warnings_;
   std::unique_ptr<BatchIterator> it_;
   uint64_t epoch_ = 0, position_ = 0, split_id_ = 0, batch_index_ = 0;
   py::dict last_addresses_;
@@ -299,13 +358,17 @@ std::unique_ptr<PyClient> CreateClient(const std::string& dispatcher, double tim
     absl::Status status = SetTls(options, tls);
     if (!status.ok()) ThrowStatus(status);
   }
+  auto warnings = std::make_shared<ClientWarnings>();
+  options.logger = std::make_shared<spdlog::logger>("sluice", warnings);
+  options.logger->set_level(spdlog::level::warn);
   absl::StatusOr<std::unique_ptr<DataServiceClient>> client;
   {
     py::gil_scoped_release release;
     client = DataServiceClient::Create(std::move(options));
   }
+  warnings->HandToPython();
   return std::make_unique<PyClient>(
-      std::shared_ptr<DataServiceClient>(ValueOrThrow(std::move(client))));
+      std::shared_ptr<DataServiceClient>(ValueOrThrow(std::move(client))), std::move(warnings));
 }
 
 std::unique_ptr<PyIterator> Open(PyClient& client, const std::string& spec, bool spec_is_file,
@@ -346,7 +409,9 @@ std::unique_ptr<PyIterator> Open(PyClient& client, const std::string& spec, bool
     py::gil_scoped_release release;
     it = client.client()->Open(options);
   }
-  return std::make_unique<PyIterator>(client.client(), ValueOrThrow(std::move(it)));
+  client.warnings()->HandToPython();
+  return std::make_unique<PyIterator>(client.client(), client.warnings(),
+                                      ValueOrThrow(std::move(it)));
 }
 
 // The parsed pipeline as protobuf JSON (what the service receives).

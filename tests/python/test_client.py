@@ -259,3 +259,22 @@ def test_priority_and_min_workers_reach_the_dispatcher(cluster, dataset, spec_fi
                                          min_workers=1)
     assert entry["priority"] == 2
     assert entry["min_workers"] == 1
+
+
+def test_joining_a_finished_job_is_a_warning_on_the_sluice_logger(cluster, dataset, spec_file,
+                                                                   job, caplog):
+    client = sluice.Client(cluster)
+    with client.open(spec_file, data=dataset, job=job, epochs=1, split_size=SPLIT_SIZE) as it:
+        assert sum(len(b["index"]) for b in it) == NUM_IMAGES
+    assert not [r for r in caplog.records if r.name == "sluice"]
+    # The same name again, while the dispatcher keeps the finished job for late readers.
+    with caplog.at_level("WARNING", logger="sluice"):
+        with client.open(spec_file, data=dataset, job=job, epochs=1,
+                         split_size=SPLIT_SIZE) as it:
+            assert sum(len(b["index"]) for b in it) == 0
+    warnings = [r for r in caplog.records if r.name == "sluice"]
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    assert warnings[0].levelname == "WARNING"
+    assert warnings[0].getMessage().startswith(
+        "sluice client: job '%s' had already read all its epochs when this consumer joined: "
+        "it reads nothing." % job)
