@@ -398,6 +398,15 @@ TEST(StatusText, RendersAFixedStatusExactly) {
             "  CONSUMER   EPOCH     PROGRESS  BATCHES/S     WAIT\n");
 }
 
+// A job name is the client's: its control characters (a terminal escape, a
+// newline) are shown escaped, not sent to the terminal.
+TEST(StatusText, ShowsControlCharactersInAJobNameEscaped) {
+  proto::GetStatusResponse s = FixedStatus();
+  s.mutable_jobs(0)->set_job_name("evil\x1b[2J\nworkers: 99\\x1b\x7f");
+  EXPECT_THAT(StatusText(s),
+              ::testing::HasSubstr("\njob 7 'evil\\x1b[2J\\x0aworkers: 99\\\\x1b\\x7f' (batch 8"));
+}
+
 // A bounded pool: each job's allocation and why, and the workers whose
 // splits go to it first.
 TEST(StatusText, ShowsTheAllocationAndTheWorkersAssignedToEachJob) {

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <set>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -156,6 +158,27 @@ std::string StatusJson(const proto::GetStatusResponse& s) {
                      Json::error_handler_t::replace);
 }
 
+namespace {
+
+// A client's text (a job name) as part of one terminal line: control characters (an escape
+// sequence, a newline) as \xNN and a backslash doubled; other bytes, UTF-8 included, as they are.
+std::string ForTerminal(std::string_view text) {
+  std::string out;
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7f) {
+      absl::StrAppendFormat(&out, "\\x%02x", byte);
+    } else if (c == '\\') {
+      out += "\\\\";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string StatusText(const proto::GetStatusResponse& s) {
   std::string out = absl::StrFormat(
       "workers: %d current, %d desired (scaler %s, min %d, max %d)\n  why: "
@@ -173,7 +196,7 @@ std::string StatusText(const proto::GetStatusResponse& s) {
     absl::StrAppendFormat(&out,
                           "\njob %d '%s' (batch %d, %s): demand %.1f el/s, %.1f el/s per "
                           "worker, need %.2f workers\n",
-                          j.job_id(), j.job_name(), j.batch_size(),
+                          j.job_id(), ForTerminal(j.job_name()), j.batch_size(),
                           j.num_epochs() == 0 ? std::string("epochs: forever")
                                               : absl::StrCat("epochs: ", j.num_epochs()),
                           j.demand_elements_per_second(), j.capacity_elements_per_second(),
