@@ -195,6 +195,8 @@ class ClientWarnings : public spdlog::sinks::base_sink<std::mutex> {
   static constexpr size_t kMostKept = 100;
 
   // Logs what is kept at WARNING (warn) or ERROR (err and above). Needs the GIL.
+  // Never raises: a logging filter or handler that raises is reported as
+  // unraisable (sys.unraisablehook), so the batch beside the warnings is kept.
   void HandToPython() {
     std::deque<std::pair<spdlog::level::level_enum, std::string>> kept;
     size_t dropped;
@@ -204,14 +206,18 @@ class ClientWarnings : public spdlog::sinks::base_sink<std::mutex> {
       dropped = std::exchange(dropped_, 0);
     }
     if (kept.empty()) return;
-    py::object logger = py::module_::import("logging").attr("getLogger")("sluice");
-    if (dropped > 0) {
-      logger.attr("warning")(absl::StrCat("sluice client: ", dropped,
-                                          " earlier warnings were dropped (more than ", kMostKept,
-                                          " between two calls)"));
-    }
-    for (auto& [level, message] : kept) {
-      logger.attr(level >= spdlog::level::err ? "error" : "warning")(message);
+    try {
+      py::object logger = py::module_::import("logging").attr("getLogger")("sluice");
+      if (dropped > 0) {
+        logger.attr("warning")(absl::StrCat("sluice client: ", dropped,
+                                            " earlier warnings were dropped (more than ", kMostKept,
+                                            " between two calls)"));
+      }
+      for (auto& [level, message] : kept) {
+        logger.attr(level >= spdlog::level::err ? "error" : "warning")(message);
+      }
+    } catch (py::error_already_set& e) {
+      e.discard_as_unraisable("sluice: logging the client's warnings");
     }
   }
 

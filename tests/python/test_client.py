@@ -1,6 +1,7 @@
 """sluice.Client and its iterator against a real local cluster."""
 import collections
 import json
+import logging
 import sys
 import threading
 
@@ -278,3 +279,26 @@ def test_joining_a_finished_job_is_a_warning_on_the_sluice_logger(cluster, datas
     assert warnings[0].getMessage().startswith(
         "sluice client: job '%s' had already read all its epochs when this consumer joined: "
         "it reads nothing." % job)
+
+
+def test_a_logging_filter_that_raises_loses_no_batch(cluster, dataset, spec_file, job,
+                                                     monkeypatch):
+    client = sluice.Client(cluster)
+    with client.open(spec_file, data=dataset, job=job, epochs=1, split_size=SPLIT_SIZE) as it:
+        drain(it)
+
+    def raising_filter(record):
+        raise RuntimeError("a filter that raises")
+
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    logger = logging.getLogger("sluice")
+    logger.addFilter(raising_filter)
+    try:
+        # The warning is logged on open(): the open still returns its iterator.
+        with client.open(spec_file, data=dataset, job=job, epochs=1,
+                         split_size=SPLIT_SIZE) as it:
+            assert list(it) == []
+    finally:
+        logger.removeFilter(raising_filter)
+    assert [str(u.exc_value) for u in unraisable] == ["a filter that raises"]
