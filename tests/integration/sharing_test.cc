@@ -296,10 +296,12 @@ TEST_F(SharingTest, ThreeJobsStartedTogetherGetSoloBytesFromOneProduction) {
 }
 
 TEST_F(SharingTest, AJobThatStopsReadingDoesNotStallTheOthersAndLaterGetsEverything) {
-  // Batches of 128x128 images (384 KiB, 23 MiB a job): the laggard's prefetch, queue, stream
-  // window and socket buffers hold a few of its 60.
-  const proto::Pipeline pipeline = MakePipeline(data_->Join("ds"), 128);
-  const Received& solo = Solo(128);
+  // Batches of 256x256 images (1.5 MiB, 92 MiB a job): what a trainer that stopped reading can
+  // hold (its prefetch, the worker's queue, the HTTP/2 stream window gRPC grows on loopback and
+  // the socket buffers: up to about 23 MiB seen, all of a job of 128x128 images) is well under a
+  // job, so the group meets its full queue whatever the timing.
+  const proto::Pipeline pipeline = MakePipeline(data_->Join("ds"), 256);
+  const Received& solo = Solo(256);
   auto cluster = StartCluster(0, {"--queue-batches", "1", "--share-detach-after", "200ms"});
   ASSERT_NE(cluster, nullptr);
   std::vector<std::unique_ptr<BatchIterator>> its;
