@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <map>
 
@@ -187,24 +189,38 @@ class World {
     }
     int provisioned = static_cast<int>(workers_.size());
     const int oracle = OracleWorkers(Need(), o_);
-    std::vector<double> weights(jobs_.size(), allocation_.empty() ? 1.0 : 0);
-    for (size_t j = 0; j < jobs_.size(); ++j) {
-      auto it = allocation_.find(jobs_[j].spec.id);
+    // The jobs whose trainers read (no other job changes until one completes, which ends the
+    // call): a trace of thousands of jobs costs what the ones running at once cost.
+    std::vector<Job*> live;
+    for (Job& job : jobs_) {
+      if (job.active) live.push_back(&job);
+    }
+    std::vector<double> weights(live.size(), allocation_.empty() ? 1.0 : 0);
+    for (size_t j = 0; j < live.size(); ++j) {
+      auto it = allocation_.find(live[j]->spec.id);
       if (it != allocation_.end()) weights[j] = it->second;
     }
-    int guard = 0;
-    while (t0 < t1 - kEps && guard++ < 1000) {
-      std::vector<double> caps(jobs_.size());
-      for (size_t j = 0; j < jobs_.size(); ++j) {
-        const Job& job = jobs_[j];
+    // Every step reaches t1, or fills, empties or completes a job; a job fills or empties once
+    // between two of the caller's events, so this bound is never reached.
+    const size_t max_steps = 1000 + 4 * live.size();
+    std::vector<double> share_seconds(live.size(), 0);  // per job: each ready worker's time
+    bool completed = false;                             // a job completed at t0
+    for (size_t steps = 0; t0 < t1 - kEps && !completed; ++steps) {
+      if (steps == max_steps) {
+        std::fprintf(stderr, "autoscale_sim: internal error: no progress at %.9g s\n", t0);
+        std::abort();
+      }
+      std::vector<double> caps(live.size());
+      for (size_t j = 0; j < live.size(); ++j) {
+        const Job& job = *live[j];
         const bool full = job.buffer >= job.capacity() - kEps;
-        caps[j] = !job.active ? 0 : full ? job.demand() * job.spec.cost : kInf;
+        caps[j] = full ? job.demand() * job.spec.cost : kInf;
       }
       const std::vector<double> a = Share(total, caps, weights);
       double dt = t1 - t0;
-      std::vector<double> produced(jobs_.size()), consumed(jobs_.size());
-      for (size_t j = 0; j < jobs_.size(); ++j) {
-        const Job& job = jobs_[j];
+      std::vector<double> produced(live.size()), consumed(live.size());
+      for (size_t j = 0; j < live.size(); ++j) {
+        const Job& job = *live[j];
         produced[j] = a[j] / job.spec.cost;
         const bool empty = job.buffer <= kEps;
         consumed[j] = empty ? std::min(job.demand(), produced[j]) : job.demand();
@@ -214,14 +230,13 @@ class World {
         } else if (rate < -kEps && !empty) {
           dt = std::min(dt, job.buffer / -rate);
         }
-        if (job.active && job.spec.work > 0 && consumed[j] > kEps) {
+        if (job.spec.work > 0 && consumed[j] > kEps) {
           dt = std::min(dt, (job.spec.work - job.consumed_total) / consumed[j]);
         }
       }
       dt = std::max(dt, kEps);
-      bool completed = false;
-      for (size_t j = 0; j < jobs_.size(); ++j) {
-        Job& job = jobs_[j];
+      for (size_t j = 0; j < live.size(); ++j) {
+        Job& job = *live[j];
         job.buffer += (produced[j] - consumed[j]) * dt;
         if (job.buffer < kEps) job.buffer = 0;
         if (job.buffer > job.capacity() - kEps) job.buffer = job.capacity();
@@ -235,28 +250,30 @@ class World {
             result_.trainer_seconds += dt * job.spec.consumers;
           }
         }
-        if (job.active && job.spec.work > 0 && job.consumed_total >= job.spec.work - 1e-6) {
+        if (job.spec.work > 0 && job.consumed_total >= job.spec.work - 1e-6) {
           job.active = false;
           job.completed = t0 + dt;
           jobs_left_.push_back(job.spec.id);
           completed = true;
         }
-        if (total <= 0) continue;
-        for (size_t i = 0; i < workers_.size(); ++i) {
-          if (speed[i] <= 0) continue;
-          const double busy = a[j] / total * dt;
-          workers_[i].busy[job.spec.id] += busy;
-          workers_[i].elements[job.spec.id] += speed[i] * busy / job.spec.cost;
-        }
+        if (total > 0) share_seconds[j] += a[j] / total * dt;
       }
       if (t0 >= s_.measure_from - kEps) {
         result_.worker_seconds += provisioned * dt;
         result_.oracle_worker_seconds += oracle * dt;
       }
       t0 += dt;
-      if (completed) return t0;
     }
-    return t1;
+    // Each ready worker spent the same share of its time on a job.
+    for (size_t j = 0; j < live.size(); ++j) {
+      if (share_seconds[j] <= 0) continue;
+      for (size_t i = 0; i < workers_.size(); ++i) {
+        if (speed[i] <= 0) continue;
+        workers_[i].busy[live[j]->spec.id] += share_seconds[j];
+        workers_[i].elements[live[j]->spec.id] += speed[i] * share_seconds[j] / live[j]->spec.cost;
+      }
+    }
+    return completed ? t0 : t1;
   }
 
   // What the heartbeats carried over the last `window` seconds (the period,

@@ -26,6 +26,9 @@ constexpr double kMostWorkers = 1e6;
 constexpr std::streamsize kMostBytes = 16 << 20;
 // The most workers a pool may hold (max_workers, initial_workers).
 constexpr double kMostPool = 100000;
+// The longest trace simulated: 11.6 days, 500,000 control periods of 2 s a run (each kept for
+// the tables), where times still resolve to well under a microsecond.
+constexpr double kMostSeconds = 1000000;
 
 class LineParser {
  public:
@@ -304,6 +307,9 @@ absl::StatusOr<Scenario> ParseTrace(absl::string_view text, const std::string& n
     if (!v.ok()) return v.status();
     if (head == "duration") {
       if (*v <= 0) return p.Error("duration must be positive");
+      if (*v > kMostSeconds) {
+        return p.Error(absl::StrCat("duration must be at most 1000000 s, got ", tokens[1]));
+      }
       s.duration = *v;
     } else if (head == "max_workers") {
       auto n = p.Integer(tokens[1], head, 1, kMostPool);

@@ -39,8 +39,8 @@
 // directive and each job key is given once; jobs arriving at 0 come before the
 // events at 0; no event names a job that left; no job needs more than 1e6
 // workers (its demand x cost, after the demand and cost events);
-// measure_from and every event come before duration; a file holds at most
-// 16 MiB.
+// duration is at most 1e6 s; measure_from and every event come before it; a
+// file holds at most 16 MiB.
 //
 // Example: two jobs under a pool of 8 workers; job 2 arrives at 20 s with
 // priority 1 and completes after 60000 elements.

@@ -57,6 +57,14 @@ TEST(TraceTest, NumbersAreDecimal) {
   EXPECT_EQ(ErrorOf("duration 1e999\n"), "t.trace:1: duration must be a number, got '1e999'");
 }
 
+TEST(TraceTest, ADurationBeyondWhatTheSimulatorKeepsIsRefused) {
+  EXPECT_EQ(ErrorOf("duration 1e9\n" + std::string(kJob)),
+            "t.trace:1: duration must be at most 1000000 s, got 1e9");
+  EXPECT_EQ(ErrorOf("duration 1000000.5\n"),
+            "t.trace:1: duration must be at most 1000000 s, got 1000000.5");
+  EXPECT_TRUE(ParseTrace("duration 1000000\n" + std::string(kJob), "t.trace").ok());
+}
+
 TEST(TraceTest, ANeedBeyondWhatTheSimulatorModelsIsRefused) {
   EXPECT_EQ(ErrorOf("duration 20\nat 0 job 1 consumers=1 batch=32 step=1 rate=1e-8\n"),
             "t.trace:2: job 1 would need 3.2e+09 workers; the simulator models at most 1e+06");
