@@ -23,10 +23,11 @@ namespace sluice::data_worker {
 inline absl::string_view Sv(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
 // Where an op sits and what it is called in messages. Built by BuildOps with
-// only the pipeline-wide position ("op 3 (Resize)"); validation
-// (data_worker/pipeline/spec.h) sets `at` to the op's place in the spec
-// ("map[1].ops[2] (Resize)"). Errors carry the location as a payload
-// (common/pipeline_spec/location.h).
+// only the pipeline-wide position ("op 3 (Resize)") for ops outside a spec;
+// a pipeline's ops get theirs from validation (data_worker/pipeline/spec.h),
+// with `at` set to the op's place in the spec ("map[1].ops[2] (Resize)"), so
+// that validation and run-time errors name the op alike. Errors carry the
+// location as a payload (common/pipeline_spec/location.h).
 struct OpLabel {
   int position = 0;
   std::string name;

@@ -19,7 +19,7 @@ absl::StatusOr<Step> MakeMapStep(const LogicalMap& m, bool op_fusion) {
   step.kind = Step::kMap;
   step.map.name = m.name;
   step.map.slots = m.slots;
-  ASSIGN_OR_RETURN(auto ops, BuildOps(m.ops, m.first_position, op_fusion));
+  ASSIGN_OR_RETURN(auto ops, BuildOps(m.ops, m.labels, op_fusion));
   for (auto& op : ops) step.map.ops.push_back(std::shared_ptr<const Op>(std::move(op)));
   return step;
 }
@@ -130,6 +130,7 @@ absl::StatusOr<std::vector<PendingStep>> MakeSteps(const std::vector<LogicalNode
       LogicalMap& prev = merged_maps[step_map_index.back()];
       prev.name += "+" + m.name;
       prev.ops.insert(prev.ops.end(), m.ops.begin(), m.ops.end());
+      prev.labels.insert(prev.labels.end(), m.labels.begin(), m.labels.end());
       steps.back().parallelism = MergeParallelism(steps.back().parallelism, m.parallelism);
       plan.rewrites.push_back(absl::StrCat("map fusion: ", prev.name));
     } else {

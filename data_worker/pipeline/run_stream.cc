@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "data_worker/pipeline/autotune.h"
 #include "data_worker/pipeline/busy_sampler.h"
@@ -147,8 +148,11 @@ ItemQueue::PopResult RunStream::PopInput(int stage, Item* item, uint64_t* seq, b
 absl::Status RunStream::Wrap(const absl::Status& s, uint64_t global, std::string_view node,
                              std::string_view op) const {
   std::string where = absl::StrCat(ctx_.logical->source->Describe(global), ": record ", global);
-  if (!node.empty()) absl::StrAppend(&where, ": ", Sv(node));
-  if (!op.empty()) absl::StrAppend(&where, " (", Sv(op), ")");
+  // An op's own errors start with its place in the spec ("map[1].ops[0] (Python): ..."; the
+  // node of fused maps is "map[0]+map[1]"): the map is not named twice.
+  const bool named = absl::StartsWith(Sv(node), "map[") && absl::StartsWith(s.message(), "map[");
+  if (!node.empty() && !named) absl::StrAppend(&where, ": ", Sv(node));
+  if (!op.empty() && !named) absl::StrAppend(&where, " (", Sv(op), ")");
   return absl::Status(s.code(), absl::StrCat(where, ": ", s.message()));
 }
 

@@ -186,7 +186,8 @@ class Validator {
       const proto::OpSpec& op = m.ops(j);
       SpecLocation at = where();
       at.op_index = j;
-      const OpLabel label{position_ + j, std::string(OpTypeName(op.op_case())), at};
+      lm.labels.push_back(OpLabel{position_ + j, std::string(OpTypeName(op.op_case())), at});
+      const OpLabel& label = lm.labels.back();
       // The op's parameters. For a python op only the spec's own fields: whether this
       // process runs python ops is the executor's check (plan.cc builds the op), so a
       // consumer validates a spec that only its workers can run.
@@ -205,7 +206,6 @@ class Validator {
       }
     }
     lm.ops.assign(m.ops().begin(), m.ops().end());
-    lm.first_position = position_;
     position_ += m.ops_size();
     for (int s : lm.slots) written_[s] = true;
     for (int k = 0; k < m.output_columns_size(); ++k) {

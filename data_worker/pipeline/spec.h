@@ -33,8 +33,9 @@ struct LogicalMap {
   std::string name;        // "map[0]"
   std::vector<int> slots;  // columns the ops run on (positions in the element)
   std::vector<proto::OpSpec> ops;
-  // Pipeline-wide position of ops[0] (seeds randomness).
-  int first_position = 0;
+  // One per op: its pipeline-wide position (seeds randomness) and its place in the spec, which
+  // its errors name ("map[1].ops[0] (Python): ...") at validation and at run time alike.
+  std::vector<OpLabel> labels;
   int parallelism = kAutotune;
 };
 

@@ -270,9 +270,9 @@ TEST_F(PythonOpTest, DeclaredOutputDtypesAreChecked) {
   // Undeclared, float32 is not the input's uint8.
   const Out out = RunSpec(Spec("to_float", 1));
   EXPECT_EQ(out.status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(out.status.message(), HasSubstr("op 1 (Python): sluice_test_fns.to_float returned "
-                                              "float32[6,5,3] for column 0, expected uint8 of rank "
-                                              "3"));
+  EXPECT_THAT(out.status.message(),
+              HasSubstr("map[1].ops[0] (Python): sluice_test_fns.to_float returned "
+                        "float32[6,5,3] for column 0, expected uint8 of rank 3"));
   // More dtypes than the map has columns is a mistake in the spec.
   auto three = sluice::pipeline_spec::ParsePipelineSpec(
       Spec("to_float", 1, "fail", ", output_dtypes: [float32, int64, int64]"));
@@ -302,7 +302,7 @@ TEST_F(PythonOpTest, WrongNumberOfResultsIsAnError) {
 TEST_F(PythonOpTest, AnExceptionEndsTheRunWithTheTraceback) {
   const Out out = RunSpec(Spec("raises_on_3", 2));
   EXPECT_EQ(out.status.code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(out.status.message(), HasSubstr("record 3: map[1] (Python)"));
+  EXPECT_THAT(out.status.message(), HasSubstr("record 3: map[1].ops[0] (Python)"));
   EXPECT_THAT(out.status.message(), HasSubstr("Traceback (most recent call last)"));
   EXPECT_THAT(out.status.message(), HasSubstr("ValueError: bad record 3"));
 }
@@ -409,7 +409,7 @@ TEST_F(PythonOpTest, AnElementThatAlwaysKillsItsProcessFailsAfterThreeTries) {
   const Out out = RunSpec(Spec("always_exits_on_4", 1, "fail", kOne));
   EXPECT_EQ(out.status.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(out.status.message(),
-              HasSubstr("record 4: map[1] (Python): op 1 (Python): "
+              HasSubstr("record 4: map[1].ops[0] (Python): "
                         "sluice_test_fns.always_exits_on_4: the Python process "
                         "died 3 times on this element (last: the Python "
                         "process (pid "));
@@ -432,7 +432,7 @@ TEST_F(PythonOpTest, ResultsLargerThanTheMemoryBudgetFailTheirElement) {
   const Out out = RunSpec(Spec("grows_on_5", 2));
   EXPECT_EQ(out.status.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(out.status.message(),
-              HasSubstr("record 5: map[1] (Python): op 1 (Python): sluice_test_fns.grows_on_5: "
+              HasSubstr("record 5: map[1].ops[0] (Python): sluice_test_fns.grows_on_5: "
                         "results of 3000008 bytes for one element, more than this worker's limit "
                         "of 1048576 bytes (its memory budget, --memory-mb)"));
   const Out skipped = RunSpec(Spec("grows_on_5", 2, "skip"));
@@ -846,7 +846,7 @@ TEST_F(PythonOpTest, WorkersRefusePythonOpsUnlessAllowed) {
   const Out out = RunSpec(Spec("invert", 1));
   EXPECT_EQ(out.status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(out.status.message(),
-              HasSubstr("op 1 (Python): python ops are disabled on "
+              HasSubstr("map[1].ops[0] (Python): python ops are disabled on "
                         "this worker; start sluice-worker (or sluice pipeline "
                         "run) with --allow-python-ops"));
   // The spec itself is sound: a consumer (sluice consume) validates it without Python.
@@ -866,7 +866,7 @@ TEST_F(PythonOpTest, OnlyModulesOnTheWorkersListMayBeNamed) {
   Out out = RunSpec(Spec("invert", 1));
   EXPECT_EQ(out.status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(out.status.message(),
-              HasSubstr("op 1 (Python): module 'sluice_test_fns' is not one this worker "
+              HasSubstr("map[1].ops[0] (Python): module 'sluice_test_fns' is not one this worker "
                         "runs python ops from (--python-modules os,sluice_test)"));
   o.modules = {"os", "sluice_test_fns"};
   python::ConfigurePython(o);
@@ -1046,7 +1046,7 @@ TEST_F(PythonOpTest, AnExceptionInAGroupFailsOnlyItsElement) {
   auto pool = python::ConfiguredPythonPool();
   const LabelOut out = RunLabels(LabelSpec("label_raises_on_3", 8));
   EXPECT_EQ(out.status.code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(out.status.message(), HasSubstr("record 3: map[0] (Python)"));
+  EXPECT_THAT(out.status.message(), HasSubstr("record 3: map[0].ops[0] (Python)"));
   EXPECT_THAT(out.status.message(), HasSubstr("ValueError: bad record 3"));
   const LabelOut skipped = RunLabels(LabelSpec("label_raises_on_3", 8, 1, "skip"));
   ExpectPlus1000(skipped, /*missing=*/3);
