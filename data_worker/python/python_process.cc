@@ -202,16 +202,31 @@ PythonProcess::~PythonProcess() {
   close(shm_fd_);
   if (pidfd_ >= 0) close(pidfd_);
   if (!reaped_) {
-    KillGroup();
+    Stop();
     int status = 0;
-    while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    while (waitpid(guardian_, &status, 0) < 0 && errno == EINTR) {
     }
   }
 }
 
-void PythonProcess::KillGroup() {
-  kill(-pid_, SIGKILL);
-  kill(pid_, SIGKILL);  // in case it left its group
+void PythonProcess::Stop() {
+  if (!Ended()) {
+    kill(guardian_, SIGCONT);  // a function may have stopped its parent
+    kill(guardian_, SIGTERM);
+    const absl::Time deadline = absl::Now() + kStopGrace;
+    while (!Ended() && absl::Now() < deadline) {
+      if (pidfd_ >= 0) {
+        pollfd p = {pidfd_, POLLIN, 0};
+        poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(deadline - absl::Now())) + 1);
+      } else {
+        usleep(1000);
+      }
+    }
+  }
+  // A guardian that did not end (its end is the runner's, by PR_SET_PDEATHSIG). Its group is
+  // its own, and its pid is not reaped yet, so neither names another process.
+  kill(-guardian_, SIGKILL);
+  kill(guardian_, SIGKILL);
 }
 
 absl::Status PythonProcess::MapShm(size_t size) {
@@ -246,25 +261,26 @@ bool PythonProcess::Ended() const {
   // Without reaping it: until it is reaped its pid, and so its process
   // group's id, cannot be reused.
   siginfo_t info{};
-  return reaped_ ||
-         (waitid(P_PID, pid_, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid_);
+  return reaped_ || (waitid(P_PID, guardian_, &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+                     info.si_pid == guardian_);
 }
 
 absl::Status PythonProcess::Dead(const std::string& what, bool exiting) {
   bool gone = Ended();
-  // A process that closed its socket is normally on its way out: give it a
-  // moment to end, so that the message says how (signal, exit status).
-  for (int i = 0; exiting && !gone && i < 100; ++i) {
+  // A process that closed its socket is normally on its way out (its guardian
+  // ending what it started): give it a moment to end, so that the message says
+  // how (signal, exit status).
+  for (int i = 0; exiting && !gone && i < 500; ++i) {
     usleep(2000);
     gone = Ended();
   }
-  KillGroup();  // what it forked, and itself if it still runs
+  Stop();  // it, and what it started, if it still runs
   int status = 0;
-  while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+  while (waitpid(guardian_, &status, 0) < 0 && errno == EINTR) {
   }
   reaped_ = true;
   const std::string how = gone ? DescribeWait(status) : absl::StrCat(what, "; killed it");
-  return absl::UnavailableError(absl::StrCat("the Python process (pid ", pid_, ") ", how));
+  return absl::UnavailableError(absl::StrCat("the Python process (pid ", pid(), ") ", how));
 }
 
 absl::Status PythonProcess::Send(const std::string& data) {
@@ -310,6 +326,11 @@ absl::StatusOr<std::string> PythonProcess::ReadLine(absl::Time deadline) {
     if (nl != std::string::npos) {
       std::string line = in_.substr(0, nl);
       in_.erase(0, nl + 1);
+      // The runner's first line, before any answer (runner.py).
+      if (runner_ == 0 && absl::StartsWith(line, "PID ") &&
+          absl::SimpleAtoi(line.substr(4), &runner_)) {
+        continue;
+      }
       return line;
     }
     if (absl::Status s = Fill(deadline); !s.ok()) return s;

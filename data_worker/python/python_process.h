@@ -5,13 +5,19 @@
 // format) started with posix_spawn: fd 3 is a memfd both sides map, fd 4 a
 // stream socket that carries one request line per call and the layout of the
 // results (the runner moves both to fds 200 and up before user code runs, so
-// a function that closes fds it did not open cannot reach them); stdout goes to the worker's stderr, so a user's print() cannot
-// corrupt the protocol, and stdin is /dev/null. Inputs are copied once into
-// the memfd and are numpy views there; outputs are copied once out of it.
+// a function that closes fds it did not open cannot reach them); stdout goes
+// to the worker's stderr, so a user's print() cannot corrupt the protocol, and
+// stdin is /dev/null. Inputs are copied once into the memfd and are numpy
+// views there; outputs are copied once out of it.
 //
-// The child leads its own process group: what a user function forks is
-// killed with it when it dies, hangs or is stopped, and its death is seen
-// (through a pidfd) even while such a fork keeps the socket open.
+// The child is the *guardian* of the process that runs the functions, the
+// runner, which it forks: a child subreaper that, once the runner has ended,
+// kills and reaps everything the user function started (what it forked, and
+// what left its process group or session on purpose), then ends the way the
+// runner did. The worker watches the guardian (a pidfd, so that its end is
+// seen even while a fork keeps the socket open), asks it to stop the runner
+// (SIGTERM), and reaps it; nothing else is left for the worker to reap, which
+// matters where the worker is PID 1 (a container).
 //
 // Not thread-safe: one caller at a time (PythonPool hands a process to one
 // thread). A process whose call returns Unavailable (it died, or was killed
@@ -57,7 +63,7 @@ class PythonProcess {
  public:
   // Starts the child. Internal if the memfd, socket or spawn fail.
   static absl::StatusOr<std::unique_ptr<PythonProcess>> Start(const ProcessOptions& options);
-  // Kills (SIGKILL) and reaps the child.
+  // Stops the runner and what it started (Stop) and reaps the guardian.
   ~PythonProcess();
   PythonProcess(const PythonProcess&) = delete;
   PythonProcess& operator=(const PythonProcess&) = delete;
@@ -89,7 +95,9 @@ class PythonProcess {
                                                     const std::vector<CallInput>& elements,
                                                     absl::Duration timeout);
 
-  pid_t pid() const { return pid_; }
+  // The runner's pid (the process that runs the functions: its
+  // os.getpid()) once it has answered; the guardian's before.
+  pid_t pid() const { return runner_ != 0 ? runner_ : guardian_; }
   // False once the process died or was killed (an error said so): drop it.
   bool alive() const { return !reaped_; }
   // The process has ended (it may not be reaped yet): one that died while
@@ -102,6 +110,9 @@ class PythonProcess {
   // The least time an import gets (Load): a module may import a large
   // library (torch takes seconds) on a loaded machine.
   static constexpr absl::Duration kImportTimeout = absl::Minutes(5);
+  // How long the guardian gets to stop the runner and what it started (Stop)
+  // before it is killed itself.
+  static constexpr absl::Duration kStopGrace = absl::Seconds(5);
 
  private:
   // Imports module.function in the child unless done before, within
@@ -110,8 +121,8 @@ class PythonProcess {
   // died before), and died_importing() is true.
   absl::Status Load(const std::string& module, const std::string& function, absl::Duration timeout);
 
-  PythonProcess(pid_t pid, int pidfd, int shm_fd, int socket_fd)
-      : pid_(pid), pidfd_(pidfd), shm_fd_(shm_fd), socket_fd_(socket_fd) {}
+  PythonProcess(pid_t guardian, int pidfd, int shm_fd, int socket_fd)
+      : guardian_(guardian), pidfd_(pidfd), shm_fd_(shm_fd), socket_fd_(socket_fd) {}
 
   // Maps at least `size` bytes of the memfd (growing it if needed).
   absl::Status MapShm(size_t size);
@@ -132,12 +143,14 @@ class PythonProcess {
   // (Unavailable).
   absl::Status Dead(const std::string& what, bool exiting);
 
-  // SIGKILLs the child and its process group (what it forked); call before
-  // reaping the child, while its pid cannot name another group.
-  void KillGroup();
+  // Asks the guardian to kill the runner and what it started, and waits up to
+  // kStopGrace for it to end; SIGKILLs it if it does not (a function stopped
+  // or killed its parent). Call before reaping the guardian.
+  void Stop();
 
-  pid_t pid_;
-  int pidfd_;  // -1: the kernel has none
+  pid_t guardian_;    // the child: waited, signalled, reaped
+  pid_t runner_ = 0;  // 0 until its first line
+  int pidfd_;         // the guardian's; -1: the kernel has none
   int shm_fd_;
   int socket_fd_;
   bool reaped_ = false;

@@ -62,11 +62,25 @@
 # request's inputs, 64-byte aligned; the child grows the memfd when they do not fit (the
 # worker re-reads its size).
 #
-# The child ends when the worker does, with every process the user function forked (its
-# process group): at the socket's end of file between calls, and within ORPHAN_CHECK_SECONDS
-# while a call runs (a worker killed while a user function hangs). Only this process answers:
-# a process the user function forked that returns from the call instead of exiting ends there
-# (its answer would be read as the next request's).
+# The process the worker starts is the runner's *guardian*: it forks the runner (which does all of
+# the above) and stays its parent until the runner and everything the runner started have
+# ended. The runner's first line on the socket, before any answer, is its pid:
+#
+#   child -> worker   PID <runner pid>\n
+#
+# The guardian is a child subreaper (prctl PR_SET_CHILD_SUBREAPER): what the user function
+# starts and leaves behind, even in a session of its own (os.setsid(), start_new_session=True, a
+# daemon's double fork), becomes its child, not init's, when its parent ends. Once the runner has
+# ended the guardian kills and reaps every child it has left, then ends the way the runner did
+# (its exit status, or its signal), so the worker sees how the runner ended, and nothing the
+# function started outlives it or is left for the worker (PID 1 in a container) to reap. The
+# runner is killed, and the same cleanup runs, when the worker asks (SIGTERM to the guardian) or
+# is gone (the guardian checks every ORPHAN_CHECK_SECONDS; a process apart from the calls, which
+# a function stuck in C code holding the GIL cannot stop). The runner leads its own process
+# group, without the guardian, and gets SIGKILL if the guardian ends first.
+#
+# Only the runner answers: a process the user function forked that returns from the call
+# instead of exiting ends there (its answer would be read as the next request's).
 import os
 import sys
 
@@ -80,17 +94,19 @@ except OSError:  # the directory was removed: nothing is imported from it
 sys.path[:] = [p for p in sys.path
                if p not in ("", ".") and (HERE is None or os.path.realpath(p) != HERE)]
 
+import ctypes
 import fcntl
 import importlib
 import mmap
+import resource
 import signal
 import time
 import traceback
 
-import numpy as np
-from numpy.random import PCG64, Generator
-
 PRIVATE_FD = 200
+ORPHAN_CHECK_SECONDS = 0.5
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 
 
 def private_fd(fd):
@@ -104,13 +120,147 @@ def private_fd(fd):
     return moved
 
 
+def children_of(parent):
+    """The pids whose parent is `parent` (from /proc: every process this one can see; none if
+    /proc cannot be read)."""
+    pids = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return pids
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name, "rb") as f:
+                stat = f.read()
+        except OSError:  # it ended meanwhile
+            continue
+        # "pid (comm) state ppid ...": the command may hold spaces and parentheses.
+        if int(stat[stat.rindex(b")") + 2:].split()[1]) == parent:
+            pids.append(int(name))
+    return pids
+
+
+def reap_orphans(runner):
+    """Reaps the children that have ended, except the runner (wait_for_the_runner's)."""
+    while True:
+        try:
+            ended = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return
+        if ended is None or ended.si_pid == runner:
+            return
+        os.waitpid(ended.si_pid, 0)
+
+
+def kill_the_runner(runner):
+    """SIGKILLs the runner and its process group (what it forked there). Only while it is not
+    reaped: until then its pid cannot name another process or group."""
+    for kill in (os.killpg, os.kill):
+        try:
+            kill(runner, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def wait_for_the_runner(runner, worker):
+    """The runner's wait status once it has ended. Kills it first when the worker asks (SIGTERM)
+    or is gone (this process was given another parent)."""
+    while True:
+        if os.waitid(os.P_PID, runner, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+            kill_the_runner(runner)  # what it forked in its group, before it is reaped
+            return os.waitpid(runner, 0)[1]
+        reap_orphans(runner)
+        asked = signal.sigtimedwait((signal.SIGCHLD, signal.SIGTERM), ORPHAN_CHECK_SECONDS)
+        if (asked is not None and asked.si_signo == signal.SIGTERM) or os.getppid() != worker:
+            kill_the_runner(runner)
+
+
+def end_every_child():
+    """Kills and reaps every child this process has: what the runner started and left behind
+    (adopted by this subreaper as the runner ended), and their children in turn, adopted as
+    their parents end."""
+    me = os.getpid()
+    unseen = 0  # rounds in a row that found children to wait for but none in /proc
+    while unseen < 1000:
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0] != 0:
+                pass
+        except ChildProcessError:
+            return  # none left
+        killed = 0
+        for pid in children_of(me):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except ProcessLookupError:
+                pass
+        if killed:
+            unseen = 0
+            try:
+                os.waitpid(-1, 0)  # one of them ending
+            except ChildProcessError:
+                return
+        else:
+            unseen += 1
+            time.sleep(0.001)  # a child being adopted right now (or /proc hides it: give up)
+
+
+def end_as(status):
+    """Ends this process the way the runner ended: its signal (without a core file), or its
+    exit status."""
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        try:
+            signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError):  # SIGKILL's cannot be set, nor need to be
+            pass
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
+        os.kill(os.getpid(), sig)
+    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
+
+
+def guard_the_runner():
+    """Forks the runner and returns in it; this process stays its guardian (the comment at the
+    top) and never returns."""
+    worker = os.getppid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    waited = {signal.SIGCHLD, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, waited)
+    guardian = os.getpid()
+    runner = os.fork()
+    if runner == 0:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, waited)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != guardian:  # it ended before the line above
+            os._exit(1)
+        os.setpgid(0, 0)  # a function that signals its group does not reach the guardian
+        return
+    try:
+        os.setpgid(runner, runner)  # as the runner does, for whichever of the two runs first
+    except OSError:
+        pass
+    os.close(CTL_FD)  # the shared memory and the socket are the runner's alone
+    os.close(SHM_FD)
+    status = wait_for_the_runner(runner, worker)
+    end_every_child()
+    end_as(status)
+
+
 SHM_FD = private_fd(3)
 CTL_FD = private_fd(4)
-ORPHAN_CHECK_SECONDS = 0.5
+guard_the_runner()
+RUNNER_PID = os.getpid()
+
+import numpy as np  # noqa: E402 (in the runner only: the guardian stays small)
+from numpy.random import PCG64, Generator  # noqa: E402
+
 PROGRESS_SECONDS = 0.01
 RESULT_LIMIT = int(sys.argv[1]) if len(sys.argv) > 1 else 0
 USER_PATH = sys.argv[2:]
-RUNNER_PID = os.getpid()
 DTYPES = ("uint8", "int32", "int64", "float16", "float32")
 # Wire name -> dtype, and the dtypes a result may have -> their wire name (native byte
 # order only: a dict lookup, where dtype.name is Python-level code).
@@ -295,33 +445,6 @@ def write_results(shm, results, end):
     return lines, shm.size
 
 
-def watch_the_worker():
-    """Forks a watcher beside the calls: once the worker is gone (this process was given
-    another parent), it kills this process group: this process, what the user function
-    forked, and itself, whatever the function is doing. A process, not a thread: a function
-    stuck in C code that holds the GIL (a regular expression backtracking) would keep a
-    thread from ever running. It ends by itself once this process has ended."""
-    runner, worker = os.getpid(), os.getppid()
-    if os.fork() != 0:
-        return
-    try:
-        os.close(CTL_FD)  # the shared memory and the socket are the runner's alone
-        os.close(SHM_FD)
-        while os.getppid() == runner:
-            time.sleep(ORPHAN_CHECK_SECONDS)
-            try:
-                with open("/proc/%d/stat" % runner, "rb") as f:
-                    stat = f.read()
-            except OSError:
-                break
-            # "pid (comm) state ppid ...": the command may hold spaces and parentheses.
-            state, ppid = stat[stat.rindex(b")") + 2:].split()[:2]
-            if state != b"Z" and int(ppid) != worker:
-                os.killpg(runner, signal.SIGKILL)
-    finally:
-        os._exit(0)
-
-
 def first_for_the_oom_killer():
     """Out of memory, the kernel kills this process before its worker (a process may raise
     its own score): a user function that takes too much memory costs its element a retry on
@@ -336,14 +459,14 @@ def first_for_the_oom_killer():
 def main():
     sys.path[0:0] = USER_PATH
     first_for_the_oom_killer()
-    watch_the_worker()
+    send(b"PID %d\n" % RUNNER_PID)
     reader = os.fdopen(CTL_FD, "rb", buffering=1 << 16, closefd=False)
     shm = Shm()
     functions = {}
     while True:
         line = reader.readline()
-        if not line:
-            os.killpg(os.getpid(), signal.SIGKILL)  # with what the user function forked
+        if not line:  # the worker is gone: the guardian ends what the function started
+            os._exit(0)
         words = line.split()
         if words[0] == b"LOAD":
             try:

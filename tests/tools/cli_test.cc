@@ -805,11 +805,12 @@ TEST_F(CliTest, AKilledWorkersPythonProcessEndsEvenInTheMiddleOfACall) {
 
   (*run)->Signal(SIGKILL);
   ASSERT_EQ((*run)->Wait(absl::Seconds(10)).value_or(-1), 128 + SIGKILL);
-  // The process kills its whole process group, itself included.
+  // Each Python process (the runner's guardian) kills its runner, and ends as it did; the
+  // function's helper, killed with the runner, is the guardian's to reap, so here it is gone.
   for (pid_t pid : pythons) {
     EXPECT_EQ(WaitForExit(pid, 10'000), 128 + SIGKILL) << "Python process " << pid;
   }
-  EXPECT_EQ(WaitForExit(helper, 10'000), 128 + SIGKILL) << "the function's helper " << helper;
+  EXPECT_NE(kill(helper, 0), 0) << "the function's helper " << helper << " still runs";
 }
 
 }  // namespace

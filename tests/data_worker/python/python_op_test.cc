@@ -131,23 +131,19 @@ std::string Inverted(std::string s) {
   return s;
 }
 
-// `pid`, an orphan this test process reaps (PR_SET_CHILD_SUBREAPER), ends by
-// SIGKILL within 10 s; `what` says who outlived whom if it does not. Until its
-// parent ends it is not ours yet (ECHILD).
-void ExpectSigkilledSoon(pid_t pid, const std::string& what) {
-  int status = 0;
-  pid_t r = 0;
-  for (int i = 0; i < 1000 && r != pid; ++i) {
-    r = waitpid(pid, &status, WNOHANG);
-    if (r != pid) usleep(10000);
+// `pid` ends within 10 s (`what` says who outlived whom if it does not): it no
+// longer exists, or it is an orphan of this test process (PR_SET_CHILD_SUBREAPER)
+// that has ended and is reaped here. What a Python process started is reaped by
+// its guardian, so how it ended is not seen here.
+void ExpectGoneSoon(pid_t pid, const std::string& what) {
+  for (int i = 0; i < 1000; ++i) {
+    if (waitpid(pid, nullptr, WNOHANG) == pid) return;
+    if (kill(pid, 0) != 0 && errno == ESRCH) return;
+    usleep(10000);
   }
-  if (r != pid) {
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
-  }
-  ASSERT_EQ(r, pid) << what;
-  ASSERT_TRUE(WIFSIGNALED(status)) << what;
-  EXPECT_EQ(WTERMSIG(status), SIGKILL) << what;
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, WNOHANG);
+  FAIL() << what;
 }
 
 // A forked child standing for a worker: it starts a Python process and calls
@@ -369,15 +365,37 @@ TEST_F(PythonOpTest, AProcessThatExitsLeavingAForkedChildIsReplacedAndTheChildKi
   o.timeout = absl::InfiniteDuration();
   python::ConfigurePython(o);
   auto pool = python::ConfiguredPythonPool();
-  // The orphaned child becomes ours, so that we can see how it ends.
-  ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
   ExpectAllInverted(RunSpec(Spec("forks_then_exits_once_on_3", 2)));
   EXPECT_EQ(pool->processes_replaced(), 1);
   std::ifstream in(markers_.path() + "/grandchild-3");
   pid_t child = 0;
   ASSERT_TRUE(in >> child);
-  ExpectSigkilledSoon(child, "the forked child outlived its Python process");
-  prctl(PR_SET_CHILD_SUBREAPER, 0);
+  ExpectGoneSoon(child, "the forked child outlived its Python process");
+}
+
+// A helper that leaves the process group on purpose (a daemon's double fork
+// into a session of its own) is still the Python process's: its guardian, a
+// child subreaper, adopts it and kills it once the process has ended, whether
+// it died (os._exit), was killed after the timeout, or its worker went away.
+TEST_F(PythonOpTest, ADaemonTheFunctionStartedEndsWhenItsProcessDies) {
+  auto pool = python::ConfiguredPythonPool();
+  ExpectAllInverted(RunSpec(Spec("starts_a_daemon_then_exits_once_on_3", 2)));
+  EXPECT_EQ(pool->processes_replaced(), 1);
+  pid_t daemon = 0;
+  ASSERT_TRUE(std::ifstream(markers_.path() + "/daemon-3") >> daemon);
+  ExpectGoneSoon(daemon, "the daemon outlived its Python process");
+}
+
+TEST_F(PythonOpTest, ADaemonTheFunctionStartedEndsWhenItsProcessIsKilledAfterTheTimeout) {
+  python::PythonOptions o = Options();
+  o.timeout = absl::Seconds(1);
+  python::ConfigurePython(o);
+  auto pool = python::ConfiguredPythonPool();
+  ExpectAllInverted(RunSpec(Spec("starts_a_daemon_then_hangs_once_on_2", 2)));
+  EXPECT_EQ(pool->processes_replaced(), 1);
+  pid_t daemon = 0;
+  ASSERT_TRUE(std::ifstream(markers_.path() + "/daemon-2") >> daemon);
+  ExpectGoneSoon(daemon, "the daemon outlived its Python process");
 }
 
 // Out of memory, the kernel's OOM killer takes a Python process (replaced, its
@@ -620,8 +638,53 @@ TEST_F(PythonOpTest, AForkedHelperEndsWhenItsWorkerExits) {
   std::ifstream in(markers_.path() + "/helper-6");
   pid_t helper = 0;
   ASSERT_TRUE(in >> helper);
-  ExpectSigkilledSoon(helper, "the forked helper outlived its worker");
+  ExpectGoneSoon(helper, "the forked helper outlived its worker");
   // The Python process, an orphan of ours too, is reaped as well.
+  while (waitpid(-1, nullptr, WNOHANG) > 0) {
+  }
+  prctl(PR_SET_CHILD_SUBREAPER, 0);
+}
+
+TEST_F(PythonOpTest, AHelperInASessionOfItsOwnEndsWhenItsWorkerExits) {
+  ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);  // the worker's orphans become ours
+  const pid_t worker = ForkAWorkerCalling("starts_a_session_helper", 6, absl::Seconds(60));
+  int status = 0;
+  ASSERT_EQ(waitpid(worker, &status, 0), worker);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  pid_t helper = 0;
+  ASSERT_TRUE(std::ifstream(markers_.path() + "/session-6") >> helper);
+  ExpectGoneSoon(helper, "the helper in a session of its own outlived its worker");
+  while (waitpid(-1, nullptr, WNOHANG) > 0) {
+  }
+  prctl(PR_SET_CHILD_SUBREAPER, 0);
+}
+
+// Where the worker is PID 1 (a container) every orphan in it becomes the
+// worker's child, and one that ends stays a zombie unless the worker reaps it.
+// Nothing a Python process leaves behind may come to the worker: this test
+// process stands for PID 1 (a subreaper), runs processes that crash leaving a
+// forked child or a daemon, hang leaving a daemon, and leave helpers running,
+// stops the pool, and then has no child at all.
+TEST_F(PythonOpTest, NothingAPythonProcessLeavesBehindIsLeftForItsWorkerToReap) {
+  while (waitpid(-1, nullptr, WNOHANG) > 0) {
+  }
+  ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  python::PythonOptions o = Options();
+  o.timeout = absl::Seconds(1);
+  python::ConfigurePython(o);
+  ExpectAllInverted(RunSpec(Spec("forks_then_exits_once_on_3", 2)));
+  ExpectAllInverted(RunSpec(Spec("starts_a_daemon_then_exits_once_on_3", 2)));
+  ExpectAllInverted(RunSpec(Spec("starts_a_daemon_then_hangs_once_on_2", 2)));
+  ExpectAllInverted(RunSpec(Spec("forks_a_helper", 2)));
+  python::ConfigurePython(Options());  // the pool with its processes goes
+  usleep(1'000'000);  // time for a process that noticed late to end and be orphaned
+  siginfo_t info{};
+  const int r = waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT);
+  const int err = errno;
+  EXPECT_TRUE(r == -1 && err == ECHILD)
+      << "a child was left to this process: pid " << info.si_pid << " ("
+      << (r == 0 && info.si_pid != 0 ? "ended, unreaped" : "running") << ")";
   while (waitpid(-1, nullptr, WNOHANG) > 0) {
   }
   prctl(PR_SET_CHILD_SUBREAPER, 0);
@@ -641,7 +704,7 @@ TEST_F(PythonOpTest, AFunctionHoldingTheGilEndsWhenItsWorkerIsKilled) {
   kill(worker, SIGKILL);
   int status = 0;
   ASSERT_EQ(waitpid(worker, &status, 0), worker);
-  ExpectSigkilledSoon(python, "the Python process outlived its worker");
+  ExpectGoneSoon(python, "the Python process outlived its worker");
   while (waitpid(-1, nullptr, WNOHANG) > 0) {
   }
   prctl(PR_SET_CHILD_SUBREAPER, 0);
@@ -1397,8 +1460,16 @@ TEST_F(PythonOpTest, AProcessThatDiedIdleIsReplacedNotBlamedOnTheNextImport) {
   ExpectAllInverted(RunSpec(Spec("invert", 1)));
   std::vector<pid_t> idle = pool->idle_pids();
   ASSERT_FALSE(idle.empty());
-  for (pid_t pid : idle) kill(pid, SIGKILL);
-  usleep(100000);
+  for (pid_t pid : idle) {
+    // The runner's guardian, our child, ends once it has.
+    pid_t guardian = 0;
+    std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    ASSERT_TRUE(std::istringstream(text.substr(text.rfind(')') + 4)) >> guardian) << text;
+    kill(pid, SIGKILL);
+    siginfo_t info{};
+    ASSERT_EQ(waitid(P_PID, guardian, &info, WEXITED | WNOWAIT), 0);
+  }
   const LabelOut out = RunLabels(LabelSpec("label_plus_1000", 1));
   ExpectPlus1000(out);
   EXPECT_GE(pool->processes_replaced(), 1);

@@ -135,6 +135,58 @@ def forks_a_helper(image, label, rng):
     return 255 - image, label
 
 
+def _write_marker(name, pid):
+    with open(os.path.join(os.environ["SLUICE_TEST_MARKERS"], name), "w") as f:
+        f.write(str(pid))
+
+
+def _start_a_daemon(marker):
+    """A daemon's double fork: a process in a session of its own whose parent has exited,
+    sleeping; writes its pid in `marker` before this returns."""
+    r, w = os.pipe()
+    middle = os.fork()
+    if middle == 0:
+        os.setsid()
+        daemon = os.fork()
+        if daemon == 0:
+            os.close(r)
+            os.close(w)
+            time.sleep(3600)
+            os._exit(0)
+        os.write(w, b"%d" % daemon)
+        os._exit(0)
+    os.close(w)
+    daemon = int(os.read(r, 32))
+    os.close(r)
+    os.waitpid(middle, 0)
+    _write_marker(marker, daemon)
+
+
+def starts_a_daemon_then_exits_once_on_3(image, label, rng):
+    """Starts a daemon (daemon-3), then exits, the first time."""
+    if int(label) == 3 and _first_time("daemon-started", label):
+        _start_a_daemon("daemon-3")
+        os._exit(7)
+    return 255 - image, label
+
+
+def starts_a_daemon_then_hangs_once_on_2(image, label, rng):
+    """Starts a daemon (daemon-2), then hangs, the first time."""
+    if int(label) == 2 and _first_time("daemon-started", label):
+        _start_a_daemon("daemon-2")
+        time.sleep(3600)
+    return 255 - image, label
+
+
+def starts_a_session_helper(image, label, rng):
+    """Starts `sleep 3600` in a session of its own (start_new_session=True), writes its pid in
+    session-<label> and returns, leaving it running."""
+    import subprocess
+    helper = subprocess.Popen(["sleep", "3600"], start_new_session=True)
+    _write_marker("session-%d" % int(label), helper.pid)
+    return 255 - image, label
+
+
 def holds_the_gil(image, label, rng):
     """Writes this process's pid in gil-<label>, then backtracks in a regular expression for
     hours without releasing the GIL."""
