@@ -29,9 +29,18 @@ int ExitCodeOf(int wait_status) {
 
 }  // namespace
 
+void KeepChildrenWaitable() {
+  struct sigaction action {};
+  if (sigaction(SIGCHLD, nullptr, &action) == 0 &&
+      (action.sa_handler == SIG_IGN || (action.sa_flags & SA_NOCLDWAIT) != 0)) {
+    signal(SIGCHLD, SIG_DFL);
+  }
+}
+
 absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(const std::vector<std::string>& argv,
                                                               const Options& options) {
   if (argv.empty()) return absl::InvalidArgumentError("Subprocess::Start: empty argv");
+  KeepChildrenWaitable();
   if (access(argv[0].c_str(), X_OK) != 0) {
     return absl::NotFoundError(absl::StrCat("cannot run '", argv[0], "': ", std::strerror(errno)));
   }

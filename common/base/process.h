@@ -76,6 +76,14 @@ class Subprocess {
   std::optional<int> exit_code_;
 };
 
+// Makes sure this process's children stay its to wait for: a SIGCHLD that was
+// ignored when this program started (dispositions survive exec: `trap '' CHLD` in
+// a shell, signal.signal(SIGCHLD, SIG_IGN) in a Python parent) has the kernel reap
+// children unseen, so every wait for one would fail or hang. Resets it to the
+// default; Subprocess::Start and the python op's processes call it before they
+// start a child.
+void KeepChildrenWaitable();
+
 // Waits until `path` holds a line "host:port" written by `process`, and returns
 // it. FailedPrecondition (with the tail of the child's log) if the child exits
 // first; DeadlineExceeded after `timeout`.

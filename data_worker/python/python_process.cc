@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/base/process.h"
 #include "data_worker/python/runner_source.h"
 
 extern char** environ;
@@ -120,6 +121,7 @@ absl::StatusOr<Layout> ParseLayout(const std::string& line) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<PythonProcess>> PythonProcess::Start(const ProcessOptions& options) {
+  KeepChildrenWaitable();  // the guardian is waited for (and inherits the default)
   int shm = memfd_create("sluice-python", MFD_CLOEXEC);
   if (shm < 0) return Errno("memfd_create");
   if (ftruncate(shm, kInitialShm) != 0) {

@@ -68,6 +68,19 @@ TEST(Subprocess, DestructorKillsARunningChild) {
   EXPECT_EQ(kill(pid, 0), -1);  // reaped: no such process
 }
 
+// SIGCHLD ignored when this program started (dispositions survive exec) would have the kernel
+// reap the child unseen: its exit code lost, Wait() waiting out its timeout.
+TEST(Subprocess, AChildIsWaitedForEvenWhenThisProgramStartedIgnoringSigchld) {
+  signal(SIGCHLD, SIG_IGN);
+  auto child = Subprocess::Start({"/bin/sh", "-c", "exit 7"}, {});
+  struct sigaction action {};
+  sigaction(SIGCHLD, nullptr, &action);
+  signal(SIGCHLD, SIG_DFL);
+  ASSERT_TRUE(child.ok()) << child.status();
+  EXPECT_EQ(action.sa_handler, SIG_DFL);
+  EXPECT_EQ((*child)->Wait(absl::Seconds(30)).value_or(-1), 7);
+}
+
 TEST(Subprocess, AProgramTheKernelCannotRunIsAnErrorNamingIt) {
   TempDir tmp;
   const std::string program = tmp.Join("not-a-program");

@@ -351,6 +351,26 @@ TEST_F(PythonOpTest, AReplacedProcessIsLoggedAndCounted) {
                                        "element \\(attempt 2 of 3\\))"));
 }
 
+// A worker started with SIGCHLD ignored (a shell's `trap '' CHLD`, a Python parent's
+// signal.signal(SIGCHLD, SIG_IGN): both survive exec) would have the kernel reap its
+// Python processes, and their guardians their runners, unseen: how a process ended would be
+// lost ("ended; killed it") and every stop would wait out its grace. The worker restores the
+// default before it starts one.
+TEST_F(PythonOpTest, AWorkerStartedIgnoringSigchldStillSeesHowItsProcessesEnd) {
+  std::ostringstream log;
+  python::ConfigurePython(Options(), nullptr,
+                          std::make_shared<spdlog::logger>(
+                              "worker", std::make_shared<spdlog::sinks::ostream_sink_mt>(log)));
+  signal(SIGCHLD, SIG_IGN);
+  const Out out = RunSpec(Spec("exits_once_on_3", 2));
+  struct sigaction action {};
+  sigaction(SIGCHLD, nullptr, &action);
+  signal(SIGCHLD, SIG_DFL);
+  ExpectAllInverted(out);
+  EXPECT_EQ(action.sa_handler, SIG_DFL);
+  EXPECT_THAT(log.str(), HasSubstr(") exited with status 7; "));
+}
+
 TEST_F(PythonOpTest, AProcessThatSegfaultsIsReplacedAndItsElementRedoneOnce) {
   auto pool = python::ConfiguredPythonPool();
   ExpectAllInverted(RunSpec(Spec("segfaults_once_on_5", 2)));
