@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -219,14 +220,17 @@ void PythonProcess::Stop() {
     while (!Ended() && absl::Now() < deadline) {
       if (pidfd_ >= 0) {
         pollfd p = {pidfd_, POLLIN, 0};
-        poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(deadline - absl::Now())) + 1);
+        // Never negative: poll would wait forever.
+        const int64_t ms = std::max<int64_t>(0, absl::ToInt64Milliseconds(deadline - absl::Now()));
+        poll(&p, 1, static_cast<int>(ms) + 1);
       } else {
         usleep(1000);
       }
     }
   }
-  // A guardian that did not end (its end is the runner's, by PR_SET_PDEATHSIG). Its group is
-  // its own, and its pid is not reaped yet, so neither names another process.
+  // What is left: a guardian that did not end (the runner ends with it, by
+  // PR_SET_PDEATHSIG). Its group is its own, and its pid is not reaped yet, so
+  // neither names another process.
   kill(-guardian_, SIGKILL);
   kill(guardian_, SIGKILL);
 }
