@@ -265,15 +265,18 @@ TEST_F(GrpcWorkerServiceTest, DescribeDatasetReadsTheManifestUnderTheDataRoot) {
 
 TEST_F(GrpcWorkerServiceTest, SlowReaderKeepsWorkerMemoryBounded) {
   StartWorker(/*queue_batches=*/2);
-  // 4 x 3 x 224 x 224 float32 = 2.4 MB per batch, 12 batches in the split.
+  // 1 x 3 x 448 x 448 float32 = 2.4 MB per batch, 48 batches in the split: 116 MB, well over
+  // what gRPC's flow-control window and the loopback sockets can hold (up to ~23 MiB seen),
+  // so the producer meets a full queue however the run is timed (with 12 such batches the
+  // buffers once took the whole split).
   Assign(R"(
 source: {dataset: {path: DIR}, columns: [image]}
 nodes:
-  - map: {input_columns: [image], ops: [{decode: {}}, {resize: {height: 224, width: 224}}, {cast: {dtype: float32}}]}
-  - batch: {size: 4}
+  - map: {input_columns: [image], ops: [{decode: {}}, {resize: {height: 448, width: 448}}, {cast: {dtype: float32}}]}
+  - batch: {size: 1}
 )",
          MakeSplit(1, 0, 0, 0, 0, 48, 0, 0));
-  const int64_t batch_bytes = 4 * 224 * 224 * 3 * 4;
+  const int64_t batch_bytes = 1 * 448 * 448 * 3 * 4;
   grpc::ClientContext context;
   auto reader = Open(&context);
   proto::Batch b;
@@ -285,7 +288,7 @@ nodes:
   ASSERT_TRUE(Eventually(
       [&] { return worker_->blocked_producers() == 1 && worker_->queued_batches() == 2; }));
   ASSERT_TRUE(worker_->Heartbeat().ok());
-  EXPECT_LT(worker_->last_heartbeat().splits(0).produced_batches(), 12u);
+  EXPECT_LT(worker_->last_heartbeat().splits(0).produced_batches(), 48u);
   // Queue (2) + the write in flight + look-ahead + the executor's bounded
   // queues.
   EXPECT_LE(worker_->peak_bytes(), 8 * batch_bytes);
@@ -298,12 +301,12 @@ nodes:
       marker = true;
       break;
     }
-    ASSERT_EQ(b.global_indices_size(), 4);
-    EXPECT_EQ(b.global_indices(0), 4 * next);
+    ASSERT_EQ(b.global_indices_size(), 1);
+    EXPECT_EQ(b.global_indices(0), next);
     ++next;
   }
   EXPECT_TRUE(marker);
-  EXPECT_EQ(next, 12u);
+  EXPECT_EQ(next, 48u);
   context.TryCancel();
 }
 
