@@ -16,9 +16,12 @@
 # alone:   bench/pipelines/python_alone.yaml vs --mode alone: only augment_numpy.busy, a pure
 #          Python function, on each record's label.
 # sluice gets --threads T (its stage threads, each with one Python process busy at a time); the
-# DataLoader num_workers = T. Each side takes one warm-up epoch, then E timed epochs (5E for
-# alone). R rounds,
-# alternating sides; the median ratio and the range are printed per mode.
+# DataLoader num_workers = T. Two ratios per round, sides alternating: the whole run as a user
+# sees it (E epochs with no warm-up; sluice: the `sluice pipeline run` command from its start to
+# its exit; DataLoader: from making the dataset and the loader to the last batch, the script's
+# `import torch` left out), and the steady state (one untimed warm-up epoch, then E timed epochs).
+# E is 5E for alone. R rounds; the median ratio and the range are printed per mode, whole run
+# first (the headline).
 # Then the costs, CPU per image of each side's parts on their own: PIL decode + crop and each
 # function (bench/python_ops_costs.py); sluice's decode + crop (`pipeline run` of the augment
 # spec without its python op); sluice's python-op path (bench/pipelines/python_path.yaml: the
@@ -63,31 +66,53 @@ sluice_rate() {  # spec epochs
     --python-path "$root/examples/python_transforms" --python-path "$root/bench" 2>/dev/null |
     sed -n 's/^throughput: \([0-9.]*\) images\/s/\1/p'
 }
-torch_rate() {  # mode epochs
+# The whole command, start-up included: images delivered / its wall time.
+sluice_whole_rate() {  # spec epochs
+  local t0 t1 n
+  t0="$(date +%s.%N)"
+  n="$("$build/bin/sluice" pipeline run --spec "$1" --data "$work/ds" --threads "$threads" \
+    --epochs "$2" --warmup-epochs 0 --allow-python-ops \
+    --python-path "$root/examples/python_transforms" --python-path "$root/bench" 2>/dev/null |
+    sed -n 's/^\([0-9]*\) images in .*/\1/p')"
+  t1="$(date +%s.%N)"
+  awk -v n="$n" -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", n / (b - a)}'
+}
+torch_rate() {  # mode epochs [--whole]
   /usr/bin/python3 "$root/bench/python_ops_loader.py" --data "$work/images" --mode "$1" \
-    --workers "$threads" --epochs "$2" | sed -n 's/^pytorch: \([0-9.]*\) images\/s/\1/p'
+    --workers "$threads" --epochs "$2" ${3:-} | sed -n 's/^pytorch: \([0-9.]*\) images\/s/\1/p'
+}
+ratio_of() { awk -v s="$1" -v t="$2" 'BEGIN {printf "%.2f", s / t}'; }
+summary() {  # ratios...
+  local med lo hi
+  med="$(printf '%s\n' "$@" | median)"
+  lo="$(printf '%s\n' "$@" | sort -g | head -1)"
+  hi="$(printf '%s\n' "$@" | sort -g | tail -1)"
+  echo "$med ($lo-$hi)"
 }
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 declare -A medians
 for mode in $modes; do
-  ratios=()
+  whole=()
+  steady=()
   # alone reads no image and is ~10x faster per record: 5x the epochs, so that a timed run
   # lasts seconds, not a fraction of one.
   e="$epochs"
   if [[ "$mode" == alone ]]; then e=$((epochs * 5)); fi
+  spec="$root/bench/pipelines/python_$mode.yaml"
   for ((r = 1; r <= rounds; r++)); do
-    s="$(sluice_rate "$root/bench/pipelines/python_$mode.yaml" "$e")"
+    sw="$(sluice_whole_rate "$spec" "$e")"
+    tw="$(torch_rate "$mode" "$e" --whole)"
+    s="$(sluice_rate "$spec" "$e")"
     t="$(torch_rate "$mode" "$e")"
-    ratio="$(awk -v s="$s" -v t="$t" 'BEGIN {printf "%.2f", s / t}')"
-    echo "$mode round $r: sluice $s images/s, pytorch $t images/s, ratio $ratio"
-    ratios+=("$ratio")
+    whole+=("$(ratio_of "$sw" "$tw")")
+    steady+=("$(ratio_of "$s" "$t")")
+    echo "$mode round $r: whole run sluice $sw images/s, pytorch $tw images/s, ratio ${whole[-1]};" \
+         "steady sluice $s images/s, pytorch $t images/s, ratio ${steady[-1]}"
   done
-  med="$(printf '%s\n' "${ratios[@]}" | median)"
-  lo="$(printf '%s\n' "${ratios[@]}" | sort -g | head -1)"
-  hi="$(printf '%s\n' "${ratios[@]}" | sort -g | tail -1)"
-  echo "$mode: sluice/pytorch median $med (range $lo-$hi)"
-  medians[$mode]="$med ($lo-$hi)"
+  medians[$mode]="$(summary "${whole[@]}")"
+  echo "$mode: sluice/pytorch whole run median ${medians[$mode]}; steady state median" \
+       "$(summary "${steady[@]}")"
 done
 
 noaug="$work/python_augment_cpp_only.yaml"
@@ -111,6 +136,6 @@ for mode in augment pil lut; do
   awk -v m="$mode" -v c="$cpp_us" -v s="$path_sluice_us" -v p="$path_python_us" -v pil="$pil_ms" \
       -v f="$f_ms" -v r="${medians[$mode]:-not run}" 'BEGIN {
     path = (s + p - c) / 1e3
-    printf "%s: function %.3f ms; ratio the parts allow (%.3f + %.3f) / (%.3f + %.3f + %.3f) = %.2f; measured %s\n",
+    printf "%s: function %.3f ms; ratio the parts allow (%.3f + %.3f) / (%.3f + %.3f + %.3f) = %.2f; measured (whole run) %s\n",
            m, f, pil, f, c / 1e3, path, f, (pil + f) / (c / 1e3 + path + f), r }'
 done

@@ -214,6 +214,9 @@ absl::StatusOr<std::unique_ptr<Op>> MakePython(const proto::PythonOp& spec, OpLa
                      "' is not one this worker runs python ops from (--python-modules ",
                      absl::StrJoin(pool->options().modules, ","), ")"));
   }
+  // The processes start, and import the module, while the pipeline reads and
+  // decodes its first elements.
+  pool->Warm(spec.module(), spec.function());
   return std::make_unique<PythonOpImpl>(std::move(label), spec, std::move(dtypes), std::move(pool));
 }
 

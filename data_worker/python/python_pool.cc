@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -89,11 +90,20 @@ absl::StatusOr<std::unique_ptr<PythonProcess>> PythonPool::Acquire() {
       // call's attempt, not an import's fault.
       dead.push_back(std::move(p));
     }
-    ++started_;
   }
   for (const std::unique_ptr<PythonProcess>& p : dead) {
-    CountReplaced(absl::StrCat("the Python process (pid ", p->pid(),
-                               ") ended while idle (killed, or out of memory); a new one starts"));
+    CountReplaced(absl::StrCat(
+        "the Python process (pid ", p->pid(), ") ended while idle (killed, or out of memory",
+        p->ready() ? "" : ", or its interpreter could not start: its output is in this log",
+        "); a new one starts"));
+  }
+  return StartProcess();
+}
+
+absl::StatusOr<std::unique_ptr<PythonProcess>> PythonPool::StartProcess() {
+  {
+    absl::MutexLock lock(&mu_);
+    ++started_;
   }
   if (started_total_ != nullptr) started_total_->Increment();
   ProcessOptions po;
@@ -101,6 +111,31 @@ absl::StatusOr<std::unique_ptr<PythonProcess>> PythonPool::Acquire() {
   po.max_result_bytes = options_.max_result_bytes;
   po.python_path = options_.python_path;
   return PythonProcess::Start(po);
+}
+
+void PythonPool::Warm(const std::string& module, const std::string& function) {
+  const int want = std::min(options_.warm, options_.max_idle);
+  if (want <= 0) return;
+  // Preloaded outside the lock (a process that fails it is gone, and is
+  // reaped); meanwhile a caller finds none idle and starts its own.
+  std::vector<std::unique_ptr<PythonProcess>> idle;
+  {
+    absl::MutexLock lock(&mu_);
+    idle.swap(idle_);
+  }
+  int ready = 0;
+  for (std::unique_ptr<PythonProcess>& p : idle) {
+    // One that ended while idle is left to Acquire, which says so.
+    if (!p->Ended() && p->Preload(module, function).ok()) ++ready;
+  }
+  for (; ready < want; ++ready) {
+    absl::StatusOr<std::unique_ptr<PythonProcess>> p = StartProcess();
+    if (!p.ok() || !(*p)->Preload(module, function).ok()) break;
+    idle.push_back(*std::move(p));
+  }
+  for (std::unique_ptr<PythonProcess>& p : idle) {
+    if (p->alive()) Release(std::move(p));
+  }
 }
 
 void PythonPool::Release(std::unique_ptr<PythonProcess> p) {
@@ -115,6 +150,7 @@ absl::StatusOr<std::vector<Tensor>> PythonPool::Call(const std::string& module,
                                                      const std::vector<const Tensor*>& columns) {
   absl::Status last;
   int import_deaths = 0;
+  int startup_deaths = 0;  // before the interpreter had numpy imported
   for (int attempt = 0; attempt < options_.max_attempts; ++attempt) {
     absl::StatusOr<std::unique_ptr<PythonProcess>> p = Acquire();
     if (!p.ok()) return p.status();
@@ -127,11 +163,17 @@ absl::StatusOr<std::vector<Tensor>> PythonPool::Call(const std::string& module,
     if (!absl::IsUnavailable(out.status())) return out;  // drops the process
     last = out.status();
     if ((*p)->died_importing()) ++import_deaths;
+    if (!(*p)->ready()) ++startup_deaths;
     CountReplaced(absl::StrCat(module, ".", function, ": ", last.message(),
                                attempt + 1 < options_.max_attempts
                                    ? absl::StrCat("; a new process redoes the element (attempt ",
                                                   attempt + 2, " of ", options_.max_attempts, ")")
                                    : "; the element failed"));
+  }
+  if (startup_deaths == options_.max_attempts) {
+    // No process got as far as numpy: the interpreter, not the module or the
+    // element (an image without numpy, where nothing checked it at start-up).
+    if (absl::Status python = CheckPythonInterpreter(options_); !python.ok()) return python;
   }
   if (import_deaths == options_.max_attempts) {
     // The module, not this element: it would end any process (a broken C
@@ -185,9 +227,11 @@ absl::StatusOr<std::vector<CallResult>> PythonPool::CallGroup(
       continue;
     }
     out.push_back(Call(module, function, e.seed, e.columns));
-    // Internal (the interpreter cannot start) or InvalidArgument (the import
-    // fails, or a result is malformed): the job ends, the rest need not run.
-    if (absl::IsInternal(out.back().status()) || absl::IsInvalidArgument(out.back().status())) {
+    // Internal or FailedPrecondition (the interpreter cannot start, or cannot
+    // import numpy) or InvalidArgument (the import fails, or a result is
+    // malformed): the job ends, the rest need not run.
+    if (absl::IsInternal(out.back().status()) || absl::IsFailedPrecondition(out.back().status()) ||
+        absl::IsInvalidArgument(out.back().status())) {
       return out.back().status();
     }
   }

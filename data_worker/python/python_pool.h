@@ -73,6 +73,10 @@ struct PythonOptions {
   std::string interpreter;
   int max_attempts = 3;
   int max_idle = 64;
+  // Processes Warm starts ahead of a python op's first call (the worker's
+  // threads per pipeline, which bound the processes one pipeline keeps busy);
+  // 0: none, each starts when a thread first needs it.
+  int warm = 0;
 };
 
 class PythonPool {
@@ -89,7 +93,9 @@ class PythonPool {
   // idle or new process, again on a new process after a crash or a timeout.
   // Errors: as PythonProcess::Call, except that Unavailable becomes DataLoss
   // ("... died N times on this element: <last reason>") after max_attempts;
-  // Internal if the interpreter cannot start.
+  // Internal if the interpreter cannot start; FailedPrecondition
+  // (CheckPythonInterpreter's message) if every attempt's process died before
+  // numpy was imported and the interpreter indeed cannot import it.
   absl::StatusOr<std::vector<Tensor>> Call(const std::string& module, const std::string& function,
                                            uint64_t seed, const std::vector<const Tensor*>& columns)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -112,6 +118,15 @@ class PythonPool {
                                                     bool first_error_ends = false)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Starts processes until options().warm are idle, and has every idle one
+  // import module.function ahead of its first call (PythonProcess::Preload),
+  // without waiting for any: the interpreters, numpy and the module start
+  // together while the pipeline reads and decodes its first elements, not one
+  // process after another as the autotuner adds threads. Called when a python
+  // op is built; a process that fails to start is left to the call that would
+  // have started it (its error is the call's).
+  void Warm(const std::string& module, const std::string& function) ABSL_LOCKS_EXCLUDED(mu_);
+
   const PythonOptions& options() const { return options_; }
   // Processes started so far (replacements included), and processes replaced
   // after a crash or timeout: for tests and metrics.
@@ -130,6 +145,8 @@ class PythonPool {
 
  private:
   absl::StatusOr<std::unique_ptr<PythonProcess>> Acquire() ABSL_LOCKS_EXCLUDED(mu_);
+  // A new process (counted as started).
+  absl::StatusOr<std::unique_ptr<PythonProcess>> StartProcess() ABSL_LOCKS_EXCLUDED(mu_);
   void Release(std::unique_ptr<PythonProcess> p) ABSL_LOCKS_EXCLUDED(mu_);
   // Counts a process replaced after `why` (its end, and what is redone).
   void CountReplaced(const std::string& why) ABSL_LOCKS_EXCLUDED(mu_);

@@ -25,6 +25,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/base/process.h"
+#include "common/base/status_macros.h"
 #include "data_worker/python/runner_source.h"
 
 extern char** environ;
@@ -423,14 +424,36 @@ absl::Time DeadlineAfter(absl::Duration timeout, size_t calls) {
 
 }  // namespace
 
+absl::Status PythonProcess::Preload(const std::string& module, const std::string& function) {
+  if (preloading_.has_value() || loaded_.contains(absl::StrCat(module, ".", function))) {
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(Send(absl::StrCat("LOAD ", module, " ", function, "\n")));
+  preloading_.emplace(module, function);
+  return absl::OkStatus();
+}
+
 absl::Status PythonProcess::Load(const std::string& module, const std::string& function,
                                  absl::Duration timeout) {
-  const std::string name = absl::StrCat(module, ".", function);
-  if (loaded_.contains(name)) return absl::OkStatus();
   const absl::Duration limit = std::max(timeout, kImportTimeout);
+  if (preloading_.has_value()) {
+    const auto [m, f] = *std::exchange(preloading_, std::nullopt);
+    absl::Status preloaded = ReadLoaded(m, f, limit, absl::OkStatus());
+    if (m == module && f == function) return preloaded;
+    // Another function's import: its failure is told when it is called.
+    if (!alive()) return preloaded;
+  }
+  if (loaded_.contains(absl::StrCat(module, ".", function))) return absl::OkStatus();
+  return ReadLoaded(module, function, limit,
+                    Send(absl::StrCat("LOAD ", module, " ", function, "\n")));
+}
+
+absl::Status PythonProcess::ReadLoaded(const std::string& module, const std::string& function,
+                                       absl::Duration limit, const absl::Status& sent) {
+  const std::string name = absl::StrCat(module, ".", function);
   waiting_for_ = absl::FormatDuration(limit);
-  absl::Status s = Send(absl::StrCat("LOAD ", module, " ", function, "\n"));
-  absl::StatusOr<std::string> head = s.ok() ? ReadLine(DeadlineAfter(limit, 1)) : s;
+  absl::StatusOr<std::string> head =
+      sent.ok() ? ReadLine(DeadlineAfter(limit, 1)) : absl::StatusOr<std::string>(sent);
   if (!head.ok()) {
     // The process is dead (or was killed): by the import, or before it (an
     // idle process the OOM killer chose). Unavailable: the pool tries a fresh

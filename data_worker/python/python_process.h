@@ -29,7 +29,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
@@ -95,6 +97,18 @@ class PythonProcess {
                                                     const std::vector<CallInput>& elements,
                                                     absl::Duration timeout);
 
+  // Has the child import module.function ahead of its first call: sends
+  // runner.py's LOAD without waiting for the answer, which the next Call or
+  // CallGroup reads. A process started ahead of its first call (PythonPool's
+  // Warm) thus imports the module while the worker does other work. Nothing is
+  // sent if the function is loaded or a preload is pending. Unavailable if the
+  // process is gone: drop it.
+  absl::Status Preload(const std::string& module, const std::string& function);
+
+  // The runner has told its pid, which it does once numpy is imported: the
+  // interpreter started. False for a process that died starting up (or has not
+  // been read from yet).
+  bool ready() const { return runner_ != 0; }
   // The runner's pid (the process that runs the functions: its
   // os.getpid()) once it has answered; the guardian's before.
   pid_t pid() const { return runner_ != 0 ? runner_ : guardian_; }
@@ -120,6 +134,10 @@ class PythonProcess {
   // traceback); Unavailable: the process died or hung while importing (or had
   // died before), and died_importing() is true.
   absl::Status Load(const std::string& module, const std::string& function, absl::Duration timeout);
+  // Reads the answer to LOAD module.function, or takes `sent`'s failure (the
+  // process is gone) as a death while importing (Load's errors).
+  absl::Status ReadLoaded(const std::string& module, const std::string& function,
+                          absl::Duration limit, const absl::Status& sent);
 
   PythonProcess(pid_t guardian, int pidfd, int shm_fd, int socket_fd)
       : guardian_(guardian), pidfd_(pidfd), shm_fd_(shm_fd), socket_fd_(socket_fd) {}
@@ -143,9 +161,10 @@ class PythonProcess {
   // (Unavailable).
   absl::Status Dead(const std::string& what, bool exiting);
 
-  // Asks the guardian to kill the runner and what it started, and waits up to
-  // kStopGrace for it to end; SIGKILLs it if it does not (a function stopped
-  // or killed its parent). Call before reaping the guardian.
+  // Asks the guardian to kill the runner and what it started (SIGCONT first:
+  // a function may have stopped it), and waits up to kStopGrace for it to end;
+  // SIGKILLs its group if it does not (a process it waits for is stuck in the
+  // kernel, or a function keeps stopping it). Call before reaping the guardian.
   void Stop();
 
   pid_t guardian_;    // the child: waited, signalled, reaped
@@ -161,6 +180,8 @@ class PythonProcess {
   bool died_importing_ = false;
   std::string waiting_for_;                  // how long the current wait may take, for its error
   absl::flat_hash_set<std::string> loaded_;  // "module.function" imported in the child
+  // The module and function of a LOAD sent by Preload whose answer is unread.
+  std::optional<std::pair<std::string, std::string>> preloading_;
 };
 
 }  // namespace sluice::data_worker::python

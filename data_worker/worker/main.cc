@@ -16,9 +16,11 @@
 // security: docs/security.md.
 // A worker the dispatcher drains (autoscaling, `--scaler local`) exits 0 the
 // same way once may_exit.
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -289,6 +291,10 @@ int Run(int argc, char** argv) {
   // Before any pipeline is built (the python op takes the pool then). One
   // element's results may take at most the worker's memory budget.
   f.python.max_result_bytes = f.memory_mb << 20;
+  // A pipeline's python op starts as many processes as the pipeline may have threads.
+  f.python.warm = f.threads > 0
+                      ? f.threads
+                      : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (absl::Status python = sluice::data_worker::python::CheckPythonInterpreter(f.python);
       !python.ok()) {
     logger->error("{}", std::string(python.message()));

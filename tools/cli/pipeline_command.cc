@@ -6,6 +6,7 @@
 // per-stage statistics, the autotuned parallelism and, last,
 // `throughput: <N> images/s`.
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -128,7 +129,12 @@ absl::Status RunPipeline(const PipelineFlags& flags) {
   if (flags.memory_mb <= 0) return absl::InvalidArgumentError("--memory-mb must be > 0");
   data_worker::python::PythonOptions python = flags.python;
   python.max_result_bytes = flags.memory_mb << 20;
-  RETURN_IF_ERROR(data_worker::python::CheckPythonInterpreter(python));
+  // As many processes as the pipeline's threads start with the pipeline. The interpreter is not
+  // checked first (a worker does, at start-up): a run is not a rollout, and a python op whose
+  // processes cannot import numpy says so (PythonPool::Call).
+  python.warm = flags.threads > 0
+                    ? flags.threads
+                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   data_worker::python::ConfigurePython(python);
   // The first batch's latency counts from here: building the pipeline included, as the
   // service's counts from opening the job (bench/first_batch.sh compares the two).

@@ -886,6 +886,95 @@ TEST_F(PythonOpTest, AWorkerWhosePythonCannotImportNumpyIsRefusedAtStartUp) {
   EXPECT_TRUE(python::CheckPythonInterpreter(o).ok()) << python::CheckPythonInterpreter(o);
 }
 
+// The pids that imported sluice_test_import_log, in order.
+std::vector<std::string> Imports(const testing::TempDir& markers) {
+  std::ifstream f(markers.path() + "/imports");
+  std::vector<std::string> pids;
+  for (std::string line; std::getline(f, line);) pids.push_back(line);
+  return pids;
+}
+
+// A python op's processes start when the op is built, as many as the
+// pipeline may have threads, and import its module before any call: the first
+// elements do not wait for one interpreter after another.
+TEST_F(PythonOpTest, WarmProcessesImportTheModuleBeforeTheFirstCall) {
+  python::PythonOptions o = Options();
+  o.warm = 2;
+  python::ConfigurePython(o);
+  auto pool = python::ConfiguredPythonPool();
+  pool->Warm("sluice_test_import_log", "invert");
+  EXPECT_EQ(pool->processes_started(), 2);
+  // Both import it with no call made (a generous wait for the event, not a timing).
+  for (int i = 0; i < 6000 && Imports(markers_).size() < 2; ++i) usleep(10000);
+  EXPECT_EQ(Imports(markers_).size(), 2u);
+  EXPECT_EQ(pool->requests(), 0);
+  const SmallRecords records;
+  for (int g = 0; g < 2; ++g) {
+    auto out = pool->Call("sluice_test_import_log", "invert", 7, records.group[g].columns);
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_EQ(std::string((*out)[0].bytes()), SmallRecords::InvertedImage(g));
+  }
+  // Warming again starts nothing and imports nothing more.
+  pool->Warm("sluice_test_import_log", "invert");
+  EXPECT_EQ(pool->processes_started(), 2);
+  EXPECT_EQ(Imports(markers_).size(), 2u);
+  // A whole pipeline: the op's build warms the pool (two processes already idle).
+  ExpectAllInverted(RunSpec(absl::StrReplaceAll(
+      Spec("invert", 2), {{"module: sluice_test_fns", "module: sluice_test_import_log"}})));
+  EXPECT_EQ(pool->processes_started(), 2);
+  EXPECT_EQ(Imports(markers_).size(), 2u);
+}
+
+// A process warmed for one function serves a call of another: the preload's
+// answer is read first, and a preload whose import fails costs nothing until
+// that function is called, which then fails with the import error.
+TEST_F(PythonOpTest, AProcessWarmedForAnotherFunctionServesThisOne) {
+  python::PythonOptions o = Options();
+  o.warm = 1;
+  python::ConfigurePython(o);
+  auto pool = python::ConfiguredPythonPool();
+  const SmallRecords records;
+  pool->Warm("no_such_mod", "f");
+  auto out = pool->Call("sluice_test_fns", "invert", 7, records.group[3].columns);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(std::string((*out)[0].bytes()), SmallRecords::InvertedImage(3));
+  pool->Warm("sluice_test_fns", "raises_on_3");
+  auto raised = pool->Call("sluice_test_fns", "raises_on_3", 7, records.group[3].columns);
+  EXPECT_EQ(raised.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(raised.status().message(), HasSubstr("ValueError: bad record 3"));
+  auto missing = pool->Call("no_such_mod", "f", 7, records.group[3].columns);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(missing.status().message(),
+              HasSubstr("ModuleNotFoundError: No module named 'no_such_mod'"));
+  EXPECT_EQ(pool->processes_started(), 1);
+  EXPECT_EQ(pool->processes_replaced(), 0);
+}
+
+// Where nothing checked the interpreter at start-up (sluice pipeline run), a
+// python op whose processes cannot import numpy ends the run with the
+// start-up check's message, not as an element's or a module's failure.
+TEST_F(PythonOpTest, APipelineWhosePythonCannotImportNumpySaysSo) {
+  const std::string no_numpy = ::testing::TempDir() + "/python3-without-numpy-for-a-pipeline";
+  {
+    std::ofstream f(no_numpy);
+    f << "#!/bin/sh\nexec " << SLUICE_PYTHON_EXECUTABLE << " -S \"$@\"\n";
+  }
+  ASSERT_EQ(chmod(no_numpy.c_str(), 0755), 0);
+  python::PythonOptions o = Options();
+  o.interpreter = no_numpy;
+  o.warm = 2;
+  python::ConfigurePython(o);
+  for (const std::string on_error : {"fail", "skip"}) {
+    const Out out = RunSpec(Spec("invert", 2, on_error, kEight));
+    EXPECT_EQ(out.status.code(), absl::StatusCode::kFailedPrecondition) << on_error;
+    EXPECT_THAT(out.status.message(),
+                HasSubstr(absl::StrCat("--allow-python-ops: ", no_numpy,
+                                       " cannot run python ops: `import numpy` exited with 1: ")));
+    EXPECT_THAT(out.status.message(), HasSubstr("No module named 'numpy'"));
+    EXPECT_EQ(out.deliveries, 0) << on_error;
+  }
+}
+
 // A Python process keeps its heap (MALLOC_TRIM_THRESHOLD_, MALLOC_MMAP_THRESHOLD_) instead of
 // giving freed images back to the kernel and faulting them in again on the next element; a
 // worker started with its own glibc settings passes them on.
