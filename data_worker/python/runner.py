@@ -59,7 +59,9 @@
 # ran the element, or on what ran before.
 #
 # Inputs are numpy views of the shared memory (no copy). Outputs are written after all the
-# request's inputs, 64-byte aligned; the child grows the memfd when they do not fit (the
+# request's inputs, 64-byte aligned, each element's as soon as its call returns (so that a
+# function that fills and returns the same array at every call, an `out=` buffer it keeps, gives
+# each element of a group its own bytes); the child grows the memfd when they do not fit (the
 # worker re-reads its size).
 #
 # The process the worker starts is the runner's *guardian*: it forks the runner (which does all of
@@ -389,11 +391,16 @@ def arrays_of(result):
     return arrays, None
 
 
-def call_all(fn, buf, elements):
-    """The calls of one request, in order, each as call() returns it. An element whose results
-    take more than RESULT_LIMIT bytes fails (ERR size), and the request stops once its results
-    so far take more (the worker asks again for the rest)."""
+def call_all(fn, shm, elements, end):
+    """The calls of one request, in order: per element, (its results' layout lines, None) or
+    (None, (kind, text)), and the shared memory's size. Each element's results are copied into
+    the shared memory, after `end` (the inputs), as soon as its call returns, before the next
+    call can change them. An element whose results take more than RESULT_LIMIT bytes fails
+    (ERR size), and the request stops once its results so far take more (the worker asks again
+    for the rest)."""
+    buf = shm.buffer()  # the inputs' views stay on this map if the results grow the memfd
     results = []
+    offset = align(end)
     total = 0
     reported = time.monotonic()
     for seed, specs in elements:
@@ -409,40 +416,31 @@ def call_all(fn, buf, elements):
                                      % (size, RESULT_LIMIT))
             else:
                 total += size
-        results.append((arrays, err))
+        if arrays is None:
+            results.append((None, err))
+        else:
+            lines, offset = write_results(shm, arrays, offset)
+            results.append((lines, None))
         if RESULT_LIMIT and total > RESULT_LIMIT:
             break
-    return results
+    return results, shm.size
 
 
-def write_results(shm, results, end):
-    """Copies every result array into the shared memory after `end`; returns the layout
-    lines of each result (None for an error) and the shared memory's size."""
-    offset = align(end)
+def write_results(shm, arrays, offset):
+    """Copies one element's result arrays into the shared memory from `offset` on, each 64-byte
+    aligned; returns their layout lines and where the next element's may start."""
     placed = []
-    for arrays, _ in results:
-        if arrays is None:
-            placed.append(None)
-            continue
-        layout = []
-        for a in arrays:
-            layout.append((a, offset))
-            offset = align(offset + a.nbytes)
-        placed.append(layout)
+    for a in arrays:
+        placed.append((a, offset))
+        offset = align(offset + a.nbytes)
     buf = shm.buffer(need=offset)
     lines = []
-    for layout in placed:
-        if layout is None:
-            lines.append(None)
-            continue
-        text = []
-        for a, off in layout:
-            if a.nbytes:
-                np.copyto(view(buf, a.dtype, a.shape, off, a.nbytes), a, casting="no")
-            text.append(("%s %d %d %d%s\n" % (NAME_OF[a.dtype], off, a.nbytes, a.ndim,
-                                              "".join(" %d" % d for d in a.shape))).encode())
-        lines.append(text)
-    return lines, shm.size
+    for a, off in placed:
+        if a.nbytes:
+            np.copyto(view(buf, a.dtype, a.shape, off, a.nbytes), a, casting="no")
+        lines.append(("%s %d %d %d%s\n" % (NAME_OF[a.dtype], off, a.nbytes, a.ndim,
+                                          "".join(" %d" % d for d in a.shape))).encode())
+    return lines, offset
 
 
 def first_for_the_oom_killer():
@@ -492,26 +490,22 @@ def main():
         except BaseException:
             send(error("import", traceback.format_exc()))
             continue
-        buf = shm.buffer()
         end = max((inputs_end(specs) for _, specs in elements), default=0)
-        results = call_all(fn, buf, elements)
-        del buf
-        lines, size = write_results(shm, results, end)
+        results, size = call_all(fn, shm, elements, end)
         if words[0] == b"GROUP":
             out = [b"GROUP %d %d\n" % (len(results), size)]
-            for (arrays, err), text in zip(results, lines):
+            for text, err in results:
                 if err is not None:
                     out.append(error(*err))
                 else:
-                    out.append(b"OK %d\n" % len(arrays))
+                    out.append(b"OK %d\n" % len(text))
                     out.extend(text)
         else:
-            (arrays, err), text = results[0], lines[0]
+            text, err = results[0]
             if err is not None:
                 out = [error(*err)]
             else:
-                out = [b"OK %d %d\n" % (len(arrays), size)] + text
-        del results
+                out = [b"OK %d %d\n" % (len(text), size)] + text
         send(b"".join(out))
 
 

@@ -502,6 +502,24 @@ TEST_F(PythonOpTest, AGroupWhoseResultsPassTheLimitIsAnsweredInParts) {
   }
 }
 
+// A function that returns the same array at every call, refilled: each element
+// of a group gets its own bytes (its results are copied out before the next
+// call), as it would one call at a time.
+TEST_F(PythonOpTest, AFunctionThatReusesItsOutputArrayGivesEachElementOfAGroupItsOwnBytes) {
+  auto pool = python::ConfiguredPythonPool();
+  const SmallRecords records;
+  auto out = pool->CallGroup("sluice_test_fns", "inverts_into_one_buffer", records.group);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(pool->requests(), 1);
+  ASSERT_EQ(out->size(), static_cast<size_t>(kRecords));
+  for (int g = 0; g < kRecords; ++g) {
+    const auto& r = (*out)[g];
+    ASSERT_TRUE(r.ok()) << g << ": " << r.status();
+    EXPECT_EQ(std::string((*r)[0].bytes()), SmallRecords::InvertedImage(g)) << g;
+    EXPECT_EQ(*(*r)[1].data_as<int64_t>(), g);
+  }
+}
+
 TEST_F(PythonOpTest, AMissingModuleIsInvalidArgumentWithTheImportError) {
   std::string yaml =
       absl::StrReplaceAll(Spec("invert", 1), {{"module: sluice_test_fns", "module: no_such_mod"}});
