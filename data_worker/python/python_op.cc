@@ -41,7 +41,14 @@ class PythonOpImpl final : public Op {
         function_(spec.function()),
         output_dtypes_(std::move(output_dtypes)),
         group_(spec.group() > 0 ? spec.group() : kDefaultGroup),
-        pool_(std::move(pool)) {}
+        pool_(std::move(pool)),
+        owner_(pool_->NewOwner()) {
+    // The processes start, and import the module, while the pipeline reads and
+    // decodes its first elements.
+    pool_->Warm(owner_, module_, function_);
+  }
+  // This op's processes serve no one else.
+  ~PythonOpImpl() override { pool_->Retire(owner_); }
 
   std::string_view name() const override { return label_.name; }
 
@@ -59,7 +66,7 @@ class PythonOpImpl final : public Op {
                                                    const ElementContext& ctx) const override {
     std::vector<const Tensor*> in;
     for (const Tensor& t : columns) in.push_back(&t);
-    return Check(columns, pool_->Call(module_, function_, Seed(ctx), in));
+    return Check(columns, pool_->Call(owner_, module_, function_, Seed(ctx), in));
   }
 
   int group_size() const override { return group_; }
@@ -92,7 +99,7 @@ class PythonOpImpl final : public Op {
         group.push_back(std::move(in));
       }
       absl::StatusOr<std::vector<python::CallResult>> results =
-          pool_->CallGroup(module_, function_, group, first_error_ends);
+          pool_->CallGroup(owner_, module_, function_, group, first_error_ends);
       for (size_t i = begin; i < end; ++i) {
         out.push_back(failed         ? NotComputed()
                       : results.ok() ? Check(columns[i], std::move((*results)[i - begin]))
@@ -150,6 +157,8 @@ class PythonOpImpl final : public Op {
   std::vector<DType> output_dtypes_;  // kBytes = the input's dtype
   int group_;
   std::shared_ptr<python::PythonPool> pool_;
+  // Its processes: what a function leaves in one reaches no other pipeline.
+  const python::PythonPool::Owner owner_;
 };
 
 // output_dtypes as DTypes (kBytes: the input's), or InvalidArgument naming the field.
@@ -214,9 +223,6 @@ absl::StatusOr<std::unique_ptr<Op>> MakePython(const proto::PythonOp& spec, OpLa
                      "' is not one this worker runs python ops from (--python-modules ",
                      absl::StrJoin(pool->options().modules, ","), ")"));
   }
-  // The processes start, and import the module, while the pipeline reads and
-  // decodes its first elements.
-  pool->Warm(spec.module(), spec.function());
   return std::make_unique<PythonOpImpl>(std::move(label), spec, std::move(dtypes), std::move(pool));
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -77,14 +78,31 @@ void PythonPool::CountReplaced(const std::string& why) {
 
 PythonPool::~PythonPool() = default;
 
-absl::StatusOr<std::unique_ptr<PythonProcess>> PythonPool::Acquire() {
+PythonPool::Owner PythonPool::NewOwner() {
+  absl::MutexLock lock(&mu_);
+  return ++last_owner_;
+}
+
+void PythonPool::Retire(Owner owner) {
+  std::vector<Idle> retired;  // stopped unlocked
+  {
+    absl::MutexLock lock(&mu_);
+    auto theirs = std::stable_partition(idle_.begin(), idle_.end(),
+                                        [&](const Idle& i) { return i.owner != owner; });
+    std::move(theirs, idle_.end(), std::back_inserter(retired));
+    idle_.erase(theirs, idle_.end());
+  }
+}
+
+absl::StatusOr<std::unique_ptr<PythonProcess>> PythonPool::Acquire(Owner owner) {
   std::vector<std::unique_ptr<PythonProcess>> dead;  // ended while idle: reaped unlocked
   {
     absl::MutexLock lock(&mu_);
     ++requests_;
-    while (!idle_.empty()) {
-      std::unique_ptr<PythonProcess> p = std::move(idle_.back());
-      idle_.pop_back();
+    for (size_t i = idle_.size(); i-- > 0;) {
+      if (idle_[i].owner != owner) continue;
+      std::unique_ptr<PythonProcess> p = std::move(idle_[i].process);
+      idle_.erase(idle_.begin() + static_cast<std::ptrdiff_t>(i));
       if (!p->Ended()) return p;
       // Died while idle (the OOM killer takes Python processes first): not a
       // call's attempt, not an import's fault.
@@ -113,15 +131,18 @@ absl::StatusOr<std::unique_ptr<PythonProcess>> PythonPool::StartProcess() {
   return PythonProcess::Start(po);
 }
 
-void PythonPool::Warm(const std::string& module, const std::string& function) {
+void PythonPool::Warm(Owner owner, const std::string& module, const std::string& function) {
   const int want = std::min(options_.warm, options_.max_idle);
   if (want <= 0) return;
   // Preloaded outside the lock (a process that fails it is gone, and is
-  // reaped); meanwhile a caller finds none idle and starts its own.
+  // reaped); meanwhile a call of this owner finds none idle and starts its own.
   std::vector<std::unique_ptr<PythonProcess>> idle;
   {
     absl::MutexLock lock(&mu_);
-    idle.swap(idle_);
+    for (Idle& i : idle_) {
+      if (i.owner == owner) idle.push_back(std::move(i.process));
+    }
+    std::erase_if(idle_, [](const Idle& i) { return i.process == nullptr; });
   }
   int ready = 0;
   for (std::unique_ptr<PythonProcess>& p : idle) {
@@ -133,31 +154,29 @@ void PythonPool::Warm(const std::string& module, const std::string& function) {
     if (!p.ok() || !(*p)->Preload(module, function).ok()) break;
     idle.push_back(*std::move(p));
   }
-  for (std::unique_ptr<PythonProcess>& p : idle) {
-    if (p->alive()) Release(std::move(p));
-  }
+  for (std::unique_ptr<PythonProcess>& p : idle) Release(owner, std::move(p));
 }
 
-void PythonPool::Release(std::unique_ptr<PythonProcess> p) {
+void PythonPool::Release(Owner owner, std::unique_ptr<PythonProcess> p) {
   absl::MutexLock lock(&mu_);
   if (p->alive() && static_cast<int>(idle_.size()) < options_.max_idle) {
-    idle_.push_back(std::move(p));
+    idle_.push_back({owner, std::move(p)});
   }
 }
 
-absl::StatusOr<std::vector<Tensor>> PythonPool::Call(const std::string& module,
+absl::StatusOr<std::vector<Tensor>> PythonPool::Call(Owner owner, const std::string& module,
                                                      const std::string& function, uint64_t seed,
                                                      const std::vector<const Tensor*>& columns) {
   absl::Status last;
   int import_deaths = 0;
   int startup_deaths = 0;  // before the interpreter had numpy imported
   for (int attempt = 0; attempt < options_.max_attempts; ++attempt) {
-    absl::StatusOr<std::unique_ptr<PythonProcess>> p = Acquire();
+    absl::StatusOr<std::unique_ptr<PythonProcess>> p = Acquire(owner);
     if (!p.ok()) return p.status();
     absl::StatusOr<std::vector<Tensor>> out =
         (*p)->Call(module, function, seed, columns, options_.timeout);
     if (out.ok() || absl::IsDataLoss(out.status()) || absl::IsInvalidArgument(out.status())) {
-      Release(*std::move(p));  // the process is fine: the user's code failed
+      Release(owner, *std::move(p));  // the process is fine: the user's code failed
       return out;
     }
     if (!absl::IsUnavailable(out.status())) return out;  // drops the process
@@ -187,28 +206,28 @@ absl::StatusOr<std::vector<Tensor>> PythonPool::Call(const std::string& module,
 }
 
 absl::StatusOr<std::vector<CallResult>> PythonPool::CallGroup(
-    const std::string& module, const std::string& function, const std::vector<CallInput>& elements,
-    bool first_error_ends) {
+    Owner owner, const std::string& module, const std::string& function,
+    const std::vector<CallInput>& elements, bool first_error_ends) {
   std::vector<CallResult> out;
   if (elements.size() > 1) {
-    absl::StatusOr<std::unique_ptr<PythonProcess>> p = Acquire();
+    absl::StatusOr<std::unique_ptr<PythonProcess>> p = Acquire(owner);
     if (!p.ok()) return p.status();
     absl::StatusOr<std::vector<CallResult>> group =
         (*p)->CallGroup(module, function, elements, options_.timeout);
     if (group.ok()) {
-      Release(*std::move(p));
+      Release(owner, *std::move(p));
       if (group->size() == elements.size()) return group;
       // The results reached the size limit before the group's end: the rest
       // are asked again, as a group of their own.
       const std::vector<CallInput> rest(elements.begin() + group->size(), elements.end());
       absl::StatusOr<std::vector<CallResult>> more =
-          CallGroup(module, function, rest, first_error_ends);
+          CallGroup(owner, module, function, rest, first_error_ends);
       if (!more.ok()) return more.status();
       for (CallResult& r : *more) group->push_back(std::move(r));
       return group;
     }
     if (absl::IsInvalidArgument(group.status())) {  // the import failed
-      Release(*std::move(p));
+      Release(owner, *std::move(p));
       for (size_t i = 0; i < elements.size(); ++i) {
         out.push_back(group.status());
       }
@@ -226,7 +245,7 @@ absl::StatusOr<std::vector<CallResult>> PythonPool::CallGroup(
       out.push_back(NotComputed());
       continue;
     }
-    out.push_back(Call(module, function, e.seed, e.columns));
+    out.push_back(Call(owner, module, function, e.seed, e.columns));
     // Internal or FailedPrecondition (the interpreter cannot start, or cannot
     // import numpy) or InvalidArgument (the import fails, or a result is
     // malformed): the job ends, the rest need not run.
@@ -251,14 +270,14 @@ int PythonPool::requests() const {
 double PythonPool::idle_cpu_seconds() const {
   absl::MutexLock lock(&mu_);
   double total = 0;
-  for (const std::unique_ptr<PythonProcess>& p : idle_) total += ProcessCpuSeconds(p->pid());
+  for (const Idle& i : idle_) total += ProcessCpuSeconds(i.process->pid());
   return total;
 }
 
 std::vector<pid_t> PythonPool::idle_pids() const {
   absl::MutexLock lock(&mu_);
   std::vector<pid_t> pids;
-  for (const std::unique_ptr<PythonProcess>& p : idle_) pids.push_back(p->pid());
+  for (const Idle& i : idle_) pids.push_back(i.process->pid());
   return pids;
 }
 

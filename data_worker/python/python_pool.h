@@ -24,8 +24,10 @@
 // Thread-safe.
 //
 //   PythonPool pool(options);
+//   const PythonPool::Owner owner = pool.NewOwner();
 //   ASSIGN_OR_RETURN(std::vector<Tensor> out,
-//                    pool.Call("my_aug", "jitter", seed, {&image}));
+//                    pool.Call(owner, "my_aug", "jitter", seed, {&image}));
+//   pool.Retire(owner);
 #ifndef SLUICE_DATA_WORKER_PYTHON_PYTHON_POOL_H_
 #define SLUICE_DATA_WORKER_PYTHON_PYTHON_POOL_H_
 
@@ -89,15 +91,27 @@ class PythonPool {
   PythonPool(const PythonPool&) = delete;
   PythonPool& operator=(const PythonPool&) = delete;
 
+  // Whom a process serves: only one owner, ever, so that what a function
+  // leaves in its process (numpy's error settings, warnings filters, signal
+  // handlers, module globals, a library it patched) reaches no other owner's
+  // calls or data. Each python op (one pipeline of one job) is an owner
+  // (NewOwner, never 0); its processes are stopped when it is gone (Retire).
+  using Owner = uint64_t;
+  Owner NewOwner() ABSL_LOCKS_EXCLUDED(mu_);
+  // Stops the owner's idle processes. REQUIRES: none of its calls is running.
+  void Retire(Owner owner) ABSL_LOCKS_EXCLUDED(mu_);
+
   // Runs module.function on `columns` (PythonProcess::Call's contract), on an
-  // idle or new process, again on a new process after a crash or a timeout.
+  // idle or new process of `owner`, again on a new one after a crash or a
+  // timeout.
   // Errors: as PythonProcess::Call, except that Unavailable becomes DataLoss
   // ("... died N times on this element: <last reason>") after max_attempts;
   // Internal if the interpreter cannot start; FailedPrecondition
   // (CheckPythonInterpreter's message) if every attempt's process died before
   // numpy was imported and the interpreter indeed cannot import it.
-  absl::StatusOr<std::vector<Tensor>> Call(const std::string& module, const std::string& function,
-                                           uint64_t seed, const std::vector<const Tensor*>& columns)
+  absl::StatusOr<std::vector<Tensor>> Call(Owner owner, const std::string& module,
+                                           const std::string& function, uint64_t seed,
+                                           const std::vector<const Tensor*>& columns)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // Runs module.function once per element (PythonProcess::CallGroup) on one
@@ -112,20 +126,22 @@ class PythonPool {
   // attempts, not every element's. Errors of the whole call: Internal if the
   // interpreter cannot start or for a garbled answer. REQUIRES: elements is
   // not empty.
-  absl::StatusOr<std::vector<CallResult>> CallGroup(const std::string& module,
+  absl::StatusOr<std::vector<CallResult>> CallGroup(Owner owner, const std::string& module,
                                                     const std::string& function,
                                                     const std::vector<CallInput>& elements,
                                                     bool first_error_ends = false)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Starts processes until options().warm are idle, and has every idle one
+  // Starts processes of `owner` until options().warm are idle, and has every
+  // idle one
   // import module.function ahead of its first call (PythonProcess::Preload),
   // without waiting for any: the interpreters, numpy and the module start
   // together while the pipeline reads and decodes its first elements, not one
   // process after another as the autotuner adds threads. Called when a python
   // op is built; a process that fails to start is left to the call that would
   // have started it (its error is the call's).
-  void Warm(const std::string& module, const std::string& function) ABSL_LOCKS_EXCLUDED(mu_);
+  void Warm(Owner owner, const std::string& module, const std::string& function)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   const PythonOptions& options() const { return options_; }
   // Processes started so far (replacements included), and processes replaced
@@ -144,10 +160,10 @@ class PythonPool {
   std::vector<pid_t> idle_pids() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  absl::StatusOr<std::unique_ptr<PythonProcess>> Acquire() ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<std::unique_ptr<PythonProcess>> Acquire(Owner owner) ABSL_LOCKS_EXCLUDED(mu_);
   // A new process (counted as started).
   absl::StatusOr<std::unique_ptr<PythonProcess>> StartProcess() ABSL_LOCKS_EXCLUDED(mu_);
-  void Release(std::unique_ptr<PythonProcess> p) ABSL_LOCKS_EXCLUDED(mu_);
+  void Release(Owner owner, std::unique_ptr<PythonProcess> p) ABSL_LOCKS_EXCLUDED(mu_);
   // Counts a process replaced after `why` (its end, and what is redone).
   void CountReplaced(const std::string& why) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -156,7 +172,12 @@ class PythonPool {
   prometheus::Counter* const replaced_total_;  // null without a registry
   const std::shared_ptr<spdlog::logger> logger_;
   mutable absl::Mutex mu_;
-  std::vector<std::unique_ptr<PythonProcess>> idle_ ABSL_GUARDED_BY(mu_);
+  struct Idle {
+    Owner owner;
+    std::unique_ptr<PythonProcess> process;
+  };
+  std::vector<Idle> idle_ ABSL_GUARDED_BY(mu_);  // all owners' (at most max_idle)
+  Owner last_owner_ ABSL_GUARDED_BY(mu_) = 0;
   int started_ ABSL_GUARDED_BY(mu_) = 0;
   int replaced_ ABSL_GUARDED_BY(mu_) = 0;
   int requests_ ABSL_GUARDED_BY(mu_) = 0;

@@ -380,7 +380,9 @@ def arrays_of(result):
                           "return a numpy array (or a tuple of arrays, one per output column)" % (
                               k, type(out).__name__, type(e).__name__, e))
         if a.dtype not in NAME_OF:
-            if out is None or not isinstance(out, (np.ndarray, np.generic, int, float, list)):
+            # numpy made an array of it, of a dtype sluice does not take (a float64 tensor, a
+            # 16-bit PIL image): say which; otherwise it is no array at all (None, a dict).
+            if out is None or (a.dtype.kind in "OUSV" and not isinstance(out, (np.ndarray, list))):
                 return None, ("result", "result %d is %s, not an array; return a numpy array "
                               "(or a tuple of arrays, one per output column)" % (
                                   k, "None" if out is None else "a " + type(out).__name__))

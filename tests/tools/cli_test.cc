@@ -469,9 +469,15 @@ TEST_F(CliTest, PipelineRunAndLocalTakeThePythonOpFlags) {
   const std::string py = tmp_.Join("py");
   std::filesystem::create_directories(py);
   WriteFile(py + "/team_fns.py",
-            "import time\n"
+            "import os, time\n"
             "def plus(label, rng):\n    return label + 1000\n"
-            "def hang(label, rng):\n    time.sleep(3600)\n");
+            "def hang(label, rng):\n    time.sleep(3600)\n"
+            "def exits_once_on_3(label, rng):\n"
+            "    marker = os.path.join(os.path.dirname(__file__), 'exited')\n"
+            "    if int(label) == 3 and not os.path.exists(marker):\n"
+            "        open(marker, 'w').close()\n"
+            "        os._exit(3)\n"
+            "    return label + 1000\n");
   auto spec = [&](const std::string& module, const std::string& function) {
     const std::string path = tmp_.Join(absl::StrCat(module, "_", function, ".yaml"));
     WriteFile(path, absl::StrCat("source: {dataset: {path: /not/used}, columns: [label]}\n"
@@ -489,6 +495,13 @@ TEST_F(CliTest, PipelineRunAndLocalTakeThePythonOpFlags) {
   EXPECT_THAT(hang.output, HasSubstr("team_fns.hang: the Python process died 3 times on this "
                                      "element (last: the Python process"));
   EXPECT_THAT(hang.output, HasSubstr("did not answer within 300ms"));
+  // A process that died is replaced and its element redone: the run is complete, and says so.
+  const Result exited =
+      Run({"pipeline", "run", "--spec", spec("team_fns", "exits_once_on_3"), "--data", ds,
+           "--threads", "1", "--allow-python-ops", "--python-path", py});
+  EXPECT_EQ(exited.exit_code, 0) << exited.output;
+  EXPECT_THAT(exited.output, HasSubstr("\npython processes: 2 started, 1 replaced\n"));
+  EXPECT_THAT(exited.output, HasSubstr("40 images in 1 epoch(s)"));
 
   const std::string work = tmp_.Join("local");
   const std::string log = tmp_.Join("local.log");

@@ -205,6 +205,12 @@ absl::Status RunPipeline(const PipelineFlags& flags) {
   // CPU per image: robust to other jobs sharing the machine (wall-clock
   // throughput is not).
   std::printf("cpu: %.0f us/image\n", elements > 0 ? 1e6 * timed_cpu / elements : 0.0);
+  if (pool != nullptr && pool->processes_started() > 0) {
+    // A process that died (or hung past --python-op-timeout) is replaced and its elements
+    // redone: the results are complete, but it costs time, and the user should hear of it.
+    std::printf("python processes: %d started, %d replaced\n", pool->processes_started(),
+                pool->processes_replaced());
+  }
   if (pool != nullptr && timed_python_cpu > 0) {
     // Processes started during the timed epochs count from their start on
     // (numpy's import included); one replaced after a crash loses its share.

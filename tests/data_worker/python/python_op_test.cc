@@ -50,6 +50,9 @@ constexpr char kInt32[] = ", output_dtypes: [int32]";
 // records).
 constexpr char kOne[] = ", group: 1";
 constexpr char kEight[] = ", group: 8";
+// The owner of the processes the tests call directly (no python op's:
+// NewOwner never returns 0).
+constexpr python::PythonPool::Owner kTestOwner = 0;
 
 // source → decode → python (module sluice_test_fns, function `fn`) on
 // [image, label], label = record index.
@@ -488,7 +491,7 @@ TEST_F(PythonOpTest, AGroupWhoseResultsPassTheLimitIsAnsweredInParts) {
   python::ConfigurePython(o);
   auto pool = python::ConfiguredPythonPool();
   const SmallRecords records;
-  auto out = pool->CallGroup("sluice_test_fns", "invert", records.group);
+  auto out = pool->CallGroup(kTestOwner, "sluice_test_fns", "invert", records.group);
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(pool->requests(), 3);
   EXPECT_EQ(pool->processes_started(), 1);
@@ -508,7 +511,7 @@ TEST_F(PythonOpTest, AGroupWhoseResultsPassTheLimitIsAnsweredInParts) {
 TEST_F(PythonOpTest, AFunctionThatReusesItsOutputArrayGivesEachElementOfAGroupItsOwnBytes) {
   auto pool = python::ConfiguredPythonPool();
   const SmallRecords records;
-  auto out = pool->CallGroup("sluice_test_fns", "inverts_into_one_buffer", records.group);
+  auto out = pool->CallGroup(kTestOwner, "sluice_test_fns", "inverts_into_one_buffer", records.group);
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(pool->requests(), 1);
   ASSERT_EQ(out->size(), static_cast<size_t>(kRecords));
@@ -839,6 +842,13 @@ TEST_F(PythonOpTest, AResultThatIsNotAnArraySaysWhatItIs) {
   out = RunSpec(Spec("returns_dict", 1));
   EXPECT_EQ(out.status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(out.status.message(), HasSubstr("result 0 is a dict, not an array"));
+  // An array-like (a tensor, a PIL image) numpy reads as a dtype sluice does not take: the
+  // dtype is named.
+  out = RunSpec(Spec("returns_float64_array_like", 1));
+  EXPECT_EQ(out.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(out.status.message(),
+              HasSubstr("sluice_test_fns.returns_float64_array_like: result 0 is float64[2, 3]; "
+                        "return one of uint8, int32, int64, float16, float32 (cast with .astype)"));
   // numpy cannot make one array of it: the function's error, not a dead process retried 3
   // times (nor, under skip, every record skipped).
   for (const char* on_error : {"fail", "skip"}) {
@@ -920,7 +930,7 @@ TEST_F(PythonOpTest, WarmProcessesImportTheModuleBeforeTheFirstCall) {
   o.warm = 2;
   python::ConfigurePython(o);
   auto pool = python::ConfiguredPythonPool();
-  pool->Warm("sluice_test_import_log", "invert");
+  pool->Warm(kTestOwner, "sluice_test_import_log", "invert");
   EXPECT_EQ(pool->processes_started(), 2);
   // Both import it with no call made (a generous wait for the event, not a timing).
   for (int i = 0; i < 6000 && Imports(markers_).size() < 2; ++i) usleep(10000);
@@ -928,19 +938,60 @@ TEST_F(PythonOpTest, WarmProcessesImportTheModuleBeforeTheFirstCall) {
   EXPECT_EQ(pool->requests(), 0);
   const SmallRecords records;
   for (int g = 0; g < 2; ++g) {
-    auto out = pool->Call("sluice_test_import_log", "invert", 7, records.group[g].columns);
+    auto out = pool->Call(kTestOwner, "sluice_test_import_log", "invert", 7, records.group[g].columns);
     ASSERT_TRUE(out.ok()) << out.status();
     EXPECT_EQ(std::string((*out)[0].bytes()), SmallRecords::InvertedImage(g));
   }
   // Warming again starts nothing and imports nothing more.
-  pool->Warm("sluice_test_import_log", "invert");
+  pool->Warm(kTestOwner, "sluice_test_import_log", "invert");
   EXPECT_EQ(pool->processes_started(), 2);
   EXPECT_EQ(Imports(markers_).size(), 2u);
-  // A whole pipeline: the op's build warms the pool (two processes already idle).
+  // A pipeline: building its op starts two processes of its own, which import the module;
+  // its two threads use them and no other.
   ExpectAllInverted(RunSpec(absl::StrReplaceAll(
       Spec("invert", 2), {{"module: sluice_test_fns", "module: sluice_test_import_log"}})));
+  EXPECT_EQ(pool->processes_started(), 4);
+}
+
+// A process serves one owner (one python op: one pipeline of one job), so
+// what a function leaves in its process (module globals, numpy's error
+// settings, ...) never reaches another pipeline's calls; a pipeline's
+// processes stop when it is gone.
+TEST_F(PythonOpTest, WhatAFunctionLeavesInItsProcessReachesNoOtherPipeline) {
+  auto pool = python::ConfiguredPythonPool();
+  const SmallRecords records;
+  const python::PythonPool::Owner a = pool->NewOwner();
+  const python::PythonPool::Owner b = pool->NewOwner();
+  auto calls = [&](python::PythonPool::Owner owner, const std::string& function) {
+    auto out = pool->Call(owner, "sluice_test_fns", function, 7, records.group[0].columns);
+    EXPECT_TRUE(out.ok()) << out.status();
+    return out.ok() ? *(*out)[0].data_as<int64_t>() : int64_t{-1};
+  };
+  EXPECT_EQ(calls(a, "calls_so_far"), 1);
+  EXPECT_EQ(calls(a, "calls_so_far"), 2);
+  EXPECT_EQ(calls(b, "calls_so_far"), 1);  // not 3: another process
+  // numpy set to raise on a division by zero by one owner's function.
+  EXPECT_EQ(calls(a, "numpy_raises_from_now_on"), 0);
+  auto raised = pool->Call(a, "sluice_test_fns", "divides_by_zero", 7, records.group[0].columns);
+  EXPECT_EQ(raised.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(raised.status().message(), HasSubstr("FloatingPointError: divide by zero"));
+  EXPECT_EQ(calls(b, "divides_by_zero"), 1);
   EXPECT_EQ(pool->processes_started(), 2);
-  EXPECT_EQ(Imports(markers_).size(), 2u);
+  const std::vector<pid_t> before = pool->idle_pids();
+  ASSERT_EQ(before.size(), 2u);
+  pool->Retire(a);
+  const std::vector<pid_t> after = pool->idle_pids();
+  ASSERT_EQ(after.size(), 1u);
+  const pid_t retired = after[0] == before[0] ? before[1] : before[0];
+  EXPECT_EQ(calls(b, "calls_so_far"), 2);  // b's process, still there
+  EXPECT_EQ(pool->processes_started(), 2);
+  ExpectGoneSoon(retired, "a retired owner's process still runs");
+  // Two runs of one pipeline spec are two owners: the second starts afresh.
+  for (int run = 0; run < 2; ++run) {
+    const Out out = RunSpec(Spec("calls_so_far_as_label", 1));
+    ASSERT_TRUE(out.status.ok()) << out.status;
+    for (int g = 0; g < kRecords; ++g) EXPECT_EQ(out.labels.at(g), g + 1) << run << " " << g;
+  }
 }
 
 // A process warmed for one function serves a call of another: the preload's
@@ -952,15 +1003,15 @@ TEST_F(PythonOpTest, AProcessWarmedForAnotherFunctionServesThisOne) {
   python::ConfigurePython(o);
   auto pool = python::ConfiguredPythonPool();
   const SmallRecords records;
-  pool->Warm("no_such_mod", "f");
-  auto out = pool->Call("sluice_test_fns", "invert", 7, records.group[3].columns);
+  pool->Warm(kTestOwner, "no_such_mod", "f");
+  auto out = pool->Call(kTestOwner, "sluice_test_fns", "invert", 7, records.group[3].columns);
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(std::string((*out)[0].bytes()), SmallRecords::InvertedImage(3));
-  pool->Warm("sluice_test_fns", "raises_on_3");
-  auto raised = pool->Call("sluice_test_fns", "raises_on_3", 7, records.group[3].columns);
+  pool->Warm(kTestOwner, "sluice_test_fns", "raises_on_3");
+  auto raised = pool->Call(kTestOwner, "sluice_test_fns", "raises_on_3", 7, records.group[3].columns);
   EXPECT_EQ(raised.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(raised.status().message(), HasSubstr("ValueError: bad record 3"));
-  auto missing = pool->Call("no_such_mod", "f", 7, records.group[3].columns);
+  auto missing = pool->Call(kTestOwner, "no_such_mod", "f", 7, records.group[3].columns);
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(missing.status().message(),
               HasSubstr("ModuleNotFoundError: No module named 'no_such_mod'"));
@@ -1173,7 +1224,7 @@ TEST_F(PythonOpTest, AGroupedRunIsByteIdenticalToThePerElementRun) {
 TEST_F(PythonOpTest, APoolGroupCallsTheFunctionOncePerElementInOneRequest) {
   auto pool = python::ConfiguredPythonPool();
   const SmallRecords records;
-  auto out = pool->CallGroup("sluice_test_fns", "raises_on_3", records.group);
+  auto out = pool->CallGroup(kTestOwner, "sluice_test_fns", "raises_on_3", records.group);
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(pool->requests(), 1);
   ASSERT_EQ(out->size(), static_cast<size_t>(kRecords));
@@ -1215,7 +1266,7 @@ void PythonOpTest::ExpectNumpysFreshStreams(const std::string& function) {
   const std::vector<uint64_t> seeds = {0, 1, 7, 4294967296, 12345678901234567, 99, 100, ~0ull};
   for (int g = 0; g < kRecords; ++g) group.push_back({seeds[g], {&labels[g]}});
   const auto before = pool->requests();
-  auto out = pool->CallGroup("sluice_test_fns", function, group);
+  auto out = pool->CallGroup(kTestOwner, "sluice_test_fns", function, group);
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(pool->requests(), before + 1);  // one group
   ASSERT_EQ(out->size(), static_cast<size_t>(kRecords));
@@ -1310,7 +1361,7 @@ TEST_F(PythonOpTest, AnElementThatAlwaysKillsItsProcessInAGroupFailsAlone) {
 TEST_F(PythonOpTest, UnderFailTheRedoOfAGroupStopsAtItsFirstFailedElement) {
   auto pool = python::ConfiguredPythonPool();
   const SmallRecords records;
-  auto out = pool->CallGroup("sluice_test_fns", "always_exits_on_4", records.group,
+  auto out = pool->CallGroup(kTestOwner, "sluice_test_fns", "always_exits_on_4", records.group,
                              /*first_error_ends=*/true);
   ASSERT_TRUE(out.ok()) << out.status();
   ASSERT_EQ(out->size(), static_cast<size_t>(kRecords));
@@ -1330,7 +1381,7 @@ TEST_F(PythonOpTest, UnderFailTheRedoOfAGroupStopsAtItsFirstFailedElement) {
   EXPECT_EQ(pool->requests(), 1 + 4 + 3);
   EXPECT_EQ(pool->processes_replaced(), 1 + 3);
 
-  auto all = pool->CallGroup("sluice_test_fns", "always_exits_on_4", records.group);
+  auto all = pool->CallGroup(kTestOwner, "sluice_test_fns", "always_exits_on_4", records.group);
   ASSERT_TRUE(all.ok()) << all.status();
   for (int g = 5; g < kRecords; ++g) {
     ASSERT_TRUE((*all)[g].ok()) << g << ": " << (*all)[g].status();
@@ -1586,9 +1637,12 @@ TEST_F(PythonOpTest, AProcessThatDiedIdleIsReplacedNotBlamedOnTheNextImport) {
   o.max_attempts = 1;
   python::ConfigurePython(o);
   auto pool = python::ConfiguredPythonPool();
-  ExpectAllInverted(RunSpec(Spec("invert", 1)));
+  const SmallRecords records;
+  auto inverted = pool->Call(kTestOwner, "sluice_test_fns", "invert", 7, records.group[2].columns);
+  ASSERT_TRUE(inverted.ok()) << inverted.status();
+  EXPECT_EQ(std::string((*inverted)[0].bytes()), SmallRecords::InvertedImage(2));
   std::vector<pid_t> idle = pool->idle_pids();
-  ASSERT_FALSE(idle.empty());
+  ASSERT_EQ(idle.size(), 1u);
   for (pid_t pid : idle) {
     // The runner's guardian, our child, ends once it has.
     pid_t guardian = 0;
@@ -1599,9 +1653,12 @@ TEST_F(PythonOpTest, AProcessThatDiedIdleIsReplacedNotBlamedOnTheNextImport) {
     siginfo_t info{};
     ASSERT_EQ(waitid(P_PID, guardian, &info, WEXITED | WNOWAIT), 0);
   }
-  const LabelOut out = RunLabels(LabelSpec("label_plus_1000", 1));
-  ExpectPlus1000(out);
-  EXPECT_GE(pool->processes_replaced(), 1);
+  auto counted = pool->Call(kTestOwner, "sluice_test_fns", "calls_so_far", 7,
+                            records.group[2].columns);
+  ASSERT_TRUE(counted.ok()) << counted.status();
+  EXPECT_EQ(*(*counted)[0].data_as<int64_t>(), 1);  // on a fresh process
+  EXPECT_EQ(pool->processes_replaced(), 1);
+  EXPECT_EQ(pool->processes_started(), 2);
 }
 
 // Within a group each call has the timeout from the end of the one before

@@ -398,3 +398,46 @@ def inverts_into_one_buffer(image, label, rng):
     out = _OUT.setdefault((image.shape, image.dtype.str), np.empty_like(image))
     np.subtract(255, image, out=out)
     return out, label
+
+
+_CALLS = 0
+
+
+def calls_so_far(image, label, rng):
+    """The calls this process has served, this one included (a module global)."""
+    global _CALLS
+    _CALLS += 1
+    return np.int64(_CALLS), label
+
+
+def calls_so_far_as_label(image, label, rng):
+    """calls_so_far in the label's place: in a pipeline of one thread, the record's order."""
+    global _CALLS
+    _CALLS += 1
+    return image, np.int64(_CALLS)
+
+
+def numpy_raises_from_now_on(image, label, rng):
+    """Sets numpy, process-wide, to raise on a division by zero."""
+    np.seterr(all="raise")
+    return np.int64(0), label
+
+
+def divides_by_zero(image, label, rng):
+    """1 / 0 in numpy: inf with numpy's default settings (a warning), FloatingPointError after
+    numpy_raises_from_now_on in the same process."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return np.int64(np.isinf(np.float64(1) / np.float64(0))), label
+
+
+class _Float64ArrayLike:
+    """Not an ndarray, but numpy reads it as one (as a torch tensor or a PIL image)."""
+
+    def __array__(self, dtype=None):
+        return np.zeros((2, 3), dtype=np.float64)
+
+
+def returns_float64_array_like(image, label, rng):
+    return _Float64ArrayLike(), label
