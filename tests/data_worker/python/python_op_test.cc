@@ -511,7 +511,8 @@ TEST_F(PythonOpTest, AGroupWhoseResultsPassTheLimitIsAnsweredInParts) {
 TEST_F(PythonOpTest, AFunctionThatReusesItsOutputArrayGivesEachElementOfAGroupItsOwnBytes) {
   auto pool = python::ConfiguredPythonPool();
   const SmallRecords records;
-  auto out = pool->CallGroup(kTestOwner, "sluice_test_fns", "inverts_into_one_buffer", records.group);
+  auto out =
+      pool->CallGroup(kTestOwner, "sluice_test_fns", "inverts_into_one_buffer", records.group);
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(pool->requests(), 1);
   ASSERT_EQ(out->size(), static_cast<size_t>(kRecords));
@@ -938,7 +939,8 @@ TEST_F(PythonOpTest, WarmProcessesImportTheModuleBeforeTheFirstCall) {
   EXPECT_EQ(pool->requests(), 0);
   const SmallRecords records;
   for (int g = 0; g < 2; ++g) {
-    auto out = pool->Call(kTestOwner, "sluice_test_import_log", "invert", 7, records.group[g].columns);
+    auto out =
+        pool->Call(kTestOwner, "sluice_test_import_log", "invert", 7, records.group[g].columns);
     ASSERT_TRUE(out.ok()) << out.status();
     EXPECT_EQ(std::string((*out)[0].bytes()), SmallRecords::InvertedImage(g));
   }
@@ -1008,7 +1010,8 @@ TEST_F(PythonOpTest, AProcessWarmedForAnotherFunctionServesThisOne) {
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(std::string((*out)[0].bytes()), SmallRecords::InvertedImage(3));
   pool->Warm(kTestOwner, "sluice_test_fns", "raises_on_3");
-  auto raised = pool->Call(kTestOwner, "sluice_test_fns", "raises_on_3", 7, records.group[3].columns);
+  auto raised =
+      pool->Call(kTestOwner, "sluice_test_fns", "raises_on_3", 7, records.group[3].columns);
   EXPECT_EQ(raised.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(raised.status().message(), HasSubstr("ValueError: bad record 3"));
   auto missing = pool->Call(kTestOwner, "no_such_mod", "f", 7, records.group[3].columns);
@@ -1653,8 +1656,8 @@ TEST_F(PythonOpTest, AProcessThatDiedIdleIsReplacedNotBlamedOnTheNextImport) {
     siginfo_t info{};
     ASSERT_EQ(waitid(P_PID, guardian, &info, WEXITED | WNOWAIT), 0);
   }
-  auto counted = pool->Call(kTestOwner, "sluice_test_fns", "calls_so_far", 7,
-                            records.group[2].columns);
+  auto counted =
+      pool->Call(kTestOwner, "sluice_test_fns", "calls_so_far", 7, records.group[2].columns);
   ASSERT_TRUE(counted.ok()) << counted.status();
   EXPECT_EQ(*(*counted)[0].data_as<int64_t>(), 1);  // on a fresh process
   EXPECT_EQ(pool->processes_replaced(), 1);
