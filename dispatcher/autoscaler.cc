@@ -131,6 +131,9 @@ struct Autoscaler::Estimate {
   std::vector<uint64_t> confirmed_drops;  // ForgetConfirmedDrops(): readings agree
   std::vector<uint64_t> falling_drops;    // ForgetConfirmedDrops(): readings fall
   std::set<uint64_t> paused_jobs;         // a consumer paused (EstimateDemand)
+  // Unfinished jobs none of whose consumers this autoscaler has heard from
+  // (EstimateDemand): after a restart, their demand is unknown, not gone.
+  std::vector<uint64_t> unheard_jobs;
   std::string description;                // "need 8.00 workers (...) x 1.05 headroom"
 };
 
@@ -212,6 +215,15 @@ void Autoscaler::EstimateDemand(const AutoscalerInput& input, Estimate& e,
     job.demand += demand;
   }
   consumer_demand_ = std::move(consumer_demand);
+  std::set<uint64_t> heard;
+  for (const JobSample& j : input.jobs) {
+    if (e.jobs.contains(j.job_id) || heard_jobs_.contains(j.job_id)) {
+      heard.insert(j.job_id);
+    } else {
+      e.unheard_jobs.push_back(j.job_id);
+    }
+  }
+  heard_jobs_ = std::move(heard);
   for (auto& [job_id, job] : e.jobs) {
     job.starved = starved_jobs.contains(job_id) && job.demand <= 0;
     const double remaining = remaining_elements[job_id];
@@ -502,12 +514,18 @@ std::string Autoscaler::ScaleDownOrHold(absl::Time now, const Estimate& e, int& 
       std::clamp(ScaleDownTarget(stable_need, e.stable_headroom, /*noise_measured=*/e.noise > 0),
                  min_workers, max_workers);
   // A restarted dispatcher: until a whole window was seen, only demand that
-  // left can scale down.
+  // left can scale down. A job recovered from the journal whose trainers have
+  // not reported yet has not left: they reconnect within their lease.
   const bool window_seen = !o.restarted || now - first_call_ >= o.scale_down_window;
-  if (stable_target < current && !window_seen && !e.jobs.empty()) {
-    return absl::StrCat("hold ", current, ": ", e.description, " = ", target,
-                        "; no scale-down before ", absl::FormatDuration(o.scale_down_window),
-                        " of measurements");
+  if (stable_target < current && !window_seen &&
+      (!e.jobs.empty() || !e.unheard_jobs.empty())) {
+    return absl::StrCat(
+        "hold ", current, ": ", e.description, " = ", target, "; no scale-down before ",
+        absl::FormatDuration(o.scale_down_window), " of measurements",
+        e.unheard_jobs.empty()
+            ? ""
+            : absl::StrCat(" (no report yet from the trainers of job ",
+                           absl::StrJoin(e.unheard_jobs, ", "), ")"));
   }
   if (stable_target < current) {
     if (now - last_scale_down_ < o.period) {
@@ -650,8 +668,13 @@ AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
   last_desired_ = desired;
 
   if (e.need_known) {
-    d.pool_bound = std::max(e.need * e.headroom, held) > desired + 1e-9;
-    AllocateWorkers(desired, e.headroom, d.jobs);
+    // Bound by max_workers, not by a count the hold band or the x4 step left
+    // below it: the next decision gives every job its need then.
+    d.pool_bound = std::max(e.need * e.headroom, held) > max_workers + 1e-9;
+    // Unbound, each job's share is its need (and reservation), even while the
+    // count is still on its way there.
+    AllocateWorkers(d.pool_bound ? desired : std::max<double>(desired, held), e.headroom, d.jobs,
+                    max_workers);
   }
 
   for (uint64_t id : census.stalled) d.replace.push_back(id);
@@ -710,7 +733,7 @@ double ReservedNeed(const std::vector<JobEstimate>& jobs, double headroom, doubl
   return total;
 }
 
-void AllocateWorkers(double pool, double headroom, std::vector<JobEstimate>& jobs) {
+void AllocateWorkers(double pool, double headroom, std::vector<JobEstimate>& jobs, double bound) {
   double left = std::max(0.0, pool);
   std::vector<JobEstimate*> order;
   for (JobEstimate& job : jobs) {
@@ -726,7 +749,7 @@ void AllocateWorkers(double pool, double headroom, std::vector<JobEstimate>& job
   };
   // 1. min_workers, whole, while the pool holds every reservation; when they add up to more,
   // the largest are dropped (ties: the lower priority, then the later job) until the rest fit.
-  const std::set<uint64_t> dropped_ids = DroppedReservations(jobs, pool);
+  const std::set<uint64_t> dropped_ids = DroppedReservations(jobs, bound);
   std::set<JobEstimate*> dropped;
   for (JobEstimate* j : order) {
     if (dropped_ids.contains(j->job_id)) dropped.insert(j);
@@ -793,8 +816,9 @@ void AllocateWorkers(double pool, double headroom, std::vector<JobEstimate>& job
   for (JobEstimate* j : dropped) {
     absl::StrAppend(&j->allocation_reason,
                     absl::StrFormat("; min_workers %d not reserved: the jobs reserve %.0f of a "
-                                    "pool of %.2f, and the largest reservations are dropped",
-                                    j->min_workers, TotalReserved(jobs), pool));
+                                    "pool of at most %.2f, and the largest reservations are "
+                                    "dropped",
+                                    j->min_workers, TotalReserved(jobs), bound));
   }
   // 3. The rest in proportion to what each job wanted.
   if (left > 1e-9 && wanted > 0) {

@@ -257,7 +257,7 @@ struct AutoscalerDecision {
   std::vector<JobEstimate> jobs;
   double need = 0;      // Σ jobs' need
   double headroom = 0;  // the headroom this decision used
-  // Σ need × headroom exceeds desired_workers (max_workers binds): the pool
+  // Σ need × headroom (or the reservations) exceeds max_workers: the pool
   // is divided by AllocateWorkers, and splits should be handed out in
   // proportion to each job's `allocated`. False: every job gets its need.
   bool pool_bound = false;
@@ -294,7 +294,9 @@ struct AutoscalerDecision {
 // 2/8 and job 3 1/6: job 2 gets the remaining 5 of its 8, job 3 stays at 1.
 // Had job 2 60 s left (8 × 60 = 480 worker-seconds) and job 1 200 s (4 ×
 // 200 = 800), job 2 would get its 8 first and job 1 the last 1.
-void AllocateWorkers(double pool, double headroom, std::vector<JobEstimate>& jobs);
+// `bound`: the most workers the pool may have (max_workers), which the
+// reservations are weighed against (a kept one raises the pool to hold it).
+void AllocateWorkers(double pool, double headroom, std::vector<JobEstimate>& jobs, double bound);
 
 // The jobs (ids) whose min_workers a pool of `pool` workers does not keep:
 // none while every reservation fits; otherwise the largest (ties: the lower
@@ -390,6 +392,8 @@ class Autoscaler {
   int last_desired_ = 0;
   absl::Time last_scale_down_ = absl::InfinitePast();
   absl::Time first_call_ = absl::InfinitePast();
+  // Unfinished jobs with a consumer in some call so far.
+  std::set<uint64_t> heard_jobs_;
 };
 
 }  // namespace sluice::dispatcher

@@ -287,6 +287,56 @@ TEST_F(AutoscalerTest, AllConsumersLeaveScalesToTheMinimumAtOnce) {
   EXPECT_THAT(d.drain, ElementsAre(4, 6, 2, 5, 3));
 }
 
+// A restarted dispatcher recovers a job whose trainers have not reported
+// yet (they reconnect within their lease): its demand is unknown, not gone, so
+// nothing is drained before the window; once they reported, their leaving is
+// demand that left, and scales down at once.
+TEST_F(AutoscalerTest, ARestartedDispatcherDoesNotTakeTrainersNotYetHeardFromForGone) {
+  AutoscalerInput in = Steady();
+  in.consumers.clear();
+  AutoscalerDecision d = Next(in);
+  EXPECT_EQ(d.desired_workers, 6);
+  EXPECT_EQ(d.reason,
+            "hold 6: need 0.00 workers (no consumer) x 1.05 headroom = 0; no scale-down before "
+            "30s of measurements (no report yet from the trainers of job 1)");
+  EXPECT_THAT(d.drain, IsEmpty());
+  EXPECT_EQ(Next(Steady()).desired_workers, 6);  // they reported
+  d = Next(in);                                  // and left
+  EXPECT_EQ(d.desired_workers, 1);
+  EXPECT_EQ(d.reason, "down 6 -> 1: no live consumer");
+  // A fresh dispatcher has no such past: no consumer is no demand.
+  Autoscaler fresh(AutoscalerOptions{.min_workers = 1, .max_workers = 64});
+  in.now = clock_.Now();
+  EXPECT_EQ(fresh.Decide(in).desired_workers, 1);
+}
+
+// The pool is bound only when the jobs' need exceeds max_workers: a first
+// step capped at x4, or a count the hold band keeps a little below the need,
+// divides nothing (the next decisions give every job its need), and a
+// reservation that max_workers cannot hold is measured against max_workers.
+TEST_F(AutoscalerTest, ThePoolIsBoundByMaxWorkersNotByAStepOnTheWay) {
+  Autoscaler bounded(AutoscalerOptions{.min_workers = 1, .max_workers = 8});
+  AutoscalerInput in = Input(1, 100, 8, 1);  // need 5.12 on 1 worker
+  in.now = clock_.Now();
+  AutoscalerDecision d = bounded.Decide(in);
+  EXPECT_EQ(d.desired_workers, 4);
+  EXPECT_THAT(d.reason, HasSubstr("capped at x4"));
+  EXPECT_FALSE(d.pool_bound);
+  ASSERT_EQ(d.jobs.size(), 1u);
+  EXPECT_DOUBLE_EQ(d.jobs[0].allocated, 5.12 * 1.05);
+  EXPECT_THAT(d.jobs[0].allocation_reason, Not(HasSubstr("the pool ran out")));
+  // A reservation of 1000 on a pool of at most 8.
+  in = Input(2, 100, 1, 1);  // need 0.64
+  in.jobs[0].min_workers = 1000;
+  in.now = clock_.Now() + kPeriod;
+  d = bounded.Decide(in);
+  EXPECT_FALSE(d.pool_bound);
+  ASSERT_EQ(d.jobs.size(), 1u);
+  EXPECT_THAT(d.jobs[0].allocation_reason,
+              HasSubstr("min_workers 1000 not reserved: the jobs reserve 1000 of a pool of at "
+                        "most 8.00"));
+}
+
 TEST_F(AutoscalerTest, MeasuredDemandDropScalesDownAfterTheWindowOneStep) {
   Next(Steady());
   // The trainer slows to 2 batches/s: need 1.28, target 2. Held for the
@@ -887,7 +937,7 @@ TEST(AllocateWorkers, WorkedExampleFromTheHeader) {
   std::vector<JobEstimate> jobs = {Job(1, 2, 4), Job(2, 2, 8),
                                    Job(3, 1, 6, /*priority=*/0,
                                        /*min_workers=*/1)};
-  AllocateWorkers(/*pool=*/10, /*headroom=*/1, jobs);
+  AllocateWorkers(/*pool=*/10, /*headroom=*/1, jobs, /*bound=*/10);
   EXPECT_DOUBLE_EQ(jobs[0].allocated, 4);
   EXPECT_DOUBLE_EQ(jobs[1].allocated, 5);
   EXPECT_DOUBLE_EQ(jobs[2].allocated, 1);
@@ -906,12 +956,12 @@ TEST(AllocateWorkers, WorkedExampleFromTheHeader) {
 TEST(AllocateWorkers, AnOutsizedReservationIsDroppedAndVoidsOnlyItsOwn) {
   std::vector<JobEstimate> jobs = {Job(1, 4, 3.2, /*priority=*/-5, /*min_workers=*/10),
                                    Job(2, 4, 3.2)};
-  AllocateWorkers(/*pool=*/3, /*headroom=*/1, jobs);
+  AllocateWorkers(/*pool=*/3, /*headroom=*/1, jobs, /*bound=*/3);
   EXPECT_DOUBLE_EQ(jobs[0].allocated, 0);
   EXPECT_DOUBLE_EQ(jobs[1].allocated, 3);
   EXPECT_EQ(jobs[0].allocation_reason,
             "0.00 of its need 3.20: the pool ran out (priority -5, 1.25 trainers' wait removed per "
-            "worker); min_workers 10 not reserved: the jobs reserve 10 of a pool of 3.00, and the "
+            "worker); min_workers 10 not reserved: the jobs reserve 10 of a pool of at most 3.00, and the "
             "largest reservations are dropped");
   EXPECT_EQ(jobs[1].allocation_reason,
             "3.00 of its need 3.20: the pool ran out (priority 0, 1.25 trainers' wait removed per "
@@ -920,7 +970,7 @@ TEST(AllocateWorkers, AnOutsizedReservationIsDroppedAndVoidsOnlyItsOwn) {
   // The others' reservations stay: job 2 keeps its 3 against job 3's higher priority.
   jobs = {Job(1, 4, 6, 0, /*min_workers=*/1000), Job(2, 2, 6, 0, /*min_workers=*/3),
           Job(3, 2, 6, /*priority=*/1)};
-  AllocateWorkers(/*pool=*/8, /*headroom=*/1, jobs);
+  AllocateWorkers(/*pool=*/8, /*headroom=*/1, jobs, /*bound=*/8);
   EXPECT_DOUBLE_EQ(jobs[0].allocated, 0);
   EXPECT_DOUBLE_EQ(jobs[1].allocated, 3);
   EXPECT_DOUBLE_EQ(jobs[2].allocated, 5);
@@ -928,7 +978,7 @@ TEST(AllocateWorkers, AnOutsizedReservationIsDroppedAndVoidsOnlyItsOwn) {
   // A new job whose demand is unknown still gets its one worker to read it from.
   jobs = {Job(1, 4, 3.2, /*priority=*/-5, /*min_workers=*/10), Job(2, 4, 0)};
   jobs[1].starved = true;
-  AllocateWorkers(/*pool=*/3, /*headroom=*/1, jobs);
+  AllocateWorkers(/*pool=*/3, /*headroom=*/1, jobs, /*bound=*/3);
   EXPECT_DOUBLE_EQ(jobs[0].allocated, 2);
   EXPECT_DOUBLE_EQ(jobs[1].allocated, 1);
 }
@@ -937,7 +987,7 @@ TEST(AllocateWorkers, AnOutsizedReservationIsDroppedAndVoidsOnlyItsOwn) {
 // its reservation and the last worker.
 TEST(AllocateWorkers, ReservationsThatDoNotFitDropTheLowerPriorityFirst) {
   std::vector<JobEstimate> jobs = {Job(1, 1, 4, 0, 2), Job(2, 1, 4, 1, 2)};
-  AllocateWorkers(/*pool=*/3, /*headroom=*/1, jobs);
+  AllocateWorkers(/*pool=*/3, /*headroom=*/1, jobs, /*bound=*/3);
   EXPECT_DOUBLE_EQ(jobs[0].allocated, 0);
   EXPECT_DOUBLE_EQ(jobs[1].allocated, 3);
 }
@@ -951,7 +1001,7 @@ TEST(AllocateWorkers, JobsWhoseEndIsKnownGoFewestWorkerSecondsFirst) {
                                        /*min_workers=*/1)};
   jobs[0].remaining_seconds = 200;
   jobs[1].remaining_seconds = 60;
-  AllocateWorkers(/*pool=*/10, /*headroom=*/1, jobs);
+  AllocateWorkers(/*pool=*/10, /*headroom=*/1, jobs, /*bound=*/10);
   EXPECT_DOUBLE_EQ(jobs[0].allocated, 1);
   EXPECT_DOUBLE_EQ(jobs[1].allocated, 8);
   EXPECT_DOUBLE_EQ(jobs[2].allocated, 1);
@@ -972,7 +1022,7 @@ TEST(AutoscalerAllocation, RemainingElementsGiveTheSecondsToTheEnd) {
 TEST(AllocateWorkers, AStarvedJobGetsOneWorkerToReadItsDemand) {
   std::vector<JobEstimate> jobs = {Job(1, 2, 8), Job(2, 1, 0)};
   jobs[1].starved = true;
-  AllocateWorkers(/*pool=*/6, /*headroom=*/1, jobs);
+  AllocateWorkers(/*pool=*/6, /*headroom=*/1, jobs, /*bound=*/6);
   EXPECT_DOUBLE_EQ(jobs[0].allocated, 5);
   EXPECT_DOUBLE_EQ(jobs[1].allocated, 1);
   EXPECT_EQ(jobs[1].allocation_reason, "1.00 to read its demand: its trainers got nothing yet");
@@ -984,12 +1034,12 @@ TEST(AllocateWorkers, AStarvedJobGetsOneWorkerToReadItsDemand) {
 TEST(AllocateWorkers, ANewJobIsReadEvenBesideAHigherPriorityAndThenGivesItsWorkerBack) {
   std::vector<JobEstimate> jobs = {Job(1, 1, 1, /*priority=*/5), Job(2, 1, 0)};
   jobs[1].starved = true;
-  AllocateWorkers(/*pool=*/1, /*headroom=*/1, jobs);
+  AllocateWorkers(/*pool=*/1, /*headroom=*/1, jobs, /*bound=*/1);
   EXPECT_DOUBLE_EQ(jobs[0].allocated, 0);
   EXPECT_DOUBLE_EQ(jobs[1].allocated, 1);
   jobs[1].starved = false;
   jobs[1].need = 2;
-  AllocateWorkers(/*pool=*/1, /*headroom=*/1, jobs);
+  AllocateWorkers(/*pool=*/1, /*headroom=*/1, jobs, /*bound=*/1);
   EXPECT_DOUBLE_EQ(jobs[0].allocated, 1);
   EXPECT_DOUBLE_EQ(jobs[1].allocated, 0);
   EXPECT_EQ(jobs[1].allocation_reason,
@@ -1036,13 +1086,13 @@ TEST(AutoscalerAllocation, AStarvedTrainerKeepsItsLastDemand) {
 // reason says so (it read "its min_workers 0 (its need 0.00 ... is less)").
 TEST(AllocateWorkers, AJobWithoutDemandSaysSo) {
   std::vector<JobEstimate> jobs = {Job(1, 2, 4), Job(2, 1, 0)};
-  AllocateWorkers(/*pool=*/6, /*headroom=*/1, jobs);
+  AllocateWorkers(/*pool=*/6, /*headroom=*/1, jobs, /*bound=*/6);
   EXPECT_DOUBLE_EQ(jobs[1].allocated, 0.0);
   EXPECT_EQ(jobs[1].allocation_reason,
             "no demand: its trainers took no batch and waited for none (paused, or starting)");
   // With a reservation, the reservation is the reason.
   jobs = {Job(1, 2, 4), Job(2, 1, 0, /*priority=*/0, /*min_workers=*/1)};
-  AllocateWorkers(/*pool=*/6, /*headroom=*/1, jobs);
+  AllocateWorkers(/*pool=*/6, /*headroom=*/1, jobs, /*bound=*/6);
   EXPECT_EQ(jobs[1].allocation_reason, "its min_workers 1 (its need 0.00 x 1.00 headroom is less)");
 }
 
@@ -1050,7 +1100,7 @@ TEST(AllocateWorkers, HigherPriorityIsServedFirstWhateverItsGain) {
   // Job 1 removes 4/4 = 1 trainer-second per worker, job 2 only 1/5, but job
   // 2 has priority 1: it gets its 5 x 1.2 = 6 of the 7, job 1 the last one.
   std::vector<JobEstimate> jobs = {Job(1, 4, 4), Job(2, 1, 5, 1)};
-  AllocateWorkers(/*pool=*/7, /*headroom=*/1.2, jobs);
+  AllocateWorkers(/*pool=*/7, /*headroom=*/1.2, jobs, /*bound=*/7);
   EXPECT_DOUBLE_EQ(jobs[0].allocated, 1);
   EXPECT_DOUBLE_EQ(jobs[1].allocated, 6);
 }
@@ -1058,14 +1108,14 @@ TEST(AllocateWorkers, HigherPriorityIsServedFirstWhateverItsGain) {
 TEST(AllocateWorkers, MinWorkersAreKeptAndTheRestGoesToTheHigherPriority) {
   // Both reserve 2 and the pool of 5 holds both; the last worker goes to priority 1.
   std::vector<JobEstimate> jobs = {Job(1, 1, 4, 0, 2), Job(2, 1, 4, 1, 2)};
-  AllocateWorkers(/*pool=*/5, /*headroom=*/1, jobs);
+  AllocateWorkers(/*pool=*/5, /*headroom=*/1, jobs, /*bound=*/5);
   EXPECT_DOUBLE_EQ(jobs[0].allocated, 2);
   EXPECT_DOUBLE_EQ(jobs[1].allocated, 3);
 }
 
 TEST(AllocateWorkers, EqualGainsGoToTheEarlierJob) {
   std::vector<JobEstimate> jobs = {Job(1, 2, 4), Job(2, 2, 4)};
-  AllocateWorkers(/*pool=*/6, /*headroom=*/1, jobs);
+  AllocateWorkers(/*pool=*/6, /*headroom=*/1, jobs, /*bound=*/6);
   EXPECT_DOUBLE_EQ(jobs[0].allocated, 4);
   EXPECT_DOUBLE_EQ(jobs[1].allocated, 2);
 }
@@ -1073,7 +1123,7 @@ TEST(AllocateWorkers, EqualGainsGoToTheEarlierJob) {
 TEST(AllocateWorkers, WhatIsLeftGoesInProportionToTheNeed) {
   // Σ need 8 of a pool of 10: the 2 left are split 2:6.
   std::vector<JobEstimate> jobs = {Job(1, 1, 2), Job(2, 1, 6)};
-  AllocateWorkers(/*pool=*/10, /*headroom=*/1, jobs);
+  AllocateWorkers(/*pool=*/10, /*headroom=*/1, jobs, /*bound=*/10);
   EXPECT_DOUBLE_EQ(jobs[0].allocated, 2.5);
   EXPECT_DOUBLE_EQ(jobs[1].allocated, 7.5);
 }
@@ -1189,7 +1239,7 @@ TEST(AllocateWorkers, RanksJobsInTheOrderTheyAreServed) {
   // The header's example: job 1 (2/4 removed per worker), job 2 (2/8), job 3
   // (1/6).
   std::vector<JobEstimate> jobs = {Job(3, 1, 6), Job(2, 2, 8), Job(1, 2, 4)};
-  AllocateWorkers(/*pool=*/10, /*headroom=*/1, jobs);
+  AllocateWorkers(/*pool=*/10, /*headroom=*/1, jobs, /*bound=*/10);
   EXPECT_EQ(jobs[0].allocation_rank, 2);
   EXPECT_EQ(jobs[1].allocation_rank, 1);
   EXPECT_EQ(jobs[2].allocation_rank, 0);

@@ -673,7 +673,7 @@ TEST_F(DispatcherAutoscaleTest, TheLargestReservationIsOutsizedAndSaysSo) {
   EXPECT_EQ(status.jobs(0).min_workers(), 2'147'483'647u);
   EXPECT_THAT(status.jobs(0).allocation_reason(),
               HasSubstr("; min_workers 2147483647 not reserved: the jobs reserve 2147483647 of a "
-                        "pool of 3"));
+                        "pool of at most 3"));
 }
 
 // A pool bounded at 3 workers, two jobs that each need 4 (as above): "high"

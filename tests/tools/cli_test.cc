@@ -299,11 +299,20 @@ TEST_F(CliTest, StepTimeThatIsNotADurationIsAUsageErrorNamingTheFlag) {
 
 // The dispatcher counts reserved workers in an int: a larger --min-workers is refused before
 // connecting anywhere.
-TEST_F(CliTest, MinWorkersAboveTheDispatchersLimitIsAUsageErrorNamingTheFlag) {
+TEST_F(CliTest, JobOptionsOutsideTheirRangeAreUsageErrorsNamingTheFlag) {
   const Result r =
       Run({"consume", "--dispatcher", "127.0.0.1:1", "--spec", "x", "--min-workers", "4294967295"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_THAT(r.output, HasSubstr("--min-workers: Value 4294967295 not in range 0 to 2147483647"));
+  // --priority is an int32 on the wire: a value outside it is named with the range.
+  for (const std::string bad : {"2147483648", "-2147483649", "9223372036854775807"}) {
+    const Result p =
+        Run({"consume", "--dispatcher", "127.0.0.1:1", "--spec", "x", "--priority", bad});
+    EXPECT_NE(p.exit_code, 0) << bad;
+    EXPECT_THAT(p.output, HasSubstr(absl::StrCat("--priority: Value ", bad,
+                                                 " not in range -2147483648 to 2147483647")))
+        << bad;
+  }
 }
 
 // `--pause-after-batches` and `--pause-for` go together, refused before connecting anywhere.

@@ -61,7 +61,8 @@ struct ConsumeFlags {
   uint64_t pause_after_batches = 0;  // 0: never
   absl::Duration pause_for = absl::ZeroDuration();
   uint64_t split_size = 0;  // 0: the dispatcher's default
-  int32_t priority = 0;
+  // int32 on the wire; read wider so that a value out of range is named as such.
+  int64_t priority = 0;
   uint32_t min_workers = 0;
   std::string finish;  // empty: the spec's
   std::string sharing = "off";
@@ -165,7 +166,7 @@ absl::Status RunConsume(const ConsumeFlags& flags, const InterruptWatcher& inter
                  .deterministic = flags.deterministic,
                  .drop_remainder = flags.drop_remainder,
                  .split_size = flags.split_size,
-                 .priority = flags.priority,
+                 .priority = static_cast<int32_t>(flags.priority),  // checked in range
                  .min_workers = flags.min_workers,
                  .sharing = flags.sharing,
                  .cache = flags.cache};
@@ -322,6 +323,7 @@ void AddConsumeCommand(CLI::App& app) {
   cmd->add_option("--priority", flags->priority,
                   "When the worker pool is bounded, a higher priority job "
                   "gets its need first")
+      ->check(CLI::Range(int64_t{-2147483648}, int64_t{2147483647}))
       ->capture_default_str();
   cmd->add_option("--sharing", flags->sharing,
                   "auto: share production with the other jobs of the same dataset, "
