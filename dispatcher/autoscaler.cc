@@ -134,7 +134,7 @@ struct Autoscaler::Estimate {
   // Unfinished jobs none of whose consumers this autoscaler has heard from
   // (EstimateDemand): after a restart, their demand is unknown, not gone.
   std::vector<uint64_t> unheard_jobs;
-  std::string description;                // "need 8.00 workers (...) x 1.05 headroom"
+  std::string description;  // "need 8.00 workers (...) x 1.05 headroom"
 };
 
 Autoscaler::Autoscaler(AutoscalerOptions options) : options_(std::move(options)) {}
@@ -517,15 +517,13 @@ std::string Autoscaler::ScaleDownOrHold(absl::Time now, const Estimate& e, int& 
   // left can scale down. A job recovered from the journal whose trainers have
   // not reported yet has not left: they reconnect within their lease.
   const bool window_seen = !o.restarted || now - first_call_ >= o.scale_down_window;
-  if (stable_target < current && !window_seen &&
-      (!e.jobs.empty() || !e.unheard_jobs.empty())) {
+  if (stable_target < current && !window_seen && (!e.jobs.empty() || !e.unheard_jobs.empty())) {
     return absl::StrCat(
         "hold ", current, ": ", e.description, " = ", target, "; no scale-down before ",
         absl::FormatDuration(o.scale_down_window), " of measurements",
-        e.unheard_jobs.empty()
-            ? ""
-            : absl::StrCat(" (no report yet from the trainers of job ",
-                           absl::StrJoin(e.unheard_jobs, ", "), ")"));
+        e.unheard_jobs.empty() ? ""
+                               : absl::StrCat(" (no report yet from the trainers of job ",
+                                              absl::StrJoin(e.unheard_jobs, ", "), ")"));
   }
   if (stable_target < current) {
     if (now - last_scale_down_ < o.period) {

@@ -961,7 +961,8 @@ TEST(AllocateWorkers, AnOutsizedReservationIsDroppedAndVoidsOnlyItsOwn) {
   EXPECT_DOUBLE_EQ(jobs[1].allocated, 3);
   EXPECT_EQ(jobs[0].allocation_reason,
             "0.00 of its need 3.20: the pool ran out (priority -5, 1.25 trainers' wait removed per "
-            "worker); min_workers 10 not reserved: the jobs reserve 10 of a pool of at most 3.00, and the "
+            "worker); min_workers 10 not reserved: the jobs reserve 10 of a pool of at most 3.00, "
+            "and the "
             "largest reservations are dropped");
   EXPECT_EQ(jobs[1].allocation_reason,
             "3.00 of its need 3.20: the pool ran out (priority 0, 1.25 trainers' wait removed per "
