@@ -9,6 +9,7 @@
 #include "common/metrics/metrics.h"
 #include "common/record/sharding.h"
 #include "data_worker/pipeline/run_stream.h"
+#include "data_worker/python/python_pool.h"
 
 namespace sluice::data_worker::pipeline {
 
@@ -62,6 +63,8 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const proto::Pipeline
                                                            ExecutorOptions options) {
   ASSIGN_OR_RETURN(LogicalPipeline lp, Validate(spec));
   lp.seed = JobPipelineSeed(lp.seed, options.job_seed);
+  // The plan's python ops share one set of processes, this pipeline's alone.
+  const python::PipelineOwnerScope python_owner;
   ASSIGN_OR_RETURN(PhysicalPlan plan, Optimize(lp, options.optimizer));
   return std::unique_ptr<Executor>(new Executor(std::move(lp), std::move(plan), options));
 }

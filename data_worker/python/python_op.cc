@@ -42,12 +42,13 @@ class PythonOpImpl final : public Op {
         output_dtypes_(std::move(output_dtypes)),
         group_(spec.group() > 0 ? spec.group() : kDefaultGroup),
         pool_(std::move(pool)),
-        owner_(pool_->NewOwner()) {
+        owner_(python::PipelineOwnerScope::ForNewOp(*pool_)) {
     // The processes start, and import the module, while the pipeline reads and
     // decodes its first elements.
     pool_->Warm(owner_, module_, function_);
   }
-  // This op's processes serve no one else.
+  // Its pipeline's processes serve no one else (the pipeline's ops go
+  // together: the first to go stops them).
   ~PythonOpImpl() override { pool_->Retire(owner_); }
 
   std::string_view name() const override { return label_.name; }
@@ -157,7 +158,8 @@ class PythonOpImpl final : public Op {
   std::vector<DType> output_dtypes_;  // kBytes = the input's dtype
   int group_;
   std::shared_ptr<python::PythonPool> pool_;
-  // Its processes: what a function leaves in one reaches no other pipeline.
+  // Its pipeline's processes: what a function leaves in one reaches no other
+  // pipeline.
   const python::PythonPool::Owner owner_;
 };
 

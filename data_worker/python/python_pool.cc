@@ -286,6 +286,20 @@ int PythonPool::processes_replaced() const {
   return replaced_;
 }
 
+namespace {
+thread_local PipelineOwnerScope* g_owner_scope = nullptr;
+}  // namespace
+
+PipelineOwnerScope::PipelineOwnerScope() : outer_(g_owner_scope) { g_owner_scope = this; }
+
+PipelineOwnerScope::~PipelineOwnerScope() { g_owner_scope = outer_; }
+
+PythonPool::Owner PipelineOwnerScope::ForNewOp(PythonPool& pool) {
+  if (g_owner_scope == nullptr) return pool.NewOwner();
+  if (g_owner_scope->owner_ == 0) g_owner_scope->owner_ = pool.NewOwner();
+  return g_owner_scope->owner_;
+}
+
 void ConfigurePython(PythonOptions options, prometheus::Registry* registry,
                      std::shared_ptr<spdlog::logger> logger) {
   auto pool = options.allow

@@ -2,12 +2,14 @@
 // op's user functions (docs/python.md, "Python transforms").
 //
 // Debian's Python has a GIL, so user functions run in separate processes
-// (python_process.h), never in the worker's threads. A pipeline thread that
-// applies a python op takes an idle process (starting one if none is idle),
-// makes the call and gives it back: there are as many busy processes as
-// threads in python-op stages, and those threads are what the autotuner sizes
-// like any stage's, so the pool grows and shrinks with the autotuner's
-// decisions. Idle processes beyond `max_idle` are stopped.
+// (python_process.h), never in the worker's threads. Each process has one
+// owner, a pipeline (of one job), and serves no other (Owner). A pipeline
+// thread that applies a python op takes an idle process of its pipeline
+// (starting one if none is idle), makes the call and gives it back: there are
+// as many busy processes as threads in python-op stages, and those threads are
+// what the autotuner sizes like any stage's. Building the op starts `warm`
+// processes ahead of the first call (Warm); retiring it stops its processes.
+// Idle processes beyond `max_idle` (all owners') are stopped.
 //
 // Failures: a process that dies during a call (signal, exit, out of memory) or
 // does not answer within `timeout` (then it is killed) is replaced and the call
@@ -94,8 +96,9 @@ class PythonPool {
   // Whom a process serves: only one owner, ever, so that what a function
   // leaves in its process (numpy's error settings, warnings filters, signal
   // handlers, module globals, a library it patched) reaches no other owner's
-  // calls or data. Each python op (one pipeline of one job) is an owner
-  // (NewOwner, never 0); its processes are stopped when it is gone (Retire).
+  // calls or data. Each pipeline (of one job) is an owner, shared by its
+  // python ops (PipelineOwnerScope; NewOwner, never 0); its processes are
+  // stopped when it is gone (Retire).
   using Owner = uint64_t;
   Owner NewOwner() ABSL_LOCKS_EXCLUDED(mu_);
   // Stops the owner's idle processes. REQUIRES: none of its calls is running.
@@ -181,6 +184,26 @@ class PythonPool {
   int started_ ABSL_GUARDED_BY(mu_) = 0;
   int replaced_ ABSL_GUARDED_BY(mu_) = 0;
   int requests_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// While one lives on this thread, the python ops built (MakePython) share one
+// owner: the ops of one pipeline share its processes, which serve no other
+// pipeline. Executor::Create holds one while it builds the plan; outside one,
+// each op is an owner of its own.
+class PipelineOwnerScope {
+ public:
+  PipelineOwnerScope();
+  ~PipelineOwnerScope();
+  PipelineOwnerScope(const PipelineOwnerScope&) = delete;
+  PipelineOwnerScope& operator=(const PipelineOwnerScope&) = delete;
+
+  // The owner of an op being built: the scope's (the first op takes it from
+  // `pool`), or a new one outside a scope.
+  static PythonPool::Owner ForNewOp(PythonPool& pool);
+
+ private:
+  PipelineOwnerScope* const outer_;
+  PythonPool::Owner owner_ = 0;
 };
 
 // The worker's pool, configured once by main() from its flags (and by tests)

@@ -996,6 +996,25 @@ TEST_F(PythonOpTest, WhatAFunctionLeavesInItsProcessReachesNoOtherPipeline) {
   }
 }
 
+// The python ops of one pipeline share its processes: two ops, two threads,
+// two processes (not two per op).
+TEST_F(PythonOpTest, ThePythonOpsOfOnePipelineShareItsProcesses) {
+  python::PythonOptions o = Options();
+  o.warm = 2;
+  python::ConfigurePython(o);
+  auto pool = python::ConfiguredPythonPool();
+  const std::string yaml = absl::StrReplaceAll(
+      Spec("invert", 2), {{"ops: [{python: {module: sluice_test_fns, function: invert}}]",
+                           "ops: [{python: {module: sluice_test_fns, function: invert}}, "
+                           "{python: {module: sluice_test_fns, function: invert}}]"}});
+  ASSERT_NE(yaml, Spec("invert", 2));
+  const Out out = RunSpec(yaml);
+  ASSERT_TRUE(out.status.ok()) << out.status;
+  EXPECT_EQ(out.deliveries, kRecords);
+  for (int g = 0; g < kRecords; ++g) EXPECT_EQ(out.images.at(g), decoded_.at(g)) << g;
+  EXPECT_EQ(pool->processes_started(), 2);
+}
+
 // A process warmed for one function serves a call of another: the preload's
 // answer is read first, and a preload whose import fails costs nothing until
 // that function is called, which then fails with the import error.
