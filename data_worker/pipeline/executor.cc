@@ -13,12 +13,15 @@
 
 namespace sluice::data_worker::pipeline {
 
+int CpuBudgetOrAllCores(int threads) {
+  return threads > 0 ? threads
+                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 Executor::Executor(LogicalPipeline logical, PhysicalPlan plan, ExecutorOptions options)
     : logical_(std::move(logical)), plan_(std::move(plan)), options_(options) {
   clock_ = options_.clock != nullptr ? options_.clock : RealClock::Get();
-  cpu_budget_ = options_.cpu_budget > 0
-                    ? options_.cpu_budget
-                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  cpu_budget_ = CpuBudgetOrAllCores(options_.cpu_budget);
   if (options_.registry != nullptr) {
     auto& r = *options_.registry;
     metrics_ = std::make_unique<ExecutorMetrics>();

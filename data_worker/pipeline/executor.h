@@ -82,6 +82,10 @@ namespace sluice::data_worker::pipeline {
 class RunStream;  // run_stream.h
 struct ExecutorMetrics;
 
+// A pipeline's CPU budget in threads: `threads`, or every core at 0
+// (ExecutorOptions::cpu_budget, the --threads flags).
+int CpuBudgetOrAllCores(int threads);
+
 struct ExecutorOptions {
   OptimizerOptions optimizer;
   // Threads of all stages together; 0 = std::thread::hardware_concurrency().

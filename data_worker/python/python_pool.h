@@ -136,8 +136,7 @@ class PythonPool {
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // Starts processes of `owner` until options().warm are idle, and has every
-  // idle one
-  // import module.function ahead of its first call (PythonProcess::Preload),
+  // idle one import module.function ahead of its first call (PythonProcess::Preload),
   // without waiting for any: the interpreters, numpy and the module start
   // together while the pipeline reads and decodes its first elements, not one
   // process after another as the autotuner adds threads. Called when a python

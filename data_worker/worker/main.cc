@@ -16,11 +16,9 @@
 // security: docs/security.md.
 // A worker the dispatcher drains (autoscaling, `--scaler local`) exits 0 the
 // same way once may_exit.
-#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -32,6 +30,7 @@
 #include "common/service/limits.h"
 #include "common/service/server_main.h"
 #include "data_worker/pipeline/allocator.h"
+#include "data_worker/pipeline/executor.h"
 #include "data_worker/python/python_flags.h"
 #include "data_worker/python/python_pool.h"
 #include "data_worker/worker/grpc_dispatcher_client.h"
@@ -292,9 +291,7 @@ int Run(int argc, char** argv) {
   // element's results may take at most the worker's memory budget.
   f.python.max_result_bytes = f.memory_mb << 20;
   // A pipeline's python op starts as many processes as the pipeline may have threads.
-  f.python.warm = f.threads > 0
-                      ? f.threads
-                      : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  f.python.warm = sluice::data_worker::pipeline::CpuBudgetOrAllCores(f.threads);
   if (absl::Status python = sluice::data_worker::python::CheckPythonInterpreter(f.python);
       !python.ok()) {
     logger->error("{}", std::string(python.message()));

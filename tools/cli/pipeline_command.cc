@@ -6,7 +6,6 @@
 // per-stage statistics, the autotuned parallelism and, last,
 // `throughput: <N> images/s`.
 
-#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -132,9 +131,7 @@ absl::Status RunPipeline(const PipelineFlags& flags) {
   // As many processes as the pipeline's threads start with the pipeline. The interpreter is not
   // checked first (a worker does, at start-up): a run is not a rollout, and a python op whose
   // processes cannot import numpy says so (PythonPool::Call).
-  python.warm = flags.threads > 0
-                    ? flags.threads
-                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  python.warm = data_worker::pipeline::CpuBudgetOrAllCores(flags.threads);
   data_worker::python::ConfigurePython(python);
   // The first batch's latency counts from here: building the pipeline included, as the
   // service's counts from opening the job (bench/first_batch.sh compares the two).

@@ -887,6 +887,17 @@ TEST_F(PythonOpTest, EveryProcessHashesStringsAlikeAndWritesPrintsThrough) {
   EXPECT_EQ(hashes.size(), 1u);
 }
 
+// An interpreter whose Python has no numpy on its path (-S: no site-packages).
+std::string PythonWithoutNumpy() {
+  const std::string path = ::testing::TempDir() + "/python3-without-numpy";
+  {
+    std::ofstream f(path);
+    f << "#!/bin/sh\nexec " << SLUICE_PYTHON_EXECUTABLE << " -S \"$@\"\n";
+  }
+  EXPECT_EQ(chmod(path.c_str(), 0755), 0);
+  return path;
+}
+
 // A worker started with --allow-python-ops checks its interpreter first: an image without
 // Python, or without numpy, is refused at start-up, naming the interpreter and what it printed.
 TEST_F(PythonOpTest, AWorkerWhosePythonCannotImportNumpyIsRefusedAtStartUp) {
@@ -899,13 +910,7 @@ TEST_F(PythonOpTest, AWorkerWhosePythonCannotImportNumpyIsRefusedAtStartUp) {
   EXPECT_THAT(missing.message(),
               HasSubstr("--allow-python-ops: /nonexistent/python3 cannot run python ops: "));
   EXPECT_THAT(missing.message(), HasSubstr("apt-get install python3 python3-numpy"));
-  // A Python without numpy on its path (-S: no site-packages).
-  const std::string no_numpy = ::testing::TempDir() + "/python3-without-numpy";
-  {
-    std::ofstream f(no_numpy);
-    f << "#!/bin/sh\nexec " << SLUICE_PYTHON_EXECUTABLE << " -S \"$@\"\n";
-  }
-  ASSERT_EQ(chmod(no_numpy.c_str(), 0755), 0);
+  const std::string no_numpy = PythonWithoutNumpy();
   o.interpreter = no_numpy;
   absl::Status without = python::CheckPythonInterpreter(o);
   EXPECT_EQ(without.code(), absl::StatusCode::kFailedPrecondition);
@@ -1045,12 +1050,7 @@ TEST_F(PythonOpTest, AProcessWarmedForAnotherFunctionServesThisOne) {
 // python op whose processes cannot import numpy ends the run with the
 // start-up check's message, not as an element's or a module's failure.
 TEST_F(PythonOpTest, APipelineWhosePythonCannotImportNumpySaysSo) {
-  const std::string no_numpy = ::testing::TempDir() + "/python3-without-numpy-for-a-pipeline";
-  {
-    std::ofstream f(no_numpy);
-    f << "#!/bin/sh\nexec " << SLUICE_PYTHON_EXECUTABLE << " -S \"$@\"\n";
-  }
-  ASSERT_EQ(chmod(no_numpy.c_str(), 0755), 0);
+  const std::string no_numpy = PythonWithoutNumpy();
   python::PythonOptions o = Options();
   o.interpreter = no_numpy;
   o.warm = 2;
