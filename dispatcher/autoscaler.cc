@@ -671,8 +671,14 @@ AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
     d.pool_bound = std::max(e.need * e.headroom, held) > max_workers + 1e-9;
     // Unbound, each job's share is its need (and reservation), even while the
     // count is still on its way there.
+    for (JobEstimate& j : d.jobs) {
+      auto it = last_ranks_.find(j.job_id);
+      j.previous_rank = it == last_ranks_.end() ? -1 : it->second;
+    }
     AllocateWorkers(d.pool_bound ? desired : std::max<double>(desired, held), e.headroom, d.jobs,
                     max_workers);
+    last_ranks_.clear();
+    for (const JobEstimate& j : d.jobs) last_ranks_[j.job_id] = j.allocation_rank;
   }
 
   for (uint64_t id : census.stalled) d.replace.push_back(id);
@@ -775,6 +781,23 @@ void AllocateWorkers(double pool, double headroom, std::vector<JobEstimate>& job
     if (smith(a) != smith(b)) return smith(a) > smith(b);
     return gain(a) > gain(b);
   });
+  // Kept from the previous decision unless clearly ahead: an insertion pass
+  // moves a job back behind the ones served before it last time.
+  auto clearly_ahead = [&](const JobEstimate* a, const JobEstimate* b) {
+    if (a->priority != b->priority) return a->priority > b->priority;
+    if (smith(a) > 0 || smith(b) > 0) return smith(a) > smith(b) * (1 + kReorderMargin);
+    return gain(a) > gain(b) * (1 + kReorderMargin);
+  };
+  auto served_before = [](const JobEstimate* a, const JobEstimate* b) {
+    return a->previous_rank >= 0 && b->previous_rank >= 0 && a->previous_rank < b->previous_rank;
+  };
+  for (size_t i = 1; i < order.size(); ++i) {
+    for (size_t k = i; k > 0 && served_before(order[k], order[k - 1]) &&
+                       !clearly_ahead(order[k - 1], order[k]);
+         --k) {
+      std::swap(order[k], order[k - 1]);
+    }
+  }
   double wanted = 0;
   for (size_t rank = 0; rank < order.size(); ++rank) {
     order[rank]->allocation_rank = static_cast<int>(rank);

@@ -237,6 +237,10 @@ struct JobEstimate {
   // Its place in AllocateWorkers' order (0: served first): the order in
   // which AssignWorkersToJobs fills whole workers.
   int allocation_rank = 0;
+  // Its allocation_rank in the previous decision (-1: none, a new job): a job
+  // keeps its place ahead of another unless that one is clearly ahead
+  // (AllocateWorkers).
+  int previous_rank = -1;
 };
 
 struct AutoscalerDecision {
@@ -285,7 +289,12 @@ struct AutoscalerDecision {
 //      bench/autoscale_sim's tuning traces). Order: higher priority; then
 //      jobs whose end is known, fewest worker-seconds first; then the others
 //      by consumers / need; then the lower job id (the job that came first
-//      finishes first rather than all late);
+//      finishes first rather than all late). The order is kept from one
+//      decision to the next (previous_rank) unless a job is clearly ahead of
+//      one served before it: a higher priority, or worker-seconds or a gain
+//      better by more than kReorderMargin. Without that, two jobs whose
+//      measured needs differ by noise alone would swap places, and the
+//      workers between them, at every decision;
 //   3. what is left when every job has need × headroom goes to the jobs in
 //      proportion to it.
 // Example (pool 10, headroom 1, no end known): job 1 (2 consumers, need 4),
@@ -297,6 +306,12 @@ struct AutoscalerDecision {
 // `bound`: the most workers the pool may have (max_workers), which the
 // reservations are weighed against (a kept one raises the pool to hold it).
 void AllocateWorkers(double pool, double headroom, std::vector<JobEstimate>& jobs, double bound);
+
+// How much better (relatively) a job's worker-seconds or gain must be for it
+// to pass a job served before it in the previous decision: more than the
+// noise of two needs measured on the same workers (each within the noise
+// headroom, at most a few percent).
+inline constexpr double kReorderMargin = 0.1;
 
 // The jobs (ids) whose min_workers a pool of `pool` workers does not keep:
 // none while every reservation fits; otherwise the largest (ties: the lower
@@ -394,6 +409,8 @@ class Autoscaler {
   absl::Time first_call_ = absl::InfinitePast();
   // Unfinished jobs with a consumer in some call so far.
   std::set<uint64_t> heard_jobs_;
+  // Each job's allocation_rank in the last decision that divided the pool.
+  std::map<uint64_t, int> last_ranks_;
 };
 
 }  // namespace sluice::dispatcher

@@ -1121,6 +1121,42 @@ TEST(AllocateWorkers, EqualGainsGoToTheEarlierJob) {
   EXPECT_DOUBLE_EQ(jobs[1].allocated, 2);
 }
 
+TEST(AllocateWorkers, AJobKeepsItsPlaceUnlessAnotherIsClearlyAhead) {
+  // Job 2 removes 2/3.8 = 0.526 trainer-seconds per worker, job 1 2/4 = 0.5:
+  // 5% more, within the noise of two measured needs. Ranked anew, job 2 goes
+  // first; served first last time, job 1 keeps its place.
+  std::vector<JobEstimate> fresh = {Job(1, 2, 4), Job(2, 2, 3.8)};
+  AllocateWorkers(/*pool=*/6, /*headroom=*/1, fresh, /*bound=*/6);
+  EXPECT_DOUBLE_EQ(fresh[0].allocated, 2.2);
+  EXPECT_DOUBLE_EQ(fresh[1].allocated, 3.8);
+
+  std::vector<JobEstimate> kept = {Job(1, 2, 4), Job(2, 2, 3.8)};
+  kept[0].previous_rank = 0;
+  kept[1].previous_rank = 1;
+  AllocateWorkers(/*pool=*/6, /*headroom=*/1, kept, /*bound=*/6);
+  EXPECT_DOUBLE_EQ(kept[0].allocated, 4);
+  EXPECT_DOUBLE_EQ(kept[1].allocated, 2);
+  EXPECT_EQ(kept[0].allocation_rank, 0);
+  EXPECT_EQ(kept[1].allocation_rank, 1);
+
+  // 2/3 = 0.667 is a third more than 0.5: job 2 passes.
+  std::vector<JobEstimate> passed = {Job(1, 2, 4), Job(2, 2, 3)};
+  passed[0].previous_rank = 0;
+  passed[1].previous_rank = 1;
+  AllocateWorkers(/*pool=*/6, /*headroom=*/1, passed, /*bound=*/6);
+  EXPECT_DOUBLE_EQ(passed[0].allocated, 3);
+  EXPECT_DOUBLE_EQ(passed[1].allocated, 3);
+  EXPECT_EQ(passed[1].allocation_rank, 0);
+
+  // A higher priority always passes, however small its gain.
+  std::vector<JobEstimate> priority = {Job(1, 2, 4), Job(2, 1, 5, /*priority=*/1)};
+  priority[0].previous_rank = 0;
+  priority[1].previous_rank = 1;
+  AllocateWorkers(/*pool=*/6, /*headroom=*/1, priority, /*bound=*/6);
+  EXPECT_DOUBLE_EQ(priority[0].allocated, 1);
+  EXPECT_DOUBLE_EQ(priority[1].allocated, 5);
+}
+
 TEST(AllocateWorkers, WhatIsLeftGoesInProportionToTheNeed) {
   // Σ need 8 of a pool of 10: the 2 left are split 2:6.
   std::vector<JobEstimate> jobs = {Job(1, 1, 2), Job(2, 1, 6)};
@@ -1212,6 +1248,30 @@ TEST(AutoscalerAllocation, AReservationAboveTheNeedIsProvisionedNotTakenFromOthe
   d = four.Decide(in);
   EXPECT_EQ(d.desired_workers, 3);
   EXPECT_THAT(d.reason, Not(HasSubstr("min_workers")));
+}
+
+// Two endless jobs of the same cost and demand under a pool that holds one
+// and a half of them: their measured demands differ by noise alone (±3%, in
+// turn), and the first-served job, with the workers it holds, stays the same
+// at every decision. Before, the order followed the noise: the jobs swapped
+// places, and 2 of the 6 workers, at every decision.
+TEST(AutoscalerAllocation, NoiseDoesNotSwapTwoLikeJobsEveryPeriod) {
+  Autoscaler scaler(AutoscalerOptions{.min_workers = 1, .max_workers = 6, .noise_z = 0});
+  AutoscalerInput in = WarmPool(6, {{1, 100}, {2, 100}});
+  in.jobs = {{.job_id = 1, .batch_size = 32}, {.job_id = 2, .batch_size = 32}};
+  std::vector<int> first_served;
+  for (int period = 0; period < 8; ++period) {
+    const double up = period % 2 == 0 ? 1.03 : 0.97;
+    in.now = absl::FromUnixSeconds(1000 + 2 * period);
+    for (WorkerSample& w : in.workers) w.last_heartbeat = in.now;
+    in.consumers = {{.job_id = 1, .batches_per_second = 12.5 * up, .wait_fraction = 0.3},
+                    {.job_id = 2, .batches_per_second = 12.5 / up, .wait_fraction = 0.3}};
+    AutoscalerDecision d = scaler.Decide(in);
+    ASSERT_TRUE(d.pool_bound);
+    ASSERT_EQ(d.jobs.size(), 2u);
+    first_served.push_back(d.jobs[0].allocation_rank == 0 ? 1 : 2);
+  }
+  EXPECT_THAT(first_served, ::testing::Each(first_served[0]));
 }
 
 TEST(AutoscalerAllocation, UnboundedPoolGivesEveryJobItsNeed) {
