@@ -792,8 +792,8 @@ void AllocateWorkers(double pool, double headroom, std::vector<JobEstimate>& job
     return a->previous_rank >= 0 && b->previous_rank >= 0 && a->previous_rank < b->previous_rank;
   };
   for (size_t i = 1; i < order.size(); ++i) {
-    for (size_t k = i; k > 0 && served_before(order[k], order[k - 1]) &&
-                       !clearly_ahead(order[k - 1], order[k]);
+    for (size_t k = i;
+         k > 0 && served_before(order[k], order[k - 1]) && !clearly_ahead(order[k - 1], order[k]);
          --k) {
       std::swap(order[k], order[k - 1]);
     }
