@@ -19,6 +19,10 @@
 # are taken within a round.
 #
 #   bench/first_batch.sh        IMAGES=2000 EPOCHS=2 JOBS=10 ROUNDS=3 (about 2 min on 2 cores)
+# SPEC picks the pipeline (default bench/pipelines/imagenet_train.yaml); EXTRA_FLAGS are given
+# to the workers and to `pipeline run`, e.g. a python op's:
+#   SPEC=bench/pipelines/python_path.yaml \
+#     EXTRA_FLAGS="--allow-python-ops --python-path bench" bench/first_batch.sh
 # Needs build/bin (or SLUICE_BIN_DIR).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -28,6 +32,7 @@ epochs="${EPOCHS:-2}"
 jobs="${JOBS:-10}"
 rounds="${ROUNDS:-3}"
 spec="${SPEC:-$root/bench/pipelines/imagenet_train.yaml}"
+read -r -a extra_flags <<<"${EXTRA_FLAGS:-}"
 if (( rounds < 3 )); then echo "ROUNDS must be >= 3 (a median of fewer is no headline)" >&2; exit 2; fi
 source "$root/bench/lib/cluster.sh"
 bench_start first-batch
@@ -35,7 +40,7 @@ echo "== data: $images synthetic JPEGs"
 make_dataset "$images" "$work/ds"
 echo "== cluster: sluice-dispatcher + 2 sluice-worker (default heartbeat interval)"
 start_dispatcher "$work"
-for w in 1 2; do start_worker "$work" "worker$w" --data-root "$work"; done
+for w in 1 2; do start_worker "$work" "worker$w" --data-root "$work" "${extra_flags[@]}"; done
 
 # The number after "<name>" on the last line that has it.
 field() { sed -n "s/.*$1 *\([0-9.]*\).*/\1/p" "$2" | tail -1; }
@@ -78,7 +83,7 @@ service_round() {  # round
 inproc_round() {  # round
   /usr/bin/time -f "inproc cpu %U %S" -o "$work/inproc-time.$1.txt" \
     "$bin/sluice" pipeline run --spec "$spec" --data "$work/ds" --epochs "$epochs" \
-    >"$work/inproc.$1.txt" 2>/dev/null
+    "${extra_flags[@]}" >"$work/inproc.$1.txt" 2>/dev/null
   awk '/inproc cpu/ {printf "%.2f\n", $3 + $4}' "$work/inproc-time.$1.txt" >"$work/inproc-cpu.$1"
   printf 'round %s  in-process  first batch %.3f s  whole run %s images/s\n' "$1" \
     "$(field "first batch after" "$work/inproc.$1.txt")" "$(field "throughput:" "$work/inproc.$1.txt")"

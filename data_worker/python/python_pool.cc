@@ -65,7 +65,9 @@ PythonPool::PythonPool(PythonOptions options, prometheus::Registry* registry,
                           ? nullptr
                           : &AddCounter(*registry, "sluice_worker_python_processes_total",
                                         kProcessesHelp, {{"event", "replaced"}})),
-      logger_(std::move(logger)) {}
+      logger_(std::move(logger)) {
+  StartSpares();
+}
 
 void PythonPool::CountReplaced(const std::string& why) {
   {
@@ -92,6 +94,46 @@ void PythonPool::Retire(Owner owner) {
     std::move(theirs, idle_.end(), std::back_inserter(retired));
     idle_.erase(theirs, idle_.end());
   }
+  retired.clear();  // stopped before their spares start
+  StartSpares();
+}
+
+void PythonPool::StartSpares() {
+  int missing = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    missing = options_.spares - static_cast<int>(spares_.size());
+  }
+  for (int i = 0; i < missing; ++i) {
+    absl::StatusOr<std::unique_ptr<PythonProcess>> p = StartProcess();
+    if (!p.ok()) return;  // a call that needs one starts its own, and fails with the reason
+    absl::MutexLock lock(&mu_);
+    spares_.push_back(*std::move(p));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<PythonProcess>> PythonPool::TakeSpareOrStart() {
+  std::vector<std::unique_ptr<PythonProcess>> dead;  // reaped unlocked
+  std::unique_ptr<PythonProcess> spare;
+  {
+    absl::MutexLock lock(&mu_);
+    while (spare == nullptr && !spares_.empty()) {
+      std::unique_ptr<PythonProcess> p = std::move(spares_.front());
+      spares_.erase(spares_.begin());
+      if (p->Ended()) {
+        dead.push_back(std::move(p));
+      } else {
+        spare = std::move(p);
+      }
+    }
+  }
+  for (const std::unique_ptr<PythonProcess>& p : dead) {
+    CountReplaced(absl::StrCat("a spare Python process (pid ", p->pid(),
+                               ") ended before any pipeline took it (killed, or out of memory; "
+                               "its output, if any, is in this log)"));
+  }
+  if (spare != nullptr) return spare;
+  return StartProcess();
 }
 
 absl::StatusOr<std::unique_ptr<PythonProcess>> PythonPool::Acquire(Owner owner) {
@@ -115,7 +157,7 @@ absl::StatusOr<std::unique_ptr<PythonProcess>> PythonPool::Acquire(Owner owner) 
         p->ready() ? "" : ", or its interpreter could not start: its output is in this log",
         "); a new one starts"));
   }
-  return StartProcess();
+  return TakeSpareOrStart();
 }
 
 absl::StatusOr<std::unique_ptr<PythonProcess>> PythonPool::StartProcess() {
@@ -150,7 +192,7 @@ void PythonPool::Warm(Owner owner, const std::string& module, const std::string&
     if (!p->Ended() && p->Preload(module, function).ok()) ++ready;
   }
   for (; ready < want; ++ready) {
-    absl::StatusOr<std::unique_ptr<PythonProcess>> p = StartProcess();
+    absl::StatusOr<std::unique_ptr<PythonProcess>> p = TakeSpareOrStart();
     if (!p.ok() || !(*p)->Preload(module, function).ok()) break;
     idle.push_back(*std::move(p));
   }
@@ -278,6 +320,13 @@ std::vector<pid_t> PythonPool::idle_pids() const {
   absl::MutexLock lock(&mu_);
   std::vector<pid_t> pids;
   for (const Idle& i : idle_) pids.push_back(i.process->pid());
+  return pids;
+}
+
+std::vector<pid_t> PythonPool::spare_pids() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<pid_t> pids;
+  for (const std::unique_ptr<PythonProcess>& p : spares_) pids.push_back(p->pid());
   return pids;
 }
 

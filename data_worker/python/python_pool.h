@@ -9,7 +9,8 @@
 // as many busy processes as threads in python-op stages, and those threads are
 // what the autotuner sizes like any stage's. Building the op starts `warm`
 // processes ahead of the first call (Warm); retiring it stops its processes.
-// Idle processes beyond `max_idle` (all owners') are stopped.
+// Idle processes beyond `max_idle` (all owners') are stopped. `spares`
+// processes wait, started and owned by none, for the next pipeline.
 //
 // Failures: a process that dies during a call (signal, exit, out of memory) or
 // does not answer within `timeout` (then it is killed) is replaced and the call
@@ -81,6 +82,14 @@ struct PythonOptions {
   // threads per pipeline, which bound the processes one pipeline keeps busy);
   // 0: none, each starts when a thread first needs it.
   int warm = 0;
+  // Processes kept started ahead of any pipeline, owned by none: numpy
+  // imported, no module loaded, no user code run. A new pipeline takes them
+  // (Warm, or a first call) before it starts processes of its own, so that a
+  // new job's first batch does not wait for interpreters to start and import
+  // numpy. Started with the pool, and again whenever an owner retires. 0: none
+  // (sluice-worker keeps `warm` of them; `sluice pipeline run`, which builds
+  // one pipeline right away, none).
+  int spares = 0;
 };
 
 class PythonPool {
@@ -160,11 +169,18 @@ class PythonPool {
   double idle_cpu_seconds() const ABSL_LOCKS_EXCLUDED(mu_);
   // The idle processes' pids (tests).
   std::vector<pid_t> idle_pids() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The spare processes' pids (tests).
+  std::vector<pid_t> spare_pids() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   absl::StatusOr<std::unique_ptr<PythonProcess>> Acquire(Owner owner) ABSL_LOCKS_EXCLUDED(mu_);
+  // A spare if one is alive (ones that ended are dropped, and said so),
+  // else a new process (counted as started).
+  absl::StatusOr<std::unique_ptr<PythonProcess>> TakeSpareOrStart() ABSL_LOCKS_EXCLUDED(mu_);
   // A new process (counted as started).
   absl::StatusOr<std::unique_ptr<PythonProcess>> StartProcess() ABSL_LOCKS_EXCLUDED(mu_);
+  // Starts processes until options().spares are spare.
+  void StartSpares() ABSL_LOCKS_EXCLUDED(mu_);
   void Release(Owner owner, std::unique_ptr<PythonProcess> p) ABSL_LOCKS_EXCLUDED(mu_);
   // Counts a process replaced after `why` (its end, and what is redone).
   void CountReplaced(const std::string& why) ABSL_LOCKS_EXCLUDED(mu_);
@@ -179,6 +195,7 @@ class PythonPool {
     std::unique_ptr<PythonProcess> process;
   };
   std::vector<Idle> idle_ ABSL_GUARDED_BY(mu_);  // all owners' (at most max_idle)
+  std::vector<std::unique_ptr<PythonProcess>> spares_ ABSL_GUARDED_BY(mu_);
   Owner last_owner_ ABSL_GUARDED_BY(mu_) = 0;
   int started_ ABSL_GUARDED_BY(mu_) = 0;
   int replaced_ ABSL_GUARDED_BY(mu_) = 0;

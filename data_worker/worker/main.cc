@@ -292,6 +292,8 @@ int Run(int argc, char** argv) {
   f.python.max_result_bytes = f.memory_mb << 20;
   // A pipeline's python op starts as many processes as the pipeline may have threads.
   f.python.warm = sluice::data_worker::pipeline::CpuBudgetOrAllCores(f.threads);
+  // And as many wait, numpy imported, for the next job's pipeline.
+  f.python.spares = f.python.warm;
   if (absl::Status python = sluice::data_worker::python::CheckPythonInterpreter(f.python);
       !python.ok()) {
     logger->error("{}", std::string(python.message()));

@@ -960,6 +960,54 @@ TEST_F(PythonOpTest, WarmProcessesImportTheModuleBeforeTheFirstCall) {
   EXPECT_EQ(pool->processes_started(), 4);
 }
 
+// Spare processes (numpy imported, no module loaded) wait for the next
+// pipeline: building its op takes them instead of starting processes, each
+// spare goes to one owner only, and they are started again when an owner
+// retires.
+TEST_F(PythonOpTest, SparesServeTheNextPipelineAndNoOther) {
+  python::PythonOptions o = Options();
+  o.warm = 2;
+  o.spares = 2;
+  python::ConfigurePython(o);
+  auto pool = python::ConfiguredPythonPool();
+  EXPECT_EQ(pool->processes_started(), 2);
+  EXPECT_EQ(pool->spare_pids().size(), 2u);
+  const SmallRecords records;
+  const python::PythonPool::Owner a = pool->NewOwner();
+  pool->Warm(a, "sluice_test_fns", "calls_so_far");
+  EXPECT_EQ(pool->processes_started(), 2);  // the spares, not new processes
+  EXPECT_TRUE(pool->spare_pids().empty());
+  auto calls = [&](python::PythonPool::Owner owner) {
+    auto out = pool->Call(owner, "sluice_test_fns", "calls_so_far", 7, records.group[0].columns);
+    EXPECT_TRUE(out.ok()) << out.status();
+    return out.ok() ? *(*out)[0].data_as<int64_t>() : int64_t{-1};
+  };
+  EXPECT_EQ(calls(a), 1);
+  EXPECT_EQ(calls(a), 2);
+  EXPECT_EQ(pool->processes_started(), 2);
+  // No spare is left for another owner before `a` retires: b starts its own.
+  const python::PythonPool::Owner b = pool->NewOwner();
+  EXPECT_EQ(calls(b), 1);
+  EXPECT_EQ(pool->processes_started(), 3);
+  // a retires: its processes stop and two new spares start, for c.
+  pool->Retire(a);
+  EXPECT_EQ(pool->processes_started(), 5);
+  EXPECT_EQ(pool->spare_pids().size(), 2u);
+  const python::PythonPool::Owner c = pool->NewOwner();
+  EXPECT_EQ(calls(c), 1);
+  EXPECT_EQ(pool->processes_started(), 5);
+  EXPECT_EQ(pool->spare_pids().size(), 1u);
+  // A spare that dies before it is taken is dropped (and counted replaced).
+  const pid_t spare = pool->spare_pids()[0];
+  ASSERT_EQ(kill(spare, SIGKILL), 0);
+  siginfo_t ended{};
+  ASSERT_EQ(waitid(P_PID, static_cast<id_t>(spare), &ended, WEXITED | WNOWAIT), 0);  // not reaped
+  const python::PythonPool::Owner d = pool->NewOwner();
+  EXPECT_EQ(calls(d), 1);
+  EXPECT_EQ(pool->processes_started(), 6);
+  EXPECT_EQ(pool->processes_replaced(), 1);
+}
+
 // A process serves one owner (one python op: one pipeline of one job), so
 // what a function leaves in its process (module globals, numpy's error
 // settings, ...) never reaches another pipeline's calls; a pipeline's
