@@ -1,5 +1,6 @@
 #include "data_worker/python/python_op.h"
 
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,11 +43,7 @@ class PythonOpImpl final : public Op {
         output_dtypes_(std::move(output_dtypes)),
         group_(spec.group() > 0 ? spec.group() : kDefaultGroup),
         pool_(std::move(pool)),
-        owner_(python::PipelineOwnerScope::ForNewOp(*pool_)) {
-    // The processes start, and import the module, while the pipeline reads and
-    // decodes its first elements.
-    pool_->Warm(owner_, module_, function_);
-  }
+        owner_(python::PipelineOwnerScope::ForNewOp(*pool_)) {}
   // Its pipeline's processes serve no one else (the pipeline's ops go
   // together: the first to go stops them).
   ~PythonOpImpl() override { pool_->Retire(owner_); }
@@ -65,6 +62,7 @@ class PythonOpImpl final : public Op {
 
   absl::StatusOr<std::vector<Tensor>> ApplyColumns(std::vector<Tensor> columns,
                                                    const ElementContext& ctx) const override {
+    WarmOnce();
     std::vector<const Tensor*> in;
     for (const Tensor& t : columns) in.push_back(&t);
     return Check(columns, pool_->Call(owner_, module_, function_, Seed(ctx), in));
@@ -77,6 +75,7 @@ class PythonOpImpl final : public Op {
   std::vector<absl::StatusOr<std::vector<Tensor>>> ApplyColumnsGroup(
       std::vector<std::vector<Tensor>> columns, const std::vector<ElementContext>& ctxs,
       bool first_error_ends) const override {
+    WarmOnce();
     std::vector<absl::StatusOr<std::vector<Tensor>>> out;
     out.reserve(columns.size());
     bool failed = false;
@@ -115,6 +114,16 @@ class PythonOpImpl final : public Op {
  private:
   // Inputs of one request at most (unless one element is larger).
   static constexpr size_t kGroupBytes = size_t{1} << 20;
+
+  // At the op's first call, not when it is built: the pool starts (or takes
+  // spares for) as many processes as the pipeline may have threads, and has
+  // each import the module at once, rather than one by one as the autotuner
+  // adds threads. A pipeline built and never run (a worker builds one to
+  // validate a job's spec, and another without its client-side tail) starts
+  // none.
+  void WarmOnce() const {
+    std::call_once(warmed_, [this] { pool_->Warm(owner_, module_, function_); });
+  }
 
   uint64_t Seed(const ElementContext& ctx) const {
     return MixSeed({ctx.seed, ctx.epoch, ctx.global_index, static_cast<uint64_t>(label_.position)});
@@ -161,6 +170,7 @@ class PythonOpImpl final : public Op {
   // Its pipeline's processes: what a function leaves in one reaches no other
   // pipeline.
   const python::PythonPool::Owner owner_;
+  mutable std::once_flag warmed_;
 };
 
 // output_dtypes as DTypes (kBytes: the input's), or InvalidArgument naming the field.

@@ -126,6 +126,7 @@ absl::StatusOr<std::unique_ptr<PythonProcess>> PythonPool::TakeSpareOrStart() {
         spare = std::move(p);
       }
     }
+    if (spare != nullptr) refill_at_ = std::min(refill_at_, absl::Now() + kSpareRefillDelay);
   }
   for (const std::unique_ptr<PythonProcess>& p : dead) {
     CountReplaced(absl::StrCat("a spare Python process (pid ", p->pid(),
@@ -138,6 +139,15 @@ absl::StatusOr<std::unique_ptr<PythonProcess>> PythonPool::TakeSpareOrStart() {
 
 absl::StatusOr<std::unique_ptr<PythonProcess>> PythonPool::Acquire(Owner owner) {
   std::vector<std::unique_ptr<PythonProcess>> dead;  // ended while idle: reaped unlocked
+  bool refill = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Now() >= refill_at_) {
+      refill_at_ = absl::InfiniteFuture();
+      refill = true;
+    }
+  }
+  if (refill) StartSpares();
   {
     absl::MutexLock lock(&mu_);
     ++requests_;

@@ -7,8 +7,8 @@
 // thread that applies a python op takes an idle process of its pipeline
 // (starting one if none is idle), makes the call and gives it back: there are
 // as many busy processes as threads in python-op stages, and those threads are
-// what the autotuner sizes like any stage's. Building the op starts `warm`
-// processes ahead of the first call (Warm); retiring it stops its processes.
+// what the autotuner sizes like any stage's. The op's first call starts
+// `warm` processes at once (Warm); retiring it stops its processes.
 // Idle processes beyond `max_idle` (all owners') are stopped. `spares`
 // processes wait, started and owned by none, for the next pipeline.
 //
@@ -86,7 +86,8 @@ struct PythonOptions {
   // imported, no module loaded, no user code run. A new pipeline takes them
   // (Warm, or a first call) before it starts processes of its own, so that a
   // new job's first batch does not wait for interpreters to start and import
-  // numpy. Started with the pool, and again whenever an owner retires. 0: none
+  // numpy. Started with the pool, again a second after spares were taken
+  // (kSpareRefillDelay), and whenever an owner retires. 0: none
   // (sluice-worker keeps `warm` of them; `sluice pipeline run`, which builds
   // one pipeline right away, none).
   int spares = 0;
@@ -147,10 +148,10 @@ class PythonPool {
   // Starts processes of `owner` until options().warm are idle, and has every
   // idle one import module.function ahead of its first call (PythonProcess::Preload),
   // without waiting for any: the interpreters, numpy and the module start
-  // together while the pipeline reads and decodes its first elements, not one
-  // process after another as the autotuner adds threads. Called when a python
-  // op is built; a process that fails to start is left to the call that would
-  // have started it (its error is the call's).
+  // together, not one process after another as the autotuner adds threads.
+  // Called at a python op's first call (not when it is built: a pipeline built
+  // only to be validated starts none); a process that fails to start is left
+  // to the call that would have started it (its error is the call's).
   void Warm(Owner owner, const std::string& module, const std::string& function)
       ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -181,6 +182,10 @@ class PythonPool {
   absl::StatusOr<std::unique_ptr<PythonProcess>> StartProcess() ABSL_LOCKS_EXCLUDED(mu_);
   // Starts processes until options().spares are spare.
   void StartSpares() ABSL_LOCKS_EXCLUDED(mu_);
+  // How long after a spare is taken new ones start (at the next call of any
+  // pipeline, or when an owner retires): not while the pipeline that took it
+  // makes its first batch, which their imports would slow.
+  static constexpr absl::Duration kSpareRefillDelay = absl::Seconds(1);
   void Release(Owner owner, std::unique_ptr<PythonProcess> p) ABSL_LOCKS_EXCLUDED(mu_);
   // Counts a process replaced after `why` (its end, and what is redone).
   void CountReplaced(const std::string& why) ABSL_LOCKS_EXCLUDED(mu_);
@@ -196,6 +201,8 @@ class PythonPool {
   };
   std::vector<Idle> idle_ ABSL_GUARDED_BY(mu_);  // all owners' (at most max_idle)
   std::vector<std::unique_ptr<PythonProcess>> spares_ ABSL_GUARDED_BY(mu_);
+  // When the next call starts spares again (InfiniteFuture: none taken since).
+  absl::Time refill_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   Owner last_owner_ ABSL_GUARDED_BY(mu_) = 0;
   int started_ ABSL_GUARDED_BY(mu_) = 0;
   int replaced_ ABSL_GUARDED_BY(mu_) = 0;
