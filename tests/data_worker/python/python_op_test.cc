@@ -960,6 +960,25 @@ TEST_F(PythonOpTest, WarmProcessesImportTheModuleBeforeTheFirstCall) {
   EXPECT_EQ(pool->processes_started(), 4);
 }
 
+// A pipeline built and never run (a worker builds each job's once to check
+// its spec) starts no Python process; one that runs starts `warm` at its
+// first call.
+TEST_F(PythonOpTest, APipelineBuiltButNeverRunStartsNoProcess) {
+  python::PythonOptions o = Options();
+  o.warm = 2;
+  python::ConfigurePython(o);
+  auto pool = python::ConfiguredPythonPool();
+  auto spec = sluice::pipeline_spec::ParsePipelineSpec(Spec("invert", 2));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  for (int i = 0; i < 3; ++i) {
+    auto ex = pl::Executor::Create(*spec, pl::ExecutorOptions{});
+    ASSERT_TRUE(ex.ok()) << ex.status();
+  }
+  EXPECT_EQ(pool->processes_started(), 0);
+  ExpectAllInverted(RunSpec(Spec("invert", 2)));
+  EXPECT_EQ(pool->processes_started(), 2);
+}
+
 // Spare processes (numpy imported, no module loaded) wait for the next
 // pipeline: building its op takes them instead of starting processes, each
 // spare goes to one owner only, and they are started again when an owner
