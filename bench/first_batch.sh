@@ -3,7 +3,8 @@
 # in one run (issue 20 item 1):
 #   cluster  real sluice-dispatcher + 2 sluice-worker with their default 1 s heartbeat, warmed
 #            by one job before anything is timed;
-#   (a)      JOBS (default 10) jobs started one after another, each leaving after one batch
+#   (a)      JOBS (default 10) jobs started one after another (GAP seconds apart, default 0),
+#            each leaving after one batch
 #            (`sluice consume --stop-after-batches 1 --save-state`, as a trainer that checkpoints
 #            and stops, or an evaluation loop that breaks early): "first batch after" of each,
 #            from opening the job; p50 and p90 of the round (goal p90 <= 0.15 s);
@@ -33,6 +34,7 @@ jobs="${JOBS:-10}"
 rounds="${ROUNDS:-3}"
 spec="${SPEC:-$root/bench/pipelines/imagenet_train.yaml}"
 read -r -a extra_flags <<<"${EXTRA_FLAGS:-}"
+gap="${GAP:-0}"
 if (( rounds < 3 )); then echo "ROUNDS must be >= 3 (a median of fewer is no headline)" >&2; exit 2; fi
 source "$root/bench/lib/cluster.sh"
 bench_start first-batch
@@ -65,7 +67,7 @@ servers_cpu() {
   awk -v t="$ticks" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.2f", t / hz}'
 }
 service_round() {  # round
-  for j in $(seq "$jobs"); do leave_after_one "fb-$1-$j"; done >"$work/first.$1.txt"
+  for j in $(seq "$jobs"); do leave_after_one "fb-$1-$j"; sleep "$gap"; done >"$work/first.$1.txt"
   local before; before=$(servers_cpu)
   /usr/bin/time -f "trainer cpu %U %S" -o "$work/service-time.$1.txt" \
     "$bin/sluice" consume --dispatcher "$dispatcher" --spec "$spec" --data "$work/ds" \

@@ -67,6 +67,19 @@ PythonPool::PythonPool(PythonOptions options, prometheus::Registry* registry,
                                         kProcessesHelp, {{"event", "replaced"}})),
       logger_(std::move(logger)) {
   StartSpares();
+  if (options_.spares > 0) refiller_ = std::thread([this] { RefillSpares(); });
+}
+
+void PythonPool::RefillSpares() {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      while (!stopping_ && absl::Now() < refill_at_) refill_.WaitWithDeadline(&mu_, refill_at_);
+      if (stopping_) return;
+      refill_at_ = absl::InfiniteFuture();
+    }
+    StartSpares();
+  }
 }
 
 void PythonPool::CountReplaced(const std::string& why) {
@@ -78,7 +91,14 @@ void PythonPool::CountReplaced(const std::string& why) {
   if (logger_ != nullptr) logger_->warn("python op: {}", why);
 }
 
-PythonPool::~PythonPool() = default;
+PythonPool::~PythonPool() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    refill_.Signal();
+  }
+  if (refiller_.joinable()) refiller_.join();
+}
 
 PythonPool::Owner PythonPool::NewOwner() {
   absl::MutexLock lock(&mu_);
@@ -93,6 +113,7 @@ void PythonPool::Retire(Owner owner) {
                                         [&](const Idle& i) { return i.owner != owner; });
     std::move(theirs, idle_.end(), std::back_inserter(retired));
     idle_.erase(theirs, idle_.end());
+    warmed_.erase(owner);
   }
   retired.clear();  // stopped before their spares start
   StartSpares();
@@ -126,7 +147,10 @@ absl::StatusOr<std::unique_ptr<PythonProcess>> PythonPool::TakeSpareOrStart() {
         spare = std::move(p);
       }
     }
-    if (spare != nullptr) refill_at_ = std::min(refill_at_, absl::Now() + kSpareRefillDelay);
+    if (spare != nullptr && refill_at_ == absl::InfiniteFuture()) {
+      refill_at_ = absl::Now() + options_.spare_refill_delay;
+      refill_.Signal();
+    }
   }
   for (const std::unique_ptr<PythonProcess>& p : dead) {
     CountReplaced(absl::StrCat("a spare Python process (pid ", p->pid(),
@@ -139,15 +163,6 @@ absl::StatusOr<std::unique_ptr<PythonProcess>> PythonPool::TakeSpareOrStart() {
 
 absl::StatusOr<std::unique_ptr<PythonProcess>> PythonPool::Acquire(Owner owner) {
   std::vector<std::unique_ptr<PythonProcess>> dead;  // ended while idle: reaped unlocked
-  bool refill = false;
-  {
-    absl::MutexLock lock(&mu_);
-    if (absl::Now() >= refill_at_) {
-      refill_at_ = absl::InfiniteFuture();
-      refill = true;
-    }
-  }
-  if (refill) StartSpares();
   {
     absl::MutexLock lock(&mu_);
     ++requests_;
@@ -189,8 +204,10 @@ void PythonPool::Warm(Owner owner, const std::string& module, const std::string&
   // Preloaded outside the lock (a process that fails it is gone, and is
   // reaped); meanwhile a call of this owner finds none idle and starts its own.
   std::vector<std::unique_ptr<PythonProcess>> idle;
+  bool first = false;
   {
     absl::MutexLock lock(&mu_);
+    first = warmed_.insert(owner).second;
     for (Idle& i : idle_) {
       if (i.owner == owner) idle.push_back(std::move(i.process));
     }
@@ -201,7 +218,9 @@ void PythonPool::Warm(Owner owner, const std::string& module, const std::string&
     // One that ended while idle is left to Acquire, which says so.
     if (!p->Ended() && p->Preload(module, function).ok()) ++ready;
   }
-  for (; ready < want; ++ready) {
+  // Only the owner's first Warm starts processes: at a later one (its
+  // pipeline's next python op) some of its processes may be busy, not idle.
+  for (; first && ready < want; ++ready) {
     absl::StatusOr<std::unique_ptr<PythonProcess>> p = TakeSpareOrStart();
     if (!p.ok() || !(*p)->Preload(module, function).ok()) break;
     idle.push_back(*std::move(p));

@@ -36,7 +36,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -86,11 +88,14 @@ struct PythonOptions {
   // imported, no module loaded, no user code run. A new pipeline takes them
   // (Warm, or a first call) before it starts processes of its own, so that a
   // new job's first batch does not wait for interpreters to start and import
-  // numpy. Started with the pool, again a second after spares were taken
-  // (kSpareRefillDelay), and whenever an owner retires. 0: none
-  // (sluice-worker keeps `warm` of them; `sluice pipeline run`, which builds
-  // one pipeline right away, none).
+  // numpy. Started with the pool, again `spare_refill_delay` after spares
+  // were taken, and whenever an owner retires. 0: none (sluice-worker keeps
+  // `warm` of them; `sluice pipeline run`, which builds one pipeline right
+  // away, none).
   int spares = 0;
+  // Not at once: their imports would slow the first batch of the pipeline
+  // that took the spares. InfiniteDuration: only when an owner retires.
+  absl::Duration spare_refill_delay = absl::Seconds(1);
 };
 
 class PythonPool {
@@ -145,8 +150,9 @@ class PythonPool {
                                                     bool first_error_ends = false)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Starts processes of `owner` until options().warm are idle, and has every
-  // idle one import module.function ahead of its first call (PythonProcess::Preload),
+  // At the owner's first Warm, starts processes of `owner` until
+  // options().warm are idle; at every Warm, has every idle one import
+  // module.function ahead of its first call (PythonProcess::Preload),
   // without waiting for any: the interpreters, numpy and the module start
   // together, not one process after another as the autotuner adds threads.
   // Called at a python op's first call (not when it is built: a pipeline built
@@ -182,10 +188,8 @@ class PythonPool {
   absl::StatusOr<std::unique_ptr<PythonProcess>> StartProcess() ABSL_LOCKS_EXCLUDED(mu_);
   // Starts processes until options().spares are spare.
   void StartSpares() ABSL_LOCKS_EXCLUDED(mu_);
-  // How long after a spare is taken new ones start (at the next call of any
-  // pipeline, or when an owner retires): not while the pipeline that took it
-  // makes its first batch, which their imports would slow.
-  static constexpr absl::Duration kSpareRefillDelay = absl::Seconds(1);
+  // The refiller_ thread: StartSpares at each refill_at_, until stopping_.
+  void RefillSpares() ABSL_LOCKS_EXCLUDED(mu_);
   void Release(Owner owner, std::unique_ptr<PythonProcess> p) ABSL_LOCKS_EXCLUDED(mu_);
   // Counts a process replaced after `why` (its end, and what is redone).
   void CountReplaced(const std::string& why) ABSL_LOCKS_EXCLUDED(mu_);
@@ -201,8 +205,12 @@ class PythonPool {
   };
   std::vector<Idle> idle_ ABSL_GUARDED_BY(mu_);  // all owners' (at most max_idle)
   std::vector<std::unique_ptr<PythonProcess>> spares_ ABSL_GUARDED_BY(mu_);
-  // When the next call starts spares again (InfiniteFuture: none taken since).
+  std::set<Owner> warmed_ ABSL_GUARDED_BY(mu_);  // owners Warm started processes for
+  // When spares start again (InfiniteFuture: none taken since they last did).
   absl::Time refill_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  absl::CondVar refill_;  // refill_at_ or stopping_ changed
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread refiller_;  // with spares only
   Owner last_owner_ ABSL_GUARDED_BY(mu_) = 0;
   int started_ ABSL_GUARDED_BY(mu_) = 0;
   int replaced_ ABSL_GUARDED_BY(mu_) = 0;

@@ -41,7 +41,10 @@
 namespace sluice::data_worker {
 namespace {
 
+using ::testing::Contains;
 using ::testing::HasSubstr;
+using ::testing::Not;
+
 namespace pl = pipeline;
 
 constexpr int kRecords = 8;
@@ -987,6 +990,7 @@ TEST_F(PythonOpTest, SparesServeTheNextPipelineAndNoOther) {
   python::PythonOptions o = Options();
   o.warm = 2;
   o.spares = 2;
+  o.spare_refill_delay = absl::InfiniteDuration();  // only when an owner retires
   python::ConfigurePython(o);
   auto pool = python::ConfiguredPythonPool();
   EXPECT_EQ(pool->processes_started(), 2);
@@ -1025,6 +1029,26 @@ TEST_F(PythonOpTest, SparesServeTheNextPipelineAndNoOther) {
   EXPECT_EQ(calls(d), 1);
   EXPECT_EQ(pool->processes_started(), 6);
   EXPECT_EQ(pool->processes_replaced(), 1);
+}
+
+// Spares taken are started again after spare_refill_delay, whether or not
+// the pipeline that took them makes calls.
+TEST_F(PythonOpTest, SparesTakenStartAgainAfterTheDelay) {
+  python::PythonOptions o = Options();
+  o.warm = 2;
+  o.spares = 2;
+  o.spare_refill_delay = absl::ZeroDuration();
+  python::ConfigurePython(o);
+  auto pool = python::ConfiguredPythonPool();
+  const std::vector<pid_t> first = pool->spare_pids();
+  ASSERT_EQ(first.size(), 2u);
+  pool->Warm(pool->NewOwner(), "sluice_test_fns", "calls_so_far");
+  // A generous wait for the event, not a timing.
+  for (int i = 0; i < 6000 && pool->spare_pids().size() < 2; ++i) usleep(10000);
+  const std::vector<pid_t> again = pool->spare_pids();
+  ASSERT_EQ(again.size(), 2u);
+  EXPECT_EQ(pool->processes_started(), 4);
+  for (pid_t p : again) EXPECT_THAT(first, Not(Contains(p)));
 }
 
 // A process serves one owner (one python op: one pipeline of one job), so
