@@ -120,6 +120,7 @@ void PythonPool::Retire(Owner owner) {
 }
 
 void PythonPool::StartSpares() {
+  absl::MutexLock starting(&start_spares_mu_);  // the refiller and a Retire: not both
   int missing = 0;
   {
     absl::MutexLock lock(&mu_);

@@ -187,7 +187,7 @@ class PythonPool {
   // A new process (counted as started).
   absl::StatusOr<std::unique_ptr<PythonProcess>> StartProcess() ABSL_LOCKS_EXCLUDED(mu_);
   // Starts processes until options().spares are spare.
-  void StartSpares() ABSL_LOCKS_EXCLUDED(mu_);
+  void StartSpares() ABSL_LOCKS_EXCLUDED(mu_, start_spares_mu_);
   // The refiller_ thread: StartSpares at each refill_at_, until stopping_.
   void RefillSpares() ABSL_LOCKS_EXCLUDED(mu_);
   void Release(Owner owner, std::unique_ptr<PythonProcess> p) ABSL_LOCKS_EXCLUDED(mu_);
@@ -199,6 +199,7 @@ class PythonPool {
   prometheus::Counter* const replaced_total_;  // null without a registry
   const std::shared_ptr<spdlog::logger> logger_;
   mutable absl::Mutex mu_;
+  absl::Mutex start_spares_mu_ ABSL_ACQUIRED_BEFORE(mu_);  // held through StartSpares
   struct Idle {
     Owner owner;
     std::unique_ptr<PythonProcess> process;
