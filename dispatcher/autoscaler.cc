@@ -669,12 +669,12 @@ AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
     // Bound by max_workers, not by a count the hold band or the x4 step left
     // below it: the next decision gives every job its need then.
     d.pool_bound = std::max(e.need * e.headroom, held) > max_workers + 1e-9;
-    // Unbound, each job's share is its need (and reservation), even while the
-    // count is still on its way there.
     for (JobEstimate& j : d.jobs) {
       auto it = last_ranks_.find(j.job_id);
       j.previous_rank = it == last_ranks_.end() ? -1 : it->second;
     }
+    // Unbound, each job's share is its need (and reservation), even while the
+    // count is still on its way there.
     AllocateWorkers(d.pool_bound ? desired : std::max<double>(desired, held), e.headroom, d.jobs,
                     max_workers);
     last_ranks_.clear();

@@ -1121,6 +1121,12 @@ TEST(AllocateWorkers, EqualGainsGoToTheEarlierJob) {
   EXPECT_DOUBLE_EQ(jobs[1].allocated, 2);
 }
 
+// `jobs`, each ranked last time in the order given (previous_rank 0, 1, ...).
+std::vector<JobEstimate> RankedInThisOrderLastTime(std::vector<JobEstimate> jobs) {
+  for (size_t i = 0; i < jobs.size(); ++i) jobs[i].previous_rank = static_cast<int>(i);
+  return jobs;
+}
+
 TEST(AllocateWorkers, AJobKeepsItsPlaceUnlessAnotherIsClearlyAhead) {
   // Job 2 removes 2/3.8 = 0.526 trainer-seconds per worker, job 1 2/4 = 0.5:
   // 5% more, within the noise of two measured needs. Ranked anew, job 2 goes
@@ -1130,9 +1136,7 @@ TEST(AllocateWorkers, AJobKeepsItsPlaceUnlessAnotherIsClearlyAhead) {
   EXPECT_DOUBLE_EQ(fresh[0].allocated, 2.2);
   EXPECT_DOUBLE_EQ(fresh[1].allocated, 3.8);
 
-  std::vector<JobEstimate> kept = {Job(1, 2, 4), Job(2, 2, 3.8)};
-  kept[0].previous_rank = 0;
-  kept[1].previous_rank = 1;
+  std::vector<JobEstimate> kept = RankedInThisOrderLastTime({Job(1, 2, 4), Job(2, 2, 3.8)});
   AllocateWorkers(/*pool=*/6, /*headroom=*/1, kept, /*bound=*/6);
   EXPECT_DOUBLE_EQ(kept[0].allocated, 4);
   EXPECT_DOUBLE_EQ(kept[1].allocated, 2);
@@ -1140,18 +1144,15 @@ TEST(AllocateWorkers, AJobKeepsItsPlaceUnlessAnotherIsClearlyAhead) {
   EXPECT_EQ(kept[1].allocation_rank, 1);
 
   // 2/3 = 0.667 is a third more than 0.5: job 2 passes.
-  std::vector<JobEstimate> passed = {Job(1, 2, 4), Job(2, 2, 3)};
-  passed[0].previous_rank = 0;
-  passed[1].previous_rank = 1;
+  std::vector<JobEstimate> passed = RankedInThisOrderLastTime({Job(1, 2, 4), Job(2, 2, 3)});
   AllocateWorkers(/*pool=*/6, /*headroom=*/1, passed, /*bound=*/6);
   EXPECT_DOUBLE_EQ(passed[0].allocated, 3);
   EXPECT_DOUBLE_EQ(passed[1].allocated, 3);
   EXPECT_EQ(passed[1].allocation_rank, 0);
 
   // A higher priority always passes, however small its gain.
-  std::vector<JobEstimate> priority = {Job(1, 2, 4), Job(2, 1, 5, /*priority=*/1)};
-  priority[0].previous_rank = 0;
-  priority[1].previous_rank = 1;
+  std::vector<JobEstimate> priority =
+      RankedInThisOrderLastTime({Job(1, 2, 4), Job(2, 1, 5, /*priority=*/1)});
   AllocateWorkers(/*pool=*/6, /*headroom=*/1, priority, /*bound=*/6);
   EXPECT_DOUBLE_EQ(priority[0].allocated, 1);
   EXPECT_DOUBLE_EQ(priority[1].allocated, 5);
