@@ -455,6 +455,16 @@ int Autoscaler::ScaleDownTarget(double need, double headroom, bool noise_measure
   return most;
 }
 
+// The decision before this one was the first up after one that was not. Its
+// reading most likely straddled the change that set it off (a step inside the
+// period reads as a mix of the two levels), so its target fell short; this
+// reading, the first whole one, finishes the step without the margin that
+// keeps a steady count from chasing noise. Once: after two ups in a row the
+// step has had its whole reading.
+bool Autoscaler::UpGoesOn(absl::Time now) const {
+  return now - first_scale_up_ <= options_.period * 1.5;
+}
+
 std::string Autoscaler::ScaleUp(const AutoscalerInput& input, const Census& census,
                                 const Estimate& e, int& desired) const {
   const AutoscalerOptions& o = options_;
@@ -637,7 +647,7 @@ AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
     desired = std::max(current, e.jobs.empty() ? 0 : 1);
     verdict = absl::StrCat("capacity not measured yet (", census.warming, " warming up, ",
                            census.warm.size(), " warm); ", e.description);
-  } else if (e.need > current * o.scale_up_utilization * (1 + e.noise) &&
+  } else if (e.need > current * o.scale_up_utilization * (1 + (UpGoesOn(now) ? 0 : e.noise)) &&
              CeilWorkers(e.need * e.headroom) > current) {
     verdict = ScaleUp(input, census, e, desired);
   } else {
@@ -662,6 +672,10 @@ AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
     notes.push_back(absl::StrCat("kept at min_workers ", min_workers));
   }
   if (desired < current) last_scale_down_ = now;
+  if (desired > current) {
+    if (now - last_scale_up_ > o.period * 1.5) first_scale_up_ = now;
+    last_scale_up_ = now;
+  }
   d.desired_workers = desired;
   last_desired_ = desired;
 

@@ -8,7 +8,7 @@
 // the needs of the stabilization window (which slow scale-downs), the last
 // demand per consumer and capacity per job (for periods that measure none),
 // the last decision (for one-for-one replacement) and the times of the first
-// call and the last scale-down. A test or the simulator (bench/autoscale_sim)
+// call, the last scale-up and the last scale-down. A test or the simulator (bench/autoscale_sim)
 // drives it with made-up inputs.
 //
 // The law, in one step (no +1 probing):
@@ -25,7 +25,10 @@
 //                headroom where no spread can be read
 //   target     = ceil(need × headroom), within [min_workers, max_workers]
 //   up         when need > current × scale_up_utilization × (1 + noise): at
-//              once, to target, at most × max_scale_up_factor per call
+//              once, to target, at most × max_scale_up_factor per call; in the
+//              decision right after an up that followed no up, when need >
+//              current × utilization (that up's reading most likely mixed the
+//              old level and the new)
 //   down       to the fewest workers whose expected shortfall for max need
 //              over the stabilization window ÷ (1 - noise) (without the ÷
 //              after a confirmed fall), read with the headroom's spread, is at
@@ -388,6 +391,7 @@ class Autoscaler {
   // (max_expected_shortfall; ceil(need x headroom) unless the noise was
   // measured).
   int ScaleDownTarget(double need, double headroom, bool noise_measured) const;
+  bool UpGoesOn(absl::Time now) const;
   std::string ScaleUp(const AutoscalerInput& input, const Census& census, const Estimate& e,
                       int& desired) const;
   std::string ScaleDownOrHold(absl::Time now, const Estimate& e, int& desired);
@@ -406,6 +410,9 @@ class Autoscaler {
   // lost since are replaced one for one.
   int last_desired_ = 0;
   absl::Time last_scale_down_ = absl::InfinitePast();
+  // The last up, and the first of the ups in a row that ended with it (UpGoesOn).
+  absl::Time last_scale_up_ = absl::InfinitePast();
+  absl::Time first_scale_up_ = absl::InfinitePast();
   absl::Time first_call_ = absl::InfinitePast();
   // Unfinished jobs with a consumer in some call so far.
   std::set<uint64_t> heard_jobs_;

@@ -75,11 +75,12 @@ class AutoscalerTest : public ::testing::Test {
     return in;
   }
 
-  // 22 registered workers at 97 and 103 elements per busy second (noise
-  // 0.0131), 4 consumers returning `served` batches of 64 a second without
-  // waiting (need = served x 2.56), a period after the previous call.
-  AutoscalerDecision DecideAt22Workers(Autoscaler& scaler, double served) {
-    AutoscalerInput in = ManySamples(97, 103, /*workers=*/22);
+  // `workers` registered workers at 97 and 103 elements per busy second
+  // (noise 0.0131 with 22), 4 consumers returning `served` batches of 64 a
+  // second without waiting (need = served x 2.56), a period after the
+  // previous call.
+  AutoscalerDecision DecideWithSpread(Autoscaler& scaler, double served, int workers = 22) {
+    AutoscalerInput in = ManySamples(97, 103, workers);
     for (ConsumerSample& c : in.consumers) {
       c.batches_per_second = served;
       c.wait_fraction = 0;
@@ -110,7 +111,7 @@ class AutoscalerTest : public ::testing::Test {
   // A restarted dispatcher's: no scale-down in the first window but for demand that left (the
   // tests below count periods from there; AFreshDispatcher... tests the other kind).
   Autoscaler scaler_{AutoscalerOptions{.min_workers = 1, .max_workers = 64, .restarted = true}};
-  int period_ = 0;  // DecideAt22Workers' clock, in periods of 2 s
+  int period_ = 0;  // DecideWithSpread's clock, in periods of 2 s
 };
 
 TEST_F(AutoscalerTest, SteadyStateHolds) {
@@ -863,7 +864,7 @@ TEST_F(AutoscalerTest, NoThrashOnNoiseWithTheNoiseHeadroom) {
 // larger need, though ceil(20.75 × 1.0131) would be 22.
 TEST_F(AutoscalerTest, ScaleDownOnlyToACountThatKeepsItsNoiseMargin) {
   Autoscaler scaler({.max_workers = 64});
-  auto decide = [&](double served) { return DecideAt22Workers(scaler, served); };
+  auto decide = [&](double served) { return DecideWithSpread(scaler, served); };
   for (int i = 0; i < 20; ++i) {
     AutoscalerDecision d = decide(8.125);
     ASSERT_EQ(d.desired_workers, 22) << "period " << i << ": " << d.reason;
@@ -881,6 +882,34 @@ TEST_F(AutoscalerTest, ScaleDownOnlyToACountThatKeepsItsNoiseMargin) {
                                   21, 21, 21, 21));
 }
 
+// A scale-up whose reading straddled the change (a step that began inside the
+// period) stops short: the next reading finishes it without the noise margin
+// that holds a steady count. 20 workers at 97/103, need 20.48 → up to 21;
+// then 2120 el/s over 21 workers averaging 99.86: need 21.23, within 21's
+// band (noise 0.0134: 21 × 1.0134 = 21.28), but read right after an up it
+// goes on to ceil(21.23 × 1.0134) = 22. Once: at 22 workers (noise 0.0131),
+// need 22.2 is within the band (22.29) and, the step having had its whole
+// reading, holds. A count that was already steady at 21 holds on the 21.23.
+TEST_F(AutoscalerTest, AScaleUpGoesOnAtTheNextReadingWithoutTheNoiseMargin) {
+  Autoscaler scaler({.max_workers = 64});
+  AutoscalerDecision d = DecideWithSpread(scaler, 20.48 / 2.56, /*workers=*/20);
+  EXPECT_EQ(d.desired_workers, 21) << d.reason;
+  d = DecideWithSpread(scaler, 21.2 / 2.56, /*workers=*/21);
+  EXPECT_EQ(d.desired_workers, 22) << d.reason;
+  EXPECT_THAT(d.reason, StartsWith("up 21 -> 22: need 21.23 workers"));
+  d = DecideWithSpread(scaler, 22.2 / 2.56, /*workers=*/22);
+  EXPECT_EQ(d.desired_workers, 22) << d.reason;
+  EXPECT_THAT(d.reason, StartsWith("hold 22: need 22.20 workers"));
+
+  Autoscaler steady({.max_workers = 64});
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(DecideWithSpread(steady, 20.48 / 2.56, /*workers=*/21).desired_workers, 21);
+  }
+  d = DecideWithSpread(steady, 21.2 / 2.56, /*workers=*/21);
+  EXPECT_EQ(d.desired_workers, 21) << d.reason;
+  EXPECT_THAT(d.reason, StartsWith("hold 21: need 21.23 workers"));
+}
+
 // A fall that two readings confirm is scaled down to without the noise margin:
 // 22 workers (noise 0.0131), need 20.8, then 16.9 twice (18.75% lower). With
 // the margin, 16.9 ÷ (1 - 0.0131) = 17.12 would take 18; the readings are the
@@ -888,7 +917,7 @@ TEST_F(AutoscalerTest, ScaleDownOnlyToACountThatKeepsItsNoiseMargin) {
 // average.
 TEST_F(AutoscalerTest, AConfirmedFallIsScaledDownToWithoutTheNoiseMargin) {
   Autoscaler scaler({.max_workers = 64});
-  auto decide = [&](double served) { return DecideAt22Workers(scaler, served); };
+  auto decide = [&](double served) { return DecideWithSpread(scaler, served); };
   for (int i = 0; i < 5; ++i) ASSERT_EQ(decide(8.125).desired_workers, 22);
   EXPECT_EQ(decide(16.9 / 2.56).desired_workers, 22);  // one reading: not yet believed
   AutoscalerDecision d = decide(16.9 / 2.56);
