@@ -134,6 +134,11 @@ struct Autoscaler::Estimate {
   // Unfinished jobs none of whose consumers this autoscaler has heard from
   // (EstimateDemand): after a restart, their demand is unknown, not gone.
   std::vector<uint64_t> unheard_jobs;
+  // Jobs with a consumer whose reading shows nothing (no batch, no wait) and
+  // that has no earlier estimate here (EstimateDemand): a paused trainer, or
+  // one whose first window since it registered, or since this dispatcher
+  // started, covers no time yet.
+  std::set<uint64_t> unread_jobs;
   std::string description;  // "need 8.00 workers (...) x 1.05 headroom"
 };
 
@@ -200,10 +205,11 @@ void Autoscaler::EstimateDemand(const AutoscalerInput& input, Estimate& e,
     const double idle_limit =
         std::max(fastest > 0 ? o.pause_idle_steps * static_cast<double>(batch_size) / fastest : 0.0,
                  o.drop_tolerance * absl::ToDoubleSeconds(o.period));
-    if ((c.batches_per_second <= 0 && c.wait_fraction <= o.idle_wait_fraction) ||
-        c.longest_idle_seconds > idle_limit) {
+    const bool nothing = c.batches_per_second <= 0 && c.wait_fraction <= o.idle_wait_fraction;
+    if (nothing || c.longest_idle_seconds > idle_limit) {
       e.paused_jobs.insert(c.job_id);
     }
+    if (nothing && !known) e.unread_jobs.insert(c.job_id);
     consumer_demand[key] = demand;
     e.demands_by_job[c.job_id].push_back(demand);
     JobEstimate& job = e.jobs[c.job_id];
@@ -461,6 +467,10 @@ int Autoscaler::ScaleDownTarget(double need, double headroom, bool noise_measure
 // reading, the first whole one, finishes the step without the margin that
 // keeps a steady count from chasing noise. Once: after two ups in a row the
 // step has had its whole reading.
+bool Autoscaler::WindowSeen(absl::Time now) const {
+  return !options_.restarted || now - first_call_ >= options_.scale_down_window;
+}
+
 bool Autoscaler::UpGoesOn(absl::Time now) const {
   return now - first_scale_up_ <= options_.period * 1.5;
 }
@@ -526,8 +536,7 @@ std::string Autoscaler::ScaleDownOrHold(absl::Time now, const Estimate& e, int& 
   // A restarted dispatcher: until a whole window was seen, only demand that
   // left can scale down. A job recovered from the journal whose trainers have
   // not reported yet has not left: they reconnect within their lease.
-  const bool window_seen = !o.restarted || now - first_call_ >= o.scale_down_window;
-  if (stable_target < current && !window_seen && (!e.jobs.empty() || !e.unheard_jobs.empty())) {
+  if (stable_target < current && !WindowSeen(now) && (!e.jobs.empty() || !e.unheard_jobs.empty())) {
     return absl::StrCat(
         "hold ", current, ": ", e.description, " = ", target, "; no scale-down before ",
         absl::FormatDuration(o.scale_down_window), " of measurements",
@@ -683,6 +692,18 @@ AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
     // Bound by max_workers, not by a count the hold band or the x4 step left
     // below it: the next decision gives every job its need then.
     d.pool_bound = std::max(e.need * e.headroom, held) > max_workers + 1e-9;
+    // Right after a restart, a job whose trainers have not reported, or whose
+    // first reading covers no time, reads as no demand: dividing the pool then
+    // would give a lower-priority job every worker until the next decision.
+    // Every worker serves every job until each has been read.
+    std::vector<uint64_t> unread(e.unheard_jobs.begin(), e.unheard_jobs.end());
+    unread.insert(unread.end(), e.unread_jobs.begin(), e.unread_jobs.end());
+    if (d.pool_bound && !WindowSeen(now) && !unread.empty()) {
+      d.pool_bound = false;
+      notes.push_back(absl::StrCat("the pool is not divided until job ",
+                                   absl::StrJoin(unread, ", "),
+                                   " is read since the restart: every worker serves every job"));
+    }
     for (JobEstimate& j : d.jobs) {
       auto it = last_ranks_.find(j.job_id);
       j.previous_rank = it == last_ranks_.end() ? -1 : it->second;

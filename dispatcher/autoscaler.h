@@ -392,6 +392,8 @@ class Autoscaler {
   // measured).
   int ScaleDownTarget(double need, double headroom, bool noise_measured) const;
   bool UpGoesOn(absl::Time now) const;
+  // Not restarted, or a whole scale-down window has passed since the first call.
+  bool WindowSeen(absl::Time now) const;
   std::string ScaleUp(const AutoscalerInput& input, const Census& census, const Estimate& e,
                       int& desired) const;
   std::string ScaleDownOrHold(absl::Time now, const Estimate& e, int& desired);

@@ -1242,6 +1242,61 @@ TEST(AutoscalerAllocation, BoundedPoolIsDividedByGainThenPriority) {
   EXPECT_EQ(d.jobs[1].priority, 1);
 }
 
+// Right after a restart, the pool is not divided while a job reads as no
+// demand only because it has not been read yet: two jobs on 10 workers
+// (max_workers 10), job 2 needing 12.8 and job 1, priority 1, needing 5.12.
+// Job 1's trainers have not reported (unheard), then report a window that
+// covers no time (no batch, no wait, no earlier estimate): divided, job 2
+// would get all 10 workers; instead every worker serves both. Once job 1 is
+// read it is served first. A fresh dispatcher divides at once (the same
+// reading is a paused trainer's), and so does a restarted one whose window
+// has passed.
+TEST(AutoscalerAllocation, ARestartedDispatcherDividesThePoolOnlyOnceEveryJobIsRead) {
+  AutoscalerInput in = WarmPool(10, {{1, 100}, {2, 50}});
+  in.jobs = {{.job_id = 1, .batch_size = 64, .priority = 1}, {.job_id = 2, .batch_size = 32}};
+  const ConsumerSample job2{.job_id = 2, .batches_per_second = 10, .wait_fraction = 0.5};
+  const ConsumerSample job1_unread{.job_id = 1, .batches_per_second = 0, .wait_fraction = 0};
+  const ConsumerSample job1_read{.job_id = 1, .batches_per_second = 8, .wait_fraction = 0};
+  const AutoscalerOptions options{
+      .min_workers = 1, .max_workers = 10, .noise_z = 0, .restarted = true};
+  Autoscaler scaler(options);
+  in.consumers = {job2};
+  AutoscalerDecision d = scaler.Decide(in);
+  EXPECT_FALSE(d.pool_bound);
+  EXPECT_THAT(d.reason, HasSubstr("; the pool is not divided until job 1 is read since the "
+                                  "restart: every worker serves every job"));
+  in.now += absl::Seconds(2);
+  in.consumers = {job1_unread, job2};
+  d = scaler.Decide(in);
+  EXPECT_FALSE(d.pool_bound);
+  EXPECT_THAT(d.reason, HasSubstr("the pool is not divided until job 1 is read"));
+  in.now += absl::Seconds(2);
+  in.consumers = {job1_read, job2};
+  d = scaler.Decide(in);
+  EXPECT_TRUE(d.pool_bound);
+  ASSERT_EQ(d.jobs.size(), 2u);
+  EXPECT_DOUBLE_EQ(d.jobs[0].allocated, 5.12 * 1.05);
+  EXPECT_DOUBLE_EQ(d.jobs[1].allocated, 10 - 5.12 * 1.05);
+  EXPECT_THAT(d.reason, Not(HasSubstr("not divided")));
+
+  AutoscalerOptions fresh_options = options;
+  fresh_options.restarted = false;
+  Autoscaler fresh(fresh_options);
+  in.consumers = {job1_unread, job2};
+  d = fresh.Decide(in);
+  EXPECT_TRUE(d.pool_bound);
+  ASSERT_EQ(d.jobs.size(), 2u);
+  EXPECT_DOUBLE_EQ(d.jobs[0].allocated, 0);
+  EXPECT_DOUBLE_EQ(d.jobs[1].allocated, 10);
+
+  Autoscaler later(options);
+  in.consumers = {job2};
+  EXPECT_FALSE(later.Decide(in).pool_bound);
+  in.now += absl::Seconds(30);
+  in.consumers = {job1_unread, job2};
+  EXPECT_TRUE(later.Decide(in).pool_bound);
+}
+
 // A reservation above its job's need is provisioned, not taken from the
 // other jobs' need: job 1 needs 0.1 workers (10 / 100 el/s) and reserves 2,
 // job 2 needs 2.4 (120 / 50; 2.52 with headroom): the pool is sized to

@@ -21,6 +21,7 @@ using ::sluice::testonly::Sync;
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 class DispatcherAutoscaleTest : public ::testing::Test {
@@ -540,6 +541,48 @@ TEST_F(DispatcherAutoscaleTest, BoundedPoolGoesToTheHigherPriorityJobFirst) {
   const proto::WorkerHeartbeatResponse response = WorkerBeat(c, 0, 0);
   ASSERT_EQ(response.start_size(), 1);
   EXPECT_EQ(response.start(0).key().job_id(), high);
+}
+
+// A dispatcher restarted from its journal with jobs "low" and "high" (priority 1) on a pool of
+// 2: "high"'s trainer reports first one period after "low"'s, so its first reading covers no
+// time (no batch, no wait) while "low" needs 4 workers. Dividing the pool then would give "low"
+// both workers for a period; it is not divided until "high" is read, then "high" gets both.
+TEST_F(DispatcherAutoscaleTest, ARestartedDispatcherDividesThePoolOnceEveryJobIsRead) {
+  auto journal = std::make_shared<InMemoryJournal>();
+  Start(DispatcherOptions::Scaler::kNone, /*max_workers=*/2, journal);
+  const uint64_t low = Job("low");
+  const uint64_t high = Job("high", /*priority=*/1);
+  a_ = Worker("a:1");
+  b_ = Worker("b:1");
+  Start(DispatcherOptions::Scaler::kNone, /*max_workers=*/2, journal);
+  ASSERT_TRUE(impl_->Tick().ok());
+  clock_.Advance(absl::Seconds(6));  // past the workers' warm-up
+  for (uint64_t w : {a_, b_}) WorkerBeat(w, 0, 0, {{low, 0, 0}, {high, 0, 0}});
+  ClientBeat(low, 0, 0);
+  ASSERT_TRUE(impl_->Tick().ok());
+  clock_.Advance(absl::Seconds(2));
+  for (uint64_t w : {a_, b_}) WorkerBeat(w, 200, 2.0, {{low, 100, 1.0}, {high, 100, 1.0}});
+  ClientBeat(low, 40, 1.0);
+  ClientBeat(high, 0, 0);  // its first report since the restart
+  ASSERT_TRUE(impl_->Tick().ok());
+  proto::GetStatusResponse status = Status();
+  EXPECT_FALSE(status.pool_bound());
+  EXPECT_THAT(status.reason(),
+              HasSubstr(absl::StrCat("the pool is not divided until job ", high,
+                                     " is read since the restart: every worker serves every job")));
+  clock_.Advance(absl::Seconds(2));
+  for (uint64_t w : {a_, b_}) WorkerBeat(w, 400, 4.0, {{low, 200, 2.0}, {high, 200, 2.0}});
+  ClientBeat(low, 80, 2.0);
+  ClientBeat(high, 40, 1.0);
+  ASSERT_TRUE(impl_->Tick().ok());
+  status = Status();
+  EXPECT_TRUE(status.pool_bound());
+  EXPECT_THAT(status.reason(), Not(HasSubstr("not divided")));
+  ASSERT_EQ(status.jobs_size(), 2);
+  EXPECT_EQ(status.jobs(0).job_id(), low);
+  EXPECT_DOUBLE_EQ(status.jobs(0).allocated_workers(), 0);
+  EXPECT_EQ(status.jobs(1).job_id(), high);
+  EXPECT_DOUBLE_EQ(status.jobs(1).allocated_workers(), 2);
 }
 
 // A trainer killed without closing its iterator sends nothing more. Its lease keeps its job for
