@@ -461,18 +461,20 @@ int Autoscaler::ScaleDownTarget(double need, double headroom, bool noise_measure
   return most;
 }
 
-// The decision before this one was the first up after one that was not. Its
-// reading most likely straddled the change that set it off (a step inside the
-// period reads as a mix of the two levels), so its target fell short; this
-// reading, the first whole one, finishes the step without the margin that
-// keeps a steady count from chasing noise. Once: after two ups in a row the
-// step has had its whole reading.
 bool Autoscaler::WindowSeen(absl::Time now) const {
   return !options_.restarted || now - first_call_ >= options_.scale_down_window;
 }
 
-bool Autoscaler::UpGoesOn(absl::Time now) const {
-  return now - first_scale_up_ <= options_.period * 1.5;
+// The decision before this one scaled down, or was the first up after one
+// that was not. Its reading most likely straddled the change that set it off
+// (a step inside the period reads as a mix of the two levels: an up falls
+// short, a down on a cheaper pipeline goes too far when the demand rises
+// with it), so this reading, the first whole one, corrects it upwards without
+// the margin that keeps a steady count from chasing noise. Once after ups:
+// after two in a row the step has had its whole reading.
+bool Autoscaler::StepJustTaken(absl::Time now) const {
+  const absl::Duration just = options_.period * 1.5;
+  return now - first_scale_up_ <= just || now - last_scale_down_ <= just;
 }
 
 std::string Autoscaler::ScaleUp(const AutoscalerInput& input, const Census& census,
@@ -656,7 +658,7 @@ AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
     desired = std::max(current, e.jobs.empty() ? 0 : 1);
     verdict = absl::StrCat("capacity not measured yet (", census.warming, " warming up, ",
                            census.warm.size(), " warm); ", e.description);
-  } else if (e.need > current * o.scale_up_utilization * (1 + (UpGoesOn(now) ? 0 : e.noise)) &&
+  } else if (e.need > current * o.scale_up_utilization * (1 + (StepJustTaken(now) ? 0 : e.noise)) &&
              CeilWorkers(e.need * e.headroom) > current) {
     verdict = ScaleUp(input, census, e, desired);
   } else {

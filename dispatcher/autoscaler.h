@@ -26,9 +26,9 @@
 //   target     = ceil(need × headroom), within [min_workers, max_workers]
 //   up         when need > current × scale_up_utilization × (1 + noise): at
 //              once, to target, at most × max_scale_up_factor per call; in the
-//              decision right after an up that followed no up, when need >
-//              current × utilization (that up's reading most likely mixed the
-//              old level and the new)
+//              decision right after a down, or after an up that followed no
+//              up, when need > current × utilization (that step's reading most
+//              likely mixed the old level and the new)
 //   down       to the fewest workers whose expected shortfall for max need
 //              over the stabilization window ÷ (1 - noise) (without the ÷
 //              after a confirmed fall), read with the headroom's spread, is at
@@ -391,7 +391,7 @@ class Autoscaler {
   // (max_expected_shortfall; ceil(need x headroom) unless the noise was
   // measured).
   int ScaleDownTarget(double need, double headroom, bool noise_measured) const;
-  bool UpGoesOn(absl::Time now) const;
+  bool StepJustTaken(absl::Time now) const;
   // Not restarted, or a whole scale-down window has passed since the first call.
   bool WindowSeen(absl::Time now) const;
   std::string ScaleUp(const AutoscalerInput& input, const Census& census, const Estimate& e,
@@ -412,7 +412,7 @@ class Autoscaler {
   // lost since are replaced one for one.
   int last_desired_ = 0;
   absl::Time last_scale_down_ = absl::InfinitePast();
-  // The last up, and the first of the ups in a row that ended with it (UpGoesOn).
+  // The last up, and the first of the ups in a row that ended with it (StepJustTaken).
   absl::Time last_scale_up_ = absl::InfinitePast();
   absl::Time first_scale_up_ = absl::InfinitePast();
   absl::Time first_call_ = absl::InfinitePast();

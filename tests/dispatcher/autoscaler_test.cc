@@ -910,6 +910,19 @@ TEST_F(AutoscalerTest, AScaleUpGoesOnAtTheNextReadingWithoutTheNoiseMargin) {
   EXPECT_THAT(d.reason, StartsWith("hold 21: need 21.23 workers"));
 }
 
+// The same after a scale-down: a fresh dispatcher with 22 workers at 97/103 reads need 20.48
+// and goes down to 21 (ScaleDownOnlyToACountThatKeepsItsNoiseMargin); the next reading, need
+// 21.23 on 21 workers, is within 21's band (21.28) but corrects the down: up to 22. A count
+// steady at 21 holds on it (AScaleUpGoesOnAtTheNextReadingWithoutTheNoiseMargin).
+TEST_F(AutoscalerTest, AScaleDownIsCorrectedAtTheNextReadingWithoutTheNoiseMargin) {
+  Autoscaler scaler({.max_workers = 64});
+  AutoscalerDecision d = DecideWithSpread(scaler, 20.48 / 2.56);
+  ASSERT_EQ(d.desired_workers, 21) << d.reason;
+  d = DecideWithSpread(scaler, 21.2 / 2.56, /*workers=*/21);
+  EXPECT_EQ(d.desired_workers, 22) << d.reason;
+  EXPECT_THAT(d.reason, StartsWith("up 21 -> 22: need 21.23 workers"));
+}
+
 // A fall that two readings confirm is scaled down to without the noise margin:
 // 22 workers (noise 0.0131), need 20.8, then 16.9 twice (18.75% lower). With
 // the margin, 16.9 ÷ (1 - 0.0131) = 17.12 would take 18; the readings are the
