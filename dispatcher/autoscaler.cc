@@ -835,16 +835,51 @@ void AllocateWorkers(double pool, double headroom, std::vector<JobEstimate>& job
       std::swap(order[k], order[k - 1]);
     }
   }
-  double wanted = 0;
   for (size_t rank = 0; rank < order.size(); ++rank) {
     order[rank]->allocation_rank = static_cast<int>(rank);
   }
+  // Filled one after the other, except jobs alike: without an end known, of
+  // the same priority and gains within kReorderMargin of each other. They
+  // share what is left in proportion to what each still wants: one after the
+  // other, the first would take the whole pool and the others none for as
+  // long as they all run, which for jobs without an end is for ever, though
+  // a worker removes as much wait at one as at another.
+  auto alike = [&](const JobEstimate* a, const JobEstimate* b) {
+    return a->priority == b->priority && smith(a) == 0 && smith(b) == 0 && gain(a) > 0 &&
+           gain(b) > 0 &&
+           std::max(gain(a), gain(b)) <= std::min(gain(a), gain(b)) * (1 + kReorderMargin);
+  };
+  std::map<const JobEstimate*, std::vector<uint64_t>> shared_with;
+  for (size_t first = 0; first < order.size();) {
+    size_t end = first + 1;
+    while (end < order.size() && alike(order[first], order[end])) ++end;
+    double group_wants = 0;
+    for (size_t k = first; k < end; ++k) {
+      group_wants += std::max(0.0, order[k]->need * headroom - order[k]->allocated);
+    }
+    if (group_wants <= left || end == first + 1) {  // each gets what it wants, or what is left
+      for (size_t k = first; k < end; ++k) {
+        JobEstimate* j = order[k];
+        const double given = std::clamp(j->need * headroom - j->allocated, 0.0, left);
+        j->allocated += given;
+        left -= given;
+      }
+    } else {
+      for (size_t k = first; k < end; ++k) {
+        JobEstimate* j = order[k];
+        j->allocated += std::max(0.0, j->need * headroom - j->allocated) * (left / group_wants);
+        for (size_t other = first; other < end; ++other) {
+          if (other != k) shared_with[j].push_back(order[other]->job_id);
+        }
+      }
+      left = 0;
+    }
+    first = end;
+  }
+  double wanted = 0;
   for (JobEstimate* j : order) {
     const double want = j->need * headroom;
     wanted += std::max(want, j->allocated);
-    const double given = std::clamp(want - j->allocated, 0.0, left);
-    j->allocated += given;
-    left -= given;
     if (j->starved) {
       j->allocation_reason =
           absl::StrFormat("%.2f to read its demand: its trainers got nothing yet", j->allocated);
@@ -869,6 +904,11 @@ void AllocateWorkers(double pool, double headroom, std::vector<JobEstimate>& job
           "%.2f of its need %.2f: the pool ran out (priority %d, %.2f "
           "trainers' wait removed per worker)",
           j->allocated, j->need, j->priority, gain(j));
+      if (auto partners = shared_with.find(j); partners != shared_with.end()) {
+        absl::StrAppend(&j->allocation_reason, "; shared in proportion to the need with job ",
+                        absl::StrJoin(partners->second, ", "),
+                        " (no end known, the same priority and gain)");
+      }
     }
   }
   for (JobEstimate* j : dropped) {

@@ -297,7 +297,11 @@ struct AutoscalerDecision {
 //      one served before it: a higher priority, or worker-seconds or a gain
 //      better by more than kReorderMargin. Without that, two jobs whose
 //      measured needs differ by noise alone would swap places, and the
-//      workers between them, at every decision;
+//      workers between them, at every decision. Jobs alike (no end known,
+//      the same priority, gains within kReorderMargin) share what is left in
+//      proportion to their need rather than one after the other: the first
+//      would otherwise take the pool for as long as both run, which for jobs
+//      without an end is for ever;
 //   3. what is left when every job has need × headroom goes to the jobs in
 //      proportion to it.
 // Example (pool 10, headroom 1, no end known): job 1 (2 consumers, need 4),

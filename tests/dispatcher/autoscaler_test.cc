@@ -1156,11 +1156,42 @@ TEST(AllocateWorkers, MinWorkersAreKeptAndTheRestGoesToTheHigherPriority) {
   EXPECT_DOUBLE_EQ(jobs[1].allocated, 3);
 }
 
-TEST(AllocateWorkers, EqualGainsGoToTheEarlierJob) {
-  std::vector<JobEstimate> jobs = {Job(1, 2, 4), Job(2, 2, 4)};
-  AllocateWorkers(/*pool=*/6, /*headroom=*/1, jobs, /*bound=*/6);
-  EXPECT_DOUBLE_EQ(jobs[0].allocated, 4);
-  EXPECT_DOUBLE_EQ(jobs[1].allocated, 2);
+// Two jobs without an end known, of the same priority and gain: one after the
+// other, job 1 would take 4 of the 6 workers and job 2 the 2 left, for as long
+// as both run; they share the pool in proportion to their need instead. So do
+// jobs whose gains differ by less than kReorderMargin (2/4 and 2/3.8: 5%).
+// Gains further apart (2/4 and 2/3: a third) are served one after the other.
+TEST(AllocateWorkers, JobsAlikeWithoutAnEndShareThePool) {
+  std::vector<JobEstimate> equal = {Job(1, 2, 4), Job(2, 2, 4)};
+  AllocateWorkers(/*pool=*/6, /*headroom=*/1, equal, /*bound=*/6);
+  EXPECT_DOUBLE_EQ(equal[0].allocated, 3);
+  EXPECT_DOUBLE_EQ(equal[1].allocated, 3);
+  EXPECT_EQ(equal[0].allocation_reason,
+            "3.00 of its need 4.00: the pool ran out (priority 0, 0.50 trainers' wait removed per "
+            "worker); shared in proportion to the need with job 2 (no end known, the same "
+            "priority and gain)");
+
+  std::vector<JobEstimate> close = {Job(1, 2, 4), Job(2, 2, 3.8)};
+  AllocateWorkers(/*pool=*/6, /*headroom=*/1, close, /*bound=*/6);
+  EXPECT_DOUBLE_EQ(close[0].allocated, 6 * 4 / 7.8);
+  EXPECT_DOUBLE_EQ(close[1].allocated, 6 * 3.8 / 7.8);
+
+  std::vector<JobEstimate> apart = {Job(1, 2, 4), Job(2, 2, 3)};
+  AllocateWorkers(/*pool=*/6, /*headroom=*/1, apart, /*bound=*/6);
+  EXPECT_DOUBLE_EQ(apart[0].allocated, 3);
+  EXPECT_DOUBLE_EQ(apart[1].allocated, 3);
+  EXPECT_EQ(apart[1].allocation_rank, 0);
+  EXPECT_EQ(apart[0].allocation_reason,
+            "3.00 of its need 4.00: the pool ran out (priority 0, 0.50 trainers' wait removed per "
+            "worker)");
+
+  // Jobs whose end is known are served one after the other (the fewest
+  // worker-seconds first), alike or not.
+  std::vector<JobEstimate> ending = {Job(1, 2, 4), Job(2, 2, 4)};
+  for (JobEstimate& j : ending) j.remaining_seconds = 100;
+  AllocateWorkers(/*pool=*/6, /*headroom=*/1, ending, /*bound=*/6);
+  EXPECT_DOUBLE_EQ(ending[0].allocated, 4);
+  EXPECT_DOUBLE_EQ(ending[1].allocated, 2);
 }
 
 // `jobs`, each ranked last time in the order given (previous_rank 0, 1, ...).
@@ -1169,24 +1200,29 @@ std::vector<JobEstimate> RankedInThisOrderLastTime(std::vector<JobEstimate> jobs
   return jobs;
 }
 
+// Jobs whose end is known (100 s left each), so served one after the other.
 TEST(AllocateWorkers, AJobKeepsItsPlaceUnlessAnotherIsClearlyAhead) {
-  // Job 2 removes 2/3.8 = 0.526 trainer-seconds per worker, job 1 2/4 = 0.5:
-  // 5% more, within the noise of two measured needs. Ranked anew, job 2 goes
-  // first; served first last time, job 1 keeps its place.
-  std::vector<JobEstimate> fresh = {Job(1, 2, 4), Job(2, 2, 3.8)};
+  auto ending = [](std::vector<JobEstimate> jobs) {
+    for (JobEstimate& j : jobs) j.remaining_seconds = 100;
+    return jobs;
+  };
+  // Job 2 still needs 380 worker-seconds, job 1 400: 5% fewer, within the
+  // noise of two measured needs. Ranked anew, job 2 goes first; served first
+  // last time, job 1 keeps its place.
+  std::vector<JobEstimate> fresh = ending({Job(1, 2, 4), Job(2, 2, 3.8)});
   AllocateWorkers(/*pool=*/6, /*headroom=*/1, fresh, /*bound=*/6);
   EXPECT_DOUBLE_EQ(fresh[0].allocated, 2.2);
   EXPECT_DOUBLE_EQ(fresh[1].allocated, 3.8);
 
-  std::vector<JobEstimate> kept = RankedInThisOrderLastTime({Job(1, 2, 4), Job(2, 2, 3.8)});
+  std::vector<JobEstimate> kept = RankedInThisOrderLastTime(ending({Job(1, 2, 4), Job(2, 2, 3.8)}));
   AllocateWorkers(/*pool=*/6, /*headroom=*/1, kept, /*bound=*/6);
   EXPECT_DOUBLE_EQ(kept[0].allocated, 4);
   EXPECT_DOUBLE_EQ(kept[1].allocated, 2);
   EXPECT_EQ(kept[0].allocation_rank, 0);
   EXPECT_EQ(kept[1].allocation_rank, 1);
 
-  // 2/3 = 0.667 is a third more than 0.5: job 2 passes.
-  std::vector<JobEstimate> passed = RankedInThisOrderLastTime({Job(1, 2, 4), Job(2, 2, 3)});
+  // 300 worker-seconds are a quarter fewer than 400: job 2 passes.
+  std::vector<JobEstimate> passed = RankedInThisOrderLastTime(ending({Job(1, 2, 4), Job(2, 2, 3)}));
   AllocateWorkers(/*pool=*/6, /*headroom=*/1, passed, /*bound=*/6);
   EXPECT_DOUBLE_EQ(passed[0].allocated, 3);
   EXPECT_DOUBLE_EQ(passed[1].allocated, 3);
