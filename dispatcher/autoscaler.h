@@ -8,8 +8,8 @@
 // the needs of the stabilization window (which slow scale-downs), the last
 // demand per consumer and capacity per job (for periods that measure none),
 // the last decision (for one-for-one replacement) and the times of the first
-// call, the last scale-up and the last scale-down. A test or the simulator (bench/autoscale_sim)
-// drives it with made-up inputs.
+// call, the last scale-up and the last scale-down. A test or the simulator
+// (bench/autoscale_sim) drives it with made-up inputs.
 //
 // The law, in one step (no +1 probing):
 //   demand_j   = Σ over job j's consumers of batches_per_second / (1 - wait)
