@@ -21,6 +21,8 @@ struct ConsumerSignal {
   uint64_t batches_returned_total = 0;
   uint64_t epoch = 0;
   absl::Time epoch_started = absl::InfinitePast();
+  // How long its previous epoch lasted (0: unknown, it began before the consumer's first report).
+  double previous_epoch_seconds = 0;
   // At the previous scale decision, and the rates over that window.
   absl::Time window_start = absl::InfinitePast();
   uint64_t window_batches = 0;

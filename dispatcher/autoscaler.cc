@@ -190,7 +190,10 @@ void Autoscaler::EstimateDemand(const AutoscalerInput& input, Estimate& e,
     // trainer that paused, then waited, still asked.
     const bool starved = c.batches_per_second <= 0 && c.wait_fraction > o.idle_wait_fraction;
     const bool known = previous != consumer_demand_.end() && previous->second > 0;
-    if ((input.now - c.epoch_started < o.epoch_grace || starved) && known) {
+    const bool short_epochs = c.previous_epoch_seconds > 0 &&
+                              c.previous_epoch_seconds < absl::ToDoubleSeconds(o.epoch_grace);
+    const bool refilling = input.now - c.epoch_started < o.epoch_grace && !short_epochs;
+    if ((refilling || starved) && known) {
       demand = previous->second;
     } else if (starved) {
       starved_jobs.insert(c.job_id);

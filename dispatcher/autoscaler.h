@@ -131,7 +131,9 @@ struct AutoscalerOptions {
   absl::Duration warmup = absl::Seconds(5);
   // A consumer's wait right after its epoch started (pipelines refill,
   // shuffle buffers fill) is not demand: during this long its previous
-  // estimate is kept.
+  // estimate is kept. Not for a consumer whose previous epoch was shorter
+  // than this: every window holds a refill, which is then its steady state,
+  // and keeping the estimate would freeze it at its first reading.
   absl::Duration epoch_grace = absl::Seconds(5);
   // A worker whose last heartbeat is older than this is stalled (e.g.
   // SIGSTOPped): not measured, listed in `replace`, drained first.
@@ -190,6 +192,9 @@ struct ConsumerSample {
   double wait_fraction = 0;       // of the window spent waiting for a batch
   // When its current epoch started; InfinitePast() = long ago.
   absl::Time epoch_started = absl::InfinitePast();
+  // How long its previous epoch lasted (seconds; 0: unknown). Epochs shorter
+  // than epoch_grace get none: their refill is in every window.
+  double previous_epoch_seconds = 0;
   // The longest stretch of the window (seconds) in which it neither received
   // a batch nor waited: one step of its own work, or a pause. 0: not measured.
   double longest_idle_seconds = 0;

@@ -515,7 +515,11 @@ absl::Status DispatcherImpl::DoClientHeartbeat(const proto::ClientHeartbeatReque
   // `job`/`consumer` stay valid: only Tick() and a leaving report (at the end) remove jobs.
   if (consumer.epoch > signal.epoch) {
     signal.epoch = consumer.epoch;
-    signal.epoch_started = now;  // the autoscaler's epoch grace
+    // The autoscaler's epoch grace.
+    signal.previous_epoch_seconds = signal.epoch_started == absl::InfinitePast()
+                                        ? 0
+                                        : absl::ToDoubleSeconds(now - signal.epoch_started);
+    signal.epoch_started = now;
   }
   response->set_incarnation(incarnation_);
   response->set_epoch(consumer.epoch);

@@ -173,6 +173,7 @@ absl::Status DispatcherImpl::Autoscale(absl::Time now) {
                               .batches_per_second = signal.batches_per_second,
                               .wait_fraction = signal.window_wait_fraction,
                               .epoch_started = signal.epoch_started,
+                              .previous_epoch_seconds = signal.previous_epoch_seconds,
                               .longest_idle_seconds = longest_idle});
     }
   }

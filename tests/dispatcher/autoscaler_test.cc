@@ -711,6 +711,24 @@ TEST_F(AutoscalerTest, EpochStartKeepsTheLastDemand) {
   EXPECT_EQ(d.desired_workers, 24);
 }
 
+TEST_F(AutoscalerTest, EpochsShorterThanTheGraceAreMeasuredInEveryWindow) {
+  Next(Steady());
+  // Epochs of 1.5 s: every window holds an epoch start. Were the grace kept,
+  // the estimate would stay 512 for as long as the job runs.
+  AutoscalerInput in = Input(6, 100, 40, 4);
+  in.consumers[0].epoch_started = clock_.Now() - absl::Seconds(1);
+  in.consumers[0].previous_epoch_seconds = 1.5;
+  AutoscalerDecision d = Next(in);
+  EXPECT_DOUBLE_EQ(d.jobs[0].demand, 2560);
+  EXPECT_EQ(d.desired_workers, 24);
+  // An epoch of 6 s (longer than the grace) before this one: the grace holds.
+  in.consumers[0].previous_epoch_seconds = 6;
+  in.consumers[0].batches_per_second = 8;
+  in.consumers[0].wait_fraction = 0.5;
+  d = Next(in);
+  EXPECT_DOUBLE_EQ(d.jobs[0].demand, 2560);
+}
+
 TEST_F(AutoscalerTest, FullQueuesAndNoWaitVetoAScaleUp) {
   Next(Steady());
   // Workers report half their true capacity (a bad measurement), but nobody
