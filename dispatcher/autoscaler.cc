@@ -712,13 +712,18 @@ AutoscalerDecision Autoscaler::Decide(const AutoscalerInput& input) {
     for (JobEstimate& j : d.jobs) {
       auto it = last_ranks_.find(j.job_id);
       j.previous_rank = it == last_ranks_.end() ? -1 : it->second;
+      j.shared_before = last_shared_.contains(j.job_id);
     }
     // Unbound, each job's share is its need (and reservation), even while the
     // count is still on its way there.
     AllocateWorkers(d.pool_bound ? desired : std::max<double>(desired, held), e.headroom, d.jobs,
                     max_workers);
     last_ranks_.clear();
-    for (const JobEstimate& j : d.jobs) last_ranks_[j.job_id] = j.allocation_rank;
+    last_shared_.clear();
+    for (const JobEstimate& j : d.jobs) {
+      last_ranks_[j.job_id] = j.allocation_rank;
+      if (j.shared) last_shared_.insert(j.job_id);
+    }
   }
 
   for (uint64_t id : census.stalled) d.replace.push_back(id);
@@ -783,6 +788,7 @@ void AllocateWorkers(double pool, double headroom, std::vector<JobEstimate>& job
   for (JobEstimate& job : jobs) {
     job.allocated = 0;
     job.allocation_reason.clear();
+    job.shared = false;
     order.push_back(&job);
   }
   // Trainer-seconds of waiting one more worker removes per second.
@@ -848,9 +854,10 @@ void AllocateWorkers(double pool, double headroom, std::vector<JobEstimate>& job
   // long as they all run, which for jobs without an end is for ever, though
   // a worker removes as much wait at one as at another.
   auto alike = [&](const JobEstimate* a, const JobEstimate* b) {
+    const double margin =
+        a->shared_before && b->shared_before ? kKeepSharingMargin : kReorderMargin;
     return a->priority == b->priority && smith(a) == 0 && smith(b) == 0 && gain(a) > 0 &&
-           gain(b) > 0 &&
-           std::max(gain(a), gain(b)) <= std::min(gain(a), gain(b)) * (1 + kReorderMargin);
+           gain(b) > 0 && std::max(gain(a), gain(b)) <= std::min(gain(a), gain(b)) * (1 + margin);
   };
   std::map<const JobEstimate*, std::vector<uint64_t>> shared_with;
   for (size_t first = 0; first < order.size();) {
@@ -871,6 +878,7 @@ void AllocateWorkers(double pool, double headroom, std::vector<JobEstimate>& job
       for (size_t k = first; k < end; ++k) {
         JobEstimate* j = order[k];
         j->allocated += std::max(0.0, j->need * headroom - j->allocated) * (left / group_wants);
+        j->shared = true;
         for (size_t other = first; other < end; ++other) {
           if (other != k) shared_with[j].push_back(order[other]->job_id);
         }

@@ -249,6 +249,11 @@ struct JobEstimate {
   // keeps its place ahead of another unless that one is clearly ahead
   // (AllocateWorkers).
   int previous_rank = -1;
+  // It shared what was left of the pool with jobs alike (AllocateWorkers) in
+  // this decision, and in the previous one: jobs that shared go on sharing
+  // within the wider kKeepSharingMargin.
+  bool shared = false;
+  bool shared_before = false;
 };
 
 struct AutoscalerDecision {
@@ -303,7 +308,8 @@ struct AutoscalerDecision {
 //      better by more than kReorderMargin. Without that, two jobs whose
 //      measured needs differ by noise alone would swap places, and the
 //      workers between them, at every decision. Jobs alike (no end known,
-//      the same priority, gains within kReorderMargin) share what is left in
+//      the same priority, gains within kReorderMargin, or kKeepSharingMargin
+//      for jobs that shared in the previous decision) share what is left in
 //      proportion to their need rather than one after the other: the first
 //      would otherwise take the pool for as long as both run, which for jobs
 //      without an end is for ever;
@@ -324,6 +330,13 @@ void AllocateWorkers(double pool, double headroom, std::vector<JobEstimate>& job
 // noise of two needs measured on the same workers (each within the noise
 // headroom, at most a few percent).
 inline constexpr double kReorderMargin = 0.1;
+
+// How far apart the gains of jobs that shared the pool in the previous
+// decision may read for them to go on sharing. Gains measured on different
+// workers differ with no difference in the jobs (two identical jobs on two
+// workers, real processes: up to 15% apart), and without this margin such
+// jobs went from halves to the whole pool and none at every third decision.
+inline constexpr double kKeepSharingMargin = 0.25;
 
 // The jobs (ids) whose min_workers a pool of `pool` workers does not keep:
 // none while every reservation fits; otherwise the largest (ties: the lower
@@ -429,6 +442,8 @@ class Autoscaler {
   std::set<uint64_t> heard_jobs_;
   // Each job's allocation_rank in the last decision that divided the pool.
   std::map<uint64_t, int> last_ranks_;
+  // The jobs that shared the pool with jobs alike in the last decision.
+  std::set<uint64_t> last_shared_;
 };
 
 }  // namespace sluice::dispatcher

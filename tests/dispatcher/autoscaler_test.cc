@@ -1212,6 +1212,39 @@ TEST(AllocateWorkers, JobsAlikeWithoutAnEndShareThePool) {
   EXPECT_DOUBLE_EQ(ending[1].allocated, 2);
 }
 
+// Gains 20% apart: jobs that shared last time go on sharing (what two identical jobs read on
+// different workers); jobs that did not are served one after the other; 35% apart, sharing ends.
+TEST(AllocateWorkers, JobsThatSharedGoOnSharingWithinTheWiderMargin) {
+  auto two_jobs = [](double need_of_2, bool shared_before) {
+    std::vector<JobEstimate> jobs = {Job(1, 2, 4), Job(2, 2, need_of_2)};
+    for (JobEstimate& j : jobs) j.shared_before = shared_before;
+    AllocateWorkers(/*pool=*/6, /*headroom=*/1, jobs, /*bound=*/6);
+    return jobs;
+  };
+  // Job 2's gain 2/4.8 = 0.417 against job 1's 0.5.
+  std::vector<JobEstimate> kept = two_jobs(4.8, true);
+  EXPECT_DOUBLE_EQ(kept[0].allocated, 6 * 4 / 8.8);
+  EXPECT_DOUBLE_EQ(kept[1].allocated, 6 * 4.8 / 8.8);
+  EXPECT_TRUE(kept[0].shared);
+  EXPECT_TRUE(kept[1].shared);
+  EXPECT_EQ(kept[1].allocation_reason,
+            "3.27 of its need 4.80: the pool ran out (priority 0, 0.42 trainers' wait removed per "
+            "worker); shared in proportion to the need with job 1 (no end known, the same "
+            "priority and gain)");
+
+  std::vector<JobEstimate> fresh = two_jobs(4.8, false);
+  EXPECT_DOUBLE_EQ(fresh[0].allocated, 4);
+  EXPECT_DOUBLE_EQ(fresh[1].allocated, 2);
+  EXPECT_FALSE(fresh[0].shared);
+  EXPECT_FALSE(fresh[1].shared);
+
+  // 2/5.4 = 0.370: 35% apart.
+  std::vector<JobEstimate> apart = two_jobs(5.4, true);
+  EXPECT_DOUBLE_EQ(apart[0].allocated, 4);
+  EXPECT_DOUBLE_EQ(apart[1].allocated, 2);
+  EXPECT_FALSE(apart[1].shared);
+}
+
 // `jobs`, each ranked last time in the order given (previous_rank 0, 1, ...).
 std::vector<JobEstimate> RankedInThisOrderLastTime(std::vector<JobEstimate> jobs) {
   for (size_t i = 0; i < jobs.size(); ++i) jobs[i].previous_rank = static_cast<int>(i);
@@ -1424,6 +1457,35 @@ TEST(AutoscalerAllocation, NoiseDoesNotSwapTwoLikeJobsEveryPeriod) {
     first_served.push_back(d.jobs[0].allocation_rank == 0 ? 1 : 2);
   }
   EXPECT_THAT(first_served, ::testing::Each(first_served[0]));
+}
+
+// Two endless jobs alike on a pool of 2, their gains reading 18% apart every other period (the
+// capacity each worker measures for its job, 92 and 108 el/busy-s, swapping): they keep half the
+// pool each, where before the job read ahead took both workers in those periods.
+TEST(AutoscalerAllocation, JobsAlikeKeepSharingThroughNoiseInTheirGains) {
+  Autoscaler scaler(AutoscalerOptions{.min_workers = 1, .max_workers = 2, .noise_z = 0});
+  AutoscalerInput in = WarmPool(2, {});
+  in.jobs = {{.job_id = 1, .batch_size = 32}, {.job_id = 2, .batch_size = 32}};
+  std::vector<std::pair<double, double>> allocated;
+  for (int period = 0; period < 6; ++period) {
+    const bool apart = period % 2 == 1;
+    in.now = absl::FromUnixSeconds(1000 + 2 * period);
+    in.workers[0].last_heartbeat = in.workers[1].last_heartbeat = in.now;
+    in.workers[0].capacity = {{1, apart ? 92.0 : 100.0}};
+    in.workers[1].capacity = {{2, apart ? 108.0 : 100.0}};
+    in.consumers = {{.job_id = 1, .batches_per_second = 5, .wait_fraction = 0.5},
+                    {.job_id = 2, .batches_per_second = 5, .wait_fraction = 0.5}};
+    AutoscalerDecision d = scaler.Decide(in);
+    ASSERT_TRUE(d.pool_bound);
+    ASSERT_EQ(d.jobs.size(), 2u);
+    allocated.emplace_back(d.jobs[0].allocated, d.jobs[1].allocated);
+  }
+  // Needs 320/92 = 3.478 and 320/108 = 2.963 when apart: 2 × 3.478 / 6.441 and 2 × 2.963 / 6.441.
+  for (int period = 0; period < 6; ++period) {
+    SCOPED_TRACE(period);
+    EXPECT_NEAR(allocated[period].first, period % 2 == 1 ? 1.080 : 1, 0.001);
+    EXPECT_NEAR(allocated[period].second, period % 2 == 1 ? 0.920 : 1, 0.001);
+  }
 }
 
 TEST(AutoscalerAllocation, UnboundedPoolGivesEveryJobItsNeed) {
