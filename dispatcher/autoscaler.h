@@ -335,7 +335,7 @@ inline constexpr double kReorderMargin = 0.1;
 // decision may read for them to go on sharing. Gains measured on different
 // workers differ with no difference in the jobs (two identical jobs on two
 // workers, real processes: up to 15% apart), and without this margin such
-// jobs went from halves to the whole pool and none at every third decision.
+// jobs went from halves to the whole pool and none in 10 of 24 decisions.
 inline constexpr double kKeepSharingMargin = 0.25;
 
 // The jobs (ids) whose min_workers a pool of `pool` workers does not keep:

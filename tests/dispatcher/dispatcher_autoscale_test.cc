@@ -402,6 +402,64 @@ TEST_F(DispatcherAutoscaleTest, AWindowOfOneBatchIsExtendedToTheNextReport) {
   EXPECT_NEAR(status.jobs(0).demand_elements_per_second(), 273.33, 0.01);
 }
 
+// A job whose epochs last a second (one split of one batch each): every window holds an epoch
+// start. Its trainer returns a batch of 10 a second, waiting half the time (20 el/s), then three
+// quarters of it (40 el/s) from its 9th second: the second demand is read at the next decision,
+// where the epoch grace used to keep the first for as long as the job ran.
+TEST_F(DispatcherAutoscaleTest, ADemandIsReadThroughEpochsShorterThanTheGrace) {
+  Start(DispatcherOptions::Scaler::kNone);
+  proto::RegisterDatasetRequest dataset;
+  dataset.set_protocol_version(kProtocolVersion);
+  dataset.set_pipeline("pipe");
+  dataset.add_shard_record_counts(10);
+  dataset.set_batch_size(10);
+  proto::RegisterDatasetResponse registered;
+  ASSERT_TRUE(Sync(impl_).RegisterDataset(dataset, &registered).ok());
+  proto::GetOrCreateJobRequest request;
+  request.set_protocol_version(kProtocolVersion);
+  request.set_job_name("short-epochs");
+  request.set_dataset_id(registered.dataset_id());
+  request.mutable_config()->set_num_epochs(1000);
+  request.mutable_config()->set_split_size(10);
+  request.mutable_config()->set_num_consumers(1);
+  proto::GetOrCreateJobResponse job;
+  ASSERT_TRUE(Sync(impl_).GetOrCreateJob(request, &job).ok());
+  a_ = Worker("a:1");
+  ASSERT_TRUE(impl_->Tick().ok());
+  clock_.Advance(absl::Seconds(6));  // past the worker's warm-up
+  double wait = 0;
+  std::vector<double> demands;
+  for (uint64_t epoch = 0; epoch < 16; ++epoch) {
+    WorkerBeat(a_, 10 * epoch, 0.1 * static_cast<double>(epoch), {}, /*finished=*/true);
+    proto::ClientHeartbeatRequest beat;
+    beat.set_protocol_version(kProtocolVersion);
+    beat.set_job_id(job.job_id());
+    beat.set_batches_returned_total(epoch);
+    beat.set_wait_seconds_total(wait);
+    if (epoch > 0) {
+      proto::ClientSplitProgress* p = beat.add_progress();
+      p->set_epoch(epoch - 1);
+      p->set_position(0);
+      p->set_delivered_batches(1);
+      p->set_complete(true);
+    }
+    proto::ClientHeartbeatResponse response;
+    ASSERT_TRUE(Sync(impl_).ClientHeartbeat(beat, &response).ok());
+    ASSERT_EQ(response.epoch(), epoch);
+    if (epoch % 2 == 0) {
+      ASSERT_TRUE(impl_->Tick().ok());
+      const proto::GetStatusResponse status = Status();
+      ASSERT_EQ(status.jobs_size(), 1);
+      demands.push_back(status.jobs(0).demand_elements_per_second());
+    }
+    clock_.Advance(absl::Seconds(1));
+    wait += epoch < 8 ? 0.5 : 0.75;
+  }
+  // Decisions at epochs 0, 2, ..., 14: nothing read yet, then 20 el/s; the window from epoch 8's
+  // report to epoch 10's holds 1.5 s of wait in 2 s: 40 el/s.
+  EXPECT_THAT(demands, ::testing::ElementsAre(0, 20, 20, 20, 20, 40, 40, 40));
+}
+
 TEST_F(DispatcherAutoscaleTest, DecidesOncePerScalePeriod) {
   Start(DispatcherOptions::Scaler::kNone);
   TwoWarmWorkersAndAWaitingConsumer();
