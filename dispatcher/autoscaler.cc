@@ -848,7 +848,8 @@ void AllocateWorkers(double pool, double headroom, std::vector<JobEstimate>& job
     order[rank]->allocation_rank = static_cast<int>(rank);
   }
   // Filled one after the other, except jobs alike: without an end known, of
-  // the same priority and gains within kReorderMargin of each other. They
+  // the same priority and gains within kReorderMargin of each other
+  // (kKeepSharingMargin for two jobs that shared in the previous decision). They
   // share what is left in proportion to what each still wants: one after the
   // other, the first would take the whole pool and the others none for as
   // long as they all run, which for jobs without an end is for ever, though
